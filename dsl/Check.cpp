@@ -1,0 +1,827 @@
+// Check: AST -> Spec. One Checker walks the sections with a table of keys per
+// section; value readers report type and range errors; cross-field rules run
+// after all fields are read; wrap units are resolved last.
+#include "dsl/Check.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "dsl/Layers.h"
+#include "dsl/Suggest.h"
+
+namespace fsdpgen {
+namespace {
+
+// Bounds that keep every size computation far from int64 overflow.
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxContext = int64_t{1} << 22;
+constexpr int64_t kMaxWidth = int64_t{1} << 17;
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxFfn = int64_t{1} << 20;
+constexpr int64_t kMaxWorld = int64_t{1} << 20;
+constexpr int64_t kMaxCount = int64_t{1} << 40;
+
+template <size_t N>
+std::vector<std::string_view> names_of(const std::array<std::string_view, N>& a) {
+  return {a.begin(), a.end()};
+}
+
+// 124439808 -> "124,439,808"
+std::string grouped(int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return v < 0 ? "-" + out : out;
+}
+
+std::string describe(const ast::Value& v) {
+  switch (v.kind) {
+    case ast::Value::Kind::Number: return "number " + v.text;
+    case ast::Value::Kind::String: return "a string";
+    case ast::Value::Kind::Ident: return fmt::format("'{}'", v.text);
+    case ast::Value::Kind::Tuple: return "a tuple";
+    case ast::Value::Kind::List: return "a list";
+    case ast::Value::Kind::Range: return "a range";
+    case ast::Value::Kind::Call: return fmt::format("'{}(...)'", v.text);
+  }
+  return "a value";
+}
+
+class Checker {
+ public:
+  explicit Checker(Diagnostics& d) : d_(d) {}
+
+  std::optional<Spec> run(const ast::File& file) {
+    // After a syntax error some entries are missing from the AST; do not
+    // report them as missing a second time.
+    syntax_errors_ = d_.has_errors();
+    std::map<std::string, const ast::Section*> seen;
+    for (const ast::Section& sec : file.sections) {
+      auto [it, fresh] = seen.emplace(sec.kind, &sec);
+      if (!fresh) {
+        Diagnostic& e = d_.error(sec.kind_span, fmt::format("duplicate '{}' section", sec.kind));
+        Diagnostics::note(e, it->second->kind_span, "previous definition is here");
+      }
+    }
+    auto section = [&](const char* k) { return seen.count(k) ? seen[k] : nullptr; };
+    const ast::Section* model = section("model");
+    if (!model && !syntax_errors_) {
+      Diagnostic& e = d_.error({0, 0}, "missing 'model' section");
+      Diagnostics::note(e, "a spec starts with e.g. 'model tiny { vocab = 256  context = 128  width = 128  heads = 4  layers = 4 }'");
+    }
+    bool model_ok = model && read_model(*model);
+    if (const ast::Section* p = section("parallel")) read_parallel(*p);
+    resolve_parallel();
+    if (const ast::Section* t = section("train")) read_train(*t);
+    check_train();
+    const ast::Section* units = section("units");
+    if (model_ok) resolve_units(units);
+    if (model_ok) check_shardable();
+    if (d_.has_errors()) return std::nullopt;
+    return s_;
+  }
+
+ private:
+  // ---- where things were written, for diagnostics that span fields ----
+  bool has(const std::string& k) const { return at_.count(k) > 0; }
+  Span where(const std::string& k, Span fallback = {}) const {
+    auto it = at_.find(k);
+    return it == at_.end() ? fallback : it->second;
+  }
+
+  // ---- value readers ----
+  std::optional<int64_t> as_int(const ast::Value& v, std::string_view what, int64_t lo, int64_t hi) {
+    if (v.kind != ast::Value::Kind::Number) {
+      d_.error(v.span, fmt::format("expected an integer for '{}', got {}", what, describe(v)));
+      return std::nullopt;
+    }
+    if (!v.is_integer) {
+      d_.error(v.span, fmt::format("'{}' must be an integer, got {}", what, v.text));
+      return std::nullopt;
+    }
+    if (v.integer < lo || v.integer > hi) {
+      std::string bound = v.integer < lo ? (lo == 1 ? std::string("must be positive")
+                                                    : lo == 0 ? std::string("must not be negative")
+                                                              : fmt::format("must be at least {}", grouped(lo)))
+                                         : fmt::format("must be at most {}", grouped(hi));
+      d_.error(v.span, fmt::format("'{}' {}, got {}", what, bound, v.text));
+      return std::nullopt;
+    }
+    return v.integer;
+  }
+
+  // A real number in [lo, hi] (or (lo, hi] when !lo_inclusive).
+  std::optional<double> as_float(const ast::Value& v, std::string_view what, double lo, double hi, bool lo_inclusive) {
+    if (v.kind != ast::Value::Kind::Number) {
+      d_.error(v.span, fmt::format("expected a number for '{}', got {}", what, describe(v)));
+      return std::nullopt;
+    }
+    double x = v.number;
+    if (x < lo || (!lo_inclusive && x == lo)) {
+      std::string bound = lo == 0 ? (lo_inclusive ? "must not be negative" : "must be positive")
+                                  : fmt::format("must be {} {}", lo_inclusive ? "at least" : "greater than", lo);
+      d_.error(v.span, fmt::format("'{}' {}, got {}", what, bound, v.text));
+      return std::nullopt;
+    }
+    if (x > hi) {
+      d_.error(v.span, fmt::format("'{}' must be at most {}, got {}", what, hi, v.text));
+      return std::nullopt;
+    }
+    return x;
+  }
+
+  std::optional<bool> as_bool(const ast::Value& v, std::string_view what) {
+    if (v.kind == ast::Value::Kind::Ident && (v.text == "true" || v.text == "false")) return v.text == "true";
+    d_.error(v.span, fmt::format("expected 'true' or 'false' for '{}', got {}", what, describe(v)));
+    return std::nullopt;
+  }
+
+  std::optional<std::string> as_string(const ast::Value& v, std::string_view what) {
+    if (v.kind == ast::Value::Kind::String) {
+      if (!v.text.empty()) return v.text;
+      d_.error(v.span, fmt::format("'{}' must not be empty", what));
+      return std::nullopt;
+    }
+    d_.error(v.span, fmt::format("expected a string for '{}', got {}", what, describe(v)));
+    return std::nullopt;
+  }
+
+  // An identifier from `names`; `what` names the kind of thing ("sharding strategy").
+  template <class E, size_t N>
+  std::optional<E> as_enum(const ast::Value& v, std::string_view what, const std::array<std::string_view, N>& names) {
+    auto choices = names_of(names);
+    if (v.kind == ast::Value::Kind::Ident) {
+      for (size_t i = 0; i < N; ++i)
+        if (names[i] == v.text) return static_cast<E>(i);
+      Diagnostic& e = d_.error(v.span, fmt::format("unknown {} '{}'", what, v.text));
+      std::string m = closest_match(v.text, choices);
+      if (!m.empty()) e.message += fmt::format("; did you mean '{}'?", m);
+      else Diagnostics::note(e, fmt::format("valid values are {}", quoted_choices(choices)));
+      return std::nullopt;
+    }
+    Diagnostic& e = d_.error(v.span, fmt::format("expected a {}, got {}", what, describe(v)));
+    Diagnostics::note(e, fmt::format("valid values are {}", quoted_choices(choices)));
+    return std::nullopt;
+  }
+
+  std::optional<DType> as_dtype(const ast::Value& v) { return as_enum<DType>(v, "dtype", kDTypeNames); }
+
+  // ---- entries ----
+  struct Field {
+    std::string_view key;
+    std::function<void(const ast::Entry&)> read;
+  };
+
+  // Reads entries against a table of fields; reports duplicates and unknown keys.
+  void read_fields(const std::vector<ast::Entry>& entries, const std::vector<Field>& fields, const std::string& ctx,
+                   const std::string& prefix) {
+    std::map<std::string, const ast::Entry*> seen;
+    std::vector<std::string_view> keys;
+    for (const Field& f : fields) keys.push_back(f.key);
+    for (const ast::Entry& e : entries) {
+      auto [it, fresh] = seen.emplace(e.key, &e);
+      if (!fresh) {
+        Diagnostic& d = d_.error(e.key_span, fmt::format("duplicate key '{}' in {}", e.key, ctx));
+        Diagnostics::note(d, it->second->key_span, "previous definition is here");
+        continue;
+      }
+      auto f = std::find_if(fields.begin(), fields.end(), [&](const Field& x) { return x.key == e.key; });
+      if (f == fields.end()) {
+        Diagnostic& d = d_.error(e.key_span, fmt::format("unknown key '{}' in {}", e.key, ctx));
+        std::string m = closest_match(e.key, keys);
+        if (!m.empty()) d.message += fmt::format("; did you mean '{}'?", m);
+        else Diagnostics::note(d, fmt::format("valid keys are {}", quoted_choices(keys, " and ")));
+        continue;
+      }
+      at_[prefix + e.key] = e.kind == ast::Entry::Kind::Assign ? e.value.span : e.span;
+      f->read(e);
+    }
+  }
+
+  // The value of `key = value`; a block given instead is an error.
+  const ast::Value* value_of(const ast::Entry& e) {
+    if (e.kind == ast::Entry::Kind::Block) {
+      d_.error(e.key_span, fmt::format("'{}' takes a value ('{} = ...'), not a block", e.key, e.key));
+      return nullptr;
+    }
+    if (e.kind == ast::Entry::Kind::Call) {
+      d_.error(e.key_span, fmt::format("'{}' takes a value: write '{} = ...'", e.key, e.key));
+      return nullptr;
+    }
+    return &e.value;
+  }
+
+  // The entries of `key { ... }`; anything else is an error.
+  const std::vector<ast::Entry>* block_of(const ast::Entry& e, std::string_view example) {
+    if (e.kind != ast::Entry::Kind::Block) {
+      Diagnostic& d = d_.error(e.span, fmt::format("'{}' is a block, not a value", e.key));
+      Diagnostics::note(d, fmt::format("write '{} {{ {} }}'", e.key, example));
+      return nullptr;
+    }
+    return &e.entries;
+  }
+
+  template <class T, class F>
+  Field field(std::string_view key, T& out, F reader) {
+    return {key, [this, &out, reader](const ast::Entry& e) {
+              if (const ast::Value* v = value_of(e))
+                if (auto r = reader(*v, e.key)) out = *r;
+            }};
+  }
+  Field int_field(std::string_view key, int64_t& out, int64_t lo, int64_t hi) {
+    return field(key, out, [this, lo, hi](const ast::Value& v, const std::string& k) { return as_int(v, k, lo, hi); });
+  }
+  Field bool_field(std::string_view key, bool& out) {
+    return field(key, out, [this](const ast::Value& v, const std::string& k) { return as_bool(v, k); });
+  }
+  template <class E, size_t N>
+  Field enum_field(std::string_view key, E& out, std::string_view what, const std::array<std::string_view, N>& names) {
+    return field(key, out, [this, what, &names](const ast::Value& v, const std::string&) {
+      return as_enum<E>(v, what, names);
+    });
+  }
+  Field dtype_field(std::string_view key, DType& out) {
+    return field(key, out, [this](const ast::Value& v, const std::string&) { return as_dtype(v); });
+  }
+
+  // Binds a call's arguments to parameter names; absent ones are nullptr.
+  std::optional<std::vector<const ast::Value*>> bind(const ast::Value& call, const std::vector<std::string_view>& params) {
+    std::vector<const ast::Value*> out(params.size(), nullptr);
+    std::vector<Span> given(params.size());
+    bool ok = true, named_seen = false;
+    for (size_t i = 0; i < call.args.size(); ++i) {
+      const ast::Arg& a = call.args[i];
+      size_t slot = i;
+      if (!a.name.empty()) {
+        named_seen = true;
+        auto it = std::find(params.begin(), params.end(), a.name);
+        if (it == params.end()) {
+          Diagnostic& d = d_.error(a.name_span, fmt::format("unknown argument '{}' of '{}'", a.name, call.text));
+          std::string m = closest_match(a.name, params);
+          if (!m.empty()) d.message += fmt::format("; did you mean '{}'?", m);
+          else Diagnostics::note(d, fmt::format("'{}' takes {}", call.text, params.empty() ? "no arguments" : quoted_choices(params, " and ")));
+          ok = false;
+          continue;
+        }
+        slot = it - params.begin();
+      } else if (named_seen) {
+        d_.error(a.value.span, fmt::format("positional argument after a named one in '{}'", call.text));
+        ok = false;
+        continue;
+      } else if (slot >= params.size()) {
+        Diagnostic& d = d_.error(a.value.span, fmt::format("too many arguments to '{}'", call.text));
+        Diagnostics::note(d, fmt::format("'{}' takes {}", call.text, params.empty() ? "no arguments" : quoted_choices(params, " and ")));
+        ok = false;
+        continue;
+      }
+      Span here = a.name.empty() ? a.value.span : a.name_span;
+      if (out[slot]) {
+        Diagnostic& d = d_.error(here, fmt::format("argument '{}' of '{}' given twice", params[slot], call.text));
+        Diagnostics::note(d, given[slot], "previous value is here");
+        ok = false;
+        continue;
+      }
+      out[slot] = &a.value;
+      given[slot] = here;
+    }
+    if (!ok) return std::nullopt;
+    return out;
+  }
+
+  bool require(const ast::Value* arg, const ast::Value& call, std::string_view name) {
+    if (arg) return true;
+    d_.error(call.span, fmt::format("missing argument '{}' of '{}'", name, call.text));
+    return false;
+  }
+
+  // Reads `name` or `name(args)` where name is one of `kinds`; returns the
+  // kind index and the bound arguments (all nullptr for a bare name).
+  template <size_t N>
+  std::optional<std::pair<size_t, std::vector<const ast::Value*>>> callee(
+      const ast::Value& v, std::string_view what, const std::array<std::string_view, N>& kinds,
+      const std::array<std::vector<std::string_view>, N>& params) {
+    if (v.kind != ast::Value::Kind::Ident && v.kind != ast::Value::Kind::Call) {
+      Diagnostic& e = d_.error(v.span, fmt::format("expected a {}, got {}", what, describe(v)));
+      Diagnostics::note(e, fmt::format("valid values are {}", quoted_choices(names_of(kinds))));
+      return std::nullopt;
+    }
+    ast::Value name = v;
+    name.kind = ast::Value::Kind::Ident;
+    name.span = {v.span.begin, static_cast<uint32_t>(v.span.begin + v.text.size())};
+    auto k = as_enum<size_t>(name, what, kinds);
+    if (!k) return std::nullopt;
+    if (v.kind == ast::Value::Kind::Ident) return std::make_pair(*k, std::vector<const ast::Value*>(params[*k].size()));
+    auto args = bind(v, params[*k]);
+    if (!args) return std::nullopt;
+    return std::make_pair(*k, *args);
+  }
+
+  // ---- model ----
+  bool read_model(const ast::Section& sec) {
+    ModelSpec& m = s_.model;
+    m.name = sec.name;
+    int64_t kv_heads = 0, ffn = 0;
+    double rope = 0;
+    bool tie = true;
+    std::vector<Field> fields = {
+        enum_field("family", m.family, "model family", kFamilyNames),
+        int_field("vocab", m.vocab, 1, kMaxVocab),
+        int_field("context", m.context, 1, kMaxContext),
+        int_field("width", m.width, 1, kMaxWidth),
+        int_field("heads", m.heads, 1, kMaxWidth),
+        int_field("kv_heads", kv_heads, 1, kMaxWidth),
+        int_field("layers", m.layers, 1, kMaxLayers),
+        int_field("ffn_hidden", ffn, 1, kMaxFfn),
+        bool_field("tie_embeddings", tie),
+        field("norm_eps", m.norm_eps,
+              [this](const ast::Value& v, const std::string& k) { return as_float(v, k, 0, 0.5, false); }),
+        field("rope_theta", rope,
+              [this](const ast::Value& v, const std::string& k) { return as_float(v, k, 0, 1e12, false); }),
+    };
+    size_t errors_before = d_.error_count();
+    read_fields(sec.entries, fields, fmt::format("model '{}'", m.name), "model.");
+    bool ok = d_.error_count() == errors_before;
+    for (const char* k : {"vocab", "context", "width", "heads", "layers"}) {
+      if (has(std::string("model.") + k)) continue;
+      ok = false;
+      if (syntax_errors_) continue;
+      d_.error(sec.name.empty() ? sec.kind_span : sec.name_span,
+               fmt::format("model '{}' is missing '{}'", m.name, k));
+    }
+    if (!ok) return false;
+    bool llama = m.family == Family::Llama;
+    m.tie_embeddings = has("model.tie_embeddings") ? tie : !llama;
+    if (m.width % m.heads != 0) {
+      Diagnostic& e = d_.error(where("model.heads"), fmt::format("heads ({}) must divide width ({})", m.heads, m.width));
+      Diagnostics::note(e, fmt::format("width / heads = {} / {} leaves a remainder of {}", m.width, m.heads, m.width % m.heads));
+      ok = false;
+    }
+    m.kv_heads = has("model.kv_heads") ? kv_heads : m.heads;
+    if (has("model.kv_heads") && !llama && kv_heads != m.heads) {
+      Diagnostic& e = d_.error(where("model.kv_heads"), "kv_heads (grouped-query attention) applies only to family llama");
+      Diagnostics::note(e, where("model.family", sec.kind_span), "family is 'gpt2' here; gpt2 uses kv_heads = heads");
+      ok = false;
+    } else if (m.heads % m.kv_heads != 0) {
+      d_.error(where("model.kv_heads"), fmt::format("kv_heads ({}) must divide heads ({})", m.kv_heads, m.heads));
+      ok = false;
+    }
+    if (has("model.rope_theta") && !llama) {
+      Diagnostic& e = d_.error(where("model.rope_theta"), "rope_theta applies only to family llama");
+      Diagnostics::note(e, "gpt2 uses learned position embeddings");
+      ok = false;
+    }
+    if (llama) m.rope_theta = has("model.rope_theta") ? rope : 10000.0;
+    else m.rope_theta = 10000.0;
+    // llama: SwiGLU hidden = 2/3 of 4C rounded up to a multiple of 256 (as in Llama).
+    m.ffn_hidden = has("model.ffn_hidden") ? ffn : llama ? (8 * m.width / 3 + 255) / 256 * 256 : 4 * m.width;
+    return ok;
+  }
+
+  // ---- parallel ----
+  void read_parallel(const ast::Section& sec) {
+    ParallelSpec& p = s_.parallel;
+    std::vector<Field> fields = {
+        int_field("world", p.world, 1, kMaxWorld),
+        enum_field("sharding", p.sharding, "sharding strategy", kShardingNames),
+        int_field("shard_group", p.shard_group, 1, kMaxWorld),
+        int_field("ranks_per_node", p.ranks_per_node, 1, kMaxWorld),
+        int_field("shard_align", p.shard_align_bytes, 4, 65536),
+        {"precision", [this, &p](const ast::Entry& e) {
+           if (auto* es = block_of(e, "param = bf16  reduce = fp32  master = fp32"))
+             read_fields(*es, {dtype_field("param", p.precision.param), dtype_field("reduce", p.precision.reduce),
+                               dtype_field("master", p.precision.master)},
+                         "'precision'", "parallel.precision.");
+         }},
+        {"prefetch", [this, &p](const ast::Entry& e) {
+           if (auto* es = block_of(e, "forward = true  backward = pre  max_inflight = 2"))
+             read_fields(*es, {bool_field("forward", p.prefetch.forward),
+                               enum_field("backward", p.prefetch.backward, "backward prefetch", kBackwardPrefetchNames),
+                               int_field("max_inflight", p.prefetch.max_inflight, 1, kMaxLayers + 1)},
+                         "'prefetch'", "parallel.prefetch.");
+         }},
+        enum_field("recompute", p.recompute, "recompute mode", kRecomputeNames),
+        enum_field("offload", p.offload, "offload mode", kOffloadNames),
+        {"accumulate", [this, &p](const ast::Entry& e) {
+           if (auto* es = block_of(e, "micro_batches = 4  reduce = every"))
+             read_fields(*es, {int_field("micro_batches", p.accumulate.micro_batches, 1, 65536),
+                               enum_field("reduce", p.accumulate.reduce, "accumulation reduce mode", kAccumulateReduceNames)},
+                         "'accumulate'", "parallel.accumulate.");
+         }},
+    };
+    read_fields(sec.entries, fields, "section 'parallel'", "parallel.");
+  }
+
+  void resolve_parallel() {
+    ParallelSpec& p = s_.parallel;
+    if (!has("parallel.ranks_per_node")) p.ranks_per_node = std::min<int64_t>(p.world, 8);
+    if (p.world % p.ranks_per_node != 0) {
+      Diagnostic& e = d_.error(where("parallel.ranks_per_node"),
+                               fmt::format("ranks_per_node ({}) must divide world ({})", p.ranks_per_node, p.world));
+      Diagnostics::note(e, "every node runs the same number of ranks");
+    }
+    if ((p.shard_align_bytes & (p.shard_align_bytes - 1)) != 0)
+      d_.error(where("parallel.shard_align"),
+               fmt::format("'shard_align' must be a power of two (bytes), got {}", p.shard_align_bytes));
+    if (is_hybrid(p.sharding)) {
+      if (!has("parallel.shard_group")) {
+        p.shard_group = p.ranks_per_node;
+      } else if (p.world % p.shard_group != 0) {
+        Diagnostic& e = d_.error(where("parallel.shard_group"),
+                                 fmt::format("shard_group ({}) must divide world ({})", p.shard_group, p.world));
+        Diagnostics::note(e, where("parallel.world"), fmt::format("world is {} here", p.world));
+      }
+      if (p.world % p.shard_group == 0 && (p.shard_group == p.world || p.shard_group == 1)) {
+        Diagnostic& w = d_.warning(where("parallel.sharding"),
+                                   fmt::format("{} with shard_group {} of world {} {}", to_string(p.sharding),
+                                               p.shard_group, p.world,
+                                               p.shard_group == 1 ? "shards nothing" : "has a single replica"));
+        Diagnostics::note(w, p.shard_group == 1 ? "this behaves as 'no_shard'"
+                                                : fmt::format("this behaves as '{}'", p.sharding == Sharding::HybridShard
+                                                                                          ? "full_shard"
+                                                                                          : "shard_grad_op"));
+      }
+    } else {
+      if (has("parallel.shard_group")) {
+        Diagnostic& e = d_.error(where("parallel.shard_group"), "'shard_group' applies only to hybrid sharding");
+        Diagnostics::note(e, where("parallel.sharding", where("parallel.shard_group")),
+                          fmt::format("sharding is '{}'; use 'hybrid_shard' or 'hybrid_shard_zero2'", to_string(p.sharding)));
+      }
+      p.shard_group = p.sharding == Sharding::NoShard ? 1 : p.world;
+    }
+    if (p.offload == Offload::Cpu && p.sharding == Sharding::NoShard) {
+      Diagnostic& e = d_.error(where("parallel.offload"), "'offload = cpu' needs a sharded strategy");
+      Diagnostics::note(e, where("parallel.sharding"), "sharding is 'no_shard' here");
+    }
+    bool prefetching = p.prefetch.forward || p.prefetch.backward != BackwardPrefetch::None;
+    if (prefetching && p.prefetch.max_inflight < 2) {
+      Diagnostic& e = d_.error(where("parallel.prefetch.max_inflight"), "prefetch needs max_inflight of at least 2");
+      Diagnostics::note(e, "a prefetched unit is gathered while the current one is still in use; "
+                           "set 'forward = false' and 'backward = none' to gather one unit at a time");
+    }
+    const PrecisionSpec& pr = p.precision;
+    if (pr.master == DType::FP16) {
+      Diagnostic& e = d_.error(where("parallel.precision.master"), "fp16 master weights are not supported");
+      Diagnostics::note(e, "use 'master = fp32' (or bf16); fp16 cannot hold small updates to the weights");
+    } else if (dtype_bytes(pr.master) < dtype_bytes(pr.param)) {
+      Diagnostic& e = d_.error(where("parallel.precision.master"),
+                               fmt::format("master dtype '{}' is narrower than param dtype '{}'", to_string(pr.master),
+                                           to_string(pr.param)));
+      Diagnostics::note(e, "master weights must hold at least the precision of the parameters they produce");
+    }
+  }
+
+  // ---- train ----
+  void read_train(const ast::Section& sec) {
+    TrainSpec& t = s_.train;
+    std::vector<Field> fields = {
+        {"optimizer", [this](const ast::Entry& e) { if (auto* v = value_of(e)) read_optimizer(*v); }},
+        {"lr_schedule", [this](const ast::Entry& e) { if (auto* v = value_of(e)) read_lr_schedule(*v); }},
+        int_field("micro_batch", t.micro_batch, 1, 1 << 20),
+        int_field("steps", t.steps, 1, kMaxCount),
+        {"clip", [this, &t](const ast::Entry& e) {
+           const ast::Value* v = value_of(e);
+           if (!v) return;
+           if (v->kind == ast::Value::Kind::Ident && v->text == "none") t.clip = 0;
+           else if (auto c = as_float(*v, "clip", 0, 1e30, true)) t.clip = *c;
+         }},
+        int_field("seed", t.seed, 0, kMaxCount),
+        {"data", [this](const ast::Entry& e) { if (auto* v = value_of(e)) read_data(*v); }},
+        {"checkpoint", [this](const ast::Entry& e) { read_checkpoint(e); }},
+        int_field("log_every", t.log_every, 1, kMaxCount),
+    };
+    read_fields(sec.entries, fields, "section 'train'", "train.");
+  }
+
+  void read_optimizer(const ast::Value& v) {
+    OptimizerSpec& o = s_.train.optimizer;
+    auto c = callee(v, "optimizer", kOptimizerNames,
+                    {std::vector<std::string_view>{"lr", "betas", "eps", "weight_decay"},
+                     std::vector<std::string_view>{"lr", "momentum", "weight_decay"}});
+    if (!c) return;
+    auto& [kind, args] = *c;
+    o.kind = static_cast<OptimizerKind>(kind);
+    if (o.kind == OptimizerKind::Sgd) o.weight_decay = 0;
+    if (args[0])
+      if (auto lr = as_float(*args[0], "lr", 0, 1e3, false)) o.lr = *lr;
+    if (o.kind == OptimizerKind::AdamW) {
+      if (args[1]) read_betas(*args[1]);
+      if (args[2])
+        if (auto x = as_float(*args[2], "eps", 0, 1, false)) o.eps = *x;
+      if (args[3])
+        if (auto x = as_float(*args[3], "weight_decay", 0, 1e3, true)) o.weight_decay = *x;
+    } else {
+      if (args[1])
+        if (auto x = as_float(*args[1], "momentum", 0, 0.999999, true)) o.momentum = *x;
+      if (args[2])
+        if (auto x = as_float(*args[2], "weight_decay", 0, 1e3, true)) o.weight_decay = *x;
+    }
+  }
+
+  void read_betas(const ast::Value& v) {
+    if (v.kind != ast::Value::Kind::Tuple || v.items.size() != 2) {
+      d_.error(v.span, fmt::format("'betas' must be a pair such as (0.9, 0.95), got {}", describe(v)));
+      return;
+    }
+    auto b1 = as_float(v.items[0], "betas", 0, 0.999999, true);
+    auto b2 = as_float(v.items[1], "betas", 0, 0.999999, true);
+    if (b1) s_.train.optimizer.beta1 = *b1;
+    if (b2) s_.train.optimizer.beta2 = *b2;
+  }
+
+  void read_lr_schedule(const ast::Value& v) {
+    LrScheduleSpec& l = s_.train.lr_schedule;
+    auto c = callee(v, "lr schedule", kLrScheduleNames,
+                    {std::vector<std::string_view>{"warmup"}, std::vector<std::string_view>{"warmup", "min"},
+                     std::vector<std::string_view>{"warmup", "min"}});
+    if (!c) return;
+    auto& [kind, args] = *c;
+    l.kind = static_cast<LrScheduleKind>(kind);
+    if (args[0])
+      if (auto w = as_int(*args[0], "warmup", 0, kMaxCount)) l.warmup = *w, at_["train.warmup"] = args[0]->span;
+    if (args.size() > 1 && args[1])
+      if (auto m = as_float(*args[1], "min", 0, 1e3, true)) l.min_lr = *m, at_["train.min_lr"] = args[1]->span;
+  }
+
+  void read_data(const ast::Value& v) {
+    DataSpec& d = s_.train.data;
+    auto c = callee(v, "data source", kDataNames,
+                    {std::vector<std::string_view>{"seed"}, std::vector<std::string_view>{"path"},
+                     std::vector<std::string_view>{"path"}});
+    if (!c) return;
+    auto& [kind, args] = *c;
+    d.kind = static_cast<DataKind>(kind);
+    if (d.kind == DataKind::Synthetic) {
+      if (args[0])
+        if (auto s = as_int(*args[0], "seed", 0, kMaxCount)) d.seed = *s;
+      return;
+    }
+    if (v.kind == ast::Value::Kind::Ident || !require(args[0], v, "path")) {
+      if (v.kind == ast::Value::Kind::Ident)
+        d_.error(v.span, fmt::format("data source '{}' needs a file: {}(\"path\")", v.text, v.text));
+      return;
+    }
+    if (auto p = as_string(*args[0], "path")) d.path = *p;
+  }
+
+  // checkpoint(every = N, dir = "ckpt", keep = 2) | checkpoint = none
+  void read_checkpoint(const ast::Entry& e) {
+    CheckpointSpec& c = s_.train.checkpoint;
+    if (e.kind == ast::Entry::Kind::Assign && e.value.kind == ast::Value::Kind::Ident && e.value.text == "none") {
+      c.enabled = false;
+      return;
+    }
+    if (e.kind != ast::Entry::Kind::Call) {
+      Diagnostic& d = d_.error(e.span, "expected 'checkpoint(every = N, dir = \"ckpt\", keep = 2)' or 'checkpoint = none'");
+      (void)d;
+      return;
+    }
+    auto args = bind(e.value, {"every", "dir", "keep"});
+    if (!args) return;
+    if (!require((*args)[0], e.value, "every")) return;
+    c.enabled = true;
+    if (auto n = as_int(*(*args)[0], "every", 1, kMaxCount)) c.every = *n, at_["train.checkpoint.every"] = (*args)[0]->span;
+    if ((*args)[1])
+      if (auto d = as_string(*(*args)[1], "dir")) c.dir = *d;
+    if ((*args)[2])
+      if (auto k = as_int(*(*args)[2], "keep", 1, 1 << 20)) c.keep = *k;
+  }
+
+  void check_train() {
+    const TrainSpec& t = s_.train;
+    if (t.lr_schedule.warmup > t.steps) {
+      Diagnostic& e = d_.error(where("train.warmup", where("train.lr_schedule")),
+                               fmt::format("warmup ({} steps) is longer than the run ({} steps)", t.lr_schedule.warmup, t.steps));
+      if (has("train.steps")) Diagnostics::note(e, where("train.steps"), "steps is set here");
+    }
+    if (t.lr_schedule.min_lr > t.optimizer.lr) {
+      Diagnostic& e = d_.error(where("train.min_lr", where("train.lr_schedule")),
+                               fmt::format("min learning rate {} exceeds the optimizer's lr {}", t.lr_schedule.min_lr, t.optimizer.lr));
+      (void)e;
+    }
+    if (t.checkpoint.enabled && t.checkpoint.every > t.steps) {
+      Diagnostic& w = d_.warning(where("train.checkpoint.every"),
+                                 fmt::format("checkpoint every {} steps never fires in a run of {} steps", t.checkpoint.every, t.steps));
+      (void)w;
+    }
+  }
+
+  // ---- units ----
+  struct Claim {
+    size_t unit;  // index into explicit list
+    Span span;
+  };
+
+  std::string auto_name(const std::vector<LayerId>& layers) {
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < layers.size();) {
+      if (layers[i].kind != LayerId::Kind::Block) {
+        parts.push_back(std::string(to_string(layers[i])));
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      while (j + 1 < layers.size() && layers[j + 1].kind == LayerId::Kind::Block && layers[j + 1].block == layers[j].block + 1) ++j;
+      parts.push_back(i == j ? fmt::format("block{}", layers[i].block)
+                             : fmt::format("blocks{}_{}", layers[i].block, layers[j].block));
+      i = j + 1;
+    }
+    return fmt::format("{}", fmt::join(parts, "_"));
+  }
+
+  void resolve_units(const ast::Section* sec) {
+    UnitsSpec& u = s_.units;
+    const ModelSpec& m = s_.model;
+    const int64_t L = m.layers;
+    const int64_t n_layers = L + 3;
+    std::vector<int> owner(n_layers, -1);  // forward order -> explicit unit index
+    std::vector<Span> owner_span(n_layers);
+    const ast::UnitItem* policy_item = nullptr;
+    std::map<std::string, Span> names;
+    bool ok = true;
+    if (sec) {
+      for (const ast::UnitItem& item : sec->units) {
+        if (item.kind != ast::UnitItem::Kind::Explicit) {
+          if (policy_item) {
+            Diagnostic& e = d_.error(item.span, "conflicting wrap policies: give at most one of 'each block', 'group N' and 'min_params N'");
+            Diagnostics::note(e, policy_item->span, "previous policy is here");
+            ok = false;
+            continue;
+          }
+          policy_item = &item;
+          if (item.kind == ast::UnitItem::Kind::Each) {
+            u.policy = UnitPolicy::EachBlock;
+          } else if (item.kind == ast::UnitItem::Kind::Group) {
+            u.policy = UnitPolicy::Group;
+            if (auto g = as_int(item.count, "group", 1, kMaxLayers)) u.group = *g;
+            else ok = false;
+          } else {
+            u.policy = UnitPolicy::MinParams;
+            if (auto g = as_int(item.count, "min_params", 1, kMaxCount * 1000)) u.min_params = *g;
+            else ok = false;
+          }
+          continue;
+        }
+        ok &= explicit_unit(item, owner, owner_span, names);
+      }
+      if (!policy_item) u.policy = sec->units.empty() ? UnitPolicy::EachBlock : UnitPolicy::Explicit;
+    }
+    if (!ok) return;
+    // Tied embedding and head must live in one unit: move both to the root.
+    int emb = owner[0], head = owner[L + 2];
+    if (m.tie_embeddings && emb != head) {
+      Span at = emb >= 0 ? owner_span[0] : owner_span[L + 2];
+      Diagnostic& w = d_.warning(at, "tied token embedding and LM head are placed in different units");
+      Diagnostics::note(w, "moved both to the root unit, which stays gathered for the whole step");
+      for (int idx : {emb, head}) {
+        if (idx < 0) continue;
+        auto& ls = u.explicit_units[idx].layers;
+        ls.erase(std::remove_if(ls.begin(), ls.end(), [](const LayerId& l) {
+                   return l.kind == LayerId::Kind::Embed || l.kind == LayerId::Kind::Head;
+                 }), ls.end());
+      }
+      owner[0] = owner[L + 2] = -1;
+    }
+    std::vector<UnitSpec> others;
+    for (const UnitSpec& x : u.explicit_units)
+      if (!x.layers.empty()) others.push_back(x);
+    // The policy wraps runs of blocks that no explicit unit claims.
+    std::vector<LayerId> run;
+    int64_t run_params = 0;
+    auto flush = [&] {
+      if (!run.empty()) others.push_back({auto_name(run), run});
+      run.clear();
+      run_params = 0;
+    };
+    for (int64_t b = 0; b < L && u.policy != UnitPolicy::Explicit; ++b) {
+      if (owner[1 + b] >= 0) {
+        flush();
+        continue;
+      }
+      LayerId id{LayerId::Kind::Block, b};
+      run.push_back(id);
+      run_params += layer_params(m, id);
+      if (u.policy == UnitPolicy::EachBlock || (u.policy == UnitPolicy::Group && (int64_t)run.size() == u.group) ||
+          (u.policy == UnitPolicy::MinParams && run_params >= u.min_params))
+        flush();
+    }
+    flush();
+    std::vector<bool> claimed(n_layers, false);
+    for (const UnitSpec& x : others)
+      for (const LayerId& l : x.layers) claimed[l.order(L)] = true;
+    UnitSpec root{"root", {}};
+    for (const LayerId& l : all_layers(m))
+      if (!claimed[l.order(L)]) root.layers.push_back(l);
+    std::stable_sort(others.begin(), others.end(),
+                     [L](const UnitSpec& a, const UnitSpec& b) { return a.layers[0].order(L) < b.layers[0].order(L); });
+    u.units.clear();
+    u.units.push_back(root);
+    for (UnitSpec& x : others) {
+      if (names.count(x.name) == 0 && std::any_of(u.units.begin(), u.units.end(), [&](const UnitSpec& y) { return y.name == x.name; }))
+        x.name += "_auto";
+      u.units.push_back(x);
+    }
+  }
+
+  bool explicit_unit(const ast::UnitItem& item, std::vector<int>& owner, std::vector<Span>& owner_span,
+                     std::map<std::string, Span>& names) {
+    UnitsSpec& u = s_.units;
+    const int64_t L = s_.model.layers;
+    const int index = static_cast<int>(u.explicit_units.size());
+    std::vector<std::pair<LayerId, Span>> layers;
+    bool ok = true;
+    for (const ast::LayerRef& r : item.layers) {
+      switch (r.kind) {
+        case ast::LayerRef::Kind::Embed: layers.push_back({{LayerId::Kind::Embed, 0}, r.span}); break;
+        case ast::LayerRef::Kind::FinalNorm: layers.push_back({{LayerId::Kind::FinalNorm, 0}, r.span}); break;
+        case ast::LayerRef::Kind::Head: layers.push_back({{LayerId::Kind::Head, 0}, r.span}); break;
+        case ast::LayerRef::Kind::Block:
+          if (r.first > r.last) {
+            d_.error(r.span, fmt::format("empty block range {}..{}; ranges are inclusive and increasing", r.first, r.last));
+            ok = false;
+          } else if (r.first < 0 || r.last >= L) {
+            Diagnostic& e = d_.error(r.span, fmt::format("block {} is out of range", r.first < 0 ? r.first : r.last));
+            Diagnostics::note(e, fmt::format("model '{}' has {} blocks, numbered 0..{}", s_.model.name, L, L - 1));
+            ok = false;
+          } else {
+            for (int64_t b = r.first; b <= r.last; ++b) layers.push_back({{LayerId::Kind::Block, b}, r.span});
+          }
+          break;
+      }
+    }
+    if (item.layers.empty()) {
+      d_.error(item.span, "empty unit; list its layers, e.g. 'unit [block 0..3]'");
+      ok = false;
+    }
+    for (auto& [id, span] : layers) {
+      int64_t o = id.order(L);
+      if (owner[o] >= 0) {
+        Diagnostic& e = d_.error(span, fmt::format("{} is already in unit '{}'", to_string(id), u.explicit_units[owner[o]].name));
+        Diagnostics::note(e, owner_span[o], "first claimed here");
+        ok = false;
+        continue;
+      }
+      owner[o] = index;
+      owner_span[o] = span;
+    }
+    std::vector<LayerId> ids;
+    for (auto& p : layers) ids.push_back(p.first);
+    std::sort(ids.begin(), ids.end(), [L](const LayerId& a, const LayerId& b) { return a.order(L) < b.order(L); });
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    for (size_t i = 1; ok && i < ids.size(); ++i) {
+      if (ids[i].order(L) == ids[i - 1].order(L) + 1) continue;
+      Diagnostic& e = d_.error(item.span, fmt::format("the layers of a unit must be consecutive, but this unit skips from {} to {}",
+                                                      to_string(ids[i - 1]), to_string(ids[i])));
+      Diagnostics::note(e, "forward order is embed, block 0 .. block N-1, final_norm, head; a tied embedding and head stay in the root unit");
+      ok = false;
+    }
+    std::string name = item.name.empty() ? auto_name(ids) : item.name;
+    if (!item.name.empty()) {
+      if (item.name == "root") {
+        Diagnostic& e = d_.error(item.name_span, "the unit name 'root' is reserved");
+        Diagnostics::note(e, "the root unit holds the layers no other unit claims");
+        ok = false;
+      } else if (auto [it, fresh] = names.emplace(item.name, item.name_span); !fresh) {
+        Diagnostic& e = d_.error(item.name_span, fmt::format("duplicate unit name '{}'", item.name));
+        Diagnostics::note(e, it->second, "previous definition is here");
+        ok = false;
+      }
+    }
+    u.explicit_units.push_back({name, ids});
+    return ok;
+  }
+
+  // Every rank of a shard group owns an equal, aligned slice of every unit; a
+  // unit smaller than the group would leave ranks holding only padding.
+  void check_shardable() {
+    const ParallelSpec& p = s_.parallel;
+    if (d_.has_errors() || p.shard_group <= 1) return;
+    for (const UnitSpec& unit : s_.units.units) {
+      int64_t n = 0;
+      for (const LayerId& l : unit.layers) n += layer_params(s_.model, l);
+      if (n == 0 || n >= p.shard_group) continue;
+      Span at = where("parallel.shard_group", where("parallel.world"));
+      Diagnostic& e = d_.error(at, fmt::format("cannot shard unit '{}' ({} parameters) over a shard group of {} ranks",
+                                               unit.name, grouped(n), p.shard_group));
+      Diagnostics::note(e, "every rank would own only padding; use fewer ranks per shard group, larger units "
+                           "(e.g. 'group 2' in units) or hybrid sharding");
+      return;
+    }
+  }
+
+  Diagnostics& d_;
+  bool syntax_errors_ = false;
+  Spec s_;
+  std::map<std::string, Span> at_;  // "parallel.world" -> where it was written
+};
+
+}  // namespace
+
+std::optional<Spec> check(const ast::File& file, Diagnostics& diags) { return Checker(diags).run(file); }
+
+}  // namespace fsdpgen

@@ -1,0 +1,19 @@
+// Check: semantic analysis. Interprets the AST against the spec schema, fills
+// every default, resolves wrap units to explicit layer lists and checks the
+// rules of DESIGN §2 (heads divide width, shard_group divides world, tied
+// embedding placement, positive sizes, unknown/duplicate keys, dtype names,
+// conflicting options, worlds the model cannot be sharded over). All errors
+// are collected; the Spec is returned only when there are none.
+#pragma once
+
+#include <optional>
+
+#include "dsl/Ast.h"
+#include "dsl/Diagnostics.h"
+#include "dsl/Spec.h"
+
+namespace fsdpgen {
+
+std::optional<Spec> check(const ast::File& file, Diagnostics& diags);
+
+}  // namespace fsdpgen

@@ -1,0 +1,22 @@
+// Frontend: the whole front end in one call: read, lex, parse, check. The
+// pipeline is the flat list in load_spec_text(); every caller (CLI, tests,
+// fuzzer) goes through it.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "dsl/Spec.h"
+
+namespace fsdpgen {
+
+struct FrontendResult {
+  std::optional<Spec> spec;  // set when there are no errors
+  std::string diagnostics;   // rendered errors, warnings and notes; empty if none
+};
+
+// `name` is how diagnostics refer to the file.
+FrontendResult load_spec_text(const std::string& name, std::string text);
+FrontendResult load_spec_file(const std::string& path);
+
+}  // namespace fsdpgen

@@ -1,0 +1,103 @@
+// Layers: tensor catalogues of the gpt2 and llama families.
+#include "dsl/Layers.h"
+
+#include <fmt/format.h>
+
+namespace fsdpgen {
+
+int64_t TensorDecl::elems() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string to_string(const LayerId& l) {
+  switch (l.kind) {
+    case LayerId::Kind::Embed: return "embed";
+    case LayerId::Kind::Block: return fmt::format("block {}", l.block);
+    case LayerId::Kind::FinalNorm: return "final_norm";
+    case LayerId::Kind::Head: return "head";
+  }
+  return "?";
+}
+
+namespace {
+
+std::vector<TensorDecl> gpt2_tensors(const ModelSpec& m, const LayerId& layer) {
+  const int64_t C = m.width, V = m.vocab, T = m.context, F = m.ffn_hidden;
+  switch (layer.kind) {
+    case LayerId::Kind::Embed:
+      return {{"transformer.wte.weight", {V, C}}, {"transformer.wpe.weight", {T, C}}};
+    case LayerId::Kind::Block: {
+      std::string p = fmt::format("transformer.h.{}.", layer.block);
+      return {{p + "ln_1.weight", {C}},          {p + "ln_1.bias", {C}},
+              {p + "attn.c_attn.weight", {C, 3 * C}}, {p + "attn.c_attn.bias", {3 * C}},
+              {p + "attn.c_proj.weight", {C, C}},     {p + "attn.c_proj.bias", {C}},
+              {p + "ln_2.weight", {C}},          {p + "ln_2.bias", {C}},
+              {p + "mlp.c_fc.weight", {C, F}},        {p + "mlp.c_fc.bias", {F}},
+              {p + "mlp.c_proj.weight", {F, C}},      {p + "mlp.c_proj.bias", {C}}};
+    }
+    case LayerId::Kind::FinalNorm:
+      return {{"transformer.ln_f.weight", {C}}, {"transformer.ln_f.bias", {C}}};
+    case LayerId::Kind::Head:
+      if (m.tie_embeddings) return {};
+      return {{"lm_head.weight", {V, C}}};
+  }
+  return {};
+}
+
+std::vector<TensorDecl> llama_tensors(const ModelSpec& m, const LayerId& layer) {
+  const int64_t C = m.width, V = m.vocab, F = m.ffn_hidden;
+  const int64_t kv = m.kv_heads * m.head_dim();
+  switch (layer.kind) {
+    case LayerId::Kind::Embed:
+      return {{"model.embed_tokens.weight", {V, C}}};
+    case LayerId::Kind::Block: {
+      std::string p = fmt::format("model.layers.{}.", layer.block);
+      return {{p + "input_layernorm.weight", {C}},
+              {p + "self_attn.q_proj.weight", {C, C}},
+              {p + "self_attn.k_proj.weight", {kv, C}},
+              {p + "self_attn.v_proj.weight", {kv, C}},
+              {p + "self_attn.o_proj.weight", {C, C}},
+              {p + "post_attention_layernorm.weight", {C}},
+              {p + "mlp.gate_proj.weight", {F, C}},
+              {p + "mlp.up_proj.weight", {F, C}},
+              {p + "mlp.down_proj.weight", {C, F}}};
+    }
+    case LayerId::Kind::FinalNorm:
+      return {{"model.norm.weight", {C}}};
+    case LayerId::Kind::Head:
+      if (m.tie_embeddings) return {};
+      return {{"lm_head.weight", {V, C}}};
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<TensorDecl> layer_tensors(const ModelSpec& m, const LayerId& layer) {
+  return m.family == Family::Gpt2 ? gpt2_tensors(m, layer) : llama_tensors(m, layer);
+}
+
+int64_t layer_params(const ModelSpec& m, const LayerId& layer) {
+  int64_t n = 0;
+  for (const TensorDecl& t : layer_tensors(m, layer)) n += t.elems();
+  return n;
+}
+
+std::vector<LayerId> all_layers(const ModelSpec& m) {
+  std::vector<LayerId> out;
+  out.push_back({LayerId::Kind::Embed, 0});
+  for (int64_t i = 0; i < m.layers; ++i) out.push_back({LayerId::Kind::Block, i});
+  out.push_back({LayerId::Kind::FinalNorm, 0});
+  out.push_back({LayerId::Kind::Head, 0});
+  return out;
+}
+
+int64_t model_params(const ModelSpec& m) {
+  int64_t n = 0;
+  for (const LayerId& l : all_layers(m)) n += layer_params(m, l);
+  return n;
+}
+
+}  // namespace fsdpgen

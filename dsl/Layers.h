@@ -1,0 +1,33 @@
+// Layers: the tensors of every layer of each model family, with their Hugging
+// Face names and shapes. gpt2 uses GPT-2's Conv1D layout (weight is
+// (in, out)); llama uses nn.Linear layout (weight is (out, in)). A tied head
+// owns no tensor: it reads the token embedding.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dsl/Spec.h"
+
+namespace fsdpgen {
+
+struct TensorDecl {
+  std::string name;            // e.g. transformer.h.3.attn.c_attn.weight
+  std::vector<int64_t> shape;  // row-major
+  int64_t elems() const;
+};
+
+// Tensors of one layer, in their fixed flat-parameter order.
+std::vector<TensorDecl> layer_tensors(const ModelSpec& m, const LayerId& layer);
+
+// Parameter count of one layer (sum of its tensors' elements).
+int64_t layer_params(const ModelSpec& m, const LayerId& layer);
+
+// Every layer in forward order: embed, block 0..L-1, final_norm, head.
+std::vector<LayerId> all_layers(const ModelSpec& m);
+
+// Total parameters of the model (tied weights counted once).
+int64_t model_params(const ModelSpec& m);
+
+}  // namespace fsdpgen

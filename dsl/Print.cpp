@@ -1,0 +1,141 @@
+// Print: Spec -> canonical spec-language text.
+#include "dsl/Print.h"
+
+#include <fmt/format.h>
+
+#include "dsl/Layers.h"
+
+namespace fsdpgen {
+
+std::string format_real(double x) { return fmt::format("{}", x); }
+
+namespace {
+
+// [embed, block 0..3, final_norm]
+std::string layer_list(const std::vector<LayerId>& layers) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < layers.size();) {
+    if (layers[i].kind != LayerId::Kind::Block) {
+      parts.push_back(to_string(layers[i]));
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j + 1 < layers.size() && layers[j + 1].kind == LayerId::Kind::Block &&
+           layers[j + 1].block == layers[j].block + 1)
+      ++j;
+    parts.push_back(i == j ? fmt::format("block {}", layers[i].block)
+                           : fmt::format("block {}..{}", layers[i].block, layers[j].block));
+    i = j + 1;
+  }
+  return fmt::format("[{}]", fmt::join(parts, ", "));
+}
+
+void print_model(const ModelSpec& m, std::string& out) {
+  out += fmt::format("model {} {{\n", m.name);
+  out += fmt::format("  family = {}\n", to_string(m.family));
+  out += fmt::format("  vocab = {}\n", m.vocab);
+  out += fmt::format("  context = {}\n", m.context);
+  out += fmt::format("  width = {}\n", m.width);
+  out += fmt::format("  heads = {}\n", m.heads);
+  if (m.family == Family::Llama) out += fmt::format("  kv_heads = {}\n", m.kv_heads);
+  out += fmt::format("  layers = {}\n", m.layers);
+  out += fmt::format("  ffn_hidden = {}\n", m.ffn_hidden);
+  out += fmt::format("  tie_embeddings = {}\n", m.tie_embeddings);
+  out += fmt::format("  norm_eps = {}\n", format_real(m.norm_eps));
+  if (m.family == Family::Llama) out += fmt::format("  rope_theta = {}\n", format_real(m.rope_theta));
+  out += fmt::format("}}\n");
+}
+
+void print_units(const Spec& s, std::string& out) {
+  const UnitsSpec& u = s.units;
+  out += "units {\n";
+  for (const UnitSpec& x : u.explicit_units)
+    if (!x.layers.empty()) out += fmt::format("  unit {} {}\n", x.name, layer_list(x.layers));
+  switch (u.policy) {
+    case UnitPolicy::EachBlock: out += "  each block\n"; break;
+    case UnitPolicy::Group: out += fmt::format("  group {} blocks\n", u.group); break;
+    case UnitPolicy::MinParams: out += fmt::format("  min_params {}\n", u.min_params); break;
+    case UnitPolicy::Explicit: break;
+  }
+  out += fmt::format("  # resolved: {} units (unit: layers, parameters)\n", u.units.size());
+  for (size_t i = 0; i < u.units.size(); ++i) {
+    int64_t n = 0;
+    for (const LayerId& l : u.units[i].layers) n += layer_params(s.model, l);
+    out += fmt::format("  #   {} {}: {}, {}\n", i, u.units[i].name, layer_list(u.units[i].layers), n);
+  }
+  out += "}\n";
+}
+
+void print_parallel(const ParallelSpec& p, std::string& out) {
+  out += "parallel {\n";
+  out += fmt::format("  world = {}\n", p.world);
+  out += fmt::format("  sharding = {}\n", to_string(p.sharding));
+  if (is_hybrid(p.sharding)) out += fmt::format("  shard_group = {}\n", p.shard_group);
+  out += fmt::format("  ranks_per_node = {}\n", p.ranks_per_node);
+  out += fmt::format("  shard_align = {}\n", p.shard_align_bytes);
+  out += fmt::format("  precision {{ param = {}  reduce = {}  master = {} }}\n", to_string(p.precision.param),
+                     to_string(p.precision.reduce), to_string(p.precision.master));
+  out += fmt::format("  prefetch {{ forward = {}  backward = {}  max_inflight = {} }}\n", p.prefetch.forward,
+                     to_string(p.prefetch.backward), p.prefetch.max_inflight);
+  out += fmt::format("  recompute = {}\n", to_string(p.recompute));
+  out += fmt::format("  offload = {}\n", to_string(p.offload));
+  out += fmt::format("  accumulate {{ micro_batches = {}  reduce = {} }}\n", p.accumulate.micro_batches,
+                     to_string(p.accumulate.reduce));
+  out += "}\n";
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += c;
+    else if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else out += c;
+  }
+  return out + "\"";
+}
+
+void print_train(const TrainSpec& t, std::string& out) {
+  const OptimizerSpec& o = t.optimizer;
+  out += "train {\n";
+  if (o.kind == OptimizerKind::AdamW)
+    out += fmt::format("  optimizer = adamw(lr = {}, betas = ({}, {}), eps = {}, weight_decay = {})\n", format_real(o.lr),
+                       format_real(o.beta1), format_real(o.beta2), format_real(o.eps), format_real(o.weight_decay));
+  else
+    out += fmt::format("  optimizer = sgd(lr = {}, momentum = {}, weight_decay = {})\n", format_real(o.lr),
+                       format_real(o.momentum), format_real(o.weight_decay));
+  const LrScheduleSpec& l = t.lr_schedule;
+  if (l.kind == LrScheduleKind::Constant)
+    out += fmt::format("  lr_schedule = constant(warmup = {})\n", l.warmup);
+  else
+    out += fmt::format("  lr_schedule = {}(warmup = {}, min = {})\n", to_string(l.kind), l.warmup, format_real(l.min_lr));
+  out += fmt::format("  micro_batch = {}\n", t.micro_batch);
+  out += fmt::format("  steps = {}\n", t.steps);
+  out += t.clip > 0 ? fmt::format("  clip = {}\n", format_real(t.clip)) : "  clip = none\n";
+  out += fmt::format("  seed = {}\n", t.seed);
+  if (t.data.kind == DataKind::Synthetic)
+    out += fmt::format("  data = synthetic(seed = {})\n", t.data.seed);
+  else
+    out += fmt::format("  data = {}({})\n", to_string(t.data.kind), quoted(t.data.path));
+  if (t.checkpoint.enabled)
+    out += fmt::format("  checkpoint(every = {}, dir = {}, keep = {})\n", t.checkpoint.every, quoted(t.checkpoint.dir),
+                       t.checkpoint.keep);
+  else
+    out += "  checkpoint = none\n";
+  out += fmt::format("  log_every = {}\n", t.log_every);
+  out += "}\n";
+}
+
+}  // namespace
+
+std::string print_spec(const Spec& spec) {
+  std::string out;
+  print_model(spec.model, out);
+  print_units(spec, out);
+  print_parallel(spec.parallel, out);
+  print_train(spec.train, out);
+  return out;
+}
+
+}  // namespace fsdpgen

@@ -1,0 +1,47 @@
+// A spec file held in memory, and Span: a byte range in it. Line and column
+// numbers are computed on demand from a line-start index (1-based, columns
+// count bytes, as Clang does).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fsdpgen {
+
+// Half-open byte range [begin, end) in one SourceFile.
+struct Span {
+  uint32_t begin = 0;
+  uint32_t end = 0;
+
+  static Span join(Span a, Span b) { return {a.begin < b.begin ? a.begin : b.begin, a.end > b.end ? a.end : b.end}; }
+  bool operator==(const Span&) const = default;
+};
+
+struct LineCol {
+  uint32_t line = 1;    // 1-based
+  uint32_t column = 1;  // 1-based, in bytes
+};
+
+class SourceFile {
+ public:
+  SourceFile(std::string name, std::string text);
+
+  const std::string& name() const { return name_; }
+  std::string_view text() const { return text_; }
+  std::string_view slice(Span s) const;
+  LineCol line_col(uint32_t offset) const;
+  // The text of a 1-based line, without its newline.
+  std::string_view line_text(uint32_t line) const;
+
+ private:
+  std::string name_;
+  std::string text_;
+  std::vector<uint32_t> line_starts_;  // offset of the first byte of each line
+};
+
+// Reads a whole file; returns false (and leaves `out` empty) if it cannot.
+bool read_file(const std::string& path, std::string& out, std::string& error);
+
+}  // namespace fsdpgen

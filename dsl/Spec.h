@@ -1,0 +1,207 @@
+// Spec: the fully resolved, typed form of a .fsdp file. Every default is
+// filled in and every name resolved (wrap units are explicit layer lists), so
+// later passes never look at the AST. Produced by check() (Check.h), printed
+// back to the spec language by print_spec() (Print.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fsdpgen {
+
+// Each enum has a name table (spelled as in the spec language) and to_string.
+enum class Family { Gpt2, Llama };
+enum class Sharding { FullShard, ShardGradOp, NoShard, HybridShard, HybridShardZero2 };
+enum class DType { FP32, BF16, FP16 };
+enum class BackwardPrefetch { Pre, Post, None };
+enum class Recompute { None, Block };
+enum class Offload { None, Cpu };
+enum class AccumulateReduce { Every, Last };
+enum class OptimizerKind { AdamW, Sgd };
+enum class LrScheduleKind { Constant, Cosine, Linear };
+enum class DataKind { Synthetic, Text, Tokens };
+enum class UnitPolicy { EachBlock, Group, MinParams, Explicit };
+
+inline constexpr std::array<std::string_view, 2> kFamilyNames = {"gpt2", "llama"};
+inline constexpr std::array<std::string_view, 5> kShardingNames = {"full_shard", "shard_grad_op", "no_shard",
+                                                                   "hybrid_shard", "hybrid_shard_zero2"};
+inline constexpr std::array<std::string_view, 3> kDTypeNames = {"fp32", "bf16", "fp16"};
+inline constexpr std::array<std::string_view, 3> kBackwardPrefetchNames = {"pre", "post", "none"};
+inline constexpr std::array<std::string_view, 2> kRecomputeNames = {"none", "block"};
+inline constexpr std::array<std::string_view, 2> kOffloadNames = {"none", "cpu"};
+inline constexpr std::array<std::string_view, 2> kAccumulateReduceNames = {"every", "last"};
+inline constexpr std::array<std::string_view, 2> kOptimizerNames = {"adamw", "sgd"};
+inline constexpr std::array<std::string_view, 3> kLrScheduleNames = {"constant", "cosine", "linear"};
+inline constexpr std::array<std::string_view, 3> kDataNames = {"synthetic", "text", "tokens"};
+
+inline std::string_view to_string(Family v) { return kFamilyNames[static_cast<int>(v)]; }
+inline std::string_view to_string(Sharding v) { return kShardingNames[static_cast<int>(v)]; }
+inline std::string_view to_string(DType v) { return kDTypeNames[static_cast<int>(v)]; }
+inline std::string_view to_string(BackwardPrefetch v) { return kBackwardPrefetchNames[static_cast<int>(v)]; }
+inline std::string_view to_string(Recompute v) { return kRecomputeNames[static_cast<int>(v)]; }
+inline std::string_view to_string(Offload v) { return kOffloadNames[static_cast<int>(v)]; }
+inline std::string_view to_string(AccumulateReduce v) { return kAccumulateReduceNames[static_cast<int>(v)]; }
+inline std::string_view to_string(OptimizerKind v) { return kOptimizerNames[static_cast<int>(v)]; }
+inline std::string_view to_string(LrScheduleKind v) { return kLrScheduleNames[static_cast<int>(v)]; }
+inline std::string_view to_string(DataKind v) { return kDataNames[static_cast<int>(v)]; }
+
+inline int64_t dtype_bytes(DType d) { return d == DType::FP32 ? 4 : 2; }
+inline bool is_hybrid(Sharding s) { return s == Sharding::HybridShard || s == Sharding::HybridShardZero2; }
+// Strategies whose units stay gathered from forward to backward (ZeRO-2 style).
+inline bool keeps_params_through_backward(Sharding s) {
+  return s == Sharding::ShardGradOp || s == Sharding::HybridShardZero2 || s == Sharding::NoShard;
+}
+
+struct ModelSpec {
+  std::string name;
+  Family family = Family::Gpt2;
+  int64_t vocab = 0;
+  int64_t context = 0;  // sequence length in tokens
+  int64_t width = 0;    // C
+  int64_t heads = 0;
+  int64_t kv_heads = 0;    // llama grouped-query attention; equals heads for gpt2
+  int64_t layers = 0;      // transformer blocks, L
+  int64_t ffn_hidden = 0;  // gpt2: 4C; llama: SwiGLU hidden size
+  bool tie_embeddings = true;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000;  // llama only
+
+  int64_t head_dim() const { return width / heads; }
+  bool operator==(const ModelSpec&) const = default;
+};
+
+// One layer of the model in forward order: embed, block 0..L-1, final_norm, head.
+struct LayerId {
+  enum class Kind { Embed, Block, FinalNorm, Head };
+  Kind kind = Kind::Block;
+  int64_t block = 0;  // Block only
+
+  // Position in forward order (embed = 0, block i = 1 + i, final_norm = L + 1, head = L + 2).
+  int64_t order(int64_t layers) const {
+    switch (kind) {
+      case Kind::Embed: return 0;
+      case Kind::Block: return 1 + block;
+      case Kind::FinalNorm: return layers + 1;
+      case Kind::Head: return layers + 2;
+    }
+    return 0;
+  }
+  bool operator==(const LayerId&) const = default;
+};
+std::string to_string(const LayerId& l);
+
+struct UnitSpec {
+  std::string name;             // "root", "block3", "blocks0_1" or the user's name
+  std::vector<LayerId> layers;  // in forward order
+  bool operator==(const UnitSpec&) const = default;
+};
+
+struct UnitsSpec {
+  UnitPolicy policy = UnitPolicy::EachBlock;  // for blocks no explicit unit claims
+  int64_t group = 1;                          // Group: blocks per unit
+  int64_t min_params = 0;                     // MinParams: threshold
+  std::vector<UnitSpec> explicit_units;       // as written (resolved layers)
+  // The resolved wrap units: units[0] is the root (the layers no other unit
+  // claims; possibly empty), then the others in forward order of their first layer.
+  std::vector<UnitSpec> units;
+  bool operator==(const UnitsSpec&) const = default;
+};
+
+struct PrecisionSpec {
+  DType param = DType::FP32;   // gathered params and compute
+  DType reduce = DType::FP32;  // gradient reduction
+  DType master = DType::FP32;  // master weights and optimizer state
+  bool operator==(const PrecisionSpec&) const = default;
+};
+
+struct PrefetchSpec {
+  bool forward = true;
+  BackwardPrefetch backward = BackwardPrefetch::Pre;
+  int64_t max_inflight = 2;  // unsharded unit buffers alive at once (static bound)
+  bool operator==(const PrefetchSpec&) const = default;
+};
+
+struct AccumulateSpec {
+  int64_t micro_batches = 1;
+  AccumulateReduce reduce = AccumulateReduce::Every;
+  bool operator==(const AccumulateSpec&) const = default;
+};
+
+struct ParallelSpec {
+  int64_t world = 1;
+  Sharding sharding = Sharding::FullShard;
+  // Ranks that shard each parameter among themselves. Resolved for every
+  // strategy: world for full_shard/shard_grad_op, 1 for no_shard, the given
+  // (or per-node) size for hybrid. replicas() groups of this size exist.
+  int64_t shard_group = 1;
+  int64_t ranks_per_node = 1;    // placement: ranks sharing a node (fast links)
+  int64_t shard_align_bytes = 256;  // each shard starts on this boundary
+  PrecisionSpec precision;
+  PrefetchSpec prefetch;
+  Recompute recompute = Recompute::None;
+  Offload offload = Offload::None;
+  AccumulateSpec accumulate;
+
+  int64_t replicas() const { return world / shard_group; }
+  bool operator==(const ParallelSpec&) const = default;
+};
+
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::AdamW;
+  double lr = 3e-4;
+  double beta1 = 0.9;  // adamw
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double momentum = 0.9;  // sgd
+  bool operator==(const OptimizerSpec&) const = default;
+};
+
+struct LrScheduleSpec {
+  LrScheduleKind kind = LrScheduleKind::Constant;
+  int64_t warmup = 0;  // steps of linear warm-up from 0
+  double min_lr = 0;   // cosine/linear: value reached at the last step
+  bool operator==(const LrScheduleSpec&) const = default;
+};
+
+struct DataSpec {
+  DataKind kind = DataKind::Synthetic;
+  int64_t seed = 7;  // synthetic
+  std::string path;  // text, tokens
+  bool operator==(const DataSpec&) const = default;
+};
+
+struct CheckpointSpec {
+  bool enabled = false;
+  int64_t every = 0;
+  std::string dir = "ckpt";
+  int64_t keep = 2;
+  bool operator==(const CheckpointSpec&) const = default;
+};
+
+struct TrainSpec {
+  OptimizerSpec optimizer;
+  LrScheduleSpec lr_schedule;
+  int64_t micro_batch = 1;  // sequences per rank per micro-batch
+  int64_t steps = 100;
+  double clip = 1.0;  // global gradient norm; 0 disables clipping
+  int64_t seed = 1337;
+  DataSpec data;
+  CheckpointSpec checkpoint;
+  int64_t log_every = 1;
+  bool operator==(const TrainSpec&) const = default;
+};
+
+struct Spec {
+  ModelSpec model;
+  UnitsSpec units;
+  ParallelSpec parallel;
+  TrainSpec train;
+  bool operator==(const Spec&) const = default;
+};
+
+}  // namespace fsdpgen
