@@ -21,7 +21,20 @@ const char* severity_name(Severity s) {
   return "error";
 }
 
-// Appends the source line of `span` and a caret line under it.
+// Bytes of the well-formed UTF-8 character at line[i] (1 for ASCII), or 0
+// for a byte that starts none.
+uint32_t utf8_length(std::string_view line, uint32_t i) {
+  unsigned char c = static_cast<unsigned char>(line[i]);
+  uint32_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  if (i + len > line.size()) return 0;
+  for (uint32_t k = 1; k < len; ++k)
+    if ((static_cast<unsigned char>(line[i + k]) & 0xC0) != 0x80) return 0;
+  return len;
+}
+
+// Appends the source line of `span` and a caret line under it. The caret line
+// has one column per character shown; control characters and bytes that are
+// not UTF-8 are shown as '?', so that no input can garble a terminal.
 void render_snippet(const SourceFile& file, Span span, std::string& out) {
   LineCol lc = file.line_col(span.begin);
   std::string_view line = file.line_text(lc.line);
@@ -31,14 +44,34 @@ void render_snippet(const SourceFile& file, Span span, std::string& out) {
   uint32_t under_end = std::min<uint32_t>(col0 + span_len, std::max<uint32_t>(line.size(), col0 + 1));
   uint32_t from = 0;
   if (line.size() > kMaxShownColumns && col0 > kMaxShownColumns / 2) from = col0 - kMaxShownColumns / 2;
+  while (from > 0 && from < line.size() && (static_cast<unsigned char>(line[from]) & 0xC0) == 0x80) --from;
   uint32_t to = std::min<uint32_t>(line.size(), from + kMaxShownColumns);
-  std::string shown(line.substr(from, to - from));
-  std::string caret;
-  for (uint32_t i = from; i < col0; ++i) caret += (i < line.size() && line[i] == '\t') ? '\t' : ' ';
-  caret += '^';
-  for (uint32_t i = col0 + 1; i < under_end && i < to; ++i) caret += '~';
-  out += (from > 0 ? "..." : "") + shown + (to < line.size() ? "..." : "") + "\n";
-  out += (from > 0 ? "   " : "") + caret + "\n";
+  std::string shown = from > 0 ? "..." : "";
+  std::string caret = from > 0 ? "   " : "";
+  bool placed = false;
+  uint32_t i = from;
+  while (i < to) {
+    uint32_t len = utf8_length(line, i);
+    unsigned char c = static_cast<unsigned char>(line[i]);
+    if (len == 0 || (len == 1 && c < 0x20 && c != '\t') || c == 0x7F) {
+      shown += '?';
+      len = 1;
+    } else {
+      shown += line.substr(i, len);
+    }
+    if (i + len <= col0) {
+      caret += c == '\t' ? '\t' : ' ';
+    } else if (!placed) {
+      caret += '^';
+      placed = true;
+    } else if (i < under_end) {
+      caret += '~';
+    }
+    i += len;
+  }
+  if (!placed) caret += '^';  // at the end of the line
+  if (i < line.size()) shown += "...";
+  out += shown + "\n" + caret + "\n";
 }
 
 void render_one(const SourceFile& file, Severity sev, Span span, const std::string& msg, std::string& out) {

@@ -1,6 +1,7 @@
 // Lexer: hand-written scanner over the bytes of a SourceFile.
 #include "dsl/Lexer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -107,22 +108,42 @@ class Lexer {
     return invalid();
   }
 
+  // The length of the well-formed UTF-8 sequence of two or more bytes at
+  // `pos_`, or 0 if there is none.
+  size_t utf8_length() const {
+    unsigned char c = static_cast<unsigned char>(peek());
+    size_t len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+    if (c >= 0xF5) len = 0;
+    for (size_t k = 1; k < len; ++k)
+      if ((static_cast<unsigned char>(peek(k)) & 0xC0) != 0x80) return 0;
+    return len;
+  }
+
   Token invalid() {
     size_t b = pos_;
     unsigned char c = static_cast<unsigned char>(src_[pos_]);
-    // Consume a whole UTF-8 sequence so the caret sits under one character.
-    size_t len = 1;
-    if (c >= 0xC0) len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-    while (len > 1 && (pos_ + len > src_.size() || (static_cast<unsigned char>(src_[pos_ + len - 1]) & 0xC0) != 0x80))
-      --len;
-    pos_ += len;
-    std::string shown = std::isprint(c) ? fmt::format("'{}'", static_cast<char>(c)) : fmt::format("byte 0x{:02X}", c);
-    if (c == '.') shown = "'.' (a range is written 'a..b')";
-    diags_.error(span_from(b), fmt::format("unexpected character {}", shown));
+    std::string msg;
+    if (size_t len = utf8_length()) {
+      // One caret under one character; name it by its code point.
+      uint32_t cp = c & (0x7F >> len);
+      for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(src_[pos_ + k]) & 0x3F);
+      pos_ += len;
+      msg = fmt::format("unexpected non-ASCII character U+{:04X}; only comments and strings may contain it", cp);
+    } else {
+      ++pos_;
+      if (c == '.' && ident_char(peek()) && b > 0 && ident_char(src_[b - 1])) {
+        msg = "unexpected character '.'; a file name is a string, e.g. \"train.bin\"";
+      } else if (c >= 0x20 && c < 0x7F) {
+        msg = fmt::format("unexpected character '{}'", static_cast<char>(c));
+      } else {
+        msg = fmt::format("unexpected byte 0x{:02X}{}", c, c >= 0x80 ? " (not UTF-8 text)" : "");
+      }
+    }
+    diags_.error(span_from(b), msg);
     Token t;
     t.kind = Tok::Invalid;
     t.span = span_from(b);
-    t.text = std::string(src_.substr(b, len));
+    t.text = std::string(src_.substr(b, pos_ - b));
     return t;
   }
 
@@ -133,6 +154,7 @@ class Lexer {
     for (;;) {
       if (pos_ >= src_.size() || src_[pos_] == '\n') {
         diags_.error(span_from(b), "unterminated string");
+        t.kind = Tok::Invalid;
         break;
       }
       char c = src_[pos_++];
@@ -147,9 +169,10 @@ class Lexer {
       else if (e == 't') t.str += '\t';
       else {
         size_t at = pos_ - 1;
-        if (e != '\n' && e != '\0') ++pos_;
-        diags_.error({static_cast<uint32_t>(at), static_cast<uint32_t>(pos_)},
-                     "unknown escape sequence in string; use \\\" \\\\ \\n or \\t");
+        if (e != '\n' && e != '\0') pos_ += std::max<size_t>(1, utf8_length());
+        Diagnostic& d = diags_.error({static_cast<uint32_t>(at), static_cast<uint32_t>(pos_)},
+                                     fmt::format("unknown escape sequence '{}' in string", src_.substr(at, pos_ - at)));
+        Diagnostics::note(d, "strings accept \\\" \\\\ \\n and \\t; write \\\\ for a backslash");
         continue;
       }
       ++pos_;
@@ -199,11 +222,19 @@ class Lexer {
                        {"T", 1e12},         {"Ki", 1024.0},      {"Mi", 1048576.0},   {"Gi", 1073741824.0},
                        {"Ti", 1099511627776.0}};
       bool found = false;
-      for (const auto& s : kSuffixes)
+      std::string_view same_letters;  // a suffix that differs only in case
+      for (const auto& s : kSuffixes) {
         if (suffix == s.name) scale = s.scale, found = true;
+        if (std::string_view(s.name).size() == suffix.size() &&
+            std::equal(suffix.begin(), suffix.end(), s.name, [](char a, char b) {
+                         return std::toupper(static_cast<unsigned char>(a)) == std::toupper(static_cast<unsigned char>(b));
+                       }))
+          same_letters = s.name;
+      }
       if (!found) {
         Diagnostic& d = diags_.error({static_cast<uint32_t>(suffix_begin), static_cast<uint32_t>(pos_)},
                                      fmt::format("invalid suffix '{}' on number", suffix));
+        if (!same_letters.empty()) d.message += fmt::format("; did you mean '{}'?", same_letters);
         Diagnostics::note(d, "valid suffixes are K, M, G (or B), T (powers of 1000) and Ki, Mi, Gi, Ti (powers of 1024)");
         bad = true;
       }
@@ -213,14 +244,17 @@ class Lexer {
     t.span = span_from(b);
     t.text = std::string(src_.substr(b, pos_ - b));
     double v = std::strtod(clean.c_str(), nullptr) * scale;
-    if (bad) v = 0;
-    t.number = v;
-    if (!std::isfinite(v) || std::fabs(v) > 9.0e18) {
+    if (!bad && (!std::isfinite(v) || std::fabs(v) > 9.0e18)) {
       diags_.error(t.span, "number is too large");
-      t.number = 0;
-      v = 0;
+      bad = true;
     }
-    if (!is_float && scale == 1 && !bad) {
+    if (bad) {
+      // Already reported: the parser skips it instead of reading a made-up value.
+      t.kind = Tok::Invalid;
+      return t;
+    }
+    t.number = v;
+    if (!is_float && scale == 1) {
       // Exact integer parse: doubles lose precision past 2^53.
       t.integer = std::strtoll(clean.c_str(), nullptr, 10);
       t.is_integer = true;

@@ -26,7 +26,7 @@ enum class Tok {
   Comma,     // ,
   Assign,    // =
   DotDot,    // ..
-  Invalid,   // a character that starts no token (already reported)
+  Invalid,   // an unusable token, already reported: a stray character, a bad number, an unterminated string
 };
 
 // Human words for a token kind, for "unexpected X, expected Y".

@@ -1,0 +1,136 @@
+// Checker: defaults are filled in, strategies resolve their groups, and the
+// semantic rules of DESIGN §2 reject what they must.
+#include <gtest/gtest.h>
+
+#include "dsl/Layers.h"
+#include "tests/dsl/TestUtil.h"
+
+namespace fsdpgen::test {
+namespace {
+
+TEST(Check, DefaultsAreFilledIn) {
+  Spec s = load_ok(with_model(""));
+  EXPECT_EQ(s.model.family, Family::Gpt2);
+  EXPECT_EQ(s.model.ffn_hidden, 4 * 64);
+  EXPECT_EQ(s.model.kv_heads, 4);
+  EXPECT_TRUE(s.model.tie_embeddings);
+  EXPECT_EQ(s.parallel.world, 1);
+  EXPECT_EQ(s.parallel.sharding, Sharding::FullShard);
+  EXPECT_EQ(s.parallel.shard_group, 1);
+  EXPECT_EQ(s.parallel.precision.param, DType::FP32);
+  EXPECT_TRUE(s.parallel.prefetch.forward);
+  EXPECT_EQ(s.parallel.prefetch.backward, BackwardPrefetch::Pre);
+  EXPECT_EQ(s.parallel.accumulate.micro_batches, 1);
+  EXPECT_EQ(s.train.optimizer.kind, OptimizerKind::AdamW);
+  EXPECT_EQ(s.train.data.kind, DataKind::Synthetic);
+  EXPECT_FALSE(s.train.checkpoint.enabled);
+  ASSERT_EQ(s.units.units.size(), 5u);  // root + 4 blocks
+  EXPECT_EQ(s.units.units[0].name, "root");
+}
+
+TEST(Check, ShardGroupsResolvePerStrategy) {
+  auto group = [](const std::string& parallel) { return load_ok(with_model("parallel { " + parallel + " }")).parallel; };
+  EXPECT_EQ(group("world = 8 sharding = full_shard").shard_group, 8);
+  EXPECT_EQ(group("world = 8 sharding = shard_grad_op").shard_group, 8);
+  EXPECT_EQ(group("world = 8 sharding = no_shard").shard_group, 1);
+  EXPECT_EQ(group("world = 8 sharding = no_shard").replicas(), 8);
+  EXPECT_EQ(group("world = 16 sharding = hybrid_shard").shard_group, 8);  // ranks per node
+  EXPECT_EQ(group("world = 16 sharding = hybrid_shard ranks_per_node = 4").shard_group, 4);
+  ParallelSpec h = group("world = 4 sharding = hybrid_shard_zero2 shard_group = 2");
+  EXPECT_EQ(h.shard_group, 2);
+  EXPECT_EQ(h.replicas(), 2);
+}
+
+TEST(Check, AllKnobsAreRead) {
+  Spec s = load_ok(with_model(R"(
+parallel {
+  world = 4  sharding = hybrid_shard  shard_group = 2  ranks_per_node = 2  shard_align = 512
+  precision { param = bf16  reduce = fp16  master = fp32 }
+  prefetch { forward = false  backward = post  max_inflight = 3 }
+  recompute = block  offload = cpu
+  accumulate { micro_batches = 4  reduce = last }
+}
+train {
+  optimizer = sgd(lr = 0.1, momentum = 0.8, weight_decay = 0.01)
+  lr_schedule = linear(warmup = 5, min = 1e-3)
+  micro_batch = 3  steps = 50  clip = none  seed = 9
+  data = tokens("a.bin")
+  checkpoint(every = 10, dir = "out", keep = 3)
+  log_every = 5
+})"));
+  const ParallelSpec& p = s.parallel;
+  EXPECT_EQ(p.shard_align_bytes, 512);
+  EXPECT_EQ(p.precision.param, DType::BF16);
+  EXPECT_EQ(p.precision.reduce, DType::FP16);
+  EXPECT_FALSE(p.prefetch.forward);
+  EXPECT_EQ(p.prefetch.backward, BackwardPrefetch::Post);
+  EXPECT_EQ(p.prefetch.max_inflight, 3);
+  EXPECT_EQ(p.recompute, Recompute::Block);
+  EXPECT_EQ(p.offload, Offload::Cpu);
+  EXPECT_EQ(p.accumulate.reduce, AccumulateReduce::Last);
+  const TrainSpec& t = s.train;
+  EXPECT_EQ(t.optimizer.kind, OptimizerKind::Sgd);
+  EXPECT_DOUBLE_EQ(t.optimizer.momentum, 0.8);
+  EXPECT_DOUBLE_EQ(t.optimizer.weight_decay, 0.01);
+  EXPECT_EQ(t.lr_schedule.kind, LrScheduleKind::Linear);
+  EXPECT_EQ(t.lr_schedule.warmup, 5);
+  EXPECT_DOUBLE_EQ(t.clip, 0);
+  EXPECT_EQ(t.data.kind, DataKind::Tokens);
+  EXPECT_EQ(t.data.path, "a.bin");
+  EXPECT_TRUE(t.checkpoint.enabled);
+  EXPECT_EQ(t.checkpoint.keep, 3);
+}
+
+TEST(Check, LlamaDefaults) {
+  Spec s = load_ok("model l { family = llama vocab = 1000 context = 64 width = 96 heads = 6 kv_heads = 2 layers = 2 }");
+  EXPECT_FALSE(s.model.tie_embeddings);
+  EXPECT_EQ(s.model.ffn_hidden, 256);  // 8*96/3 = 256, a multiple of 256
+  EXPECT_DOUBLE_EQ(s.model.rope_theta, 10000);
+}
+
+TEST(Check, Gpt2ParameterCounts) {
+  auto params = [](int64_t width, int64_t heads, int64_t layers) {
+    return model_params(load_ok("model g { vocab = 50257 context = 1024 width = " + std::to_string(width) +
+                                " heads = " + std::to_string(heads) + " layers = " + std::to_string(layers) + " }")
+                            .model);
+  };
+  // The sizes of the released GPT-2 checkpoints (tied embeddings).
+  EXPECT_EQ(params(768, 12, 12), 124439808);
+  EXPECT_EQ(params(1024, 16, 24), 354823168);
+  EXPECT_EQ(params(1280, 20, 36), 774030080);
+  EXPECT_EQ(params(1600, 25, 48), 1557611200);
+}
+
+TEST(Check, SemanticErrors) {
+  EXPECT_NE(load_error("model t { vocab = 256 context = 64 width = 65 heads = 4 layers = 1 }")
+                .find("heads (4) must divide width (65)"),
+            std::string::npos);
+  EXPECT_NE(load_error(with_model("parallel { world = 6 sharding = hybrid_shard shard_group = 4 }"))
+                .find("shard_group (4) must divide world (6)"),
+            std::string::npos);
+  EXPECT_NE(load_error(with_model("parallel { world = 4 shard_group = 2 }"))
+                .find("'shard_group' applies only to hybrid sharding"),
+            std::string::npos);
+  EXPECT_NE(load_error(with_model("parallel { sharding = ful_shard }"))
+                .find("unknown sharding strategy 'ful_shard'; did you mean 'full_shard'?"),
+            std::string::npos);
+  EXPECT_NE(load_error(with_model("parallel { precision { param = bf15 } }")).find("did you mean 'bf16'?"),
+            std::string::npos);
+  EXPECT_NE(load_error(with_model("train { micro_batch = 0 }")).find("'micro_batch' must be positive"),
+            std::string::npos);
+  EXPECT_NE(load_error(with_model("parallel { accumulate { micro_batches = 0 } }"))
+                .find("'micro_batches' must be positive"),
+            std::string::npos);
+}
+
+TEST(Check, AllErrorsAreCollectedAndSorted) {
+  std::string out = load_error(with_model("parallel { sharding = x  world = 0 }\ntrain { steps = -1  bogus = 1 }"));
+  EXPECT_NE(out.find("4 errors generated."), std::string::npos) << out;
+  size_t a = out.find("unknown sharding strategy"), b = out.find("'world' must be positive");
+  size_t c = out.find("'steps' must be positive"), d = out.find("unknown key 'bogus'");
+  ASSERT_NE(d, std::string::npos) << out;
+  EXPECT_TRUE(a < b && b < c && c < d) << out;
+}
+
+}  // namespace
+}  // namespace fsdpgen::test

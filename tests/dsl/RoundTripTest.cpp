@@ -1,0 +1,52 @@
+// Round trip: printing a Spec and checking the text gives an equal Spec, and
+// printing is a fixed point, for every example spec and every variant below.
+#include <gtest/gtest.h>
+
+#include "dsl/Print.h"
+#include "tests/dsl/TestUtil.h"
+
+namespace fsdpgen::test {
+namespace {
+
+void expect_round_trip(const std::string& name, const std::string& text) {
+  FrontendResult first = load_spec_text(name, text);
+  ASSERT_TRUE(first.spec) << first.diagnostics;
+  std::string printed = print_spec(*first.spec);
+  FrontendResult second = load_spec_text(name + " (printed)", printed);
+  ASSERT_TRUE(second.spec) << second.diagnostics << "\n" << printed;
+  EXPECT_TRUE(*first.spec == *second.spec) << name << " printed as:\n" << printed;
+  EXPECT_EQ(print_spec(*second.spec), printed) << name;
+  EXPECT_EQ(second.diagnostics, "") << name;
+}
+
+class RoundTrip : public testing::TestWithParam<std::filesystem::path> {};
+
+TEST_P(RoundTrip, PrintParseIsIdentity) { expect_round_trip(GetParam().string(), read_text(GetParam())); }
+
+INSTANTIATE_TEST_SUITE_P(Specs, RoundTrip, testing::ValuesIn(files_in("specs", ".fsdp")),
+                         [](const auto& info) {
+                           std::string s = info.param.stem().string();
+                           for (char& c : s)
+                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return s;
+                         });
+
+TEST(RoundTrip, Variants) {
+  const char* variants[] = {
+      "units { group 2 blocks } parallel { world = 4 sharding = hybrid_shard_zero2 shard_group = 2 }",
+      "units { min_params 100K } parallel { world = 2 sharding = no_shard recompute = block }",
+      "units { unit a [embed, block 0] unit b [block 1..2] } parallel { offload = cpu }",
+      "units { unit tail [block 3, final_norm] each block }",
+      "train { optimizer = sgd(lr = 0.5) lr_schedule = constant(warmup = 3) clip = none data = text(\"in \\\"q\\\".txt\") }",
+      "train { optimizer = adamw lr_schedule = linear(min = 1e-7) checkpoint(every = 5, keep = 1) steps = 10 }",
+      "parallel { precision { param = bf16 reduce = bf16 master = fp32 } prefetch { forward = false backward = none "
+      "max_inflight = 1 } accumulate { micro_batches = 8 reduce = last } }",
+      "parallel { precision { param = fp16 reduce = fp32 master = fp32 } }",
+  };
+  for (const char* v : variants) expect_round_trip(v, with_model(v, "tie_embeddings = false"));
+  expect_round_trip("llama", "model l { family = llama vocab = 1000 context = 64 width = 96 heads = 6 kv_heads = 2 "
+                             "layers = 2 rope_theta = 5e5 norm_eps = 1e-6 tie_embeddings = true }");
+}
+
+}  // namespace
+}  // namespace fsdpgen::test
