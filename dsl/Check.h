@@ -10,10 +10,12 @@
 
 #include "dsl/Ast.h"
 #include "dsl/Diagnostics.h"
+#include "dsl/Frontend.h"
 #include "dsl/Spec.h"
 
 namespace fsdpgen {
 
-std::optional<Spec> check(const ast::File& file, Diagnostics& diags);
+// Overrides replace the spec's values before the cross-field checks.
+std::optional<Spec> check(const ast::File& file, Diagnostics& diags, const SpecOverrides& overrides = {});
 
 }  // namespace fsdpgen

@@ -11,26 +11,26 @@
 
 namespace fsdpgen {
 
-FrontendResult load_spec_text(const std::string& name, std::string text) {
+FrontendResult load_spec_text(const std::string& name, std::string text, const SpecOverrides& overrides) {
   SourceFile file(name, std::move(text));
   Diagnostics diags(file);
   ast::File tree = parse(file, diags);
   FrontendResult r;
   // Semantic checks run even after syntax errors, so that one run reports both.
-  std::optional<Spec> spec = check(tree, diags);
+  std::optional<Spec> spec = check(tree, diags, overrides);
   if (!diags.has_errors()) r.spec = std::move(spec);
   r.diagnostics = diags.render();
   return r;
 }
 
-FrontendResult load_spec_file(const std::string& path) {
+FrontendResult load_spec_file(const std::string& path, const SpecOverrides& overrides) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     return {std::nullopt, fmt::format("error: '{}' is a directory, not a spec file\n", path)};
   std::string text, error;
   if (!read_file(path, text, error))
     return {std::nullopt, fmt::format("error: cannot read spec file '{}': {}\n", path, error)};
-  return load_spec_text(path, std::move(text));
+  return load_spec_text(path, std::move(text), overrides);
 }
 
 }  // namespace fsdpgen

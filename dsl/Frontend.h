@@ -3,6 +3,7 @@
 // fuzzer) goes through it.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -15,8 +16,14 @@ struct FrontendResult {
   std::string diagnostics;   // rendered errors, warnings and notes; empty if none
 };
 
+// Command-line values that replace the spec's, checked like the spec's own.
+struct SpecOverrides {
+  std::optional<int64_t> world;
+  std::optional<int64_t> micro_batch;
+};
+
 // `name` is how diagnostics refer to the file.
-FrontendResult load_spec_text(const std::string& name, std::string text);
-FrontendResult load_spec_file(const std::string& path);
+FrontendResult load_spec_text(const std::string& name, std::string text, const SpecOverrides& overrides = {});
+FrontendResult load_spec_file(const std::string& path, const SpecOverrides& overrides = {});
 
 }  // namespace fsdpgen

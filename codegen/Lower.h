@@ -1,0 +1,69 @@
+// Lower: Spec -> Units. Each wrap unit becomes one flat parameter: its
+// tensors concatenated in layer order (tensor order within a layer as in
+// dsl/Layers.h), each tensor starting on a kTensorAlignElems boundary, the
+// whole padded so that it splits into shard_group equal shards, each a
+// multiple of the shard alignment. Rank r of a shard group owns elements
+// [r * shard_elems, (r + 1) * shard_elems) of the unsharded flat buffer.
+// Tied weights exist once (the tied head owns no tensor).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dsl/Layers.h"
+#include "dsl/Spec.h"
+
+namespace fsdpgen {
+
+inline constexpr int64_t kTensorAlignElems = 16;
+
+struct FlatTensor {
+  std::string name;            // Hugging Face name
+  std::vector<int64_t> shape;  // global shape
+  int64_t offset_elems = 0;    // in the unsharded flat buffer
+  int64_t elems = 0;
+};
+
+// One contiguous run of a unit's layers in forward order; a unit whose layers
+// are split in forward order (the root: embed ... final_norm, head) has
+// several. Compute ops are per segment.
+struct Segment {
+  int unit = 0;
+  std::vector<LayerId> layers;
+  bool has_loss = false;  // the segment that ends with the head computes the loss
+};
+
+struct FlatUnit {
+  int index = 0;  // 0 is the root
+  std::string name;
+  std::vector<LayerId> layers;
+  std::vector<FlatTensor> tensors;
+  int64_t param_elems = 0;   // real parameters
+  int64_t padded_elems = 0;  // flat length: shard_elems * shard_group
+  int64_t shard_elems = 0;   // per rank of the shard group
+};
+
+struct Units {
+  Spec spec;
+  std::vector<FlatUnit> units;     // [0] is the root
+  std::vector<Segment> segments;   // forward order
+  int64_t shard_align_elems = 0;   // shard alignment in param-dtype elements
+  int64_t total_params = 0;        // real parameters of the model
+  int64_t total_padded_elems = 0;  // sum of padded flat lengths
+
+  int64_t padding_elems() const { return total_padded_elems - total_params; }
+};
+
+// Precondition: `spec` came from check() (units resolved, sizes in range).
+Units lower(const Spec& spec);
+
+// Replica groups for hybrid sharding and placement: the ranks of shard group
+// g are [g * S, (g + 1) * S); replica group p holds the ranks at position p of
+// every shard group. A group is intra-node when all its ranks share a node.
+bool shard_group_intra_node(const ParallelSpec& p);
+bool replica_group_intra_node(const ParallelSpec& p);
+
+std::string print_units(const Units& u);
+
+}  // namespace fsdpgen

@@ -1,0 +1,35 @@
+// Pipeline: the compiler's passes as one flat list, used by every
+// subcommand: load -> lower -> schedule -> memory plan. Each stage's IR is
+// kept so commands print the one they need; with `time_passes` each pass's
+// wall time is reported on stderr.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "codegen/Lower.h"
+#include "codegen/Memory.h"
+#include "codegen/Schedule.h"
+#include "dsl/Frontend.h"
+
+namespace fsdpgen {
+
+struct PipelineOptions {
+  SpecOverrides overrides;
+  ScheduleOptions schedule;
+  bool time_passes = false;
+};
+
+struct Pipeline {
+  std::string diagnostics;  // from the front end
+  std::optional<Spec> spec;
+  std::optional<Units> units;
+  std::optional<Schedule> schedule;
+  std::optional<MemoryPlan> memory;
+};
+
+// Runs the passes up to the memory plan; stops after the front end when the
+// spec has errors (spec is then empty and diagnostics says why).
+Pipeline run_pipeline(const std::string& spec_path, const PipelineOptions& options);
+
+}  // namespace fsdpgen
