@@ -61,6 +61,10 @@ class Builder {
     // With no communication at all (world 1) gradients accumulate in fp32.
     rbytes_ = (sharded_ || replicated_) ? dtype_bytes(p_.precision.reduce) : 4;
     mbytes_ = dtype_bytes(p_.precision.master);
+    // The gradient shard is fp32 when it accumulates micro-batches or the
+    // reduction is fp32; with one micro-batch and a 16-bit reduce dtype it
+    // stays 16-bit and the optimizer upcasts as it reads (as ZeRO does).
+    gbytes_ = (M_ > 1 || offload_) ? 4 : rbytes_;
     act_ = {s_.micro_batch * spec_.model.context, pbytes_, options.flash_attention};
     const size_t n = units.units.size();
     shard_.assign(n, -1);
@@ -146,7 +150,7 @@ class Builder {
       int states = o.kind == OptimizerKind::AdamW ? 2 : (o.momentum > 0 ? 1 : 0);
       state_[i] = buffer(BufferKind::OptimizerState, home, fmt::format("optimizer.u{}", i), states * shard_bytes(i, mbytes_), i, -1, true);
       if (offload_)
-        grad_shard_[i] = buffer(BufferKind::GradShard, MemSpace::Host, fmt::format("grad_shard.u{}", i), shard_bytes(i, 4), i, -1, true);
+        grad_shard_[i] = buffer(BufferKind::GradShard, MemSpace::Host, fmt::format("grad_shard.u{}", i), shard_bytes(i, gbytes_), i, -1, true);
     }
     workspace_ = buffer(BufferKind::Workspace, MemSpace::Device, "gemm_workspace", s_.options.gemm_workspace_bytes, -1, -1, true);
   }
@@ -350,10 +354,10 @@ class Builder {
     free_now(pending_);
     pending_.clear();
     if (grad_shard_[u] < 0)
-      grad_shard_[u] = buffer(BufferKind::GradShard, MemSpace::Device, fmt::format("grad_shard.u{}", u), shard_bytes(u, 4), u, -1, false);
+      grad_shard_[u] = buffer(BufferKind::GradShard, MemSpace::Device, fmt::format("grad_shard.u{}", u), shard_bytes(u, gbytes_), u, -1, false);
     int producer = last_backward;
     if (sharded_) {
-      bool staged = rbytes_ != 4 || M_ > 1 || offload_;
+      bool staged = rbytes_ != gbytes_ || M_ > 1 || offload_;
       int staging = staged ? buffer(BufferKind::CommStaging, MemSpace::Device, fmt::format("rs_out.u{}.mb{}", u, mb),
                                     shard_bytes(u, rbytes_), u, mb, false)
                            : -1;
@@ -414,7 +418,7 @@ class Builder {
       if (!has_params(f.index)) continue;
       norm.uses.push_back(grad_shard_[f.index]);
       norm.deps.push_back(last_reduce_[f.index]);
-      norm.memory_bytes += shard_bytes(f.index, 4);
+      norm.memory_bytes += shard_bytes(f.index, gbytes_);
     }
     int gate = emit(norm);
     if (sharded_) {
@@ -440,7 +444,7 @@ class Builder {
       opt.uses = {shard_[u], master_[u], state_[u], grad_shard_[u]};
       opt.deps = {gate, last_reduce_[u]};
       // Reads grad, master and state; writes master, state and the param-dtype shard.
-      opt.memory_bytes = f.shard_elems * (4 + 2 * mbytes_ + 2 * states * mbytes_ + pbytes_);
+      opt.memory_bytes = f.shard_elems * (gbytes_ + 2 * mbytes_ + 2 * states * mbytes_ + pbytes_);
       done.push_back(emit(opt));
       if (!s_.buffers[grad_shard_[u]].persistent) free_now({grad_shard_[u]});
     }
@@ -451,7 +455,7 @@ class Builder {
   Schedule s_;
   int64_t S_ = 1, R_ = 1, M_ = 1;
   bool sharded_ = false, replicated_ = false, offload_ = false, free_after_forward_ = true, recompute_ = false;
-  int64_t pbytes_ = 4, rbytes_ = 4, mbytes_ = 4;
+  int64_t pbytes_ = 4, rbytes_ = 4, mbytes_ = 4, gbytes_ = 4;
   ActivationShape act_;
   std::vector<int> shard_, master_, state_, grad_shard_;  // per unit
   std::vector<int> gathered_, gather_op_, grads_, last_reduce_;
@@ -473,6 +477,17 @@ std::string deps_text(const Op& op) {
 }  // namespace
 
 Schedule build_schedule(const Units& units, const ScheduleOptions& options) { return Builder(units, options).run(); }
+
+std::vector<RankCollective> collectives_for_rank(const Schedule& s, int64_t rank) {
+  const int64_t S = s.units.spec.parallel.shard_group;
+  std::vector<RankCollective> out;
+  for (const Op& op : s.ops) {
+    if (op.group == CommGroup::None) continue;
+    int64_t index = op.group == CommGroup::Shard ? rank / S : op.group == CommGroup::Replica ? rank % S : 0;
+    out.push_back({op.kind, op.group, index, op.group_size, op.payload_bytes, op.unit});
+  }
+  return out;
+}
 
 std::string print_schedule(const Schedule& s) {
   const Spec& spec = s.units.spec;
@@ -507,7 +522,7 @@ std::string print_schedule(const Schedule& s) {
         what = fmt::format("{:.4g} flop", op->flops);
       else if (op->memory_bytes > 0)
         what = fmt::format("{} B memory", op->memory_bytes);
-      out += fmt::format("  #{:<5} {:<16} {:<44} deps {}\n", op->id, op->label(), what, deps_text(*op));
+      out += fmt::format("  #{:<5} {:<20} {:<44} deps {}\n", op->id, op->label(), what, deps_text(*op));
     }
   }
   return out;

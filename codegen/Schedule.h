@@ -51,7 +51,7 @@ enum class BufferKind {
   ParamShard,       // this rank's shard of a unit, param dtype
   MasterWeights,    // fp32 (master dtype) copy of the shard, when it differs from the param dtype
   OptimizerState,   // AdamW m and v / SGD momentum, master dtype, per shard
-  GradShard,        // fp32 gradient shard (accumulator across micro-batches)
+  GradShard,        // gradient shard: fp32 when accumulating micro-batches, else the reduce dtype
   UnshardedParams,  // gathered flat parameter of a unit
   UnshardedGrads,   // flat gradient of a unit before reduction, reduce dtype
   Activations,      // what a segment's forward saves for its backward, per micro-batch
@@ -121,6 +121,20 @@ struct Schedule {
 };
 
 Schedule build_schedule(const Units& units, const ScheduleOptions& options = {});
+
+// A collective as one rank takes part in it: which communicator (the rank's
+// shard group r / S, its replica group r % S, or the world) and what moves.
+// Every member of a communicator must see the same sequence on it.
+struct RankCollective {
+  OpKind kind = OpKind::AllGather;
+  CommGroup group = CommGroup::None;
+  int64_t group_index = 0;
+  int64_t group_size = 1;
+  int64_t payload_bytes = 0;
+  int unit = -1;
+  bool operator==(const RankCollective&) const = default;
+};
+std::vector<RankCollective> collectives_for_rank(const Schedule& s, int64_t rank);
 
 // Text form: per stream, one op a line with bytes and dependencies.
 std::string print_schedule(const Schedule& s);

@@ -34,8 +34,10 @@ struct Arg {
 };
 
 // entry = IDENT "=" value | IDENT "{" { entry } "}" | IDENT "(" [ arg { "," arg } ] ")"
+// An entry whose key parsed but whose rest did not is kept as Kind::Error
+// (already reported): its key counts as given, but its value is unknown.
 struct Entry {
-  enum class Kind { Assign, Block, Call };
+  enum class Kind { Assign, Block, Call, Error };
   Kind kind = Kind::Assign;
   std::string key;
   Span key_span;

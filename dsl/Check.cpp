@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -40,6 +42,12 @@ std::string grouped(int64_t v) {
   return v < 0 ? "-" + out : out;
 }
 
+// "optimizer" -> "an optimizer"
+std::string with_article(std::string_view noun) {
+  bool vowel = !noun.empty() && std::string_view("aeiou").find(noun[0]) != std::string_view::npos;
+  return fmt::format("{} {}", vowel ? "an" : "a", noun);
+}
+
 std::string describe(const ast::Value& v) {
   switch (v.kind) {
     case ast::Value::Kind::Number: return "number " + v.text;
@@ -55,7 +63,7 @@ std::string describe(const ast::Value& v) {
 
 class Checker {
  public:
-  explicit Checker(Diagnostics& d) : d_(d) {}
+  Checker(Diagnostics& d, const SpecOverrides& o) : d_(d), overrides_(o) {}
 
   std::optional<Spec> run(const ast::File& file) {
     // After a syntax error some entries are missing from the AST; do not
@@ -77,8 +85,11 @@ class Checker {
     }
     bool model_ok = model && read_model(*model);
     if (const ast::Section* p = section("parallel")) read_parallel(*p);
+    if (overrides_.world) override_int("world", *overrides_.world, 1, kMaxWorld, s_.parallel.world, "parallel.world");
     resolve_parallel();
     if (const ast::Section* t = section("train")) read_train(*t);
+    if (overrides_.micro_batch)
+      override_int("micro-batch", *overrides_.micro_batch, 1, 1 << 20, s_.train.micro_batch, "train.micro_batch");
     check_train();
     const ast::Section* units = section("units");
     if (model_ok) resolve_units(units);
@@ -93,6 +104,17 @@ class Checker {
   Span where(const std::string& k, Span fallback = {}) const {
     auto it = at_.find(k);
     return it == at_.end() ? fallback : it->second;
+  }
+
+  // A value given on the command line (--world, --micro-batch) replaces the
+  // spec's; errors about it point at the spec's value, or the file's start.
+  void override_int(const char* flag, int64_t v, int64_t lo, int64_t hi, int64_t& out, const std::string& key) {
+    if (v < lo || v > hi) {
+      d_.error(where(key), fmt::format("--{} must be between {} and {}, got {}", flag, lo, grouped(hi), v));
+      return;
+    }
+    out = v;
+    at_.emplace(key, Span{});
   }
 
   // ---- value readers ----
@@ -165,7 +187,7 @@ class Checker {
       else Diagnostics::note(e, fmt::format("valid values are {}", quoted_choices(choices)));
       return std::nullopt;
     }
-    Diagnostic& e = d_.error(v.span, fmt::format("expected a {}, got {}", what, describe(v)));
+    Diagnostic& e = d_.error(v.span, fmt::format("expected {}, got {}", with_article(what), describe(v)));
     Diagnostics::note(e, fmt::format("valid values are {}", quoted_choices(choices)));
     return std::nullopt;
   }
@@ -185,6 +207,12 @@ class Checker {
     std::vector<std::string_view> keys;
     for (const Field& f : fields) keys.push_back(f.key);
     for (const ast::Entry& e : entries) {
+      if (e.kind == ast::Entry::Kind::Error) {
+        // Already reported by the parser: the key is given, its value unknown.
+        at_[prefix + e.key] = e.key_span;
+        bad_.insert(prefix + e.key);
+        continue;
+      }
       auto [it, fresh] = seen.emplace(e.key, &e);
       if (!fresh) {
         Diagnostic& d = d_.error(e.key_span, fmt::format("duplicate key '{}' in {}", e.key, ctx));
@@ -200,18 +228,26 @@ class Checker {
         continue;
       }
       at_[prefix + e.key] = e.kind == ast::Entry::Kind::Assign ? e.value.span : e.span;
+      size_t errors_before = d_.error_count();
       f->read(e);
+      if (d_.error_count() != errors_before) bad_.insert(prefix + e.key);
     }
+  }
+
+  // True when none of `keys` was given a value that was rejected: rules that
+  // relate several keys skip themselves rather than report against a default.
+  bool usable(std::initializer_list<std::string_view> keys) const {
+    return std::none_of(keys.begin(), keys.end(), [&](std::string_view k) { return bad_.count(std::string(k)) > 0; });
   }
 
   // The value of `key = value`; a block given instead is an error.
   const ast::Value* value_of(const ast::Entry& e) {
     if (e.kind == ast::Entry::Kind::Block) {
-      d_.error(e.key_span, fmt::format("'{}' takes a value ('{} = ...'), not a block", e.key, e.key));
+      d_.error(e.key_span, fmt::format("'{}' takes a value, not a block; write '{} = ...'", e.key, e.key));
       return nullptr;
     }
     if (e.kind == ast::Entry::Kind::Call) {
-      d_.error(e.key_span, fmt::format("'{}' takes a value: write '{} = ...'", e.key, e.key));
+      d_.error(e.key_span, fmt::format("'{}' takes a value, not arguments; write '{} = ...'", e.key, e.key));
       return nullptr;
     }
     return &e.value;
@@ -254,7 +290,7 @@ class Checker {
   std::optional<std::vector<const ast::Value*>> bind(const ast::Value& call, const std::vector<std::string_view>& params) {
     std::vector<const ast::Value*> out(params.size(), nullptr);
     std::vector<Span> given(params.size());
-    bool ok = true, named_seen = false;
+    bool ok = true, named_seen = false, positional_reported = false;
     for (size_t i = 0; i < call.args.size(); ++i) {
       const ast::Arg& a = call.args[i];
       size_t slot = i;
@@ -271,7 +307,9 @@ class Checker {
         }
         slot = it - params.begin();
       } else if (named_seen) {
-        d_.error(a.value.span, fmt::format("positional argument after a named one in '{}'", call.text));
+        // One error for the first; the rest have no position to bind to either.
+        if (!std::exchange(positional_reported, true))
+          d_.error(a.value.span, fmt::format("positional argument after a named one in '{}'", call.text));
         ok = false;
         continue;
       } else if (slot >= params.size()) {
@@ -307,7 +345,7 @@ class Checker {
       const ast::Value& v, std::string_view what, const std::array<std::string_view, N>& kinds,
       const std::array<std::vector<std::string_view>, N>& params) {
     if (v.kind != ast::Value::Kind::Ident && v.kind != ast::Value::Kind::Call) {
-      Diagnostic& e = d_.error(v.span, fmt::format("expected a {}, got {}", what, describe(v)));
+      Diagnostic& e = d_.error(v.span, fmt::format("expected {}, got {}", with_article(what), describe(v)));
       Diagnostics::note(e, fmt::format("valid values are {}", quoted_choices(names_of(kinds))));
       return std::nullopt;
     }
@@ -344,36 +382,45 @@ class Checker {
         field("rope_theta", rope,
               [this](const ast::Value& v, const std::string& k) { return as_float(v, k, 0, 1e12, false); }),
     };
-    size_t errors_before = d_.error_count();
-    read_fields(sec.entries, fields, fmt::format("model '{}'", m.name), "model.");
-    bool ok = d_.error_count() == errors_before;
-    for (const char* k : {"vocab", "context", "width", "heads", "layers"}) {
-      if (has(std::string("model.") + k)) continue;
-      ok = false;
-      if (syntax_errors_) continue;
-      d_.error(sec.name.empty() ? sec.kind_span : sec.name_span,
-               fmt::format("model '{}' is missing '{}'", m.name, k));
+    std::string ctx = m.name.empty() ? "section 'model'" : fmt::format("model '{}'", m.name);
+    read_fields(sec.entries, fields, ctx, "model.");
+    std::vector<std::string_view> missing;
+    for (std::string_view k : {"vocab", "context", "width", "heads", "layers"})
+      if (!has(fmt::format("model.{}", k))) missing.push_back(k);
+    if (!missing.empty()) {
+      if (!syntax_errors_) {
+        Diagnostic& e = d_.error(sec.name.empty() ? sec.kind_span : sec.name_span,
+                                 fmt::format("{} is missing {}", ctx, quoted_choices(missing, " and ")));
+        Diagnostics::note(e, "a model must set 'vocab', 'context', 'width', 'heads' and 'layers'");
+      }
+      return false;
     }
-    if (!ok) return false;
+    // Rules between keys run only on values that were read; a rejected one
+    // was reported already and keeps a default that would mislead them.
+    bool ok = std::none_of(bad_.begin(), bad_.end(), [](const std::string& k) { return k.starts_with("model."); });
     bool llama = m.family == Family::Llama;
+    bool family_known = usable({"model.family"});
     m.tie_embeddings = has("model.tie_embeddings") ? tie : !llama;
-    if (m.width % m.heads != 0) {
+    if (usable({"model.width", "model.heads"}) && m.width % m.heads != 0) {
       Diagnostic& e = d_.error(where("model.heads"), fmt::format("heads ({}) must divide width ({})", m.heads, m.width));
       Diagnostics::note(e, fmt::format("width / heads = {} / {} leaves a remainder of {}", m.width, m.heads, m.width % m.heads));
       ok = false;
     }
     m.kv_heads = has("model.kv_heads") ? kv_heads : m.heads;
-    if (has("model.kv_heads") && !llama && kv_heads != m.heads) {
+    bool kv_known = family_known && usable({"model.heads", "model.kv_heads"});
+    if (kv_known && has("model.kv_heads") && !llama && kv_heads != m.heads) {
       Diagnostic& e = d_.error(where("model.kv_heads"), "kv_heads (grouped-query attention) applies only to family llama");
-      Diagnostics::note(e, where("model.family", sec.kind_span), "family is 'gpt2' here; gpt2 uses kv_heads = heads");
+      if (has("model.family")) Diagnostics::note(e, where("model.family"), "family is 'gpt2' here; gpt2 uses kv_heads = heads");
+      else Diagnostics::note(e, "family is 'gpt2' by default; gpt2 uses kv_heads = heads");
       ok = false;
-    } else if (m.heads % m.kv_heads != 0) {
+    } else if (kv_known && m.heads % m.kv_heads != 0) {
       d_.error(where("model.kv_heads"), fmt::format("kv_heads ({}) must divide heads ({})", m.kv_heads, m.heads));
       ok = false;
     }
-    if (has("model.rope_theta") && !llama) {
+    if (family_known && has("model.rope_theta") && !llama) {
       Diagnostic& e = d_.error(where("model.rope_theta"), "rope_theta applies only to family llama");
-      Diagnostics::note(e, "gpt2 uses learned position embeddings");
+      Diagnostics::note(e, has("model.family") ? "gpt2 uses learned position embeddings"
+                                                : "family is 'gpt2' by default; gpt2 uses learned position embeddings");
       ok = false;
     }
     if (llama) m.rope_theta = has("model.rope_theta") ? rope : 10000.0;
@@ -401,7 +448,7 @@ class Checker {
         {"prefetch", [this, &p](const ast::Entry& e) {
            if (auto* es = block_of(e, "forward = true  backward = pre  max_inflight = 2"))
              read_fields(*es, {bool_field("forward", p.prefetch.forward),
-                               enum_field("backward", p.prefetch.backward, "backward prefetch", kBackwardPrefetchNames),
+                               enum_field("backward", p.prefetch.backward, "backward prefetch mode", kBackwardPrefetchNames),
                                int_field("max_inflight", p.prefetch.max_inflight, 1, kMaxLayers + 1)},
                          "'prefetch'", "parallel.prefetch.");
          }},
@@ -420,23 +467,34 @@ class Checker {
   void resolve_parallel() {
     ParallelSpec& p = s_.parallel;
     if (!has("parallel.ranks_per_node")) p.ranks_per_node = std::min<int64_t>(p.world, 8);
-    if (p.world % p.ranks_per_node != 0) {
-      Diagnostic& e = d_.error(where("parallel.ranks_per_node"),
-                               fmt::format("ranks_per_node ({}) must divide world ({})", p.ranks_per_node, p.world));
-      Diagnostics::note(e, "every node runs the same number of ranks");
+    const bool sizes_known = usable({"parallel.world", "parallel.ranks_per_node", "parallel.shard_group"});
+    if (usable({"parallel.world", "parallel.ranks_per_node"}) && p.world % p.ranks_per_node != 0) {
+      if (has("parallel.ranks_per_node")) {
+        Diagnostic& e = d_.error(where("parallel.ranks_per_node"),
+                                 fmt::format("ranks_per_node ({}) must divide world ({})", p.ranks_per_node, p.world));
+        Diagnostics::note(e, "every node runs the same number of ranks");
+      } else {
+        Diagnostic& e = d_.error(where("parallel.world"),
+                                 fmt::format("world ({}) is not a multiple of the default ranks_per_node ({})", p.world,
+                                             p.ranks_per_node));
+        Diagnostics::note(e, "set 'ranks_per_node' to the number of ranks on each node; every node runs the same number");
+      }
     }
     if ((p.shard_align_bytes & (p.shard_align_bytes - 1)) != 0)
       d_.error(where("parallel.shard_align"),
                fmt::format("'shard_align' must be a power of two (bytes), got {}", p.shard_align_bytes));
-    if (is_hybrid(p.sharding)) {
+    if (!usable({"parallel.sharding"})) {
+      p.shard_group = p.world;
+    } else if (is_hybrid(p.sharding)) {
       if (!has("parallel.shard_group")) {
         p.shard_group = p.ranks_per_node;
-      } else if (p.world % p.shard_group != 0) {
+      } else if (sizes_known && p.world % p.shard_group != 0) {
         Diagnostic& e = d_.error(where("parallel.shard_group"),
                                  fmt::format("shard_group ({}) must divide world ({})", p.shard_group, p.world));
-        Diagnostics::note(e, where("parallel.world"), fmt::format("world is {} here", p.world));
+        if (has("parallel.world")) Diagnostics::note(e, where("parallel.world"), fmt::format("world is {} here", p.world));
+        else Diagnostics::note(e, fmt::format("world is {} by default", p.world));
       }
-      if (p.world % p.shard_group == 0 && (p.shard_group == p.world || p.shard_group == 1)) {
+      if (sizes_known && p.world % p.shard_group == 0 && (p.shard_group == p.world || p.shard_group == 1)) {
         Diagnostic& w = d_.warning(where("parallel.sharding"),
                                    fmt::format("{} with shard_group {} of world {} {}", to_string(p.sharding),
                                                p.shard_group, p.world,
@@ -449,8 +507,11 @@ class Checker {
     } else {
       if (has("parallel.shard_group")) {
         Diagnostic& e = d_.error(where("parallel.shard_group"), "'shard_group' applies only to hybrid sharding");
-        Diagnostics::note(e, where("parallel.sharding", where("parallel.shard_group")),
-                          fmt::format("sharding is '{}'; use 'hybrid_shard' or 'hybrid_shard_zero2'", to_string(p.sharding)));
+        std::string hint = "use 'hybrid_shard' or 'hybrid_shard_zero2'";
+        if (has("parallel.sharding"))
+          Diagnostics::note(e, where("parallel.sharding"), fmt::format("sharding is '{}' here; {}", to_string(p.sharding), hint));
+        else
+          Diagnostics::note(e, fmt::format("sharding is '{}' by default; {}", to_string(p.sharding), hint));
       }
       p.shard_group = p.sharding == Sharding::NoShard ? 1 : p.world;
     }
@@ -459,7 +520,8 @@ class Checker {
       Diagnostics::note(e, where("parallel.sharding"), "sharding is 'no_shard' here");
     }
     bool prefetching = p.prefetch.forward || p.prefetch.backward != BackwardPrefetch::None;
-    if (prefetching && p.prefetch.max_inflight < 2) {
+    if (usable({"parallel.prefetch.forward", "parallel.prefetch.backward"}) && prefetching &&
+        p.prefetch.max_inflight < 2) {
       Diagnostic& e = d_.error(where("parallel.prefetch.max_inflight"), "prefetch needs max_inflight of at least 2");
       Diagnostics::note(e, "a prefetched unit is gathered while the current one is still in use; "
                            "set 'forward = false' and 'backward = none' to gather one unit at a time");
@@ -468,7 +530,7 @@ class Checker {
     if (pr.master == DType::FP16) {
       Diagnostic& e = d_.error(where("parallel.precision.master"), "fp16 master weights are not supported");
       Diagnostics::note(e, "use 'master = fp32' (or bf16); fp16 cannot hold small updates to the weights");
-    } else if (dtype_bytes(pr.master) < dtype_bytes(pr.param)) {
+    } else if (usable({"parallel.precision.param"}) && dtype_bytes(pr.master) < dtype_bytes(pr.param)) {
       Diagnostic& e = d_.error(where("parallel.precision.master"),
                                fmt::format("master dtype '{}' is narrower than param dtype '{}'", to_string(pr.master),
                                            to_string(pr.param)));
@@ -508,7 +570,7 @@ class Checker {
     o.kind = static_cast<OptimizerKind>(kind);
     if (o.kind == OptimizerKind::Sgd) o.weight_decay = 0;
     if (args[0])
-      if (auto lr = as_float(*args[0], "lr", 0, 1e3, false)) o.lr = *lr;
+      if (auto lr = as_float(*args[0], "lr", 0, 1e3, false)) o.lr = *lr, at_["train.lr"] = args[0]->span;
     if (o.kind == OptimizerKind::AdamW) {
       if (args[1]) read_betas(*args[1]);
       if (args[2])
@@ -577,8 +639,7 @@ class Checker {
       return;
     }
     if (e.kind != ast::Entry::Kind::Call) {
-      Diagnostic& d = d_.error(e.span, "expected 'checkpoint(every = N, dir = \"ckpt\", keep = 2)' or 'checkpoint = none'");
-      (void)d;
+      d_.error(e.span, "expected 'checkpoint(every = N, dir = \"ckpt\", keep = 2)' or 'checkpoint = none'");
       return;
     }
     auto args = bind(e.value, {"every", "dir", "keep"});
@@ -594,20 +655,25 @@ class Checker {
 
   void check_train() {
     const TrainSpec& t = s_.train;
-    if (t.lr_schedule.warmup > t.steps) {
+    auto steps_note = [&](Diagnostic& d) {
+      if (has("train.steps")) Diagnostics::note(d, where("train.steps"), "steps is set here");
+      else Diagnostics::note(d, fmt::format("steps is {} by default", t.steps));
+    };
+    if (usable({"train.lr_schedule", "train.steps"}) && t.lr_schedule.warmup > t.steps) {
       Diagnostic& e = d_.error(where("train.warmup", where("train.lr_schedule")),
                                fmt::format("warmup ({} steps) is longer than the run ({} steps)", t.lr_schedule.warmup, t.steps));
-      if (has("train.steps")) Diagnostics::note(e, where("train.steps"), "steps is set here");
+      steps_note(e);
     }
-    if (t.lr_schedule.min_lr > t.optimizer.lr) {
+    if (usable({"train.lr_schedule", "train.optimizer"}) && t.lr_schedule.min_lr > t.optimizer.lr) {
       Diagnostic& e = d_.error(where("train.min_lr", where("train.lr_schedule")),
                                fmt::format("min learning rate {} exceeds the optimizer's lr {}", t.lr_schedule.min_lr, t.optimizer.lr));
-      (void)e;
+      if (has("train.lr")) Diagnostics::note(e, where("train.lr"), "lr is set here");
+      else Diagnostics::note(e, fmt::format("the optimizer's lr is {} by default", t.optimizer.lr));
     }
-    if (t.checkpoint.enabled && t.checkpoint.every > t.steps) {
+    if (usable({"train.checkpoint", "train.steps"}) && t.checkpoint.enabled && t.checkpoint.every > t.steps) {
       Diagnostic& w = d_.warning(where("train.checkpoint.every"),
                                  fmt::format("checkpoint every {} steps never fires in a run of {} steps", t.checkpoint.every, t.steps));
-      (void)w;
+      steps_note(w);
     }
   }
 
@@ -675,9 +741,12 @@ class Checker {
     // Tied embedding and head must live in one unit: move both to the root.
     int emb = owner[0], head = owner[L + 2];
     if (m.tie_embeddings && emb != head) {
-      Span at = emb >= 0 ? owner_span[0] : owner_span[L + 2];
-      Diagnostic& w = d_.warning(at, "tied token embedding and LM head are placed in different units");
-      Diagnostics::note(w, "moved both to the root unit, which stays gathered for the whole step");
+      // After a syntax error a unit may be missing, so the split may not be real.
+      if (!syntax_errors_) {
+        Span at = emb >= 0 ? owner_span[0] : owner_span[L + 2];
+        Diagnostic& w = d_.warning(at, "tied token embedding and LM head are placed in different units");
+        Diagnostics::note(w, "moved both to the root unit, which stays gathered for the whole step");
+      }
       for (int idx : {emb, head}) {
         if (idx < 0) continue;
         auto& ls = u.explicit_units[idx].layers;
@@ -746,7 +815,9 @@ class Checker {
             ok = false;
           } else if (r.first < 0 || r.last >= L) {
             Diagnostic& e = d_.error(r.span, fmt::format("block {} is out of range", r.first < 0 ? r.first : r.last));
-            Diagnostics::note(e, fmt::format("model '{}' has {} blocks, numbered 0..{}", s_.model.name, L, L - 1));
+            Diagnostics::note(e, fmt::format("{} has {} block{}, numbered 0..{}",
+                                             s_.model.name.empty() ? "the model" : fmt::format("model '{}'", s_.model.name),
+                                             L, L == 1 ? "" : "s", L - 1));
             ok = false;
           } else {
             for (int64_t b = r.first; b <= r.last; ++b) layers.push_back({{LayerId::Kind::Block, b}, r.span});
@@ -758,12 +829,18 @@ class Checker {
       d_.error(item.span, "empty unit; list its layers, e.g. 'unit [block 0..3]'");
       ok = false;
     }
+    std::vector<Span> reported;  // one error per layer reference, not per block of a range
     for (auto& [id, span] : layers) {
       int64_t o = id.order(L);
       if (owner[o] >= 0) {
-        Diagnostic& e = d_.error(span, fmt::format("{} is already in unit '{}'", to_string(id), u.explicit_units[owner[o]].name));
-        Diagnostics::note(e, owner_span[o], "first claimed here");
         ok = false;
+        if (std::find(reported.begin(), reported.end(), span) != reported.end()) continue;
+        reported.push_back(span);
+        std::string msg = owner[o] == index
+                              ? fmt::format("{} is listed twice in this unit", to_string(id))
+                              : fmt::format("{} is already in unit '{}'", to_string(id), u.explicit_units[owner[o]].name);
+        Diagnostic& e = d_.error(span, msg);
+        Diagnostics::note(e, owner_span[o], "first claimed here");
         continue;
       }
       owner[o] = index;
@@ -777,7 +854,8 @@ class Checker {
       if (ids[i].order(L) == ids[i - 1].order(L) + 1) continue;
       Diagnostic& e = d_.error(item.span, fmt::format("the layers of a unit must be consecutive, but this unit skips from {} to {}",
                                                       to_string(ids[i - 1]), to_string(ids[i])));
-      Diagnostics::note(e, "forward order is embed, block 0 .. block N-1, final_norm, head; a tied embedding and head stay in the root unit");
+      Diagnostics::note(e, fmt::format("forward order is embed, block 0..{}, final_norm, head{}", L - 1,
+                                       s_.model.tie_embeddings ? "; a tied embedding and head stay in the root unit" : ""));
       ok = false;
     }
     std::string name = item.name.empty() ? auto_name(ids) : item.name;
@@ -807,21 +885,28 @@ class Checker {
       if (n == 0 || n >= p.shard_group) continue;
       Span at = where("parallel.shard_group", where("parallel.world"));
       Diagnostic& e = d_.error(at, fmt::format("cannot shard unit '{}' ({} parameters) over a shard group of {} ranks",
-                                               unit.name, grouped(n), p.shard_group));
-      Diagnostics::note(e, "every rank would own only padding; use fewer ranks per shard group, larger units "
-                           "(e.g. 'group 2' in units) or hybrid sharding");
+                                               unit.name, grouped(n), grouped(p.shard_group)));
+      Diagnostics::note(e, unit.name == "root"
+                               ? "most ranks would own only padding; use fewer ranks, or hybrid sharding with a "
+                                 "smaller 'shard_group'"
+                               : "most ranks would own only padding; use fewer ranks, hybrid sharding with a smaller "
+                                 "'shard_group', or larger units (e.g. 'group 2' in units)");
       return;
     }
   }
 
   Diagnostics& d_;
+  const SpecOverrides& overrides_;
   bool syntax_errors_ = false;
   Spec s_;
   std::map<std::string, Span> at_;  // "parallel.world" -> where it was written
+  std::set<std::string> bad_;       // keys whose value was rejected (see usable())
 };
 
 }  // namespace
 
-std::optional<Spec> check(const ast::File& file, Diagnostics& diags) { return Checker(diags).run(file); }
+std::optional<Spec> check(const ast::File& file, Diagnostics& diags, const SpecOverrides& overrides) {
+  return Checker(diags, overrides).run(file);
+}
 
 }  // namespace fsdpgen

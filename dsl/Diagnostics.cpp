@@ -45,9 +45,11 @@ void render_snippet(const SourceFile& file, Span span, std::string& out) {
   uint32_t from = 0;
   if (line.size() > kMaxShownColumns && col0 > kMaxShownColumns / 2) from = col0 - kMaxShownColumns / 2;
   while (from > 0 && from < line.size() && (static_cast<unsigned char>(line[from]) & 0xC0) == 0x80) --from;
+  const bool cut = from > 0;
+  if (!cut && lc.line == 1 && line.starts_with("\xEF\xBB\xBF")) from = 3;  // a byte order mark shows nothing
   uint32_t to = std::min<uint32_t>(line.size(), from + kMaxShownColumns);
-  std::string shown = from > 0 ? "..." : "";
-  std::string caret = from > 0 ? "   " : "";
+  std::string shown = cut ? "..." : "";
+  std::string caret = cut ? "   " : "";
   bool placed = false;
   uint32_t i = from;
   while (i < to) {
@@ -80,9 +82,21 @@ void render_one(const SourceFile& file, Severity sev, Span span, const std::stri
   render_snippet(file, span, out);
 }
 
+// Messages quote names from the input; a pathological one (a megabyte-long
+// identifier) is cut so that output stays bounded.
+std::string bounded(std::string message) {
+  constexpr size_t kMaxMessageBytes = 400;
+  if (message.size() <= kMaxMessageBytes) return message;
+  size_t cut = kMaxMessageBytes;
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+  message.resize(cut);
+  return message + "...";
+}
+
 }  // namespace
 
 Diagnostic& Diagnostics::add(Severity sev, Span span, std::string message) {
+  message = bounded(std::move(message));
   if (sev == Severity::Error) ++errors_;
   if (sev == Severity::Warning) ++warnings_;
   if (sev == Severity::Error && errors_ > kErrorLimit) {
@@ -102,11 +116,11 @@ Diagnostic& Diagnostics::warning(Span span, std::string message) {
 }
 
 void Diagnostics::note(Diagnostic& d, Span span, std::string message) {
-  d.notes.push_back(DiagNote{true, span, std::move(message)});
+  d.notes.push_back(DiagNote{true, span, bounded(std::move(message))});
 }
 
 void Diagnostics::note(Diagnostic& d, std::string message) {
-  d.notes.push_back(DiagNote{false, {}, std::move(message)});
+  d.notes.push_back(DiagNote{false, {}, bounded(std::move(message))});
 }
 
 std::string Diagnostics::render() const {

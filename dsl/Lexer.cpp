@@ -42,6 +42,7 @@ class Lexer {
 
   std::vector<Token> run() {
     std::vector<Token> out;
+    if (src_.starts_with("\xEF\xBB\xBF")) pos_ = 3;  // a UTF-8 byte order mark, as some editors write
     for (;;) {
       skip_space_and_comments();
       Token t = next();
@@ -132,7 +133,12 @@ class Lexer {
     } else {
       ++pos_;
       if (c == '.' && ident_char(peek()) && b > 0 && ident_char(src_[b - 1])) {
-        msg = "unexpected character '.'; a file name is a string, e.g. \"train.bin\"";
+        // Most likely a path without quotes: data = tokens(train.bin)
+        auto path_char = [](char x) { return ident_char(x) || x == '.' || x == '/' || x == '-'; };
+        size_t first = b, last = pos_;
+        while (first > 0 && path_char(src_[first - 1])) --first;
+        while (last < src_.size() && path_char(src_[last])) ++last;
+        msg = fmt::format("unexpected character '.'; a file name is a string: write \"{}\"", src_.substr(first, last - first));
       } else if (c >= 0x20 && c < 0x7F) {
         msg = fmt::format("unexpected character '{}'", static_cast<char>(c));
       } else {

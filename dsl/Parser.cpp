@@ -3,6 +3,7 @@
 #include "dsl/Parser.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -22,7 +23,7 @@ const std::vector<std::string_view> kLayers = {"embed", "final_norm", "head", "b
 
 class Parser {
  public:
-  Parser(const SourceFile& file, Diagnostics& diags) : diags_(diags), toks_(lex(file, diags)) {}
+  Parser(const SourceFile& file, Diagnostics& diags) : text_(file.text()), diags_(diags), toks_(lex(file, diags)) {}
 
   // file = { section } EOF
   ast::File file() {
@@ -56,6 +57,13 @@ class Parser {
   bool want(Tok k, std::string_view context = {}) {
     if (got(k)) return true;
     unexpected(tok_name(k), context);
+    return false;
+  }
+
+  // want_close: the closer of a comma-separated list, after an item.
+  bool want_close(Tok close, std::string_view context) {
+    if (got(close)) return true;
+    unexpected(fmt::format("',' or {}", tok_name(close)), context);
     return false;
   }
 
@@ -93,15 +101,27 @@ class Parser {
   }
 
   // Skips to something that can start an entry (a name followed by '=', '{'
-  // or '('), or to the '}' that may close the enclosing block.
+  // or '(', or by a number or string: a key missing its '='), or to the '}'
+  // that may close the enclosing block. Inside a '(' or '[' that the broken
+  // entry left open, only such a name at the start of a line counts, so that
+  // the rest of a broken value is not taken for entries.
   void sync_entry() {
     while (!at(Tok::Eof) && !at(Tok::RBrace)) {
-      if (at(Tok::Ident)) {
+      if (at(Tok::Ident) && (open_groups_ == 0 || starts_line())) {
         Tok n = peek_tok(1).kind;
-        if (n == Tok::Assign || n == Tok::LBrace || n == Tok::LParen) return;
+        if (n == Tok::Assign || n == Tok::LBrace || n == Tok::LParen || n == Tok::Number || n == Tok::String) break;
       }
+      if (at(Tok::LParen) || at(Tok::LBracket)) ++open_groups_;
+      if ((at(Tok::RParen) || at(Tok::RBracket)) && open_groups_ > 0) --open_groups_;
       advance();
     }
+    open_groups_ = 0;
+  }
+
+  // True when the current token is the first on its line.
+  bool starts_line() const {
+    uint32_t prev_end = pos_ > 0 ? toks_[pos_ - 1].span.end : 0;
+    return text_.substr(prev_end, tok().span.begin - prev_end).find('\n') != std::string_view::npos;
   }
 
   // section = "model" IDENT "{" { entry } "}" | "units" "{" { units_item } "}"
@@ -149,6 +169,9 @@ class Parser {
 
   void close_brace(Span open, const std::string& what) {
     if (got(Tok::RBrace)) return;
+    // At the end of the file every enclosing block is unclosed too; the
+    // innermost one is enough to report.
+    if (at(Tok::Eof) && std::exchange(eof_brace_reported_, true)) return;
     Diagnostic& d = diags_.error(tok().span, fmt::format("expected '}}' to close the {}", what));
     Diagnostics::note(d, open, "to match this '{'");
   }
@@ -165,19 +188,31 @@ class Parser {
     e.key = tok().text;
     e.key_span = tok().span;
     advance();
+    // After an error the entry is kept as Kind::Error, so that the checker
+    // neither reports its key missing nor checks other keys against a guess.
+    auto broken = [&] {
+      e.kind = ast::Entry::Kind::Error;
+      e.span = e.key_span;
+      out.push_back(std::move(e));
+      sync_entry();
+    };
     if (got(Tok::Assign)) {
       e.kind = ast::Entry::Kind::Assign;
-      if (!value(e.value, depth)) {
-        sync_entry();
-        return;
+      // 'world =' with the value forgotten: the next entry's key follows.
+      if (at(Tok::Ident) && (peek_tok(1).kind == Tok::Assign || peek_tok(1).kind == Tok::LBrace)) {
+        diags_.error(toks_[pos_ - 1].span, fmt::format("expected a value after '{} ='", e.key));
+        return broken();
       }
+      // A bad token right after the value was most likely meant to be part of it.
+      if (!value(e.value, depth) || at(Tok::Invalid)) return broken();
     } else if (at(Tok::LBrace)) {
       e.kind = ast::Entry::Kind::Block;
       Span open = tok().span;
       advance();
       if (depth >= kMaxDepth) {
         diags_.error(open, "blocks are nested too deeply");
-        return;
+        skip_block();
+        return broken();
       }
       while (!at(Tok::RBrace) && !at(Tok::Eof)) entry(e.entries, depth + 1);
       close_brace(open, fmt::format("'{}' block", e.key));
@@ -185,18 +220,24 @@ class Parser {
       e.kind = ast::Entry::Kind::Call;
       e.value.kind = ast::Value::Kind::Call;
       e.value.text = e.key;
-      if (!call_args(e.value, depth)) {
-        sync_entry();
-        return;
-      }
+      if (!call_args(e.value, depth) || at(Tok::Invalid)) return broken();
     } else {
-      unexpected("'=', '{' or '('", fmt::format("after '{}'", e.key));
-      sync_entry();
-      return;
+      // 'width 128': the value is there, the '=' is not.
+      bool value_next = at(Tok::Number) || at(Tok::String) || at(Tok::LBracket);
+      unexpected(value_next ? "'='" : "'=', '{' or '('", fmt::format("after '{}'", e.key));
+      return broken();
     }
     e.span = Span::join(e.key_span, toks_[pos_ - 1].span);
     if (e.kind != ast::Entry::Kind::Block) e.value.span = e.kind == ast::Entry::Kind::Call ? e.span : e.value.span;
     out.push_back(std::move(e));
+  }
+
+  // Skips the rest of a block whose '{' was just consumed, through its '}'.
+  void skip_block() {
+    for (int open = 1; open > 0 && !at(Tok::Eof); advance()) {
+      if (at(Tok::LBrace)) ++open;
+      if (at(Tok::RBrace)) --open;
+    }
   }
 
   // value = NUMBER [ ".." NUMBER ] | STRING | IDENT [ "(" args ")" ]
@@ -250,13 +291,15 @@ class Parser {
         v.kind = tuple ? ast::Value::Kind::Tuple : ast::Value::Kind::List;
         Tok close = tuple ? Tok::RParen : Tok::RBracket;
         advance();
+        ++open_groups_;
         while (!at(close)) {
           ast::Value item;
           if (!value(item, depth + 1)) return false;
           v.items.push_back(std::move(item));
           if (!got(Tok::Comma)) break;
         }
-        if (!want(close, tuple ? "in tuple" : "in list")) return false;
+        if (!want_close(close, tuple ? "in tuple" : "in list")) return false;
+        --open_groups_;
         if (tuple && v.items.empty()) {
           diags_.error(Span::join(v.span, toks_[pos_ - 1].span), "empty tuple");
           return false;
@@ -282,7 +325,8 @@ class Parser {
 
   // args = "(" [ arg { "," arg } [ "," ] ] ")"     arg = [ IDENT "=" ] value
   bool call_args(ast::Value& call, int depth) {
-    want(Tok::LParen);
+    if (!want(Tok::LParen)) return false;
+    ++open_groups_;
     while (!at(Tok::RParen)) {
       ast::Arg a;
       if (at(Tok::Ident) && peek_tok(1).kind == Tok::Assign) {
@@ -295,7 +339,9 @@ class Parser {
       call.args.push_back(std::move(a));
       if (!got(Tok::Comma)) break;
     }
-    return want(Tok::RParen, fmt::format("in arguments of '{}'", call.text));
+    if (!want_close(Tok::RParen, fmt::format("in arguments of '{}'", call.text))) return false;
+    --open_groups_;
+    return true;
   }
 
   // units_item = "each" "block" | "group" NUMBER [ "blocks" ] | "min_params" NUMBER
@@ -393,7 +439,7 @@ class Parser {
       u.layers.push_back(l);
       if (!got(Tok::Comma)) break;
     }
-    return want(Tok::RBracket, "in layer list");
+    return want_close(Tok::RBracket, "in layer list");
   }
 
   void sync_units() {
@@ -404,9 +450,12 @@ class Parser {
     }
   }
 
+  std::string_view text_;
   Diagnostics& diags_;
   std::vector<Token> toks_;
   size_t pos_ = 0;
+  int open_groups_ = 0;       // '(' and '[' of the current entry not yet closed
+  bool eof_brace_reported_ = false;
 };
 
 }  // namespace

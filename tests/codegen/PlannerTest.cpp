@@ -1,0 +1,209 @@
+// Planner figures against formulas: parameter counts, flat-parameter padding
+// and alignment, communication bytes per step (ZeRO paper: 3*Psi*b*(W-1)/W for
+// full_shard, 2*Psi*b*(W-1)/W for shard_grad_op and no_shard), model-state
+// bytes (16*Psi/W for mixed-precision AdamW under full_shard), and the effect
+// of each memory knob on the plan.
+#include <gtest/gtest.h>
+
+#include "tests/codegen/PlanTestUtil.h"
+
+namespace fsdpgen::test {
+namespace {
+
+std::string model(int world, const std::string& parallel, const std::string& units = "each block",
+                  const std::string& extra = "") {
+  return fmt::format("model m {{ vocab = 512 context = 64 width = 128 heads = 4 layers = 6 {} }}\n"
+                     "units {{ {} }}\nparallel {{ world = {} {} }}\ntrain {{ micro_batch = 2 }}\n",
+                     extra, units, world, parallel);
+}
+
+TEST(Lower, Gpt2SmallHas124MParametersAndAlignedShards) {
+  Planned p = plan_text("model g { vocab = 50257 context = 1024 width = 768 heads = 12 layers = 12 }\n"
+                        "parallel { world = 8 precision { param = bf16 } }");
+  EXPECT_EQ(p.units.total_params, 124439808);
+  for (const FlatUnit& u : p.units.units) {
+    EXPECT_EQ(u.padded_elems, u.shard_elems * 8);
+    EXPECT_EQ(u.shard_elems * 2 % 256, 0) << u.name;  // 256-byte aligned bf16 shards
+    EXPECT_GE(u.padded_elems, u.param_elems);
+    EXPECT_LT(u.padded_elems - u.param_elems, 8 * 128 + 16 * 16) << u.name;
+    for (const FlatTensor& t : u.tensors) EXPECT_EQ(t.offset_elems % kTensorAlignElems, 0);
+  }
+  // The tied head owns no tensor: the root holds wte, wpe and ln_f only.
+  ASSERT_EQ(p.units.units[0].tensors.size(), 4u);
+  EXPECT_EQ(p.units.units[0].tensors[0].name, "transformer.wte.weight");
+}
+
+TEST(Lower, SegmentsFollowForwardOrder) {
+  Planned p = plan_text(model(2, "", "unit mid [block 2..3] each block"));
+  std::vector<int> units;
+  for (const Segment& s : p.units.segments) units.push_back(s.unit);
+  EXPECT_EQ(units, (std::vector<int>{0, 1, 2, 3, 4, 5, 0}));
+  EXPECT_EQ(p.units.units[3].name, "mid");
+  EXPECT_TRUE(p.units.segments.back().has_loss);
+}
+
+int64_t padded_bytes(const Units& u, int64_t bytes, bool skip_root = false) {
+  int64_t n = 0;
+  for (const FlatUnit& f : u.units)
+    if (!(skip_root && f.index == 0)) n += f.padded_elems * bytes;
+  return n;
+}
+
+int64_t sent(const Schedule& s) {
+  return s.sent_bytes(OpKind::AllGather) + s.sent_bytes(OpKind::ReduceScatter) +
+         s.sent_bytes(OpKind::AllReduce) - (s.units.spec.parallel.shard_group > 1 ? 0 : 0);
+}
+
+// Gradient-norm all-reduce: one fp32 partial per rank of the shard group.
+int64_t norm_bytes(const Schedule& s) {
+  const int64_t S = s.units.spec.parallel.shard_group;
+  return S > 1 ? 2 * 4 * (S - 1) : 0;
+}
+
+TEST(CommBytes, FullShardIsThreePsi) {
+  for (int W : {2, 4, 8, 64}) {
+    // No root: every unit is gathered in forward and again in backward.
+    Planned p = plan_text(model(W, "precision { param = bf16 reduce = bf16 }", "unit first [embed] unit last [final_norm, head] each block",
+                                "tie_embeddings = false"));
+    ASSERT_EQ(p.units.units[0].param_elems, 0);
+    const int64_t psi_b = padded_bytes(p.units, 2);
+    EXPECT_EQ(sent(p.schedule) - norm_bytes(p.schedule), 3 * psi_b / W * (W - 1)) << "world " << W;
+    // With a root unit, the root is gathered once and stays through backward.
+    Planned q = plan_text(model(W, "precision { param = bf16 reduce = bf16 }"));
+    const int64_t root = q.units.units[0].padded_elems * 2;
+    EXPECT_EQ(sent(q.schedule) - norm_bytes(q.schedule), (3 * padded_bytes(q.units, 2) - root) / W * (W - 1));
+  }
+}
+
+TEST(CommBytes, ShardGradOpAndNoShardAreTwoPsi) {
+  for (int W : {2, 4, 8}) {
+    Planned z2 = plan_text(model(W, "sharding = shard_grad_op precision { param = bf16 reduce = bf16 }"));
+    EXPECT_EQ(sent(z2.schedule) - norm_bytes(z2.schedule), 2 * padded_bytes(z2.units, 2) / W * (W - 1));
+    Planned ddp = plan_text(model(W, "sharding = no_shard precision { param = bf16 reduce = bf16 }"));
+    EXPECT_EQ(ddp.schedule.sent_bytes(OpKind::AllGather), 0);
+    EXPECT_EQ(sent(ddp.schedule), 2 * padded_bytes(ddp.units, 2) / W * (W - 1));
+  }
+}
+
+TEST(CommBytes, HybridAllReducesTheShardOncePerStep) {
+  Planned p = plan_text(model(8, "sharding = hybrid_shard shard_group = 4 ranks_per_node = 4 "
+                                 "precision { param = bf16 reduce = bf16 } accumulate { micro_batches = 3 }"));
+  const int64_t psi_b = padded_bytes(p.units, 2);
+  int64_t ar = 0;
+  for (const Op& op : p.schedule.ops)
+    if (op.kind == OpKind::AllReduce && op.unit >= 0) ar += op.sent_bytes();
+  // Shards of size Psi/4 all-reduced over 2 replicas: 2 * (Psi/4) * 1/2 each, once.
+  EXPECT_EQ(ar, psi_b / 4);
+  EXPECT_EQ(p.schedule.sent_bytes(OpKind::ReduceScatter), 3 * psi_b / 4 * 3);
+}
+
+TEST(ModelState, MixedPrecisionAdamWIsSixteenPsiOverW) {
+  for (int W : {1, 2, 8, 64}) {
+    Planned p = plan_text(model(W, "precision { param = bf16 reduce = bf16 master = fp32 }"));
+    int64_t state = 0;
+    for (const Buffer& b : p.schedule.buffers)
+      if (b.kind == BufferKind::ParamShard || b.kind == BufferKind::MasterWeights ||
+          b.kind == BufferKind::OptimizerState || b.kind == BufferKind::GradShard)
+        state += b.bytes;
+    int64_t padded = padded_bytes(p.units, 1);
+    // 2 (bf16 param) + 4 (fp32 master) + 8 (m, v) + 2 (bf16 grad) per element;
+    // world 1 reduces nothing: its fp32 gradients are the unsharded buffer.
+    EXPECT_EQ(state, (W == 1 ? 14 : 16) * padded / W) << "world " << W;
+  }
+}
+
+TEST(Memory, ArenaIsCloseToThePeakAndReuseSaves) {
+  // First fit by size is not always optimal: allow 5% fragmentation.
+  Planned p = plan_text(model(4, ""));
+  EXPECT_GE(p.memory.device_arena_bytes, p.memory.live_peak_bytes);
+  EXPECT_LE(p.memory.device_arena_bytes, p.memory.live_peak_bytes * 105 / 100);
+  EXPECT_LT(p.memory.device_arena_bytes, p.memory.naive_bytes);
+  MemoryPlan off = plan_memory(p.schedule, {256, false});
+  EXPECT_GE(off.device_arena_bytes, p.memory.naive_bytes);
+}
+
+int64_t peak_of(const Planned& p, BufferKind k) { return p.memory.peak_by_kind[static_cast<int>(k)]; }
+
+TEST(Memory, KnobsMoveThePlanTheRightWay) {
+  Planned base = plan_text(model(4, ""));
+  Planned recompute = plan_text(model(4, "recompute = block"));
+  EXPECT_LT(recompute.memory.live_peak_bytes, base.memory.live_peak_bytes);
+  EXPECT_GT(peak_of(recompute, BufferKind::RecomputeScratch), 0);
+  Planned zero2 = plan_text(model(4, "sharding = shard_grad_op"));
+  EXPECT_GT(peak_of(zero2, BufferKind::UnshardedParams), peak_of(base, BufferKind::UnshardedParams));
+  Planned wider = plan_text(model(4, "prefetch { max_inflight = 3 }"));
+  EXPECT_GE(peak_of(wider, BufferKind::UnshardedParams), peak_of(base, BufferKind::UnshardedParams));
+  Planned offload = plan_text(model(4, "offload = cpu"));
+  EXPECT_EQ(peak_of(offload, BufferKind::OptimizerState), 0);
+  EXPECT_GT(offload.memory.host_arena_bytes, 0);
+  Planned more = plan_text(model(16, ""));
+  EXPECT_LT(peak_of(more, BufferKind::OptimizerState), peak_of(base, BufferKind::OptimizerState));
+  Planned flash = plan_text(model(4, ""), {0, true, 0});
+  EXPECT_LT(flash.memory.live_peak_bytes, base.memory.live_peak_bytes);
+}
+
+TEST(Schedule, ForwardPrefetchIssuesTheNextGatherBeforeTheCurrentForward) {
+  Planned p = plan_text(model(2, "prefetch { forward = true backward = none }"));
+  const auto& ops = p.schedule.ops;
+  for (const Op& f : ops) {
+    if (f.kind != OpKind::Forward || f.unit < 1 || f.unit >= 6) continue;
+    bool next_issued = false;
+    for (const Op& ag : ops)
+      if (ag.kind == OpKind::AllGather && ag.unit == f.unit + 1 && ag.id < f.id) next_issued = true;
+    EXPECT_TRUE(next_issued) << "AG u" << f.unit + 1 << " should precede F u" << f.unit;
+  }
+}
+
+TEST(Schedule, BackwardPrefetchPrePostNone) {
+  auto position = [](const Planned& p, OpKind kind, int unit, bool backward_phase) {
+    bool in_bwd = false;
+    for (const Op& op : p.schedule.ops) {
+      if (op.kind == OpKind::Backward) in_bwd = true;
+      if (op.kind == kind && op.unit == unit && in_bwd == backward_phase) return op.id;
+    }
+    return -1;
+  };
+  for (const char* mode : {"pre", "post", "none"}) {
+    Planned p = plan_text(model(2, fmt::format("prefetch {{ forward = false backward = {} }}", mode)));
+    int ag4 = position(p, OpKind::AllGather, 4, true), b5 = position(p, OpKind::Backward, 5, true);
+    int rs5 = position(p, OpKind::ReduceScatter, 5, true), b4 = position(p, OpKind::Backward, 4, true);
+    ASSERT_GE(ag4, 0);
+    if (std::string(mode) == "pre") EXPECT_LT(ag4, b5);
+    if (std::string(mode) == "post") EXPECT_TRUE(b5 < ag4 && ag4 < rs5) << ag4 << " " << b5 << " " << rs5;
+    if (std::string(mode) == "none") EXPECT_TRUE(rs5 < ag4 && ag4 < b4) << ag4 << " " << rs5 << " " << b4;
+  }
+}
+
+TEST(Schedule, RecomputeRunsTheForwardAgainBeforeEachBlockBackward) {
+  Planned p = plan_text(model(2, "recompute = block"));
+  int recomputes = 0;
+  for (const Op& op : p.schedule.ops) {
+    if (op.kind != OpKind::Recompute) continue;
+    ++recomputes;
+    const Op& next = p.schedule.ops[op.id + 1];
+    EXPECT_EQ(next.kind, OpKind::Backward);
+    EXPECT_EQ(next.segment, op.segment);
+  }
+  EXPECT_EQ(recomputes, 6);
+}
+
+TEST(Schedule, AccumulateLastReducesOnlyAfterTheLastMicroBatch) {
+  Planned p = plan_text(model(2, "accumulate { micro_batches = 4 reduce = last }"));
+  for (const Op& op : p.schedule.ops)
+    if (op.kind == OpKind::ReduceScatter) EXPECT_EQ(op.micro_batch, 3);
+  Planned every = plan_text(model(2, "accumulate { micro_batches = 4 reduce = every }"));
+  EXPECT_EQ(every.schedule.sent_bytes(OpKind::ReduceScatter), 4 * p.schedule.sent_bytes(OpKind::ReduceScatter));
+}
+
+TEST(Schedule, Gpt1TAtWorld512Plans) {
+  FrontendResult r = load_spec_file(std::string(FSDPGEN_SOURCE_DIR) + "/specs/gpt-1t.fsdp");
+  ASSERT_TRUE(r.spec);
+  Units u = lower(*r.spec);
+  EXPECT_GT(u.total_params, 1000000000000);
+  Schedule s = build_schedule(u, {0, true, 0});
+  MemoryPlan m = plan_memory(s);
+  EXPECT_GT(m.device_arena_bytes, 0);
+}
+
+}  // namespace
+}  // namespace fsdpgen::test
