@@ -27,12 +27,12 @@ enum class Link { None, Intra, Inter, HostToDevice, DeviceToHost };
 constexpr size_t kLinks = 5;
 
 bool is_compute(OpKind k) {
-  return k == OpKind::Forward || k == OpKind::Recompute || k == OpKind::Backward || k == OpKind::GradNorm ||
-         k == OpKind::OptimizerStep;
+  return k == OpKind::Forward || k == OpKind::Recompute || k == OpKind::Backward ||
+         k == OpKind::GradNorm || k == OpKind::OptimizerStep;
 }
 bool is_comm(OpKind k) {
-  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce || k == OpKind::CopyH2D ||
-         k == OpKind::CopyD2H;
+  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce ||
+         k == OpKind::CopyH2D || k == OpKind::CopyD2H;
 }
 
 // How an op spends its time: `fixed_s`, then `bytes` at `rate` (bytes/s when
@@ -49,7 +49,9 @@ void require(bool ok, const Hardware& hw, std::string_view what) {
   if (!ok) throw std::invalid_argument(fmt::format("hardware '{}' has no {}", hw.name, what));
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 Work collective_work(const Schedule& s, const Op& op, const Hardware& hw) {
   const int64_t n = op.group_size;
@@ -58,26 +60,31 @@ Work collective_work(const Schedule& s, const Op& op, const Hardware& hw) {
   const GroupPlacement g = group_placement(p, op.group, n);
   const bool inter = g.nodes > 1;
   const double steps = static_cast<double>(n - 1), inter_steps = static_cast<double>(g.nodes - 1);
-  const double hops_s = (steps - inter_steps) * hw.intra_node.hop_latency_s + inter_steps * hw.inter_node.hop_latency_s;
+  const double hops_s = (steps - inter_steps) * hw.intra_node.hop_latency_s +
+                        inter_steps * hw.inter_node.hop_latency_s;
   double busbw = hw.intra_node.busbw_bytes_per_s;
   if (inter) {
-    const double node_share = static_cast<double>(g.ranks_per_node) / static_cast<double>(std::max<int64_t>(1, p.ranks_per_node));
+    const double node_share = static_cast<double>(g.ranks_per_node) /
+                              static_cast<double>(std::max<int64_t>(1, p.ranks_per_node));
     busbw = std::min(busbw, hw.inter_node.busbw_bytes_per_s * std::min(1.0, node_share));
   }
   require(busbw > 0, hw, inter ? "inter-node bus bandwidth" : "intra-node bus bandwidth");
   const double ring_bytes = static_cast<double>(op.payload_bytes) * steps / static_cast<double>(n);
   const double passes = op.kind == OpKind::AllReduce ? 2 : 1;  // reduce-scatter then all-gather
-  return {hw.collective_base_latency_s + passes * hops_s, passes * ring_bytes, busbw, inter ? Link::Inter : Link::Intra};
+  return {hw.collective_base_latency_s + passes * hops_s, passes * ring_bytes, busbw,
+          inter ? Link::Inter : Link::Intra};
 }
 
 Work compute_work(const Schedule& s, const Op& op, const Hardware& hw) {
   Work w;
   w.fixed_s = hw.launch_overhead_s;
-  const bool gemm = op.kind == OpKind::Forward || op.kind == OpKind::Recompute || op.kind == OpKind::Backward;
+  const bool gemm =
+      op.kind == OpKind::Forward || op.kind == OpKind::Recompute || op.kind == OpKind::Backward;
   if (op.flops > 0) {
     if (gemm) {
       const DType d = s.units.spec.parallel.precision.param;
-      require(hw.peak_flops(d) > 0 && hw.gemm_max_efficiency > 0, hw, fmt::format("{} compute rate", to_string(d)));
+      require(hw.peak_flops(d) > 0 && hw.gemm_max_efficiency > 0, hw,
+              fmt::format("{} compute rate", to_string(d)));
       const double per_gemm = op.flops / (kGemmsPerForward * (op.kind == OpKind::Backward ? 2 : 1));
       w.fixed_s += op.flops / (hw.peak_flops(d) * hw.gemm_efficiency(per_gemm));
     } else {
@@ -104,29 +111,42 @@ Work op_work(const Schedule& s, const Op& op, const Hardware& hw) {
   switch (op.kind) {
     case OpKind::AllGather:
     case OpKind::ReduceScatter:
-    case OpKind::AllReduce: return collective_work(s, op, hw);
+    case OpKind::AllReduce:
+      return collective_work(s, op, hw);
     case OpKind::CopyH2D:
-    case OpKind::CopyD2H: return copy_work(op, hw);
-    case OpKind::Free: return {};
-    default: return compute_work(s, op, hw);
+    case OpKind::CopyD2H:
+      return copy_work(op, hw);
+    case OpKind::Forward:
+    case OpKind::Recompute:
+    case OpKind::Backward:
+    case OpKind::GradNorm:
+    case OpKind::OptimizerStep:
+      return compute_work(s, op, hw);
+    case OpKind::Free:
+      return {};
   }
+  return {};
 }
 
 void check_well_formed(const Schedule& s) {
   const int n = static_cast<int>(s.ops.size());
   for (int i = 0; i < n; ++i) {
     const Op& op = s.ops[i];
-    if (op.id != i) throw std::logic_error(fmt::format("cost: op at position {} has id {}", i, op.id));
+    if (op.id != i)
+      throw std::logic_error(fmt::format("cost: op at position {} has id {}", i, op.id));
     for (int d : op.deps)
-      if (d < 0 || d >= n || d == i) throw std::logic_error(fmt::format("cost: op #{} depends on #{}", i, d));
+      if (d < 0 || d >= n || d == i)
+        throw std::logic_error(fmt::format("cost: op #{} depends on #{}", i, d));
   }
 }
 
 // Runs the streams; returns each op's [start, end) in seconds.
-std::vector<std::pair<double, double>> simulate(const Schedule& s, const std::vector<Work>& work, bool share_links) {
+std::vector<std::pair<double, double>> simulate(const Schedule& s, const std::vector<Work>& work,
+                                                bool share_links) {
   const size_t n = s.ops.size();
   std::vector<std::vector<int>> queue(kStreamNames.size());
-  for (const Op& op : s.ops) queue[static_cast<size_t>(op.stream)].push_back(op.id);
+  for (const Op& op : s.ops)
+    queue[static_cast<size_t>(op.stream)].push_back(op.id);
   std::vector<size_t> head(queue.size(), 0);
   std::vector<int> busy(queue.size(), -1);  // op running on each stream
   std::vector<char> done(n, 0);
@@ -135,7 +155,8 @@ std::vector<std::pair<double, double>> simulate(const Schedule& s, const std::ve
   size_t finished = 0;
   double t = 0;
   auto ready = [&](int i) {
-    return std::all_of(s.ops[i].deps.begin(), s.ops[i].deps.end(), [&](int d) { return done[d] != 0; });
+    return std::all_of(s.ops[i].deps.begin(), s.ops[i].deps.end(),
+                       [&](int d) { return done[d] != 0; });
   };
   while (finished < n) {
     // Start what can start now; ops of zero length end at once and may let others start.
@@ -162,7 +183,8 @@ std::vector<std::pair<double, double>> simulate(const Schedule& s, const std::ve
       for (size_t st = 0; st < queue.size() && blocked < 0; ++st)
         if (head[st] < queue[st].size()) blocked = queue[st][head[st]];
       throw std::logic_error(
-          fmt::format("cost: the schedule deadlocks at {} (#{}): a dependency cycle", s.ops[blocked].label(), blocked));
+          fmt::format("cost: the schedule deadlocks at {} (#{}): a dependency cycle",
+                      s.ops[blocked].label(), blocked));
     }
     // Transfer rates until the next event.
     std::array<int, kLinks> sharing{};
@@ -192,7 +214,8 @@ std::vector<std::pair<double, double>> simulate(const Schedule& s, const std::ve
     });
   }
   std::vector<std::pair<double, double>> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = {start[i], end[i]};
+  for (size_t i = 0; i < n; ++i)
+    out[i] = {start[i], end[i]};
   return out;
 }
 
@@ -214,7 +237,8 @@ Intervals merged(Intervals v) {
 
 double length(const Intervals& v) {
   double sum = 0;
-  for (const auto& [a, b] : v) sum += b - a;
+  for (const auto& [a, b] : v)
+    sum += b - a;
   return sum;
 }
 
@@ -231,8 +255,17 @@ double overlap(const Intervals& a, const Intervals& b) {
   return sum;
 }
 
-std::string gb(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
-std::string pct(double x) { return fmt::format("{:.1f}%", 100 * x); }
+std::string gb(double bytes) {
+  return fmt::format("{:.2f} GB", bytes / 1e9);
+}
+// TFLOPS, or GFLOPS below one TFLOPS (CPUs).
+std::string flops_rate(double tflops) {
+  return tflops >= 1 ? fmt::format("{:.1f} TFLOPS", tflops)
+                     : fmt::format("{:.1f} GFLOPS", tflops * 1e3);
+}
+std::string pct(double x) {
+  return fmt::format("{:.1f}%", 100 * x);
+}
 
 }  // namespace
 
@@ -245,7 +278,8 @@ GroupPlacement group_placement(const ParallelSpec& p, CommGroup g, int64_t ranks
     out.nodes = std::max<int64_t>(2, ceil_div(ranks, per_node));
   };
   switch (g) {
-    case CommGroup::None: break;
+    case CommGroup::None:
+      break;
     case CommGroup::Shard:  // contiguous ranks; a group no larger than a node may straddle two
       if (!shard_group_intra_node(p)) spread(ranks > node ? node : (ranks + 1) / 2);
       break;
@@ -259,7 +293,9 @@ GroupPlacement group_placement(const ParallelSpec& p, CommGroup g, int64_t ranks
   return out;
 }
 
-double op_seconds(const Schedule& s, const Op& op, const Hardware& hw) { return op_work(s, op, hw).seconds(); }
+double op_seconds(const Schedule& s, const Op& op, const Hardware& hw) {
+  return op_work(s, op, hw).seconds();
+}
 
 Timeline predict(const Schedule& s, const Hardware& hw, const CostOptions& options) {
   check_well_formed(s);
@@ -270,7 +306,8 @@ Timeline predict(const Schedule& s, const Hardware& hw, const CostOptions& optio
     work.push_back(op_work(s, op, hw));
     const Work& w = work.back();
     if (!std::isfinite(w.seconds()) || w.fixed_s < 0 || w.bytes < 0)
-      throw std::invalid_argument(fmt::format("cost: {} (#{}) has no finite duration on '{}'", op.label(), op.id, hw.name));
+      throw std::invalid_argument(
+          fmt::format("cost: {} (#{}) has no finite duration on '{}'", op.label(), op.id, hw.name));
   }
   const auto spans = simulate(s, work, options.share_links);
 
@@ -299,7 +336,8 @@ Timeline predict(const Schedule& s, const Hardware& hw, const CostOptions& optio
   t.comm_ms = length(comm) * 1e3;
   t.exposed_comm_ms = (length(comm) - overlap(comm, compute)) * 1e3;
 
-  const double rank_tokens = static_cast<double>(s.micro_batch * spec.parallel.accumulate.micro_batches * spec.model.context);
+  const double rank_tokens = static_cast<double>(
+      s.micro_batch * spec.parallel.accumulate.micro_batches * spec.model.context);
   t.tokens_per_step = rank_tokens * static_cast<double>(spec.parallel.world);
   t.model_flops_per_rank = model_flops_per_token(spec.model) * rank_tokens;
   if (t.step_ms > 0) {
@@ -318,20 +356,30 @@ Timeline predict(const Schedule& s, const Hardware& hw, const CostOptions& optio
 std::string print_timeline(const Schedule& s, const Timeline& t) {
   const Spec& spec = s.units.spec;
   const ParallelSpec& p = spec.parallel;
-  std::string out = fmt::format("predicted step of {} on {}: {:.1f} ms\n", spec.model.name, t.hardware, t.step_ms);
-  out += fmt::format("  tokens          {:.0f} per step ({} ranks x {} micro-batch{} of {} x {}), {:.0f} tokens/s\n",
-                     t.tokens_per_step, p.world, p.accumulate.micro_batches,
-                     p.accumulate.micro_batches == 1 ? "" : "es", s.micro_batch, spec.model.context, t.tokens_per_s);
-  out += fmt::format("  per GPU         {:.1f} model TFLOPS (MFU {} of {:.1f} {}), {:.1f} hardware TFLOPS (HFU {})\n",
-                     t.model_tflops, pct(t.mfu), t.peak_tflops, to_string(t.dtype), t.hardware_tflops, pct(t.hfu));
+  std::string out = fmt::format("predicted step of {} on {}: {:.1f} ms\n", spec.model.name,
+                                t.hardware, t.step_ms);
+  out += fmt::format(
+      "  tokens          {:.0f} per step ({} ranks x {} micro-batch{} of {} x {}), {:.0f} "
+      "tokens/s\n",
+      t.tokens_per_step, p.world, p.accumulate.micro_batches,
+      p.accumulate.micro_batches == 1 ? "" : "es", s.micro_batch, spec.model.context,
+      t.tokens_per_s);
+  out += fmt::format("  per GPU         model {} (MFU {} of {} {} peak), hardware {} (HFU {})\n",
+                     flops_rate(t.model_tflops), pct(t.mfu), flops_rate(t.peak_tflops),
+                     to_string(t.dtype), flops_rate(t.hardware_tflops), pct(t.hfu));
   const double step = t.step_ms > 0 ? t.step_ms : 1;
-  out += fmt::format("  compute         {:.1f} ms busy ({} of the step)\n", t.compute_ms, pct(t.compute_ms / step));
-  out += fmt::format("  communication   {:.1f} ms busy, {:.1f} ms exposed ({} of the step); {} sent per rank", t.comm_ms,
-                     t.exposed_comm_ms, pct(t.exposed_comm_ms / step), gb(static_cast<double>(t.comm_bytes)));
-  if (t.copy_bytes > 0) out += fmt::format(", {} copied to or from the host", gb(static_cast<double>(t.copy_bytes)));
+  out += fmt::format("  compute         {:.1f} ms busy ({} of the step)\n", t.compute_ms,
+                     pct(t.compute_ms / step));
+  out += fmt::format(
+      "  communication   {:.1f} ms busy, {:.1f} ms exposed ({} of the step); {} sent per rank",
+      t.comm_ms, t.exposed_comm_ms, pct(t.exposed_comm_ms / step),
+      gb(static_cast<double>(t.comm_bytes)));
+  if (t.copy_bytes > 0)
+    out += fmt::format(", {} copied to or from the host", gb(static_cast<double>(t.copy_bytes)));
   out += "\n  streams busy   ";
   for (size_t st = 0; st < t.stream_busy_ms.size(); ++st)
-    if (t.stream_busy_ms[st] > 0) out += fmt::format(" {} {:.1f} ms", kStreamNames[st], t.stream_busy_ms[st]);
+    if (t.stream_busy_ms[st] > 0)
+      out += fmt::format(" {} {:.1f} ms", kStreamNames[st], t.stream_busy_ms[st]);
   out += "\n";
   return out;
 }
@@ -340,18 +388,27 @@ std::string trace_json(const Schedule& s, const Timeline& t) {
   using nlohmann::ordered_json;
   const Spec& spec = s.units.spec;
   ordered_json events = ordered_json::array();
-  events.push_back({{"name", "process_name"},
-                    {"ph", "M"},
-                    {"pid", 0},
-                    {"args", {{"name", fmt::format("fsdpgen {} on {} (predicted)", spec.model.name, t.hardware)}}}});
+  events.push_back(
+      {{"name", "process_name"},
+       {"ph", "M"},
+       {"pid", 0},
+       {"args",
+        {{"name", fmt::format("fsdpgen {} on {} (predicted)", spec.model.name, t.hardware)}}}});
   std::vector<bool> used(kStreamNames.size(), false);
-  for (const Op& op : s.ops) used[static_cast<size_t>(op.stream)] = true;
+  for (const Op& op : s.ops)
+    used[static_cast<size_t>(op.stream)] = true;
   for (size_t st = 0; st < used.size(); ++st) {
     if (!used[st]) continue;
     const int tid = static_cast<int>(st);
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid},
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", tid},
                       {"args", {{"name", std::string(kStreamNames[st])}}}});
-    events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 0}, {"tid", tid},
+    events.push_back({{"name", "thread_sort_index"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", tid},
                       {"args", {{"sort_index", tid}}}});
   }
   for (const Op& op : s.ops) {

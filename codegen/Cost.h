@@ -1,18 +1,20 @@
 // Cost: Schedule x Hardware -> Timeline, the predicted start and end of
 // every op of one step (DESIGN §6). Each stream runs its ops in issue order;
 // an op starts when the op before it on its stream and all its deps have
-// finished. Durations:
-//   F, RECOMPUTE, B   launch + flops / (peak[param dtype] * eff(flops per GEMM)) + memory_bytes / bandwidth
-//   GRADNORM, OPT     launch + flops / peak[fp32] + memory_bytes / bandwidth (host memory on the host stream)
-//   AG, RS            base + hops + payload * (n-1)/n / busbw            (ring, Thakur et al. 2005)
-//   AR                base + 2 * (hops + payload * (n-1)/n / busbw)
-//   H2D, D2H          launch + bytes / host link bandwidth
-//   FREE              0
-// where hops = (n-1 - (nodes-1)) * intra hop latency + (nodes-1) * inter hop
-// latency (NCCL's ring model), and a group spanning nodes uses the inter-node
-// busbw scaled by the share of each node's ranks the group holds (its
-// members on a node share that node's NICs with the other groups). Ops that
-// move bytes over the same link class at the same time split its bandwidth.
+// finished. Durations (launch = per-op overhead, n = group size):
+//   F, RECOMPUTE, B  launch + flops / (peak[param dtype] * eff(flops per GEMM))
+//                    + memory_bytes / memory bandwidth
+//   GRADNORM, OPT    launch + flops / peak[fp32] + memory_bytes / memory bandwidth
+//                    (host memory bandwidth on the host stream)
+//   AG, RS           base + hops + payload * (n-1)/n / busbw   (ring: Thakur et al., 2005)
+//   AR               base + 2 * (hops + payload * (n-1)/n / busbw)
+//   H2D, D2H         launch + bytes / host link bandwidth
+//   FREE             0
+// where hops = (n-1 - (nodes-1)) * intra-node hop latency + (nodes-1) *
+// inter-node hop latency (NCCL's ring model), and a group spanning nodes
+// gets the inter-node busbw scaled by its share of each node's ranks (its
+// members on a node share the node's NICs with the other groups). Transfers
+// over the same link class at the same time split its bandwidth.
 #pragma once
 
 #include <cstdint>
@@ -31,11 +33,11 @@ struct OpTime {
 };
 
 struct Timeline {
-  std::string hardware;     // Hardware::name
+  std::string hardware;       // Hardware::name
   DType dtype = DType::FP32;  // the param dtype compute ran in
-  double peak_tflops = 0;   // the hardware's dense peak for that dtype
-  std::vector<OpTime> ops;  // indexed like Schedule::ops
-  double step_ms = 0;       // end of the last op (the step starts at 0)
+  double peak_tflops = 0;     // the hardware's dense peak for that dtype
+  std::vector<OpTime> ops;    // indexed like Schedule::ops
+  double step_ms = 0;         // end of the last op (the step starts at 0)
 
   // Busy time: the measure of the union of the ops' intervals. Compute ops
   // are F, RECOMPUTE, B, GRADNORM and OPT; communication ops AG, RS, AR, H2D

@@ -55,14 +55,14 @@ Hardware a100(std::string name, std::string description, int64_t memory_mib, dou
   // Large bf16 GEMMs reach ~0.88 of peak (~275 TFLOPS); GEMMs are ~93% of a
   // large GPT block's time: 0.88 * 0.93 = 0.82, rounded down.
   h.gemm_max_efficiency = 0.80;
-  h.gemm_half_flops = 1.0e9;  // 3.5 us at ~275 TFLOPS
+  h.gemm_half_flops = 1.0e9;           // 3.5 us at ~275 TFLOPS
   h.memory_bytes = memory_mib * kMiB;  // nvidia-smi's total
   h.memory_bytes_per_s = kStreamFraction * hbm_gb_per_s * kGB;
   // nccl-tests all_reduce busbw on one 8-GPU node: 230.8 GB/s at 1 GiB on a
-  // p4dn (NVIDIA/nccl#527); NCCL's tuning model caps sm80 rings at 235 GB/s.
+  // p4d node (NVIDIA/nccl#527); NCCL's tuning model caps sm80 rings at 235 GB/s.
   h.intra_node = {235 * kGB, 0.6 * kUs};
   // p4d/p4de: 4 x 100 Gb/s EFA = 50 GB/s per node; 80% of it is 40 GB/s.
-  // (NVIDIA/nccl#527 measured as little as 30 GB/s on 3-4 p4dn nodes with
+  // (NVIDIA/nccl#527 measured as little as 30 GB/s on 3-4 p4d nodes with
   // NCCL 2.9.9.) EFA's latency is above InfiniBand's: we take NCCL's
   // Simple-protocol network hop, 9.6 us.
   h.inter_node = {40 * kGB, 9.6 * kUs};
@@ -123,9 +123,9 @@ Hardware cpu() {
   // Single-threaded OpenBLAS sgemm reaches ~80% on large matrices; the
   // element-wise and attention kernels are plain loops: take half of peak.
   h.gemm_max_efficiency = 0.5;
-  h.gemm_half_flops = 2e6;  // packing and call overhead, ~50 us at 40 GFLOP/s
+  h.gemm_half_flops = 2e6;            // packing and call overhead, ~50 us at 40 GFLOP/s
   h.memory_bytes = 12 * 1024 * kMiB;  // half of a 24 GiB machine per rank
-  h.memory_bytes_per_s = 10 * kGB;  // one core's STREAM bandwidth, low end
+  h.memory_bytes_per_s = 10 * kGB;    // one core's STREAM bandwidth, low end
   // MPI over shared memory: each ring step is two memcpys (~10 GB/s each),
   // and the comm thread shares the core with compute.
   h.intra_node = {4 * kGB, 1 * kUs};
@@ -141,35 +141,45 @@ Hardware cpu() {
 std::vector<Hardware> build_known() {
   std::vector<Hardware> all = {
       // A100 80GB SXM4: 2039 GB/s HBM2e (datasheet); nvidia-smi reports 81920 MiB.
-      a100("a100-80g", "NVIDIA A100 SXM4 80GB, 8 per node (NVLink 3), 4 x 100 Gb/s EFA per node (AWS p4de)",
+      a100("a100-80g",
+           "NVIDIA A100 SXM4 80GB, 8 per node (NVLink 3), 4 x 100 Gb/s EFA per node (AWS p4de)",
            81920, 2039),
       // A100 40GB SXM4: 1555 GB/s HBM2 (datasheet); 40960 MiB.
-      a100("a100-40g", "NVIDIA A100 SXM4 40GB, 8 per node (NVLink 3), 4 x 100 Gb/s EFA per node (AWS p4d)",
+      a100("a100-40g",
+           "NVIDIA A100 SXM4 40GB, 8 per node (NVLink 3), 4 x 100 Gb/s EFA per node (AWS p4d)",
            40960, 1555),
       // H100 SXM5: 80 GB HBM3 at 3.35 TB/s (datasheet); nvidia-smi reports 81559 MiB.
       // Large GEMMs ~0.78 of peak (~770 TFLOPS); GEMMs ~88% of a large block: 0.69.
-      hopper("h100-sxm", "NVIDIA H100 SXM5 80GB, 8 per node (NVLink 4), 8 x 400 Gb/s InfiniBand per node",
+      hopper("h100-sxm",
+             "NVIDIA H100 SXM5 80GB, 8 per node (NVLink 4), 8 x 400 Gb/s InfiniBand per node",
              81559, 3350, 0.68),
       // H200: 141 GB HBM3e at 4.8 TB/s (datasheet); nvidia-smi reports 143771 MiB.
       // Same GEMM rate as the H100 (bf16 GEMMs of ~790 TFLOPS are reported on
       // H200s); more bandwidth shrinks the non-GEMM share to ~9%: 0.78 * 0.91 = 0.71.
-      hopper("h200", "NVIDIA H200 SXM 141GB, 8 per node (NVLink 4), 8 x 400 Gb/s InfiniBand per node", 143771,
-             4800, 0.70),
+      hopper("h200",
+             "NVIDIA H200 SXM 141GB, 8 per node (NVLink 4), 8 x 400 Gb/s InfiniBand per node",
+             143771, 4800, 0.70),
       cpu(),
   };
-  std::sort(all.begin(), all.end(), [](const Hardware& a, const Hardware& b) { return a.name < b.name; });
+  std::sort(all.begin(), all.end(),
+            [](const Hardware& a, const Hardware& b) { return a.name < b.name; });
   return all;
 }
 
-std::string gb(double bytes) { return fmt::format("{:.1f} GB", bytes / kGB); }
+std::string gb(double bytes) {
+  return fmt::format("{:.1f} GB", bytes / kGB);
+}
 
 }  // namespace
 
 double Hardware::peak_flops(DType d) const {
   switch (d) {
-    case DType::BF16: return peak_bf16_flops;
-    case DType::FP16: return peak_fp16_flops;
-    case DType::FP32: return peak_fp32_flops;
+    case DType::BF16:
+      return peak_bf16_flops;
+    case DType::FP16:
+      return peak_fp16_flops;
+    case DType::FP32:
+      return peak_fp32_flops;
   }
   return peak_fp32_flops;
 }
@@ -186,7 +196,8 @@ const std::vector<Hardware>& known_hardware() {
 
 std::vector<std::string_view> hardware_names() {
   std::vector<std::string_view> names;
-  for (const Hardware& h : known_hardware()) names.push_back(h.name);
+  for (const Hardware& h : known_hardware())
+    names.push_back(h.name);
   return names;
 }
 
@@ -214,19 +225,21 @@ std::string unknown_hardware_error(std::string_view name) {
 
 std::string print_hardware(const Hardware& h) {
   std::string out = fmt::format("hardware {}: {}\n", h.name, h.description);
-  out += fmt::format("  peak dense    bf16 {:.1f}, fp16 {:.1f}, fp32 {:.1f} TFLOPS\n", h.peak_bf16_flops / kTFLOPS,
-                     h.peak_fp16_flops / kTFLOPS, h.peak_fp32_flops / kTFLOPS);
-  out += fmt::format("  efficiency    {:.2f} * f / (f + {:.3g}) per GEMM of f FLOPs\n", h.gemm_max_efficiency,
-                     h.gemm_half_flops);
-  out += fmt::format("  memory        {} at {}/s\n", gb(static_cast<double>(h.memory_bytes)), gb(h.memory_bytes_per_s));
-  out += fmt::format("  intra-node    busbw {}/s, {:.1f} us per hop\n", gb(h.intra_node.busbw_bytes_per_s),
-                     h.intra_node.hop_latency_s / kUs);
-  out += fmt::format("  inter-node    busbw {}/s, {:.1f} us per hop\n", gb(h.inter_node.busbw_bytes_per_s),
-                     h.inter_node.hop_latency_s / kUs);
+  out += fmt::format("  peak dense    bf16 {:.1f}, fp16 {:.1f}, fp32 {:.1f} TFLOPS\n",
+                     h.peak_bf16_flops / kTFLOPS, h.peak_fp16_flops / kTFLOPS,
+                     h.peak_fp32_flops / kTFLOPS);
+  out += fmt::format("  efficiency    {:.2f} * f / (f + {:.3g}) per GEMM of f FLOPs\n",
+                     h.gemm_max_efficiency, h.gemm_half_flops);
+  out += fmt::format("  memory        {} at {}/s\n", gb(static_cast<double>(h.memory_bytes)),
+                     gb(h.memory_bytes_per_s));
+  out += fmt::format("  intra-node    busbw {}/s, {:.1f} us per hop\n",
+                     gb(h.intra_node.busbw_bytes_per_s), h.intra_node.hop_latency_s / kUs);
+  out += fmt::format("  inter-node    busbw {}/s, {:.1f} us per hop\n",
+                     gb(h.inter_node.busbw_bytes_per_s), h.inter_node.hop_latency_s / kUs);
   out += fmt::format("  fixed costs   {:.1f} us per collective, {:.1f} us per op\n",
                      h.collective_base_latency_s / kUs, h.launch_overhead_s / kUs);
-  out += fmt::format("  host          link {}/s per direction, memory {}/s\n", gb(h.host_link_bytes_per_s),
-                     gb(h.host_memory_bytes_per_s));
+  out += fmt::format("  host          link {}/s per direction, memory {}/s\n",
+                     gb(h.host_link_bytes_per_s), gb(h.host_memory_bytes_per_s));
   return out;
 }
 

@@ -43,14 +43,15 @@ struct Hardware {
   double gemm_max_efficiency = 0;
   double gemm_half_flops = 0;
 
-  int64_t memory_bytes = 0;        // device memory capacity
-  double memory_bytes_per_s = 0;   // achievable device memory bandwidth (memory-bound ops)
-  Link intra_node;                 // ranks of one node (NVLink, or shared memory on a CPU)
-  Link inter_node;                 // across nodes: busbw of a ring whose every node has ranks_per_node members
+  int64_t memory_bytes = 0;       // device memory capacity
+  double memory_bytes_per_s = 0;  // achievable device memory bandwidth (memory-bound ops)
+  Link intra_node;                // ranks of one node (NVLink, or shared memory on a CPU)
+  Link inter_node;  // across nodes: busbw of a ring whose every node has ranks_per_node members
   double collective_base_latency_s = 0;  // fixed cost of one collective call
   double host_link_bytes_per_s = 0;      // host <-> device copies (offload), per direction
-  double host_memory_bytes_per_s = 0;    // this rank's share of host memory bandwidth (host optimizer)
-  double launch_overhead_s = 0;          // fixed cost of every compute, memory-bound or copy op
+  double host_memory_bytes_per_s =
+      0;                         // this rank's share of host memory bandwidth (host optimizer)
+  double launch_overhead_s = 0;  // fixed cost of every compute, memory-bound or copy op
 
   // Dense peak for computing in `d`.
   double peak_flops(DType d) const;

@@ -52,8 +52,9 @@ struct Common {
   }
 
   // Runs the passes; prints the diagnostics; empty when the spec has errors.
-  std::optional<Pipeline> run() const {
+  std::optional<Pipeline> run(bool frontend_only = false) const {
     PipelineOptions o;
+    o.frontend_only = frontend_only;
     o.overrides.world = world;
     o.overrides.micro_batch = micro_batch;
     o.time_passes = time_passes;
@@ -65,7 +66,7 @@ struct Common {
 };
 
 int run_check(const Common& c, bool dump) {
-  auto p = c.run();
+  auto p = c.run(true);
   if (!p) return kExitSpecError;
   const Spec& s = *p->spec;
   if (dump) {

@@ -35,7 +35,7 @@ Pipeline run_pipeline(const std::string& spec_path, const PipelineOptions& optio
     p.diagnostics = std::move(r.diagnostics);
     p.spec = std::move(r.spec);
   }
-  if (!p.spec) return p;
+  if (!p.spec || options.frontend_only) return p;
   {
     PassTimer timer(t, "lower");
     p.units = lower(*p.spec);

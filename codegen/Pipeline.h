@@ -18,6 +18,7 @@ struct PipelineOptions {
   SpecOverrides overrides;
   ScheduleOptions schedule;
   bool time_passes = false;
+  bool frontend_only = false;  // `fsdpgen check`: stop after the spec is checked
 };
 
 struct Pipeline {

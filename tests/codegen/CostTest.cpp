@@ -90,7 +90,8 @@ TEST(Cost, TwoStreamsOverlapAndExposedCommunication) {
   Schedule s = empty_schedule(2, 2, 2);
   int ag0 = collective(s, OpKind::AllGather, StreamId::AllGather, 4);
   int f0 = compute(s, OpKind::Forward, 10, {ag0});
-  int ag1 = collective(s, OpKind::AllGather, StreamId::AllGather, 4);  // prefetched: hidden under f0
+  int ag1 =
+      collective(s, OpKind::AllGather, StreamId::AllGather, 4);  // prefetched: hidden under f0
   int f1 = compute(s, OpKind::Forward, 10, {ag1});
   int rs = collective(s, OpKind::ReduceScatter, StreamId::ReduceScatter, 4, {f1});
   int fr = add(s, OpKind::Free, StreamId::Compute, {rs});
@@ -124,9 +125,12 @@ TEST(Cost, PartlyHiddenCommunicationCountsOnlyTheUncoveredPart) {
 TEST(Cost, DependencyDelaysAnOpPastItsStream) {
   Schedule s = empty_schedule(2, 2, 2);
   int f = compute(s, OpKind::Forward, 7);
-  int free_rs = collective(s, OpKind::ReduceScatter, StreamId::ReduceScatter, 1);  // no deps: starts at 0
-  int rs = collective(s, OpKind::ReduceScatter, StreamId::ReduceScatter, 2, {f});  // waits for f, not just free_rs
-  int after = compute(s, OpKind::Backward, 1, {rs});  // waits for rs although compute is idle from 7
+  int free_rs =
+      collective(s, OpKind::ReduceScatter, StreamId::ReduceScatter, 1);  // no deps: starts at 0
+  int rs = collective(s, OpKind::ReduceScatter, StreamId::ReduceScatter, 2,
+                      {f});  // waits for f, not just free_rs
+  int after =
+      compute(s, OpKind::Backward, 1, {rs});  // waits for rs although compute is idle from 7
   Timeline t = predict(s, toy_hardware());
   EXPECT_NEAR(t.ops[free_rs].start_ms, 0, kTol);
   EXPECT_NEAR(t.ops[free_rs].end_ms, 1, kTol);
@@ -175,10 +179,13 @@ TEST(Cost, RingFormulaInsideANode) {
   Schedule s = empty_schedule(8, 8, 8);
   const Hardware h = ring_hardware();
   // 5 us + 7 hops * 1 us + 8e8 * 7/8 B / 100 GB/s = 7.012 ms
-  EXPECT_NEAR(op_seconds(s, ring_op(OpKind::AllGather, CommGroup::Shard, 8, 800'000'000), h), 7.012e-3, 1e-12);
-  EXPECT_NEAR(op_seconds(s, ring_op(OpKind::ReduceScatter, CommGroup::Shard, 8, 800'000'000), h), 7.012e-3, 1e-12);
+  EXPECT_NEAR(op_seconds(s, ring_op(OpKind::AllGather, CommGroup::Shard, 8, 800'000'000), h),
+              7.012e-3, 1e-12);
+  EXPECT_NEAR(op_seconds(s, ring_op(OpKind::ReduceScatter, CommGroup::Shard, 8, 800'000'000), h),
+              7.012e-3, 1e-12);
   // All-reduce: twice the hops and bytes, one base latency: 5 us + 14 us + 14 ms.
-  EXPECT_NEAR(op_seconds(s, ring_op(OpKind::AllReduce, CommGroup::Shard, 8, 800'000'000), h), 14.019e-3, 1e-12);
+  EXPECT_NEAR(op_seconds(s, ring_op(OpKind::AllReduce, CommGroup::Shard, 8, 800'000'000), h),
+              14.019e-3, 1e-12);
 }
 
 TEST(Cost, RingFormulaAcrossNodes) {
@@ -190,7 +197,8 @@ TEST(Cost, RingFormulaAcrossNodes) {
   EXPECT_EQ(g.nodes, 2);
   EXPECT_EQ(g.ranks_per_node, 8);
   // 5 us + 14 * 1 us + 1 * 10 us + 1.6e9 * 15/16 B / 20 GB/s = 75.029 ms
-  EXPECT_NEAR(op_seconds(s, ring_op(OpKind::AllGather, CommGroup::Shard, 16, 1'600'000'000), h), 75.029e-3, 1e-12);
+  EXPECT_NEAR(op_seconds(s, ring_op(OpKind::AllGather, CommGroup::Shard, 16, 1'600'000'000), h),
+              75.029e-3, 1e-12);
   // Predicting a one-op schedule gives the same.
   s.ops.push_back(ring_op(OpKind::AllGather, CommGroup::Shard, 16, 1'600'000'000));
   EXPECT_NEAR(predict(s, h).step_ms, 75.029, 1e-9);
@@ -206,7 +214,8 @@ TEST(Cost, ReplicaGroupOfOneRankPerNodeGetsItsShareOfTheNics) {
   EXPECT_EQ(g.nodes, 2);
   EXPECT_EQ(g.ranks_per_node, 1);
   // 5 us + 2 * 10 us + 2 * 1e8 * 1/2 B / (20 GB/s / 8) = 40.025 ms
-  EXPECT_NEAR(op_seconds(s, ring_op(OpKind::AllReduce, CommGroup::Replica, 2, 100'000'000), h), 40.025e-3, 1e-12);
+  EXPECT_NEAR(op_seconds(s, ring_op(OpKind::AllReduce, CommGroup::Replica, 2, 100'000'000), h),
+              40.025e-3, 1e-12);
   // The shard group sits inside a node.
   EXPECT_EQ(group_placement(s.units.spec.parallel, CommGroup::Shard, 8).nodes, 1);
 }
@@ -360,9 +369,10 @@ TEST(Hardware, LookupByName) {
 }
 
 TEST(Hardware, UnknownNameSuggestsAndListsChoices) {
-  EXPECT_EQ(unknown_hardware_error("h100-smx"),
-            "unknown hardware 'h100-smx'; did you mean 'h100-sxm'? known: 'a100-40g', 'a100-80g', 'cpu', "
-            "'h100-sxm' and 'h200'");
+  EXPECT_EQ(
+      unknown_hardware_error("h100-smx"),
+      "unknown hardware 'h100-smx'; did you mean 'h100-sxm'? known: 'a100-40g', 'a100-80g', 'cpu', "
+      "'h100-sxm' and 'h200'");
   std::string prefix = unknown_hardware_error("a100");
   EXPECT_NE(prefix.find("did you mean 'a100-40g' or 'a100-80g'?"), std::string::npos) << prefix;
   std::string none = unknown_hardware_error("tpu-v5");
@@ -404,7 +414,8 @@ train { micro_batch = 2 }
       const OpTime& ot = t.ops[op.id];
       EXPECT_GE(ot.start_ms, stream_end[static_cast<size_t>(op.stream)] - 1e-9) << op.label();
       stream_end[static_cast<size_t>(op.stream)] = ot.end_ms;
-      for (int d : op.deps) EXPECT_GE(ot.start_ms, t.ops[d].end_ms - 1e-9) << op.label() << " on " << d;
+      for (int d : op.deps)
+        EXPECT_GE(ot.start_ms, t.ops[d].end_ms - 1e-9) << op.label() << " on " << d;
       EXPECT_LE(ot.end_ms, t.step_ms + 1e-9);
     }
     EXPECT_GT(t.step_ms, 0);

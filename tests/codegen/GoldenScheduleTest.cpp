@@ -38,6 +38,8 @@ std::vector<GoldenCase> golden_cases() {
   return out;
 }
 
+void PrintTo(const GoldenCase& g, std::ostream* os) { *os << g.file; }
+
 class GoldenSchedule : public testing::TestWithParam<GoldenCase> {};
 
 TEST_P(GoldenSchedule, Matches) {
