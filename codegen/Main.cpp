@@ -2,6 +2,7 @@
 //   fsdpgen check spec.fsdp [--dump]
 //   fsdpgen schedule spec.fsdp [--world N] [--micro-batch B] [--format text|json|trace] [-o FILE]
 //   fsdpgen plan spec.fsdp [--world N] [--micro-batch B] [--gpu KIND]
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -9,15 +10,19 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "codegen/Fit.h"
 #include "codegen/Pipeline.h"
+#include "codegen/Verify.h"
 #include "dsl/Layers.h"
 #include "dsl/Print.h"
 
 namespace fsdpgen {
 namespace {
 
-// Exit statuses: 0 success, 1 the spec has errors or output failed, 2 bad command line.
+// Exit statuses: 0 success, 1 the spec has errors or output failed, 2 bad
+// command line, 3 internal error (a plan that breaks an invariant: a bug).
 constexpr int kExitSpecError = 1;
+constexpr int kExitInternal = 3;
 
 void out(const std::string& s) { std::fputs(s.c_str(), stdout); }
 
@@ -41,6 +46,7 @@ struct Common {
   std::string spec_path;
   std::optional<int64_t> world;
   std::optional<int64_t> micro_batch;
+  std::string gpu = "h100-sxm";
   bool time_passes = false;
 
   void add_to(CLI::App* app, bool overrides) {
@@ -48,13 +54,28 @@ struct Common {
     if (!overrides) return;
     app->add_option("--world", world, "number of ranks (replaces the spec's parallel.world)");
     app->add_option("--micro-batch", micro_batch, "sequences per rank per micro-batch (replaces train.micro_batch)");
+    app->add_option("--gpu", gpu, "hardware the cost model and memory limits use: " + known_list())
+        ->capture_default_str();
     app->add_flag("--time-passes", time_passes, "print each compiler pass's wall time on stderr");
   }
 
+  static std::string known_list() {
+    std::string s;
+    for (std::string_view n : hardware_names()) s += (s.empty() ? "" : ", ") + std::string(n);
+    return s;
+  }
+
   // Runs the passes; prints the diagnostics; empty when the spec has errors.
-  std::optional<Pipeline> run(bool frontend_only = false) const {
+  std::optional<Hardware> hardware() const {
+    std::optional<Hardware> hw = find_hardware(gpu);
+    if (!hw) std::fputs(fmt::format("fsdpgen: error: {}\n", unknown_hardware_error(gpu)).c_str(), stderr);
+    return hw;
+  }
+
+  std::optional<Pipeline> run(bool frontend_only = false, const Hardware* hw = nullptr) const {
     PipelineOptions o;
     o.frontend_only = frontend_only;
+    if (hw) o.schedule = schedule_options_for(*hw);
     o.overrides.world = world;
     o.overrides.micro_batch = micro_batch;
     o.time_passes = time_passes;
@@ -64,6 +85,17 @@ struct Common {
     return p;
   }
 };
+
+// The planner checks its own output; a violation is a bug in fsdpgen.
+bool verified(const Pipeline& p) {
+  auto errors = verify_plan(*p.schedule, *p.memory);
+  for (const std::string& e : errors)
+    std::fputs(fmt::format("fsdpgen: internal error: {}\n", e).c_str(), stderr);
+  if (!errors.empty()) std::fputs("fsdpgen: the plan breaks its invariants; please report this with the spec\n", stderr);
+  return errors.empty();
+}
+
+std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1LL << 30)); }
 
 int run_check(const Common& c, bool dump) {
   auto p = c.run(true);
@@ -83,22 +115,55 @@ int run_check(const Common& c, bool dump) {
 }
 
 int run_schedule(const Common& c, const std::string& format, const std::string& output) {
-  auto p = c.run();
+  auto hw = c.hardware();
+  if (!hw) return 2;
+  auto p = c.run(false, &*hw);
   if (!p) return kExitSpecError;
+  if (!verified(*p)) return kExitInternal;
   std::string text;
   if (format == "text") text = print_units(*p->units) + print_schedule(*p->schedule);
   else if (format == "json") text = schedule_json(*p->schedule);
-  else text = schedule_json(*p->schedule);
+  else text = trace_json(*p->schedule, predict(*p->schedule, *hw));
   return write_output(output, text) ? 0 : kExitSpecError;
 }
 
 int run_plan(const Common& c) {
-  auto p = c.run();
+  auto hw = c.hardware();
+  if (!hw) return 2;
+  auto started = std::chrono::steady_clock::now();
+  auto p = c.run(false, &*hw);
   if (!p) return kExitSpecError;
+  if (!verified(*p)) return kExitInternal;
   const Spec& s = *p->spec;
-  out(fmt::format("plan of {} ({} parameters; {} padded elements in {} units)\n", s.model.name, p->units->total_params,
-                  p->units->total_padded_elems, p->units->units.size()));
+  const ParallelSpec& par = s.parallel;
+  Timeline t = predict(*p->schedule, *hw);
+  out(fmt::format("plan of {} on {} x {} ({})\n", s.model.name, par.world, hw->name, hw->description));
+  out(fmt::format("model: {} parameters ({} padded elements) in {} units; {} with shard group {} x {} replica{}; "
+                  "{} micro-batch{} of {} x {} tokens per rank\n",
+                  p->units->total_params, p->units->total_padded_elems, p->units->units.size(), to_string(par.sharding),
+                  par.shard_group, par.replicas(), par.replicas() == 1 ? "" : "s", par.accumulate.micro_batches,
+                  par.accumulate.micro_batches == 1 ? "" : "es", p->schedule->micro_batch, s.model.context));
   out(print_memory_plan(*p->schedule, *p->memory));
+  const int64_t peak = p->memory->device_arena_bytes, usable = usable_bytes(*hw);
+  bool fits = peak <= usable;
+  out(fmt::format("fits: {}: peak {} of {} usable ({} {} minus {} reserved for the runtime), {:.1f}%\n",
+                  fits ? "yes" : "NO", gib(peak), gib(usable), hw->name, gib(hw->memory_bytes), gib(reserved_bytes(*hw)),
+                  100.0 * static_cast<double>(peak) / static_cast<double>(usable)));
+  out(print_timeline(*p->schedule, t));
+  if (!fits) {
+    auto alts = fitting_alternatives(s, *hw);
+    if (alts.empty()) {
+      out("nothing tried fits (recompute, micro-batch down to 1, up to 8x the ranks, CPU offload); "
+          "a larger device or a smaller model is needed\n");
+    } else {
+      out("changes that fit, fastest first:\n");
+      for (const Alternative& a : alts)
+        out(fmt::format("  {:<40} peak {:>10}  step {:9.1f} ms  {:12.0f} tokens/s\n", a.change, gib(a.peak_bytes),
+                        a.step_ms, a.tokens_per_s));
+    }
+  }
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  out(fmt::format("planned in {:.0f} ms\n", ms));
   return 0;
 }
 

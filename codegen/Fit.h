@@ -1,0 +1,47 @@
+// Fit: whether a plan fits a device, and if not, which changes would make it
+// fit: activation recompute, a smaller micro-batch, more ranks, CPU offload,
+// each re-planned in full so the figures are the planner's own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/Cost.h"
+#include "codegen/Hardware.h"
+#include "codegen/Memory.h"
+#include "codegen/Schedule.h"
+
+namespace fsdpgen {
+
+// Device memory the runtime cannot plan: CUDA context, NCCL buffers, library
+// handles (0 on a CPU).
+int64_t reserved_bytes(const Hardware& hw);
+int64_t usable_bytes(const Hardware& hw);
+
+// Schedule options the target implies: flash attention and a cuBLASLt
+// workspace on GPUs; materialized attention and no workspace on CPUs.
+ScheduleOptions schedule_options_for(const Hardware& hw);
+
+struct PlanResult {
+  Units units;
+  Schedule schedule;
+  MemoryPlan memory;
+  Timeline timeline;
+  bool fits = false;
+};
+PlanResult plan_for(const Spec& spec, const Hardware& hw);
+
+struct Alternative {
+  std::string change;  // "recompute = block", "micro_batch = 2", "world = 1024", "offload = cpu"
+  int64_t peak_bytes = 0;
+  double step_ms = 0;
+  double tokens_per_s = 0;
+  bool fits = false;
+};
+
+// Single changes (and recompute combined with each) that make `spec` fit,
+// best throughput first; empty if nothing tried fits.
+std::vector<Alternative> fitting_alternatives(const Spec& spec, const Hardware& hw);
+
+}  // namespace fsdpgen
