@@ -41,6 +41,8 @@ main_job() {
   build
   echo "setup: main job: fsdpgen check specs/tiny.fsdp --dump"
   "$build/fsdpgen" check "$root/specs/tiny.fsdp" --dump
+  echo "setup: fsdpgen plan specs/tiny.fsdp --gpu cpu"
+  "$build/fsdpgen" plan "$root/specs/tiny.fsdp" --gpu cpu
 }
 
 test_all() {
