@@ -22,8 +22,8 @@
 namespace fsdpgen {
 
 struct ActivationShape {
-  int64_t tokens = 0;            // N = micro_batch * context
-  int64_t act_bytes = 4;         // a
+  int64_t tokens = 0;     // N = micro_batch * context
+  int64_t act_bytes = 4;  // a
   bool flash_attention = false;
 };
 

@@ -7,15 +7,20 @@
 
 namespace fsdpgen {
 
-int64_t reserved_bytes(const Hardware& hw) { return hw.name == "cpu" ? 0 : int64_t{2} << 30; }
+int64_t reserved_bytes(const Hardware& hw) {
+  return hw.name == "cpu" ? 0 : int64_t{2} << 30;
+}
 
-int64_t usable_bytes(const Hardware& hw) { return hw.memory_bytes - reserved_bytes(hw); }
+int64_t usable_bytes(const Hardware& hw) {
+  return hw.memory_bytes - reserved_bytes(hw);
+}
 
 ScheduleOptions schedule_options_for(const Hardware& hw) {
   ScheduleOptions o;
   bool gpu = hw.name != "cpu";
   o.flash_attention = gpu;
-  o.gemm_workspace_bytes = gpu ? int64_t{32} << 20 : 0;  // cuBLASLt's recommended workspace on Hopper
+  o.gemm_workspace_bytes =
+      gpu ? int64_t{32} << 20 : 0;  // cuBLASLt's recommended workspace on Hopper
   return o;
 }
 
@@ -44,7 +49,9 @@ Spec with_world(Spec s, int64_t world) {
 
 std::vector<Alternative> fitting_alternatives(const Spec& spec, const Hardware& hw) {
   std::vector<std::pair<std::string, Spec>> tries;
-  auto add = [&](std::string change, Spec s) { tries.push_back({std::move(change), std::move(s)}); };
+  auto add = [&](std::string change, Spec s) {
+    tries.push_back({std::move(change), std::move(s)});
+  };
   const bool recomputing = spec.parallel.recompute == Recompute::Block;
   std::vector<std::pair<std::string, Spec>> bases = {{"", spec}};
   if (!recomputing) {
@@ -72,7 +79,8 @@ std::vector<Alternative> fitting_alternatives(const Spec& spec, const Hardware& 
   for (auto& [change, s] : tries) {
     PlanResult r = plan_for(s, hw);
     if (!r.fits) continue;
-    out.push_back({change, r.memory.device_arena_bytes, r.timeline.step_ms, r.timeline.tokens_per_s, true});
+    out.push_back(
+        {change, r.memory.device_arena_bytes, r.timeline.step_ms, r.timeline.tokens_per_s, true});
   }
   std::stable_sort(out.begin(), out.end(), [](const Alternative& a, const Alternative& b) {
     return a.tokens_per_s > b.tokens_per_s;

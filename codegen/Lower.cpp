@@ -6,7 +6,9 @@
 namespace fsdpgen {
 namespace {
 
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
 
 FlatUnit flatten(const Spec& spec, const UnitSpec& u, int index, int64_t shard_align_elems) {
   FlatUnit f;
@@ -33,7 +35,8 @@ FlatUnit flatten(const Spec& spec, const UnitSpec& u, int index, int64_t shard_a
 Units lower(const Spec& spec) {
   Units out;
   out.spec = spec;
-  out.shard_align_elems = std::max<int64_t>(1, spec.parallel.shard_align_bytes / dtype_bytes(spec.parallel.precision.param));
+  out.shard_align_elems = std::max<int64_t>(
+      1, spec.parallel.shard_align_bytes / dtype_bytes(spec.parallel.precision.param));
   const auto& units = spec.units.units;
   for (size_t i = 0; i < units.size(); ++i) {
     out.units.push_back(flatten(spec, units[i], static_cast<int>(i), out.shard_align_elems));
@@ -44,17 +47,21 @@ Units lower(const Spec& spec) {
   const int64_t L = spec.model.layers;
   std::vector<int> owner(L + 3, 0);
   for (const FlatUnit& u : out.units)
-    for (const LayerId& l : u.layers) owner[l.order(L)] = u.index;
+    for (const LayerId& l : u.layers)
+      owner[l.order(L)] = u.index;
   for (const LayerId& l : all_layers(spec.model)) {
     int unit = owner[l.order(L)];
-    if (out.segments.empty() || out.segments.back().unit != unit) out.segments.push_back({unit, {}, false});
+    if (out.segments.empty() || out.segments.back().unit != unit)
+      out.segments.push_back({unit, {}, false});
     out.segments.back().layers.push_back(l);
   }
   out.segments.back().has_loss = true;
   return out;
 }
 
-bool shard_group_intra_node(const ParallelSpec& p) { return p.shard_group <= p.ranks_per_node && p.ranks_per_node % p.shard_group == 0; }
+bool shard_group_intra_node(const ParallelSpec& p) {
+  return p.shard_group <= p.ranks_per_node && p.ranks_per_node % p.shard_group == 0;
+}
 
 bool replica_group_intra_node(const ParallelSpec& p) {
   // Replica group members are shard_group ranks apart.
@@ -63,20 +70,23 @@ bool replica_group_intra_node(const ParallelSpec& p) {
 
 std::string print_units(const Units& u) {
   const ParallelSpec& p = u.spec.parallel;
-  std::string out = fmt::format("units of {}: {} parameters, {} padded elements ({} padding), shard group {} of world {}, "
-                                "shard alignment {} elements\n",
-                                u.spec.model.name, u.total_params, u.total_padded_elems, u.padding_elems(), p.shard_group,
-                                p.world, u.shard_align_elems);
+  std::string out = fmt::format(
+      "units of {}: {} parameters, {} padded elements ({} padding), shard group {} of world {}, "
+      "shard alignment {} elements\n",
+      u.spec.model.name, u.total_params, u.total_padded_elems, u.padding_elems(), p.shard_group,
+      p.world, u.shard_align_elems);
   for (const FlatUnit& f : u.units) {
-    out += fmt::format("unit {} {}: {} params, flat {} elems, shard {} elems per rank\n", f.index, f.name, f.param_elems,
-                       f.padded_elems, f.shard_elems);
+    out += fmt::format("unit {} {}: {} params, flat {} elems, shard {} elems per rank\n", f.index,
+                       f.name, f.param_elems, f.padded_elems, f.shard_elems);
     for (const FlatTensor& t : f.tensors)
-      out += fmt::format("  {:>12} {:>10}  {} ({})\n", t.offset_elems, t.elems, t.name, fmt::join(t.shape, ", "));
+      out += fmt::format("  {:>12} {:>10}  {} ({})\n", t.offset_elems, t.elems, t.name,
+                         fmt::join(t.shape, ", "));
   }
   out += "segments (forward order):";
   for (const Segment& s : u.segments) {
     out += fmt::format(" [u{}:", s.unit);
-    for (const LayerId& l : s.layers) out += " " + to_string(l);
+    for (const LayerId& l : s.layers)
+      out += " " + to_string(l);
     out += s.has_loss ? " +loss]" : "]";
   }
   return out + "\n";

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <string>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "codegen/Fit.h"
 #include "codegen/Pipeline.h"
@@ -24,7 +24,9 @@ namespace {
 constexpr int kExitSpecError = 1;
 constexpr int kExitInternal = 3;
 
-void out(const std::string& s) { std::fputs(s.c_str(), stdout); }
+void out(const std::string& s) {
+  std::fputs(s.c_str(), stdout);
+}
 
 // Writes `text` to `path`, or stdout when path is empty or "-".
 bool write_output(const std::string& path, const std::string& text) {
@@ -53,7 +55,8 @@ struct Common {
     app->add_option("spec", spec_path, "the .fsdp spec file")->required();
     if (!overrides) return;
     app->add_option("--world", world, "number of ranks (replaces the spec's parallel.world)");
-    app->add_option("--micro-batch", micro_batch, "sequences per rank per micro-batch (replaces train.micro_batch)");
+    app->add_option("--micro-batch", micro_batch,
+                    "sequences per rank per micro-batch (replaces train.micro_batch)");
     app->add_option("--gpu", gpu, "hardware the cost model and memory limits use: " + known_list())
         ->capture_default_str();
     app->add_flag("--time-passes", time_passes, "print each compiler pass's wall time on stderr");
@@ -61,14 +64,16 @@ struct Common {
 
   static std::string known_list() {
     std::string s;
-    for (std::string_view n : hardware_names()) s += (s.empty() ? "" : ", ") + std::string(n);
+    for (std::string_view n : hardware_names())
+      s += (s.empty() ? "" : ", ") + std::string(n);
     return s;
   }
 
   // Runs the passes; prints the diagnostics; empty when the spec has errors.
   std::optional<Hardware> hardware() const {
     std::optional<Hardware> hw = find_hardware(gpu);
-    if (!hw) std::fputs(fmt::format("fsdpgen: error: {}\n", unknown_hardware_error(gpu)).c_str(), stderr);
+    if (!hw)
+      std::fputs(fmt::format("fsdpgen: error: {}\n", unknown_hardware_error(gpu)).c_str(), stderr);
     return hw;
   }
 
@@ -91,11 +96,15 @@ bool verified(const Pipeline& p) {
   auto errors = verify_plan(*p.schedule, *p.memory);
   for (const std::string& e : errors)
     std::fputs(fmt::format("fsdpgen: internal error: {}\n", e).c_str(), stderr);
-  if (!errors.empty()) std::fputs("fsdpgen: the plan breaks its invariants; please report this with the spec\n", stderr);
+  if (!errors.empty())
+    std::fputs("fsdpgen: the plan breaks its invariants; please report this with the spec\n",
+               stderr);
   return errors.empty();
 }
 
-std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1LL << 30)); }
+std::string gib(int64_t bytes) {
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1LL << 30));
+}
 
 int run_check(const Common& c, bool dump) {
   auto p = c.run(true);
@@ -107,10 +116,13 @@ int run_check(const Common& c, bool dump) {
     return 0;
   }
   const ParallelSpec& par = s.parallel;
-  std::string groups = is_hybrid(par.sharding) ? fmt::format(" ({} groups of {})", par.replicas(), par.shard_group) : "";
-  out(fmt::format("{}: ok: model {} ({}, {} parameters, {} layers), {} wrap units, {} over {} rank{}{}\n", c.spec_path,
-                  s.model.name, to_string(s.model.family), model_params(s.model), s.model.layers, s.units.units.size(),
-                  to_string(par.sharding), par.world, par.world == 1 ? "" : "s", groups));
+  std::string groups = is_hybrid(par.sharding)
+                           ? fmt::format(" ({} groups of {})", par.replicas(), par.shard_group)
+                           : "";
+  out(fmt::format(
+      "{}: ok: model {} ({}, {} parameters, {} layers), {} wrap units, {} over {} rank{}{}\n",
+      c.spec_path, s.model.name, to_string(s.model.family), model_params(s.model), s.model.layers,
+      s.units.units.size(), to_string(par.sharding), par.world, par.world == 1 ? "" : "s", groups));
   return 0;
 }
 
@@ -121,9 +133,12 @@ int run_schedule(const Common& c, const std::string& format, const std::string& 
   if (!p) return kExitSpecError;
   if (!verified(*p)) return kExitInternal;
   std::string text;
-  if (format == "text") text = print_units(*p->units) + print_schedule(*p->schedule);
-  else if (format == "json") text = schedule_json(*p->schedule);
-  else text = trace_json(*p->schedule, predict(*p->schedule, *hw));
+  if (format == "text")
+    text = print_units(*p->units) + print_schedule(*p->schedule);
+  else if (format == "json")
+    text = schedule_json(*p->schedule);
+  else
+    text = trace_json(*p->schedule, predict(*p->schedule, *hw));
   return write_output(output, text) ? 0 : kExitSpecError;
 }
 
@@ -137,18 +152,23 @@ int run_plan(const Common& c) {
   const Spec& s = *p->spec;
   const ParallelSpec& par = s.parallel;
   Timeline t = predict(*p->schedule, *hw);
-  out(fmt::format("plan of {} on {} x {} ({})\n", s.model.name, par.world, hw->name, hw->description));
-  out(fmt::format("model: {} parameters ({} padded elements) in {} units; {} with shard group {} x {} replica{}; "
-                  "{} micro-batch{} of {} x {} tokens per rank\n",
-                  p->units->total_params, p->units->total_padded_elems, p->units->units.size(), to_string(par.sharding),
-                  par.shard_group, par.replicas(), par.replicas() == 1 ? "" : "s", par.accumulate.micro_batches,
-                  par.accumulate.micro_batches == 1 ? "" : "es", p->schedule->micro_batch, s.model.context));
+  out(fmt::format("plan of {} on {} x {} ({})\n", s.model.name, par.world, hw->name,
+                  hw->description));
+  out(fmt::format(
+      "model: {} parameters ({} padded elements) in {} units; {} with shard group {} x {} "
+      "replica{}; "
+      "{} micro-batch{} of {} x {} tokens per rank\n",
+      p->units->total_params, p->units->total_padded_elems, p->units->units.size(),
+      to_string(par.sharding), par.shard_group, par.replicas(), par.replicas() == 1 ? "" : "s",
+      par.accumulate.micro_batches, par.accumulate.micro_batches == 1 ? "" : "es",
+      p->schedule->micro_batch, s.model.context));
   out(print_memory_plan(*p->schedule, *p->memory));
   const int64_t peak = p->memory->device_arena_bytes, usable = usable_bytes(*hw);
   bool fits = peak <= usable;
-  out(fmt::format("fits: {}: peak {} of {} usable ({} {} minus {} reserved for the runtime), {:.1f}%\n",
-                  fits ? "yes" : "NO", gib(peak), gib(usable), hw->name, gib(hw->memory_bytes), gib(reserved_bytes(*hw)),
-                  100.0 * static_cast<double>(peak) / static_cast<double>(usable)));
+  out(fmt::format(
+      "fits: {}: peak {} of {} usable ({} {} minus {} reserved for the runtime), {:.1f}%\n",
+      fits ? "yes" : "NO", gib(peak), gib(usable), hw->name, gib(hw->memory_bytes),
+      gib(reserved_bytes(*hw)), 100.0 * static_cast<double>(peak) / static_cast<double>(usable)));
   out(print_timeline(*p->schedule, t));
   if (!fits) {
     auto alts = fitting_alternatives(s, *hw);
@@ -158,11 +178,12 @@ int run_plan(const Common& c) {
     } else {
       out("changes that fit, fastest first:\n");
       for (const Alternative& a : alts)
-        out(fmt::format("  {:<40} peak {:>10}  step {:9.1f} ms  {:12.0f} tokens/s\n", a.change, gib(a.peak_bytes),
-                        a.step_ms, a.tokens_per_s));
+        out(fmt::format("  {:<40} peak {:>10}  step {:9.1f} ms  {:12.0f} tokens/s\n", a.change,
+                        gib(a.peak_bytes), a.step_ms, a.tokens_per_s));
     }
   }
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   out(fmt::format("planned in {:.0f} ms\n", ms));
   return 0;
 }
@@ -177,18 +198,24 @@ int main(int argc, char** argv) {
 
   Common check_args, schedule_args, plan_args;
   bool dump = false;
-  CLI::App* check = app.add_subcommand("check", "parse and check a spec; with --dump print it fully resolved");
+  CLI::App* check =
+      app.add_subcommand("check", "parse and check a spec; with --dump print it fully resolved");
   check_args.add_to(check, false);
-  check->add_flag("--dump", dump, "print the resolved spec (every default filled in) in the spec language");
+  check->add_flag("--dump", dump,
+                  "print the resolved spec (every default filled in) in the spec language");
 
   std::string format = "text", output;
-  CLI::App* schedule = app.add_subcommand("schedule", "print the static schedule of one training step");
+  CLI::App* schedule =
+      app.add_subcommand("schedule", "print the static schedule of one training step");
   schedule_args.add_to(schedule, true);
-  schedule->add_option("--format", format, "text (per stream), json, or trace (Chrome/Perfetto, predicted times)")
+  schedule
+      ->add_option("--format", format,
+                   "text (per stream), json, or trace (Chrome/Perfetto, predicted times)")
       ->check(CLI::IsMember({"text", "json", "trace"}));
   schedule->add_option("-o,--output", output, "write to this file instead of stdout");
 
-  CLI::App* plan = app.add_subcommand("plan", "memory per rank by kind, peak, and predicted step time");
+  CLI::App* plan =
+      app.add_subcommand("plan", "memory per rank by kind, peak, and predicted step time");
   plan_args.add_to(plan, true);
 
   try {
@@ -198,7 +225,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fputs(fmt::format("fsdpgen: error: {}\nRun 'fsdpgen --help' for usage.\n", e.what()).c_str(), stderr);
+    std::fputs(
+        fmt::format("fsdpgen: error: {}\nRun 'fsdpgen --help' for usage.\n", e.what()).c_str(),
+        stderr);
     return 2;
   }
   if (check->parsed()) return fsdpgen::run_check(check_args, dump);

@@ -9,7 +9,9 @@
 namespace fsdpgen {
 namespace {
 
-int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+int64_t align_up(int64_t x, int64_t a) {
+  return (x + a - 1) / a * a;
+}
 
 struct Interval {
   int first = 0, last = 0;
@@ -17,8 +19,8 @@ struct Interval {
 };
 
 // Places the buffers of one space; returns the arena size.
-int64_t place(const Schedule& s, MemSpace space, const std::vector<Interval>& life, const MemoryOptions& opt,
-              std::vector<Placement>& out) {
+int64_t place(const Schedule& s, MemSpace space, const std::vector<Interval>& life,
+              const MemoryOptions& opt, std::vector<Placement>& out) {
   std::vector<int> persistent, transient;
   for (const Buffer& b : s.buffers) {
     if (b.space != space) continue;
@@ -44,7 +46,9 @@ int64_t place(const Schedule& s, MemSpace space, const std::vector<Interval>& li
     if (opt.reuse) {
       std::vector<std::pair<int64_t, int64_t>> busy;  // [begin, end) of conflicting placed buffers
       for (int q : placed)
-        if (life[q].overlaps(life[id])) busy.push_back({out[q].offset, out[q].offset + align_up(s.buffers[q].bytes, opt.alignment)});
+        if (life[q].overlaps(life[id]))
+          busy.push_back(
+              {out[q].offset, out[q].offset + align_up(s.buffers[q].bytes, opt.alignment)});
       std::sort(busy.begin(), busy.end());
       for (auto [b, e] : busy) {
         if (offset + size <= b) break;
@@ -60,7 +64,9 @@ int64_t place(const Schedule& s, MemSpace space, const std::vector<Interval>& li
   return arena;
 }
 
-std::string mib(int64_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+std::string mib(int64_t bytes) {
+  return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20));
+}
 
 }  // namespace
 
@@ -74,7 +80,8 @@ MemoryPlan plan_memory(const Schedule& s, const MemoryOptions& options) {
       life[b].first = std::min(life[b].first, op.id);
       life[b].last = std::max(life[b].last, op.id);
     }
-    for (int b : op.frees) life[b].last = std::max(life[b].last, op.id), freed[b] = true;
+    for (int b : op.frees)
+      life[b].last = std::max(life[b].last, op.id), freed[b] = true;
   }
   for (const Buffer& b : s.buffers) {
     Interval& l = life[b.id];
@@ -84,7 +91,8 @@ MemoryPlan plan_memory(const Schedule& s, const MemoryOptions& options) {
   }
   MemoryPlan m;
   m.placements.resize(s.buffers.size());
-  for (const Buffer& b : s.buffers) m.placements[b.id] = {b.id, 0, life[b.id].first, life[b.id].last};
+  for (const Buffer& b : s.buffers)
+    m.placements[b.id] = {b.id, 0, life[b.id].first, life[b.id].last};
   m.device_arena_bytes = place(s, MemSpace::Device, life, options, m.placements);
   m.host_arena_bytes = place(s, MemSpace::Host, life, options, m.placements);
   const size_t kinds = kBufferKindNames.size();
@@ -104,23 +112,29 @@ MemoryPlan plan_memory(const Schedule& s, const MemoryOptions& options) {
     if (cur > m.live_peak_bytes) m.live_peak_bytes = cur, m.peak_op = pos;
   }
   for (const Buffer& b : s.buffers)
-    if (b.space == MemSpace::Device && life[b.id].first <= m.peak_op && m.peak_op <= life[b.id].last)
+    if (b.space == MemSpace::Device && life[b.id].first <= m.peak_op &&
+        m.peak_op <= life[b.id].last)
       m.peak_by_kind[static_cast<int>(b.kind)] += b.bytes;
   return m;
 }
 
 std::string print_memory_plan(const Schedule& s, const MemoryPlan& m) {
-  std::string out = fmt::format("memory per rank: device arena {} ({} B); live peak {} at op #{} ({}); {} B without reuse\n",
-                                mib(m.device_arena_bytes), m.device_arena_bytes, mib(m.live_peak_bytes), m.peak_op,
-                                s.ops.empty() ? "-" : s.ops[m.peak_op].label(), m.naive_bytes);
-  out += fmt::format("memory reduced from {} to {} by reusing buffers whose lifetimes do not overlap\n", mib(m.naive_bytes),
-                     mib(m.device_arena_bytes));
+  std::string out = fmt::format(
+      "memory per rank: device arena {} ({} B); live peak {} at op #{} ({}); {} B without reuse\n",
+      mib(m.device_arena_bytes), m.device_arena_bytes, mib(m.live_peak_bytes), m.peak_op,
+      s.ops.empty() ? "-" : s.ops[m.peak_op].label(), m.naive_bytes);
+  out += fmt::format(
+      "memory reduced from {} to {} by reusing buffers whose lifetimes do not overlap\n",
+      mib(m.naive_bytes), mib(m.device_arena_bytes));
   out += fmt::format("  {:<18} {:>14} {:>14}\n", "kind", "at peak (B)", "all (B)");
   for (size_t k = 0; k < kBufferKindNames.size(); ++k) {
     if (m.total_by_kind[k] == 0) continue;
-    out += fmt::format("  {:<18} {:>14} {:>14}\n", kBufferKindNames[k], m.peak_by_kind[k], m.total_by_kind[k]);
+    out += fmt::format("  {:<18} {:>14} {:>14}\n", kBufferKindNames[k], m.peak_by_kind[k],
+                       m.total_by_kind[k]);
   }
-  if (m.host_arena_bytes > 0) out += fmt::format("host arena (offload): {} ({} B)\n", mib(m.host_arena_bytes), m.host_arena_bytes);
+  if (m.host_arena_bytes > 0)
+    out += fmt::format("host arena (offload): {} ({} B)\n", mib(m.host_arena_bytes),
+                       m.host_arena_bytes);
   return out;
 }
 

@@ -24,8 +24,8 @@ struct MemoryPlan {
   std::vector<Placement> placements;  // indexed by buffer id
   int64_t device_arena_bytes = 0;     // = device peak
   int64_t host_arena_bytes = 0;
-  int64_t naive_bytes = 0;            // sum of all device buffers (no reuse)
-  int peak_op = 0;                    // issue position where live device bytes peak
+  int64_t naive_bytes = 0;  // sum of all device buffers (no reuse)
+  int peak_op = 0;          // issue position where live device bytes peak
   // Device bytes live at peak_op, by BufferKind.
   std::vector<int64_t> peak_by_kind;
   // Device bytes of each kind summed over buffers (no reuse), for the report.

@@ -11,10 +11,12 @@ namespace {
 
 class PassTimer {
  public:
-  PassTimer(bool on, const char* name) : on_(on), name_(name), start_(std::chrono::steady_clock::now()) {}
+  PassTimer(bool on, const char* name)
+      : on_(on), name_(name), start_(std::chrono::steady_clock::now()) {}
   ~PassTimer() {
     if (!on_) return;
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+                    .count();
     std::fputs(fmt::format("pass {:<10} {:8.2f} ms\n", name_, ms).c_str(), stderr);
   }
 

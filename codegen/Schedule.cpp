@@ -45,7 +45,8 @@ namespace {
 
 class Builder {
  public:
-  Builder(const Units& units, const ScheduleOptions& options) : spec_(units.spec), p_(units.spec.parallel) {
+  Builder(const Units& units, const ScheduleOptions& options)
+      : spec_(units.spec), p_(units.spec.parallel) {
     s_.units = units;
     s_.options = options;
     s_.micro_batch = options.micro_batch > 0 ? options.micro_batch : spec_.train.micro_batch;
@@ -90,15 +91,27 @@ class Builder {
  private:
   const std::vector<FlatUnit>& units() const { return s_.units.units; }
   const std::vector<Segment>& segments() const { return s_.units.segments; }
-  int64_t unit_bytes(int u, int64_t elem_bytes) const { return units()[u].padded_elems * elem_bytes; }
-  int64_t shard_bytes(int u, int64_t elem_bytes) const { return units()[u].shard_elems * elem_bytes; }
+  int64_t unit_bytes(int u, int64_t elem_bytes) const {
+    return units()[u].padded_elems * elem_bytes;
+  }
+  int64_t shard_bytes(int u, int64_t elem_bytes) const {
+    return units()[u].shard_elems * elem_bytes;
+  }
   bool has_params(int u) const { return units()[u].padded_elems > 0; }
   // Params must be brought in before compute: gathered, or copied from the host.
   bool needs_gather(int u) const { return has_params(u) && (sharded_ || offload_); }
 
-  int buffer(BufferKind kind, MemSpace space, std::string name, int64_t bytes, int unit, int mb, bool persistent) {
+  int buffer(BufferKind kind, MemSpace space, std::string name, int64_t bytes, int unit, int mb,
+             bool persistent) {
     if (bytes <= 0) return -1;
-    Buffer b{static_cast<int>(s_.buffers.size()), kind, space, std::move(name), bytes, unit, mb, persistent};
+    Buffer b{static_cast<int>(s_.buffers.size()),
+             kind,
+             space,
+             std::move(name),
+             bytes,
+             unit,
+             mb,
+             persistent};
     s_.buffers.push_back(b);
     users_.emplace_back();
     return b.id;
@@ -111,7 +124,8 @@ class Builder {
     op.id = static_cast<int>(s_.ops.size());
     op.uses.erase(std::remove(op.uses.begin(), op.uses.end(), -1), op.uses.end());
     for (int b : op.uses) {
-      if (users_[b].empty() && !s_.buffers[b].persistent && op.stream != StreamId::Compute && last_compute_ >= 0)
+      if (users_[b].empty() && !s_.buffers[b].persistent && op.stream != StreamId::Compute &&
+          last_compute_ >= 0)
         op.deps.push_back(last_compute_);
       users_[b].push_back(op.id);
     }
@@ -133,7 +147,8 @@ class Builder {
     op.kind = OpKind::Free;
     op.stream = StreamId::Compute;
     for (int b : bufs)
-      for (int u : users_[b]) op.deps.push_back(u);
+      for (int u : users_[b])
+        op.deps.push_back(u);
     op.frees = bufs;
     emit(op);
   }
@@ -143,23 +158,48 @@ class Builder {
     for (const FlatUnit& u : units()) {
       if (!has_params(u.index)) continue;
       int i = u.index;
-      shard_[i] = buffer(BufferKind::ParamShard, home, fmt::format("param_shard.u{}", i), shard_bytes(i, pbytes_), i, -1, true);
+      shard_[i] = buffer(BufferKind::ParamShard, home, fmt::format("param_shard.u{}", i),
+                         shard_bytes(i, pbytes_), i, -1, true);
       if (p_.precision.master != p_.precision.param)
-        master_[i] = buffer(BufferKind::MasterWeights, home, fmt::format("master.u{}", i), shard_bytes(i, mbytes_), i, -1, true);
+        master_[i] = buffer(BufferKind::MasterWeights, home, fmt::format("master.u{}", i),
+                            shard_bytes(i, mbytes_), i, -1, true);
       const OptimizerSpec& o = spec_.train.optimizer;
       int states = o.kind == OptimizerKind::AdamW ? 2 : (o.momentum > 0 ? 1 : 0);
-      state_[i] = buffer(BufferKind::OptimizerState, home, fmt::format("optimizer.u{}", i), states * shard_bytes(i, mbytes_), i, -1, true);
+      state_[i] = buffer(BufferKind::OptimizerState, home, fmt::format("optimizer.u{}", i),
+                         states * shard_bytes(i, mbytes_), i, -1, true);
       if (offload_)
-        grad_shard_[i] = buffer(BufferKind::GradShard, MemSpace::Host, fmt::format("grad_shard.u{}", i), shard_bytes(i, gbytes_), i, -1, true);
+        grad_shard_[i] =
+            buffer(BufferKind::GradShard, MemSpace::Host, fmt::format("grad_shard.u{}", i),
+                   shard_bytes(i, gbytes_), i, -1, true);
     }
-    workspace_ = buffer(BufferKind::Workspace, MemSpace::Device, "gemm_workspace", s_.options.gemm_workspace_bytes, -1, -1, true);
+    workspace_ = buffer(BufferKind::Workspace, MemSpace::Device, "gemm_workspace",
+                        s_.options.gemm_workspace_bytes, -1, -1, true);
+  }
+
+  static Op make_op(OpKind kind, StreamId stream, int unit, int segment, int mb) {
+    Op op;
+    op.kind = kind;
+    op.stream = stream;
+    op.unit = unit;
+    op.segment = segment;
+    op.micro_batch = mb;
+    return op;
+  }
+  Op collective(OpKind kind, StreamId stream, int unit, int mb, CommGroup group, int64_t size,
+                int64_t payload) {
+    Op op = make_op(kind, stream, unit, -1, mb);
+    op.group = group;
+    op.group_size = size;
+    op.payload_bytes = payload;
+    return op;
   }
 
   int params_of(int u) const { return needs_gather(u) ? gathered_[u] : shard_[u]; }
 
   int alive_gathered_blocks() const {
     int n = 0;
-    for (size_t u = 1; u < gathered_.size(); ++u) n += gathered_[u] >= 0;
+    for (size_t u = 1; u < gathered_.size(); ++u)
+      n += gathered_[u] >= 0;
     return n;
   }
 
@@ -169,19 +209,17 @@ class Builder {
     free_now(gather_pending_);
     gather_pending_.clear();
     int src = shard_[u];
-    int dst = buffer(BufferKind::UnshardedParams, MemSpace::Device, fmt::format("params.u{}.{}.mb{}", u, phase, mb),
-                     unit_bytes(u, pbytes_), u, mb, false);
+    int dst = buffer(BufferKind::UnshardedParams, MemSpace::Device,
+                     fmt::format("params.u{}.{}.mb{}", u, phase, mb), unit_bytes(u, pbytes_), u, mb,
+                     false);
     int h2d = -1, staging = -1;
     if (offload_) {
-      Op copy;
-      copy.kind = OpKind::CopyH2D;
-      copy.stream = StreamId::Copy;
-      copy.unit = u;
-      copy.micro_batch = mb;
+      Op copy = make_op(OpKind::CopyH2D, StreamId::Copy, u, -1, mb);
       copy.payload_bytes = shard_bytes(u, pbytes_);
       if (sharded_) {
-        staging = buffer(BufferKind::CommStaging, MemSpace::Device, fmt::format("h2d.u{}.{}.mb{}", u, phase, mb),
-                         shard_bytes(u, pbytes_), u, mb, false);
+        staging = buffer(BufferKind::CommStaging, MemSpace::Device,
+                         fmt::format("h2d.u{}.{}.mb{}", u, phase, mb), shard_bytes(u, pbytes_), u,
+                         mb, false);
         copy.uses = {src, staging};
       } else {
         copy.uses = {src, dst};
@@ -191,14 +229,8 @@ class Builder {
     }
     int producer = h2d;
     if (sharded_) {
-      Op ag;
-      ag.kind = OpKind::AllGather;
-      ag.stream = StreamId::AllGather;
-      ag.unit = u;
-      ag.micro_batch = mb;
-      ag.group = CommGroup::Shard;
-      ag.group_size = S_;
-      ag.payload_bytes = unit_bytes(u, pbytes_);
+      Op ag = collective(OpKind::AllGather, StreamId::AllGather, u, mb, CommGroup::Shard, S_,
+                         unit_bytes(u, pbytes_));
       ag.uses = {src, dst};
       ag.deps = {h2d};
       producer = emit(ag);
@@ -223,7 +255,8 @@ class Builder {
     std::vector<int> ahead;
     for (size_t k = pos + 1; k < order.size() && static_cast<int>(ahead.size()) < window; ++k) {
       int v = segments()[order[k]].unit;
-      if (v == current || v == 0 || std::find(ahead.begin(), ahead.end(), v) != ahead.end()) continue;
+      if (v == current || v == 0 || std::find(ahead.begin(), ahead.end(), v) != ahead.end())
+        continue;
       ahead.push_back(v);
     }
     for (int v : ahead) {
@@ -243,27 +276,27 @@ class Builder {
     if (mb == 0) gather(0, "step", mb);
     const int n = static_cast<int>(segments().size());
     acts_.assign(n, -1);
-    inputs_ = buffer(BufferKind::Inputs, MemSpace::Device, fmt::format("inputs.mb{}", mb), inputs_bytes(act_), -1, mb, false);
+    inputs_ = buffer(BufferKind::Inputs, MemSpace::Device, fmt::format("inputs.mb{}", mb),
+                     inputs_bytes(act_), -1, mb, false);
     std::vector<int> order(n);
-    for (int i = 0; i < n; ++i) order[i] = i;
+    for (int i = 0; i < n; ++i)
+      order[i] = i;
     for (int i = 0; i < n; ++i) {
       const Segment& seg = segments()[i];
       const int u = seg.unit;
       gather(u, "fwd", mb);
       if (p_.prefetch.forward) prefetch(order, i, "fwd", mb);
       if (acts_[i] < 0)
-        acts_[i] = buffer(BufferKind::Activations, MemSpace::Device, fmt::format("acts.s{}.mb{}", i, mb), saved_bytes(i), u, mb, false);
+        acts_[i] = buffer(BufferKind::Activations, MemSpace::Device,
+                          fmt::format("acts.s{}.mb{}", i, mb), saved_bytes(i), u, mb, false);
       if (i + 1 < n)
-        acts_[i + 1] = buffer(BufferKind::Activations, MemSpace::Device, fmt::format("acts.s{}.mb{}", i + 1, mb),
-                              saved_bytes(i + 1), segments()[i + 1].unit, mb, false);
+        acts_[i + 1] = buffer(BufferKind::Activations, MemSpace::Device,
+                              fmt::format("acts.s{}.mb{}", i + 1, mb), saved_bytes(i + 1),
+                              segments()[i + 1].unit, mb, false);
       if (seg.has_loss)
-        logits_ = buffer(BufferKind::Logits, MemSpace::Device, fmt::format("logits.mb{}", mb), logits_bytes(spec_.model, act_), u, mb, false);
-      Op f;
-      f.kind = OpKind::Forward;
-      f.stream = StreamId::Compute;
-      f.unit = u;
-      f.segment = i;
-      f.micro_batch = mb;
+        logits_ = buffer(BufferKind::Logits, MemSpace::Device, fmt::format("logits.mb{}", mb),
+                         logits_bytes(spec_.model, act_), u, mb, false);
+      Op f = make_op(OpKind::Forward, StreamId::Compute, u, i, mb);
       f.flops = segment_forward_flops(spec_.model, seg, act_.tokens);
       f.uses = {params_of(u), acts_[i], i + 1 < n ? acts_[i + 1] : -1, workspace_};
       if (i == 0 || seg.has_loss) f.uses.push_back(inputs_);
@@ -288,9 +321,11 @@ class Builder {
   void backward(int mb) {
     const int n = static_cast<int>(segments().size());
     std::vector<int> order(n);
-    for (int i = 0; i < n; ++i) order[i] = n - 1 - i;
-    int scratch = buffer(BufferKind::BackwardScratch, MemSpace::Device, fmt::format("grad_acts.mb{}", mb),
-                         backward_scratch_bytes(spec_.model, act_), -1, mb, false);
+    for (int i = 0; i < n; ++i)
+      order[i] = n - 1 - i;
+    int scratch =
+        buffer(BufferKind::BackwardScratch, MemSpace::Device, fmt::format("grad_acts.mb{}", mb),
+               backward_scratch_bytes(spec_.model, act_), -1, mb, false);
     const BackwardPrefetch bp = p_.prefetch.backward;
     for (int k = 0; k < n; ++k) {
       const int i = order[k];
@@ -300,38 +335,32 @@ class Builder {
       if (bp == BackwardPrefetch::Pre) prefetch(order, k, "bwd", mb);
       int rscratch = -1;
       if (recompute_ && u != 0) {
-        rscratch = buffer(BufferKind::RecomputeScratch, MemSpace::Device, fmt::format("recompute.s{}.mb{}", i, mb),
+        rscratch = buffer(BufferKind::RecomputeScratch, MemSpace::Device,
+                          fmt::format("recompute.s{}.mb{}", i, mb),
                           segment_saved_bytes(spec_.model, seg, act_), u, mb, false);
-        Op r;
-        r.kind = OpKind::Recompute;
-        r.stream = StreamId::Compute;
-        r.unit = u;
-        r.segment = i;
-        r.micro_batch = mb;
+        Op r = make_op(OpKind::Recompute, StreamId::Compute, u, i, mb);
         r.flops = segment_forward_flops(spec_.model, seg, act_.tokens);
         r.uses = {params_of(u), acts_[i], rscratch, workspace_};
         r.deps = {gather_op_[u]};
         emit(r);
       }
       if (grads_[u] < 0 && has_params(u)) {
-        bool per_step = p_.accumulate.reduce == AccumulateReduce::Last || !(sharded_ || replicated_);
-        grads_[u] = buffer(BufferKind::UnshardedGrads, MemSpace::Device,
-                           per_step ? fmt::format("grads.u{}", u) : fmt::format("grads.u{}.mb{}", u, mb),
-                           unit_bytes(u, rbytes_), u, per_step ? -1 : mb, false);
+        bool per_step =
+            p_.accumulate.reduce == AccumulateReduce::Last || !(sharded_ || replicated_);
+        grads_[u] =
+            buffer(BufferKind::UnshardedGrads, MemSpace::Device,
+                   per_step ? fmt::format("grads.u{}", u) : fmt::format("grads.u{}.mb{}", u, mb),
+                   unit_bytes(u, rbytes_), u, per_step ? -1 : mb, false);
       }
-      Op b;
-      b.kind = OpKind::Backward;
-      b.stream = StreamId::Compute;
-      b.unit = u;
-      b.segment = i;
-      b.micro_batch = mb;
+      Op b = make_op(OpKind::Backward, StreamId::Compute, u, i, mb);
       b.flops = 2 * segment_forward_flops(spec_.model, seg, act_.tokens);
       b.uses = {params_of(u), acts_[i], rscratch, grads_[u], scratch, workspace_};
       if (i == 0 || seg.has_loss) b.uses.push_back(inputs_);
       if (seg.has_loss) b.uses.push_back(logits_);
       b.deps = {gather_op_[u]};
       int bop = emit(b);
-      free_now({acts_[i], rscratch, seg.has_loss ? logits_ : -1, i == 0 ? inputs_ : -1, k == n - 1 ? scratch : -1});
+      free_now({acts_[i], rscratch, seg.has_loss ? logits_ : -1, i == 0 ? inputs_ : -1,
+                k == n - 1 ? scratch : -1});
       if (bp == BackwardPrefetch::Post) prefetch(order, k, "bwd", mb);
       if (first_forward_segment(i)) {
         if (u != 0 || mb == M_ - 1) release_params(u);
@@ -344,9 +373,11 @@ class Builder {
   void reduce(int u, int mb, int last_backward) {
     if (!has_params(u)) return;
     const bool last_mb = mb == M_ - 1;
-    if (!last_mb && p_.accumulate.reduce == AccumulateReduce::Last) return;  // keep accumulating unsharded
+    if (!last_mb && p_.accumulate.reduce == AccumulateReduce::Last)
+      return;  // keep accumulating unsharded
     if (!sharded_ && !replicated_) {
-      if (last_mb) grad_shard_[u] = grads_[u], grads_[u] = -1;  // world 1: the fp32 grads are the shard
+      if (last_mb)
+        grad_shard_[u] = grads_[u], grads_[u] = -1;  // world 1: the fp32 grads are the shard
       return;
     }
     // Frees that waited on the previous unit's reduction go now: it ran
@@ -354,30 +385,23 @@ class Builder {
     free_now(pending_);
     pending_.clear();
     if (grad_shard_[u] < 0)
-      grad_shard_[u] = buffer(BufferKind::GradShard, MemSpace::Device, fmt::format("grad_shard.u{}", u), shard_bytes(u, gbytes_), u, -1, false);
+      grad_shard_[u] =
+          buffer(BufferKind::GradShard, MemSpace::Device, fmt::format("grad_shard.u{}", u),
+                 shard_bytes(u, gbytes_), u, -1, false);
     int producer = last_backward;
     if (sharded_) {
       bool staged = rbytes_ != gbytes_ || M_ > 1 || offload_;
-      int staging = staged ? buffer(BufferKind::CommStaging, MemSpace::Device, fmt::format("rs_out.u{}.mb{}", u, mb),
-                                    shard_bytes(u, rbytes_), u, mb, false)
+      int staging = staged ? buffer(BufferKind::CommStaging, MemSpace::Device,
+                                    fmt::format("rs_out.u{}.mb{}", u, mb), shard_bytes(u, rbytes_),
+                                    u, mb, false)
                            : -1;
-      Op rs;
-      rs.kind = OpKind::ReduceScatter;
-      rs.stream = StreamId::ReduceScatter;
-      rs.unit = u;
-      rs.micro_batch = mb;
-      rs.group = CommGroup::Shard;
-      rs.group_size = S_;
-      rs.payload_bytes = unit_bytes(u, rbytes_);
+      Op rs = collective(OpKind::ReduceScatter, StreamId::ReduceScatter, u, mb, CommGroup::Shard,
+                         S_, unit_bytes(u, rbytes_));
       rs.uses = {grads_[u], staging, offload_ ? -1 : grad_shard_[u]};
       rs.deps = {last_backward};
       producer = emit(rs);
       if (offload_) {
-        Op d2h;
-        d2h.kind = OpKind::CopyD2H;
-        d2h.stream = StreamId::Copy;
-        d2h.unit = u;
-        d2h.micro_batch = mb;
+        Op d2h = make_op(OpKind::CopyD2H, StreamId::Copy, u, -1, mb);
         d2h.payload_bytes = shard_bytes(u, rbytes_);
         d2h.uses = {staging, grad_shard_[u]};
         d2h.deps = {producer};
@@ -387,14 +411,9 @@ class Builder {
     }
     if (replicated_ && (last_mb || !sharded_)) {
       // Hybrid: the accumulated shard, once per step. no_shard: the whole gradient.
-      Op ar;
-      ar.kind = OpKind::AllReduce;
-      ar.stream = StreamId::AllReduce;
-      ar.unit = u;
-      ar.micro_batch = sharded_ ? -1 : mb;
-      ar.group = CommGroup::Replica;
-      ar.group_size = R_;
-      ar.payload_bytes = sharded_ ? shard_bytes(u, rbytes_) : unit_bytes(u, rbytes_);
+      Op ar = collective(OpKind::AllReduce, StreamId::AllReduce, u, sharded_ ? -1 : mb,
+                         CommGroup::Replica, R_,
+                         sharded_ ? shard_bytes(u, rbytes_) : unit_bytes(u, rbytes_));
       ar.uses = {sharded_ ? -1 : grads_[u], grad_shard_[u]};
       ar.deps = {producer};
       producer = emit(ar);
@@ -411,9 +430,7 @@ class Builder {
     pending_.clear();
     release_params(0);
     const StreamId where = offload_ ? StreamId::Host : StreamId::Compute;
-    Op norm;
-    norm.kind = OpKind::GradNorm;
-    norm.stream = where;
+    Op norm = make_op(OpKind::GradNorm, where, -1, -1, -1);
     for (const FlatUnit& f : units()) {
       if (!has_params(f.index)) continue;
       norm.uses.push_back(grad_shard_[f.index]);
@@ -422,12 +439,9 @@ class Builder {
     }
     int gate = emit(norm);
     if (sharded_) {
-      Op ar;
-      ar.kind = OpKind::AllReduce;
-      ar.stream = StreamId::AllReduce;
-      ar.group = CommGroup::Shard;
-      ar.group_size = S_;
-      ar.payload_bytes = 4 * S_;  // one fp32 partial sum per rank
+      // One fp32 partial sum per rank.
+      Op ar =
+          collective(OpKind::AllReduce, StreamId::AllReduce, -1, -1, CommGroup::Shard, S_, 4 * S_);
       ar.deps = {gate};
       gate = emit(ar);
     }
@@ -437,10 +451,7 @@ class Builder {
     for (const FlatUnit& f : units()) {
       if (!has_params(f.index)) continue;
       const int u = f.index;
-      Op opt;
-      opt.kind = OpKind::OptimizerStep;
-      opt.stream = where;
-      opt.unit = u;
+      Op opt = make_op(OpKind::OptimizerStep, where, u, -1, -1);
       opt.uses = {shard_[u], master_[u], state_[u], grad_shard_[u]};
       opt.deps = {gate, last_reduce_[u]};
       // Reads grad, master and state; writes master, state and the param-dtype shard.
@@ -454,7 +465,8 @@ class Builder {
   const ParallelSpec& p_;
   Schedule s_;
   int64_t S_ = 1, R_ = 1, M_ = 1;
-  bool sharded_ = false, replicated_ = false, offload_ = false, free_after_forward_ = true, recompute_ = false;
+  bool sharded_ = false, replicated_ = false, offload_ = false, free_after_forward_ = true,
+       recompute_ = false;
   int64_t pbytes_ = 4, rbytes_ = 4, mbytes_ = 4, gbytes_ = 4;
   ActivationShape act_;
   std::vector<int> shard_, master_, state_, grad_shard_;  // per unit
@@ -470,20 +482,25 @@ class Builder {
 std::string deps_text(const Op& op) {
   if (op.deps.empty()) return "-";
   std::vector<std::string> d;
-  for (int x : op.deps) d.push_back(fmt::format("#{}", x));
+  for (int x : op.deps)
+    d.push_back(fmt::format("#{}", x));
   return fmt::format("{}", fmt::join(d, " "));
 }
 
 }  // namespace
 
-Schedule build_schedule(const Units& units, const ScheduleOptions& options) { return Builder(units, options).run(); }
+Schedule build_schedule(const Units& units, const ScheduleOptions& options) {
+  return Builder(units, options).run();
+}
 
 std::vector<RankCollective> collectives_for_rank(const Schedule& s, int64_t rank) {
   const int64_t S = s.units.spec.parallel.shard_group;
   std::vector<RankCollective> out;
   for (const Op& op : s.ops) {
     if (op.group == CommGroup::None) continue;
-    int64_t index = op.group == CommGroup::Shard ? rank / S : op.group == CommGroup::Replica ? rank % S : 0;
+    int64_t index = op.group == CommGroup::Shard     ? rank / S
+                    : op.group == CommGroup::Replica ? rank % S
+                                                     : 0;
     out.push_back({op.kind, op.group, index, op.group_size, op.payload_bytes, op.unit});
   }
   return out;
@@ -493,15 +510,20 @@ std::string print_schedule(const Schedule& s) {
   const Spec& spec = s.units.spec;
   const ParallelSpec& p = spec.parallel;
   std::string out = fmt::format(
-      "schedule of {}: {}, world {} (shard group {}, {} replica{}), {} micro-batch{} of {} x {} tokens per rank\n",
-      spec.model.name, to_string(p.sharding), p.world, p.shard_group, p.replicas(), p.replicas() == 1 ? "" : "s",
-      p.accumulate.micro_batches, p.accumulate.micro_batches == 1 ? "" : "es", s.micro_batch, spec.model.context);
-  out += fmt::format("prefetch forward={} backward={} max_inflight={}, recompute={}, offload={}, accumulate reduce={}\n",
-                     p.prefetch.forward, to_string(p.prefetch.backward), p.prefetch.max_inflight, to_string(p.recompute),
-                     to_string(p.offload), to_string(p.accumulate.reduce));
-  out += fmt::format("{} ops, {} buffers; bytes sent per rank: all-gather {}, reduce-scatter {}, all-reduce {}\n",
-                     s.ops.size(), s.buffers.size(), s.sent_bytes(OpKind::AllGather),
-                     s.sent_bytes(OpKind::ReduceScatter), s.sent_bytes(OpKind::AllReduce));
+      "schedule of {}: {}, world {} (shard group {}, {} replica{}), {} micro-batch{} of {} x {} "
+      "tokens per rank\n",
+      spec.model.name, to_string(p.sharding), p.world, p.shard_group, p.replicas(),
+      p.replicas() == 1 ? "" : "s", p.accumulate.micro_batches,
+      p.accumulate.micro_batches == 1 ? "" : "es", s.micro_batch, spec.model.context);
+  out += fmt::format(
+      "prefetch forward={} backward={} max_inflight={}, recompute={}, offload={}, accumulate "
+      "reduce={}\n",
+      p.prefetch.forward, to_string(p.prefetch.backward), p.prefetch.max_inflight,
+      to_string(p.recompute), to_string(p.offload), to_string(p.accumulate.reduce));
+  out += fmt::format(
+      "{} ops, {} buffers; bytes sent per rank: all-gather {}, reduce-scatter {}, all-reduce {}\n",
+      s.ops.size(), s.buffers.size(), s.sent_bytes(OpKind::AllGather),
+      s.sent_bytes(OpKind::ReduceScatter), s.sent_bytes(OpKind::AllReduce));
   for (size_t st = 0; st < kStreamNames.size(); ++st) {
     std::vector<const Op*> ops;
     for (const Op& op : s.ops)
@@ -511,18 +533,21 @@ std::string print_schedule(const Schedule& s) {
     for (const Op* op : ops) {
       std::string what;
       if (op->group != CommGroup::None)
-        what = fmt::format("{} B over {} x{}", op->payload_bytes, to_string(op->group), op->group_size);
+        what = fmt::format("{} B over {} x{}", op->payload_bytes, to_string(op->group),
+                           op->group_size);
       else if (op->kind == OpKind::CopyH2D || op->kind == OpKind::CopyD2H)
         what = fmt::format("{} B", op->payload_bytes);
       else if (op->kind == OpKind::Free) {
         std::vector<std::string> names;
-        for (int b : op->frees) names.push_back(s.buffers[b].name);
+        for (int b : op->frees)
+          names.push_back(s.buffers[b].name);
         what = fmt::format("{}", fmt::join(names, " "));
       } else if (op->flops > 0)
         what = fmt::format("{:.4g} flop", op->flops);
       else if (op->memory_bytes > 0)
         what = fmt::format("{} B memory", op->memory_bytes);
-      out += fmt::format("  #{:<5} {:<20} {:<44} deps {}\n", op->id, op->label(), what, deps_text(*op));
+      out += fmt::format("  #{:<5} {:<20} {:<44} deps {}\n", op->id, op->label(), what,
+                         deps_text(*op));
     }
   }
   return out;
@@ -541,16 +566,25 @@ std::string schedule_json(const Schedule& s) {
   j["micro_batch"] = s.micro_batch;
   j["context"] = spec.model.context;
   j["streams"] = ordered_json::array();
-  for (std::string_view n : kStreamNames) j["streams"].push_back(std::string(n));
+  for (std::string_view n : kStreamNames)
+    j["streams"].push_back(std::string(n));
   j["units"] = ordered_json::array();
   for (const FlatUnit& u : s.units.units)
-    j["units"].push_back({{"index", u.index}, {"name", u.name}, {"param_elems", u.param_elems},
-                          {"padded_elems", u.padded_elems}, {"shard_elems", u.shard_elems}});
+    j["units"].push_back({{"index", u.index},
+                          {"name", u.name},
+                          {"param_elems", u.param_elems},
+                          {"padded_elems", u.padded_elems},
+                          {"shard_elems", u.shard_elems}});
   j["buffers"] = ordered_json::array();
   for (const Buffer& b : s.buffers)
-    j["buffers"].push_back({{"id", b.id}, {"name", b.name}, {"kind", std::string(to_string(b.kind))},
-                            {"space", b.space == MemSpace::Device ? "device" : "host"}, {"bytes", b.bytes},
-                            {"unit", b.unit}, {"micro_batch", b.micro_batch}, {"persistent", b.persistent}});
+    j["buffers"].push_back({{"id", b.id},
+                            {"name", b.name},
+                            {"kind", std::string(to_string(b.kind))},
+                            {"space", b.space == MemSpace::Device ? "device" : "host"},
+                            {"bytes", b.bytes},
+                            {"unit", b.unit},
+                            {"micro_batch", b.micro_batch},
+                            {"persistent", b.persistent}});
   j["ops"] = ordered_json::array();
   for (const Op& op : s.ops) {
     ordered_json o = {{"id", op.id},

@@ -22,51 +22,65 @@ namespace fsdpgen {
 
 // Copy: host<->device copies (offload). Host: the optimizer on the CPU (offload).
 enum class StreamId { Compute, AllGather, ReduceScatter, AllReduce, Copy, Host };
-inline constexpr std::array<std::string_view, 6> kStreamNames = {"compute",   "allgather", "reducescatter",
-                                                                 "allreduce", "copy",      "host"};
-inline std::string_view to_string(StreamId s) { return kStreamNames[static_cast<int>(s)]; }
+inline constexpr std::array<std::string_view, 6> kStreamNames = {
+    "compute", "allgather", "reducescatter", "allreduce", "copy", "host"};
+inline std::string_view to_string(StreamId s) {
+  return kStreamNames[static_cast<int>(s)];
+}
 
 enum class OpKind {
   AllGather,      // a unit's param shards -> unsharded params (param dtype), over the shard group
   Forward,        // forward of one segment for one micro-batch (the last one includes the loss)
   Recompute,      // recompute = block: the segment's forward again, before its backward
   Backward,       // backward of one segment for one micro-batch
-  ReduceScatter,  // a unit's unsharded grads -> this rank's grad shard (reduce dtype), over the shard group
-  AllReduce,      // grads over the replica group (hybrid: the shard; no_shard: the whole unit), or a scalar
-  Free,           // buffers return to the plan
-  CopyH2D,        // offload: host shard -> device staging
-  CopyD2H,        // offload: device grad shard -> host
-  GradNorm,       // sum of squares of this rank's grad shards (the all-reduce of the scalar follows)
-  OptimizerStep,  // one unit: clip, update the master shard and optimizer state, cast to param dtype
+  ReduceScatter,  // a unit's unsharded grads -> this rank's grad shard (reduce dtype), over the
+                  // shard group
+  AllReduce,  // grads over the replica group (hybrid: the shard; no_shard: the whole unit), or a
+              // scalar
+  Free,       // buffers return to the plan
+  CopyH2D,    // offload: host shard -> device staging
+  CopyD2H,    // offload: device grad shard -> host
+  GradNorm,   // sum of squares of this rank's grad shards (the all-reduce of the scalar follows)
+  OptimizerStep,  // one unit: clip, update the master shard and optimizer state, cast to param
+                  // dtype
 };
 inline constexpr std::array<std::string_view, 11> kOpKindNames = {
     "AG", "F", "RECOMPUTE", "B", "RS", "AR", "FREE", "H2D", "D2H", "GRADNORM", "OPT"};
-inline std::string_view to_string(OpKind k) { return kOpKindNames[static_cast<int>(k)]; }
+inline std::string_view to_string(OpKind k) {
+  return kOpKindNames[static_cast<int>(k)];
+}
 
 enum class CommGroup { None, Shard, Replica, World };
-inline constexpr std::array<std::string_view, 4> kCommGroupNames = {"none", "shard", "replica", "world"};
-inline std::string_view to_string(CommGroup g) { return kCommGroupNames[static_cast<int>(g)]; }
+inline constexpr std::array<std::string_view, 4> kCommGroupNames = {"none", "shard", "replica",
+                                                                    "world"};
+inline std::string_view to_string(CommGroup g) {
+  return kCommGroupNames[static_cast<int>(g)];
+}
 
 enum class BufferKind {
-  ParamShard,       // this rank's shard of a unit, param dtype
-  MasterWeights,    // fp32 (master dtype) copy of the shard, when it differs from the param dtype
-  OptimizerState,   // AdamW m and v / SGD momentum, master dtype, per shard
-  GradShard,        // gradient shard: fp32 when accumulating micro-batches, else the reduce dtype
-  UnshardedParams,  // gathered flat parameter of a unit
-  UnshardedGrads,   // flat gradient of a unit before reduction, reduce dtype
-  Activations,      // what a segment's forward saves for its backward, per micro-batch
-  RecomputeScratch, // recompute = block: the activations rebuilt for one backward
-  BackwardScratch,  // gradient of the activations flowing through backward
-  CommStaging,      // reduce-dtype shard received by a reduce-scatter before accumulation
-  Workspace,        // GEMM workspace
-  Logits,           // logits and their gradient (B*T*V)
-  Inputs,           // token ids and targets of one micro-batch
+  ParamShard,        // this rank's shard of a unit, param dtype
+  MasterWeights,     // fp32 (master dtype) copy of the shard, when it differs from the param dtype
+  OptimizerState,    // AdamW m and v / SGD momentum, master dtype, per shard
+  GradShard,         // gradient shard: fp32 when accumulating micro-batches, else the reduce dtype
+  UnshardedParams,   // gathered flat parameter of a unit
+  UnshardedGrads,    // flat gradient of a unit before reduction, reduce dtype
+  Activations,       // what a segment's forward saves for its backward, per micro-batch
+  RecomputeScratch,  // recompute = block: the activations rebuilt for one backward
+  BackwardScratch,   // gradient of the activations flowing through backward
+  CommStaging,       // reduce-dtype shard received by a reduce-scatter before accumulation
+  Workspace,         // GEMM workspace
+  Logits,            // logits and their gradient (B*T*V)
+  Inputs,            // token ids and targets of one micro-batch
 };
 inline constexpr std::array<std::string_view, 13> kBufferKindNames = {
-    "param_shard", "master_weights", "optimizer_state", "grad_shard",        "unsharded_params",
-    "unsharded_grads", "activations", "recompute_scratch", "backward_scratch", "comm_staging",
-    "workspace",   "logits",         "inputs"};
-inline std::string_view to_string(BufferKind k) { return kBufferKindNames[static_cast<int>(k)]; }
+    "param_shard",  "master_weights",    "optimizer_state",
+    "grad_shard",   "unsharded_params",  "unsharded_grads",
+    "activations",  "recompute_scratch", "backward_scratch",
+    "comm_staging", "workspace",         "logits",
+    "inputs"};
+inline std::string_view to_string(BufferKind k) {
+  return kBufferKindNames[static_cast<int>(k)];
+}
 
 enum class MemSpace { Device, Host };
 
@@ -90,12 +104,13 @@ struct Op {
   int micro_batch = -1;
   CommGroup group = CommGroup::None;
   int64_t group_size = 1;
-  int64_t payload_bytes = 0;  // collectives: size of the whole (unsharded) tensor; copies: bytes copied
-  double flops = 0;           // compute on this rank
-  int64_t memory_bytes = 0;   // bytes read and written by memory-bound ops (optimizer, norms)
-  std::vector<int> deps;      // ops (on other streams) that must finish first
-  std::vector<int> uses;      // buffers read or written
-  std::vector<int> frees;     // Free: the buffers released
+  int64_t payload_bytes =
+      0;             // collectives: size of the whole (unsharded) tensor; copies: bytes copied
+  double flops = 0;  // compute on this rank
+  int64_t memory_bytes = 0;  // bytes read and written by memory-bound ops (optimizer, norms)
+  std::vector<int> deps;     // ops (on other streams) that must finish first
+  std::vector<int> uses;     // buffers read or written
+  std::vector<int> frees;    // Free: the buffers released
 
   // Bytes this rank sends with a ring algorithm: (n-1)/n of the payload for
   // all-gather and reduce-scatter, twice that for all-reduce.
@@ -104,8 +119,9 @@ struct Op {
 };
 
 struct ScheduleOptions {
-  int64_t micro_batch = 0;        // sequences per rank per micro-batch; 0: the spec's
-  bool flash_attention = false;   // attention saves softmax statistics instead of the T x T probabilities
+  int64_t micro_batch = 0;  // sequences per rank per micro-batch; 0: the spec's
+  bool flash_attention =
+      false;  // attention saves softmax statistics instead of the T x T probabilities
   int64_t gemm_workspace_bytes = 0;
 };
 

@@ -14,7 +14,8 @@ class Verifier {
   Verifier(const Schedule& s, const MemoryPlan& m) : s_(s), m_(m) {
     freed_at_.assign(s.buffers.size(), -1);
     for (const Op& op : s.ops)
-      for (int b : op.frees) freed_at_[b] = op.id;
+      for (int b : op.frees)
+        freed_at_[b] = op.id;
   }
 
   std::vector<std::string> run() {
@@ -36,14 +37,18 @@ class Verifier {
   }
 
   bool is_compute(const Op& op) const {
-    return op.kind == OpKind::Forward || op.kind == OpKind::Backward || op.kind == OpKind::Recompute;
+    return op.kind == OpKind::Forward || op.kind == OpKind::Backward ||
+           op.kind == OpKind::Recompute;
   }
-  bool has_dep(const Op& op, int d) const { return std::find(op.deps.begin(), op.deps.end(), d) != op.deps.end(); }
+  bool has_dep(const Op& op, int d) const {
+    return std::find(op.deps.begin(), op.deps.end(), d) != op.deps.end();
+  }
 
   void deps_point_backwards() {
     for (const Op& op : s_.ops)
       for (int d : op.deps)
-        if (d < 0 || d >= op.id) fail("op #{} ({}) depends on #{}, which is not issued before it", op.id, op.label(), d);
+        if (d < 0 || d >= op.id)
+          fail("op #{} ({}) depends on #{}, which is not issued before it", op.id, op.label(), d);
   }
 
   void gathers_precede_and_frees_follow() {
@@ -58,13 +63,17 @@ class Verifier {
         if (s_.buffers[b].kind != BufferKind::UnshardedParams) continue;
         auto it = producer.find(b);
         if (it == producer.end() || it->second > op.id)
-          fail("{} (#{}) uses {} before any all-gather fills it", op.label(), op.id, s_.buffers[b].name);
+          fail("{} (#{}) uses {} before any all-gather fills it", op.label(), op.id,
+               s_.buffers[b].name);
         else if (s_.ops[it->second].stream != op.stream && !has_dep(op, it->second))
-          fail("{} (#{}) does not wait for the all-gather #{} of {}", op.label(), op.id, it->second, s_.buffers[b].name);
+          fail("{} (#{}) does not wait for the all-gather #{} of {}", op.label(), op.id, it->second,
+               s_.buffers[b].name);
         if (s_.buffers[b].unit != op.unit)
-          fail("{} (#{}) computes unit {} with the params of unit {}", op.label(), op.id, op.unit, s_.buffers[b].unit);
+          fail("{} (#{}) computes unit {} with the params of unit {}", op.label(), op.id, op.unit,
+               s_.buffers[b].unit);
         if (freed_at_[b] >= 0 && freed_at_[b] < op.id)
-          fail("{} (#{}) uses {} after its free #{}", op.label(), op.id, s_.buffers[b].name, freed_at_[b]);
+          fail("{} (#{}) uses {} after its free #{}", op.label(), op.id, s_.buffers[b].name,
+               freed_at_[b]);
       }
     }
     for (const Buffer& b : s_.buffers)
@@ -78,18 +87,22 @@ class Verifier {
       if (rs.kind != OpKind::ReduceScatter) continue;
       int last_b = -1;
       for (const Op& b : s_.ops)
-        if (b.kind == OpKind::Backward && b.unit == rs.unit && (mode == AccumulateReduce::Last || b.micro_batch == rs.micro_batch))
+        if (b.kind == OpKind::Backward && b.unit == rs.unit &&
+            (mode == AccumulateReduce::Last || b.micro_batch == rs.micro_batch))
           last_b = std::max(last_b, b.id);
       if (last_b < 0 || last_b > rs.id)
-        fail("{} (#{}) is issued before the last backward of unit {} (#{})", rs.label(), rs.id, rs.unit, last_b);
+        fail("{} (#{}) is issued before the last backward of unit {} (#{})", rs.label(), rs.id,
+             rs.unit, last_b);
       else if (!has_dep(rs, last_b))
-        fail("{} (#{}) does not wait for the last backward #{} that writes its gradients", rs.label(), rs.id, last_b);
+        fail("{} (#{}) does not wait for the last backward #{} that writes its gradients",
+             rs.label(), rs.id, last_b);
     }
   }
 
   void inflight_bound() {
     const ParallelSpec& p = s_.units.spec.parallel;
-    if (keeps_params_through_backward(p.sharding)) return;  // ZeRO-2 keeps every unit gathered by design
+    if (keeps_params_through_backward(p.sharding))
+      return;  // ZeRO-2 keeps every unit gathered by design
     int live = 0;
     for (const Op& op : s_.ops) {
       for (int b : op.frees)
@@ -98,8 +111,8 @@ class Verifier {
         for (int b : op.uses)
           if (s_.buffers[b].kind == BufferKind::UnshardedParams && s_.buffers[b].unit != 0) ++live;
       if (live > p.prefetch.max_inflight)
-        fail("{} unsharded units alive at op #{} ({}), more than max_inflight {}", live, op.id, op.label(),
-             p.prefetch.max_inflight);
+        fail("{} unsharded units alive at op #{} ({}), more than max_inflight {}", live, op.id,
+             op.label(), p.prefetch.max_inflight);
     }
   }
 
@@ -108,7 +121,8 @@ class Verifier {
     std::vector<int> device;
     for (const Buffer& b : s_.buffers)
       if (b.space == MemSpace::Device) device.push_back(b.id);
-    std::sort(device.begin(), device.end(), [&](int a, int b) { return pl[a].offset < pl[b].offset; });
+    std::sort(device.begin(), device.end(),
+              [&](int a, int b) { return pl[a].offset < pl[b].offset; });
     for (size_t i = 0; i < device.size(); ++i) {
       const int a = device[i];
       const int64_t a_end = pl[a].offset + s_.buffers[a].bytes;
@@ -117,7 +131,8 @@ class Verifier {
         const int b = device[j];
         bool live_together = pl[a].first_op <= pl[b].last_op && pl[b].first_op <= pl[a].last_op;
         if (live_together) {
-          fail("buffers {} and {} share bytes while both are alive", s_.buffers[a].name, s_.buffers[b].name);
+          fail("buffers {} and {} share bytes while both are alive", s_.buffers[a].name,
+               s_.buffers[b].name);
           continue;
         }
         // The later buffer's first use must be ordered after the earlier one's Free.
@@ -125,20 +140,26 @@ class Verifier {
         const int free_op = pl[early].last_op;
         const Op& first = s_.ops[pl[late].first_op];
         bool ordered = first.stream == StreamId::Compute;
-        for (int d : first.deps) ordered |= s_.ops[d].stream == StreamId::Compute && d >= free_op;
+        for (int d : first.deps)
+          ordered |= s_.ops[d].stream == StreamId::Compute && d >= free_op;
         if (!ordered)
-          fail("{} reuses the bytes of {} but its first use #{} is not ordered after that buffer's free #{}",
-               s_.buffers[late].name, s_.buffers[early].name, first.id, free_op);
+          fail(
+              "{} reuses the bytes of {} but its first use #{} is not ordered after that buffer's "
+              "free #{}",
+              s_.buffers[late].name, s_.buffers[early].name, first.id, free_op);
       }
     }
   }
 
   void peak_breakdown() {
     int64_t sum = 0;
-    for (int64_t v : m_.peak_by_kind) sum += v;
-    if (sum != m_.live_peak_bytes) fail("peak breakdown sums to {} B, but the live peak is {} B", sum, m_.live_peak_bytes);
+    for (int64_t v : m_.peak_by_kind)
+      sum += v;
+    if (sum != m_.live_peak_bytes)
+      fail("peak breakdown sums to {} B, but the live peak is {} B", sum, m_.live_peak_bytes);
     if (m_.device_arena_bytes < m_.live_peak_bytes)
-      fail("device arena {} B is smaller than the live peak {} B", m_.device_arena_bytes, m_.live_peak_bytes);
+      fail("device arena {} B is smaller than the live peak {} B", m_.device_arena_bytes,
+           m_.live_peak_bytes);
   }
 
   void same_collectives_on_every_member() {
@@ -148,20 +169,23 @@ class Verifier {
     const int64_t ranks = std::min<int64_t>(p.world, 1024);
     for (int64_t r = 0; r < ranks; ++r) {
       std::map<std::pair<int, int64_t>, std::vector<RankCollective>> mine;
-      for (const RankCollective& c : collectives_for_rank(s_, r)) mine[{static_cast<int>(c.group), c.group_index}].push_back(c);
+      for (const RankCollective& c : collectives_for_rank(s_, r))
+        mine[{static_cast<int>(c.group), c.group_index}].push_back(c);
       for (auto& [key, seq] : mine) {
         auto [it, fresh] = seen.emplace(key, seq);
         if (!fresh && it->second != seq)
-          fail("rank {} sees a different collective sequence on {} group {} than its other members", r,
-               to_string(static_cast<CommGroup>(key.first)), key.second);
+          fail("rank {} sees a different collective sequence on {} group {} than its other members",
+               r, to_string(static_cast<CommGroup>(key.first)), key.second);
       }
     }
     for (const Op& op : s_.ops) {
-      int64_t want = op.group == CommGroup::Shard ? p.shard_group : op.group == CommGroup::Replica ? p.replicas()
-                     : op.group == CommGroup::World ? p.world : 1;
+      int64_t want = op.group == CommGroup::Shard     ? p.shard_group
+                     : op.group == CommGroup::Replica ? p.replicas()
+                     : op.group == CommGroup::World   ? p.world
+                                                      : 1;
       if (op.group != CommGroup::None && op.group_size != want)
-        fail("{} (#{}) has group size {}, but its {} group has {} ranks", op.label(), op.id, op.group_size,
-             to_string(op.group), want);
+        fail("{} (#{}) has group size {}, but its {} group has {} ranks", op.label(), op.id,
+             op.group_size, to_string(op.group), want);
     }
   }
 
@@ -174,12 +198,15 @@ class Verifier {
       if (op.kind != OpKind::AllReduce || op.unit < 0) continue;
       ++count[op.unit];
       for (const Op& b : s_.ops)
-        if (b.kind == OpKind::Backward && b.unit == op.unit && b.micro_batch == last_mb && b.id > op.id)
-          fail("{} (#{}) comes before the last micro-batch's backward #{}", op.label(), op.id, b.id);
+        if (b.kind == OpKind::Backward && b.unit == op.unit && b.micro_batch == last_mb &&
+            b.id > op.id)
+          fail("{} (#{}) comes before the last micro-batch's backward #{}", op.label(), op.id,
+               b.id);
     }
     for (const FlatUnit& u : s_.units.units)
       if (u.padded_elems > 0 && count[u.index] != 1)
-        fail("unit {} has {} cross-replica all-reduces per step; hybrid sharding needs exactly one", u.index, count[u.index]);
+        fail("unit {} has {} cross-replica all-reduces per step; hybrid sharding needs exactly one",
+             u.index, count[u.index]);
   }
 
   const Schedule& s_;
@@ -190,6 +217,8 @@ class Verifier {
 
 }  // namespace
 
-std::vector<std::string> verify_plan(const Schedule& s, const MemoryPlan& m) { return Verifier(s, m).run(); }
+std::vector<std::string> verify_plan(const Schedule& s, const MemoryPlan& m) {
+  return Verifier(s, m).run();
+}
 
 }  // namespace fsdpgen

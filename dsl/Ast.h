@@ -61,7 +61,7 @@ struct UnitItem {
   enum class Kind { Each, Group, MinParams, Explicit };
   Kind kind = Kind::Each;
   Span span;
-  Value count;  // Group: blocks per unit; MinParams: parameter count
+  Value count;       // Group: blocks per unit; MinParams: parameter count
   std::string name;  // Explicit: optional name
   Span name_span;
   std::vector<LayerRef> layers;  // Explicit

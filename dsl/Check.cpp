@@ -50,13 +50,20 @@ std::string with_article(std::string_view noun) {
 
 std::string describe(const ast::Value& v) {
   switch (v.kind) {
-    case ast::Value::Kind::Number: return "number " + v.text;
-    case ast::Value::Kind::String: return "a string";
-    case ast::Value::Kind::Ident: return fmt::format("'{}'", v.text);
-    case ast::Value::Kind::Tuple: return "a tuple";
-    case ast::Value::Kind::List: return "a list";
-    case ast::Value::Kind::Range: return "a range";
-    case ast::Value::Kind::Call: return fmt::format("'{}(...)'", v.text);
+    case ast::Value::Kind::Number:
+      return "number " + v.text;
+    case ast::Value::Kind::String:
+      return "a string";
+    case ast::Value::Kind::Ident:
+      return fmt::format("'{}'", v.text);
+    case ast::Value::Kind::Tuple:
+      return "a tuple";
+    case ast::Value::Kind::List:
+      return "a list";
+    case ast::Value::Kind::Range:
+      return "a range";
+    case ast::Value::Kind::Call:
+      return fmt::format("'{}(...)'", v.text);
   }
   return "a value";
 }
@@ -81,15 +88,19 @@ class Checker {
     const ast::Section* model = section("model");
     if (!model && !syntax_errors_) {
       Diagnostic& e = d_.error({0, 0}, "missing 'model' section");
-      Diagnostics::note(e, "a spec starts with e.g. 'model tiny { vocab = 256  context = 128  width = 128  heads = 4  layers = 4 }'");
+      Diagnostics::note(e,
+                        "a spec starts with e.g. 'model tiny { vocab = 256  context = 128  width = "
+                        "128  heads = 4  layers = 4 }'");
     }
     bool model_ok = model && read_model(*model);
     if (const ast::Section* p = section("parallel")) read_parallel(*p);
-    if (overrides_.world) override_int("world", *overrides_.world, 1, kMaxWorld, s_.parallel.world, "parallel.world");
+    if (overrides_.world)
+      override_int("world", *overrides_.world, 1, kMaxWorld, s_.parallel.world, "parallel.world");
     resolve_parallel();
     if (const ast::Section* t = section("train")) read_train(*t);
     if (overrides_.micro_batch)
-      override_int("micro-batch", *overrides_.micro_batch, 1, 1 << 20, s_.train.micro_batch, "train.micro_batch");
+      override_int("micro-batch", *overrides_.micro_batch, 1, 1 << 20, s_.train.micro_batch,
+                   "train.micro_batch");
     check_train();
     const ast::Section* units = section("units");
     if (model_ok) resolve_units(units);
@@ -108,9 +119,11 @@ class Checker {
 
   // A value given on the command line (--world, --micro-batch) replaces the
   // spec's; errors about it point at the spec's value, or the file's start.
-  void override_int(const char* flag, int64_t v, int64_t lo, int64_t hi, int64_t& out, const std::string& key) {
+  void override_int(const char* flag, int64_t v, int64_t lo, int64_t hi, int64_t& out,
+                    const std::string& key) {
     if (v < lo || v > hi) {
-      d_.error(where(key), fmt::format("--{} must be between {} and {}, got {}", flag, lo, grouped(hi), v));
+      d_.error(where(key),
+               fmt::format("--{} must be between {} and {}, got {}", flag, lo, grouped(hi), v));
       return;
     }
     out = v;
@@ -118,7 +131,8 @@ class Checker {
   }
 
   // ---- value readers ----
-  std::optional<int64_t> as_int(const ast::Value& v, std::string_view what, int64_t lo, int64_t hi) {
+  std::optional<int64_t> as_int(const ast::Value& v, std::string_view what, int64_t lo,
+                                int64_t hi) {
     if (v.kind != ast::Value::Kind::Number) {
       d_.error(v.span, fmt::format("expected an integer for '{}', got {}", what, describe(v)));
       return std::nullopt;
@@ -128,10 +142,11 @@ class Checker {
       return std::nullopt;
     }
     if (v.integer < lo || v.integer > hi) {
-      std::string bound = v.integer < lo ? (lo == 1 ? std::string("must be positive")
-                                                    : lo == 0 ? std::string("must not be negative")
-                                                              : fmt::format("must be at least {}", grouped(lo)))
-                                         : fmt::format("must be at most {}", grouped(hi));
+      std::string bound = v.integer < lo
+                              ? (lo == 1   ? std::string("must be positive")
+                                 : lo == 0 ? std::string("must not be negative")
+                                           : fmt::format("must be at least {}", grouped(lo)))
+                              : fmt::format("must be at most {}", grouped(hi));
       d_.error(v.span, fmt::format("'{}' {}, got {}", what, bound, v.text));
       return std::nullopt;
     }
@@ -139,15 +154,17 @@ class Checker {
   }
 
   // A real number in [lo, hi] (or (lo, hi] when !lo_inclusive).
-  std::optional<double> as_float(const ast::Value& v, std::string_view what, double lo, double hi, bool lo_inclusive) {
+  std::optional<double> as_float(const ast::Value& v, std::string_view what, double lo, double hi,
+                                 bool lo_inclusive) {
     if (v.kind != ast::Value::Kind::Number) {
       d_.error(v.span, fmt::format("expected a number for '{}', got {}", what, describe(v)));
       return std::nullopt;
     }
     double x = v.number;
     if (x < lo || (!lo_inclusive && x == lo)) {
-      std::string bound = lo == 0 ? (lo_inclusive ? "must not be negative" : "must be positive")
-                                  : fmt::format("must be {} {}", lo_inclusive ? "at least" : "greater than", lo);
+      std::string bound =
+          lo == 0 ? (lo_inclusive ? "must not be negative" : "must be positive")
+                  : fmt::format("must be {} {}", lo_inclusive ? "at least" : "greater than", lo);
       d_.error(v.span, fmt::format("'{}' {}, got {}", what, bound, v.text));
       return std::nullopt;
     }
@@ -159,7 +176,8 @@ class Checker {
   }
 
   std::optional<bool> as_bool(const ast::Value& v, std::string_view what) {
-    if (v.kind == ast::Value::Kind::Ident && (v.text == "true" || v.text == "false")) return v.text == "true";
+    if (v.kind == ast::Value::Kind::Ident && (v.text == "true" || v.text == "false"))
+      return v.text == "true";
     d_.error(v.span, fmt::format("expected 'true' or 'false' for '{}', got {}", what, describe(v)));
     return std::nullopt;
   }
@@ -176,23 +194,29 @@ class Checker {
 
   // An identifier from `names`; `what` names the kind of thing ("sharding strategy").
   template <class E, size_t N>
-  std::optional<E> as_enum(const ast::Value& v, std::string_view what, const std::array<std::string_view, N>& names) {
+  std::optional<E> as_enum(const ast::Value& v, std::string_view what,
+                           const std::array<std::string_view, N>& names) {
     auto choices = names_of(names);
     if (v.kind == ast::Value::Kind::Ident) {
       for (size_t i = 0; i < N; ++i)
         if (names[i] == v.text) return static_cast<E>(i);
       Diagnostic& e = d_.error(v.span, fmt::format("unknown {} '{}'", what, v.text));
       std::string m = closest_match(v.text, choices);
-      if (!m.empty()) e.message += fmt::format("; did you mean '{}'?", m);
-      else Diagnostics::note(e, fmt::format("valid values are {}", quoted_choices(choices)));
+      if (!m.empty())
+        e.message += fmt::format("; did you mean '{}'?", m);
+      else
+        Diagnostics::note(e, fmt::format("valid values are {}", quoted_choices(choices)));
       return std::nullopt;
     }
-    Diagnostic& e = d_.error(v.span, fmt::format("expected {}, got {}", with_article(what), describe(v)));
+    Diagnostic& e =
+        d_.error(v.span, fmt::format("expected {}, got {}", with_article(what), describe(v)));
     Diagnostics::note(e, fmt::format("valid values are {}", quoted_choices(choices)));
     return std::nullopt;
   }
 
-  std::optional<DType> as_dtype(const ast::Value& v) { return as_enum<DType>(v, "dtype", kDTypeNames); }
+  std::optional<DType> as_dtype(const ast::Value& v) {
+    return as_enum<DType>(v, "dtype", kDTypeNames);
+  }
 
   // ---- entries ----
   struct Field {
@@ -201,11 +225,12 @@ class Checker {
   };
 
   // Reads entries against a table of fields; reports duplicates and unknown keys.
-  void read_fields(const std::vector<ast::Entry>& entries, const std::vector<Field>& fields, const std::string& ctx,
-                   const std::string& prefix) {
+  void read_fields(const std::vector<ast::Entry>& entries, const std::vector<Field>& fields,
+                   const std::string& ctx, const std::string& prefix) {
     std::map<std::string, const ast::Entry*> seen;
     std::vector<std::string_view> keys;
-    for (const Field& f : fields) keys.push_back(f.key);
+    for (const Field& f : fields)
+      keys.push_back(f.key);
     for (const ast::Entry& e : entries) {
       if (e.kind == ast::Entry::Kind::Error) {
         // Already reported by the parser: the key is given, its value unknown.
@@ -219,12 +244,15 @@ class Checker {
         Diagnostics::note(d, it->second->key_span, "previous definition is here");
         continue;
       }
-      auto f = std::find_if(fields.begin(), fields.end(), [&](const Field& x) { return x.key == e.key; });
+      auto f = std::find_if(fields.begin(), fields.end(),
+                            [&](const Field& x) { return x.key == e.key; });
       if (f == fields.end()) {
         Diagnostic& d = d_.error(e.key_span, fmt::format("unknown key '{}' in {}", e.key, ctx));
         std::string m = closest_match(e.key, keys);
-        if (!m.empty()) d.message += fmt::format("; did you mean '{}'?", m);
-        else Diagnostics::note(d, fmt::format("valid keys are {}", quoted_choices(keys, " and ")));
+        if (!m.empty())
+          d.message += fmt::format("; did you mean '{}'?", m);
+        else
+          Diagnostics::note(d, fmt::format("valid keys are {}", quoted_choices(keys, " and ")));
         continue;
       }
       at_[prefix + e.key] = e.kind == ast::Entry::Kind::Assign ? e.value.span : e.span;
@@ -237,17 +265,20 @@ class Checker {
   // True when none of `keys` was given a value that was rejected: rules that
   // relate several keys skip themselves rather than report against a default.
   bool usable(std::initializer_list<std::string_view> keys) const {
-    return std::none_of(keys.begin(), keys.end(), [&](std::string_view k) { return bad_.count(std::string(k)) > 0; });
+    return std::none_of(keys.begin(), keys.end(),
+                        [&](std::string_view k) { return bad_.count(std::string(k)) > 0; });
   }
 
   // The value of `key = value`; a block given instead is an error.
   const ast::Value* value_of(const ast::Entry& e) {
     if (e.kind == ast::Entry::Kind::Block) {
-      d_.error(e.key_span, fmt::format("'{}' takes a value, not a block; write '{} = ...'", e.key, e.key));
+      d_.error(e.key_span,
+               fmt::format("'{}' takes a value, not a block; write '{} = ...'", e.key, e.key));
       return nullptr;
     }
     if (e.kind == ast::Entry::Kind::Call) {
-      d_.error(e.key_span, fmt::format("'{}' takes a value, not arguments; write '{} = ...'", e.key, e.key));
+      d_.error(e.key_span,
+               fmt::format("'{}' takes a value, not arguments; write '{} = ...'", e.key, e.key));
       return nullptr;
     }
     return &e.value;
@@ -271,13 +302,17 @@ class Checker {
             }};
   }
   Field int_field(std::string_view key, int64_t& out, int64_t lo, int64_t hi) {
-    return field(key, out, [this, lo, hi](const ast::Value& v, const std::string& k) { return as_int(v, k, lo, hi); });
+    return field(key, out, [this, lo, hi](const ast::Value& v, const std::string& k) {
+      return as_int(v, k, lo, hi);
+    });
   }
   Field bool_field(std::string_view key, bool& out) {
-    return field(key, out, [this](const ast::Value& v, const std::string& k) { return as_bool(v, k); });
+    return field(key, out,
+                 [this](const ast::Value& v, const std::string& k) { return as_bool(v, k); });
   }
   template <class E, size_t N>
-  Field enum_field(std::string_view key, E& out, std::string_view what, const std::array<std::string_view, N>& names) {
+  Field enum_field(std::string_view key, E& out, std::string_view what,
+                   const std::array<std::string_view, N>& names) {
     return field(key, out, [this, what, &names](const ast::Value& v, const std::string&) {
       return as_enum<E>(v, what, names);
     });
@@ -287,7 +322,8 @@ class Checker {
   }
 
   // Binds a call's arguments to parameter names; absent ones are nullptr.
-  std::optional<std::vector<const ast::Value*>> bind(const ast::Value& call, const std::vector<std::string_view>& params) {
+  std::optional<std::vector<const ast::Value*>> bind(const ast::Value& call,
+                                                     const std::vector<std::string_view>& params) {
     std::vector<const ast::Value*> out(params.size(), nullptr);
     std::vector<Span> given(params.size());
     bool ok = true, named_seen = false, positional_reported = false;
@@ -298,10 +334,15 @@ class Checker {
         named_seen = true;
         auto it = std::find(params.begin(), params.end(), a.name);
         if (it == params.end()) {
-          Diagnostic& d = d_.error(a.name_span, fmt::format("unknown argument '{}' of '{}'", a.name, call.text));
+          Diagnostic& d = d_.error(a.name_span,
+                                   fmt::format("unknown argument '{}' of '{}'", a.name, call.text));
           std::string m = closest_match(a.name, params);
-          if (!m.empty()) d.message += fmt::format("; did you mean '{}'?", m);
-          else Diagnostics::note(d, fmt::format("'{}' takes {}", call.text, params.empty() ? "no arguments" : quoted_choices(params, " and ")));
+          if (!m.empty())
+            d.message += fmt::format("; did you mean '{}'?", m);
+          else
+            Diagnostics::note(
+                d, fmt::format("'{}' takes {}", call.text,
+                               params.empty() ? "no arguments" : quoted_choices(params, " and ")));
           ok = false;
           continue;
         }
@@ -309,18 +350,23 @@ class Checker {
       } else if (named_seen) {
         // One error for the first; the rest have no position to bind to either.
         if (!std::exchange(positional_reported, true))
-          d_.error(a.value.span, fmt::format("positional argument after a named one in '{}'", call.text));
+          d_.error(a.value.span,
+                   fmt::format("positional argument after a named one in '{}'", call.text));
         ok = false;
         continue;
       } else if (slot >= params.size()) {
-        Diagnostic& d = d_.error(a.value.span, fmt::format("too many arguments to '{}'", call.text));
-        Diagnostics::note(d, fmt::format("'{}' takes {}", call.text, params.empty() ? "no arguments" : quoted_choices(params, " and ")));
+        Diagnostic& d =
+            d_.error(a.value.span, fmt::format("too many arguments to '{}'", call.text));
+        Diagnostics::note(
+            d, fmt::format("'{}' takes {}", call.text,
+                           params.empty() ? "no arguments" : quoted_choices(params, " and ")));
         ok = false;
         continue;
       }
       Span here = a.name.empty() ? a.value.span : a.name_span;
       if (out[slot]) {
-        Diagnostic& d = d_.error(here, fmt::format("argument '{}' of '{}' given twice", params[slot], call.text));
+        Diagnostic& d = d_.error(
+            here, fmt::format("argument '{}' of '{}' given twice", params[slot], call.text));
         Diagnostics::note(d, given[slot], "previous value is here");
         ok = false;
         continue;
@@ -345,7 +391,8 @@ class Checker {
       const ast::Value& v, std::string_view what, const std::array<std::string_view, N>& kinds,
       const std::array<std::vector<std::string_view>, N>& params) {
     if (v.kind != ast::Value::Kind::Ident && v.kind != ast::Value::Kind::Call) {
-      Diagnostic& e = d_.error(v.span, fmt::format("expected {}, got {}", with_article(what), describe(v)));
+      Diagnostic& e =
+          d_.error(v.span, fmt::format("expected {}, got {}", with_article(what), describe(v)));
       Diagnostics::note(e, fmt::format("valid values are {}", quoted_choices(names_of(kinds))));
       return std::nullopt;
     }
@@ -354,7 +401,8 @@ class Checker {
     name.span = {v.span.begin, static_cast<uint32_t>(v.span.begin + v.text.size())};
     auto k = as_enum<size_t>(name, what, kinds);
     if (!k) return std::nullopt;
-    if (v.kind == ast::Value::Kind::Ident) return std::make_pair(*k, std::vector<const ast::Value*>(params[*k].size()));
+    if (v.kind == ast::Value::Kind::Ident)
+      return std::make_pair(*k, std::vector<const ast::Value*>(params[*k].size()));
     auto args = bind(v, params[*k]);
     if (!args) return std::nullopt;
     return std::make_pair(*k, *args);
@@ -378,9 +426,13 @@ class Checker {
         int_field("ffn_hidden", ffn, 1, kMaxFfn),
         bool_field("tie_embeddings", tie),
         field("norm_eps", m.norm_eps,
-              [this](const ast::Value& v, const std::string& k) { return as_float(v, k, 0, 0.5, false); }),
+              [this](const ast::Value& v, const std::string& k) {
+                return as_float(v, k, 0, 0.5, false);
+              }),
         field("rope_theta", rope,
-              [this](const ast::Value& v, const std::string& k) { return as_float(v, k, 0, 1e12, false); }),
+              [this](const ast::Value& v, const std::string& k) {
+                return as_float(v, k, 0, 1e12, false);
+              }),
     };
     std::string ctx = m.name.empty() ? "section 'model'" : fmt::format("model '{}'", m.name);
     read_fields(sec.entries, fields, ctx, "model.");
@@ -389,44 +441,60 @@ class Checker {
       if (!has(fmt::format("model.{}", k))) missing.push_back(k);
     if (!missing.empty()) {
       if (!syntax_errors_) {
-        Diagnostic& e = d_.error(sec.name.empty() ? sec.kind_span : sec.name_span,
-                                 fmt::format("{} is missing {}", ctx, quoted_choices(missing, " and ")));
+        Diagnostic& e =
+            d_.error(sec.name.empty() ? sec.kind_span : sec.name_span,
+                     fmt::format("{} is missing {}", ctx, quoted_choices(missing, " and ")));
         Diagnostics::note(e, "a model must set 'vocab', 'context', 'width', 'heads' and 'layers'");
       }
       return false;
     }
     // Rules between keys run only on values that were read; a rejected one
     // was reported already and keeps a default that would mislead them.
-    bool ok = std::none_of(bad_.begin(), bad_.end(), [](const std::string& k) { return k.starts_with("model."); });
+    bool ok = std::none_of(bad_.begin(), bad_.end(),
+                           [](const std::string& k) { return k.starts_with("model."); });
     bool llama = m.family == Family::Llama;
     bool family_known = usable({"model.family"});
     m.tie_embeddings = has("model.tie_embeddings") ? tie : !llama;
     if (usable({"model.width", "model.heads"}) && m.width % m.heads != 0) {
-      Diagnostic& e = d_.error(where("model.heads"), fmt::format("heads ({}) must divide width ({})", m.heads, m.width));
-      Diagnostics::note(e, fmt::format("width / heads = {} / {} leaves a remainder of {}", m.width, m.heads, m.width % m.heads));
+      Diagnostic& e = d_.error(where("model.heads"),
+                               fmt::format("heads ({}) must divide width ({})", m.heads, m.width));
+      Diagnostics::note(e, fmt::format("width / heads = {} / {} leaves a remainder of {}", m.width,
+                                       m.heads, m.width % m.heads));
       ok = false;
     }
     m.kv_heads = has("model.kv_heads") ? kv_heads : m.heads;
     bool kv_known = family_known && usable({"model.heads", "model.kv_heads"});
     if (kv_known && has("model.kv_heads") && !llama && kv_heads != m.heads) {
-      Diagnostic& e = d_.error(where("model.kv_heads"), "kv_heads (grouped-query attention) applies only to family llama");
-      if (has("model.family")) Diagnostics::note(e, where("model.family"), "family is 'gpt2' here; gpt2 uses kv_heads = heads");
-      else Diagnostics::note(e, "family is 'gpt2' by default; gpt2 uses kv_heads = heads");
+      Diagnostic& e = d_.error(where("model.kv_heads"),
+                               "kv_heads (grouped-query attention) applies only to family llama");
+      if (has("model.family"))
+        Diagnostics::note(e, where("model.family"),
+                          "family is 'gpt2' here; gpt2 uses kv_heads = heads");
+      else
+        Diagnostics::note(e, "family is 'gpt2' by default; gpt2 uses kv_heads = heads");
       ok = false;
     } else if (kv_known && m.heads % m.kv_heads != 0) {
-      d_.error(where("model.kv_heads"), fmt::format("kv_heads ({}) must divide heads ({})", m.kv_heads, m.heads));
+      d_.error(where("model.kv_heads"),
+               fmt::format("kv_heads ({}) must divide heads ({})", m.kv_heads, m.heads));
       ok = false;
     }
     if (family_known && has("model.rope_theta") && !llama) {
-      Diagnostic& e = d_.error(where("model.rope_theta"), "rope_theta applies only to family llama");
-      Diagnostics::note(e, has("model.family") ? "gpt2 uses learned position embeddings"
-                                                : "family is 'gpt2' by default; gpt2 uses learned position embeddings");
+      Diagnostic& e =
+          d_.error(where("model.rope_theta"), "rope_theta applies only to family llama");
+      Diagnostics::note(e,
+                        has("model.family")
+                            ? "gpt2 uses learned position embeddings"
+                            : "family is 'gpt2' by default; gpt2 uses learned position embeddings");
       ok = false;
     }
-    if (llama) m.rope_theta = has("model.rope_theta") ? rope : 10000.0;
-    else m.rope_theta = 10000.0;
+    if (llama)
+      m.rope_theta = has("model.rope_theta") ? rope : 10000.0;
+    else
+      m.rope_theta = 10000.0;
     // llama: SwiGLU hidden = 2/3 of 4C rounded up to a multiple of 256 (as in Llama).
-    m.ffn_hidden = has("model.ffn_hidden") ? ffn : llama ? (8 * m.width / 3 + 255) / 256 * 256 : 4 * m.width;
+    m.ffn_hidden = has("model.ffn_hidden") ? ffn
+                   : llama                 ? (8 * m.width / 3 + 255) / 256 * 256
+                                           : 4 * m.width;
     return ok;
   }
 
@@ -439,25 +507,34 @@ class Checker {
         int_field("shard_group", p.shard_group, 1, kMaxWorld),
         int_field("ranks_per_node", p.ranks_per_node, 1, kMaxWorld),
         int_field("shard_align", p.shard_align_bytes, 4, 65536),
-        {"precision", [this, &p](const ast::Entry& e) {
+        {"precision",
+         [this, &p](const ast::Entry& e) {
            if (auto* es = block_of(e, "param = bf16  reduce = fp32  master = fp32"))
-             read_fields(*es, {dtype_field("param", p.precision.param), dtype_field("reduce", p.precision.reduce),
-                               dtype_field("master", p.precision.master)},
+             read_fields(*es,
+                         {dtype_field("param", p.precision.param),
+                          dtype_field("reduce", p.precision.reduce),
+                          dtype_field("master", p.precision.master)},
                          "'precision'", "parallel.precision.");
          }},
-        {"prefetch", [this, &p](const ast::Entry& e) {
+        {"prefetch",
+         [this, &p](const ast::Entry& e) {
            if (auto* es = block_of(e, "forward = true  backward = pre  max_inflight = 2"))
-             read_fields(*es, {bool_field("forward", p.prefetch.forward),
-                               enum_field("backward", p.prefetch.backward, "backward prefetch mode", kBackwardPrefetchNames),
-                               int_field("max_inflight", p.prefetch.max_inflight, 1, kMaxLayers + 1)},
+             read_fields(*es,
+                         {bool_field("forward", p.prefetch.forward),
+                          enum_field("backward", p.prefetch.backward, "backward prefetch mode",
+                                     kBackwardPrefetchNames),
+                          int_field("max_inflight", p.prefetch.max_inflight, 1, kMaxLayers + 1)},
                          "'prefetch'", "parallel.prefetch.");
          }},
         enum_field("recompute", p.recompute, "recompute mode", kRecomputeNames),
         enum_field("offload", p.offload, "offload mode", kOffloadNames),
-        {"accumulate", [this, &p](const ast::Entry& e) {
+        {"accumulate",
+         [this, &p](const ast::Entry& e) {
            if (auto* es = block_of(e, "micro_batches = 4  reduce = every"))
-             read_fields(*es, {int_field("micro_batches", p.accumulate.micro_batches, 1, 65536),
-                               enum_field("reduce", p.accumulate.reduce, "accumulation reduce mode", kAccumulateReduceNames)},
+             read_fields(*es,
+                         {int_field("micro_batches", p.accumulate.micro_batches, 1, 65536),
+                          enum_field("reduce", p.accumulate.reduce, "accumulation reduce mode",
+                                     kAccumulateReduceNames)},
                          "'accumulate'", "parallel.accumulate.");
          }},
     };
@@ -467,74 +544,96 @@ class Checker {
   void resolve_parallel() {
     ParallelSpec& p = s_.parallel;
     if (!has("parallel.ranks_per_node")) p.ranks_per_node = std::min<int64_t>(p.world, 8);
-    const bool sizes_known = usable({"parallel.world", "parallel.ranks_per_node", "parallel.shard_group"});
+    const bool sizes_known =
+        usable({"parallel.world", "parallel.ranks_per_node", "parallel.shard_group"});
     if (usable({"parallel.world", "parallel.ranks_per_node"}) && p.world % p.ranks_per_node != 0) {
       if (has("parallel.ranks_per_node")) {
-        Diagnostic& e = d_.error(where("parallel.ranks_per_node"),
-                                 fmt::format("ranks_per_node ({}) must divide world ({})", p.ranks_per_node, p.world));
+        Diagnostic& e = d_.error(
+            where("parallel.ranks_per_node"),
+            fmt::format("ranks_per_node ({}) must divide world ({})", p.ranks_per_node, p.world));
         Diagnostics::note(e, "every node runs the same number of ranks");
       } else {
-        Diagnostic& e = d_.error(where("parallel.world"),
-                                 fmt::format("world ({}) is not a multiple of the default ranks_per_node ({})", p.world,
-                                             p.ranks_per_node));
-        Diagnostics::note(e, "set 'ranks_per_node' to the number of ranks on each node; every node runs the same number");
+        Diagnostic& e =
+            d_.error(where("parallel.world"),
+                     fmt::format("world ({}) is not a multiple of the default ranks_per_node ({})",
+                                 p.world, p.ranks_per_node));
+        Diagnostics::note(e,
+                          "set 'ranks_per_node' to the number of ranks on each node; every node "
+                          "runs the same number");
       }
     }
     if ((p.shard_align_bytes & (p.shard_align_bytes - 1)) != 0)
-      d_.error(where("parallel.shard_align"),
-               fmt::format("'shard_align' must be a power of two (bytes), got {}", p.shard_align_bytes));
+      d_.error(
+          where("parallel.shard_align"),
+          fmt::format("'shard_align' must be a power of two (bytes), got {}", p.shard_align_bytes));
     if (!usable({"parallel.sharding"})) {
       p.shard_group = p.world;
     } else if (is_hybrid(p.sharding)) {
       if (!has("parallel.shard_group")) {
         p.shard_group = p.ranks_per_node;
       } else if (sizes_known && p.world % p.shard_group != 0) {
-        Diagnostic& e = d_.error(where("parallel.shard_group"),
-                                 fmt::format("shard_group ({}) must divide world ({})", p.shard_group, p.world));
-        if (has("parallel.world")) Diagnostics::note(e, where("parallel.world"), fmt::format("world is {} here", p.world));
-        else Diagnostics::note(e, fmt::format("world is {} by default", p.world));
+        Diagnostic& e = d_.error(
+            where("parallel.shard_group"),
+            fmt::format("shard_group ({}) must divide world ({})", p.shard_group, p.world));
+        if (has("parallel.world"))
+          Diagnostics::note(e, where("parallel.world"), fmt::format("world is {} here", p.world));
+        else
+          Diagnostics::note(e, fmt::format("world is {} by default", p.world));
       }
-      if (sizes_known && p.world % p.shard_group == 0 && (p.shard_group == p.world || p.shard_group == 1)) {
-        Diagnostic& w = d_.warning(where("parallel.sharding"),
-                                   fmt::format("{} with shard_group {} of world {} {}", to_string(p.sharding),
-                                               p.shard_group, p.world,
-                                               p.shard_group == 1 ? "shards nothing" : "has a single replica"));
+      if (sizes_known && p.world % p.shard_group == 0 &&
+          (p.shard_group == p.world || p.shard_group == 1)) {
+        Diagnostic& w =
+            d_.warning(where("parallel.sharding"),
+                       fmt::format("{} with shard_group {} of world {} {}", to_string(p.sharding),
+                                   p.shard_group, p.world,
+                                   p.shard_group == 1 ? "shards nothing" : "has a single replica"));
         Diagnostics::note(w, p.shard_group == 1 ? "this behaves as 'no_shard'"
-                                                : fmt::format("this behaves as '{}'", p.sharding == Sharding::HybridShard
-                                                                                          ? "full_shard"
-                                                                                          : "shard_grad_op"));
+                                                : fmt::format("this behaves as '{}'",
+                                                              p.sharding == Sharding::HybridShard
+                                                                  ? "full_shard"
+                                                                  : "shard_grad_op"));
       }
     } else {
       if (has("parallel.shard_group")) {
-        Diagnostic& e = d_.error(where("parallel.shard_group"), "'shard_group' applies only to hybrid sharding");
+        Diagnostic& e = d_.error(where("parallel.shard_group"),
+                                 "'shard_group' applies only to hybrid sharding");
         std::string hint = "use 'hybrid_shard' or 'hybrid_shard_zero2'";
         if (has("parallel.sharding"))
-          Diagnostics::note(e, where("parallel.sharding"), fmt::format("sharding is '{}' here; {}", to_string(p.sharding), hint));
+          Diagnostics::note(e, where("parallel.sharding"),
+                            fmt::format("sharding is '{}' here; {}", to_string(p.sharding), hint));
         else
-          Diagnostics::note(e, fmt::format("sharding is '{}' by default; {}", to_string(p.sharding), hint));
+          Diagnostics::note(
+              e, fmt::format("sharding is '{}' by default; {}", to_string(p.sharding), hint));
       }
       p.shard_group = p.sharding == Sharding::NoShard ? 1 : p.world;
     }
     if (p.offload == Offload::Cpu && p.sharding == Sharding::NoShard) {
-      Diagnostic& e = d_.error(where("parallel.offload"), "'offload = cpu' needs a sharded strategy");
+      Diagnostic& e =
+          d_.error(where("parallel.offload"), "'offload = cpu' needs a sharded strategy");
       Diagnostics::note(e, where("parallel.sharding"), "sharding is 'no_shard' here");
     }
     bool prefetching = p.prefetch.forward || p.prefetch.backward != BackwardPrefetch::None;
     if (usable({"parallel.prefetch.forward", "parallel.prefetch.backward"}) && prefetching &&
         p.prefetch.max_inflight < 2) {
-      Diagnostic& e = d_.error(where("parallel.prefetch.max_inflight"), "prefetch needs max_inflight of at least 2");
-      Diagnostics::note(e, "a prefetched unit is gathered while the current one is still in use; "
-                           "set 'forward = false' and 'backward = none' to gather one unit at a time");
+      Diagnostic& e = d_.error(where("parallel.prefetch.max_inflight"),
+                               "prefetch needs max_inflight of at least 2");
+      Diagnostics::note(e,
+                        "a prefetched unit is gathered while the current one is still in use; "
+                        "set 'forward = false' and 'backward = none' to gather one unit at a time");
     }
     const PrecisionSpec& pr = p.precision;
     if (pr.master == DType::FP16) {
-      Diagnostic& e = d_.error(where("parallel.precision.master"), "fp16 master weights are not supported");
-      Diagnostics::note(e, "use 'master = fp32' (or bf16); fp16 cannot hold small updates to the weights");
-    } else if (usable({"parallel.precision.param"}) && dtype_bytes(pr.master) < dtype_bytes(pr.param)) {
+      Diagnostic& e =
+          d_.error(where("parallel.precision.master"), "fp16 master weights are not supported");
+      Diagnostics::note(
+          e, "use 'master = fp32' (or bf16); fp16 cannot hold small updates to the weights");
+    } else if (usable({"parallel.precision.param"}) &&
+               dtype_bytes(pr.master) < dtype_bytes(pr.param)) {
       Diagnostic& e = d_.error(where("parallel.precision.master"),
-                               fmt::format("master dtype '{}' is narrower than param dtype '{}'", to_string(pr.master),
-                                           to_string(pr.param)));
-      Diagnostics::note(e, "master weights must hold at least the precision of the parameters they produce");
+                               fmt::format("master dtype '{}' is narrower than param dtype '{}'",
+                                           to_string(pr.master), to_string(pr.param)));
+      Diagnostics::note(
+          e, "master weights must hold at least the precision of the parameters they produce");
     }
   }
 
@@ -542,18 +641,30 @@ class Checker {
   void read_train(const ast::Section& sec) {
     TrainSpec& t = s_.train;
     std::vector<Field> fields = {
-        {"optimizer", [this](const ast::Entry& e) { if (auto* v = value_of(e)) read_optimizer(*v); }},
-        {"lr_schedule", [this](const ast::Entry& e) { if (auto* v = value_of(e)) read_lr_schedule(*v); }},
+        {"optimizer",
+         [this](const ast::Entry& e) {
+           if (auto* v = value_of(e)) read_optimizer(*v);
+         }},
+        {"lr_schedule",
+         [this](const ast::Entry& e) {
+           if (auto* v = value_of(e)) read_lr_schedule(*v);
+         }},
         int_field("micro_batch", t.micro_batch, 1, 1 << 20),
         int_field("steps", t.steps, 1, kMaxCount),
-        {"clip", [this, &t](const ast::Entry& e) {
+        {"clip",
+         [this, &t](const ast::Entry& e) {
            const ast::Value* v = value_of(e);
            if (!v) return;
-           if (v->kind == ast::Value::Kind::Ident && v->text == "none") t.clip = 0;
-           else if (auto c = as_float(*v, "clip", 0, 1e30, true)) t.clip = *c;
+           if (v->kind == ast::Value::Kind::Ident && v->text == "none")
+             t.clip = 0;
+           else if (auto c = as_float(*v, "clip", 0, 1e30, true))
+             t.clip = *c;
          }},
         int_field("seed", t.seed, 0, kMaxCount),
-        {"data", [this](const ast::Entry& e) { if (auto* v = value_of(e)) read_data(*v); }},
+        {"data",
+         [this](const ast::Entry& e) {
+           if (auto* v = value_of(e)) read_data(*v);
+         }},
         {"checkpoint", [this](const ast::Entry& e) { read_checkpoint(e); }},
         int_field("log_every", t.log_every, 1, kMaxCount),
     };
@@ -570,7 +681,8 @@ class Checker {
     o.kind = static_cast<OptimizerKind>(kind);
     if (o.kind == OptimizerKind::Sgd) o.weight_decay = 0;
     if (args[0])
-      if (auto lr = as_float(*args[0], "lr", 0, 1e3, false)) o.lr = *lr, at_["train.lr"] = args[0]->span;
+      if (auto lr = as_float(*args[0], "lr", 0, 1e3, false))
+        o.lr = *lr, at_["train.lr"] = args[0]->span;
     if (o.kind == OptimizerKind::AdamW) {
       if (args[1]) read_betas(*args[1]);
       if (args[2])
@@ -587,7 +699,8 @@ class Checker {
 
   void read_betas(const ast::Value& v) {
     if (v.kind != ast::Value::Kind::Tuple || v.items.size() != 2) {
-      d_.error(v.span, fmt::format("'betas' must be a pair such as (0.9, 0.95), got {}", describe(v)));
+      d_.error(v.span,
+               fmt::format("'betas' must be a pair such as (0.9, 0.95), got {}", describe(v)));
       return;
     }
     auto b1 = as_float(v.items[0], "betas", 0, 0.999999, true);
@@ -598,16 +711,19 @@ class Checker {
 
   void read_lr_schedule(const ast::Value& v) {
     LrScheduleSpec& l = s_.train.lr_schedule;
-    auto c = callee(v, "lr schedule", kLrScheduleNames,
-                    {std::vector<std::string_view>{"warmup"}, std::vector<std::string_view>{"warmup", "min"},
-                     std::vector<std::string_view>{"warmup", "min"}});
+    auto c = callee(
+        v, "lr schedule", kLrScheduleNames,
+        {std::vector<std::string_view>{"warmup"}, std::vector<std::string_view>{"warmup", "min"},
+         std::vector<std::string_view>{"warmup", "min"}});
     if (!c) return;
     auto& [kind, args] = *c;
     l.kind = static_cast<LrScheduleKind>(kind);
     if (args[0])
-      if (auto w = as_int(*args[0], "warmup", 0, kMaxCount)) l.warmup = *w, at_["train.warmup"] = args[0]->span;
+      if (auto w = as_int(*args[0], "warmup", 0, kMaxCount))
+        l.warmup = *w, at_["train.warmup"] = args[0]->span;
     if (args.size() > 1 && args[1])
-      if (auto m = as_float(*args[1], "min", 0, 1e3, true)) l.min_lr = *m, at_["train.min_lr"] = args[1]->span;
+      if (auto m = as_float(*args[1], "min", 0, 1e3, true))
+        l.min_lr = *m, at_["train.min_lr"] = args[1]->span;
   }
 
   void read_data(const ast::Value& v) {
@@ -625,7 +741,8 @@ class Checker {
     }
     if (v.kind == ast::Value::Kind::Ident || !require(args[0], v, "path")) {
       if (v.kind == ast::Value::Kind::Ident)
-        d_.error(v.span, fmt::format("data source '{}' needs a file: {}(\"path\")", v.text, v.text));
+        d_.error(v.span,
+                 fmt::format("data source '{}' needs a file: {}(\"path\")", v.text, v.text));
       return;
     }
     if (auto p = as_string(*args[0], "path")) d.path = *p;
@@ -634,19 +751,22 @@ class Checker {
   // checkpoint(every = N, dir = "ckpt", keep = 2) | checkpoint = none
   void read_checkpoint(const ast::Entry& e) {
     CheckpointSpec& c = s_.train.checkpoint;
-    if (e.kind == ast::Entry::Kind::Assign && e.value.kind == ast::Value::Kind::Ident && e.value.text == "none") {
+    if (e.kind == ast::Entry::Kind::Assign && e.value.kind == ast::Value::Kind::Ident &&
+        e.value.text == "none") {
       c.enabled = false;
       return;
     }
     if (e.kind != ast::Entry::Kind::Call) {
-      d_.error(e.span, "expected 'checkpoint(every = N, dir = \"ckpt\", keep = 2)' or 'checkpoint = none'");
+      d_.error(e.span,
+               "expected 'checkpoint(every = N, dir = \"ckpt\", keep = 2)' or 'checkpoint = none'");
       return;
     }
     auto args = bind(e.value, {"every", "dir", "keep"});
     if (!args) return;
     if (!require((*args)[0], e.value, "every")) return;
     c.enabled = true;
-    if (auto n = as_int(*(*args)[0], "every", 1, kMaxCount)) c.every = *n, at_["train.checkpoint.every"] = (*args)[0]->span;
+    if (auto n = as_int(*(*args)[0], "every", 1, kMaxCount))
+      c.every = *n, at_["train.checkpoint.every"] = (*args)[0]->span;
     if ((*args)[1])
       if (auto d = as_string(*(*args)[1], "dir")) c.dir = *d;
     if ((*args)[2])
@@ -656,23 +776,32 @@ class Checker {
   void check_train() {
     const TrainSpec& t = s_.train;
     auto steps_note = [&](Diagnostic& d) {
-      if (has("train.steps")) Diagnostics::note(d, where("train.steps"), "steps is set here");
-      else Diagnostics::note(d, fmt::format("steps is {} by default", t.steps));
+      if (has("train.steps"))
+        Diagnostics::note(d, where("train.steps"), "steps is set here");
+      else
+        Diagnostics::note(d, fmt::format("steps is {} by default", t.steps));
     };
     if (usable({"train.lr_schedule", "train.steps"}) && t.lr_schedule.warmup > t.steps) {
       Diagnostic& e = d_.error(where("train.warmup", where("train.lr_schedule")),
-                               fmt::format("warmup ({} steps) is longer than the run ({} steps)", t.lr_schedule.warmup, t.steps));
+                               fmt::format("warmup ({} steps) is longer than the run ({} steps)",
+                                           t.lr_schedule.warmup, t.steps));
       steps_note(e);
     }
     if (usable({"train.lr_schedule", "train.optimizer"}) && t.lr_schedule.min_lr > t.optimizer.lr) {
       Diagnostic& e = d_.error(where("train.min_lr", where("train.lr_schedule")),
-                               fmt::format("min learning rate {} exceeds the optimizer's lr {}", t.lr_schedule.min_lr, t.optimizer.lr));
-      if (has("train.lr")) Diagnostics::note(e, where("train.lr"), "lr is set here");
-      else Diagnostics::note(e, fmt::format("the optimizer's lr is {} by default", t.optimizer.lr));
+                               fmt::format("min learning rate {} exceeds the optimizer's lr {}",
+                                           t.lr_schedule.min_lr, t.optimizer.lr));
+      if (has("train.lr"))
+        Diagnostics::note(e, where("train.lr"), "lr is set here");
+      else
+        Diagnostics::note(e, fmt::format("the optimizer's lr is {} by default", t.optimizer.lr));
     }
-    if (usable({"train.checkpoint", "train.steps"}) && t.checkpoint.enabled && t.checkpoint.every > t.steps) {
-      Diagnostic& w = d_.warning(where("train.checkpoint.every"),
-                                 fmt::format("checkpoint every {} steps never fires in a run of {} steps", t.checkpoint.every, t.steps));
+    if (usable({"train.checkpoint", "train.steps"}) && t.checkpoint.enabled &&
+        t.checkpoint.every > t.steps) {
+      Diagnostic& w =
+          d_.warning(where("train.checkpoint.every"),
+                     fmt::format("checkpoint every {} steps never fires in a run of {} steps",
+                                 t.checkpoint.every, t.steps));
       steps_note(w);
     }
   }
@@ -692,7 +821,9 @@ class Checker {
         continue;
       }
       size_t j = i;
-      while (j + 1 < layers.size() && layers[j + 1].kind == LayerId::Kind::Block && layers[j + 1].block == layers[j].block + 1) ++j;
+      while (j + 1 < layers.size() && layers[j + 1].kind == LayerId::Kind::Block &&
+             layers[j + 1].block == layers[j].block + 1)
+        ++j;
       parts.push_back(i == j ? fmt::format("block{}", layers[i].block)
                              : fmt::format("blocks{}_{}", layers[i].block, layers[j].block));
       i = j + 1;
@@ -714,7 +845,9 @@ class Checker {
       for (const ast::UnitItem& item : sec->units) {
         if (item.kind != ast::UnitItem::Kind::Explicit) {
           if (policy_item) {
-            Diagnostic& e = d_.error(item.span, "conflicting wrap policies: give at most one of 'each block', 'group N' and 'min_params N'");
+            Diagnostic& e = d_.error(item.span,
+                                     "conflicting wrap policies: give at most one of 'each block', "
+                                     "'group N' and 'min_params N'");
             Diagnostics::note(e, policy_item->span, "previous policy is here");
             ok = false;
             continue;
@@ -724,18 +857,23 @@ class Checker {
             u.policy = UnitPolicy::EachBlock;
           } else if (item.kind == ast::UnitItem::Kind::Group) {
             u.policy = UnitPolicy::Group;
-            if (auto g = as_int(item.count, "group", 1, kMaxLayers)) u.group = *g;
-            else ok = false;
+            if (auto g = as_int(item.count, "group", 1, kMaxLayers))
+              u.group = *g;
+            else
+              ok = false;
           } else {
             u.policy = UnitPolicy::MinParams;
-            if (auto g = as_int(item.count, "min_params", 1, kMaxCount * 1000)) u.min_params = *g;
-            else ok = false;
+            if (auto g = as_int(item.count, "min_params", 1, kMaxCount * 1000))
+              u.min_params = *g;
+            else
+              ok = false;
           }
           continue;
         }
         ok &= explicit_unit(item, owner, owner_span, names);
       }
-      if (!policy_item) u.policy = sec->units.empty() ? UnitPolicy::EachBlock : UnitPolicy::Explicit;
+      if (!policy_item)
+        u.policy = sec->units.empty() ? UnitPolicy::EachBlock : UnitPolicy::Explicit;
     }
     if (!ok) return;
     // Tied embedding and head must live in one unit: move both to the root.
@@ -744,15 +882,20 @@ class Checker {
       // After a syntax error a unit may be missing, so the split may not be real.
       if (!syntax_errors_) {
         Span at = emb >= 0 ? owner_span[0] : owner_span[L + 2];
-        Diagnostic& w = d_.warning(at, "tied token embedding and LM head are placed in different units");
-        Diagnostics::note(w, "moved both to the root unit, which stays gathered for the whole step");
+        Diagnostic& w =
+            d_.warning(at, "tied token embedding and LM head are placed in different units");
+        Diagnostics::note(w,
+                          "moved both to the root unit, which stays gathered for the whole step");
       }
       for (int idx : {emb, head}) {
         if (idx < 0) continue;
         auto& ls = u.explicit_units[idx].layers;
-        ls.erase(std::remove_if(ls.begin(), ls.end(), [](const LayerId& l) {
-                   return l.kind == LayerId::Kind::Embed || l.kind == LayerId::Kind::Head;
-                 }), ls.end());
+        ls.erase(std::remove_if(ls.begin(), ls.end(),
+                                [](const LayerId& l) {
+                                  return l.kind == LayerId::Kind::Embed ||
+                                         l.kind == LayerId::Kind::Head;
+                                }),
+                 ls.end());
       }
       owner[0] = owner[L + 2] = -1;
     }
@@ -775,30 +918,35 @@ class Checker {
       LayerId id{LayerId::Kind::Block, b};
       run.push_back(id);
       run_params += layer_params(m, id);
-      if (u.policy == UnitPolicy::EachBlock || (u.policy == UnitPolicy::Group && (int64_t)run.size() == u.group) ||
+      if (u.policy == UnitPolicy::EachBlock ||
+          (u.policy == UnitPolicy::Group && (int64_t)run.size() == u.group) ||
           (u.policy == UnitPolicy::MinParams && run_params >= u.min_params))
         flush();
     }
     flush();
     std::vector<bool> claimed(n_layers, false);
     for (const UnitSpec& x : others)
-      for (const LayerId& l : x.layers) claimed[l.order(L)] = true;
+      for (const LayerId& l : x.layers)
+        claimed[l.order(L)] = true;
     UnitSpec root{"root", {}};
     for (const LayerId& l : all_layers(m))
       if (!claimed[l.order(L)]) root.layers.push_back(l);
-    std::stable_sort(others.begin(), others.end(),
-                     [L](const UnitSpec& a, const UnitSpec& b) { return a.layers[0].order(L) < b.layers[0].order(L); });
+    std::stable_sort(others.begin(), others.end(), [L](const UnitSpec& a, const UnitSpec& b) {
+      return a.layers[0].order(L) < b.layers[0].order(L);
+    });
     u.units.clear();
     u.units.push_back(root);
     for (UnitSpec& x : others) {
-      if (names.count(x.name) == 0 && std::any_of(u.units.begin(), u.units.end(), [&](const UnitSpec& y) { return y.name == x.name; }))
+      if (names.count(x.name) == 0 &&
+          std::any_of(u.units.begin(), u.units.end(),
+                      [&](const UnitSpec& y) { return y.name == x.name; }))
         x.name += "_auto";
       u.units.push_back(x);
     }
   }
 
-  bool explicit_unit(const ast::UnitItem& item, std::vector<int>& owner, std::vector<Span>& owner_span,
-                     std::map<std::string, Span>& names) {
+  bool explicit_unit(const ast::UnitItem& item, std::vector<int>& owner,
+                     std::vector<Span>& owner_span, std::map<std::string, Span>& names) {
     UnitsSpec& u = s_.units;
     const int64_t L = s_.model.layers;
     const int index = static_cast<int>(u.explicit_units.size());
@@ -806,21 +954,33 @@ class Checker {
     bool ok = true;
     for (const ast::LayerRef& r : item.layers) {
       switch (r.kind) {
-        case ast::LayerRef::Kind::Embed: layers.push_back({{LayerId::Kind::Embed, 0}, r.span}); break;
-        case ast::LayerRef::Kind::FinalNorm: layers.push_back({{LayerId::Kind::FinalNorm, 0}, r.span}); break;
-        case ast::LayerRef::Kind::Head: layers.push_back({{LayerId::Kind::Head, 0}, r.span}); break;
+        case ast::LayerRef::Kind::Embed:
+          layers.push_back({{LayerId::Kind::Embed, 0}, r.span});
+          break;
+        case ast::LayerRef::Kind::FinalNorm:
+          layers.push_back({{LayerId::Kind::FinalNorm, 0}, r.span});
+          break;
+        case ast::LayerRef::Kind::Head:
+          layers.push_back({{LayerId::Kind::Head, 0}, r.span});
+          break;
         case ast::LayerRef::Kind::Block:
           if (r.first > r.last) {
-            d_.error(r.span, fmt::format("empty block range {}..{}; ranges are inclusive and increasing", r.first, r.last));
+            d_.error(r.span,
+                     fmt::format("empty block range {}..{}; ranges are inclusive and increasing",
+                                 r.first, r.last));
             ok = false;
           } else if (r.first < 0 || r.last >= L) {
-            Diagnostic& e = d_.error(r.span, fmt::format("block {} is out of range", r.first < 0 ? r.first : r.last));
-            Diagnostics::note(e, fmt::format("{} has {} block{}, numbered 0..{}",
-                                             s_.model.name.empty() ? "the model" : fmt::format("model '{}'", s_.model.name),
-                                             L, L == 1 ? "" : "s", L - 1));
+            Diagnostic& e = d_.error(
+                r.span, fmt::format("block {} is out of range", r.first < 0 ? r.first : r.last));
+            Diagnostics::note(
+                e, fmt::format("{} has {} block{}, numbered 0..{}",
+                               s_.model.name.empty() ? "the model"
+                                                     : fmt::format("model '{}'", s_.model.name),
+                               L, L == 1 ? "" : "s", L - 1));
             ok = false;
           } else {
-            for (int64_t b = r.first; b <= r.last; ++b) layers.push_back({{LayerId::Kind::Block, b}, r.span});
+            for (int64_t b = r.first; b <= r.last; ++b)
+              layers.push_back({{LayerId::Kind::Block, b}, r.span});
           }
           break;
       }
@@ -838,7 +998,8 @@ class Checker {
         reported.push_back(span);
         std::string msg = owner[o] == index
                               ? fmt::format("{} is listed twice in this unit", to_string(id))
-                              : fmt::format("{} is already in unit '{}'", to_string(id), u.explicit_units[owner[o]].name);
+                              : fmt::format("{} is already in unit '{}'", to_string(id),
+                                            u.explicit_units[owner[o]].name);
         Diagnostic& e = d_.error(span, msg);
         Diagnostics::note(e, owner_span[o], "first claimed here");
         continue;
@@ -847,15 +1008,22 @@ class Checker {
       owner_span[o] = span;
     }
     std::vector<LayerId> ids;
-    for (auto& p : layers) ids.push_back(p.first);
-    std::sort(ids.begin(), ids.end(), [L](const LayerId& a, const LayerId& b) { return a.order(L) < b.order(L); });
+    for (auto& p : layers)
+      ids.push_back(p.first);
+    std::sort(ids.begin(), ids.end(),
+              [L](const LayerId& a, const LayerId& b) { return a.order(L) < b.order(L); });
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     for (size_t i = 1; ok && i < ids.size(); ++i) {
       if (ids[i].order(L) == ids[i - 1].order(L) + 1) continue;
-      Diagnostic& e = d_.error(item.span, fmt::format("the layers of a unit must be consecutive, but this unit skips from {} to {}",
-                                                      to_string(ids[i - 1]), to_string(ids[i])));
-      Diagnostics::note(e, fmt::format("forward order is embed, block 0..{}, final_norm, head{}", L - 1,
-                                       s_.model.tie_embeddings ? "; a tied embedding and head stay in the root unit" : ""));
+      Diagnostic& e = d_.error(
+          item.span,
+          fmt::format("the layers of a unit must be consecutive, but this unit skips from {} to {}",
+                      to_string(ids[i - 1]), to_string(ids[i])));
+      Diagnostics::note(
+          e,
+          fmt::format(
+              "forward order is embed, block 0..{}, final_norm, head{}", L - 1,
+              s_.model.tie_embeddings ? "; a tied embedding and head stay in the root unit" : ""));
       ok = false;
     }
     std::string name = item.name.empty() ? auto_name(ids) : item.name;
@@ -865,7 +1033,8 @@ class Checker {
         Diagnostics::note(e, "the root unit holds the layers no other unit claims");
         ok = false;
       } else if (auto [it, fresh] = names.emplace(item.name, item.name_span); !fresh) {
-        Diagnostic& e = d_.error(item.name_span, fmt::format("duplicate unit name '{}'", item.name));
+        Diagnostic& e =
+            d_.error(item.name_span, fmt::format("duplicate unit name '{}'", item.name));
         Diagnostics::note(e, it->second, "previous definition is here");
         ok = false;
       }
@@ -881,16 +1050,20 @@ class Checker {
     if (d_.has_errors() || p.shard_group <= 1) return;
     for (const UnitSpec& unit : s_.units.units) {
       int64_t n = 0;
-      for (const LayerId& l : unit.layers) n += layer_params(s_.model, l);
+      for (const LayerId& l : unit.layers)
+        n += layer_params(s_.model, l);
       if (n == 0 || n >= p.shard_group) continue;
       Span at = where("parallel.shard_group", where("parallel.world"));
-      Diagnostic& e = d_.error(at, fmt::format("cannot shard unit '{}' ({} parameters) over a shard group of {} ranks",
-                                               unit.name, grouped(n), grouped(p.shard_group)));
-      Diagnostics::note(e, unit.name == "root"
-                               ? "most ranks would own only padding; use fewer ranks, or hybrid sharding with a "
-                                 "smaller 'shard_group'"
-                               : "most ranks would own only padding; use fewer ranks, hybrid sharding with a smaller "
-                                 "'shard_group', or larger units (e.g. 'group 2' in units)");
+      Diagnostic& e = d_.error(
+          at, fmt::format("cannot shard unit '{}' ({} parameters) over a shard group of {} ranks",
+                          unit.name, grouped(n), grouped(p.shard_group)));
+      Diagnostics::note(
+          e, unit.name == "root"
+                 ? "most ranks would own only padding; use fewer ranks, or hybrid sharding with a "
+                   "smaller 'shard_group'"
+                 : "most ranks would own only padding; use fewer ranks, hybrid sharding with a "
+                   "smaller "
+                   "'shard_group', or larger units (e.g. 'group 2' in units)");
       return;
     }
   }
@@ -905,7 +1078,8 @@ class Checker {
 
 }  // namespace
 
-std::optional<Spec> check(const ast::File& file, Diagnostics& diags, const SpecOverrides& overrides) {
+std::optional<Spec> check(const ast::File& file, Diagnostics& diags,
+                          const SpecOverrides& overrides) {
   return Checker(diags, overrides).run(file);
 }
 

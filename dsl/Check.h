@@ -16,6 +16,7 @@
 namespace fsdpgen {
 
 // Overrides replace the spec's values before the cross-field checks.
-std::optional<Spec> check(const ast::File& file, Diagnostics& diags, const SpecOverrides& overrides = {});
+std::optional<Spec> check(const ast::File& file, Diagnostics& diags,
+                          const SpecOverrides& overrides = {});
 
 }  // namespace fsdpgen

@@ -14,9 +14,12 @@ constexpr uint32_t kMaxShownColumns = 160;
 
 const char* severity_name(Severity s) {
   switch (s) {
-    case Severity::Note: return "note";
-    case Severity::Warning: return "warning";
-    case Severity::Error: return "error";
+    case Severity::Note:
+      return "note";
+    case Severity::Warning:
+      return "warning";
+    case Severity::Error:
+      return "error";
   }
   return "error";
 }
@@ -25,7 +28,11 @@ const char* severity_name(Severity s) {
 // for a byte that starts none.
 uint32_t utf8_length(std::string_view line, uint32_t i) {
   unsigned char c = static_cast<unsigned char>(line[i]);
-  uint32_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  uint32_t len = c < 0x80                 ? 1
+                 : c >= 0xC2 && c <= 0xDF ? 2
+                 : c >= 0xE0 && c <= 0xEF ? 3
+                 : c >= 0xF0 && c <= 0xF4 ? 4
+                                          : 0;
   if (i + len > line.size()) return 0;
   for (uint32_t k = 1; k < len; ++k)
     if ((static_cast<unsigned char>(line[i + k]) & 0xC0) != 0x80) return 0;
@@ -41,12 +48,16 @@ void render_snippet(const SourceFile& file, Span span, std::string& out) {
   uint32_t col0 = std::min<uint32_t>(lc.column - 1, line.size());
   // The underline covers the span's part on the first line, at least one byte.
   uint32_t span_len = span.end > span.begin ? span.end - span.begin : 1;
-  uint32_t under_end = std::min<uint32_t>(col0 + span_len, std::max<uint32_t>(line.size(), col0 + 1));
+  uint32_t under_end =
+      std::min<uint32_t>(col0 + span_len, std::max<uint32_t>(line.size(), col0 + 1));
   uint32_t from = 0;
-  if (line.size() > kMaxShownColumns && col0 > kMaxShownColumns / 2) from = col0 - kMaxShownColumns / 2;
-  while (from > 0 && from < line.size() && (static_cast<unsigned char>(line[from]) & 0xC0) == 0x80) --from;
+  if (line.size() > kMaxShownColumns && col0 > kMaxShownColumns / 2)
+    from = col0 - kMaxShownColumns / 2;
+  while (from > 0 && from < line.size() && (static_cast<unsigned char>(line[from]) & 0xC0) == 0x80)
+    --from;
   const bool cut = from > 0;
-  if (!cut && lc.line == 1 && line.starts_with("\xEF\xBB\xBF")) from = 3;  // a byte order mark shows nothing
+  if (!cut && lc.line == 1 && line.starts_with("\xEF\xBB\xBF"))
+    from = 3;  // a byte order mark shows nothing
   uint32_t to = std::min<uint32_t>(line.size(), from + kMaxShownColumns);
   std::string shown = cut ? "..." : "";
   std::string caret = cut ? "   " : "";
@@ -76,9 +87,11 @@ void render_snippet(const SourceFile& file, Span span, std::string& out) {
   out += shown + "\n" + caret + "\n";
 }
 
-void render_one(const SourceFile& file, Severity sev, Span span, const std::string& msg, std::string& out) {
+void render_one(const SourceFile& file, Severity sev, Span span, const std::string& msg,
+                std::string& out) {
   LineCol lc = file.line_col(span.begin);
-  out += fmt::format("{}:{}:{}: {}: {}\n", file.name(), lc.line, lc.column, severity_name(sev), msg);
+  out +=
+      fmt::format("{}:{}:{}: {}: {}\n", file.name(), lc.line, lc.column, severity_name(sev), msg);
   render_snippet(file, span, out);
 }
 
@@ -88,7 +101,8 @@ std::string bounded(std::string message) {
   constexpr size_t kMaxMessageBytes = 400;
   if (message.size() <= kMaxMessageBytes) return message;
   size_t cut = kMaxMessageBytes;
-  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80)
+    --cut;
   message.resize(cut);
   return message + "...";
 }
@@ -125,9 +139,11 @@ void Diagnostics::note(Diagnostic& d, std::string message) {
 
 std::string Diagnostics::render() const {
   std::vector<const Diagnostic*> order;
-  for (const Diagnostic& d : diags_) order.push_back(&d);
-  std::stable_sort(order.begin(), order.end(),
-                   [](const Diagnostic* a, const Diagnostic* b) { return a->span.begin < b->span.begin; });
+  for (const Diagnostic& d : diags_)
+    order.push_back(&d);
+  std::stable_sort(order.begin(), order.end(), [](const Diagnostic* a, const Diagnostic* b) {
+    return a->span.begin < b->span.begin;
+  });
   std::string out;
   for (const Diagnostic* d : order) {
     render_one(*file_, d->severity, d->span, d->message, out);
@@ -139,8 +155,11 @@ std::string Diagnostics::render() const {
     }
   }
   if (errors_ > kErrorLimit)
-    out += fmt::format("fatal error: too many errors emitted ({} shown), stopping now\n", kErrorLimit);
-  auto plural = [](size_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); };
+    out +=
+        fmt::format("fatal error: too many errors emitted ({} shown), stopping now\n", kErrorLimit);
+  auto plural = [](size_t n, const char* word) {
+    return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
+  };
   if (errors_ > 0 && warnings_ > 0)
     out += plural(warnings_, "warning") + " and " + plural(errors_, "error") + " generated.\n";
   else if (errors_ > 0)

@@ -11,7 +11,8 @@
 
 namespace fsdpgen {
 
-FrontendResult load_spec_text(const std::string& name, std::string text, const SpecOverrides& overrides) {
+FrontendResult load_spec_text(const std::string& name, std::string text,
+                              const SpecOverrides& overrides) {
   SourceFile file(name, std::move(text));
   Diagnostics diags(file);
   ast::File tree = parse(file, diags);

@@ -23,7 +23,8 @@ struct SpecOverrides {
 };
 
 // `name` is how diagnostics refer to the file.
-FrontendResult load_spec_text(const std::string& name, std::string text, const SpecOverrides& overrides = {});
+FrontendResult load_spec_text(const std::string& name, std::string text,
+                              const SpecOverrides& overrides = {});
 FrontendResult load_spec_file(const std::string& path, const SpecOverrides& overrides = {});
 
 }  // namespace fsdpgen

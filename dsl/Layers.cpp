@@ -7,16 +7,21 @@ namespace fsdpgen {
 
 int64_t TensorDecl::elems() const {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape)
+    n *= d;
   return n;
 }
 
 std::string to_string(const LayerId& l) {
   switch (l.kind) {
-    case LayerId::Kind::Embed: return "embed";
-    case LayerId::Kind::Block: return fmt::format("block {}", l.block);
-    case LayerId::Kind::FinalNorm: return "final_norm";
-    case LayerId::Kind::Head: return "head";
+    case LayerId::Kind::Embed:
+      return "embed";
+    case LayerId::Kind::Block:
+      return fmt::format("block {}", l.block);
+    case LayerId::Kind::FinalNorm:
+      return "final_norm";
+    case LayerId::Kind::Head:
+      return "head";
   }
   return "?";
 }
@@ -30,12 +35,18 @@ std::vector<TensorDecl> gpt2_tensors(const ModelSpec& m, const LayerId& layer) {
       return {{"transformer.wte.weight", {V, C}}, {"transformer.wpe.weight", {T, C}}};
     case LayerId::Kind::Block: {
       std::string p = fmt::format("transformer.h.{}.", layer.block);
-      return {{p + "ln_1.weight", {C}},          {p + "ln_1.bias", {C}},
-              {p + "attn.c_attn.weight", {C, 3 * C}}, {p + "attn.c_attn.bias", {3 * C}},
-              {p + "attn.c_proj.weight", {C, C}},     {p + "attn.c_proj.bias", {C}},
-              {p + "ln_2.weight", {C}},          {p + "ln_2.bias", {C}},
-              {p + "mlp.c_fc.weight", {C, F}},        {p + "mlp.c_fc.bias", {F}},
-              {p + "mlp.c_proj.weight", {F, C}},      {p + "mlp.c_proj.bias", {C}}};
+      return {{p + "ln_1.weight", {C}},
+              {p + "ln_1.bias", {C}},
+              {p + "attn.c_attn.weight", {C, 3 * C}},
+              {p + "attn.c_attn.bias", {3 * C}},
+              {p + "attn.c_proj.weight", {C, C}},
+              {p + "attn.c_proj.bias", {C}},
+              {p + "ln_2.weight", {C}},
+              {p + "ln_2.bias", {C}},
+              {p + "mlp.c_fc.weight", {C, F}},
+              {p + "mlp.c_fc.bias", {F}},
+              {p + "mlp.c_proj.weight", {F, C}},
+              {p + "mlp.c_proj.bias", {C}}};
     }
     case LayerId::Kind::FinalNorm:
       return {{"transformer.ln_f.weight", {C}}, {"transformer.ln_f.bias", {C}}};
@@ -54,15 +65,12 @@ std::vector<TensorDecl> llama_tensors(const ModelSpec& m, const LayerId& layer) 
       return {{"model.embed_tokens.weight", {V, C}}};
     case LayerId::Kind::Block: {
       std::string p = fmt::format("model.layers.{}.", layer.block);
-      return {{p + "input_layernorm.weight", {C}},
-              {p + "self_attn.q_proj.weight", {C, C}},
-              {p + "self_attn.k_proj.weight", {kv, C}},
-              {p + "self_attn.v_proj.weight", {kv, C}},
-              {p + "self_attn.o_proj.weight", {C, C}},
-              {p + "post_attention_layernorm.weight", {C}},
-              {p + "mlp.gate_proj.weight", {F, C}},
-              {p + "mlp.up_proj.weight", {F, C}},
-              {p + "mlp.down_proj.weight", {C, F}}};
+      return {
+          {p + "input_layernorm.weight", {C}},      {p + "self_attn.q_proj.weight", {C, C}},
+          {p + "self_attn.k_proj.weight", {kv, C}}, {p + "self_attn.v_proj.weight", {kv, C}},
+          {p + "self_attn.o_proj.weight", {C, C}},  {p + "post_attention_layernorm.weight", {C}},
+          {p + "mlp.gate_proj.weight", {F, C}},     {p + "mlp.up_proj.weight", {F, C}},
+          {p + "mlp.down_proj.weight", {C, F}}};
     }
     case LayerId::Kind::FinalNorm:
       return {{"model.norm.weight", {C}}};
@@ -81,14 +89,16 @@ std::vector<TensorDecl> layer_tensors(const ModelSpec& m, const LayerId& layer) 
 
 int64_t layer_params(const ModelSpec& m, const LayerId& layer) {
   int64_t n = 0;
-  for (const TensorDecl& t : layer_tensors(m, layer)) n += t.elems();
+  for (const TensorDecl& t : layer_tensors(m, layer))
+    n += t.elems();
   return n;
 }
 
 std::vector<LayerId> all_layers(const ModelSpec& m) {
   std::vector<LayerId> out;
   out.push_back({LayerId::Kind::Embed, 0});
-  for (int64_t i = 0; i < m.layers; ++i) out.push_back({LayerId::Kind::Block, i});
+  for (int64_t i = 0; i < m.layers; ++i)
+    out.push_back({LayerId::Kind::Block, i});
   out.push_back({LayerId::Kind::FinalNorm, 0});
   out.push_back({LayerId::Kind::Head, 0});
   return out;
@@ -96,7 +106,8 @@ std::vector<LayerId> all_layers(const ModelSpec& m) {
 
 int64_t model_params(const ModelSpec& m) {
   int64_t n = 0;
-  for (const LayerId& l : all_layers(m)) n += layer_params(m, l);
+  for (const LayerId& l : all_layers(m))
+    n += layer_params(m, l);
   return n;
 }
 

@@ -12,29 +12,49 @@ namespace fsdpgen {
 
 const char* tok_name(Tok t) {
   switch (t) {
-    case Tok::Eof: return "end of file";
-    case Tok::Ident: return "name";
-    case Tok::Number: return "number";
-    case Tok::String: return "string";
-    case Tok::LBrace: return "'{'";
-    case Tok::RBrace: return "'}'";
-    case Tok::LParen: return "'('";
-    case Tok::RParen: return "')'";
-    case Tok::LBracket: return "'['";
-    case Tok::RBracket: return "']'";
-    case Tok::Comma: return "','";
-    case Tok::Assign: return "'='";
-    case Tok::DotDot: return "'..'";
-    case Tok::Invalid: return "invalid character";
+    case Tok::Eof:
+      return "end of file";
+    case Tok::Ident:
+      return "name";
+    case Tok::Number:
+      return "number";
+    case Tok::String:
+      return "string";
+    case Tok::LBrace:
+      return "'{'";
+    case Tok::RBrace:
+      return "'}'";
+    case Tok::LParen:
+      return "'('";
+    case Tok::RParen:
+      return "')'";
+    case Tok::LBracket:
+      return "'['";
+    case Tok::RBracket:
+      return "']'";
+    case Tok::Comma:
+      return "','";
+    case Tok::Assign:
+      return "'='";
+    case Tok::DotDot:
+      return "'..'";
+    case Tok::Invalid:
+      return "invalid character";
   }
   return "token";
 }
 
 namespace {
 
-bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
-bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
-bool digit(char c) { return c >= '0' && c <= '9'; }
+bool ident_start(char c) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_';
+}
+bool ident_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
+bool digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 class Lexer {
  public:
@@ -42,7 +62,8 @@ class Lexer {
 
   std::vector<Token> run() {
     std::vector<Token> out;
-    if (src_.starts_with("\xEF\xBB\xBF")) pos_ = 3;  // a UTF-8 byte order mark, as some editors write
+    if (src_.starts_with("\xEF\xBB\xBF"))
+      pos_ = 3;  // a UTF-8 byte order mark, as some editors write
     for (;;) {
       skip_space_and_comments();
       Token t = next();
@@ -55,7 +76,9 @@ class Lexer {
 
  private:
   char peek(size_t k = 0) const { return pos_ + k < src_.size() ? src_[pos_ + k] : '\0'; }
-  Span span_from(size_t begin) const { return {static_cast<uint32_t>(begin), static_cast<uint32_t>(pos_)}; }
+  Span span_from(size_t begin) const {
+    return {static_cast<uint32_t>(begin), static_cast<uint32_t>(pos_)};
+  }
 
   void skip_space_and_comments() {
     while (pos_ < src_.size()) {
@@ -63,7 +86,8 @@ class Lexer {
       if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
         ++pos_;
       } else if (c == '#') {
-        while (pos_ < src_.size() && src_[pos_] != '\n') ++pos_;
+        while (pos_ < src_.size() && src_[pos_] != '\n')
+          ++pos_;
       } else {
         break;
       }
@@ -83,23 +107,35 @@ class Lexer {
     if (pos_ >= src_.size()) return simple(Tok::Eof, 0);
     char c = src_[pos_];
     switch (c) {
-      case '{': return simple(Tok::LBrace, 1);
-      case '}': return simple(Tok::RBrace, 1);
-      case '(': return simple(Tok::LParen, 1);
-      case ')': return simple(Tok::RParen, 1);
-      case '[': return simple(Tok::LBracket, 1);
-      case ']': return simple(Tok::RBracket, 1);
-      case ',': return simple(Tok::Comma, 1);
-      case '=': return simple(Tok::Assign, 1);
-      case '"': return string_literal();
-      default: break;
+      case '{':
+        return simple(Tok::LBrace, 1);
+      case '}':
+        return simple(Tok::RBrace, 1);
+      case '(':
+        return simple(Tok::LParen, 1);
+      case ')':
+        return simple(Tok::RParen, 1);
+      case '[':
+        return simple(Tok::LBracket, 1);
+      case ']':
+        return simple(Tok::RBracket, 1);
+      case ',':
+        return simple(Tok::Comma, 1);
+      case '=':
+        return simple(Tok::Assign, 1);
+      case '"':
+        return string_literal();
+      default:
+        break;
     }
     if (c == '.' && peek(1) == '.') return simple(Tok::DotDot, 2);
-    if (digit(c) || ((c == '-' || c == '+' || c == '.') && (digit(peek(1)) || (peek(1) == '.' && digit(peek(2))))))
+    if (digit(c) || ((c == '-' || c == '+' || c == '.') &&
+                     (digit(peek(1)) || (peek(1) == '.' && digit(peek(2))))))
       return number();
     if (ident_start(c)) {
       size_t b = pos_;
-      while (pos_ < src_.size() && ident_char(src_[pos_])) ++pos_;
+      while (pos_ < src_.size() && ident_char(src_[pos_]))
+        ++pos_;
       Token t;
       t.kind = Tok::Ident;
       t.span = span_from(b);
@@ -127,18 +163,23 @@ class Lexer {
     if (size_t len = utf8_length()) {
       // One caret under one character; name it by its code point.
       uint32_t cp = c & (0x7F >> len);
-      for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(src_[pos_ + k]) & 0x3F);
+      for (size_t k = 1; k < len; ++k)
+        cp = (cp << 6) | (static_cast<unsigned char>(src_[pos_ + k]) & 0x3F);
       pos_ += len;
-      msg = fmt::format("unexpected non-ASCII character U+{:04X}; only comments and strings may contain it", cp);
+      msg = fmt::format(
+          "unexpected non-ASCII character U+{:04X}; only comments and strings may contain it", cp);
     } else {
       ++pos_;
       if (c == '.' && ident_char(peek()) && b > 0 && ident_char(src_[b - 1])) {
         // Most likely a path without quotes: data = tokens(train.bin)
         auto path_char = [](char x) { return ident_char(x) || x == '.' || x == '/' || x == '-'; };
         size_t first = b, last = pos_;
-        while (first > 0 && path_char(src_[first - 1])) --first;
-        while (last < src_.size() && path_char(src_[last])) ++last;
-        msg = fmt::format("unexpected character '.'; a file name is a string: write \"{}\"", src_.substr(first, last - first));
+        while (first > 0 && path_char(src_[first - 1]))
+          --first;
+        while (last < src_.size() && path_char(src_[last]))
+          ++last;
+        msg = fmt::format("unexpected character '.'; a file name is a string: write \"{}\"",
+                          src_.substr(first, last - first));
       } else if (c >= 0x20 && c < 0x7F) {
         msg = fmt::format("unexpected character '{}'", static_cast<char>(c));
       } else {
@@ -170,14 +211,18 @@ class Lexer {
         continue;
       }
       char e = peek();
-      if (e == '"' || e == '\\') t.str += e;
-      else if (e == 'n') t.str += '\n';
-      else if (e == 't') t.str += '\t';
+      if (e == '"' || e == '\\')
+        t.str += e;
+      else if (e == 'n')
+        t.str += '\n';
+      else if (e == 't')
+        t.str += '\t';
       else {
         size_t at = pos_ - 1;
         if (e != '\n' && e != '\0') pos_ += std::max<size_t>(1, utf8_length());
-        Diagnostic& d = diags_.error({static_cast<uint32_t>(at), static_cast<uint32_t>(pos_)},
-                                     fmt::format("unknown escape sequence '{}' in string", src_.substr(at, pos_ - at)));
+        Diagnostic& d = diags_.error(
+            {static_cast<uint32_t>(at), static_cast<uint32_t>(pos_)},
+            fmt::format("unknown escape sequence '{}' in string", src_.substr(at, pos_ - at)));
         Diagnostics::note(d, "strings accept \\\" \\\\ \\n and \\t; write \\\\ for a backslash");
         continue;
       }
@@ -217,31 +262,36 @@ class Lexer {
       digits();
     }
     size_t suffix_begin = pos_;
-    while (ident_char(peek())) ++pos_;
+    while (ident_char(peek()))
+      ++pos_;
     std::string_view suffix = src_.substr(suffix_begin, pos_ - suffix_begin);
     double scale = 1;
     if (!suffix.empty()) {
       static const struct {
         const char* name;
         double scale;
-      } kSuffixes[] = {{"K", 1e3},          {"M", 1e6},          {"G", 1e9},          {"B", 1e9},
-                       {"T", 1e12},         {"Ki", 1024.0},      {"Mi", 1048576.0},   {"Gi", 1073741824.0},
-                       {"Ti", 1099511627776.0}};
+      } kSuffixes[] = {{"K", 1e3},        {"M", 1e6},           {"G", 1e9},
+                       {"B", 1e9},        {"T", 1e12},          {"Ki", 1024.0},
+                       {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
       bool found = false;
       std::string_view same_letters;  // a suffix that differs only in case
       for (const auto& s : kSuffixes) {
         if (suffix == s.name) scale = s.scale, found = true;
         if (std::string_view(s.name).size() == suffix.size() &&
             std::equal(suffix.begin(), suffix.end(), s.name, [](char a, char b) {
-                         return std::toupper(static_cast<unsigned char>(a)) == std::toupper(static_cast<unsigned char>(b));
-                       }))
+              return std::toupper(static_cast<unsigned char>(a)) ==
+                     std::toupper(static_cast<unsigned char>(b));
+            }))
           same_letters = s.name;
       }
       if (!found) {
-        Diagnostic& d = diags_.error({static_cast<uint32_t>(suffix_begin), static_cast<uint32_t>(pos_)},
-                                     fmt::format("invalid suffix '{}' on number", suffix));
+        Diagnostic& d =
+            diags_.error({static_cast<uint32_t>(suffix_begin), static_cast<uint32_t>(pos_)},
+                         fmt::format("invalid suffix '{}' on number", suffix));
         if (!same_letters.empty()) d.message += fmt::format("; did you mean '{}'?", same_letters);
-        Diagnostics::note(d, "valid suffixes are K, M, G (or B), T (powers of 1000) and Ki, Mi, Gi, Ti (powers of 1024)");
+        Diagnostics::note(d,
+                          "valid suffixes are K, M, G (or B), T (powers of 1000) and Ki, Mi, Gi, "
+                          "Ti (powers of 1024)");
         bad = true;
       }
     }
@@ -278,6 +328,8 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> lex(const SourceFile& file, Diagnostics& diags) { return Lexer(file, diags).run(); }
+std::vector<Token> lex(const SourceFile& file, Diagnostics& diags) {
+  return Lexer(file, diags).run();
+}
 
 }  // namespace fsdpgen

@@ -26,7 +26,8 @@ enum class Tok {
   Comma,     // ,
   Assign,    // =
   DotDot,    // ..
-  Invalid,   // an unusable token, already reported: a stray character, a bad number, an unterminated string
+  Invalid,  // an unusable token, already reported: a stray character, a bad number, an unterminated
+            // string
 };
 
 // Human words for a token kind, for "unexpected X, expected Y".

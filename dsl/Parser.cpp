@@ -23,7 +23,8 @@ const std::vector<std::string_view> kLayers = {"embed", "final_norm", "head", "b
 
 class Parser {
  public:
-  Parser(const SourceFile& file, Diagnostics& diags) : text_(file.text()), diags_(diags), toks_(lex(file, diags)) {}
+  Parser(const SourceFile& file, Diagnostics& diags)
+      : text_(file.text()), diags_(diags), toks_(lex(file, diags)) {}
 
   // file = { section } EOF
   ast::File file() {
@@ -69,10 +70,14 @@ class Parser {
 
   std::string describe(const Token& t) const {
     switch (t.kind) {
-      case Tok::Ident: return fmt::format("name '{}'", t.text);
-      case Tok::Number: return fmt::format("number {}", t.text);
-      case Tok::String: return "string " + t.text;
-      default: return tok_name(t.kind);
+      case Tok::Ident:
+        return fmt::format("name '{}'", t.text);
+      case Tok::Number:
+        return fmt::format("number {}", t.text);
+      case Tok::String:
+        return "string " + t.text;
+      default:
+        return tok_name(t.kind);
     }
   }
 
@@ -95,7 +100,9 @@ class Parser {
         continue;
       }
       if (depth == 0 && at(Tok::Ident) && peek_tok(1).kind == Tok::LBrace) return;
-      if (depth == 0 && at(Tok::Ident) && peek_tok(1).kind == Tok::Ident && peek_tok(2).kind == Tok::LBrace) return;
+      if (depth == 0 && at(Tok::Ident) && peek_tok(1).kind == Tok::Ident &&
+          peek_tok(2).kind == Tok::LBrace)
+        return;
       advance();
     }
   }
@@ -109,7 +116,9 @@ class Parser {
     while (!at(Tok::Eof) && !at(Tok::RBrace)) {
       if (at(Tok::Ident) && (open_groups_ == 0 || starts_line())) {
         Tok n = peek_tok(1).kind;
-        if (n == Tok::Assign || n == Tok::LBrace || n == Tok::LParen || n == Tok::Number || n == Tok::String) break;
+        if (n == Tok::Assign || n == Tok::LBrace || n == Tok::LParen || n == Tok::Number ||
+            n == Tok::String)
+          break;
       }
       if (at(Tok::LParen) || at(Tok::LBracket)) ++open_groups_;
       if ((at(Tok::RParen) || at(Tok::RBracket)) && open_groups_ > 0) --open_groups_;
@@ -134,8 +143,10 @@ class Parser {
     if (!known) {
       Diagnostic& d = diags_.error(tok().span, fmt::format("unknown section '{}'", s.kind));
       std::string m = closest_match(s.kind, kSections);
-      if (!m.empty()) d.message += fmt::format("; did you mean '{}'?", m);
-      else Diagnostics::note(d, "sections are " + quoted_choices(kSections, " and "));
+      if (!m.empty())
+        d.message += fmt::format("; did you mean '{}'?", m);
+      else
+        Diagnostics::note(d, "sections are " + quoted_choices(kSections, " and "));
       advance();
       skip_to_section();
       return;
@@ -158,9 +169,11 @@ class Parser {
       return;
     }
     if (s.kind == "units") {
-      while (!at(Tok::RBrace) && !at(Tok::Eof)) units_item(s);
+      while (!at(Tok::RBrace) && !at(Tok::Eof))
+        units_item(s);
     } else {
-      while (!at(Tok::RBrace) && !at(Tok::Eof)) entry(s.entries, 1);
+      while (!at(Tok::RBrace) && !at(Tok::Eof))
+        entry(s.entries, 1);
     }
     close_brace(open, s.kind + " section");
     s.span = Span::join(s.kind_span, toks_[pos_ > 0 ? pos_ - 1 : 0].span);
@@ -214,7 +227,8 @@ class Parser {
         skip_block();
         return broken();
       }
-      while (!at(Tok::RBrace) && !at(Tok::Eof)) entry(e.entries, depth + 1);
+      while (!at(Tok::RBrace) && !at(Tok::Eof))
+        entry(e.entries, depth + 1);
       close_brace(open, fmt::format("'{}' block", e.key));
     } else if (at(Tok::LParen)) {
       e.kind = ast::Entry::Kind::Call;
@@ -228,7 +242,8 @@ class Parser {
       return broken();
     }
     e.span = Span::join(e.key_span, toks_[pos_ - 1].span);
-    if (e.kind != ast::Entry::Kind::Block) e.value.span = e.kind == ast::Entry::Kind::Call ? e.span : e.value.span;
+    if (e.kind != ast::Entry::Kind::Block)
+      e.value.span = e.kind == ast::Entry::Kind::Call ? e.span : e.value.span;
     out.push_back(std::move(e));
   }
 
@@ -381,15 +396,18 @@ class Parser {
         u.name_span = tok().span;
         advance();
       }
-      if (!want(Tok::LBracket, "in unit, a list of layers such as [block 0..3]") || !layer_list(u)) {
+      if (!want(Tok::LBracket, "in unit, a list of layers such as [block 0..3]") ||
+          !layer_list(u)) {
         sync_units();
         return;
       }
     } else {
       Diagnostic& d = diags_.error(u.span, fmt::format("unknown units directive '{}'", word));
       std::string m = closest_match(word, kUnitItems);
-      if (!m.empty()) d.message += fmt::format("; did you mean '{}'?", m);
-      else Diagnostics::note(d, "expected " + quoted_choices(kUnitItems));
+      if (!m.empty())
+        d.message += fmt::format("; did you mean '{}'?", m);
+      else
+        Diagnostics::note(d, "expected " + quoted_choices(kUnitItems));
       sync_units();
       return;
     }
@@ -407,15 +425,22 @@ class Parser {
       ast::LayerRef l;
       l.span = tok().span;
       std::string w = tok().text;
-      if (w == "embed") l.kind = ast::LayerRef::Kind::Embed;
-      else if (w == "final_norm") l.kind = ast::LayerRef::Kind::FinalNorm;
-      else if (w == "head") l.kind = ast::LayerRef::Kind::Head;
-      else if (w == "block" || w == "blocks") l.kind = ast::LayerRef::Kind::Block;
+      if (w == "embed")
+        l.kind = ast::LayerRef::Kind::Embed;
+      else if (w == "final_norm")
+        l.kind = ast::LayerRef::Kind::FinalNorm;
+      else if (w == "head")
+        l.kind = ast::LayerRef::Kind::Head;
+      else if (w == "block" || w == "blocks")
+        l.kind = ast::LayerRef::Kind::Block;
       else {
         Diagnostic& d = diags_.error(tok().span, fmt::format("unknown layer '{}'", w));
         std::string m = closest_match(w, kLayers);
-        if (!m.empty()) d.message += fmt::format("; did you mean '{}'?", m);
-        else Diagnostics::note(d, "layers are 'embed', 'final_norm', 'head' and 'block N' or 'block N..M'");
+        if (!m.empty())
+          d.message += fmt::format("; did you mean '{}'?", m);
+        else
+          Diagnostics::note(
+              d, "layers are 'embed', 'final_norm', 'head' and 'block N' or 'block N..M'");
         return false;
       }
       advance();
@@ -444,7 +469,8 @@ class Parser {
 
   void sync_units() {
     while (!at(Tok::Eof) && !at(Tok::RBrace)) {
-      if (at(Tok::Ident) && std::find(kUnitItems.begin(), kUnitItems.end(), tok().text) != kUnitItems.end())
+      if (at(Tok::Ident) &&
+          std::find(kUnitItems.begin(), kUnitItems.end(), tok().text) != kUnitItems.end())
         return;
       advance();
     }
@@ -454,12 +480,14 @@ class Parser {
   Diagnostics& diags_;
   std::vector<Token> toks_;
   size_t pos_ = 0;
-  int open_groups_ = 0;       // '(' and '[' of the current entry not yet closed
+  int open_groups_ = 0;  // '(' and '[' of the current entry not yet closed
   bool eof_brace_reported_ = false;
 };
 
 }  // namespace
 
-ast::File parse(const SourceFile& file, Diagnostics& diags) { return Parser(file, diags).file(); }
+ast::File parse(const SourceFile& file, Diagnostics& diags) {
+  return Parser(file, diags).file();
+}
 
 }  // namespace fsdpgen

@@ -7,7 +7,9 @@
 
 namespace fsdpgen {
 
-std::string format_real(double x) { return fmt::format("{}", x); }
+std::string format_real(double x) {
+  return fmt::format("{}", x);
+}
 
 namespace {
 
@@ -43,7 +45,8 @@ void print_model(const ModelSpec& m, std::string& out) {
   out += fmt::format("  ffn_hidden = {}\n", m.ffn_hidden);
   out += fmt::format("  tie_embeddings = {}\n", m.tie_embeddings);
   out += fmt::format("  norm_eps = {}\n", format_real(m.norm_eps));
-  if (m.family == Family::Llama) out += fmt::format("  rope_theta = {}\n", format_real(m.rope_theta));
+  if (m.family == Family::Llama)
+    out += fmt::format("  rope_theta = {}\n", format_real(m.rope_theta));
   out += fmt::format("}}\n");
 }
 
@@ -53,16 +56,25 @@ void print_units(const Spec& s, std::string& out) {
   for (const UnitSpec& x : u.explicit_units)
     if (!x.layers.empty()) out += fmt::format("  unit {} {}\n", x.name, layer_list(x.layers));
   switch (u.policy) {
-    case UnitPolicy::EachBlock: out += "  each block\n"; break;
-    case UnitPolicy::Group: out += fmt::format("  group {} blocks\n", u.group); break;
-    case UnitPolicy::MinParams: out += fmt::format("  min_params {}\n", u.min_params); break;
-    case UnitPolicy::Explicit: break;
+    case UnitPolicy::EachBlock:
+      out += "  each block\n";
+      break;
+    case UnitPolicy::Group:
+      out += fmt::format("  group {} blocks\n", u.group);
+      break;
+    case UnitPolicy::MinParams:
+      out += fmt::format("  min_params {}\n", u.min_params);
+      break;
+    case UnitPolicy::Explicit:
+      break;
   }
   out += fmt::format("  # resolved: {} units (unit: layers, parameters)\n", u.units.size());
   for (size_t i = 0; i < u.units.size(); ++i) {
     int64_t n = 0;
-    for (const LayerId& l : u.units[i].layers) n += layer_params(s.model, l);
-    out += fmt::format("  #   {} {}: {}, {}\n", i, u.units[i].name, layer_list(u.units[i].layers), n);
+    for (const LayerId& l : u.units[i].layers)
+      n += layer_params(s.model, l);
+    out +=
+        fmt::format("  #   {} {}: {}, {}\n", i, u.units[i].name, layer_list(u.units[i].layers), n);
   }
   out += "}\n";
 }
@@ -74,24 +86,29 @@ void print_parallel(const ParallelSpec& p, std::string& out) {
   if (is_hybrid(p.sharding)) out += fmt::format("  shard_group = {}\n", p.shard_group);
   out += fmt::format("  ranks_per_node = {}\n", p.ranks_per_node);
   out += fmt::format("  shard_align = {}\n", p.shard_align_bytes);
-  out += fmt::format("  precision {{ param = {}  reduce = {}  master = {} }}\n", to_string(p.precision.param),
-                     to_string(p.precision.reduce), to_string(p.precision.master));
-  out += fmt::format("  prefetch {{ forward = {}  backward = {}  max_inflight = {} }}\n", p.prefetch.forward,
-                     to_string(p.prefetch.backward), p.prefetch.max_inflight);
+  out += fmt::format("  precision {{ param = {}  reduce = {}  master = {} }}\n",
+                     to_string(p.precision.param), to_string(p.precision.reduce),
+                     to_string(p.precision.master));
+  out += fmt::format("  prefetch {{ forward = {}  backward = {}  max_inflight = {} }}\n",
+                     p.prefetch.forward, to_string(p.prefetch.backward), p.prefetch.max_inflight);
   out += fmt::format("  recompute = {}\n", to_string(p.recompute));
   out += fmt::format("  offload = {}\n", to_string(p.offload));
-  out += fmt::format("  accumulate {{ micro_batches = {}  reduce = {} }}\n", p.accumulate.micro_batches,
-                     to_string(p.accumulate.reduce));
+  out += fmt::format("  accumulate {{ micro_batches = {}  reduce = {} }}\n",
+                     p.accumulate.micro_batches, to_string(p.accumulate.reduce));
   out += "}\n";
 }
 
 std::string quoted(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += c;
-    else if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else out += c;
+    if (c == '"' || c == '\\')
+      out += '\\', out += c;
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else
+      out += c;
   }
   return out + "\"";
 }
@@ -100,16 +117,19 @@ void print_train(const TrainSpec& t, std::string& out) {
   const OptimizerSpec& o = t.optimizer;
   out += "train {\n";
   if (o.kind == OptimizerKind::AdamW)
-    out += fmt::format("  optimizer = adamw(lr = {}, betas = ({}, {}), eps = {}, weight_decay = {})\n", format_real(o.lr),
-                       format_real(o.beta1), format_real(o.beta2), format_real(o.eps), format_real(o.weight_decay));
+    out +=
+        fmt::format("  optimizer = adamw(lr = {}, betas = ({}, {}), eps = {}, weight_decay = {})\n",
+                    format_real(o.lr), format_real(o.beta1), format_real(o.beta2),
+                    format_real(o.eps), format_real(o.weight_decay));
   else
-    out += fmt::format("  optimizer = sgd(lr = {}, momentum = {}, weight_decay = {})\n", format_real(o.lr),
-                       format_real(o.momentum), format_real(o.weight_decay));
+    out += fmt::format("  optimizer = sgd(lr = {}, momentum = {}, weight_decay = {})\n",
+                       format_real(o.lr), format_real(o.momentum), format_real(o.weight_decay));
   const LrScheduleSpec& l = t.lr_schedule;
   if (l.kind == LrScheduleKind::Constant)
     out += fmt::format("  lr_schedule = constant(warmup = {})\n", l.warmup);
   else
-    out += fmt::format("  lr_schedule = {}(warmup = {}, min = {})\n", to_string(l.kind), l.warmup, format_real(l.min_lr));
+    out += fmt::format("  lr_schedule = {}(warmup = {}, min = {})\n", to_string(l.kind), l.warmup,
+                       format_real(l.min_lr));
   out += fmt::format("  micro_batch = {}\n", t.micro_batch);
   out += fmt::format("  steps = {}\n", t.steps);
   out += t.clip > 0 ? fmt::format("  clip = {}\n", format_real(t.clip)) : "  clip = none\n";
@@ -119,8 +139,8 @@ void print_train(const TrainSpec& t, std::string& out) {
   else
     out += fmt::format("  data = {}({})\n", to_string(t.data.kind), quoted(t.data.path));
   if (t.checkpoint.enabled)
-    out += fmt::format("  checkpoint(every = {}, dir = {}, keep = {})\n", t.checkpoint.every, quoted(t.checkpoint.dir),
-                       t.checkpoint.keep);
+    out += fmt::format("  checkpoint(every = {}, dir = {}, keep = {})\n", t.checkpoint.every,
+                       quoted(t.checkpoint.dir), t.checkpoint.keep);
   else
     out += "  checkpoint = none\n";
   out += fmt::format("  log_every = {}\n", t.log_every);

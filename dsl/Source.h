@@ -15,7 +15,9 @@ struct Span {
   uint32_t begin = 0;
   uint32_t end = 0;
 
-  static Span join(Span a, Span b) { return {a.begin < b.begin ? a.begin : b.begin, a.end > b.end ? a.end : b.end}; }
+  static Span join(Span a, Span b) {
+    return {a.begin < b.begin ? a.begin : b.begin, a.end > b.end ? a.end : b.end};
+  }
   bool operator==(const Span&) const = default;
 };
 

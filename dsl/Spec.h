@@ -27,30 +27,55 @@ enum class DataKind { Synthetic, Text, Tokens };
 enum class UnitPolicy { EachBlock, Group, MinParams, Explicit };
 
 inline constexpr std::array<std::string_view, 2> kFamilyNames = {"gpt2", "llama"};
-inline constexpr std::array<std::string_view, 5> kShardingNames = {"full_shard", "shard_grad_op", "no_shard",
-                                                                   "hybrid_shard", "hybrid_shard_zero2"};
+inline constexpr std::array<std::string_view, 5> kShardingNames = {
+    "full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"};
 inline constexpr std::array<std::string_view, 3> kDTypeNames = {"fp32", "bf16", "fp16"};
 inline constexpr std::array<std::string_view, 3> kBackwardPrefetchNames = {"pre", "post", "none"};
 inline constexpr std::array<std::string_view, 2> kRecomputeNames = {"none", "block"};
 inline constexpr std::array<std::string_view, 2> kOffloadNames = {"none", "cpu"};
 inline constexpr std::array<std::string_view, 2> kAccumulateReduceNames = {"every", "last"};
 inline constexpr std::array<std::string_view, 2> kOptimizerNames = {"adamw", "sgd"};
-inline constexpr std::array<std::string_view, 3> kLrScheduleNames = {"constant", "cosine", "linear"};
+inline constexpr std::array<std::string_view, 3> kLrScheduleNames = {"constant", "cosine",
+                                                                     "linear"};
 inline constexpr std::array<std::string_view, 3> kDataNames = {"synthetic", "text", "tokens"};
 
-inline std::string_view to_string(Family v) { return kFamilyNames[static_cast<int>(v)]; }
-inline std::string_view to_string(Sharding v) { return kShardingNames[static_cast<int>(v)]; }
-inline std::string_view to_string(DType v) { return kDTypeNames[static_cast<int>(v)]; }
-inline std::string_view to_string(BackwardPrefetch v) { return kBackwardPrefetchNames[static_cast<int>(v)]; }
-inline std::string_view to_string(Recompute v) { return kRecomputeNames[static_cast<int>(v)]; }
-inline std::string_view to_string(Offload v) { return kOffloadNames[static_cast<int>(v)]; }
-inline std::string_view to_string(AccumulateReduce v) { return kAccumulateReduceNames[static_cast<int>(v)]; }
-inline std::string_view to_string(OptimizerKind v) { return kOptimizerNames[static_cast<int>(v)]; }
-inline std::string_view to_string(LrScheduleKind v) { return kLrScheduleNames[static_cast<int>(v)]; }
-inline std::string_view to_string(DataKind v) { return kDataNames[static_cast<int>(v)]; }
+inline std::string_view to_string(Family v) {
+  return kFamilyNames[static_cast<int>(v)];
+}
+inline std::string_view to_string(Sharding v) {
+  return kShardingNames[static_cast<int>(v)];
+}
+inline std::string_view to_string(DType v) {
+  return kDTypeNames[static_cast<int>(v)];
+}
+inline std::string_view to_string(BackwardPrefetch v) {
+  return kBackwardPrefetchNames[static_cast<int>(v)];
+}
+inline std::string_view to_string(Recompute v) {
+  return kRecomputeNames[static_cast<int>(v)];
+}
+inline std::string_view to_string(Offload v) {
+  return kOffloadNames[static_cast<int>(v)];
+}
+inline std::string_view to_string(AccumulateReduce v) {
+  return kAccumulateReduceNames[static_cast<int>(v)];
+}
+inline std::string_view to_string(OptimizerKind v) {
+  return kOptimizerNames[static_cast<int>(v)];
+}
+inline std::string_view to_string(LrScheduleKind v) {
+  return kLrScheduleNames[static_cast<int>(v)];
+}
+inline std::string_view to_string(DataKind v) {
+  return kDataNames[static_cast<int>(v)];
+}
 
-inline int64_t dtype_bytes(DType d) { return d == DType::FP32 ? 4 : 2; }
-inline bool is_hybrid(Sharding s) { return s == Sharding::HybridShard || s == Sharding::HybridShardZero2; }
+inline int64_t dtype_bytes(DType d) {
+  return d == DType::FP32 ? 4 : 2;
+}
+inline bool is_hybrid(Sharding s) {
+  return s == Sharding::HybridShard || s == Sharding::HybridShardZero2;
+}
 // Strategies whose units stay gathered from forward to backward (ZeRO-2 style).
 inline bool keeps_params_through_backward(Sharding s) {
   return s == Sharding::ShardGradOp || s == Sharding::HybridShardZero2 || s == Sharding::NoShard;
@@ -83,10 +108,14 @@ struct LayerId {
   // Position in forward order (embed = 0, block i = 1 + i, final_norm = L + 1, head = L + 2).
   int64_t order(int64_t layers) const {
     switch (kind) {
-      case Kind::Embed: return 0;
-      case Kind::Block: return 1 + block;
-      case Kind::FinalNorm: return layers + 1;
-      case Kind::Head: return layers + 2;
+      case Kind::Embed:
+        return 0;
+      case Kind::Block:
+        return 1 + block;
+      case Kind::FinalNorm:
+        return layers + 1;
+      case Kind::Head:
+        return layers + 2;
     }
     return 0;
   }
@@ -138,7 +167,7 @@ struct ParallelSpec {
   // strategy: world for full_shard/shard_grad_op, 1 for no_shard, the given
   // (or per-node) size for hybrid. replicas() groups of this size exist.
   int64_t shard_group = 1;
-  int64_t ranks_per_node = 1;    // placement: ranks sharing a node (fast links)
+  int64_t ranks_per_node = 1;       // placement: ranks sharing a node (fast links)
   int64_t shard_align_bytes = 256;  // each shard starts on this boundary
   PrecisionSpec precision;
   PrefetchSpec prefetch;

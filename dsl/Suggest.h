@@ -14,6 +14,7 @@ namespace fsdpgen {
 std::string closest_match(std::string_view word, const std::vector<std::string_view>& candidates);
 
 // 'a', 'b' or 'c'
-std::string quoted_choices(const std::vector<std::string_view>& candidates, std::string_view last_sep = " or ");
+std::string quoted_choices(const std::vector<std::string_view>& candidates,
+                           std::string_view last_sep = " or ");
 
 }  // namespace fsdpgen

@@ -1,7 +1,5 @@
 // fsdpgen schedule and fsdpgen plan from the command line: outputs, formats,
 // overrides and errors.
-#include <sys/wait.h>
-
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -9,46 +7,41 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/Command.h"
+
 namespace {
 
-struct CmdResult {
-  int status = -1;
-  std::string out;
-};
+using fsdpgen::test::CmdResult;
+using fsdpgen::test::run;
 
-CmdResult run(const std::string& args) {
-  std::string cmd = std::string(FSDPGEN_BIN) + " " + args + " 2>&1";
-  CmdResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+std::string spec(const std::string& name) {
+  return std::string(FSDPGEN_SOURCE_DIR) + "/specs/" + name;
 }
 
-std::string spec(const std::string& name) { return std::string(FSDPGEN_SOURCE_DIR) + "/specs/" + name; }
-
-bool has(const CmdResult& r, const std::string& s) { return r.out.find(s) != std::string::npos; }
+bool has(const CmdResult& r, const std::string& s) {
+  return r.out.find(s) != std::string::npos;
+}
 
 TEST(CliSchedule, TextListsEveryStream) {
   CmdResult r = run("schedule " + spec("tiny.fsdp"));
   ASSERT_EQ(r.status, 0) << r.out;
-  for (const char* s : {"stream compute", "stream allgather", "stream reducescatter", "AG u1", "RS u4", "OPT u0"})
+  for (const char* s :
+       {"stream compute", "stream allgather", "stream reducescatter", "AG u1", "RS u4", "OPT u0"})
     EXPECT_TRUE(has(r, s)) << s << "\n" << r.out.substr(0, 2000);
 }
 
 TEST(CliSchedule, JsonAndTraceParse) {
   std::string dir = testing::TempDir();
-  ASSERT_EQ(run("schedule " + spec("gpt2-124m.fsdp") + " --format json -o " + dir + "/s.json").status, 0);
+  ASSERT_EQ(
+      run("schedule " + spec("gpt2-124m.fsdp") + " --format json -o " + dir + "/s.json").status, 0);
   std::ifstream js(dir + "/s.json");
   nlohmann::json j = nlohmann::json::parse(js);
   EXPECT_EQ(j["world"], 8);
   EXPECT_EQ(j["units"].size(), 13u);
   EXPECT_GT(j["ops"].size(), 50u);
-  ASSERT_EQ(run("schedule " + spec("tiny.fsdp") + " --format trace --gpu cpu -o " + dir + "/t.json").status, 0);
+  ASSERT_EQ(run("schedule " + spec("tiny.fsdp") + " --format trace --gpu cpu -o " + dir + "/t.json")
+                .status,
+            0);
   std::ifstream ts(dir + "/t.json");
   nlohmann::json t = nlohmann::json::parse(ts);
   std::set<int> tids;
@@ -70,15 +63,18 @@ TEST(CliSchedule, WorldOverrideIsChecked) {
 TEST(CliPlan, ReportsMemoryFitAndTime) {
   CmdResult r = run("plan " + spec("gpt-175b.fsdp") + " --world 512 --gpu a100-80g");
   ASSERT_EQ(r.status, 0) << r.out;
-  for (const char* s : {"174601101312 parameters", "optimizer_state", "fits: yes", "MFU", "exposed", "tokens/s"})
+  for (const char* s :
+       {"174601101312 parameters", "optimizer_state", "fits: yes", "MFU", "exposed", "tokens/s"})
     EXPECT_TRUE(has(r, s)) << s << "\n" << r.out;
 }
 
 TEST(CliPlan, SaysWhatWouldFit) {
   // GPT-2 1.5B without recompute on one 40 GB device does not fit; smaller
   // micro-batches, recompute or more ranks do.
-  CmdResult r = run("plan " + spec("gpt2-1.5b.fsdp") + " --world 1 --micro-batch 64 --gpu a100-40g");
-  EXPECT_EQ(r.status, 1) << r.out;  // world 1 with a shard group of 8: the spec's hybrid layout needs 8 ranks
+  CmdResult r =
+      run("plan " + spec("gpt2-1.5b.fsdp") + " --world 1 --micro-batch 64 --gpu a100-40g");
+  EXPECT_EQ(r.status, 1)
+      << r.out;  // world 1 with a shard group of 8: the spec's hybrid layout needs 8 ranks
   r = run("plan " + spec("gpt2-350m.fsdp") + " --micro-batch 64 --gpu a100-40g");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(has(r, "fits: NO")) << r.out;

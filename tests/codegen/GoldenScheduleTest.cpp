@@ -20,10 +20,12 @@ struct GoldenCase {
 
 std::vector<GoldenCase> golden_cases() {
   std::vector<GoldenCase> out;
-  for (const char* st : {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"})
+  for (const char* st :
+       {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"})
     for (const char* bwd : {"pre", "post", "none"})
       for (const char* rc : {"none", "block"})
-        for (auto [mb, red] : {std::pair{1, "every"}, std::pair{4, "every"}, std::pair{4, "last"}}) {
+        for (auto [mb, red] :
+             {std::pair{1, "every"}, std::pair{4, "every"}, std::pair{4, "last"}}) {
           Config c;
           c.sharding = st;
           c.world = c.sharding.rfind("hybrid", 0) == 0 ? 4 : 2;
@@ -38,15 +40,19 @@ std::vector<GoldenCase> golden_cases() {
   return out;
 }
 
-void PrintTo(const GoldenCase& g, std::ostream* os) { *os << g.file; }
+void PrintTo(const GoldenCase& g, std::ostream* os) {
+  *os << g.file;
+}
 
 class GoldenSchedule : public testing::TestWithParam<GoldenCase> {};
 
 TEST_P(GoldenSchedule, Matches) {
   const GoldenCase& g = GetParam();
   Planned p = plan_text(g.config.text());
-  std::string text = "# " + g.config.name() + "\n" + print_schedule(p.schedule) + print_memory_plan(p.schedule, p.memory);
-  std::filesystem::path path = std::filesystem::path(FSDPGEN_SOURCE_DIR) / "tests/codegen/golden" / (g.file + ".txt");
+  std::string text = "# " + g.config.name() + "\n" + print_schedule(p.schedule) +
+                     print_memory_plan(p.schedule, p.memory);
+  std::filesystem::path path =
+      std::filesystem::path(FSDPGEN_SOURCE_DIR) / "tests/codegen/golden" / (g.file + ".txt");
   if (std::getenv("FSDPGEN_UPDATE_GOLDEN")) {
     std::filesystem::create_directories(path.parent_path());
     std::ofstream(path, std::ios::binary) << text;

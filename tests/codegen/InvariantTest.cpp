@@ -15,7 +15,8 @@ TEST(Invariants, HoldForEveryConfiguration) {
   for (const Config& c : configs) {
     Planned p = plan_text(c.text());
     auto errors = verify_plan(p.schedule, p.memory);
-    EXPECT_TRUE(errors.empty()) << c.name() << ":\n  " << fmt::format("{}", fmt::join(errors, "\n  "));
+    EXPECT_TRUE(errors.empty()) << c.name() << ":\n  "
+                                << fmt::format("{}", fmt::join(errors, "\n  "));
   }
 }
 
@@ -59,7 +60,8 @@ TEST(Verifier, CatchesAReduceScatterBeforeTheLastBackward) {
 
 TEST(Verifier, CatchesOverlappingLiveBuffers) {
   Planned p = base();
-  for (Placement& pl : p.memory.placements) pl.offset = 0;
+  for (Placement& pl : p.memory.placements)
+    pl.offset = 0;
   EXPECT_TRUE(mentions(verify_plan(p.schedule, p.memory), "share bytes while both are alive"));
 }
 
@@ -99,7 +101,8 @@ TEST(Verifier, CatchesAHybridAllReduceEveryMicroBatch) {
     if (op.kind == OpKind::AllReduce && op.unit > 0) extra = op;
   extra.id = 1;
   p.schedule.ops.insert(p.schedule.ops.begin() + 1, extra);
-  for (size_t i = 0; i < p.schedule.ops.size(); ++i) p.schedule.ops[i].id = static_cast<int>(i);
+  for (size_t i = 0; i < p.schedule.ops.size(); ++i)
+    p.schedule.ops[i].id = static_cast<int>(i);
   EXPECT_TRUE(mentions(verify_plan(p.schedule, p.memory), "cross-replica all-reduces per step"));
 }
 

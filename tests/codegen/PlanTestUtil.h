@@ -54,31 +54,34 @@ struct Config {
   bool tie = true;
 
   std::string name() const {
-    return fmt::format("{} w{}{} fwd={} bwd={} inflight={} recompute={} offload={} mb={} reduce={} {}/{} [{}] L{}",
-                       sharding, world, shard_group ? fmt::format("/{}", shard_group) : "", forward_prefetch,
-                       backward, max_inflight, recompute, offload, micro_batches, reduce, param, reduce_dtype, units,
-                       layers);
+    return fmt::format(
+        "{} w{}{} fwd={} bwd={} inflight={} recompute={} offload={} mb={} reduce={} {}/{} [{}] L{}",
+        sharding, world, shard_group ? fmt::format("/{}", shard_group) : "", forward_prefetch,
+        backward, max_inflight, recompute, offload, micro_batches, reduce, param, reduce_dtype,
+        units, layers);
   }
 
   std::string text() const {
     std::string group = shard_group ? fmt::format("shard_group = {}", shard_group) : "";
     return fmt::format(
-        "model t {{ vocab = 256 context = 32 width = {} heads = 4 layers = {} tie_embeddings = {} }}\n"
+        "model t {{ vocab = 256 context = 32 width = {} heads = 4 layers = {} tie_embeddings = {} "
+        "}}\n"
         "units {{ {} }}\n"
         "parallel {{ world = {} sharding = {} {} ranks_per_node = {}\n"
         "  precision {{ param = {} reduce = {} master = fp32 }}\n"
         "  prefetch {{ forward = {} backward = {} max_inflight = {} }}\n"
         "  recompute = {} offload = {} accumulate {{ micro_batches = {} reduce = {} }} }}\n"
         "train {{ micro_batch = 2 }}\n",
-        width, layers, tie, units, world, sharding, group, std::min(world, 8), param, reduce_dtype, forward_prefetch,
-        backward, max_inflight, recompute, offload, micro_batches, reduce);
+        width, layers, tie, units, world, sharding, group, std::min(world, 8), param, reduce_dtype,
+        forward_prefetch, backward, max_inflight, recompute, offload, micro_batches, reduce);
   }
 };
 
 // Every strategy meets every value of every other knob, at worlds 1 to 512.
 inline std::vector<Config> covering_configs() {
   std::vector<Config> out;
-  const char* strategies[] = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"};
+  const char* strategies[] = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard",
+                              "hybrid_shard_zero2"};
   const int worlds[] = {1, 2, 4, 8, 64, 512};
   const char* backwards[] = {"pre", "post", "none"};
   const std::pair<int, const char*> accum[] = {{1, "every"}, {4, "every"}, {4, "last"}};
@@ -104,10 +107,11 @@ inline std::vector<Config> covering_configs() {
             c.offload = (k % 5 == 0 && c.sharding != "no_shard" && w > 1) ? "cpu" : "none";
             c.param = (k / 3) % 2 ? "bf16" : "fp32";
             c.reduce_dtype = (k / 7) % 2 ? "bf16" : "fp32";
-            const char* unit_policies[] = {"each block", "group 2 blocks", "unit head [final_norm] each block",
-                                           "min_params 30K"};
+            const char* unit_policies[] = {"each block", "group 2 blocks",
+                                           "unit head [final_norm] each block", "min_params 30K"};
             c.units = unit_policies[k % 4];
-            if (w > 64 && c.units.find("head") != std::string::npos) c.units = "group 2 blocks";  // 128 params < 512 ranks
+            if (w > 64 && c.units.find("head") != std::string::npos)
+              c.units = "group 2 blocks";  // 128 params < 512 ranks
             c.tie = c.units.find("head") == std::string::npos;
             ++k;
             out.push_back(c);

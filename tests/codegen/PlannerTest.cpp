@@ -12,21 +12,24 @@ namespace {
 
 std::string model(int world, const std::string& parallel, const std::string& units = "each block",
                   const std::string& extra = "") {
-  return fmt::format("model m {{ vocab = 512 context = 64 width = 128 heads = 4 layers = 6 {} }}\n"
-                     "units {{ {} }}\nparallel {{ world = {} {} }}\ntrain {{ micro_batch = 2 }}\n",
-                     extra, units, world, parallel);
+  return fmt::format(
+      "model m {{ vocab = 512 context = 64 width = 128 heads = 4 layers = 6 {} }}\n"
+      "units {{ {} }}\nparallel {{ world = {} {} }}\ntrain {{ micro_batch = 2 }}\n",
+      extra, units, world, parallel);
 }
 
 TEST(Lower, Gpt2SmallHas124MParametersAndAlignedShards) {
-  Planned p = plan_text("model g { vocab = 50257 context = 1024 width = 768 heads = 12 layers = 12 }\n"
-                        "parallel { world = 8 precision { param = bf16 } }");
+  Planned p = plan_text(
+      "model g { vocab = 50257 context = 1024 width = 768 heads = 12 layers = 12 }\n"
+      "parallel { world = 8 precision { param = bf16 } }");
   EXPECT_EQ(p.units.total_params, 124439808);
   for (const FlatUnit& u : p.units.units) {
     EXPECT_EQ(u.padded_elems, u.shard_elems * 8);
     EXPECT_EQ(u.shard_elems * 2 % 256, 0) << u.name;  // 256-byte aligned bf16 shards
     EXPECT_GE(u.padded_elems, u.param_elems);
     EXPECT_LT(u.padded_elems - u.param_elems, 8 * 128 + 16 * 16) << u.name;
-    for (const FlatTensor& t : u.tensors) EXPECT_EQ(t.offset_elems % kTensorAlignElems, 0);
+    for (const FlatTensor& t : u.tensors)
+      EXPECT_EQ(t.offset_elems % kTensorAlignElems, 0);
   }
   // The tied head owns no tensor: the root holds wte, wpe and ln_f only.
   ASSERT_EQ(p.units.units[0].tensors.size(), 4u);
@@ -36,7 +39,8 @@ TEST(Lower, Gpt2SmallHas124MParametersAndAlignedShards) {
 TEST(Lower, SegmentsFollowForwardOrder) {
   Planned p = plan_text(model(2, "", "unit mid [block 2..3] each block"));
   std::vector<int> units;
-  for (const Segment& s : p.units.segments) units.push_back(s.unit);
+  for (const Segment& s : p.units.segments)
+    units.push_back(s.unit);
   EXPECT_EQ(units, (std::vector<int>{0, 1, 2, 3, 4, 5, 0}));
   EXPECT_EQ(p.units.units[3].name, "mid");
   EXPECT_TRUE(p.units.segments.back().has_loss);
@@ -63,7 +67,8 @@ int64_t norm_bytes(const Schedule& s) {
 TEST(CommBytes, FullShardIsThreePsi) {
   for (int W : {2, 4, 8, 64}) {
     // No root: every unit is gathered in forward and again in backward.
-    Planned p = plan_text(model(W, "precision { param = bf16 reduce = bf16 }", "unit first [embed] unit last [final_norm, head] each block",
+    Planned p = plan_text(model(W, "precision { param = bf16 reduce = bf16 }",
+                                "unit first [embed] unit last [final_norm, head] each block",
                                 "tie_embeddings = false"));
     ASSERT_EQ(p.units.units[0].param_elems, 0);
     const int64_t psi_b = padded_bytes(p.units, 2);
@@ -71,23 +76,29 @@ TEST(CommBytes, FullShardIsThreePsi) {
     // With a root unit, the root is gathered once and stays through backward.
     Planned q = plan_text(model(W, "precision { param = bf16 reduce = bf16 }"));
     const int64_t root = q.units.units[0].padded_elems * 2;
-    EXPECT_EQ(sent(q.schedule) - norm_bytes(q.schedule), (3 * padded_bytes(q.units, 2) - root) / W * (W - 1));
+    EXPECT_EQ(sent(q.schedule) - norm_bytes(q.schedule),
+              (3 * padded_bytes(q.units, 2) - root) / W * (W - 1));
   }
 }
 
 TEST(CommBytes, ShardGradOpAndNoShardAreTwoPsi) {
   for (int W : {2, 4, 8}) {
-    Planned z2 = plan_text(model(W, "sharding = shard_grad_op precision { param = bf16 reduce = bf16 }"));
-    EXPECT_EQ(sent(z2.schedule) - norm_bytes(z2.schedule), 2 * padded_bytes(z2.units, 2) / W * (W - 1));
-    Planned ddp = plan_text(model(W, "sharding = no_shard precision { param = bf16 reduce = bf16 }"));
+    Planned z2 =
+        plan_text(model(W, "sharding = shard_grad_op precision { param = bf16 reduce = bf16 }"));
+    EXPECT_EQ(sent(z2.schedule) - norm_bytes(z2.schedule),
+              2 * padded_bytes(z2.units, 2) / W * (W - 1));
+    Planned ddp =
+        plan_text(model(W, "sharding = no_shard precision { param = bf16 reduce = bf16 }"));
     EXPECT_EQ(ddp.schedule.sent_bytes(OpKind::AllGather), 0);
     EXPECT_EQ(sent(ddp.schedule), 2 * padded_bytes(ddp.units, 2) / W * (W - 1));
   }
 }
 
 TEST(CommBytes, HybridAllReducesTheShardOncePerStep) {
-  Planned p = plan_text(model(8, "sharding = hybrid_shard shard_group = 4 ranks_per_node = 4 "
-                                 "precision { param = bf16 reduce = bf16 } accumulate { micro_batches = 3 }"));
+  Planned p =
+      plan_text(model(8,
+                      "sharding = hybrid_shard shard_group = 4 ranks_per_node = 4 "
+                      "precision { param = bf16 reduce = bf16 } accumulate { micro_batches = 3 }"));
   const int64_t psi_b = padded_bytes(p.units, 2);
   int64_t ar = 0;
   for (const Op& op : p.schedule.ops)
@@ -122,7 +133,9 @@ TEST(Memory, ArenaIsCloseToThePeakAndReuseSaves) {
   EXPECT_GE(off.device_arena_bytes, p.memory.naive_bytes);
 }
 
-int64_t peak_of(const Planned& p, BufferKind k) { return p.memory.peak_by_kind[static_cast<int>(k)]; }
+int64_t peak_of(const Planned& p, BufferKind k) {
+  return p.memory.peak_by_kind[static_cast<int>(k)];
+}
 
 TEST(Memory, KnobsMoveThePlanTheRightWay) {
   Planned base = plan_text(model(4, ""));
@@ -130,9 +143,11 @@ TEST(Memory, KnobsMoveThePlanTheRightWay) {
   EXPECT_LT(recompute.memory.live_peak_bytes, base.memory.live_peak_bytes);
   EXPECT_GT(peak_of(recompute, BufferKind::RecomputeScratch), 0);
   Planned zero2 = plan_text(model(4, "sharding = shard_grad_op"));
-  EXPECT_GT(peak_of(zero2, BufferKind::UnshardedParams), peak_of(base, BufferKind::UnshardedParams));
+  EXPECT_GT(peak_of(zero2, BufferKind::UnshardedParams),
+            peak_of(base, BufferKind::UnshardedParams));
   Planned wider = plan_text(model(4, "prefetch { max_inflight = 3 }"));
-  EXPECT_GE(peak_of(wider, BufferKind::UnshardedParams), peak_of(base, BufferKind::UnshardedParams));
+  EXPECT_GE(peak_of(wider, BufferKind::UnshardedParams),
+            peak_of(base, BufferKind::UnshardedParams));
   Planned offload = plan_text(model(4, "offload = cpu"));
   EXPECT_EQ(peak_of(offload, BufferKind::OptimizerState), 0);
   EXPECT_GT(offload.memory.host_arena_bytes, 0);
@@ -164,13 +179,17 @@ TEST(Schedule, BackwardPrefetchPrePostNone) {
     return -1;
   };
   for (const char* mode : {"pre", "post", "none"}) {
-    Planned p = plan_text(model(2, fmt::format("prefetch {{ forward = false backward = {} }}", mode)));
+    Planned p =
+        plan_text(model(2, fmt::format("prefetch {{ forward = false backward = {} }}", mode)));
     int ag4 = position(p, OpKind::AllGather, 4, true), b5 = position(p, OpKind::Backward, 5, true);
-    int rs5 = position(p, OpKind::ReduceScatter, 5, true), b4 = position(p, OpKind::Backward, 4, true);
+    int rs5 = position(p, OpKind::ReduceScatter, 5, true),
+        b4 = position(p, OpKind::Backward, 4, true);
     ASSERT_GE(ag4, 0);
     if (std::string(mode) == "pre") EXPECT_LT(ag4, b5);
-    if (std::string(mode) == "post") EXPECT_TRUE(b5 < ag4 && ag4 < rs5) << ag4 << " " << b5 << " " << rs5;
-    if (std::string(mode) == "none") EXPECT_TRUE(rs5 < ag4 && ag4 < b4) << ag4 << " " << rs5 << " " << b4;
+    if (std::string(mode) == "post")
+      EXPECT_TRUE(b5 < ag4 && ag4 < rs5) << ag4 << " " << b5 << " " << rs5;
+    if (std::string(mode) == "none")
+      EXPECT_TRUE(rs5 < ag4 && ag4 < b4) << ag4 << " " << rs5 << " " << b4;
   }
 }
 
@@ -192,7 +211,8 @@ TEST(Schedule, AccumulateLastReducesOnlyAfterTheLastMicroBatch) {
   for (const Op& op : p.schedule.ops)
     if (op.kind == OpKind::ReduceScatter) EXPECT_EQ(op.micro_batch, 3);
   Planned every = plan_text(model(2, "accumulate { micro_batches = 4 reduce = every }"));
-  EXPECT_EQ(every.schedule.sent_bytes(OpKind::ReduceScatter), 4 * p.schedule.sent_bytes(OpKind::ReduceScatter));
+  EXPECT_EQ(every.schedule.sent_bytes(OpKind::ReduceScatter),
+            4 * p.schedule.sent_bytes(OpKind::ReduceScatter));
 }
 
 TEST(Schedule, Gpt1TAtWorld512Plans) {

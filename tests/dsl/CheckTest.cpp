@@ -29,7 +29,9 @@ TEST(Check, DefaultsAreFilledIn) {
 }
 
 TEST(Check, ShardGroupsResolvePerStrategy) {
-  auto group = [](const std::string& parallel) { return load_ok(with_model("parallel { " + parallel + " }")).parallel; };
+  auto group = [](const std::string& parallel) {
+    return load_ok(with_model("parallel { " + parallel + " }")).parallel;
+  };
   EXPECT_EQ(group("world = 8 sharding = full_shard").shard_group, 8);
   EXPECT_EQ(group("world = 8 sharding = shard_grad_op").shard_group, 8);
   EXPECT_EQ(group("world = 8 sharding = no_shard").shard_group, 1);
@@ -82,7 +84,9 @@ train {
 }
 
 TEST(Check, LlamaDefaults) {
-  Spec s = load_ok("model l { family = llama vocab = 1000 context = 64 width = 96 heads = 6 kv_heads = 2 layers = 2 }");
+  Spec s = load_ok(
+      "model l { family = llama vocab = 1000 context = 64 width = 96 heads = 6 kv_heads = 2 layers "
+      "= 2 }");
   EXPECT_FALSE(s.model.tie_embeddings);
   EXPECT_EQ(s.model.ffn_hidden, 256);  // 8*96/3 = 256, a multiple of 256
   EXPECT_DOUBLE_EQ(s.model.rope_theta, 10000);
@@ -90,9 +94,10 @@ TEST(Check, LlamaDefaults) {
 
 TEST(Check, Gpt2ParameterCounts) {
   auto params = [](int64_t width, int64_t heads, int64_t layers) {
-    return model_params(load_ok("model g { vocab = 50257 context = 1024 width = " + std::to_string(width) +
-                                " heads = " + std::to_string(heads) + " layers = " + std::to_string(layers) + " }")
-                            .model);
+    return model_params(
+        load_ok("model g { vocab = 50257 context = 1024 width = " + std::to_string(width) +
+                " heads = " + std::to_string(heads) + " layers = " + std::to_string(layers) + " }")
+            .model);
   };
   // The sizes of the released GPT-2 checkpoints (tied embeddings).
   EXPECT_EQ(params(768, 12, 12), 124439808);
@@ -114,17 +119,20 @@ TEST(Check, SemanticErrors) {
   EXPECT_NE(load_error(with_model("parallel { sharding = ful_shard }"))
                 .find("unknown sharding strategy 'ful_shard'; did you mean 'full_shard'?"),
             std::string::npos);
-  EXPECT_NE(load_error(with_model("parallel { precision { param = bf15 } }")).find("did you mean 'bf16'?"),
+  EXPECT_NE(load_error(with_model("parallel { precision { param = bf15 } }"))
+                .find("did you mean 'bf16'?"),
             std::string::npos);
-  EXPECT_NE(load_error(with_model("train { micro_batch = 0 }")).find("'micro_batch' must be positive"),
-            std::string::npos);
+  EXPECT_NE(
+      load_error(with_model("train { micro_batch = 0 }")).find("'micro_batch' must be positive"),
+      std::string::npos);
   EXPECT_NE(load_error(with_model("parallel { accumulate { micro_batches = 0 } }"))
                 .find("'micro_batches' must be positive"),
             std::string::npos);
 }
 
 TEST(Check, AllErrorsAreCollectedAndSorted) {
-  std::string out = load_error(with_model("parallel { sharding = x  world = 0 }\ntrain { steps = -1  bogus = 1 }"));
+  std::string out = load_error(
+      with_model("parallel { sharding = x  world = 0 }\ntrain { steps = -1  bogus = 1 }"));
   EXPECT_NE(out.find("4 errors generated."), std::string::npos) << out;
   size_t a = out.find("unknown sharding strategy"), b = out.find("'world' must be positive");
   size_t c = out.find("'steps' must be positive"), d = out.find("unknown key 'bogus'");

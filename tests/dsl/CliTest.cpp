@@ -1,35 +1,18 @@
 // The fsdpgen command line: exit statuses and where output goes.
-#include <sys/wait.h>
-
 #include <cstdio>
 #include <fstream>
 
 #include <gtest/gtest.h>
 
+#include "tests/common/Command.h"
 #include "tests/dsl/TestUtil.h"
 
 namespace fsdpgen::test {
 namespace {
 
-struct CmdResult {
-  int status = -1;
-  std::string out;  // stdout and stderr together
-};
-
-CmdResult run(const std::string& args) {
-  std::string cmd = std::string(FSDPGEN_BIN) + " " + args + " 2>&1";
-  CmdResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+std::string spec(const std::string& name) {
+  return (source_dir() / "specs" / name).string();
 }
-
-std::string spec(const std::string& name) { return (source_dir() / "specs" / name).string(); }
 
 TEST(Cli, CheckSucceedsOnEveryExampleSpec) {
   for (const auto& f : files_in("specs", ".fsdp")) {
@@ -44,7 +27,8 @@ TEST(Cli, DumpPrintsTheResolvedSpec) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("model tiny {"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("sharding = full_shard"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("accumulate { micro_batches = 1  reduce = every }"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("accumulate { micro_batches = 1  reduce = every }"), std::string::npos)
+      << r.out;
 }
 
 TEST(Cli, BadSpecExitsOneWithLocatedErrors) {
@@ -53,8 +37,10 @@ TEST(Cli, BadSpecExitsOneWithLocatedErrors) {
                          "parallel { sharding = ful_shard }\n";
   CmdResult r = run("check " + path);
   EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_NE(r.out.find(path + ":2:23: error: unknown sharding strategy 'ful_shard'; did you mean 'full_shard'?"),
-            std::string::npos)
+  EXPECT_NE(
+      r.out.find(path +
+                 ":2:23: error: unknown sharding strategy 'ful_shard'; did you mean 'full_shard'?"),
+      std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("1 error generated."), std::string::npos) << r.out;
 }

@@ -18,8 +18,10 @@ TEST_P(Golden, DiagnosticsMatch) {
   std::string name = spec.filename().string();
   FrontendResult r = load_spec_text(name, read_text(spec));
   bool warn_only = name.rfind("warn_", 0) == 0;
-  if (warn_only) EXPECT_TRUE(r.spec.has_value()) << name << " must check with warnings only:\n" << r.diagnostics;
-  else EXPECT_FALSE(r.spec.has_value()) << name << " must fail";
+  if (warn_only)
+    EXPECT_TRUE(r.spec.has_value()) << name << " must check with warnings only:\n" << r.diagnostics;
+  else
+    EXPECT_FALSE(r.spec.has_value()) << name << " must fail";
   EXPECT_FALSE(r.diagnostics.empty());
   std::filesystem::path golden = spec;
   golden.replace_extension(".err");
@@ -38,7 +40,8 @@ std::string test_name(const testing::TestParamInfo<std::filesystem::path>& info)
   return s;
 }
 
-INSTANTIATE_TEST_SUITE_P(BadSpecs, Golden, testing::ValuesIn(files_in("tests/bad", ".fsdp")), test_name);
+INSTANTIATE_TEST_SUITE_P(BadSpecs, Golden, testing::ValuesIn(files_in("tests/bad", ".fsdp")),
+                         test_name);
 
 TEST(GoldenCorpus, IsLargeAndComplete) {
   auto specs = files_in("tests/bad", ".fsdp");

@@ -49,7 +49,9 @@ TEST(Lexer, RealsAreNotIntegers) {
   EXPECT_DOUBLE_EQ(number("-0.5").number, -0.5);
 }
 
-TEST(Lexer, UnderscoreSeparators) { EXPECT_EQ(number("124_439_808").integer, 124439808); }
+TEST(Lexer, UnderscoreSeparators) {
+  EXPECT_EQ(number("124_439_808").integer, 124439808);
+}
 
 TEST(Lexer, RangeIsNotADecimalPoint) {
   auto toks = lex_ok("0..3");

@@ -18,13 +18,16 @@ TEST(Robustness, DeepNestingIsAnErrorNotACrash) {
   std::string blocks = with_model("parallel { " + std::string(50000, 'a') + " }");
   load_error(blocks);
   std::string braces;
-  for (int i = 0; i < 50000; ++i) braces += "a { ";
-  EXPECT_NE(load_error(with_model("parallel { " + braces)).find("nested too deeply"), std::string::npos);
+  for (int i = 0; i < 50000; ++i)
+    braces += "a { ";
+  EXPECT_NE(load_error(with_model("parallel { " + braces)).find("nested too deeply"),
+            std::string::npos);
 }
 
 TEST(Robustness, ManyErrorsAreCappedAndCounted) {
   std::string many = with_model("parallel {");
-  for (int i = 0; i < 100000; ++i) many += " x" + std::to_string(i) + " = 1";
+  for (int i = 0; i < 100000; ++i)
+    many += " x" + std::to_string(i) + " = 1";
   many += " }";
   std::string out = load_error(many);
   EXPECT_NE(out.find("too many errors emitted"), std::string::npos);
@@ -33,7 +36,8 @@ TEST(Robustness, ManyErrorsAreCappedAndCounted) {
 }
 
 TEST(Robustness, LongLinesAreShownAroundTheCaret) {
-  std::string line = with_model("parallel { sharding = full_shard " + std::string(100000, ' ') + "world = -1 }");
+  std::string line =
+      with_model("parallel { sharding = full_shard " + std::string(100000, ' ') + "world = -1 }");
   std::string out = load_error(line);
   EXPECT_LT(out.size(), 2000u) << out.substr(0, 500);
   EXPECT_NE(out.find("world = -1"), std::string::npos);
@@ -42,7 +46,8 @@ TEST(Robustness, LongLinesAreShownAroundTheCaret) {
 TEST(Robustness, BinaryGarbage) {
   std::string junk;
   uint32_t x = 12345;
-  for (int i = 0; i < 100000; ++i) junk += static_cast<char>((x = x * 1103515245 + 12345) >> 24);
+  for (int i = 0; i < 100000; ++i)
+    junk += static_cast<char>((x = x * 1103515245 + 12345) >> 24);
   load_error(junk);
 }
 

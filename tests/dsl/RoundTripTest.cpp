@@ -21,7 +21,9 @@ void expect_round_trip(const std::string& name, const std::string& text) {
 
 class RoundTrip : public testing::TestWithParam<std::filesystem::path> {};
 
-TEST_P(RoundTrip, PrintParseIsIdentity) { expect_round_trip(GetParam().string(), read_text(GetParam())); }
+TEST_P(RoundTrip, PrintParseIsIdentity) {
+  expect_round_trip(GetParam().string(), read_text(GetParam()));
+}
 
 INSTANTIATE_TEST_SUITE_P(Specs, RoundTrip, testing::ValuesIn(files_in("specs", ".fsdp")),
                          [](const auto& info) {
@@ -33,19 +35,26 @@ INSTANTIATE_TEST_SUITE_P(Specs, RoundTrip, testing::ValuesIn(files_in("specs", "
 
 TEST(RoundTrip, Variants) {
   const char* variants[] = {
-      "units { group 2 blocks } parallel { world = 4 sharding = hybrid_shard_zero2 shard_group = 2 }",
+      "units { group 2 blocks } parallel { world = 4 sharding = hybrid_shard_zero2 shard_group = 2 "
+      "}",
       "units { min_params 100K } parallel { world = 2 sharding = no_shard recompute = block }",
       "units { unit a [embed, block 0] unit b [block 1..2] } parallel { offload = cpu }",
       "units { unit tail [block 3, final_norm] each block }",
-      "train { optimizer = sgd(lr = 0.5) lr_schedule = constant(warmup = 3) clip = none data = text(\"in \\\"q\\\".txt\") }",
-      "train { optimizer = adamw lr_schedule = linear(min = 1e-7) checkpoint(every = 5, keep = 1) steps = 10 }",
-      "parallel { precision { param = bf16 reduce = bf16 master = fp32 } prefetch { forward = false backward = none "
+      "train { optimizer = sgd(lr = 0.5) lr_schedule = constant(warmup = 3) clip = none data = "
+      "text(\"in \\\"q\\\".txt\") }",
+      "train { optimizer = adamw lr_schedule = linear(min = 1e-7) checkpoint(every = 5, keep = 1) "
+      "steps = 10 }",
+      "parallel { precision { param = bf16 reduce = bf16 master = fp32 } prefetch { forward = "
+      "false backward = none "
       "max_inflight = 1 } accumulate { micro_batches = 8 reduce = last } }",
       "parallel { precision { param = fp16 reduce = fp32 master = fp32 } }",
   };
-  for (const char* v : variants) expect_round_trip(v, with_model(v, "tie_embeddings = false"));
-  expect_round_trip("llama", "model l { family = llama vocab = 1000 context = 64 width = 96 heads = 6 kv_heads = 2 "
-                             "layers = 2 rope_theta = 5e5 norm_eps = 1e-6 tie_embeddings = true }");
+  for (const char* v : variants)
+    expect_round_trip(v, with_model(v, "tie_embeddings = false"));
+  expect_round_trip(
+      "llama",
+      "model l { family = llama vocab = 1000 context = 64 width = 96 heads = 6 kv_heads = 2 "
+      "layers = 2 rope_theta = 5e5 norm_eps = 1e-6 tie_embeddings = true }");
 }
 
 }  // namespace

@@ -12,7 +12,9 @@
 
 namespace fsdpgen::test {
 
-inline std::filesystem::path source_dir() { return FSDPGEN_SOURCE_DIR; }
+inline std::filesystem::path source_dir() {
+  return FSDPGEN_SOURCE_DIR;
+}
 
 // Files with extension `ext` in a directory of the source tree, sorted.
 inline std::vector<std::filesystem::path> files_in(const std::string& dir, const std::string& ext) {
@@ -31,7 +33,8 @@ inline std::string read_text(const std::filesystem::path& p) {
 
 // A minimal valid model section followed by `rest`.
 inline std::string with_model(const std::string& rest, const std::string& model_extra = "") {
-  return "model t { vocab = 256 context = 64 width = 64 heads = 4 layers = 4 " + model_extra + " }\n" + rest;
+  return "model t { vocab = 256 context = 64 width = 64 heads = 4 layers = 4 " + model_extra +
+         " }\n" + rest;
 }
 
 // Loads text that must be valid; fails the test with the diagnostics otherwise.

@@ -13,7 +13,8 @@ std::string describe(const UnitsSpec& u) {
   for (const UnitSpec& x : u.units) {
     if (!out.empty()) out += " | ";
     out += x.name + ":";
-    for (size_t i = 0; i < x.layers.size(); ++i) out += (i ? "," : "") + to_string(x.layers[i]);
+    for (size_t i = 0; i < x.layers.size(); ++i)
+      out += (i ? "," : "") + to_string(x.layers[i]);
   }
   return out;
 }
@@ -24,50 +25,63 @@ std::string units_of(const std::string& units, const std::string& model_extra = 
 
 TEST(Units, EachBlock) {
   EXPECT_EQ(units_of("each block"),
-            "root:embed,final_norm,head | block0:block 0 | block1:block 1 | block2:block 2 | block3:block 3");
+            "root:embed,final_norm,head | block0:block 0 | block1:block 1 | block2:block 2 | "
+            "block3:block 3");
 }
 
-TEST(Units, EmptySectionMeansEachBlock) { EXPECT_EQ(units_of(""), units_of("each block")); }
+TEST(Units, EmptySectionMeansEachBlock) {
+  EXPECT_EQ(units_of(""), units_of("each block"));
+}
 
 TEST(Units, GroupLeavesASmallerLastGroup) {
-  EXPECT_EQ(units_of("group 3 blocks"), "root:embed,final_norm,head | blocks0_2:block 0,block 1,block 2 | block3:block 3");
+  EXPECT_EQ(units_of("group 3 blocks"),
+            "root:embed,final_norm,head | blocks0_2:block 0,block 1,block 2 | block3:block 3");
 }
 
 TEST(Units, MinParamsGroupsUntilTheThreshold) {
   // A block of width 64 has 12*64*64 + 13*64 = 49984 parameters.
-  EXPECT_EQ(units_of("min_params 50K"), "root:embed,final_norm,head | blocks0_1:block 0,block 1 | blocks2_3:block 2,block 3");
+  EXPECT_EQ(units_of("min_params 50K"),
+            "root:embed,final_norm,head | blocks0_1:block 0,block 1 | blocks2_3:block 2,block 3");
   EXPECT_EQ(units_of("min_params 1"), units_of("each block"));
 }
 
 TEST(Units, ExplicitListsAndTheRoot) {
-  EXPECT_EQ(units_of("unit first [block 0..1]"), "root:embed,block 2,block 3,final_norm,head | first:block 0,block 1");
+  EXPECT_EQ(units_of("unit first [block 0..1]"),
+            "root:embed,block 2,block 3,final_norm,head | first:block 0,block 1");
   EXPECT_EQ(units_of("unit first [block 0..1] each block"),
             "root:embed,final_norm,head | first:block 0,block 1 | block2:block 2 | block3:block 3");
 }
 
 TEST(Units, UntiedHeadMayHaveItsOwnUnit) {
   EXPECT_EQ(units_of("unit out [final_norm, head] each block", "tie_embeddings = false"),
-            "root:embed | block0:block 0 | block1:block 1 | block2:block 2 | block3:block 3 | out:final_norm,head");
+            "root:embed | block0:block 0 | block1:block 1 | block2:block 2 | block3:block 3 | "
+            "out:final_norm,head");
 }
 
 TEST(Units, TiedEmbeddingAndHeadMoveToTheRoot) {
-  FrontendResult r = load_spec_text("t.fsdp", with_model("units { unit out [final_norm, head] each block }"));
+  FrontendResult r =
+      load_spec_text("t.fsdp", with_model("units { unit out [final_norm, head] each block }"));
   ASSERT_TRUE(r.spec) << r.diagnostics;
-  EXPECT_NE(r.diagnostics.find("warning: tied token embedding and LM head are placed in different units"),
-            std::string::npos);
+  EXPECT_NE(
+      r.diagnostics.find("warning: tied token embedding and LM head are placed in different units"),
+      std::string::npos);
   EXPECT_EQ(describe(r.spec->units),
-            "root:embed,head | block0:block 0 | block1:block 1 | block2:block 2 | block3:block 3 | out:final_norm");
+            "root:embed,head | block0:block 0 | block1:block 1 | block2:block 2 | block3:block 3 | "
+            "out:final_norm");
 }
 
 TEST(Units, EveryLayerIsInExactlyOneUnit) {
-  for (const char* units : {"each block", "group 2", "min_params 120K", "unit a [embed, block 0] group 2",
-                            "unit z [block 3] unit y [block 1..2]"}) {
+  for (const char* units :
+       {"each block", "group 2", "min_params 120K", "unit a [embed, block 0] group 2",
+        "unit z [block 3] unit y [block 1..2]"}) {
     Spec s = load_ok(with_model(std::string("units { ") + units + " }", "tie_embeddings = false"));
     std::vector<int> seen(s.model.layers + 3, 0);
     int64_t params = 0;
     for (const UnitSpec& u : s.units.units)
-      for (const LayerId& l : u.layers) ++seen[l.order(s.model.layers)], params += layer_params(s.model, l);
-    for (int n : seen) EXPECT_EQ(n, 1) << units;
+      for (const LayerId& l : u.layers)
+        ++seen[l.order(s.model.layers)], params += layer_params(s.model, l);
+    for (int n : seen)
+      EXPECT_EQ(n, 1) << units;
     EXPECT_EQ(params, model_params(s.model)) << units;
   }
 }

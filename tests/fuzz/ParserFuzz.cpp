@@ -16,8 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string printed = fsdpgen::print_spec(*first.spec);
   fsdpgen::FrontendResult second = fsdpgen::load_spec_text("printed.fsdp", printed);
   if (!second.spec || !(*second.spec == *first.spec)) {
-    std::fprintf(stderr, "round trip failed; printed spec:\n%s\ndiagnostics:\n%s\n", printed.c_str(),
-                 second.diagnostics.c_str());
+    std::fprintf(stderr, "round trip failed; printed spec:\n%s\ndiagnostics:\n%s\n",
+                 printed.c_str(), second.diagnostics.c_str());
     std::abort();
   }
   return 0;
