@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Predicted TFLOPS per GPU and memory per GPU for the FSDP paper's GPT-175B
-# and the FSDP 1T blog's GPT-1T configurations, beside the reported figures.
-# Usage: tests/paper/compare.sh [BUILD_DIR]   (default: build; configures and builds it)
-# Explained in tests/paper/README.md.
+# Predicted TFLOPS per GPU and memory per GPU (`fsdpgen plan`) for the FSDP
+# paper's GPT-175B and the FSDP 1T blog's GPT-1T configurations, beside the
+# reported figures; then GPT-175B with faster inter-node networks (what-if,
+# through build/tests/paper_compare). Explained in tests/paper/README.md.
+# Usage: tests/paper/compare.sh [BUILD_DIR]   (default: build; configured and built if needed)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -11,47 +12,53 @@ cd "$root"
 if [[ ! -f "$build/build.ninja" && ! -f "$build/Makefile" ]]; then
   cmake -S . -B "$build" -G Ninja >/dev/null
 fi
-cmake --build "$build" --target paper_compare >/dev/null
-tool="$build/tests/paper_compare"
+cmake --build "$build" --target fsdpgen paper_compare >/dev/null
 
-header() {
-  echo "| model | gpu | GPUs | batch/GPU | inter-node busbw | step s | model TFLOPS | hardware TFLOPS | MFU | exposed comm | memory GiB (of) | reported TFLOPS |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-}
-
-# row SPEC GPU WORLD MICRO_BATCH REPORTED [INTER_BUSBW_GBPS]
-row() {
-  local spec=$1 gpu=$2 world=$3 mb=$4 reported=$5 bw=${6:-}
-  local args=("specs/$spec.fsdp" "$gpu" "$world" "$mb")
-  local bw_text="as described"
-  if [[ -n "$bw" ]]; then
-    args+=(--inter-busbw "$bw")
-    bw_text="$bw GB/s"
-  fi
-  read -r step model hw mfu exposed mem cap < <("$tool" "${args[@]}")
-  local fits=""
-  awk -v m="$mem" -v c="$cap" 'BEGIN { exit !(m > c) }' && fits=" **does not fit**"
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %.1f%% | %s%% | %s (%s)%s | %s |\n' \
-    "$spec" "$gpu" "$world" "$mb" "$bw_text" "$step" "$model" "$hw" "$(awk -v x="$mfu" 'BEGIN { print 100 * x }')" \
-    "$exposed" "$mem" "$cap" "$fits" "$reported"
+# Reads `fsdpgen plan` output on stdin; prints the table cells:
+# step s | model TFLOPS | hardware TFLOPS | MFU | exposed comm | memory GiB (of usable)
+cells() {
+  awk '
+    /^predicted step of / { step = $NF == "ms" ? $(NF - 1) / 1000 : "?" }
+    /^  per GPU / {
+      match($0, /model [0-9.]+ TFLOPS/); model = substr($0, RSTART + 6, RLENGTH - 13)
+      match($0, /hardware [0-9.]+ TFLOPS/); hw = substr($0, RSTART + 9, RLENGTH - 16)
+      match($0, /MFU [0-9.]+%/); mfu = substr($0, RSTART + 4, RLENGTH - 4)
+    }
+    /^  communication / { match($0, /exposed \([0-9.]+%/); exposed = substr($0, RSTART + 9, RLENGTH - 9) }
+    /^fits: / {
+      match($0, /peak [0-9.]+ GiB of [0-9.]+ GiB/); split(substr($0, RSTART, RLENGTH), f, " ")
+      mem = f[2] " (" f[5] ")" ($2 == "NO:" ? " **does not fit**" : "")
+    }
+    END { printf "%.2f | %s | %s | %s | %s | %s", step, model, hw, mfu, exposed, mem }'
 }
 
 echo "## As described (a100-80g: AWS p4de, a100-40g: AWS p4d; 4 x 100 Gb/s EFA per node)"
 echo
-header
-for world in 128 256 512; do
-  for mb in 1 2; do
-    row gpt-175b a100-80g "$world" "$mb" "173-186"
-  done
-done
-row gpt-1t a100-40g 128 4 84
-row gpt-1t a100-40g 512 4 81
+echo "| model | gpu | GPUs | batch/GPU | step s | model TFLOPS | hardware TFLOPS | MFU | exposed comm | memory GiB (of usable) | reported TFLOPS |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+# spec gpu world micro_batch reported
+while read -r spec gpu world mb reported; do
+  row=$("$build/fsdpgen" plan "specs/$spec.fsdp" --gpu "$gpu" --world "$world" --micro-batch "$mb" | cells)
+  echo "| $spec | $gpu | $world | $mb | $row | $reported |"
+done <<'EOF'
+gpt-175b a100-80g 128 1 173-186
+gpt-175b a100-80g 128 2 173-186
+gpt-175b a100-80g 256 1 173-186
+gpt-175b a100-80g 256 2 173-186
+gpt-175b a100-80g 512 1 173-186
+gpt-175b a100-80g 512 2 173-186
+gpt-1t a100-40g 128 4 84
+gpt-1t a100-40g 512 4 81
+EOF
+
 echo
-echo "## What if the network were faster (GPT-175B, 512 GPUs): inter-node busbw in GB/s per node"
+echo "## What if the network were faster (GPT-175B, a100-80g, 512 GPUs)"
 echo
-header
-for bw in 40 80 120 160; do
+echo "| inter-node busbw | batch/GPU | step s | model TFLOPS | hardware TFLOPS | MFU | exposed comm | memory GiB (of usable) |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+for busbw in 40 80 120 160; do
   for mb in 1 2; do
-    row gpt-175b a100-80g 512 "$mb" "173-186" "$bw"
+    row=$("$build/tests/paper_compare" specs/gpt-175b.fsdp a100-80g 512 "$mb" "$busbw" | cells)
+    echo "| $busbw GB/s | $mb | $row |"
   done
 done
