@@ -413,18 +413,7 @@ std::string trace_json(const Schedule& s, const Timeline& t) {
   }
   for (const Op& op : s.ops) {
     const OpTime& ot = t.ops.at(op.id);
-    ordered_json args = {{"op", op.id},
-                         {"kind", std::string(to_string(op.kind))},
-                         {"unit", op.unit},
-                         {"segment", op.segment},
-                         {"micro_batch", op.micro_batch},
-                         {"group", std::string(to_string(op.group))},
-                         {"group_size", op.group_size},
-                         {"payload_bytes", op.payload_bytes},
-                         {"sent_bytes", op.sent_bytes()},
-                         {"memory_bytes", op.memory_bytes},
-                         {"flops", op.flops},
-                         {"deps", op.deps}};
+    ordered_json args = op_json(op);
     events.push_back({{"name", op.label()},
                       {"cat", std::string(to_string(op.kind))},
                       {"ph", "X"},

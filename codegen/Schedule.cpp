@@ -553,6 +553,21 @@ std::string print_schedule(const Schedule& s) {
   return out;
 }
 
+nlohmann::ordered_json op_json(const Op& op) {
+  return {{"op", op.id},
+          {"kind", std::string(to_string(op.kind))},
+          {"unit", op.unit},
+          {"segment", op.segment},
+          {"micro_batch", op.micro_batch},
+          {"group", std::string(to_string(op.group))},
+          {"group_size", op.group_size},
+          {"payload_bytes", op.payload_bytes},
+          {"sent_bytes", op.sent_bytes()},
+          {"memory_bytes", op.memory_bytes},
+          {"flops", op.flops},
+          {"deps", op.deps}};
+}
+
 std::string schedule_json(const Schedule& s) {
   using nlohmann::ordered_json;
   const Spec& spec = s.units.spec;
@@ -587,21 +602,10 @@ std::string schedule_json(const Schedule& s) {
                             {"persistent", b.persistent}});
   j["ops"] = ordered_json::array();
   for (const Op& op : s.ops) {
-    ordered_json o = {{"id", op.id},
-                      {"kind", std::string(to_string(op.kind))},
-                      {"stream", std::string(to_string(op.stream))},
-                      {"unit", op.unit},
-                      {"segment", op.segment},
-                      {"micro_batch", op.micro_batch},
-                      {"group", std::string(to_string(op.group))},
-                      {"group_size", op.group_size},
-                      {"payload_bytes", op.payload_bytes},
-                      {"sent_bytes", op.sent_bytes()},
-                      {"flops", op.flops},
-                      {"memory_bytes", op.memory_bytes},
-                      {"deps", op.deps},
-                      {"uses", op.uses},
-                      {"frees", op.frees}};
+    ordered_json o = op_json(op);
+    o["stream"] = std::string(to_string(op.stream));
+    o["uses"] = op.uses;
+    o["frees"] = op.frees;
     j["ops"].push_back(o);
   }
   return j.dump(1) + "\n";

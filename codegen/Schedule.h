@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "codegen/Lower.h"
 
 namespace fsdpgen {
@@ -156,5 +158,7 @@ std::vector<RankCollective> collectives_for_rank(const Schedule& s, int64_t rank
 std::string print_schedule(const Schedule& s);
 // Machine-readable, stable JSON.
 std::string schedule_json(const Schedule& s);
+// One op's fields as JSON ("op" is its id), shared by the schedule JSON and the traces.
+nlohmann::ordered_json op_json(const Op& op);
 
 }  // namespace fsdpgen
