@@ -8,7 +8,7 @@
 namespace fsdpgen {
 
 int64_t reserved_bytes(const Hardware& hw) {
-  return hw.name == "cpu" ? 0 : int64_t{2} << 30;
+  return hw.gpu ? int64_t{2} << 30 : 0;
 }
 
 int64_t usable_bytes(const Hardware& hw) {
@@ -17,10 +17,9 @@ int64_t usable_bytes(const Hardware& hw) {
 
 ScheduleOptions schedule_options_for(const Hardware& hw) {
   ScheduleOptions o;
-  bool gpu = hw.name != "cpu";
-  o.flash_attention = gpu;
+  o.flash_attention = hw.gpu;
   o.gemm_workspace_bytes =
-      gpu ? int64_t{32} << 20 : 0;  // cuBLASLt's recommended workspace on Hopper
+      hw.gpu ? int64_t{32} << 20 : 0;  // cuBLASLt's recommended workspace on Hopper
   return o;
 }
 
@@ -41,7 +40,7 @@ Spec with_world(Spec s, int64_t world) {
   int64_t nodes_of = p.ranks_per_node;
   p.world = world;
   p.ranks_per_node = std::min(nodes_of, world);
-  if (!is_hybrid(p.sharding)) p.shard_group = p.sharding == Sharding::NoShard ? 1 : world;
+  if (!is_hybrid(p.sharding)) p.shard_group = non_hybrid_shard_group(p.sharding, world);
   return s;
 }
 

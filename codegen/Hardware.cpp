@@ -114,6 +114,7 @@ Hardware hopper(std::string name, std::string description, int64_t memory_mib, d
 Hardware cpu() {
   Hardware h;
   h.name = "cpu";
+  h.gpu = false;
   h.description = "one core of a 2-core x86-64 machine (AVX-512), one rank per core";
   // 2.5 GHz x 2 FMA pipes x 8 fp32 lanes (256-bit datapath) x 2 = 80 GFLOP/s.
   // bf16/fp16 are computed in fp32 after conversion: no faster.

@@ -27,6 +27,7 @@ struct Link {
 
 struct Hardware {
   std::string name;         // lookup name, e.g. "a100-80g"
+  bool gpu = true;          // false: the CPU backend (no CUDA context, materialized attention)
   std::string description;  // one line: the part and the node it sits in
 
   // Dense (no sparsity) peak rates of the matrix units, FLOP/s.

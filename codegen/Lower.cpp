@@ -64,8 +64,9 @@ bool shard_group_intra_node(const ParallelSpec& p) {
 }
 
 bool replica_group_intra_node(const ParallelSpec& p) {
-  // Replica group members are shard_group ranks apart.
-  return p.replicas() <= 1 || p.shard_group * (p.replicas() - 1) < p.ranks_per_node;
+  // Members are shard_group ranks apart and span the whole world, so they
+  // share a node only when the world fits on one.
+  return p.replicas() <= 1 || p.world <= p.ranks_per_node;
 }
 
 std::string print_units(const Units& u) {

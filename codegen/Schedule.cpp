@@ -447,7 +447,6 @@ class Builder {
     }
     const OptimizerSpec& o = spec_.train.optimizer;
     int states = o.kind == OptimizerKind::AdamW ? 2 : (o.momentum > 0 ? 1 : 0);
-    std::vector<int> done;
     for (const FlatUnit& f : units()) {
       if (!has_params(f.index)) continue;
       const int u = f.index;
@@ -456,7 +455,7 @@ class Builder {
       opt.deps = {gate, last_reduce_[u]};
       // Reads grad, master and state; writes master, state and the param-dtype shard.
       opt.memory_bytes = f.shard_elems * (gbytes_ + 2 * mbytes_ + 2 * states * mbytes_ + pbytes_);
-      done.push_back(emit(opt));
+      emit(opt);
       if (!s_.buffers[grad_shard_[u]].persistent) free_now({grad_shard_[u]});
     }
   }

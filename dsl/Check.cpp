@@ -605,7 +605,7 @@ class Checker {
           Diagnostics::note(
               e, fmt::format("sharding is '{}' by default; {}", to_string(p.sharding), hint));
       }
-      p.shard_group = p.sharding == Sharding::NoShard ? 1 : p.world;
+      p.shard_group = non_hybrid_shard_group(p.sharding, p.world);
     }
     if (p.offload == Offload::Cpu && p.sharding == Sharding::NoShard) {
       Diagnostic& e =

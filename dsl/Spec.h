@@ -76,6 +76,11 @@ inline int64_t dtype_bytes(DType d) {
 inline bool is_hybrid(Sharding s) {
   return s == Sharding::HybridShard || s == Sharding::HybridShardZero2;
 }
+// The shard group of a non-hybrid strategy: every rank shards (full_shard,
+// shard_grad_op) or none does (no_shard).
+inline int64_t non_hybrid_shard_group(Sharding s, int64_t world) {
+  return s == Sharding::NoShard ? 1 : world;
+}
 // Strategies whose units stay gathered from forward to backward (ZeRO-2 style).
 inline bool keeps_params_through_backward(Sharding s) {
   return s == Sharding::ShardGradOp || s == Sharding::HybridShardZero2 || s == Sharding::NoShard;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/codegen/PlanTestUtil.h"
+#include "tests/common/TestName.h"
 
 namespace fsdpgen::test {
 namespace {
@@ -67,10 +68,7 @@ TEST_P(GoldenSchedule, Matches) {
 
 INSTANTIATE_TEST_SUITE_P(Tiny, GoldenSchedule, testing::ValuesIn(golden_cases()),
                          [](const testing::TestParamInfo<GoldenCase>& info) {
-                           std::string s = info.param.file;
-                           for (char& c : s)
-                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return s;
+                           return test_name_of(info.param.file);
                          });
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/common/TestName.h"
 #include "tests/dsl/TestUtil.h"
 
 namespace fsdpgen::test {
@@ -34,10 +35,7 @@ TEST_P(Golden, DiagnosticsMatch) {
 }
 
 std::string test_name(const testing::TestParamInfo<std::filesystem::path>& info) {
-  std::string s = info.param.stem().string();
-  for (char& c : s)
-    if (!isalnum(static_cast<unsigned char>(c))) c = '_';
-  return s;
+  return test_name_of(info.param.stem().string());
 }
 
 INSTANTIATE_TEST_SUITE_P(BadSpecs, Golden, testing::ValuesIn(files_in("tests/bad", ".fsdp")),

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "dsl/Print.h"
+#include "tests/common/TestName.h"
 #include "tests/dsl/TestUtil.h"
 
 namespace fsdpgen::test {
@@ -26,12 +27,7 @@ TEST_P(RoundTrip, PrintParseIsIdentity) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Specs, RoundTrip, testing::ValuesIn(files_in("specs", ".fsdp")),
-                         [](const auto& info) {
-                           std::string s = info.param.stem().string();
-                           for (char& c : s)
-                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return s;
-                         });
+                         [](const auto& info) { return test_name_of(info.param.stem().string()); });
 
 TEST(RoundTrip, Variants) {
   const char* variants[] = {
