@@ -30,6 +30,10 @@ int64_t layer_saved_per_token(const ModelSpec& m, const LayerId& l, const Activa
 
 }  // namespace
 
+int64_t layer_saved_bytes(const ModelSpec& m, const LayerId& l, const ActivationShape& a) {
+  return layer_saved_per_token(m, l, a) * a.tokens;
+}
+
 int64_t segment_saved_bytes(const ModelSpec& m, const Segment& s, const ActivationShape& a) {
   int64_t per_token = 0;
   for (const LayerId& l : s.layers)

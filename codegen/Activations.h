@@ -27,6 +27,8 @@ struct ActivationShape {
   bool flash_attention = false;
 };
 
+// Bytes one layer's forward saves; a segment saves its layers' slots in order.
+int64_t layer_saved_bytes(const ModelSpec& m, const LayerId& l, const ActivationShape& a);
 // Bytes a segment's forward saves (all of it; see recompute_saved_bytes).
 int64_t segment_saved_bytes(const ModelSpec& m, const Segment& s, const ActivationShape& a);
 // Bytes a block segment saves under recompute = block (its input only).

@@ -15,18 +15,20 @@ int64_t usable_bytes(const Hardware& hw) {
   return hw.memory_bytes - reserved_bytes(hw);
 }
 
-ScheduleOptions schedule_options_for(const Hardware& hw) {
+ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec) {
   ScheduleOptions o;
   o.flash_attention = hw.gpu;
-  o.gemm_workspace_bytes =
-      hw.gpu ? int64_t{32} << 20 : 0;  // cuBLASLt's recommended workspace on Hopper
+  if (hw.gpu)
+    o.gemm_workspace_bytes = int64_t{32} << 20;  // cuBLASLt's recommended workspace on Hopper
+  else if (spec.parallel.precision.param != DType::FP32)
+    o.gemm_workspace_bytes = kCpuGemmWorkspaceBytes;
   return o;
 }
 
 PlanResult plan_for(const Spec& spec, const Hardware& hw) {
   PlanResult r;
   r.units = lower(spec);
-  r.schedule = build_schedule(r.units, schedule_options_for(hw));
+  r.schedule = build_schedule(r.units, schedule_options_for(hw, spec));
   r.memory = plan_memory(r.schedule);
   r.timeline = predict(r.schedule, hw);
   r.fits = r.memory.device_arena_bytes <= usable_bytes(hw);

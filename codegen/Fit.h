@@ -19,9 +19,14 @@ namespace fsdpgen {
 int64_t reserved_bytes(const Hardware& hw);
 int64_t usable_bytes(const Hardware& hw);
 
+// GEMM workspace of the CPU runtime when params are 16-bit (it converts
+// tiles to fp32 there; runtime/gemm.h's kCpuGemmWorkspaceBytes).
+inline constexpr int64_t kCpuGemmWorkspaceBytes = int64_t{6} << 20;
+
 // Schedule options the target implies: flash attention and a cuBLASLt
-// workspace on GPUs; materialized attention and no workspace on CPUs.
-ScheduleOptions schedule_options_for(const Hardware& hw);
+// workspace on GPUs; materialized attention on CPUs, with a workspace only
+// for 16-bit params.
+ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec);
 
 struct PlanResult {
   Units units;

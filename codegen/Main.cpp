@@ -2,16 +2,27 @@
 //   fsdpgen check spec.fsdp [--dump]
 //   fsdpgen schedule spec.fsdp [--world N] [--micro-batch B] [--format text|json|trace] [-o FILE]
 //   fsdpgen plan spec.fsdp [--world N] [--micro-batch B] [--gpu KIND]
+//   fsdpgen emit spec.fsdp -o DIR [--world N] [--micro-batch B]
+//   fsdpgen spec.fsdp -o train [--world N] [--micro-batch B] [--sources DIR]   (= fsdpgen build)
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "codegen/Build.h"
+#include "codegen/Emit.h"
 #include "codegen/Fit.h"
 #include "codegen/Pipeline.h"
+#include "codegen/Template.h"
 #include "codegen/Verify.h"
 #include "dsl/Layers.h"
 #include "dsl/Print.h"
@@ -80,7 +91,7 @@ struct Common {
   std::optional<Pipeline> run(bool frontend_only = false, const Hardware* hw = nullptr) const {
     PipelineOptions o;
     o.frontend_only = frontend_only;
-    if (hw) o.schedule = schedule_options_for(*hw);
+    o.target = hw;
     o.overrides.world = world;
     o.overrides.micro_batch = micro_batch;
     o.time_passes = time_passes;
@@ -188,6 +199,85 @@ int run_plan(const Common& c) {
   return 0;
 }
 
+// The generated program's source for the CPU target, or empty after
+// printing why (exit status in `status`).
+std::optional<std::string> generate(const Common& c, int& status) {
+  const Hardware cpu = *find_hardware("cpu");
+  auto p = c.run(false, &cpu);
+  if (!p) {
+    status = kExitSpecError;
+    return std::nullopt;
+  }
+  if (!verified(*p)) {
+    status = kExitInternal;
+    return std::nullopt;
+  }
+  try {
+    return emit_program(c.spec_path, *p->schedule, *p->memory);
+  } catch (const EmitError& e) {
+    std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
+    status = kExitSpecError;
+  } catch (const std::logic_error& e) {  // TemplateError and the emitter's own checks
+    std::fputs(fmt::format("fsdpgen: internal error: {}\n", e.what()).c_str(), stderr);
+    status = kExitInternal;
+  } catch (const TemplateError& e) {
+    std::fputs(fmt::format("fsdpgen: internal error: {}\n", e.what()).c_str(), stderr);
+    status = kExitInternal;
+  }
+  return std::nullopt;
+}
+
+int run_emit(const Common& c, const std::string& dir) {
+  int status = 0;
+  auto source = generate(c, status);
+  if (!source) return status;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    std::fputs(fmt::format("fsdpgen: error: cannot create '{}': {}\n", dir, ec.message()).c_str(),
+               stderr);
+    return kExitSpecError;
+  }
+  return write_output((std::filesystem::path(dir) / "train.cpp").string(), *source)
+             ? 0
+             : kExitSpecError;
+}
+
+int run_build(const Common& c, const std::string& output, const std::string& sources_dir) {
+  int status = 0;
+  auto source = generate(c, status);
+  if (!source) return status;
+  namespace fs = std::filesystem;
+  fs::path dir = sources_dir;
+  bool temporary = dir.empty();
+  if (temporary) {
+    std::string pattern = (fs::temp_directory_path() / "fsdpgen-XXXXXX").string();
+    if (!mkdtemp(pattern.data())) {
+      std::fputs("fsdpgen: error: cannot create a temporary directory\n", stderr);
+      return kExitSpecError;
+    }
+    dir = pattern;
+  } else {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+  }
+  const std::string src = (dir / "train.cpp").string();
+  if (!write_output(src, *source)) return kExitSpecError;
+  BuildResult r = build_program(src, output);
+  if (temporary) fs::remove_all(dir);
+  if (!r.ok) {
+    std::fputs(
+        fmt::format("fsdpgen: internal error: compiling the generated program failed:\n  {}\n"
+                    "(run with --sources DIR to keep the source)\n",
+                    r.command)
+            .c_str(),
+        stderr);
+    return kExitInternal;
+  }
+  out(fmt::format("fsdpgen: built {} from {} in {:.1f} s\n", output, c.spec_path, r.seconds));
+  return 0;
+}
+
 }  // namespace
 }  // namespace fsdpgen
 
@@ -218,8 +308,27 @@ int main(int argc, char** argv) {
       app.add_subcommand("plan", "memory per rank by kind, peak, and predicted step time");
   plan_args.add_to(plan, true);
 
+  Common emit_args, build_args;
+  std::string emit_dir;
+  CLI::App* emit = app.add_subcommand("emit", "write the generated training program's C++ source");
+  emit_args.add_to(emit, true);
+  emit->add_option("-o,--output", emit_dir, "directory for train.cpp")->required();
+
+  std::string binary, sources;
+  CLI::App* build = app.add_subcommand(
+      "build", "generate and compile the training binary (also: fsdpgen spec.fsdp -o train)");
+  build_args.add_to(build, true);
+  build->add_option("-o,--output", binary, "the executable to write")->required();
+  build->add_option("--sources", sources, "keep the generated source in this directory");
+
+  // `fsdpgen spec.fsdp -o train` is `fsdpgen build spec.fsdp -o train`.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const std::set<std::string> commands = {"check", "schedule", "plan", "emit", "build"};
+  if (!args.empty() && !args[0].empty() && args[0][0] != '-' && !commands.count(args[0]))
+    args.insert(args.begin(), "build");
+  std::reverse(args.begin(), args.end());
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -233,5 +342,7 @@ int main(int argc, char** argv) {
   if (check->parsed()) return fsdpgen::run_check(check_args, dump);
   if (schedule->parsed()) return fsdpgen::run_schedule(schedule_args, format, output);
   if (plan->parsed()) return fsdpgen::run_plan(plan_args);
+  if (emit->parsed()) return fsdpgen::run_emit(emit_args, emit_dir);
+  if (build->parsed()) return fsdpgen::run_build(build_args, binary, sources);
   return 2;
 }

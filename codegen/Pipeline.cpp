@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "codegen/Fit.h"
+
 namespace fsdpgen {
 namespace {
 
@@ -44,7 +46,9 @@ Pipeline run_pipeline(const std::string& spec_path, const PipelineOptions& optio
   }
   {
     PassTimer timer(t, "schedule");
-    p.schedule = build_schedule(*p.units, options.schedule);
+    p.schedule =
+        build_schedule(*p.units, options.target ? schedule_options_for(*options.target, *p.spec)
+                                                : options.schedule);
   }
   {
     PassTimer timer(t, "memory");

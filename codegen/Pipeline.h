@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "codegen/Hardware.h"
 #include "codegen/Lower.h"
 #include "codegen/Memory.h"
 #include "codegen/Schedule.h"
@@ -17,6 +18,9 @@ namespace fsdpgen {
 struct PipelineOptions {
   SpecOverrides overrides;
   ScheduleOptions schedule;
+  // When set, the schedule options are the ones this target implies for the
+  // spec (schedule_options_for), replacing `schedule`.
+  const Hardware* target = nullptr;
   bool time_passes = false;
   bool frontend_only = false;  // `fsdpgen check`: stop after the spec is checked
 };

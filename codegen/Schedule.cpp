@@ -296,13 +296,21 @@ class Builder {
       if (seg.has_loss)
         logits_ = buffer(BufferKind::Logits, MemSpace::Device, fmt::format("logits.mb{}", mb),
                          logits_bytes(spec_.model, act_), u, mb, false);
+      // recompute = block: the forward's intermediates go to scratch that
+      // is freed at once; only the segment's input stays saved.
+      int fscratch = -1;
+      if (recompute_ && u != 0)
+        fscratch = buffer(BufferKind::RecomputeScratch, MemSpace::Device,
+                          fmt::format("fwd_scratch.s{}.mb{}", i, mb),
+                          segment_saved_bytes(spec_.model, seg, act_), u, mb, false);
       Op f = make_op(OpKind::Forward, StreamId::Compute, u, i, mb);
       f.flops = segment_forward_flops(spec_.model, seg, act_.tokens);
-      f.uses = {params_of(u), acts_[i], i + 1 < n ? acts_[i + 1] : -1, workspace_};
+      f.uses = {params_of(u), acts_[i], i + 1 < n ? acts_[i + 1] : -1, fscratch, workspace_};
       if (i == 0 || seg.has_loss) f.uses.push_back(inputs_);
       if (seg.has_loss) f.uses.push_back(logits_);
       f.deps = {gather_op_[u]};
       emit(f);
+      free_now({fscratch});
       if (free_after_forward_ && u != 0 && last_forward_segment(i)) release_params(u);
     }
   }

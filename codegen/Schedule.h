@@ -67,7 +67,8 @@ enum class BufferKind {
   UnshardedParams,   // gathered flat parameter of a unit
   UnshardedGrads,    // flat gradient of a unit before reduction, reduce dtype
   Activations,       // what a segment's forward saves for its backward, per micro-batch
-  RecomputeScratch,  // recompute = block: the activations rebuilt for one backward
+  RecomputeScratch,  // recompute = block: a forward's intermediates, or the activations
+                     // rebuilt for one backward
   BackwardScratch,   // gradient of the activations flowing through backward
   CommStaging,       // reduce-dtype shard received by a reduce-scatter before accumulation
   Workspace,         // GEMM workspace

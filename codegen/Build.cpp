@@ -1,0 +1,57 @@
+// Build: the compiler command and its execution.
+#include "codegen/Build.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <sstream>
+#include <vector>
+
+#include "codegen/BuildConfig.h"
+
+extern char** environ;
+
+namespace fsdpgen {
+namespace {
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string w; in >> w;)
+    out.push_back(w);
+  return out;
+}
+
+}  // namespace
+
+BuildResult build_program(const std::string& source_path, const std::string& output) {
+  const char* cxx = std::getenv("FSDPGEN_CXX");
+  std::vector<std::string> args = {cxx && *cxx ? cxx : kBuildCompiler};
+  for (const std::string& f : split(kBuildCompileFlags))
+    args.push_back(f);
+  args.push_back(source_path);
+  args.push_back("-o");
+  args.push_back(output);
+  for (const std::string& f : split(kBuildLinkFlags))
+    args.push_back(f);
+
+  BuildResult r;
+  for (const std::string& a : args)
+    r.command += (r.command.empty() ? "" : " ") + a;
+  std::vector<char*> argv;
+  for (std::string& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  auto start = std::chrono::steady_clock::now();
+  pid_t pid;
+  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return r;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  return r;
+}
+
+}  // namespace fsdpgen

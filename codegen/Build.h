@@ -1,0 +1,20 @@
+// Build: compiles a generated program with the host C++ compiler and links
+// it against the runtime library built with fsdpgen (no CMake run per
+// binary). The flags are recorded when fsdpgen itself is configured.
+#pragma once
+
+#include <string>
+
+namespace fsdpgen {
+
+struct BuildResult {
+  bool ok = false;
+  double seconds = 0;
+  std::string command;  // as a shell would show it
+};
+
+// Compiles source_path (a generated train.cpp) into the executable `output`;
+// the compiler's diagnostics go to stderr.
+BuildResult build_program(const std::string& source_path, const std::string& output);
+
+}  // namespace fsdpgen

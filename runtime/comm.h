@@ -1,0 +1,35 @@
+// comm: the collectives a schedule issues, on MPI communicators. Every
+// stream gets its own duplicate of the world, shard-group and replica-group
+// communicators, so that collectives on different streams (threads) never
+// interleave on one communicator; each stream issues its collectives in the
+// schedule's order, the same on every rank. Waiting polls with a short
+// back-off so that a comm thread does not take a core from compute.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+
+#include "runtime/dtype.h"
+#include "runtime/program.h"
+
+struct comm_groups {
+  int64_t rank = 0, world = 1;
+  int64_t shard_group = 1;   // S: ranks [g*S, (g+1)*S) form shard group g
+  int64_t shard_rank = 0;    // position in the shard group (rank % S)
+  int64_t replica_rank = 0;  // position in the replica group (rank / S)
+  // comm[stream][group]; MPI_COMM_NULL for group none.
+  MPI_Comm comm[kStreamCount][4];
+};
+
+// Creates the communicators (collective over the world).
+comm_groups comm_create(int64_t shard_group);
+void comm_destroy(comm_groups& g);
+
+// recv (size * bytes) = every rank's send (bytes), in rank order.
+void comm_all_gather(MPI_Comm comm, const void* send, void* recv, int64_t bytes);
+// recv (count) = sum over ranks of this rank's count-element block of send (size * count).
+void comm_reduce_scatter(MPI_Comm comm, const void* send, void* recv, int64_t count, dtype_id t);
+// recv (count) = sum over ranks of send; send == recv reduces in place.
+void comm_all_reduce(MPI_Comm comm, const void* send, void* recv, int64_t count, dtype_id t);
+void comm_broadcast(MPI_Comm comm, void* data, int64_t bytes, int root);

@@ -1,0 +1,239 @@
+// gpt2: the saved-activation, parameter and scratch layouts of gpt2.h and the
+// per-layer forward/backward that compose kernels.h over them.
+#include "runtime/gpt2.h"
+
+#include <algorithm>
+
+#include "runtime/kernels.h"
+
+namespace {
+
+// Tensors of a flat parameter start on this element boundary (codegen/Lower.h).
+constexpr int64_t kTensorAlignElems = 16;
+
+int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+
+// Hands out consecutive tensors from a flat parameter, each aligned.
+template <class P>
+struct param_carver {
+  P* base;
+  int64_t offset = 0;
+  P* next(int64_t elems) {
+    P* p = base + offset;
+    offset = round_up(offset + elems, kTensorAlignElems);
+    return p;
+  }
+};
+
+// Hands out consecutive arrays from a byte slot, packed.
+struct slot_carver {
+  std::byte* p;
+  template <class X>
+  X* next(int64_t elems) {
+    X* x = reinterpret_cast<X*>(p);
+    p += elems * static_cast<int64_t>(sizeof(X));
+    return x;
+  }
+};
+
+int64_t gpt2_big_per_token(const gpt2_dims& d) {
+  return std::max(3 * d.C + d.H * d.T, d.F);
+}
+
+}  // namespace
+
+int64_t gpt2_block_saved_bytes(const gpt2_dims& d, int64_t a) {
+  return d.N() * (4 * 4 + a * (8 * d.C + 2 * d.F + d.H * d.T));
+}
+
+int64_t gpt2_final_norm_saved_bytes(const gpt2_dims& d, int64_t a) {
+  return d.N() * (2 * 4 + a * 2 * d.C);
+}
+
+int64_t gpt2_backward_scratch_bytes(const gpt2_dims& d, int64_t a) {
+  return d.N() * a * (2 * d.C + gpt2_big_per_token(d));
+}
+
+template <class T>
+gpt2_block_params<T> gpt2_block_params_at(const T* base, const gpt2_dims& d) {
+  param_carver<const T> c{base};
+  gpt2_block_params<T> p;
+  p.ln1_w = c.next(d.C);
+  p.ln1_b = c.next(d.C);
+  p.qkv_w = c.next(d.C * 3 * d.C);
+  p.qkv_b = c.next(3 * d.C);
+  p.proj_w = c.next(d.C * d.C);
+  p.proj_b = c.next(d.C);
+  p.ln2_w = c.next(d.C);
+  p.ln2_b = c.next(d.C);
+  p.fc_w = c.next(d.C * d.F);
+  p.fc_b = c.next(d.F);
+  p.fc2_w = c.next(d.F * d.C);
+  p.fc2_b = c.next(d.C);
+  return p;
+}
+
+template <class G>
+gpt2_block_grads<G> gpt2_block_grads_at(G* base, const gpt2_dims& d) {
+  param_carver<G> c{base};
+  gpt2_block_grads<G> g;
+  g.ln1_w = c.next(d.C);
+  g.ln1_b = c.next(d.C);
+  g.qkv_w = c.next(d.C * 3 * d.C);
+  g.qkv_b = c.next(3 * d.C);
+  g.proj_w = c.next(d.C * d.C);
+  g.proj_b = c.next(d.C);
+  g.ln2_w = c.next(d.C);
+  g.ln2_b = c.next(d.C);
+  g.fc_w = c.next(d.C * d.F);
+  g.fc_b = c.next(d.F);
+  g.fc2_w = c.next(d.F * d.C);
+  g.fc2_b = c.next(d.C);
+  return g;
+}
+
+template <class T>
+gpt2_block_saved<T> gpt2_block_saved_at(std::byte* slot, const gpt2_dims& d) {
+  const int64_t N = d.N(), C = d.C;
+  slot_carver c{slot};
+  gpt2_block_saved<T> s;
+  s.ln1_mean = c.next<float>(N);
+  s.ln1_rstd = c.next<float>(N);
+  s.ln2_mean = c.next<float>(N);
+  s.ln2_rstd = c.next<float>(N);
+  s.input = c.next<T>(N * C);
+  s.ln1 = c.next<T>(N * C);
+  s.qkv = c.next<T>(N * 3 * C);
+  s.attn = c.next<T>(N * C);
+  s.res2 = c.next<T>(N * C);
+  s.ln2 = c.next<T>(N * C);
+  s.fc = c.next<T>(N * d.F);
+  s.gelu = c.next<T>(N * d.F);
+  s.probs = c.next<T>(N * d.H * d.T);
+  return s;
+}
+
+template <class T>
+gpt2_final_norm_saved<T> gpt2_final_norm_saved_at(std::byte* slot, const gpt2_dims& d) {
+  slot_carver c{slot};
+  gpt2_final_norm_saved<T> s;
+  s.mean = c.next<float>(d.N());
+  s.rstd = c.next<float>(d.N());
+  s.input = c.next<T>(d.N() * d.C);
+  s.output = c.next<T>(d.N() * d.C);
+  return s;
+}
+
+template <class T>
+gpt2_backward_scratch<T> gpt2_backward_scratch_at(std::byte* base, const gpt2_dims& d) {
+  slot_carver c{base};
+  gpt2_backward_scratch<T> s;
+  s.dres = c.next<T>(d.N() * d.C);
+  s.dtmp = c.next<T>(d.N() * d.C);
+  s.big = c.next<T>(d.N() * gpt2_big_per_token(d));
+  return s;
+}
+
+template <class T>
+void gpt2_embed_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe,
+                        const gpt2_dims& d) {
+  encoder_forward(out, tokens, wte, wpe, d.B, d.T, d.C);
+}
+
+template <class T, class G>
+void gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens, const gpt2_backward_scratch<T>& s,
+                         const gpt2_dims& d) {
+  encoder_backward(dwte, dwpe, s.dres, tokens, d.B, d.T, d.C);
+}
+
+template <class T>
+void gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_saved<T>& s,
+                        const gpt2_dims& d, const gemm_workspace& ws) {
+  const int64_t N = d.N(), C = d.C, F = d.F;
+  layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, p.ln1_w, p.ln1_b, N, C);
+  matmul_forward(s.qkv, s.ln1, p.qkv_w, p.qkv_b, N, C, 3 * C, ws);
+  attention_forward(s.attn, s.probs, s.qkv, d.B, d.T, C, d.H);
+  matmul_forward(s.res2, s.attn, p.proj_w, p.proj_b, N, C, C, ws);
+  residual_forward(s.res2, s.res2, s.input, N * C);
+  layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, N, C);
+  matmul_forward(s.fc, s.ln2, p.fc_w, p.fc_b, N, C, F, ws);
+  gelu_forward(s.gelu, s.fc, N * F);
+  matmul_forward(out, s.gelu, p.fc2_w, p.fc2_b, N, F, C, ws);
+  residual_forward(out, out, s.res2, N * C);
+}
+
+template <class T, class G>
+void gpt2_block_backward(const gpt2_block_grads<G>& g, const gpt2_block_params<T>& p,
+                         const gpt2_block_saved<T>& s, const gpt2_backward_scratch<T>& scratch,
+                         const gpt2_dims& d, const gemm_workspace& ws) {
+  const int64_t N = d.N(), C = d.C, F = d.F;
+  T* dres = scratch.dres;  // (N, C) d(out) -> d(res2) -> d(input)
+  T* dtmp = scratch.dtmp;  // (N, C)
+  T* big = scratch.big;    // (N, F) as d(gelu), d(fc); (N, 3C) d(qkv) then (B, H, T, T) dprobs
+  // MLP: out = res2 + gelu(ln2 @ fc_w + fc_b) @ fc2_w + fc2_b.
+  matmul_backward(big, g.fc2_w, g.fc2_b, dres, s.gelu, p.fc2_w, N, F, C, ws);
+  gelu_backward(big, s.fc, big, N * F);
+  matmul_backward(dtmp, g.fc_w, g.fc_b, big, s.ln2, p.fc_w, N, C, F, ws);
+  layernorm_backward(dres, g.ln2_w, g.ln2_b, dtmp, s.res2, p.ln2_w, s.ln2_mean, s.ln2_rstd, N, C,
+                     true);
+  // Attention: res2 = input + attention(ln1 @ qkv_w + qkv_b) @ proj_w + proj_b.
+  matmul_backward(dtmp, g.proj_w, g.proj_b, dres, s.attn, p.proj_w, N, C, C, ws);
+  T* dqkv = big;                // (N, 3C)
+  T* dprobs = big + N * 3 * C;  // (B, H, T, T)
+  attention_backward(dqkv, dprobs, dtmp, s.qkv, s.probs, d.B, d.T, C, d.H);
+  matmul_backward(dtmp, g.qkv_w, g.qkv_b, dqkv, s.ln1, p.qkv_w, N, C, 3 * C, ws);
+  layernorm_backward(dres, g.ln1_w, g.ln1_b, dtmp, s.input, p.ln1_w, s.ln1_mean, s.ln1_rstd, N, C,
+                     true);
+}
+
+template <class T>
+void gpt2_head_forward(T* logits, float* losses, const int32_t* targets, const T* lnf_w,
+                       const T* lnf_b, const T* head_w, const gpt2_final_norm_saved<T>& s,
+                       const gpt2_dims& d, float dloss_scale, const gemm_workspace& ws) {
+  layernorm_forward(s.output, s.mean, s.rstd, s.input, lnf_w, lnf_b, d.N(), d.C);
+  lm_head_forward(logits, s.output, head_w, d.N(), d.C, d.V, ws);
+  cross_entropy_fused(logits, losses, targets, d.N(), d.V, dloss_scale);
+}
+
+template <class T, class G>
+void gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const T* head_w,
+                        const T* logits, const gpt2_final_norm_saved<T>& s,
+                        const gpt2_backward_scratch<T>& scratch, const gpt2_dims& d,
+                        const gemm_workspace& ws) {
+  lm_head_backward(scratch.dtmp, dhead_w, logits, s.output, head_w, d.N(), d.C, d.V, ws);
+  layernorm_backward(scratch.dres, dlnf_w, dlnf_b, scratch.dtmp, s.input, lnf_w, s.mean, s.rstd,
+                     d.N(), d.C, false);
+}
+
+#define GPT2_INSTANTIATE_T(T)                                                                      \
+  template gpt2_block_params<T> gpt2_block_params_at<T>(const T*, const gpt2_dims&);               \
+  template gpt2_block_saved<T> gpt2_block_saved_at<T>(std::byte*, const gpt2_dims&);               \
+  template gpt2_final_norm_saved<T> gpt2_final_norm_saved_at<T>(std::byte*, const gpt2_dims&);     \
+  template gpt2_backward_scratch<T> gpt2_backward_scratch_at<T>(std::byte*, const gpt2_dims&);     \
+  template void gpt2_embed_forward<T>(T*, const int32_t*, const T*, const T*, const gpt2_dims&);   \
+  template void gpt2_block_forward<T>(T*, const gpt2_block_params<T>&, const gpt2_block_saved<T>&, \
+                                      const gpt2_dims&, const gemm_workspace&);                    \
+  template void gpt2_head_forward<T>(T*, float*, const int32_t*, const T*, const T*, const T*,     \
+                                     const gpt2_final_norm_saved<T>&, const gpt2_dims&, float,     \
+                                     const gemm_workspace&);
+
+#define GPT2_INSTANTIATE_TG(T, G)                                                                  \
+  template void gpt2_embed_backward<T, G>(G*, G*, const int32_t*, const gpt2_backward_scratch<T>&, \
+                                          const gpt2_dims&);                                       \
+  template void gpt2_block_backward<T, G>(                                                         \
+      const gpt2_block_grads<G>&, const gpt2_block_params<T>&, const gpt2_block_saved<T>&,         \
+      const gpt2_backward_scratch<T>&, const gpt2_dims&, const gemm_workspace&);                   \
+  template void gpt2_head_backward<T, G>(                                                          \
+      G*, G*, G*, const T*, const T*, const T*, const gpt2_final_norm_saved<T>&,                   \
+      const gpt2_backward_scratch<T>&, const gpt2_dims&, const gemm_workspace&);
+
+GPT2_INSTANTIATE_T(float)
+GPT2_INSTANTIATE_T(bf16)
+template gpt2_block_grads<float> gpt2_block_grads_at<float>(float*, const gpt2_dims&);
+template gpt2_block_grads<bf16> gpt2_block_grads_at<bf16>(bf16*, const gpt2_dims&);
+GPT2_INSTANTIATE_TG(float, float)
+GPT2_INSTANTIATE_TG(float, bf16)
+GPT2_INSTANTIATE_TG(bf16, float)
+GPT2_INSTANTIATE_TG(bf16, bf16)

@@ -1,0 +1,129 @@
+// gpt2: the family's layers composed from kernels, in the saved-activation
+// layout that codegen/Activations.h plans (the contract that makes measured
+// memory equal planned memory). A generated step calls these with pointers
+// into the arena; nothing here allocates.
+//
+// Per token, a block's saved slot holds, in this order:
+//   fp32: ln1_mean, ln1_rstd, ln2_mean, ln2_rstd
+//   T:    input (C), ln1 (C), qkv (3C), attn (C), res2 (C), ln2 (C), fc (F), gelu (F),
+//         probs (H*T)
+// (laid out as arrays over the N tokens: all ln1_mean first, then all ln1_rstd, ...).
+// The final norm's slot: fp32 mean, rstd; T: input (C), output (C).
+// Backward scratch: dres (C), dtmp (C), big (max(3C + H*T, F)) per token.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/gemm.h"
+
+struct gpt2_dims {
+  int64_t B = 0;  // sequences in the micro-batch
+  int64_t T = 0;  // context
+  int64_t C = 0;  // width
+  int64_t H = 0;  // heads
+  int64_t F = 0;  // MLP hidden
+  int64_t V = 0;  // vocab
+  int64_t N() const { return B * T; }
+};
+
+// Bytes of one block's saved slot and of the final norm's, for element size a.
+int64_t gpt2_block_saved_bytes(const gpt2_dims& d, int64_t a);
+int64_t gpt2_final_norm_saved_bytes(const gpt2_dims& d, int64_t a);
+int64_t gpt2_backward_scratch_bytes(const gpt2_dims& d, int64_t a);
+
+template <class T>
+struct gpt2_block_params {
+  const T* ln1_w;   // (C)
+  const T* ln1_b;   // (C)
+  const T* qkv_w;   // (C, 3C)
+  const T* qkv_b;   // (3C)
+  const T* proj_w;  // (C, C)
+  const T* proj_b;  // (C)
+  const T* ln2_w;   // (C)
+  const T* ln2_b;   // (C)
+  const T* fc_w;    // (C, F)
+  const T* fc_b;    // (F)
+  const T* fc2_w;   // (F, C)
+  const T* fc2_b;   // (C)
+};
+// The block's tensors from its first tensor, in dsl/Layers.h order with each
+// tensor starting on a 16-element boundary (codegen/Lower.h).
+template <class T>
+gpt2_block_params<T> gpt2_block_params_at(const T* base, const gpt2_dims& d);
+
+template <class G>
+struct gpt2_block_grads {
+  G *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w,
+      *fc2_b;
+};
+template <class G>
+gpt2_block_grads<G> gpt2_block_grads_at(G* base, const gpt2_dims& d);
+
+template <class T>
+struct gpt2_block_saved {
+  float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;  // (N)
+  T* input;  // (N, C)
+  T* ln1;    // (N, C)
+  T* qkv;    // (N, 3C)
+  T* attn;   // (N, C)
+  T* res2;   // (N, C)
+  T* ln2;    // (N, C)
+  T* fc;     // (N, F)
+  T* gelu;   // (N, F)
+  T* probs;  // (B, H, T, T)
+};
+template <class T>
+gpt2_block_saved<T> gpt2_block_saved_at(std::byte* slot, const gpt2_dims& d);
+
+template <class T>
+struct gpt2_final_norm_saved {
+  float *mean, *rstd;  // (N)
+  T* input;            // (N, C)
+  T* output;           // (N, C)
+};
+template <class T>
+gpt2_final_norm_saved<T> gpt2_final_norm_saved_at(std::byte* slot, const gpt2_dims& d);
+
+template <class T>
+struct gpt2_backward_scratch {
+  T* dres;  // (N, C) gradient of the residual stream, updated in place layer by layer
+  T* dtmp;  // (N, C)
+  T* big;   // (N, max(3C + H*T, F))
+};
+template <class T>
+gpt2_backward_scratch<T> gpt2_backward_scratch_at(std::byte* base, const gpt2_dims& d);
+
+// Embedding: out = wte[tokens] + wpe. (wte, wpe are the embed layer's tensors.)
+template <class T>
+void gpt2_embed_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe,
+                        const gpt2_dims& d);
+// dwte, dwpe += from dres.
+template <class T, class G>
+void gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens, const gpt2_backward_scratch<T>& s,
+                         const gpt2_dims& d);
+
+// One block: reads s.input, fills the rest of s, writes out (N, C) (which may
+// be the next layer's saved input).
+template <class T>
+void gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_saved<T>& s,
+                        const gpt2_dims& d, const gemm_workspace& ws);
+// scratch.dres holds d(out) on entry and d(input) on return; grads +=.
+template <class T, class G>
+void gpt2_block_backward(const gpt2_block_grads<G>& g, const gpt2_block_params<T>& p,
+                         const gpt2_block_saved<T>& s, const gpt2_backward_scratch<T>& scratch,
+                         const gpt2_dims& d, const gemm_workspace& ws);
+
+// Final norm and head with the loss: reads s.input; fills s; logits (N, V)
+// end holding dloss_scale * d(loss sum)/d(logits); losses (N) fp32 per token.
+// head_w is (V, C): the token embedding when tied, else lm_head.weight.
+template <class T>
+void gpt2_head_forward(T* logits, float* losses, const int32_t* targets, const T* lnf_w,
+                       const T* lnf_b, const T* head_w, const gpt2_final_norm_saved<T>& s,
+                       const gpt2_dims& d, float dloss_scale, const gemm_workspace& ws);
+// scratch.dres = d(input of the final norm) (overwritten); grads +=.
+template <class T, class G>
+void gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const T* head_w,
+                        const T* logits, const gpt2_final_norm_saved<T>& s,
+                        const gpt2_backward_scratch<T>& scratch, const gpt2_dims& d,
+                        const gemm_workspace& ws);

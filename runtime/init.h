@@ -1,0 +1,34 @@
+// init: GPT-2 parameter initialization that does not depend on sharding.
+// Element i of tensor `name` is a function of (seed, name, i) only, so each
+// rank can initialize just its shard and get what a single process would.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+// Hugging Face GPT2PreTrainedModel._init_weights, by tensor name:
+//   *.bias                                 zeros
+//   LayerNorm weights (ln_1, ln_2, ln_f)   ones
+//   attn.c_proj.weight, mlp.c_proj.weight  normal(0, 0.02 / sqrt(2 * n_layer))
+//   other weights (wte, wpe, c_attn, c_fc, lm_head)  normal(0, 0.02)
+// Norm modules are recognized by an "ln_" prefix or "norm" in their name, so
+// llama's names (input_layernorm, model.norm) get ones too, as in Hugging Face.
+enum class init_kind { zeros, ones, normal };
+struct init_rule {
+  init_kind kind = init_kind::zeros;
+  float stddev = 0;  // normal only
+};
+
+// The rule for a tensor; throws std::runtime_error for a name that is not
+// "<module>.weight" or "<module>.bias".
+init_rule init_gpt2_rule(std::string_view tensor_name, int64_t n_layer);
+
+// out[0, end - begin) = elements [begin, end) of the tensor (flattened,
+// row-major). Normal values come from a counter-based generator (splitmix64 of
+// seed, name hash and element index, then Box-Muller).
+void init_gpt2_range(float* out, std::string_view tensor_name, int64_t n_layer, uint64_t seed,
+                     int64_t begin, int64_t end);
+
+// AdamW weight decay applies to the randomly initialized tensors (matrices and
+// embeddings: every tensor with >= 2 dims in GPT-2), not to biases or norms.
+bool init_weight_decays(std::string_view tensor_name);

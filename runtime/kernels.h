@@ -1,0 +1,90 @@
+// kernels: the gpt2 family's layers on CPU, forward and backward, each one
+// function, multithreaded with OpenMP. They compute what Hugging Face's GPT-2
+// computes: tanh-approximated GELU, LayerNorm with eps 1e-5, causal attention
+// scaled by 1/sqrt(head dim), Conv1D weights stored (in, out), the LM head
+// reading a (V, C) matrix (the token embedding when tied). T is the storage
+// type of params and activations (float or bf16), G that of parameter
+// gradients (float or bf16); all arithmetic is fp32. These are the reference
+// the CUDA kernels are tested against.
+//
+// Shapes: B sequences of T tokens, N = B*T rows, C channels, H heads, V vocab.
+// Backward functions accumulate (+=) into parameter gradients and overwrite
+// input gradients unless a flag says otherwise.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/dtype.h"
+#include "runtime/gemm.h"
+
+inline constexpr float kLayerNormEps = 1e-5f;
+
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+template <class T>
+void encoder_forward(T* out,                // (N, C)
+                     const int32_t* tokens,  // (N)
+                     const T* wte,           // (V, C)
+                     const T* wpe,           // (T, C)
+                     int64_t B, int64_t T_, int64_t C);
+template <class T, class G>
+void encoder_backward(G* dwte,               // (V, C) +=
+                      G* dwpe,               // (T, C) +=
+                      const T* dout,         // (N, C)
+                      const int32_t* tokens,  // (N)
+                      int64_t B, int64_t T_, int64_t C);
+
+// out = (inp - mean) * rstd * weight + bias, per row; mean and rstd saved (fp32).
+template <class T>
+void layernorm_forward(T* out, float* mean, float* rstd,  // (N, C), (N), (N)
+                       const T* inp, const T* weight, const T* bias, int64_t N, int64_t C);
+// dinp = (accumulate ? dinp : 0) + d/dinp; dweight, dbias +=. dinp must not alias dout.
+template <class T, class G>
+void layernorm_backward(T* dinp, G* dweight, G* dbias,  // (N, C), (C), (C)
+                        const T* dout, const T* inp, const T* weight, const float* mean,
+                        const float* rstd, int64_t N, int64_t C, bool accumulate);
+
+// Conv1D: out = inp @ weight + bias, weight (IC, OC); bias may be null.
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias,  // (N,OC) (N,IC) (IC,OC)
+                    int64_t N, int64_t IC, int64_t OC, const gemm_workspace& ws);
+// dinp = dout @ weight^T (skipped when dinp is null); dweight += inp^T @ dout;
+// dbias += column sums of dout (skipped when null).
+template <class T, class G>
+void matmul_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
+                     int64_t N, int64_t IC, int64_t OC, const gemm_workspace& ws);
+
+// LM head: logits = x @ w^T, w (V, C).
+template <class T>
+void lm_head_forward(T* logits, const T* x, const T* w,  // (N,V) (N,C) (V,C)
+                     int64_t N, int64_t C, int64_t V, const gemm_workspace& ws);
+// dx = dlogits @ w (overwritten); dw += dlogits^T @ x.
+template <class T, class G>
+void lm_head_backward(T* dx, G* dw, const T* dlogits, const T* x, const T* w, int64_t N,
+                      int64_t C, int64_t V, const gemm_workspace& ws);
+
+// Causal self-attention. qkv (N, 3C) holds q | k | v, each split into H heads
+// of C/H. probs (B, H, T, T) are the softmax probabilities (row t has zeros
+// after column t); out (N, C) is the heads' outputs concatenated.
+template <class T>
+void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, int64_t C,
+                       int64_t H);
+// dqkv (N, 3C) overwritten; dprobs (B, H, T, T) is scratch.
+template <class T>
+void attention_backward(T* dqkv, T* dprobs, const T* dout, const T* qkv, const T* probs,
+                        int64_t B, int64_t T_, int64_t C, int64_t H);
+
+// GELU, tanh approximation. gelu_backward may run in place (dinp == dout).
+template <class T>
+void gelu_forward(T* out, const T* inp, int64_t n);
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
+
+// out = a + b (out may alias a or b).
+template <class T>
+void residual_forward(T* out, const T* a, const T* b, int64_t n);
+
+// Softmax cross-entropy fused with its gradient: losses[i] = -log softmax(logits[i])[targets[i]]
+// (fp32); logits are overwritten by dloss_scale * (softmax - onehot(target)).
+template <class T>
+void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
+                         float dloss_scale);

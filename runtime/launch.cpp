@@ -1,0 +1,175 @@
+// launch: environment detection, self re-launch, MPI start-up and handshake.
+#include "runtime/launch.h"
+
+#include <mpi.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/check.h"
+
+namespace {
+
+bool has_env(const char* name) {
+  return std::getenv(name) != nullptr;
+}
+
+// Set by mpirun / prterun, srun --mpi=pmix, or other PMI launchers.
+bool under_mpi_launcher() {
+  return has_env("OMPI_COMM_WORLD_SIZE") || has_env("PMIX_RANK") || has_env("PMI_RANK") ||
+         has_env("PMI_SIZE");
+}
+
+bool on_path(const char* program) {
+  const char* path = std::getenv("PATH");
+  if (!path) return false;
+  std::string p = path;
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find(':', start);
+    if (end == std::string::npos) end = p.size();
+    std::string candidate = p.substr(start, end - start) + "/" + program;
+    if (access(candidate.c_str(), X_OK) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+std::string command_line(const std::vector<std::string>& args) {
+  std::string s;
+  for (const std::string& a : args)
+    s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+
+[[noreturn]] void relaunch_or_explain(const program& p, int argc, char** argv) {
+  std::vector<std::string> args = {"mpirun", "-n", std::to_string(p.world)};
+  if (static_cast<unsigned>(p.world) > std::thread::hardware_concurrency())
+    args.push_back("--oversubscribe");
+  for (int i = 0; i < argc; ++i)
+    args.push_back(argv[i]);
+  if (!on_path("mpirun") || has_env("FSDPGEN_NO_RELAUNCH")) {
+    std::fprintf(stderr,
+                 "error: this binary trains on %lld ranks (%s) and was started as a single "
+                 "process; run:\n  %s\n",
+                 static_cast<long long>(p.world), p.spec_path, command_line(args).c_str());
+    std::exit(2);
+  }
+  std::fprintf(stderr, "train: %lld ranks needed; re-launching as: %s\n",
+               static_cast<long long>(p.world), command_line(args).c_str());
+  std::fflush(stderr);
+  if (geteuid() == 0) {  // Open MPI refuses root unless told
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+  std::vector<char*> cargs;
+  for (std::string& a : args)
+    cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  execvp("mpirun", cargs.data());
+  std::fprintf(stderr, "error: could not run mpirun: %s\n", std::strerror(errno));
+  std::exit(2);
+}
+
+// Every rank learns every rank's program hash and world; returns an error
+// message (the same on every rank) or "".
+std::string handshake(const program& p, int64_t world) {
+  struct entry {
+    uint64_t hash;
+    int64_t world;
+  } mine{p.hash, p.world};
+  std::vector<entry> all(static_cast<size_t>(world));
+  MPI_CHECK(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE,
+                          MPI_COMM_WORLD));
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r].hash != all[0].hash || all[r].world != all[0].world)
+      return fmt::format(
+          "ranks run different programs: rank 0 has schedule hash {:016x} (world {}), rank {} "
+          "has {:016x} (world {}); launch one binary generated from one spec on every rank",
+          all[0].hash, all[0].world, r, all[r].hash, all[r].world);
+  return "";
+}
+
+}  // namespace
+
+launch_info launch_init(const program& p, int argc, char** argv) {
+  launch_info info;
+  const bool srun = has_env("SLURM_PROCID") && has_env("SLURM_STEP_ID");
+  if (!under_mpi_launcher()) {
+    const char* ntasks = std::getenv("SLURM_STEP_NUM_TASKS");
+    if (srun && ntasks && std::atoll(ntasks) > 1) {
+      if (std::string(std::getenv("SLURM_PROCID")) == "0")
+        std::fprintf(stderr,
+                     "error: started by srun without an MPI plugin, so the %s tasks cannot talk; "
+                     "run: srun -n %lld --mpi=pmix %s\n",
+                     ntasks, static_cast<long long>(p.world), argv[0]);
+      std::exit(2);
+    }
+    if (p.world > 1) relaunch_or_explain(p, argc, argv);
+  }
+  info.launcher = has_env("OMPI_COMM_WORLD_SIZE") ? "mpirun"
+                  : srun                          ? "srun"
+                  : under_mpi_launcher()          ? "pmi"
+                                                  : "single process";
+  int provided = 0;
+  MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
+  if (provided < MPI_THREAD_MULTIPLE) {
+    std::fprintf(stderr,
+                 "error: this MPI does not provide MPI_THREAD_MULTIPLE (got level %d); the "
+                 "runtime issues collectives from one thread per stream\n",
+                 provided);
+    MPI_Finalize();
+    std::exit(2);
+  }
+  int rank = 0, world = 1;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  info.rank = rank;
+  info.world = world;
+
+  std::string mismatch = handshake(p, world);
+  if (!mismatch.empty()) {
+    std::fprintf(stderr, "rank %d: error: %s\n", rank, mismatch.c_str());
+    MPI_Finalize();
+    std::exit(2);
+  }
+  if (world != p.world) {
+    if (rank == 0)
+      std::fprintf(stderr,
+                   "error: this binary was generated for world %lld (%s) but was launched on %d "
+                   "ranks; run: mpirun -n %lld %s (or srun -n %lld --mpi=pmix %s), or "
+                   "regenerate with: fsdpgen %s --world %d -o %s\n",
+                   static_cast<long long>(p.world), p.spec_path, world,
+                   static_cast<long long>(p.world), argv[0], static_cast<long long>(p.world),
+                   argv[0], p.spec_path, world, argv[0]);
+    MPI_Finalize();
+    std::exit(2);
+  }
+
+  MPI_Comm local;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
+  int local_rank = 0, local_size = 1;
+  MPI_CHECK(MPI_Comm_rank(local, &local_rank));
+  MPI_CHECK(MPI_Comm_size(local, &local_size));
+  MPI_CHECK(MPI_Comm_free(&local));
+  info.local_rank = local_rank;
+  info.local_size = local_size;
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  info.threads = std::max(1, cores / local_size);
+  if (const char* t = std::getenv("OMP_NUM_THREADS")) info.threads = std::max(1, std::atoi(t));
+  omp_set_num_threads(info.threads);
+  openblas_set_num_threads(info.threads);
+  return info;
+}
+
+void launch_finalize() {
+  MPI_Finalize();
+}

@@ -1,0 +1,23 @@
+// launch: process start-up. Finds how the binary was started (alone, under
+// mpirun, under srun with PMIx), re-launches itself under mpirun when started
+// alone for a world larger than one, initializes MPI with thread support,
+// agrees on the program hash with every rank (a mismatch is an error on all
+// ranks, never a hang), checks the world size, and sizes the thread pools.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/program.h"
+
+struct launch_info {
+  int64_t rank = 0, world = 1;
+  int64_t local_rank = 0, local_size = 1;
+  int threads = 1;       // OpenMP and OpenBLAS threads of this rank
+  std::string launcher;  // "single process", "mpirun", "srun"
+};
+
+// Returns only when this process should train; exits (after printing why) when
+// it re-launched itself or the launch is wrong. argv[0] is used to re-launch.
+launch_info launch_init(const program& p, int argc, char** argv);
+void launch_finalize();

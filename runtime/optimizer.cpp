@@ -1,0 +1,63 @@
+// optimizer: lr schedules, AdamW and SGD over shard ranges.
+#include "runtime/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace {
+
+inline float load(const void* g, dtype_id t, int64_t i) {
+  return t == dtype_id::fp32 ? static_cast<const float*>(g)[i]
+                             : bf16_to_float(static_cast<const bf16*>(g)[i]);
+}
+
+}  // namespace
+
+double optimizer_lr(const program& p, int64_t step) {
+  if (step < p.warmup) return p.lr * static_cast<double>(step + 1) / static_cast<double>(p.warmup);
+  if (p.lr_schedule == lr_schedule_kind::constant) return p.lr;
+  int64_t span = p.steps - 1 - p.warmup;
+  double ratio = span > 0 ? std::min(1.0, static_cast<double>(step - p.warmup) / span) : 1.0;
+  double coeff = p.lr_schedule == lr_schedule_kind::cosine ? 0.5 * (1.0 + std::cos(M_PI * ratio))
+                                                           : 1.0 - ratio;
+  return p.min_lr + coeff * (p.lr - p.min_lr);
+}
+
+float optimizer_clip_scale(const program& p, double norm) {
+  if (p.clip <= 0 || !(norm > p.clip)) return 1.0f;
+  return static_cast<float>(p.clip / (norm + 1e-6));
+}
+
+void optimizer_adamw(float* master, float* m, float* v, const void* grad, dtype_id g, int64_t begin,
+                     int64_t end, float lr, float beta1, float beta2, float eps, float weight_decay,
+                     bool decay, int64_t t, float grad_scale) {
+  const float c1 = 1.0f - std::pow(beta1, static_cast<float>(t));
+  const float c2 = 1.0f - std::pow(beta2, static_cast<float>(t));
+  const float wd = decay ? weight_decay : 0.0f;
+#pragma omp parallel for schedule(static) if (end - begin > 65536)
+  for (int64_t i = begin; i < end; ++i) {
+    float gi = load(grad, g, i) * grad_scale;
+    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float p = master[i] * (1.0f - lr * wd);
+    master[i] = p - lr * (mi / c1) / (std::sqrt(vi / c2) + eps);
+  }
+}
+
+void optimizer_sgd(float* master, float* momentum_buf, const void* grad, dtype_id g, int64_t begin,
+                   int64_t end, float lr, float momentum, float weight_decay, bool decay,
+                   bool first_step, float grad_scale) {
+#pragma omp parallel for schedule(static) if (end - begin > 65536)
+  for (int64_t i = begin; i < end; ++i) {
+    float gi = load(grad, g, i) * grad_scale;
+    if (decay) gi += weight_decay * master[i];  // PyTorch SGD: L2 added to the gradient
+    if (momentum_buf) {
+      float b = first_step ? gi : momentum * momentum_buf[i] + gi;
+      momentum_buf[i] = b;
+      gi = b;
+    }
+    master[i] -= lr * gi;
+  }
+}

@@ -1,0 +1,29 @@
+// optimizer: learning-rate schedules and the update rules on flat fp32
+// shards. AdamW and SGD with momentum follow PyTorch's definitions
+// (torch.optim.AdamW with bias correction and decoupled weight decay;
+// torch.optim.SGD with L2 weight decay and momentum buffer b = mu*b + g,
+// first step b = g). Weight decay applies to tensors of two or more dims.
+// Gradients are scaled by the clip factor as they are read.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/dtype.h"
+#include "runtime/program.h"
+
+// The learning rate of 0-based `step`: linear warm-up from 0 over `warmup`
+// steps, then constant, or cosine / linear decay reaching min_lr at the last step.
+double optimizer_lr(const program& p, int64_t step);
+
+// min(1, clip / (norm + 1e-6)); 1 when clipping is off.
+float optimizer_clip_scale(const program& p, double norm);
+
+// Updates master[begin, end) (fp32) from grad (dtype g) with AdamW; m and v
+// are the state. decay says whether weight decay applies to this range.
+// t is the 1-based step for bias correction.
+void optimizer_adamw(float* master, float* m, float* v, const void* grad, dtype_id g, int64_t begin,
+                     int64_t end, float lr, float beta1, float beta2, float eps, float weight_decay,
+                     bool decay, int64_t t, float grad_scale);
+void optimizer_sgd(float* master, float* momentum_buf, const void* grad, dtype_id g, int64_t begin,
+                   int64_t end, float lr, float momentum, float weight_decay, bool decay,
+                   bool first_step, float grad_scale);

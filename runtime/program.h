@@ -1,0 +1,126 @@
+// program: what a generated binary hands the runtime. The schedule planned by
+// fsdpgen, as constant tables (buffers at arena offsets, units and their
+// tensors, ops per stream with dependencies) plus one function per op that
+// the runtime calls in issue order on the op's stream. Nothing in here is
+// decided at run time.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/dtype.h"
+
+struct step_context;
+
+// Streams and op kinds, numbered as in codegen/Schedule.h.
+enum class stream_id : int { compute, allgather, reducescatter, allreduce, copy, host };
+inline constexpr int kStreamCount = 6;
+enum class op_kind : int {
+  all_gather,
+  forward,
+  recompute,
+  backward,
+  reduce_scatter,
+  all_reduce,
+  free,
+  copy_h2d,
+  copy_d2h,
+  grad_norm,
+  optimizer_step
+};
+// Communicators, as codegen's CommGroup.
+enum class comm_group : int { none, shard, replica, world };
+
+enum class memory_space : int { device, host };
+
+struct program_buffer {
+  const char* name;  // e.g. "acts.s2.mb0"
+  memory_space space;
+  int64_t offset;  // bytes into the arena of its space
+  int64_t bytes;
+  bool persistent;
+};
+
+// One tensor of a unit's flat parameter (Hugging Face name and global shape).
+struct program_tensor {
+  const char* name;
+  int unit;
+  int64_t offset_elems;  // in the unit's unsharded flat parameter
+  int64_t rows, cols;    // shape (cols = 0 for a vector)
+};
+
+struct program_unit {
+  const char* name;
+  int64_t param_elems;
+  int64_t padded_elems;
+  int64_t shard_elems;  // per rank of the shard group
+  int first_tensor, tensor_count;
+  int param_shard, master, optimizer_state, grad_shard;  // buffers (-1: none)
+  dtype_id grad_shard_dtype;
+};
+
+struct program_op {
+  int id;
+  stream_id stream;
+  op_kind kind;
+  const char* label;  // "AG u3", "F s2 mb0", ...
+  comm_group group;
+  int64_t payload_bytes;
+  const int* deps;  // ops on other streams that must finish first
+  int dep_count;
+  const int* allocs;  // buffers whose lifetime starts at this op
+  int alloc_count;
+  const int* frees;  // Free: buffers whose lifetime ends
+  int free_count;
+  void (*run)(step_context&);
+  const char* json;  // the op as the planner's JSON (for traces)
+};
+
+enum class optimizer_kind : int { adamw, sgd };
+enum class lr_schedule_kind : int { constant, cosine, linear };
+enum class data_source : int { synthetic, text, tokens };
+
+struct program {
+  // Where it came from.
+  const char* spec_path;
+  const char* model_name;
+  const char* schedule_text;  // what `fsdpgen schedule` prints
+  uint64_t hash;              // of the spec and the schedule: ranks must agree
+
+  // Model (gpt2 family).
+  int64_t vocab, context, width, heads, layers, ffn_hidden;
+  bool tied;
+  int64_t params;  // real parameters
+
+  // Parallelism.
+  int64_t world, shard_group, micro_batches, micro_batch;
+  dtype_id param_dtype, reduce_dtype, master_dtype;
+
+  // Training.
+  optimizer_kind optimizer;
+  double lr, beta1, beta2, eps, weight_decay, momentum;
+  lr_schedule_kind lr_schedule;
+  int64_t warmup;
+  double min_lr;
+  int64_t steps;
+  double clip;
+  int64_t seed;
+  data_source data;
+  int64_t data_seed;
+  const char* data_path;
+  int64_t log_every;
+
+  // The plan.
+  int64_t device_arena_bytes, host_arena_bytes, planned_live_peak_bytes;
+  int64_t workspace_buffer;  // GEMM workspace buffer (-1: none)
+  const program_buffer* buffers;
+  int buffer_count;
+  const program_unit* units;
+  int unit_count;
+  const program_tensor* tensors;
+  int tensor_count;
+  const program_op* ops;  // issue order
+  int op_count;
+};
+
+// The generated main() calls this.
+int train_main(const program& p, int argc, char** argv);

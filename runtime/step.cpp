@@ -1,0 +1,109 @@
+// step: the runtime side of the generated ops' vocabulary.
+#include "runtime/step.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "runtime/optimizer.h"
+
+void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets) {
+  const program& p = *c.p;
+  // The step's global batch is world * micro_batches * micro_batch sequences;
+  // rank r's micro-batch m is its (r * micro_batches + m)-th slice, so any
+  // world and accumulation see the same sequences in each step.
+  int64_t slice = c.comms.rank * p.micro_batches + mb;
+  int64_t first = (c.step * p.world * p.micro_batches + slice) * p.micro_batch;
+  dataloader_fill(*c.data, first, p.micro_batch, tokens, targets);
+}
+
+void step_add_losses(step_context& c, const float* losses, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i)
+    s += losses[i];
+  c.loss_sum += s;
+}
+
+void tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, int64_t n,
+                    bool accumulate) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = src_t == dtype_id::fp32 ? static_cast<const float*>(src)[i]
+                                      : bf16_to_float(static_cast<const bf16*>(src)[i]);
+    if (dst_t == dtype_id::fp32) {
+      float* d = static_cast<float*>(dst);
+      d[i] = accumulate ? d[i] + v : v;
+    } else {
+      bf16* d = static_cast<bf16*>(dst);
+      d[i] = bf16_from_float(accumulate ? bf16_to_float(d[i]) + v : v);
+    }
+  }
+}
+
+void tensor_zero(void* dst, int64_t bytes) {
+  std::memset(dst, 0, static_cast<size_t>(bytes));
+}
+
+void tensor_narrow_in_place(void* data, int64_t n) {
+  // Element i moves from byte 4i to byte 2i: in increasing order every
+  // write lands on bytes already read.
+  float* f = static_cast<float*>(data);
+  bf16* h = static_cast<bf16*>(data);
+  for (int64_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, f + i, 4);
+    h[i] = bf16_from_float(v);
+  }
+}
+
+void tensor_widen_in_place(void* data, int64_t n) {
+  float* f = static_cast<float*>(data);
+  const bf16* h = static_cast<const bf16*>(data);
+  for (int64_t i = n; i-- > 0;) {
+    float v = bf16_to_float(h[i]);
+    std::memcpy(f + i, &v, 4);
+  }
+}
+
+void step_add_grad_norm(step_context& c, const void* grad, dtype_id t, int64_t n) {
+  double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    double v = t == dtype_id::fp32 ? static_cast<const float*>(grad)[i]
+                                   : bf16_to_float(static_cast<const bf16*>(grad)[i]);
+    s += v * v;
+  }
+  c.grad_norm_partial += static_cast<float>(s);
+}
+
+void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
+                    const void* grad_shard) {
+  const program& p = *c.p;
+  const program_unit& u = p.units[unit];
+  const int64_t n = u.shard_elems;
+  float* w = master ? master : static_cast<float*>(param_shard);
+  const float scale = optimizer_clip_scale(p, std::sqrt(static_cast<double>(c.grad_norm_partial)));
+  const float lr = static_cast<float>(c.lr);
+  const int64_t* ranges = c.decay_ranges[unit];
+  const int count = c.decay_range_counts[unit];
+  // Alternate undecayed gaps and decayed ranges over [0, n).
+  int64_t pos = 0;
+  for (int r = 0; r <= count; ++r) {
+    int64_t begin = r < count ? ranges[2 * r] : n;
+    for (int decayed = 0; decayed < 2; ++decayed) {
+      int64_t from = decayed ? begin : pos;
+      int64_t to = decayed ? (r < count ? ranges[2 * r + 1] : n) : begin;
+      if (from >= to) continue;
+      if (p.optimizer == optimizer_kind::adamw)
+        optimizer_adamw(w, state, state + n, grad_shard, u.grad_shard_dtype, from, to, lr,
+                        static_cast<float>(p.beta1), static_cast<float>(p.beta2),
+                        static_cast<float>(p.eps), static_cast<float>(p.weight_decay), decayed,
+                        c.step + 1, scale);
+      else
+        optimizer_sgd(w, p.momentum > 0 ? state : nullptr, grad_shard, u.grad_shard_dtype, from, to,
+                      lr, static_cast<float>(p.momentum), static_cast<float>(p.weight_decay),
+                      decayed, c.step == 0, scale);
+    }
+    if (r < count) pos = ranges[2 * r + 1];
+  }
+  if (master) tensor_convert(param_shard, p.param_dtype, master, dtype_id::fp32, n, false);
+}

@@ -1,0 +1,69 @@
+// step: what a generated op function sees (step_context) and the small
+// vocabulary those functions are written in besides the gpt2 kernels:
+// arena pointers, inputs, collectives on the op's stream, gradient shard
+// accumulation, the norm and the optimizer. Generated code calls only these,
+// the kernels of runtime/gpt2.h and runtime/comm.h.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/comm.h"
+#include "runtime/data.h"
+#include "runtime/gemm.h"
+#include "runtime/program.h"
+
+struct step_context {
+  const program* p = nullptr;
+  std::byte* device = nullptr;  // arena bases
+  std::byte* host = nullptr;
+  comm_groups comms;
+  const dataloader* data = nullptr;
+  gemm_workspace ws;
+  int64_t step = 0;             // 0-based step being run
+  double lr = 0;                // this step's learning rate
+  float dloss_scale = 0;        // 1 / tokens of the global batch
+  double loss_sum = 0;          // this rank's per-token losses, this step
+  float grad_norm_partial = 0;  // this rank's sum of squares (all-reduced over the shard group)
+  // Per unit: [begin, end) of this rank's shard that AdamW decays, as element
+  // ranges (computed once at start from the tensor table).
+  const int64_t* const* decay_ranges = nullptr;
+  const int* decay_range_counts = nullptr;
+};
+
+template <class T>
+inline T* dev(step_context& c, int64_t offset) {
+  return reinterpret_cast<T*>(c.device + offset);
+}
+template <class T>
+inline T* host(step_context& c, int64_t offset) {
+  return reinterpret_cast<T*>(c.host + offset);
+}
+
+inline MPI_Comm op_comm(step_context& c, stream_id s, comm_group g) {
+  return c.comms.comm[static_cast<int>(s)][static_cast<int>(g)];
+}
+
+// Fills micro-batch mb's tokens and targets (B*T int32 each) for this rank.
+void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets);
+// Adds this micro-batch's per-token losses (N fp32) to the step's loss.
+void step_add_losses(step_context& c, const float* losses, int64_t n);
+
+// dst (n, dst dtype) = src converted (accumulate: dst += src, in fp32).
+void tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, int64_t n,
+                    bool accumulate);
+void tensor_zero(void* dst, int64_t bytes);
+// In place: n fp32 values -> n bf16 in the first half of the same bytes, and
+// back (for reducing an fp32 accumulator in a bf16 reduce dtype).
+void tensor_narrow_in_place(void* data, int64_t n);
+void tensor_widen_in_place(void* data, int64_t n);
+
+// Adds the sum of squares of a gradient shard to c.grad_norm_partial. Once
+// the partial sums are all-reduced over the shard group (replicas hold equal
+// shards and count once), sqrt of it is the global norm.
+void step_add_grad_norm(step_context& c, const void* grad, dtype_id t, int64_t n);
+
+// One unit's optimizer step on this rank's shard: reads the gradient shard,
+// updates master weights (fp32; the param shard itself when params are fp32)
+// and optimizer state, and writes the param-dtype shard.
+void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
+                    const void* grad_shard);

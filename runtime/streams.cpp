@@ -1,0 +1,112 @@
+// streams: worker threads, dependency waits and per-op timing.
+#include "runtime/streams.h"
+
+#include <sys/prctl.h>
+
+#include <chrono>
+
+#include "runtime/check.h"
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct stopped {};  // another stream failed: unwind quietly
+
+// Waits until `flag` reaches `target`: a short spin, then sleeps of 20 us.
+void wait_for(const std::atomic<int64_t>& flag, int64_t target, const stream_executor& e) {
+  for (int spin = 0; spin < 4000; ++spin) {
+    if (flag.load(std::memory_order_acquire) >= target) return;
+    if (e.failed.load(std::memory_order_relaxed) || e.stopping.load(std::memory_order_relaxed))
+      throw stopped{};
+  }
+  while (flag.load(std::memory_order_acquire) < target) {
+    if (e.failed.load(std::memory_order_relaxed) || e.stopping.load(std::memory_order_relaxed))
+      throw stopped{};
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+void fail(stream_executor& e) {
+  std::lock_guard<std::mutex> lock(e.error_mutex);
+  if (!e.error) e.error = std::current_exception();
+  e.failed = true;
+}
+
+void run_op(stream_executor& e, int id, int64_t step) {
+  const program_op& op = e.p->ops[id];
+  for (int i = 0; i < op.dep_count; ++i)
+    wait_for(e.done[op.deps[i]], step, e);
+  e.start_ns[id] = now_ns() - e.step_start_ns;
+  arena_start(*e.mem, *e.p, op.allocs, op.alloc_count);
+  op.run(*e.ctx);
+  arena_end(*e.mem, *e.p, op.frees, op.free_count);
+  e.end_ns[id] = now_ns() - e.step_start_ns;
+  e.done[id].store(step, std::memory_order_release);
+}
+
+void run_stream(stream_executor& e, int stream, int64_t step) {
+  for (int id : e.ops_of[stream])
+    run_op(e, id, step);
+}
+
+void worker(stream_executor& e, int stream) {
+  prctl(PR_SET_TIMERSLACK, 1000UL);
+  for (int64_t step = 0;; ++step) {
+    try {
+      wait_for(e.go, step, e);
+      run_stream(e, stream, step);
+    } catch (const stopped&) {
+      return;
+    } catch (...) {
+      fail(e);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void streams_start(stream_executor& e, const program& p, step_context& ctx, arena& mem) {
+  prctl(PR_SET_TIMERSLACK, 1000UL);
+  e.p = &p;
+  e.ctx = &ctx;
+  e.mem = &mem;
+  e.done = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(p.op_count));
+  for (int i = 0; i < p.op_count; ++i) {
+    e.done[i] = -1;
+    e.ops_of[static_cast<int>(p.ops[i].stream)].push_back(i);
+  }
+  e.start_ns.assign(static_cast<size_t>(p.op_count), 0);
+  e.end_ns.assign(static_cast<size_t>(p.op_count), 0);
+  for (int s = 1; s < kStreamCount; ++s)
+    if (!e.ops_of[s].empty()) e.workers.emplace_back(worker, std::ref(e), s);
+}
+
+void streams_run_step(stream_executor& e, int64_t step) {
+  e.step_start_ns = now_ns();
+  e.go.store(step, std::memory_order_release);
+  try {
+    run_stream(e, static_cast<int>(stream_id::compute), step);
+    for (int i = 0; i < e.p->op_count; ++i)
+      wait_for(e.done[i], step, e);
+  } catch (const stopped&) {
+  } catch (...) {
+    fail(e);
+  }
+  if (e.failed) {
+    std::lock_guard<std::mutex> lock(e.error_mutex);
+    std::rethrow_exception(e.error);
+  }
+}
+
+void streams_stop(stream_executor& e) {
+  e.stopping = true;
+  for (std::thread& t : e.workers)
+    t.join();
+  e.workers.clear();
+}

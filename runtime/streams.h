@@ -1,0 +1,39 @@
+// streams: the CPU form of CUDA streams and events. The compute stream runs
+// on the calling thread; every other stream the program uses gets a worker
+// thread that runs its ops in issue order. An op first waits for its deps
+// (events are per-op completion counters holding the last step that op
+// finished), then runs, then records its event. A failure on any stream stops
+// every stream and is rethrown by streams_run_step.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/arena.h"
+#include "runtime/program.h"
+
+struct stream_executor {
+  const program* p = nullptr;
+  step_context* ctx = nullptr;
+  arena* mem = nullptr;
+  std::vector<int> ops_of[kStreamCount];         // op ids per stream, issue order
+  std::unique_ptr<std::atomic<int64_t>[]> done;  // per op: last step finished
+  std::atomic<int64_t> go{-1};                   // the step workers may run
+  std::atomic<bool> stopping{false};
+  std::atomic<bool> failed{false};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  std::vector<std::thread> workers;
+  int64_t step_start_ns = 0;
+  std::vector<int64_t> start_ns, end_ns;  // per op, this step, from step start
+};
+
+void streams_start(stream_executor& e, const program& p, step_context& ctx, arena& mem);
+// Runs every op of one step; returns when all streams finished it.
+void streams_run_step(stream_executor& e, int64_t step);
+void streams_stop(stream_executor& e);

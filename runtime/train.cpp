@@ -1,0 +1,362 @@
+// train: the generated binary's main loop. Parses the binary's flags,
+// launches, sets up the arena, communicators, data and weights, runs the
+// planned step `steps` times through the stream executor, logs one line per
+// logged step and a summary, and writes weights, metrics and the trace.
+#include <mpi.h>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "runtime/arena.h"
+#include "runtime/check.h"
+#include "runtime/gemm.h"
+#include "runtime/init.h"
+#include "runtime/launch.h"
+#include "runtime/optimizer.h"
+#include "runtime/step.h"
+#include "runtime/streams.h"
+#include "runtime/trace.h"
+#include "runtime/weights.h"
+
+// Allocation counting: the step must not allocate. Every C++ allocation made
+// while a step runs (on any thread) is counted and reported.
+namespace {
+std::atomic<bool> g_in_step{false};
+std::atomic<int64_t> g_step_allocations{0};
+}  // namespace
+
+void* operator new(size_t n) {
+  if (g_in_step.load(std::memory_order_relaxed)) g_step_allocations.fetch_add(1);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, size_t) noexcept {
+  std::free(p);
+}
+
+namespace {
+
+struct options {
+  int64_t steps = -1;
+  std::string data;
+  std::string init_from;
+  std::string save;
+  std::string trace;
+  int64_t trace_step = -1;
+  bool print_schedule = false;
+  int64_t seed = -1;
+  int64_t log_every = -1;
+  std::string metrics;
+};
+
+double mib(int64_t bytes) {
+  return static_cast<double>(bytes) / (1 << 20);
+}
+
+std::string duration(double s) {
+  if (s < 60) return fmt::format("{:.0f}s", s);
+  if (s < 3600) return fmt::format("{}m{:02.0f}s", static_cast<int>(s / 60), std::fmod(s, 60));
+  return fmt::format("{}h{:02}m", static_cast<int>(s / 3600), static_cast<int>(s / 60) % 60);
+}
+
+std::string with_commas(int64_t v) {
+  std::string s = std::to_string(v), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return out;
+}
+
+data_config data_config_of(const program& p, const std::string& flag) {
+  data_config d;
+  d.vocab = p.vocab;
+  d.context = p.context;
+  d.seed = static_cast<uint64_t>(p.data_seed);
+  d.kind = p.data == data_source::synthetic ? data_kind::synthetic
+           : p.data == data_source::text    ? data_kind::text
+                                            : data_kind::tokens;
+  d.path = p.data_path;
+  if (!flag.empty()) {
+    if (flag == "synthetic") {
+      d.kind = data_kind::synthetic;
+    } else {
+      d.path = flag;
+      d.kind = flag.size() > 4 && flag.substr(flag.size() - 4) == ".bin" ? data_kind::tokens
+                                                                         : data_kind::text;
+    }
+  }
+  return d;
+}
+
+// Per unit, the ranges of this rank's shard that weight decay applies to.
+struct decay_table {
+  std::vector<std::vector<int64_t>> ranges;
+  std::vector<const int64_t*> pointers;
+  std::vector<int> counts;
+};
+
+decay_table decay_ranges(const program& p, int64_t shard_rank) {
+  decay_table d;
+  d.ranges.resize(static_cast<size_t>(p.unit_count));
+  for (int i = 0; i < p.tensor_count; ++i) {
+    const program_tensor& t = p.tensors[i];
+    if (!init_weight_decays(t.name)) continue;
+    const program_unit& u = p.units[t.unit];
+    int64_t lo = shard_rank * u.shard_elems, hi = lo + u.shard_elems;
+    int64_t a = std::max(lo, t.offset_elems);
+    int64_t b = std::min(hi, t.offset_elems + t.rows * std::max<int64_t>(t.cols, 1));
+    if (a < b) {
+      d.ranges[static_cast<size_t>(t.unit)].push_back(a - lo);
+      d.ranges[static_cast<size_t>(t.unit)].push_back(b - lo);
+    }
+  }
+  for (auto& r : d.ranges) {
+    d.pointers.push_back(r.data());
+    d.counts.push_back(static_cast<int>(r.size() / 2));
+  }
+  return d;
+}
+
+const char* sharding_of(const program& p) {
+  if (p.shard_group == 1) return p.world == 1 ? "single rank" : "no_shard (replicated)";
+  return p.shard_group == p.world ? "sharded over the world" : "hybrid";
+}
+
+int run(const program& p, const options& o, const launch_info& li) {
+  const bool lead = li.rank == 0;
+  const int64_t steps = o.steps >= 0 ? o.steps : p.steps;
+  const int64_t log_every = o.log_every > 0 ? o.log_every : std::max<int64_t>(1, p.log_every);
+  const int64_t tokens_per_step = p.world * p.micro_batches * p.micro_batch * p.context;
+
+  arena mem;
+  step_context c;
+  c.p = &p;
+  dataloader data;
+  std::string error;
+  try {
+    data = dataloader_open(data_config_of(p, o.data));
+    arena_create(mem, p);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_error(error, "set-up");
+  c.device = mem.device;
+  c.host = mem.host;
+  c.comms = comm_create(p.shard_group);
+  c.data = &data;
+  if (p.workspace_buffer >= 0) {
+    const program_buffer& w = p.buffers[p.workspace_buffer];
+    c.ws = {reinterpret_cast<float*>(c.device + w.offset), w.bytes / 4};
+  }
+  c.dloss_scale = 1.0f / static_cast<float>(tokens_per_step);
+  decay_table decay = decay_ranges(p, c.comms.shard_rank);
+  c.decay_ranges = decay.pointers.data();
+  c.decay_range_counts = decay.counts.data();
+
+  if (o.init_from.empty())
+    weights_init(c, static_cast<uint64_t>(o.seed >= 0 ? o.seed : p.seed));
+  else
+    weights_load(c, o.init_from);
+
+  if (lead) {
+    std::printf("fsdpgen train: %s (%s params) from %s\n", p.model_name,
+                with_commas(p.params).c_str(), p.spec_path);
+    std::printf("  %lld ranks (%s, shard group %lld), launched by %s, %d thread%s per rank\n",
+                static_cast<long long>(p.world), sharding_of(p),
+                static_cast<long long>(p.shard_group), li.launcher.c_str(), li.threads,
+                li.threads == 1 ? "" : "s");
+    std::printf(
+        "  params %s, reduce %s, master %s | %lld micro-batch%s of %lld x %lld tokens | "
+        "%s tokens per step\n",
+        dtype_name(p.param_dtype), dtype_name(p.reduce_dtype), dtype_name(p.master_dtype),
+        static_cast<long long>(p.micro_batches), p.micro_batches == 1 ? "" : "es",
+        static_cast<long long>(p.micro_batch), static_cast<long long>(p.context),
+        with_commas(tokens_per_step).c_str());
+    std::printf("  data: %s | weights: %s\n", dataloader_describe(data).c_str(),
+                o.init_from.empty() ? "GPT-2 init" : o.init_from.c_str());
+    std::printf("  arena %.2f MiB per rank (planned peak %.2f MiB)%s\n", mib(p.device_arena_bytes),
+                mib(p.planned_live_peak_bytes),
+                p.host_arena_bytes
+                    ? fmt::format(", host {:.2f} MiB", mib(p.host_arena_bytes)).c_str()
+                    : "");
+    std::fflush(stdout);
+  }
+
+  std::FILE* metrics = nullptr;
+  if (lead && !o.metrics.empty()) {
+    metrics = std::fopen(o.metrics.c_str(), "w");
+    if (!metrics)
+      throw runtime_error(fmt::format("cannot write {}: {}", o.metrics, std::strerror(errno)));
+  }
+
+  stream_executor exec;
+  streams_start(exec, p, c, mem);
+  const int64_t trace_step = o.trace_step >= 0 ? o.trace_step : std::min<int64_t>(2, steps - 1);
+  std::vector<int64_t> trace_start, trace_end;
+  double first_loss = 0, last_loss = 0, total_s = 0, timed_s = 0;
+  int64_t timed_steps = 0, high_water = 0;
+  const auto run_start = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step < steps; ++step) {
+    c.step = step;
+    c.lr = optimizer_lr(p, step);
+    c.loss_sum = 0;
+    c.grad_norm_partial = 0;
+    mem.high_water = mem.live_bytes.load();
+    const auto t0 = std::chrono::steady_clock::now();
+    g_in_step = true;
+    streams_run_step(exec, step);
+    g_in_step = false;
+    arena_check_guards(mem);
+    double loss_sum = 0;
+    MPI_CHECK(MPI_Allreduce(&c.loss_sum, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double loss = loss_sum / static_cast<double>(tokens_per_step);
+    const double norm = std::sqrt(static_cast<double>(c.grad_norm_partial));
+    high_water = std::max(high_water, mem.high_water.load());
+    if (step == 0) first_loss = loss;
+    last_loss = loss;
+    total_s += s;
+    if (step > 0) timed_s += s, ++timed_steps;
+    if (step == trace_step) trace_start = exec.start_ns, trace_end = exec.end_ns;
+    if (metrics)
+      std::fprintf(metrics,
+                   "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": "
+                   "%.3f, \"live_peak_bytes\": %lld}\n",
+                   static_cast<long long>(step + 1), loss, c.lr, norm, s * 1e3,
+                   static_cast<long long>(mem.high_water.load()));
+    if (lead && ((step + 1) % log_every == 0 || step == 0 || step + 1 == steps)) {
+      double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+      double eta = elapsed / static_cast<double>(step + 1) * static_cast<double>(steps - step - 1);
+      std::printf(
+          "step %*lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %s tok/s | mem "
+          "%.2f MiB | eta %s\n",
+          static_cast<int>(std::to_string(steps).size()), static_cast<long long>(step + 1),
+          static_cast<long long>(steps), loss, c.lr, norm, s * 1e3,
+          with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / s)).c_str(),
+          mib(mem.high_water.load()), duration(eta).c_str());
+      std::fflush(stdout);
+    }
+  }
+  streams_stop(exec);
+  if (metrics) std::fclose(metrics);
+
+  int64_t allocations = g_step_allocations.load(), max_allocations = 0, max_high_water = 0;
+  MPI_CHECK(MPI_Allreduce(&allocations, &max_allocations, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allreduce(&high_water, &max_high_water, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
+  if (lead && steps > 0) {
+    double per_step = timed_steps ? timed_s / static_cast<double>(timed_steps) : total_s;
+    std::printf(
+        "done: %lld steps in %.1f s | loss %.4f -> %.4f | %.1f ms/step | %s tok/s | peak "
+        "%.2f MiB of %.2f MiB planned | %lld allocations in steps\n",
+        static_cast<long long>(steps), total_s, first_loss, last_loss, per_step * 1e3,
+        with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / per_step)).c_str(),
+        mib(max_high_water), mib(p.planned_live_peak_bytes),
+        static_cast<long long>(max_allocations));
+  }
+  if (max_high_water > p.planned_live_peak_bytes)
+    throw std::runtime_error(
+        fmt::format("internal error: measured peak {} bytes exceeds the plan's {}", max_high_water,
+                    p.planned_live_peak_bytes));
+
+  if (!o.trace.empty() && steps > 0) {
+    std::vector<int64_t> mine = trace_start;
+    mine.insert(mine.end(), trace_end.begin(), trace_end.end());
+    std::vector<int64_t> all(lead ? mine.size() * static_cast<size_t>(p.world) : 0);
+    MPI_CHECK(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(),
+                         static_cast<int>(mine.size()), MPI_INT64_T, 0, MPI_COMM_WORLD));
+    if (lead) {
+      std::vector<std::vector<int64_t>> starts, ends;
+      const size_t n = static_cast<size_t>(p.op_count);
+      for (int64_t r = 0; r < p.world; ++r) {
+        auto base = all.begin() + static_cast<ptrdiff_t>(r * 2 * n);
+        starts.emplace_back(base, base + static_cast<ptrdiff_t>(n));
+        ends.emplace_back(base + static_cast<ptrdiff_t>(n), base + static_cast<ptrdiff_t>(2 * n));
+      }
+      std::ofstream f(o.trace);
+      if (!f) throw runtime_error(fmt::format("cannot write {}", o.trace));
+      f << trace_json(p, trace_step, starts, ends);
+      std::printf(
+          "trace: step %lld of %lld ranks written to %s (communication hidden behind "
+          "compute: %.0f%%)\n",
+          static_cast<long long>(trace_step + 1), static_cast<long long>(p.world), o.trace.c_str(),
+          100 * trace_hidden_comm_fraction(p, starts, ends));
+    }
+  }
+  if (!o.save.empty()) {
+    weights_save(c, o.save, steps);
+    if (lead)
+      std::printf("saved %s (%s params, F32, Hugging Face GPT-2 names)\n", o.save.c_str(),
+                  with_commas(p.params).c_str());
+  }
+  std::fflush(stdout);
+  comm_destroy(c.comms);
+  arena_destroy(mem);
+  return 0;
+}
+
+}  // namespace
+
+int train_main(const program& p, int argc, char** argv) {
+  CLI::App app{fmt::format("Trains {} as planned by fsdpgen from {}.", p.model_name, p.spec_path)};
+  options o;
+  app.add_option("--steps", o.steps, "training steps (default: the spec's)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--data", o.data, "synthetic, a text file, or an llm.c .bin token file");
+  app.add_option("--init-from", o.init_from, "load weights from a safetensors file (GPT-2 names)");
+  app.add_option("--save", o.save, "write the final weights as safetensors (GPT-2 names)");
+  app.add_option("--trace", o.trace, "write the measured timeline of one step (Chrome trace)");
+  app.add_option("--trace-step", o.trace_step, "the 0-based step to trace (default 2)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--print-schedule", o.print_schedule, "print the static schedule and exit");
+  app.add_option("--seed", o.seed, "initialization seed (default: the spec's)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--log-every", o.log_every, "log every N steps (default: the spec's)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--metrics", o.metrics, "write one JSON line per step (rank 0)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (o.print_schedule) {
+    std::fputs(p.schedule_text, stdout);
+    return 0;
+  }
+  if (o.trace_step >= 0 && o.trace_step >= (o.steps >= 0 ? o.steps : p.steps)) {
+    std::fprintf(stderr, "error: --trace-step %lld is not below the number of steps\n",
+                 static_cast<long long>(o.trace_step));
+    return 2;
+  }
+  launch_info li = launch_init(p, argc, argv);
+  try {
+    run(p, o, li);
+  } catch (const agreed_error& e) {
+    if (e.own || li.rank == 0)
+      std::fprintf(stderr, "rank %lld: error: %s\n", static_cast<long long>(li.rank), e.what());
+    launch_finalize();
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %lld: error: %s\n", static_cast<long long>(li.rank), e.what());
+    std::fflush(stderr);
+    if (li.world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    launch_finalize();
+    return 1;
+  }
+  launch_finalize();
+  return 0;
+}

@@ -1,0 +1,433 @@
+// Gpt2Test: runtime/gpt2.h's layouts (byte sizes, tensor offsets) and its
+// block, head and a tiny whole model (embed, 2 blocks, tied head) against the
+// double-precision reference of Reference.h, gradients against finite
+// differences of the reference loss.
+#include <algorithm>
+#include <cstddef>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "Reference.h"
+#include "runtime/gpt2.h"
+
+using ref::load;
+using ref::quantize;
+using ref::random_vec;
+using ref::store;
+using ref::vec;
+
+namespace {
+
+// Tolerances (|got - want| <= atol + rtol * |want|) for fp32 runs of whole
+// layers: each output passes through ~10 kernels with fp32 sums of up to
+// F = 64 terms; measured errors are at most 1.4e-6, so 1e-4 leaves a wide
+// margin while still catching any wrong term (those err by ~1e-1). Gradients
+// are compared with central differences in double (exact to ~1e-9).
+constexpr double kLayerAtol = 1e-4, kLayerRtol = 1e-4;
+
+const ref::dims kDims{2, 8, 16, 4, 64, 50};  // B, T, C, H, F, V
+
+gpt2_dims to_gpt2(const ref::dims& d) {
+  return gpt2_dims{d.B, d.T, d.C, d.H, d.F, d.V};
+}
+
+int64_t round_up16(int64_t x) {
+  return (x + 15) / 16 * 16;
+}
+
+// Elements of each block tensor, in the runtime's order.
+std::vector<int64_t> block_tensor_elems(const ref::dims& d) {
+  const int64_t C = d.C, F = d.F;
+  return {C, C, C * 3 * C, 3 * C, C * C, C, C, C, C * F, F, F * C, C};
+}
+
+int64_t block_flat_elems(const ref::dims& d) {
+  int64_t n = 0;
+  for (int64_t e : block_tensor_elems(d))
+    n = round_up16(n + e);
+  return n;
+}
+
+template <class G>
+std::vector<G*> block_pointers(const gpt2_block_grads<G>& g) {
+  return {g.ln1_w, g.ln1_b, g.qkv_w, g.qkv_b, g.proj_w, g.proj_b,
+          g.ln2_w, g.ln2_b, g.fc_w,  g.fc_b,  g.fc2_w,  g.fc2_b};
+}
+
+// A block's flat parameter (or gradient) buffer holding p, laid out by gpt2_block_grads_at.
+template <class T>
+std::vector<T> block_flat(const ref::block_params& p, const ref::dims& d) {
+  std::vector<T> flat(block_flat_elems(d), from_float<T>(0.0f));
+  const auto ptrs = block_pointers(gpt2_block_grads_at<T>(flat.data(), to_gpt2(d)));
+  const auto& tensors = ref::block_tensors();
+  for (size_t i = 0; i < tensors.size(); i++) {
+    const vec& v = p.*tensors[i].member;
+    for (size_t j = 0; j < v.size(); j++)
+      ptrs[i][j] = from_float<T>(static_cast<float>(v[j]));
+  }
+  return flat;
+}
+
+// The block tensors of a flat buffer, as doubles.
+template <class T>
+ref::block_params block_unflat(std::vector<T>& flat, const ref::dims& d) {
+  const auto ptrs = block_pointers(gpt2_block_grads_at<T>(flat.data(), to_gpt2(d)));
+  const auto elems = block_tensor_elems(d);
+  ref::block_params p;
+  for (size_t i = 0; i < ptrs.size(); i++)
+    p.*ref::block_tensors()[i].member = load(ptrs[i], elems[i]);
+  return p;
+}
+
+template <class T>
+ref::block_params quantize_block(const ref::block_params& p, const ref::dims& d) {
+  auto flat = block_flat<T>(p, d);
+  return block_unflat(flat, d);
+}
+
+// A byte buffer of exactly `bytes` followed by a guard that must stay intact:
+// the kernels write nothing outside the planned sizes.
+class guarded_buffer {
+ public:
+  explicit guarded_buffer(int64_t bytes) : bytes_(bytes), buf_(bytes + kGuard, kPattern) {}
+  std::byte* data() { return buf_.data(); }
+  bool guard_intact() const {
+    for (int64_t i = bytes_; i < bytes_ + kGuard; i++)
+      if (buf_[i] != kPattern) return false;
+    return true;
+  }
+
+ private:
+  static constexpr int64_t kGuard = 256;
+  static constexpr std::byte kPattern{0xa5};
+  int64_t bytes_;
+  std::vector<std::byte> buf_;
+};
+
+gemm_workspace workspace() {
+  static std::vector<float> buf(kCpuGemmWorkspaceBytes / sizeof(float));
+  return gemm_workspace{buf.data(), static_cast<int64_t>(buf.size())};
+}
+
+// Finite-difference check of `sample` elements (all when the tensor is small)
+// of x against the analytic gradient `got` (same length as x).
+void check_sampled_grad(const std::string& what, const vec& got, const vec& x,
+                        const std::function<double(const vec&)>& loss, std::mt19937& rng,
+                        double atol = kLayerAtol, double rtol = kLayerRtol) {
+  const int64_t n = static_cast<int64_t>(x.size()), sample = 16;
+  std::vector<int64_t> idx;
+  if (n <= 64) {
+    for (int64_t i = 0; i < n; i++)
+      idx.push_back(i);
+  } else {
+    std::uniform_int_distribution<int64_t> u(0, n - 1);
+    for (int64_t i = 0; i < sample; i++)
+      idx.push_back(u(rng));
+  }
+  vec want, have, xp = x;
+  const double h = 1e-5;
+  for (int64_t i : idx) {
+    xp[i] = x[i] + h;
+    const double up = loss(xp);
+    xp[i] = x[i] - h;
+    const double down = loss(xp);
+    xp[i] = x[i];
+    want.push_back((up - down) / (2 * h));
+    have.push_back(got[i]);
+  }
+  ref::expect_close(what, have, want, atol, rtol);
+}
+
+// One block run on T storage with G gradients: forward from x, backward from dout.
+struct block_run {
+  vec out, dinput;
+  ref::block_params grads;
+  bool guards_intact;
+};
+template <class T, class G>
+block_run run_block(const ref::block_params& p, const vec& x, const vec& dout, const ref::dims& d) {
+  const gpt2_dims gd = to_gpt2(d);
+  auto params = block_flat<T>(p, d);
+  std::vector<G> grads(block_flat_elems(d), from_float<G>(0.0f));
+  guarded_buffer saved(gpt2_block_saved_bytes(gd, sizeof(T)));
+  guarded_buffer scratch(gpt2_backward_scratch_bytes(gd, sizeof(T)));
+  const auto s = gpt2_block_saved_at<T>(saved.data(), gd);
+  const auto sc = gpt2_backward_scratch_at<T>(scratch.data(), gd);
+  const auto xs = store<T>(x), douts = store<T>(dout);
+  std::copy(xs.begin(), xs.end(), s.input);
+  std::vector<T> out(d.N() * d.C);
+  const auto bp = gpt2_block_params_at<T>(params.data(), gd);
+  gpt2_block_forward(out.data(), bp, s, gd, workspace());
+  std::copy(douts.begin(), douts.end(), sc.dres);
+  gpt2_block_backward(gpt2_block_grads_at<G>(grads.data(), gd), bp, s, sc, gd, workspace());
+  return {load(out), load(sc.dres, d.N() * d.C), block_unflat(grads, d),
+          saved.guard_intact() && scratch.guard_intact()};
+}
+
+TEST(Gpt2Layout, SizesMatchFormulas) {
+  for (const ref::dims& d : {kDims, ref::dims{3, 5, 20, 5, 80, 7}}) {
+    const gpt2_dims gd = to_gpt2(d);
+    const int64_t N = d.N(), C = d.C, F = d.F, H = d.H, T = d.T;
+    for (int64_t a : {2, 4}) {
+      EXPECT_EQ(gpt2_block_saved_bytes(gd, a), N * (16 + a * (8 * C + 2 * F + H * T)));
+      EXPECT_EQ(gpt2_final_norm_saved_bytes(gd, a), N * (8 + a * 2 * C));
+      EXPECT_EQ(gpt2_backward_scratch_bytes(gd, a), N * a * (2 * C + std::max(3 * C + H * T, F)));
+    }
+  }
+}
+
+TEST(Gpt2Layout, SavedArraysArePackedInOrder) {
+  const ref::dims d{3, 5, 20, 5, 80, 7};
+  const gpt2_dims gd = to_gpt2(d);
+  const int64_t N = d.N(), C = d.C, F = d.F;
+  std::vector<std::byte> slot(gpt2_block_saved_bytes(gd, 2));
+  std::byte* base = slot.data();
+  const auto s = gpt2_block_saved_at<bf16>(base, gd);
+  auto at = [&](const void* p) { return static_cast<const std::byte*>(p) - base; };
+  const std::vector<int64_t> offsets = {
+      at(s.ln1_mean), at(s.ln1_rstd), at(s.ln2_mean), at(s.ln2_rstd), at(s.input),
+      at(s.ln1),      at(s.qkv),      at(s.attn),     at(s.res2),     at(s.ln2),
+      at(s.fc),       at(s.gelu),     at(s.probs)};
+  const std::vector<int64_t> sizes = {
+      4 * N,     4 * N,     4 * N,     4 * N,     2 * N * C, 2 * N * C,        2 * N * 3 * C,
+      2 * N * C, 2 * N * C, 2 * N * C, 2 * N * F, 2 * N * F, 2 * N * d.H * d.T};
+  int64_t off = 0;
+  for (size_t i = 0; i < sizes.size(); i++) {
+    EXPECT_EQ(offsets[i], off) << "array " << i;
+    off += sizes[i];
+  }
+  EXPECT_EQ(off, gpt2_block_saved_bytes(gd, 2));
+
+  const auto f = gpt2_final_norm_saved_at<float>(base, gd);
+  EXPECT_EQ(at(f.mean), 0);
+  EXPECT_EQ(at(f.rstd), 4 * N);
+  EXPECT_EQ(at(f.input), 8 * N);
+  EXPECT_EQ(at(f.output), 8 * N + 4 * N * C);
+  EXPECT_EQ(8 * N + 8 * N * C, gpt2_final_norm_saved_bytes(gd, 4));
+
+  const auto sc = gpt2_backward_scratch_at<float>(base, gd);
+  EXPECT_EQ(at(sc.dres), 0);
+  EXPECT_EQ(at(sc.dtmp), 4 * N * C);
+  EXPECT_EQ(at(sc.big), 8 * N * C);
+}
+
+TEST(Gpt2Layout, BlockTensorsOn16ElementBoundaries) {
+  const ref::dims d{3, 5, 20, 5, 80, 7};
+  std::vector<float> flat(block_flat_elems(d));
+  const auto p = gpt2_block_params_at<float>(flat.data(), to_gpt2(d));
+  const std::vector<const float*> got = {p.ln1_w, p.ln1_b, p.qkv_w, p.qkv_b, p.proj_w, p.proj_b,
+                                         p.ln2_w, p.ln2_b, p.fc_w,  p.fc_b,  p.fc2_w,  p.fc2_b};
+  const auto g = block_pointers(gpt2_block_grads_at<float>(flat.data(), to_gpt2(d)));
+  // C = 20: ln_1.weight at 0, ln_1.bias at 32, c_attn.weight at 64, c_attn.bias at 1264, ...
+  const std::vector<int64_t> want = {0,    32,   64,   1264, 1328, 1728,
+                                     1760, 1792, 1824, 3424, 3504, 5104};
+  for (size_t i = 0; i < want.size(); i++) {
+    EXPECT_EQ(got[i] - flat.data(), want[i]) << ref::block_tensors()[i].name;
+    EXPECT_EQ(g[i] - flat.data(), want[i]) << ref::block_tensors()[i].name;
+  }
+}
+
+TEST(Gpt2Block, Fp32ForwardAndBackwardMatchReference) {
+  const ref::dims d = kDims;
+  std::mt19937 rng(31);
+  const ref::block_params p = ref::random_block(rng, d);
+  const vec x = random_vec(rng, d.N() * d.C), R = random_vec(rng, d.N() * d.C);
+  const auto run = run_block<float, float>(p, x, R, d);
+  EXPECT_TRUE(run.guards_intact) << "wrote outside the saved slot or the scratch";
+  ref::expect_close("gpt2_block_forward<fp32> out", run.out, ref::block(x, p, d), kLayerAtol,
+                    kLayerRtol);
+  auto loss = [&](const vec& xx, const ref::block_params& pp) {
+    return ref::dot(ref::block(xx, pp, d), R);
+  };
+  check_sampled_grad(
+      "gpt2_block_backward<fp32,fp32> d(input)", run.dinput, x,
+      [&](const vec& v) { return loss(v, p); }, rng);
+  for (const auto& [name, member] : ref::block_tensors()) {
+    check_sampled_grad(
+        std::string("gpt2_block_backward<fp32,fp32> d ") + name, run.grads.*member, p.*member,
+        [&, m = member](const vec& v) {
+          ref::block_params pp = p;
+          pp.*m = v;
+          return loss(x, pp);
+        },
+        rng);
+  }
+}
+
+// bf16 storage (and bf16 gradients) against the fp32 run on the same
+// bf16-representable data: errors relative to each tensor's largest value,
+// ~2^-8 per rounding through a dozen kernels; 5e-2 of the tensor's max.
+TEST(Gpt2Block, Bf16CloseToFp32) {
+  const ref::dims d = kDims;
+  std::mt19937 rng(32);
+  const ref::block_params p = quantize_block<bf16>(ref::random_block(rng, d), d);
+  const vec x = quantize<bf16>(random_vec(rng, d.N() * d.C));
+  const vec R = quantize<bf16>(random_vec(rng, d.N() * d.C));
+  const auto f = run_block<float, float>(p, x, R, d);
+  const auto b = run_block<bf16, bf16>(p, x, R, d);
+  EXPECT_TRUE(b.guards_intact);
+  auto close = [](const std::string& what, const vec& got, const vec& want) {
+    double mx = 0.0;
+    for (double v : want)
+      mx = std::max(mx, std::abs(v));
+    ref::expect_close(what, got, want, 5e-2 * mx, 0.0);
+  };
+  close("gpt2_block_forward<bf16> vs fp32: out", b.out, f.out);
+  close("gpt2_block_backward<bf16,bf16> vs fp32: d(input)", b.dinput, f.dinput);
+  for (const auto& [name, member] : ref::block_tensors())
+    close(std::string("gpt2_block_backward<bf16,bf16> vs fp32: d ") + name, b.grads.*member,
+          f.grads.*member);
+}
+
+// Final norm, head and loss: losses, and the gradients of dloss_scale * sum(losses).
+template <class T>
+class Gpt2Head : public ::testing::Test {};
+struct StorageTypeNames {
+  template <class T>
+  static std::string GetName(int) {
+    return ref::type_name<T>();
+  }
+};
+using StorageTypes = ::testing::Types<float, bf16>;
+TYPED_TEST_SUITE(Gpt2Head, StorageTypes, StorageTypeNames);
+
+TYPED_TEST(Gpt2Head, LossAndGradientsMatchReference) {
+  using T = TypeParam;
+  // bf16: logits and their gradient are stored in bf16 (2^-9 relative), the
+  // loss is an fp32 sum over V; 2e-2 as for the kernels.
+  const double tol = sizeof(T) == 4 ? kLayerAtol : 2e-2;
+  const ref::dims d = kDims;
+  const gpt2_dims gd = to_gpt2(d);
+  const int64_t N = d.N(), C = d.C, V = d.V;
+  const float dloss_scale = 1.0f / static_cast<float>(N);
+  std::mt19937 rng(33);
+  const vec x = quantize<T>(random_vec(rng, N * C)), w = quantize<T>(random_vec(rng, V * C));
+  const vec lnf_w = quantize<T>(random_vec(rng, C, 0.2, 1.0)),
+            lnf_b = quantize<T>(random_vec(rng, C, 0.1));
+  const auto targets = ref::random_tokens(rng, N, static_cast<int32_t>(V));
+  const auto ws = store<T>(w), lw = store<T>(lnf_w), lb = store<T>(lnf_b), xs = store<T>(x);
+  guarded_buffer saved(gpt2_final_norm_saved_bytes(gd, sizeof(T)));
+  guarded_buffer scratch(gpt2_backward_scratch_bytes(gd, sizeof(T)));
+  const auto s = gpt2_final_norm_saved_at<T>(saved.data(), gd);
+  const auto sc = gpt2_backward_scratch_at<T>(scratch.data(), gd);
+  std::copy(xs.begin(), xs.end(), s.input);
+  std::vector<T> logits(N * V);
+  std::vector<float> losses(N);
+  gpt2_head_forward(logits.data(), losses.data(), targets.data(), lw.data(), lb.data(), ws.data(),
+                    s, gd, dloss_scale, workspace());
+  std::vector<T> dlnf_w(C, from_float<T>(0.0f)), dlnf_b(C, from_float<T>(0.0f)),
+      dw(V * C, from_float<T>(0.0f));
+  gpt2_head_backward(dlnf_w.data(), dlnf_b.data(), dw.data(), lw.data(), ws.data(), logits.data(),
+                     s, sc, gd, workspace());
+  EXPECT_TRUE(saved.guard_intact() && scratch.guard_intact());
+  const std::string tag = std::string("gpt2_head<") + ref::type_name<T>() + "> ";
+  const vec y = ref::layernorm(x, lnf_w, lnf_b, N, C);
+  ref::expect_close(tag + "losses", load(losses),
+                    ref::cross_entropy(ref::lm_head(y, w, N, C, V), targets, N, V), tol, tol);
+  auto loss = [&](const vec& xx, const vec& ww, const vec& bb, const vec& hw) {
+    return dloss_scale * ref::head_loss(xx, ww, bb, hw, targets, d);
+  };
+  ref::expect_close(tag + "d(input)", load(sc.dres, N * C),
+                    ref::fd_grad(x, [&](const vec& v) { return loss(v, lnf_w, lnf_b, w); }), tol,
+                    tol);
+  ref::expect_close(tag + "d lnf.weight", load(dlnf_w),
+                    ref::fd_grad(lnf_w, [&](const vec& v) { return loss(x, v, lnf_b, w); }), tol,
+                    tol);
+  ref::expect_close(tag + "d lnf.bias", load(dlnf_b),
+                    ref::fd_grad(lnf_b, [&](const vec& v) { return loss(x, lnf_w, v, w); }), tol,
+                    tol);
+  ref::expect_close(tag + "d head.weight", load(dw),
+                    ref::fd_grad(w, [&](const vec& v) { return loss(x, lnf_w, lnf_b, v); }), tol,
+                    tol);
+}
+
+// Embed, 2 blocks, final norm and the head tied to wte, fp32: the mean loss
+// and the gradients of every tensor (sampled) against the reference model.
+TEST(Gpt2Model, TinyModelLossGradients) {
+  const ref::dims d = kDims;
+  const gpt2_dims gd = to_gpt2(d);
+  const int64_t N = d.N(), C = d.C, V = d.V, L = 2;
+  const float dloss_scale = 1.0f / static_cast<float>(N);
+  std::mt19937 rng(34);
+  const auto tokens = ref::random_tokens(rng, N, static_cast<int32_t>(V));
+  const auto targets = ref::random_tokens(rng, N, static_cast<int32_t>(V));
+  const vec wte = random_vec(rng, V * C, 0.5), wpe = random_vec(rng, d.T * C, 0.5);
+  std::vector<ref::block_params> blocks;
+  for (int64_t l = 0; l < L; l++)
+    blocks.push_back(ref::random_block(rng, d));
+  const vec lnf_w = random_vec(rng, C, 0.2, 1.0), lnf_b = random_vec(rng, C, 0.1);
+  auto model_loss = [&](const vec& te, const vec& pe, const std::vector<ref::block_params>& bs,
+                        const vec& fw, const vec& fb) {
+    vec h = ref::encoder(tokens, te, pe, d.B, d.T, C);
+    for (const auto& b : bs)
+      h = ref::block(h, b, d);
+    return dloss_scale * ref::head_loss(h, fw, fb, te, targets, d);
+  };
+
+  // The runtime: parameters, saved slots, logits and scratch as a generated step lays them out.
+  const auto wte_s = store<float>(wte), wpe_s = store<float>(wpe);
+  const auto lnf_w_s = store<float>(lnf_w), lnf_b_s = store<float>(lnf_b);
+  std::vector<std::vector<float>> params, grads;
+  std::vector<std::vector<std::byte>> slots;
+  for (int64_t l = 0; l < L; l++) {
+    params.push_back(block_flat<float>(blocks[l], d));
+    grads.push_back(std::vector<float>(block_flat_elems(d), 0.0f));
+    slots.emplace_back(gpt2_block_saved_bytes(gd, 4));
+  }
+  std::vector<std::byte> final_slot(gpt2_final_norm_saved_bytes(gd, 4)),
+      scratch_bytes(gpt2_backward_scratch_bytes(gd, 4));
+  const auto fs = gpt2_final_norm_saved_at<float>(final_slot.data(), gd);
+  const auto sc = gpt2_backward_scratch_at<float>(scratch_bytes.data(), gd);
+  auto saved = [&](int64_t l) { return gpt2_block_saved_at<float>(slots[l].data(), gd); };
+  auto bparams = [&](int64_t l) { return gpt2_block_params_at<float>(params[l].data(), gd); };
+  std::vector<float> logits(N * V), losses(N);
+
+  gpt2_embed_forward(saved(0).input, tokens.data(), wte_s.data(), wpe_s.data(), gd);
+  for (int64_t l = 0; l < L; l++)
+    gpt2_block_forward(l + 1 < L ? saved(l + 1).input : fs.input, bparams(l), saved(l), gd,
+                       workspace());
+  gpt2_head_forward(logits.data(), losses.data(), targets.data(), lnf_w_s.data(), lnf_b_s.data(),
+                    wte_s.data(), fs, gd, dloss_scale, workspace());
+  std::vector<float> dwte(V * C, 0.0f), dwpe(d.T * C, 0.0f), dlnf_w(C, 0.0f), dlnf_b(C, 0.0f);
+  gpt2_head_backward(dlnf_w.data(), dlnf_b.data(), dwte.data(), lnf_w_s.data(), wte_s.data(),
+                     logits.data(), fs, sc, gd, workspace());
+  for (int64_t l = L - 1; l >= 0; l--)
+    gpt2_block_backward(gpt2_block_grads_at<float>(grads[l].data(), gd), bparams(l), saved(l), sc,
+                        gd, workspace());
+  gpt2_embed_backward(dwte.data(), dwpe.data(), tokens.data(), sc, gd);
+
+  double loss = 0.0;
+  for (float l : losses)
+    loss += dloss_scale * l;
+  ref::expect_close("tiny model mean loss", {loss}, {model_loss(wte, wpe, blocks, lnf_w, lnf_b)},
+                    kLayerAtol, kLayerRtol);
+  check_sampled_grad(
+      "tiny model d wte (embedding and tied head)", load(dwte), wte,
+      [&](const vec& v) { return model_loss(v, wpe, blocks, lnf_w, lnf_b); }, rng);
+  check_sampled_grad(
+      "tiny model d wpe", load(dwpe), wpe,
+      [&](const vec& v) { return model_loss(wte, v, blocks, lnf_w, lnf_b); }, rng);
+  check_sampled_grad(
+      "tiny model d ln_f.weight", load(dlnf_w), lnf_w,
+      [&](const vec& v) { return model_loss(wte, wpe, blocks, v, lnf_b); }, rng);
+  check_sampled_grad(
+      "tiny model d ln_f.bias", load(dlnf_b), lnf_b,
+      [&](const vec& v) { return model_loss(wte, wpe, blocks, lnf_w, v); }, rng);
+  for (int64_t l = 0; l < L; l++) {
+    const ref::block_params g = block_unflat(grads[l], d);
+    for (const auto& [name, member] : ref::block_tensors()) {
+      check_sampled_grad(
+          "tiny model d h." + std::to_string(l) + "." + name, g.*member, blocks[l].*member,
+          [&, m = member](const vec& v) {
+            auto bs = blocks;
+            bs[l].*m = v;
+            return model_loss(wte, wpe, bs, lnf_w, lnf_b);
+          },
+          rng);
+    }
+  }
+}
+
+}  // namespace

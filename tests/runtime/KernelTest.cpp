@@ -1,0 +1,556 @@
+// KernelTest: gemm and every kernel of runtime/kernels.h against the
+// double-precision reference (Reference.h): forward values, backward against
+// central finite differences of the reference loss sum(out * R) with dout = R,
+// for fp32 and bf16 storage and gradients.
+#include <omp.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "Reference.h"
+#include "runtime/gemm.h"
+#include "runtime/kernels.h"
+
+using ref::load;
+using ref::quantize;
+using ref::random_vec;
+using ref::store;
+using ref::vec;
+
+namespace {
+
+// Tolerances (|got - want| <= atol + rtol * |want|). Inputs are first rounded
+// to the storage type, so the reference sees exactly what the kernel sees.
+//  - fp32 forward: fp32 arithmetic over sums of at most ~100 terms of size ~1
+//    errs by < 1e-6 (measured max 9e-7); 1e-5 leaves a margin.
+//  - fp32 backward: the finite differences (h = 1e-5 in double) are exact to
+//    ~1e-9; the analytic gradient carries fp32 rounding of its sums (measured
+//    max 1.4e-6); 1e-4 allows other BLAS kernels' summation orders.
+//  - bf16: every stored value is rounded to 8 significant bits (relative
+//    2^-9 ~ 2e-3, measured max 3.9e-3 relative to |want| + atol); attention
+//    also stores probabilities and score gradients in bf16, and += into a
+//    bf16 gradient rounds the sum again; 2e-2 absolute and relative (the data
+//    are of unit scale), 5x the worst measured.
+struct tolerance {
+  double atol, rtol;
+};
+template <class T>
+tolerance forward_tol() {
+  return sizeof(T) == 4 ? tolerance{1e-5, 1e-5} : tolerance{2e-2, 2e-2};
+}
+template <class T>
+tolerance backward_tol() {
+  return sizeof(T) == 4 ? tolerance{1e-4, 1e-4} : tolerance{2e-2, 2e-2};
+}
+template <class T, class G>
+tolerance backward_tol() {
+  return sizeof(T) == 4 && sizeof(G) == 4 ? backward_tol<float>() : backward_tol<bf16>();
+}
+
+void expect_close(const std::string& what, const vec& got, const vec& want, tolerance tol) {
+  ref::expect_close(what, got, want, tol.atol, tol.rtol);
+}
+
+template <class T>
+std::string tag(const char* kernel, const char* what) {
+  return std::string(kernel) + "<" + ref::type_name<T>() + "> " + what;
+}
+template <class T, class G>
+std::string tag(const char* kernel, const char* what) {
+  return std::string(kernel) + "<" + ref::type_name<T>() + "," + ref::type_name<G>() + "> " + what;
+}
+
+const gemm_workspace& default_workspace() {
+  static std::vector<float> buf(kCpuGemmWorkspaceBytes / sizeof(float));
+  static const gemm_workspace ws{buf.data(), static_cast<int64_t>(buf.size())};
+  return ws;
+}
+
+// ---------------------------------------------------------------- gemm
+
+template <class A, class B, class C>
+struct gemm_types {
+  using TA = A;
+  using TB = B;
+  using TC = C;
+};
+using GemmTypes = ::testing::Types<gemm_types<float, float, float>, gemm_types<float, float, bf16>,
+                                   gemm_types<float, bf16, float>, gemm_types<float, bf16, bf16>,
+                                   gemm_types<bf16, float, float>, gemm_types<bf16, float, bf16>,
+                                   gemm_types<bf16, bf16, float>, gemm_types<bf16, bf16, bf16>>;
+struct GemmTypeNames {
+  template <class P>
+  static std::string GetName(int) {
+    return std::string(ref::type_name<typename P::TA>()) + "_" + ref::type_name<typename P::TB>() +
+           "_" + ref::type_name<typename P::TC>();
+  }
+};
+template <class P>
+class GemmTest : public ::testing::Test {};
+TYPED_TEST_SUITE(GemmTest, GemmTypes, GemmTypeNames);
+
+// One gemm call on random data with padded leading dimensions, against the
+// double reference; fp32 output to 1e-5 (relative to the sum of |terms|),
+// bf16 output to its rounding 2^-8 of that.
+template <class TA, class TB, class TC>
+void check_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
+                int64_t pad, const gemm_workspace& ws, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, lda = a_cols + pad;
+  const int64_t b_rows = tb ? N : K, b_cols = tb ? K : N, ldb = b_cols + pad;
+  const int64_t ldc = N + pad;
+  const vec a = quantize<TA>(random_vec(rng, a_rows * lda));
+  const vec b = quantize<TB>(random_vec(rng, b_rows * ldb));
+  const vec c0 = quantize<TC>(random_vec(rng, M * ldc));
+  auto A = store<TA>(a);
+  auto B = store<TB>(b);
+  auto C = store<TC>(c0);
+  gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc, ws);
+  vec want = c0, got = load(C), scale(M * ldc, 0.0);
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double s = 0.0, mag = 0.0;
+      for (int64_t k = 0; k < K; k++) {
+        const double x = ta ? a[k * lda + i] : a[i * lda + k];
+        const double y = tb ? b[j * ldb + k] : b[k * ldb + j];
+        s += x * y;
+        mag += std::abs(x * y);
+      }
+      want[i * ldc + j] = alpha * s + beta * c0[i * ldc + j];
+      scale[i * ldc + j] = std::abs(alpha) * mag + std::abs(beta * c0[i * ldc + j]);
+    }
+  // Errors relative to the magnitude of the summed terms; the padding must be untouched.
+  const double rel = sizeof(TC) == 4 ? 1e-5 : 1.0 / 256;
+  vec got_scaled(got.size()), want_scaled(want.size());
+  for (size_t i = 0; i < got.size(); i++) {
+    const double s = scale[i] > 0 ? scale[i] : 1.0;
+    got_scaled[i] = got[i] / s;
+    want_scaled[i] = want[i] / s;
+  }
+  ref::expect_close(std::string("gemm<") + ref::type_name<TA>() + "," + ref::type_name<TB>() + "," +
+                        ref::type_name<TC>() + "> " + (ta ? "T" : "N") + (tb ? "T" : "N") +
+                        " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                        " K=" + std::to_string(K) + " beta=" + std::to_string(beta),
+                    got_scaled, want_scaled, rel, 0.0);
+}
+
+TYPED_TEST(GemmTest, AllTransposesAndBeta) {
+  using P = TypeParam;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.0f, 0.75f})
+        check_gemm<typename P::TA, typename P::TB, typename P::TC>(ta, tb, 7, 9, 11, 1.5f, beta, 3,
+                                                                   default_workspace(), 11);
+}
+
+TYPED_TEST(GemmTest, ManyTilesInSmallWorkspace) {
+  using P = TypeParam;
+  // Room for 16x16x16 tiles only: M, N, K all split, with ragged last tiles.
+  std::vector<float> buf(3 * 16 * 16);
+  const gemm_workspace ws{buf.data(), static_cast<int64_t>(buf.size())};
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      check_gemm<typename P::TA, typename P::TB, typename P::TC>(ta, tb, 37, 45, 53, 0.5f, 0.25f, 2,
+                                                                 ws, 12);
+}
+
+TEST(Gemm, LongDimensionsFitDefaultWorkspace) {
+  check_gemm<bf16, bf16, bf16>(false, true, 3, 2, 50000, 1.0f, 0.0f, 0, default_workspace(), 13);
+  check_gemm<bf16, bf16, bf16>(false, false, 2, 50000, 3, 1.0f, 1.0f, 0, default_workspace(), 14);
+  check_gemm<bf16, float, bf16>(true, false, 9000, 2, 3, 1.0f, 0.0f, 1, default_workspace(), 15);
+}
+
+TEST(Gemm, TooSmallWorkspaceThrows) {
+  std::vector<float> buf(100);
+  const gemm_workspace small{buf.data(), static_cast<int64_t>(buf.size())};
+  std::vector<bf16> a(64 * 64), b(64 * 64), c(64 * 64);
+  try {
+    gemm(false, false, 64, 64, 64, 1.0f, a.data(), 64, b.data(), 64, 0.0f, c.data(), 64, small);
+    FAIL() << "expected std::runtime_error";
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("workspace of 100 floats is too small"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("M=64 N=64 K=64"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(gemm(false, false, 64, 64, 64, 1.0f, a.data(), 64, b.data(), 64, 0.0f, c.data(), 64,
+                    gemm_workspace{}),
+               std::runtime_error);
+  // All-fp32 GEMMs need no workspace.
+  std::vector<float> fa(4, 1.0f), fb(4, 1.0f), fc(4, 0.0f);
+  gemm(false, false, 2, 2, 2, 1.0f, fa.data(), 2, fb.data(), 2, 0.0f, fc.data(), 2,
+       gemm_workspace{});
+  EXPECT_EQ(fc, std::vector<float>(4, 2.0f));
+}
+
+// ---------------------------------------------------------------- kernels
+
+struct StorageTypeNames {
+  template <class T>
+  static std::string GetName(int) {
+    return ref::type_name<T>();
+  }
+};
+template <class T_, class G_>
+struct storage_grad {
+  using T = T_;
+  using G = G_;
+};
+struct StorageGradNames {
+  template <class P>
+  static std::string GetName(int) {
+    return std::string(ref::type_name<typename P::T>()) + "_" + ref::type_name<typename P::G>();
+  }
+};
+
+using StorageTypes = ::testing::Types<float, bf16>;
+template <class T>
+class KernelForward : public ::testing::Test {};
+TYPED_TEST_SUITE(KernelForward, StorageTypes, StorageTypeNames);
+template <class T>
+class KernelBackward : public ::testing::Test {};
+TYPED_TEST_SUITE(KernelBackward, StorageTypes, StorageTypeNames);
+template <class P>
+class KernelParamBackward : public ::testing::Test {};
+using StorageGradTypes = ::testing::Types<storage_grad<float, float>, storage_grad<float, bf16>,
+                                          storage_grad<bf16, float>, storage_grad<bf16, bf16>>;
+TYPED_TEST_SUITE(KernelParamBackward, StorageGradTypes, StorageGradNames);
+
+TYPED_TEST(KernelForward, Encoder) {
+  using T = TypeParam;
+  const int64_t B = 2, T_ = 8, C = 80, V = 10;
+  std::mt19937 rng(1);
+  const auto tokens = ref::random_tokens(rng, B * T_, V);
+  const vec wte = quantize<T>(random_vec(rng, V * C)), wpe = quantize<T>(random_vec(rng, T_ * C));
+  auto wte_s = store<T>(wte), wpe_s = store<T>(wpe);
+  std::vector<T> out(B * T_ * C);
+  encoder_forward(out.data(), tokens.data(), wte_s.data(), wpe_s.data(), B, T_, C);
+  expect_close(tag<T>("encoder_forward", "out"), load(out),
+               ref::encoder(tokens, wte, wpe, B, T_, C), forward_tol<T>());
+}
+
+TYPED_TEST(KernelForward, Layernorm) {
+  using T = TypeParam;
+  const int64_t N = 6, C = 80;
+  std::mt19937 rng(2);
+  const vec x = quantize<T>(random_vec(rng, N * C, 2.0, 0.5));
+  const vec w = quantize<T>(random_vec(rng, C, 0.3, 1.0)), b = quantize<T>(random_vec(rng, C, 0.2));
+  auto xs = store<T>(x), ws = store<T>(w), bs = store<T>(b);
+  std::vector<T> out(N * C);
+  std::vector<float> mean(N), rstd(N);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), xs.data(), ws.data(), bs.data(), N, C);
+  vec want_mean, want_rstd;
+  const vec want = ref::layernorm(x, w, b, N, C, &want_mean, &want_rstd);
+  expect_close(tag<T>("layernorm_forward", "out"), load(out), want, forward_tol<T>());
+  // The statistics are fp32 whatever T is.
+  expect_close(tag<T>("layernorm_forward", "mean"), load(mean), want_mean, forward_tol<float>());
+  expect_close(tag<T>("layernorm_forward", "rstd"), load(rstd), want_rstd, forward_tol<float>());
+}
+
+TYPED_TEST(KernelForward, Matmul) {
+  using T = TypeParam;
+  const int64_t N = 12, IC = 24, OC = 40;
+  std::mt19937 rng(3);
+  const vec x = quantize<T>(random_vec(rng, N * IC)), w = quantize<T>(random_vec(rng, IC * OC));
+  const vec bias = quantize<T>(random_vec(rng, OC));
+  auto xs = store<T>(x), ws = store<T>(w), bs = store<T>(bias);
+  std::vector<T> out(N * OC);
+  matmul_forward(out.data(), xs.data(), ws.data(), bs.data(), N, IC, OC, default_workspace());
+  expect_close(tag<T>("matmul_forward", "out"), load(out), ref::matmul(x, w, bias, N, IC, OC),
+               forward_tol<T>());
+  matmul_forward(out.data(), xs.data(), ws.data(), static_cast<const T*>(nullptr), N, IC, OC,
+                 default_workspace());
+  expect_close(tag<T>("matmul_forward", "out (no bias)"), load(out),
+               ref::matmul(x, w, {}, N, IC, OC), forward_tol<T>());
+}
+
+TYPED_TEST(KernelForward, LmHead) {
+  using T = TypeParam;
+  const int64_t N = 12, C = 16, V = 50;
+  std::mt19937 rng(4);
+  const vec x = quantize<T>(random_vec(rng, N * C)), w = quantize<T>(random_vec(rng, V * C));
+  auto xs = store<T>(x), ws = store<T>(w);
+  std::vector<T> logits(N * V);
+  lm_head_forward(logits.data(), xs.data(), ws.data(), N, C, V, default_workspace());
+  expect_close(tag<T>("lm_head_forward", "logits"), load(logits), ref::lm_head(x, w, N, C, V),
+               forward_tol<T>());
+}
+
+TYPED_TEST(KernelForward, Attention) {
+  using T = TypeParam;
+  const int64_t B = 2, T_ = 8, C = 16, H = 4;
+  std::mt19937 rng(5);
+  const vec qkv = quantize<T>(random_vec(rng, B * T_ * 3 * C, 1.5));
+  auto qkv_s = store<T>(qkv);
+  std::vector<T> out(B * T_ * C), probs(B * H * T_ * T_, from_float<T>(7.0f));
+  attention_forward(out.data(), probs.data(), qkv_s.data(), B, T_, C, H);
+  vec want_probs;
+  const vec want = ref::attention(qkv, B, T_, C, H, &want_probs);
+  expect_close(tag<T>("attention_forward", "out"), load(out), want, forward_tol<T>());
+  expect_close(tag<T>("attention_forward", "probs"), load(probs), want_probs, forward_tol<T>());
+  for (int64_t bh = 0; bh < B * H; bh++)
+    for (int64_t t = 0; t < T_; t++)
+      for (int64_t u = t + 1; u < T_; u++)
+        ASSERT_EQ(to_float(probs[(bh * T_ + t) * T_ + u]), 0.0f) << "probs above the diagonal";
+}
+
+TYPED_TEST(KernelForward, Gelu) {
+  using T = TypeParam;
+  const int64_t n = 200;
+  std::mt19937 rng(6);
+  const vec x = quantize<T>(random_vec(rng, n, 4.0));
+  auto xs = store<T>(x);
+  std::vector<T> out(n);
+  gelu_forward(out.data(), xs.data(), n);
+  expect_close(tag<T>("gelu_forward", "out"), load(out), ref::gelu(x), forward_tol<T>());
+}
+
+TYPED_TEST(KernelForward, Residual) {
+  using T = TypeParam;
+  const int64_t n = 100;
+  std::mt19937 rng(7);
+  const vec a = quantize<T>(random_vec(rng, n)), b = quantize<T>(random_vec(rng, n));
+  auto as = store<T>(a), bs = store<T>(b);
+  std::vector<T> out(n);
+  residual_forward(out.data(), as.data(), bs.data(), n);
+  expect_close(tag<T>("residual_forward", "out"), load(out), ref::add(a, b), forward_tol<T>());
+  residual_forward(as.data(), as.data(), bs.data(), n);  // in place
+  expect_close(tag<T>("residual_forward", "out (in place)"), load(as), ref::add(a, b),
+               forward_tol<T>());
+}
+
+TYPED_TEST(KernelForward, CrossEntropyLosses) {
+  using T = TypeParam;
+  const int64_t N = 16, V = 50;
+  std::mt19937 rng(8);
+  const vec logits = quantize<T>(random_vec(rng, N * V, 3.0));
+  const auto targets = ref::random_tokens(rng, N, V);
+  auto ls = store<T>(logits);
+  std::vector<float> losses(N);
+  cross_entropy_fused(ls.data(), losses.data(), targets.data(), N, V, 1.0f);
+  // Losses are fp32 computed from exact inputs, whatever T is.
+  expect_close(tag<T>("cross_entropy_fused", "losses"), load(losses),
+               ref::cross_entropy(logits, targets, N, V), forward_tol<float>());
+}
+
+TYPED_TEST(KernelParamBackward, Encoder) {
+  using T = typename TypeParam::T;
+  using G = typename TypeParam::G;
+  const int64_t B = 2, T_ = 8, C = 80, V = 10;  // 16 tokens of 10: ids repeat
+  std::mt19937 rng(21);
+  const auto tokens = ref::random_tokens(rng, B * T_, V);
+  const vec wte = random_vec(rng, V * C), wpe = random_vec(rng, T_ * C);
+  const vec R = quantize<T>(random_vec(rng, B * T_ * C));
+  const vec gwte = ref::fd_grad(
+      wte, [&](const vec& v) { return ref::dot(ref::encoder(tokens, v, wpe, B, T_, C), R); });
+  const vec gwpe = ref::fd_grad(
+      wpe, [&](const vec& v) { return ref::dot(ref::encoder(tokens, wte, v, B, T_, C), R); });
+  const vec prior_wte = quantize<G>(random_vec(rng, V * C)),
+            prior_wpe = quantize<G>(random_vec(rng, T_ * C));
+  auto dwte = store<G>(prior_wte), dwpe = store<G>(prior_wpe);
+  auto dout = store<T>(R);
+  encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T_, C);
+  expect_close(tag<T, G>("encoder_backward", "dwte"), load(dwte), ref::add(prior_wte, gwte),
+               backward_tol<T, G>());
+  expect_close(tag<T, G>("encoder_backward", "dwpe"), load(dwpe), ref::add(prior_wpe, gwpe),
+               backward_tol<T, G>());
+}
+
+TYPED_TEST(KernelParamBackward, Layernorm) {
+  using T = typename TypeParam::T;
+  using G = typename TypeParam::G;
+  const int64_t N = 6, C = 80;
+  std::mt19937 rng(22);
+  const vec x = quantize<T>(random_vec(rng, N * C, 2.0, 0.5));
+  const vec w = quantize<T>(random_vec(rng, C, 0.3, 1.0)), b = quantize<T>(random_vec(rng, C, 0.2));
+  const vec R = quantize<T>(random_vec(rng, N * C));
+  auto loss = [&](const vec& xx, const vec& ww, const vec& bb) {
+    return ref::dot(ref::layernorm(xx, ww, bb, N, C), R);
+  };
+  const vec gx = ref::fd_grad(x, [&](const vec& v) { return loss(v, w, b); });
+  const vec gw = ref::fd_grad(w, [&](const vec& v) { return loss(x, v, b); });
+  const vec gb = ref::fd_grad(b, [&](const vec& v) { return loss(x, w, v); });
+  auto xs = store<T>(x), ws = store<T>(w), bs = store<T>(b), dout = store<T>(R);
+  std::vector<T> out(N * C);
+  std::vector<float> mean(N), rstd(N);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), xs.data(), ws.data(), bs.data(), N, C);
+  for (bool accumulate : {false, true}) {
+    // Without accumulate, dinp's old contents (garbage here) must not matter.
+    const vec prior_x = quantize<T>(random_vec(rng, N * C, 5.0));
+    const vec prior_w = quantize<G>(random_vec(rng, C)), prior_b = quantize<G>(random_vec(rng, C));
+    auto dinp = store<T>(prior_x);
+    auto dw = store<G>(prior_w), db = store<G>(prior_b);
+    layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), xs.data(), ws.data(),
+                       mean.data(), rstd.data(), N, C, accumulate);
+    const char* what = accumulate ? "dinp (accumulate)" : "dinp";
+    expect_close(tag<T, G>("layernorm_backward", what), load(dinp),
+                 accumulate ? ref::add(prior_x, gx) : gx, backward_tol<T>());
+    expect_close(tag<T, G>("layernorm_backward", "dweight"), load(dw), ref::add(prior_w, gw),
+                 backward_tol<T, G>());
+    expect_close(tag<T, G>("layernorm_backward", "dbias"), load(db), ref::add(prior_b, gb),
+                 backward_tol<T, G>());
+  }
+}
+
+TYPED_TEST(KernelParamBackward, Matmul) {
+  using T = typename TypeParam::T;
+  using G = typename TypeParam::G;
+  const int64_t N = 12, IC = 24, OC = 40;
+  std::mt19937 rng(23);
+  const vec x = quantize<T>(random_vec(rng, N * IC)), w = quantize<T>(random_vec(rng, IC * OC));
+  const vec bias = quantize<T>(random_vec(rng, OC)), R = quantize<T>(random_vec(rng, N * OC));
+  auto loss = [&](const vec& xx, const vec& ww, const vec& bb) {
+    return ref::dot(ref::matmul(xx, ww, bb, N, IC, OC), R);
+  };
+  const vec gx = ref::fd_grad(x, [&](const vec& v) { return loss(v, w, bias); });
+  const vec gw = ref::fd_grad(w, [&](const vec& v) { return loss(x, v, bias); });
+  const vec gb = ref::fd_grad(bias, [&](const vec& v) { return loss(x, w, v); });
+  auto xs = store<T>(x), ws = store<T>(w), dout = store<T>(R);
+  const vec prior_w = quantize<G>(random_vec(rng, IC * OC)),
+            prior_b = quantize<G>(random_vec(rng, OC));
+  auto dinp = store<T>(random_vec(rng, N * IC, 5.0));
+  auto dw = store<G>(prior_w), db = store<G>(prior_b);
+  matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), xs.data(), ws.data(), N, IC, OC,
+                  default_workspace());
+  expect_close(tag<T, G>("matmul_backward", "dinp"), load(dinp), gx, backward_tol<T>());
+  expect_close(tag<T, G>("matmul_backward", "dweight"), load(dw), ref::add(prior_w, gw),
+               backward_tol<T, G>());
+  expect_close(tag<T, G>("matmul_backward", "dbias"), load(db), ref::add(prior_b, gb),
+               backward_tol<T, G>());
+  // Without dinp and dbias only dweight changes (+= again).
+  matmul_backward(static_cast<T*>(nullptr), dw.data(), static_cast<G*>(nullptr), dout.data(),
+                  xs.data(), ws.data(), N, IC, OC, default_workspace());
+  expect_close(tag<T, G>("matmul_backward", "dweight (twice)"), load(dw),
+               ref::add(ref::add(prior_w, gw), gw), backward_tol<T, G>());
+}
+
+TYPED_TEST(KernelParamBackward, LmHead) {
+  using T = typename TypeParam::T;
+  using G = typename TypeParam::G;
+  const int64_t N = 12, C = 16, V = 50;
+  std::mt19937 rng(24);
+  const vec x = quantize<T>(random_vec(rng, N * C)), w = quantize<T>(random_vec(rng, V * C));
+  const vec R = quantize<T>(random_vec(rng, N * V));
+  const vec gx =
+      ref::fd_grad(x, [&](const vec& v) { return ref::dot(ref::lm_head(v, w, N, C, V), R); });
+  const vec gw =
+      ref::fd_grad(w, [&](const vec& v) { return ref::dot(ref::lm_head(x, v, N, C, V), R); });
+  auto xs = store<T>(x), ws = store<T>(w), dlogits = store<T>(R);
+  const vec prior_w = quantize<G>(random_vec(rng, V * C));
+  auto dx = store<T>(random_vec(rng, N * C, 5.0));
+  auto dw = store<G>(prior_w);
+  lm_head_backward(dx.data(), dw.data(), dlogits.data(), xs.data(), ws.data(), N, C, V,
+                   default_workspace());
+  expect_close(tag<T, G>("lm_head_backward", "dx"), load(dx), gx, backward_tol<T>());
+  expect_close(tag<T, G>("lm_head_backward", "dw"), load(dw), ref::add(prior_w, gw),
+               backward_tol<T, G>());
+}
+
+TYPED_TEST(KernelBackward, Attention) {
+  using T = TypeParam;
+  const int64_t B = 2, T_ = 8, C = 16, H = 4;
+  std::mt19937 rng(25);
+  const vec qkv = quantize<T>(random_vec(rng, B * T_ * 3 * C, 1.5));
+  const vec R = quantize<T>(random_vec(rng, B * T_ * C));
+  const vec gqkv =
+      ref::fd_grad(qkv, [&](const vec& v) { return ref::dot(ref::attention(v, B, T_, C, H), R); });
+  auto qkv_s = store<T>(qkv), dout = store<T>(R);
+  std::vector<T> out(B * T_ * C), probs(B * H * T_ * T_), dprobs(B * H * T_ * T_);
+  attention_forward(out.data(), probs.data(), qkv_s.data(), B, T_, C, H);
+  auto dqkv = store<T>(random_vec(rng, B * T_ * 3 * C, 5.0));
+  attention_backward(dqkv.data(), dprobs.data(), dout.data(), qkv_s.data(), probs.data(), B, T_, C,
+                     H);
+  expect_close(tag<T>("attention_backward", "dqkv"), load(dqkv), gqkv, backward_tol<T>());
+}
+
+TYPED_TEST(KernelBackward, Gelu) {
+  using T = TypeParam;
+  const int64_t n = 200;
+  std::mt19937 rng(26);
+  const vec x = quantize<T>(random_vec(rng, n, 4.0)), R = quantize<T>(random_vec(rng, n));
+  const vec gx = ref::fd_grad(x, [&](const vec& v) { return ref::dot(ref::gelu(v), R); });
+  auto xs = store<T>(x), dout = store<T>(R);
+  std::vector<T> dinp(n);
+  gelu_backward(dinp.data(), xs.data(), dout.data(), n);
+  expect_close(tag<T>("gelu_backward", "dinp"), load(dinp), gx, backward_tol<T>());
+  gelu_backward(dout.data(), xs.data(), dout.data(), n);  // in place
+  expect_close(tag<T>("gelu_backward", "dinp (in place)"), load(dout), gx, backward_tol<T>());
+}
+
+TYPED_TEST(KernelBackward, CrossEntropy) {
+  using T = TypeParam;
+  const int64_t N = 16, V = 50;
+  const float dloss_scale = 0.37f;
+  std::mt19937 rng(27);
+  const vec logits = quantize<T>(random_vec(rng, N * V, 3.0));
+  const auto targets = ref::random_tokens(rng, N, V);
+  const vec g = ref::fd_grad(logits, [&](const vec& v) {
+    double s = 0.0;
+    for (double l : ref::cross_entropy(v, targets, N, V))
+      s += dloss_scale * l;
+    return s;
+  });
+  auto ls = store<T>(logits);
+  std::vector<float> losses(N);
+  cross_entropy_fused(ls.data(), losses.data(), targets.data(), N, V, dloss_scale);
+  expect_close(tag<T>("cross_entropy_fused", "dlogits"), load(ls), g, backward_tol<T>());
+}
+
+// Every non-GEMM kernel gives bit-identical results on 1 and 4 threads, on
+// shapes large enough to take the parallel paths: no races, and sums whose
+// order does not depend on the thread count.
+TYPED_TEST(KernelParamBackward, ThreadCountInvariant) {
+  using T = typename TypeParam::T;
+  using G = typename TypeParam::G;
+  const int64_t B = 4, T_ = 32, C = 128, H = 4, V = 20, N = B * T_;
+  std::mt19937 rng(28);
+  const auto tokens = ref::random_tokens(rng, N, V);
+  const auto x = store<T>(random_vec(rng, N * C)), qkv = store<T>(random_vec(rng, N * 3 * C));
+  const auto wte = store<T>(random_vec(rng, V * C)), wpe = store<T>(random_vec(rng, T_ * C));
+  const auto w = store<T>(random_vec(rng, C, 0.2, 1.0)), b = store<T>(random_vec(rng, C));
+  const auto dout = store<T>(random_vec(rng, N * C)),
+             logits = store<T>(random_vec(rng, N * V, 3.0));
+  auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    std::vector<vec> r;
+    std::vector<T> out(N * C), attn(N * C), probs(B * H * T_ * T_), dprobs(probs.size()),
+        dqkv(N * 3 * C), dx(N * C), ce = logits;
+    std::vector<G> dwte(V * C), dwpe(T_ * C), dw(C), db(C);
+    std::vector<float> mean(N), rstd(N), losses(N);
+    encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T_, C);
+    r.push_back(load(out));
+    encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T_, C);
+    r.push_back(load(dwte));
+    r.push_back(load(dwpe));
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    r.push_back(load(out));
+    layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
+                       mean.data(), rstd.data(), N, C, false);
+    r.push_back(load(dx));
+    r.push_back(load(dw));
+    r.push_back(load(db));
+    attention_forward(attn.data(), probs.data(), qkv.data(), B, T_, C, H);
+    r.push_back(load(attn));
+    attention_backward(dqkv.data(), dprobs.data(), dout.data(), qkv.data(), probs.data(), B, T_, C,
+                       H);
+    r.push_back(load(dqkv));
+    gelu_forward(out.data(), x.data(), N * C);
+    r.push_back(load(out));
+    gelu_backward(out.data(), x.data(), dout.data(), N * C);
+    r.push_back(load(out));
+    residual_forward(out.data(), x.data(), dout.data(), N * C);
+    r.push_back(load(out));
+    cross_entropy_fused(ce.data(), losses.data(), tokens.data(), N, V, 0.5f);
+    r.push_back(load(ce));
+    r.push_back(load(losses));
+    return r;
+  };
+  const int saved = omp_get_max_threads();
+  const auto one = run(1), four = run(4);
+  omp_set_num_threads(saved);
+  ASSERT_EQ(one.size(), four.size());
+  for (size_t i = 0; i < one.size(); i++)
+    EXPECT_EQ(one[i], four[i]) << "result " << i;
+}
+
+}  // namespace
