@@ -475,12 +475,19 @@ class Writer {
     return out;
   }
 
+  // The gradient shard an op reads: on one rank without communication the
+  // unit's fp32 unsharded gradient is the shard.
+  int grad_shard_of(const Op& op) const {
+    int b = use(op, BufferKind::GradShard);
+    return b >= 0 ? b : use(op, BufferKind::UnshardedGrads);
+  }
+
   std::string optimizer(const Op& op) const {
     return fmt::format("  step_optimizer(c, {}, {}, {}, {}, {});\n", op.unit,
                        bytes_ptr(use(op, BufferKind::ParamShard)),
                        ptr(use(op, BufferKind::MasterWeights), "float"),
                        ptr(use(op, BufferKind::OptimizerState), "float"),
-                       bytes_ptr(use(op, BufferKind::GradShard)));
+                       bytes_ptr(grad_shard_of(op)));
   }
 
   std::string op_function(const Op& op) {

@@ -140,7 +140,7 @@ void open_text(dataloader& d) {
 // the tokens as uint16, all little-endian.
 constexpr int32_t kTokensMagic = 20240520;
 constexpr int32_t kTokensVersion = 1;
-constexpr int64_t kTokensHeaderBytes = 256 * 4;
+constexpr int64_t kTokensHeaderBytes = 1024;  // 256 int32
 static_assert(std::endian::native == std::endian::little, "token files are read in place");
 
 void open_tokens(dataloader& d) {

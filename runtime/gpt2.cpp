@@ -154,12 +154,13 @@ void gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_
   const int64_t N = d.N(), C = d.C, F = d.F;
   layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, p.ln1_w, p.ln1_b, N, C);
   matmul_forward(s.qkv, s.ln1, p.qkv_w, p.qkv_b, N, C, 3 * C, ws);
-  attention_forward(s.attn, s.probs, s.qkv, d.B, d.T, C, d.H);
+  attention_forward(s.attn, s.probs, s.qkv, d.B, d.T, C, d.H, ws);
   matmul_forward(s.res2, s.attn, p.proj_w, p.proj_b, N, C, C, ws);
   residual_forward(s.res2, s.res2, s.input, N * C);
   layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, N, C);
   matmul_forward(s.fc, s.ln2, p.fc_w, p.fc_b, N, C, F, ws);
   gelu_forward(s.gelu, s.fc, N * F);
+  if (out == nullptr) return;  // recompute: the saved activations are all it needs
   matmul_forward(out, s.gelu, p.fc2_w, p.fc2_b, N, F, C, ws);
   residual_forward(out, out, s.res2, N * C);
 }
@@ -182,7 +183,7 @@ void gpt2_block_backward(const gpt2_block_grads<G>& g, const gpt2_block_params<T
   matmul_backward(dtmp, g.proj_w, g.proj_b, dres, s.attn, p.proj_w, N, C, C, ws);
   T* dqkv = big;                // (N, 3C)
   T* dprobs = big + N * 3 * C;  // (B, H, T, T)
-  attention_backward(dqkv, dprobs, dtmp, s.qkv, s.probs, d.B, d.T, C, d.H);
+  attention_backward(dqkv, dprobs, dtmp, s.qkv, s.probs, d.B, d.T, C, d.H, ws);
   matmul_backward(dtmp, g.qkv_w, g.qkv_b, dqkv, s.ln1, p.qkv_w, N, C, 3 * C, ws);
   layernorm_backward(dres, g.ln1_w, g.ln1_b, dtmp, s.input, p.ln1_w, s.ln1_mean, s.ln1_rstd, N, C,
                      true);

@@ -54,8 +54,7 @@ gpt2_block_params<T> gpt2_block_params_at(const T* base, const gpt2_dims& d);
 
 template <class G>
 struct gpt2_block_grads {
-  G *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w,
-      *fc2_b;
+  G *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;
 };
 template <class G>
 gpt2_block_grads<G> gpt2_block_grads_at(G* base, const gpt2_dims& d);
@@ -63,6 +62,7 @@ gpt2_block_grads<G> gpt2_block_grads_at(G* base, const gpt2_dims& d);
 template <class T>
 struct gpt2_block_saved {
   float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;  // (N)
+
   T* input;  // (N, C)
   T* ln1;    // (N, C)
   T* qkv;    // (N, 3C)
@@ -104,7 +104,8 @@ void gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens, const gpt2_bac
                          const gpt2_dims& d);
 
 // One block: reads s.input, fills the rest of s, writes out (N, C) (which may
-// be the next layer's saved input).
+// be the next layer's saved input). out == nullptr skips the last projection
+// and residual: a recompute fills s only.
 template <class T>
 void gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_saved<T>& s,
                         const gpt2_dims& d, const gemm_workspace& ws);

@@ -21,15 +21,15 @@ inline constexpr float kLayerNormEps = 1e-5f;
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
 template <class T>
-void encoder_forward(T* out,                // (N, C)
+void encoder_forward(T* out,                 // (N, C)
                      const int32_t* tokens,  // (N)
                      const T* wte,           // (V, C)
                      const T* wpe,           // (T, C)
                      int64_t B, int64_t T_, int64_t C);
 template <class T, class G>
-void encoder_backward(G* dwte,               // (V, C) +=
-                      G* dwpe,               // (T, C) +=
-                      const T* dout,         // (N, C)
+void encoder_backward(G* dwte,                // (V, C) +=
+                      G* dwpe,                // (T, C) +=
+                      const T* dout,          // (N, C)
                       const int32_t* tokens,  // (N)
                       int64_t B, int64_t T_, int64_t C);
 
@@ -59,19 +59,22 @@ void lm_head_forward(T* logits, const T* x, const T* w,  // (N,V) (N,C) (V,C)
                      int64_t N, int64_t C, int64_t V, const gemm_workspace& ws);
 // dx = dlogits @ w (overwritten); dw += dlogits^T @ x.
 template <class T, class G>
-void lm_head_backward(T* dx, G* dw, const T* dlogits, const T* x, const T* w, int64_t N,
-                      int64_t C, int64_t V, const gemm_workspace& ws);
+void lm_head_backward(T* dx, G* dw, const T* dlogits, const T* x, const T* w, int64_t N, int64_t C,
+                      int64_t V, const gemm_workspace& ws);
 
 // Causal self-attention. qkv (N, 3C) holds q | k | v, each split into H heads
 // of C/H. probs (B, H, T, T) are the softmax probabilities (row t has zeros
-// after column t); out (N, C) is the heads' outputs concatenated.
+// after column t); out (N, C) is the heads' outputs concatenated. Per head,
+// GEMMs (ws for bf16 operands) compute the scores into probs (stored as T)
+// and P v; the softmax runs on them in place in fp32.
 template <class T>
-void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, int64_t C,
-                       int64_t H);
-// dqkv (N, 3C) overwritten; dprobs (B, H, T, T) is scratch.
+void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, int64_t C, int64_t H,
+                       const gemm_workspace& ws);
+// dqkv (N, 3C) overwritten; dprobs (B, H, T, T) is scratch (it ends holding
+// the scaled scores' gradient, stored as T).
 template <class T>
-void attention_backward(T* dqkv, T* dprobs, const T* dout, const T* qkv, const T* probs,
-                        int64_t B, int64_t T_, int64_t C, int64_t H);
+void attention_backward(T* dqkv, T* dprobs, const T* dout, const T* qkv, const T* probs, int64_t B,
+                        int64_t T_, int64_t C, int64_t H, const gemm_workspace& ws);
 
 // GELU, tanh approximation. gelu_backward may run in place (dinp == dout).
 template <class T>

@@ -13,7 +13,9 @@ jobs="${FSDPGEN_JOBS:-2}"
 packages=(
   cmake ninja-build g++ ccache pkg-config                 # build
   libfmt-dev libcli11-dev nlohmann-json3-dev               # libraries
+  libopenmpi-dev openmpi-bin libopenblas-dev               # runtime: MPI, BLAS
   libgtest-dev                                             # tests
+  slurm-wlm munge                                          # tests: a local Slurm cluster
   clang libclang-rt-14-dev                                 # parser fuzzing (libFuzzer, sanitizers)
 )
 
@@ -37,16 +39,29 @@ build() {
   cmake --build "$build" -j "$jobs"
 }
 
+# Open MPI refuses to start as root unless told; CI runs as root.
+allow_mpi_as_root() {
+  if [ "$(id -u)" -eq 0 ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  fi
+}
+
+# The main job: plan the tiny spec, generate its training binary, and train
+# it on this CPU across 2 processes.
 main_job() {
   build
-  echo "setup: main job: fsdpgen check specs/tiny.fsdp --dump"
-  "$build/fsdpgen" check "$root/specs/tiny.fsdp" --dump
+  allow_mpi_as_root
   echo "setup: fsdpgen plan specs/tiny.fsdp --gpu cpu"
   "$build/fsdpgen" plan "$root/specs/tiny.fsdp" --gpu cpu
+  echo "setup: fsdpgen specs/tiny.fsdp -o build/train"
+  (cd "$root" && "$build/fsdpgen" specs/tiny.fsdp -o "$build/train")
+  echo "setup: mpirun -n 2 build/train"
+  mpirun -n 2 --bind-to none "$build/train"
 }
 
 test_all() {
   build
+  allow_mpi_as_root
   cd "$build"
   ctest -j "$jobs" --output-on-failure
 }

@@ -283,7 +283,7 @@ TYPED_TEST(KernelForward, Attention) {
   const vec qkv = quantize<T>(random_vec(rng, B * T_ * 3 * C, 1.5));
   auto qkv_s = store<T>(qkv);
   std::vector<T> out(B * T_ * C), probs(B * H * T_ * T_, from_float<T>(7.0f));
-  attention_forward(out.data(), probs.data(), qkv_s.data(), B, T_, C, H);
+  attention_forward(out.data(), probs.data(), qkv_s.data(), B, T_, C, H, default_workspace());
   vec want_probs;
   const vec want = ref::attention(qkv, B, T_, C, H, &want_probs);
   expect_close(tag<T>("attention_forward", "out"), load(out), want, forward_tol<T>());
@@ -456,10 +456,10 @@ TYPED_TEST(KernelBackward, Attention) {
       ref::fd_grad(qkv, [&](const vec& v) { return ref::dot(ref::attention(v, B, T_, C, H), R); });
   auto qkv_s = store<T>(qkv), dout = store<T>(R);
   std::vector<T> out(B * T_ * C), probs(B * H * T_ * T_), dprobs(B * H * T_ * T_);
-  attention_forward(out.data(), probs.data(), qkv_s.data(), B, T_, C, H);
+  attention_forward(out.data(), probs.data(), qkv_s.data(), B, T_, C, H, default_workspace());
   auto dqkv = store<T>(random_vec(rng, B * T_ * 3 * C, 5.0));
   attention_backward(dqkv.data(), dprobs.data(), dout.data(), qkv_s.data(), probs.data(), B, T_, C,
-                     H);
+                     H, default_workspace());
   expect_close(tag<T>("attention_backward", "dqkv"), load(dqkv), gqkv, backward_tol<T>());
 }
 
@@ -529,10 +529,10 @@ TYPED_TEST(KernelParamBackward, ThreadCountInvariant) {
     r.push_back(load(dx));
     r.push_back(load(dw));
     r.push_back(load(db));
-    attention_forward(attn.data(), probs.data(), qkv.data(), B, T_, C, H);
+    attention_forward(attn.data(), probs.data(), qkv.data(), B, T_, C, H, default_workspace());
     r.push_back(load(attn));
     attention_backward(dqkv.data(), dprobs.data(), dout.data(), qkv.data(), probs.data(), B, T_, C,
-                       H);
+                       H, default_workspace());
     r.push_back(load(dqkv));
     gelu_forward(out.data(), x.data(), N * C);
     r.push_back(load(out));

@@ -1,0 +1,139 @@
+// E2e: helpers for tests that generate, build and run training binaries:
+// a small gpt2 spec with every parallel knob settable, building it with
+// fsdpgen, running it under mpirun (or alone for one rank), and reading the
+// per-step metrics it writes.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/common/Command.h"
+
+namespace fsdpgen::test {
+
+// A small model (3 blocks, width 32, vocab 64, context 16): whole runs take
+// well under a second, and every strategy has several units to schedule.
+struct E2eConfig {
+  std::string sharding = "full_shard";
+  int world = 2;
+  int shard_group = 0;  // hybrid only; 0: leave to the default
+  int micro_batch = 2;
+  int micro_batches = 1;
+  std::string reduce = "every";
+  std::string param = "fp32";
+  std::string reduce_dtype = "fp32";
+  bool forward_prefetch = true;
+  std::string backward = "pre";
+  int max_inflight = 2;
+  std::string recompute = "none";
+  std::string offload = "none";
+  std::string units = "each block";
+  bool tied = true;
+  std::string optimizer = "adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)";
+  int steps = 4;
+
+  std::string spec() const {
+    return fmt::format(
+        "model e2e {{\n  family = gpt2\n  vocab = 64\n  context = 16\n  width = 32\n  heads = 2\n"
+        "  layers = 3\n  tie_embeddings = {}\n}}\n"
+        "units {{\n  {}\n}}\n"
+        "parallel {{\n  world = {}\n  sharding = {}\n{}"
+        "  precision {{ param = {}  reduce = {}  master = fp32 }}\n"
+        "  prefetch {{ forward = {}  backward = {}  max_inflight = {} }}\n"
+        "  recompute = {}\n  offload = {}\n"
+        "  accumulate {{ micro_batches = {}  reduce = {} }}\n}}\n"
+        "train {{\n  optimizer = {}\n  lr_schedule = cosine(warmup = 1, min = 1e-3)\n"
+        "  micro_batch = {}\n  steps = {}\n  clip = 1.0\n  seed = 1337\n"
+        "  data = synthetic(seed = 7)\n  log_every = 1\n}}\n",
+        tied, units, world, sharding,
+        shard_group ? fmt::format("  shard_group = {}\n", shard_group) : "", param, reduce_dtype,
+        forward_prefetch, backward, max_inflight, recompute, offload, micro_batches, reduce,
+        optimizer, micro_batch, steps);
+  }
+
+  std::string name() const {
+    std::string n = fmt::format("{}_w{}{}_mb{}x{}_{}_{}_fwd{}_{}_{}", sharding, world,
+                                shard_group ? fmt::format("s{}", shard_group) : "", micro_batches,
+                                micro_batch, reduce, param, forward_prefetch ? "on" : "off",
+                                backward, recompute == "block" ? "recompute" : "norecompute");
+    if (reduce_dtype != "fp32") n += "_reduce_" + reduce_dtype;
+    if (offload != "none") n += "_offload";
+    if (!tied) n += "_untied";
+    if (units != "each block") n += "_units";
+    if (optimizer.rfind("sgd", 0) == 0) n += "_sgd";
+    return n;
+  }
+};
+
+inline void PrintTo(const E2eConfig& c, std::ostream* os) {
+  *os << c.name();
+}
+
+inline std::filesystem::path e2e_dir(const std::string& name) {
+  std::filesystem::path d = std::filesystem::path(FSDPGEN_E2E_WORK) / name;
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+// Root may run Open MPI only when told; tests on CI run as root.
+inline void allow_mpi_as_root() {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  setenv("OMP_NUM_THREADS", "1", 1);
+}
+
+// Writes the spec and builds dir/train; fails the test on error.
+inline std::filesystem::path build_binary(const std::filesystem::path& dir,
+                                          const std::string& spec) {
+  std::ofstream(dir / "e2e.fsdp") << spec;
+  CmdResult r =
+      run_command(fmt::format("cd {} && {} e2e.fsdp -o train", dir.string(), FSDPGEN_BIN));
+  EXPECT_EQ(r.status, 0) << r.out;
+  return dir / "train";
+}
+
+// How to launch `world` ranks of a binary; one rank runs alone.
+inline std::string launch(int world, const std::filesystem::path& binary) {
+  if (world == 1) return binary.string();
+  return fmt::format("mpirun -n {} --oversubscribe --bind-to none {}", world, binary.string());
+}
+
+inline CmdResult run_binary(int world, const std::filesystem::path& binary,
+                            const std::string& args) {
+  allow_mpi_as_root();
+  return run_command(fmt::format("cd {} && timeout 300 {} {}", binary.parent_path().string(),
+                                 launch(world, binary), args));
+}
+
+// The losses of each step, from --metrics.
+inline std::vector<double> read_losses(const std::filesystem::path& metrics) {
+  std::vector<double> losses;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  return losses;
+}
+
+// Builds and trains; returns the per-step losses (empty after a failure).
+inline std::vector<double> train_losses(const std::string& name, const E2eConfig& c,
+                                        const std::string& extra = "") {
+  std::filesystem::path dir = e2e_dir(name);
+  std::filesystem::path bin = build_binary(dir, c.spec());
+  CmdResult r = run_binary(c.world, bin, "--metrics metrics.jsonl " + extra);
+  EXPECT_EQ(r.status, 0) << r.out;
+  if (r.status != 0) return {};
+  EXPECT_NE(r.out.find(" 0 allocations in steps"), std::string::npos) << r.out;
+  return read_losses(dir / "metrics.jsonl");
+}
+
+}  // namespace fsdpgen::test
