@@ -22,20 +22,24 @@ constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCube = 0.044715f;
 
 // exp(x), x clamped to [-87, 88], within ~1 ulp: Cephes' expf (reduction by
-// ln 2 in two parts, degree-5 polynomial, 2^n by exponent bits). Branch-free,
-// so loops over it vectorize, which std::exp does not without -ffast-math.
+// ln 2 in two parts, degree-5 polynomial, 2^n by exponent bits). Branch-free
+// and rounding by adding 1.5 * 2^23 (floor and float-to-int conversions keep
+// GCC from vectorizing under trapping math), so loops over it vectorize,
+// which loops over std::exp do not without -ffast-math.
 inline float fast_exp(float x) {
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   x = std::min(std::max(x, -87.0f), 88.0f);
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);  // round(x / ln 2)
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;    // x - n ln 2
+  const float t = x * 1.44269504088896341f + kRound;  // round(x / ln 2) in the low bits
+  const float n = t - kRound;
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;  // x - n ln 2
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);  // 2^n
-  return (p * r * r + r + 1.0f) * scale;
+  const int32_t biased = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound) + 127;
+  return (p * r * r + r + 1.0f) * std::bit_cast<float>(biased << 23);  // exp(r) 2^n
 }
 
 // dst[c] += acc[c] for c in [0, n), one rounding per element.
@@ -208,6 +212,7 @@ void lm_head_backward(T* dx, G* dw, const T* dlogits, const T* x, const T* w, in
 template <class T>
 void softmax_causal_row(T* row, int64_t t, int64_t T_) {
   float maxv = -INFINITY;
+#pragma omp simd reduction(max : maxv)
   for (int64_t u = 0; u <= t; u++)
     maxv = std::max(maxv, to_float(row[u]));
   float sum = 0.0f;
