@@ -245,26 +245,31 @@ void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, in
                        const gemm_workspace& ws) {
   const int64_t hs = C / H, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  // Head (b, h): q, k, v (T, hs) with leading dim 3C, out (T, hs) with leading dim C.
+  // Head bh = (b, h): q, k, v (T, hs) with leading dim 3C; P (T, T).
   auto q_at = [&](int64_t bh) { return qkv + (bh / H) * T_ * C3 + (bh % H) * hs; };
+  auto p_at = [&](int64_t bh) { return probs + bh * T_ * T_; };
   // GEMMs and OpenMP loops run in separate phases, never one inside the other.
-  // Scores: P[t, :t+1] = scale * q[t] k[:t+1]^T, one GEMM per row block.
+  // Scores, rows [t0, t0 + m): P[t, :t0+m] = scale * q[t] k[:t0+m]^T.
   for (int64_t bh = 0; bh < B * H; bh++) {
+    const T* q = q_at(bh);
+    const T* k = q + C;
     for (int64_t t0 = 0; t0 < T_; t0 += kAttentionRowBlock) {
       const int64_t m = std::min(kAttentionRowBlock, T_ - t0);
-      gemm(false, true, m, t0 + m, hs, scale, q_at(bh) + t0 * C3, C3, q_at(bh) + C, C3, 0.0f,
-           probs + (bh * T_ + t0) * T_, T_, ws);
+      gemm(false, true, m, t0 + m, hs, scale, q + t0 * C3, C3, k, C3, 0.0f, p_at(bh) + t0 * T_, T_,
+           ws);
     }
   }
 #pragma omp parallel for if (B * H * T_ * T_ >= kParallelElems)
   for (int64_t r = 0; r < B * H * T_; r++)
     softmax_causal_row(probs + r * T_, r % T_, T_);
-  // out[t] = P[t, :t+1] v[:t+1].
+  // out (T, hs) with leading dim C, rows [t0, t0 + m): out[t] = P[t, :t0+m] v[:t0+m].
   for (int64_t bh = 0; bh < B * H; bh++) {
+    const T* v = q_at(bh) + 2 * C;
+    T* o = out + (bh / H) * T_ * C + (bh % H) * hs;
     for (int64_t t0 = 0; t0 < T_; t0 += kAttentionRowBlock) {
       const int64_t m = std::min(kAttentionRowBlock, T_ - t0);
-      gemm(false, false, m, hs, t0 + m, 1.0f, probs + (bh * T_ + t0) * T_, T_, q_at(bh) + 2 * C, C3,
-           0.0f, out + ((bh / H) * T_ + t0) * C + (bh % H) * hs, C, ws);
+      gemm(false, false, m, hs, t0 + m, 1.0f, p_at(bh) + t0 * T_, T_, v, C3, 0.0f, o + t0 * C, C,
+           ws);
     }
   }
 }
@@ -274,38 +279,44 @@ void attention_backward(T* dqkv, T* dprobs, const T* dout, const T* qkv, const T
                         int64_t T_, int64_t C, int64_t H, const gemm_workspace& ws) {
   const int64_t hs = C / H, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  // Head (b, h): q, k, v and dq, dk, dv (T, hs) with leading dim 3C, dout (T, hs) with
+  // Head bh = (b, h): q, k, v and dq, dk, dv (T, hs) with leading dim 3C; dout (T, hs) with
   // leading dim C; P and dS (T, T).
   auto q_at = [&](int64_t bh) { return qkv + (bh / H) * T_ * C3 + (bh % H) * hs; };
   auto dq_at = [&](int64_t bh) { return dqkv + (bh / H) * T_ * C3 + (bh % H) * hs; };
   auto dout_at = [&](int64_t bh) { return dout + (bh / H) * T_ * C + (bh % H) * hs; };
-  // dP[t, :t+1] = dout[t] v[:t+1]^T into dprobs.
+  // GEMMs and OpenMP loops run in separate phases, never one inside the other.
+  // Rows [t0, t0 + m): dP[t, :t0+m] = dout[t] v[:t0+m]^T, into dprobs.
   for (int64_t bh = 0; bh < B * H; bh++) {
+    const T* v = q_at(bh) + 2 * C;
     for (int64_t t0 = 0; t0 < T_; t0 += kAttentionRowBlock) {
       const int64_t m = std::min(kAttentionRowBlock, T_ - t0);
-      gemm(false, true, m, t0 + m, hs, 1.0f, dout_at(bh) + t0 * C, C, q_at(bh) + 2 * C, C3, 0.0f,
+      gemm(false, true, m, t0 + m, hs, 1.0f, dout_at(bh) + t0 * C, C, v, C3, 0.0f,
            dprobs + (bh * T_ + t0) * T_, T_, ws);
     }
   }
-  // dS = d(q k^T) in place of dP (zeros above the diagonal, which the GEMMs below read).
+  // dS = d(q k^T) (the scale folded in) in place of dP; its zeros above the diagonal are read
+  // by the GEMMs below.
 #pragma omp parallel for if (B * H * T_ * T_ >= kParallelElems)
   for (int64_t r = 0; r < B * H * T_; r++)
     softmax_causal_row_backward(dprobs + r * T_, probs + r * T_, r % T_, T_, scale);
-  // Rows [t0, t0 + m): dq = dS[:, :t0+m] k[:t0+m]; dk = dS[t0:, t0..]^T q[t0:];
-  // dv = P[t0:, t0..]^T dout[t0:] (rows before t0 have zeros in those columns).
+  // Rows [t0, t0 + m) of dq, and of dk and dv, which only rows t >= t0 of dS and P reach:
+  // dq = dS[t0.., :t0+m] k[:t0+m], dk = dS[t0:, t0..]^T q[t0:], dv = P[t0:, t0..]^T dout[t0:].
   for (int64_t bh = 0; bh < B * H; bh++) {
     const T* q = q_at(bh);
+    const T* k = q + C;
+    const T* dy = dout_at(bh);
     const T* P = probs + bh * T_ * T_;
     const T* dS = dprobs + bh * T_ * T_;
     T* dq = dq_at(bh);
+    T* dk = dq + C;
+    T* dv = dq + 2 * C;
     for (int64_t t0 = 0; t0 < T_; t0 += kAttentionRowBlock) {
       const int64_t m = std::min(kAttentionRowBlock, T_ - t0);
-      gemm(false, false, m, hs, t0 + m, 1.0f, dS + t0 * T_, T_, q + C, C3, 0.0f, dq + t0 * C3, C3,
-           ws);
+      gemm(false, false, m, hs, t0 + m, 1.0f, dS + t0 * T_, T_, k, C3, 0.0f, dq + t0 * C3, C3, ws);
       gemm(true, false, m, hs, T_ - t0, 1.0f, dS + t0 * T_ + t0, T_, q + t0 * C3, C3, 0.0f,
-           dq + C + t0 * C3, C3, ws);
-      gemm(true, false, m, hs, T_ - t0, 1.0f, P + t0 * T_ + t0, T_, dout_at(bh) + t0 * C, C, 0.0f,
-           dq + 2 * C + t0 * C3, C3, ws);
+           dk + t0 * C3, C3, ws);
+      gemm(true, false, m, hs, T_ - t0, 1.0f, P + t0 * T_ + t0, T_, dy + t0 * C, C, 0.0f,
+           dv + t0 * C3, C3, ws);
     }
   }
 }
@@ -324,7 +335,7 @@ void gelu_forward(T* out, const T* inp, int64_t n) {
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
   // With s = 1 / (1 + e), e = exp(-2u): d gelu/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx
-  // = s + 2 x e s^2 du/dx.
+  // = s + 2 x s (1 - s) du/dx, 1 - s = e s.
 #pragma omp parallel for simd if (n >= kParallelElems)
   for (int64_t i = 0; i < n; i++) {
     const float x = to_float(inp[i]);
@@ -332,7 +343,7 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
     const float e = fast_exp(-2.0f * u);
     const float s = 1.0f / (1.0f + e);
     const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
-    dinp[i] = from_float<T>((s + 2.0f * x * e * s * s * du) * to_float(dout[i]));
+    dinp[i] = from_float<T>((s + 2.0f * x * du * s * (e * s)) * to_float(dout[i]));
   }
 }
 
@@ -350,15 +361,19 @@ void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64
   for (int64_t n = 0; n < N; n++) {
     T* x = logits + n * V;
     float maxv = -INFINITY;
+#pragma omp simd reduction(max : maxv)
     for (int64_t v = 0; v < V; v++)
       maxv = std::max(maxv, to_float(x[v]));
     float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
     for (int64_t v = 0; v < V; v++)
-      sum += std::exp(to_float(x[v]) - maxv);
+      sum += fast_exp(to_float(x[v]) - maxv);
     const int64_t target = targets[n];
     losses[n] = std::log(sum) + maxv - to_float(x[target]);
+    const float inv = 1.0f / sum;
+#pragma omp simd
     for (int64_t v = 0; v < V; v++) {
-      const float p = std::exp(to_float(x[v]) - maxv) / sum;
+      const float p = fast_exp(to_float(x[v]) - maxv) * inv;
       x[v] = from_float<T>(dloss_scale * (p - (v == target ? 1.0f : 0.0f)));
     }
   }

@@ -1,11 +1,12 @@
 // kernels: the gpt2 family's layers on CPU, forward and backward, each one
-// function, multithreaded with OpenMP. They compute what Hugging Face's GPT-2
-// computes: tanh-approximated GELU, LayerNorm with eps 1e-5, causal attention
-// scaled by 1/sqrt(head dim), Conv1D weights stored (in, out), the LM head
-// reading a (V, C) matrix (the token embedding when tied). T is the storage
-// type of params and activations (float or bf16), G that of parameter
-// gradients (float or bf16); all arithmetic is fp32. These are the reference
-// the CUDA kernels are tested against.
+// function, multithreaded with OpenMP; products go through gemm() (OpenBLAS),
+// never inside an OpenMP region; nothing allocates. They compute what Hugging
+// Face's GPT-2 computes: tanh-approximated GELU, LayerNorm with eps 1e-5,
+// causal attention scaled by 1/sqrt(head dim), Conv1D weights stored (in,
+// out), the LM head reading a (V, C) matrix (the token embedding when tied).
+// T is the storage type of params and activations (float or bf16), G that of
+// parameter gradients (float or bf16); all arithmetic is fp32. These are the
+// reference the CUDA kernels are tested against.
 //
 // Shapes: B sequences of T tokens, N = B*T rows, C channels, H heads, V vocab.
 // Backward functions accumulate (+=) into parameter gradients and overwrite
@@ -26,6 +27,9 @@ void encoder_forward(T* out,                 // (N, C)
                      const T* wte,           // (V, C)
                      const T* wpe,           // (T, C)
                      int64_t B, int64_t T_, int64_t C);
+// dwte[tokens[n]] += dout[n] in position order, without scratch (a bf16 dwte
+// is rounded once per occurrence of a token); dwpe[t] += sum over b of
+// dout[b, t]. Results do not depend on the thread count.
 template <class T, class G>
 void encoder_backward(G* dwte,                // (V, C) +=
                       G* dwpe,                // (T, C) +=

@@ -88,7 +88,9 @@ E2eConfig reference_of(const E2eConfig& c) {
 // (which CTest may run in parallel processes): guarded by a file lock.
 std::vector<double> reference_losses(const E2eConfig& c) {
   E2eConfig r = reference_of(c);
-  std::string name = "reference_" + r.name();
+  // Keyed by the spec's text, so that a changed test never reuses a stale run.
+  std::string name =
+      fmt::format("reference_{}_{:016x}", r.name(), std::hash<std::string>{}(r.spec()));
   std::filesystem::path dir = e2e_dir(name);
   int fd = ::open((dir / "lock").c_str(), O_CREAT | O_RDWR, 0644);
   flock(fd, LOCK_EX);
@@ -119,7 +121,9 @@ TEST_P(Equivalence, LossesMatchTheSingleRankRun) {
                 want[s], rel);
     EXPECT_LE(rel, tolerance) << "step " << s + 1;
   }
-  EXPECT_LT(got.back(), got.front()) << "the loss should fall";
+  // AdamW visibly learns in four steps; SGD on batches this small need not.
+  if (c.optimizer.rfind("adamw", 0) == 0)
+    EXPECT_LT(got.back(), got.front()) << "the loss should fall";
 }
 
 INSTANTIATE_TEST_SUITE_P(Covering, Equivalence, ::testing::ValuesIn(covering_set()),

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -283,6 +284,35 @@ TEST(Gpt2Block, Bf16CloseToFp32) {
   for (const auto& [name, member] : ref::block_tensors())
     close(std::string("gpt2_block_backward<bf16,bf16> vs fp32: d ") + name, b.grads.*member,
           f.grads.*member);
+}
+
+// A recompute, gpt2_block_forward with out == nullptr, fills the saved slot
+// with exactly the full forward's bytes and writes nothing outside it.
+template <class T>
+void check_forward_without_output() {
+  const ref::dims d = kDims;
+  const gpt2_dims gd = to_gpt2(d);
+  const int64_t bytes = gpt2_block_saved_bytes(gd, sizeof(T));
+  std::mt19937 rng(36);
+  auto params = block_flat<T>(ref::random_block(rng, d), d);
+  const auto bp = gpt2_block_params_at<T>(params.data(), gd);
+  const auto x = store<T>(random_vec(rng, d.N() * d.C));
+  guarded_buffer full(bytes), recompute(bytes);
+  const auto s_full = gpt2_block_saved_at<T>(full.data(), gd);
+  const auto s_recompute = gpt2_block_saved_at<T>(recompute.data(), gd);
+  std::copy(x.begin(), x.end(), s_full.input);
+  std::copy(x.begin(), x.end(), s_recompute.input);
+  std::vector<T> out(d.N() * d.C);
+  gpt2_block_forward(out.data(), bp, s_full, gd, workspace());
+  gpt2_block_forward(static_cast<T*>(nullptr), bp, s_recompute, gd, workspace());
+  EXPECT_TRUE(recompute.guard_intact()) << ref::type_name<T>() << ": wrote outside the saved slot";
+  EXPECT_EQ(std::memcmp(full.data(), recompute.data(), bytes), 0)
+      << ref::type_name<T>() << ": saved activations differ from the full forward's";
+}
+
+TEST(Gpt2Block, ForwardWithoutOutputFillsSavedOnly) {
+  check_forward_without_output<float>();
+  check_forward_without_output<bf16>();
 }
 
 // Speed of one block at B=8, T=128, C=128, H=4, F=512 on one thread (OpenMP
