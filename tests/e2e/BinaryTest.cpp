@@ -12,9 +12,7 @@ namespace {
 
 // One binary per configuration, built once per test process.
 std::filesystem::path binary(const std::string& name, const E2eConfig& c) {
-  std::filesystem::path dir = e2e_dir("binary_" + name);
-  if (!std::filesystem::exists(dir / "train")) build_binary(dir, c.spec());
-  return dir / "train";
+  return shared_binary(e2e_dir("binary_" + name), c.spec());
 }
 
 E2eConfig two_ranks() {

@@ -4,6 +4,8 @@
 // per-step metrics it writes.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -99,6 +101,22 @@ inline std::filesystem::path build_binary(const std::filesystem::path& dir,
   CmdResult r =
       run_command(fmt::format("cd {} && {} e2e.fsdp -o train", dir.string(), FSDPGEN_BIN));
   EXPECT_EQ(r.status, 0) << r.out;
+  return dir / "train";
+}
+
+// Builds dir/train once for this spec text, shared by test processes that
+// CTest may run in parallel (a file lock guards the build; a changed spec
+// rebuilds).
+inline std::filesystem::path shared_binary(const std::filesystem::path& dir,
+                                           const std::string& spec) {
+  int fd = ::open((dir / "lock").c_str(), O_CREAT | O_RDWR, 0644);
+  flock(fd, LOCK_EX);
+  std::ifstream in(dir / "e2e.fsdp");
+  std::stringstream current;
+  current << in.rdbuf();
+  if (!std::filesystem::exists(dir / "train") || current.str() != spec) build_binary(dir, spec);
+  flock(fd, LOCK_UN);
+  ::close(fd);
   return dir / "train";
 }
 
