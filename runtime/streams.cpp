@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 
 #include <chrono>
+#include <climits>
 
 #include "runtime/check.h"
 
@@ -17,24 +18,38 @@ int64_t now_ns() {
 
 struct stopped {};  // another stream failed: unwind quietly
 
-// Waits until `flag` reaches `target`: a short spin, then sleeps of 20 us.
+// Waits until `flag` reaches `target`: a short spin, then a futex wait
+// (std::atomic::wait), so idle streams take no CPU from compute. Failure and
+// shutdown release every waiter by raising all flags to kReleased.
+constexpr int64_t kReleased = INT64_MAX;
+
 void wait_for(const std::atomic<int64_t>& flag, int64_t target, const stream_executor& e) {
-  for (int spin = 0; spin < 4000; ++spin) {
-    if (flag.load(std::memory_order_acquire) >= target) return;
-    if (e.failed.load(std::memory_order_relaxed) || e.stopping.load(std::memory_order_relaxed))
-      throw stopped{};
+  int64_t v = flag.load(std::memory_order_acquire);
+  for (int spin = 0; spin < 2000 && v < target; ++spin)
+    v = flag.load(std::memory_order_acquire);
+  while (v < target) {
+    flag.wait(v, std::memory_order_acquire);
+    v = flag.load(std::memory_order_acquire);
   }
-  while (flag.load(std::memory_order_acquire) < target) {
-    if (e.failed.load(std::memory_order_relaxed) || e.stopping.load(std::memory_order_relaxed))
-      throw stopped{};
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  if (v == kReleased && (e.failed.load() || e.stopping.load())) throw stopped{};
+}
+
+void release_all(stream_executor& e) {
+  for (int i = 0; i < e.p->op_count; ++i) {
+    e.done[i].store(kReleased);
+    e.done[i].notify_all();
   }
+  e.go.store(kReleased);
+  e.go.notify_all();
 }
 
 void fail(stream_executor& e) {
-  std::lock_guard<std::mutex> lock(e.error_mutex);
-  if (!e.error) e.error = std::current_exception();
-  e.failed = true;
+  {
+    std::lock_guard<std::mutex> lock(e.error_mutex);
+    if (!e.error) e.error = std::current_exception();
+    e.failed = true;
+  }
+  release_all(e);
 }
 
 void run_op(stream_executor& e, int id, int64_t step) {
@@ -46,7 +61,11 @@ void run_op(stream_executor& e, int id, int64_t step) {
   op.run(*e.ctx);
   arena_end(*e.mem, *e.p, op.frees, op.free_count);
   e.end_ns[id] = now_ns() - e.step_start_ns;
-  e.done[id].store(step, std::memory_order_release);
+  // Raise, never lower: a failure may already have released this event.
+  int64_t cur = e.done[id].load(std::memory_order_relaxed);
+  while (cur < step && !e.done[id].compare_exchange_weak(cur, step, std::memory_order_release)) {
+  }
+  e.done[id].notify_all();
 }
 
 void run_stream(stream_executor& e, int stream, int64_t step) {
@@ -90,6 +109,7 @@ void streams_start(stream_executor& e, const program& p, step_context& ctx, aren
 void streams_run_step(stream_executor& e, int64_t step) {
   e.step_start_ns = now_ns();
   e.go.store(step, std::memory_order_release);
+  e.go.notify_all();
   try {
     run_stream(e, static_cast<int>(stream_id::compute), step);
     for (int i = 0; i < e.p->op_count; ++i)
@@ -106,6 +126,7 @@ void streams_run_step(stream_executor& e, int64_t step) {
 
 void streams_stop(stream_executor& e) {
   e.stopping = true;
+  release_all(e);
   for (std::thread& t : e.workers)
     t.join();
   e.workers.clear();

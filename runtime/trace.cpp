@@ -83,5 +83,5 @@ double trace_hidden_comm_fraction(const program& p,
         hidden += static_cast<double>(std::max<int64_t>(0, std::min(b, e) - std::max(a, s)));
     }
   }
-  return comm > 0 ? hidden / comm : 1.0;
+  return comm > 0 ? hidden / comm : -1.0;
 }

@@ -16,7 +16,8 @@ std::string trace_json(const program& p, int64_t step,
                        const std::vector<std::vector<int64_t>>& end_ns);
 
 // Fraction of collective time (all-gather, reduce-scatter, all-reduce) that
-// overlapped with compute on the same rank, over all ranks: 1 = fully hidden.
+// overlapped with compute on the same rank, over all ranks: 1 = fully hidden;
+// negative when the step has no collectives.
 double trace_hidden_comm_fraction(const program& p,
                                   const std::vector<std::vector<int64_t>>& start_ns,
                                   const std::vector<std::vector<int64_t>>& end_ns);

@@ -291,11 +291,13 @@ int run(const program& p, const options& o, const launch_info& li) {
       std::ofstream f(o.trace);
       if (!f) throw runtime_error(fmt::format("cannot write {}", o.trace));
       f << trace_json(p, trace_step, starts, ends);
+      const double hidden = trace_hidden_comm_fraction(p, starts, ends);
       std::printf(
-          "trace: step %lld of %lld ranks written to %s (communication hidden behind "
-          "compute: %.0f%%)\n",
+          "trace: step %lld of %lld ranks written to %s (%s)\n",
           static_cast<long long>(trace_step + 1), static_cast<long long>(p.world), o.trace.c_str(),
-          100 * trace_hidden_comm_fraction(p, starts, ends));
+          hidden < 0
+              ? "no communication"
+              : fmt::format("communication hidden behind compute: {:.0f}%", 100 * hidden).c_str());
     }
   }
   if (!o.save.empty()) {

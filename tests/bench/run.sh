@@ -17,7 +17,7 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 
 # field LINE REGEX: the first capture group of REGEX in LINE.
-field() { sed -nE "s/.*$2.*/\1/p" <<<"$1" | head -1; }
+field() { sed -nE "s#.*$2.*#\1#p" <<<"$1" | head -1; }
 
 declare -A tps
 printf '%-10s %5s %12s %10s %14s %14s\n' spec ranks tokens/s hidden "peak MiB" "planned MiB"
@@ -33,8 +33,8 @@ for spec in tiny small-10m; do
     trace_line=$(grep '^trace:' <<<"$out")
     t=$(field "$done_line" '\| ([0-9,]+) tok/s' | tr -d ,)
     tps[$spec-$ranks]=$t
-    printf '%-10s %5s %12s %10s %14s %14s\n' "$spec" "$ranks" "$t" \
-      "$(field "$trace_line" 'compute: ([0-9]+%)')" \
+    hidden=$(field "$trace_line" 'compute: ([0-9]+%)')
+    printf '%-10s %5s %12s %10s %14s %14s\n' "$spec" "$ranks" "$t" "${hidden:-no comm}" \
       "$(field "$done_line" 'peak ([0-9.]+) MiB')" "$(field "$done_line" 'of ([0-9.]+) MiB planned')"
   done
 done
