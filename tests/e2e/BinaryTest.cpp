@@ -148,6 +148,41 @@ TEST(Binary, BadInputsGiveLocatedErrorsOnEveryRankWithoutHanging) {
   EXPECT_EQ(run_command(bin.string() + " --no-such-flag").status, 2);
 }
 
+// llm.c's token file: 256 int32 header (magic, version 1, count), uint16 tokens.
+void write_tokens(const std::filesystem::path& p, int magic, int count) {
+  std::ofstream out(p, std::ios::binary);
+  int32_t header[256] = {magic, 1, count};
+  out.write(reinterpret_cast<const char*>(header), sizeof header);
+  for (int i = 0; i < count; ++i) {
+    uint16_t t = static_cast<uint16_t>((i * 7 + i / 5) % 64);
+    out.write(reinterpret_cast<const char*>(&t), 2);
+  }
+}
+
+TEST(Binary, TrainsOnTextAndTokenFiles) {
+  E2eConfig bytes = two_ranks();
+  std::string spec = bytes.spec();
+  spec.replace(spec.find("vocab = 64"), 10, "vocab = 256");  // byte-level text needs 256
+  auto text_bin = shared_binary(e2e_dir("binary_bytes"), spec);
+  std::string text;
+  for (int i = 0; i < 200; ++i)
+    text += "the quick brown fox jumps over the lazy dog. ";
+  std::ofstream(text_bin.parent_path() / "input.txt") << text;
+  CmdResult t = run_binary(2, text_bin, "--steps 3 --data input.txt");
+  EXPECT_EQ(t.status, 0) << t.out;
+  EXPECT_NE(t.out.find("data: text input.txt"), std::string::npos) << t.out;
+
+  auto bin = binary("default", two_ranks());
+  write_tokens(bin.parent_path() / "train.bin", 20240520, 5000);
+  CmdResult ok = run_binary(2, bin, "--steps 3 --data train.bin");
+  EXPECT_EQ(ok.status, 0) << ok.out;
+  write_tokens(bin.parent_path() / "bad.bin", 12345, 5000);
+  CmdResult bad = run_binary(2, bin, "--steps 3 --data bad.bin");
+  EXPECT_EQ(bad.status, 1) << bad.out;
+  EXPECT_NE(bad.out.find("bad.bin"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("magic"), std::string::npos) << bad.out;
+}
+
 TEST(Binary, TraceHasEveryOpOfEveryRankLikeThePredictedTrace) {
   auto bin = binary("default", two_ranks());
   auto dir = bin.parent_path();
