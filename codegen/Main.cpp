@@ -212,6 +212,13 @@ std::optional<std::string> generate(const Common& c, int& status) {
     status = kExitInternal;
     return std::nullopt;
   }
+  if (p->spec->train.checkpoint.enabled)
+    std::fputs(fmt::format("fsdpgen: warning: {}: checkpoint(...) is not implemented by the "
+                           "runtime yet, so the binary writes no checkpoints; --save FILE writes "
+                           "the final weights\n",
+                           c.spec_path)
+                   .c_str(),
+               stderr);
   try {
     return emit_program(c.spec_path, *p->schedule, *p->memory);
   } catch (const EmitError& e) {

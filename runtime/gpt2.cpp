@@ -3,6 +3,7 @@
 #include "runtime/gpt2.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "runtime/kernels.h"
 
@@ -56,10 +57,11 @@ int64_t gpt2_backward_scratch_bytes(const gpt2_dims& d, int64_t a) {
   return d.N() * a * (2 * d.C + gpt2_big_per_token(d));
 }
 
-template <class T>
-gpt2_block_params<T> gpt2_block_params_at(const T* base, const gpt2_dims& d) {
-  param_carver<const T> c{base};
-  gpt2_block_params<T> p;
+// A block's tensors in flat-parameter order (params and grads alike).
+template <class Out, class Ptr>
+Out block_tensors_at(Ptr base, const gpt2_dims& d) {
+  param_carver<std::remove_pointer_t<Ptr>> c{base};
+  Out p;
   p.ln1_w = c.next(d.C);
   p.ln1_b = c.next(d.C);
   p.qkv_w = c.next(d.C * 3 * d.C);
@@ -75,23 +77,14 @@ gpt2_block_params<T> gpt2_block_params_at(const T* base, const gpt2_dims& d) {
   return p;
 }
 
+template <class T>
+gpt2_block_params<T> gpt2_block_params_at(const T* base, const gpt2_dims& d) {
+  return block_tensors_at<gpt2_block_params<T>>(base, d);
+}
+
 template <class G>
 gpt2_block_grads<G> gpt2_block_grads_at(G* base, const gpt2_dims& d) {
-  param_carver<G> c{base};
-  gpt2_block_grads<G> g;
-  g.ln1_w = c.next(d.C);
-  g.ln1_b = c.next(d.C);
-  g.qkv_w = c.next(d.C * 3 * d.C);
-  g.qkv_b = c.next(3 * d.C);
-  g.proj_w = c.next(d.C * d.C);
-  g.proj_b = c.next(d.C);
-  g.ln2_w = c.next(d.C);
-  g.ln2_b = c.next(d.C);
-  g.fc_w = c.next(d.C * d.F);
-  g.fc_b = c.next(d.F);
-  g.fc2_w = c.next(d.F * d.C);
-  g.fc2_b = c.next(d.C);
-  return g;
+  return block_tensors_at<gpt2_block_grads<G>>(base, d);
 }
 
 template <class T>

@@ -2,7 +2,9 @@
 // split among ranks, learnable structure; text and .bin windows; every
 // malformed file gets an error naming the path and the problem.
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include "tests/common/ExpectError.h"
 
 #include <cmath>
 #include <cstring>
@@ -49,19 +51,6 @@ batch fill(const dataloader& d, int64_t first, int64_t count) {
   batch b{std::vector<int32_t>(count * T), std::vector<int32_t>(count * T)};
   dataloader_fill(d, first, count, b.tokens.data(), b.targets.data());
   return b;
-}
-
-// Expects f() to throw std::runtime_error whose message contains every part.
-template <class F>
-void expect_error(F f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing '" << parts[0] << "'";
-  } catch (const std::runtime_error& e) {
-    for (const std::string& p : parts)
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "message: " << e.what() << "\nmissing: " << p;
-  }
 }
 
 data_config synthetic(uint64_t seed, int64_t vocab, int64_t context) {

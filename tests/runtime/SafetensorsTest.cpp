@@ -3,7 +3,9 @@
 // problem for every kind of malformed file. Expected bytes are written by hand.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include "tests/common/ExpectError.h"
 
 #include <cmath>
 #include <cstring>
@@ -66,18 +68,6 @@ std::vector<float> ramp(int64_t n, float scale) {
   for (int64_t i = 0; i < n; i++)
     v[i] = scale * static_cast<float>(i) - 3.0f + 1.0f / 3.0f;
   return v;
-}
-
-template <class F>
-void expect_error(F f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing '" << parts[0] << "'";
-  } catch (const std::runtime_error& e) {
-    for (const std::string& p : parts)
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "message: " << e.what() << "\nmissing: " << p;
-  }
 }
 
 const std::vector<safetensors_entry> kEntries = {{"transformer.wte.weight", {5, 3}},
