@@ -185,11 +185,15 @@ TEST(Schedule, BackwardPrefetchPrePostNone) {
     int rs5 = position(p, OpKind::ReduceScatter, 5, true),
         b4 = position(p, OpKind::Backward, 4, true);
     ASSERT_GE(ag4, 0);
-    if (std::string(mode) == "pre") EXPECT_LT(ag4, b5);
-    if (std::string(mode) == "post")
+    if (std::string(mode) == "pre") {
+      EXPECT_LT(ag4, b5);
+    }
+    if (std::string(mode) == "post") {
       EXPECT_TRUE(b5 < ag4 && ag4 < rs5) << ag4 << " " << b5 << " " << rs5;
-    if (std::string(mode) == "none")
+    }
+    if (std::string(mode) == "none") {
       EXPECT_TRUE(rs5 < ag4 && ag4 < b4) << ag4 << " " << rs5 << " " << b4;
+    }
   }
 }
 
@@ -209,7 +213,9 @@ TEST(Schedule, RecomputeRunsTheForwardAgainBeforeEachBlockBackward) {
 TEST(Schedule, AccumulateLastReducesOnlyAfterTheLastMicroBatch) {
   Planned p = plan_text(model(2, "accumulate { micro_batches = 4 reduce = last }"));
   for (const Op& op : p.schedule.ops)
-    if (op.kind == OpKind::ReduceScatter) EXPECT_EQ(op.micro_batch, 3);
+    if (op.kind == OpKind::ReduceScatter) {
+      EXPECT_EQ(op.micro_batch, 3);
+    }
   Planned every = plan_text(model(2, "accumulate { micro_batches = 4 reduce = every }"));
   EXPECT_EQ(every.schedule.sent_bytes(OpKind::ReduceScatter),
             4 * p.schedule.sent_bytes(OpKind::ReduceScatter));

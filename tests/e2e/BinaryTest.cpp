@@ -205,7 +205,9 @@ TEST(Binary, TraceHasEveryOpOfEveryRankLikeThePredictedTrace) {
   EXPECT_EQ(names(measured, 0), names(planned, 0));
   EXPECT_EQ(names(measured, 1), names(planned, 0));
   for (const auto& e : measured["traceEvents"])
-    if (e["ph"] == "X") EXPECT_GE(e["dur"].get<double>(), 0.0);
+    if (e["ph"] == "X") {
+      EXPECT_GE(e["dur"].get<double>(), 0.0);
+    }
 }
 
 TEST(Binary, MeasuredPeakIsWithinThePlanAndStepsDoNotAllocate) {

@@ -122,8 +122,9 @@ TEST_P(Equivalence, LossesMatchTheSingleRankRun) {
     EXPECT_LE(rel, tolerance) << "step " << s + 1;
   }
   // AdamW visibly learns in four steps; SGD on batches this small need not.
-  if (c.optimizer.rfind("adamw", 0) == 0)
+  if (c.optimizer.rfind("adamw", 0) == 0) {
     EXPECT_LT(got.back(), got.front()) << "the loss should fall";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Covering, Equivalence, ::testing::ValuesIn(covering_set()),

@@ -3,8 +3,6 @@
 // compiles on its own. Regenerate with:
 //   fsdpgen emit specs/tiny.fsdp -o generated/tiny   (from the repository root)
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -14,13 +12,6 @@
 
 namespace fsdpgen::test {
 namespace {
-
-std::string read(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 class Generated : public ::testing::TestWithParam<std::string> {};
 
