@@ -1,0 +1,510 @@
+// kernels (CUDA): the launchers of kernels.cuh and their kernels. Elementwise
+// kernels take a thread per value; row kernels a warp per row (LayerNorm) or a
+// block per row (cross-entropy, V is large); parameter-gradient column sums a
+// block per 32 channels. Reductions use warp shuffles and a fixed order.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "runtime/cuda/check.cuh"
+#include "runtime/cuda/kernels.cuh"
+#include "runtime/kernels.h"
+
+namespace {
+
+// ---------------------------------------------------------------- types and helpers
+
+// The device type holding a storage type's bits.
+template <class T>
+struct device_storage {
+  using type = T;
+};
+template <>
+struct device_storage<bf16> {
+  using type = __nv_bfloat16;
+};
+template <class T>
+using device_t = typename device_storage<T>::type;
+static_assert(sizeof(__nv_bfloat16) == sizeof(bf16) && alignof(__nv_bfloat16) == alignof(bf16));
+
+// Storage pointers (float, bf16) viewed as the device types their kernels take.
+template <class T>
+device_t<T>* dev(T* p) {
+  return reinterpret_cast<device_t<T>*>(p);
+}
+template <class T>
+const device_t<T>* dev(const T* p) {
+  return reinterpret_cast<const device_t<T>*>(p);
+}
+
+__device__ inline float to_f(float x) {
+  return x;
+}
+__device__ inline float to_f(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <class T>
+__device__ inline T from_f(float x);
+template <>
+__device__ inline float from_f<float>(float x) {
+  return x;
+}
+template <>
+__device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);  // round to nearest even, as bf16_from_float
+}
+
+// exp with its argument clamped to [-87, 88], as the CPU's fast_exp: GELU's
+// backward stays finite (no inf * 0) for large |x|.
+__device__ inline float exp_clamped(float x) {
+  return expf(fminf(fmaxf(x, -87.0f), 88.0f));
+}
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCube = 0.044715f;
+
+constexpr int kWarp = 32;
+constexpr int kElementwiseThreads = 256;
+constexpr int kRowsPerBlock = 8;  // LayerNorm: a warp per row
+constexpr int kCrossEntropyThreads = 512;
+constexpr int kColumnRowGroups = 32;  // column sums: a (32 channels, 32 row groups) block
+constexpr int kEncoderThreads = 128;
+// dwte: thread (c, s) adds the rows whose token is s modulo this, in position order.
+constexpr int kEncoderTokenClasses = 32;
+constexpr int kEncoderTokenChunk = 1024;  // tokens staged in shared memory at a time
+constexpr int kSumSquaresThreads = 512;
+constexpr int kSumSquaresFinalThreads = 1024;
+
+struct sum_op {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct max_op {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Every lane gets op over the warp's 32 values (butterfly; the same order on every lane).
+template <class Op>
+__device__ inline float warp_reduce(float v, Op op) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Every thread gets op over the block's values. blockDim.x is a multiple of
+// 32, at most 1024, and blockDim.y == 1; all threads must call it.
+template <class Op>
+__device__ inline float block_reduce(float v, Op op, float identity) {
+  __shared__ float partial[kWarp];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = warp_reduce(v, op);
+  __syncthreads();  // an earlier call's readers are done with partial
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x / kWarp) ? partial[lane] : identity;
+  return warp_reduce(v, op);
+}
+
+int64_t grid_for(int64_t n, int64_t per_block) {
+  return (n + per_block - 1) / per_block;
+}
+
+// Launch configuration as CUDA takes it; shapes too large for a grid throw.
+dim3 grid_dim(int64_t x, int64_t y = 1) {
+  if (x > 0x7fffffff || y > 65535)
+    throw std::runtime_error("kernels: shape too large for one launch (grid " + std::to_string(x) +
+                             " x " + std::to_string(y) + ")");
+  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
+}
+
+// ---------------------------------------------------------------- encoder
+
+template <class T>
+__global__ void encoder_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe,
+                                       int64_t N, int64_t T_, int64_t C) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= N * C) return;
+  const int64_t n = i / C, c = i % C;
+  out[i] = from_f<T>(to_f(wte[int64_t{tokens[n]} * C + c]) + to_f(wpe[(n % T_) * C + c]));
+}
+
+// dwpe[t, c] += sum over b of dout[b, t, c]: a thread per (t, c), b in order.
+template <class T, class G>
+__global__ void encoder_backward_wpe_kernel(G* dwpe, const T* dout, int64_t B, int64_t T_,
+                                            int64_t C) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= T_ * C) return;
+  float acc = 0.0f;
+  for (int64_t b = 0; b < B; b++)
+    acc += to_f(dout[b * T_ * C + i]);
+  dwpe[i] = from_f<G>(to_f(dwpe[i]) + acc);
+}
+
+// dwte[tokens[n], c] += dout[n, c]: thread (c, s) walks every position n in
+// order and takes those whose token is s modulo kEncoderTokenClasses, so each
+// (token, c) has one owner and its additions keep position order. A warp
+// shares s, so its branch is uniform; tokens are staged in shared memory.
+template <class T, class G>
+__global__ void encoder_backward_wte_kernel(G* dwte, const T* dout, const int32_t* tokens,
+                                            int64_t N, int64_t C) {
+  __shared__ int32_t chunk[kEncoderTokenChunk];
+  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int32_t s = static_cast<int32_t>(blockIdx.y);
+  for (int64_t n0 = 0; n0 < N; n0 += kEncoderTokenChunk) {
+    const int64_t len = N - n0 < kEncoderTokenChunk ? N - n0 : kEncoderTokenChunk;
+    __syncthreads();  // the previous chunk is read
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x)
+      chunk[i] = tokens[n0 + i];
+    __syncthreads();
+    if (c >= C) continue;
+    for (int64_t i = 0; i < len; i++) {
+      const int32_t token = chunk[i];
+      if (token % kEncoderTokenClasses != s) continue;
+      G* dst = dwte + int64_t{token} * C + c;
+      *dst = from_f<G>(to_f(*dst) + to_f(dout[(n0 + i) * C + c]));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- layernorm
+
+// A warp per row; mean and variance in two passes, as on CPU.
+template <class T>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
+                                         const T* weight, const T* bias, int64_t N, int64_t C) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t n = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
+  if (n >= N) return;  // the whole warp
+  const T* x = inp + n * C;
+  float sum = 0.0f;
+  for (int64_t c = lane; c < C; c += kWarp)
+    sum += to_f(x[c]);
+  const float m = warp_reduce(sum, sum_op{}) / static_cast<float>(C);
+  float var = 0.0f;
+  for (int64_t c = lane; c < C; c += kWarp) {
+    const float d = to_f(x[c]) - m;
+    var += d * d;
+  }
+  const float s = 1.0f / sqrtf(warp_reduce(var, sum_op{}) / static_cast<float>(C) + kLayerNormEps);
+  for (int64_t c = lane; c < C; c += kWarp)
+    out[n * C + c] = from_f<T>((to_f(x[c]) - m) * s * to_f(weight[c]) + to_f(bias[c]));
+  if (lane == 0) {
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+// dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight;
+// a warp per row.
+template <class T>
+__global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T* inp,
+                                                const T* weight, const float* mean,
+                                                const float* rstd, int64_t N, int64_t C,
+                                                bool accumulate) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t n = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
+  if (n >= N) return;  // the whole warp
+  const T* x = inp + n * C;
+  const T* dy = dout + n * C;
+  const float m = mean[n], s = rstd[n];
+  float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
+  for (int64_t c = lane; c < C; c += kWarp) {
+    const float xhat = (to_f(x[c]) - m) * s;
+    const float dnorm = to_f(dy[c]) * to_f(weight[c]);
+    dnorm_sum += dnorm;
+    dnorm_xhat_sum += dnorm * xhat;
+  }
+  const float dnorm_mean = warp_reduce(dnorm_sum, sum_op{}) / static_cast<float>(C);
+  const float dnorm_xhat_mean = warp_reduce(dnorm_xhat_sum, sum_op{}) / static_cast<float>(C);
+  for (int64_t c = lane; c < C; c += kWarp) {
+    const float xhat = (to_f(x[c]) - m) * s;
+    const float dnorm = to_f(dy[c]) * to_f(weight[c]);
+    const float d = s * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean);
+    dinp[n * C + c] = from_f<T>(accumulate ? to_f(dinp[n * C + c]) + d : d);
+  }
+}
+
+// dweight[c] += sum over rows of dout * xhat, dbias[c] += sum of dout. Block
+// (32, kColumnRowGroups): threadIdx.x a channel, threadIdx.y a row group
+// (rows y, y + groups, ...); the groups' sums are added in order, once into G.
+template <class T, class G>
+__global__ void layernorm_backward_params_kernel(G* dweight, G* dbias, const T* dout, const T* inp,
+                                                 const float* mean, const float* rstd, int64_t N,
+                                                 int64_t C) {
+  __shared__ float dw_part[kColumnRowGroups][kWarp], db_part[kColumnRowGroups][kWarp];
+  const int64_t c = blockIdx.x * int64_t{kWarp} + threadIdx.x;
+  float dw = 0.0f, db = 0.0f;
+  if (c < C) {
+    for (int64_t n = threadIdx.y; n < N; n += kColumnRowGroups) {
+      const float dy = to_f(dout[n * C + c]);
+      dw += dy * (to_f(inp[n * C + c]) - mean[n]) * rstd[n];
+      db += dy;
+    }
+  }
+  dw_part[threadIdx.y][threadIdx.x] = dw;
+  db_part[threadIdx.y][threadIdx.x] = db;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  float dw_sum = 0.0f, db_sum = 0.0f;
+  for (int g = 0; g < kColumnRowGroups; g++) {
+    dw_sum += dw_part[g][threadIdx.x];
+    db_sum += db_part[g][threadIdx.x];
+  }
+  dweight[c] = from_f<G>(to_f(dweight[c]) + dw_sum);
+  dbias[c] = from_f<G>(to_f(dbias[c]) + db_sum);
+}
+
+// ---------------------------------------------------------------- elementwise
+
+// 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+template <class T>
+__global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  const float x = to_f(inp[i]);
+  const float u = kGeluScale * (x + kGeluCube * x * x * x);
+  out[i] = from_f<T>(x / (1.0f + exp_clamped(-2.0f * u)));
+}
+
+// With s = 1 / (1 + e), e = exp(-2u): d gelu/dx = s + 2 x s (1 - s) du/dx, 1 - s = e s.
+template <class T>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  const float x = to_f(inp[i]);
+  const float u = kGeluScale * (x + kGeluCube * x * x * x);
+  const float e = exp_clamped(-2.0f * u);
+  const float s = 1.0f / (1.0f + e);
+  const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
+  dinp[i] = from_f<T>((s + 2.0f * x * du * s * (e * s)) * to_f(dout[i]));
+}
+
+template <class T>
+__global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+}
+
+// ---------------------------------------------------------------- cross-entropy
+
+// A block per row: max, sum of exponentials, then the gradient over the row in place.
+template <class T>
+__global__ void cross_entropy_fused_kernel(T* logits, float* losses, const int32_t* targets,
+                                           int64_t V, float dloss_scale) {
+  const int64_t n = blockIdx.x;
+  T* x = logits + n * V;
+  const int64_t target = targets[n];
+  // Read before the reductions' barriers, so before any thread overwrites the row.
+  const float target_logit = threadIdx.x == 0 ? to_f(x[target]) : 0.0f;
+  float maxv = -INFINITY;
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+    maxv = fmaxf(maxv, to_f(x[v]));
+  maxv = block_reduce(maxv, max_op{}, -INFINITY);
+  float sum = 0.0f;
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+    sum += exp_clamped(to_f(x[v]) - maxv);
+  sum = block_reduce(sum, sum_op{}, 0.0f);
+  if (threadIdx.x == 0) losses[n] = logf(sum) + maxv - target_logit;
+  const float inv = 1.0f / sum;
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+    const float p = exp_clamped(to_f(x[v]) - maxv) * inv;
+    x[v] = from_f<T>(dloss_scale * (p - (v == target ? 1.0f : 0.0f)));
+  }
+}
+
+// ---------------------------------------------------------------- optimizer and norm
+
+// c1, c2: the bias corrections 1 - beta^t; wd: weight decay, 0 when not decayed.
+template <class G>
+__global__ void adamw_kernel(float* master, float* m, float* v, const G* grad, int64_t begin,
+                             int64_t end, float lr, float beta1, float beta2, float c1, float c2,
+                             float eps, float wd, float grad_scale) {
+  const int64_t i = begin + blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= end) return;
+  const float g = to_f(grad[i]) * grad_scale;
+  const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+  const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+  m[i] = mi;
+  v[i] = vi;
+  const float p = master[i] * (1.0f - lr * wd);
+  master[i] = p - lr * (mi / c1) / (sqrtf(vi / c2) + eps);
+}
+
+// partial[block] = sum of x[i]^2 over the block's grid-stride share of [0, n).
+template <class G>
+__global__ void sum_squares_partial_kernel(float* partial, const G* x, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float xi = to_f(x[i]);
+    acc += xi * xi;
+  }
+  acc = block_reduce(acc, sum_op{}, 0.0f);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+__global__ void sum_squares_final_kernel(float* sum, const float* partial, int64_t count) {
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
+    acc += partial[i];
+  acc = block_reduce(acc, sum_op{}, 0.0f);
+  if (threadIdx.x == 0) *sum += acc;
+}
+
+template <class G>
+void adamw_launch(float* master, float* m, float* v, const G* grad, int64_t begin, int64_t end,
+                  float lr, float beta1, float beta2, float c1, float c2, float eps, float wd,
+                  float grad_scale, cudaStream_t stream) {
+  adamw_kernel<<<grid_dim(grid_for(end - begin, kElementwiseThreads)), kElementwiseThreads, 0,
+                 stream>>>(master, m, v, dev(grad), begin, end, lr, beta1, beta2, c1, c2, eps, wd,
+                           grad_scale);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class G>
+void sum_squares_launch(float* sum, float* scratch, const G* x, int64_t n, cudaStream_t stream) {
+  const int64_t blocks = std::min(kSumSquaresScratchFloats, grid_for(n, kSumSquaresThreads));
+  sum_squares_partial_kernel<<<grid_dim(blocks), kSumSquaresThreads, 0, stream>>>(scratch, dev(x),
+                                                                                  n);
+  CUDA_CHECK(cudaGetLastError());
+  sum_squares_final_kernel<<<1, kSumSquaresFinalThreads, 0, stream>>>(sum, scratch, blocks);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- launchers
+
+template <class T>
+void cuda_encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
+                          int64_t T_, int64_t C, cudaStream_t stream) {
+  const int64_t N = B * T_;
+  if (N * C == 0) return;
+  encoder_forward_kernel<<<grid_dim(grid_for(N * C, kElementwiseThreads)), kElementwiseThreads, 0,
+                           stream>>>(dev(out), tokens, dev(wte), dev(wpe), N, T_, C);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T, class G>
+void cuda_encoder_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, int64_t B,
+                           int64_t T_, int64_t C, cudaStream_t stream) {
+  const int64_t N = B * T_;
+  if (N * C == 0) return;
+  encoder_backward_wpe_kernel<<<grid_dim(grid_for(T_ * C, kElementwiseThreads)),
+                                kElementwiseThreads, 0, stream>>>(dev(dwpe), dev(dout), B, T_, C);
+  CUDA_CHECK(cudaGetLastError());
+  encoder_backward_wte_kernel<<<grid_dim(grid_for(C, kEncoderThreads), kEncoderTokenClasses),
+                                kEncoderThreads, 0, stream>>>(dev(dwte), dev(dout), tokens, N, C);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+void cuda_layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                            const T* bias, int64_t N, int64_t C, cudaStream_t stream) {
+  if (N == 0) return;
+  layernorm_forward_kernel<<<grid_dim(grid_for(N, kRowsPerBlock)), kRowsPerBlock * kWarp, 0,
+                             stream>>>(dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N,
+                                       C);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T, class G>
+void cuda_layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp,
+                             const T* weight, const float* mean, const float* rstd, int64_t N,
+                             int64_t C, bool accumulate, cudaStream_t stream) {
+  if (N * C == 0) return;
+  layernorm_backward_input_kernel<<<grid_dim(grid_for(N, kRowsPerBlock)), kRowsPerBlock * kWarp, 0,
+                                    stream>>>(dev(dinp), dev(dout), dev(inp), dev(weight), mean,
+                                              rstd, N, C, accumulate);
+  CUDA_CHECK(cudaGetLastError());
+  layernorm_backward_params_kernel<<<grid_dim(grid_for(C, kWarp)), dim3(kWarp, kColumnRowGroups), 0,
+                                     stream>>>(dev(dweight), dev(dbias), dev(dout), dev(inp), mean,
+                                               rstd, N, C);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+void cuda_gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  gelu_forward_kernel<<<grid_dim(grid_for(n, kElementwiseThreads)), kElementwiseThreads, 0,
+                        stream>>>(dev(out), dev(inp), n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+void cuda_gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  gelu_backward_kernel<<<grid_dim(grid_for(n, kElementwiseThreads)), kElementwiseThreads, 0,
+                         stream>>>(dev(dinp), dev(inp), dev(dout), n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+void cuda_residual_forward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  residual_forward_kernel<<<grid_dim(grid_for(n, kElementwiseThreads)), kElementwiseThreads, 0,
+                            stream>>>(dev(out), dev(a), dev(b), n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+void cuda_cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N,
+                              int64_t V, float dloss_scale, cudaStream_t stream) {
+  if (N == 0) return;
+  cross_entropy_fused_kernel<<<grid_dim(N), kCrossEntropyThreads, 0, stream>>>(
+      dev(logits), losses, targets, V, dloss_scale);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void cuda_adamw(float* master, float* m, float* v, const void* grad, dtype_id g, int64_t begin,
+                int64_t end, float lr, float beta1, float beta2, float eps, float weight_decay,
+                bool decay, int64_t t, float grad_scale, cudaStream_t stream) {
+  if (end <= begin) return;
+  // Computed as optimizer_adamw computes them (std::pow in float).
+  const float c1 = 1.0f - std::pow(beta1, static_cast<float>(t));
+  const float c2 = 1.0f - std::pow(beta2, static_cast<float>(t));
+  const float wd = decay ? weight_decay : 0.0f;
+  if (g == dtype_id::fp32)
+    adamw_launch(master, m, v, static_cast<const float*>(grad), begin, end, lr, beta1, beta2, c1,
+                 c2, eps, wd, grad_scale, stream);
+  else
+    adamw_launch(master, m, v, static_cast<const bf16*>(grad), begin, end, lr, beta1, beta2, c1, c2,
+                 eps, wd, grad_scale, stream);
+}
+
+void cuda_sum_squares(float* sum, float* scratch, const void* x, dtype_id t, int64_t n,
+                      cudaStream_t stream) {
+  if (n == 0) return;
+  if (t == dtype_id::fp32)
+    sum_squares_launch(sum, scratch, static_cast<const float*>(x), n, stream);
+  else
+    sum_squares_launch(sum, scratch, static_cast<const bf16*>(x), n, stream);
+}
+
+#define CUDA_KERNELS_INSTANTIATE_T(T)                                                             \
+  template void cuda_encoder_forward<T>(T*, const int32_t*, const T*, const T*, int64_t, int64_t, \
+                                        int64_t, cudaStream_t);                                   \
+  template void cuda_layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*,       \
+                                          int64_t, int64_t, cudaStream_t);                        \
+  template void cuda_gelu_forward<T>(T*, const T*, int64_t, cudaStream_t);                        \
+  template void cuda_gelu_backward<T>(T*, const T*, const T*, int64_t, cudaStream_t);             \
+  template void cuda_residual_forward<T>(T*, const T*, const T*, int64_t, cudaStream_t);          \
+  template void cuda_cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, float,  \
+                                            cudaStream_t);
+
+#define CUDA_KERNELS_INSTANTIATE_TG(T, G)                                                         \
+  template void cuda_encoder_backward<T, G>(G*, G*, const T*, const int32_t*, int64_t, int64_t,   \
+                                            int64_t, cudaStream_t);                               \
+  template void cuda_layernorm_backward<T, G>(T*, G*, G*, const T*, const T*, const T*,           \
+                                              const float*, const float*, int64_t, int64_t, bool, \
+                                              cudaStream_t);
+
+CUDA_KERNELS_INSTANTIATE_T(float)
+CUDA_KERNELS_INSTANTIATE_T(bf16)
+CUDA_KERNELS_INSTANTIATE_TG(float, float)
+CUDA_KERNELS_INSTANTIATE_TG(float, bf16)
+CUDA_KERNELS_INSTANTIATE_TG(bf16, float)
+CUDA_KERNELS_INSTANTIATE_TG(bf16, bf16)

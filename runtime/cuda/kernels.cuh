@@ -1,0 +1,94 @@
+// kernels (CUDA): the gpt2 family's encoder, LayerNorm, GELU, residual and
+// fused cross-entropy kernels, AdamW and the gradient norm's sum of squares on
+// the GPU. Each computes what its CPU counterpart computes (runtime/kernels.h,
+// runtime/optimizer.h, step_add_grad_norm in runtime/step.h), which is the
+// reference tests/cuda/KernelTest.cpp compares it against. GEMMs and attention
+// are not here (cuBLASLt).
+//
+// T is the storage type of params and activations, G that of parameter
+// gradients: float or bf16 (runtime/dtype.h; on the device the same bits are
+// read as __nv_bfloat16). All arithmetic is fp32. Each launcher enqueues its
+// kernels on `stream` and returns: none allocates or synchronizes. Launch
+// errors throw (CUDA_CHECK); faults inside a kernel surface at the next
+// synchronizing call.
+//
+// Shapes: B sequences of T tokens, N = B*T rows, C channels, V vocab.
+// Backward launchers accumulate (+=) into parameter gradients and overwrite
+// input gradients unless a flag says otherwise, as the CPU kernels do. Sums
+// are deterministic: no atomics, a fixed reduction order for given shapes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "runtime/dtype.h"
+
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+template <class T>
+void cuda_encoder_forward(T* out,                 // (N, C)
+                          const int32_t* tokens,  // (N)
+                          const T* wte,           // (V, C)
+                          const T* wpe,           // (T, C)
+                          int64_t B, int64_t T_, int64_t C, cudaStream_t stream);
+// dwte[tokens[n]] += dout[n] in position order (a bf16 dwte is rounded once
+// per occurrence of a token, as on CPU); dwpe[t] += sum over b of dout[b, t].
+// No scratch: a thread owns a channel and the tokens of one residue class, so
+// repeated tokens never race.
+template <class T, class G>
+void cuda_encoder_backward(G* dwte,                // (V, C) +=
+                           G* dwpe,                // (T, C) +=
+                           const T* dout,          // (N, C)
+                           const int32_t* tokens,  // (N)
+                           int64_t B, int64_t T_, int64_t C, cudaStream_t stream);
+
+// out = (inp - mean) * rstd * weight + bias, per row; mean and rstd saved
+// (fp32); eps is kLayerNormEps (1e-5).
+template <class T>
+void cuda_layernorm_forward(T* out, float* mean, float* rstd,  // (N, C), (N), (N)
+                            const T* inp,                      // (N, C)
+                            const T* weight, const T* bias,    // (C), (C)
+                            int64_t N, int64_t C, cudaStream_t stream);
+// dinp = (accumulate ? dinp : 0) + d/dinp; dweight, dbias +=. dinp must not alias dout.
+template <class T, class G>
+void cuda_layernorm_backward(T* dinp, G* dweight, G* dbias,         // (N, C), (C), (C)
+                             const T* dout, const T* inp,           // (N, C), (N, C)
+                             const T* weight,                       // (C)
+                             const float* mean, const float* rstd,  // (N), (N)
+                             int64_t N, int64_t C, bool accumulate, cudaStream_t stream);
+
+// GELU, tanh approximation, elementwise over n values. Both may run in place
+// (out == inp; dinp == dout).
+template <class T>
+void cuda_gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t stream);
+template <class T>
+void cuda_gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream);
+
+// out = a + b over n values (out may alias a or b).
+template <class T>
+void cuda_residual_forward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream);
+
+// Softmax cross-entropy fused with its gradient, one block per row:
+// losses[i] = -log softmax(logits[i])[targets[i]] (fp32); logits are
+// overwritten by dloss_scale * (softmax - onehot(targets[i])).
+template <class T>
+void cuda_cross_entropy_fused(T* logits,               // (N, V) in: logits, out: dlogits
+                              float* losses,           // (N)
+                              const int32_t* targets,  // (N)
+                              int64_t N, int64_t V, float dloss_scale, cudaStream_t stream);
+
+// AdamW on master[begin, end) (fp32) from grad (dtype g, indexed like master),
+// m and v the state: optimizer_adamw's rule, bias corrections computed on the
+// host as there. decay says whether weight decay applies; t is the 1-based step.
+void cuda_adamw(float* master, float* m, float* v, const void* grad, dtype_id g, int64_t begin,
+                int64_t end, float lr, float beta1, float beta2, float eps, float weight_decay,
+                bool decay, int64_t t, float grad_scale, cudaStream_t stream);
+
+// Scratch (device floats) cuda_sum_squares needs: one partial sum per block.
+inline constexpr int64_t kSumSquaresScratchFloats = 1024;
+// *sum += sum of x[i]^2 over n values of dtype t (the gradient norm's partial,
+// as step_add_grad_norm); sum is one device float, scratch
+// kSumSquaresScratchFloats device floats. Blocks sum in fp32, then one block
+// sums their partials in a fixed order.
+void cuda_sum_squares(float* sum, float* scratch, const void* x, dtype_id t, int64_t n,
+                      cudaStream_t stream);

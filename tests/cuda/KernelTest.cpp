@@ -1,0 +1,426 @@
+// KernelTest (cuda): every CUDA kernel of runtime/cuda/kernels.cuh against
+// its CPU counterpart (runtime/kernels.h, optimizer_adamw,
+// step_add_grad_norm) on the same random inputs (fixed seeds), for fp32 and
+// bf16 storage and gradients, printing the largest absolute and relative
+// differences. Each test skips, saying why, where no CUDA device is present.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../runtime/Reference.h"
+#include "runtime/cuda/check.cuh"
+#include "runtime/cuda/kernels.cuh"
+#include "runtime/kernels.h"
+#include "runtime/optimizer.h"
+#include "runtime/step.h"
+
+using ref::load;
+using ref::random_vec;
+using ref::store;
+using ref::vec;
+
+namespace {
+
+// Tolerances: |cuda - cpu| <= atol + rtol * |cpu|. Both sides read the same
+// stored inputs and compute in fp32; they differ only in summation order
+// (warp and block trees against sequential loops), expf against the CPU's
+// polynomial exp (each within ~2 ulp) and FMA contraction: a few fp32 ulps of
+// the terms summed.
+//  - fp32 storage: 1e-5 absolute and relative. Data are of unit scale and
+//    sums have at most ~2000 terms, so differences are ~1e-6.
+//  - bf16 storage: differences of a few fp32 ulps can round to neighbouring
+//    bf16 values, one bf16 ulp apart (at most 2^-7 ~ 7.8e-3 relative): 1e-2
+//    relative, and 1e-5 absolute for the fp32 difference itself.
+//  - Always-fp32 outputs (LayerNorm's mean and rstd, losses, the sum of
+//    squares) take the fp32 tolerance whatever the storage.
+//  - Cross-entropy's gradients are probabilities of ~1e-3 (V ~ 1000): the
+//    absolute part is 1e-8 so that it does not hide relative errors.
+//  - AdamW (fp32 master weights and state; updates ~ lr = 1e-2): 1e-6,
+//    still ten times the FMA-contraction differences (~1e-7).
+//  - encoder_forward/backward and residual_forward do the same fp32
+//    additions in the same order on both sides and are expected to match
+//    exactly; they get the storage tolerance all the same.
+struct tolerance {
+  double atol, rtol;
+};
+constexpr tolerance kFp32Tol{1e-5, 1e-5};
+template <class T>
+tolerance storage_tol() {
+  return sizeof(T) == 4 ? kFp32Tol : tolerance{1e-5, 1e-2};
+}
+template <class T>
+tolerance cross_entropy_tol() {
+  return tolerance{1e-8, storage_tol<T>().rtol};
+}
+constexpr tolerance kAdamwTol{1e-6, 1e-6};
+
+template <class T>
+void expect_close(const std::string& what, const std::vector<T>& cuda, const std::vector<T>& cpu,
+                  tolerance tol) {
+  ref::expect_close(what, load(cuda), load(cpu), tol.atol, tol.rtol);
+}
+
+template <class T>
+std::string tag(const char* kernel, const char* what) {
+  return std::string(kernel) + "<" + ref::type_name<T>() + "> " + what;
+}
+template <class T, class G>
+std::string tag(const char* kernel, const char* what) {
+  return std::string(kernel) + "<" + ref::type_name<T>() + "," + ref::type_name<G>() + "> " + what;
+}
+
+// Why no CUDA device can be used here (CUDA's message and check.cuh's hint);
+// empty when one can.
+std::string no_device_reason() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    const std::string hint = cuda_hint(err);
+    return cudaGetErrorString(err) + (hint.empty() ? "" : "; hint: " + hint);
+  }
+  if (count == 0) return "cudaGetDeviceCount found 0 devices";
+  return "";
+}
+
+// A device copy of a host vector, or n zeros; freed with it.
+template <class T>
+class device_vec {
+ public:
+  explicit device_vec(const std::vector<T>& host) : n_(host.size()) {
+    CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
+    CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice));
+  }
+  explicit device_vec(int64_t n) : n_(static_cast<size_t>(n)) {
+    CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
+    CUDA_CHECK(cudaMemset(ptr_, 0, bytes()));
+  }
+  ~device_vec() { cudaFree(ptr_); }
+  device_vec(const device_vec&) = delete;
+  device_vec& operator=(const device_vec&) = delete;
+
+  T* get() { return static_cast<T*>(ptr_); }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  size_t bytes() const { return n_ * sizeof(T); }
+  void* ptr_ = nullptr;
+  size_t n_;
+};
+
+// Skips without a device; otherwise runs each test's kernels on its own stream.
+class CudaFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string reason = no_device_reason();
+    if (!reason.empty()) GTEST_SKIP() << "no CUDA device: " << reason;
+    CUDA_CHECK(cudaStreamCreate(&stream));
+  }
+  void TearDown() override {
+    if (stream) cudaStreamDestroy(stream);
+  }
+  void sync() { CUDA_CHECK(cudaStreamSynchronize(stream)); }
+
+  cudaStream_t stream = nullptr;
+};
+
+struct StorageTypeNames {
+  template <class T>
+  static std::string GetName(int) {
+    return ref::type_name<T>();
+  }
+};
+template <class T_, class G_>
+struct storage_grad {
+  using T = T_;
+  using G = G_;
+};
+struct StorageGradNames {
+  template <class P>
+  static std::string GetName(int) {
+    return std::string(ref::type_name<typename P::T>()) + "_" + ref::type_name<typename P::G>();
+  }
+};
+
+using StorageTypes = ::testing::Types<float, bf16>;
+template <class T>
+class CudaKernel : public CudaFixture {};
+TYPED_TEST_SUITE(CudaKernel, StorageTypes, StorageTypeNames);
+template <class P>
+class CudaParamBackward : public CudaFixture {};
+using StorageGradTypes = ::testing::Types<storage_grad<float, float>, storage_grad<float, bf16>,
+                                          storage_grad<bf16, float>, storage_grad<bf16, bf16>>;
+TYPED_TEST_SUITE(CudaParamBackward, StorageGradTypes, StorageGradNames);
+
+template <class T>
+std::vector<T> random_stored(std::mt19937& rng, int64_t n, double scale = 1.0,
+                             double offset = 0.0) {
+  return store<T>(random_vec(rng, n, scale, offset));
+}
+
+template <class T>
+dtype_id dtype_of() {
+  return sizeof(T) == 4 ? dtype_id::fp32 : dtype_id::bf16;
+}
+
+// ---------------------------------------------------------------- encoder
+
+TYPED_TEST(CudaKernel, EncoderForward) {
+  using T = TypeParam;
+  const int64_t B = 3, T_ = 37, C = 100, V = 50;
+  std::mt19937 rng(1);
+  const auto tokens = ref::random_tokens(rng, B * T_, V);
+  const auto wte = random_stored<T>(rng, V * C), wpe = random_stored<T>(rng, T_ * C);
+  std::vector<T> want(B * T_ * C);
+  encoder_forward(want.data(), tokens.data(), wte.data(), wpe.data(), B, T_, C);
+
+  device_vec<T> out(B * T_ * C), wte_d(wte), wpe_d(wpe);
+  device_vec<int32_t> tokens_d(tokens);
+  cuda_encoder_forward(out.get(), tokens_d.get(), wte_d.get(), wpe_d.get(), B, T_, C, this->stream);
+  this->sync();
+  expect_close(tag<T>("cuda_encoder_forward", "out"), out.download(), want, storage_tol<T>());
+}
+
+// N = 1200 positions span two chunks of staged tokens; V = 50 repeats every
+// token many times, so a bf16 dwte's per-occurrence rounding order matters.
+TYPED_TEST(CudaParamBackward, Encoder) {
+  using T = typename TypeParam::T;
+  using G = typename TypeParam::G;
+  const int64_t B = 4, T_ = 300, C = 70, V = 50;
+  std::mt19937 rng(2);
+  const auto tokens = ref::random_tokens(rng, B * T_, V);
+  const auto dout = random_stored<T>(rng, B * T_ * C);
+  auto dwte = random_stored<G>(rng, V * C), dwpe = random_stored<G>(rng, T_ * C);
+
+  device_vec<G> dwte_d(dwte), dwpe_d(dwpe);
+  device_vec<T> dout_d(dout);
+  device_vec<int32_t> tokens_d(tokens);
+  cuda_encoder_backward(dwte_d.get(), dwpe_d.get(), dout_d.get(), tokens_d.get(), B, T_, C,
+                        this->stream);
+  this->sync();
+  encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T_, C);
+  expect_close(tag<T, G>("cuda_encoder_backward", "dwte"), dwte_d.download(), dwte,
+               storage_tol<G>());
+  expect_close(tag<T, G>("cuda_encoder_backward", "dwpe"), dwpe_d.download(), dwpe,
+               storage_tol<G>());
+}
+
+// ---------------------------------------------------------------- layernorm
+
+struct rows_channels {
+  int64_t N, C;
+};
+// Row counts that are not multiples of a block's rows; C below, at and above a warp's multiple.
+constexpr rows_channels kLayernormShapes[] = {{67, 100}, {9, 32}, {5, 1600}};
+
+TYPED_TEST(CudaKernel, LayernormForward) {
+  using T = TypeParam;
+  for (const auto [N, C] : kLayernormShapes) {
+    std::mt19937 rng(3);
+    const auto x = random_stored<T>(rng, N * C, 2.0, 0.5);
+    const auto w = random_stored<T>(rng, C, 0.3, 1.0), b = random_stored<T>(rng, C, 0.2);
+    std::vector<T> want(N * C);
+    std::vector<float> want_mean(N), want_rstd(N);
+    layernorm_forward(want.data(), want_mean.data(), want_rstd.data(), x.data(), w.data(), b.data(),
+                      N, C);
+
+    device_vec<T> out(N * C), x_d(x), w_d(w), b_d(b);
+    device_vec<float> mean(N), rstd(N);
+    cuda_layernorm_forward(out.get(), mean.get(), rstd.get(), x_d.get(), w_d.get(), b_d.get(), N, C,
+                           this->stream);
+    this->sync();
+    const std::string shape = " N=" + std::to_string(N) + " C=" + std::to_string(C);
+    expect_close(tag<T>("cuda_layernorm_forward", "out") + shape, out.download(), want,
+                 storage_tol<T>());
+    expect_close(tag<T>("cuda_layernorm_forward", "mean") + shape, mean.download(), want_mean,
+                 kFp32Tol);
+    expect_close(tag<T>("cuda_layernorm_forward", "rstd") + shape, rstd.download(), want_rstd,
+                 kFp32Tol);
+  }
+}
+
+// Mean and rstd come from the CPU forward and feed both sides; dinp is
+// checked overwritten and accumulated.
+TYPED_TEST(CudaParamBackward, Layernorm) {
+  using T = typename TypeParam::T;
+  using G = typename TypeParam::G;
+  for (const auto [N, C] : kLayernormShapes) {
+    for (const bool accumulate : {false, true}) {
+      std::mt19937 rng(4);
+      const auto x = random_stored<T>(rng, N * C, 2.0, 0.5);
+      const auto w = random_stored<T>(rng, C, 0.3, 1.0), b = random_stored<T>(rng, C, 0.2);
+      const auto dout = random_stored<T>(rng, N * C);
+      auto dinp = random_stored<T>(rng, N * C);
+      auto dw = random_stored<G>(rng, C), db = random_stored<G>(rng, C);
+      std::vector<T> out(N * C);
+      std::vector<float> mean(N), rstd(N);
+      layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+
+      device_vec<T> dinp_d(dinp), dout_d(dout), x_d(x), w_d(w);
+      device_vec<G> dw_d(dw), db_d(db);
+      device_vec<float> mean_d(mean), rstd_d(rstd);
+      cuda_layernorm_backward(dinp_d.get(), dw_d.get(), db_d.get(), dout_d.get(), x_d.get(),
+                              w_d.get(), mean_d.get(), rstd_d.get(), N, C, accumulate,
+                              this->stream);
+      this->sync();
+      layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
+                         mean.data(), rstd.data(), N, C, accumulate);
+      const std::string shape =
+          " N=" + std::to_string(N) + " C=" + std::to_string(C) + (accumulate ? " +=" : "");
+      expect_close(tag<T, G>("cuda_layernorm_backward", "dinp") + shape, dinp_d.download(), dinp,
+                   storage_tol<T>());
+      expect_close(tag<T, G>("cuda_layernorm_backward", "dweight") + shape, dw_d.download(), dw,
+                   storage_tol<G>());
+      expect_close(tag<T, G>("cuda_layernorm_backward", "dbias") + shape, db_d.download(), db,
+                   storage_tol<G>());
+    }
+  }
+}
+
+// ---------------------------------------------------------------- elementwise
+
+// Unit-scale values plus large ones, where exp's argument is clamped.
+template <class T>
+std::vector<T> gelu_inputs(std::mt19937& rng, int64_t n) {
+  vec x = random_vec(rng, n, 3.0);
+  const double large[] = {-50.0, -20.0, -10.0, 10.0, 20.0, 50.0};
+  for (size_t i = 0; i < std::size(large); i++)
+    x[i * 97] = large[i];
+  return store<T>(x);
+}
+
+TYPED_TEST(CudaKernel, GeluForward) {
+  using T = TypeParam;
+  const int64_t n = 10007;
+  std::mt19937 rng(5);
+  const auto x = gelu_inputs<T>(rng, n);
+  std::vector<T> want(n);
+  gelu_forward(want.data(), x.data(), n);
+
+  device_vec<T> out(n), x_d(x);
+  cuda_gelu_forward(out.get(), x_d.get(), n, this->stream);
+  cuda_gelu_forward(x_d.get(), x_d.get(), n, this->stream);  // in place
+  this->sync();
+  expect_close(tag<T>("cuda_gelu_forward", "out"), out.download(), want, storage_tol<T>());
+  expect_close(tag<T>("cuda_gelu_forward", "out (in place)"), x_d.download(), want,
+               storage_tol<T>());
+}
+
+TYPED_TEST(CudaKernel, GeluBackward) {
+  using T = TypeParam;
+  const int64_t n = 10007;
+  std::mt19937 rng(6);
+  const auto x = gelu_inputs<T>(rng, n);
+  const auto dout = random_stored<T>(rng, n);
+  std::vector<T> want(n);
+  gelu_backward(want.data(), x.data(), dout.data(), n);
+
+  device_vec<T> dinp(n), x_d(x), dout_d(dout);
+  cuda_gelu_backward(dinp.get(), x_d.get(), dout_d.get(), n, this->stream);
+  cuda_gelu_backward(dout_d.get(), x_d.get(), dout_d.get(), n, this->stream);  // in place
+  this->sync();
+  expect_close(tag<T>("cuda_gelu_backward", "dinp"), dinp.download(), want, storage_tol<T>());
+  expect_close(tag<T>("cuda_gelu_backward", "dinp (in place)"), dout_d.download(), want,
+               storage_tol<T>());
+}
+
+TYPED_TEST(CudaKernel, ResidualForward) {
+  using T = TypeParam;
+  const int64_t n = 10007;
+  std::mt19937 rng(7);
+  const auto a = random_stored<T>(rng, n), b = random_stored<T>(rng, n);
+  std::vector<T> want(n);
+  residual_forward(want.data(), a.data(), b.data(), n);
+
+  device_vec<T> out(n), a_d(a), b_d(b);
+  cuda_residual_forward(out.get(), a_d.get(), b_d.get(), n, this->stream);
+  cuda_residual_forward(a_d.get(), a_d.get(), b_d.get(), n, this->stream);  // out aliases a
+  this->sync();
+  expect_close(tag<T>("cuda_residual_forward", "out"), out.download(), want, storage_tol<T>());
+  expect_close(tag<T>("cuda_residual_forward", "out (aliasing a)"), a_d.download(), want,
+               storage_tol<T>());
+}
+
+// ---------------------------------------------------------------- cross-entropy
+
+// V = 1031 spans a block's 512 threads twice and a bit.
+TYPED_TEST(CudaKernel, CrossEntropyFused) {
+  using T = TypeParam;
+  const int64_t N = 9, V = 1031;
+  const float dloss_scale = 0.5f;
+  std::mt19937 rng(8);
+  auto logits = random_stored<T>(rng, N * V, 4.0);
+  const auto targets = ref::random_tokens(rng, N, static_cast<int32_t>(V));
+
+  device_vec<T> logits_d(logits);
+  device_vec<int32_t> targets_d(targets);
+  device_vec<float> losses_d(N);
+  cuda_cross_entropy_fused(logits_d.get(), losses_d.get(), targets_d.get(), N, V, dloss_scale,
+                           this->stream);
+  this->sync();
+  std::vector<float> losses(N);
+  cross_entropy_fused(logits.data(), losses.data(), targets.data(), N, V, dloss_scale);
+  expect_close(tag<T>("cuda_cross_entropy_fused", "losses"), losses_d.download(), losses, kFp32Tol);
+  expect_close(tag<T>("cuda_cross_entropy_fused", "dlogits"), logits_d.download(), logits,
+               cross_entropy_tol<T>());
+}
+
+// ---------------------------------------------------------------- optimizer and norm
+
+// A shard range inside larger buffers (values outside it must not change), a
+// step past the first (bias corrections), with and without weight decay.
+TYPED_TEST(CudaKernel, Adamw) {
+  using G = TypeParam;
+  const int64_t n = 10000, begin = 123, end = 9001, t = 3;
+  const float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.7f;
+  for (const bool decay : {false, true}) {
+    std::mt19937 rng(9);
+    auto master = store<float>(random_vec(rng, n));
+    auto m = store<float>(random_vec(rng, n, 0.1));
+    auto v = store<float>(random_vec(rng, n, 0.01, 0.01));
+    const auto grad = random_stored<G>(rng, n);
+
+    device_vec<float> master_d(master), m_d(m), v_d(v);
+    device_vec<G> grad_d(grad);
+    cuda_adamw(master_d.get(), m_d.get(), v_d.get(), grad_d.get(), dtype_of<G>(), begin, end, lr,
+               beta1, beta2, eps, wd, decay, t, scale, this->stream);
+    this->sync();
+    optimizer_adamw(master.data(), m.data(), v.data(), grad.data(), dtype_of<G>(), begin, end, lr,
+                    beta1, beta2, eps, wd, decay, t, scale);
+    const std::string what = decay ? " (decay)" : "";
+    expect_close(tag<G>("cuda_adamw", "master") + what, master_d.download(), master, kAdamwTol);
+    expect_close(tag<G>("cuda_adamw", "m") + what, m_d.download(), m, kAdamwTol);
+    expect_close(tag<G>("cuda_adamw", "v") + what, v_d.download(), v, kAdamwTol);
+  }
+}
+
+// n exceeds the threads of the largest grid, so threads loop; the result is
+// added to what the sum already holds.
+TYPED_TEST(CudaKernel, SumSquares) {
+  using G = TypeParam;
+  const int64_t n = 1000003;
+  const float initial = 1.5f;
+  std::mt19937 rng(10);
+  const auto x = random_stored<G>(rng, n);
+  step_context c;
+  c.grad_norm_partial = initial;
+  step_add_grad_norm(c, x.data(), dtype_of<G>(), n);
+
+  device_vec<G> x_d(x);
+  device_vec<float> sum_d(std::vector<float>{initial});
+  device_vec<float> scratch(kSumSquaresScratchFloats);
+  cuda_sum_squares(sum_d.get(), scratch.get(), x_d.get(), dtype_of<G>(), n, this->stream);
+  this->sync();
+  expect_close(tag<G>("cuda_sum_squares", "sum"), sum_d.download(),
+               std::vector<float>{c.grad_norm_partial}, kFp32Tol);
+}
+
+}  // namespace
