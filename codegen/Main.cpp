@@ -145,7 +145,7 @@ int run_schedule(const Common& c, const std::string& format, const std::string& 
   if (!verified(*p)) return kExitInternal;
   std::string text;
   if (format == "text")
-    text = print_units(*p->units) + print_schedule(*p->schedule);
+    text = schedule_text(*p->schedule);  // also what a binary's --print-schedule prints
   else if (format == "json")
     text = schedule_json(*p->schedule);
   else

@@ -28,6 +28,3 @@ struct agreed_error : runtime_error {
   agreed_error(const std::string& what, bool own) : runtime_error(what), own(own) {}
   bool own;
 };
-// Collective over the world: throws agreed_error on every rank if `error`
-// is non-empty on any rank.
-void agree_on_error(const std::string& error, const char* what);

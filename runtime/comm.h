@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <string>
 
 #include "runtime/dtype.h"
 #include "runtime/program.h"
@@ -33,3 +34,7 @@ void comm_reduce_scatter(MPI_Comm comm, const void* send, void* recv, int64_t co
 // recv (count) = sum over ranks of send; send == recv reduces in place.
 void comm_all_reduce(MPI_Comm comm, const void* send, void* recv, int64_t count, dtype_id t);
 void comm_broadcast(MPI_Comm comm, void* data, int64_t bytes, int root);
+
+// Collective over the world: throws agreed_error (check.h) on every rank if
+// `error` is non-empty on any rank, so that no rank waits for one that stopped.
+void agree_on_error(const std::string& error, const char* what);

@@ -46,6 +46,7 @@ struct program_tensor {
   int unit;
   int64_t offset_elems;  // in the unit's unsharded flat parameter
   int64_t rows, cols;    // shape (cols = 0 for a vector)
+  int64_t elems() const { return cols > 0 ? rows * cols : rows; }
 };
 
 struct program_unit {
@@ -74,6 +75,23 @@ struct program_op {
   void (*run)(step_context&);
   const char* json;  // the op as the planner's JSON (for traces)
 };
+
+// The part of a tensor inside one rank's shard of its unit (shard_elems
+// elements from shard_rank * shard_elems of the flat parameter).
+struct shard_piece {
+  int64_t tensor_begin, tensor_end;  // elements of the tensor
+  int64_t shard_offset;              // where tensor_begin sits in the shard
+};
+// False when the tensor has no element in that shard.
+inline bool shard_piece_of(const program_tensor& t, int64_t shard_elems, int64_t shard_rank,
+                           shard_piece& out) {
+  const int64_t lo = shard_rank * shard_elems, hi = lo + shard_elems;
+  const int64_t a = lo > t.offset_elems ? lo : t.offset_elems;
+  const int64_t end = t.offset_elems + t.elems(), b = hi < end ? hi : end;
+  if (a >= b) return false;
+  out = {a - t.offset_elems, b - t.offset_elems, a - lo};
+  return true;
+}
 
 enum class optimizer_kind : int { adamw, sgd };
 enum class lr_schedule_kind : int { constant, cosine, linear };

@@ -120,14 +120,11 @@ decay_table decay_ranges(const program& p, int64_t shard_rank) {
   for (int i = 0; i < p.tensor_count; ++i) {
     const program_tensor& t = p.tensors[i];
     if (!init_weight_decays(t.name)) continue;
-    const program_unit& u = p.units[t.unit];
-    int64_t lo = shard_rank * u.shard_elems, hi = lo + u.shard_elems;
-    int64_t a = std::max(lo, t.offset_elems);
-    int64_t b = std::min(hi, t.offset_elems + t.rows * std::max<int64_t>(t.cols, 1));
-    if (a < b) {
-      d.ranges[static_cast<size_t>(t.unit)].push_back(a - lo);
-      d.ranges[static_cast<size_t>(t.unit)].push_back(b - lo);
-    }
+    shard_piece piece;
+    if (!shard_piece_of(t, p.units[t.unit].shard_elems, shard_rank, piece)) continue;
+    std::vector<int64_t>& r = d.ranges[static_cast<size_t>(t.unit)];
+    r.push_back(piece.shard_offset);
+    r.push_back(piece.shard_offset + piece.tensor_end - piece.tensor_begin);
   }
   for (auto& r : d.ranges) {
     d.pointers.push_back(r.data());

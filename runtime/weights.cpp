@@ -20,19 +20,13 @@
 namespace {
 
 // The part of a tensor inside this rank's shard of its unit.
-struct shard_piece {
-  int64_t tensor_begin, tensor_end;  // elements of the tensor
-  int64_t shard_offset;              // where tensor_begin sits in the shard
-};
-
 bool piece_of(const step_context& c, const program_tensor& t, shard_piece& out) {
-  const program_unit& u = c.p->units[t.unit];
-  const int64_t lo = c.comms.shard_rank * u.shard_elems, hi = lo + u.shard_elems;
-  const int64_t elems = t.rows * std::max<int64_t>(t.cols, 1);
-  const int64_t a = std::max(lo, t.offset_elems), b = std::min(hi, t.offset_elems + elems);
-  if (a >= b) return false;
-  out = {a - t.offset_elems, b - t.offset_elems, a - lo};
-  return true;
+  return shard_piece_of(t, c.p->units[t.unit].shard_elems, c.comms.shard_rank, out);
+}
+
+std::vector<int64_t> shape_of(const program_tensor& t) {
+  if (t.cols > 0) return {t.rows, t.cols};
+  return {t.rows};
 }
 
 std::byte* buffer_ptr(step_context& c, int buffer) {
@@ -89,8 +83,7 @@ void weights_load(step_context& c, const std::string& path) {
       if (!st)
         throw runtime_error(fmt::format("{}: no tensor {} (the model has {} tensors)", path, t.name,
                                         p.tensor_count));
-      std::vector<int64_t> want = {t.rows};
-      if (t.cols > 0) want.push_back(t.cols);
+      const std::vector<int64_t> want = shape_of(t);
       if (st->shape != want)
         throw runtime_error(fmt::format("{}: tensor {} has shape [{}], the model needs [{}]", path,
                                         st->name, fmt::join(st->shape, ", "),
@@ -111,11 +104,8 @@ void weights_load(step_context& c, const std::string& path) {
 void weights_save(step_context& c, const std::string& path, int64_t step) {
   const program& p = *c.p;
   std::vector<safetensors_entry> entries;
-  for (int i = 0; i < p.tensor_count; ++i) {
-    std::vector<int64_t> shape = {p.tensors[i].rows};
-    if (p.tensors[i].cols > 0) shape.push_back(p.tensors[i].cols);
-    entries.push_back({p.tensors[i].name, shape});
-  }
+  for (int i = 0; i < p.tensor_count; ++i)
+    entries.push_back({p.tensors[i].name, shape_of(p.tensors[i])});
   safetensors_layout layout = safetensors_plan(
       entries, "F32",
       {{"format", "pt"}, {"fsdpgen_spec", p.spec_path}, {"fsdpgen_step", std::to_string(step)}});

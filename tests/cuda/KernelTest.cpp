@@ -45,9 +45,8 @@ namespace {
 //  - encoder_forward/backward and residual_forward do the same fp32
 //    additions in the same order on both sides and are expected to match
 //    exactly; they get the storage tolerance all the same.
-struct tolerance {
-  double atol, rtol;
-};
+using ref::tag;
+using ref::tolerance;
 constexpr tolerance kFp32Tol{1e-5, 1e-5};
 template <class T>
 tolerance storage_tol() {
@@ -62,16 +61,7 @@ constexpr tolerance kAdamwTol{1e-6, 1e-6};
 template <class T>
 void expect_close(const std::string& what, const std::vector<T>& cuda, const std::vector<T>& cpu,
                   tolerance tol) {
-  ref::expect_close(what, load(cuda), load(cpu), tol.atol, tol.rtol);
-}
-
-template <class T>
-std::string tag(const char* kernel, const char* what) {
-  return std::string(kernel) + "<" + ref::type_name<T>() + "> " + what;
-}
-template <class T, class G>
-std::string tag(const char* kernel, const char* what) {
-  return std::string(kernel) + "<" + ref::type_name<T>() + "," + ref::type_name<G>() + "> " + what;
+  ref::expect_close(what, load(cuda), load(cpu), tol);
 }
 
 // Why no CUDA device can be used here (CUDA's message and check.cuh's hint);

@@ -104,19 +104,34 @@ inline std::filesystem::path build_binary(const std::filesystem::path& dir,
   return dir / "train";
 }
 
-// Builds dir/train once for this spec text, shared by test processes that
-// CTest may run in parallel (a file lock guards the build; a changed spec
-// rebuilds).
+// Runs f() holding dir/lock: test processes that CTest runs in parallel
+// share work directories.
+template <class F>
+auto with_dir_lock(const std::filesystem::path& dir, F f) {
+  struct lock {
+    int fd;
+    explicit lock(const std::filesystem::path& d)
+        : fd(::open((d / "lock").c_str(), O_CREAT | O_RDWR, 0644)) {
+      flock(fd, LOCK_EX);
+    }
+    ~lock() {
+      flock(fd, LOCK_UN);
+      ::close(fd);
+    }
+  } held(dir);
+  return f();
+}
+
+// Builds dir/train once for this spec text, shared by test processes (a
+// changed spec rebuilds).
 inline std::filesystem::path shared_binary(const std::filesystem::path& dir,
                                            const std::string& spec) {
-  int fd = ::open((dir / "lock").c_str(), O_CREAT | O_RDWR, 0644);
-  flock(fd, LOCK_EX);
-  std::ifstream in(dir / "e2e.fsdp");
-  std::stringstream current;
-  current << in.rdbuf();
-  if (!std::filesystem::exists(dir / "train") || current.str() != spec) build_binary(dir, spec);
-  flock(fd, LOCK_UN);
-  ::close(fd);
+  with_dir_lock(dir, [&] {
+    std::ifstream in(dir / "e2e.fsdp");
+    std::stringstream current;
+    current << in.rdbuf();
+    if (!std::filesystem::exists(dir / "train") || current.str() != spec) build_binary(dir, spec);
+  });
   return dir / "train";
 }
 

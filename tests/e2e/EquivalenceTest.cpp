@@ -12,9 +12,6 @@
 // rounded to 8 bits of mantissa (relative 2^-9 per rounding), and a
 // different reduction order rounds differently, which the optimizer
 // carries into later steps.
-#include <fcntl.h>
-#include <sys/file.h>
-
 #include "tests/e2e/E2e.h"
 
 namespace fsdpgen::test {
@@ -92,18 +89,12 @@ std::vector<double> reference_losses(const E2eConfig& c) {
   std::string name =
       fmt::format("reference_{}_{:016x}", r.name(), std::hash<std::string>{}(r.spec()));
   std::filesystem::path dir = e2e_dir(name);
-  int fd = ::open((dir / "lock").c_str(), O_CREAT | O_RDWR, 0644);
-  flock(fd, LOCK_EX);
-  std::vector<double> losses;
-  if (std::filesystem::exists(dir / "done")) {
-    losses = read_losses(dir / "metrics.jsonl");
-  } else {
-    losses = train_losses(name, r);
+  return with_dir_lock(dir, [&] {
+    if (std::filesystem::exists(dir / "done")) return read_losses(dir / "metrics.jsonl");
+    std::vector<double> losses = train_losses(name, r);
     if (!losses.empty()) std::ofstream(dir / "done") << "ok\n";
-  }
-  flock(fd, LOCK_UN);
-  ::close(fd);
-  return losses;
+    return losses;
+  });
 }
 
 class Equivalence : public ::testing::TestWithParam<E2eConfig> {};

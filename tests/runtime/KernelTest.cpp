@@ -34,9 +34,8 @@ namespace {
 //    once per occurrence of a token. Measured max abs errors: 1.2e-2 (encoder
 //    dwte), 7.8e-3 (attention out), 3.9e-3 elsewhere; 2e-2 absolute and
 //    relative (the data are of unit scale).
-struct tolerance {
-  double atol, rtol;
-};
+using ref::tag;
+using ref::tolerance;
 template <class T>
 tolerance forward_tol() {
   return sizeof(T) == 4 ? tolerance{1e-5, 1e-5} : tolerance{2e-2, 2e-2};
@@ -50,18 +49,7 @@ tolerance backward_tol() {
   return sizeof(T) == 4 && sizeof(G) == 4 ? backward_tol<float>() : backward_tol<bf16>();
 }
 
-void expect_close(const std::string& what, const vec& got, const vec& want, tolerance tol) {
-  ref::expect_close(what, got, want, tol.atol, tol.rtol);
-}
-
-template <class T>
-std::string tag(const char* kernel, const char* what) {
-  return std::string(kernel) + "<" + ref::type_name<T>() + "> " + what;
-}
-template <class T, class G>
-std::string tag(const char* kernel, const char* what) {
-  return std::string(kernel) + "<" + ref::type_name<T>() + "," + ref::type_name<G>() + "> " + what;
-}
+using ref::expect_close;
 
 const gemm_workspace& default_workspace() {
   static std::vector<float> buf(kCpuGemmWorkspaceBytes / sizeof(float));

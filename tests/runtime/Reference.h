@@ -117,6 +117,24 @@ inline void expect_close(const std::string& what, const vec& got, const vec& wan
                     << want[first_bad];
 }
 
+// |got - want| <= atol + rtol * |want|.
+struct tolerance {
+  double atol, rtol;
+};
+inline void expect_close(const std::string& what, const vec& got, const vec& want, tolerance tol) {
+  expect_close(what, got, want, tol.atol, tol.rtol);
+}
+
+// "kernel<fp32> what", "kernel<bf16,fp32> what": names in printed errors.
+template <class T>
+std::string tag(const char* kernel, const char* what) {
+  return std::string(kernel) + "<" + type_name<T>() + "> " + what;
+}
+template <class T, class G>
+std::string tag(const char* kernel, const char* what) {
+  return std::string(kernel) + "<" + type_name<T>() + "," + type_name<G>() + "> " + what;
+}
+
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
 inline vec encoder(const std::vector<int32_t>& tokens, const vec& wte, const vec& wpe, int64_t B,
                    int64_t T, int64_t C) {
