@@ -139,8 +139,8 @@ class Writer {
         if (seg.layers[k].kind == LayerId::Kind::FinalNorm &&
             (k + 1 >= seg.layers.size() || seg.layers[k + 1].kind != LayerId::Kind::Head))
           fail("final_norm and head must be in the same wrap unit");
-    if (act_bytes_aligned()) return;
-    fail("activation slots would not be 4-byte aligned (odd micro_batch * context with bf16)");
+    if (!act_bytes_aligned())
+      fail("activation slots would not be 4-byte aligned (odd micro_batch * context with bf16)");
   }
   bool act_bytes_aligned() const {
     return dtype_bytes(spec_.parallel.precision.param) == 4 ||

@@ -224,7 +224,7 @@ std::optional<std::string> generate(const Common& c, int& status) {
   } catch (const EmitError& e) {
     std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
     status = kExitSpecError;
-  } catch (const std::logic_error& e) {  // TemplateError and the emitter's own checks
+  } catch (const std::logic_error& e) {  // the emitter's own consistency checks
     std::fputs(fmt::format("fsdpgen: internal error: {}\n", e.what()).c_str(), stderr);
     status = kExitInternal;
   } catch (const TemplateError& e) {
