@@ -26,16 +26,26 @@ std::vector<std::string> split(const std::string& s) {
 
 }  // namespace
 
-BuildResult build_program(const std::string& source_path, const std::string& output) {
+BuildResult build_program(const std::string& source_path, const std::string& output, bool cuda) {
   const char* cxx = std::getenv("FSDPGEN_CXX");
   std::vector<std::string> args = {cxx && *cxx ? cxx : kBuildCompiler};
   for (const std::string& f : split(kBuildCompileFlags))
     args.push_back(f);
+  if (cuda)
+    for (const std::string& f : split(kBuildCudaCompileFlags))
+      args.push_back(f);
   args.push_back(source_path);
   args.push_back("-o");
   args.push_back(output);
+  // The CUDA runtime library first: it calls into the CPU runtime's.
+  if (cuda)
+    for (const std::string& f : split(kBuildCudaLibraries))
+      args.push_back(f);
   for (const std::string& f : split(kBuildLinkFlags))
     args.push_back(f);
+  if (cuda)
+    for (const std::string& f : split(kBuildCudaSystemLibraries))
+      args.push_back(f);
 
   BuildResult r;
   for (const std::string& a : args)

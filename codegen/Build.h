@@ -13,8 +13,9 @@ struct BuildResult {
   std::string command;  // as a shell would show it
 };
 
-// Compiles source_path (a generated train.cpp) into the executable `output`;
+// Compiles source_path (a generated train.cpp) into the executable `output`,
+// linked with the CUDA runtime (runtime/cuda/, NCCL, cuBLASLt) when cuda;
 // the compiler's diagnostics go to stderr.
-BuildResult build_program(const std::string& source_path, const std::string& output);
+BuildResult build_program(const std::string& source_path, const std::string& output, bool cuda);
 
 }  // namespace fsdpgen

@@ -17,7 +17,10 @@ int64_t usable_bytes(const Hardware& hw) {
 
 ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec) {
   ScheduleOptions o;
-  o.flash_attention = hw.gpu;
+  // The CUDA runtime materializes attention probabilities (cuBLASLt batched
+  // GEMMs and a fused softmax, runtime/cuda/attention.h) until its fused
+  // flash-style kernel exists, so GPU plans reserve them as CPU plans do.
+  o.flash_attention = false;
   if (hw.gpu)
     o.gemm_workspace_bytes = int64_t{32} << 20;  // cuBLASLt's recommended workspace on Hopper
   else if (spec.parallel.precision.param != DType::FP32)

@@ -23,9 +23,9 @@ int64_t usable_bytes(const Hardware& hw);
 // tiles to fp32 there; runtime/gemm.h's kCpuGemmWorkspaceBytes).
 inline constexpr int64_t kCpuGemmWorkspaceBytes = int64_t{6} << 20;
 
-// Schedule options the target implies: flash attention and a cuBLASLt
-// workspace on GPUs; materialized attention on CPUs, with a workspace only
-// for 16-bit params.
+// Schedule options the target implies: a cuBLASLt workspace on GPUs; on
+// CPUs a workspace only for 16-bit params. Attention probabilities are
+// materialized on both (the runtimes have no fused flash kernel yet).
 ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec);
 
 struct PlanResult {

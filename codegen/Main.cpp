@@ -2,8 +2,8 @@
 //   fsdpgen check spec.fsdp [--dump]
 //   fsdpgen schedule spec.fsdp [--world N] [--micro-batch B] [--format text|json|trace] [-o FILE]
 //   fsdpgen plan spec.fsdp [--world N] [--micro-batch B] [--gpu KIND]
-//   fsdpgen emit spec.fsdp -o DIR [--world N] [--micro-batch B]
-//   fsdpgen spec.fsdp -o train [--world N] [--micro-batch B] [--sources DIR]   (= fsdpgen build)
+//   fsdpgen emit spec.fsdp -o DIR [--target cuda|cpu] [--world N] [--micro-batch B] [--gpu KIND]
+//   fsdpgen spec.fsdp -o train [--target cuda|cpu] [--sources DIR] ...   (= fsdpgen build)
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include "codegen/Build.h"
+#include "codegen/BuildConfig.h"
 #include "codegen/Emit.h"
 #include "codegen/Fit.h"
 #include "codegen/Pipeline.h"
@@ -199,11 +200,56 @@ int run_plan(const Common& c) {
   return 0;
 }
 
-// The generated program's source for the CPU target, or empty after
-// printing why (exit status in `status`).
-std::optional<std::string> generate(const Common& c, int& status) {
-  const Hardware cpu = *find_hardware("cpu");
-  auto p = c.run(false, &cpu);
+// Whether this machine shows an NVIDIA GPU to processes started here (the
+// driver lists its GPUs under /proc; CUDA_VISIBLE_DEVICES may hide them).
+bool gpu_visible() {
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"))
+    if (*v == '\0' || std::string_view(v).rfind("-1", 0) == 0) return false;
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", ec);
+  return !ec && it != std::filesystem::directory_iterator();
+}
+
+// The target of emit and build: --target, else cuda where a GPU is visible.
+// Building for cuda needs the CUDA runtime library; emitting does not.
+std::optional<EmitTarget> resolve_target(const Common& c, const std::string& target, bool building) {
+  EmitTarget t;
+  std::string kind = target;
+  if (kind.empty()) {
+    kind = gpu_visible() ? "cuda" : "cpu";
+    if (kind == "cpu")
+      std::fputs("fsdpgen: note: no GPU is visible here, so this builds for the CPU; add "
+                 "--target cuda to build for GPUs (it needs none to compile)\n",
+                 stderr);
+  }
+  if (kind == "cpu") return t;
+  if (building && !kBuildCudaAvailable) {
+    std::fputs("fsdpgen: error: --target cuda: this fsdpgen was built without the CUDA runtime "
+               "(no nvcc was found when it was configured); install the CUDA toolkit and "
+               "rebuild fsdpgen\n",
+               stderr);
+    return std::nullopt;
+  }
+  std::optional<Hardware> hw = c.hardware();
+  if (!hw) return std::nullopt;
+  if (!hw->gpu) {
+    std::fputs(fmt::format("fsdpgen: error: --target cuda plans for a GPU, but --gpu {} is not "
+                           "one; pick one of: {}\n",
+                           c.gpu, Common::known_list())
+                   .c_str(),
+               stderr);
+    return std::nullopt;
+  }
+  t.kind = EmitTarget::Kind::Cuda;
+  t.hardware = c.gpu;
+  return t;
+}
+
+// The generated program's source for `target`, or empty after printing why
+// (exit status in `status`).
+std::optional<std::string> generate(const Common& c, const EmitTarget& target, int& status) {
+  const Hardware hw = *find_hardware(target.hardware);
+  auto p = c.run(false, &hw);
   if (!p) {
     status = kExitSpecError;
     return std::nullopt;
@@ -219,8 +265,15 @@ std::optional<std::string> generate(const Common& c, int& status) {
                            c.spec_path)
                    .c_str(),
                stderr);
+  if (target.kind == EmitTarget::Kind::Cuda && p->memory->device_arena_bytes > usable_bytes(hw))
+    std::fputs(fmt::format("fsdpgen: warning: the plan needs {} per GPU but a {} has {} usable; "
+                           "`fsdpgen plan {} --gpu {}` shows changes that fit\n",
+                           gib(p->memory->device_arena_bytes), hw.name, gib(usable_bytes(hw)),
+                           c.spec_path, target.hardware)
+                   .c_str(),
+               stderr);
   try {
-    return emit_program(c.spec_path, *p->schedule, *p->memory);
+    return emit_program(c.spec_path, *p->schedule, *p->memory, target);
   } catch (const EmitError& e) {
     std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
     status = kExitSpecError;
@@ -234,9 +287,11 @@ std::optional<std::string> generate(const Common& c, int& status) {
   return std::nullopt;
 }
 
-int run_emit(const Common& c, const std::string& dir) {
+int run_emit(const Common& c, const std::string& target_flag, const std::string& dir) {
+  auto target = resolve_target(c, target_flag, false);
+  if (!target) return kExitSpecError;
   int status = 0;
-  auto source = generate(c, status);
+  auto source = generate(c, *target, status);
   if (!source) return status;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -250,9 +305,12 @@ int run_emit(const Common& c, const std::string& dir) {
              : kExitSpecError;
 }
 
-int run_build(const Common& c, const std::string& output, const std::string& sources_dir) {
+int run_build(const Common& c, const std::string& target_flag, const std::string& output,
+              const std::string& sources_dir) {
+  auto target = resolve_target(c, target_flag, true);
+  if (!target) return kExitSpecError;
   int status = 0;
-  auto source = generate(c, status);
+  auto source = generate(c, *target, status);
   if (!source) return status;
   namespace fs = std::filesystem;
   fs::path dir = sources_dir;
@@ -270,7 +328,7 @@ int run_build(const Common& c, const std::string& output, const std::string& sou
   }
   const std::string src = (dir / "train.cpp").string();
   if (!write_output(src, *source)) return kExitSpecError;
-  BuildResult r = build_program(src, output);
+  BuildResult r = build_program(src, output, target->kind == EmitTarget::Kind::Cuda);
   if (temporary) fs::remove_all(dir);
   if (!r.ok) {
     std::fputs(
@@ -281,7 +339,9 @@ int run_build(const Common& c, const std::string& output, const std::string& sou
         stderr);
     return kExitInternal;
   }
-  out(fmt::format("fsdpgen: built {} from {} in {:.1f} s\n", output, c.spec_path, r.seconds));
+  out(fmt::format("fsdpgen: built {} from {} for {} in {:.1f} s\n", output, c.spec_path,
+                  target->kind == EmitTarget::Kind::Cuda ? "CUDA (" + target->hardware + ")" : "CPU",
+                  r.seconds));
   return 0;
 }
 
@@ -316,10 +376,13 @@ int main(int argc, char** argv) {
   plan_args.add_to(plan, true);
 
   Common emit_args, build_args;
-  std::string emit_dir;
+  std::string emit_dir, emit_target, build_target;
+  const std::string target_help =
+      "cuda or cpu (default: cuda when a GPU is visible here, else cpu); cuda plans for --gpu";
   CLI::App* emit = app.add_subcommand("emit", "write the generated training program's C++ source");
   emit_args.add_to(emit, true);
   emit->add_option("-o,--output", emit_dir, "directory for train.cpp")->required();
+  emit->add_option("--target", emit_target, target_help)->check(CLI::IsMember({"cuda", "cpu"}));
 
   std::string binary, sources;
   CLI::App* build = app.add_subcommand(
@@ -327,6 +390,7 @@ int main(int argc, char** argv) {
   build_args.add_to(build, true);
   build->add_option("-o,--output", binary, "the executable to write")->required();
   build->add_option("--sources", sources, "keep the generated source in this directory");
+  build->add_option("--target", build_target, target_help)->check(CLI::IsMember({"cuda", "cpu"}));
 
   // `fsdpgen spec.fsdp -o train` is `fsdpgen build spec.fsdp -o train`.
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -349,7 +413,7 @@ int main(int argc, char** argv) {
   if (check->parsed()) return fsdpgen::run_check(check_args, dump);
   if (schedule->parsed()) return fsdpgen::run_schedule(schedule_args, format, output);
   if (plan->parsed()) return fsdpgen::run_plan(plan_args);
-  if (emit->parsed()) return fsdpgen::run_emit(emit_args, emit_dir);
-  if (build->parsed()) return fsdpgen::run_build(build_args, binary, sources);
+  if (emit->parsed()) return fsdpgen::run_emit(emit_args, emit_target, emit_dir);
+  if (build->parsed()) return fsdpgen::run_build(build_args, build_target, binary, sources);
   return 2;
 }

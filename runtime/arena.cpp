@@ -44,6 +44,10 @@ void arena_create(arena& a, const program& p) {
   a.host_bytes = p.host_arena_bytes;
   a.device = allocate(a.device_bytes, "device");
   if (a.host_bytes > 0) a.host = allocate(a.host_bytes, "host");
+  arena_reset_accounting(a, p);
+}
+
+void arena_reset_accounting(arena& a, const program& p) {
   int64_t persistent = 0;
   for (int b = 0; b < p.buffer_count; ++b)
     if (p.buffers[b].persistent && p.buffers[b].space == memory_space::device)

@@ -21,6 +21,9 @@ struct arena {
 };
 
 void arena_create(arena& a, const program& p);
+// Sets the live accounting to the persistent device buffers (done by
+// arena_create; backends that allocate their own arena call it).
+void arena_reset_accounting(arena& a, const program& p);
 void arena_destroy(arena& a);
 // Lifetime marks, called by the executor around each op.
 void arena_start(arena& a, const program& p, const int* buffers, int count);

@@ -12,6 +12,8 @@
 #include "runtime/gemm.h"
 #include "runtime/program.h"
 
+struct gpu_context;  // runtime/cuda/step.h
+
 struct step_context {
   const program* p = nullptr;
   std::byte* device = nullptr;  // arena bases
@@ -28,6 +30,7 @@ struct step_context {
   // ranges (computed once at start from the tensor table).
   const int64_t* const* decay_ranges = nullptr;
   const int* decay_range_counts = nullptr;
+  gpu_context* gpu = nullptr;  // the CUDA backend's state (null on the CPU)
 };
 
 template <class T>

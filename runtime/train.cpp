@@ -1,7 +1,8 @@
-// train: the generated binary's main loop. Parses the binary's flags,
-// launches, sets up the arena, communicators, data and weights, runs the
-// planned step `steps` times through the stream executor, logs one line per
-// logged step and a summary, and writes weights, metrics and the trace.
+// train: the generated binary's main loop, the same for every target. Parses
+// the binary's flags, launches, sets up communicators, data, the backend
+// (runtime/backend.h: arena and executor) and weights, runs the planned step
+// `steps` times, logs one line per logged step and a summary, and writes
+// weights, metrics and the trace.
 #include <mpi.h>
 
 #include <fmt/format.h>
@@ -19,13 +20,12 @@
 #include <vector>
 
 #include "runtime/arena.h"
+#include "runtime/backend.h"
 #include "runtime/check.h"
-#include "runtime/gemm.h"
 #include "runtime/init.h"
 #include "runtime/launch.h"
 #include "runtime/optimizer.h"
 #include "runtime/step.h"
-#include "runtime/streams.h"
 #include "runtime/trace.h"
 #include "runtime/weights.h"
 
@@ -65,6 +65,7 @@ struct options {
   int64_t seed = -1;
   int64_t log_every = -1;
   std::string metrics;
+  backend_options backend;
 };
 
 double mib(int64_t bytes) {
@@ -138,12 +139,13 @@ const char* sharding_of(const program& p) {
   return p.shard_group == p.world ? "sharded over the world" : "hybrid";
 }
 
-int run(const program& p, const options& o, const launch_info& li) {
+int run(const program& p, const options& o, const launch_info& li, const backend_kind& kind) {
   const bool lead = li.rank == 0;
   const int64_t steps = o.steps >= 0 ? o.steps : p.steps;
   const int64_t log_every = o.log_every > 0 ? o.log_every : std::max<int64_t>(1, p.log_every);
   const int64_t tokens_per_step = p.world * p.micro_batches * p.micro_batch * p.context;
 
+  std::unique_ptr<backend> b = kind.make(p);
   arena mem;
   step_context c;
   c.p = &p;
@@ -151,36 +153,38 @@ int run(const program& p, const options& o, const launch_info& li) {
   std::string error;
   try {
     data = dataloader_open(data_config_of(p, o.data));
-    arena_create(mem, p);
   } catch (const std::exception& e) {
     error = e.what();
   }
   agree_on_error(error, "set-up");
-  c.device = mem.device;
-  c.host = mem.host;
   c.comms = comm_create(p.shard_group);
   c.data = &data;
-  if (p.workspace_buffer >= 0) {
-    const program_buffer& w = p.buffers[p.workspace_buffer];
-    c.ws = {reinterpret_cast<float*>(c.device + w.offset), w.bytes / 4};
-  }
   c.dloss_scale = 1.0f / static_cast<float>(tokens_per_step);
   decay_table decay = decay_ranges(p, c.comms.shard_rank);
   c.decay_ranges = decay.pointers.data();
   c.decay_range_counts = decay.counts.data();
+  error.clear();
+  try {
+    b->start(c, mem, o.backend);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_error(error, "set-up");
 
-  if (o.init_from.empty())
-    weights_init(c, static_cast<uint64_t>(o.seed >= 0 ? o.seed : p.seed));
-  else
-    weights_load(c, o.init_from);
+  b->with_host_weights(c, true, [&] {
+    if (o.init_from.empty())
+      weights_init(c, static_cast<uint64_t>(o.seed >= 0 ? o.seed : p.seed));
+    else
+      weights_load(c, o.init_from);
+  });
 
   if (lead) {
     std::printf("fsdpgen train: %s (%s params) from %s\n", p.model_name,
                 with_commas(p.params).c_str(), p.spec_path);
-    std::printf("  %lld ranks (%s, shard group %lld), launched by %s, %d thread%s per rank\n",
+    std::printf("  %lld ranks (%s, shard group %lld), launched by %s, %s\n",
                 static_cast<long long>(p.world), sharding_of(p),
-                static_cast<long long>(p.shard_group), li.launcher.c_str(), li.threads,
-                li.threads == 1 ? "" : "s");
+                static_cast<long long>(p.shard_group), li.launcher.c_str(),
+                b->describe().c_str());
     std::printf(
         "  params %s, reduce %s, master %s | %lld micro-batch%s of %lld x %lld tokens | "
         "%s tokens per step\n",
@@ -205,56 +209,52 @@ int run(const program& p, const options& o, const launch_info& li) {
       throw runtime_error(fmt::format("cannot write {}: {}", o.metrics, std::strerror(errno)));
   }
 
-  stream_executor exec;
-  streams_start(exec, p, c, mem);
   const int64_t trace_step = o.trace_step >= 0 ? o.trace_step : std::min<int64_t>(2, steps - 1);
   std::vector<int64_t> trace_start, trace_end;
   double first_loss = 0, last_loss = 0, total_s = 0, timed_s = 0;
-  int64_t timed_steps = 0, high_water = 0;
+  int64_t timed_steps = 0, high_water = 0, skipped = 0;
   const auto run_start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < steps; ++step) {
-    c.step = step;
-    c.lr = optimizer_lr(p, step);
-    c.loss_sum = 0;
-    c.grad_norm_partial = 0;
+    const double lr = optimizer_lr(p, step);
     mem.high_water = mem.live_bytes.load();
+    const bool traced = !o.trace.empty() && step == trace_step;
     const auto t0 = std::chrono::steady_clock::now();
-    g_in_step = true;
-    streams_run_step(exec, step);
+    g_in_step = step >= b->warmup_steps();
+    const step_result r = b->run_step(step, lr, traced);
     g_in_step = false;
-    arena_check_guards(mem);
     double loss_sum = 0;
-    MPI_CHECK(MPI_Allreduce(&c.loss_sum, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allreduce(&r.loss_sum, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double loss = loss_sum / static_cast<double>(tokens_per_step);
-    const double norm = std::sqrt(static_cast<double>(c.grad_norm_partial));
+    const double norm = r.grad_norm;
+    skipped += r.skipped;
     high_water = std::max(high_water, mem.high_water.load());
     if (step == 0) first_loss = loss;
     last_loss = loss;
     total_s += s;
     if (step > 0) timed_s += s, ++timed_steps;
-    if (step == trace_step) trace_start = exec.start_ns, trace_end = exec.end_ns;
+    if (traced) trace_start = b->op_start_ns(), trace_end = b->op_end_ns();
     if (metrics)
       std::fprintf(metrics,
                    "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": "
-                   "%.3f, \"live_peak_bytes\": %lld}\n",
-                   static_cast<long long>(step + 1), loss, c.lr, norm, s * 1e3,
-                   static_cast<long long>(mem.high_water.load()));
+                   "%.3f, \"live_peak_bytes\": %lld, \"skipped\": %s}\n",
+                   static_cast<long long>(step + 1), loss, lr, norm, s * 1e3,
+                   static_cast<long long>(mem.high_water.load()), r.skipped ? "true" : "false");
     if (lead && ((step + 1) % log_every == 0 || step == 0 || step + 1 == steps)) {
       double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
       double eta = elapsed / static_cast<double>(step + 1) * static_cast<double>(steps - step - 1);
       std::printf(
           "step %*lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %s tok/s | mem "
-          "%.2f MiB | eta %s\n",
+          "%.2f MiB | eta %s%s\n",
           static_cast<int>(std::to_string(steps).size()), static_cast<long long>(step + 1),
-          static_cast<long long>(steps), loss, c.lr, norm, s * 1e3,
+          static_cast<long long>(steps), loss, lr, norm, s * 1e3,
           with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / s)).c_str(),
-          mib(mem.high_water.load()), duration(eta).c_str());
+          mib(mem.high_water.load()), duration(eta).c_str(),
+          r.skipped ? " | skipped (non-finite gradients)" : "");
       std::fflush(stdout);
     }
   }
-  streams_stop(exec);
   if (metrics) std::fclose(metrics);
 
   int64_t allocations = g_step_allocations.load(), max_allocations = 0, max_high_water = 0;
@@ -262,13 +262,21 @@ int run(const program& p, const options& o, const launch_info& li) {
   MPI_CHECK(MPI_Allreduce(&high_water, &max_high_water, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
   if (lead && steps > 0) {
     double per_step = timed_steps ? timed_s / static_cast<double>(timed_steps) : total_s;
+    const int64_t warmup = b->warmup_steps();
     std::printf(
         "done: %lld steps in %.1f s | loss %.4f -> %.4f | %.1f ms/step | %s tok/s | peak "
-        "%.2f MiB of %.2f MiB planned | %lld allocations in steps\n",
+        "%.2f MiB of %.2f MiB planned | %lld allocations in steps%s\n",
         static_cast<long long>(steps), total_s, first_loss, last_loss, per_step * 1e3,
         with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / per_step)).c_str(),
         mib(max_high_water), mib(p.planned_live_peak_bytes),
-        static_cast<long long>(max_allocations));
+        static_cast<long long>(max_allocations),
+        warmup ? fmt::format(" after the first {}", warmup).c_str() : "");
+    if (const int64_t overhead = b->runtime_overhead_bytes())
+      std::printf("device memory: arena %.2f MiB + %.2f MiB held by CUDA, NCCL and cuBLASLt\n",
+                  mib(p.device_arena_bytes), mib(overhead));
+    if (skipped)
+      std::printf("%lld step%s skipped for non-finite gradients\n",
+                  static_cast<long long>(skipped), skipped == 1 ? "" : "s");
   }
   if (max_high_water > p.planned_live_peak_bytes)
     throw std::runtime_error(
@@ -302,14 +310,14 @@ int run(const program& p, const options& o, const launch_info& li) {
     }
   }
   if (!o.save.empty()) {
-    weights_save(c, o.save, steps);
+    b->with_host_weights(c, false, [&] { weights_save(c, o.save, steps); });
     if (lead)
       std::printf("saved %s (%s params, F32, Hugging Face GPT-2 names)\n", o.save.c_str(),
                   with_commas(p.params).c_str());
   }
   std::fflush(stdout);
+  b->stop();
   comm_destroy(c.comms);
-  arena_destroy(mem);
   return 0;
 }
 
@@ -323,7 +331,7 @@ void prefer_passive_openmp(char** argv) {
 
 }  // namespace
 
-int train_main(const program& p, int argc, char** argv) {
+int train_main(const program& p, int argc, char** argv, const backend_kind& kind) {
   prefer_passive_openmp(argv);
   CLI::App app{fmt::format("Trains {} as planned by fsdpgen from {}.", p.model_name, p.spec_path)};
   options o;
@@ -341,11 +349,20 @@ int train_main(const program& p, int argc, char** argv) {
   app.add_option("--log-every", o.log_every, "log every N steps (default: the spec's)")
       ->check(CLI::PositiveNumber);
   app.add_option("--metrics", o.metrics, "write one JSON line per step (rank 0)");
+  bool no_graph = false;
+  if (kind.cuda_flags) {
+    app.add_option("--comm", o.backend.comm,
+                   "nccl (default), or mpi-test: collectives over MPI from host staging buffers, "
+                   "a test mode for several ranks sharing one GPU")
+        ->check(CLI::IsMember({"nccl", "mpi-test"}));
+    app.add_flag("--no-graph", no_graph, "issue every step eagerly (no CUDA graph)");
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  o.backend.graphs = !no_graph;
   if (o.print_schedule) {
     std::fputs(p.schedule_text, stdout);
     return 0;
@@ -357,7 +374,7 @@ int train_main(const program& p, int argc, char** argv) {
   }
   launch_info li = launch_init(p, argc, argv);
   try {
-    run(p, o, li);
+    run(p, o, li, kind);
   } catch (const agreed_error& e) {
     if (e.own || li.rank == 0)
       std::fprintf(stderr, "rank %lld: error: %s\n", static_cast<long long>(li.rank), e.what());

@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <cstring>
 
+// fsdpgen:begin includes
 #include "runtime/gpt2.h"
 #include "runtime/program.h"
 #include "runtime/step.h"
+// fsdpgen:end includes
 
 namespace {
 
@@ -42,4 +44,6 @@ const program kProgram = {
 
 }  // namespace
 
+// fsdpgen:begin main
 int main(int argc, char** argv) { return train_main(kProgram, argc, argv); }
+// fsdpgen:end main

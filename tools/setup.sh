@@ -53,8 +53,8 @@ main_job() {
   allow_mpi_as_root
   echo "setup: fsdpgen plan specs/tiny.fsdp --gpu cpu"
   "$build/fsdpgen" plan "$root/specs/tiny.fsdp" --gpu cpu
-  echo "setup: fsdpgen specs/tiny.fsdp -o build/train"
-  (cd "$root" && "$build/fsdpgen" specs/tiny.fsdp -o "$build/train")
+  echo "setup: fsdpgen specs/tiny.fsdp --target cpu -o build/train"
+  (cd "$root" && "$build/fsdpgen" specs/tiny.fsdp --target cpu -o "$build/train")
   echo "setup: mpirun -n 2 build/train"
   mpirun -n 2 --bind-to none "$build/train"
 }

@@ -290,10 +290,13 @@ __global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t 
 
 // ---------------------------------------------------------------- cross-entropy
 
-// A block per row: max, sum of exponentials, then the gradient over the row in place.
+// A block per row: max, sum of exponentials, then the gradient over the row
+// in place. The scale is *dloss_scale_ptr when that is set, else dloss_scale.
 template <class T>
 __global__ void cross_entropy_fused_kernel(T* logits, float* losses, const int32_t* targets,
-                                           int64_t V, float dloss_scale) {
+                                           int64_t V, const float* dloss_scale_ptr,
+                                           float dloss_scale) {
+  if (dloss_scale_ptr != nullptr) dloss_scale = *dloss_scale_ptr;
   const int64_t n = blockIdx.x;
   T* x = logits + n * V;
   const int64_t target = targets[n];
@@ -455,7 +458,16 @@ void cuda_cross_entropy_fused(T* logits, float* losses, const int32_t* targets, 
                               int64_t V, float dloss_scale, cudaStream_t stream) {
   if (N == 0) return;
   cross_entropy_fused_kernel<<<grid_dim(N), kCrossEntropyThreads, 0, stream>>>(
-      dev(logits), losses, targets, V, dloss_scale);
+      dev(logits), losses, targets, V, nullptr, dloss_scale);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+void cuda_cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N,
+                              int64_t V, const float* dloss_scale, cudaStream_t stream) {
+  if (N == 0) return;
+  cross_entropy_fused_kernel<<<grid_dim(N), kCrossEntropyThreads, 0, stream>>>(
+      dev(logits), losses, targets, V, dloss_scale, 0.0f);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -493,7 +505,9 @@ void cuda_sum_squares(float* sum, float* scratch, const void* x, dtype_id t, int
   template void cuda_gelu_backward<T>(T*, const T*, const T*, int64_t, cudaStream_t);             \
   template void cuda_residual_forward<T>(T*, const T*, const T*, int64_t, cudaStream_t);          \
   template void cuda_cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, float,  \
-                                            cudaStream_t);
+                                            cudaStream_t);                                        \
+  template void cuda_cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t,         \
+                                            const float*, cudaStream_t);
 
 #define CUDA_KERNELS_INSTANTIATE_TG(T, G)                                                         \
   template void cuda_encoder_backward<T, G>(G*, G*, const T*, const int32_t*, int64_t, int64_t,   \

@@ -76,6 +76,12 @@ void cuda_cross_entropy_fused(T* logits,               // (N, V) in: logits, out
                               float* losses,           // (N)
                               const int32_t* targets,  // (N)
                               int64_t N, int64_t V, float dloss_scale, cudaStream_t stream);
+// The same with dloss_scale read from device memory (one float) when the
+// kernel runs, so that a step captured as a CUDA graph replays with each
+// step's value (e.g. &gpu_step_scalars::dloss_scale).
+template <class T>
+void cuda_cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N,
+                              int64_t V, const float* dloss_scale, cudaStream_t stream);
 
 // AdamW on master[begin, end) (fp32) from grad (dtype g, indexed like master),
 // m and v the state: optimizer_adamw's rule, bias corrections computed on the

@@ -24,7 +24,7 @@ printf '%-10s %5s %12s %10s %14s %14s\n' spec ranks tokens/s hidden "peak MiB" "
 for spec in tiny small-10m; do
   for ranks in 1 2; do
     bin="$work/$spec-$ranks"
-    (cd "$root" && "$fsdpgen" "specs/$spec.fsdp" --world "$ranks" -o "$bin" >/dev/null)
+    (cd "$root" && "$fsdpgen" "specs/$spec.fsdp" --target cpu --world "$ranks" -o "$bin" >/dev/null)
     launch=("$bin")
     [ "$ranks" -gt 1 ] && launch=(mpirun -n "$ranks" --bind-to none "$bin")
     out=$("${launch[@]}" --steps "$steps" --log-every 1000 --trace "$work/trace.json" \

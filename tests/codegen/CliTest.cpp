@@ -1,5 +1,5 @@
-// fsdpgen schedule and fsdpgen plan from the command line: outputs, formats,
-// overrides and errors.
+// fsdpgen schedule, plan and emit from the command line: outputs, formats,
+// overrides, targets and errors.
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -85,6 +85,39 @@ TEST(CliPlan, UnknownHardwareNamesTheChoices) {
   CmdResult r = run("plan " + spec("tiny.fsdp") + " --gpu a100");
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_TRUE(has(r, "a100-40g")) << r.out;
+}
+
+// The CUDA target plans for --gpu and writes calls into runtime/cuda/; the
+// CPU target writes the CPU runtime's. Both name their target in the header.
+TEST(CliEmit, TargetsWriteTheirRuntimesCalls) {
+  const std::string dir = std::string(FSDPGEN_E2E_WORK_ROOT) + "/cli-emit";
+  CmdResult cpu = run("emit " + spec("tiny.fsdp") + " --target cpu -o " + dir + "/cpu");
+  ASSERT_EQ(cpu.status, 0) << cpu.out;
+  CmdResult gpu = run("emit " + spec("tiny.fsdp") + " --target cuda --gpu h200 -o " + dir + "/cuda");
+  ASSERT_EQ(gpu.status, 0) << gpu.out;
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  const std::string c = read(dir + "/cpu/train.cpp"), g = read(dir + "/cuda/train.cpp");
+  EXPECT_NE(c.find("gpt2_block_forward<param_t>("), std::string::npos);
+  EXPECT_EQ(c.find("cuda_"), std::string::npos);
+  EXPECT_NE(c.find("train_main(kProgram"), std::string::npos);
+  EXPECT_NE(g.find("cuda_gpt2_block_forward<param_t>("), std::string::npos);
+  EXPECT_NE(g.find("cuda_comm_all_gather(cuda_op_comm(c, stream_id::allgather"), std::string::npos);
+  EXPECT_NE(g.find("cuda_train_main(kProgram"), std::string::npos);
+  EXPECT_NE(g.find("--gpu h200"), std::string::npos);
+}
+
+TEST(CliEmit, TargetErrors) {
+  CmdResult bad = run("emit " + spec("tiny.fsdp") + " --target tpu -o /tmp/x");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_TRUE(has(bad, "--target")) << bad.out;
+  CmdResult cpu_gpu = run("emit " + spec("tiny.fsdp") + " --target cuda --gpu cpu -o /tmp/x");
+  EXPECT_EQ(cpu_gpu.status, 1) << cpu_gpu.out;
+  EXPECT_TRUE(has(cpu_gpu, "--gpu cpu is not one")) << cpu_gpu.out;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../runtime/Reference.h"
+#include "tests/cuda/Device.h"
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/kernels.cuh"
 #include "runtime/kernels.h"
@@ -62,19 +63,6 @@ template <class T>
 void expect_close(const std::string& what, const std::vector<T>& cuda, const std::vector<T>& cpu,
                   tolerance tol) {
   ref::expect_close(what, load(cuda), load(cpu), tol);
-}
-
-// Why no CUDA device can be used here (CUDA's message and check.cuh's hint);
-// empty when one can.
-std::string no_device_reason() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    const std::string hint = cuda_hint(err);
-    return cudaGetErrorString(err) + (hint.empty() ? "" : "; hint: " + hint);
-  }
-  if (count == 0) return "cudaGetDeviceCount found 0 devices";
-  return "";
 }
 
 // A device copy of a host vector, or n zeros; freed with it.

@@ -94,12 +94,13 @@ inline void allow_mpi_as_root() {
   setenv("OMP_NUM_THREADS", "1", 1);
 }
 
-// Writes the spec and builds dir/train; fails the test on error.
-inline std::filesystem::path build_binary(const std::filesystem::path& dir,
-                                          const std::string& spec) {
+// Writes the spec and builds dir/train for target (cpu or cuda); fails the
+// test on error.
+inline std::filesystem::path build_binary(const std::filesystem::path& dir, const std::string& spec,
+                                          const std::string& target = "cpu") {
   std::ofstream(dir / "e2e.fsdp") << spec;
   CmdResult r =
-      run_command(fmt::format("cd {} && {} e2e.fsdp -o train", dir.string(), FSDPGEN_BIN));
+      run_command(fmt::format("cd {} && {} e2e.fsdp -o train --target {}", dir.string(), FSDPGEN_BIN, target));
   EXPECT_EQ(r.status, 0) << r.out;
   return dir / "train";
 }

@@ -1,7 +1,7 @@
 // Generated: the checked-in output of fsdpgen (generated/) is what fsdpgen
 // generates today, byte for byte; and the template is a real program that
 // compiles on its own. Regenerate with:
-//   fsdpgen emit specs/tiny.fsdp -o generated/tiny   (from the repository root)
+//   fsdpgen emit specs/tiny.fsdp --target cpu -o generated/tiny   (from the repository root)
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -19,7 +19,7 @@ TEST_P(Generated, MatchesWhatFsdpgenEmits) {
   const std::string name = GetParam();
   std::filesystem::path out = std::filesystem::path(FSDPGEN_WORK) / name;
   std::filesystem::remove_all(out);
-  CmdResult r = run_command(fmt::format("cd {} && {} emit specs/{}.fsdp -o {}", FSDPGEN_SOURCE_DIR,
+  CmdResult r = run_command(fmt::format("cd {} && {} emit specs/{}.fsdp --target cpu -o {}", FSDPGEN_SOURCE_DIR,
                                         FSDPGEN_BIN, name, out.string()));
   ASSERT_EQ(r.status, 0) << r.out;
   std::filesystem::path checked_in =
@@ -28,7 +28,7 @@ TEST_P(Generated, MatchesWhatFsdpgenEmits) {
   CmdResult diff =
       run_command(fmt::format("diff -u {} {}", checked_in.string(), (out / "train.cpp").string()));
   EXPECT_EQ(diff.status, 0) << "generated/" << name
-                            << " is stale; regenerate it with: fsdpgen emit specs/" << name
+                            << " is stale; regenerate it with: fsdpgen emit --target cpu specs/" << name
                             << ".fsdp -o generated/" << name << "\n"
                             << diff.out.substr(0, 4000);
 }

@@ -1,0 +1,67 @@
+// backend: what the training loop (runtime/train.cpp) asks of the machine a
+// step runs on. The loop (flags, data, logging, metrics, weights files,
+// traces) is the same for every target; a backend owns the arena, runs the
+// planned step and reports what it measured. The CPU backend is
+// runtime/cpu_backend.cpp, the CUDA one runtime/cuda/backend.cpp.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/arena.h"
+#include "runtime/program.h"
+#include "runtime/step.h"
+
+// Flags only some backends read.
+struct backend_options {
+  std::string comm = "nccl";  // CUDA: nccl, or mpi-test (ranks sharing one GPU)
+  bool graphs = true;         // CUDA: capture the step as a CUDA graph
+};
+
+struct step_result {
+  double loss_sum = 0;   // this rank's per-token losses
+  double grad_norm = 0;  // global gradient norm (before clipping)
+  bool skipped = false;  // the optimizer skipped the step (non-finite gradients)
+};
+
+class backend {
+ public:
+  virtual ~backend() = default;
+  // Allocates the arena (mem) and sets up streams and communicators; c has
+  // the program, the CPU communicators, the data and the decay ranges.
+  virtual void start(step_context& c, arena& mem, const backend_options& o) = 0;
+  // One line for the header ("2 threads per rank", "NVIDIA H100 ..., NCCL, CUDA graphs").
+  virtual std::string describe() const = 0;
+  // Runs fn with this rank's persistent buffers in host memory behind
+  // c.device (the CPU arena itself; a host copy of them on a GPU), copied back
+  // to the device afterwards when write_back.
+  virtual void with_host_weights(step_context& c, bool write_back,
+                                 const std::function<void()>& fn) = 0;
+  // Runs step `step` at learning rate lr; with timed, records per-op times.
+  virtual step_result run_step(int64_t step, double lr, bool timed) = 0;
+  // Per op, from the start of the last timed step (ns).
+  virtual const std::vector<int64_t>& op_start_ns() const = 0;
+  virtual const std::vector<int64_t>& op_end_ns() const = 0;
+  // Steps at the start whose host allocations are expected (not counted):
+  // GEMM algorithm choice, graph capture.
+  virtual int64_t warmup_steps() const = 0;
+  // Device memory this process holds beyond the arena (CUDA context,
+  // libraries), measured; 0 on a CPU.
+  virtual int64_t runtime_overhead_bytes() const = 0;
+  virtual void stop() = 0;
+};
+
+struct backend_kind {
+  const char* name;  // "cpu", "cuda"
+  bool cuda_flags;   // accepts --comm and --no-graph
+  std::unique_ptr<backend> (*make)(const program& p);
+};
+
+std::unique_ptr<backend> make_cpu_backend(const program& p);
+inline constexpr backend_kind kCpuBackend{"cpu", false, &make_cpu_backend};
+
+// The generated main() calls this (train_main(p, argc, argv) is the CPU one).
+int train_main(const program& p, int argc, char** argv, const backend_kind& kind);

@@ -1,0 +1,75 @@
+// cpu_backend: the step on this CPU: the arena in host memory, one thread
+// per stream (runtime/streams.h), MPI collectives, guards checked after
+// every step.
+#include <mpi.h>
+
+#include <omp.h>
+
+#include <cmath>
+#include <string>
+
+#include "runtime/backend.h"
+#include "runtime/streams.h"
+
+namespace {
+
+class cpu_backend final : public backend {
+ public:
+  explicit cpu_backend(const program& p) : p_(p) {}
+
+  void start(step_context& c, arena& mem, const backend_options&) override {
+    c_ = &c;
+    mem_ = &mem;
+    arena_create(mem, p_);
+    c.device = mem.device;
+    c.host = mem.host;
+    if (p_.workspace_buffer >= 0) {
+      const program_buffer& w = p_.buffers[p_.workspace_buffer];
+      c.ws = {reinterpret_cast<float*>(c.device + w.offset), w.bytes / 4};
+    }
+    streams_start(exec_, p_, c, mem);
+  }
+
+  std::string describe() const override {
+    const int t = omp_get_max_threads();
+    return std::to_string(t) + (t == 1 ? " thread" : " threads") + " per rank";
+  }
+
+  void with_host_weights(step_context&, bool, const std::function<void()>& fn) override { fn(); }
+
+  step_result run_step(int64_t step, double lr, bool) override {
+    c_->step = step;
+    c_->lr = lr;
+    c_->loss_sum = 0;
+    c_->grad_norm_partial = 0;
+    streams_run_step(exec_, step);
+    arena_check_guards(*mem_);
+    return {c_->loss_sum, std::sqrt(static_cast<double>(c_->grad_norm_partial)), false};
+  }
+
+  const std::vector<int64_t>& op_start_ns() const override { return exec_.start_ns; }
+  const std::vector<int64_t>& op_end_ns() const override { return exec_.end_ns; }
+  int64_t warmup_steps() const override { return 0; }
+  int64_t runtime_overhead_bytes() const override { return 0; }
+
+  void stop() override {
+    streams_stop(exec_);
+    arena_destroy(*mem_);
+  }
+
+ private:
+  const program& p_;
+  step_context* c_ = nullptr;
+  arena* mem_ = nullptr;
+  stream_executor exec_;
+};
+
+}  // namespace
+
+std::unique_ptr<backend> make_cpu_backend(const program& p) {
+  return std::make_unique<cpu_backend>(p);
+}
+
+int train_main(const program& p, int argc, char** argv) {
+  return train_main(p, argc, argv, kCpuBackend);
+}

@@ -1,0 +1,229 @@
+// backend (CUDA): set-up, the step, host copies of the weights, teardown.
+#include "runtime/cuda/backend.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "runtime/check.h"
+#include "runtime/cuda/check.cuh"
+#include "runtime/cuda/executor.h"
+#include "runtime/cuda/gemm.h"
+#include "runtime/cuda/step.h"
+
+namespace {
+
+constexpr int64_t kGuardBytes = 4096;
+constexpr unsigned char kGuardByte = 0xA5;
+
+int64_t device_used_bytes() {
+  size_t free = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return static_cast<int64_t>(total - free);
+}
+
+class cuda_backend final : public backend {
+ public:
+  explicit cuda_backend(const program& p) : p_(p) {}
+  ~cuda_backend() override { release(true); }  // after a failure: abort the communicators
+
+  void start(step_context& c, arena& mem, const backend_options& o) override {
+    c_ = &c;
+    mem_ = &mem;
+    if (p_.host_arena_bytes > 0)
+      throw runtime_error(
+          "this program offloads to host memory, which the CUDA backend does not do yet");
+    const gpu_comm_mode mode = o.comm == "mpi-test" ? gpu_comm_mode::mpi_test : gpu_comm_mode::nccl;
+    device_ = gpu_select_device(mode);
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    device_name_ = prop.name;
+    baseline_used_ = device_used_bytes();
+
+    // The arena: the planned bytes and a guard region after them.
+    const size_t bytes = static_cast<size_t>(p_.device_arena_bytes + kGuardBytes);
+    cudaError_t err = cudaMalloc(reinterpret_cast<void**>(&mem.device), bytes);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      throw runtime_error(fmt::format(
+          "cannot allocate the device arena of {:.2f} GiB planned for this rank on GPU {} ({}): "
+          "{:.2f} GiB of {:.2f} GiB free; `fsdpgen plan SPEC --gpu KIND` shows what fits",
+          static_cast<double>(p_.device_arena_bytes) / (1 << 30), device_, device_name_,
+          static_cast<double>(free) / (1 << 30), static_cast<double>(total) / (1 << 30)));
+    }
+    mem.device_bytes = p_.device_arena_bytes;
+    CUDA_CHECK(cudaMemset(mem.device, 0, static_cast<size_t>(p_.device_arena_bytes)));
+    CUDA_CHECK(cudaMemset(mem.device + p_.device_arena_bytes, kGuardByte, kGuardBytes));
+    arena_reset_accounting(mem, p_);
+    c.device = mem.device;
+    c.host = nullptr;
+
+    // Per-step scalars and reduction scratch (device), their pinned mirrors, the step's tokens.
+    const size_t small = sizeof(gpu_step_scalars) + 2 * kReduceScratchFloats * sizeof(float);
+    CUDA_CHECK(cudaMalloc(&small_, small));
+    CUDA_CHECK(cudaMemset(small_, 0, small));
+    gpu_exec& g = gc_.exec;
+    g.scalars = static_cast<gpu_step_scalars*>(small_);
+    g.loss_scratch = reinterpret_cast<float*>(g.scalars + 1);
+    g.norm_scratch = g.loss_scratch + kReduceScratchFloats;
+    CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&gc_.host_scalars), sizeof(gpu_step_scalars),
+                             cudaHostAllocDefault));
+    std::memset(gc_.host_scalars, 0, sizeof(gpu_step_scalars));
+    tokens_per_mb_ = p_.micro_batch * p_.context;
+    CUDA_CHECK(cudaHostAlloc(
+        reinterpret_cast<void**>(&gc_.host_inputs),
+        static_cast<size_t>(p_.micro_batches * 2 * tokens_per_mb_) * sizeof(int32_t),
+        cudaHostAllocDefault));
+
+    // cuBLASLt: the handle, the algorithm cache and the plan's workspace.
+    CUBLAS_CHECK(cublasLtCreate(&g.lt));
+    g.gemms = gpu_gemm_cache_create();
+    if (p_.workspace_buffer >= 0) {
+      const program_buffer& w = p_.buffers[p_.workspace_buffer];
+      g.lt_workspace = mem.device + w.offset;
+      g.lt_workspace_bytes = w.bytes;
+    }
+
+    gc_.comms = gpu_comm_create(p_, mode, c.comms);
+    comms_created_ = true;
+    gc_.decay_ranges = c.decay_ranges;
+    gc_.decay_range_counts = c.decay_range_counts;
+    c.gpu = &gc_;
+    mode_ = mode;
+    gpu_executor_start(exec_, p_, c, gc_, mem, o.graphs && mode == gpu_comm_mode::nccl);
+    graphs_ = o.graphs && mode == gpu_comm_mode::nccl;
+  }
+
+  std::string describe() const override {
+    return fmt::format("GPU {} ({}), {}, {}", device_, device_name_,
+                       mode_ == gpu_comm_mode::nccl ? "NCCL" : "MPI test mode (host staging)",
+                       graphs_ ? "CUDA graph" : "no CUDA graph");
+  }
+
+  void with_host_weights(step_context& c, bool write_back,
+                         const std::function<void()>& fn) override {
+    int64_t extent = 0;
+    for (int b = 0; b < p_.buffer_count; ++b)
+      if (persistent_device(b))
+        extent = std::max(extent, p_.buffers[b].offset + p_.buffers[b].bytes);
+    std::unique_ptr<std::byte[]> mirror(new std::byte[static_cast<size_t>(extent)]);
+    for (int b = 0; b < p_.buffer_count; ++b) {
+      if (!persistent_device(b)) continue;
+      const program_buffer& buf = p_.buffers[b];
+      CUDA_CHECK(cudaMemcpy(mirror.get() + buf.offset, mem_->device + buf.offset,
+                            static_cast<size_t>(buf.bytes), cudaMemcpyDeviceToHost));
+    }
+    c.device = mirror.get();
+    try {
+      fn();
+    } catch (...) {
+      c.device = mem_->device;
+      throw;
+    }
+    c.device = mem_->device;
+    if (!write_back) return;
+    for (int b = 0; b < p_.buffer_count; ++b) {
+      if (!persistent_device(b)) continue;
+      const program_buffer& buf = p_.buffers[b];
+      CUDA_CHECK(cudaMemcpy(mem_->device + buf.offset, mirror.get() + buf.offset,
+                            static_cast<size_t>(buf.bytes), cudaMemcpyHostToDevice));
+    }
+  }
+
+  step_result run_step(int64_t step, double lr, bool timed) override {
+    step_context& c = *c_;
+    c.step = step;
+    c.lr = lr;
+    for (int64_t mb = 0; mb < p_.micro_batches; ++mb) {
+      int32_t* in = gc_.host_inputs + mb * 2 * tokens_per_mb_;
+      step_fill_inputs(c, mb, in, in + tokens_per_mb_);
+    }
+    gpu_step_scalars& s = *gc_.host_scalars;
+    const float loss_scale = 1.0f;  // fp32 and bf16 need none
+    s.lr = static_cast<float>(lr);
+    s.t = static_cast<float>(step + 1);
+    s.loss_scale = loss_scale;
+    s.dloss_scale = c.dloss_scale * loss_scale;
+    gpu_executor_run_step(exec_, step, timed);
+    check_guard();
+    const double norm = std::sqrt(static_cast<double>(s.norm_sq)) / loss_scale;
+    return {static_cast<double>(s.loss_sum), norm, !std::isfinite(norm)};
+  }
+
+  const std::vector<int64_t>& op_start_ns() const override { return exec_.start_ns; }
+  const std::vector<int64_t>& op_end_ns() const override { return exec_.end_ns; }
+  // Step 0 chooses GEMM algorithms; step 1 captures the graph.
+  int64_t warmup_steps() const override { return graphs_ ? 2 : 1; }
+
+  int64_t runtime_overhead_bytes() const override {
+    return std::max<int64_t>(0, device_used_bytes() - baseline_used_ - p_.device_arena_bytes);
+  }
+
+  void stop() override {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    release(false);
+  }
+
+ private:
+  bool persistent_device(int b) const {
+    return p_.buffers[b].persistent && p_.buffers[b].space == memory_space::device &&
+           p_.buffers[b].bytes > 0;
+  }
+
+  void check_guard() {
+    unsigned char guard[kGuardBytes];
+    CUDA_CHECK(cudaMemcpy(guard, mem_->device + p_.device_arena_bytes, kGuardBytes,
+                          cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < kGuardBytes; ++i)
+      if (guard[i] != kGuardByte)
+        throw std::runtime_error(fmt::format(
+            "internal error: a kernel wrote past the end of the device arena ({} bytes, byte +{} "
+            "changed)",
+            p_.device_arena_bytes, i));
+  }
+
+  // Teardown ignores errors: it also runs after a failure.
+  void release(bool abort) {
+    gpu_executor_stop(exec_);
+    if (comms_created_) gpu_comm_destroy(gc_.comms, abort);
+    comms_created_ = false;
+    if (gc_.exec.gemms) gpu_gemm_cache_destroy(gc_.exec.gemms);
+    if (gc_.exec.lt) cublasLtDestroy(gc_.exec.lt);
+    gc_.exec.gemms = nullptr;
+    gc_.exec.lt = nullptr;
+    if (gc_.host_inputs) cudaFreeHost(gc_.host_inputs);
+    if (gc_.host_scalars) cudaFreeHost(gc_.host_scalars);
+    gc_.host_inputs = nullptr;
+    gc_.host_scalars = nullptr;
+    if (small_) cudaFree(small_);
+    small_ = nullptr;
+    if (mem_ && mem_->device) cudaFree(mem_->device);
+    if (mem_) mem_->device = nullptr;
+  }
+
+  const program& p_;
+  step_context* c_ = nullptr;
+  arena* mem_ = nullptr;
+  gpu_context gc_;
+  gpu_executor exec_;
+  gpu_comm_mode mode_ = gpu_comm_mode::nccl;
+  bool comms_created_ = false, graphs_ = false;
+  int device_ = 0;
+  std::string device_name_;
+  int64_t baseline_used_ = 0, tokens_per_mb_ = 0;
+  void* small_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<backend> make_cuda_backend(const program& p) {
+  return std::make_unique<cuda_backend>(p);
+}
+
+int cuda_train_main(const program& p, int argc, char** argv) {
+  return train_main(p, argc, argv, kCudaBackend);
+}

@@ -1,0 +1,48 @@
+// exec (CUDA): what a generated op issues its GPU work with. The executor
+// (runtime/cuda/executor.h) sets `stream` to the op's stream before calling
+// the op, so every launcher enqueues on the right stream and returns without
+// waiting. Values that change from step to step (learning rate, step number,
+// loss scale) are read by kernels from `scalars` in device memory, never
+// passed by value, so that a step captured once as a CUDA graph replays with
+// each step's values. Plain C++ (compiled by the host compiler in generated
+// programs and by nvcc in the runtime).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+struct gpu_gemm_cache;  // runtime/cuda/gemm.cu: cuBLASLt algorithms chosen per shape
+
+// Per-step values in device memory (one struct, written by the executor
+// before each step and read back after it).
+struct gpu_step_scalars {
+  // Inputs of the step (host -> device before it runs).
+  float lr;           // this step's learning rate
+  float t;            // 1-based step number (AdamW bias correction)
+  float dloss_scale;  // d(loss)/d(per-token loss sum): loss_scale / tokens of the global batch
+  float loss_scale;   // fp16 dynamic loss scale; 1 for fp32 and bf16
+  // Outputs (device -> host after it ran).
+  float loss_sum;  // this rank's per-token losses summed over the step
+  float norm_sq;   // gradient sum of squares: this rank's partial, then all-reduced (scaled
+                   // by loss_scale^2)
+  int32_t found_inf;  // the gradients held inf or NaN: the optimizer skipped this step
+  int32_t pad;
+};
+
+struct gpu_exec {
+  cudaStream_t stream = nullptr;  // the stream of the op being issued
+  cublasLtHandle_t lt = nullptr;
+  void* lt_workspace = nullptr;  // cuBLASLt workspace: the plan's gemm_workspace buffer
+  int64_t lt_workspace_bytes = 0;
+  gpu_gemm_cache* gemms = nullptr;
+  gpu_step_scalars* scalars = nullptr;  // device
+  float* loss_scratch = nullptr;        // kReduceScratchFloats device floats (losses)
+  float* norm_scratch = nullptr;        // kReduceScratchFloats device floats (gradient norm)
+  // Set by tests and the executor for eager runs: the step is not being captured.
+  bool capturing = false;
+};
+
+// Device floats each reduction scratch holds (one partial sum per block).
+inline constexpr int64_t kReduceScratchFloats = 1024;

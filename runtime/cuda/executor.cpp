@@ -1,0 +1,156 @@
+// executor (CUDA): issuing, capturing and replaying the step.
+#include "runtime/cuda/executor.h"
+
+#include <cmath>
+
+#include "runtime/cuda/check.cuh"
+#include "runtime/cuda/step.h"
+
+namespace {
+
+cudaStream_t stream_of(gpu_executor& e, stream_id s) {
+  return e.streams[static_cast<int>(s)];
+}
+
+// Issues every op of a step in issue order; with timing, brackets each op
+// with timing events.
+void issue(gpu_executor& e, bool timed) {
+  const program& p = *e.p;
+  cudaStream_t compute = stream_of(e, stream_id::compute);
+  if (timed) CUDA_CHECK(cudaEventRecord(e.step_zero, compute));
+  cuda_step_begin(*e.gpu, compute);
+  CUDA_CHECK(cudaEventRecord(e.step_begin, compute));
+  for (int s = 1; s < kStreamCount; ++s)
+    if (e.stream_used[s]) CUDA_CHECK(cudaStreamWaitEvent(e.streams[s], e.step_begin, 0));
+
+  for (int i = 0; i < p.op_count; ++i) {
+    const program_op& op = p.ops[i];
+    cudaStream_t s = stream_of(e, op.stream);
+    for (int d = 0; d < op.dep_count; ++d)
+      CUDA_CHECK(cudaStreamWaitEvent(s, e.done[static_cast<size_t>(op.deps[d])], 0));
+    if (timed) CUDA_CHECK(cudaEventRecord(e.start[static_cast<size_t>(i)], s));
+    // Lifetimes in issue order: the plan's accounting, as the CPU executor's.
+    arena_start(*e.mem, p, op.allocs, op.alloc_count);
+    e.gpu->exec.stream = s;
+    op.run(*e.ctx);
+    arena_end(*e.mem, p, op.frees, op.free_count);
+    if (timed) CUDA_CHECK(cudaEventRecord(e.end[static_cast<size_t>(i)], s));
+    CUDA_CHECK(cudaEventRecord(e.done[static_cast<size_t>(i)], s));
+  }
+
+  for (int s = 1; s < kStreamCount; ++s)
+    if (e.stream_used[s]) {
+      CUDA_CHECK(cudaEventRecord(e.joined[s], e.streams[s]));
+      CUDA_CHECK(cudaStreamWaitEvent(compute, e.joined[s], 0));
+    }
+  cuda_step_end(*e.gpu, compute);
+}
+
+int64_t elapsed_ns(cudaEvent_t from, cudaEvent_t to) {
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, from, to));
+  return std::llround(static_cast<double>(ms) * 1e6);
+}
+
+}  // namespace
+
+void gpu_executor_start(gpu_executor& e, const program& p, step_context& ctx, gpu_context& gc,
+                        arena& mem, bool use_graphs) {
+  e.p = &p;
+  e.ctx = &ctx;
+  e.gpu = &gc;
+  e.mem = &mem;
+  e.graphs = use_graphs;
+  e.stream_used[0] = true;
+  for (int i = 0; i < p.op_count; ++i)
+    e.stream_used[static_cast<int>(p.ops[i].stream)] = true;
+  // Collectives get a higher priority than compute, so that a ready
+  // all-gather is not queued behind a long run of GEMMs.
+  int least = 0, greatest = 0;
+  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  for (int s = 0; s < kStreamCount; ++s)
+    if (e.stream_used[s])
+      CUDA_CHECK(cudaStreamCreateWithPriority(&e.streams[s], cudaStreamNonBlocking,
+                                              s == 0 ? least : greatest));
+  const size_t n = static_cast<size_t>(p.op_count);
+  e.done.resize(n);
+  e.start.resize(n);
+  e.end.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&e.done[i], cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreate(&e.start[i]));
+    CUDA_CHECK(cudaEventCreate(&e.end[i]));
+  }
+  CUDA_CHECK(cudaEventCreateWithFlags(&e.step_begin, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreate(&e.step_zero));
+  for (int s = 1; s < kStreamCount; ++s)
+    if (e.stream_used[s]) CUDA_CHECK(cudaEventCreateWithFlags(&e.joined[s], cudaEventDisableTiming));
+  e.start_ns.assign(n, 0);
+  e.end_ns.assign(n, 0);
+}
+
+void gpu_executor_run_step(gpu_executor& e, int64_t step, bool timed) {
+  cudaStream_t compute = stream_of(e, stream_id::compute);
+  if (e.graph && !timed) {
+    // The captured issue's lifetime marks replay too (the accounting is the schedule's).
+    for (int i = 0; i < e.p->op_count; ++i) {
+      arena_start(*e.mem, *e.p, e.p->ops[i].allocs, e.p->ops[i].alloc_count);
+      arena_end(*e.mem, *e.p, e.p->ops[i].frees, e.p->ops[i].free_count);
+    }
+    CUDA_CHECK(cudaGraphLaunch(e.graph, compute));
+  } else if (e.graphs && !timed && step >= 1 && e.captured_at < 0) {
+    cudaGraph_t g = nullptr;
+    e.gpu->exec.capturing = true;
+    CUDA_CHECK(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal));
+    try {
+      issue(e, false);
+    } catch (...) {
+      cudaGraph_t partial = nullptr;
+      cudaStreamEndCapture(compute, &partial);  // leave the stream usable for the error path
+      if (partial) cudaGraphDestroy(partial);
+      e.gpu->exec.capturing = false;
+      throw;
+    }
+    CUDA_CHECK(cudaStreamEndCapture(compute, &g));
+    e.gpu->exec.capturing = false;
+    CUDA_CHECK(cudaGraphInstantiate(&e.graph, g, 0));
+    CUDA_CHECK(cudaGraphDestroy(g));
+    e.captured_at = step;
+    CUDA_CHECK(cudaGraphLaunch(e.graph, compute));
+  } else {
+    issue(e, timed);
+  }
+  CUDA_CHECK(cudaStreamSynchronize(compute));
+  if (timed)
+    for (int i = 0; i < e.p->op_count; ++i) {
+      e.start_ns[static_cast<size_t>(i)] = elapsed_ns(e.step_zero, e.start[static_cast<size_t>(i)]);
+      e.end_ns[static_cast<size_t>(i)] = elapsed_ns(e.step_zero, e.end[static_cast<size_t>(i)]);
+    }
+}
+
+bool gpu_executor_replaying(const gpu_executor& e) {
+  return e.graph != nullptr;
+}
+
+void gpu_executor_stop(gpu_executor& e) {
+  // Teardown: errors are ignored (an earlier failure may have left the device unusable).
+  if (e.graph) cudaGraphExecDestroy(e.graph);
+  e.graph = nullptr;
+  for (cudaEvent_t ev : e.done)
+    cudaEventDestroy(ev);
+  for (cudaEvent_t ev : e.start)
+    cudaEventDestroy(ev);
+  for (cudaEvent_t ev : e.end)
+    cudaEventDestroy(ev);
+  e.done.clear();
+  e.start.clear();
+  e.end.clear();
+  if (e.step_begin) cudaEventDestroy(e.step_begin);
+  if (e.step_zero) cudaEventDestroy(e.step_zero);
+  for (int s = 0; s < kStreamCount; ++s) {
+    if (e.joined[s]) cudaEventDestroy(e.joined[s]);
+    if (e.streams[s]) cudaStreamDestroy(e.streams[s]);
+    e.joined[s] = nullptr;
+    e.streams[s] = nullptr;
+  }
+}

@@ -1,0 +1,538 @@
+// gemm (CUDA): cuda_gemm's cuBLASLt plans and their cache, the tiled kernel
+// for the operand combinations cuBLASLt lacks, and the bias gradient's
+// column sums (see gemm.h).
+//
+// Row-major to cuBLASLt's column-major: a row-major (R x S) matrix with
+// leading dim ld is the column-major (S x R) matrix with the same ld, its
+// transpose. So row-major C = op(A) op(B) is column-major C^T = op(B)^T
+// op(A)^T: cuBLASLt's A is our B, its B is our A, its m is our N and its n
+// our M; the transposes keep their meaning per operand.
+#include "runtime/cuda/gemm.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "runtime/cuda/check.cuh"
+
+// Everything a cuBLASLt plan depends on. All int64_t, so that keys compare
+// bytewise (no padding).
+struct gpu_gemm_key {
+  int64_t trans_a, trans_b;
+  int64_t M, N, K, lda, ldb, ldc;
+  int64_t type_a, type_b, type_c;  // cudaDataType_t
+  int64_t bias;                    // 1: the BIAS epilogue
+  int64_t batch, stride_a, stride_b, stride_c;
+  // Bytes (powers of two, at most 256) dividing each pointer, its leading
+  // dimension and batch stride: cuBLASLt picks kernels by alignment.
+  int64_t align_a, align_b, align_c_in, align_c, align_bias;
+  int64_t workspace_bytes;
+};
+static_assert(std::has_unique_object_representations_v<gpu_gemm_key>,
+              "gpu_gemm_key is compared bytewise");
+
+// One GEMM's cuBLASLt descriptors and algorithm. lt_a describes cuBLASLt's
+// A (our B), lt_b its B (our A), lt_c both its C and D (our C, or c_in).
+struct gpu_gemm_plan {
+  gpu_gemm_key key{};
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t lt_a = nullptr, lt_b = nullptr, lt_c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  gpu_gemm_plan() = default;
+  gpu_gemm_plan(const gpu_gemm_plan&) = delete;
+  gpu_gemm_plan& operator=(const gpu_gemm_plan&) = delete;
+  // Statuses are ignored: a destructor cannot throw, and these fail only on
+  // invalid handles.
+  ~gpu_gemm_plan() {
+    if (lt_c) cublasLtMatrixLayoutDestroy(lt_c);
+    if (lt_b) cublasLtMatrixLayoutDestroy(lt_b);
+    if (lt_a) cublasLtMatrixLayoutDestroy(lt_a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+// Plans are few (one per distinct GEMM of a model: a few dozen), so lookup
+// is a linear scan. The mutex covers lookup, insertion and the per-call
+// bias pointer a plan's descriptor carries, should two threads issue GEMMs.
+struct gpu_gemm_cache {
+  mutable std::mutex mutex;
+  std::vector<std::unique_ptr<gpu_gemm_plan>> plans;
+};
+
+gpu_gemm_cache* gpu_gemm_cache_create() {
+  return new gpu_gemm_cache;
+}
+
+void gpu_gemm_cache_destroy(gpu_gemm_cache* cache) {
+  delete cache;
+}
+
+int64_t gpu_gemm_cache_plans(const gpu_gemm_cache* cache) {
+  std::lock_guard<std::mutex> lock(cache->mutex);
+  return static_cast<int64_t>(cache->plans.size());
+}
+
+namespace {
+
+// ---------------------------------------------------------------- types
+
+// A storage type's device type, cuBLASLt type and name.
+template <class T>
+struct storage_info;
+template <>
+struct storage_info<float> {
+  using device = float;
+  static constexpr cudaDataType_t cuda = CUDA_R_32F;
+};
+template <>
+struct storage_info<bf16> {
+  using device = __nv_bfloat16;
+  static constexpr cudaDataType_t cuda = CUDA_R_16BF;
+};
+static_assert(sizeof(__nv_bfloat16) == sizeof(bf16) && alignof(__nv_bfloat16) == alignof(bf16));
+
+template <class T>
+using device_t = typename storage_info<T>::device;
+template <class T>
+const device_t<T>* dev(const T* p) {
+  return reinterpret_cast<const device_t<T>*>(p);
+}
+template <class T>
+device_t<T>* dev(T* p) {
+  return reinterpret_cast<device_t<T>*>(p);
+}
+
+const char* cuda_type_name(int64_t t) {
+  return t == CUDA_R_32F ? "fp32" : t == CUDA_R_16BF ? "bf16" : "?";
+}
+
+// The combinations cuBLASLt multiplies with CUBLAS_COMPUTE_32F: A and B of
+// one type, and D no narrower than them except bf16 -> bf16.
+template <class TA, class TB, class TC>
+constexpr bool lt_supported =
+    std::is_same_v<TA, TB> && !(std::is_same_v<TA, float> && std::is_same_v<TC, bf16>);
+
+__device__ inline float to_f(float x) {
+  return x;
+}
+__device__ inline float to_f(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <class T>
+__device__ inline T from_f(float x);
+template <>
+__device__ inline float from_f<float>(float x) {
+  return x;
+}
+template <>
+__device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);  // round to nearest even, as bf16_from_float
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// The largest power of two, at most 256, dividing the address and the byte
+// offsets ld_bytes and stride_bytes (so every row and batch item shares it).
+int64_t alignment_bytes(const void* p, int64_t ld_bytes, int64_t stride_bytes) {
+  const uint64_t bits = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)) |
+                        static_cast<uint64_t>(ld_bytes) | static_cast<uint64_t>(stride_bytes) |
+                        uint64_t{256};
+  return static_cast<int64_t>(bits & (~bits + 1));
+}
+
+// ---------------------------------------------------------------- arguments
+
+template <class TC>
+void check_gemm_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda,
+                     int64_t ldb, int64_t ldc, const cuda_gemm_extras<TC>& e) {
+  auto fail = [&](const std::string& what) {
+    throw std::invalid_argument("cuda_gemm(M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                                " K=" + std::to_string(K) + "): " + what);
+  };
+  if (M < 0 || N < 0 || K < 0) fail("negative dimension");
+  // Row lengths of the stored row-major A, B and C.
+  const int64_t a_row = trans_a ? M : K, b_row = trans_b ? K : N;
+  if (lda < a_row) fail("lda=" + std::to_string(lda) + " < " + std::to_string(a_row));
+  if (ldb < b_row) fail("ldb=" + std::to_string(ldb) + " < " + std::to_string(b_row));
+  if (ldc < N) fail("ldc=" + std::to_string(ldc) + " < N");
+  if (e.batch < 0 || e.batch > 0x7fffffff) fail("batch " + std::to_string(e.batch));
+  if (e.stride_a < 0 || e.stride_b < 0 || e.stride_c < 0) fail("negative batch stride");
+  if (e.bias && e.batch != 1) fail("a bias epilogue with batch " + std::to_string(e.batch));
+}
+
+std::string describe(const gpu_gemm_key& k) {
+  auto s = [](int64_t x) { return std::to_string(x); };
+  std::string d = "M=" + s(k.M) + " N=" + s(k.N) + " K=" + s(k.K) + " trans_a=" + s(k.trans_a) +
+                  " trans_b=" + s(k.trans_b) + " lda=" + s(k.lda) + " ldb=" + s(k.ldb) +
+                  " ldc=" + s(k.ldc) + ", " + cuda_type_name(k.type_a) + " x " +
+                  cuda_type_name(k.type_b) + " -> " + cuda_type_name(k.type_c) +
+                  (k.bias ? ", bias epilogue" : "");
+  if (k.batch != 1)
+    d += ", batch " + s(k.batch) + " (strides " + s(k.stride_a) + ", " + s(k.stride_b) + ", " +
+         s(k.stride_c) + ")";
+  d += ", alignments A " + s(k.align_a) + " B " + s(k.align_b) + " C " + s(k.align_c_in) + " D " +
+       s(k.align_c) + (k.bias ? " bias " + s(k.align_bias) : "") + " bytes, workspace " +
+       s(k.workspace_bytes) + " bytes";
+  return d;
+}
+
+// ---------------------------------------------------------------- cuBLASLt plans
+
+template <class V>
+void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const V& value) {
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof value));
+}
+
+template <class V>
+void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
+              const V& value) {
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value));
+}
+
+// *layout = a column-major (rows x cols) layout with leading dim ld, batched
+// when batch > 1. Assigned before the attributes are set, so that the plan
+// owning *layout frees it if setting them throws.
+void make_layout(cublasLtMatrixLayout_t* layout, int64_t type, int64_t rows, int64_t cols,
+                 int64_t ld, int64_t batch, int64_t stride) {
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(layout, static_cast<cudaDataType_t>(type),
+                                          static_cast<uint64_t>(rows), static_cast<uint64_t>(cols),
+                                          ld));
+  if (batch == 1) return;
+  const int32_t count = static_cast<int32_t>(batch);
+  CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                sizeof count));
+  CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+      *layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+}
+
+struct preference_guard {
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~preference_guard() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  }
+};
+
+// A plan for key: descriptors, then the heuristic's best algorithm for them.
+// bias is the call's bias pointer: the heuristic reads its alignment.
+std::unique_ptr<gpu_gemm_plan> make_plan(const gpu_gemm_key& k, const void* bias,
+                                         cublasLtHandle_t lt) {
+  auto plan = std::make_unique<gpu_gemm_plan>();
+  plan->key = k;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const int32_t op_a = k.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our B
+  const int32_t op_b = k.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
+  set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+  if (k.bias) {
+    const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+    set_desc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  }
+  // Column-major shapes: our B is (N x K) stored, or (K x N) when trans_b;
+  // our A is (K x M), or (M x K) when trans_a; C is (N x M).
+  make_layout(&plan->lt_a, k.type_b, k.trans_b ? k.K : k.N, k.trans_b ? k.N : k.K, k.ldb, k.batch,
+              k.stride_b);
+  make_layout(&plan->lt_b, k.type_a, k.trans_a ? k.M : k.K, k.trans_a ? k.K : k.M, k.lda, k.batch,
+              k.stride_a);
+  make_layout(&plan->lt_c, k.type_c, k.N, k.M, k.ldc, k.batch, k.stride_c);
+
+  preference_guard p;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&p.pref));
+  set_pref(p.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+           static_cast<uint64_t>(k.workspace_bytes));
+  set_pref(p.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<uint32_t>(k.align_b));
+  set_pref(p.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(k.align_a));
+  set_pref(p.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(k.align_c_in));
+  set_pref(p.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(k.align_c));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      lt, plan->desc, plan->lt_a, plan->lt_b, plan->lt_c, plan->lt_c, p.pref, 1, &result, &found);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0))
+    throw std::runtime_error("cuda_gemm: cuBLASLt has no algorithm for " + describe(k) +
+                             " on this GPU (cublasLtMatmulAlgoGetHeuristic found none)");
+  if (status != CUBLAS_STATUS_SUCCESS)
+    cublas_fail(status, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+  plan->algo = result.algo;
+  return plan;
+}
+
+// The cached plan for key, made on first use. The caller holds the mutex.
+gpu_gemm_plan& find_plan(gpu_gemm_cache& cache, const gpu_gemm_key& key, const void* bias,
+                         cublasLtHandle_t lt) {
+  for (const auto& plan : cache.plans)
+    if (std::memcmp(&plan->key, &key, sizeof key) == 0) return *plan;
+  cache.plans.push_back(make_plan(key, bias, lt));
+  return *cache.plans.back();
+}
+
+// ---------------------------------------------------------------- fallback kernel
+
+constexpr int kFallbackTile = 64;   // output tile edge (rows and columns)
+constexpr int kFallbackTileK = 16;  // K per shared-memory stage
+constexpr int kFallbackLanes = 16;  // threads per tile edge; each owns 4 x 4 outputs
+constexpr int kFallbackThreads = kFallbackLanes * kFallbackLanes;
+constexpr int kFallbackSub = kFallbackTile / kFallbackLanes;
+
+// One (64 x 64) tile of C of batch item blockIdx.z: op(A) and op(B) staged
+// in fp32 through shared memory 16 columns of K at a time, thread (tx, ty)
+// accumulating rows ty + 16 r and columns tx + 16 c. Tiles are padded by one
+// column so that stores along K hit distinct banks.
+template <class DA, class DB, class DC>
+__global__ void __launch_bounds__(kFallbackThreads)
+    gemm_fallback_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                         const DA* A, int64_t lda, int64_t stride_a, const DB* B, int64_t ldb,
+                         int64_t stride_b, float beta, const DC* c_in, DC* C, int64_t ldc,
+                         int64_t stride_c, const DC* bias) {
+  __shared__ float a_tile[kFallbackTileK][kFallbackTile + 1];  // [k][i] = op(A)[i0 + i][k0 + k]
+  __shared__ float b_tile[kFallbackTileK][kFallbackTile + 1];  // [k][j] = op(B)[k0 + k][j0 + j]
+  const int64_t z = blockIdx.z;
+  A += z * stride_a;
+  B += z * stride_b;
+  c_in += z * stride_c;
+  C += z * stride_c;
+  const int64_t i0 = int64_t{blockIdx.x} * kFallbackTile, j0 = int64_t{blockIdx.y} * kFallbackTile;
+  const int tx = threadIdx.x % kFallbackLanes, ty = threadIdx.x / kFallbackLanes;
+  float acc[kFallbackSub][kFallbackSub] = {};
+  for (int64_t k0 = 0; k0 < K; k0 += kFallbackTileK) {
+    // Consecutive threads load consecutive addresses of the stored matrices.
+    for (int l = threadIdx.x; l < kFallbackTile * kFallbackTileK; l += kFallbackThreads) {
+      const int ai = trans_a ? l % kFallbackTile : l / kFallbackTileK;
+      const int ak = trans_a ? l / kFallbackTile : l % kFallbackTileK;
+      const int64_t gi = i0 + ai, gak = k0 + ak;
+      float a = 0.0f;
+      if (gi < M && gak < K) a = to_f(trans_a ? A[gak * lda + gi] : A[gi * lda + gak]);
+      a_tile[ak][ai] = a;
+      const int bj = trans_b ? l / kFallbackTileK : l % kFallbackTile;
+      const int bk = trans_b ? l % kFallbackTileK : l / kFallbackTile;
+      const int64_t gj = j0 + bj, gbk = k0 + bk;
+      float b = 0.0f;
+      if (gj < N && gbk < K) b = to_f(trans_b ? B[gj * ldb + gbk] : B[gbk * ldb + gj]);
+      b_tile[bk][bj] = b;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kFallbackTileK; k++) {
+      float a[kFallbackSub], b[kFallbackSub];
+#pragma unroll
+      for (int r = 0; r < kFallbackSub; r++)
+        a[r] = a_tile[k][ty + kFallbackLanes * r];
+#pragma unroll
+      for (int c = 0; c < kFallbackSub; c++)
+        b[c] = b_tile[k][tx + kFallbackLanes * c];
+#pragma unroll
+      for (int r = 0; r < kFallbackSub; r++)
+#pragma unroll
+        for (int c = 0; c < kFallbackSub; c++)
+          acc[r][c] = fmaf(a[r], b[c], acc[r][c]);
+    }
+    __syncthreads();  // the tiles are reloaded next stage
+  }
+#pragma unroll
+  for (int r = 0; r < kFallbackSub; r++) {
+    const int64_t i = i0 + ty + kFallbackLanes * r;
+#pragma unroll
+    for (int c = 0; c < kFallbackSub; c++) {
+      const int64_t j = j0 + tx + kFallbackLanes * c;
+      if (i >= M || j >= N) continue;
+      float v = alpha * acc[r][c];
+      if (beta != 0.0f) v += beta * to_f(c_in[i * ldc + j]);  // C is not read when beta == 0
+      if (bias) v += to_f(bias[j]);
+      C[i * ldc + j] = from_f<DC>(v);
+    }
+  }
+}
+
+template <class TA, class TB, class TC>
+void gemm_fallback(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                   const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta, const TC* c_in,
+                   TC* C, int64_t ldc, const cuda_gemm_extras<TC>& e, cudaStream_t stream) {
+  const int64_t tiles_m = ceil_div(M, kFallbackTile), tiles_n = ceil_div(N, kFallbackTile);
+  if (tiles_m > 0x7fffffff || tiles_n > 65535 || e.batch > 65535)
+    throw std::runtime_error("cuda_gemm: M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                             " batch " + std::to_string(e.batch) +
+                             " is too large for the fallback kernel's grid");
+  const dim3 grid(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n),
+                  static_cast<unsigned>(e.batch));
+  gemm_fallback_kernel<<<grid, kFallbackThreads, 0, stream>>>(
+      trans_a, trans_b, M, N, K, alpha, dev(A), lda, e.stride_a, dev(B), ldb, e.stride_b, beta,
+      dev(c_in), dev(C), ldc, e.stride_c, dev(e.bias));
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// ---------------------------------------------------------------- bias gradient
+
+constexpr int kBiasChannels = 32;        // channels per block (threadIdx.x)
+constexpr int kBiasRowLanes = 16;        // rows summed side by side (threadIdx.y)
+constexpr int64_t kBiasGroupRows = 256;  // rows per group when partial sums have scratch
+constexpr int64_t kBiasMaxGroups = 65535;
+constexpr int kBiasFinishThreads = 256;
+
+// Sum of dout[n][c] over rows [row0, row1) for the block's 32 channels: lane
+// y sums rows row0 + y, row0 + y + 16, ..., then the lanes' sums are added in
+// lane order. Valid in threads with threadIdx.y == 0; all threads must call it.
+template <class DT>
+__device__ float block_column_sum(const DT* dout, int64_t OC, int64_t c, int64_t row0,
+                                  int64_t row1) {
+  __shared__ float lane_sums[kBiasRowLanes][kBiasChannels];
+  float s = 0.0f;
+  if (c < OC)
+    for (int64_t n = row0 + threadIdx.y; n < row1; n += kBiasRowLanes)
+      s += to_f(dout[n * OC + c]);
+  lane_sums[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  float sum = 0.0f;
+  if (threadIdx.y == 0)
+    for (int y = 0; y < kBiasRowLanes; y++)
+      sum += lane_sums[y][threadIdx.x];
+  return sum;
+}
+
+// dbias[c] += the sum over all N rows, in one block per 32 channels.
+template <class DT, class DG>
+__global__ void bias_backward_direct_kernel(DG* dbias, const DT* dout, int64_t N, int64_t OC) {
+  const int64_t c = blockIdx.x * int64_t{kBiasChannels} + threadIdx.x;
+  const float sum = block_column_sum(dout, OC, c, 0, N);
+  if (threadIdx.y == 0 && c < OC) dbias[c] = from_f<DG>(to_f(dbias[c]) + sum);
+}
+
+// partial[g][c] = the sum over rows of group g = blockIdx.y.
+template <class DT>
+__global__ void bias_backward_partial_kernel(float* partial, const DT* dout, int64_t N, int64_t OC,
+                                             int64_t group_rows) {
+  const int64_t c = blockIdx.x * int64_t{kBiasChannels} + threadIdx.x;
+  const int64_t row0 = blockIdx.y * group_rows, row1 = min(N, row0 + group_rows);
+  const float sum = block_column_sum(dout, OC, c, row0, row1);
+  if (threadIdx.y == 0 && c < OC) partial[blockIdx.y * OC + c] = sum;
+}
+
+// dbias[c] += the groups' partial sums, added in group order.
+template <class DG>
+__global__ void bias_backward_finish_kernel(DG* dbias, const float* partial, int64_t groups,
+                                            int64_t OC) {
+  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (c >= OC) return;
+  float sum = 0.0f;
+  for (int64_t g = 0; g < groups; g++)
+    sum += partial[g * OC + c];
+  dbias[c] = from_f<DG>(to_f(dbias[c]) + sum);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- launchers
+
+template <class TA, class TB, class TC>
+void cuda_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta, TC* C, int64_t ldc,
+               gpu_exec& g, const cuda_gemm_extras<TC>& extras) {
+  check_gemm_args(trans_a, trans_b, M, N, K, lda, ldb, ldc, extras);
+  if (M == 0 || N == 0 || extras.batch == 0) return;
+  const TC* c_in = extras.c_in != nullptr && beta != 0.0f ? extras.c_in : C;
+  // cuBLASLt's bias epilogue is used as everyone uses it: a bias of the
+  // inputs' type (so D's too) and 16-byte aligned (smaller alignments have
+  // been seen to fail). K == 0 (C = beta C + bias) needs no product.
+  const bool bias_ok = extras.bias == nullptr ||
+                       (std::is_same_v<TA, TC> && alignment_bytes(extras.bias, 0, 0) >= 16);
+  if (!lt_supported<TA, TB, TC> || K == 0 || !bias_ok) {
+    gemm_fallback(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, c_in, C, ldc, extras,
+                  g.stream);
+    return;
+  }
+  if (g.lt == nullptr || g.gemms == nullptr)
+    throw std::invalid_argument("cuda_gemm: gpu_exec has no cuBLASLt handle or plan cache");
+  const int64_t sa = sizeof(TA), sb = sizeof(TB), sc = sizeof(TC);
+  const bool batched = extras.batch > 1;
+  gpu_gemm_key key{};
+  key.trans_a = trans_a;
+  key.trans_b = trans_b;
+  key.M = M;
+  key.N = N;
+  key.K = K;
+  key.lda = lda;
+  key.ldb = ldb;
+  key.ldc = ldc;
+  key.type_a = storage_info<TA>::cuda;
+  key.type_b = storage_info<TB>::cuda;
+  key.type_c = storage_info<TC>::cuda;
+  key.bias = extras.bias != nullptr;
+  key.batch = extras.batch;
+  key.stride_a = batched ? extras.stride_a : 0;
+  key.stride_b = batched ? extras.stride_b : 0;
+  key.stride_c = batched ? extras.stride_c : 0;
+  key.align_a = alignment_bytes(A, lda * sa, key.stride_a * sa);
+  key.align_b = alignment_bytes(B, ldb * sb, key.stride_b * sb);
+  key.align_c_in = alignment_bytes(c_in, ldc * sc, key.stride_c * sc);
+  key.align_c = alignment_bytes(C, ldc * sc, key.stride_c * sc);
+  key.align_bias = extras.bias ? alignment_bytes(extras.bias, 0, 0) : 0;
+  key.workspace_bytes = g.lt_workspace ? g.lt_workspace_bytes : 0;
+
+  std::lock_guard<std::mutex> lock(g.gemms->mutex);
+  gpu_gemm_plan& plan = find_plan(*g.gemms, key, extras.bias, g.lt);
+  if (extras.bias)
+    set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(extras.bias));
+  CUBLAS_CHECK(cublasLtMatmul(g.lt, plan.desc, &alpha, B, plan.lt_a, A, plan.lt_b, &beta, c_in,
+                              plan.lt_c, C, plan.lt_c, &plan.algo, g.lt_workspace,
+                              static_cast<size_t>(key.workspace_bytes), g.stream));
+}
+
+template <class T, class G>
+void cuda_gemm_bias_backward(G* dbias, const T* dout, int64_t N, int64_t OC, float* scratch,
+                             int64_t scratch_floats, cudaStream_t stream) {
+  if (N == 0 || OC == 0) return;
+  const int64_t channel_blocks = ceil_div(OC, kBiasChannels);
+  if (channel_blocks > 0x7fffffff)
+    throw std::runtime_error("cuda_gemm_bias_backward: OC=" + std::to_string(OC) +
+                             " is too large for one launch");
+  const dim3 block(kBiasChannels, kBiasRowLanes);
+  // Row groups summed by separate blocks into scratch, then added per channel.
+  int64_t groups = 0;
+  if (scratch != nullptr && reinterpret_cast<uintptr_t>(scratch) % alignof(float) == 0)
+    groups = std::min({scratch_floats / OC, ceil_div(N, kBiasGroupRows), kBiasMaxGroups});
+  if (groups < 2) {
+    bias_backward_direct_kernel<<<static_cast<unsigned>(channel_blocks), block, 0, stream>>>(
+        dev(dbias), dev(dout), N, OC);
+    CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  const int64_t group_rows = ceil_div(N, groups);
+  groups = ceil_div(N, group_rows);  // no empty group
+  bias_backward_partial_kernel<<<dim3(static_cast<unsigned>(channel_blocks),
+                                      static_cast<unsigned>(groups)),
+                                 block, 0, stream>>>(scratch, dev(dout), N, OC, group_rows);
+  CUDA_CHECK(cudaGetLastError());
+  bias_backward_finish_kernel<<<static_cast<unsigned>(ceil_div(OC, kBiasFinishThreads)),
+                                kBiasFinishThreads, 0, stream>>>(dev(dbias), scratch, groups, OC);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+#define CUDA_GEMM_INSTANTIATE(TA, TB, TC)                                                          \
+  template void cuda_gemm<TA, TB, TC>(bool, bool, int64_t, int64_t, int64_t, float, const TA*,     \
+                                      int64_t, const TB*, int64_t, float, TC*, int64_t, gpu_exec&, \
+                                      const cuda_gemm_extras<TC>&);
+CUDA_GEMM_INSTANTIATE(float, float, float)
+CUDA_GEMM_INSTANTIATE(float, float, bf16)
+CUDA_GEMM_INSTANTIATE(float, bf16, float)
+CUDA_GEMM_INSTANTIATE(float, bf16, bf16)
+CUDA_GEMM_INSTANTIATE(bf16, float, float)
+CUDA_GEMM_INSTANTIATE(bf16, float, bf16)
+CUDA_GEMM_INSTANTIATE(bf16, bf16, float)
+CUDA_GEMM_INSTANTIATE(bf16, bf16, bf16)
+
+#define CUDA_GEMM_BIAS_INSTANTIATE(T, G)                                                       \
+  template void cuda_gemm_bias_backward<T, G>(G*, const T*, int64_t, int64_t, float*, int64_t, \
+                                              cudaStream_t);
+CUDA_GEMM_BIAS_INSTANTIATE(float, float)
+CUDA_GEMM_BIAS_INSTANTIATE(float, bf16)
+CUDA_GEMM_BIAS_INSTANTIATE(bf16, float)
+CUDA_GEMM_BIAS_INSTANTIATE(bf16, bf16)

@@ -1,0 +1,140 @@
+// gpt2 (CUDA): the layers of gpt2.h, straight-line per layer as in
+// runtime/gpt2.cpp, on the CUDA kernels, cuda_gemm and attention.
+#include "runtime/cuda/gpt2.h"
+
+#include "runtime/cuda/attention.h"
+#include "runtime/cuda/gemm.h"
+#include "runtime/cuda/kernels.cuh"
+
+namespace {
+
+// Conv1D: out = inp @ weight + bias (+ residual when given), weight (IC, OC),
+// summed in fp32 and rounded to T once (cuBLASLt's bias epilogue, beta = 1
+// on the residual).
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, const T* residual,
+                    int64_t N, int64_t IC, int64_t OC, gpu_exec& g) {
+  cuda_gemm_extras<T> e;
+  e.bias = bias;
+  e.c_in = residual;
+  cuda_gemm(false, false, N, OC, IC, 1.0f, inp, IC, weight, OC, residual ? 1.0f : 0.0f, out, OC, g,
+            e);
+}
+
+// dinp = dout @ weight^T (overwritten); dweight += inp^T @ dout; dbias +=
+// column sums of dout. The column sums run first, with dinp's buffer
+// (N * IC elements, not aliasing dout) as scratch for their partial sums.
+template <class T, class G>
+void matmul_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
+                     int64_t N, int64_t IC, int64_t OC, gpu_exec& g) {
+  const int64_t scratch_floats = N * IC * static_cast<int64_t>(sizeof(T)) / 4;
+  cuda_gemm_bias_backward(dbias, dout, N, OC, reinterpret_cast<float*>(dinp), scratch_floats,
+                          g.stream);
+  cuda_gemm(false, true, N, IC, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, IC, g);
+  cuda_gemm(true, false, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dweight, OC, g);
+}
+
+}  // namespace
+
+template <class T>
+void cuda_gpt2_embed_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe,
+                             const gpt2_dims& d, gpu_exec& g) {
+  cuda_encoder_forward(out, tokens, wte, wpe, d.B, d.T, d.C, g.stream);
+}
+
+template <class T, class G>
+void cuda_gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens,
+                              const gpt2_backward_scratch<T>& s, const gpt2_dims& d, gpu_exec& g) {
+  cuda_encoder_backward(dwte, dwpe, s.dres, tokens, d.B, d.T, d.C, g.stream);
+}
+
+template <class T>
+void cuda_gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_saved<T>& s,
+                             const gpt2_dims& d, gpu_exec& g) {
+  const int64_t N = d.N(), C = d.C, F = d.F;
+  cuda_layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, p.ln1_w, p.ln1_b, N, C, g.stream);
+  matmul_forward(s.qkv, s.ln1, p.qkv_w, p.qkv_b, static_cast<const T*>(nullptr), N, C, 3 * C, g);
+  cuda_attention_forward(s.attn, s.probs, s.qkv, d.B, d.T, C, d.H, g);
+  matmul_forward(s.res2, s.attn, p.proj_w, p.proj_b, static_cast<const T*>(s.input), N, C, C, g);
+  cuda_layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, N, C, g.stream);
+  matmul_forward(s.fc, s.ln2, p.fc_w, p.fc_b, static_cast<const T*>(nullptr), N, C, F, g);
+  cuda_gelu_forward(s.gelu, s.fc, N * F, g.stream);
+  if (out == nullptr) return;  // recompute: the saved activations are all it needs
+  matmul_forward(out, s.gelu, p.fc2_w, p.fc2_b, static_cast<const T*>(s.res2), N, F, C, g);
+}
+
+template <class T, class G>
+void cuda_gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block_params<T>& p,
+                              const gpt2_block_saved<T>& s, const gpt2_backward_scratch<T>& scratch,
+                              const gpt2_dims& d, gpu_exec& g) {
+  const int64_t N = d.N(), C = d.C, F = d.F;
+  T* dres = scratch.dres;  // (N, C) d(out) -> d(res2) -> d(input)
+  T* dtmp = scratch.dtmp;  // (N, C)
+  T* big = scratch.big;    // (N, F) as d(gelu), d(fc); (N, 3C) d(qkv) then (B, H, T, T) dprobs
+  // MLP: out = res2 + gelu(ln2 @ fc_w + fc_b) @ fc2_w + fc2_b.
+  matmul_backward(big, grads.fc2_w, grads.fc2_b, dres, s.gelu, p.fc2_w, N, F, C, g);
+  cuda_gelu_backward(big, s.fc, big, N * F, g.stream);
+  matmul_backward(dtmp, grads.fc_w, grads.fc_b, big, s.ln2, p.fc_w, N, C, F, g);
+  cuda_layernorm_backward(dres, grads.ln2_w, grads.ln2_b, dtmp, s.res2, p.ln2_w, s.ln2_mean,
+                          s.ln2_rstd, N, C, true, g.stream);
+  // Attention: res2 = input + attention(ln1 @ qkv_w + qkv_b) @ proj_w + proj_b.
+  matmul_backward(dtmp, grads.proj_w, grads.proj_b, dres, s.attn, p.proj_w, N, C, C, g);
+  T* dqkv = big;                // (N, 3C)
+  T* dprobs = big + N * 3 * C;  // (B, H, T, T)
+  cuda_attention_backward(dqkv, dprobs, dtmp, s.qkv, s.probs, d.B, d.T, C, d.H, g);
+  matmul_backward(dtmp, grads.qkv_w, grads.qkv_b, dqkv, s.ln1, p.qkv_w, N, C, 3 * C, g);
+  cuda_layernorm_backward(dres, grads.ln1_w, grads.ln1_b, dtmp, s.input, p.ln1_w, s.ln1_mean,
+                          s.ln1_rstd, N, C, true, g.stream);
+}
+
+template <class T>
+void cuda_gpt2_head_forward(T* logits, float* losses, const int32_t* targets, const T* lnf_w,
+                            const T* lnf_b, const T* head_w, const gpt2_final_norm_saved<T>& s,
+                            const gpt2_dims& d, const float* dloss_scale, gpu_exec& g) {
+  const int64_t N = d.N(), C = d.C, V = d.V;
+  cuda_layernorm_forward(s.output, s.mean, s.rstd, s.input, lnf_w, lnf_b, N, C, g.stream);
+  // logits = output @ head_w^T, head_w (V, C).
+  cuda_gemm(false, true, N, V, C, 1.0f, static_cast<const T*>(s.output), C, head_w, C, 0.0f, logits,
+            V, g);
+  cuda_cross_entropy_fused(logits, losses, targets, N, V, dloss_scale, g.stream);
+}
+
+template <class T, class G>
+void cuda_gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const T* head_w,
+                             const T* logits, const gpt2_final_norm_saved<T>& s,
+                             const gpt2_backward_scratch<T>& scratch, const gpt2_dims& d,
+                             gpu_exec& g) {
+  const int64_t N = d.N(), C = d.C, V = d.V;
+  // dx = dlogits @ head_w (overwritten); dhead_w += dlogits^T @ x.
+  cuda_gemm(false, false, N, C, V, 1.0f, logits, V, head_w, C, 0.0f, scratch.dtmp, C, g);
+  cuda_gemm(true, false, V, C, N, 1.0f, logits, V, static_cast<const T*>(s.output), C, 1.0f,
+            dhead_w, C, g);
+  cuda_layernorm_backward(scratch.dres, dlnf_w, dlnf_b, scratch.dtmp, s.input, lnf_w, s.mean,
+                          s.rstd, N, C, false, g.stream);
+}
+
+#define CUDA_GPT2_INSTANTIATE_T(T)                                                               \
+  template void cuda_gpt2_embed_forward<T>(T*, const int32_t*, const T*, const T*,               \
+                                           const gpt2_dims&, gpu_exec&);                         \
+  template void cuda_gpt2_block_forward<T>(                                                      \
+      T*, const gpt2_block_params<T>&, const gpt2_block_saved<T>&, const gpt2_dims&, gpu_exec&); \
+  template void cuda_gpt2_head_forward<T>(T*, float*, const int32_t*, const T*, const T*,        \
+                                          const T*, const gpt2_final_norm_saved<T>&,             \
+                                          const gpt2_dims&, const float*, gpu_exec&);
+
+#define CUDA_GPT2_INSTANTIATE_TG(T, G)                                                       \
+  template void cuda_gpt2_embed_backward<T, G>(                                              \
+      G*, G*, const int32_t*, const gpt2_backward_scratch<T>&, const gpt2_dims&, gpu_exec&); \
+  template void cuda_gpt2_block_backward<T, G>(                                              \
+      const gpt2_block_grads<G>&, const gpt2_block_params<T>&, const gpt2_block_saved<T>&,   \
+      const gpt2_backward_scratch<T>&, const gpt2_dims&, gpu_exec&);                         \
+  template void cuda_gpt2_head_backward<T, G>(                                               \
+      G*, G*, G*, const T*, const T*, const T*, const gpt2_final_norm_saved<T>&,             \
+      const gpt2_backward_scratch<T>&, const gpt2_dims&, gpu_exec&);
+
+CUDA_GPT2_INSTANTIATE_T(float)
+CUDA_GPT2_INSTANTIATE_T(bf16)
+CUDA_GPT2_INSTANTIATE_TG(float, float)
+CUDA_GPT2_INSTANTIATE_TG(float, bf16)
+CUDA_GPT2_INSTANTIATE_TG(bf16, float)
+CUDA_GPT2_INSTANTIATE_TG(bf16, bf16)

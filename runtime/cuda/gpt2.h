@@ -1,0 +1,54 @@
+// gpt2 (CUDA): the family's layers on the GPU, composed from kernels.cuh,
+// gemm.h and attention.h over the saved-activation, parameter and scratch
+// layouts of runtime/gpt2.h (whose *_at functions are pointer arithmetic and
+// work on device pointers). Each launcher computes what its CPU counterpart
+// in runtime/gpt2.h computes, with the same buffers and the same contracts:
+// scratch.dres holds d(out) on entry and d(input) on return, parameter
+// gradients are accumulated (+=). Everything is enqueued on g.stream; nothing
+// allocates or synchronizes. Plain C++; implementations in gpt2.cu.
+//
+// Differences in rounding only: a GEMM's bias and a following residual are
+// fused into the GEMM (one rounding to T where the CPU rounds twice).
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/cuda/exec.h"
+#include "runtime/gpt2.h"
+
+// Embedding: out = wte[tokens] + wpe.
+template <class T>
+void cuda_gpt2_embed_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe,
+                             const gpt2_dims& d, gpu_exec& g);
+// dwte, dwpe += from s.dres.
+template <class T, class G>
+void cuda_gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens,
+                              const gpt2_backward_scratch<T>& s, const gpt2_dims& d, gpu_exec& g);
+
+// One block: reads s.input, fills the rest of s, writes out (N, C). out ==
+// nullptr skips the last projection and residual: a recompute fills s only.
+template <class T>
+void cuda_gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_saved<T>& s,
+                             const gpt2_dims& d, gpu_exec& g);
+// scratch.dres holds d(out) on entry and d(input) on return; grads +=;
+// scratch.dtmp and scratch.big are overwritten.
+template <class T, class G>
+void cuda_gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block_params<T>& p,
+                              const gpt2_block_saved<T>& s, const gpt2_backward_scratch<T>& scratch,
+                              const gpt2_dims& d, gpu_exec& g);
+
+// Final norm and head with the loss: reads s.input, fills s; logits (N, V)
+// end holding dloss_scale * d(loss sum)/d(logits); losses (N) fp32 per
+// token. dloss_scale is one device float, read when the kernel runs (a
+// captured step replays with each step's value). head_w is (V, C).
+template <class T>
+void cuda_gpt2_head_forward(T* logits, float* losses, const int32_t* targets, const T* lnf_w,
+                            const T* lnf_b, const T* head_w, const gpt2_final_norm_saved<T>& s,
+                            const gpt2_dims& d, const float* dloss_scale, gpu_exec& g);
+// scratch.dres = d(input of the final norm) (overwritten); grads +=;
+// scratch.dtmp is overwritten.
+template <class T, class G>
+void cuda_gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const T* head_w,
+                             const T* logits, const gpt2_final_norm_saved<T>& s,
+                             const gpt2_backward_scratch<T>& scratch, const gpt2_dims& d,
+                             gpu_exec& g);

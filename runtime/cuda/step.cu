@@ -1,0 +1,266 @@
+// step (CUDA): the vocabulary's launchers and their kernels. Elementwise
+// kernels take a thread per value; reductions one block in a fixed order, so
+// that losses and norms are the same from run to run.
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "runtime/cuda/check.cuh"
+#include "runtime/cuda/kernels.cuh"
+#include "runtime/cuda/step.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kReduceThreads = 1024;
+// narrow/widen in place: one block walks the values in chunks of this many.
+constexpr int kChunkPerThread = 8;
+constexpr int kChunk = kReduceThreads * kChunkPerThread;
+
+__device__ inline float load_as_float(const void* p, dtype_id t, int64_t i) {
+  return t == dtype_id::fp32 ? static_cast<const float*>(p)[i]
+                             : __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
+__device__ inline void store_from_float(void* p, dtype_id t, int64_t i, float v) {
+  if (t == dtype_id::fp32)
+    static_cast<float*>(p)[i] = v;
+  else
+    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+}
+
+unsigned grid_for(int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+// Sum of a block's values in a fixed order (warp shuffles, then warp 0).
+__device__ float block_sum(float v) {
+  __shared__ float warp_sums[32];
+  for (int o = 16; o > 0; o /= 2)
+    v += __shfl_down_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < blockDim.x / 32 ? warp_sums[lane] : 0.0f;
+  if (warp == 0)
+    for (int o = 16; o > 0; o /= 2)
+      v += __shfl_down_sync(0xffffffffu, v, o);
+  return v;  // valid in thread 0
+}
+
+__global__ void add_sum_kernel(float* total, const float* x, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    acc += x[i];
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) *total += acc;
+}
+
+__global__ void convert_kernel(void* dst, dtype_id dst_t, const void* src, dtype_id src_t,
+                               int64_t n, bool accumulate) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  float v = load_as_float(src, src_t, i);
+  if (accumulate) v += load_as_float(dst, dst_t, i);
+  store_from_float(dst, dst_t, i, v);
+}
+
+// fp32 -> bf16 in the first half of the same bytes. Chunk k reads floats
+// [kC, (k+1)C) and writes bf16 bytes that belong to floats below (k+1)C/2,
+// all read by then: chunks in increasing order, read, barrier, write.
+__global__ void narrow_in_place_kernel(void* data, int64_t n) {
+  const float* f = static_cast<const float*>(data);
+  __nv_bfloat16* h = static_cast<__nv_bfloat16*>(data);
+  for (int64_t base = 0; base < n; base += kChunk) {
+    float v[kChunkPerThread];
+    for (int j = 0; j < kChunkPerThread; ++j) {
+      const int64_t i = base + j * int64_t{blockDim.x} + threadIdx.x;
+      v[j] = i < n ? f[i] : 0.0f;
+    }
+    __syncthreads();
+    for (int j = 0; j < kChunkPerThread; ++j) {
+      const int64_t i = base + j * int64_t{blockDim.x} + threadIdx.x;
+      if (i < n) h[i] = __float2bfloat16_rn(v[j]);
+    }
+    __syncthreads();
+  }
+}
+
+// bf16 -> fp32 over the same bytes: chunks in decreasing order (writes land
+// on bf16 values at or above the chunk, all read by then).
+__global__ void widen_in_place_kernel(void* data, int64_t n) {
+  float* f = static_cast<float*>(data);
+  const __nv_bfloat16* h = static_cast<const __nv_bfloat16*>(data);
+  for (int64_t base = (n - 1) / kChunk * kChunk; base >= 0; base -= kChunk) {
+    float v[kChunkPerThread];
+    for (int j = 0; j < kChunkPerThread; ++j) {
+      const int64_t i = base + j * int64_t{blockDim.x} + threadIdx.x;
+      v[j] = i < n ? __bfloat162float(h[i]) : 0.0f;
+    }
+    __syncthreads();
+    for (int j = 0; j < kChunkPerThread; ++j) {
+      const int64_t i = base + j * int64_t{blockDim.x} + threadIdx.x;
+      if (i < n) f[i] = v[j];
+    }
+    __syncthreads();
+  }
+}
+
+// The gradient's scale as the optimizer reads it: the clip factor
+// (optimizer_clip_scale) over the loss scale; 0 when the norm is not finite
+// (the step is skipped).
+struct grad_scaling {
+  float scale;
+  bool skip;
+};
+__device__ grad_scaling grad_scaling_of(const gpu_step_scalars* s, double clip) {
+  const double norm = sqrt(static_cast<double>(s->norm_sq)) / s->loss_scale;
+  if (!isfinite(norm)) return {0.0f, true};
+  float clip_scale = 1.0f;
+  if (clip > 0 && norm > clip) clip_scale = static_cast<float>(clip / (norm + 1e-6));
+  return {clip_scale / s->loss_scale, false};
+}
+
+struct optimizer_args {
+  float beta1, beta2, eps, weight_decay, momentum;
+  double clip;
+};
+
+__global__ void adamw_kernel(float* master, float* m, float* v, const void* grad, dtype_id gt,
+                             int64_t begin, int64_t end, bool decay, optimizer_args a,
+                             const gpu_step_scalars* s) {
+  const int64_t i = begin + blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= end) return;
+  const grad_scaling gs = grad_scaling_of(s, a.clip);
+  if (gs.skip) return;
+  const float lr = s->lr;
+  const float c1 = 1.0f - powf(a.beta1, s->t), c2 = 1.0f - powf(a.beta2, s->t);
+  const float wd = decay ? a.weight_decay : 0.0f;
+  const float g = load_as_float(grad, gt, i) * gs.scale;
+  const float mi = a.beta1 * m[i] + (1.0f - a.beta1) * g;
+  const float vi = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
+  m[i] = mi;
+  v[i] = vi;
+  const float p = master[i] * (1.0f - lr * wd);
+  master[i] = p - lr * (mi / c1) / (sqrtf(vi / c2) + a.eps);
+}
+
+__global__ void sgd_kernel(float* master, float* momentum_buf, const void* grad, dtype_id gt,
+                           int64_t begin, int64_t end, bool decay, optimizer_args a,
+                           const gpu_step_scalars* s) {
+  const int64_t i = begin + blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= end) return;
+  const grad_scaling gs = grad_scaling_of(s, a.clip);
+  if (gs.skip) return;
+  float g = load_as_float(grad, gt, i) * gs.scale;
+  if (decay) g += a.weight_decay * master[i];
+  if (momentum_buf) {
+    const float b = s->t == 1.0f ? g : a.momentum * momentum_buf[i] + g;
+    momentum_buf[i] = b;
+    g = b;
+  }
+  master[i] -= s->lr * g;
+}
+
+void check_launch() {
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void cuda_step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets) {
+  const int64_t n = c.p->micro_batch * c.p->context;
+  const int32_t* src = c.gpu->host_inputs + mb * 2 * n;
+  const size_t bytes = static_cast<size_t>(n) * sizeof(int32_t);
+  gpu_exec& g = gpu(c);
+  CUDA_CHECK(cudaMemcpyAsync(tokens, src, bytes, cudaMemcpyHostToDevice, g.stream));
+  CUDA_CHECK(cudaMemcpyAsync(targets, src + n, bytes, cudaMemcpyHostToDevice, g.stream));
+}
+
+void cuda_step_add_losses(step_context& c, const float* losses, int64_t n) {
+  gpu_exec& g = gpu(c);
+  add_sum_kernel<<<1, kReduceThreads, 0, g.stream>>>(&g.scalars->loss_sum, losses, n);
+  check_launch();
+}
+
+void cuda_tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, int64_t n,
+                         bool accumulate, gpu_exec& g) {
+  if (n == 0) return;
+  convert_kernel<<<grid_for(n, kThreads), kThreads, 0, g.stream>>>(dst, dst_t, src, src_t, n,
+                                                                    accumulate);
+  check_launch();
+}
+
+void cuda_tensor_zero(void* dst, int64_t bytes, gpu_exec& g) {
+  CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), g.stream));
+}
+
+void cuda_tensor_narrow_in_place(void* data, int64_t n, gpu_exec& g) {
+  if (n == 0) return;
+  narrow_in_place_kernel<<<1, kReduceThreads, 0, g.stream>>>(data, n);
+  check_launch();
+}
+
+void cuda_tensor_widen_in_place(void* data, int64_t n, gpu_exec& g) {
+  if (n == 0) return;
+  widen_in_place_kernel<<<1, kReduceThreads, 0, g.stream>>>(data, n);
+  check_launch();
+}
+
+void cuda_copy(void* dst, const void* src, int64_t bytes, gpu_exec& g) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, g.stream));
+}
+
+void cuda_step_add_grad_norm(step_context& c, const void* grad, dtype_id t, int64_t n) {
+  gpu_exec& g = gpu(c);
+  static_assert(kReduceScratchFloats >= kSumSquaresScratchFloats);
+  if (n > 0) cuda_sum_squares(&g.scalars->norm_sq, g.norm_scratch, grad, t, n, g.stream);
+}
+
+void cuda_step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
+                         const void* grad_shard) {
+  const program& p = *c.p;
+  const program_unit& u = p.units[unit];
+  const int64_t n = u.shard_elems;
+  gpu_exec& g = gpu(c);
+  float* w = master ? master : static_cast<float*>(param_shard);
+  const optimizer_args a{static_cast<float>(p.beta1),        static_cast<float>(p.beta2),
+                         static_cast<float>(p.eps),          static_cast<float>(p.weight_decay),
+                         static_cast<float>(p.momentum),     p.clip};
+  const int64_t* ranges = c.gpu->decay_ranges[unit];
+  const int count = c.gpu->decay_range_counts[unit];
+  // Alternate undecayed gaps and decayed ranges over [0, n), as step_optimizer.
+  int64_t pos = 0;
+  for (int r = 0; r <= count; ++r) {
+    const int64_t begin = r < count ? ranges[2 * r] : n;
+    for (int decayed = 0; decayed < 2; ++decayed) {
+      const int64_t from = decayed ? begin : pos;
+      const int64_t to = decayed ? (r < count ? ranges[2 * r + 1] : n) : begin;
+      if (from >= to) continue;
+      const unsigned grid = grid_for(to - from, kThreads);
+      if (p.optimizer == optimizer_kind::adamw)
+        adamw_kernel<<<grid, kThreads, 0, g.stream>>>(w, state, state + n, grad_shard,
+                                                      u.grad_shard_dtype, from, to, decayed, a,
+                                                      g.scalars);
+      else
+        sgd_kernel<<<grid, kThreads, 0, g.stream>>>(w, p.momentum > 0 ? state : nullptr,
+                                                    grad_shard, u.grad_shard_dtype, from, to,
+                                                    decayed, a, g.scalars);
+      check_launch();
+    }
+    if (r < count) pos = ranges[2 * r + 1];
+  }
+  if (master) cuda_tensor_convert(param_shard, p.param_dtype, master, dtype_id::fp32, n, false, g);
+}
+
+void cuda_step_begin(gpu_context& gc, cudaStream_t stream) {
+  constexpr size_t kInputs = offsetof(gpu_step_scalars, loss_sum);
+  CUDA_CHECK(cudaMemcpyAsync(gc.exec.scalars, gc.host_scalars, kInputs, cudaMemcpyHostToDevice,
+                             stream));
+  CUDA_CHECK(cudaMemsetAsync(reinterpret_cast<char*>(gc.exec.scalars) + kInputs, 0,
+                             sizeof(gpu_step_scalars) - kInputs, stream));
+}
+
+void cuda_step_end(gpu_context& gc, cudaStream_t stream) {
+  CUDA_CHECK(cudaMemcpyAsync(gc.host_scalars, gc.exec.scalars, sizeof(gpu_step_scalars),
+                             cudaMemcpyDeviceToHost, stream));
+}

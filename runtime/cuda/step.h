@@ -1,0 +1,71 @@
+// step (CUDA): the generated ops' vocabulary on the GPU, the counterpart of
+// runtime/step.h. The same schedule is written with the same calls, prefixed
+// cuda_, and with the op's gpu_exec (`g`, its stream) as the last argument.
+// Nothing here waits for the GPU or allocates: each call enqueues work on
+// g.stream, so that a whole step can be captured once as a CUDA graph. The
+// step's changing values (learning rate, step number, loss scale) and its
+// outputs (loss sum, gradient norm) live in the device's gpu_step_scalars.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/cuda/comm.h"
+#include "runtime/cuda/exec.h"
+#include "runtime/cuda/gpt2.h"
+#include "runtime/step.h"
+
+// The GPU side of a step_context (step_context::gpu).
+struct gpu_context {
+  gpu_exec exec;
+  gpu_comm_groups comms;
+  gpu_step_scalars* host_scalars = nullptr;  // pinned mirror of exec.scalars
+  int32_t* host_inputs = nullptr;  // pinned: tokens then targets of each micro-batch of the step
+  // Per unit, this rank's AdamW decay ranges (as step_context::decay_ranges).
+  const int64_t* const* decay_ranges = nullptr;
+  const int* decay_range_counts = nullptr;
+};
+
+inline gpu_exec& gpu(step_context& c) {
+  return c.gpu->exec;
+}
+inline const gpu_comm& cuda_op_comm(step_context& c, stream_id s, comm_group g) {
+  return gpu_comm_of(c.gpu->comms, s, g);
+}
+// The device float that grad_norm ops add to and the norm's all-reduce sums.
+inline float* cuda_norm_partial(step_context& c) {
+  return &c.gpu->exec.scalars->norm_sq;
+}
+// The device float the loss gradient is scaled by (1 / tokens, times the loss scale).
+inline const float* cuda_dloss_scale(step_context& c) {
+  return &c.gpu->exec.scalars->dloss_scale;
+}
+
+// Copies micro-batch mb's tokens and targets (B*T int32 each, filled into the
+// pinned host_inputs before the step) to the device.
+void cuda_step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets);
+// Adds n per-token losses (device fp32) to scalars->loss_sum.
+void cuda_step_add_losses(step_context& c, const float* losses, int64_t n);
+
+// As runtime/step.h's tensor_convert, tensor_zero, tensor_narrow_in_place and
+// tensor_widen_in_place, on device memory.
+void cuda_tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, int64_t n,
+                         bool accumulate, gpu_exec& g);
+void cuda_tensor_zero(void* dst, int64_t bytes, gpu_exec& g);
+void cuda_tensor_narrow_in_place(void* data, int64_t n, gpu_exec& g);
+void cuda_tensor_widen_in_place(void* data, int64_t n, gpu_exec& g);
+// Device-to-device, host-to-device or device-to-host copy on g.stream.
+void cuda_copy(void* dst, const void* src, int64_t bytes, gpu_exec& g);
+
+// Adds the sum of squares of a gradient shard to scalars->norm_sq.
+void cuda_step_add_grad_norm(step_context& c, const void* grad, dtype_id t, int64_t n);
+
+// One unit's optimizer step on this rank's shard, as step_optimizer: the
+// learning rate, step number and clip factor come from the device scalars;
+// the step is skipped (nothing changes) when the gradient norm is not finite.
+void cuda_step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
+                         const void* grad_shard);
+
+// Zeroes the step's outputs and uploads its inputs (first on the compute
+// stream), and downloads the outputs (last), both on `stream`.
+void cuda_step_begin(gpu_context& gc, cudaStream_t stream);
+void cuda_step_end(gpu_context& gc, cudaStream_t stream);

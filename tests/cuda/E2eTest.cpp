@@ -1,0 +1,225 @@
+// E2eTest (cuda): generated CUDA binaries. Building needs no GPU, so the
+// build tests run everywhere nvcc is (CI included): `--target cuda`
+// compiles and links, the binary prints the planned schedule, and without a
+// GPU it stops with an error naming the CUDA problem (never a crash or a
+// hang). Training needs a GPU (each such test skips, saying why, without
+// one): every strategy at world 1 and, with the comm layer's MPI test mode
+// (ranks sharing one GPU), at worlds 2 and 4 gives per-step losses equal to
+// the CPU binary's for the same spec, data and initial weights.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/cuda/Device.h"
+#include "tests/e2e/E2e.h"
+
+namespace fsdpgen::test {
+namespace {
+
+// Builds the spec for CUDA in work/NAME; returns the binary.
+std::filesystem::path build_cuda(const std::string& name, const std::string& spec) {
+  std::filesystem::path dir = e2e_dir(name);
+  return build_binary(dir, spec, "cuda");
+}
+
+TEST(CudaBuild, Gpt2_124mBuildsAndPrintsItsSchedule) {
+  std::filesystem::path dir = e2e_dir("build_gpt2_124m");
+  CmdResult b = run_command(fmt::format("cd {} && {} specs/gpt2-124m.fsdp --target cuda -o {}",
+                                        FSDPGEN_SOURCE_DIR, FSDPGEN_BIN,
+                                        (dir / "train").string()));
+  ASSERT_EQ(b.status, 0) << b.out;
+  EXPECT_NE(b.out.find("for CUDA (h100-sxm)"), std::string::npos) << b.out;
+  CmdResult printed = run_command((dir / "train").string() + " --print-schedule");
+  ASSERT_EQ(printed.status, 0) << printed.out;
+  CmdResult planned = run_command(fmt::format("cd {} && {} schedule specs/gpt2-124m.fsdp --gpu h100-sxm",
+                                              FSDPGEN_SOURCE_DIR, FSDPGEN_BIN));
+  ASSERT_EQ(planned.status, 0) << planned.out;
+  EXPECT_EQ(printed.out, planned.out);
+}
+
+TEST(CudaBuild, WithoutAGpuTheBinaryStopsWithTheReason) {
+  const std::string reason = no_device_reason();
+  if (reason.empty()) GTEST_SKIP() << "a CUDA device is present here";
+  E2eConfig c;
+  c.world = 1;
+  std::filesystem::path bin = build_cuda("no_gpu", c.spec());
+  CmdResult r = run_binary(1, bin, "--steps 1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("error:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cuda"), std::string::npos) << r.out;  // names the failing CUDA call
+}
+
+TEST(CudaBuild, UnsupportedSpecsAreErrors) {
+  E2eConfig c;
+  c.param = "fp16";
+  c.reduce_dtype = "fp16";
+  std::filesystem::path dir = e2e_dir("fp16");
+  std::ofstream(dir / "e2e.fsdp") << c.spec();
+  CmdResult r = run_command(fmt::format("cd {} && {} e2e.fsdp --target cuda -o train",
+                                        dir.string(), FSDPGEN_BIN));
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("the CUDA backend cannot build this spec: fp16"), std::string::npos)
+      << r.out;
+}
+
+TEST(CudaBuild, CommFlagIsChecked) {
+  E2eConfig c;
+  c.world = 1;
+  std::filesystem::path bin = build_cuda("comm_flag", c.spec());
+  CmdResult r = run_binary(1, bin, "--comm gloo");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--comm"), std::string::npos) << r.out;
+}
+
+// ---- training on a GPU -------------------------------------------------------
+
+// Losses of the CUDA binary: ranks share the GPU through the MPI test mode
+// when world > 1.
+std::vector<double> cuda_losses(const std::string& name, const E2eConfig& c,
+                                const std::string& extra = "") {
+  std::filesystem::path bin = build_cuda(name, c.spec());
+  std::string args = "--metrics metrics.jsonl " + extra;
+  if (c.world > 1) args += " --comm mpi-test";
+  CmdResult r = run_binary(c.world, bin, args);
+  EXPECT_EQ(r.status, 0) << r.out;
+  if (r.status != 0) return {};
+  EXPECT_NE(r.out.find(" 0 allocations in steps"), std::string::npos) << r.out;
+  return read_losses(bin.parent_path() / "metrics.jsonl");
+}
+
+// Tolerances on each step's loss, CUDA against CPU. fp32: both compute in
+// fp32 from the same weights and data (cuBLASLt without TF32); they differ in
+// summation order only, ~1e-6 relative per op, growing a little over steps
+// of AdamW: 1e-4. bf16: values are rounded to bf16 after every op on both
+// sides, and one-ulp differences (2^-8 relative) in different places give
+// losses that differ by ~1e-3: 2e-2, the CPU runtime's bf16 tolerance.
+double loss_tolerance(const E2eConfig& c) {
+  return c.param == "fp32" ? 1e-4 : 2e-2;
+}
+
+class CudaTraining : public ::testing::TestWithParam<E2eConfig> {
+ protected:
+  void SetUp() override {
+    const std::string reason = no_device_reason();
+    if (!reason.empty()) GTEST_SKIP() << "no CUDA device: " << reason;
+  }
+};
+
+TEST_P(CudaTraining, LossesEqualTheCpuBinarys) {
+  const E2eConfig c = GetParam();
+  const std::string name = "cuda_" + c.name();
+  std::vector<double> cpu = train_losses("cpu_" + c.name(), c);
+  std::vector<double> gpu = cuda_losses(name, c);
+  ASSERT_EQ(cpu.size(), static_cast<size_t>(c.steps));
+  ASSERT_EQ(gpu.size(), cpu.size());
+  double worst = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_NEAR(gpu[i], cpu[i], loss_tolerance(c)) << "step " << i + 1;
+    worst = std::max(worst, std::abs(gpu[i] - cpu[i]));
+  }
+  std::printf("[ measured ] %s: max |cuda - cpu| loss %.3g (tolerance %.0e)\n", c.name().c_str(),
+              worst, loss_tolerance(c));
+}
+
+std::vector<E2eConfig> training_configs() {
+  std::vector<E2eConfig> out;
+  auto add = [&](std::string sharding, int world, int shard_group, std::string param) {
+    E2eConfig c;
+    c.sharding = std::move(sharding);
+    c.world = world;
+    c.shard_group = shard_group;
+    c.param = param;
+    c.reduce_dtype = param;
+    out.push_back(c);
+  };
+  for (std::string p : {"fp32", "bf16"}) {
+    for (std::string s : {"full_shard", "shard_grad_op", "no_shard"})
+      for (int w : {1, 2})
+        add(s, w, 0, p);
+    for (std::string s : {"hybrid_shard", "hybrid_shard_zero2"})
+      add(s, 4, 2, p);
+  }
+  // Accumulation, recompute and prefetch off on the GPU path too.
+  E2eConfig acc;
+  acc.micro_batches = 2;
+  acc.reduce = "last";
+  acc.recompute = "block";
+  acc.forward_prefetch = false;
+  acc.backward = "none";
+  out.push_back(acc);
+  E2eConfig hybrid_acc;
+  hybrid_acc.sharding = "hybrid_shard";
+  hybrid_acc.world = 4;
+  hybrid_acc.shard_group = 2;
+  hybrid_acc.param = "bf16";
+  hybrid_acc.reduce_dtype = "bf16";
+  hybrid_acc.micro_batches = 2;
+  out.push_back(hybrid_acc);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, CudaTraining, ::testing::ValuesIn(training_configs()),
+                         [](const auto& info) { return info.param.name(); });
+
+class CudaBinary : public CudaTraining {};
+
+// The graph replays what eager issue does: equal losses, step for step.
+TEST_F(CudaBinary, GraphAndEagerStepsAgree) {
+  E2eConfig c;
+  c.world = 1;
+  c.steps = 5;
+  std::vector<double> graph = cuda_losses("graph", c);
+  std::vector<double> eager = cuda_losses("eager", c, "--no-graph");
+  ASSERT_EQ(graph.size(), 5u);
+  ASSERT_EQ(eager.size(), 5u);
+  for (size_t i = 0; i < graph.size(); ++i)
+    EXPECT_NEAR(graph[i], eager[i], 1e-6) << "step " << i + 1;
+}
+
+// --trace: the measured CUDA timeline has every op of every rank, named as
+// the planner's trace names them.
+TEST_F(CudaBinary, TraceHasEveryOp) {
+  E2eConfig c;
+  c.world = 2;
+  std::filesystem::path bin = build_cuda("trace", c.spec());
+  CmdResult r = run_binary(2, bin, "--comm mpi-test --trace trace.json --trace-step 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::ifstream in(bin.parent_path() / "trace.json");
+  nlohmann::json t = nlohmann::json::parse(in);
+  int events = 0;
+  for (const auto& e : t.at("traceEvents"))
+    if (e.value("ph", "") == "X") ++events;
+  CmdResult sched = run_command((bin).string() + " --print-schedule");
+  ASSERT_EQ(sched.status, 0);
+  EXPECT_GT(events, 0);
+  EXPECT_NE(r.out.find("trace: step 2 of 2 ranks"), std::string::npos) << r.out;
+}
+
+// Weights written by the CUDA binary load into the CPU binary (and the
+// other way round) and give the same loss.
+TEST_F(CudaBinary, WeightsMoveBetweenCpuAndGpu) {
+  E2eConfig c;
+  c.world = 1;
+  c.steps = 2;
+  std::filesystem::path gpu = build_cuda("weights_gpu", c.spec());
+  CmdResult saved = run_binary(1, gpu, "--save w.safetensors");
+  ASSERT_EQ(saved.status, 0) << saved.out;
+  std::filesystem::path cpu = build_binary(e2e_dir("weights_cpu"), c.spec());
+  const std::string w = (gpu.parent_path() / "w.safetensors").string();
+  CmdResult a = run_binary(1, cpu, "--steps 1 --metrics m.jsonl --init-from " + w);
+  CmdResult b = run_binary(1, gpu, "--steps 1 --metrics m.jsonl --init-from " + w);
+  ASSERT_EQ(a.status, 0) << a.out;
+  ASSERT_EQ(b.status, 0) << b.out;
+  std::vector<double> la = read_losses(cpu.parent_path() / "m.jsonl");
+  std::vector<double> lb = read_losses(gpu.parent_path() / "m.jsonl");
+  ASSERT_EQ(la.size(), 1u);
+  ASSERT_EQ(lb.size(), 1u);
+  EXPECT_NEAR(la[0], lb[0], 1e-4);
+}
+
+}  // namespace
+}  // namespace fsdpgen::test

@@ -1,0 +1,804 @@
+// Gpt2Test (cuda): runtime/cuda/gemm.h, attention.h and gpt2.h against
+// their CPU counterparts (runtime/gemm.h, runtime/kernels.h, runtime/gpt2.h)
+// on the same random inputs (fixed seeds), for fp32 and bf16 storage and
+// gradients, printing the largest absolute and relative differences. Device
+// outputs start as NaN (all bits set), so a value a kernel failed to write,
+// or a C read although beta == 0, shows. Each test skips, saying why, where
+// no CUDA device is present.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../runtime/Reference.h"
+#include "runtime/cuda/attention.h"
+#include "runtime/cuda/check.cuh"
+#include "runtime/cuda/cublas_check.h"
+#include "runtime/cuda/gemm.h"
+#include "runtime/cuda/gpt2.h"
+#include "runtime/gemm.h"
+#include "runtime/gpt2.h"
+#include "runtime/kernels.h"
+
+using ref::load;
+using ref::random_vec;
+using ref::store;
+using ref::tag;
+using ref::vec;
+
+namespace {
+
+// Tolerances: |cuda - cpu| <= tol * (|cpu| + rms(cpu)), i.e. relative to
+// each value, with an absolute floor of tol times the tensor's RMS for
+// values near zero (sums that cancel). Both sides read the same stored
+// inputs and compute in fp32; they differ in summation order (cuBLASLt's
+// tiles and split-K against OpenBLAS, warp trees against loops), expf
+// against the CPU's polynomial exp, and, in a block, the bias and residual
+// that cuda_gemm adds before its one rounding where the CPU rounds twice.
+//  - fp32 storage: 1e-4. Sums have at most a few hundred unit-scale terms,
+//    so differences are ~1e-6; a wrong or missing term errs by ~1e-1.
+//  - bf16 outputs of one operation (GEMM, attention): 2e-2. A few fp32 ulps
+//    of difference can round to neighbouring bf16 values, one bf16 ulp
+//    (at most 2^-7 ~ 7.8e-3 relative) apart; attention rounds scores, then
+//    probabilities, then outputs.
+//  - bf16 outputs of a whole layer: 5e-2. One-ulp differences of
+//    intermediates (every res2 value may differ by one, from the fused
+//    residual) propagate through ~10 kernels and sums of C or F terms; the
+//    largest of thousands of such random-walk errors reaches ~1-2%. A real
+//    bug (a wrong mask, bias, index or scale) errs by the values' own size.
+//  - Plain GEMMs rounding to bf16 once: 1e-2 (one bf16 ulp).
+//  - The embedding adds the same fp32 values in the same order on both
+//    sides: KernelTest's storage tolerance (1e-5, or 1e-2 relative for bf16).
+//  - bf16 losses are fp32 but read bf16 logits (|x| < ~3 here) that may
+//    differ by one ulp: 3e-2 absolute, 1e-2 relative.
+constexpr double kFp32Tol = 1e-4;
+constexpr double kBf16OpTol = 2e-2;
+constexpr double kBf16LayerTol = 5e-2;
+constexpr double kBf16GemmTol = 1e-2;
+constexpr ref::tolerance kBf16LossTol{3e-2, 1e-2};
+
+template <class T>
+constexpr bool is_bf16 = sizeof(T) == 2;
+template <class T>
+double op_tol() {
+  return is_bf16<T> ? kBf16OpTol : kFp32Tol;
+}
+template <class T>
+double layer_tol() {
+  return is_bf16<T> ? kBf16LayerTol : kFp32Tol;
+}
+template <class T, class G>
+double grad_tol() {
+  return is_bf16<T> || is_bf16<G> ? kBf16LayerTol : kFp32Tol;
+}
+template <class T>
+ref::tolerance storage_tol() {
+  return ref::tolerance{1e-5, is_bf16<T> ? 1e-2 : 1e-5};
+}
+
+double rms(const vec& v) {
+  double s = 0.0;
+  for (double x : v)
+    s += x * x;
+  return v.empty() ? 0.0 : std::sqrt(s / static_cast<double>(v.size()));
+}
+
+void expect_close_scaled(const std::string& what, const vec& got, const vec& want, double tol) {
+  ref::expect_close(what, got, want, tol * rms(want), tol);
+}
+
+// Why no CUDA device can be used here (CUDA's message and check.cuh's hint);
+// empty when one can.
+std::string no_device_reason() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    const std::string hint = cuda_hint(err);
+    return cudaGetErrorString(err) + (hint.empty() ? "" : "; hint: " + hint);
+  }
+  if (count == 0) return "cudaGetDeviceCount found 0 devices";
+  return "";
+}
+
+// All bits set: NaN as fp32 and as bf16.
+constexpr int kNanFill = 0xff;
+
+// A device copy of a host vector, or n values of NaN; freed with it.
+template <class T>
+class device_vec {
+ public:
+  explicit device_vec(const std::vector<T>& host) : n_(host.size()) {
+    CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
+    CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice));
+  }
+  explicit device_vec(int64_t n) : n_(static_cast<size_t>(n)) {
+    CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
+    CUDA_CHECK(cudaMemset(ptr_, kNanFill, bytes()));
+  }
+  ~device_vec() { cudaFree(ptr_); }
+  device_vec(const device_vec&) = delete;
+  device_vec& operator=(const device_vec&) = delete;
+
+  T* get() { return static_cast<T*>(ptr_); }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  size_t bytes() const { return n_ * sizeof(T); }
+  void* ptr_ = nullptr;
+  size_t n_;
+};
+
+template <class T>
+void to_device(T* dst, const T* src, int64_t n) {
+  CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(T), cudaMemcpyHostToDevice));
+}
+template <class T>
+std::vector<T> from_device(const T* src, int64_t n) {
+  std::vector<T> host(n);
+  CUDA_CHECK(cudaMemcpy(host.data(), src, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+// Bytes after a saved slot or scratch that must keep their NaN fill.
+constexpr int64_t kGuardBytes = 256;
+bool guard_intact(const std::vector<std::byte>& buf, int64_t bytes) {
+  for (int64_t i = bytes; i < static_cast<int64_t>(buf.size()); i++)
+    if (buf[i] != std::byte{kNanFill}) return false;
+  return true;
+}
+
+gemm_workspace cpu_workspace() {
+  static std::vector<float> buf(kCpuGemmWorkspaceBytes / sizeof(float));
+  return gemm_workspace{buf.data(), static_cast<int64_t>(buf.size())};
+}
+
+constexpr int64_t kLtWorkspaceBytes = int64_t{32} << 20;
+
+// Skips without a device; otherwise gives each test a stream, a cuBLASLt
+// handle, workspace and plan cache in g.
+class Gpt2Fixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string reason = no_device_reason();
+    if (!reason.empty()) GTEST_SKIP() << "no CUDA device: " << reason;
+    CUDA_CHECK(cudaStreamCreate(&g.stream));
+    CUBLAS_CHECK(cublasLtCreate(&g.lt));
+    CUDA_CHECK(cudaMalloc(&g.lt_workspace, kLtWorkspaceBytes));
+    g.lt_workspace_bytes = kLtWorkspaceBytes;
+    g.gemms = gpu_gemm_cache_create();
+  }
+  void TearDown() override {
+    if (g.gemms) gpu_gemm_cache_destroy(g.gemms);
+    if (g.lt_workspace) cudaFree(g.lt_workspace);
+    if (g.lt) cublasLtDestroy(g.lt);
+    if (g.stream) cudaStreamDestroy(g.stream);
+  }
+  void sync() { CUDA_CHECK(cudaStreamSynchronize(g.stream)); }
+
+  gpu_exec g;
+};
+
+struct StorageTypeNames {
+  template <class T>
+  static std::string GetName(int) {
+    return ref::type_name<T>();
+  }
+};
+template <class T_, class G_>
+struct storage_grad {
+  using T = T_;
+  using G = G_;
+};
+struct StorageGradNames {
+  template <class P>
+  static std::string GetName(int) {
+    return std::string(ref::type_name<typename P::T>()) + "_" + ref::type_name<typename P::G>();
+  }
+};
+
+using StorageTypes = ::testing::Types<float, bf16>;
+class CudaGemm : public Gpt2Fixture {};
+template <class T>
+class CudaGpt2Layer : public Gpt2Fixture {};
+TYPED_TEST_SUITE(CudaGpt2Layer, StorageTypes, StorageTypeNames);
+template <class P>
+class CudaGpt2Backward : public Gpt2Fixture {};
+using StorageGradTypes = ::testing::Types<storage_grad<float, float>, storage_grad<float, bf16>,
+                                          storage_grad<bf16, float>, storage_grad<bf16, bf16>>;
+TYPED_TEST_SUITE(CudaGpt2Backward, StorageGradTypes, StorageGradNames);
+
+template <class T>
+std::vector<T> random_stored(std::mt19937& rng, int64_t n, double scale = 1.0,
+                             double offset = 0.0) {
+  return store<T>(random_vec(rng, n, scale, offset));
+}
+
+template <class T>
+void expect_close_scaled(const std::string& what, const std::vector<T>& got,
+                         const std::vector<T>& want, double tol) {
+  expect_close_scaled(what, load(got), load(want), tol);
+}
+
+std::string transposes(bool ta, bool tb) {
+  return std::string(ta ? "T" : "N") + (tb ? "T" : "N");
+}
+
+// ---------------------------------------------------------------- gemm
+
+struct gemm_shape {
+  int64_t M, N, K, pad;  // pad: extra elements per row of A, B and C
+};
+// Edges not multiples of any tile, padded rows (bf16 rows then 2-byte
+// aligned), a single row, and aligned sizes.
+constexpr gemm_shape kGemmShapes[] = {{37, 45, 70, 3}, {1, 33, 7, 1}, {64, 96, 128, 0}};
+
+template <class TA, class TB, class TC>
+void check_gemm(gpu_exec& g, bool ta, bool tb, const gemm_shape& s, float beta, uint32_t seed) {
+  const int64_t M = s.M, N = s.N, K = s.K;
+  const int64_t lda = (ta ? M : K) + s.pad, ldb = (tb ? K : N) + s.pad, ldc = N + s.pad;
+  const int64_t c_elems = M * ldc;
+  const float alpha = 0.75f;
+  std::mt19937 rng(seed);
+  const auto A = random_stored<TA>(rng, (ta ? K : M) * lda);
+  const auto B = random_stored<TB>(rng, (tb ? N : K) * ldb);
+  auto C = random_stored<TC>(rng, c_elems);
+
+  // The device C holds C when beta reads it, else NaN, which must not be read.
+  device_vec<TA> A_d(A);
+  device_vec<TB> B_d(B);
+  device_vec<TC> C_d(c_elems);
+  if (beta != 0.0f) to_device(C_d.get(), C.data(), c_elems);
+  const std::vector<TC> before = C_d.download();
+  cuda_gemm(ta, tb, M, N, K, alpha, A_d.get(), lda, B_d.get(), ldb, beta, C_d.get(), ldc, g);
+  CUDA_CHECK(cudaStreamSynchronize(g.stream));
+  if (beta == 0.0f) std::fill(C.begin(), C.end(), from_float<TC>(0.0f));
+  gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc, cpu_workspace());
+
+  const std::vector<TC> got = C_d.download();
+  vec got_mn, want_mn;
+  bool padding_intact = true;
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < ldc; j++) {
+      const int64_t idx = i * ldc + j;
+      if (j < N) {
+        got_mn.push_back(to_float(got[idx]));
+        want_mn.push_back(to_float(C[idx]));
+      } else if (std::memcmp(&got[idx], &before[idx], sizeof(TC)) != 0) {
+        padding_intact = false;
+      }
+    }
+  const std::string what = std::string("cuda_gemm<") + ref::type_name<TA>() + "," +
+                           ref::type_name<TB>() + "," + ref::type_name<TC>() + "> " +
+                           transposes(ta, tb) + " M=" + std::to_string(M) +
+                           " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                           " pad=" + std::to_string(s.pad) + " beta=" + std::to_string(beta);
+  expect_close_scaled(what, got_mn, want_mn, is_bf16<TC> ? kBf16GemmTol : kFp32Tol);
+  EXPECT_TRUE(padding_intact) << what << ": wrote outside the M x N matrix";
+}
+
+// Every operand type combination (cuBLASLt's three, the fallback kernel's
+// five), every transpose, beta 0 and 1.
+TEST_F(CudaGemm, MatchesCpu) {
+  uint32_t seed = 100;
+  for (const gemm_shape& s : kGemmShapes)
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true})
+        for (const float beta : {0.0f, 1.0f}) {
+          check_gemm<float, float, float>(g, ta, tb, s, beta, seed++);
+          check_gemm<bf16, bf16, bf16>(g, ta, tb, s, beta, seed++);
+          check_gemm<bf16, bf16, float>(g, ta, tb, s, beta, seed++);
+          check_gemm<float, float, bf16>(g, ta, tb, s, beta, seed++);
+          check_gemm<float, bf16, float>(g, ta, tb, s, beta, seed++);
+          check_gemm<float, bf16, bf16>(g, ta, tb, s, beta, seed++);
+          check_gemm<bf16, float, float>(g, ta, tb, s, beta, seed++);
+          check_gemm<bf16, float, bf16>(g, ta, tb, s, beta, seed++);
+        }
+}
+
+struct gemm_extras_case {
+  bool bias, c_in;
+  int64_t batch;
+  float beta;
+};
+constexpr gemm_extras_case kGemmExtrasCases[] = {
+    {true, false, 1, 0.0f},  // matmul_forward
+    {true, true, 1, 1.0f},   // matmul_forward with the residual
+    {false, true, 3, 0.5f},  // batched, C read from c_in
+    {false, false, 3, 0.0f}  // batched, as attention
+};
+
+// Bias, separate C input and strided batches against a double-precision
+// sum of the same stored values.
+template <class TA, class TB, class TC>
+void check_gemm_extras(gpu_exec& g, bool ta, bool tb, const gemm_extras_case& x, uint32_t seed) {
+  const int64_t M = 33, N = 40, K = 24, gap = 16;
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N, ldc = N;
+  const int64_t stride_a = (ta ? K : M) * lda + gap, stride_b = (tb ? N : K) * ldb + gap,
+                stride_c = M * ldc + gap;
+  const int64_t items = x.batch;
+  const float alpha = 1.25f;
+  std::mt19937 rng(seed);
+  const auto A = random_stored<TA>(rng, items * stride_a);
+  const auto B = random_stored<TB>(rng, items * stride_b);
+  const auto C_in = random_stored<TC>(rng, items * stride_c);
+  const auto bias = random_stored<TC>(rng, N);
+
+  device_vec<TA> A_d(A);
+  device_vec<TB> B_d(B);
+  device_vec<TC> C_in_d(C_in), bias_d(bias), C_d(items * stride_c);
+  cuda_gemm_extras<TC> e;
+  e.bias = x.bias ? bias_d.get() : nullptr;
+  e.c_in = x.c_in ? C_in_d.get() : nullptr;
+  e.batch = items;
+  e.stride_a = stride_a;
+  e.stride_b = stride_b;
+  e.stride_c = stride_c;
+  cuda_gemm(ta, tb, M, N, K, alpha, A_d.get(), lda, B_d.get(), ldb, x.beta, C_d.get(), ldc, g, e);
+  CUDA_CHECK(cudaStreamSynchronize(g.stream));
+  const std::vector<TC> got = C_d.download();
+
+  vec got_v, want_v;
+  for (int64_t z = 0; z < items; z++)
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) {
+        double s = 0.0;
+        for (int64_t k = 0; k < K; k++) {
+          const double a = to_float(A[z * stride_a + (ta ? k * lda + i : i * lda + k)]);
+          const double b = to_float(B[z * stride_b + (tb ? j * ldb + k : k * ldb + j)]);
+          s += a * b;
+        }
+        double want = alpha * s;
+        if (x.beta != 0.0f && x.c_in) want += x.beta * to_float(C_in[z * stride_c + i * ldc + j]);
+        if (x.bias) want += to_float(bias[j]);
+        got_v.push_back(to_float(got[z * stride_c + i * ldc + j]));
+        want_v.push_back(want);
+      }
+  // beta != 0 without c_in reads C itself, which holds NaN here: not a case above.
+  const std::string what = std::string("cuda_gemm<") + ref::type_name<TA>() + "," +
+                           ref::type_name<TB>() + "," + ref::type_name<TC>() + "> " +
+                           transposes(ta, tb) + (x.bias ? " bias" : "") + (x.c_in ? " c_in" : "") +
+                           " batch=" + std::to_string(items) + " beta=" + std::to_string(x.beta);
+  expect_close_scaled(what, got_v, want_v, is_bf16<TC> ? kBf16GemmTol : kFp32Tol);
+}
+
+TEST_F(CudaGemm, Extras) {
+  uint32_t seed = 200;
+  for (const gemm_extras_case& x : kGemmExtrasCases)
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true}) {
+        check_gemm_extras<float, float, float>(g, ta, tb, x, seed++);
+        check_gemm_extras<bf16, bf16, bf16>(g, ta, tb, x, seed++);
+        check_gemm_extras<bf16, bf16, float>(g, ta, tb, x, seed++);
+        check_gemm_extras<float, float, bf16>(g, ta, tb, x, seed++);  // the fallback kernel
+      }
+  // The same GEMMs again: every plan is reused, none added.
+  const int64_t plans = gpu_gemm_cache_plans(g.gemms);
+  EXPECT_GT(plans, 0);
+  for (const gemm_extras_case& x : kGemmExtrasCases)
+    check_gemm_extras<bf16, bf16, bf16>(g, false, true, x, 300);
+  EXPECT_EQ(gpu_gemm_cache_plans(g.gemms), plans);
+}
+
+// Column sums with and without scratch for partial sums (N spans several
+// row groups; OC is not a multiple of a block's channels), added to what
+// dbias holds.
+TYPED_TEST(CudaGpt2Backward, GemmBias) {
+  using T = typename TypeParam::T;
+  using G = typename TypeParam::G;
+  const int64_t N = 1000, OC = 70;
+  std::mt19937 rng(400);
+  const auto dout = random_stored<T>(rng, N * OC);
+  const auto dbias = random_stored<G>(rng, OC);
+  vec want(OC);
+  for (int64_t c = 0; c < OC; c++) {
+    double s = to_float(dbias[c]);
+    for (int64_t n = 0; n < N; n++)
+      s += to_float(dout[n * OC + c]);
+    want[c] = s;
+  }
+  for (const bool scratch : {false, true}) {
+    device_vec<T> dout_d(dout);
+    device_vec<G> dbias_d(dbias);
+    device_vec<float> scratch_d(N * OC);
+    cuda_gemm_bias_backward(dbias_d.get(), dout_d.get(), N, OC, scratch ? scratch_d.get() : nullptr,
+                            scratch ? N * OC : 0, this->g.stream);
+    this->sync();
+    // Sums of 1000 unit-scale terms (~18) in fp32, rounded to G once.
+    expect_close_scaled(
+        tag<T, G>("cuda_gemm_bias_backward", scratch ? "dbias (partials)" : "dbias"),
+        load(dbias_d.download()), want, is_bf16<G> ? kBf16GemmTol : kFp32Tol);
+  }
+}
+
+// ---------------------------------------------------------------- attention
+
+struct attention_shape {
+  int64_t B, T, C, H;
+};
+// T below, across and above a warp's 32 columns; head sizes 16, 16, 8.
+constexpr attention_shape kAttentionShapes[] = {{2, 16, 64, 4}, {3, 13, 48, 3}, {1, 40, 32, 4}};
+
+std::string shape_name(const attention_shape& s) {
+  return " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " C=" + std::to_string(s.C) +
+         " H=" + std::to_string(s.H);
+}
+
+TYPED_TEST(CudaGpt2Layer, AttentionForward) {
+  using T = TypeParam;
+  for (const attention_shape& a : kAttentionShapes) {
+    const int64_t N = a.B * a.T, P = a.B * a.H * a.T * a.T;
+    std::mt19937 rng(500);
+    const auto qkv = random_stored<T>(rng, N * 3 * a.C);
+    std::vector<T> out(N * a.C), probs(P);
+    attention_forward(out.data(), probs.data(), qkv.data(), a.B, a.T, a.C, a.H, cpu_workspace());
+
+    device_vec<T> qkv_d(qkv), out_d(N * a.C), probs_d(P);
+    cuda_attention_forward(out_d.get(), probs_d.get(), qkv_d.get(), a.B, a.T, a.C, a.H, this->g);
+    this->sync();
+    expect_close_scaled(tag<T>("cuda_attention_forward", "out") + shape_name(a), out_d.download(),
+                        out, op_tol<T>());
+    expect_close_scaled(tag<T>("cuda_attention_forward", "probs") + shape_name(a),
+                        probs_d.download(), probs, op_tol<T>());
+  }
+}
+
+// Both sides read the CPU forward's probabilities.
+TYPED_TEST(CudaGpt2Layer, AttentionBackward) {
+  using T = TypeParam;
+  for (const attention_shape& a : kAttentionShapes) {
+    const int64_t N = a.B * a.T, P = a.B * a.H * a.T * a.T;
+    std::mt19937 rng(600);
+    const auto qkv = random_stored<T>(rng, N * 3 * a.C);
+    const auto dout = random_stored<T>(rng, N * a.C);
+    std::vector<T> out(N * a.C), probs(P), dqkv(N * 3 * a.C), dprobs(P);
+    attention_forward(out.data(), probs.data(), qkv.data(), a.B, a.T, a.C, a.H, cpu_workspace());
+    attention_backward(dqkv.data(), dprobs.data(), dout.data(), qkv.data(), probs.data(), a.B, a.T,
+                       a.C, a.H, cpu_workspace());
+
+    device_vec<T> qkv_d(qkv), probs_d(probs), dout_d(dout), dqkv_d(N * 3 * a.C), dprobs_d(P);
+    cuda_attention_backward(dqkv_d.get(), dprobs_d.get(), dout_d.get(), qkv_d.get(), probs_d.get(),
+                            a.B, a.T, a.C, a.H, this->g);
+    this->sync();
+    expect_close_scaled(tag<T>("cuda_attention_backward", "dqkv") + shape_name(a),
+                        dqkv_d.download(), dqkv, op_tol<T>());
+    expect_close_scaled(tag<T>("cuda_attention_backward", "dprobs") + shape_name(a),
+                        dprobs_d.download(), dprobs, op_tol<T>());
+  }
+}
+
+// ---------------------------------------------------------------- layers
+
+// B, T, C, H, F, V: the brief's small model, and one with odd T and width.
+const ref::dims kLayerDims[] = {{2, 16, 64, 4, 256, 96}, {3, 13, 48, 3, 80, 50}};
+
+gpt2_dims to_gpt2(const ref::dims& d) {
+  return gpt2_dims{d.B, d.T, d.C, d.H, d.F, d.V};
+}
+
+std::string dims_name(const ref::dims& d) {
+  return " B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) + " C=" + std::to_string(d.C);
+}
+
+// Elements of each block tensor, in the runtime's order.
+std::vector<int64_t> block_tensor_elems(const ref::dims& d) {
+  const int64_t C = d.C, F = d.F;
+  return {C, C, C * 3 * C, 3 * C, C * C, C, C, C, C * F, F, F * C, C};
+}
+
+int64_t block_flat_elems(const ref::dims& d) {
+  int64_t n = 0;
+  for (int64_t e : block_tensor_elems(d))
+    n = (n + e + 15) / 16 * 16;
+  return n;
+}
+
+template <class G>
+std::vector<G*> block_pointers(const gpt2_block_grads<G>& g) {
+  return {g.ln1_w, g.ln1_b, g.qkv_w, g.qkv_b, g.proj_w, g.proj_b,
+          g.ln2_w, g.ln2_b, g.fc_w,  g.fc_b,  g.fc2_w,  g.fc2_b};
+}
+
+// A block's flat parameter buffer holding p, laid out by gpt2_block_params_at.
+template <class T>
+std::vector<T> block_flat(const ref::block_params& p, const ref::dims& d) {
+  std::vector<T> flat(block_flat_elems(d), from_float<T>(0.0f));
+  const auto ptrs = block_pointers(gpt2_block_grads_at<T>(flat.data(), to_gpt2(d)));
+  const auto& tensors = ref::block_tensors();
+  for (size_t i = 0; i < tensors.size(); i++) {
+    const vec& v = p.*tensors[i].member;
+    for (size_t j = 0; j < v.size(); j++)
+      ptrs[i][j] = from_float<T>(static_cast<float>(v[j]));
+  }
+  return flat;
+}
+
+// Forward's saved arrays on the device against the CPU's. ln1's statistics
+// read identical inputs (fp32 tolerance); the rest follow T's layer tolerance.
+template <class T>
+void expect_block_saved_close(const std::string& prefix, const gpt2_block_saved<T>& got,
+                              const gpt2_block_saved<T>& want, const gpt2_dims& d) {
+  const int64_t N = d.N(), C = d.C, F = d.F;
+  auto stats = [&](const char* name, const float* dev, const float* host, double tol) {
+    expect_close_scaled(prefix + name, load(from_device(dev, N)), load(host, N), tol);
+  };
+  auto stored = [&](const char* name, const T* dev, const T* host, int64_t n) {
+    expect_close_scaled(prefix + name, load(from_device(dev, n)), load(host, n), layer_tol<T>());
+  };
+  stats("ln1_mean", got.ln1_mean, want.ln1_mean, kFp32Tol);
+  stats("ln1_rstd", got.ln1_rstd, want.ln1_rstd, kFp32Tol);
+  stats("ln2_mean", got.ln2_mean, want.ln2_mean, layer_tol<T>());
+  stats("ln2_rstd", got.ln2_rstd, want.ln2_rstd, layer_tol<T>());
+  stored("ln1", got.ln1, want.ln1, N * C);
+  stored("qkv", got.qkv, want.qkv, N * 3 * C);
+  stored("attn", got.attn, want.attn, N * C);
+  stored("res2", got.res2, want.res2, N * C);
+  stored("ln2", got.ln2, want.ln2, N * C);
+  stored("fc", got.fc, want.fc, N * F);
+  stored("gelu", got.gelu, want.gelu, N * F);
+  stored("probs", got.probs, want.probs, N * d.H * d.T);
+}
+
+// Forward, then a recompute (out == nullptr) into a fresh slot, which must
+// fill the same saved arrays; a second forward reuses every GEMM plan.
+TYPED_TEST(CudaGpt2Layer, BlockForward) {
+  using T = TypeParam;
+  for (const ref::dims& rd : kLayerDims) {
+    const gpt2_dims d = to_gpt2(rd);
+    const int64_t N = d.N(), C = d.C;
+    std::mt19937 rng(700);
+    const auto params = block_flat<T>(ref::random_block(rng, rd), rd);
+    const auto x = random_stored<T>(rng, N * C);
+    const int64_t saved_bytes = gpt2_block_saved_bytes(d, sizeof(T));
+    std::vector<std::byte> saved(saved_bytes);
+    const auto s = gpt2_block_saved_at<T>(saved.data(), d);
+    std::copy(x.begin(), x.end(), s.input);
+    std::vector<T> out(N * C);
+    gpt2_block_forward(out.data(), gpt2_block_params_at<T>(params.data(), d), s, d,
+                       cpu_workspace());
+
+    device_vec<T> params_d(params), out_d(N * C);
+    const auto p = gpt2_block_params_at<T>(params_d.get(), d);
+    for (const bool recompute : {false, true}) {
+      device_vec<std::byte> slot_d(saved_bytes + kGuardBytes);
+      const auto sd = gpt2_block_saved_at<T>(slot_d.get(), d);
+      to_device(sd.input, x.data(), N * C);
+      cuda_gpt2_block_forward(recompute ? nullptr : out_d.get(), p, sd, d, this->g);
+      this->sync();
+      const std::string prefix =
+          tag<T>("cuda_gpt2_block_forward", recompute ? "(recompute) " : "") + dims_name(rd) + " ";
+      expect_block_saved_close(prefix, sd, s, d);
+      EXPECT_TRUE(guard_intact(slot_d.download(), saved_bytes))
+          << prefix << "wrote past the saved slot";
+    }
+    expect_close_scaled(tag<T>("cuda_gpt2_block_forward", "out") + dims_name(rd), out_d.download(),
+                        out, layer_tol<T>());
+
+    const int64_t plans = gpu_gemm_cache_plans(this->g.gemms);
+    device_vec<std::byte> slot_d(saved_bytes);
+    const auto sd = gpt2_block_saved_at<T>(slot_d.get(), d);
+    to_device(sd.input, x.data(), N * C);
+    cuda_gpt2_block_forward(out_d.get(), p, sd, d, this->g);
+    this->sync();
+    EXPECT_EQ(gpu_gemm_cache_plans(this->g.gemms), plans) << "a repeated forward planned a GEMM";
+  }
+}
+
+// Both sides run backward from the CPU forward's saved slot, with random
+// gradients already accumulated (grads must be +=).
+TYPED_TEST(CudaGpt2Backward, Block) {
+  using T = typename TypeParam::T;
+  using G = typename TypeParam::G;
+  for (const ref::dims& rd : kLayerDims) {
+    const gpt2_dims d = to_gpt2(rd);
+    const int64_t N = d.N(), C = d.C;
+    std::mt19937 rng(800);
+    const auto params = block_flat<T>(ref::random_block(rng, rd), rd);
+    const auto x = random_stored<T>(rng, N * C);
+    const auto dout = random_stored<T>(rng, N * C);
+    const auto grads0 = random_stored<G>(rng, block_flat_elems(rd));
+    const auto p = gpt2_block_params_at<T>(params.data(), d);
+
+    const int64_t saved_bytes = gpt2_block_saved_bytes(d, sizeof(T));
+    const int64_t scratch_bytes = gpt2_backward_scratch_bytes(d, sizeof(T));
+    std::vector<std::byte> saved(saved_bytes), scratch(scratch_bytes);
+    const auto s = gpt2_block_saved_at<T>(saved.data(), d);
+    std::copy(x.begin(), x.end(), s.input);
+    std::vector<T> out(N * C);
+    gpt2_block_forward(out.data(), p, s, d, cpu_workspace());
+    device_vec<std::byte> saved_d(saved);  // the CPU forward's slot
+
+    const auto sc = gpt2_backward_scratch_at<T>(scratch.data(), d);
+    std::copy(dout.begin(), dout.end(), sc.dres);
+    std::vector<G> grads = grads0;
+    gpt2_block_backward(gpt2_block_grads_at<G>(grads.data(), d), p, s, sc, d, cpu_workspace());
+
+    device_vec<T> params_d(params);
+    device_vec<G> grads_d(grads0);
+    device_vec<std::byte> scratch_d(scratch_bytes + kGuardBytes);
+    const auto scd = gpt2_backward_scratch_at<T>(scratch_d.get(), d);
+    to_device(scd.dres, dout.data(), N * C);
+    cuda_gpt2_block_backward(gpt2_block_grads_at<G>(grads_d.get(), d),
+                             gpt2_block_params_at<T>(params_d.get(), d),
+                             gpt2_block_saved_at<T>(saved_d.get(), d), scd, d, this->g);
+    this->sync();
+
+    const std::string prefix = tag<T, G>("cuda_gpt2_block_backward", "") + dims_name(rd) + " ";
+    expect_close_scaled(prefix + "d(input)", load(from_device(scd.dres, N * C)),
+                        load(sc.dres, N * C), layer_tol<T>());
+    std::vector<G> got = grads_d.download();
+    const auto got_ptrs = block_pointers(gpt2_block_grads_at<G>(got.data(), d));
+    const auto want_ptrs = block_pointers(gpt2_block_grads_at<G>(grads.data(), d));
+    const auto elems = block_tensor_elems(rd);
+    for (size_t i = 0; i < elems.size(); i++)
+      expect_close_scaled(prefix + ref::block_tensors()[i].name, load(got_ptrs[i], elems[i]),
+                          load(want_ptrs[i], elems[i]), grad_tol<T, G>());
+    EXPECT_TRUE(guard_intact(scratch_d.download(), scratch_bytes))
+        << prefix << "wrote past the backward scratch";
+  }
+}
+
+// The final norm and head's inputs: x (N, C), lnf_w, lnf_b (C), head_w (V,
+// C) scaled so that logits stay within a few units, targets (N).
+template <class T>
+struct head_inputs {
+  std::vector<T> x, lnf_w, lnf_b, head_w;
+  std::vector<int32_t> targets;
+};
+template <class T>
+head_inputs<T> random_head(std::mt19937& rng, const gpt2_dims& d) {
+  head_inputs<T> h;
+  h.x = random_stored<T>(rng, d.N() * d.C, 2.0, 0.5);
+  h.lnf_w = random_stored<T>(rng, d.C, 0.2, 1.0);
+  h.lnf_b = random_stored<T>(rng, d.C, 0.1);
+  h.head_w = random_stored<T>(rng, d.V * d.C, 0.3);
+  h.targets = ref::random_tokens(rng, d.N(), static_cast<int32_t>(d.V));
+  return h;
+}
+
+// A dloss_scale other than 1 checks that the device value is applied.
+constexpr float kDlossScale = 0.5f;
+
+TYPED_TEST(CudaGpt2Layer, HeadForward) {
+  using T = TypeParam;
+  for (const ref::dims& rd : kLayerDims) {
+    const gpt2_dims d = to_gpt2(rd);
+    const int64_t N = d.N(), C = d.C, V = d.V;
+    std::mt19937 rng(900);
+    const head_inputs<T> h = random_head<T>(rng, d);
+    const int64_t saved_bytes = gpt2_final_norm_saved_bytes(d, sizeof(T));
+    std::vector<std::byte> saved(saved_bytes);
+    const auto s = gpt2_final_norm_saved_at<T>(saved.data(), d);
+    std::copy(h.x.begin(), h.x.end(), s.input);
+    std::vector<T> logits(N * V);
+    std::vector<float> losses(N);
+    gpt2_head_forward(logits.data(), losses.data(), h.targets.data(), h.lnf_w.data(),
+                      h.lnf_b.data(), h.head_w.data(), s, d, kDlossScale, cpu_workspace());
+
+    device_vec<std::byte> slot_d(saved_bytes + kGuardBytes);
+    const auto sd = gpt2_final_norm_saved_at<T>(slot_d.get(), d);
+    to_device(sd.input, h.x.data(), N * C);
+    device_vec<T> lnf_w_d(h.lnf_w), lnf_b_d(h.lnf_b), head_w_d(h.head_w), logits_d(N * V);
+    device_vec<int32_t> targets_d(h.targets);
+    device_vec<float> losses_d(N), scale_d(std::vector<float>{kDlossScale});
+    cuda_gpt2_head_forward(logits_d.get(), losses_d.get(), targets_d.get(), lnf_w_d.get(),
+                           lnf_b_d.get(), head_w_d.get(), sd, d, scale_d.get(), this->g);
+    this->sync();
+
+    const std::string prefix = tag<T>("cuda_gpt2_head_forward", "") + dims_name(rd) + " ";
+    expect_close_scaled(prefix + "mean", load(from_device(sd.mean, N)), load(s.mean, N), kFp32Tol);
+    expect_close_scaled(prefix + "rstd", load(from_device(sd.rstd, N)), load(s.rstd, N), kFp32Tol);
+    expect_close_scaled(prefix + "output", load(from_device(sd.output, N * C)),
+                        load(s.output, N * C), op_tol<T>());
+    expect_close_scaled(prefix + "dlogits", logits_d.download(), logits, layer_tol<T>());
+    if (is_bf16<T>)
+      ref::expect_close(prefix + "losses", load(losses_d.download()), load(losses), kBf16LossTol);
+    else
+      expect_close_scaled(prefix + "losses", load(losses_d.download()), load(losses), kFp32Tol);
+    EXPECT_TRUE(guard_intact(slot_d.download(), saved_bytes)) << prefix << "wrote past the slot";
+  }
+}
+
+// Both sides run backward from the CPU forward's saved slot and dlogits.
+TYPED_TEST(CudaGpt2Backward, Head) {
+  using T = typename TypeParam::T;
+  using G = typename TypeParam::G;
+  for (const ref::dims& rd : kLayerDims) {
+    const gpt2_dims d = to_gpt2(rd);
+    const int64_t N = d.N(), C = d.C, V = d.V;
+    std::mt19937 rng(1000);
+    const head_inputs<T> h = random_head<T>(rng, d);
+    const auto dlnf_w0 = random_stored<G>(rng, C), dlnf_b0 = random_stored<G>(rng, C);
+    const auto dhead_w0 = random_stored<G>(rng, V * C);
+    const int64_t saved_bytes = gpt2_final_norm_saved_bytes(d, sizeof(T));
+    const int64_t scratch_bytes = gpt2_backward_scratch_bytes(d, sizeof(T));
+    std::vector<std::byte> saved(saved_bytes), scratch(scratch_bytes);
+    const auto s = gpt2_final_norm_saved_at<T>(saved.data(), d);
+    std::copy(h.x.begin(), h.x.end(), s.input);
+    std::vector<T> logits(N * V);
+    std::vector<float> losses(N);
+    gpt2_head_forward(logits.data(), losses.data(), h.targets.data(), h.lnf_w.data(),
+                      h.lnf_b.data(), h.head_w.data(), s, d, kDlossScale, cpu_workspace());
+    const auto sc = gpt2_backward_scratch_at<T>(scratch.data(), d);
+    std::vector<G> dlnf_w = dlnf_w0, dlnf_b = dlnf_b0, dhead_w = dhead_w0;
+    gpt2_head_backward(dlnf_w.data(), dlnf_b.data(), dhead_w.data(), h.lnf_w.data(),
+                       h.head_w.data(), logits.data(), s, sc, d, cpu_workspace());
+
+    device_vec<std::byte> saved_d(saved), scratch_d(scratch_bytes + kGuardBytes);
+    device_vec<T> lnf_w_d(h.lnf_w), head_w_d(h.head_w), logits_d(logits);
+    device_vec<G> dlnf_w_d(dlnf_w0), dlnf_b_d(dlnf_b0), dhead_w_d(dhead_w0);
+    const auto scd = gpt2_backward_scratch_at<T>(scratch_d.get(), d);
+    cuda_gpt2_head_backward(dlnf_w_d.get(), dlnf_b_d.get(), dhead_w_d.get(), lnf_w_d.get(),
+                            head_w_d.get(), logits_d.get(),
+                            gpt2_final_norm_saved_at<T>(saved_d.get(), d), scd, d, this->g);
+    this->sync();
+
+    const std::string prefix = tag<T, G>("cuda_gpt2_head_backward", "") + dims_name(rd) + " ";
+    expect_close_scaled(prefix + "d(input)", load(from_device(scd.dres, N * C)),
+                        load(sc.dres, N * C), layer_tol<T>());
+    expect_close_scaled(prefix + "dlnf_w", dlnf_w_d.download(), dlnf_w, grad_tol<T, G>());
+    expect_close_scaled(prefix + "dlnf_b", dlnf_b_d.download(), dlnf_b, grad_tol<T, G>());
+    expect_close_scaled(prefix + "dhead_w", dhead_w_d.download(), dhead_w, grad_tol<T, G>());
+    EXPECT_TRUE(guard_intact(scratch_d.download(), scratch_bytes))
+        << prefix << "wrote past the backward scratch";
+  }
+}
+
+TYPED_TEST(CudaGpt2Layer, EmbedForward) {
+  using T = TypeParam;
+  for (const ref::dims& rd : kLayerDims) {
+    const gpt2_dims d = to_gpt2(rd);
+    const int64_t N = d.N(), C = d.C;
+    std::mt19937 rng(1100);
+    const auto tokens = ref::random_tokens(rng, N, static_cast<int32_t>(d.V));
+    const auto wte = random_stored<T>(rng, d.V * C), wpe = random_stored<T>(rng, d.T * C);
+    std::vector<T> out(N * C);
+    gpt2_embed_forward(out.data(), tokens.data(), wte.data(), wpe.data(), d);
+
+    device_vec<T> out_d(N * C), wte_d(wte), wpe_d(wpe);
+    device_vec<int32_t> tokens_d(tokens);
+    cuda_gpt2_embed_forward(out_d.get(), tokens_d.get(), wte_d.get(), wpe_d.get(), d, this->g);
+    this->sync();
+    ref::expect_close(tag<T>("cuda_gpt2_embed_forward", "out") + dims_name(rd),
+                      load(out_d.download()), load(out), storage_tol<T>());
+  }
+}
+
+TYPED_TEST(CudaGpt2Backward, Embed) {
+  using T = typename TypeParam::T;
+  using G = typename TypeParam::G;
+  for (const ref::dims& rd : kLayerDims) {
+    const gpt2_dims d = to_gpt2(rd);
+    const int64_t N = d.N(), C = d.C;
+    std::mt19937 rng(1200);
+    const auto tokens = ref::random_tokens(rng, N, static_cast<int32_t>(d.V));
+    const auto dout = random_stored<T>(rng, N * C);
+    auto dwte = random_stored<G>(rng, d.V * C), dwpe = random_stored<G>(rng, d.T * C);
+    std::vector<std::byte> scratch(gpt2_backward_scratch_bytes(d, sizeof(T)));
+    const auto sc = gpt2_backward_scratch_at<T>(scratch.data(), d);
+    std::copy(dout.begin(), dout.end(), sc.dres);
+
+    device_vec<std::byte> scratch_d(scratch);
+    device_vec<G> dwte_d(dwte), dwpe_d(dwpe);
+    device_vec<int32_t> tokens_d(tokens);
+    cuda_gpt2_embed_backward(dwte_d.get(), dwpe_d.get(), tokens_d.get(),
+                             gpt2_backward_scratch_at<T>(scratch_d.get(), d), d, this->g);
+    this->sync();
+    gpt2_embed_backward(dwte.data(), dwpe.data(), tokens.data(), sc, d);
+    const std::string prefix = tag<T, G>("cuda_gpt2_embed_backward", "") + dims_name(rd) + " ";
+    ref::expect_close(prefix + "dwte", load(dwte_d.download()), load(dwte), storage_tol<G>());
+    ref::expect_close(prefix + "dwpe", load(dwpe_d.download()), load(dwpe), storage_tol<G>());
+  }
+}
+
+}  // namespace
