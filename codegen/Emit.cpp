@@ -109,12 +109,13 @@ class Writer {
         path_, model_.name, to_string(spec_.parallel.sharding), spec_.parallel.world,
         spec_.parallel.world == 1 ? "" : "s", path_, target_.hardware,
         cuda_ ? "CUDA runtime (runtime/cuda/)" : "CPU runtime (runtime/)");
-    v["includes"] = cuda_ ? "#include \"runtime/cuda/backend.h\"\n#include \"runtime/cuda/step.h\"\n"
-                          : "#include \"runtime/gpt2.h\"\n#include \"runtime/program.h\"\n"
-                            "#include \"runtime/step.h\"\n";
-    v["main"] = fmt::format(
-        "int main(int argc, char** argv) {{ return {}(kProgram, argc, argv); }}\n",
-        cuda_ ? "cuda_train_main" : "train_main");
+    v["includes"] = cuda_
+                        ? "#include \"runtime/cuda/backend.h\"\n#include \"runtime/cuda/step.h\"\n"
+                        : "#include \"runtime/gpt2.h\"\n#include \"runtime/program.h\"\n"
+                          "#include \"runtime/step.h\"\n";
+    v["main"] =
+        fmt::format("int main(int argc, char** argv) {{ return {}(kProgram, argc, argv); }}\n",
+                    cuda_ ? "cuda_train_main" : "train_main");
     v["types"] = fmt::format(
         "using param_t = {};  // params and activations ({})\n"
         "using grad_t = {};   // unsharded gradients ({})\n",
@@ -146,9 +147,10 @@ class Writer {
       fail(fmt::format("norm_eps = {} (gpt2's LayerNorm kernels use 1e-5)", model_.norm_eps));
     for (DType d : {p.precision.param, p.precision.reduce})
       if (d == DType::FP16)
-        fail(cuda_ ? "fp16 (the CUDA runtime has fp32 and bf16 so far; fp16 with dynamic loss "
-                     "scaling is not written yet: use bf16)"
-                   : "fp16 (the CPU backend has fp32 and bf16; fp16 with loss scaling is for GPUs)");
+        fail(cuda_
+                 ? "fp16 (the CUDA runtime has fp32 and bf16 so far; fp16 with dynamic loss "
+                   "scaling is not written yet: use bf16)"
+                 : "fp16 (the CPU backend has fp32 and bf16; fp16 with loss scaling is for GPUs)");
     if (cuda_ && m_.host_arena_bytes > 0)
       fail("offload = cpu (the CUDA runtime keeps everything in device memory so far)");
     if (p.precision.master != DType::FP32) fail("master weights must be fp32");
@@ -268,8 +270,8 @@ class Writer {
           out += fmt::format(
               "  {}(c, {}, {}, {});\n"
               "  {}<param_t>({}, {}, {}, {}, kDims{});\n",
-              fn("step_fill_inputs"), op.micro_batch, ptr(inputs, "int32_t"), ptr(inputs, "int32_t", 4 * N_),
-              fn("gpt2_embed_forward"), dst, ptr(inputs, "int32_t"),
+              fn("step_fill_inputs"), op.micro_batch, ptr(inputs, "int32_t"),
+              ptr(inputs, "int32_t", 4 * N_), fn("gpt2_embed_forward"), dst, ptr(inputs, "int32_t"),
               param(params, seg.unit, "transformer.wte.weight"),
               param(params, seg.unit, "transformer.wpe.weight"), gtail());
           break;
@@ -280,7 +282,8 @@ class Writer {
           if (k == 0 && saved != acts_in)
             out += fmt::format("    s.input = {};\n", ptr(acts_in, "param_t"));
           out += fmt::format(
-              "    {}<param_t>({}, gpt2_block_params_at<param_t>({}, kDims), s, kDims, {});\n  }}\n",
+              "    {}<param_t>({}, gpt2_block_params_at<param_t>({}, kDims), s, kDims, {});\n  "
+              "}}\n",
               fn("gpt2_block_forward"), dst,
               ptr(params, "param_t", block_offset(seg.unit, l.block) * pbytes_), ws());
           break;
@@ -417,9 +420,9 @@ class Writer {
     const FlatUnit& f = unit(op.unit);
     int src = use(op, BufferKind::CommStaging);
     if (src < 0) src = use(op, BufferKind::ParamShard);
-    return fmt::format("  {}({}, {}, {}, {}{});\n", fn("comm_all_gather"), comm(op),
-                       bytes_ptr(src), bytes_ptr(use(op, BufferKind::UnshardedParams)),
-                       f.shard_elems * pbytes_, gtail());
+    return fmt::format("  {}({}, {}, {}, {}{});\n", fn("comm_all_gather"), comm(op), bytes_ptr(src),
+                       bytes_ptr(use(op, BufferKind::UnshardedParams)), f.shard_elems * pbytes_,
+                       gtail());
   }
 
   std::string reduce_scatter(const Op& op) const {
@@ -427,10 +430,9 @@ class Writer {
     const int grads = use(op, BufferKind::UnshardedGrads);
     const int staging = use(op, BufferKind::CommStaging);
     const int shard = use(op, BufferKind::GradShard);
-    std::string out = fmt::format("  {}({}, {}, {}, {}, {}{});\n", fn("comm_reduce_scatter"),
-                                  comm(op), bytes_ptr(grads),
-                                  bytes_ptr(staging >= 0 ? staging : shard), f.shard_elems,
-                                  reduce_dtype(), gtail());
+    std::string out = fmt::format(
+        "  {}({}, {}, {}, {}, {}{});\n", fn("comm_reduce_scatter"), comm(op), bytes_ptr(grads),
+        bytes_ptr(staging >= 0 ? staging : shard), f.shard_elems, reduce_dtype(), gtail());
     if (staging >= 0 && shard >= 0)
       out += convert(shard, dtype_of(shard, f.shard_elems), staging, reduce_dtype(), f.shard_elems,
                      accumulates(op));

@@ -212,22 +212,25 @@ bool gpu_visible() {
 
 // The target of emit and build: --target, else cuda where a GPU is visible.
 // Building for cuda needs the CUDA runtime library; emitting does not.
-std::optional<EmitTarget> resolve_target(const Common& c, const std::string& target, bool building) {
+std::optional<EmitTarget> resolve_target(const Common& c, const std::string& target,
+                                         bool building) {
   EmitTarget t;
   std::string kind = target;
   if (kind.empty()) {
     kind = gpu_visible() ? "cuda" : "cpu";
     if (kind == "cpu")
-      std::fputs("fsdpgen: note: no GPU is visible here, so this builds for the CPU; add "
-                 "--target cuda to build for GPUs (it needs none to compile)\n",
-                 stderr);
+      std::fputs(
+          "fsdpgen: note: no GPU is visible here, so this builds for the CPU; add "
+          "--target cuda to build for GPUs (it needs none to compile)\n",
+          stderr);
   }
   if (kind == "cpu") return t;
   if (building && !kBuildCudaAvailable) {
-    std::fputs("fsdpgen: error: --target cuda: this fsdpgen was built without the CUDA runtime "
-               "(no nvcc was found when it was configured); install the CUDA toolkit and "
-               "rebuild fsdpgen\n",
-               stderr);
+    std::fputs(
+        "fsdpgen: error: --target cuda: this fsdpgen was built without the CUDA runtime "
+        "(no nvcc was found when it was configured); install the CUDA toolkit and "
+        "rebuild fsdpgen\n",
+        stderr);
     return std::nullopt;
   }
   std::optional<Hardware> hw = c.hardware();
@@ -339,9 +342,10 @@ int run_build(const Common& c, const std::string& target_flag, const std::string
         stderr);
     return kExitInternal;
   }
-  out(fmt::format("fsdpgen: built {} from {} for {} in {:.1f} s\n", output, c.spec_path,
-                  target->kind == EmitTarget::Kind::Cuda ? "CUDA (" + target->hardware + ")" : "CPU",
-                  r.seconds));
+  out(fmt::format(
+      "fsdpgen: built {} from {} for {} in {:.1f} s\n", output, c.spec_path,
+      target->kind == EmitTarget::Kind::Cuda ? "CUDA (" + target->hardware + ")" : "CPU",
+      r.seconds));
   return 0;
 }
 

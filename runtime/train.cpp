@@ -183,8 +183,7 @@ int run(const program& p, const options& o, const launch_info& li, const backend
                 with_commas(p.params).c_str(), p.spec_path);
     std::printf("  %lld ranks (%s, shard group %lld), launched by %s, %s\n",
                 static_cast<long long>(p.world), sharding_of(p),
-                static_cast<long long>(p.shard_group), li.launcher.c_str(),
-                b->describe().c_str());
+                static_cast<long long>(p.shard_group), li.launcher.c_str(), b->describe().c_str());
     std::printf(
         "  params %s, reduce %s, master %s | %lld micro-batch%s of %lld x %lld tokens | "
         "%s tokens per step\n",
@@ -275,8 +274,8 @@ int run(const program& p, const options& o, const launch_info& li, const backend
       std::printf("device memory: arena %.2f MiB + %.2f MiB held by CUDA, NCCL and cuBLASLt\n",
                   mib(p.device_arena_bytes), mib(overhead));
     if (skipped)
-      std::printf("%lld step%s skipped for non-finite gradients\n",
-                  static_cast<long long>(skipped), skipped == 1 ? "" : "s");
+      std::printf("%lld step%s skipped for non-finite gradients\n", static_cast<long long>(skipped),
+                  skipped == 1 ? "" : "s");
   }
   if (max_high_water > p.planned_live_peak_bytes)
     throw std::runtime_error(

@@ -14,70 +14,17 @@
 // P and dS contribute nothing to the products that read them.
 #include "runtime/cuda/attention.h"
 
-#include <cuda_bf16.h>
-
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "runtime/cuda/check.cuh"
+#include "runtime/cuda/device.cuh"
 #include "runtime/cuda/gemm.h"
 
 namespace {
 
-// ---------------------------------------------------------------- types and helpers
-
-template <class T>
-struct device_storage {
-  using type = T;
-};
-template <>
-struct device_storage<bf16> {
-  using type = __nv_bfloat16;
-};
-template <class T>
-using device_t = typename device_storage<T>::type;
-static_assert(sizeof(__nv_bfloat16) == sizeof(bf16) && alignof(__nv_bfloat16) == alignof(bf16));
-
-template <class T>
-device_t<T>* dev(T* p) {
-  return reinterpret_cast<device_t<T>*>(p);
-}
-template <class T>
-const device_t<T>* dev(const T* p) {
-  return reinterpret_cast<const device_t<T>*>(p);
-}
-
-__device__ inline float to_f(float x) {
-  return x;
-}
-__device__ inline float to_f(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <class T>
-__device__ inline T from_f(float x);
-template <>
-__device__ inline float from_f<float>(float x) {
-  return x;
-}
-template <>
-__device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);  // round to nearest even, as bf16_from_float
-}
-
-constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;  // a warp per (T)-row
-
-__device__ inline float warp_sum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-__device__ inline float warp_max(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
 
 // ---------------------------------------------------------------- softmax kernels
 
@@ -95,11 +42,11 @@ __global__ void softmax_causal_kernel(DT* probs, int64_t rows, int64_t T_) {
   float maxv = -INFINITY;
   for (int64_t u = lane; u <= t; u += kWarp)
     maxv = fmaxf(maxv, to_f(row[u]));
-  maxv = warp_max(maxv);  // finite: column 0 is always visible
+  maxv = warp_reduce(maxv, max_op{});  // finite: column 0 is always visible
   float sum = 0.0f;
   for (int64_t u = lane; u <= t; u += kWarp)
     sum += expf(to_f(row[u]) - maxv);
-  const float inv = 1.0f / warp_sum(sum);
+  const float inv = 1.0f / warp_reduce(sum, sum_op{});
   for (int64_t u = lane; u < T_; u += kWarp)
     row[u] = from_f<DT>(u <= t ? expf(to_f(row[u]) - maxv) * inv : 0.0f);
 }
@@ -118,17 +65,9 @@ __global__ void softmax_causal_backward_kernel(DT* dprobs, const DT* probs, int6
   float dot = 0.0f;
   for (int64_t u = lane; u <= t; u += kWarp)
     dot += to_f(p[u]) * to_f(ds[u]);
-  dot = warp_sum(dot);
+  dot = warp_reduce(dot, sum_op{});
   for (int64_t u = lane; u < T_; u += kWarp)
     ds[u] = from_f<DT>(u <= t ? scale * to_f(p[u]) * (to_f(ds[u]) - dot) : 0.0f);
-}
-
-unsigned row_blocks(int64_t rows) {
-  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  if (blocks > 0x7fffffff)
-    throw std::runtime_error("attention: " + std::to_string(rows) +
-                             " rows of probabilities are too many for one launch");
-  return static_cast<unsigned>(blocks);
 }
 
 // ---------------------------------------------------------------- head walk
@@ -178,8 +117,8 @@ void cuda_attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T
               T_, g, over_sequences<T>(B, L.qkv_seq, L.qkv_seq, L.probs_seq));
   }
   const int64_t rows = B * H * T_;
-  softmax_causal_kernel<<<row_blocks(rows), kRowsPerBlock * kWarp, 0, g.stream>>>(dev(probs), rows,
-                                                                                  T_);
+  softmax_causal_kernel<<<grid_dim(ceil_div(rows, kRowsPerBlock)), kRowsPerBlock * kWarp, 0,
+                          g.stream>>>(dev(probs), rows, T_);
   CUDA_CHECK(cudaGetLastError());
   // out[b, :, h] = P[b, h] v, (T, hs) with leading dim C.
   for (int64_t h = 0; h < H; h++) {
@@ -203,8 +142,8 @@ void cuda_attention_backward(T* dqkv, T* dprobs, const T* dout, const T* qkv, co
               over_sequences<T>(B, L.out_seq, L.qkv_seq, L.probs_seq));
   }
   const int64_t rows = B * H * T_;
-  softmax_causal_backward_kernel<<<row_blocks(rows), kRowsPerBlock * kWarp, 0, g.stream>>>(
-      dev(dprobs), dev(probs), rows, T_, scale);
+  softmax_causal_backward_kernel<<<grid_dim(ceil_div(rows, kRowsPerBlock)), kRowsPerBlock * kWarp,
+                                   0, g.stream>>>(dev(dprobs), dev(probs), rows, T_, scale);
   CUDA_CHECK(cudaGetLastError());
   // dq = dS k, dk = dS^T q, dv = P^T dout, each (T, hs) with leading dim 3C.
   for (int64_t h = 0; h < H; h++) {

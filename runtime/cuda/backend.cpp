@@ -74,10 +74,10 @@ class cuda_backend final : public backend {
                              cudaHostAllocDefault));
     std::memset(gc_.host_scalars, 0, sizeof(gpu_step_scalars));
     tokens_per_mb_ = p_.micro_batch * p_.context;
-    CUDA_CHECK(cudaHostAlloc(
-        reinterpret_cast<void**>(&gc_.host_inputs),
-        static_cast<size_t>(p_.micro_batches * 2 * tokens_per_mb_) * sizeof(int32_t),
-        cudaHostAllocDefault));
+    CUDA_CHECK(
+        cudaHostAlloc(reinterpret_cast<void**>(&gc_.host_inputs),
+                      static_cast<size_t>(p_.micro_batches * 2 * tokens_per_mb_) * sizeof(int32_t),
+                      cudaHostAllocDefault));
 
     // cuBLASLt: the handle, the algorithm cache and the plan's workspace.
     CUBLAS_CHECK(cublasLtCreate(&g.lt));

@@ -24,9 +24,9 @@ struct gpu_step_scalars {
   float dloss_scale;  // d(loss)/d(per-token loss sum): loss_scale / tokens of the global batch
   float loss_scale;   // fp16 dynamic loss scale; 1 for fp32 and bf16
   // Outputs (device -> host after it ran).
-  float loss_sum;  // this rank's per-token losses summed over the step
-  float norm_sq;   // gradient sum of squares: this rank's partial, then all-reduced (scaled
-                   // by loss_scale^2)
+  float loss_sum;     // this rank's per-token losses summed over the step
+  float norm_sq;      // gradient sum of squares: this rank's partial, then all-reduced (scaled
+                      // by loss_scale^2)
   int32_t found_inf;  // the gradients held inf or NaN: the optimizer skipped this step
   int32_t pad;
 };

@@ -84,7 +84,8 @@ void gpu_executor_start(gpu_executor& e, const program& p, step_context& ctx, gp
   CUDA_CHECK(cudaEventCreateWithFlags(&e.step_begin, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreate(&e.step_zero));
   for (int s = 1; s < kStreamCount; ++s)
-    if (e.stream_used[s]) CUDA_CHECK(cudaEventCreateWithFlags(&e.joined[s], cudaEventDisableTiming));
+    if (e.stream_used[s])
+      CUDA_CHECK(cudaEventCreateWithFlags(&e.joined[s], cudaEventDisableTiming));
   e.start_ns.assign(n, 0);
   e.end_ns.assign(n, 0);
 }

@@ -39,7 +39,7 @@ struct gpu_executor {
   cudaEvent_t joined[kStreamCount] = {};  // join: each stream's last op of the step
   bool graphs = true;                     // may capture
   cudaGraphExec_t graph = nullptr;
-  int64_t captured_at = -1;  // the step whose issue was captured (-1: none yet)
+  int64_t captured_at = -1;               // the step whose issue was captured (-1: none yet)
   std::vector<int64_t> start_ns, end_ns;  // per op, of the last timed step
 };
 

@@ -9,8 +9,6 @@
 // our M; the transposes keep their meaning per operand.
 #include "runtime/cuda/gemm.h"
 
-#include <cuda_bf16.h>
-
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -21,6 +19,7 @@
 #include <vector>
 
 #include "runtime/cuda/check.cuh"
+#include "runtime/cuda/device.cuh"
 
 // Everything a cuBLASLt plan depends on. All int64_t, so that keys compare
 // bytewise (no padding).
@@ -84,31 +83,17 @@ namespace {
 
 // ---------------------------------------------------------------- types
 
-// A storage type's device type, cuBLASLt type and name.
+// A storage type's cuBLASLt data type.
 template <class T>
-struct storage_info;
+struct lt_type;
 template <>
-struct storage_info<float> {
-  using device = float;
-  static constexpr cudaDataType_t cuda = CUDA_R_32F;
+struct lt_type<float> {
+  static constexpr cudaDataType_t value = CUDA_R_32F;
 };
 template <>
-struct storage_info<bf16> {
-  using device = __nv_bfloat16;
-  static constexpr cudaDataType_t cuda = CUDA_R_16BF;
+struct lt_type<bf16> {
+  static constexpr cudaDataType_t value = CUDA_R_16BF;
 };
-static_assert(sizeof(__nv_bfloat16) == sizeof(bf16) && alignof(__nv_bfloat16) == alignof(bf16));
-
-template <class T>
-using device_t = typename storage_info<T>::device;
-template <class T>
-const device_t<T>* dev(const T* p) {
-  return reinterpret_cast<const device_t<T>*>(p);
-}
-template <class T>
-device_t<T>* dev(T* p) {
-  return reinterpret_cast<device_t<T>*>(p);
-}
 
 const char* cuda_type_name(int64_t t) {
   return t == CUDA_R_32F ? "fp32" : t == CUDA_R_16BF ? "bf16" : "?";
@@ -119,27 +104,6 @@ const char* cuda_type_name(int64_t t) {
 template <class TA, class TB, class TC>
 constexpr bool lt_supported =
     std::is_same_v<TA, TB> && !(std::is_same_v<TA, float> && std::is_same_v<TC, bf16>);
-
-__device__ inline float to_f(float x) {
-  return x;
-}
-__device__ inline float to_f(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <class T>
-__device__ inline T from_f(float x);
-template <>
-__device__ inline float from_f<float>(float x) {
-  return x;
-}
-template <>
-__device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);  // round to nearest even, as bf16_from_float
-}
-
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
 
 // The largest power of two, at most 256, dividing the address and the byte
 // offsets ld_bytes and stride_bytes (so every row and batch item shares it).
@@ -357,13 +321,7 @@ template <class TA, class TB, class TC>
 void gemm_fallback(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                    const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta, const TC* c_in,
                    TC* C, int64_t ldc, const cuda_gemm_extras<TC>& e, cudaStream_t stream) {
-  const int64_t tiles_m = ceil_div(M, kFallbackTile), tiles_n = ceil_div(N, kFallbackTile);
-  if (tiles_m > 0x7fffffff || tiles_n > 65535 || e.batch > 65535)
-    throw std::runtime_error("cuda_gemm: M=" + std::to_string(M) + " N=" + std::to_string(N) +
-                             " batch " + std::to_string(e.batch) +
-                             " is too large for the fallback kernel's grid");
-  const dim3 grid(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n),
-                  static_cast<unsigned>(e.batch));
+  const dim3 grid = grid_dim(ceil_div(M, kFallbackTile), ceil_div(N, kFallbackTile), e.batch);
   gemm_fallback_kernel<<<grid, kFallbackThreads, 0, stream>>>(
       trans_a, trans_b, M, N, K, alpha, dev(A), lda, e.stride_a, dev(B), ldb, e.stride_b, beta,
       dev(c_in), dev(C), ldc, e.stride_c, dev(e.bias));
@@ -462,9 +420,9 @@ void cuda_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   key.lda = lda;
   key.ldb = ldb;
   key.ldc = ldc;
-  key.type_a = storage_info<TA>::cuda;
-  key.type_b = storage_info<TB>::cuda;
-  key.type_c = storage_info<TC>::cuda;
+  key.type_a = lt_type<TA>::value;
+  key.type_b = lt_type<TB>::value;
+  key.type_c = lt_type<TC>::value;
   key.bias = extras.bias != nullptr;
   key.batch = extras.batch;
   key.stride_a = batched ? extras.stride_a : 0;
@@ -491,28 +449,24 @@ void cuda_gemm_bias_backward(G* dbias, const T* dout, int64_t N, int64_t OC, flo
                              int64_t scratch_floats, cudaStream_t stream) {
   if (N == 0 || OC == 0) return;
   const int64_t channel_blocks = ceil_div(OC, kBiasChannels);
-  if (channel_blocks > 0x7fffffff)
-    throw std::runtime_error("cuda_gemm_bias_backward: OC=" + std::to_string(OC) +
-                             " is too large for one launch");
   const dim3 block(kBiasChannels, kBiasRowLanes);
   // Row groups summed by separate blocks into scratch, then added per channel.
   int64_t groups = 0;
   if (scratch != nullptr && reinterpret_cast<uintptr_t>(scratch) % alignof(float) == 0)
     groups = std::min({scratch_floats / OC, ceil_div(N, kBiasGroupRows), kBiasMaxGroups});
   if (groups < 2) {
-    bias_backward_direct_kernel<<<static_cast<unsigned>(channel_blocks), block, 0, stream>>>(
-        dev(dbias), dev(dout), N, OC);
+    bias_backward_direct_kernel<<<grid_dim(channel_blocks), block, 0, stream>>>(dev(dbias),
+                                                                                dev(dout), N, OC);
     CUDA_CHECK(cudaGetLastError());
     return;
   }
   const int64_t group_rows = ceil_div(N, groups);
   groups = ceil_div(N, group_rows);  // no empty group
-  bias_backward_partial_kernel<<<dim3(static_cast<unsigned>(channel_blocks),
-                                      static_cast<unsigned>(groups)),
-                                 block, 0, stream>>>(scratch, dev(dout), N, OC, group_rows);
+  bias_backward_partial_kernel<<<grid_dim(channel_blocks, groups), block, 0, stream>>>(
+      scratch, dev(dout), N, OC, group_rows);
   CUDA_CHECK(cudaGetLastError());
-  bias_backward_finish_kernel<<<static_cast<unsigned>(ceil_div(OC, kBiasFinishThreads)),
-                                kBiasFinishThreads, 0, stream>>>(dev(dbias), scratch, groups, OC);
+  bias_backward_finish_kernel<<<grid_dim(ceil_div(OC, kBiasFinishThreads)), kBiasFinishThreads, 0,
+                                stream>>>(dev(dbias), scratch, groups, OC);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -2,60 +2,17 @@
 // kernels take a thread per value; row kernels a warp per row (LayerNorm) or a
 // block per row (cross-entropy, V is large); parameter-gradient column sums a
 // block per 32 channels. Reductions use warp shuffles and a fixed order.
-#include <cuda_bf16.h>
-
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
-#include <string>
 
 #include "runtime/cuda/check.cuh"
+#include "runtime/cuda/device.cuh"
 #include "runtime/cuda/kernels.cuh"
 #include "runtime/kernels.h"
 
 namespace {
 
-// ---------------------------------------------------------------- types and helpers
-
-// The device type holding a storage type's bits.
-template <class T>
-struct device_storage {
-  using type = T;
-};
-template <>
-struct device_storage<bf16> {
-  using type = __nv_bfloat16;
-};
-template <class T>
-using device_t = typename device_storage<T>::type;
-static_assert(sizeof(__nv_bfloat16) == sizeof(bf16) && alignof(__nv_bfloat16) == alignof(bf16));
-
-// Storage pointers (float, bf16) viewed as the device types their kernels take.
-template <class T>
-device_t<T>* dev(T* p) {
-  return reinterpret_cast<device_t<T>*>(p);
-}
-template <class T>
-const device_t<T>* dev(const T* p) {
-  return reinterpret_cast<const device_t<T>*>(p);
-}
-
-__device__ inline float to_f(float x) {
-  return x;
-}
-__device__ inline float to_f(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <class T>
-__device__ inline T from_f(float x);
-template <>
-__device__ inline float from_f<float>(float x) {
-  return x;
-}
-template <>
-__device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);  // round to nearest even, as bf16_from_float
-}
+// ---------------------------------------------------------------- helpers
 
 // exp with its argument clamped to [-87, 88], as the CPU's fast_exp: GELU's
 // backward stays finite (no inf * 0) for large |x|.
@@ -66,7 +23,6 @@ __device__ inline float exp_clamped(float x) {
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCube = 0.044715f;
 
-constexpr int kWarp = 32;
 constexpr int kElementwiseThreads = 256;
 constexpr int kRowsPerBlock = 8;  // LayerNorm: a warp per row
 constexpr int kCrossEntropyThreads = 512;
@@ -77,47 +33,6 @@ constexpr int kEncoderTokenClasses = 32;
 constexpr int kEncoderTokenChunk = 1024;  // tokens staged in shared memory at a time
 constexpr int kSumSquaresThreads = 512;
 constexpr int kSumSquaresFinalThreads = 1024;
-
-struct sum_op {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
-struct max_op {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-
-// Every lane gets op over the warp's 32 values (butterfly; the same order on every lane).
-template <class Op>
-__device__ inline float warp_reduce(float v, Op op) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-// Every thread gets op over the block's values. blockDim.x is a multiple of
-// 32, at most 1024, and blockDim.y == 1; all threads must call it.
-template <class Op>
-__device__ inline float block_reduce(float v, Op op, float identity) {
-  __shared__ float partial[kWarp];
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  v = warp_reduce(v, op);
-  __syncthreads();  // an earlier call's readers are done with partial
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x / kWarp) ? partial[lane] : identity;
-  return warp_reduce(v, op);
-}
-
-int64_t grid_for(int64_t n, int64_t per_block) {
-  return (n + per_block - 1) / per_block;
-}
-
-// Launch configuration as CUDA takes it; shapes too large for a grid throw.
-dim3 grid_dim(int64_t x, int64_t y = 1) {
-  if (x > 0x7fffffff || y > 65535)
-    throw std::runtime_error("kernels: shape too large for one launch (grid " + std::to_string(x) +
-                             " x " + std::to_string(y) + ")");
-  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
-}
 
 // ---------------------------------------------------------------- encoder
 
@@ -350,18 +265,14 @@ __global__ void sum_squares_partial_kernel(float* partial, const G* x, int64_t n
 }
 
 __global__ void sum_squares_final_kernel(float* sum, const float* partial, int64_t count) {
-  float acc = 0.0f;
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
-    acc += partial[i];
-  acc = block_reduce(acc, sum_op{}, 0.0f);
-  if (threadIdx.x == 0) *sum += acc;
+  block_add_sum(sum, partial, count);
 }
 
 template <class G>
 void adamw_launch(float* master, float* m, float* v, const G* grad, int64_t begin, int64_t end,
                   float lr, float beta1, float beta2, float c1, float c2, float eps, float wd,
                   float grad_scale, cudaStream_t stream) {
-  adamw_kernel<<<grid_dim(grid_for(end - begin, kElementwiseThreads)), kElementwiseThreads, 0,
+  adamw_kernel<<<grid_dim(ceil_div(end - begin, kElementwiseThreads)), kElementwiseThreads, 0,
                  stream>>>(master, m, v, dev(grad), begin, end, lr, beta1, beta2, c1, c2, eps, wd,
                            grad_scale);
   CUDA_CHECK(cudaGetLastError());
@@ -369,7 +280,7 @@ void adamw_launch(float* master, float* m, float* v, const G* grad, int64_t begi
 
 template <class G>
 void sum_squares_launch(float* sum, float* scratch, const G* x, int64_t n, cudaStream_t stream) {
-  const int64_t blocks = std::min(kSumSquaresScratchFloats, grid_for(n, kSumSquaresThreads));
+  const int64_t blocks = std::min(kSumSquaresScratchFloats, ceil_div(n, kSumSquaresThreads));
   sum_squares_partial_kernel<<<grid_dim(blocks), kSumSquaresThreads, 0, stream>>>(scratch, dev(x),
                                                                                   n);
   CUDA_CHECK(cudaGetLastError());
@@ -386,7 +297,7 @@ void cuda_encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* 
                           int64_t T_, int64_t C, cudaStream_t stream) {
   const int64_t N = B * T_;
   if (N * C == 0) return;
-  encoder_forward_kernel<<<grid_dim(grid_for(N * C, kElementwiseThreads)), kElementwiseThreads, 0,
+  encoder_forward_kernel<<<grid_dim(ceil_div(N * C, kElementwiseThreads)), kElementwiseThreads, 0,
                            stream>>>(dev(out), tokens, dev(wte), dev(wpe), N, T_, C);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -396,10 +307,10 @@ void cuda_encoder_backward(G* dwte, G* dwpe, const T* dout, const int32_t* token
                            int64_t T_, int64_t C, cudaStream_t stream) {
   const int64_t N = B * T_;
   if (N * C == 0) return;
-  encoder_backward_wpe_kernel<<<grid_dim(grid_for(T_ * C, kElementwiseThreads)),
+  encoder_backward_wpe_kernel<<<grid_dim(ceil_div(T_ * C, kElementwiseThreads)),
                                 kElementwiseThreads, 0, stream>>>(dev(dwpe), dev(dout), B, T_, C);
   CUDA_CHECK(cudaGetLastError());
-  encoder_backward_wte_kernel<<<grid_dim(grid_for(C, kEncoderThreads), kEncoderTokenClasses),
+  encoder_backward_wte_kernel<<<grid_dim(ceil_div(C, kEncoderThreads), kEncoderTokenClasses),
                                 kEncoderThreads, 0, stream>>>(dev(dwte), dev(dout), tokens, N, C);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -408,7 +319,7 @@ template <class T>
 void cuda_layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
                             const T* bias, int64_t N, int64_t C, cudaStream_t stream) {
   if (N == 0) return;
-  layernorm_forward_kernel<<<grid_dim(grid_for(N, kRowsPerBlock)), kRowsPerBlock * kWarp, 0,
+  layernorm_forward_kernel<<<grid_dim(ceil_div(N, kRowsPerBlock)), kRowsPerBlock * kWarp, 0,
                              stream>>>(dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N,
                                        C);
   CUDA_CHECK(cudaGetLastError());
@@ -419,11 +330,11 @@ void cuda_layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const
                              const T* weight, const float* mean, const float* rstd, int64_t N,
                              int64_t C, bool accumulate, cudaStream_t stream) {
   if (N * C == 0) return;
-  layernorm_backward_input_kernel<<<grid_dim(grid_for(N, kRowsPerBlock)), kRowsPerBlock * kWarp, 0,
+  layernorm_backward_input_kernel<<<grid_dim(ceil_div(N, kRowsPerBlock)), kRowsPerBlock * kWarp, 0,
                                     stream>>>(dev(dinp), dev(dout), dev(inp), dev(weight), mean,
                                               rstd, N, C, accumulate);
   CUDA_CHECK(cudaGetLastError());
-  layernorm_backward_params_kernel<<<grid_dim(grid_for(C, kWarp)), dim3(kWarp, kColumnRowGroups), 0,
+  layernorm_backward_params_kernel<<<grid_dim(ceil_div(C, kWarp)), dim3(kWarp, kColumnRowGroups), 0,
                                      stream>>>(dev(dweight), dev(dbias), dev(dout), dev(inp), mean,
                                                rstd, N, C);
   CUDA_CHECK(cudaGetLastError());
@@ -432,7 +343,7 @@ void cuda_layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const
 template <class T>
 void cuda_gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gelu_forward_kernel<<<grid_dim(grid_for(n, kElementwiseThreads)), kElementwiseThreads, 0,
+  gelu_forward_kernel<<<grid_dim(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0,
                         stream>>>(dev(out), dev(inp), n);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -440,7 +351,7 @@ void cuda_gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t stream) {
 template <class T>
 void cuda_gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gelu_backward_kernel<<<grid_dim(grid_for(n, kElementwiseThreads)), kElementwiseThreads, 0,
+  gelu_backward_kernel<<<grid_dim(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0,
                          stream>>>(dev(dinp), dev(inp), dev(dout), n);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -448,7 +359,7 @@ void cuda_gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStr
 template <class T>
 void cuda_residual_forward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  residual_forward_kernel<<<grid_dim(grid_for(n, kElementwiseThreads)), kElementwiseThreads, 0,
+  residual_forward_kernel<<<grid_dim(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0,
                             stream>>>(dev(out), dev(a), dev(b), n);
   CUDA_CHECK(cudaGetLastError());
 }

@@ -1,11 +1,10 @@
 // step (CUDA): the vocabulary's launchers and their kernels. Elementwise
 // kernels take a thread per value; reductions one block in a fixed order, so
 // that losses and norms are the same from run to run.
-#include <cuda_bf16.h>
-
 #include <cmath>
 
 #include "runtime/cuda/check.cuh"
+#include "runtime/cuda/device.cuh"
 #include "runtime/cuda/kernels.cuh"
 #include "runtime/cuda/step.h"
 
@@ -19,40 +18,17 @@ constexpr int kChunk = kReduceThreads * kChunkPerThread;
 
 __device__ inline float load_as_float(const void* p, dtype_id t, int64_t i) {
   return t == dtype_id::fp32 ? static_cast<const float*>(p)[i]
-                             : __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+                             : to_f(static_cast<const __nv_bfloat16*>(p)[i]);
 }
 __device__ inline void store_from_float(void* p, dtype_id t, int64_t i, float v) {
   if (t == dtype_id::fp32)
     static_cast<float*>(p)[i] = v;
   else
-    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
-}
-
-unsigned grid_for(int64_t n, int threads) {
-  return static_cast<unsigned>((n + threads - 1) / threads);
-}
-
-// Sum of a block's values in a fixed order (warp shuffles, then warp 0).
-__device__ float block_sum(float v) {
-  __shared__ float warp_sums[32];
-  for (int o = 16; o > 0; o /= 2)
-    v += __shfl_down_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warp_sums[warp] = v;
-  __syncthreads();
-  v = threadIdx.x < blockDim.x / 32 ? warp_sums[lane] : 0.0f;
-  if (warp == 0)
-    for (int o = 16; o > 0; o /= 2)
-      v += __shfl_down_sync(0xffffffffu, v, o);
-  return v;  // valid in thread 0
+    static_cast<__nv_bfloat16*>(p)[i] = from_f<__nv_bfloat16>(v);
 }
 
 __global__ void add_sum_kernel(float* total, const float* x, int64_t n) {
-  float acc = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    acc += x[i];
-  acc = block_sum(acc);
-  if (threadIdx.x == 0) *total += acc;
+  block_add_sum(total, x, n);
 }
 
 __global__ void convert_kernel(void* dst, dtype_id dst_t, const void* src, dtype_id src_t,
@@ -79,7 +55,7 @@ __global__ void narrow_in_place_kernel(void* data, int64_t n) {
     __syncthreads();
     for (int j = 0; j < kChunkPerThread; ++j) {
       const int64_t i = base + j * int64_t{blockDim.x} + threadIdx.x;
-      if (i < n) h[i] = __float2bfloat16_rn(v[j]);
+      if (i < n) h[i] = from_f<__nv_bfloat16>(v[j]);
     }
     __syncthreads();
   }
@@ -94,7 +70,7 @@ __global__ void widen_in_place_kernel(void* data, int64_t n) {
     float v[kChunkPerThread];
     for (int j = 0; j < kChunkPerThread; ++j) {
       const int64_t i = base + j * int64_t{blockDim.x} + threadIdx.x;
-      v[j] = i < n ? __bfloat162float(h[i]) : 0.0f;
+      v[j] = i < n ? to_f(h[i]) : 0.0f;
     }
     __syncthreads();
     for (int j = 0; j < kChunkPerThread; ++j) {
@@ -185,8 +161,8 @@ void cuda_step_add_losses(step_context& c, const float* losses, int64_t n) {
 void cuda_tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, int64_t n,
                          bool accumulate, gpu_exec& g) {
   if (n == 0) return;
-  convert_kernel<<<grid_for(n, kThreads), kThreads, 0, g.stream>>>(dst, dst_t, src, src_t, n,
-                                                                    accumulate);
+  convert_kernel<<<grid_dim(ceil_div(n, kThreads)), kThreads, 0, g.stream>>>(dst, dst_t, src, src_t,
+                                                                             n, accumulate);
   check_launch();
 }
 
@@ -223,9 +199,9 @@ void cuda_step_optimizer(step_context& c, int unit, void* param_shard, float* ma
   const int64_t n = u.shard_elems;
   gpu_exec& g = gpu(c);
   float* w = master ? master : static_cast<float*>(param_shard);
-  const optimizer_args a{static_cast<float>(p.beta1),        static_cast<float>(p.beta2),
-                         static_cast<float>(p.eps),          static_cast<float>(p.weight_decay),
-                         static_cast<float>(p.momentum),     p.clip};
+  const optimizer_args a{static_cast<float>(p.beta1),    static_cast<float>(p.beta2),
+                         static_cast<float>(p.eps),      static_cast<float>(p.weight_decay),
+                         static_cast<float>(p.momentum), p.clip};
   const int64_t* ranges = c.gpu->decay_ranges[unit];
   const int count = c.gpu->decay_range_counts[unit];
   // Alternate undecayed gaps and decayed ranges over [0, n), as step_optimizer.
@@ -236,15 +212,14 @@ void cuda_step_optimizer(step_context& c, int unit, void* param_shard, float* ma
       const int64_t from = decayed ? begin : pos;
       const int64_t to = decayed ? (r < count ? ranges[2 * r + 1] : n) : begin;
       if (from >= to) continue;
-      const unsigned grid = grid_for(to - from, kThreads);
+      const dim3 grid = grid_dim(ceil_div(to - from, kThreads));
       if (p.optimizer == optimizer_kind::adamw)
-        adamw_kernel<<<grid, kThreads, 0, g.stream>>>(w, state, state + n, grad_shard,
-                                                      u.grad_shard_dtype, from, to, decayed, a,
-                                                      g.scalars);
+        adamw_kernel<<<grid, kThreads, 0, g.stream>>>(
+            w, state, state + n, grad_shard, u.grad_shard_dtype, from, to, decayed, a, g.scalars);
       else
-        sgd_kernel<<<grid, kThreads, 0, g.stream>>>(w, p.momentum > 0 ? state : nullptr,
-                                                    grad_shard, u.grad_shard_dtype, from, to,
-                                                    decayed, a, g.scalars);
+        sgd_kernel<<<grid, kThreads, 0, g.stream>>>(w, p.momentum > 0 ? state : nullptr, grad_shard,
+                                                    u.grad_shard_dtype, from, to, decayed, a,
+                                                    g.scalars);
       check_launch();
     }
     if (r < count) pos = ranges[2 * r + 1];
@@ -254,8 +229,8 @@ void cuda_step_optimizer(step_context& c, int unit, void* param_shard, float* ma
 
 void cuda_step_begin(gpu_context& gc, cudaStream_t stream) {
   constexpr size_t kInputs = offsetof(gpu_step_scalars, loss_sum);
-  CUDA_CHECK(cudaMemcpyAsync(gc.exec.scalars, gc.host_scalars, kInputs, cudaMemcpyHostToDevice,
-                             stream));
+  CUDA_CHECK(
+      cudaMemcpyAsync(gc.exec.scalars, gc.host_scalars, kInputs, cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaMemsetAsync(reinterpret_cast<char*>(gc.exec.scalars) + kInputs, 0,
                              sizeof(gpu_step_scalars) - kInputs, stream));
 }

@@ -93,7 +93,8 @@ TEST(CliEmit, TargetsWriteTheirRuntimesCalls) {
   const std::string dir = std::string(FSDPGEN_E2E_WORK_ROOT) + "/cli-emit";
   CmdResult cpu = run("emit " + spec("tiny.fsdp") + " --target cpu -o " + dir + "/cpu");
   ASSERT_EQ(cpu.status, 0) << cpu.out;
-  CmdResult gpu = run("emit " + spec("tiny.fsdp") + " --target cuda --gpu h200 -o " + dir + "/cuda");
+  CmdResult gpu =
+      run("emit " + spec("tiny.fsdp") + " --target cuda --gpu h200 -o " + dir + "/cuda");
   ASSERT_EQ(gpu.status, 0) << gpu.out;
   auto read = [](const std::string& path) {
     std::ifstream in(path);

@@ -24,6 +24,7 @@
 #include "runtime/cuda/comm.h"
 #include "runtime/dtype.h"
 #include "runtime/program.h"
+#include "tests/cuda/Device.h"
 
 namespace {
 
@@ -58,18 +59,6 @@ dtype_id dtype_of<float>() {
 template <>
 dtype_id dtype_of<bf16>() {
   return dtype_id::bf16;
-}
-
-// Why no CUDA device can be used here (CUDA's message and check.cuh's hint); empty when one can.
-std::string no_device_reason() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    const std::string hint = cuda_hint(err);
-    return cudaGetErrorString(err) + (hint.empty() ? "" : "; hint: " + hint);
-  }
-  if (count == 0) return "cudaGetDeviceCount found 0 devices";
-  return "";
 }
 
 int local_size() {

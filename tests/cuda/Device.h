@@ -1,10 +1,13 @@
-// Device: whether the cuda tests can run here. Every test that needs a GPU
-// skips with no_device_reason() as its reason (CI has nvcc but no GPU).
+// Device: what the cuda tests share. Whether they can run here (every test
+// that needs a GPU skips with no_device_reason() as its reason; CI has nvcc
+// but no GPU), and device copies of host vectors.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/cuda/check.cuh"
 
@@ -19,3 +22,33 @@ inline std::string no_device_reason() {
   if (count == 0) return "cudaGetDeviceCount found 0 devices";
   return "";
 }
+
+// A device copy of a host vector, or n values whose every byte is `fill`
+// (0: zeros; 0xff: NaN as fp32 and as bf16); freed with it.
+template <class T>
+class device_vec {
+ public:
+  explicit device_vec(const std::vector<T>& host) : n_(host.size()) {
+    CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
+    CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice));
+  }
+  explicit device_vec(int64_t n, int fill = 0) : n_(static_cast<size_t>(n)) {
+    CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
+    CUDA_CHECK(cudaMemset(ptr_, fill, bytes()));
+  }
+  ~device_vec() { cudaFree(ptr_); }
+  device_vec(const device_vec&) = delete;
+  device_vec& operator=(const device_vec&) = delete;
+
+  T* get() { return static_cast<T*>(ptr_); }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  size_t bytes() const { return n_ * sizeof(T); }
+  void* ptr_ = nullptr;
+  size_t n_;
+};

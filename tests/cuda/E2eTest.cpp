@@ -29,14 +29,13 @@ std::filesystem::path build_cuda(const std::string& name, const std::string& spe
 TEST(CudaBuild, Gpt2_124mBuildsAndPrintsItsSchedule) {
   std::filesystem::path dir = e2e_dir("build_gpt2_124m");
   CmdResult b = run_command(fmt::format("cd {} && {} specs/gpt2-124m.fsdp --target cuda -o {}",
-                                        FSDPGEN_SOURCE_DIR, FSDPGEN_BIN,
-                                        (dir / "train").string()));
+                                        FSDPGEN_SOURCE_DIR, FSDPGEN_BIN, (dir / "train").string()));
   ASSERT_EQ(b.status, 0) << b.out;
   EXPECT_NE(b.out.find("for CUDA (h100-sxm)"), std::string::npos) << b.out;
   CmdResult printed = run_command((dir / "train").string() + " --print-schedule");
   ASSERT_EQ(printed.status, 0) << printed.out;
-  CmdResult planned = run_command(fmt::format("cd {} && {} schedule specs/gpt2-124m.fsdp --gpu h100-sxm",
-                                              FSDPGEN_SOURCE_DIR, FSDPGEN_BIN));
+  CmdResult planned = run_command(fmt::format(
+      "cd {} && {} schedule specs/gpt2-124m.fsdp --gpu h100-sxm", FSDPGEN_SOURCE_DIR, FSDPGEN_BIN));
   ASSERT_EQ(planned.status, 0) << planned.out;
   EXPECT_EQ(printed.out, planned.out);
 }
@@ -59,8 +58,8 @@ TEST(CudaBuild, UnsupportedSpecsAreErrors) {
   c.reduce_dtype = "fp16";
   std::filesystem::path dir = e2e_dir("fp16");
   std::ofstream(dir / "e2e.fsdp") << c.spec();
-  CmdResult r = run_command(fmt::format("cd {} && {} e2e.fsdp --target cuda -o train",
-                                        dir.string(), FSDPGEN_BIN));
+  CmdResult r = run_command(
+      fmt::format("cd {} && {} e2e.fsdp --target cuda -o train", dir.string(), FSDPGEN_BIN));
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("the CUDA backend cannot build this spec: fp16"), std::string::npos)
       << r.out;

@@ -26,6 +26,7 @@
 #include "runtime/gemm.h"
 #include "runtime/gpt2.h"
 #include "runtime/kernels.h"
+#include "tests/cuda/Device.h"
 
 using ref::load;
 using ref::random_vec;
@@ -94,49 +95,14 @@ void expect_close_scaled(const std::string& what, const vec& got, const vec& wan
   ref::expect_close(what, got, want, tol * rms(want), tol);
 }
 
-// Why no CUDA device can be used here (CUDA's message and check.cuh's hint);
-// empty when one can.
-std::string no_device_reason() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    const std::string hint = cuda_hint(err);
-    return cudaGetErrorString(err) + (hint.empty() ? "" : "; hint: " + hint);
-  }
-  if (count == 0) return "cudaGetDeviceCount found 0 devices";
-  return "";
-}
-
 // All bits set: NaN as fp32 and as bf16.
 constexpr int kNanFill = 0xff;
 
-// A device copy of a host vector, or n values of NaN; freed with it.
+// Outputs start as NaN, so that a value a launcher forgot to write shows.
 template <class T>
-class device_vec {
- public:
-  explicit device_vec(const std::vector<T>& host) : n_(host.size()) {
-    CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
-    CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice));
-  }
-  explicit device_vec(int64_t n) : n_(static_cast<size_t>(n)) {
-    CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
-    CUDA_CHECK(cudaMemset(ptr_, kNanFill, bytes()));
-  }
-  ~device_vec() { cudaFree(ptr_); }
-  device_vec(const device_vec&) = delete;
-  device_vec& operator=(const device_vec&) = delete;
-
-  T* get() { return static_cast<T*>(ptr_); }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  size_t bytes() const { return n_ * sizeof(T); }
-  void* ptr_ = nullptr;
-  size_t n_;
+struct nan_vec : device_vec<T> {
+  explicit nan_vec(const std::vector<T>& host) : device_vec<T>(host) {}
+  explicit nan_vec(int64_t n) : device_vec<T>(n, kNanFill) {}
 };
 
 template <class T>
@@ -189,34 +155,17 @@ class Gpt2Fixture : public ::testing::Test {
   gpu_exec g;
 };
 
-struct StorageTypeNames {
-  template <class T>
-  static std::string GetName(int) {
-    return ref::type_name<T>();
-  }
-};
-template <class T_, class G_>
-struct storage_grad {
-  using T = T_;
-  using G = G_;
-};
-struct StorageGradNames {
-  template <class P>
-  static std::string GetName(int) {
-    return std::string(ref::type_name<typename P::T>()) + "_" + ref::type_name<typename P::G>();
-  }
-};
-
 using StorageTypes = ::testing::Types<float, bf16>;
 class CudaGemm : public Gpt2Fixture {};
 template <class T>
 class CudaGpt2Layer : public Gpt2Fixture {};
-TYPED_TEST_SUITE(CudaGpt2Layer, StorageTypes, StorageTypeNames);
+TYPED_TEST_SUITE(CudaGpt2Layer, StorageTypes, ref::StorageTypeNames);
 template <class P>
 class CudaGpt2Backward : public Gpt2Fixture {};
-using StorageGradTypes = ::testing::Types<storage_grad<float, float>, storage_grad<float, bf16>,
-                                          storage_grad<bf16, float>, storage_grad<bf16, bf16>>;
-TYPED_TEST_SUITE(CudaGpt2Backward, StorageGradTypes, StorageGradNames);
+using StorageGradTypes =
+    ::testing::Types<ref::storage_grad<float, float>, ref::storage_grad<float, bf16>,
+                     ref::storage_grad<bf16, float>, ref::storage_grad<bf16, bf16>>;
+TYPED_TEST_SUITE(CudaGpt2Backward, StorageGradTypes, ref::StorageGradNames);
 
 template <class T>
 std::vector<T> random_stored(std::mt19937& rng, int64_t n, double scale = 1.0,
@@ -255,9 +204,9 @@ void check_gemm(gpu_exec& g, bool ta, bool tb, const gemm_shape& s, float beta, 
   auto C = random_stored<TC>(rng, c_elems);
 
   // The device C holds C when beta reads it, else NaN, which must not be read.
-  device_vec<TA> A_d(A);
-  device_vec<TB> B_d(B);
-  device_vec<TC> C_d(c_elems);
+  nan_vec<TA> A_d(A);
+  nan_vec<TB> B_d(B);
+  nan_vec<TC> C_d(c_elems);
   if (beta != 0.0f) to_device(C_d.get(), C.data(), c_elems);
   const std::vector<TC> before = C_d.download();
   cuda_gemm(ta, tb, M, N, K, alpha, A_d.get(), lda, B_d.get(), ldb, beta, C_d.get(), ldc, g);
@@ -334,9 +283,9 @@ void check_gemm_extras(gpu_exec& g, bool ta, bool tb, const gemm_extras_case& x,
   const auto C_in = random_stored<TC>(rng, items * stride_c);
   const auto bias = random_stored<TC>(rng, N);
 
-  device_vec<TA> A_d(A);
-  device_vec<TB> B_d(B);
-  device_vec<TC> C_in_d(C_in), bias_d(bias), C_d(items * stride_c);
+  nan_vec<TA> A_d(A);
+  nan_vec<TB> B_d(B);
+  nan_vec<TC> C_in_d(C_in), bias_d(bias), C_d(items * stride_c);
   cuda_gemm_extras<TC> e;
   e.bias = x.bias ? bias_d.get() : nullptr;
   e.c_in = x.c_in ? C_in_d.get() : nullptr;
@@ -408,9 +357,9 @@ TYPED_TEST(CudaGpt2Backward, GemmBias) {
     want[c] = s;
   }
   for (const bool scratch : {false, true}) {
-    device_vec<T> dout_d(dout);
-    device_vec<G> dbias_d(dbias);
-    device_vec<float> scratch_d(N * OC);
+    nan_vec<T> dout_d(dout);
+    nan_vec<G> dbias_d(dbias);
+    nan_vec<float> scratch_d(N * OC);
     cuda_gemm_bias_backward(dbias_d.get(), dout_d.get(), N, OC, scratch ? scratch_d.get() : nullptr,
                             scratch ? N * OC : 0, this->g.stream);
     this->sync();
@@ -443,7 +392,7 @@ TYPED_TEST(CudaGpt2Layer, AttentionForward) {
     std::vector<T> out(N * a.C), probs(P);
     attention_forward(out.data(), probs.data(), qkv.data(), a.B, a.T, a.C, a.H, cpu_workspace());
 
-    device_vec<T> qkv_d(qkv), out_d(N * a.C), probs_d(P);
+    nan_vec<T> qkv_d(qkv), out_d(N * a.C), probs_d(P);
     cuda_attention_forward(out_d.get(), probs_d.get(), qkv_d.get(), a.B, a.T, a.C, a.H, this->g);
     this->sync();
     expect_close_scaled(tag<T>("cuda_attention_forward", "out") + shape_name(a), out_d.download(),
@@ -466,7 +415,7 @@ TYPED_TEST(CudaGpt2Layer, AttentionBackward) {
     attention_backward(dqkv.data(), dprobs.data(), dout.data(), qkv.data(), probs.data(), a.B, a.T,
                        a.C, a.H, cpu_workspace());
 
-    device_vec<T> qkv_d(qkv), probs_d(probs), dout_d(dout), dqkv_d(N * 3 * a.C), dprobs_d(P);
+    nan_vec<T> qkv_d(qkv), probs_d(probs), dout_d(dout), dqkv_d(N * 3 * a.C), dprobs_d(P);
     cuda_attention_backward(dqkv_d.get(), dprobs_d.get(), dout_d.get(), qkv_d.get(), probs_d.get(),
                             a.B, a.T, a.C, a.H, this->g);
     this->sync();
@@ -567,10 +516,10 @@ TYPED_TEST(CudaGpt2Layer, BlockForward) {
     gpt2_block_forward(out.data(), gpt2_block_params_at<T>(params.data(), d), s, d,
                        cpu_workspace());
 
-    device_vec<T> params_d(params), out_d(N * C);
+    nan_vec<T> params_d(params), out_d(N * C);
     const auto p = gpt2_block_params_at<T>(params_d.get(), d);
     for (const bool recompute : {false, true}) {
-      device_vec<std::byte> slot_d(saved_bytes + kGuardBytes);
+      nan_vec<std::byte> slot_d(saved_bytes + kGuardBytes);
       const auto sd = gpt2_block_saved_at<T>(slot_d.get(), d);
       to_device(sd.input, x.data(), N * C);
       cuda_gpt2_block_forward(recompute ? nullptr : out_d.get(), p, sd, d, this->g);
@@ -585,7 +534,7 @@ TYPED_TEST(CudaGpt2Layer, BlockForward) {
                         out, layer_tol<T>());
 
     const int64_t plans = gpu_gemm_cache_plans(this->g.gemms);
-    device_vec<std::byte> slot_d(saved_bytes);
+    nan_vec<std::byte> slot_d(saved_bytes);
     const auto sd = gpt2_block_saved_at<T>(slot_d.get(), d);
     to_device(sd.input, x.data(), N * C);
     cuda_gpt2_block_forward(out_d.get(), p, sd, d, this->g);
@@ -616,16 +565,16 @@ TYPED_TEST(CudaGpt2Backward, Block) {
     std::copy(x.begin(), x.end(), s.input);
     std::vector<T> out(N * C);
     gpt2_block_forward(out.data(), p, s, d, cpu_workspace());
-    device_vec<std::byte> saved_d(saved);  // the CPU forward's slot
+    nan_vec<std::byte> saved_d(saved);  // the CPU forward's slot
 
     const auto sc = gpt2_backward_scratch_at<T>(scratch.data(), d);
     std::copy(dout.begin(), dout.end(), sc.dres);
     std::vector<G> grads = grads0;
     gpt2_block_backward(gpt2_block_grads_at<G>(grads.data(), d), p, s, sc, d, cpu_workspace());
 
-    device_vec<T> params_d(params);
-    device_vec<G> grads_d(grads0);
-    device_vec<std::byte> scratch_d(scratch_bytes + kGuardBytes);
+    nan_vec<T> params_d(params);
+    nan_vec<G> grads_d(grads0);
+    nan_vec<std::byte> scratch_d(scratch_bytes + kGuardBytes);
     const auto scd = gpt2_backward_scratch_at<T>(scratch_d.get(), d);
     to_device(scd.dres, dout.data(), N * C);
     cuda_gpt2_block_backward(gpt2_block_grads_at<G>(grads_d.get(), d),
@@ -685,12 +634,12 @@ TYPED_TEST(CudaGpt2Layer, HeadForward) {
     gpt2_head_forward(logits.data(), losses.data(), h.targets.data(), h.lnf_w.data(),
                       h.lnf_b.data(), h.head_w.data(), s, d, kDlossScale, cpu_workspace());
 
-    device_vec<std::byte> slot_d(saved_bytes + kGuardBytes);
+    nan_vec<std::byte> slot_d(saved_bytes + kGuardBytes);
     const auto sd = gpt2_final_norm_saved_at<T>(slot_d.get(), d);
     to_device(sd.input, h.x.data(), N * C);
-    device_vec<T> lnf_w_d(h.lnf_w), lnf_b_d(h.lnf_b), head_w_d(h.head_w), logits_d(N * V);
-    device_vec<int32_t> targets_d(h.targets);
-    device_vec<float> losses_d(N), scale_d(std::vector<float>{kDlossScale});
+    nan_vec<T> lnf_w_d(h.lnf_w), lnf_b_d(h.lnf_b), head_w_d(h.head_w), logits_d(N * V);
+    nan_vec<int32_t> targets_d(h.targets);
+    nan_vec<float> losses_d(N), scale_d(std::vector<float>{kDlossScale});
     cuda_gpt2_head_forward(logits_d.get(), losses_d.get(), targets_d.get(), lnf_w_d.get(),
                            lnf_b_d.get(), head_w_d.get(), sd, d, scale_d.get(), this->g);
     this->sync();
@@ -734,9 +683,9 @@ TYPED_TEST(CudaGpt2Backward, Head) {
     gpt2_head_backward(dlnf_w.data(), dlnf_b.data(), dhead_w.data(), h.lnf_w.data(),
                        h.head_w.data(), logits.data(), s, sc, d, cpu_workspace());
 
-    device_vec<std::byte> saved_d(saved), scratch_d(scratch_bytes + kGuardBytes);
-    device_vec<T> lnf_w_d(h.lnf_w), head_w_d(h.head_w), logits_d(logits);
-    device_vec<G> dlnf_w_d(dlnf_w0), dlnf_b_d(dlnf_b0), dhead_w_d(dhead_w0);
+    nan_vec<std::byte> saved_d(saved), scratch_d(scratch_bytes + kGuardBytes);
+    nan_vec<T> lnf_w_d(h.lnf_w), head_w_d(h.head_w), logits_d(logits);
+    nan_vec<G> dlnf_w_d(dlnf_w0), dlnf_b_d(dlnf_b0), dhead_w_d(dhead_w0);
     const auto scd = gpt2_backward_scratch_at<T>(scratch_d.get(), d);
     cuda_gpt2_head_backward(dlnf_w_d.get(), dlnf_b_d.get(), dhead_w_d.get(), lnf_w_d.get(),
                             head_w_d.get(), logits_d.get(),
@@ -765,8 +714,8 @@ TYPED_TEST(CudaGpt2Layer, EmbedForward) {
     std::vector<T> out(N * C);
     gpt2_embed_forward(out.data(), tokens.data(), wte.data(), wpe.data(), d);
 
-    device_vec<T> out_d(N * C), wte_d(wte), wpe_d(wpe);
-    device_vec<int32_t> tokens_d(tokens);
+    nan_vec<T> out_d(N * C), wte_d(wte), wpe_d(wpe);
+    nan_vec<int32_t> tokens_d(tokens);
     cuda_gpt2_embed_forward(out_d.get(), tokens_d.get(), wte_d.get(), wpe_d.get(), d, this->g);
     this->sync();
     ref::expect_close(tag<T>("cuda_gpt2_embed_forward", "out") + dims_name(rd),
@@ -788,9 +737,9 @@ TYPED_TEST(CudaGpt2Backward, Embed) {
     const auto sc = gpt2_backward_scratch_at<T>(scratch.data(), d);
     std::copy(dout.begin(), dout.end(), sc.dres);
 
-    device_vec<std::byte> scratch_d(scratch);
-    device_vec<G> dwte_d(dwte), dwpe_d(dwpe);
-    device_vec<int32_t> tokens_d(tokens);
+    nan_vec<std::byte> scratch_d(scratch);
+    nan_vec<G> dwte_d(dwte), dwpe_d(dwpe);
+    nan_vec<int32_t> tokens_d(tokens);
     cuda_gpt2_embed_backward(dwte_d.get(), dwpe_d.get(), tokens_d.get(),
                              gpt2_backward_scratch_at<T>(scratch_d.get(), d), d, this->g);
     this->sync();

@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "../runtime/Reference.h"
-#include "tests/cuda/Device.h"
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/kernels.cuh"
 #include "runtime/kernels.h"
 #include "runtime/optimizer.h"
 #include "runtime/step.h"
+#include "tests/cuda/Device.h"
 
 using ref::load;
 using ref::random_vec;
@@ -65,35 +65,6 @@ void expect_close(const std::string& what, const std::vector<T>& cuda, const std
   ref::expect_close(what, load(cuda), load(cpu), tol);
 }
 
-// A device copy of a host vector, or n zeros; freed with it.
-template <class T>
-class device_vec {
- public:
-  explicit device_vec(const std::vector<T>& host) : n_(host.size()) {
-    CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
-    CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice));
-  }
-  explicit device_vec(int64_t n) : n_(static_cast<size_t>(n)) {
-    CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
-    CUDA_CHECK(cudaMemset(ptr_, 0, bytes()));
-  }
-  ~device_vec() { cudaFree(ptr_); }
-  device_vec(const device_vec&) = delete;
-  device_vec& operator=(const device_vec&) = delete;
-
-  T* get() { return static_cast<T*>(ptr_); }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  size_t bytes() const { return n_ * sizeof(T); }
-  void* ptr_ = nullptr;
-  size_t n_;
-};
-
 // Skips without a device; otherwise runs each test's kernels on its own stream.
 class CudaFixture : public ::testing::Test {
  protected:
@@ -110,33 +81,16 @@ class CudaFixture : public ::testing::Test {
   cudaStream_t stream = nullptr;
 };
 
-struct StorageTypeNames {
-  template <class T>
-  static std::string GetName(int) {
-    return ref::type_name<T>();
-  }
-};
-template <class T_, class G_>
-struct storage_grad {
-  using T = T_;
-  using G = G_;
-};
-struct StorageGradNames {
-  template <class P>
-  static std::string GetName(int) {
-    return std::string(ref::type_name<typename P::T>()) + "_" + ref::type_name<typename P::G>();
-  }
-};
-
 using StorageTypes = ::testing::Types<float, bf16>;
 template <class T>
 class CudaKernel : public CudaFixture {};
-TYPED_TEST_SUITE(CudaKernel, StorageTypes, StorageTypeNames);
+TYPED_TEST_SUITE(CudaKernel, StorageTypes, ref::StorageTypeNames);
 template <class P>
 class CudaParamBackward : public CudaFixture {};
-using StorageGradTypes = ::testing::Types<storage_grad<float, float>, storage_grad<float, bf16>,
-                                          storage_grad<bf16, float>, storage_grad<bf16, bf16>>;
-TYPED_TEST_SUITE(CudaParamBackward, StorageGradTypes, StorageGradNames);
+using StorageGradTypes =
+    ::testing::Types<ref::storage_grad<float, float>, ref::storage_grad<float, bf16>,
+                     ref::storage_grad<bf16, float>, ref::storage_grad<bf16, bf16>>;
+TYPED_TEST_SUITE(CudaParamBackward, StorageGradTypes, ref::StorageGradNames);
 
 template <class T>
 std::vector<T> random_stored(std::mt19937& rng, int64_t n, double scale = 1.0,

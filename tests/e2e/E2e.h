@@ -99,8 +99,8 @@ inline void allow_mpi_as_root() {
 inline std::filesystem::path build_binary(const std::filesystem::path& dir, const std::string& spec,
                                           const std::string& target = "cpu") {
   std::ofstream(dir / "e2e.fsdp") << spec;
-  CmdResult r =
-      run_command(fmt::format("cd {} && {} e2e.fsdp -o train --target {}", dir.string(), FSDPGEN_BIN, target));
+  CmdResult r = run_command(
+      fmt::format("cd {} && {} e2e.fsdp -o train --target {}", dir.string(), FSDPGEN_BIN, target));
   EXPECT_EQ(r.status, 0) << r.out;
   return dir / "train";
 }

@@ -19,8 +19,8 @@ TEST_P(Generated, MatchesWhatFsdpgenEmits) {
   const std::string name = GetParam();
   std::filesystem::path out = std::filesystem::path(FSDPGEN_WORK) / name;
   std::filesystem::remove_all(out);
-  CmdResult r = run_command(fmt::format("cd {} && {} emit specs/{}.fsdp --target cpu -o {}", FSDPGEN_SOURCE_DIR,
-                                        FSDPGEN_BIN, name, out.string()));
+  CmdResult r = run_command(fmt::format("cd {} && {} emit specs/{}.fsdp --target cpu -o {}",
+                                        FSDPGEN_SOURCE_DIR, FSDPGEN_BIN, name, out.string()));
   ASSERT_EQ(r.status, 0) << r.out;
   std::filesystem::path checked_in =
       std::filesystem::path(FSDPGEN_SOURCE_DIR) / "generated" / name / "train.cpp";
@@ -28,8 +28,8 @@ TEST_P(Generated, MatchesWhatFsdpgenEmits) {
   CmdResult diff =
       run_command(fmt::format("diff -u {} {}", checked_in.string(), (out / "train.cpp").string()));
   EXPECT_EQ(diff.status, 0) << "generated/" << name
-                            << " is stale; regenerate it with: fsdpgen emit --target cpu specs/" << name
-                            << ".fsdp -o generated/" << name << "\n"
+                            << " is stale; regenerate it with: fsdpgen emit --target cpu specs/"
+                            << name << ".fsdp -o generated/" << name << "\n"
                             << diff.out.substr(0, 4000);
 }
 

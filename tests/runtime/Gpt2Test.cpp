@@ -374,14 +374,8 @@ TEST(Gpt2Block, SpeedOneThread) {
 // Final norm, head and loss: losses, and the gradients of dloss_scale * sum(losses).
 template <class T>
 class Gpt2Head : public ::testing::Test {};
-struct StorageTypeNames {
-  template <class T>
-  static std::string GetName(int) {
-    return ref::type_name<T>();
-  }
-};
 using StorageTypes = ::testing::Types<float, bf16>;
-TYPED_TEST_SUITE(Gpt2Head, StorageTypes, StorageTypeNames);
+TYPED_TEST_SUITE(Gpt2Head, StorageTypes, ref::StorageTypeNames);
 
 TYPED_TEST(Gpt2Head, LossAndGradientsMatchReference) {
   using T = TypeParam;

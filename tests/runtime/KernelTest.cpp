@@ -175,36 +175,19 @@ TEST(Gemm, TooSmallWorkspaceThrows) {
 
 // ---------------------------------------------------------------- kernels
 
-struct StorageTypeNames {
-  template <class T>
-  static std::string GetName(int) {
-    return ref::type_name<T>();
-  }
-};
-template <class T_, class G_>
-struct storage_grad {
-  using T = T_;
-  using G = G_;
-};
-struct StorageGradNames {
-  template <class P>
-  static std::string GetName(int) {
-    return std::string(ref::type_name<typename P::T>()) + "_" + ref::type_name<typename P::G>();
-  }
-};
-
 using StorageTypes = ::testing::Types<float, bf16>;
 template <class T>
 class KernelForward : public ::testing::Test {};
-TYPED_TEST_SUITE(KernelForward, StorageTypes, StorageTypeNames);
+TYPED_TEST_SUITE(KernelForward, StorageTypes, ref::StorageTypeNames);
 template <class T>
 class KernelBackward : public ::testing::Test {};
-TYPED_TEST_SUITE(KernelBackward, StorageTypes, StorageTypeNames);
+TYPED_TEST_SUITE(KernelBackward, StorageTypes, ref::StorageTypeNames);
 template <class P>
 class KernelParamBackward : public ::testing::Test {};
-using StorageGradTypes = ::testing::Types<storage_grad<float, float>, storage_grad<float, bf16>,
-                                          storage_grad<bf16, float>, storage_grad<bf16, bf16>>;
-TYPED_TEST_SUITE(KernelParamBackward, StorageGradTypes, StorageGradNames);
+using StorageGradTypes =
+    ::testing::Types<ref::storage_grad<float, float>, ref::storage_grad<float, bf16>,
+                     ref::storage_grad<bf16, float>, ref::storage_grad<bf16, bf16>>;
+TYPED_TEST_SUITE(KernelParamBackward, StorageGradTypes, ref::StorageGradNames);
 
 TYPED_TEST(KernelForward, Encoder) {
   using T = TypeParam;

@@ -26,6 +26,25 @@ const char* type_name() {
   return sizeof(T) == 4 ? "fp32" : "bf16";
 }
 
+// Typed-test names: fp32, bf16, and fp32_bf16 for (storage, gradient) pairs.
+struct StorageTypeNames {
+  template <class T>
+  static std::string GetName(int) {
+    return type_name<T>();
+  }
+};
+template <class T_, class G_>
+struct storage_grad {
+  using T = T_;
+  using G = G_;
+};
+struct StorageGradNames {
+  template <class P>
+  static std::string GetName(int) {
+    return std::string(type_name<typename P::T>()) + "_" + type_name<typename P::G>();
+  }
+};
+
 inline vec random_vec(std::mt19937& rng, int64_t n, double scale = 1.0, double offset = 0.0) {
   std::uniform_real_distribution<double> u(-1.0, 1.0);
   vec v(n);
