@@ -154,12 +154,8 @@ launch_info launch_init(const program& p, int argc, char** argv) {
     std::exit(2);
   }
 
-  MPI_Comm local;
-  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
   int local_rank = 0, local_size = 1;
-  MPI_CHECK(MPI_Comm_rank(local, &local_rank));
-  MPI_CHECK(MPI_Comm_size(local, &local_size));
-  MPI_CHECK(MPI_Comm_free(&local));
+  launch_local_rank(local_rank, local_size);
   info.local_rank = local_rank;
   info.local_size = local_size;
   int cores = static_cast<int>(std::thread::hardware_concurrency());
@@ -172,4 +168,14 @@ launch_info launch_init(const program& p, int argc, char** argv) {
 
 void launch_finalize() {
   MPI_Finalize();
+}
+
+void launch_local_rank(int& local_rank, int& local_size) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  MPI_Comm local;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
+  MPI_CHECK(MPI_Comm_rank(local, &local_rank));
+  MPI_CHECK(MPI_Comm_size(local, &local_size));
+  MPI_CHECK(MPI_Comm_free(&local));
 }

@@ -21,3 +21,6 @@ struct launch_info {
 // it re-launched itself or the launch is wrong. argv[0] is used to re-launch.
 launch_info launch_init(const program& p, int argc, char** argv);
 void launch_finalize();
+// This rank's position among the ranks on its node, and their number
+// (MPI_COMM_TYPE_SHARED; collective over MPI_COMM_WORLD).
+void launch_local_rank(int& local_rank, int& local_size);

@@ -11,6 +11,7 @@
 
 #include "runtime/check.h"
 #include "runtime/cuda/check.cuh"
+#include "runtime/launch.h"
 
 namespace {
 
@@ -268,12 +269,8 @@ void nccl_fail(ncclResult_t r, const char* call, const char* file, int line) {
 int gpu_select_device(gpu_comm_mode mode) {
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  MPI_Comm local;
-  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
   int local_rank = 0, local_size = 1;
-  MPI_CHECK(MPI_Comm_rank(local, &local_rank));
-  MPI_CHECK(MPI_Comm_size(local, &local_size));
-  MPI_CHECK(MPI_Comm_free(&local));
+  launch_local_rank(local_rank, local_size);
   char host[MPI_MAX_PROCESSOR_NAME] = {};
   int host_len = 0;
   MPI_CHECK(MPI_Get_processor_name(host, &host_len));

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "../runtime/BlockLayout.h"
 #include "../runtime/Reference.h"
 #include "runtime/cuda/attention.h"
 #include "runtime/cuda/check.cuh"
@@ -28,10 +29,15 @@
 #include "runtime/kernels.h"
 #include "tests/cuda/Device.h"
 
+using ref::block_flat;
+using ref::block_flat_elems;
+using ref::block_pointers;
+using ref::block_tensor_elems;
 using ref::load;
 using ref::random_vec;
 using ref::store;
 using ref::tag;
+using ref::to_gpt2;
 using ref::vec;
 
 namespace {
@@ -431,45 +437,8 @@ TYPED_TEST(CudaGpt2Layer, AttentionBackward) {
 // B, T, C, H, F, V: the brief's small model, and one with odd T and width.
 const ref::dims kLayerDims[] = {{2, 16, 64, 4, 256, 96}, {3, 13, 48, 3, 80, 50}};
 
-gpt2_dims to_gpt2(const ref::dims& d) {
-  return gpt2_dims{d.B, d.T, d.C, d.H, d.F, d.V};
-}
-
 std::string dims_name(const ref::dims& d) {
   return " B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) + " C=" + std::to_string(d.C);
-}
-
-// Elements of each block tensor, in the runtime's order.
-std::vector<int64_t> block_tensor_elems(const ref::dims& d) {
-  const int64_t C = d.C, F = d.F;
-  return {C, C, C * 3 * C, 3 * C, C * C, C, C, C, C * F, F, F * C, C};
-}
-
-int64_t block_flat_elems(const ref::dims& d) {
-  int64_t n = 0;
-  for (int64_t e : block_tensor_elems(d))
-    n = (n + e + 15) / 16 * 16;
-  return n;
-}
-
-template <class G>
-std::vector<G*> block_pointers(const gpt2_block_grads<G>& g) {
-  return {g.ln1_w, g.ln1_b, g.qkv_w, g.qkv_b, g.proj_w, g.proj_b,
-          g.ln2_w, g.ln2_b, g.fc_w,  g.fc_b,  g.fc2_w,  g.fc2_b};
-}
-
-// A block's flat parameter buffer holding p, laid out by gpt2_block_params_at.
-template <class T>
-std::vector<T> block_flat(const ref::block_params& p, const ref::dims& d) {
-  std::vector<T> flat(block_flat_elems(d), from_float<T>(0.0f));
-  const auto ptrs = block_pointers(gpt2_block_grads_at<T>(flat.data(), to_gpt2(d)));
-  const auto& tensors = ref::block_tensors();
-  for (size_t i = 0; i < tensors.size(); i++) {
-    const vec& v = p.*tensors[i].member;
-    for (size_t j = 0; j < v.size(); j++)
-      ptrs[i][j] = from_float<T>(static_cast<float>(v[j]));
-  }
-  return flat;
 }
 
 // Forward's saved arrays on the device against the CPU's. ln1's statistics

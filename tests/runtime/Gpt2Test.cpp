@@ -14,13 +14,20 @@
 #include <string>
 #include <vector>
 
+#include "BlockLayout.h"
 #include "Reference.h"
 #include "runtime/gpt2.h"
 
+using ref::block_flat;
+using ref::block_flat_elems;
+using ref::block_pointers;
+using ref::block_tensor_elems;
+using ref::block_unflat;
 using ref::load;
 using ref::quantize;
 using ref::random_vec;
 using ref::store;
+using ref::to_gpt2;
 using ref::vec;
 
 namespace {
@@ -33,58 +40,6 @@ namespace {
 constexpr double kLayerAtol = 1e-4, kLayerRtol = 1e-4;
 
 const ref::dims kDims{2, 8, 16, 4, 64, 50};  // B, T, C, H, F, V
-
-gpt2_dims to_gpt2(const ref::dims& d) {
-  return gpt2_dims{d.B, d.T, d.C, d.H, d.F, d.V};
-}
-
-int64_t round_up16(int64_t x) {
-  return (x + 15) / 16 * 16;
-}
-
-// Elements of each block tensor, in the runtime's order.
-std::vector<int64_t> block_tensor_elems(const ref::dims& d) {
-  const int64_t C = d.C, F = d.F;
-  return {C, C, C * 3 * C, 3 * C, C * C, C, C, C, C * F, F, F * C, C};
-}
-
-int64_t block_flat_elems(const ref::dims& d) {
-  int64_t n = 0;
-  for (int64_t e : block_tensor_elems(d))
-    n = round_up16(n + e);
-  return n;
-}
-
-template <class G>
-std::vector<G*> block_pointers(const gpt2_block_grads<G>& g) {
-  return {g.ln1_w, g.ln1_b, g.qkv_w, g.qkv_b, g.proj_w, g.proj_b,
-          g.ln2_w, g.ln2_b, g.fc_w,  g.fc_b,  g.fc2_w,  g.fc2_b};
-}
-
-// A block's flat parameter (or gradient) buffer holding p, laid out by gpt2_block_grads_at.
-template <class T>
-std::vector<T> block_flat(const ref::block_params& p, const ref::dims& d) {
-  std::vector<T> flat(block_flat_elems(d), from_float<T>(0.0f));
-  const auto ptrs = block_pointers(gpt2_block_grads_at<T>(flat.data(), to_gpt2(d)));
-  const auto& tensors = ref::block_tensors();
-  for (size_t i = 0; i < tensors.size(); i++) {
-    const vec& v = p.*tensors[i].member;
-    for (size_t j = 0; j < v.size(); j++)
-      ptrs[i][j] = from_float<T>(static_cast<float>(v[j]));
-  }
-  return flat;
-}
-
-// The block tensors of a flat buffer, as doubles.
-template <class T>
-ref::block_params block_unflat(std::vector<T>& flat, const ref::dims& d) {
-  const auto ptrs = block_pointers(gpt2_block_grads_at<T>(flat.data(), to_gpt2(d)));
-  const auto elems = block_tensor_elems(d);
-  ref::block_params p;
-  for (size_t i = 0; i < ptrs.size(); i++)
-    p.*ref::block_tensors()[i].member = load(ptrs[i], elems[i]);
-  return p;
-}
 
 template <class T>
 ref::block_params quantize_block(const ref::block_params& p, const ref::dims& d) {
