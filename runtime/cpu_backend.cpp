@@ -16,10 +16,11 @@ namespace {
 class cpu_backend final : public backend {
  public:
   explicit cpu_backend(const program& p) : p_(p) {}
+  // After a failure (an exception unwinding the loop): stop the stream threads.
+  ~cpu_backend() override { stop(); }
 
   void start(step_context& c, arena& mem, const backend_options&) override {
     c_ = &c;
-    mem_ = &mem;
     arena_create(mem, p_);
     c.device = mem.device;
     c.host = mem.host;
@@ -28,6 +29,7 @@ class cpu_backend final : public backend {
       c.ws = {reinterpret_cast<float*>(c.device + w.offset), w.bytes / 4};
     }
     streams_start(exec_, p_, c, mem);
+    mem_ = &mem;  // started: stop() undoes both
   }
 
   std::string describe() const override {
@@ -53,8 +55,10 @@ class cpu_backend final : public backend {
   int64_t runtime_overhead_bytes() const override { return 0; }
 
   void stop() override {
+    if (!mem_) return;  // never started, or stopped
     streams_stop(exec_);
     arena_destroy(*mem_);
+    mem_ = nullptr;
   }
 
  private:

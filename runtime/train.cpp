@@ -145,11 +145,13 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   const int64_t log_every = o.log_every > 0 ? o.log_every : std::max<int64_t>(1, p.log_every);
   const int64_t tokens_per_step = p.world * p.micro_batches * p.micro_batch * p.context;
 
-  std::unique_ptr<backend> b = kind.make(p);
   arena mem;
   step_context c;
   c.p = &p;
   dataloader data;
+  // Declared after what it points into, so that it is destroyed (stopping
+  // its threads or freeing the device after a failure) before them.
+  std::unique_ptr<backend> b = kind.make(p);
   std::string error;
   try {
     data = dataloader_open(data_config_of(p, o.data));
