@@ -24,11 +24,9 @@ struct gpu_step_scalars {
   float dloss_scale;  // d(loss)/d(per-token loss sum): loss_scale / tokens of the global batch
   float loss_scale;   // fp16 dynamic loss scale; 1 for fp32 and bf16
   // Outputs (device -> host after it ran).
-  float loss_sum;     // this rank's per-token losses summed over the step
-  float norm_sq;      // gradient sum of squares: this rank's partial, then all-reduced (scaled
-                      // by loss_scale^2)
-  int32_t found_inf;  // the gradients held inf or NaN: the optimizer skipped this step
-  int32_t pad;
+  float loss_sum;  // this rank's per-token losses summed over the step
+  float norm_sq;   // gradient sum of squares: this rank's partial, then all-reduced (scaled by
+                   // loss_scale^2); when not finite, the optimizer skipped the step
 };
 
 struct gpu_exec {
@@ -40,8 +38,6 @@ struct gpu_exec {
   gpu_step_scalars* scalars = nullptr;  // device
   float* loss_scratch = nullptr;        // kReduceScratchFloats device floats (losses)
   float* norm_scratch = nullptr;        // kReduceScratchFloats device floats (gradient norm)
-  // Set by tests and the executor for eager runs: the step is not being captured.
-  bool capturing = false;
 };
 
 // Device floats each reduction scratch holds (one partial sum per block).

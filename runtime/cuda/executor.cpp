@@ -99,9 +99,8 @@ void gpu_executor_run_step(gpu_executor& e, int64_t step, bool timed) {
       arena_end(*e.mem, *e.p, e.p->ops[i].frees, e.p->ops[i].free_count);
     }
     CUDA_CHECK(cudaGraphLaunch(e.graph, compute));
-  } else if (e.graphs && !timed && step >= 1 && e.captured_at < 0) {
+  } else if (e.graphs && !timed && step >= 1 && !e.graph) {
     cudaGraph_t g = nullptr;
-    e.gpu->exec.capturing = true;
     CUDA_CHECK(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal));
     try {
       issue(e, false);
@@ -109,14 +108,11 @@ void gpu_executor_run_step(gpu_executor& e, int64_t step, bool timed) {
       cudaGraph_t partial = nullptr;
       cudaStreamEndCapture(compute, &partial);  // leave the stream usable for the error path
       if (partial) cudaGraphDestroy(partial);
-      e.gpu->exec.capturing = false;
       throw;
     }
     CUDA_CHECK(cudaStreamEndCapture(compute, &g));
-    e.gpu->exec.capturing = false;
     CUDA_CHECK(cudaGraphInstantiate(&e.graph, g, 0));
     CUDA_CHECK(cudaGraphDestroy(g));
-    e.captured_at = step;
     CUDA_CHECK(cudaGraphLaunch(e.graph, compute));
   } else {
     issue(e, timed);
@@ -127,10 +123,6 @@ void gpu_executor_run_step(gpu_executor& e, int64_t step, bool timed) {
       e.start_ns[static_cast<size_t>(i)] = elapsed_ns(e.step_zero, e.start[static_cast<size_t>(i)]);
       e.end_ns[static_cast<size_t>(i)] = elapsed_ns(e.step_zero, e.end[static_cast<size_t>(i)]);
     }
-}
-
-bool gpu_executor_replaying(const gpu_executor& e) {
-  return e.graph != nullptr;
 }
 
 void gpu_executor_stop(gpu_executor& e) {

@@ -38,8 +38,7 @@ struct gpu_executor {
   cudaEvent_t step_zero = nullptr;        // timing origin of a traced step
   cudaEvent_t joined[kStreamCount] = {};  // join: each stream's last op of the step
   bool graphs = true;                     // may capture
-  cudaGraphExec_t graph = nullptr;
-  int64_t captured_at = -1;               // the step whose issue was captured (-1: none yet)
+  cudaGraphExec_t graph = nullptr;        // once captured
   std::vector<int64_t> start_ns, end_ns;  // per op, of the last timed step
 };
 
@@ -50,5 +49,3 @@ void gpu_executor_start(gpu_executor& e, const program& p, step_context& ctx, gp
 // start_ns/end_ns (eagerly, never from a graph).
 void gpu_executor_run_step(gpu_executor& e, int64_t step, bool timed);
 void gpu_executor_stop(gpu_executor& e);
-// Whether the last step ran from a captured graph.
-bool gpu_executor_replaying(const gpu_executor& e);

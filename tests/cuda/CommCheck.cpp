@@ -411,7 +411,6 @@ void check_graph_replay(setup& st, int64_t n) {
   upload(in.get(), send);
   gpu_exec g;
   g.stream = st.stream(stream_id::allreduce);
-  g.capturing = true;
   CUDA_CHECK(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeThreadLocal));
   try {
     cuda_comm_all_reduce(c, in.get(), out.get(), n, dtype_id::fp32, g);
@@ -461,7 +460,6 @@ void check_capture_refused(setup& st) {
   CUDA_CHECK(cudaMemset(buf.get(), 0, 4));
   gpu_exec g;
   g.stream = st.stream(stream_id::allreduce);
-  g.capturing = true;
   CUDA_CHECK(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeThreadLocal));
   std::string error;
   try {
