@@ -11,30 +11,18 @@
 
 namespace {
 
-constexpr int64_t kGuardBytes = 4096;
-constexpr unsigned char kGuardByte = 0xA5;
 constexpr size_t kAlignment = 4096;
 
 std::byte* allocate(int64_t bytes, const char* what) {
   size_t total =
-      static_cast<size_t>((bytes + kGuardBytes + kAlignment - 1) / kAlignment * kAlignment);
+      static_cast<size_t>((bytes + kArenaGuardBytes + kAlignment - 1) / kAlignment * kAlignment);
   void* p = std::aligned_alloc(kAlignment, total);
   if (!p)
     throw runtime_error(
         fmt::format("cannot allocate the {} arena of {} bytes planned for this rank", what, bytes));
   std::memset(p, 0, static_cast<size_t>(bytes));
-  std::memset(static_cast<std::byte*>(p) + bytes, kGuardByte, kGuardBytes);
+  std::memset(static_cast<std::byte*>(p) + bytes, kArenaGuardByte, kArenaGuardBytes);
   return static_cast<std::byte*>(p);
-}
-
-void check_guard(const std::byte* base, int64_t bytes, const char* what) {
-  if (!base) return;
-  for (int64_t i = 0; i < kGuardBytes; ++i)
-    if (static_cast<unsigned char>(base[bytes + i]) != kGuardByte)
-      throw std::runtime_error(fmt::format(
-          "internal error: a kernel wrote past the end of the {} arena ({} bytes, byte +{} "
-          "changed)",
-          what, bytes, i));
 }
 
 }  // namespace
@@ -80,7 +68,16 @@ void arena_end(arena& a, const program& p, const int* buffers, int count) {
   a.live_bytes.fetch_sub(sub);
 }
 
+void arena_check_guard(const std::byte* guard, int64_t arena_bytes, const char* what) {
+  for (int64_t i = 0; i < kArenaGuardBytes; ++i)
+    if (static_cast<unsigned char>(guard[i]) != kArenaGuardByte)
+      throw std::runtime_error(fmt::format(
+          "internal error: a kernel wrote past the end of the {} arena ({} bytes, byte +{} "
+          "changed)",
+          what, arena_bytes, i));
+}
+
 void arena_check_guards(const arena& a) {
-  check_guard(a.device, a.device_bytes, "device");
-  check_guard(a.host, a.host_bytes, "host");
+  if (a.device) arena_check_guard(a.device + a.device_bytes, a.device_bytes, "device");
+  if (a.host) arena_check_guard(a.host + a.host_bytes, a.host_bytes, "host");
 }

@@ -30,6 +30,12 @@ void arena_start(arena& a, const program& p, const int* buffers, int count);
 void arena_end(arena& a, const program& p, const int* buffers, int count);
 // Throws if a guard byte changed (a kernel wrote past its buffer's arena).
 void arena_check_guards(const arena& a);
+// The guard after each arena: kArenaGuardBytes bytes of kArenaGuardByte.
+inline constexpr int64_t kArenaGuardBytes = 4096;
+inline constexpr unsigned char kArenaGuardByte = 0xA5;
+// Throws if the guard region (bytes of the arena named `what`, seen from
+// `guard`: the region itself, or a host copy of a device arena's) changed.
+void arena_check_guard(const std::byte* guard, int64_t arena_bytes, const char* what);
 inline std::byte* arena_base(const arena& a, memory_space s) {
   return s == memory_space::device ? a.device : a.host;
 }

@@ -15,9 +15,6 @@
 
 namespace {
 
-constexpr int64_t kGuardBytes = 4096;
-constexpr unsigned char kGuardByte = 0xA5;
-
 int64_t device_used_bytes() {
   size_t free = 0, total = 0;
   CUDA_CHECK(cudaMemGetInfo(&free, &total));
@@ -43,7 +40,7 @@ class cuda_backend final : public backend {
     baseline_used_ = device_used_bytes();
 
     // The arena: the planned bytes and a guard region after them.
-    const size_t bytes = static_cast<size_t>(p_.device_arena_bytes + kGuardBytes);
+    const size_t bytes = static_cast<size_t>(p_.device_arena_bytes + kArenaGuardBytes);
     cudaError_t err = cudaMalloc(reinterpret_cast<void**>(&mem.device), bytes);
     if (err != cudaSuccess) {
       cudaGetLastError();
@@ -57,7 +54,7 @@ class cuda_backend final : public backend {
     }
     mem.device_bytes = p_.device_arena_bytes;
     CUDA_CHECK(cudaMemset(mem.device, 0, static_cast<size_t>(p_.device_arena_bytes)));
-    CUDA_CHECK(cudaMemset(mem.device + p_.device_arena_bytes, kGuardByte, kGuardBytes));
+    CUDA_CHECK(cudaMemset(mem.device + p_.device_arena_bytes, kArenaGuardByte, kArenaGuardBytes));
     arena_reset_accounting(mem, p_);
     c.device = mem.device;
     c.host = nullptr;
@@ -94,8 +91,9 @@ class cuda_backend final : public backend {
     gc_.decay_range_counts = c.decay_range_counts;
     c.gpu = &gc_;
     mode_ = mode;
-    gpu_executor_start(exec_, p_, c, gc_, mem, o.graphs && mode == gpu_comm_mode::nccl);
-    graphs_ = o.graphs && mode == gpu_comm_mode::nccl;
+    graphs_ =
+        o.graphs && mode == gpu_comm_mode::nccl;  // test-mode collectives are host-synchronous
+    gpu_executor_start(exec_, p_, c, gc_, mem, graphs_);
   }
 
   std::string describe() const override {
@@ -174,16 +172,12 @@ class cuda_backend final : public backend {
            p_.buffers[b].bytes > 0;
   }
 
+  // The device arena's guard, checked on a host copy.
   void check_guard() {
-    unsigned char guard[kGuardBytes];
-    CUDA_CHECK(cudaMemcpy(guard, mem_->device + p_.device_arena_bytes, kGuardBytes,
+    std::byte guard[kArenaGuardBytes];
+    CUDA_CHECK(cudaMemcpy(guard, mem_->device + p_.device_arena_bytes, kArenaGuardBytes,
                           cudaMemcpyDeviceToHost));
-    for (int64_t i = 0; i < kGuardBytes; ++i)
-      if (guard[i] != kGuardByte)
-        throw std::runtime_error(fmt::format(
-            "internal error: a kernel wrote past the end of the device arena ({} bytes, byte +{} "
-            "changed)",
-            p_.device_arena_bytes, i));
+    arena_check_guard(guard, p_.device_arena_bytes, "device");
   }
 
   // Teardown ignores errors: it also runs after a failure.
