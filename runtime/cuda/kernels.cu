@@ -242,13 +242,8 @@ __global__ void adamw_kernel(float* master, float* m, float* v, const G* grad, i
                              float eps, float wd, float grad_scale) {
   const int64_t i = begin + blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= end) return;
-  const float g = to_f(grad[i]) * grad_scale;
-  const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-  const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-  m[i] = mi;
-  v[i] = vi;
-  const float p = master[i] * (1.0f - lr * wd);
-  master[i] = p - lr * (mi / c1) / (sqrtf(vi / c2) + eps);
+  adamw_update(master[i], m[i], v[i], to_f(grad[i]) * grad_scale, lr, beta1, beta2, c1, c2, eps,
+               wd);
 }
 
 // partial[block] = sum of x[i]^2 over the block's grid-stride share of [0, n).

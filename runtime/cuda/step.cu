@@ -111,13 +111,8 @@ __global__ void adamw_kernel(float* master, float* m, float* v, const void* grad
   const float lr = s->lr;
   const float c1 = 1.0f - powf(a.beta1, s->t), c2 = 1.0f - powf(a.beta2, s->t);
   const float wd = decay ? a.weight_decay : 0.0f;
-  const float g = load_as_float(grad, gt, i) * gs.scale;
-  const float mi = a.beta1 * m[i] + (1.0f - a.beta1) * g;
-  const float vi = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
-  m[i] = mi;
-  v[i] = vi;
-  const float p = master[i] * (1.0f - lr * wd);
-  master[i] = p - lr * (mi / c1) / (sqrtf(vi / c2) + a.eps);
+  adamw_update(master[i], m[i], v[i], load_as_float(grad, gt, i) * gs.scale, lr, a.beta1, a.beta2,
+               c1, c2, a.eps, wd);
 }
 
 __global__ void sgd_kernel(float* master, float* momentum_buf, const void* grad, dtype_id gt,
