@@ -189,25 +189,7 @@ TEST(Binary, TraceHasEveryOpOfEveryRankLikeThePredictedTrace) {
   CmdResult r = run_binary(2, bin, "--steps 3 --trace trace.json");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("communication hidden behind compute"), std::string::npos) << r.out;
-  CmdResult predicted =
-      run(fmt::format("schedule {} --gpu cpu --format trace -o {}", (dir / "e2e.fsdp").string(),
-                      (dir / "predicted.json").string()));
-  ASSERT_EQ(predicted.status, 0) << predicted.out;
-  auto names = [](const nlohmann::json& j, int pid) {
-    std::multiset<std::string> s;
-    for (const auto& e : j["traceEvents"])
-      if (e["ph"] == "X" && e["pid"] == pid) s.insert(e["name"].get<std::string>());
-    return s;
-  };
-  nlohmann::json measured = nlohmann::json::parse(std::ifstream(dir / "trace.json"));
-  nlohmann::json planned = nlohmann::json::parse(std::ifstream(dir / "predicted.json"));
-  EXPECT_FALSE(names(planned, 0).empty());
-  EXPECT_EQ(names(measured, 0), names(planned, 0));
-  EXPECT_EQ(names(measured, 1), names(planned, 0));
-  for (const auto& e : measured["traceEvents"])
-    if (e["ph"] == "X") {
-      EXPECT_GE(e["dur"].get<double>(), 0.0);
-    }
+  expect_trace_like_predicted(dir, "cpu", 2);
 }
 
 TEST(Binary, MeasuredPeakIsWithinThePlanAndStepsDoNotAllocate) {

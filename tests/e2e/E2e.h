@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -168,6 +169,32 @@ inline std::vector<double> train_losses(const std::string& name, const E2eConfig
   if (r.status != 0) return {};
   EXPECT_NE(r.out.find(" 0 allocations in steps"), std::string::npos) << r.out;
   return read_losses(dir / "metrics.jsonl");
+}
+
+// dir/trace.json (written by a binary's --trace) has, for each of `world`
+// ranks, exactly the ops of dir/e2e.fsdp's predicted trace on hardware `gpu`,
+// by name, each with a duration.
+inline void expect_trace_like_predicted(const std::filesystem::path& dir, const std::string& gpu,
+                                        int world) {
+  CmdResult predicted =
+      run(fmt::format("schedule {} --gpu {} --format trace -o {}", (dir / "e2e.fsdp").string(), gpu,
+                      (dir / "predicted.json").string()));
+  ASSERT_EQ(predicted.status, 0) << predicted.out;
+  auto names = [](const nlohmann::json& j, int pid) {
+    std::multiset<std::string> s;
+    for (const auto& e : j["traceEvents"])
+      if (e["ph"] == "X" && e["pid"] == pid) s.insert(e["name"].get<std::string>());
+    return s;
+  };
+  nlohmann::json measured = nlohmann::json::parse(std::ifstream(dir / "trace.json"));
+  nlohmann::json planned = nlohmann::json::parse(std::ifstream(dir / "predicted.json"));
+  EXPECT_FALSE(names(planned, 0).empty());
+  for (int rank = 0; rank < world; ++rank)
+    EXPECT_EQ(names(measured, rank), names(planned, 0)) << "rank " << rank;
+  for (const auto& e : measured["traceEvents"])
+    if (e["ph"] == "X") {
+      EXPECT_GE(e["dur"].get<double>(), 0.0);
+    }
 }
 
 }  // namespace fsdpgen::test
