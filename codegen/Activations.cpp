@@ -58,7 +58,10 @@ int64_t backward_scratch_bytes(const ModelSpec& m, const ActivationShape& a) {
   int64_t attention = a.flash_attention ? 0 : m.heads * m.context;
   int64_t largest = std::max({3 * C + attention, (m.family == Family::Gpt2 ? 2 : 3) * F,
                               C + 2 * m.kv_heads * m.head_dim()});
-  return (2 * C + largest) * a.act_bytes * a.tokens;
+  const int64_t stored = (2 * C + largest) * a.act_bytes * a.tokens;
+  if (!a.flash_attention) return stored;
+  // Flash backward's fp32 rowsum(dO * O) per head and token, from a 4-byte boundary.
+  return (stored + 3) / 4 * 4 + m.heads * 4 * a.tokens;
 }
 
 }  // namespace fsdpgen

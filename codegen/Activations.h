@@ -38,7 +38,10 @@ int64_t logits_bytes(const ModelSpec& m, const ActivationShape& a);
 // Token ids and targets of one micro-batch (int32).
 int64_t inputs_bytes(const ActivationShape& a);
 // Gradient buffers flowing through backward: residual-stream gradient (2C,
-// in and out) and the largest per-block intermediate gradient.
+// in and out) and the largest per-block intermediate gradient (with
+// materialized attention including the probabilities' gradient, H*T); with
+// flash attention then an fp32 rowsum(dO * O) per head and token (H), from the
+// next 4-byte boundary.
 int64_t backward_scratch_bytes(const ModelSpec& m, const ActivationShape& a);
 
 }  // namespace fsdpgen

@@ -70,10 +70,12 @@ uint64_t fnv1a(std::string_view s) {
 }
 
 std::string dtype_enum(DType d) {
-  return d == DType::FP32 ? "dtype_id::fp32" : "dtype_id::bf16";
+  return d == DType::FP32   ? "dtype_id::fp32"
+         : d == DType::BF16 ? "dtype_id::bf16"
+                            : "dtype_id::fp16";
 }
-std::string ctype(int64_t bytes) {
-  return bytes == 4 ? "float" : "bf16";
+std::string ctype(DType d) {
+  return d == DType::FP32 ? "float" : d == DType::BF16 ? "bf16" : "fp16";
 }
 
 class Writer {
@@ -91,6 +93,9 @@ class Writer {
     comm_ = p.shard_group > 1 || p.replicas() > 1;
     pbytes_ = dtype_bytes(p.precision.param);
     rbytes_ = comm_ ? dtype_bytes(p.precision.reduce) : 4;
+    reduce_ = comm_ ? p.precision.reduce : DType::FP32;
+    // The spec's 16-bit type (param and reduce do not mix bf16 and fp16).
+    half_ = p.precision.param != DType::FP32 ? p.precision.param : p.precision.reduce;
     act_ = {s.micro_batch * model_.context, pbytes_, s.options.flash_attention};
     N_ = act_.tokens;
     for (const Buffer& b : s.buffers)
@@ -119,13 +124,15 @@ class Writer {
     v["types"] = fmt::format(
         "using param_t = {};  // params and activations ({})\n"
         "using grad_t = {};   // unsharded gradients ({})\n",
-        ctype(pbytes_), to_string(spec_.parallel.precision.param), ctype(rbytes_),
+        ctype(spec_.parallel.precision.param), to_string(spec_.parallel.precision.param),
+        ctype(reduce_),
         comm_ ? std::string(to_string(spec_.parallel.precision.reduce)) : "fp32 on one rank");
     v["model"] = fmt::format(
-        "// B sequences of T tokens, width C, H heads, MLP hidden F, vocab V.\n"
-        "constexpr gpt2_dims kDims{{{}, {}, {}, {}, {}, {}}};\n",
-        s_.micro_batch, model_.context, model_.width, model_.heads, model_.ffn_hidden,
-        model_.vocab);
+        "// B sequences of T tokens, width C, H heads, MLP hidden F, vocab V; flash: attention\n"
+        "// saves log-sum-exp, not probabilities (the plan's layout, codegen/Activations.h).\n"
+        "constexpr gpt2_dims kDims{{{}, {}, {}, {}, {}, {}, {}}};\n",
+        s_.micro_batch, model_.context, model_.width, model_.heads, model_.ffn_hidden, model_.vocab,
+        act_.flash_attention);
     v["ops"] = ops;
     v["tables"] = tables();
     return fill_template("templates/train.cpp", embedded_template("train.cpp"), v);
@@ -145,14 +152,12 @@ class Writer {
                       to_string(model_.family)));
     if (model_.norm_eps != 1e-5)
       fail(fmt::format("norm_eps = {} (gpt2's LayerNorm kernels use 1e-5)", model_.norm_eps));
-    for (DType d : {p.precision.param, p.precision.reduce})
-      if (d == DType::FP16)
-        fail(cuda_
-                 ? "fp16 (the CUDA runtime has fp32 and bf16 so far; fp16 with dynamic loss "
-                   "scaling is not written yet: use bf16)"
-                 : "fp16 (the CPU backend has fp32 and bf16; fp16 with loss scaling is for GPUs)");
-    if (cuda_ && m_.host_arena_bytes > 0)
-      fail("offload = cpu (the CUDA runtime keeps everything in device memory so far)");
+    if ((p.precision.param == DType::BF16 && p.precision.reduce == DType::FP16) ||
+        (p.precision.param == DType::FP16 && p.precision.reduce == DType::BF16))
+      fail(
+          fmt::format("param = {} with reduce = {} (mixing bf16 and fp16 is not supported: make "
+                      "reduce fp32 or the same type as param)",
+                      to_string(p.precision.param), to_string(p.precision.reduce)));
     if (p.precision.master != DType::FP32) fail("master weights must be fp32");
     for (const Segment& seg : s_.units.segments)
       for (size_t k = 0; k < seg.layers.size(); ++k)
@@ -160,7 +165,9 @@ class Writer {
             (k + 1 >= seg.layers.size() || seg.layers[k + 1].kind != LayerId::Kind::Head))
           fail("final_norm and head must be in the same wrap unit");
     if (!act_bytes_aligned())
-      fail("activation slots would not be 4-byte aligned (odd micro_batch * context with bf16)");
+      fail(
+          "activation slots would not be 4-byte aligned (odd micro_batch * context with 16-bit "
+          "params)");
   }
   bool act_bytes_aligned() const {
     return dtype_bytes(spec_.parallel.precision.param) == 4 ||
@@ -407,9 +414,9 @@ class Writer {
                        kGroupEnum[static_cast<int>(op.group)]);
   }
   const FlatUnit& unit(int u) const { return s_.units.units[static_cast<size_t>(u)]; }
-  std::string reduce_dtype() const { return rbytes_ == 4 ? "dtype_id::fp32" : "dtype_id::bf16"; }
+  std::string reduce_dtype() const { return dtype_enum(reduce_); }
   std::string dtype_of(int buffer, int64_t elems) const {
-    return buf(buffer).bytes / elems == 4 ? "dtype_id::fp32" : "dtype_id::bf16";
+    return buf(buffer).bytes / elems == 4 ? "dtype_id::fp32" : dtype_enum(half_);
   }
   // A later micro-batch adds to the gradient shard; the first (or the only reduction) sets it.
   bool accumulates(const Op& op) const {
@@ -453,17 +460,20 @@ class Writer {
         return fmt::format("  {}({}, {}, {}, {}, {}{});\n", fn("comm_all_reduce"), comm(op),
                            bytes_ptr(shard), bytes_ptr(shard), f.shard_elems, t, gtail());
       return fmt::format(
-          "  {}({}, {}{});  // fp32 accumulator -> bf16 for the reduction\n"
-          "  {}({}, {}, {}, {}, dtype_id::bf16{});\n"
-          "  {}({}, {}{});\n",
-          fn("tensor_narrow_in_place"), bytes_ptr(shard), f.shard_elems, gtail(),
-          fn("comm_all_reduce"), comm(op), bytes_ptr(shard), bytes_ptr(shard), f.shard_elems,
-          gtail(), fn("tensor_widen_in_place"), bytes_ptr(shard), f.shard_elems, gtail());
+          "  {}({}, {}, {}{});  // fp32 accumulator -> {} for the reduction\n"
+          "  {}({}, {}, {}, {}, {}{});\n"
+          "  {}({}, {}, {}{});\n",
+          fn("tensor_narrow_in_place"), bytes_ptr(shard), f.shard_elems, reduce_dtype(), gtail(),
+          to_string(reduce_), fn("comm_all_reduce"), comm(op), bytes_ptr(shard), bytes_ptr(shard),
+          f.shard_elems, reduce_dtype(), gtail(), fn("tensor_widen_in_place"), bytes_ptr(shard),
+          f.shard_elems, reduce_dtype(), gtail());
     }
     // no_shard: the whole unit's gradient across replicas.
     const int64_t n = f.padded_elems;
     const std::string t = dtype_of(shard, n);
-    if (t == reduce_dtype() && spec_.parallel.accumulate.micro_batches == 1)
+    // (On a GPU, into a shard in host memory (offload): in place, then a copy.)
+    if (t == reduce_dtype() && spec_.parallel.accumulate.micro_batches == 1 &&
+        !(on_gpu() && buf(shard).space == MemSpace::Host))
       return fmt::format("  {}({}, {}, {}, {}, {}{});\n", fn("comm_all_reduce"), comm(op),
                          bytes_ptr(grads), bytes_ptr(shard), n, t, gtail());
     return fmt::format("  {}({}, {}, {}, {}, {}{});\n", fn("comm_all_reduce"), comm(op),
@@ -472,19 +482,22 @@ class Writer {
   }
 
   std::string copy_h2d(const Op& op) const {
-    if (cuda_)
+    if (on_gpu())
       return fmt::format("  cuda_copy({}, {}, {}, g);\n", bytes_ptr(op.uses[1]),
                          bytes_ptr(op.uses[0]), op.payload_bytes);
     return fmt::format("  std::memcpy({}, {}, {});\n", bytes_ptr(op.uses[1]), bytes_ptr(op.uses[0]),
                        op.payload_bytes);
   }
 
+  // Offload: a reduce-scatter's output (accumulated over micro-batches), or
+  // at world 1 the step's unsharded fp32 gradients, into the host shard.
   std::string copy_d2h(const Op& op) const {
     const FlatUnit& f = unit(op.unit);
     const int staging = use(op, BufferKind::CommStaging);
     const int shard = use(op, BufferKind::GradShard);
-    return convert(shard, dtype_of(shard, f.shard_elems), staging, reduce_dtype(), f.shard_elems,
-                   accumulates(op));
+    const int src = staging >= 0 ? staging : use(op, BufferKind::UnshardedGrads);
+    return convert(shard, dtype_of(shard, f.shard_elems), src, reduce_dtype(), f.shard_elems,
+                   staging >= 0 && accumulates(op));
   }
 
   std::string grad_norm(const Op& op) const {
@@ -514,6 +527,7 @@ class Writer {
 
   std::string op_function(const Op& op) {
     if (op.kind == OpKind::Free) return "";
+    host_ = cuda_ && runs_on_host(s_, op);
     std::string body;
     switch (op.kind) {
       case OpKind::AllGather:
@@ -549,9 +563,11 @@ class Writer {
       case OpKind::Free:
         break;
     }
-    if (cuda_) body = "  [[maybe_unused]] gpu_exec& g = gpu(c);  // the op's stream\n" + body;
-    return fmt::format("// {}: {} on {}\nvoid op_{}(step_context& c) {{\n{}}}\n\n", op.id,
-                       op.label(), to_string(op.stream), op.id, body);
+    if (on_gpu()) body = "  [[maybe_unused]] gpu_exec& g = gpu(c);  // the op's stream\n" + body;
+    return fmt::format("// {}: {} on {}{}\nvoid op_{}(step_context& c) {{\n{}}}\n\n", op.id,
+                       op.label(), to_string(op.stream),
+                       host_ && op.stream != StreamId::Host ? ", run on the host" : "", op.id,
+                       body);
   }
 
   // ---- tables ------------------------------------------------------------------
@@ -614,7 +630,7 @@ class Writer {
                          first[static_cast<size_t>(f.index)], f.tensors.size(),
                          persistent(BufferKind::ParamShard), persistent(BufferKind::MasterWeights),
                          persistent(BufferKind::OptimizerState), grad_shard,
-                         grad_bytes == 4 ? "dtype_id::fp32" : "dtype_id::bf16");
+                         grad_bytes == 4 ? "dtype_id::fp32" : dtype_enum(half_));
     }
     out += "};\n\n";
 
@@ -641,6 +657,13 @@ class Writer {
           cpp_string(op_json(op).dump()));
     }
     out += "constexpr program_op kOps[] = {\n" + rows + "};\n\n";
+    std::vector<int> host_ops;
+    if (cuda_)
+      for (const Op& op : s_.ops)
+        if (runs_on_host(s_, op)) host_ops.push_back(op.id);
+    if (!host_ops.empty())
+      out += "// Ops run on the host (offload), by the CUDA executor's host worker.\n" +
+             int_array("kHostOps", host_ops) + "\n";
 
     int workspace = -1;
     for (const Buffer& b : s_.buffers)
@@ -660,7 +683,7 @@ class Writer {
         "    lr_schedule_kind::{}, {}, {}, {}, {}, {}, data_source::{}, {}, {}, {},\n"
         "    // plan: device arena, host arena, live peak, workspace buffer\n"
         "    {}, {}, {}, {},\n"
-        "    kBuffers, {}, kUnits, {}, kTensors, {}, kOps, {}}};\n",
+        "    kBuffers, {}, kUnits, {}, kTensors, {}, kOps, {}{}}};\n",
         cpp_string(path_), cpp_string(model_.name), hash, model_.vocab, model_.context,
         model_.width, model_.heads, model_.layers, model_.ffn_hidden, model_.tie_embeddings,
         s_.units.total_params, par.world, par.shard_group, par.accumulate.micro_batches,
@@ -674,7 +697,7 @@ class Writer {
         fmt::format("{:.17g}", t.clip), t.seed, to_string(t.data.kind), t.data.seed,
         cpp_string(t.data.path), t.log_every, m_.device_arena_bytes, m_.host_arena_bytes,
         m_.live_peak_bytes, workspace, s_.buffers.size(), s_.units.units.size(), count,
-        s_.ops.size());
+        s_.ops.size(), host_ops.empty() ? "" : fmt::format(", kHostOps, {}", host_ops.size()));
     if (workspace >= 0 && !cuda_)
       out += fmt::format(
           "static_assert({} >= kCpuGemmWorkspaceBytes, \"the planned GEMM workspace is smaller "
@@ -684,19 +707,30 @@ class Writer {
   }
 
   // ---- the target's vocabulary --------------------------------------------------
+  // Whether the op being written runs on the GPU. A CUDA program runs some
+  // ops on the host when it offloads (runs_on_host: the norm, the optimizer
+  // and collectives of host memory); those are written in the CPU vocabulary
+  // and listed in kHostOps, which the CUDA executor hands to its host worker.
+  bool on_gpu() const { return cuda_ && !host_; }
   // The CUDA runtime's calls are the CPU runtime's prefixed cuda_ (runtime/cuda/step.h).
   std::string fn(std::string_view name) const {
-    return cuda_ ? "cuda_" + std::string(name) : std::string(name);
+    return on_gpu() ? "cuda_" + std::string(name) : std::string(name);
   }
   // What kernels get last: the CPU's GEMM workspace, the GPU's gpu_exec.
-  std::string ws() const { return cuda_ ? "g" : "c.ws"; }
+  std::string ws() const { return on_gpu() ? "g" : "c.ws"; }
   // What element-wise and collective calls get last (nothing on the CPU).
-  std::string gtail() const { return cuda_ ? ", g" : ""; }
+  std::string gtail() const { return on_gpu() ? ", g" : ""; }
   std::string norm_partial() const {
-    return cuda_ ? "cuda_norm_partial(c)" : "&c.grad_norm_partial";
+    return on_gpu() ? "cuda_norm_partial(c)" : "&c.grad_norm_partial";
   }
+  // On a GPU, a conversion into host memory (offload) is a kernel that
+  // writes it through unified addressing, or a copy when nothing converts.
   std::string convert(int dst, const std::string& dst_t, int src, const std::string& src_t,
                       int64_t n, bool accumulate) const {
+    if (on_gpu() && buf(dst).space == MemSpace::Host && dst_t == src_t && !accumulate)
+      return fmt::format("  cuda_copy({}, {}, {}, g);  // {} values, nothing to convert\n",
+                         bytes_ptr(dst), bytes_ptr(src),
+                         n * (dst_t == dtype_enum(DType::FP32) ? 4 : 2), n);
     return fmt::format("  {}({}, {}, {}, {}, {}, {}{});\n", fn("tensor_convert"), bytes_ptr(dst),
                        dst_t, bytes_ptr(src), src_t, n, accumulate, gtail());
   }
@@ -708,8 +742,11 @@ class Writer {
   const ModelSpec& model_;
   EmitTarget target_;
   bool cuda_ = false;
+  bool host_ = false;  // the op being written runs on the host (on_gpu)
   bool comm_ = false;
   int64_t pbytes_ = 4, rbytes_ = 4, N_ = 0;
+  DType reduce_ = DType::FP32;  // the unsharded gradients' dtype (fp32 without communication)
+  DType half_ = DType::BF16;    // the 16-bit dtype 16-bit buffers hold
   ActivationShape act_;
   std::map<std::string, int> by_name_;
   std::set<int> zeroed_;

@@ -17,10 +17,11 @@ int64_t usable_bytes(const Hardware& hw) {
 
 ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec) {
   ScheduleOptions o;
-  // The CUDA runtime materializes attention probabilities (cuBLASLt batched
-  // GEMMs and a fused softmax, runtime/cuda/attention.h) until its fused
-  // flash-style kernel exists, so GPU plans reserve them as CPU plans do.
-  o.flash_attention = false;
+  // GPUs run attention as fused flash kernels (runtime/cuda/attention.h), so
+  // their plans save log-sum-exp instead of the T x T probabilities, for head
+  // sizes the kernels take; the CPU runtime's attention is faster as GEMMs
+  // over materialized probabilities.
+  o.flash_attention = hw.gpu && spec.model.head_dim() <= kGpuFlashMaxHeadDim;
   if (hw.gpu)
     o.gemm_workspace_bytes = int64_t{32} << 20;  // cuBLASLt's recommended workspace on Hopper
   else if (spec.parallel.precision.param != DType::FP32)

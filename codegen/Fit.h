@@ -23,9 +23,14 @@ int64_t usable_bytes(const Hardware& hw);
 // tiles to fp32 there; runtime/gemm.h's kCpuGemmWorkspaceBytes).
 inline constexpr int64_t kCpuGemmWorkspaceBytes = int64_t{6} << 20;
 
-// Schedule options the target implies: a cuBLASLt workspace on GPUs; on
-// CPUs a workspace only for 16-bit params. Attention probabilities are
-// materialized on both (the runtimes have no fused flash kernel yet).
+// The largest head size the CUDA runtime's flash attention kernels take
+// (runtime/cuda/attention.h's kCudaAttentionFlashMaxHeadSize).
+inline constexpr int64_t kGpuFlashMaxHeadDim = 128;
+
+// Schedule options the target implies: a cuBLASLt workspace on GPUs, and
+// flash attention (log-sum-exp saved, not probabilities) where the head size
+// is at most kGpuFlashMaxHeadDim; on CPUs materialized attention
+// probabilities and a workspace only for 16-bit params.
 ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec);
 
 struct PlanResult {

@@ -383,9 +383,11 @@ class Builder {
     const bool last_mb = mb == M_ - 1;
     if (!last_mb && p_.accumulate.reduce == AccumulateReduce::Last)
       return;  // keep accumulating unsharded
-    if (!sharded_ && !replicated_) {
-      if (last_mb)
-        grad_shard_[u] = grads_[u], grads_[u] = -1;  // world 1: the fp32 grads are the shard
+    // World 1: nothing to reduce; the step's fp32 gradients accumulate unsharded.
+    const bool local = !sharded_ && !replicated_;
+    if (local && !last_mb) return;
+    if (local && !offload_) {
+      grad_shard_[u] = grads_[u], grads_[u] = -1;  // the fp32 grads are the shard
       return;
     }
     // Frees that waited on the previous unit's reduction go now: it ran
@@ -397,6 +399,14 @@ class Builder {
           buffer(BufferKind::GradShard, MemSpace::Device, fmt::format("grad_shard.u{}", u),
                  shard_bytes(u, gbytes_), u, -1, false);
     int producer = last_backward;
+    if (local) {
+      // Offload at world 1: the step's gradients go to the host shard, once.
+      Op d2h = make_op(OpKind::CopyD2H, StreamId::Copy, u, -1, -1);
+      d2h.payload_bytes = unit_bytes(u, rbytes_);
+      d2h.uses = {grads_[u], grad_shard_[u]};
+      d2h.deps = {last_backward};
+      producer = emit(d2h);
+    }
     if (sharded_) {
       bool staged = rbytes_ != gbytes_ || M_ > 1 || offload_;
       int staging = staged ? buffer(BufferKind::CommStaging, MemSpace::Device,
@@ -498,6 +508,15 @@ std::string deps_text(const Op& op) {
 
 Schedule build_schedule(const Units& units, const ScheduleOptions& options) {
   return Builder(units, options).run();
+}
+
+bool runs_on_host(const Schedule& s, const Op& op) {
+  if (s.units.spec.parallel.offload != Offload::Cpu) return false;
+  if (op.stream == StreamId::Host) return true;
+  if (op.group == CommGroup::None) return false;
+  for (int b : op.uses)
+    if (s.buffers[static_cast<size_t>(b)].space == MemSpace::Device) return false;
+  return true;  // no buffer at all: the norm's partial sums, which the host stream holds
 }
 
 std::vector<RankCollective> collectives_for_rank(const Schedule& s, int64_t rank) {

@@ -141,6 +141,14 @@ struct Schedule {
 
 Schedule build_schedule(const Units& units, const ScheduleOptions& options = {});
 
+// Whether a GPU program runs op on the host (offload = cpu): the host
+// stream's ops (the gradient norm and the optimizer) and the collectives that
+// touch only host memory (the cross-replica all-reduce of a host gradient
+// shard, the all-reduce of the norm's partial sums). No op on the device
+// waits for one of these within a step (codegen/Verify checks it), so the
+// device never waits for the host.
+bool runs_on_host(const Schedule& s, const Op& op);
+
 // A collective as one rank takes part in it: which communicator (the rank's
 // shard group r / S, its replica group r % S, or the world) and what moves.
 // Every member of a communicator must see the same sequence on it.

@@ -27,6 +27,7 @@ class Verifier {
     peak_breakdown();
     same_collectives_on_every_member();
     hybrid_all_reduce_once();
+    device_never_waits_for_the_host();
     return errors_;
   }
 
@@ -207,6 +208,24 @@ class Verifier {
       if (u.padded_elems > 0 && count[u.index] != 1)
         fail("unit {} has {} cross-replica all-reduces per step; hybrid sharding needs exactly one",
              u.index, count[u.index]);
+  }
+
+  // offload = cpu: what a GPU program runs on the host (runs_on_host) uses
+  // host memory only, and no op on the device waits for it within the step.
+  void device_never_waits_for_the_host() {
+    for (const Op& op : s_.ops) {
+      if (runs_on_host(s_, op)) {
+        for (int b : op.uses)
+          if (s_.buffers[b].space == MemSpace::Device)
+            fail("{} (#{}) runs on the host but uses {}, which is in device memory", op.label(),
+                 op.id, s_.buffers[b].name);
+        continue;
+      }
+      for (int d : op.deps)
+        if (d >= 0 && d < op.id && runs_on_host(s_, s_.ops[d]))
+          fail("{} (#{}) runs on the device but waits for {} (#{}), which runs on the host",
+               op.label(), op.id, s_.ops[d].label(), d);
+    }
   }
 
   const Schedule& s_;

@@ -6,7 +6,9 @@
 // reuses another's bytes is ordered after its Free; the peak breakdown sums
 // to the peak; every member of every communicator sees the same collective
 // sequence; hybrid all-reduces come once per step, after the last
-// micro-batch. Returns one message per violation (empty: all hold).
+// micro-batch; with offload, the ops a GPU program runs on the host use host
+// memory only and no op on the device waits for one. Returns one message per
+// violation (empty: all hold).
 #pragma once
 
 #include <string>

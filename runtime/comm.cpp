@@ -1,5 +1,6 @@
-// comm: MPI collectives with fp32 and bf16 sums (bf16 through a user
-// reduction that adds in fp32 and rounds once per element pair).
+// comm: MPI collectives with fp32, bf16 and fp16 sums (the 16-bit types
+// through user reductions that add in fp32 and round once per element pair;
+// an fp16 sum beyond 65504 is infinity, as on a GPU).
 #include "runtime/comm.h"
 
 #include <fmt/format.h>
@@ -35,27 +36,44 @@ void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
     b[i] = bf16_from_float(bf16_to_float(a[i]) + bf16_to_float(b[i]));
 }
 
+void fp16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const fp16* a = static_cast<const fp16*>(in);
+  fp16* b = static_cast<fp16*>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] = fp16_from_float(fp16_to_float(a[i]) + fp16_to_float(b[i]));
+}
+
 struct mpi_types {
-  MPI_Datatype bf16_type = MPI_DATATYPE_NULL;
+  MPI_Datatype half_type = MPI_DATATYPE_NULL;  // 16 opaque bits: bf16 or fp16
   MPI_Op bf16_sum_op = MPI_OP_NULL;
+  MPI_Op fp16_sum_op = MPI_OP_NULL;
 };
 
 const mpi_types& types() {
   static const mpi_types t = [] {
     mpi_types m;
-    MPI_CHECK(MPI_Type_contiguous(1, MPI_UINT16_T, &m.bf16_type));
-    MPI_CHECK(MPI_Type_commit(&m.bf16_type));
+    MPI_CHECK(MPI_Type_contiguous(1, MPI_UINT16_T, &m.half_type));
+    MPI_CHECK(MPI_Type_commit(&m.half_type));
     MPI_CHECK(MPI_Op_create(&bf16_sum, 1, &m.bf16_sum_op));
+    MPI_CHECK(MPI_Op_create(&fp16_sum, 1, &m.fp16_sum_op));
     return m;
   }();
   return t;
 }
 
 MPI_Datatype datatype(dtype_id t) {
-  return t == dtype_id::fp32 ? MPI_FLOAT : types().bf16_type;
+  return t == dtype_id::fp32 ? MPI_FLOAT : types().half_type;
 }
 MPI_Op sum_op(dtype_id t) {
-  return t == dtype_id::fp32 ? MPI_SUM : types().bf16_sum_op;
+  switch (t) {
+    case dtype_id::fp32:
+      return MPI_SUM;
+    case dtype_id::bf16:
+      return types().bf16_sum_op;
+    case dtype_id::fp16:
+      break;
+  }
+  return types().fp16_sum_op;
 }
 
 int count_of(int64_t n, const char* what) {

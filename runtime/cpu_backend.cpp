@@ -46,7 +46,8 @@ class cpu_backend final : public backend {
     c_->grad_norm_partial = 0;
     streams_run_step(exec_, step);
     arena_check_guards(*mem_);
-    return {c_->loss_sum, std::sqrt(static_cast<double>(c_->grad_norm_partial)), false};
+    const double norm = std::sqrt(static_cast<double>(c_->grad_norm_partial)) / c_->grad_scale;
+    return {c_->loss_sum, norm, !std::isfinite(norm)};
   }
 
   const std::vector<int64_t>& op_start_ns() const override { return exec_.start_ns; }

@@ -1,5 +1,6 @@
-// gemm: row-major GEMM on OpenBLAS for every float/bf16 operand combination;
-// bf16 operands are widened tile by tile into the caller's workspace.
+// gemm: row-major GEMM on OpenBLAS for every float/bf16 and float/fp16
+// operand combination; 16-bit operands are widened tile by tile into the
+// caller's workspace.
 #include "runtime/gemm.h"
 
 #include <cblas.h>
@@ -17,19 +18,20 @@ constexpr int64_t kGemmMinTile = 16;
 // Largest tile edge tried first.
 constexpr int64_t kGemmMaxTile = 4096;
 
+// 16-bit storage (bf16 or fp16): widened to fp32 around sgemm.
 template <class T>
-constexpr bool is_bf16 = std::is_same_v<T, bf16>;
+constexpr bool is_narrow = std::is_same_v<T, bf16> || std::is_same_v<T, fp16>;
 
 struct gemm_tile {
   int64_t m, n, k;
 };
 
 // Floats of workspace a tile needs: a widened A tile, B tile and C tile for
-// each operand stored in bf16 (fp32 operands are used in place).
+// each operand stored in 16 bits (fp32 operands are used in place).
 template <class TA, class TB, class TC>
 int64_t gemm_tile_floats(const gemm_tile& t) {
-  return (is_bf16<TA> ? t.m * t.k : 0) + (is_bf16<TB> ? t.k * t.n : 0) +
-         (is_bf16<TC> ? t.m * t.n : 0);
+  return (is_narrow<TA> ? t.m * t.k : 0) + (is_narrow<TB> ? t.k * t.n : 0) +
+         (is_narrow<TC> ? t.m * t.n : 0);
 }
 
 // The largest square-ish tile (edges clamped to the matrix) that fits ws.
@@ -40,7 +42,7 @@ gemm_tile gemm_choose_tile(int64_t M, int64_t N, int64_t K, const gemm_workspace
   const int64_t min_floats = gemm_tile_floats<TA, TB, TC>(min_tile);
   if (ws.data == nullptr || ws.floats < min_floats)
     throw std::runtime_error(
-        fmt::format("gemm: workspace of {} floats is too small for a bf16 GEMM of M={} N={} K={} "
+        fmt::format("gemm: workspace of {} floats is too small for a 16-bit GEMM of M={} N={} K={} "
                     "(a {}x{}x{} tile needs {} floats; kCpuGemmWorkspaceBytes is {})",
                     ws.data == nullptr ? 0 : ws.floats, M, N, K, min_tile.m, min_tile.n, min_tile.k,
                     min_floats, kCpuGemmWorkspaceBytes));
@@ -74,7 +76,7 @@ void gemm_narrow(T* dst, int64_t ld, const float* src, int64_t rows, int64_t col
 template <class T>
 const float* gemm_operand(const T* X, int64_t ldx, int64_t row0, int64_t col0, int64_t rows,
                           int64_t cols, float* buf, int64_t* ld) {
-  if constexpr (is_bf16<T>) {
+  if constexpr (is_narrow<T>) {
     gemm_widen(buf, X + row0 * ldx + col0, ldx, rows, cols);
     *ld = cols;
     return buf;
@@ -99,13 +101,13 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   }
   const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-  if constexpr (!is_bf16<TA> && !is_bf16<TB> && !is_bf16<TC>) {
+  if constexpr (!is_narrow<TA> && !is_narrow<TB> && !is_narrow<TC>) {
     cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   } else {
     const gemm_tile t = gemm_choose_tile<TA, TB, TC>(M, N, K, ws);
     float* a_buf = ws.data;
-    float* b_buf = a_buf + (is_bf16<TA> ? t.m * t.k : 0);
-    float* c_buf = b_buf + (is_bf16<TB> ? t.k * t.n : 0);
+    float* b_buf = a_buf + (is_narrow<TA> ? t.m * t.k : 0);
+    float* c_buf = b_buf + (is_narrow<TB> ? t.k * t.n : 0);
     for (int64_t i0 = 0; i0 < M; i0 += t.m) {
       const int64_t m = std::min(t.m, M - i0);
       for (int64_t j0 = 0; j0 < N; j0 += t.n) {
@@ -113,7 +115,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
         // The fp32 C tile (m, n): C itself when TC is fp32, else widened.
         float* c;
         int64_t ldc_tile;
-        if constexpr (is_bf16<TC>) {
+        if constexpr (is_narrow<TC>) {
           c = c_buf;
           ldc_tile = n;
           if (beta != 0.0f) gemm_widen(c, C + i0 * ldc + j0, ldc, m, n);
@@ -133,7 +135,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda_tile, b, ldb_tile,
                       k0 == 0 ? beta : 1.0f, c, ldc_tile);
         }
-        if constexpr (is_bf16<TC>) gemm_narrow(C + i0 * ldc + j0, ldc, c, m, n);
+        if constexpr (is_narrow<TC>) gemm_narrow(C + i0 * ldc + j0, ldc, c, m, n);
       }
     }
   }
@@ -142,11 +144,15 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 #define GEMM_INSTANTIATE(TA, TB, TC)                                                               \
   template void gemm<TA, TB, TC>(bool, bool, int64_t, int64_t, int64_t, float, const TA*, int64_t, \
                                  const TB*, int64_t, float, TC*, int64_t, const gemm_workspace&);
+// Every combination of fp32 with one 16-bit type (bf16 and fp16 do not mix).
+#define GEMM_INSTANTIATE_WITH(H)    \
+  GEMM_INSTANTIATE(float, float, H) \
+  GEMM_INSTANTIATE(float, H, float) \
+  GEMM_INSTANTIATE(float, H, H)     \
+  GEMM_INSTANTIATE(H, float, float) \
+  GEMM_INSTANTIATE(H, float, H)     \
+  GEMM_INSTANTIATE(H, H, float)     \
+  GEMM_INSTANTIATE(H, H, H)
 GEMM_INSTANTIATE(float, float, float)
-GEMM_INSTANTIATE(float, float, bf16)
-GEMM_INSTANTIATE(float, bf16, float)
-GEMM_INSTANTIATE(float, bf16, bf16)
-GEMM_INSTANTIATE(bf16, float, float)
-GEMM_INSTANTIATE(bf16, float, bf16)
-GEMM_INSTANTIATE(bf16, bf16, float)
-GEMM_INSTANTIATE(bf16, bf16, bf16)
+GEMM_INSTANTIATE_WITH(bf16)
+GEMM_INSTANTIATE_WITH(fp16)

@@ -1,14 +1,14 @@
 // gemm: row-major matrix products through OpenBLAS. fp32 operands go straight
-// to cblas_sgemm; bf16 operands are converted to fp32 tiles in the caller's
-// workspace (Debian's OpenBLAS has no bf16 GEMM), multiplied with sgemm and
-// rounded back, so a bf16 GEMM never allocates.
+// to cblas_sgemm; bf16 and fp16 operands are converted to fp32 tiles in the caller's
+// workspace (Debian's OpenBLAS has no 16-bit GEMM), multiplied with sgemm and
+// rounded back, so a 16-bit GEMM never allocates.
 #pragma once
 
 #include <cstdint>
 
 #include "runtime/dtype.h"
 
-// Scratch for bf16 GEMMs: a slice of the arena's GEMM workspace buffer.
+// Scratch for 16-bit GEMMs: a slice of the arena's GEMM workspace buffer.
 struct gemm_workspace {
   float* data = nullptr;
   int64_t floats = 0;
@@ -20,7 +20,7 @@ inline constexpr int64_t kCpuGemmWorkspaceBytes = int64_t{6} << 20;
 
 // C (M x N, leading dim ldc) = alpha * op(A) * op(B) + beta * C, row-major.
 // op(A) is M x K (A is K x M when trans_a), op(B) is K x N (B is N x K when
-// trans_b). TA/TB/TC may each be float or bf16; accumulation is fp32.
+// trans_b). TA/TB/TC may each be float or one 16-bit type (bf16 or fp16); accumulation is fp32.
 template <class TA, class TB, class TC>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const TA* A,
           int64_t lda, const TB* B, int64_t ldb, float beta, TC* C, int64_t ldc,

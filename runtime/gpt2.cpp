@@ -39,14 +39,23 @@ struct slot_carver {
   }
 };
 
+// Elements of T per token of the backward scratch's big array: d(qkv) and,
+// materialized, d(probs); or d(gelu) and d(fc) (the planner reserves both,
+// codegen/Activations.cpp; the block's backward runs GELU's in place).
 int64_t gpt2_big_per_token(const gpt2_dims& d) {
-  return std::max(3 * d.C + d.H * d.T, d.F);
+  return std::max(3 * d.C + (d.flash ? 0 : d.H * d.T), 2 * d.F);
+}
+
+// Bytes of the backward scratch's T arrays (dres, dtmp, big).
+int64_t gpt2_scratch_stored_bytes(const gpt2_dims& d, int64_t a) {
+  return d.N() * a * (2 * d.C + gpt2_big_per_token(d));
 }
 
 }  // namespace
 
 int64_t gpt2_block_saved_bytes(const gpt2_dims& d, int64_t a) {
-  return d.N() * (4 * 4 + a * (8 * d.C + 2 * d.F + d.H * d.T));
+  const int64_t attention = d.flash ? 4 * d.H : a * d.H * d.T;  // lse (fp32) or probs (T)
+  return d.N() * (4 * 4 + a * (8 * d.C + 2 * d.F) + attention);
 }
 
 int64_t gpt2_final_norm_saved_bytes(const gpt2_dims& d, int64_t a) {
@@ -54,7 +63,8 @@ int64_t gpt2_final_norm_saved_bytes(const gpt2_dims& d, int64_t a) {
 }
 
 int64_t gpt2_backward_scratch_bytes(const gpt2_dims& d, int64_t a) {
-  return d.N() * a * (2 * d.C + gpt2_big_per_token(d));
+  const int64_t stored = gpt2_scratch_stored_bytes(d, a);
+  return d.flash ? round_up(stored, 4) + 4 * d.N() * d.H : stored;
 }
 
 // A block's tensors in flat-parameter order (params and grads alike).
@@ -104,7 +114,9 @@ gpt2_block_saved<T> gpt2_block_saved_at(std::byte* slot, const gpt2_dims& d) {
   s.ln2 = c.next<T>(N * C);
   s.fc = c.next<T>(N * d.F);
   s.gelu = c.next<T>(N * d.F);
-  s.probs = c.next<T>(N * d.H * d.T);
+  // The T arrays end on a 4-byte boundary (N * a * (8C + 2F) bytes, a = 2 or 4).
+  s.probs = d.flash ? nullptr : c.next<T>(N * d.H * d.T);
+  s.lse = d.flash ? c.next<float>(N * d.H) : nullptr;
   return s;
 }
 
@@ -126,6 +138,7 @@ gpt2_backward_scratch<T> gpt2_backward_scratch_at(std::byte* base, const gpt2_di
   s.dres = c.next<T>(d.N() * d.C);
   s.dtmp = c.next<T>(d.N() * d.C);
   s.big = c.next<T>(d.N() * gpt2_big_per_token(d));
+  s.delta = d.flash ? reinterpret_cast<float*>(base + round_up(c.p - base, 4)) : nullptr;
   return s;
 }
 
@@ -147,7 +160,10 @@ void gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_
   const int64_t N = d.N(), C = d.C, F = d.F;
   layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, p.ln1_w, p.ln1_b, N, C);
   matmul_forward(s.qkv, s.ln1, p.qkv_w, p.qkv_b, N, C, 3 * C, ws);
-  attention_forward(s.attn, s.probs, s.qkv, d.B, d.T, C, d.H, ws);
+  if (d.flash)
+    attention_forward_flash(s.attn, s.lse, s.qkv, d.B, d.T, C, d.H);
+  else
+    attention_forward(s.attn, s.probs, s.qkv, d.B, d.T, C, d.H, ws);
   matmul_forward(s.res2, s.attn, p.proj_w, p.proj_b, N, C, C, ws);
   residual_forward(s.res2, s.res2, s.input, N * C);
   layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, N, C);
@@ -165,7 +181,7 @@ void gpt2_block_backward(const gpt2_block_grads<G>& g, const gpt2_block_params<T
   const int64_t N = d.N(), C = d.C, F = d.F;
   T* dres = scratch.dres;  // (N, C) d(out) -> d(res2) -> d(input)
   T* dtmp = scratch.dtmp;  // (N, C)
-  T* big = scratch.big;    // (N, F) as d(gelu), d(fc); (N, 3C) d(qkv) then (B, H, T, T) dprobs
+  T* big = scratch.big;    // (N, F) as d(gelu), d(fc); (N, 3C) d(qkv) [then (B, H, T, T) dprobs]
   // MLP: out = res2 + gelu(ln2 @ fc_w + fc_b) @ fc2_w + fc2_b.
   matmul_backward(big, g.fc2_w, g.fc2_b, dres, s.gelu, p.fc2_w, N, F, C, ws);
   gelu_backward(big, s.fc, big, N * F);
@@ -174,9 +190,13 @@ void gpt2_block_backward(const gpt2_block_grads<G>& g, const gpt2_block_params<T
                      true);
   // Attention: res2 = input + attention(ln1 @ qkv_w + qkv_b) @ proj_w + proj_b.
   matmul_backward(dtmp, g.proj_w, g.proj_b, dres, s.attn, p.proj_w, N, C, C, ws);
-  T* dqkv = big;                // (N, 3C)
-  T* dprobs = big + N * 3 * C;  // (B, H, T, T)
-  attention_backward(dqkv, dprobs, dtmp, s.qkv, s.probs, d.B, d.T, C, d.H, ws);
+  T* dqkv = big;  // (N, 3C)
+  if (d.flash) {
+    attention_backward_flash(dqkv, scratch.delta, dtmp, s.qkv, s.attn, s.lse, d.B, d.T, C, d.H);
+  } else {
+    T* dprobs = big + N * 3 * C;  // (B, H, T, T)
+    attention_backward(dqkv, dprobs, dtmp, s.qkv, s.probs, d.B, d.T, C, d.H, ws);
+  }
   matmul_backward(dtmp, g.qkv_w, g.qkv_b, dqkv, s.ln1, p.qkv_w, N, C, 3 * C, ws);
   layernorm_backward(dres, g.ln1_w, g.ln1_b, dtmp, s.input, p.ln1_w, s.ln1_mean, s.ln1_rstd, N, C,
                      true);
@@ -231,3 +251,8 @@ GPT2_INSTANTIATE_TG(float, float)
 GPT2_INSTANTIATE_TG(float, bf16)
 GPT2_INSTANTIATE_TG(bf16, float)
 GPT2_INSTANTIATE_TG(bf16, bf16)
+GPT2_INSTANTIATE_T(fp16)
+template gpt2_block_grads<fp16> gpt2_block_grads_at<fp16>(fp16*, const gpt2_dims&);
+GPT2_INSTANTIATE_TG(float, fp16)
+GPT2_INSTANTIATE_TG(fp16, float)
+GPT2_INSTANTIATE_TG(fp16, fp16)

@@ -6,10 +6,13 @@
 // Per token, a block's saved slot holds, in this order:
 //   fp32: ln1_mean, ln1_rstd, ln2_mean, ln2_rstd
 //   T:    input (C), ln1 (C), qkv (3C), attn (C), res2 (C), ln2 (C), fc (F), gelu (F),
-//         probs (H*T)
-// (laid out as arrays over the N tokens: all ln1_mean first, then all ln1_rstd, ...).
-// The final norm's slot: fp32 mean, rstd; T: input (C), output (C).
-// Backward scratch: dres (C), dtmp (C), big (max(3C + H*T, F)) per token.
+//   then the attention's: probs (H*T), or with dims.flash lse (H, fp32)
+// (laid out as arrays over the N tokens: all ln1_mean first, then all ln1_rstd, ...;
+// probs and lse over (B, H) then positions). The final norm's slot: fp32 mean, rstd;
+// T: input (C), output (C).
+// Backward scratch per token: T: dres (C), dtmp (C), big (max(3C + H*T, 2F), or with
+// dims.flash max(3C, 2F)); with dims.flash then fp32 delta (H), from the next 4-byte boundary.
+// (The planner reserves 2F in big; the block's backward uses F of it.)
 #pragma once
 
 #include <cstddef>
@@ -24,10 +27,16 @@ struct gpt2_dims {
   int64_t H = 0;  // heads
   int64_t F = 0;  // MLP hidden
   int64_t V = 0;  // vocab
+  // Attention without T x T storage: it saves the log-sum-exp of each query's
+  // scores and backward recomputes the probabilities (codegen/Activations.h's
+  // flash layout, which the plan chooses); otherwise it saves the probabilities.
+  bool flash = false;
   int64_t N() const { return B * T; }
 };
 
-// Bytes of one block's saved slot and of the final norm's, for element size a.
+// Bytes of one block's saved slot, of the final norm's and of the backward
+// scratch, for element size a: what codegen/Activations.h plans (layer_saved_bytes,
+// backward_scratch_bytes), byte for byte.
 int64_t gpt2_block_saved_bytes(const gpt2_dims& d, int64_t a);
 int64_t gpt2_final_norm_saved_bytes(const gpt2_dims& d, int64_t a);
 int64_t gpt2_backward_scratch_bytes(const gpt2_dims& d, int64_t a);
@@ -71,7 +80,9 @@ struct gpt2_block_saved {
   T* ln2;    // (N, C)
   T* fc;     // (N, F)
   T* gelu;   // (N, F)
-  T* probs;  // (B, H, T, T)
+  T* probs;  // (B, H, T, T) softmax probabilities; null with dims.flash
+  // (B, H, T) log-sum-exp of each query's scaled scores; dims.flash only, else null.
+  float* lse;
 };
 template <class T>
 gpt2_block_saved<T> gpt2_block_saved_at(std::byte* slot, const gpt2_dims& d);
@@ -89,7 +100,9 @@ template <class T>
 struct gpt2_backward_scratch {
   T* dres;  // (N, C) gradient of the residual stream, updated in place layer by layer
   T* dtmp;  // (N, C)
-  T* big;   // (N, max(3C + H*T, F))
+  T* big;   // (N, max(3C + H*T, 2F)), with dims.flash (N, max(3C, 2F))
+  // (B, H, T) dims.flash only (else null): rowsum(d(attn) * attn) per head and query.
+  float* delta;
 };
 template <class T>
 gpt2_backward_scratch<T> gpt2_backward_scratch_at(std::byte* base, const gpt2_dims& d);

@@ -1,11 +1,13 @@
 // kernels: the gpt2 family's CPU kernels (see kernels.h), fp32 arithmetic on
-// float or bf16 storage, OpenMP over rows or channels, products on gemm().
+// float, bf16 or fp16 storage, OpenMP over rows or channels, products on gemm().
 // Nothing here allocates: kernels run inside a training step.
 #include "runtime/kernels.h"
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace {
 
@@ -321,6 +323,144 @@ void attention_backward(T* dqkv, T* dprobs, const T* dout, const T* qkv, const T
   }
 }
 
+namespace {
+
+// fp32 dot product of two rows of n values of T.
+template <class T>
+float dot_row(const T* a, const T* b, int64_t n) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; i++)
+    s += to_float(a[i]) * to_float(b[i]);
+  return s;
+}
+
+// acc[i] += w * x[i] for i in [0, n).
+template <class T>
+void add_scaled_row(float* acc, float w, const T* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++)
+    acc[i] += w * to_float(x[i]);
+}
+
+// Where the rows of head bh = b * H + h are, in elements: position t's q at
+// qkv + qkv_at(bh, t) (k at + C, v at + 2C), its out and dout at out_at(bh,
+// t), its lse and delta at bh * T + t.
+struct flash_rows {
+  int64_t T_, C, H, hs;
+  int64_t qkv_at(int64_t bh, int64_t t) const {
+    return ((bh / H) * T_ + t) * 3 * C + (bh % H) * hs;
+  }
+  int64_t out_at(int64_t bh, int64_t t) const { return ((bh / H) * T_ + t) * C + (bh % H) * hs; }
+};
+
+flash_rows flash_rows_of(int64_t T_, int64_t C, int64_t H) {
+  if (H <= 0 || C % H != 0)
+    throw std::invalid_argument("attention_flash: C=" + std::to_string(C) +
+                                " is not a multiple of H=" + std::to_string(H));
+  if (C / H > kAttentionFlashMaxHeadSize)
+    throw std::invalid_argument("attention_flash: head size C/H = " + std::to_string(C / H) +
+                                " exceeds " + std::to_string(kAttentionFlashMaxHeadSize) +
+                                ", the most the CPU kernels support");
+  return flash_rows{T_, C, H, C / H};
+}
+
+}  // namespace
+
+template <class T>
+void attention_forward_flash(T* out, float* lse, const T* qkv, int64_t B, int64_t T_, int64_t C,
+                             int64_t H) {
+  const flash_rows L = flash_rows_of(T_, C, H);
+  const int64_t hs = L.hs, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  // Query row r = (bh, t), scores s_u = scale q_t . k_u for u <= t. Pass 1:
+  // lse = log sum exp s_u (online: the running max m and sum of exp(s_u -
+  // m)); pass 2: out_t = sum of exp(s_u - lse) v_u, in fp32. Rows cost t
+  // each: dynamic scheduling balances them; each row is one thread's.
+#pragma omp parallel for schedule(dynamic, 16) if (B * H * T_ * T_ * hs >= kParallelElems)
+  for (int64_t r = 0; r < B * H * T_; r++) {
+    const int64_t bh = r / T_, t = r % T_;
+    const T* q = qkv + L.qkv_at(bh, t);
+    const T* k0 = qkv + L.qkv_at(bh, 0) + C;  // position u's k at k0 + u * 3C, v at + C
+    float m = scale * dot_row(q, k0, hs), l = 1.0f;
+    for (int64_t u = 1; u <= t; u++) {
+      const float s = scale * dot_row(q, k0 + u * C3, hs);
+      if (s > m) {
+        l = l * fast_exp(m - s) + 1.0f;
+        m = s;
+      } else {
+        l += fast_exp(s - m);
+      }
+    }
+    const float row_lse = m + std::log(l);
+    float acc[kAttentionFlashMaxHeadSize];
+    std::fill(acc, acc + hs, 0.0f);
+    for (int64_t u = 0; u <= t; u++) {
+      const T* k = k0 + u * C3;
+      add_scaled_row(acc, fast_exp(scale * dot_row(q, k, hs) - row_lse), k + C, hs);
+    }
+    T* o = out + L.out_at(bh, t);
+    for (int64_t c = 0; c < hs; c++)
+      o[c] = from_float<T>(acc[c]);
+    lse[r] = row_lse;
+  }
+}
+
+template <class T>
+void attention_backward_flash(T* dqkv, float* delta, const T* dout, const T* qkv, const T* out,
+                              const float* lse, int64_t B, int64_t T_, int64_t C, int64_t H) {
+  const flash_rows L = flash_rows_of(T_, C, H);
+  const int64_t hs = L.hs, rows = B * H * T_;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const bool parallel = rows * T_ * hs >= kParallelElems;
+  // delta_t = dout_t . out_t (= sum over u of P[t, u] dP[t, u], as out_t = sum of P[t, u] v_u).
+#pragma omp parallel for if (rows * hs >= kParallelElems)
+  for (int64_t r = 0; r < rows; r++)
+    delta[r] = dot_row(dout + L.out_at(r / T_, r % T_), out + L.out_at(r / T_, r % T_), hs);
+  // For u <= t: P[t, u] = exp(scale q_t . k_u - lse_t), dP[t, u] = dout_t . v_u and the scores'
+  // gradient dS[t, u] = P[t, u] (dP[t, u] - delta_t), each recomputed where it is used.
+  auto pair = [&](int64_t bh, int64_t t, int64_t u, float* p, float* ds) {
+    const T* q = qkv + L.qkv_at(bh, t);
+    const T* k = qkv + L.qkv_at(bh, u) + C;
+    *p = fast_exp(scale * dot_row(q, k, hs) - lse[bh * T_ + t]);
+    *ds = *p * (dot_row(dout + L.out_at(bh, t), k + C, hs) - delta[bh * T_ + t]);
+  };
+  // By query rows: dq_t = scale * sum over u <= t of dS[t, u] k_u.
+#pragma omp parallel for schedule(dynamic, 16) if (parallel)
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t bh = r / T_, t = r % T_;
+    float acc[kAttentionFlashMaxHeadSize];
+    std::fill(acc, acc + hs, 0.0f);
+    for (int64_t u = 0; u <= t; u++) {
+      float p, ds;
+      pair(bh, t, u, &p, &ds);
+      add_scaled_row(acc, ds, qkv + L.qkv_at(bh, u) + C, hs);
+    }
+    T* dq = dqkv + L.qkv_at(bh, t);
+    for (int64_t c = 0; c < hs; c++)
+      dq[c] = from_float<T>(scale * acc[c]);
+  }
+  // By key rows: dk_u = scale * sum over t >= u of dS[t, u] q_t, dv_u = sum of P[t, u] dout_t.
+#pragma omp parallel for schedule(dynamic, 16) if (parallel)
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t bh = r / T_, u = r % T_;
+    float dk_acc[kAttentionFlashMaxHeadSize], dv_acc[kAttentionFlashMaxHeadSize];
+    std::fill(dk_acc, dk_acc + hs, 0.0f);
+    std::fill(dv_acc, dv_acc + hs, 0.0f);
+    for (int64_t t = u; t < T_; t++) {
+      float p, ds;
+      pair(bh, t, u, &p, &ds);
+      add_scaled_row(dk_acc, ds, qkv + L.qkv_at(bh, t), hs);
+      add_scaled_row(dv_acc, p, dout + L.out_at(bh, t), hs);
+    }
+    T* dk = dqkv + L.qkv_at(bh, u) + C;
+    for (int64_t c = 0; c < hs; c++) {
+      dk[c] = from_float<T>(scale * dk_acc[c]);
+      dk[C + c] = from_float<T>(dv_acc[c]);
+    }
+  }
+}
+
 template <class T>
 void gelu_forward(T* out, const T* inp, int64_t n) {
   // 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3).
@@ -392,6 +532,10 @@ void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64
                                      const gemm_workspace&);                                    \
   template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int64_t, int64_t,   \
                                       int64_t, int64_t, const gemm_workspace&);                 \
+  template void attention_forward_flash<T>(T*, float*, const T*, int64_t, int64_t, int64_t,     \
+                                           int64_t);                                            \
+  template void attention_backward_flash<T>(T*, float*, const T*, const T*, const T*,           \
+                                            const float*, int64_t, int64_t, int64_t, int64_t);  \
   template void gelu_forward<T>(T*, const T*, int64_t);                                         \
   template void gelu_backward<T>(T*, const T*, const T*, int64_t);                              \
   template void residual_forward<T>(T*, const T*, const T*, int64_t);                           \
@@ -413,3 +557,7 @@ KERNELS_INSTANTIATE_TG(float, float)
 KERNELS_INSTANTIATE_TG(float, bf16)
 KERNELS_INSTANTIATE_TG(bf16, float)
 KERNELS_INSTANTIATE_TG(bf16, bf16)
+KERNELS_INSTANTIATE_T(fp16)
+KERNELS_INSTANTIATE_TG(float, fp16)
+KERNELS_INSTANTIATE_TG(fp16, float)
+KERNELS_INSTANTIATE_TG(fp16, fp16)

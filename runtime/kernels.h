@@ -4,8 +4,8 @@
 // Face's GPT-2 computes: tanh-approximated GELU, LayerNorm with eps 1e-5,
 // causal attention scaled by 1/sqrt(head dim), Conv1D weights stored (in,
 // out), the LM head reading a (V, C) matrix (the token embedding when tied).
-// T is the storage type of params and activations (float or bf16), G that of
-// parameter gradients (float or bf16); all arithmetic is fp32. These are the
+// T is the storage type of params and activations (float, bf16 or fp16), G that
+// of parameter gradients (float or the same 16-bit type); all arithmetic is fp32. These are the
 // reference the CUDA kernels are tested against.
 //
 // Shapes: B sequences of T tokens, N = B*T rows, C channels, H heads, V vocab.
@@ -79,6 +79,30 @@ void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, in
 template <class T>
 void attention_backward(T* dqkv, T* dprobs, const T* dout, const T* qkv, const T* probs, int64_t B,
                         int64_t T_, int64_t C, int64_t H, const gemm_workspace& ws);
+
+// Causal self-attention with flash semantics: the same out, and instead of
+// the probabilities lse (B, H, T), fp32, the log-sum-exp of each query's
+// scaled scores, so that P[t, u] = exp(scale q_t . k_u - lse[t]). Nothing of
+// size T x T is stored: each query's scores are recomputed as needed, in
+// fp32 (not rounded to T as the materialized scores are). Head size C/H at
+// most kAttentionFlashMaxHeadSize (std::invalid_argument otherwise).
+inline constexpr int64_t kAttentionFlashMaxHeadSize = 256;
+template <class T>
+void attention_forward_flash(T* out,        // (N, C)
+                             float* lse,    // (B, H, T)
+                             const T* qkv,  // (N, 3C)
+                             int64_t B, int64_t T_, int64_t C, int64_t H);
+// dqkv (N, 3C) overwritten, from dout and the forward's out and lse, with
+// P recomputed from q, k and lse. delta (B, H, T) is fp32 scratch; it ends
+// holding rowsum(dout * out) per head and query.
+template <class T>
+void attention_backward_flash(T* dqkv,           // (N, 3C)
+                              float* delta,      // (B, H, T)
+                              const T* dout,     // (N, C)
+                              const T* qkv,      // (N, 3C)
+                              const T* out,      // (N, C)
+                              const float* lse,  // (B, H, T)
+                              int64_t B, int64_t T_, int64_t C, int64_t H);
 
 // GELU, tanh approximation. gelu_backward may run in place (dinp == dout).
 template <class T>

@@ -4,15 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-namespace {
-
-inline float load(const void* g, dtype_id t, int64_t i) {
-  return t == dtype_id::fp32 ? static_cast<const float*>(g)[i]
-                             : bf16_to_float(static_cast<const bf16*>(g)[i]);
-}
-
-}  // namespace
-
 double optimizer_lr(const program& p, int64_t step) {
   if (step < p.warmup) return p.lr * static_cast<double>(step + 1) / static_cast<double>(p.warmup);
   if (p.lr_schedule == lr_schedule_kind::constant) return p.lr;
@@ -36,7 +27,7 @@ void optimizer_adamw(float* master, float* m, float* v, const void* grad, dtype_
   const float wd = decay ? weight_decay : 0.0f;
 #pragma omp parallel for schedule(static) if (end - begin > 65536)
   for (int64_t i = begin; i < end; ++i) {
-    float gi = load(grad, g, i) * grad_scale;
+    float gi = dtype_load(grad, g, i) * grad_scale;
     float mi = beta1 * m[i] + (1.0f - beta1) * gi;
     float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     m[i] = mi;
@@ -51,7 +42,7 @@ void optimizer_sgd(float* master, float* momentum_buf, const void* grad, dtype_i
                    bool first_step, float grad_scale) {
 #pragma omp parallel for schedule(static) if (end - begin > 65536)
   for (int64_t i = begin; i < end; ++i) {
-    float gi = load(grad, g, i) * grad_scale;
+    float gi = dtype_load(grad, g, i) * grad_scale;
     if (decay) gi += weight_decay * master[i];  // PyTorch SGD: L2 added to the gradient
     if (momentum_buf) {
       float b = first_step ? gi : momentum * momentum_buf[i] + gi;

@@ -138,7 +138,19 @@ struct program {
   int tensor_count;
   const program_op* ops;  // issue order
   int op_count;
+  // GPU programs that offload (offload = cpu): the ops run on the host, not
+  // on a device stream (written in the CPU vocabulary, on host memory), by id
+  // in issue order. CPU programs run every op on the host and leave it empty.
+  const int* host_ops = nullptr;
+  int host_op_count = 0;
 };
+
+// Whether a GPU program runs op `id` on the host (program::host_ops).
+inline bool program_runs_on_host(const program& p, int id) {
+  for (int i = 0; i < p.host_op_count; ++i)
+    if (p.host_ops[i] == id) return true;
+  return false;
+}
 
 // The generated main() calls this.
 int train_main(const program& p, int argc, char** argv);

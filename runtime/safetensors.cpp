@@ -7,9 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -37,18 +35,6 @@ std::optional<int64_t> dtype_bytes(const std::string& dtype) {
   auto it = sizes.find(dtype);
   if (it == sizes.end()) return std::nullopt;
   return it->second;
-}
-
-float f16_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign ? -magnitude : magnitude;
-  }
-  const uint32_t bits = exponent == 31 ? sign | 0x7f800000u | (mantissa << 13)  // inf, NaN
-                                       : sign | ((exponent + 112) << 23) | (mantissa << 13);
-  return std::bit_cast<float>(bits);
 }
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
@@ -180,7 +166,7 @@ void decode(const std::string& dtype, const unsigned char* bytes, int64_t n, flo
   for (int64_t i = 0; i < n; i++) {
     uint16_t h;
     std::memcpy(&h, bytes + 2 * i, 2);
-    out[i] = dtype == "BF16" ? bf16_to_float(bf16{h}) : f16_to_float(h);
+    out[i] = dtype == "BF16" ? bf16_to_float(bf16{h}) : fp16_to_float(fp16{h});
   }
 }
 

@@ -27,15 +27,8 @@ void tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, 
                     bool accumulate) {
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) {
-    float v = src_t == dtype_id::fp32 ? static_cast<const float*>(src)[i]
-                                      : bf16_to_float(static_cast<const bf16*>(src)[i]);
-    if (dst_t == dtype_id::fp32) {
-      float* d = static_cast<float*>(dst);
-      d[i] = accumulate ? d[i] + v : v;
-    } else {
-      bf16* d = static_cast<bf16*>(dst);
-      d[i] = bf16_from_float(accumulate ? bf16_to_float(d[i]) + v : v);
-    }
+    const float v = dtype_load(src, src_t, i);
+    dtype_store(dst, dst_t, i, accumulate ? dtype_load(dst, dst_t, i) + v : v);
   }
 }
 
@@ -43,23 +36,21 @@ void tensor_zero(void* dst, int64_t bytes) {
   std::memset(dst, 0, static_cast<size_t>(bytes));
 }
 
-void tensor_narrow_in_place(void* data, int64_t n) {
+void tensor_narrow_in_place(void* data, int64_t n, dtype_id to) {
   // Element i moves from byte 4i to byte 2i: in increasing order every
   // write lands on bytes already read.
-  float* f = static_cast<float*>(data);
-  bf16* h = static_cast<bf16*>(data);
+  const float* f = static_cast<const float*>(data);
   for (int64_t i = 0; i < n; ++i) {
     float v;
     std::memcpy(&v, f + i, 4);
-    h[i] = bf16_from_float(v);
+    dtype_store(data, to, i, v);
   }
 }
 
-void tensor_widen_in_place(void* data, int64_t n) {
+void tensor_widen_in_place(void* data, int64_t n, dtype_id from) {
   float* f = static_cast<float*>(data);
-  const bf16* h = static_cast<const bf16*>(data);
   for (int64_t i = n; i-- > 0;) {
-    float v = bf16_to_float(h[i]);
+    const float v = dtype_load(data, from, i);
     std::memcpy(f + i, &v, 4);
   }
 }
@@ -68,8 +59,7 @@ void step_add_grad_norm(step_context& c, const void* grad, dtype_id t, int64_t n
   double s = 0;
 #pragma omp parallel for reduction(+ : s) schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) {
-    double v = t == dtype_id::fp32 ? static_cast<const float*>(grad)[i]
-                                   : bf16_to_float(static_cast<const bf16*>(grad)[i]);
+    const double v = dtype_load(grad, t, i);
     s += v * v;
   }
   c.grad_norm_partial += static_cast<float>(s);
@@ -81,7 +71,9 @@ void step_optimizer(step_context& c, int unit, void* param_shard, float* master,
   const program_unit& u = p.units[unit];
   const int64_t n = u.shard_elems;
   float* w = master ? master : static_cast<float*>(param_shard);
-  const float scale = optimizer_clip_scale(p, std::sqrt(static_cast<double>(c.grad_norm_partial)));
+  const double norm = std::sqrt(static_cast<double>(c.grad_norm_partial)) / c.grad_scale;
+  if (!std::isfinite(norm)) return;  // skipped: nothing changes
+  const float scale = static_cast<float>(optimizer_clip_scale(p, norm) / c.grad_scale);
   const float lr = static_cast<float>(c.lr);
   const int64_t* ranges = c.decay_ranges[unit];
   const int count = c.decay_range_counts[unit];
@@ -101,7 +93,7 @@ void step_optimizer(step_context& c, int unit, void* param_shard, float* master,
       else
         optimizer_sgd(w, p.momentum > 0 ? state : nullptr, grad_shard, u.grad_shard_dtype, from, to,
                       lr, static_cast<float>(p.momentum), static_cast<float>(p.weight_decay),
-                      decayed, c.step == 0, scale);
+                      decayed, c.optimizer_step == 1, scale);
     }
     if (r < count) pos = ranges[2 * r + 1];
   }

@@ -21,9 +21,12 @@ struct step_context {
   comm_groups comms;
   const dataloader* data = nullptr;
   gemm_workspace ws;
-  int64_t step = 0;             // 0-based step being run
-  double lr = 0;                // this step's learning rate
-  float dloss_scale = 0;        // 1 / tokens of the global batch
+  int64_t step = 0;  // 0-based step being run
+  double lr = 0;     // this step's learning rate
+  // Set by the loop before each step (runtime/loss_scale.h):
+  float dloss_scale = 0;        // grad_scale / tokens of the global batch
+  float grad_scale = 1;         // reduced gradients = grad_scale x the average (fp16: S x post)
+  int64_t optimizer_step = 1;   // 1-based count of applied updates, this one included
   double loss_sum = 0;          // this rank's per-token losses, this step
   float grad_norm_partial = 0;  // this rank's sum of squares (all-reduced over the shard group)
   // Per unit: [begin, end) of this rank's shard that AdamW decays, as element
@@ -55,18 +58,21 @@ void step_add_losses(step_context& c, const float* losses, int64_t n);
 void tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, int64_t n,
                     bool accumulate);
 void tensor_zero(void* dst, int64_t bytes);
-// In place: n fp32 values -> n bf16 in the first half of the same bytes, and
-// back (for reducing an fp32 accumulator in a bf16 reduce dtype).
-void tensor_narrow_in_place(void* data, int64_t n);
-void tensor_widen_in_place(void* data, int64_t n);
+// In place: n fp32 values -> n 16-bit values (bf16 or fp16) in the first
+// half of the same bytes, and back (for reducing an fp32 accumulator in a
+// 16-bit reduce dtype).
+void tensor_narrow_in_place(void* data, int64_t n, dtype_id to);
+void tensor_widen_in_place(void* data, int64_t n, dtype_id from);
 
 // Adds the sum of squares of a gradient shard to c.grad_norm_partial. Once
 // the partial sums are all-reduced over the shard group (replicas hold equal
-// shards and count once), sqrt of it is the global norm.
+// shards and count once), sqrt of it / c.grad_scale is the global norm.
 void step_add_grad_norm(step_context& c, const void* grad, dtype_id t, int64_t n);
 
-// One unit's optimizer step on this rank's shard: reads the gradient shard,
-// updates master weights (fp32; the param shard itself when params are fp32)
-// and optimizer state, and writes the param-dtype shard.
+// One unit's optimizer step on this rank's shard: reads the gradient shard
+// (divided by c.grad_scale and clipped), updates master weights (fp32; the
+// param shard itself when params are fp32) and optimizer state, and writes the
+// param-dtype shard. Does nothing when the global norm is not finite (the
+// step is skipped, as an fp16 overflow requires).
 void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
                     const void* grad_shard);

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <new>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "runtime/check.h"
 #include "runtime/init.h"
 #include "runtime/launch.h"
+#include "runtime/loss_scale.h"
 #include "runtime/optimizer.h"
 #include "runtime/step.h"
 #include "runtime/trace.h"
@@ -65,6 +67,7 @@ struct options {
   int64_t seed = -1;
   int64_t log_every = -1;
   std::string metrics;
+  int64_t inject_overflow = -1;
   backend_options backend;
 };
 
@@ -161,7 +164,6 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   agree_on_error(error, "set-up");
   c.comms = comm_create(p.shard_group);
   c.data = &data;
-  c.dloss_scale = 1.0f / static_cast<float>(tokens_per_step);
   decay_table decay = decay_ranges(p, c.comms.shard_rank);
   c.decay_ranges = decay.pointers.data();
   c.decay_range_counts = decay.counts.data();
@@ -214,9 +216,16 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   std::vector<int64_t> trace_start, trace_end;
   double first_loss = 0, last_loss = 0, total_s = 0, timed_s = 0;
   int64_t timed_steps = 0, high_water = 0, skipped = 0;
+  loss_scaler scaler = loss_scaler_start(p);
   const auto run_start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < steps; ++step) {
     const double lr = optimizer_lr(p, step);
+    const double loss_scale = scaler.scale;
+    c.grad_scale = static_cast<float>(loss_scaler_grad_scale(scaler));
+    c.dloss_scale = static_cast<float>(loss_scaler_grad_scale(scaler) / tokens_per_step);
+    // As an fp16 overflow would: every gradient of this step becomes non-finite.
+    if (step == o.inject_overflow) c.dloss_scale = std::numeric_limits<float>::infinity();
+    c.optimizer_step = scaler.applied_steps + 1;
     mem.high_water = mem.live_bytes.load();
     const bool traced = !o.trace.empty() && step == trace_step;
     const auto t0 = std::chrono::steady_clock::now();
@@ -229,6 +238,7 @@ int run(const program& p, const options& o, const launch_info& li, const backend
     const double loss = loss_sum / static_cast<double>(tokens_per_step);
     const double norm = r.grad_norm;
     skipped += r.skipped;
+    loss_scaler_update(scaler, r.skipped);
     high_water = std::max(high_water, mem.high_water.load());
     if (step == 0) first_loss = loss;
     last_loss = loss;
@@ -237,21 +247,25 @@ int run(const program& p, const options& o, const launch_info& li, const backend
     if (traced) trace_start = b->op_start_ns(), trace_end = b->op_end_ns();
     if (metrics)
       std::fprintf(metrics,
-                   "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": "
-                   "%.3f, \"live_peak_bytes\": %lld, \"skipped\": %s}\n",
-                   static_cast<long long>(step + 1), loss, lr, norm, s * 1e3,
-                   static_cast<long long>(mem.high_water.load()), r.skipped ? "true" : "false");
+                   "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, \"ms\": "
+                   "%.3f, \"live_peak_bytes\": %lld, \"skipped\": %s, \"loss_scale\": %.9g}\n",
+                   static_cast<long long>(step + 1), loss, lr,
+                   // JSON has no inf or NaN: a non-finite norm is null.
+                   std::isfinite(norm) ? fmt::format("{:.9g}", norm).c_str() : "null", s * 1e3,
+                   static_cast<long long>(mem.high_water.load()), r.skipped ? "true" : "false",
+                   loss_scale);
     if (lead && ((step + 1) % log_every == 0 || step == 0 || step + 1 == steps)) {
       double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
       double eta = elapsed / static_cast<double>(step + 1) * static_cast<double>(steps - step - 1);
       std::printf(
           "step %*lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %s tok/s | mem "
-          "%.2f MiB | eta %s%s\n",
+          "%.2f MiB | eta %s%s%s\n",
           static_cast<int>(std::to_string(steps).size()), static_cast<long long>(step + 1),
           static_cast<long long>(steps), loss, lr, norm, s * 1e3,
           with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / s)).c_str(),
           mib(mem.high_water.load()), duration(eta).c_str(),
+          scaler.enabled ? fmt::format(" | scale {:g}", loss_scale).c_str() : "",
           r.skipped ? " | skipped (non-finite gradients)" : "");
       std::fflush(stdout);
     }
@@ -276,8 +290,10 @@ int run(const program& p, const options& o, const launch_info& li, const backend
       std::printf("device memory: arena %.2f MiB + %.2f MiB held by CUDA, NCCL and cuBLASLt\n",
                   mib(p.device_arena_bytes), mib(overhead));
     if (skipped)
-      std::printf("%lld step%s skipped for non-finite gradients\n", static_cast<long long>(skipped),
-                  skipped == 1 ? "" : "s");
+      std::printf(
+          "%lld step%s skipped for non-finite gradients%s\n", static_cast<long long>(skipped),
+          skipped == 1 ? "" : "s",
+          scaler.enabled ? fmt::format(" (loss scale now {:g})", scaler.scale).c_str() : "");
   }
   if (max_high_water > p.planned_live_peak_bytes)
     throw std::runtime_error(
@@ -350,6 +366,10 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
   app.add_option("--log-every", o.log_every, "log every N steps (default: the spec's)")
       ->check(CLI::PositiveNumber);
   app.add_option("--metrics", o.metrics, "write one JSON line per step (rank 0)");
+  app.add_option("--inject-overflow", o.inject_overflow,
+                 "testing aid: make every gradient of this 0-based step non-finite, as an fp16 "
+                 "overflow would (the step is skipped and an fp16 loss scale backs off)")
+      ->check(CLI::NonNegativeNumber);
   bool no_graph = false;
   if (kind.cuda_flags) {
     app.add_option("--comm", o.backend.comm,

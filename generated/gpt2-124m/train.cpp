@@ -13,8 +13,9 @@ namespace {
 using param_t = bf16;  // params and activations (bf16)
 using grad_t = float;   // unsharded gradients (fp32)
 
-// B sequences of T tokens, width C, H heads, MLP hidden F, vocab V.
-constexpr gpt2_dims kDims{16, 1024, 768, 12, 3072, 50257};
+// B sequences of T tokens, width C, H heads, MLP hidden F, vocab V; flash: attention
+// saves log-sum-exp, not probabilities (the plan's layout, codegen/Activations.h).
+constexpr gpt2_dims kDims{16, 1024, 768, 12, 3072, 50257, false};
 
 // Free ops release buffers; the executor does the accounting.
 [[maybe_unused]] void op_free(step_context&) {}

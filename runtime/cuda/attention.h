@@ -1,8 +1,10 @@
-// attention (CUDA): causal multi-head self-attention with materialized
-// probabilities, forward and backward, computing what attention_forward and
+// attention (CUDA): causal multi-head self-attention, forward and backward,
+// two ways. Materialized probabilities, computing what attention_forward and
 // attention_backward of runtime/kernels.h compute, in the same layouts:
 // products on cuda_gemm (runtime/cuda/gemm.h), softmax and its backward in
-// fp32 kernels, a warp per (T)-row. Plain C++; kernels in attention.cu.
+// fp32 kernels, a warp per (T)-row. Flash (fused, nothing of size T x T
+// stored), computing what attention_forward_flash and
+// attention_backward_flash compute. Plain C++; kernels in attention.cu.
 //
 // qkv (N, 3C) holds q | k | v, each split into H heads of hs = C/H; probs
 // (B, H, T, T) are the softmax probabilities (row t holds zeros after column
@@ -30,3 +32,34 @@ void cuda_attention_backward(T* dqkv,         // (N, 3C)
                              const T* qkv,    // (N, 3C)
                              const T* probs,  // (B, H, T, T)
                              int64_t B, int64_t T_, int64_t C, int64_t H, gpu_exec& g);
+
+// Flash attention: a block per 32 queries of a head holds their q in shared
+// memory and runs over the key tiles at or below the diagonal (the tiles
+// above it are skipped, the diagonal one masked), keeping each query's
+// running max, sum of exponentials and output in fp32 (online softmax); it
+// writes out and lse (B, H, T), fp32, the log-sum-exp of each query's scaled
+// scores. Products on CUDA cores in fp32 (no tensor cores yet). Inputs
+// float, bf16 or fp16; head size C/H at most kCudaAttentionFlashMaxHeadSize
+// (std::invalid_argument otherwise, before anything is enqueued).
+inline constexpr int64_t kCudaAttentionFlashMaxHeadSize = 128;
+template <class T>
+void cuda_attention_forward_flash(T* out,        // (N, C)
+                                  float* lse,    // (B, H, T)
+                                  const T* qkv,  // (N, 3C)
+                                  int64_t B, int64_t T_, int64_t C, int64_t H, gpu_exec& g);
+// dqkv (N, 3C) overwritten, from dout and the forward's out and lse, the
+// probabilities recomputed from q, k and lse (FlashAttention-2's backward).
+// Three kernels: delta = rowsum(dout * out) (B, H, T) into the fp32 scratch
+// `delta`; dk and dv per tile of 32 keys, over the query tiles from the
+// diagonal on; dq per tile of 32 queries, over the key tiles up to the
+// diagonal. Every output value is written once by one thread after a sum in
+// a fixed order: no atomics, deterministic (for that, the products q.k and
+// dout.v are computed twice, once per pass).
+template <class T>
+void cuda_attention_backward_flash(T* dqkv,           // (N, 3C)
+                                   float* delta,      // (B, H, T) scratch
+                                   const T* dout,     // (N, C)
+                                   const T* qkv,      // (N, 3C)
+                                   const T* out,      // (N, C)
+                                   const float* lse,  // (B, H, T)
+                                   int64_t B, int64_t T_, int64_t C, int64_t H, gpu_exec& g);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -29,9 +30,6 @@ class cuda_backend final : public backend {
   void start(step_context& c, arena& mem, const backend_options& o) override {
     c_ = &c;
     mem_ = &mem;
-    if (p_.host_arena_bytes > 0)
-      throw runtime_error(
-          "this program offloads to host memory, which the CUDA backend does not do yet");
     const gpu_comm_mode mode = o.comm == "mpi-test" ? gpu_comm_mode::mpi_test : gpu_comm_mode::nccl;
     device_ = gpu_select_device(mode);
     cudaDeviceProp prop{};
@@ -57,7 +55,8 @@ class cuda_backend final : public backend {
     CUDA_CHECK(cudaMemset(mem.device + p_.device_arena_bytes, kArenaGuardByte, kArenaGuardBytes));
     arena_reset_accounting(mem, p_);
     c.device = mem.device;
-    c.host = nullptr;
+    allocate_host_arena(mem);
+    c.host = mem.host;
 
     // Per-step scalars and reduction scratch (device), their pinned mirrors, the step's tokens.
     const size_t small = sizeof(gpu_step_scalars) + 2 * kReduceScratchFloats * sizeof(float);
@@ -91,15 +90,21 @@ class cuda_backend final : public backend {
     gc_.decay_range_counts = c.decay_range_counts;
     c.gpu = &gc_;
     mode_ = mode;
-    graphs_ =
-        o.graphs && mode == gpu_comm_mode::nccl;  // test-mode collectives are host-synchronous
+    // No graph in the test mode (its collectives are host-synchronous), nor
+    // with offload: the ops run on the host are handed to the host worker as
+    // the step is issued, and it waits for events recorded then, which a
+    // graph's replay would neither do nor record (runtime/cuda/executor.h).
+    graphs_ = o.graphs && mode == gpu_comm_mode::nccl && p_.host_op_count == 0;
+    for (int i = 0; i < p_.host_op_count; ++i)
+      host_norm_ = host_norm_ || p_.ops[p_.host_ops[i]].kind == op_kind::grad_norm;
     gpu_executor_start(exec_, p_, c, gc_, mem, graphs_);
   }
 
   std::string describe() const override {
-    return fmt::format("GPU {} ({}), {}, {}", device_, device_name_,
+    return fmt::format("GPU {} ({}), {}, {}{}", device_, device_name_,
                        mode_ == gpu_comm_mode::nccl ? "NCCL" : "MPI test mode (host staging)",
-                       graphs_ ? "CUDA graph" : "no CUDA graph");
+                       graphs_ ? "CUDA graph" : "no CUDA graph",
+                       p_.host_op_count > 0 ? ", optimizer on the host (offload)" : "");
   }
 
   void with_host_weights(step_context& c, bool write_back,
@@ -136,19 +141,21 @@ class cuda_backend final : public backend {
     step_context& c = *c_;
     c.step = step;
     c.lr = lr;
+    c.grad_norm_partial = 0;  // offload: the host's sum of squares
     for (int64_t mb = 0; mb < p_.micro_batches; ++mb) {
       int32_t* in = gc_.host_inputs + mb * 2 * tokens_per_mb_;
       step_fill_inputs(c, mb, in, in + tokens_per_mb_);
     }
     gpu_step_scalars& s = *gc_.host_scalars;
-    const float loss_scale = 1.0f;  // fp32 and bf16 need none
     s.lr = static_cast<float>(lr);
-    s.t = static_cast<float>(step + 1);
-    s.loss_scale = loss_scale;
-    s.dloss_scale = c.dloss_scale * loss_scale;
+    s.t = static_cast<float>(c.optimizer_step);
+    s.loss_scale = c.grad_scale;
+    s.dloss_scale = c.dloss_scale;
     gpu_executor_run_step(exec_, step, timed);
     check_guard();
-    const double norm = std::sqrt(static_cast<double>(s.norm_sq)) / loss_scale;
+    // Offload: the norm the host's optimizer used (the device computed none).
+    const float norm_sq = host_norm_ ? c.grad_norm_partial : s.norm_sq;
+    const double norm = std::sqrt(static_cast<double>(norm_sq)) / c.grad_scale;
     return {static_cast<double>(s.loss_sum), norm, !std::isfinite(norm)};
   }
 
@@ -172,17 +179,56 @@ class cuda_backend final : public backend {
            p_.buffers[b].bytes > 0;
   }
 
-  // The device arena's guard, checked on a host copy.
+  // Offload: the host arena, one pinned allocation (plus a guard region) that
+  // copies on the copy stream reach asynchronously and kernels address
+  // directly (unified addressing: a pinned page's host address is its device
+  // address), so that a D2H op converts into it as a kernel.
+  void allocate_host_arena(arena& mem) {
+    if (p_.host_arena_bytes <= 0) return;
+    const size_t bytes = static_cast<size_t>(p_.host_arena_bytes + kArenaGuardBytes);
+    const cudaError_t err =
+        cudaHostAlloc(reinterpret_cast<void**>(&mem.host), bytes, cudaHostAllocDefault);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      mem.host = nullptr;
+      throw runtime_error(fmt::format(
+          "cannot pin the host arena of {:.2f} GiB planned for this rank (offload = cpu): "
+          "cudaHostAlloc failed: {}; pinned memory comes out of the node's RAM (and `ulimit -l`)",
+          static_cast<double>(p_.host_arena_bytes) / (1 << 30), cudaGetErrorString(err)));
+    }
+    mem.host_bytes = p_.host_arena_bytes;
+    cudaPointerAttributes a{};
+    CUDA_CHECK(cudaPointerGetAttributes(&a, mem.host));
+    if (a.type != cudaMemoryTypeHost || a.devicePointer != mem.host)
+      throw runtime_error(fmt::format(
+          "GPU {} ({}) does not address pinned host memory at its host address (no unified "
+          "addressing), which offload = cpu needs",
+          device_, device_name_));
+    std::memset(mem.host, 0, static_cast<size_t>(p_.host_arena_bytes));
+    std::memset(mem.host + p_.host_arena_bytes, kArenaGuardByte, kArenaGuardBytes);
+  }
+
+  // The device arena's guard, checked on a host copy; the host arena's in place.
   void check_guard() {
     std::byte guard[kArenaGuardBytes];
     CUDA_CHECK(cudaMemcpy(guard, mem_->device + p_.device_arena_bytes, kArenaGuardBytes,
                           cudaMemcpyDeviceToHost));
     arena_check_guard(guard, p_.device_arena_bytes, "device");
+    if (mem_->host)
+      arena_check_guard(mem_->host + p_.host_arena_bytes, p_.host_arena_bytes, "host");
   }
 
   // Teardown ignores errors: it also runs after a failure.
   void release(bool abort) {
-    gpu_executor_stop(exec_);
+    // A host worker left inside a host op (a collective whose peers stopped)
+    // may still write the host arena: it stays allocated until the job ends.
+    if (!gpu_executor_stop(exec_)) {
+      host_arena_leaked_ = true;
+      std::fprintf(stderr,
+                   "rank %lld: note: the host worker is still inside an op run on the host (a "
+                   "collective other ranks may never join); the job's abort will end it\n",
+                   static_cast<long long>(c_ ? c_->comms.rank : 0));
+    }
     if (comms_created_) gpu_comm_destroy(gc_.comms, abort);
     comms_created_ = false;
     if (gc_.exec.gemms) gpu_gemm_cache_destroy(gc_.exec.gemms);
@@ -196,7 +242,8 @@ class cuda_backend final : public backend {
     if (small_) cudaFree(small_);
     small_ = nullptr;
     if (mem_ && mem_->device) cudaFree(mem_->device);
-    if (mem_) mem_->device = nullptr;
+    if (mem_ && mem_->host && !host_arena_leaked_) cudaFreeHost(mem_->host);
+    if (mem_) mem_->device = mem_->host = nullptr;
   }
 
   const program& p_;
@@ -206,6 +253,8 @@ class cuda_backend final : public backend {
   gpu_executor exec_;
   gpu_comm_mode mode_ = gpu_comm_mode::nccl;
   bool comms_created_ = false, graphs_ = false;
+  bool host_norm_ = false;          // offload: the gradient norm is computed on the host
+  bool host_arena_leaked_ = false;  // see release
   int device_ = 0;
   std::string device_name_;
   int64_t baseline_used_ = 0, tokens_per_mb_ = 0;

@@ -88,18 +88,21 @@ ncclDataType_t nccl_type(dtype_id t) {
       return ncclFloat32;
     case dtype_id::bf16:
       return ncclBfloat16;
+    case dtype_id::fp16:
+      return ncclFloat16;
   }
   throw std::runtime_error("internal error: no NCCL type for dtype id " +
                            std::to_string(static_cast<int>(t)));
 }
 
-// Bytes of an element the MPI test mode reduces (runtime/comm.h sums fp32 and
-// bf16 only).
+// Bytes of an element the MPI test mode reduces (runtime/comm.h sums fp32,
+// bf16 and fp16).
 int64_t mpi_reduce_elem_bytes(dtype_id t) {
   switch (t) {
     case dtype_id::fp32:
       return 4;
     case dtype_id::bf16:
+    case dtype_id::fp16:
       return 2;
   }
   throw std::runtime_error("internal error: the comm test mode cannot reduce dtype id " +
@@ -123,14 +126,15 @@ void require_size(int64_t n, const char* what) {
                              " elements");
 }
 
-// The (stream, group) pairs p's collectives run on.
+// The (stream, group) pairs p's collectives run on the GPU (those a program
+// runs on the host, offloading, use runtime/comm.h's communicators).
 struct used_pairs {
   bool used[kStreamCount][4] = {};
 };
 used_pairs pairs_of(const program& p) {
   used_pairs u;
   for (int i = 0; i < p.op_count; ++i)
-    if (p.ops[i].group != comm_group::none)
+    if (p.ops[i].group != comm_group::none && !program_runs_on_host(p, i))
       u.used[static_cast<int>(p.ops[i].stream)][static_cast<int>(p.ops[i].group)] = true;
   return u;
 }

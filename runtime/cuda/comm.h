@@ -67,7 +67,8 @@ struct gpu_comm_groups {
 int gpu_select_device(gpu_comm_mode mode);
 
 // Creates the communicators of every (stream, group) pair used by an op of p
-// (op.group != none); collective over MPI_COMM_WORLD, after
+// that runs on the GPU (op.group != none, not in p.host_ops); collective over
+// MPI_COMM_WORLD, after
 // gpu_select_device. mpi_comms: the CPU communicators (runtime/comm.h
 // comm_create, same shard group) that mpi_test runs its collectives on.
 // nccl: a world communicator from a unique id broadcast over MPI, split into

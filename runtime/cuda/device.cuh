@@ -1,10 +1,11 @@
 // device (CUDA): the helpers the runtime's kernels share. Storage types as
-// the device types their kernels read (bf16 as __nv_bfloat16) and their fp32
+// the device types their kernels read (bf16 as __nv_bfloat16, fp16 as __half) and their fp32
 // conversions, warp and block reductions in a fixed order, and launch grids.
 // Device code: included by .cu files only.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -15,7 +16,8 @@
 
 // ---------------------------------------------------------------- storage types
 
-// The device type holding a storage type's bits: float as float, bf16 as __nv_bfloat16.
+// The device type holding a storage type's bits: float as float, bf16 as
+// __nv_bfloat16, fp16 as __half.
 template <class T>
 struct device_storage {
   using type = T;
@@ -26,9 +28,14 @@ struct device_storage<bf16> {
 };
 template <class T>
 using device_t = typename device_storage<T>::type;
+template <>
+struct device_storage<fp16> {
+  using type = __half;
+};
 static_assert(sizeof(__nv_bfloat16) == sizeof(bf16) && alignof(__nv_bfloat16) == alignof(bf16));
+static_assert(sizeof(__half) == sizeof(fp16) && alignof(__half) == alignof(fp16));
 
-// Storage pointers (float, bf16) viewed as the device types their kernels take.
+// Storage pointers (float, bf16, fp16) viewed as the device types their kernels take.
 template <class T>
 device_t<T>* dev(T* p) {
   return reinterpret_cast<device_t<T>*>(p);
@@ -46,6 +53,9 @@ __device__ inline float to_f(float x) {
 __device__ inline float to_f(__nv_bfloat16 x) {
   return __bfloat162float(x);
 }
+__device__ inline float to_f(__half x) {
+  return __half2float(x);
+}
 template <class T>
 __device__ inline T from_f(float x);
 template <>
@@ -55,6 +65,37 @@ __device__ inline float from_f<float>(float x) {
 template <>
 __device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);  // round to nearest even, as bf16_from_float
+}
+template <>
+__device__ inline __half from_f<__half>(float x) {
+  return __float2half_rn(x);  // round to nearest even, overflow to infinity, as fp16_from_float
+}
+
+// Element i of an array of dtype t, as fp32; and stored from fp32 (dtype_load
+// and dtype_store of runtime/dtype.h on the device).
+__device__ inline float load_as_float(const void* p, dtype_id t, int64_t i) {
+  switch (t) {
+    case dtype_id::fp32:
+      return static_cast<const float*>(p)[i];
+    case dtype_id::bf16:
+      return to_f(static_cast<const __nv_bfloat16*>(p)[i]);
+    case dtype_id::fp16:
+      break;
+  }
+  return to_f(static_cast<const __half*>(p)[i]);
+}
+__device__ inline void store_from_float(void* p, dtype_id t, int64_t i, float v) {
+  switch (t) {
+    case dtype_id::fp32:
+      static_cast<float*>(p)[i] = v;
+      return;
+    case dtype_id::bf16:
+      static_cast<__nv_bfloat16*>(p)[i] = from_f<__nv_bfloat16>(v);
+      return;
+    case dtype_id::fp16:
+      static_cast<__half*>(p)[i] = from_f<__half>(v);
+      return;
+  }
 }
 
 // ---------------------------------------------------------------- reductions

@@ -22,7 +22,8 @@ struct gpu_step_scalars {
   float lr;           // this step's learning rate
   float t;            // 1-based step number (AdamW bias correction)
   float dloss_scale;  // d(loss)/d(per-token loss sum): loss_scale / tokens of the global batch
-  float loss_scale;   // fp16 dynamic loss scale; 1 for fp32 and bf16
+  float loss_scale;   // reduced gradients = loss_scale x the average gradient: fp16's dynamic
+                      // scale x its post-divide factor (runtime/loss_scale.h); 1 otherwise
   // Outputs (device -> host after it ran).
   float loss_sum;  // this rank's per-token losses summed over the step
   float norm_sq;   // gradient sum of squares: this rank's partial, then all-reduced (scaled by

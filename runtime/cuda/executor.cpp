@@ -1,6 +1,8 @@
-// executor (CUDA): issuing, capturing and replaying the step.
+// executor (CUDA): issuing, capturing and replaying the step, and handing
+// host ops to the host worker.
 #include "runtime/cuda/executor.h"
 
+#include <chrono>
 #include <cmath>
 
 #include "runtime/cuda/check.cuh"
@@ -8,8 +10,18 @@
 
 namespace {
 
+// How long a host op in progress may take to return when the executor stops
+// after a failure with several ranks (it may block in a collective forever).
+constexpr std::chrono::milliseconds kHostWorkerGrace(10000);
+
 cudaStream_t stream_of(gpu_executor& e, stream_id s) {
   return e.streams[static_cast<int>(s)];
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 // Issues every op of a step in issue order; with timing, brackets each op
@@ -18,6 +30,12 @@ void issue(gpu_executor& e, bool timed) {
   const program& p = *e.p;
   cudaStream_t compute = stream_of(e, stream_id::compute);
   if (timed) CUDA_CHECK(cudaEventRecord(e.step_zero, compute));
+  if (e.host.state) {
+    // The host clock's origin: the moment the GPU passes step_zero (at once:
+    // the previous step is over).
+    if (timed) CUDA_CHECK(cudaEventSynchronize(e.step_zero));
+    host_worker_begin_step(e.host, timed, timed ? now_ns() : 0);
+  }
   cuda_step_begin(*e.gpu, compute);
   CUDA_CHECK(cudaEventRecord(e.step_begin, compute));
   for (int s = 1; s < kStreamCount; ++s)
@@ -25,6 +43,13 @@ void issue(gpu_executor& e, bool timed) {
 
   for (int i = 0; i < p.op_count; ++i) {
     const program_op& op = p.ops[i];
+    if (e.on_host[static_cast<size_t>(i)]) {
+      // Every op before it has recorded its event: the worker may wait for them.
+      arena_start(*e.mem, p, op.allocs, op.alloc_count);
+      arena_end(*e.mem, p, op.frees, op.free_count);
+      host_worker_hand_over(e.host, i);
+      continue;
+    }
     cudaStream_t s = stream_of(e, op.stream);
     for (int d = 0; d < op.dep_count; ++d)
       CUDA_CHECK(cudaStreamWaitEvent(s, e.done[static_cast<size_t>(op.deps[d])], 0));
@@ -60,10 +85,11 @@ void gpu_executor_start(gpu_executor& e, const program& p, step_context& ctx, gp
   e.ctx = &ctx;
   e.gpu = &gc;
   e.mem = &mem;
-  e.graphs = use_graphs;
+  e.on_host = host_worker_ops(p);
+  e.graphs = use_graphs && p.host_op_count == 0;
   e.stream_used[0] = true;
   for (int i = 0; i < p.op_count; ++i)
-    e.stream_used[static_cast<int>(p.ops[i].stream)] = true;
+    if (!e.on_host[static_cast<size_t>(i)]) e.stream_used[static_cast<int>(p.ops[i].stream)] = true;
   // Collectives get a higher priority than compute, so that a ready
   // all-gather is not queued behind a long run of GEMMs.
   int least = 0, greatest = 0;
@@ -88,6 +114,11 @@ void gpu_executor_start(gpu_executor& e, const program& p, step_context& ctx, gp
       CUDA_CHECK(cudaEventCreateWithFlags(&e.joined[s], cudaEventDisableTiming));
   e.start_ns.assign(n, 0);
   e.end_ns.assign(n, 0);
+  if (p.host_op_count > 0) {
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    host_worker_start(e.host, p, ctx, e.on_host, e.done, device);
+  }
 }
 
 void gpu_executor_run_step(gpu_executor& e, int64_t step, bool timed) {
@@ -118,14 +149,21 @@ void gpu_executor_run_step(gpu_executor& e, int64_t step, bool timed) {
     issue(e, timed);
   }
   CUDA_CHECK(cudaStreamSynchronize(compute));
+  if (e.host.state) host_worker_finish_step(e.host, e.start_ns, e.end_ns);
   if (timed)
     for (int i = 0; i < e.p->op_count; ++i) {
+      if (e.on_host[static_cast<size_t>(i)]) continue;  // timed by the host worker
       e.start_ns[static_cast<size_t>(i)] = elapsed_ns(e.step_zero, e.start[static_cast<size_t>(i)]);
       e.end_ns[static_cast<size_t>(i)] = elapsed_ns(e.step_zero, e.end[static_cast<size_t>(i)]);
     }
 }
 
-void gpu_executor_stop(gpu_executor& e) {
+bool gpu_executor_stop(gpu_executor& e) {
+  // The host worker first (it may be waiting for the events freed below). A
+  // single rank's host op cannot block in a collective: it gets all the time
+  // it needs.
+  const bool stopped = host_worker_stop(
+      e.host, e.p && e.p->world > 1 ? kHostWorkerGrace : std::chrono::milliseconds(-1));
   // Teardown: errors are ignored (an earlier failure may have left the device unusable).
   if (e.graph) cudaGraphExecDestroy(e.graph);
   e.graph = nullptr;
@@ -140,10 +178,12 @@ void gpu_executor_stop(gpu_executor& e) {
   e.end.clear();
   if (e.step_begin) cudaEventDestroy(e.step_begin);
   if (e.step_zero) cudaEventDestroy(e.step_zero);
+  e.step_begin = e.step_zero = nullptr;
   for (int s = 0; s < kStreamCount; ++s) {
     if (e.joined[s]) cudaEventDestroy(e.joined[s]);
     if (e.streams[s]) cudaStreamDestroy(e.streams[s]);
     e.joined[s] = nullptr;
     e.streams[s] = nullptr;
   }
+  return stopped;
 }

@@ -6,12 +6,26 @@
 // stream ends it after every other stream's last op, so steps never overlap
 // (the same fork and join make the step capturable as one CUDA graph).
 //
+// Offload: the ops the program runs on the host (program::host_ops: the
+// norm, the optimizer, collectives of host memory) are handed, at their place
+// in the issue order, to a host worker (runtime/cuda/host_worker.h) that waits
+// for their GPU dependencies' events and runs them in order. No GPU op may
+// depend on a host op (checked at start): the GPU never waits for the host,
+// and a step ends when the GPU and the host worker are both done.
+//
 // Graphs: the step is issued eagerly for the first step (cuBLASLt chooses
 // its algorithms, NCCL sets up its channels), captured during the second,
 // and replayed from then on. Not captured (every step issued eagerly) when
 // the comm layer runs in its MPI test mode (host-synchronous collectives),
-// when --no-graph is given, or for the step being traced (its per-op timing
-// events are recorded eagerly).
+// when the program runs ops on the host (a graph replays device work only:
+// the hand-overs to the host worker, and the events it waits for, happen as
+// the issuing thread issues), when --no-graph is given, or for the step being
+// traced (its per-op timing events are recorded eagerly).
+//
+// Trace times: GPU ops from CUDA events after the step's start event; host
+// ops from the host clock after the moment that event completed (a traced
+// step waits for it before issuing on), so both share one origin to within
+// microseconds.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,6 +34,7 @@
 #include <vector>
 
 #include "runtime/arena.h"
+#include "runtime/cuda/host_worker.h"
 #include "runtime/program.h"
 
 struct step_context;
@@ -29,9 +44,11 @@ struct gpu_executor {
   const program* p = nullptr;
   step_context* ctx = nullptr;
   gpu_context* gpu = nullptr;
-  arena* mem = nullptr;  // lifetime accounting (the arena itself is device memory)
+  arena* mem = nullptr;  // lifetime accounting (of device buffers)
   cudaStream_t streams[kStreamCount] = {};
-  bool stream_used[kStreamCount] = {};
+  bool stream_used[kStreamCount] = {};    // by an op that runs on the GPU
+  std::vector<char> on_host;              // per op: runs on the host (program::host_ops)
+  host_worker host;                       // runs them (not started when there are none)
   std::vector<cudaEvent_t> done;          // per op (no timing)
   std::vector<cudaEvent_t> start, end;    // per op (timing), for the traced step
   cudaEvent_t step_begin = nullptr;       // fork (no timing)
@@ -42,10 +59,16 @@ struct gpu_executor {
   std::vector<int64_t> start_ns, end_ns;  // per op, of the last timed step
 };
 
-// use_graphs: whether the step may be captured (see above).
+// use_graphs: whether the step may be captured (see above). Throws when a
+// GPU op depends on a host op, or a communicator would serve both.
 void gpu_executor_start(gpu_executor& e, const program& p, step_context& ctx, gpu_context& gc,
                         arena& mem, bool use_graphs);
-// Runs one step and waits for it; with `timed`, records per-op times into
-// start_ns/end_ns (eagerly, never from a graph).
+// Runs one step and waits for it (the GPU and the host worker); with
+// `timed`, records per-op times into start_ns/end_ns (eagerly, never from a
+// graph).
 void gpu_executor_run_step(gpu_executor& e, int64_t step, bool timed);
-void gpu_executor_stop(gpu_executor& e);
+// Stops the host worker and frees the streams and events. Returns false when
+// the host worker could not be stopped (see host_worker_stop; only after a
+// failure, with several ranks): the host memory its ops use must then stay
+// allocated.
+bool gpu_executor_stop(gpu_executor& e);

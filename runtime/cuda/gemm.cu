@@ -94,16 +94,20 @@ template <>
 struct lt_type<bf16> {
   static constexpr cudaDataType_t value = CUDA_R_16BF;
 };
+template <>
+struct lt_type<fp16> {
+  static constexpr cudaDataType_t value = CUDA_R_16F;
+};
 
 const char* cuda_type_name(int64_t t) {
-  return t == CUDA_R_32F ? "fp32" : t == CUDA_R_16BF ? "bf16" : "?";
+  return t == CUDA_R_32F ? "fp32" : t == CUDA_R_16BF ? "bf16" : t == CUDA_R_16F ? "fp16" : "?";
 }
 
 // The combinations cuBLASLt multiplies with CUBLAS_COMPUTE_32F: A and B of
-// one type, and D no narrower than them except bf16 -> bf16.
+// one type, and D no narrower than them except 16 bits -> the same 16 bits.
 template <class TA, class TB, class TC>
-constexpr bool lt_supported =
-    std::is_same_v<TA, TB> && !(std::is_same_v<TA, float> && std::is_same_v<TC, bf16>);
+constexpr bool lt_supported = std::is_same_v<TA, TB> &&
+                              (std::is_same_v<TC, float> || std::is_same_v<TA, TC>);
 
 // The largest power of two, at most 256, dividing the address and the byte
 // offsets ld_bytes and stride_bytes (so every row and batch item shares it).
@@ -474,14 +478,18 @@ void cuda_gemm_bias_backward(G* dbias, const T* dout, int64_t N, int64_t OC, flo
   template void cuda_gemm<TA, TB, TC>(bool, bool, int64_t, int64_t, int64_t, float, const TA*,     \
                                       int64_t, const TB*, int64_t, float, TC*, int64_t, gpu_exec&, \
                                       const cuda_gemm_extras<TC>&);
+// Every combination of fp32 with one 16-bit type (bf16 and fp16 do not mix).
+#define CUDA_GEMM_INSTANTIATE_WITH(H)    \
+  CUDA_GEMM_INSTANTIATE(float, float, H) \
+  CUDA_GEMM_INSTANTIATE(float, H, float) \
+  CUDA_GEMM_INSTANTIATE(float, H, H)     \
+  CUDA_GEMM_INSTANTIATE(H, float, float) \
+  CUDA_GEMM_INSTANTIATE(H, float, H)     \
+  CUDA_GEMM_INSTANTIATE(H, H, float)     \
+  CUDA_GEMM_INSTANTIATE(H, H, H)
 CUDA_GEMM_INSTANTIATE(float, float, float)
-CUDA_GEMM_INSTANTIATE(float, float, bf16)
-CUDA_GEMM_INSTANTIATE(float, bf16, float)
-CUDA_GEMM_INSTANTIATE(float, bf16, bf16)
-CUDA_GEMM_INSTANTIATE(bf16, float, float)
-CUDA_GEMM_INSTANTIATE(bf16, float, bf16)
-CUDA_GEMM_INSTANTIATE(bf16, bf16, float)
-CUDA_GEMM_INSTANTIATE(bf16, bf16, bf16)
+CUDA_GEMM_INSTANTIATE_WITH(bf16)
+CUDA_GEMM_INSTANTIATE_WITH(fp16)
 
 #define CUDA_GEMM_BIAS_INSTANTIATE(T, G)                                                       \
   template void cuda_gemm_bias_backward<T, G>(G*, const T*, int64_t, int64_t, float*, int64_t, \
@@ -490,3 +498,6 @@ CUDA_GEMM_BIAS_INSTANTIATE(float, float)
 CUDA_GEMM_BIAS_INSTANTIATE(float, bf16)
 CUDA_GEMM_BIAS_INSTANTIATE(bf16, float)
 CUDA_GEMM_BIAS_INSTANTIATE(bf16, bf16)
+CUDA_GEMM_BIAS_INSTANTIATE(float, fp16)
+CUDA_GEMM_BIAS_INSTANTIATE(fp16, float)
+CUDA_GEMM_BIAS_INSTANTIATE(fp16, fp16)

@@ -11,13 +11,13 @@
 // enqueue one cublasLtMatmul: no host allocation, nothing synchronizes, so a
 // step whose GEMMs were planned in an eager run can be captured as a graph.
 //
-// cuBLASLt multiplies fp32 x fp32 -> fp32, bf16 x bf16 -> bf16 and bf16 x
-// bf16 -> fp32, and adds a bias of the output's type when that is the
-// inputs' type too. The other combinations gemm() accepts (mixed A/B, fp32
-// x fp32 -> bf16, a bias on bf16 x bf16 -> fp32 or one not 16-byte
-// aligned), and K == 0, run on a plain tiled CUDA kernel with the same
-// semantics: correct but several times slower than cuBLASLt. The gpt2
-// layers meet it only for fp32 activations with bf16 gradients (dweight).
+// cuBLASLt multiplies fp32 x fp32 -> fp32, h x h -> h and h x h -> fp32 for
+// a 16-bit h (bf16 or fp16), and adds a bias of the output's type when that
+// is the inputs' type too. The other combinations gemm() accepts (mixed A/B,
+// fp32 x fp32 -> h, a bias on h x h -> fp32 or one not 16-byte aligned), and
+// K == 0, run on a plain tiled CUDA kernel with the same semantics: correct
+// but several times slower than cuBLASLt. The gpt2 layers meet it only for
+// fp32 activations with 16-bit gradients (dweight).
 #pragma once
 
 #include <cstdint>

@@ -54,7 +54,10 @@ void cuda_gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_b
   const int64_t N = d.N(), C = d.C, F = d.F;
   cuda_layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, p.ln1_w, p.ln1_b, N, C, g.stream);
   matmul_forward(s.qkv, s.ln1, p.qkv_w, p.qkv_b, static_cast<const T*>(nullptr), N, C, 3 * C, g);
-  cuda_attention_forward(s.attn, s.probs, s.qkv, d.B, d.T, C, d.H, g);
+  if (d.flash)
+    cuda_attention_forward_flash(s.attn, s.lse, s.qkv, d.B, d.T, C, d.H, g);
+  else
+    cuda_attention_forward(s.attn, s.probs, s.qkv, d.B, d.T, C, d.H, g);
   matmul_forward(s.res2, s.attn, p.proj_w, p.proj_b, static_cast<const T*>(s.input), N, C, C, g);
   cuda_layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, N, C, g.stream);
   matmul_forward(s.fc, s.ln2, p.fc_w, p.fc_b, static_cast<const T*>(nullptr), N, C, F, g);
@@ -70,7 +73,7 @@ void cuda_gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block
   const int64_t N = d.N(), C = d.C, F = d.F;
   T* dres = scratch.dres;  // (N, C) d(out) -> d(res2) -> d(input)
   T* dtmp = scratch.dtmp;  // (N, C)
-  T* big = scratch.big;    // (N, F) as d(gelu), d(fc); (N, 3C) d(qkv) then (B, H, T, T) dprobs
+  T* big = scratch.big;    // (N, F) as d(gelu), d(fc); (N, 3C) d(qkv) [then (B, H, T, T) dprobs]
   // MLP: out = res2 + gelu(ln2 @ fc_w + fc_b) @ fc2_w + fc2_b.
   matmul_backward(big, grads.fc2_w, grads.fc2_b, dres, s.gelu, p.fc2_w, N, F, C, g);
   cuda_gelu_backward(big, s.fc, big, N * F, g.stream);
@@ -79,9 +82,14 @@ void cuda_gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block
                           s.ln2_rstd, N, C, true, g.stream);
   // Attention: res2 = input + attention(ln1 @ qkv_w + qkv_b) @ proj_w + proj_b.
   matmul_backward(dtmp, grads.proj_w, grads.proj_b, dres, s.attn, p.proj_w, N, C, C, g);
-  T* dqkv = big;                // (N, 3C)
-  T* dprobs = big + N * 3 * C;  // (B, H, T, T)
-  cuda_attention_backward(dqkv, dprobs, dtmp, s.qkv, s.probs, d.B, d.T, C, d.H, g);
+  T* dqkv = big;  // (N, 3C)
+  if (d.flash) {
+    cuda_attention_backward_flash(dqkv, scratch.delta, dtmp, s.qkv, s.attn, s.lse, d.B, d.T, C, d.H,
+                                  g);
+  } else {
+    T* dprobs = big + N * 3 * C;  // (B, H, T, T)
+    cuda_attention_backward(dqkv, dprobs, dtmp, s.qkv, s.probs, d.B, d.T, C, d.H, g);
+  }
   matmul_backward(dtmp, grads.qkv_w, grads.qkv_b, dqkv, s.ln1, p.qkv_w, N, C, 3 * C, g);
   cuda_layernorm_backward(dres, grads.ln1_w, grads.ln1_b, dtmp, s.input, p.ln1_w, s.ln1_mean,
                           s.ln1_rstd, N, C, true, g.stream);
@@ -138,3 +146,7 @@ CUDA_GPT2_INSTANTIATE_TG(float, float)
 CUDA_GPT2_INSTANTIATE_TG(float, bf16)
 CUDA_GPT2_INSTANTIATE_TG(bf16, float)
 CUDA_GPT2_INSTANTIATE_TG(bf16, bf16)
+CUDA_GPT2_INSTANTIATE_T(fp16)
+CUDA_GPT2_INSTANTIATE_TG(float, fp16)
+CUDA_GPT2_INSTANTIATE_TG(fp16, float)
+CUDA_GPT2_INSTANTIATE_TG(fp16, fp16)

@@ -31,7 +31,9 @@ template <class T>
 void cuda_gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_saved<T>& s,
                              const gpt2_dims& d, gpu_exec& g);
 // scratch.dres holds d(out) on entry and d(input) on return; grads +=;
-// scratch.dtmp and scratch.big are overwritten.
+// scratch.dtmp and scratch.big (and, with d.flash, scratch.delta) are
+// overwritten. d.flash selects the flash attention kernels (and the saved
+// slot's lse, attention.h), else the materialized ones (the slot's probs).
 template <class T, class G>
 void cuda_gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block_params<T>& p,
                               const gpt2_block_saved<T>& s, const gpt2_backward_scratch<T>& scratch,

@@ -385,21 +385,30 @@ void cuda_adamw(float* master, float* m, float* v, const void* grad, dtype_id g,
   const float c1 = 1.0f - std::pow(beta1, static_cast<float>(t));
   const float c2 = 1.0f - std::pow(beta2, static_cast<float>(t));
   const float wd = decay ? weight_decay : 0.0f;
-  if (g == dtype_id::fp32)
-    adamw_launch(master, m, v, static_cast<const float*>(grad), begin, end, lr, beta1, beta2, c1,
-                 c2, eps, wd, grad_scale, stream);
-  else
-    adamw_launch(master, m, v, static_cast<const bf16*>(grad), begin, end, lr, beta1, beta2, c1, c2,
-                 eps, wd, grad_scale, stream);
+  switch (g) {
+    case dtype_id::fp32:
+      return adamw_launch(master, m, v, static_cast<const float*>(grad), begin, end, lr, beta1,
+                          beta2, c1, c2, eps, wd, grad_scale, stream);
+    case dtype_id::bf16:
+      return adamw_launch(master, m, v, static_cast<const bf16*>(grad), begin, end, lr, beta1,
+                          beta2, c1, c2, eps, wd, grad_scale, stream);
+    case dtype_id::fp16:
+      return adamw_launch(master, m, v, static_cast<const fp16*>(grad), begin, end, lr, beta1,
+                          beta2, c1, c2, eps, wd, grad_scale, stream);
+  }
 }
 
 void cuda_sum_squares(float* sum, float* scratch, const void* x, dtype_id t, int64_t n,
                       cudaStream_t stream) {
   if (n == 0) return;
-  if (t == dtype_id::fp32)
-    sum_squares_launch(sum, scratch, static_cast<const float*>(x), n, stream);
-  else
-    sum_squares_launch(sum, scratch, static_cast<const bf16*>(x), n, stream);
+  switch (t) {
+    case dtype_id::fp32:
+      return sum_squares_launch(sum, scratch, static_cast<const float*>(x), n, stream);
+    case dtype_id::bf16:
+      return sum_squares_launch(sum, scratch, static_cast<const bf16*>(x), n, stream);
+    case dtype_id::fp16:
+      return sum_squares_launch(sum, scratch, static_cast<const fp16*>(x), n, stream);
+  }
 }
 
 #define CUDA_KERNELS_INSTANTIATE_T(T)                                                             \
@@ -428,3 +437,7 @@ CUDA_KERNELS_INSTANTIATE_TG(float, float)
 CUDA_KERNELS_INSTANTIATE_TG(float, bf16)
 CUDA_KERNELS_INSTANTIATE_TG(bf16, float)
 CUDA_KERNELS_INSTANTIATE_TG(bf16, bf16)
+CUDA_KERNELS_INSTANTIATE_T(fp16)
+CUDA_KERNELS_INSTANTIATE_TG(float, fp16)
+CUDA_KERNELS_INSTANTIATE_TG(fp16, float)
+CUDA_KERNELS_INSTANTIATE_TG(fp16, fp16)

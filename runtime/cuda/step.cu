@@ -16,17 +16,6 @@ constexpr int kReduceThreads = 1024;
 constexpr int kChunkPerThread = 8;
 constexpr int kChunk = kReduceThreads * kChunkPerThread;
 
-__device__ inline float load_as_float(const void* p, dtype_id t, int64_t i) {
-  return t == dtype_id::fp32 ? static_cast<const float*>(p)[i]
-                             : to_f(static_cast<const __nv_bfloat16*>(p)[i]);
-}
-__device__ inline void store_from_float(void* p, dtype_id t, int64_t i, float v) {
-  if (t == dtype_id::fp32)
-    static_cast<float*>(p)[i] = v;
-  else
-    static_cast<__nv_bfloat16*>(p)[i] = from_f<__nv_bfloat16>(v);
-}
-
 __global__ void add_sum_kernel(float* total, const float* x, int64_t n) {
   block_add_sum(total, x, n);
 }
@@ -40,12 +29,14 @@ __global__ void convert_kernel(void* dst, dtype_id dst_t, const void* src, dtype
   store_from_float(dst, dst_t, i, v);
 }
 
-// fp32 -> bf16 in the first half of the same bytes. Chunk k reads floats
-// [kC, (k+1)C) and writes bf16 bytes that belong to floats below (k+1)C/2,
-// all read by then: chunks in increasing order, read, barrier, write.
+// fp32 -> 16 bits (bf16 or fp16, H) in the first half of the same bytes.
+// Chunk k reads floats [kC, (k+1)C) and writes 16-bit values into bytes that
+// belong to floats below (k+1)C/2, all read by then: chunks in increasing
+// order, read, barrier, write.
+template <class H>
 __global__ void narrow_in_place_kernel(void* data, int64_t n) {
   const float* f = static_cast<const float*>(data);
-  __nv_bfloat16* h = static_cast<__nv_bfloat16*>(data);
+  H* h = static_cast<H*>(data);
   for (int64_t base = 0; base < n; base += kChunk) {
     float v[kChunkPerThread];
     for (int j = 0; j < kChunkPerThread; ++j) {
@@ -55,17 +46,18 @@ __global__ void narrow_in_place_kernel(void* data, int64_t n) {
     __syncthreads();
     for (int j = 0; j < kChunkPerThread; ++j) {
       const int64_t i = base + j * int64_t{blockDim.x} + threadIdx.x;
-      if (i < n) h[i] = from_f<__nv_bfloat16>(v[j]);
+      if (i < n) h[i] = from_f<H>(v[j]);
     }
     __syncthreads();
   }
 }
 
-// bf16 -> fp32 over the same bytes: chunks in decreasing order (writes land
-// on bf16 values at or above the chunk, all read by then).
+// 16 bits -> fp32 over the same bytes: chunks in decreasing order (writes
+// land on 16-bit values at or above the chunk, all read by then).
+template <class H>
 __global__ void widen_in_place_kernel(void* data, int64_t n) {
   float* f = static_cast<float*>(data);
-  const __nv_bfloat16* h = static_cast<const __nv_bfloat16*>(data);
+  const H* h = static_cast<const H*>(data);
   for (int64_t base = (n - 1) / kChunk * kChunk; base >= 0; base -= kChunk) {
     float v[kChunkPerThread];
     for (int j = 0; j < kChunkPerThread; ++j) {
@@ -165,15 +157,21 @@ void cuda_tensor_zero(void* dst, int64_t bytes, gpu_exec& g) {
   CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), g.stream));
 }
 
-void cuda_tensor_narrow_in_place(void* data, int64_t n, gpu_exec& g) {
+void cuda_tensor_narrow_in_place(void* data, int64_t n, dtype_id to, gpu_exec& g) {
   if (n == 0) return;
-  narrow_in_place_kernel<<<1, kReduceThreads, 0, g.stream>>>(data, n);
+  if (to == dtype_id::fp16)
+    narrow_in_place_kernel<__half><<<1, kReduceThreads, 0, g.stream>>>(data, n);
+  else
+    narrow_in_place_kernel<__nv_bfloat16><<<1, kReduceThreads, 0, g.stream>>>(data, n);
   check_launch();
 }
 
-void cuda_tensor_widen_in_place(void* data, int64_t n, gpu_exec& g) {
+void cuda_tensor_widen_in_place(void* data, int64_t n, dtype_id from, gpu_exec& g) {
   if (n == 0) return;
-  widen_in_place_kernel<<<1, kReduceThreads, 0, g.stream>>>(data, n);
+  if (from == dtype_id::fp16)
+    widen_in_place_kernel<__half><<<1, kReduceThreads, 0, g.stream>>>(data, n);
+  else
+    widen_in_place_kernel<__nv_bfloat16><<<1, kReduceThreads, 0, g.stream>>>(data, n);
   check_launch();
 }
 

@@ -51,8 +51,8 @@ void cuda_step_add_losses(step_context& c, const float* losses, int64_t n);
 void cuda_tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, int64_t n,
                          bool accumulate, gpu_exec& g);
 void cuda_tensor_zero(void* dst, int64_t bytes, gpu_exec& g);
-void cuda_tensor_narrow_in_place(void* data, int64_t n, gpu_exec& g);
-void cuda_tensor_widen_in_place(void* data, int64_t n, gpu_exec& g);
+void cuda_tensor_narrow_in_place(void* data, int64_t n, dtype_id to, gpu_exec& g);
+void cuda_tensor_widen_in_place(void* data, int64_t n, dtype_id from, gpu_exec& g);
 // Device-to-device, host-to-device or device-to-host copy on g.stream.
 void cuda_copy(void* dst, const void* src, int64_t bytes, gpu_exec& g);
 

@@ -1,9 +1,11 @@
 // fsdpgen schedule, plan and emit from the command line: outputs, formats,
 // overrides, targets and errors.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -110,6 +112,50 @@ TEST(CliEmit, TargetsWriteTheirRuntimesCalls) {
   EXPECT_NE(g.find("cuda_comm_all_gather(cuda_op_comm(c, stream_id::allgather"), std::string::npos);
   EXPECT_NE(g.find("cuda_train_main(kProgram"), std::string::npos);
   EXPECT_NE(g.find("--gpu h200"), std::string::npos);
+}
+
+// Offload on the CUDA target: the ops run on the host (norm, optimizer,
+// cross-replica all-reduce of host shards) are listed in kHostOps and written
+// in the CPU runtime's words on host memory; the copies to and from the host
+// stay on the GPU.
+TEST(CliEmit, CudaOffloadRunsTheOptimizerOnTheHost) {
+  const std::string dir = std::string(FSDPGEN_E2E_WORK_ROOT) + "/cli-emit-offload";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/offload.fsdp")
+      << "model t { vocab = 256 context = 32 width = 64 heads = 4 layers = 2 }\n"
+         "parallel { world = 4 sharding = hybrid_shard shard_group = 2 offload = cpu\n"
+         "  precision { param = bf16 reduce = bf16 master = fp32 }\n"
+         "  accumulate { micro_batches = 2 } }\n"
+         "train { micro_batch = 2 }\n";
+  for (const char* target : {"cuda", "cpu"}) {
+    CmdResult r = run(fmt::format("emit {0}/offload.fsdp --target {1} -o {0}/{1}", dir, target));
+    ASSERT_EQ(r.status, 0) << r.out;
+  }
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  const std::string g = read(dir + "/cuda/train.cpp"), c = read(dir + "/cpu/train.cpp");
+  EXPECT_NE(g.find("constexpr int kHostOps[] = {"), std::string::npos);
+  EXPECT_NE(g.find(", kHostOps, "), std::string::npos);
+  EXPECT_NE(g.find("  step_optimizer(c, 0, host<std::byte>(c, "), std::string::npos);
+  EXPECT_NE(g.find("  step_add_grad_norm(c, host<std::byte>(c, "), std::string::npos);
+  EXPECT_NE(g.find("comm_all_reduce(op_comm(c, stream_id::allreduce, comm_group::shard), "
+                   "&c.grad_norm_partial"),
+            std::string::npos);
+  // The fp32 accumulator is reduced across replicas in bf16, on the host.
+  EXPECT_NE(g.find("  tensor_narrow_in_place(host<std::byte>(c, "), std::string::npos);
+  EXPECT_NE(g.find("  comm_all_reduce(op_comm(c, stream_id::allreduce, comm_group::replica), "
+                   "host<std::byte>(c, "),
+            std::string::npos);
+  EXPECT_EQ(g.find("cuda_step_optimizer"), std::string::npos);
+  EXPECT_EQ(g.find("cuda_norm_partial"), std::string::npos);
+  // Host to device and device to host (widening bf16 into the fp32 host shard) on the GPU.
+  EXPECT_NE(g.find("  cuda_copy(dev<std::byte>(c, "), std::string::npos);
+  EXPECT_NE(g.find("  cuda_tensor_convert(host<std::byte>(c, "), std::string::npos);
+  EXPECT_EQ(c.find("kHostOps"), std::string::npos);
 }
 
 TEST(CliEmit, TargetErrors) {

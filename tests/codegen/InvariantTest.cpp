@@ -32,6 +32,43 @@ TEST(Invariants, HoldForTheExampleSpecs) {
   }
 }
 
+// offload = cpu with every strategy that allows it, at worlds 1 to 8 (hybrid
+// with shard groups of 1, replicas only, and of half the world), with
+// accumulation, recompute and both precisions: the invariants hold, among
+// them that the ops a GPU program runs on the host use host memory only and
+// that no device op waits for one.
+TEST(Invariants, HoldWithOffloadForEveryStrategy) {
+  int checked = 0;
+  for (const char* st : {"full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2"})
+    for (int w : {1, 2, 4, 8})
+      for (int groups : {0, 1, 2})  // hybrid: shard group 1, or w / 2
+        for (auto [mb, red] : {std::pair{1, "every"}, {4, "every"}, {4, "last"}})
+          for (const char* dtype : {"fp32", "bf16"}) {
+            const bool hybrid = std::string(st).rfind("hybrid", 0) == 0;
+            if (hybrid != (groups > 0) || (groups == 1 && w < 2) || (groups == 2 && w < 4))
+              continue;
+            Config c;
+            c.sharding = st;
+            c.world = w;
+            c.shard_group = groups == 0 ? 0 : groups == 1 ? 1 : w / 2;
+            c.offload = "cpu";
+            c.micro_batches = mb;
+            c.reduce = red;
+            c.param = c.reduce_dtype = dtype;
+            c.recompute = checked % 2 ? "block" : "none";
+            Planned p = plan_text(c.text());
+            auto errors = verify_plan(p.schedule, p.memory);
+            EXPECT_TRUE(errors.empty())
+                << c.name() << ":\n  " << fmt::format("{}", fmt::join(errors, "\n  "));
+            int on_host = 0;
+            for (const Op& op : p.schedule.ops)
+              on_host += runs_on_host(p.schedule, op);
+            EXPECT_GT(on_host, 0) << c.name() << ": the optimizer runs on the host";
+            ++checked;
+          }
+  EXPECT_GT(checked, 60);
+}
+
 Planned base() {
   Config c;
   c.world = 4;
@@ -104,6 +141,43 @@ TEST(Verifier, CatchesAHybridAllReduceEveryMicroBatch) {
   for (size_t i = 0; i < p.schedule.ops.size(); ++i)
     p.schedule.ops[i].id = static_cast<int>(i);
   EXPECT_TRUE(mentions(verify_plan(p.schedule, p.memory), "cross-replica all-reduces per step"));
+}
+
+Planned offload_base() {
+  Config c;
+  c.sharding = "hybrid_shard";
+  c.world = 4;
+  c.shard_group = 2;
+  c.offload = "cpu";
+  Planned p = plan_text(c.text());
+  EXPECT_TRUE(verify_plan(p.schedule, p.memory).empty());
+  return p;
+}
+
+TEST(Verifier, CatchesADeviceOpWaitingForTheHost) {
+  Planned p = offload_base();
+  // The first compute op after the first cross-replica all-reduce (on the host) waits for it.
+  int host_ar = -1;
+  for (Op& op : p.schedule.ops) {
+    if (host_ar < 0 && op.kind == OpKind::AllReduce && runs_on_host(p.schedule, op))
+      host_ar = op.id;
+    if (host_ar >= 0 && op.kind == OpKind::Backward) {
+      op.deps.push_back(host_ar);
+      break;
+    }
+  }
+  ASSERT_GE(host_ar, 0);
+  EXPECT_TRUE(mentions(verify_plan(p.schedule, p.memory), "runs on the device but waits for"));
+}
+
+TEST(Verifier, CatchesAHostOpOnDeviceMemory) {
+  Planned p = offload_base();
+  int device_grads = -1;
+  for (const Buffer& b : p.schedule.buffers)
+    if (b.kind == BufferKind::UnshardedGrads) device_grads = b.id;
+  for (Op& op : p.schedule.ops)
+    if (op.kind == OpKind::GradNorm) op.uses.push_back(device_grads);
+  EXPECT_TRUE(mentions(verify_plan(p.schedule, p.memory), "runs on the host but uses"));
 }
 
 }  // namespace

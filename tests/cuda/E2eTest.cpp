@@ -1,11 +1,13 @@
 // E2eTest (cuda): generated CUDA binaries. Building needs no GPU, so the
 // build tests run everywhere nvcc is (CI included): `--target cuda`
-// compiles and links, the binary prints the planned schedule, and without a
-// GPU it stops with an error naming the CUDA problem (never a crash or a
-// hang). Training needs a GPU (each such test skips, saying why, without
-// one): every strategy at world 1 and, with the comm layer's MPI test mode
-// (ranks sharing one GPU), at worlds 2 and 4 gives per-step losses equal to
-// the CPU binary's for the same spec, data and initial weights.
+// compiles and links (with offload too), the binary prints the planned
+// schedule, and without a GPU it stops with an error naming the CUDA problem
+// (never a crash or a hang). Training needs a GPU (each such test skips,
+// saying why, without one): every strategy at world 1 and, with the comm
+// layer's MPI test mode (ranks sharing one GPU), at worlds 2 and 4, and
+// offload (the optimizer on the host) at worlds 1, 2 and 4, gives per-step
+// losses equal to the CPU binary's for the same spec, data and initial
+// weights.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -40,6 +42,33 @@ TEST(CudaBuild, Gpt2_124mBuildsAndPrintsItsSchedule) {
   EXPECT_EQ(printed.out, planned.out);
 }
 
+// offload = cpu: the binary builds and carries the planned schedule, whose
+// norm, optimizer and host-memory all-reduces it runs on the host.
+TEST(CudaBuild, OffloadBuildsAndPrintsItsSchedule) {
+  E2eConfig single;
+  single.world = 1;
+  single.offload = "cpu";
+  E2eConfig hybrid;
+  hybrid.sharding = "hybrid_shard";
+  hybrid.world = 4;
+  hybrid.shard_group = 2;
+  hybrid.param = hybrid.reduce_dtype = "bf16";
+  hybrid.micro_batches = 2;
+  hybrid.offload = "cpu";
+  for (const E2eConfig& c : {single, hybrid}) {
+    std::filesystem::path bin = build_cuda("build_" + c.name(), c.spec());
+    ASSERT_TRUE(std::filesystem::exists(bin)) << c.name();
+    CmdResult printed = run_command(bin.string() + " --print-schedule");
+    ASSERT_EQ(printed.status, 0) << printed.out;
+    CmdResult planned = run_command(fmt::format("{} schedule {} --gpu h100-sxm", FSDPGEN_BIN,
+                                                (bin.parent_path() / "e2e.fsdp").string()));
+    ASSERT_EQ(planned.status, 0) << planned.out;
+    EXPECT_EQ(printed.out, planned.out) << c.name();
+    EXPECT_NE(printed.out.find("offload=cpu"), std::string::npos) << printed.out;
+    EXPECT_NE(printed.out.find("stream host"), std::string::npos) << printed.out;
+  }
+}
+
 TEST(CudaBuild, WithoutAGpuTheBinaryStopsWithTheReason) {
   const std::string reason = no_device_reason();
   if (reason.empty()) GTEST_SKIP() << "a CUDA device is present here";
@@ -54,14 +83,16 @@ TEST(CudaBuild, WithoutAGpuTheBinaryStopsWithTheReason) {
 
 TEST(CudaBuild, UnsupportedSpecsAreErrors) {
   E2eConfig c;
-  c.param = "fp16";
+  c.param = "bf16";
   c.reduce_dtype = "fp16";
-  std::filesystem::path dir = e2e_dir("fp16");
+  std::filesystem::path dir = e2e_dir("bf16_params_fp16_reduce");
   std::ofstream(dir / "e2e.fsdp") << c.spec();
   CmdResult r = run_command(
       fmt::format("cd {} && {} e2e.fsdp --target cuda -o train", dir.string(), FSDPGEN_BIN));
   EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_NE(r.out.find("the CUDA backend cannot build this spec: fp16"), std::string::npos)
+  EXPECT_NE(r.out.find("the CUDA backend cannot build this spec: param = bf16 with reduce = fp16 "
+                       "(mixing bf16 and fp16 is not supported"),
+            std::string::npos)
       << r.out;
 }
 
@@ -96,8 +127,10 @@ std::vector<double> cuda_losses(const std::string& name, const E2eConfig& c,
 // of AdamW: 1e-4. bf16: values are rounded to bf16 after every op on both
 // sides, and one-ulp differences (2^-8 relative) in different places give
 // losses that differ by ~1e-3: 2e-2, the CPU runtime's bf16 tolerance.
+// fp16: the same with 2^-11 roundings: 5e-3, the CPU runtime's fp16
+// tolerance.
 double loss_tolerance(const E2eConfig& c) {
-  return c.param == "fp32" ? 1e-4 : 2e-2;
+  return c.param == "fp32" ? 1e-4 : c.param == "fp16" ? 5e-3 : 2e-2;
 }
 
 class CudaTraining : public ::testing::TestWithParam<E2eConfig> {
@@ -158,6 +191,36 @@ std::vector<E2eConfig> training_configs() {
   hybrid_acc.reduce_dtype = "bf16";
   hybrid_acc.micro_batches = 2;
   out.push_back(hybrid_acc);
+  // offload = cpu: shards, gradient shards and optimizer state in pinned host
+  // memory, the norm, the optimizer and the cross-replica all-reduce on the
+  // host, against the CPU binary's offload run.
+  auto offload = [&](std::string sharding, int world, int shard_group, std::string param,
+                     int micro_batches) {
+    E2eConfig c;
+    c.sharding = std::move(sharding);
+    c.world = world;
+    c.shard_group = shard_group;
+    c.param = c.reduce_dtype = std::move(param);
+    c.micro_batches = micro_batches;
+    c.offload = "cpu";
+    out.push_back(c);
+  };
+  offload("full_shard", 1, 0, "fp32", 1);
+  offload("full_shard", 2, 0, "fp32", 1);
+  offload("hybrid_shard", 4, 2, "fp32", 1);
+  offload("full_shard", 2, 0, "fp32", 4);    // accumulating into the host shard
+  offload("full_shard", 2, 0, "bf16", 1);    // bf16 reduce-scatter widened into fp32 on the host
+  offload("hybrid_shard", 4, 2, "bf16", 2);  // the host's fp32 accumulator reduced in bf16
+  // fp16 with dynamic loss scaling: fp16 GEMMs, kernels and NCCL reductions
+  // with the pre/post divide, against the CPU binary's fp16 run.
+  add("full_shard", 1, 0, "fp16");
+  add("full_shard", 2, 0, "fp16");
+  add("hybrid_shard", 4, 2, "fp16");
+  E2eConfig fp16_fp32_reduce;
+  fp16_fp32_reduce.world = 2;
+  fp16_fp32_reduce.param = "fp16";
+  out.push_back(fp16_fp32_reduce);
+  offload("full_shard", 2, 0, "fp16", 2);
   return out;
 }
 
@@ -190,6 +253,51 @@ TEST_F(CudaBinary, TraceHasEveryOp) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("trace: step 2 of 2 ranks"), std::string::npos) << r.out;
   expect_trace_like_predicted(dir, "h100-sxm", 2);
+}
+
+// Offload: host ops are in the measured trace too (timed on the host clock
+// from the step's start), each rank with every op of the plan.
+TEST_F(CudaBinary, OffloadTraceHasEveryOp) {
+  E2eConfig c;
+  c.world = 2;
+  c.offload = "cpu";
+  std::filesystem::path bin = build_cuda("trace_offload", c.spec());
+  const std::filesystem::path dir = bin.parent_path();
+  CmdResult r = run_binary(2, bin, "--comm mpi-test --trace trace.json --trace-step 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("optimizer on the host"), std::string::npos) << r.out;
+  expect_trace_like_predicted(dir, "h100-sxm", 2);
+}
+
+// fp16: a step whose gradients overflow (--inject-overflow) is skipped, in
+// a captured graph too (the loss scale is read from device memory): the
+// weights after it are those before it, the loss scale halves, and the
+// losses go on falling.
+TEST_F(CudaBinary, Fp16OverflowIsSkippedAndTheScaleBacksOff) {
+  E2eConfig c;
+  c.world = 1;
+  c.steps = 6;
+  c.param = c.reduce_dtype = "fp16";
+  std::filesystem::path bin = build_cuda("fp16_overflow", c.spec());
+  const std::filesystem::path dir = bin.parent_path();
+  CmdResult r = run_binary(1, bin, "--metrics m.jsonl --inject-overflow 3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("1 step skipped for non-finite gradients (loss scale now 32768)"),
+            std::string::npos)
+      << r.out;
+  const std::vector<nlohmann::json> m = read_metrics(dir / "m.jsonl");
+  ASSERT_EQ(m.size(), 6u);
+  for (size_t s = 0; s < m.size(); ++s) {
+    EXPECT_EQ(m[s].at("skipped").get<bool>(), s == 3) << "step " << s + 1;
+    EXPECT_EQ(m[s].at("loss_scale").get<double>(), s <= 3 ? 65536.0 : 32768.0) << "step " << s + 1;
+  }
+  EXPECT_LT(m.back().at("loss").get<double>(), m.front().at("loss").get<double>());
+  ASSERT_EQ(run_binary(1, bin, "--steps 3 --save three.safetensors").status, 0);
+  ASSERT_EQ(run_binary(1, bin, "--steps 4 --inject-overflow 3 --save four.safetensors").status, 0);
+  const std::string three = safetensors_tensor_bytes(dir / "three.safetensors");
+  ASSERT_FALSE(three.empty());
+  EXPECT_TRUE(three == safetensors_tensor_bytes(dir / "four.safetensors"))
+      << "weights after a skipped step differ from those before it";
 }
 
 // Weights written by the CUDA binary load into the CPU binary (and the

@@ -1,5 +1,6 @@
-// Gpt2Test (cuda): runtime/cuda/gemm.h, attention.h and gpt2.h against
-// their CPU counterparts (runtime/gemm.h, runtime/kernels.h, runtime/gpt2.h)
+// Gpt2Test (cuda): runtime/cuda/gemm.h, attention.h (materialized and
+// flash) and gpt2.h (with either attention layout) against their CPU
+// counterparts (runtime/gemm.h, runtime/kernels.h, runtime/gpt2.h)
 // on the same random inputs (fixed seeds), for fp32 and bf16 storage and
 // gradients, printing the largest absolute and relative differences. Device
 // outputs start as NaN (all bits set), so a value a kernel failed to write,
@@ -432,13 +433,96 @@ TYPED_TEST(CudaGpt2Layer, AttentionBackward) {
   }
 }
 
+// ---------------------------------------------------------------- flash attention
+
+// Flash shapes: T below, across and at the 32-query tiles (13, 40, 64),
+// ragged tails (70, 100), several heads and sequences (B*H up to 9), head
+// sizes 8, 16, 64, 80 (three 32-column chunks, the last partial), 96 and 128
+// (the largest the kernels take).
+constexpr attention_shape kFlashShapes[] = {{2, 16, 64, 4},  {3, 13, 48, 3},  {1, 40, 32, 4},
+                                            {2, 70, 256, 4}, {2, 33, 160, 2}, {1, 64, 96, 1},
+                                            {3, 100, 384, 3}};
+
+// The flash kernels against the CPU's flash reference (attention_forward_flash):
+// out to the attention tolerance (fp32 1e-4; bf16 2e-2, one rounding of the
+// output after fp32 sums in a different order), lse to the fp32 tolerance
+// whatever T is (fp32 from the same stored q and k). Outputs start as NaN.
+TYPED_TEST(CudaGpt2Layer, AttentionFlashForward) {
+  using T = TypeParam;
+  for (const attention_shape& a : kFlashShapes) {
+    const int64_t N = a.B * a.T, R = a.B * a.H * a.T;
+    std::mt19937 rng(1300);
+    const auto qkv = random_stored<T>(rng, N * 3 * a.C, 1.5);
+    std::vector<T> out(N * a.C);
+    std::vector<float> lse(R);
+    attention_forward_flash(out.data(), lse.data(), qkv.data(), a.B, a.T, a.C, a.H);
+
+    nan_vec<T> qkv_d(qkv), out_d(N * a.C);
+    nan_vec<float> lse_d(R);
+    cuda_attention_forward_flash(out_d.get(), lse_d.get(), qkv_d.get(), a.B, a.T, a.C, a.H,
+                                 this->g);
+    this->sync();
+    expect_close_scaled(tag<T>("cuda_attention_forward_flash", "out") + shape_name(a),
+                        out_d.download(), out, op_tol<T>());
+    expect_close_scaled(tag<T>("cuda_attention_forward_flash", "lse") + shape_name(a),
+                        lse_d.download(), lse, kFp32Tol);
+  }
+}
+
+// Both sides read the CPU flash forward's out and lse; dqkv to the attention
+// tolerance, delta (fp32 sums of hs products) to the fp32 one.
+TYPED_TEST(CudaGpt2Layer, AttentionFlashBackward) {
+  using T = TypeParam;
+  for (const attention_shape& a : kFlashShapes) {
+    const int64_t N = a.B * a.T, R = a.B * a.H * a.T;
+    std::mt19937 rng(1400);
+    const auto qkv = random_stored<T>(rng, N * 3 * a.C, 1.5);
+    const auto dout = random_stored<T>(rng, N * a.C);
+    std::vector<T> out(N * a.C), dqkv(N * 3 * a.C);
+    std::vector<float> lse(R), delta(R);
+    attention_forward_flash(out.data(), lse.data(), qkv.data(), a.B, a.T, a.C, a.H);
+    attention_backward_flash(dqkv.data(), delta.data(), dout.data(), qkv.data(), out.data(),
+                             lse.data(), a.B, a.T, a.C, a.H);
+
+    nan_vec<T> qkv_d(qkv), dout_d(dout), out_d(out), dqkv_d(N * 3 * a.C);
+    nan_vec<float> lse_d(lse), delta_d(R);
+    cuda_attention_backward_flash(dqkv_d.get(), delta_d.get(), dout_d.get(), qkv_d.get(),
+                                  out_d.get(), lse_d.get(), a.B, a.T, a.C, a.H, this->g);
+    this->sync();
+    expect_close_scaled(tag<T>("cuda_attention_backward_flash", "dqkv") + shape_name(a),
+                        dqkv_d.download(), dqkv, op_tol<T>());
+    expect_close_scaled(tag<T>("cuda_attention_backward_flash", "delta") + shape_name(a),
+                        delta_d.download(), delta, kFp32Tol);
+  }
+}
+
+// Head sizes the kernels do not take are refused before anything is
+// enqueued (so this runs without a device).
+TEST(CudaAttentionFlash, RejectsUnsupportedHeads) {
+  gpu_exec g;
+  float* f = nullptr;
+  const int64_t too_wide = kCudaAttentionFlashMaxHeadSize + 1;
+  EXPECT_THROW(cuda_attention_forward_flash(f, f, f, 1, 4, too_wide, 1, g), std::invalid_argument);
+  EXPECT_THROW(cuda_attention_backward_flash(f, f, f, f, f, f, 1, 4, 2 * too_wide, 2, g),
+               std::invalid_argument);
+  EXPECT_THROW(cuda_attention_forward_flash(f, f, f, 1, 4, 10, 3, g), std::invalid_argument);
+}
+
 // ---------------------------------------------------------------- layers
 
 // B, T, C, H, F, V: the brief's small model, and one with odd T and width.
 const ref::dims kLayerDims[] = {{2, 16, 64, 4, 256, 96}, {3, 13, 48, 3, 80, 50}};
 
-std::string dims_name(const ref::dims& d) {
-  return " B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) + " C=" + std::to_string(d.C);
+std::string dims_name(const ref::dims& d, bool flash = false) {
+  return " B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) + " C=" + std::to_string(d.C) +
+         (flash ? " flash" : "");
+}
+
+// The layer dims with materialized or flash attention.
+gpt2_dims layer_dims(const ref::dims& rd, bool flash) {
+  gpt2_dims d = to_gpt2(rd);
+  d.flash = flash;
+  return d;
 }
 
 // Forward's saved arrays on the device against the CPU's. ln1's statistics
@@ -464,52 +548,58 @@ void expect_block_saved_close(const std::string& prefix, const gpt2_block_saved<
   stored("ln2", got.ln2, want.ln2, N * C);
   stored("fc", got.fc, want.fc, N * F);
   stored("gelu", got.gelu, want.gelu, N * F);
-  stored("probs", got.probs, want.probs, N * d.H * d.T);
+  if (d.flash)
+    expect_close_scaled(prefix + "lse", load(from_device(got.lse, N * d.H)),
+                        load(want.lse, N * d.H), layer_tol<T>());
+  else
+    stored("probs", got.probs, want.probs, N * d.H * d.T);
 }
 
 // Forward, then a recompute (out == nullptr) into a fresh slot, which must
 // fill the same saved arrays; a second forward reuses every GEMM plan.
 TYPED_TEST(CudaGpt2Layer, BlockForward) {
   using T = TypeParam;
-  for (const ref::dims& rd : kLayerDims) {
-    const gpt2_dims d = to_gpt2(rd);
-    const int64_t N = d.N(), C = d.C;
-    std::mt19937 rng(700);
-    const auto params = block_flat<T>(ref::random_block(rng, rd), rd);
-    const auto x = random_stored<T>(rng, N * C);
-    const int64_t saved_bytes = gpt2_block_saved_bytes(d, sizeof(T));
-    std::vector<std::byte> saved(saved_bytes);
-    const auto s = gpt2_block_saved_at<T>(saved.data(), d);
-    std::copy(x.begin(), x.end(), s.input);
-    std::vector<T> out(N * C);
-    gpt2_block_forward(out.data(), gpt2_block_params_at<T>(params.data(), d), s, d,
-                       cpu_workspace());
+  for (const ref::dims& rd : kLayerDims)
+    for (const bool flash : {false, true}) {
+      const gpt2_dims d = layer_dims(rd, flash);
+      const int64_t N = d.N(), C = d.C;
+      std::mt19937 rng(700);
+      const auto params = block_flat<T>(ref::random_block(rng, rd), rd);
+      const auto x = random_stored<T>(rng, N * C);
+      const int64_t saved_bytes = gpt2_block_saved_bytes(d, sizeof(T));
+      std::vector<std::byte> saved(saved_bytes);
+      const auto s = gpt2_block_saved_at<T>(saved.data(), d);
+      std::copy(x.begin(), x.end(), s.input);
+      std::vector<T> out(N * C);
+      gpt2_block_forward(out.data(), gpt2_block_params_at<T>(params.data(), d), s, d,
+                         cpu_workspace());
 
-    nan_vec<T> params_d(params), out_d(N * C);
-    const auto p = gpt2_block_params_at<T>(params_d.get(), d);
-    for (const bool recompute : {false, true}) {
-      nan_vec<std::byte> slot_d(saved_bytes + kGuardBytes);
+      nan_vec<T> params_d(params), out_d(N * C);
+      const auto p = gpt2_block_params_at<T>(params_d.get(), d);
+      for (const bool recompute : {false, true}) {
+        nan_vec<std::byte> slot_d(saved_bytes + kGuardBytes);
+        const auto sd = gpt2_block_saved_at<T>(slot_d.get(), d);
+        to_device(sd.input, x.data(), N * C);
+        cuda_gpt2_block_forward(recompute ? nullptr : out_d.get(), p, sd, d, this->g);
+        this->sync();
+        const std::string prefix =
+            tag<T>("cuda_gpt2_block_forward", recompute ? "(recompute) " : "") +
+            dims_name(rd, flash) + " ";
+        expect_block_saved_close(prefix, sd, s, d);
+        EXPECT_TRUE(guard_intact(slot_d.download(), saved_bytes))
+            << prefix << "wrote past the saved slot";
+      }
+      expect_close_scaled(tag<T>("cuda_gpt2_block_forward", "out") + dims_name(rd, flash),
+                          out_d.download(), out, layer_tol<T>());
+
+      const int64_t plans = gpu_gemm_cache_plans(this->g.gemms);
+      nan_vec<std::byte> slot_d(saved_bytes);
       const auto sd = gpt2_block_saved_at<T>(slot_d.get(), d);
       to_device(sd.input, x.data(), N * C);
-      cuda_gpt2_block_forward(recompute ? nullptr : out_d.get(), p, sd, d, this->g);
+      cuda_gpt2_block_forward(out_d.get(), p, sd, d, this->g);
       this->sync();
-      const std::string prefix =
-          tag<T>("cuda_gpt2_block_forward", recompute ? "(recompute) " : "") + dims_name(rd) + " ";
-      expect_block_saved_close(prefix, sd, s, d);
-      EXPECT_TRUE(guard_intact(slot_d.download(), saved_bytes))
-          << prefix << "wrote past the saved slot";
+      EXPECT_EQ(gpu_gemm_cache_plans(this->g.gemms), plans) << "a repeated forward planned a GEMM";
     }
-    expect_close_scaled(tag<T>("cuda_gpt2_block_forward", "out") + dims_name(rd), out_d.download(),
-                        out, layer_tol<T>());
-
-    const int64_t plans = gpu_gemm_cache_plans(this->g.gemms);
-    nan_vec<std::byte> slot_d(saved_bytes);
-    const auto sd = gpt2_block_saved_at<T>(slot_d.get(), d);
-    to_device(sd.input, x.data(), N * C);
-    cuda_gpt2_block_forward(out_d.get(), p, sd, d, this->g);
-    this->sync();
-    EXPECT_EQ(gpu_gemm_cache_plans(this->g.gemms), plans) << "a repeated forward planned a GEMM";
-  }
 }
 
 // Both sides run backward from the CPU forward's saved slot, with random
@@ -517,53 +607,55 @@ TYPED_TEST(CudaGpt2Layer, BlockForward) {
 TYPED_TEST(CudaGpt2Backward, Block) {
   using T = typename TypeParam::T;
   using G = typename TypeParam::G;
-  for (const ref::dims& rd : kLayerDims) {
-    const gpt2_dims d = to_gpt2(rd);
-    const int64_t N = d.N(), C = d.C;
-    std::mt19937 rng(800);
-    const auto params = block_flat<T>(ref::random_block(rng, rd), rd);
-    const auto x = random_stored<T>(rng, N * C);
-    const auto dout = random_stored<T>(rng, N * C);
-    const auto grads0 = random_stored<G>(rng, block_flat_elems(rd));
-    const auto p = gpt2_block_params_at<T>(params.data(), d);
+  for (const ref::dims& rd : kLayerDims)
+    for (const bool flash : {false, true}) {
+      const gpt2_dims d = layer_dims(rd, flash);
+      const int64_t N = d.N(), C = d.C;
+      std::mt19937 rng(800);
+      const auto params = block_flat<T>(ref::random_block(rng, rd), rd);
+      const auto x = random_stored<T>(rng, N * C);
+      const auto dout = random_stored<T>(rng, N * C);
+      const auto grads0 = random_stored<G>(rng, block_flat_elems(rd));
+      const auto p = gpt2_block_params_at<T>(params.data(), d);
 
-    const int64_t saved_bytes = gpt2_block_saved_bytes(d, sizeof(T));
-    const int64_t scratch_bytes = gpt2_backward_scratch_bytes(d, sizeof(T));
-    std::vector<std::byte> saved(saved_bytes), scratch(scratch_bytes);
-    const auto s = gpt2_block_saved_at<T>(saved.data(), d);
-    std::copy(x.begin(), x.end(), s.input);
-    std::vector<T> out(N * C);
-    gpt2_block_forward(out.data(), p, s, d, cpu_workspace());
-    nan_vec<std::byte> saved_d(saved);  // the CPU forward's slot
+      const int64_t saved_bytes = gpt2_block_saved_bytes(d, sizeof(T));
+      const int64_t scratch_bytes = gpt2_backward_scratch_bytes(d, sizeof(T));
+      std::vector<std::byte> saved(saved_bytes), scratch(scratch_bytes);
+      const auto s = gpt2_block_saved_at<T>(saved.data(), d);
+      std::copy(x.begin(), x.end(), s.input);
+      std::vector<T> out(N * C);
+      gpt2_block_forward(out.data(), p, s, d, cpu_workspace());
+      nan_vec<std::byte> saved_d(saved);  // the CPU forward's slot
 
-    const auto sc = gpt2_backward_scratch_at<T>(scratch.data(), d);
-    std::copy(dout.begin(), dout.end(), sc.dres);
-    std::vector<G> grads = grads0;
-    gpt2_block_backward(gpt2_block_grads_at<G>(grads.data(), d), p, s, sc, d, cpu_workspace());
+      const auto sc = gpt2_backward_scratch_at<T>(scratch.data(), d);
+      std::copy(dout.begin(), dout.end(), sc.dres);
+      std::vector<G> grads = grads0;
+      gpt2_block_backward(gpt2_block_grads_at<G>(grads.data(), d), p, s, sc, d, cpu_workspace());
 
-    nan_vec<T> params_d(params);
-    nan_vec<G> grads_d(grads0);
-    nan_vec<std::byte> scratch_d(scratch_bytes + kGuardBytes);
-    const auto scd = gpt2_backward_scratch_at<T>(scratch_d.get(), d);
-    to_device(scd.dres, dout.data(), N * C);
-    cuda_gpt2_block_backward(gpt2_block_grads_at<G>(grads_d.get(), d),
-                             gpt2_block_params_at<T>(params_d.get(), d),
-                             gpt2_block_saved_at<T>(saved_d.get(), d), scd, d, this->g);
-    this->sync();
+      nan_vec<T> params_d(params);
+      nan_vec<G> grads_d(grads0);
+      nan_vec<std::byte> scratch_d(scratch_bytes + kGuardBytes);
+      const auto scd = gpt2_backward_scratch_at<T>(scratch_d.get(), d);
+      to_device(scd.dres, dout.data(), N * C);
+      cuda_gpt2_block_backward(gpt2_block_grads_at<G>(grads_d.get(), d),
+                               gpt2_block_params_at<T>(params_d.get(), d),
+                               gpt2_block_saved_at<T>(saved_d.get(), d), scd, d, this->g);
+      this->sync();
 
-    const std::string prefix = tag<T, G>("cuda_gpt2_block_backward", "") + dims_name(rd) + " ";
-    expect_close_scaled(prefix + "d(input)", load(from_device(scd.dres, N * C)),
-                        load(sc.dres, N * C), layer_tol<T>());
-    std::vector<G> got = grads_d.download();
-    const auto got_ptrs = block_pointers(gpt2_block_grads_at<G>(got.data(), d));
-    const auto want_ptrs = block_pointers(gpt2_block_grads_at<G>(grads.data(), d));
-    const auto elems = block_tensor_elems(rd);
-    for (size_t i = 0; i < elems.size(); i++)
-      expect_close_scaled(prefix + ref::block_tensors()[i].name, load(got_ptrs[i], elems[i]),
-                          load(want_ptrs[i], elems[i]), grad_tol<T, G>());
-    EXPECT_TRUE(guard_intact(scratch_d.download(), scratch_bytes))
-        << prefix << "wrote past the backward scratch";
-  }
+      const std::string prefix =
+          tag<T, G>("cuda_gpt2_block_backward", "") + dims_name(rd, flash) + " ";
+      expect_close_scaled(prefix + "d(input)", load(from_device(scd.dres, N * C)),
+                          load(sc.dres, N * C), layer_tol<T>());
+      std::vector<G> got = grads_d.download();
+      const auto got_ptrs = block_pointers(gpt2_block_grads_at<G>(got.data(), d));
+      const auto want_ptrs = block_pointers(gpt2_block_grads_at<G>(grads.data(), d));
+      const auto elems = block_tensor_elems(rd);
+      for (size_t i = 0; i < elems.size(); i++)
+        expect_close_scaled(prefix + ref::block_tensors()[i].name, load(got_ptrs[i], elems[i]),
+                            load(want_ptrs[i], elems[i]), grad_tol<T, G>());
+      EXPECT_TRUE(guard_intact(scratch_d.download(), scratch_bytes))
+          << prefix << "wrote past the backward scratch";
+    }
 }
 
 // The final norm and head's inputs: x (N, C), lnf_w, lnf_b (C), head_w (V,

@@ -1,7 +1,7 @@
 // KernelTest (cuda): every CUDA kernel of runtime/cuda/kernels.cuh against
 // its CPU counterpart (runtime/kernels.h, optimizer_adamw,
-// step_add_grad_norm) on the same random inputs (fixed seeds), for fp32 and
-// bf16 storage and gradients, printing the largest absolute and relative
+// step_add_grad_norm) on the same random inputs (fixed seeds), for fp32, bf16
+// and fp16 storage and gradients, printing the largest absolute and relative
 // differences. Each test skips, saying why, where no CUDA device is present.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 #include <iterator>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../runtime/Reference.h"
@@ -36,7 +37,8 @@ namespace {
 //    sums have at most ~2000 terms, so differences are ~1e-6.
 //  - bf16 storage: differences of a few fp32 ulps can round to neighbouring
 //    bf16 values, one bf16 ulp apart (at most 2^-7 ~ 7.8e-3 relative): 1e-2
-//    relative, and 1e-5 absolute for the fp32 difference itself.
+//    relative, and 1e-5 absolute for the fp32 difference itself. fp16 (one
+//    ulp is 2^-10 relative) takes the same bound, 8x looser than it needs.
 //  - Always-fp32 outputs (LayerNorm's mean and rstd, losses, the sum of
 //    squares) take the fp32 tolerance whatever the storage.
 //  - Cross-entropy's gradients are probabilities of ~1e-3 (V ~ 1000): the
@@ -81,7 +83,7 @@ class CudaFixture : public ::testing::Test {
   cudaStream_t stream = nullptr;
 };
 
-using StorageTypes = ::testing::Types<float, bf16>;
+using StorageTypes = ::testing::Types<float, bf16, fp16>;
 template <class T>
 class CudaKernel : public CudaFixture {};
 TYPED_TEST_SUITE(CudaKernel, StorageTypes, ref::StorageTypeNames);
@@ -89,7 +91,9 @@ template <class P>
 class CudaParamBackward : public CudaFixture {};
 using StorageGradTypes =
     ::testing::Types<ref::storage_grad<float, float>, ref::storage_grad<float, bf16>,
-                     ref::storage_grad<bf16, float>, ref::storage_grad<bf16, bf16>>;
+                     ref::storage_grad<bf16, float>, ref::storage_grad<bf16, bf16>,
+                     ref::storage_grad<float, fp16>, ref::storage_grad<fp16, float>,
+                     ref::storage_grad<fp16, fp16>>;
 TYPED_TEST_SUITE(CudaParamBackward, StorageGradTypes, ref::StorageGradNames);
 
 template <class T>
@@ -100,7 +104,9 @@ std::vector<T> random_stored(std::mt19937& rng, int64_t n, double scale = 1.0,
 
 template <class T>
 dtype_id dtype_of() {
-  return sizeof(T) == 4 ? dtype_id::fp32 : dtype_id::bf16;
+  return sizeof(T) == 4            ? dtype_id::fp32
+         : std::is_same_v<T, fp16> ? dtype_id::fp16
+                                   : dtype_id::bf16;
 }
 
 // ---------------------------------------------------------------- encoder

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -150,13 +151,34 @@ inline CmdResult run_binary(int world, const std::filesystem::path& binary,
                                  launch(world, binary), args));
 }
 
+// Each step's line of --metrics.
+inline std::vector<nlohmann::json> read_metrics(const std::filesystem::path& metrics) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
 // The losses of each step, from --metrics.
 inline std::vector<double> read_losses(const std::filesystem::path& metrics) {
   std::vector<double> losses;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  for (const nlohmann::json& m : read_metrics(metrics))
+    losses.push_back(m.at("loss").get<double>());
   return losses;
+}
+
+// A safetensors file's tensor data: the bytes after its header (whose
+// metadata names the step); empty when the file is missing or short.
+inline std::string safetensors_tensor_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  const std::string all = s.str();
+  uint64_t header = 0;
+  if (all.size() < 8) return "";
+  std::memcpy(&header, all.data(), 8);
+  return all.size() - 8 < header ? "" : all.substr(8 + header);
 }
 
 // Builds and trains; returns the per-step losses (empty after a failure).

@@ -1,5 +1,6 @@
-// Gpt2Test: runtime/gpt2.h's layouts (byte sizes, tensor offsets) and its
-// block, head and a tiny whole model (embed, 2 blocks, tied head) against the
+// Gpt2Test: runtime/gpt2.h's layouts (byte sizes equal to the planner's,
+// tensor offsets) and its block (with materialized and flash attention),
+// head and a tiny whole model (embed, 2 blocks, tied head) against the
 // double-precision reference of Reference.h, gradients against finite
 // differences of the reference loss.
 #include <cblas.h>
@@ -16,6 +17,7 @@
 
 #include "BlockLayout.h"
 #include "Reference.h"
+#include "codegen/Activations.h"
 #include "runtime/gpt2.h"
 
 using ref::block_flat;
@@ -107,8 +109,10 @@ struct block_run {
   bool guards_intact;
 };
 template <class T, class G>
-block_run run_block(const ref::block_params& p, const vec& x, const vec& dout, const ref::dims& d) {
-  const gpt2_dims gd = to_gpt2(d);
+block_run run_block(const ref::block_params& p, const vec& x, const vec& dout, const ref::dims& d,
+                    bool flash = false) {
+  gpt2_dims gd = to_gpt2(d);
+  gd.flash = flash;
   auto params = block_flat<T>(p, d);
   std::vector<G> grads(block_flat_elems(d), from_float<G>(0.0f));
   guarded_buffer saved(gpt2_block_saved_bytes(gd, sizeof(T)));
@@ -126,14 +130,59 @@ block_run run_block(const ref::block_params& p, const vec& x, const vec& dout, c
           saved.guard_intact() && scratch.guard_intact()};
 }
 
+// Dims whose 3C exceeds 2F and whose N * C is odd: with bf16 the scratch's
+// T arrays end off a 4-byte boundary, which delta must round up to.
+const ref::dims kOddDims{3, 5, 21, 3, 20, 7};
+
 TEST(Gpt2Layout, SizesMatchFormulas) {
-  for (const ref::dims& d : {kDims, ref::dims{3, 5, 20, 5, 80, 7}}) {
-    const gpt2_dims gd = to_gpt2(d);
+  for (const ref::dims& d : {kDims, ref::dims{3, 5, 20, 5, 80, 7}, kOddDims}) {
+    gpt2_dims gd = to_gpt2(d);
     const int64_t N = d.N(), C = d.C, F = d.F, H = d.H, T = d.T;
     for (int64_t a : {2, 4}) {
+      gd.flash = false;
       EXPECT_EQ(gpt2_block_saved_bytes(gd, a), N * (16 + a * (8 * C + 2 * F + H * T)));
       EXPECT_EQ(gpt2_final_norm_saved_bytes(gd, a), N * (8 + a * 2 * C));
-      EXPECT_EQ(gpt2_backward_scratch_bytes(gd, a), N * a * (2 * C + std::max(3 * C + H * T, F)));
+      EXPECT_EQ(gpt2_backward_scratch_bytes(gd, a),
+                N * a * (2 * C + std::max(3 * C + H * T, 2 * F)));
+      gd.flash = true;
+      EXPECT_EQ(gpt2_block_saved_bytes(gd, a), N * (16 + a * (8 * C + 2 * F) + 4 * H));
+      EXPECT_EQ(gpt2_final_norm_saved_bytes(gd, a), N * (8 + a * 2 * C));
+      EXPECT_EQ(gpt2_backward_scratch_bytes(gd, a),
+                (N * a * (2 * C + std::max(3 * C, 2 * F)) + 3) / 4 * 4 + 4 * N * H);
+    }
+  }
+}
+
+// The runtime's sizes are the planner's (codegen/Activations.h), byte for
+// byte, for both attention layouts: what makes measured memory the plan.
+TEST(Gpt2Layout, SizesMatchPlanner) {
+  for (const ref::dims& d : {kDims, ref::dims{3, 5, 20, 5, 80, 7}, kOddDims}) {
+    fsdpgen::ModelSpec m;
+    m.family = fsdpgen::Family::Gpt2;
+    m.vocab = d.V;
+    m.context = d.T;
+    m.width = d.C;
+    m.heads = d.H;
+    m.kv_heads = d.H;
+    m.layers = 1;
+    m.ffn_hidden = d.F;
+    for (int64_t a : {2, 4}) {
+      for (bool flash : {false, true}) {
+        gpt2_dims gd = to_gpt2(d);
+        gd.flash = flash;
+        const fsdpgen::ActivationShape shape{d.N(), a, flash};
+        const std::string what = "a=" + std::to_string(a) + (flash ? " flash" : " materialized") +
+                                 " C=" + std::to_string(d.C);
+        using Kind = fsdpgen::LayerId::Kind;
+        EXPECT_EQ(gpt2_block_saved_bytes(gd, a),
+                  fsdpgen::layer_saved_bytes(m, {Kind::Block, 0}, shape))
+            << what;
+        EXPECT_EQ(gpt2_final_norm_saved_bytes(gd, a),
+                  fsdpgen::layer_saved_bytes(m, {Kind::FinalNorm, 0}, shape))
+            << what;
+        EXPECT_EQ(gpt2_backward_scratch_bytes(gd, a), fsdpgen::backward_scratch_bytes(m, shape))
+            << what;
+      }
     }
   }
 }
@@ -171,6 +220,31 @@ TEST(Gpt2Layout, SavedArraysArePackedInOrder) {
   EXPECT_EQ(at(sc.dres), 0);
   EXPECT_EQ(at(sc.dtmp), 4 * N * C);
   EXPECT_EQ(at(sc.big), 8 * N * C);
+  EXPECT_EQ(sc.delta, nullptr);
+}
+
+// With flash, the slot ends with lse (fp32) where the probabilities were,
+// and the scratch's fp32 delta follows big from the next 4-byte boundary.
+TEST(Gpt2Layout, FlashArraysFollowTheStoredOnes) {
+  for (const ref::dims& d : {ref::dims{3, 5, 20, 5, 80, 7}, kOddDims}) {
+    gpt2_dims gd = to_gpt2(d);
+    gd.flash = true;
+    const int64_t N = d.N(), C = d.C, F = d.F, H = d.H;
+    std::vector<std::byte> buf(gpt2_backward_scratch_bytes(gd, 2) + gpt2_block_saved_bytes(gd, 2));
+    std::byte* base = buf.data();
+    auto at = [&](const void* p) { return static_cast<const std::byte*>(p) - base; };
+    const auto s = gpt2_block_saved_at<bf16>(base, gd);
+    EXPECT_EQ(s.probs, nullptr);
+    EXPECT_EQ(at(s.gelu), 16 * N + 2 * N * (8 * C + F));
+    EXPECT_EQ(at(s.lse), 16 * N + 2 * N * (8 * C + 2 * F));
+    EXPECT_EQ(at(s.lse) % 4, 0);
+    EXPECT_EQ(at(s.lse) + 4 * N * H, gpt2_block_saved_bytes(gd, 2));
+    const auto sc = gpt2_backward_scratch_at<bf16>(base, gd);
+    const int64_t big = std::max(3 * C, 2 * F);
+    EXPECT_EQ(at(sc.big), 4 * N * C);
+    EXPECT_EQ(at(sc.delta), (2 * N * (2 * C + big) + 3) / 4 * 4);
+    EXPECT_EQ(at(sc.delta) + 4 * N * H, gpt2_backward_scratch_bytes(gd, 2));
+  }
 }
 
 TEST(Gpt2Layout, BlockTensorsOn16ElementBoundaries) {
@@ -189,24 +263,27 @@ TEST(Gpt2Layout, BlockTensorsOn16ElementBoundaries) {
   }
 }
 
-TEST(Gpt2Block, Fp32ForwardAndBackwardMatchReference) {
+// Both attention layouts (materialized probabilities; flash: log-sum-exp).
+void check_fp32_block_against_reference(bool flash) {
   const ref::dims d = kDims;
   std::mt19937 rng(31);
   const ref::block_params p = ref::random_block(rng, d);
   const vec x = random_vec(rng, d.N() * d.C), R = random_vec(rng, d.N() * d.C);
-  const auto run = run_block<float, float>(p, x, R, d);
+  const auto run = run_block<float, float>(p, x, R, d, flash);
   EXPECT_TRUE(run.guards_intact) << "wrote outside the saved slot or the scratch";
-  ref::expect_close("gpt2_block_forward<fp32> out", run.out, ref::block(x, p, d), kLayerAtol,
-                    kLayerRtol);
+  const std::string layout = flash ? " (flash)" : "";
+  ref::expect_close("gpt2_block_forward<fp32> out" + layout, run.out, ref::block(x, p, d),
+                    kLayerAtol, kLayerRtol);
   auto loss = [&](const vec& xx, const ref::block_params& pp) {
     return ref::dot(ref::block(xx, pp, d), R);
   };
   check_sampled_grad(
-      "gpt2_block_backward<fp32,fp32> d(input)", run.dinput, x,
+      "gpt2_block_backward<fp32,fp32> d(input)" + layout, run.dinput, x,
       [&](const vec& v) { return loss(v, p); }, rng);
   for (const auto& [name, member] : ref::block_tensors()) {
     check_sampled_grad(
-        std::string("gpt2_block_backward<fp32,fp32> d ") + name, run.grads.*member, p.*member,
+        std::string("gpt2_block_backward<fp32,fp32> d ") + name + layout, run.grads.*member,
+        p.*member,
         [&, m = member](const vec& v) {
           ref::block_params pp = p;
           pp.*m = v;
@@ -214,6 +291,51 @@ TEST(Gpt2Block, Fp32ForwardAndBackwardMatchReference) {
         },
         rng);
   }
+}
+
+TEST(Gpt2Block, Fp32ForwardAndBackwardMatchReference) {
+  check_fp32_block_against_reference(false);
+}
+
+TEST(Gpt2Block, Fp32FlashForwardAndBackwardMatchReference) {
+  check_fp32_block_against_reference(true);
+}
+
+// The same block with flash attention and with materialized attention, on
+// the same stored data. fp32: summation order only, kLayerAtol/kLayerRtol.
+// bf16: materialized attention rounds its scores, probabilities and their
+// gradients to bf16 and flash does not; those roundings (2^-9 relative)
+// reach every output through a dozen kernels: 2e-2 of each tensor's max
+// (the bf16-vs-fp32 comparison above allows 5e-2).
+template <class T>
+void check_flash_matches_materialized(double tol_of_max) {
+  const ref::dims d = kDims;
+  std::mt19937 rng(37);
+  const ref::block_params p = quantize_block<T>(ref::random_block(rng, d), d);
+  const vec x = quantize<T>(random_vec(rng, d.N() * d.C));
+  const vec R = quantize<T>(random_vec(rng, d.N() * d.C));
+  const auto mat = run_block<T, T>(p, x, R, d, false);
+  const auto flash = run_block<T, T>(p, x, R, d, true);
+  EXPECT_TRUE(flash.guards_intact) << "wrote outside the saved slot or the scratch";
+  const std::string tag = std::string("<") + ref::type_name<T>() + "> flash vs materialized: ";
+  auto close = [&](const std::string& what, const vec& got, const vec& want) {
+    double mx = 0.0;
+    for (double v : want)
+      mx = std::max(mx, std::abs(v));
+    if (sizeof(T) == 4)
+      ref::expect_close(what, got, want, kLayerAtol, kLayerRtol);
+    else
+      ref::expect_close(what, got, want, tol_of_max * mx, 0.0);
+  };
+  close("gpt2_block_forward" + tag + "out", flash.out, mat.out);
+  close("gpt2_block_backward" + tag + "d(input)", flash.dinput, mat.dinput);
+  for (const auto& [name, member] : ref::block_tensors())
+    close("gpt2_block_backward" + tag + "d " + name, flash.grads.*member, mat.grads.*member);
+}
+
+TEST(Gpt2Block, FlashMatchesMaterialized) {
+  check_flash_matches_materialized<float>(0.0);
+  check_flash_matches_materialized<bf16>(2e-2);
 }
 
 // bf16 storage (and bf16 gradients) against the fp32 run on the same
@@ -244,9 +366,10 @@ TEST(Gpt2Block, Bf16CloseToFp32) {
 // A recompute, gpt2_block_forward with out == nullptr, fills the saved slot
 // with exactly the full forward's bytes and writes nothing outside it.
 template <class T>
-void check_forward_without_output() {
+void check_forward_without_output(bool flash) {
   const ref::dims d = kDims;
-  const gpt2_dims gd = to_gpt2(d);
+  gpt2_dims gd = to_gpt2(d);
+  gd.flash = flash;
   const int64_t bytes = gpt2_block_saved_bytes(gd, sizeof(T));
   std::mt19937 rng(36);
   auto params = block_flat<T>(ref::random_block(rng, d), d);
@@ -260,14 +383,17 @@ void check_forward_without_output() {
   std::vector<T> out(d.N() * d.C);
   gpt2_block_forward(out.data(), bp, s_full, gd, workspace());
   gpt2_block_forward(static_cast<T*>(nullptr), bp, s_recompute, gd, workspace());
-  EXPECT_TRUE(recompute.guard_intact()) << ref::type_name<T>() << ": wrote outside the saved slot";
+  const std::string what = std::string(ref::type_name<T>()) + (flash ? " (flash)" : "");
+  EXPECT_TRUE(recompute.guard_intact()) << what << ": wrote outside the saved slot";
   EXPECT_EQ(std::memcmp(full.data(), recompute.data(), bytes), 0)
-      << ref::type_name<T>() << ": saved activations differ from the full forward's";
+      << what << ": saved activations differ from the full forward's";
 }
 
 TEST(Gpt2Block, ForwardWithoutOutputFillsSavedOnly) {
-  check_forward_without_output<float>();
-  check_forward_without_output<bf16>();
+  for (bool flash : {false, true}) {
+    check_forward_without_output<float>(flash);
+    check_forward_without_output<bf16>(flash);
+  }
 }
 
 // Speed of one block at B=8, T=128, C=128, H=4, F=512 on one thread (OpenMP

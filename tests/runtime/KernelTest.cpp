@@ -1,7 +1,7 @@
 // KernelTest: gemm and every kernel of runtime/kernels.h against the
 // double-precision reference (Reference.h): forward values, backward against
 // central finite differences of the reference loss sum(out * R) with dout = R,
-// for fp32 and bf16 storage and gradients.
+// for fp32, bf16 and fp16 storage and gradients.
 #include <omp.h>
 
 #include <stdexcept>
@@ -34,19 +34,24 @@ namespace {
 //    once per occurrence of a token. Measured max abs errors: 1.2e-2 (encoder
 //    dwte), 7.8e-3 (attention out), 3.9e-3 elsewhere; 2e-2 absolute and
 //    relative (the data are of unit scale).
+//  - fp16: the same roundings at 11 significant bits (relative 2^-12, 8x
+//    finer than bf16); 4e-3 absolute and relative.
 using ref::tag;
 using ref::tolerance;
 template <class T>
 tolerance forward_tol() {
+  if constexpr (std::is_same_v<T, fp16>) return tolerance{4e-3, 4e-3};
   return sizeof(T) == 4 ? tolerance{1e-5, 1e-5} : tolerance{2e-2, 2e-2};
 }
 template <class T>
 tolerance backward_tol() {
+  if constexpr (std::is_same_v<T, fp16>) return tolerance{4e-3, 4e-3};
   return sizeof(T) == 4 ? tolerance{1e-4, 1e-4} : tolerance{2e-2, 2e-2};
 }
 template <class T, class G>
 tolerance backward_tol() {
-  return sizeof(T) == 4 && sizeof(G) == 4 ? backward_tol<float>() : backward_tol<bf16>();
+  if constexpr (sizeof(T) == 4 && sizeof(G) == 4) return backward_tol<float>();
+  return backward_tol<std::conditional_t<sizeof(T) == 2, T, G>>();
 }
 
 using ref::expect_close;
@@ -65,10 +70,12 @@ struct gemm_types {
   using TB = B;
   using TC = C;
 };
-using GemmTypes = ::testing::Types<gemm_types<float, float, float>, gemm_types<float, float, bf16>,
-                                   gemm_types<float, bf16, float>, gemm_types<float, bf16, bf16>,
-                                   gemm_types<bf16, float, float>, gemm_types<bf16, float, bf16>,
-                                   gemm_types<bf16, bf16, float>, gemm_types<bf16, bf16, bf16>>;
+using GemmTypes = ::testing::Types<
+    gemm_types<float, float, float>, gemm_types<float, float, bf16>, gemm_types<float, bf16, float>,
+    gemm_types<float, bf16, bf16>, gemm_types<bf16, float, float>, gemm_types<bf16, float, bf16>,
+    gemm_types<bf16, bf16, float>, gemm_types<bf16, bf16, bf16>, gemm_types<float, float, fp16>,
+    gemm_types<float, fp16, float>, gemm_types<fp16, float, fp16>, gemm_types<fp16, fp16, float>,
+    gemm_types<fp16, fp16, fp16>>;
 struct GemmTypeNames {
   template <class P>
   static std::string GetName(int) {
@@ -82,7 +89,7 @@ TYPED_TEST_SUITE(GemmTest, GemmTypes, GemmTypeNames);
 
 // One gemm call on random data with padded leading dimensions, against the
 // double reference; fp32 output to 1e-5 (relative to the sum of |terms|),
-// bf16 output to its rounding 2^-8 of that.
+// bf16 output to its rounding 2^-8 of that, fp16 output to 2^-10.
 template <class TA, class TB, class TC>
 void check_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
                 int64_t pad, const gemm_workspace& ws, uint32_t seed) {
@@ -111,7 +118,7 @@ void check_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, 
       scale[i * ldc + j] = std::abs(alpha) * mag + std::abs(beta * c0[i * ldc + j]);
     }
   // Errors relative to the magnitude of the summed terms; the padding must be untouched.
-  const double rel = sizeof(TC) == 4 ? 1e-5 : 1.0 / 256;
+  const double rel = sizeof(TC) == 4 ? 1e-5 : std::is_same_v<TC, fp16> ? 1.0 / 1024 : 1.0 / 256;
   vec got_scaled(got.size()), want_scaled(want.size());
   for (size_t i = 0; i < got.size(); i++) {
     const double s = scale[i] > 0 ? scale[i] : 1.0;
@@ -175,7 +182,7 @@ TEST(Gemm, TooSmallWorkspaceThrows) {
 
 // ---------------------------------------------------------------- kernels
 
-using StorageTypes = ::testing::Types<float, bf16>;
+using StorageTypes = ::testing::Types<float, bf16, fp16>;
 template <class T>
 class KernelForward : public ::testing::Test {};
 TYPED_TEST_SUITE(KernelForward, StorageTypes, ref::StorageTypeNames);
@@ -186,7 +193,9 @@ template <class P>
 class KernelParamBackward : public ::testing::Test {};
 using StorageGradTypes =
     ::testing::Types<ref::storage_grad<float, float>, ref::storage_grad<float, bf16>,
-                     ref::storage_grad<bf16, float>, ref::storage_grad<bf16, bf16>>;
+                     ref::storage_grad<bf16, float>, ref::storage_grad<bf16, bf16>,
+                     ref::storage_grad<float, fp16>, ref::storage_grad<fp16, float>,
+                     ref::storage_grad<fp16, fp16>>;
 TYPED_TEST_SUITE(KernelParamBackward, StorageGradTypes, ref::StorageGradNames);
 
 TYPED_TEST(KernelForward, Encoder) {
@@ -280,6 +289,56 @@ TYPED_TEST(KernelForward, Attention) {
         for (int64_t u = t + 1; u < T_; u++)
           ASSERT_EQ(to_float(probs[(bh * T_ + t) * T_ + u]), 0.0f) << "probs above the diagonal";
   }
+}
+
+// Flash attention shapes: the materialized shapes (one and two row blocks),
+// B*H = 6 heads of 48 with a T that is no multiple of 8 or 32, and the
+// largest head size the CPU kernels take.
+const attention_shape kFlashShapes[] = {
+    {2, 8, 16, 4}, {1, 70, 8, 2}, {3, 37, 96, 2}, {1, 9, kAttentionFlashMaxHeadSize, 1}};
+
+std::string flash_tag(const attention_shape& a) {
+  return " (B=" + std::to_string(a.B) + " T=" + std::to_string(a.T) +
+         " hs=" + std::to_string(a.C / a.H) + ")";
+}
+
+// Flash against the double reference (out; lse is fp32 whatever T is) and
+// against the materialized kernel on the same stored inputs. Flash keeps
+// scores and probabilities in fp32 where the materialized kernel stores them
+// as T, so in bf16 the two differ by that rounding: the bf16 forward
+// tolerance (2e-2); in fp32 by summation order only: 1e-5.
+TYPED_TEST(KernelForward, AttentionFlash) {
+  using T = TypeParam;
+  for (const auto& a : kFlashShapes) {
+    const int64_t B = a.B, T_ = a.T, C = a.C, H = a.H;
+    std::mt19937 rng(9);
+    const vec qkv = quantize<T>(random_vec(rng, B * T_ * 3 * C, 1.5));
+    auto qkv_s = store<T>(qkv);
+    std::vector<T> out(B * T_ * C, from_float<T>(7.0f)), mat_out(B * T_ * C),
+        probs(B * H * T_ * T_);
+    std::vector<float> lse(B * H * T_, 7.0f);
+    attention_forward_flash(out.data(), lse.data(), qkv_s.data(), B, T_, C, H);
+    attention_forward(mat_out.data(), probs.data(), qkv_s.data(), B, T_, C, H, default_workspace());
+    vec want_lse;
+    const vec want = ref::attention(qkv, B, T_, C, H, nullptr, &want_lse);
+    expect_close(tag<T>("attention_forward_flash", "out") + flash_tag(a), load(out), want,
+                 forward_tol<T>());
+    expect_close(tag<T>("attention_forward_flash", "lse") + flash_tag(a), load(lse), want_lse,
+                 forward_tol<float>());
+    expect_close(tag<T>("attention_forward_flash", "out vs materialized") + flash_tag(a), load(out),
+                 load(mat_out), forward_tol<T>());
+  }
+}
+
+TEST(KernelForward, AttentionFlashRejectsBadHeads) {
+  std::vector<float> buf(3 * 2 * (kAttentionFlashMaxHeadSize + 1)), lse(2);
+  // One head of kAttentionFlashMaxHeadSize + 1 channels, and C not a multiple of H.
+  EXPECT_THROW(attention_forward_flash(buf.data(), lse.data(), buf.data(), 1, 2,
+                                       kAttentionFlashMaxHeadSize + 1, 1),
+               std::invalid_argument);
+  EXPECT_THROW(attention_backward_flash(buf.data(), lse.data(), buf.data(), buf.data(), buf.data(),
+                                        lse.data(), 1, 2, 10, 3),
+               std::invalid_argument);
 }
 
 TYPED_TEST(KernelForward, Gelu) {
@@ -456,6 +515,50 @@ TYPED_TEST(KernelBackward, Attention) {
   }
 }
 
+// Flash backward from the flash forward's out and lse: dqkv against central
+// differences of the reference (the backward tolerance), delta against
+// dout . out in double, and dqkv against the materialized backward (fp32:
+// summation order, 1e-4; bf16: the materialized kernel also rounds P, dP and
+// dS to bf16, 2e-2 as against the reference). dqkv and delta start as
+// garbage: every value must be written.
+TYPED_TEST(KernelBackward, AttentionFlash) {
+  using T = TypeParam;
+  for (const auto& a : kFlashShapes) {
+    const int64_t B = a.B, T_ = a.T, C = a.C, H = a.H, hs = C / H;
+    std::mt19937 rng(29);
+    const vec qkv = quantize<T>(random_vec(rng, B * T_ * 3 * C, 1.5));
+    const vec R = quantize<T>(random_vec(rng, B * T_ * C));
+    auto qkv_s = store<T>(qkv), dout = store<T>(R);
+    std::vector<T> out(B * T_ * C), probs(B * H * T_ * T_), dprobs(probs.size()),
+        mat_dqkv(B * T_ * 3 * C);
+    std::vector<float> lse(B * H * T_), delta(B * H * T_, 7.0f);
+    attention_forward_flash(out.data(), lse.data(), qkv_s.data(), B, T_, C, H);
+    auto dqkv = store<T>(random_vec(rng, B * T_ * 3 * C, 5.0));
+    attention_backward_flash(dqkv.data(), delta.data(), dout.data(), qkv_s.data(), out.data(),
+                             lse.data(), B, T_, C, H);
+    vec want_delta(B * H * T_, 0.0);
+    for (int64_t r = 0; r < B * H * T_; r++) {
+      const int64_t bh = r / T_, t = r % T_;
+      const int64_t at = ((bh / H) * T_ + t) * C + (bh % H) * hs;
+      for (int64_t c = 0; c < hs; c++)
+        want_delta[r] += R[at + c] * to_float(out[at + c]);
+    }
+    expect_close(tag<T>("attention_backward_flash", "delta") + flash_tag(a), load(delta),
+                 want_delta, forward_tol<float>());
+    if (a.T * a.C <= 70 * 16) {  // finite differences of the small shapes only (they are O(n^2))
+      const vec gqkv = ref::fd_grad(
+          qkv, [&](const vec& v) { return ref::dot(ref::attention(v, B, T_, C, H), R); });
+      expect_close(tag<T>("attention_backward_flash", "dqkv") + flash_tag(a), load(dqkv), gqkv,
+                   backward_tol<T>());
+    }
+    attention_forward(out.data(), probs.data(), qkv_s.data(), B, T_, C, H, default_workspace());
+    attention_backward(mat_dqkv.data(), dprobs.data(), dout.data(), qkv_s.data(), probs.data(), B,
+                       T_, C, H, default_workspace());
+    expect_close(tag<T>("attention_backward_flash", "dqkv vs materialized") + flash_tag(a),
+                 load(dqkv), load(mat_dqkv), backward_tol<T>());
+  }
+}
+
 TYPED_TEST(KernelBackward, Gelu) {
   using T = TypeParam;
   const int64_t n = 200;
@@ -528,6 +631,14 @@ TYPED_TEST(KernelParamBackward, ThreadCountInvariant) {
     attention_backward(dqkv.data(), dprobs.data(), dout.data(), qkv.data(), probs.data(), B, T_, C,
                        H, default_workspace());
     r.push_back(load(dqkv));
+    std::vector<float> lse(B * H * T_), delta(B * H * T_);
+    attention_forward_flash(attn.data(), lse.data(), qkv.data(), B, T_, C, H);
+    r.push_back(load(attn));
+    r.push_back(load(lse));
+    attention_backward_flash(dqkv.data(), delta.data(), dout.data(), qkv.data(), attn.data(),
+                             lse.data(), B, T_, C, H);
+    r.push_back(load(dqkv));
+    r.push_back(load(delta));
     gelu_forward(out.data(), x.data(), N * C);
     r.push_back(load(out));
     gelu_backward(out.data(), x.data(), dout.data(), N * C);

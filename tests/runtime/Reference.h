@@ -13,6 +13,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/dtype.h"
@@ -23,10 +24,10 @@ using vec = std::vector<double>;
 
 template <class T>
 const char* type_name() {
-  return sizeof(T) == 4 ? "fp32" : "bf16";
+  return sizeof(T) == 4 ? "fp32" : std::is_same_v<T, fp16> ? "fp16" : "bf16";
 }
 
-// Typed-test names: fp32, bf16, and fp32_bf16 for (storage, gradient) pairs.
+// Typed-test names: fp32, bf16, fp16, and fp32_bf16 for (storage, gradient) pairs.
 struct StorageTypeNames {
   template <class T>
   static std::string GetName(int) {
@@ -214,12 +215,14 @@ inline vec lm_head(const vec& x, const vec& w, int64_t N, int64_t C, int64_t V) 
   return out;
 }
 
-// Causal attention over qkv (B*T, 3C); probs (B, H, T, T) if asked.
+// Causal attention over qkv (B*T, 3C); probs (B, H, T, T) and the
+// log-sum-exp of each query's scaled scores, lse (B, H, T), if asked.
 inline vec attention(const vec& qkv, int64_t B, int64_t T, int64_t C, int64_t H,
-                     vec* probs = nullptr) {
+                     vec* probs = nullptr, vec* lse = nullptr) {
   const int64_t hs = C / H;
   vec out(B * T * C, 0.0);
   if (probs) probs->assign(B * H * T * T, 0.0);
+  if (lse) lse->assign(B * H * T, 0.0);
   auto at = [&](int64_t b, int64_t t, int64_t part, int64_t h, int64_t i) {
     return qkv[(b * T + t) * 3 * C + part * C + h * hs + i];
   };
@@ -237,6 +240,7 @@ inline vec attention(const vec& qkv, int64_t B, int64_t T, int64_t C, int64_t H,
         double z = 0.0;
         for (double& e : s)
           z += (e = std::exp(e - mx));
+        if (lse) (*lse)[(b * H + h) * T + t] = mx + std::log(z);
         for (int64_t u = 0; u <= t; u++) {
           const double p = s[u] / z;
           if (probs) (*probs)[((b * H + h) * T + t) * T + u] = p;
