@@ -242,31 +242,31 @@ TEST_F(CudaBinary, GraphAndEagerStepsAgree) {
     EXPECT_NEAR(graph[i], eager[i], 1e-6) << "step " << i + 1;
 }
 
-// --trace: the measured CUDA timeline has every op of every rank, named as
-// the planner's trace names them.
-TEST_F(CudaBinary, TraceHasEveryOp) {
-  E2eConfig c;
-  c.world = 2;
-  std::filesystem::path bin = build_cuda("trace", c.spec());
-  const std::filesystem::path dir = bin.parent_path();
+// --trace at world 2 (MPI test mode): the measured CUDA timeline has every
+// op of every rank, named as the planner's trace names them; `line` is in
+// the binary's output.
+void expect_cuda_trace(const std::string& name, const E2eConfig& c, const std::string& line) {
+  std::filesystem::path bin = build_cuda(name, c.spec());
   CmdResult r = run_binary(2, bin, "--comm mpi-test --trace trace.json --trace-step 1");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("trace: step 2 of 2 ranks"), std::string::npos) << r.out;
-  expect_trace_like_predicted(dir, "h100-sxm", 2);
+  EXPECT_NE(r.out.find(line), std::string::npos) << r.out;
+  expect_trace_like_predicted(bin.parent_path(), "h100-sxm", 2);
+}
+
+TEST_F(CudaBinary, TraceHasEveryOp) {
+  E2eConfig c;
+  c.world = 2;
+  expect_cuda_trace("trace", c, "MPI test mode");
 }
 
 // Offload: host ops are in the measured trace too (timed on the host clock
-// from the step's start), each rank with every op of the plan.
+// from the step's start).
 TEST_F(CudaBinary, OffloadTraceHasEveryOp) {
   E2eConfig c;
   c.world = 2;
   c.offload = "cpu";
-  std::filesystem::path bin = build_cuda("trace_offload", c.spec());
-  const std::filesystem::path dir = bin.parent_path();
-  CmdResult r = run_binary(2, bin, "--comm mpi-test --trace trace.json --trace-step 1");
-  ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("optimizer on the host"), std::string::npos) << r.out;
-  expect_trace_like_predicted(dir, "h100-sxm", 2);
+  expect_cuda_trace("trace_offload", c, "optimizer on the host");
 }
 
 // fp16: a step whose gradients overflow (--inject-overflow) is skipped, in
@@ -278,26 +278,7 @@ TEST_F(CudaBinary, Fp16OverflowIsSkippedAndTheScaleBacksOff) {
   c.world = 1;
   c.steps = 6;
   c.param = c.reduce_dtype = "fp16";
-  std::filesystem::path bin = build_cuda("fp16_overflow", c.spec());
-  const std::filesystem::path dir = bin.parent_path();
-  CmdResult r = run_binary(1, bin, "--metrics m.jsonl --inject-overflow 3");
-  ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("1 step skipped for non-finite gradients (loss scale now 32768)"),
-            std::string::npos)
-      << r.out;
-  const std::vector<nlohmann::json> m = read_metrics(dir / "m.jsonl");
-  ASSERT_EQ(m.size(), 6u);
-  for (size_t s = 0; s < m.size(); ++s) {
-    EXPECT_EQ(m[s].at("skipped").get<bool>(), s == 3) << "step " << s + 1;
-    EXPECT_EQ(m[s].at("loss_scale").get<double>(), s <= 3 ? 65536.0 : 32768.0) << "step " << s + 1;
-  }
-  EXPECT_LT(m.back().at("loss").get<double>(), m.front().at("loss").get<double>());
-  ASSERT_EQ(run_binary(1, bin, "--steps 3 --save three.safetensors").status, 0);
-  ASSERT_EQ(run_binary(1, bin, "--steps 4 --inject-overflow 3 --save four.safetensors").status, 0);
-  const std::string three = safetensors_tensor_bytes(dir / "three.safetensors");
-  ASSERT_FALSE(three.empty());
-  EXPECT_TRUE(three == safetensors_tensor_bytes(dir / "four.safetensors"))
-      << "weights after a skipped step differ from those before it";
+  expect_overflow_skipped_and_recovered(build_cuda("fp16_overflow", c.spec()), 1, 6, 3);
 }
 
 // Weights written by the CUDA binary load into the CPU binary (and the

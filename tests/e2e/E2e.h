@@ -8,6 +8,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -191,6 +192,50 @@ inline std::vector<double> train_losses(const std::string& name, const E2eConfig
   if (r.status != 0) return {};
   EXPECT_NE(r.out.find(" 0 allocations in steps"), std::string::npos) << r.out;
   return read_losses(dir / "metrics.jsonl");
+}
+
+// fp16 loss scaling around an injected overflow in 0-based step k of a
+// binary's `steps` (args: more flags, e.g. --comm): step k alone is skipped,
+// the loss scale is 2^16 up to it and 2^15 after, losses and the other steps'
+// norms are finite and the last loss is below the first; and the weights
+// after k + 1 steps, the last skipped, are bit for bit those after k steps
+// (while a step that did not overflow changes them).
+inline void expect_overflow_skipped_and_recovered(const std::filesystem::path& bin, int world,
+                                                  size_t steps, size_t k,
+                                                  const std::string& args = "") {
+  const std::filesystem::path dir = bin.parent_path();
+  CmdResult r = run_binary(
+      world, bin,
+      fmt::format("{} --steps {} --metrics m.jsonl --inject-overflow {}", args, steps, k));
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::printf("%s", r.out.c_str());
+  EXPECT_NE(r.out.find("1 step skipped for non-finite gradients (loss scale now 32768)"),
+            std::string::npos)
+      << r.out;
+  const std::vector<nlohmann::json> m = read_metrics(dir / "m.jsonl");
+  ASSERT_EQ(m.size(), steps);
+  for (size_t s = 0; s < m.size(); ++s) {
+    EXPECT_EQ(m[s].at("skipped").get<bool>(), s == k) << "step " << s + 1;
+    EXPECT_EQ(m[s].at("loss_scale").get<double>(), s <= k ? 65536.0 : 32768.0) << "step " << s + 1;
+    EXPECT_TRUE(std::isfinite(m[s].at("loss").get<double>())) << "step " << s + 1;
+    if (s != k) {
+      EXPECT_TRUE(m[s].at("grad_norm").is_number()) << "step " << s + 1;
+    }
+  }
+  EXPECT_LT(m.back().at("loss").get<double>(), m.front().at("loss").get<double>())
+      << "training goes on after the skipped step";
+
+  auto saved = [&](size_t n, const std::string& flags, const std::string& file) {
+    CmdResult s =
+        run_binary(world, bin, fmt::format("{} --steps {} {} --save {}", args, n, flags, file));
+    EXPECT_EQ(s.status, 0) << s.out;
+    return safetensors_tensor_bytes(dir / file);
+  };
+  const std::string before = saved(k, "", "before.safetensors");
+  ASSERT_FALSE(before.empty());
+  EXPECT_TRUE(before == saved(k + 1, fmt::format("--inject-overflow {}", k), "skipped.safetensors"))
+      << "weights after a skipped step differ from those before it";
+  EXPECT_FALSE(before == saved(k + 1, "", "applied.safetensors"));
 }
 
 // dir/trace.json (written by a binary's --trace) has, for each of `world`
