@@ -7,9 +7,9 @@
 
 #include <chrono>
 #include <climits>
-#include <thread>
 
 #include "runtime/check.h"
+#include "runtime/poll.h"
 
 void mpi_fail(int code, const char* call, const char* file, int line) {
   char msg[MPI_MAX_ERROR_STRING];
@@ -85,15 +85,13 @@ int count_of(int64_t n, const char* what) {
 
 // Polls a request: spins briefly, then sleeps with a growing back-off.
 void wait(MPI_Request& req) {
-  int done = 0;
-  for (int spin = 0; spin < 200 && !done; ++spin)
-    MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-  auto pause = std::chrono::microseconds(5);
-  while (!done) {
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(100));
-    MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-  }
+  poll_until(
+      [&] {
+        int done = 0;
+        MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+        return done != 0;
+      },
+      200, std::chrono::microseconds(5));
 }
 
 }  // namespace

@@ -3,18 +3,12 @@
 
 #include <sys/prctl.h>
 
-#include <chrono>
 #include <climits>
 
 #include "runtime/check.h"
+#include "runtime/trace.h"
 
 namespace {
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 struct stopped {};  // another stream failed: unwind quietly
 
@@ -56,11 +50,11 @@ void run_op(stream_executor& e, int id, int64_t step) {
   const program_op& op = e.p->ops[id];
   for (int i = 0; i < op.dep_count; ++i)
     wait_for(e.done[op.deps[i]], step, e);
-  e.start_ns[id] = now_ns() - e.step_start_ns;
+  e.start_ns[id] = trace_clock_ns() - e.step_start_ns;
   arena_start(*e.mem, *e.p, op.allocs, op.alloc_count);
   op.run(*e.ctx);
   arena_end(*e.mem, *e.p, op.frees, op.free_count);
-  e.end_ns[id] = now_ns() - e.step_start_ns;
+  e.end_ns[id] = trace_clock_ns() - e.step_start_ns;
   // Raise, never lower: a failure may already have released this event.
   int64_t cur = e.done[id].load(std::memory_order_relaxed);
   while (cur < step && !e.done[id].compare_exchange_weak(cur, step, std::memory_order_release)) {
@@ -107,7 +101,7 @@ void streams_start(stream_executor& e, const program& p, step_context& ctx, aren
 }
 
 void streams_run_step(stream_executor& e, int64_t step) {
-  e.step_start_ns = now_ns();
+  e.step_start_ns = trace_clock_ns();
   e.go.store(step, std::memory_order_release);
   e.go.notify_all();
   try {

@@ -4,11 +4,19 @@
 // the op's planned fields as args.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "runtime/program.h"
+
+// The host clock that per-op times taken on the host are read from (ns).
+inline int64_t trace_clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // start_ns/end_ns: per rank, per op, from the start of the step.
 std::string trace_json(const program& p, int64_t step,

@@ -7,6 +7,7 @@
 
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/step.h"
+#include "runtime/trace.h"
 
 namespace {
 
@@ -16,12 +17,6 @@ constexpr std::chrono::milliseconds kHostWorkerGrace(10000);
 
 cudaStream_t stream_of(gpu_executor& e, stream_id s) {
   return e.streams[static_cast<int>(s)];
-}
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 // Issues every op of a step in issue order; with timing, brackets each op
@@ -34,7 +29,7 @@ void issue(gpu_executor& e, bool timed) {
     // The host clock's origin: the moment the GPU passes step_zero (at once:
     // the previous step is over).
     if (timed) CUDA_CHECK(cudaEventSynchronize(e.step_zero));
-    host_worker_begin_step(e.host, timed, timed ? now_ns() : 0);
+    host_worker_begin_step(e.host, timed, timed ? trace_clock_ns() : 0);
   }
   cuda_step_begin(*e.gpu, compute);
   CUDA_CHECK(cudaEventRecord(e.step_begin, compute));

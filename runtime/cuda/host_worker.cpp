@@ -15,6 +15,8 @@
 
 #include "runtime/check.h"
 #include "runtime/cuda/check.cuh"
+#include "runtime/poll.h"
+#include "runtime/trace.h"
 
 struct host_worker_state {
   const program* p = nullptr;
@@ -41,26 +43,19 @@ namespace {
 
 struct stopped {};  // a stop request ended a wait: unwind quietly
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // Waits for a GPU op's event: a short spin, then sleeps with a growing
 // back-off (a few microseconds at first, at most 100), checking for a stop
 // request between polls.
 void wait_for_gpu(const host_worker_state& s, cudaEvent_t event) {
-  auto pause = std::chrono::microseconds(2);
-  for (int poll = 0;; ++poll) {
-    const cudaError_t r = cudaEventQuery(event);
-    if (r == cudaSuccess) return;
-    if (r != cudaErrorNotReady) CUDA_CHECK(r);
-    if (s.stop.load(std::memory_order_relaxed)) throw stopped{};
-    if (poll < 64) continue;
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(100));
-  }
+  poll_until(
+      [&] {
+        const cudaError_t r = cudaEventQuery(event);
+        if (r == cudaSuccess) return true;
+        if (r != cudaErrorNotReady) CUDA_CHECK(r);
+        if (s.stop.load(std::memory_order_relaxed)) throw stopped{};
+        return false;
+      },
+      64, std::chrono::microseconds(2));
 }
 
 void run_op(host_worker_state& s, int id, bool timed, int64_t origin_ns) {
@@ -68,9 +63,9 @@ void run_op(host_worker_state& s, int id, bool timed, int64_t origin_ns) {
   for (int d = 0; d < op.dep_count; ++d)
     if (!s.on_host[static_cast<size_t>(op.deps[d])])
       wait_for_gpu(s, s.done[static_cast<size_t>(op.deps[d])]);
-  if (timed) s.start_ns[static_cast<size_t>(id)] = now_ns() - origin_ns;
+  if (timed) s.start_ns[static_cast<size_t>(id)] = trace_clock_ns() - origin_ns;
   op.run(*s.ctx);
-  if (timed) s.end_ns[static_cast<size_t>(id)] = now_ns() - origin_ns;
+  if (timed) s.end_ns[static_cast<size_t>(id)] = trace_clock_ns() - origin_ns;
 }
 
 void work(const std::shared_ptr<host_worker_state>& state) {
