@@ -27,6 +27,13 @@ struct step_result {
   bool skipped = false;  // the optimizer skipped the step (non-finite gradients)
 };
 
+// A step's result from this rank's loss sum and the all-reduced sum of
+// squares of its gradients (step_global_norm).
+inline step_result step_result_of(double loss_sum, float norm_sq, float grad_scale) {
+  const double norm = step_global_norm(norm_sq, grad_scale);
+  return {loss_sum, norm, !std::isfinite(norm)};
+}
+
 class backend {
  public:
   virtual ~backend() = default;

@@ -5,7 +5,6 @@
 
 #include <omp.h>
 
-#include <cmath>
 #include <string>
 
 #include "runtime/backend.h"
@@ -46,8 +45,7 @@ class cpu_backend final : public backend {
     c_->grad_norm_partial = 0;
     streams_run_step(exec_, step);
     arena_check_guards(*mem_);
-    const double norm = std::sqrt(static_cast<double>(c_->grad_norm_partial)) / c_->grad_scale;
-    return {c_->loss_sum, norm, !std::isfinite(norm)};
+    return step_result_of(c_->loss_sum, c_->grad_norm_partial, c_->grad_scale);
   }
 
   const std::vector<int64_t>& op_start_ns() const override { return exec_.start_ns; }

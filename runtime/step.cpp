@@ -71,7 +71,7 @@ void step_optimizer(step_context& c, int unit, void* param_shard, float* master,
   const program_unit& u = p.units[unit];
   const int64_t n = u.shard_elems;
   float* w = master ? master : static_cast<float*>(param_shard);
-  const double norm = std::sqrt(static_cast<double>(c.grad_norm_partial)) / c.grad_scale;
+  const double norm = step_global_norm(c.grad_norm_partial, c.grad_scale);
   if (!std::isfinite(norm)) return;  // skipped: nothing changes
   const float scale = static_cast<float>(optimizer_clip_scale(p, norm) / c.grad_scale);
   const float lr = static_cast<float>(c.lr);

@@ -5,6 +5,7 @@
 // the kernels of runtime/gpt2.h and runtime/comm.h.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "runtime/comm.h"
@@ -66,8 +67,15 @@ void tensor_widen_in_place(void* data, int64_t n, dtype_id from);
 
 // Adds the sum of squares of a gradient shard to c.grad_norm_partial. Once
 // the partial sums are all-reduced over the shard group (replicas hold equal
-// shards and count once), sqrt of it / c.grad_scale is the global norm.
+// shards and count once), step_global_norm of it is the global norm.
 void step_add_grad_norm(step_context& c, const void* grad, dtype_id t, int64_t n);
+
+// The global gradient norm from the all-reduced sum of squares of gradients
+// that hold grad_scale times the average; not finite when they overflowed
+// (the optimizer then skips the step).
+inline double step_global_norm(float norm_sq, float grad_scale) {
+  return std::sqrt(static_cast<double>(norm_sq)) / grad_scale;
+}
 
 // One unit's optimizer step on this rank's shard: reads the gradient shard
 // (divided by c.grad_scale and clipped), updates master weights (fp32; the

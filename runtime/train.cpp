@@ -221,8 +221,9 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   for (int64_t step = 0; step < steps; ++step) {
     const double lr = optimizer_lr(p, step);
     const double loss_scale = scaler.scale;
-    c.grad_scale = static_cast<float>(loss_scaler_grad_scale(scaler));
-    c.dloss_scale = static_cast<float>(loss_scaler_grad_scale(scaler) / tokens_per_step);
+    const double grad_scale = loss_scaler_grad_scale(scaler);
+    c.grad_scale = static_cast<float>(grad_scale);
+    c.dloss_scale = static_cast<float>(grad_scale / tokens_per_step);
     // As an fp16 overflow would: every gradient of this step becomes non-finite.
     if (step == o.inject_overflow) c.dloss_scale = std::numeric_limits<float>::infinity();
     c.optimizer_step = scaler.applied_steps + 1;

@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -154,9 +153,7 @@ class cuda_backend final : public backend {
     gpu_executor_run_step(exec_, step, timed);
     check_guard();
     // Offload: the norm the host's optimizer used (the device computed none).
-    const float norm_sq = host_norm_ ? c.grad_norm_partial : s.norm_sq;
-    const double norm = std::sqrt(static_cast<double>(norm_sq)) / c.grad_scale;
-    return {static_cast<double>(s.loss_sum), norm, !std::isfinite(norm)};
+    return step_result_of(s.loss_sum, host_norm_ ? c.grad_norm_partial : s.norm_sq, c.grad_scale);
   }
 
   const std::vector<int64_t>& op_start_ns() const override { return exec_.start_ns; }

@@ -81,7 +81,7 @@ void gpu_executor_start(gpu_executor& e, const program& p, step_context& ctx, gp
   e.gpu = &gc;
   e.mem = &mem;
   e.on_host = host_worker_ops(p);
-  e.graphs = use_graphs && p.host_op_count == 0;
+  e.graphs = use_graphs;
   e.stream_used[0] = true;
   for (int i = 0; i < p.op_count; ++i)
     if (!e.on_host[static_cast<size_t>(i)]) e.stream_used[static_cast<int>(p.ops[i].stream)] = true;

@@ -59,7 +59,8 @@ struct gpu_executor {
   std::vector<int64_t> start_ns, end_ns;  // per op, of the last timed step
 };
 
-// use_graphs: whether the step may be captured (see above). Throws when a
+// use_graphs: whether the step may be captured (the caller decides, by the
+// rules above: never for a program with host ops). Throws when a
 // GPU op depends on a host op, or a communicator would serve both.
 void gpu_executor_start(gpu_executor& e, const program& p, step_context& ctx, gpu_context& gc,
                         arena& mem, bool use_graphs);
