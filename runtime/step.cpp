@@ -89,7 +89,7 @@ void step_optimizer(step_context& c, int unit, void* param_shard, float* master,
         optimizer_adamw(w, state, state + n, grad_shard, u.grad_shard_dtype, from, to, lr,
                         static_cast<float>(p.beta1), static_cast<float>(p.beta2),
                         static_cast<float>(p.eps), static_cast<float>(p.weight_decay), decayed,
-                        c.step + 1, scale);
+                        c.optimizer_step, scale);
       else
         optimizer_sgd(w, p.momentum > 0 ? state : nullptr, grad_shard, u.grad_shard_dtype, from, to,
                       lr, static_cast<float>(p.momentum), static_cast<float>(p.weight_decay),
