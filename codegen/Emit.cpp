@@ -681,6 +681,8 @@ class Writer {
         "    optimizer_kind::{}, {}, {}, {}, {}, {}, {},\n"
         "    // lr schedule, warmup, min lr; steps, clip, seed; data, data seed, path; log_every\n"
         "    lr_schedule_kind::{}, {}, {}, {}, {}, {}, data_source::{}, {}, {}, {},\n"
+        "    // checkpoints: every, dir, keep\n"
+        "    {}, {}, {},\n"
         "    // plan: device arena, host arena, live peak, workspace buffer\n"
         "    {}, {}, {}, {},\n"
         "    kBuffers, {}, kUnits, {}, kTensors, {}, kOps, {}{}}};\n",
@@ -695,7 +697,8 @@ class Writer {
         fmt::format("{:.17g}", o.weight_decay), fmt::format("{:.17g}", o.momentum),
         to_string(lr.kind), lr.warmup, fmt::format("{:.17g}", lr.min_lr), t.steps,
         fmt::format("{:.17g}", t.clip), t.seed, to_string(t.data.kind), t.data.seed,
-        cpp_string(t.data.path), t.log_every, m_.device_arena_bytes, m_.host_arena_bytes,
+        cpp_string(t.data.path), t.log_every, t.checkpoint.enabled ? t.checkpoint.every : 0,
+        cpp_string(t.checkpoint.dir), t.checkpoint.keep, m_.device_arena_bytes, m_.host_arena_bytes,
         m_.live_peak_bytes, workspace, s_.buffers.size(), s_.units.units.size(), count,
         s_.ops.size(), host_ops.empty() ? "" : fmt::format(", kHostOps, {}", host_ops.size()));
     if (workspace >= 0 && !cuda_)

@@ -261,13 +261,6 @@ std::optional<std::string> generate(const Common& c, const EmitTarget& target, i
     status = kExitInternal;
     return std::nullopt;
   }
-  if (p->spec->train.checkpoint.enabled)
-    std::fputs(fmt::format("fsdpgen: warning: {}: checkpoint(...) is not implemented by the "
-                           "runtime yet, so the binary writes no checkpoints; --save FILE writes "
-                           "the final weights\n",
-                           c.spec_path)
-                   .c_str(),
-               stderr);
   if (target.kind == EmitTarget::Kind::Cuda && p->memory->device_arena_bytes > usable_bytes(hw))
     std::fputs(fmt::format("fsdpgen: warning: the plan needs {} per GPU but a {} has {} usable; "
                            "`fsdpgen plan {} --gpu {}` shows changes that fit\n",

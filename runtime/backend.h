@@ -47,12 +47,13 @@ class backend {
   // to the device afterwards when write_back.
   virtual void with_host_weights(step_context& c, bool write_back,
                                  const std::function<void()>& fn) = 0;
-  // Runs step `step` at learning rate lr; with timed, records per-op times.
+  // Runs training step `step` (0-based; a resumed run starts above 0) at
+  // learning rate lr; with timed, records per-op times.
   virtual step_result run_step(int64_t step, double lr, bool timed) = 0;
   // Per op, from the start of the last timed step (ns).
   virtual const std::vector<int64_t>& op_start_ns() const = 0;
   virtual const std::vector<int64_t>& op_end_ns() const = 0;
-  // Steps at the start whose host allocations are expected (not counted):
+  // Steps at the start of a run whose host allocations are expected (not counted):
   // GEMM algorithm choice, graph capture.
   virtual int64_t warmup_steps() const = 0;
   // Device memory this process holds beyond the arena (CUDA context,

@@ -43,7 +43,7 @@ class cpu_backend final : public backend {
     c_->lr = lr;
     c_->loss_sum = 0;
     c_->grad_norm_partial = 0;
-    streams_run_step(exec_, step);
+    streams_run_step(exec_, runs_++);  // the executor counts its own steps from 0
     arena_check_guards(*mem_);
     return step_result_of(c_->loss_sum, c_->grad_norm_partial, c_->grad_scale);
   }
@@ -65,6 +65,7 @@ class cpu_backend final : public backend {
   step_context* c_ = nullptr;
   arena* mem_ = nullptr;
   stream_executor exec_;
+  int64_t runs_ = 0;  // steps run by this process
 };
 
 }  // namespace

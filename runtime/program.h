@@ -126,6 +126,9 @@ struct program {
   int64_t data_seed;
   const char* data_path;
   int64_t log_every;
+  int64_t checkpoint_every;  // steps between checkpoints (0: none)
+  const char* checkpoint_dir;
+  int64_t checkpoint_keep;  // newest checkpoints kept
 
   // The plan.
   int64_t device_arena_bytes, host_arena_bytes, planned_live_peak_bytes;

@@ -23,7 +23,11 @@ struct step_context {
   const dataloader* data = nullptr;
   gemm_workspace ws;
   int64_t step = 0;  // 0-based step being run
-  double lr = 0;     // this step's learning rate
+  // Global sequences before step 0's: step s reads from sequence_base + s *
+  // world * micro_batches * micro_batch (non-zero when resumed from a
+  // checkpoint written with another global batch).
+  int64_t sequence_base = 0;
+  double lr = 0;  // this step's learning rate
   // Set by the loop before each step (runtime/loss_scale.h):
   float dloss_scale = 0;        // grad_scale / tokens of the global batch
   float grad_scale = 1;         // reduced gradients = grad_scale x the average (fp16: S x post)
@@ -44,6 +48,13 @@ inline T* dev(step_context& c, int64_t offset) {
 template <class T>
 inline T* host(step_context& c, int64_t offset) {
   return reinterpret_cast<T*>(c.host + offset);
+}
+
+// A buffer of the plan, in the arena of its memory space.
+template <class T>
+inline T* step_buffer(step_context& c, int buffer) {
+  const program_buffer& b = c.p->buffers[buffer];
+  return reinterpret_cast<T*>((b.space == memory_space::device ? c.device : c.host) + b.offset);
 }
 
 inline MPI_Comm op_comm(step_context& c, stream_id s, comm_group g) {

@@ -23,6 +23,8 @@
 #include "runtime/arena.h"
 #include "runtime/backend.h"
 #include "runtime/check.h"
+#include "runtime/checkpoint.h"
+#include "runtime/checkpoint_files.h"
 #include "runtime/init.h"
 #include "runtime/launch.h"
 #include "runtime/loss_scale.h"
@@ -68,6 +70,11 @@ struct options {
   int64_t log_every = -1;
   std::string metrics;
   int64_t inject_overflow = -1;
+  bool resume = false;
+  std::string resume_from;  // empty: the newest checkpoint in the checkpoint directory
+  int64_t checkpoint_every = -1;
+  std::string checkpoint_dir;
+  int64_t checkpoint_keep = -1;
   backend_options backend;
 };
 
@@ -142,9 +149,30 @@ const char* sharding_of(const program& p) {
   return p.shard_group == p.world ? "sharded over the world" : "hybrid";
 }
 
+// What --resume names, as rank 0 sees it (collective: every rank loads the same one).
+std::string resume_path(const options& o, const checkpoint_config& cfg, bool lead) {
+  std::string path, error;
+  if (lead) {
+    try {
+      path = checkpoint_resolve(o.resume_from.empty() ? cfg.dir : o.resume_from);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree_on_error(error, "resuming from a checkpoint");
+  int64_t n = static_cast<int64_t>(path.size());
+  MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
+  path.resize(static_cast<size_t>(n));
+  MPI_CHECK(MPI_Bcast(path.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD));
+  return path;
+}
+
 int run(const program& p, const options& o, const launch_info& li, const backend_kind& kind) {
   const bool lead = li.rank == 0;
   const int64_t steps = o.steps >= 0 ? o.steps : p.steps;
+  const checkpoint_config ckpt{o.checkpoint_every >= 0 ? o.checkpoint_every : p.checkpoint_every,
+                               o.checkpoint_dir.empty() ? p.checkpoint_dir : o.checkpoint_dir,
+                               o.checkpoint_keep > 0 ? o.checkpoint_keep : p.checkpoint_keep};
   const int64_t log_every = o.log_every > 0 ? o.log_every : std::max<int64_t>(1, p.log_every);
   const int64_t tokens_per_step = p.world * p.micro_batches * p.micro_batch * p.context;
 
@@ -175,12 +203,27 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   }
   agree_on_error(error, "set-up");
 
-  b->with_host_weights(c, true, [&] {
-    if (o.init_from.empty())
-      weights_init(c, static_cast<uint64_t>(o.seed >= 0 ? o.seed : p.seed));
-    else
-      weights_load(c, o.init_from);
-  });
+  int64_t seed = o.seed >= 0 ? o.seed : p.seed, start_step = 0;
+  loss_scaler scaler = loss_scaler_start(p);
+  std::string weights_from = o.init_from.empty() ? "GPT-2 init" : o.init_from;
+  if (o.resume) {
+    const std::string path = resume_path(o, ckpt, lead);
+    checkpoint_state resumed;
+    b->with_host_weights(c, true, [&] { resumed = checkpoint_load(c, path); });
+    start_step = resumed.step;
+    scaler = resumed.scaler;
+    seed = resumed.seed;
+    c.sequence_base = resumed.sequences - start_step * checkpoint_sequences_per_step(p);
+    weights_from = fmt::format("resumed from {} (step {}, {} sequences read)", path, start_step,
+                               with_commas(resumed.sequences));
+  } else {
+    b->with_host_weights(c, true, [&] {
+      if (o.init_from.empty())
+        weights_init(c, static_cast<uint64_t>(seed));
+      else
+        weights_load(c, o.init_from);
+    });
+  }
 
   if (lead) {
     std::printf("fsdpgen train: %s (%s params) from %s\n", p.model_name,
@@ -196,7 +239,15 @@ int run(const program& p, const options& o, const launch_info& li, const backend
         static_cast<long long>(p.micro_batch), static_cast<long long>(p.context),
         with_commas(tokens_per_step).c_str());
     std::printf("  data: %s | weights: %s\n", dataloader_describe(data).c_str(),
-                o.init_from.empty() ? "GPT-2 init" : o.init_from.c_str());
+                weights_from.c_str());
+    if (ckpt.every > 0)
+      std::printf("  checkpoints: every %lld steps and at the end, in %s (newest %lld kept)\n",
+                  static_cast<long long>(ckpt.every), ckpt.dir.c_str(),
+                  static_cast<long long>(ckpt.keep));
+    if (start_step >= steps)
+      std::printf("  the checkpoint is at step %lld and the run has %lld steps: nothing to train "
+                  "(--steps N trains further)\n",
+                  static_cast<long long>(start_step), static_cast<long long>(steps));
     std::printf("  arena %.2f MiB per rank (planned peak %.2f MiB)%s\n", mib(p.device_arena_bytes),
                 mib(p.planned_live_peak_bytes),
                 p.host_arena_bytes
@@ -212,13 +263,13 @@ int run(const program& p, const options& o, const launch_info& li, const backend
       throw runtime_error(fmt::format("cannot write {}: {}", o.metrics, std::strerror(errno)));
   }
 
-  const int64_t trace_step = o.trace_step >= 0 ? o.trace_step : std::min<int64_t>(2, steps - 1);
+  const int64_t trace_step =
+      o.trace_step >= 0 ? o.trace_step : start_step + std::min<int64_t>(2, steps - start_step - 1);
   std::vector<int64_t> trace_start, trace_end;
   double first_loss = 0, last_loss = 0, total_s = 0, timed_s = 0;
   int64_t timed_steps = 0, high_water = 0, skipped = 0;
-  loss_scaler scaler = loss_scaler_start(p);
   const auto run_start = std::chrono::steady_clock::now();
-  for (int64_t step = 0; step < steps; ++step) {
+  for (int64_t step = start_step; step < steps; ++step) {
     const double lr = optimizer_lr(p, step);
     const double loss_scale = scaler.scale;
     const double grad_scale = loss_scaler_grad_scale(scaler);
@@ -230,7 +281,7 @@ int run(const program& p, const options& o, const launch_info& li, const backend
     mem.high_water = mem.live_bytes.load();
     const bool traced = !o.trace.empty() && step == trace_step;
     const auto t0 = std::chrono::steady_clock::now();
-    g_in_step = step >= b->warmup_steps();
+    g_in_step = step - start_step >= b->warmup_steps();
     const step_result r = b->run_step(step, lr, traced);
     g_in_step = false;
     double loss_sum = 0;
@@ -241,10 +292,10 @@ int run(const program& p, const options& o, const launch_info& li, const backend
     skipped += r.skipped;
     loss_scaler_update(scaler, r.skipped);
     high_water = std::max(high_water, mem.high_water.load());
-    if (step == 0) first_loss = loss;
+    if (step == start_step) first_loss = loss;
     last_loss = loss;
     total_s += s;
-    if (step > 0) timed_s += s, ++timed_steps;
+    if (step > start_step) timed_s += s, ++timed_steps;
     if (traced) trace_start = b->op_start_ns(), trace_end = b->op_end_ns();
     if (metrics)
       std::fprintf(metrics,
@@ -255,10 +306,11 @@ int run(const program& p, const options& o, const launch_info& li, const backend
                    std::isfinite(norm) ? fmt::format("{:.9g}", norm).c_str() : "null", s * 1e3,
                    static_cast<long long>(mem.high_water.load()), r.skipped ? "true" : "false",
                    loss_scale);
-    if (lead && ((step + 1) % log_every == 0 || step == 0 || step + 1 == steps)) {
+    if (lead && ((step + 1) % log_every == 0 || step == start_step || step + 1 == steps)) {
       double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-      double eta = elapsed / static_cast<double>(step + 1) * static_cast<double>(steps - step - 1);
+      double eta = elapsed / static_cast<double>(step + 1 - start_step) *
+                   static_cast<double>(steps - step - 1);
       std::printf(
           "step %*lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %s tok/s | mem "
           "%.2f MiB | eta %s%s%s\n",
@@ -270,19 +322,36 @@ int run(const program& p, const options& o, const launch_info& li, const backend
           r.skipped ? " | skipped (non-finite gradients)" : "");
       std::fflush(stdout);
     }
+    if (ckpt.every > 0 && ((step + 1) % ckpt.every == 0 || step + 1 == steps)) {
+      const checkpoint_state state{
+          step + 1, c.sequence_base + (step + 1) * checkpoint_sequences_per_step(p), scaler, seed,
+          dataloader_describe(data)};
+      const auto t = std::chrono::steady_clock::now();
+      checkpoint_saved saved;
+      b->with_host_weights(c, false, [&] { saved = checkpoint_save(c, ckpt, state); });
+      if (lead) {
+        std::printf(
+            "checkpoint: step %lld written to %s (%.2f MiB in %.2f s%s)\n",
+            static_cast<long long>(step + 1), saved.path.c_str(), mib(saved.bytes),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(),
+            saved.removed ? fmt::format(", {} older removed", saved.removed).c_str() : "");
+        std::fflush(stdout);
+      }
+    }
   }
   if (metrics) std::fclose(metrics);
 
   int64_t allocations = g_step_allocations.load(), max_allocations = 0, max_high_water = 0;
   MPI_CHECK(MPI_Allreduce(&allocations, &max_allocations, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
   MPI_CHECK(MPI_Allreduce(&high_water, &max_high_water, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
-  if (lead && steps > 0) {
+  if (lead && steps > start_step) {
     double per_step = timed_steps ? timed_s / static_cast<double>(timed_steps) : total_s;
     const int64_t warmup = b->warmup_steps();
     std::printf(
         "done: %lld steps in %.1f s | loss %.4f -> %.4f | %.1f ms/step | %s tok/s | peak "
         "%.2f MiB of %.2f MiB planned | %lld allocations in steps%s\n",
-        static_cast<long long>(steps), total_s, first_loss, last_loss, per_step * 1e3,
+        static_cast<long long>(steps - start_step), total_s, first_loss, last_loss,
+        per_step * 1e3,
         with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / per_step)).c_str(),
         mib(max_high_water), mib(p.planned_live_peak_bytes),
         static_cast<long long>(max_allocations),
@@ -301,7 +370,7 @@ int run(const program& p, const options& o, const launch_info& li, const backend
         fmt::format("internal error: measured peak {} bytes exceeds the plan's {}", max_high_water,
                     p.planned_live_peak_bytes));
 
-  if (!o.trace.empty() && steps > 0) {
+  if (!o.trace.empty() && trace_step >= start_step && trace_step < steps) {
     std::vector<int64_t> mine = trace_start;
     mine.insert(mine.end(), trace_end.begin(), trace_end.end());
     std::vector<int64_t> all(lead ? mine.size() * static_cast<size_t>(p.world) : 0);
@@ -358,6 +427,20 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
   app.add_option("--data", o.data, "synthetic, a text file, or an llm.c .bin token file");
   app.add_option("--init-from", o.init_from, "load weights from a safetensors file (GPT-2 names)");
   app.add_option("--save", o.save, "write the final weights as safetensors (GPT-2 names)");
+  CLI::Option* resume =
+      app.add_option("--resume", o.resume_from,
+                     "continue from a checkpoint: a step_N directory, a directory of them (its "
+                     "newest), or without a value the newest in the checkpoint directory")
+          ->expected(0, 1);
+  app.add_option("--checkpoint-every", o.checkpoint_every,
+                 "steps between checkpoints, also written at the end (0: none; default: the "
+                 "spec's checkpoint(every))")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "where checkpoints go (default: the spec's)");
+  app.add_option("--checkpoint-keep", o.checkpoint_keep,
+                 "newest checkpoints kept (default: the spec's keep)")
+      ->check(CLI::PositiveNumber);
+  resume->excludes("--init-from");
   app.add_option("--trace", o.trace, "write the measured timeline of one step (Chrome trace)");
   app.add_option("--trace-step", o.trace_step, "the 0-based step to trace (default 2)")
       ->check(CLI::NonNegativeNumber);
@@ -385,6 +468,7 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
     return app.exit(e) == 0 ? 0 : 2;
   }
   o.backend.graphs = !no_graph;
+  o.resume = resume->count() > 0;
   if (o.print_schedule) {
     std::fputs(p.schedule_text, stdout);
     return 0;

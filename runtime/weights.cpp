@@ -29,32 +29,26 @@ std::vector<int64_t> shape_of(const program_tensor& t) {
   return {t.rows};
 }
 
-std::byte* buffer_ptr(step_context& c, int buffer) {
-  const program_buffer& b = c.p->buffers[buffer];
-  return (b.space == memory_space::device ? c.device : c.host) + b.offset;
-}
-
-// Stores fp32 values into the unit's master weights (if any) and param shard.
-void store(step_context& c, const program_unit& u, int64_t shard_offset, const float* v,
-           int64_t n) {
-  if (u.master >= 0)
-    std::memcpy(reinterpret_cast<float*>(buffer_ptr(c, u.master)) + shard_offset, v,
-                static_cast<size_t>(n) * 4);
-  std::byte* shard = buffer_ptr(c, u.param_shard) + shard_offset * dtype_size(c.p->param_dtype);
-  tensor_convert(shard, c.p->param_dtype, v, dtype_id::fp32, n, false);
-}
-
-// The fp32 weights of a shard: master weights, or the param shard when fp32.
-const float* master_of(step_context& c, const program_unit& u) {
-  return reinterpret_cast<const float*>(buffer_ptr(c, u.master >= 0 ? u.master : u.param_shard));
-}
-
 std::string strip_prefix(std::string_view name) {
   constexpr std::string_view p = "transformer.";
   return std::string(name.substr(0, p.size()) == p ? name.substr(p.size()) : name);
 }
 
 }  // namespace
+
+void weights_store(step_context& c, int unit, int64_t shard_offset, const float* v, int64_t n) {
+  const program_unit& u = c.p->units[unit];
+  if (u.master >= 0)
+    std::memcpy(step_buffer<float>(c, u.master) + shard_offset, v, static_cast<size_t>(n) * 4);
+  std::byte* shard =
+      step_buffer<std::byte>(c, u.param_shard) + shard_offset * dtype_size(c.p->param_dtype);
+  tensor_convert(shard, c.p->param_dtype, v, dtype_id::fp32, n, false);
+}
+
+float* weights_fp32_shard(step_context& c, int unit) {
+  const program_unit& u = c.p->units[unit];
+  return step_buffer<float>(c, u.master >= 0 ? u.master : u.param_shard);
+}
 
 void weights_init(step_context& c, uint64_t seed) {
   const program& p = *c.p;
@@ -65,8 +59,8 @@ void weights_init(step_context& c, uint64_t seed) {
     if (!piece_of(c, t, piece)) continue;
     values.resize(static_cast<size_t>(piece.tensor_end - piece.tensor_begin));
     init_gpt2_range(values.data(), t.name, p.layers, seed, piece.tensor_begin, piece.tensor_end);
-    store(c, p.units[t.unit], piece.shard_offset, values.data(),
-          static_cast<int64_t>(values.size()));
+    weights_store(c, t.unit, piece.shard_offset, values.data(),
+                  static_cast<int64_t>(values.size()));
   }
 }
 
@@ -92,8 +86,8 @@ void weights_load(step_context& c, const std::string& path) {
       if (!piece_of(c, t, piece)) continue;
       values.resize(static_cast<size_t>(piece.tensor_end - piece.tensor_begin));
       safetensors_read(f, *st, piece.tensor_begin, piece.tensor_end, values.data());
-      store(c, p.units[t.unit], piece.shard_offset, values.data(),
-            static_cast<int64_t>(values.size()));
+      weights_store(c, t.unit, piece.shard_offset, values.data(),
+                    static_cast<int64_t>(values.size()));
     }
   } catch (const std::exception& e) {
     error = e.what();
@@ -134,7 +128,7 @@ void weights_save(step_context& c, const std::string& path, int64_t step) {
       for (int i = 0; i < p.tensor_count; ++i) {
         shard_piece piece;
         if (!piece_of(c, p.tensors[i], piece)) continue;
-        const float* m = master_of(c, p.units[p.tensors[i].unit]) + piece.shard_offset;
+        const float* m = weights_fp32_shard(c, p.tensors[i].unit) + piece.shard_offset;
         safetensors_write(fd, partial, layout.tensors[static_cast<size_t>(i)], piece.tensor_begin,
                           piece.tensor_end, m);
       }

@@ -8,6 +8,13 @@
 
 #include "runtime/step.h"
 
+// Stores n fp32 weights at shard_offset of this rank's shard of `unit`: into
+// its master weights (when it has them) and, converted, its param shard.
+void weights_store(step_context& c, int unit, int64_t shard_offset, const float* v, int64_t n);
+// The fp32 weights of this rank's shard of `unit` (shard_elems): its master
+// weights, or its param shard when params are fp32.
+float* weights_fp32_shard(step_context& c, int unit);
+
 // Fills every param shard (and master weights) of this rank.
 void weights_init(step_context& c, uint64_t seed);
 // Collective: every rank loads its shards from the file (errors agree on all ranks).

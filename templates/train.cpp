@@ -38,7 +38,8 @@ const program kProgram = {
     1, 1, 1, 1, dtype_id::fp32, dtype_id::fp32, dtype_id::fp32,
     optimizer_kind::adamw, 1e-3, 0.9, 0.95, 1e-8, 0.0, 0.0,
     lr_schedule_kind::constant, 0, 0.0, 0, 0.0, 0, data_source::synthetic, 0, "", 1,
-    0, 0, 0, -1,  // arenas
+    0, "ckpt", 2,  // checkpoints
+    0, 0, 0, -1,   // arenas
     nullptr, 0, nullptr, 0, nullptr, 0, nullptr, 0};
 // fsdpgen:end tables
 

@@ -12,7 +12,7 @@ jobs="${FSDPGEN_JOBS:-2}"
 # Debian packages the project needs; one line per purpose.
 packages=(
   cmake ninja-build g++ ccache pkg-config                 # build
-  libfmt-dev libcli11-dev nlohmann-json3-dev               # libraries
+  libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev    # libraries
   libopenmpi-dev openmpi-bin libopenblas-dev               # runtime: MPI, BLAS
   libgtest-dev                                             # tests
   slurm-wlm munge                                          # tests: a local Slurm cluster

@@ -1563,6 +1563,8 @@ const program kProgram = {
     optimizer_kind::adamw, 0.00059999999999999995, 0.90000000000000002, 0.94999999999999996, 1e-08, 0.10000000000000001, 0.90000000000000002,
     // lr schedule, warmup, min lr; steps, clip, seed; data, data seed, path; log_every
     lr_schedule_kind::cosine, 700, 6.0000000000000002e-05, 19073, 1, 1337, data_source::tokens, 7, "fineweb_train_000001.bin", 10,
+    // checkpoints: every, dir, keep
+    5000, "ckpt/gpt2-124m", 2,
     // plan: device arena, host arena, live peak, workspace buffer
     12367345920, 0, 12367345920, 39,
     kBuffers, 107, kUnits, 13, kTensors, 148, kOps, 146};

@@ -637,6 +637,8 @@ const program kProgram = {
     optimizer_kind::adamw, 0.001, 0.90000000000000002, 0.94999999999999996, 1e-08, 0.10000000000000001, 0.90000000000000002,
     // lr schedule, warmup, min lr; steps, clip, seed; data, data seed, path; log_every
     lr_schedule_kind::cosine, 20, 0.0001, 200, 1, 1337, data_source::synthetic, 7, "", 10,
+    // checkpoints: every, dir, keep
+    0, "ckpt", 2,
     // plan: device arena, host arena, live peak, workspace buffer
     55612416, 0, 55612416, -1,
     kBuffers, 37, kUnits, 5, kTensors, 52, kOps, 58};

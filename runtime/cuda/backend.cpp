@@ -150,7 +150,7 @@ class cuda_backend final : public backend {
     s.t = static_cast<float>(c.optimizer_step);
     s.loss_scale = c.grad_scale;
     s.dloss_scale = c.dloss_scale;
-    gpu_executor_run_step(exec_, step, timed);
+    gpu_executor_run_step(exec_, runs_++, timed);  // its steps count from 0 (capture: 1)
     check_guard();
     // Offload: the norm the host's optimizer used (the device computed none).
     return step_result_of(s.loss_sum, host_norm_ ? c.grad_norm_partial : s.norm_sq, c.grad_scale);
@@ -248,6 +248,7 @@ class cuda_backend final : public backend {
   arena* mem_ = nullptr;
   gpu_context gc_;
   gpu_executor exec_;
+  int64_t runs_ = 0;  // steps run by this process
   gpu_comm_mode mode_ = gpu_comm_mode::nccl;
   bool comms_created_ = false, graphs_ = false;
   bool host_norm_ = false;          // offload: the gradient norm is computed on the host

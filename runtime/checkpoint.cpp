@@ -1,0 +1,327 @@
+// checkpoint: collective save and resume of the training state.
+#include "runtime/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "runtime/check.h"
+#include "runtime/checkpoint_files.h"
+#include "runtime/weights.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string shard_file_name(int64_t shard_rank) {
+  return fmt::format("shard_{:05}.bin", shard_rank);
+}
+
+// Optimizer state slices per shard element of a unit (0 without state).
+int64_t state_planes(const program& p, const program_unit& u) {
+  if (u.optimizer_state < 0 || u.shard_elems == 0) return 0;
+  return p.buffers[u.optimizer_state].bytes / (4 * u.shard_elems);
+}
+
+bool has_shard(const program_unit& u) {
+  return u.param_shard >= 0;
+}
+
+void write_all(int fd, const std::string& path, const void* data, int64_t bytes, int64_t offset) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd, p, static_cast<size_t>(std::min<int64_t>(bytes, 1 << 30)),
+                               static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw runtime_error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+    p += n, offset += n, bytes -= n;
+  }
+}
+
+void sync_directory(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;  // best effort: the data files themselves were synced
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// Writes this rank's shard file; returns per unit the CRC-32 of its weights
+// and state sections.
+std::vector<uint32_t> write_shard_file(step_context& c, const std::string& path) {
+  const program& p = *c.p;
+  std::vector<uint32_t> crcs(2 * static_cast<size_t>(p.unit_count), 0);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw runtime_error(fmt::format("cannot create {}: {}", path, std::strerror(errno)));
+  try {
+    int64_t at = 0;
+    for (int i = 0; i < p.unit_count; ++i) {
+      const program_unit& u = p.units[i];
+      if (!has_shard(u)) continue;
+      const float* w = weights_fp32_shard(c, i);
+      write_all(fd, path, w, 4 * u.shard_elems, at);
+      crcs[2 * static_cast<size_t>(i)] = checkpoint_crc32(0, w, 4 * u.shard_elems);
+      at += 4 * u.shard_elems;
+      if (const int64_t planes = state_planes(p, u)) {
+        const float* s = step_buffer<float>(c, u.optimizer_state);
+        write_all(fd, path, s, 4 * planes * u.shard_elems, at);
+        crcs[2 * static_cast<size_t>(i) + 1] = checkpoint_crc32(0, s, 4 * planes * u.shard_elems);
+        at += 4 * planes * u.shard_elems;
+      }
+    }
+    if (::fsync(fd) != 0)
+      throw runtime_error(fmt::format("cannot sync {}: {}", path, std::strerror(errno)));
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0)
+    throw runtime_error(fmt::format("cannot close {}: {}", path, std::strerror(errno)));
+  return crcs;
+}
+
+// The manifest of this program's checkpoint, sections in write_shard_file's order.
+checkpoint_manifest manifest_of(const program& p, const checkpoint_state& s,
+                                const std::vector<uint32_t>& crcs) {
+  checkpoint_manifest m;
+  m.model = p.model_name;
+  m.spec = p.spec_path;
+  m.step = s.step;
+  m.sequences = s.sequences;
+  m.world = p.world;
+  m.shard_group = p.shard_group;
+  m.optimizer = p.optimizer == optimizer_kind::adamw ? "adamw" : "sgd";
+  m.seed = s.seed;
+  m.data = s.data;
+  m.loss_scale_enabled = s.scaler.enabled;
+  m.loss_scale = s.scaler.scale;
+  m.loss_scale_finite_steps = s.scaler.finite_steps;
+  m.applied_steps = s.scaler.applied_steps;
+  for (int i = 0; i < p.unit_count; ++i) {
+    const program_unit& u = p.units[i];
+    checkpoint_unit cu{u.name, u.param_elems, u.shard_elems, state_planes(p, u), {}};
+    for (int t = u.first_tensor; t < u.first_tensor + u.tensor_count; ++t) {
+      const program_tensor& pt = p.tensors[t];
+      cu.tensors.push_back(
+          {pt.name, pt.offset_elems,
+           pt.cols > 0 ? std::vector<int64_t>{pt.rows, pt.cols} : std::vector<int64_t>{pt.rows}});
+    }
+    m.units.push_back(std::move(cu));
+  }
+  const size_t per_rank = 2 * static_cast<size_t>(p.unit_count);
+  for (int64_t r = 0; r < p.shard_group; ++r) {
+    checkpoint_shard sh{shard_file_name(r), 0, {}};
+    for (int i = 0; i < p.unit_count; ++i) {
+      const program_unit& u = p.units[i];
+      if (!has_shard(u)) continue;
+      const uint32_t* crc =
+          crcs.data() + static_cast<size_t>(r) * per_rank + 2 * static_cast<size_t>(i);
+      sh.sections.push_back({i, "weights", sh.bytes, 4 * u.shard_elems, crc[0]});
+      sh.bytes += 4 * u.shard_elems;
+      if (const int64_t planes = state_planes(p, u)) {
+        sh.sections.push_back({i, "state", sh.bytes, 4 * planes * u.shard_elems, crc[1]});
+        sh.bytes += 4 * planes * u.shard_elems;
+      }
+    }
+    m.shards.push_back(std::move(sh));
+  }
+  return m;
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw runtime_error(fmt::format("cannot create {}: {}", path, std::strerror(errno)));
+  try {
+    write_all(fd, path, text.data(), static_cast<int64_t>(text.size()), 0);
+    if (::fsync(fd) != 0)
+      throw runtime_error(fmt::format("cannot sync {}: {}", path, std::strerror(errno)));
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+}
+
+// Removes all but the newest `keep` complete checkpoints and any partial one
+// left by an interrupted save (rank 0, after a save succeeded).
+int64_t prune(const std::string& dir, int64_t keep, const std::string& just_written) {
+  std::vector<std::string> all = checkpoint_list(dir);
+  int64_t removed = 0;
+  std::error_code ec;
+  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) {
+    if (all[i] == just_written) continue;
+    fs::remove_all(all[i], ec);
+    removed += ec ? 0 : 1;
+  }
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && name.size() > 8 &&
+        name.compare(name.size() - 8, 8, ".partial") == 0)
+      fs::remove_all(e.path(), ec);
+  }
+  return removed;
+}
+
+// Error unless the checkpoint holds exactly this program's tensors and optimizer.
+void check_compatible(const program& p, const checkpoint_manifest& m, const std::string& dir) {
+  const std::string mine = p.optimizer == optimizer_kind::adamw ? "adamw" : "sgd";
+  if (m.optimizer != mine)
+    throw runtime_error(fmt::format(
+        "{}: written with optimizer {}, this binary uses {} (to start a new run from its "
+        "weights only: fsdpgen merge {} -o model.safetensors, then --init-from model.safetensors)",
+        dir, m.optimizer, mine, dir));
+  int64_t checkpoint_tensors = 0;
+  for (const checkpoint_unit& u : m.units)
+    checkpoint_tensors += static_cast<int64_t>(u.tensors.size());
+  if (checkpoint_tensors != p.tensor_count)
+    throw runtime_error(fmt::format(
+        "{}: written for model {} with {} tensors; this binary trains {} with {} tensors", dir,
+        m.model, checkpoint_tensors, p.model_name, p.tensor_count));
+}
+
+// Where a tensor of the checkpoint is: its unit and entry.
+struct located {
+  int unit = -1;
+  const checkpoint_tensor* tensor = nullptr;
+};
+
+located find_tensor(const checkpoint_manifest& m, const std::string& name) {
+  for (size_t u = 0; u < m.units.size(); ++u)
+    for (const checkpoint_tensor& t : m.units[u].tensors)
+      if (t.name == name) return {static_cast<int>(u), &t};
+  return {};
+}
+
+}  // namespace
+
+checkpoint_saved checkpoint_save(step_context& c, const checkpoint_config& cfg,
+                                 const checkpoint_state& s) {
+  const program& p = *c.p;
+  const bool lead = c.comms.rank == 0;
+  checkpoint_saved out;
+  out.path = checkpoint_step_dir(cfg.dir, s.step);
+  const std::string partial = out.path + ".partial";
+  std::string error;
+  if (lead) {
+    std::error_code ec;
+    fs::create_directories(cfg.dir, ec);
+    if (!ec) fs::remove_all(partial, ec);
+    if (!ec) fs::create_directory(partial, ec);
+    if (ec) error = fmt::format("cannot create {}: {}", partial, ec.message());
+  }
+  agree_on_error(error, "saving a checkpoint");
+
+  const bool writer = c.comms.replica_rank == 0;  // one copy of each shard
+  std::vector<uint32_t> crcs(2 * static_cast<size_t>(p.unit_count), 0);
+  try {
+    if (writer)
+      crcs =
+          write_shard_file(c, (fs::path(partial) / shard_file_name(c.comms.shard_rank)).string());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  std::vector<uint32_t> all(lead ? crcs.size() * static_cast<size_t>(p.world) : 0);
+  MPI_CHECK(MPI_Gather(crcs.data(), static_cast<int>(crcs.size()), MPI_UINT32_T, all.data(),
+                       static_cast<int>(crcs.size()), MPI_UINT32_T, 0, MPI_COMM_WORLD));
+  try {
+    agree_on_error(error, "saving a checkpoint");
+  } catch (...) {
+    std::error_code ec;
+    if (lead) fs::remove_all(partial, ec);
+    throw;
+  }
+
+  if (lead) {
+    try {
+      // Ranks 0..S-1 are the first replica, in shard-rank order.
+      const checkpoint_manifest m = manifest_of(p, s, all);
+      for (const checkpoint_shard& sh : m.shards)
+        out.bytes += sh.bytes;
+      write_text_file((fs::path(partial) / "manifest.json").string(), checkpoint_manifest_text(m));
+      sync_directory(partial);
+      std::error_code ec;
+      if (fs::exists(out.path, ec)) fs::remove_all(out.path, ec);  // an older save of this step
+      fs::rename(partial, out.path, ec);
+      if (ec)
+        throw runtime_error(
+            fmt::format("cannot rename {} to {}: {}", partial, out.path, ec.message()));
+      sync_directory(cfg.dir);
+      out.removed = prune(cfg.dir, cfg.keep, out.path);
+    } catch (const std::exception& e) {
+      error = e.what();
+      std::error_code ec;
+      fs::remove_all(partial, ec);
+    }
+  }
+  agree_on_error(error, "saving a checkpoint");
+  return out;
+}
+
+checkpoint_state checkpoint_load(step_context& c, const std::string& dir) {
+  const program& p = *c.p;
+  checkpoint_state s;
+  std::string error;
+  try {
+    checkpoint_manifest m = checkpoint_manifest_read(dir);
+    check_compatible(p, m, dir);
+    checkpoint_reader reader(dir, m);
+    std::vector<float> values;
+    for (int i = 0; i < p.unit_count; ++i) {
+      const program_unit& u = p.units[i];
+      if (!has_shard(u)) continue;
+      const int64_t planes = state_planes(p, u);
+      // Padding and gaps between tensors stay zero, as a fresh run has them.
+      values.assign(static_cast<size_t>(u.shard_elems * (1 + planes)), 0.0f);
+      for (int t = u.first_tensor; t < u.first_tensor + u.tensor_count; ++t) {
+        const program_tensor& pt = p.tensors[t];
+        const located from = find_tensor(m, pt.name);
+        const std::vector<int64_t> shape =
+            pt.cols > 0 ? std::vector<int64_t>{pt.rows, pt.cols} : std::vector<int64_t>{pt.rows};
+        if (!from.tensor)
+          throw runtime_error(
+              fmt::format("{}: no tensor {} (written for model {})", dir, pt.name, m.model));
+        if (from.tensor->shape != shape)
+          throw runtime_error(fmt::format("{}: tensor {} has shape [{}], this model's is [{}]", dir,
+                                          pt.name, fmt::join(from.tensor->shape, ", "),
+                                          fmt::join(shape, ", ")));
+        const int64_t from_planes = m.units[static_cast<size_t>(from.unit)].state_planes;
+        if (from_planes != planes)
+          throw runtime_error(fmt::format(
+              "{}: tensor {} has {} optimizer state buffers, this optimizer keeps {} (SGD "
+              "momentum on in one run and off in the other?)",
+              dir, pt.name, from_planes, planes));
+        shard_piece piece;
+        if (!shard_piece_of(pt, u.shard_elems, c.comms.shard_rank, piece)) continue;
+        const int64_t a = from.tensor->offset + piece.tensor_begin;
+        const int64_t b = from.tensor->offset + piece.tensor_end;
+        reader.weights(from.unit, a, b, values.data() + piece.shard_offset);
+        for (int k = 0; k < planes; ++k)
+          reader.state(from.unit, k, a, b,
+                       values.data() + (1 + k) * u.shard_elems + piece.shard_offset);
+      }
+      weights_store(c, i, 0, values.data(), u.shard_elems);
+      if (planes)
+        std::memcpy(step_buffer<float>(c, u.optimizer_state), values.data() + u.shard_elems,
+                    static_cast<size_t>(planes * u.shard_elems) * 4);
+    }
+    s.step = m.step;
+    s.sequences = m.sequences;
+    s.seed = m.seed;
+    s.data = m.data;
+    s.scaler = loss_scaler_start(p);
+    s.scaler.applied_steps = m.applied_steps;
+    if (s.scaler.enabled && m.loss_scale_enabled) {
+      s.scaler.scale = m.loss_scale;
+      s.scaler.finite_steps = m.loss_scale_finite_steps;
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_error(error, "resuming from a checkpoint");
+  return s;
+}
