@@ -4,6 +4,7 @@
 //   fsdpgen plan spec.fsdp [--world N] [--micro-batch B] [--gpu KIND]
 //   fsdpgen emit spec.fsdp -o DIR [--target cuda|cpu] [--world N] [--micro-batch B] [--gpu KIND]
 //   fsdpgen spec.fsdp -o train [--target cuda|cpu] [--sources DIR] ...   (= fsdpgen build)
+//   fsdpgen merge CHECKPOINT -o model.safetensors [--dtype f32|bf16]
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include "codegen/Verify.h"
 #include "dsl/Layers.h"
 #include "dsl/Print.h"
+#include "runtime/checkpoint_merge.h"
 
 namespace fsdpgen {
 namespace {
@@ -342,6 +344,20 @@ int run_build(const Common& c, const std::string& target_flag, const std::string
   return 0;
 }
 
+int run_merge(const std::string& checkpoint, const std::string& output, const std::string& dtype) {
+  try {
+    const checkpoint_merged m =
+        checkpoint_merge(checkpoint, output, dtype == "bf16" ? "BF16" : "F32");
+    out(fmt::format("fsdpgen: wrote {} from {} (step {}): {} tensors, {} params, {}, {:.2f} MiB\n",
+                    output, m.checkpoint, m.step, m.tensors, m.params,
+                    dtype == "bf16" ? "BF16" : "F32", static_cast<double>(m.bytes) / (1 << 20)));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
+    return kExitSpecError;
+  }
+}
+
 }  // namespace
 }  // namespace fsdpgen
 
@@ -389,9 +405,21 @@ int main(int argc, char** argv) {
   build->add_option("--sources", sources, "keep the generated source in this directory");
   build->add_option("--target", build_target, target_help)->check(CLI::IsMember({"cuda", "cpu"}));
 
+  std::string merge_in, merge_out, merge_dtype = "f32";
+  CLI::App* merge = app.add_subcommand(
+      "merge",
+      "write a checkpoint's weights as one safetensors file with Hugging Face GPT-2 names");
+  merge
+      ->add_option("checkpoint", merge_in,
+                   "a step_N checkpoint directory, or a directory of them (its newest)")
+      ->required();
+  merge->add_option("-o,--output", merge_out, "the safetensors file to write")->required();
+  merge->add_option("--dtype", merge_dtype, "f32 (default) or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+
   // `fsdpgen spec.fsdp -o train` is `fsdpgen build spec.fsdp -o train`.
   std::vector<std::string> args(argv + 1, argv + argc);
-  const std::set<std::string> commands = {"check", "schedule", "plan", "emit", "build"};
+  const std::set<std::string> commands = {"check", "schedule", "plan", "emit", "build", "merge"};
   if (!args.empty() && !args[0].empty() && args[0][0] != '-' && !commands.count(args[0]))
     args.insert(args.begin(), "build");
   std::reverse(args.begin(), args.end());
@@ -412,5 +440,6 @@ int main(int argc, char** argv) {
   if (plan->parsed()) return fsdpgen::run_plan(plan_args);
   if (emit->parsed()) return fsdpgen::run_emit(emit_args, emit_target, emit_dir);
   if (build->parsed()) return fsdpgen::run_build(build_args, build_target, binary, sources);
+  if (merge->parsed()) return fsdpgen::run_merge(merge_in, merge_out, merge_dtype);
   return 2;
 }

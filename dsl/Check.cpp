@@ -800,7 +800,8 @@ class Checker {
         t.checkpoint.every > t.steps) {
       Diagnostic& w =
           d_.warning(where("train.checkpoint.every"),
-                     fmt::format("checkpoint every {} steps never fires in a run of {} steps",
+                     fmt::format("checkpoint every {} steps never fires in a run of {} steps; only "
+                                 "the final checkpoint is written",
                                  t.checkpoint.every, t.steps));
       steps_note(w);
     }

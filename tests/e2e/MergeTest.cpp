@@ -1,0 +1,102 @@
+// `fsdpgen merge`: a checkpoint's shards as one safetensors file, the same
+// file --save writes at that step, from any world that wrote it.
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/e2e/E2e.h"
+
+namespace fsdpgen::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string file_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+CmdResult merge(const fs::path& dir, const std::string& args) {
+  return run_command(fmt::format("cd {} && {} merge {}", dir.string(), FSDPGEN_BIN, args));
+}
+
+// Trains `c` for its steps with a checkpoint at the end and --save; the merged
+// checkpoint must equal the saved file byte for byte (header included).
+void expect_merge_equals_save(const std::string& name, const E2eConfig& c) {
+  const fs::path dir = e2e_dir(name);
+  fs::remove_all(dir / "ckpt");
+  const fs::path bin = shared_binary(dir, c.spec());
+  CmdResult r = run_binary(c.world, bin,
+                           fmt::format("--checkpoint-every {} --save saved.safetensors", c.steps));
+  ASSERT_EQ(r.status, 0) << r.out;
+  CmdResult m = merge(dir, "ckpt -o merged.safetensors");
+  ASSERT_EQ(m.status, 0) << m.out;
+  EXPECT_NE(m.out.find(fmt::format("step {}", c.steps)), std::string::npos) << m.out;
+  const std::string saved = file_bytes(dir / "saved.safetensors");
+  ASSERT_GT(saved.size(), 1000u);
+  EXPECT_TRUE(saved == file_bytes(dir / "merged.safetensors"))
+      << "merged checkpoint differs from --save's file";
+  EXPECT_FALSE(fs::exists(dir / "merged.safetensors.partial"));
+}
+
+TEST(Merge, EqualsTheSavedWeightsOfAShardedRun) {
+  E2eConfig c;  // full_shard over 2 ranks, fp32
+  c.steps = 2;
+  expect_merge_equals_save("merge_full_shard", c);
+}
+
+TEST(Merge, EqualsTheSavedWeightsOfAHybridBf16Run) {
+  E2eConfig c;
+  c.sharding = "hybrid_shard";
+  c.world = 4;
+  c.shard_group = 2;
+  c.param = "bf16";
+  c.steps = 2;
+  expect_merge_equals_save("merge_hybrid_bf16", c);
+}
+
+TEST(Merge, Bf16HalvesTheFileAndBadInputIsAnError) {
+  E2eConfig c;
+  c.steps = 1;
+  const fs::path dir = e2e_dir("merge_bad_input");
+  fs::remove_all(dir / "ckpt");
+  const fs::path bin = shared_binary(dir, c.spec());
+  ASSERT_EQ(run_binary(c.world, bin, "--checkpoint-every 1").status, 0);
+  ASSERT_EQ(merge(dir, "ckpt -o f32.safetensors").status, 0);
+  CmdResult bf16 = merge(dir, "ckpt/step_00000001 -o bf16.safetensors --dtype bf16");
+  ASSERT_EQ(bf16.status, 0) << bf16.out;
+  const auto f32_data = safetensors_tensor_bytes(dir / "f32.safetensors").size();
+  EXPECT_EQ(safetensors_tensor_bytes(dir / "bf16.safetensors").size() * 2, f32_data);
+
+  CmdResult missing = merge(dir, "no_such_dir -o x.safetensors");
+  EXPECT_EQ(missing.status, 1) << missing.out;
+  EXPECT_NE(missing.out.find("no_such_dir: no such checkpoint"), std::string::npos) << missing.out;
+
+  // A corrupt shard: the checksum names the file, and no output is left.
+  fs::copy(dir / "ckpt", dir / "corrupt",
+           fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  const fs::path shard = dir / "corrupt/step_00000001/shard_00001.bin";
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100);
+    const char was = static_cast<char>(f.get());
+    f.seekp(100);
+    f.put(static_cast<char>(~was));
+  }
+  CmdResult corrupt = merge(dir, "corrupt -o c.safetensors");
+  EXPECT_EQ(corrupt.status, 1) << corrupt.out;
+  EXPECT_NE(corrupt.out.find("shard_00001.bin"), std::string::npos) << corrupt.out;
+  EXPECT_NE(corrupt.out.find("checksum"), std::string::npos) << corrupt.out;
+  EXPECT_FALSE(fs::exists(dir / "c.safetensors"));
+  EXPECT_FALSE(fs::exists(dir / "c.safetensors.partial"));
+
+  CmdResult bad_dtype = merge(dir, "ckpt -o x.safetensors --dtype fp8");
+  EXPECT_EQ(bad_dtype.status, 2) << bad_dtype.out;
+}
+
+}  // namespace
+}  // namespace fsdpgen::test
