@@ -303,5 +303,59 @@ TEST_F(CudaBinary, WeightsMoveBetweenCpuAndGpu) {
   EXPECT_NEAR(la[0], lb[0], 1e-4);
 }
 
+// Checkpoints on a GPU: a run resumed from step 2 continues bit for bit
+// (the resumed run issues its first step eagerly and captures the next, as
+// the straight run did from step 0: kernels are deterministic and cuBLASLt
+// picks the same algorithms for the same shapes); with offload the shards come
+// from pinned host memory. The GPU's checkpoint resumes on the CPU binary
+// within the CUDA-vs-CPU tolerance.
+void expect_cuda_resume(const std::string& name, const E2eConfig& c) {
+  const std::filesystem::path bin = build_cuda(name, c.spec());
+  const std::filesystem::path dir = bin.parent_path();
+  std::filesystem::remove_all(dir / "ckpt");
+  CmdResult straight = run_binary(
+      c.world, bin, "--checkpoint-every 2 --metrics straight.jsonl --save a.safetensors");
+  ASSERT_EQ(straight.status, 0) << straight.out;
+  CmdResult resumed =
+      run_binary(c.world, bin,
+                 "--resume ckpt/step_00000002 --checkpoint-every 0 --metrics resumed.jsonl --save "
+                 "b.safetensors");
+  ASSERT_EQ(resumed.status, 0) << resumed.out;
+  const std::vector<double> a = read_losses(dir / "straight.jsonl");
+  const std::vector<double> b = read_losses(dir / "resumed.jsonl");
+  ASSERT_EQ(a.size(), static_cast<size_t>(c.steps));
+  ASSERT_EQ(b.size(), static_cast<size_t>(c.steps - 2));
+  for (size_t i = 0; i < b.size(); ++i)
+    EXPECT_EQ(b[i], a[i + 2]) << "step " << i + 3;
+  EXPECT_EQ(safetensors_tensor_bytes(dir / "a.safetensors"),
+            safetensors_tensor_bytes(dir / "b.safetensors"));
+
+  const std::filesystem::path cpu = build_binary(e2e_dir(name + "_cpu"), c.spec());
+  CmdResult on_cpu = run_binary(c.world, cpu,
+                                fmt::format("--resume {} --checkpoint-every 0 --metrics m.jsonl",
+                                            (dir / "ckpt/step_00000002").string()));
+  ASSERT_EQ(on_cpu.status, 0) << on_cpu.out;
+  const std::vector<double> l = read_losses(cpu.parent_path() / "m.jsonl");
+  ASSERT_EQ(l.size(), b.size());
+  for (size_t i = 0; i < l.size(); ++i)
+    EXPECT_NEAR(l[i], a[i + 2], loss_tolerance(c)) << "step " << i + 3;
+}
+
+TEST_F(CudaBinary, ResumesFromACheckpointBitExactly) {
+  E2eConfig c;
+  c.world = 1;
+  c.steps = 4;
+  c.param = "bf16";
+  expect_cuda_resume("resume", c);
+}
+
+TEST_F(CudaBinary, ResumesAnOffloadedRunBitExactly) {
+  E2eConfig c;
+  c.world = 1;
+  c.steps = 4;
+  c.offload = "cpu";
+  expect_cuda_resume("resume_offload", c);
+}
+
 }  // namespace
 }  // namespace fsdpgen::test
