@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <signal.h>
 #include <unistd.h>
 #include <atomic>
 #include <chrono>
@@ -57,6 +58,26 @@ void operator delete(void* p, size_t) noexcept {
 #pragma GCC diagnostic pop
 
 namespace {
+
+// Preemption: SIGUSR1 or SIGTERM (what Slurm sends before a time limit or a
+// preemption, e.g. `sbatch --signal=B:USR1@120`; mpirun forwards SIGUSR1)
+// asks the run to stop after the step in progress, with a checkpoint. Ranks
+// learn it from one another with the step's loss all-reduce, so that all stop
+// after the same step.
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void request_stop(int sig) {
+  g_stop_signal.store(sig, std::memory_order_relaxed);
+}
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = request_stop;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
 
 struct options {
   int64_t steps = -1;
@@ -245,9 +266,10 @@ int run(const program& p, const options& o, const launch_info& li, const backend
                   static_cast<long long>(ckpt.every), ckpt.dir.c_str(),
                   static_cast<long long>(ckpt.keep));
     if (start_step >= steps)
-      std::printf("  the checkpoint is at step %lld and the run has %lld steps: nothing to train "
-                  "(--steps N trains further)\n",
-                  static_cast<long long>(start_step), static_cast<long long>(steps));
+      std::printf(
+          "  the checkpoint is at step %lld and the run has %lld steps: nothing to train "
+          "(--steps N trains further)\n",
+          static_cast<long long>(start_step), static_cast<long long>(steps));
     std::printf("  arena %.2f MiB per rank (planned peak %.2f MiB)%s\n", mib(p.device_arena_bytes),
                 mib(p.planned_live_peak_bytes),
                 p.host_arena_bytes
@@ -267,7 +289,8 @@ int run(const program& p, const options& o, const launch_info& li, const backend
       o.trace_step >= 0 ? o.trace_step : start_step + std::min<int64_t>(2, steps - start_step - 1);
   std::vector<int64_t> trace_start, trace_end;
   double first_loss = 0, last_loss = 0, total_s = 0, timed_s = 0;
-  int64_t timed_steps = 0, high_water = 0, skipped = 0;
+  int64_t timed_steps = 0, high_water = 0, skipped = 0, steps_run = 0;
+  bool stop = false;
   const auto run_start = std::chrono::steady_clock::now();
   for (int64_t step = start_step; step < steps; ++step) {
     const double lr = optimizer_lr(p, step);
@@ -284,8 +307,13 @@ int run(const program& p, const options& o, const launch_info& li, const backend
     g_in_step = step - start_step >= b->warmup_steps();
     const step_result r = b->run_step(step, lr, traced);
     g_in_step = false;
-    double loss_sum = 0;
-    MPI_CHECK(MPI_Allreduce(&r.loss_sum, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    // With the loss: how many ranks were asked to stop.
+    const double mine[2] = {r.loss_sum, g_stop_signal.load() ? 1.0 : 0.0};
+    double all[2] = {0, 0};
+    MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    const double loss_sum = all[0];
+    stop = all[1] > 0;
+    steps_run = step + 1 - start_step;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double loss = loss_sum / static_cast<double>(tokens_per_step);
     const double norm = r.grad_norm;
@@ -306,6 +334,7 @@ int run(const program& p, const options& o, const launch_info& li, const backend
                    std::isfinite(norm) ? fmt::format("{:.9g}", norm).c_str() : "null", s * 1e3,
                    static_cast<long long>(mem.high_water.load()), r.skipped ? "true" : "false",
                    loss_scale);
+    if (metrics) std::fflush(metrics);  // whole lines, for whoever follows the file
     if (lead && ((step + 1) % log_every == 0 || step == start_step || step + 1 == steps)) {
       double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
@@ -322,21 +351,28 @@ int run(const program& p, const options& o, const launch_info& li, const backend
           r.skipped ? " | skipped (non-finite gradients)" : "");
       std::fflush(stdout);
     }
-    if (ckpt.every > 0 && ((step + 1) % ckpt.every == 0 || step + 1 == steps)) {
-      const checkpoint_state state{
-          step + 1, c.sequence_base + (step + 1) * checkpoint_sequences_per_step(p), scaler, seed,
-          dataloader_describe(data)};
+    if ((ckpt.every > 0 && ((step + 1) % ckpt.every == 0 || step + 1 == steps)) || stop) {
+      const checkpoint_state state{step + 1,
+                                   c.sequence_base + (step + 1) * checkpoint_sequences_per_step(p),
+                                   scaler, seed, dataloader_describe(data)};
       const auto t = std::chrono::steady_clock::now();
       checkpoint_saved saved;
       b->with_host_weights(c, false, [&] { saved = checkpoint_save(c, ckpt, state); });
       if (lead) {
-        std::printf(
-            "checkpoint: step %lld written to %s (%.2f MiB in %.2f s%s)\n",
-            static_cast<long long>(step + 1), saved.path.c_str(), mib(saved.bytes),
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(),
-            saved.removed ? fmt::format(", {} older removed", saved.removed).c_str() : "");
+        std::printf("checkpoint: step %lld written to %s (%.2f MiB in %.2f s%s)\n",
+                    static_cast<long long>(step + 1), saved.path.c_str(), mib(saved.bytes),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(),
+                    saved.removed ? fmt::format(", {} older removed", saved.removed).c_str() : "");
         std::fflush(stdout);
       }
+    }
+    if (stop) {
+      if (lead)
+        std::printf(
+            "stopped after step %lld of %lld: asked to by a signal (SIGUSR1 or SIGTERM); "
+            "continue with --resume\n",
+            static_cast<long long>(step + 1), static_cast<long long>(steps));
+      break;
     }
   }
   if (metrics) std::fclose(metrics);
@@ -344,14 +380,13 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   int64_t allocations = g_step_allocations.load(), max_allocations = 0, max_high_water = 0;
   MPI_CHECK(MPI_Allreduce(&allocations, &max_allocations, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
   MPI_CHECK(MPI_Allreduce(&high_water, &max_high_water, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
-  if (lead && steps > start_step) {
+  if (lead && steps_run > 0) {
     double per_step = timed_steps ? timed_s / static_cast<double>(timed_steps) : total_s;
     const int64_t warmup = b->warmup_steps();
     std::printf(
         "done: %lld steps in %.1f s | loss %.4f -> %.4f | %.1f ms/step | %s tok/s | peak "
         "%.2f MiB of %.2f MiB planned | %lld allocations in steps%s\n",
-        static_cast<long long>(steps - start_step), total_s, first_loss, last_loss,
-        per_step * 1e3,
+        static_cast<long long>(steps_run), total_s, first_loss, last_loss, per_step * 1e3,
         with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / per_step)).c_str(),
         mib(max_high_water), mib(p.planned_live_peak_bytes),
         static_cast<long long>(max_allocations),
@@ -370,7 +405,7 @@ int run(const program& p, const options& o, const launch_info& li, const backend
         fmt::format("internal error: measured peak {} bytes exceeds the plan's {}", max_high_water,
                     p.planned_live_peak_bytes));
 
-  if (!o.trace.empty() && trace_step >= start_step && trace_step < steps) {
+  if (!o.trace.empty() && trace_step >= start_step && trace_step < start_step + steps_run) {
     std::vector<int64_t> mine = trace_start;
     mine.insert(mine.end(), trace_end.begin(), trace_end.end());
     std::vector<int64_t> all(lead ? mine.size() * static_cast<size_t>(p.world) : 0);
@@ -396,7 +431,13 @@ int run(const program& p, const options& o, const launch_info& li, const backend
               : fmt::format("communication hidden behind compute: {:.0f}%", 100 * hidden).c_str());
     }
   }
-  if (!o.save.empty()) {
+  if (!o.save.empty() && stop) {
+    if (lead)
+      std::printf(
+          "not writing %s: the run stopped before its last step (the checkpoint has "
+          "the weights: fsdpgen merge)\n",
+          o.save.c_str());
+  } else if (!o.save.empty()) {
     b->with_host_weights(c, false, [&] { weights_save(c, o.save, steps); });
     if (lead)
       std::printf("saved %s (%s params, F32, Hugging Face GPT-2 names)\n", o.save.c_str(),
@@ -436,7 +477,8 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
                  "steps between checkpoints, also written at the end (0: none; default: the "
                  "spec's checkpoint(every))")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--checkpoint-dir", o.checkpoint_dir, "where checkpoints go (default: the spec's)");
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "where checkpoints go (default: the spec's)");
   app.add_option("--checkpoint-keep", o.checkpoint_keep,
                  "newest checkpoints kept (default: the spec's keep)")
       ->check(CLI::PositiveNumber);
@@ -479,6 +521,7 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
     return 2;
   }
   launch_info li = launch_init(p, argc, argv);
+  install_stop_handlers();
   try {
     run(p, o, li, kind);
   } catch (const agreed_error& e) {

@@ -1,0 +1,126 @@
+// Preemption: SIGUSR1 (forwarded by mpirun; Slurm sends it with
+// --signal) or SIGTERM stops every rank after the same step with a
+// checkpoint, and --resume continues as if the run had never stopped.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/e2e/E2e.h"
+
+namespace fsdpgen::test {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// A spec whose learning rate does not depend on the number of steps, so that
+// a run of many steps stopped at step N trains its first N steps as a run of
+// N + 3 steps does.
+std::string constant_lr_spec(const E2eConfig& c) {
+  std::string spec = c.spec();
+  const std::string cosine = "cosine(warmup = 1, min = 1e-3)";
+  spec.replace(spec.find(cosine), cosine.size(), "constant(warmup = 1)");
+  return spec;
+}
+
+// Starts `cmd` in dir (no shell left between: the pid is the command's).
+pid_t start(const fs::path& dir, const std::string& cmd) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string line = fmt::format("cd {} && exec {} > run.out 2>&1", dir.string(), cmd);
+    execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits up to `limit` for pid; kills it (and fails) after that. Returns its status.
+int wait_for(pid_t pid, std::chrono::seconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ADD_FAILURE() << "the run did not stop within " << limit.count() << " s";
+      return -1;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Lines of a file another process is appending to.
+int complete_lines(const fs::path& p) {
+  std::ifstream in(p);
+  const std::string text{std::istreambuf_iterator<char>(in), {}};
+  return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+}
+
+// Runs `world` ranks for (practically) ever, signals them once `after` steps
+// are logged, and checks the stop, the checkpoint and the resumed run.
+void expect_stop_and_resume(const std::string& name, int world, int sig) {
+  allow_mpi_as_root();
+  E2eConfig c;
+  c.world = world;
+  const fs::path dir = e2e_dir(name);
+  fs::remove_all(dir / "ckpt");
+  fs::remove(dir / "stopped.jsonl");
+  const fs::path bin = shared_binary(dir, constant_lr_spec(c));
+  const pid_t pid = start(dir, fmt::format("{} --steps 1000000 --metrics stopped.jsonl "
+                                           "--checkpoint-every 0 --save never.safetensors",
+                                           launch(world, bin)));
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (complete_lines(dir / "stopped.jsonl") < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  kill(pid, sig);
+  const int status = wait_for(pid, 120s);
+  std::ifstream log(dir / "run.out");
+  const std::string out{std::istreambuf_iterator<char>(log), {}};
+  EXPECT_EQ(status, 0) << out;
+
+  const std::vector<double> stopped = read_losses(dir / "stopped.jsonl");
+  const int64_t n = static_cast<int64_t>(stopped.size());
+  ASSERT_GE(n, 3) << out;
+  ASSERT_LT(n, 1000000) << out;
+  EXPECT_NE(out.find(fmt::format("stopped after step {} of 1000000", n)), std::string::npos) << out;
+  EXPECT_NE(out.find("not writing never.safetensors"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "never.safetensors"));
+  ASSERT_TRUE(fs::exists(dir / "ckpt" / fmt::format("step_{:08}", n) / "manifest.json")) << out;
+
+  // The same N + 3 steps straight, and the stopped run resumed to N + 3.
+  CmdResult straight =
+      run_binary(world, bin, fmt::format("--steps {} --metrics straight.jsonl", n + 3));
+  ASSERT_EQ(straight.status, 0) << straight.out;
+  CmdResult resumed =
+      run_binary(world, bin, fmt::format("--steps {} --resume --metrics resumed.jsonl", n + 3));
+  ASSERT_EQ(resumed.status, 0) << resumed.out;
+  const std::vector<double> a = read_losses(dir / "straight.jsonl");
+  const std::vector<double> b = read_losses(dir / "resumed.jsonl");
+  ASSERT_EQ(a.size(), static_cast<size_t>(n + 3));
+  ASSERT_EQ(b.size(), 3u);
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_EQ(stopped[static_cast<size_t>(i)], a[static_cast<size_t>(i)]) << "step " << i + 1;
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(b[i], a[static_cast<size_t>(n) + i]) << "step " << n + 1 + static_cast<int64_t>(i);
+}
+
+TEST(Preemption, Sigusr1StopsEveryRankWithACheckpoint) {
+  expect_stop_and_resume("preempt_usr1", 2, SIGUSR1);
+}
+
+TEST(Preemption, SigtermStopsASingleRankWithACheckpoint) {
+  expect_stop_and_resume("preempt_term", 1, SIGTERM);
+}
+
+}  // namespace
+}  // namespace fsdpgen::test
