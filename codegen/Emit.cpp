@@ -677,6 +677,8 @@ class Writer {
         "    {}, {}, {}, {}, {}, {}, {}, {},\n"
         "    // parallel: world, shard group, micro-batches, micro-batch; param, reduce, master\n"
         "    {}, {}, {}, {}, {}, {}, {},\n"
+        "    // fp16 loss scale: dynamic, init, interval\n"
+        "    {}, {}, {},\n"
         "    // optimizer: kind, lr, beta1, beta2, eps, weight decay, momentum\n"
         "    optimizer_kind::{}, {}, {}, {}, {}, {}, {},\n"
         "    // lr schedule, warmup, min lr; steps, clip, seed; data, data seed, path; log_every\n"
@@ -691,16 +693,18 @@ class Writer {
         s_.units.total_params, par.world, par.shard_group, par.accumulate.micro_batches,
         s_.micro_batch, dtype_enum(par.precision.param),
         comm_ ? dtype_enum(par.precision.reduce) : "dtype_id::fp32",
-        dtype_enum(par.precision.master), o.kind == OptimizerKind::AdamW ? "adamw" : "sgd",
-        fmt::format("{:.17g}", o.lr), fmt::format("{:.17g}", o.beta1),
-        fmt::format("{:.17g}", o.beta2), fmt::format("{:.17g}", o.eps),
-        fmt::format("{:.17g}", o.weight_decay), fmt::format("{:.17g}", o.momentum),
-        to_string(lr.kind), lr.warmup, fmt::format("{:.17g}", lr.min_lr), t.steps,
-        fmt::format("{:.17g}", t.clip), t.seed, to_string(t.data.kind), t.data.seed,
-        cpp_string(t.data.path), t.log_every, t.checkpoint.enabled ? t.checkpoint.every : 0,
-        cpp_string(t.checkpoint.dir), t.checkpoint.keep, m_.device_arena_bytes, m_.host_arena_bytes,
-        m_.live_peak_bytes, workspace, s_.buffers.size(), s_.units.units.size(), count,
-        s_.ops.size(), host_ops.empty() ? "" : fmt::format(", kHostOps, {}", host_ops.size()));
+        dtype_enum(par.precision.master), par.precision.loss_scale.kind == LossScaleKind::Dynamic,
+        fmt::format("{:.17g}", par.precision.loss_scale.init), par.precision.loss_scale.interval,
+        o.kind == OptimizerKind::AdamW ? "adamw" : "sgd", fmt::format("{:.17g}", o.lr),
+        fmt::format("{:.17g}", o.beta1), fmt::format("{:.17g}", o.beta2),
+        fmt::format("{:.17g}", o.eps), fmt::format("{:.17g}", o.weight_decay),
+        fmt::format("{:.17g}", o.momentum), to_string(lr.kind), lr.warmup,
+        fmt::format("{:.17g}", lr.min_lr), t.steps, fmt::format("{:.17g}", t.clip), t.seed,
+        to_string(t.data.kind), t.data.seed, cpp_string(t.data.path), t.log_every,
+        t.checkpoint.enabled ? t.checkpoint.every : 0, cpp_string(t.checkpoint.dir),
+        t.checkpoint.keep, m_.device_arena_bytes, m_.host_arena_bytes, m_.live_peak_bytes,
+        workspace, s_.buffers.size(), s_.units.units.size(), count, s_.ops.size(),
+        host_ops.empty() ? "" : fmt::format(", kHostOps, {}", host_ops.size()));
     if (workspace >= 0 && !cuda_)
       out += fmt::format(
           "static_assert({} >= kCpuGemmWorkspaceBytes, \"the planned GEMM workspace is smaller "

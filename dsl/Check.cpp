@@ -513,7 +513,11 @@ class Checker {
              read_fields(*es,
                          {dtype_field("param", p.precision.param),
                           dtype_field("reduce", p.precision.reduce),
-                          dtype_field("master", p.precision.master)},
+                          dtype_field("master", p.precision.master),
+                          {"loss_scale",
+                           [this, &p](const ast::Entry& e) {
+                             if (auto* v = value_of(e)) read_loss_scale(*v, p.precision.loss_scale);
+                           }}},
                          "'precision'", "parallel.precision.");
          }},
         {"prefetch",
@@ -622,6 +626,15 @@ class Checker {
                         "set 'forward = false' and 'backward = none' to gather one unit at a time");
     }
     const PrecisionSpec& pr = p.precision;
+    if (has("parallel.precision.loss_scale") && pr.param != DType::FP16 &&
+        pr.reduce != DType::FP16 &&
+        usable({"parallel.precision.param", "parallel.precision.reduce"})) {
+      Diagnostic& w = d_.warning(where("parallel.precision.loss_scale"),
+                                 "loss_scale has no effect without fp16");
+      Diagnostics::note(w,
+                        "only fp16 param or reduce dtypes scale the loss; bf16 and fp32 "
+                        "have the range to do without");
+    }
     if (pr.master == DType::FP16) {
       Diagnostic& e =
           d_.error(where("parallel.precision.master"), "fp16 master weights are not supported");
@@ -746,6 +759,23 @@ class Checker {
       return;
     }
     if (auto p = as_string(*args[0], "path")) d.path = *p;
+  }
+
+  // dynamic | dynamic(init = 65536, interval = 2000) | static(1024)
+  void read_loss_scale(const ast::Value& v, LossScaleSpec& l) {
+    auto c = callee(v, "loss scale", kLossScaleNames,
+                    {std::vector<std::string_view>{"init", "interval"},
+                     std::vector<std::string_view>{"scale"}});
+    if (!c) return;
+    auto& [kind, args] = *c;
+    l.kind = static_cast<LossScaleKind>(kind);
+    if (l.kind == LossScaleKind::Static && !require(args[0], v, "scale")) return;
+    if (args[0])
+      if (auto s = as_float(*args[0], l.kind == LossScaleKind::Static ? "scale" : "init", 1,
+                            4294967296.0, true))
+        l.init = *s;
+    if (args.size() > 1 && args[1])
+      if (auto n = as_int(*args[1], "interval", 1, kMaxCount)) l.interval = *n;
   }
 
   // checkpoint(every = N, dir = "ckpt", keep = 2) | checkpoint = none

@@ -86,9 +86,17 @@ void print_parallel(const ParallelSpec& p, std::string& out) {
   if (is_hybrid(p.sharding)) out += fmt::format("  shard_group = {}\n", p.shard_group);
   out += fmt::format("  ranks_per_node = {}\n", p.ranks_per_node);
   out += fmt::format("  shard_align = {}\n", p.shard_align_bytes);
-  out += fmt::format("  precision {{ param = {}  reduce = {}  master = {} }}\n",
-                     to_string(p.precision.param), to_string(p.precision.reduce),
-                     to_string(p.precision.master));
+  const PrecisionSpec& pr = p.precision;
+  const LossScaleSpec& ls = pr.loss_scale;
+  // The loss scale where it matters (fp16) or was changed.
+  std::string loss_scale;
+  if (pr.param == DType::FP16 || pr.reduce == DType::FP16 || ls != LossScaleSpec{})
+    loss_scale =
+        ls.kind == LossScaleKind::Static
+            ? fmt::format("  loss_scale = static({})", ls.init)
+            : fmt::format("  loss_scale = dynamic(init = {}, interval = {})", ls.init, ls.interval);
+  out += fmt::format("  precision {{ param = {}  reduce = {}  master = {}{} }}\n",
+                     to_string(pr.param), to_string(pr.reduce), to_string(pr.master), loss_scale);
   out += fmt::format("  prefetch {{ forward = {}  backward = {}  max_inflight = {} }}\n",
                      p.prefetch.forward, to_string(p.prefetch.backward), p.prefetch.max_inflight);
   out += fmt::format("  recompute = {}\n", to_string(p.recompute));

@@ -24,6 +24,7 @@ enum class AccumulateReduce { Every, Last };
 enum class OptimizerKind { AdamW, Sgd };
 enum class LrScheduleKind { Constant, Cosine, Linear };
 enum class DataKind { Synthetic, Text, Tokens };
+enum class LossScaleKind { Dynamic, Static };
 enum class UnitPolicy { EachBlock, Group, MinParams, Explicit };
 
 inline constexpr std::array<std::string_view, 2> kFamilyNames = {"gpt2", "llama"};
@@ -38,6 +39,7 @@ inline constexpr std::array<std::string_view, 2> kOptimizerNames = {"adamw", "sg
 inline constexpr std::array<std::string_view, 3> kLrScheduleNames = {"constant", "cosine",
                                                                      "linear"};
 inline constexpr std::array<std::string_view, 3> kDataNames = {"synthetic", "text", "tokens"};
+inline constexpr std::array<std::string_view, 2> kLossScaleNames = {"dynamic", "static"};
 
 inline std::string_view to_string(Family v) {
   return kFamilyNames[static_cast<int>(v)];
@@ -68,6 +70,9 @@ inline std::string_view to_string(LrScheduleKind v) {
 }
 inline std::string_view to_string(DataKind v) {
   return kDataNames[static_cast<int>(v)];
+}
+inline std::string_view to_string(LossScaleKind v) {
+  return kLossScaleNames[static_cast<int>(v)];
 }
 
 inline int64_t dtype_bytes(DType d) {
@@ -145,10 +150,21 @@ struct UnitsSpec {
   bool operator==(const UnitsSpec&) const = default;
 };
 
+// fp16 loss scaling: dynamic (PyTorch GradScaler: start at init, halve
+// after a step whose gradients overflow, double after `interval` finite
+// steps) or static (always init). Only fp16 param or reduce dtypes use it.
+struct LossScaleSpec {
+  LossScaleKind kind = LossScaleKind::Dynamic;
+  double init = 65536;
+  int64_t interval = 2000;
+  bool operator==(const LossScaleSpec&) const = default;
+};
+
 struct PrecisionSpec {
   DType param = DType::FP32;   // gathered params and compute
   DType reduce = DType::FP32;  // gradient reduction
   DType master = DType::FP32;  // master weights and optimizer state
+  LossScaleSpec loss_scale;
   bool operator==(const PrecisionSpec&) const = default;
 };
 

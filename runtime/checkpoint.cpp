@@ -315,7 +315,7 @@ checkpoint_state checkpoint_load(step_context& c, const std::string& dir) {
     s.data = m.data;
     s.scaler = loss_scaler_start(p);
     s.scaler.applied_steps = m.applied_steps;
-    if (s.scaler.enabled && m.loss_scale_enabled) {
+    if (s.scaler.enabled && s.scaler.dynamic && m.loss_scale_enabled) {  // static: the spec's
       s.scaler.scale = m.loss_scale;
       s.scaler.finite_steps = m.loss_scale_finite_steps;
     }

@@ -12,20 +12,22 @@ loss_scaler loss_scaler_start(const program& p) {
   loss_scaler s;
   s.enabled = p.param_dtype == dtype_id::fp16 || p.reduce_dtype == dtype_id::fp16;
   if (!s.enabled) return s;
-  s.scale = kLossScaleInit;
+  s.dynamic = p.loss_scale_dynamic;
+  s.interval = p.loss_scale_interval;
+  s.scale = p.loss_scale_init;
   s.post_divide = static_cast<double>(p.world) / static_cast<double>(loss_scale_predivide(p.world));
   return s;
 }
 
 void loss_scaler_update(loss_scaler& s, bool skipped) {
   if (!skipped) ++s.applied_steps;
-  if (!s.enabled) return;
+  if (!s.enabled || !s.dynamic) return;
   if (skipped) {
     s.scale *= kLossScaleBackoff;
     s.finite_steps = 0;
     return;
   }
-  if (++s.finite_steps == kLossScaleInterval) {
+  if (++s.finite_steps >= s.interval) {
     s.scale *= kLossScaleGrowth;
     s.finite_steps = 0;
   }

@@ -4,7 +4,9 @@
 // before backward and the gradients are divided by it in the optimizer. A step
 // whose gradients overflowed (a non-finite global norm, the same on every
 // rank) is skipped: no weight, optimizer state or step count changes, and S
-// halves. After `interval` finite steps in a row S doubles.
+// halves. After `interval` finite steps in a row S doubles. A static scale
+// (the spec's `loss_scale = static(S)`) never changes; overflowed steps are
+// still skipped.
 //
 // Averaging: gradients are summed over the data-parallel ranks. With fp16 the
 // 1/world of the average is split (PyTorch FSDP's pre/post divide): each rank's
@@ -19,18 +21,20 @@
 
 struct loss_scaler {
   bool enabled = false;       // param or reduce dtype is fp16
+  bool dynamic = true;        // backs off and grows (else static)
+  int64_t interval = 2000;    // finite steps between growths
   double scale = 1;           // S (1 when disabled)
   double post_divide = 1;     // world / pre (1 when disabled)
   int64_t finite_steps = 0;   // finite steps since S last changed
   int64_t applied_steps = 0;  // steps the optimizer applied (skipped ones do not count)
 };
 
-// PyTorch GradScaler's defaults.
-inline constexpr double kLossScaleInit = 65536;
+// PyTorch GradScaler's factors (its initial scale 2^16 and interval 2000
+// are the spec's defaults).
 inline constexpr double kLossScaleGrowth = 2;
 inline constexpr double kLossScaleBackoff = 0.5;
-inline constexpr int64_t kLossScaleInterval = 2000;
 
+// From the program's loss_scale_* fields.
 loss_scaler loss_scaler_start(const program& p);
 
 // The pre-divide factor for `world` data-parallel ranks, as PyTorch FSDP
@@ -45,5 +49,5 @@ inline double loss_scaler_grad_scale(const loss_scaler& s) {
 }
 
 // After a step: counts an applied step, or backs off after a skipped one;
-// grows S after kLossScaleInterval finite steps (when enabled).
+// grows S after `interval` finite steps (when enabled and dynamic).
 void loss_scaler_update(loss_scaler& s, bool skipped);

@@ -112,6 +112,11 @@ struct program {
   // Parallelism.
   int64_t world, shard_group, micro_batches, micro_batch;
   dtype_id param_dtype, reduce_dtype, master_dtype;
+  // fp16 loss scaling (runtime/loss_scale.h): dynamic or static, the initial
+  // scale, finite steps between growths.
+  bool loss_scale_dynamic;
+  double loss_scale_init;
+  int64_t loss_scale_interval;
 
   // Training.
   optimizer_kind optimizer;

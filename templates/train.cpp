@@ -36,6 +36,7 @@ const program kProgram = {
     "template", "template", kScheduleText, 0,  // origin
     256, 1, 16, 1, 0, 64, true, 0,             // model
     1, 1, 1, 1, dtype_id::fp32, dtype_id::fp32, dtype_id::fp32,
+    true, 65536.0, 2000,  // loss scale
     optimizer_kind::adamw, 1e-3, 0.9, 0.95, 1e-8, 0.0, 0.0,
     lr_schedule_kind::constant, 0, 0.0, 0, 0.0, 0, data_source::synthetic, 0, "", 1,
     0, "ckpt", 2,  // checkpoints

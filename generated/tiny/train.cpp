@@ -633,6 +633,8 @@ const program kProgram = {
     256, 128, 128, 4, 4, 512, true, 842496,
     // parallel: world, shard group, micro-batches, micro-batch; param, reduce, master
     2, 2, 1, 8, dtype_id::fp32, dtype_id::fp32, dtype_id::fp32,
+    // fp16 loss scale: dynamic, init, interval
+    true, 65536, 2000,
     // optimizer: kind, lr, beta1, beta2, eps, weight decay, momentum
     optimizer_kind::adamw, 0.001, 0.90000000000000002, 0.94999999999999996, 1e-08, 0.10000000000000001, 0.90000000000000002,
     // lr schedule, warmup, min lr; steps, clip, seed; data, data seed, path; log_every

@@ -52,7 +52,7 @@ Schedule empty_schedule(int64_t world, int64_t shard_group, int64_t ranks_per_no
   spec.parallel.world = world;
   spec.parallel.shard_group = shard_group;
   spec.parallel.ranks_per_node = ranks_per_node;
-  spec.parallel.precision = {DType::BF16, DType::BF16, DType::FP32};
+  spec.parallel.precision = {DType::BF16, DType::BF16, DType::FP32, {}};
   spec.train.micro_batch = 1;
   s.micro_batch = 1;
   return s;

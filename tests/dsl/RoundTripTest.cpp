@@ -44,6 +44,10 @@ TEST(RoundTrip, Variants) {
       "false backward = none "
       "max_inflight = 1 } accumulate { micro_batches = 8 reduce = last } }",
       "parallel { precision { param = fp16 reduce = fp32 master = fp32 } }",
+      "parallel { precision { param = fp16 reduce = fp16 master = fp32 loss_scale = static(128) "
+      "} }",
+      "parallel { precision { param = fp32 reduce = fp16 master = fp32 loss_scale = dynamic(init "
+      "= 1024, interval = 50) } }",
   };
   for (const char* v : variants)
     expect_round_trip(v, with_model(v, "tie_embeddings = false"));

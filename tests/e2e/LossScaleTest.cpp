@@ -36,5 +36,39 @@ TEST(LossScale, Fp32SkipsNonFiniteGradientsWithoutScaling) {
   }
 }
 
+// The spec's loss_scale: the scale each step used (metrics) follows its
+// rules around an overflow injected in 0-based step `overflow`.
+void expect_loss_scales(const std::string& name, const std::string& loss_scale, int overflow,
+                        const std::vector<double>& want) {
+  E2eConfig c;
+  c.param = c.reduce_dtype = "fp16";
+  c.world = 1;
+  c.steps = static_cast<int>(want.size());
+  std::string spec = c.spec();
+  const std::string master = "master = fp32 }";
+  spec.replace(spec.find(master), master.size(),
+               "master = fp32  loss_scale = " + loss_scale + " }");
+  const std::filesystem::path bin = shared_binary(e2e_dir(name), spec);
+  CmdResult r =
+      run_binary(c.world, bin, fmt::format("--metrics m.jsonl --inject-overflow {}", overflow));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::vector<nlohmann::json> m = read_metrics(bin.parent_path() / "m.jsonl");
+  ASSERT_EQ(m.size(), want.size());
+  for (size_t s = 0; s < m.size(); ++s) {
+    EXPECT_EQ(m[s].at("loss_scale").get<double>(), want[s]) << "step " << s + 1;
+    EXPECT_EQ(m[s].at("skipped").get<bool>(), static_cast<int>(s) == overflow) << "step " << s + 1;
+  }
+}
+
+TEST(LossScale, StaticScaleStaysThroughAnOverflow) {
+  expect_loss_scales("loss_scale_static", "static(256)", 1, {256, 256, 256, 256});
+}
+
+TEST(LossScale, DynamicInitAndIntervalFromTheSpec) {
+  // Doubles after 2 finite steps, halves at the overflow, counts again from 0.
+  expect_loss_scales("loss_scale_dynamic", "dynamic(init = 1024, interval = 2)", 2,
+                     {1024, 1024, 2048, 1024, 1024, 2048});
+}
+
 }  // namespace
 }  // namespace fsdpgen::test

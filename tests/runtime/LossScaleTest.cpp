@@ -7,11 +7,17 @@
 
 namespace {
 
+// PyTorch GradScaler's growth interval, the spec's default.
+constexpr int64_t kInterval = 2000;
+
 program with_dtypes(dtype_id param, dtype_id reduce, int64_t world) {
   program p{};
   p.param_dtype = param;
   p.reduce_dtype = reduce;
   p.world = world;
+  p.loss_scale_dynamic = true;
+  p.loss_scale_init = 65536;
+  p.loss_scale_interval = kInterval;
   return p;
 }
 
@@ -45,16 +51,43 @@ TEST(LossScale, BacksOffOnSkipAndGrowsAfterInterval) {
   EXPECT_EQ(s.applied_steps, 1) << "a skipped step is not applied";
   loss_scaler_update(s, true);
   EXPECT_EQ(s.scale, 16384.0);
-  for (int64_t i = 0; i < kLossScaleInterval - 1; ++i)
+  for (int64_t i = 0; i < kInterval - 1; ++i)
     loss_scaler_update(s, false);
   EXPECT_EQ(s.scale, 16384.0) << "not yet: one finite step short of the interval";
   loss_scaler_update(s, false);
   EXPECT_EQ(s.scale, 32768.0);
-  EXPECT_EQ(s.applied_steps, kLossScaleInterval + 1);
+  EXPECT_EQ(s.applied_steps, kInterval + 1);
   loss_scaler_update(s, true);  // the run of finite steps starts again
-  for (int64_t i = 0; i < kLossScaleInterval - 1; ++i)
+  for (int64_t i = 0; i < kInterval - 1; ++i)
     loss_scaler_update(s, false);
   EXPECT_EQ(s.scale, 16384.0);
+}
+
+TEST(LossScale, TheSpecSetsInitAndInterval) {
+  program p = with_dtypes(dtype_id::fp16, dtype_id::fp32, 1);
+  p.loss_scale_init = 1024;
+  p.loss_scale_interval = 3;
+  loss_scaler s = loss_scaler_start(p);
+  EXPECT_EQ(s.scale, 1024.0);
+  loss_scaler_update(s, false);
+  loss_scaler_update(s, false);
+  EXPECT_EQ(s.scale, 1024.0);
+  loss_scaler_update(s, false);
+  EXPECT_EQ(s.scale, 2048.0) << "grows after 3 finite steps";
+}
+
+TEST(LossScale, StaticScaleNeverChanges) {
+  program p = with_dtypes(dtype_id::fp16, dtype_id::fp16, 2);
+  p.loss_scale_dynamic = false;
+  p.loss_scale_init = 128;
+  loss_scaler s = loss_scaler_start(p);
+  EXPECT_EQ(s.scale, 128.0);
+  loss_scaler_update(s, true);
+  EXPECT_EQ(s.scale, 128.0) << "no back-off";
+  for (int64_t i = 0; i < kInterval + 1; ++i)
+    loss_scaler_update(s, false);
+  EXPECT_EQ(s.scale, 128.0) << "no growth";
+  EXPECT_EQ(s.applied_steps, kInterval + 1) << "the skipped step is still not applied";
 }
 
 TEST(LossScale, DisabledScalerStillCountsAppliedSteps) {
