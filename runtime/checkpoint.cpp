@@ -244,12 +244,25 @@ checkpoint_saved checkpoint_save(step_context& c, const checkpoint_config& cfg,
         out.bytes += sh.bytes;
       write_text_file((fs::path(partial) / "manifest.json").string(), checkpoint_manifest_text(m));
       sync_directory(partial);
+      // An older save of this step is moved aside, and removed only once the
+      // new one is in place (put back if the rename fails).
       std::error_code ec;
-      if (fs::exists(out.path, ec)) fs::remove_all(out.path, ec);  // an older save of this step
+      const std::string older = out.path + ".replaced";
+      const bool replacing = fs::exists(out.path, ec);
+      if (replacing) {
+        fs::remove_all(older, ec);
+        fs::rename(out.path, older, ec);
+        if (ec)
+          throw runtime_error(
+              fmt::format("cannot move {} aside to {}: {}", out.path, older, ec.message()));
+      }
       fs::rename(partial, out.path, ec);
-      if (ec)
-        throw runtime_error(
-            fmt::format("cannot rename {} to {}: {}", partial, out.path, ec.message()));
+      if (ec) {
+        const std::string why = ec.message();
+        if (replacing) fs::rename(older, out.path, ec);
+        throw runtime_error(fmt::format("cannot rename {} to {}: {}", partial, out.path, why));
+      }
+      if (replacing) fs::remove_all(older, ec);
       sync_directory(cfg.dir);
       out.removed = prune(cfg.dir, cfg.keep, out.path);
     } catch (const std::exception& e) {

@@ -237,6 +237,9 @@ int run(const program& p, const options& o, const launch_info& li, const backend
     c.sequence_base = resumed.sequences - start_step * checkpoint_sequences_per_step(p);
     weights_from = fmt::format("resumed from {} (step {}, {} sequences read)", path, start_step,
                                with_commas(resumed.sequences));
+    if (lead && resumed.data != dataloader_describe(data))
+      std::printf("note: the checkpoint was written reading %s; this run reads %s\n",
+                  resumed.data.c_str(), dataloader_describe(data).c_str());
   } else {
     b->with_host_weights(c, true, [&] {
       if (o.init_from.empty())
@@ -438,7 +441,7 @@ int run(const program& p, const options& o, const launch_info& li, const backend
           "the weights: fsdpgen merge)\n",
           o.save.c_str());
   } else if (!o.save.empty()) {
-    b->with_host_weights(c, false, [&] { weights_save(c, o.save, steps); });
+    b->with_host_weights(c, false, [&] { weights_save(c, o.save, start_step + steps_run); });
     if (lead)
       std::printf("saved %s (%s params, F32, Hugging Face GPT-2 names)\n", o.save.c_str(),
                   with_commas(p.params).c_str());
