@@ -13,6 +13,7 @@
 
 #include "runtime/check.h"
 #include "runtime/checkpoint_files.h"
+#include "runtime/file_io.h"
 #include "runtime/weights.h"
 
 namespace fs = std::filesystem;
@@ -31,17 +32,6 @@ int64_t state_planes(const program& p, const program_unit& u) {
 
 bool has_shard(const program_unit& u) {
   return u.param_shard >= 0;
-}
-
-void write_all(int fd, const std::string& path, const void* data, int64_t bytes, int64_t offset) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::pwrite(fd, p, static_cast<size_t>(std::min<int64_t>(bytes, 1 << 30)),
-                               static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw runtime_error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
-    p += n, offset += n, bytes -= n;
-  }
 }
 
 void sync_directory(const std::string& path) {
@@ -64,12 +54,13 @@ std::vector<uint32_t> write_shard_file(step_context& c, const std::string& path)
       const program_unit& u = p.units[i];
       if (!has_shard(u)) continue;
       const float* w = weights_fp32_shard(c, i);
-      write_all(fd, path, w, 4 * u.shard_elems, at);
+      file_pwrite_all(fd, path, w, 4 * u.shard_elems, at, "weights of " + std::string(u.name));
       crcs[2 * static_cast<size_t>(i)] = checkpoint_crc32(0, w, 4 * u.shard_elems);
       at += 4 * u.shard_elems;
       if (const int64_t planes = state_planes(p, u)) {
         const float* s = step_buffer<float>(c, u.optimizer_state);
-        write_all(fd, path, s, 4 * planes * u.shard_elems, at);
+        file_pwrite_all(fd, path, s, 4 * planes * u.shard_elems, at,
+                        "optimizer state of " + std::string(u.name));
         crcs[2 * static_cast<size_t>(i) + 1] = checkpoint_crc32(0, s, 4 * planes * u.shard_elems);
         at += 4 * planes * u.shard_elems;
       }
@@ -137,7 +128,7 @@ void write_text_file(const std::string& path, const std::string& text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw runtime_error(fmt::format("cannot create {}: {}", path, std::strerror(errno)));
   try {
-    write_all(fd, path, text.data(), static_cast<int64_t>(text.size()), 0);
+    file_pwrite_all(fd, path, text.data(), static_cast<int64_t>(text.size()), 0, "the manifest");
     if (::fsync(fd) != 0)
       throw runtime_error(fmt::format("cannot sync {}: {}", path, std::strerror(errno)));
   } catch (...) {

@@ -17,6 +17,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/file_io.h"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -62,18 +64,6 @@ const json& array_of(const json& j, const char* key, const std::string& where) {
 
 int64_t section_elems(const checkpoint_unit& u, const std::string& what) {
   return what == "weights" ? u.shard_elems : u.state_planes * u.shard_elems;
-}
-
-void read_exact(int fd, const std::string& path, int64_t offset, void* out, int64_t bytes) {
-  char* p = static_cast<char*>(out);
-  while (bytes > 0) {
-    const ssize_t n = ::pread(fd, p, static_cast<size_t>(std::min<int64_t>(bytes, 1 << 30)),
-                              static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
-    if (n == 0) fail(fmt::format("{}: file ends at byte {} (truncated?)", path, offset));
-    p += n, offset += n, bytes -= n;
-  }
 }
 
 }  // namespace
@@ -342,7 +332,8 @@ const std::vector<float>& checkpoint_reader::section(int shard, int unit, const 
     if (::fstat(fd, &st) != 0 || st.st_size != s.bytes)
       fail(fmt::format("{}: {} bytes, the manifest says {} (truncated or replaced?)", path,
                        static_cast<int64_t>(st.st_size), s.bytes));
-    read_exact(fd, path, x->offset, values.data(), x->bytes);
+    file_pread_all(fd, path, values.data(), x->bytes, x->offset,
+                   fmt::format("{} of unit {}", what, m_.units[static_cast<size_t>(unit)].name));
   } catch (...) {
     ::close(fd);
     throw;

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/dtype.h"
+#include "runtime/file_io.h"
 
 static_assert(std::endian::native == std::endian::little, "safetensors is little-endian");
 
@@ -56,35 +57,6 @@ int open_read(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, fmt::format("cannot open: {}", strerror(errno)));
   return fd;
-}
-
-// Reads exactly n bytes at offset; what names the bytes for the error.
-void pread_all(int fd, const std::string& path, void* out, int64_t n, int64_t offset,
-               const std::string& what) {
-  auto* p = static_cast<char*>(out);
-  for (int64_t done = 0; done < n;) {
-    ssize_t got = ::pread(fd, p + done, static_cast<size_t>(n - done), offset + done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0)
-      fail(path, fmt::format("reading {} at byte {}: {}", what, offset + done, strerror(errno)));
-    if (got == 0)
-      fail(path, fmt::format("file ends at byte {} while reading {} (changed since it was opened?)",
-                             offset + done, what));
-    done += got;
-  }
-}
-
-void pwrite_all(int fd, const std::string& path, const void* data, int64_t n, int64_t offset,
-                const std::string& what) {
-  auto* p = static_cast<const char*>(data);
-  for (int64_t done = 0; done < n;) {
-    ssize_t put = ::pwrite(fd, p + done, static_cast<size_t>(n - done), offset + done);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0)
-      fail(path, fmt::format("writing {} at byte {}: {}", what, offset + done,
-                             put < 0 ? strerror(errno) : "no progress"));
-    done += put;
-  }
 }
 
 // A JSON value that is an integer in [0, 2^63).
@@ -203,7 +175,7 @@ safetensors_file safetensors_open(const std::string& path) {
     fail(path,
          fmt::format("file is {} bytes, too short for the 8-byte header length", file.file_bytes));
   uint64_t header_bytes;
-  pread_all(fd.fd, path, &header_bytes, 8, 0, "the header length");
+  file_pread_all(fd.fd, path, &header_bytes, 8, 0, "the header length");
   if (header_bytes > static_cast<uint64_t>(kMaxHeaderBytes))
     fail(path, fmt::format("header length {} exceeds the format's limit of {} bytes", header_bytes,
                            kMaxHeaderBytes));
@@ -211,7 +183,7 @@ safetensors_file safetensors_open(const std::string& path) {
     fail(path, fmt::format("header length {} runs past the end of the file ({} bytes)",
                            header_bytes, file.file_bytes));
   std::string text(header_bytes, '\0');
-  pread_all(fd.fd, path, text.data(), static_cast<int64_t>(header_bytes), 8, "the header");
+  file_pread_all(fd.fd, path, text.data(), static_cast<int64_t>(header_bytes), 8, "the header");
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text);
@@ -272,8 +244,8 @@ void safetensors_read(const safetensors_file& file, const safetensors_tensor& t,
   const int64_t per_chunk = kChunkBytes / size;
   for (int64_t i = begin; i < end; i += per_chunk) {
     const int64_t n = std::min(per_chunk, end - i);
-    pread_all(fd.fd, path, chunk, n * size, t.offset + i * size,
-              fmt::format("tensor '{}'", t.name));
+    file_pread_all(fd.fd, path, chunk, n * size, t.offset + i * size,
+                   fmt::format("tensor '{}'", t.name));
     decode(t.dtype, chunk, n, out + (i - begin));
   }
 }
@@ -323,8 +295,8 @@ safetensors_layout safetensors_plan(const std::vector<safetensors_entry>& entrie
 }
 
 void safetensors_write_header(int fd, const std::string& path, const safetensors_layout& layout) {
-  pwrite_all(fd, path, layout.header.data(), static_cast<int64_t>(layout.header.size()), 0,
-             "the header");
+  file_pwrite_all(fd, path, layout.header.data(), static_cast<int64_t>(layout.header.size()), 0,
+                  "the header");
   if (::ftruncate(fd, layout.file_bytes) != 0)
     fail(path, fmt::format("cannot set the file length to {} bytes: {}", layout.file_bytes,
                            strerror(errno)));
@@ -337,7 +309,7 @@ void safetensors_write(int fd, const std::string& path, const safetensors_tensor
     fail_tensor(path, t.name, fmt::format("dtype {} cannot be written (F32, BF16 can)", t.dtype));
   const std::string what = fmt::format("tensor '{}'", t.name);
   if (t.dtype == "F32") {
-    pwrite_all(fd, path, values, (end - begin) * 4, t.offset + begin * 4, what);
+    file_pwrite_all(fd, path, values, (end - begin) * 4, t.offset + begin * 4, what);
     return;
   }
   uint16_t chunk[kChunkBytes / 2];
@@ -346,6 +318,6 @@ void safetensors_write(int fd, const std::string& path, const safetensors_tensor
     const int64_t n = std::min(per_chunk, end - i);
     for (int64_t k = 0; k < n; k++)
       chunk[k] = bf16_from_float(values[i - begin + k]).bits;
-    pwrite_all(fd, path, chunk, n * 2, t.offset + i * 2, what);
+    file_pwrite_all(fd, path, chunk, n * 2, t.offset + i * 2, what);
   }
 }

@@ -29,13 +29,6 @@ fs::path work(const std::string& name) {
   return d;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 void write_file(const fs::path& p, const std::string& bytes) {
   std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
 }
@@ -92,7 +85,7 @@ void expect_fails(int world, const fs::path& bin, const std::string& args,
 }
 
 nlohmann::json manifest_of(const fs::path& checkpoint) {
-  return nlohmann::json::parse(slurp(checkpoint / "manifest.json"));
+  return nlohmann::json::parse(file_bytes(checkpoint / "manifest.json"));
 }
 
 // Trains c.steps steps straight, and the first `cut` with a checkpoint at the
@@ -137,7 +130,8 @@ fs::path expect_resume_bit_exact(const std::string& name, const E2eConfig& c, in
     for (const char* key : {"loss", "grad_norm", "lr", "loss_scale", "skipped"})
       EXPECT_EQ(cut_run[s].at(key), straight[s].at(key)) << key << " of step " << s + 1;
   }
-  const std::string a = slurp(w / "straight.safetensors"), b = slurp(w / "resumed.safetensors");
+  const std::string a = file_bytes(w / "straight.safetensors"),
+                    b = file_bytes(w / "resumed.safetensors");
   EXPECT_FALSE(a.empty());
   EXPECT_TRUE(a == b) << "the final weights differ";
   return w;
@@ -349,7 +343,7 @@ TEST(Checkpoint, DamagedCheckpointsAreErrorsNamingTheFile) {
 
   // Rank 1 reads shard 1 and finds the error; rank 0 stops with it.
   const fs::path flipped = copy_of(good, w / "flipped");
-  std::string bytes = slurp(flipped / "shard_00001.bin");
+  std::string bytes = file_bytes(flipped / "shard_00001.bin");
   ASSERT_GT(bytes.size(), 16u);
   bytes[10] = static_cast<char>(bytes[10] ^ 0x01);
   write_file(flipped / "shard_00001.bin", bytes);
@@ -570,7 +564,7 @@ TEST(Checkpoint, AFailedResaveKeepsTheCheckpointItWouldReplace) {
                   (w / "first.jsonl").string());
   CmdResult first = train(2, bin, args);
   ASSERT_EQ(first.status, 0) << first.out;
-  const std::string manifest = slurp(ck / "step_00000002" / "manifest.json");
+  const std::string manifest = file_bytes(ck / "step_00000002" / "manifest.json");
   ASSERT_FALSE(manifest.empty());
 
   CmdResult again = run_every_rank(
@@ -580,7 +574,7 @@ TEST(Checkpoint, AFailedResaveKeepsTheCheckpointItWouldReplace) {
   EXPECT_TRUE(has(again, "checkpoint: step 1 written")) << "step 1 was replaced\n" << again.out;
   EXPECT_TRUE(has(again, "cannot rename")) << again.out;
   EXPECT_EQ(names_in(ck), (std::vector<std::string>{"step_00000001", "step_00000002"}));
-  EXPECT_EQ(slurp(ck / "step_00000002" / "manifest.json"), manifest);
+  EXPECT_EQ(file_bytes(ck / "step_00000002" / "manifest.json"), manifest);
 
   CmdResult resumed =
       train(2, bin, fmt::format("--steps 3 --resume {} --checkpoint-every 0", ck.string()));

@@ -169,6 +169,14 @@ inline std::vector<double> read_losses(const std::filesystem::path& metrics) {
   return losses;
 }
 
+// A whole file's bytes (empty when it is missing).
+inline std::string file_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 // A safetensors file's tensor data: the bytes after its header (whose
 // metadata names the step); empty when the file is missing or short.
 inline std::string safetensors_tensor_bytes(const std::filesystem::path& p) {

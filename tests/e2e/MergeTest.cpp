@@ -13,13 +13,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string file_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 CmdResult merge(const fs::path& dir, const std::string& args) {
   return run_command(fmt::format("cd {} && {} merge {}", dir.string(), FSDPGEN_BIN, args));
 }
