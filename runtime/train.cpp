@@ -485,7 +485,6 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
   app.add_option("--checkpoint-keep", o.checkpoint_keep,
                  "newest checkpoints kept (default: the spec's keep)")
       ->check(CLI::PositiveNumber);
-  resume->excludes("--init-from");
   app.add_option("--trace", o.trace, "write the measured timeline of one step (Chrome trace)");
   app.add_option("--trace-step", o.trace_step, "the 0-based step to trace (default 2)")
       ->check(CLI::NonNegativeNumber);
@@ -507,6 +506,9 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
         ->check(CLI::IsMember({"nccl", "mpi-test"}));
     app.add_flag("--no-graph", no_graph, "issue every step eagerly (no CUDA graph)");
   }
+  // The weights (and the seed that made them) come from the checkpoint.
+  resume->excludes("--init-from");
+  resume->excludes("--seed");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -405,6 +405,11 @@ TEST(Checkpoint, CheckpointsOfAnotherRunAreErrorsNamingTheDifference) {
   EXPECT_TRUE(has(both, "--init-from excludes --resume") ||
               has(both, "--resume excludes --init-from"))
       << both.out;
+  CmdResult seeded = run_command(
+      fmt::format("timeout 60 {} --resume {} --seed 3", bin.string(), (w / "sgd").string()));
+  EXPECT_EQ(seeded.status, 2) << seeded.out;
+  EXPECT_TRUE(has(seeded, "--seed excludes --resume") || has(seeded, "--resume excludes --seed"))
+      << seeded.out;
 }
 
 // Rank 0 creates the directory and says why it cannot; the other ranks stop with it.
