@@ -98,9 +98,7 @@ checkpoint_manifest manifest_of(const program& p, const checkpoint_state& s,
     checkpoint_unit cu{u.name, u.param_elems, u.shard_elems, state_planes(p, u), {}};
     for (int t = u.first_tensor; t < u.first_tensor + u.tensor_count; ++t) {
       const program_tensor& pt = p.tensors[t];
-      cu.tensors.push_back(
-          {pt.name, pt.offset_elems,
-           pt.cols > 0 ? std::vector<int64_t>{pt.rows, pt.cols} : std::vector<int64_t>{pt.rows}});
+      cu.tensors.push_back({pt.name, pt.offset_elems, pt.shape()});
     }
     m.units.push_back(std::move(cu));
   }
@@ -149,12 +147,8 @@ int64_t prune(const std::string& dir, int64_t keep, const std::string& just_writ
     fs::remove_all(all[i], ec);
     removed += ec ? 0 : 1;
   }
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("step_", 0) == 0 && name.size() > 8 &&
-        name.compare(name.size() - 8, 8, ".partial") == 0)
-      fs::remove_all(e.path(), ec);
-  }
+  for (const std::string& partial : checkpoint_list_partial(dir))
+    fs::remove_all(partial, ec);
   return removed;
 }
 
@@ -196,7 +190,7 @@ checkpoint_saved checkpoint_save(step_context& c, const checkpoint_config& cfg,
   const bool lead = c.comms.rank == 0;
   checkpoint_saved out;
   out.path = checkpoint_step_dir(cfg.dir, s.step);
-  const std::string partial = out.path + ".partial";
+  const std::string partial = checkpoint_partial_dir(out.path);
   std::string error;
   if (lead) {
     std::error_code ec;
@@ -233,7 +227,8 @@ checkpoint_saved checkpoint_save(step_context& c, const checkpoint_config& cfg,
       const checkpoint_manifest m = manifest_of(p, s, all);
       for (const checkpoint_shard& sh : m.shards)
         out.bytes += sh.bytes;
-      write_text_file((fs::path(partial) / "manifest.json").string(), checkpoint_manifest_text(m));
+      write_text_file((fs::path(partial) / kCheckpointManifest).string(),
+                      checkpoint_manifest_text(m));
       sync_directory(partial);
       // An older save of this step is moved aside, and removed only once the
       // new one is in place (put back if the rename fails).
@@ -284,8 +279,7 @@ checkpoint_state checkpoint_load(step_context& c, const std::string& dir) {
       for (int t = u.first_tensor; t < u.first_tensor + u.tensor_count; ++t) {
         const program_tensor& pt = p.tensors[t];
         const located from = find_tensor(m, pt.name);
-        const std::vector<int64_t> shape =
-            pt.cols > 0 ? std::vector<int64_t>{pt.rows, pt.cols} : std::vector<int64_t>{pt.rows};
+        const std::vector<int64_t> shape = pt.shape();
         if (!from.tensor)
           throw runtime_error(
               fmt::format("{}: no tensor {} (written for model {})", dir, pt.name, m.model));

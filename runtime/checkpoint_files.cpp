@@ -24,7 +24,6 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kManifest = "manifest.json";
 constexpr const char* kStepPrefix = "step_";
 
 [[noreturn]] void fail(const std::string& what) {
@@ -79,12 +78,23 @@ std::string checkpoint_step_dir(const std::string& dir, int64_t step) {
   return (fs::path(dir) / fmt::format("{}{:08}", kStepPrefix, step)).string();
 }
 
-std::vector<std::string> checkpoint_list(const std::string& dir) {
+namespace {
+
+constexpr const char* kPartialSuffix = ".partial";
+
+// The step directories directly inside dir, oldest first: complete ones
+// (named step_N, with a manifest), or partial ones (step_N.partial).
+std::vector<std::string> list_steps(const std::string& dir, bool partial) {
+  const std::string suffix = partial ? kPartialSuffix : "";
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    const int64_t step = step_of_name(e.path().filename().string());
-    if (step >= 0 && fs::is_regular_file(e.path() / kManifest, ec))
+    std::string name = e.path().filename().string();
+    if (name.size() < suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const int64_t step = step_of_name(name.substr(0, name.size() - suffix.size()));
+    if (step >= 0 && (partial || fs::is_regular_file(e.path() / kCheckpointManifest, ec)))
       found.emplace_back(step, e.path().string());
   }
   std::sort(found.begin(), found.end());
@@ -94,15 +104,29 @@ std::vector<std::string> checkpoint_list(const std::string& dir) {
   return out;
 }
 
+}  // namespace
+
+std::string checkpoint_partial_dir(const std::string& step_dir) {
+  return step_dir + kPartialSuffix;
+}
+
+std::vector<std::string> checkpoint_list(const std::string& dir) {
+  return list_steps(dir, false);
+}
+
+std::vector<std::string> checkpoint_list_partial(const std::string& dir) {
+  return list_steps(dir, true);
+}
+
 std::string checkpoint_resolve(const std::string& path) {
   std::error_code ec;
-  if (fs::is_regular_file(fs::path(path) / kManifest, ec)) return path;
+  if (fs::is_regular_file(fs::path(path) / kCheckpointManifest, ec)) return path;
   if (!fs::is_directory(path, ec))
     fail(fmt::format("{}: no such checkpoint or checkpoint directory", path));
   const std::vector<std::string> all = checkpoint_list(path);
   if (all.empty())
     fail(fmt::format("{}: no complete checkpoint in it (a step_NNNNNNNN directory with {})", path,
-                     kManifest));
+                     kCheckpointManifest));
   return all.back();
 }
 
@@ -164,10 +188,10 @@ std::string checkpoint_manifest_text(const checkpoint_manifest& m) {
 }
 
 checkpoint_manifest checkpoint_manifest_read(const std::string& dir) {
-  const std::string path = (fs::path(dir) / kManifest).string();
+  const std::string path = (fs::path(dir) / kCheckpointManifest).string();
   std::ifstream f(path);
   if (!f)
-    fail(fmt::format("{}: not a checkpoint (cannot read {}: {})", dir, kManifest,
+    fail(fmt::format("{}: not a checkpoint (cannot read {}: {})", dir, kCheckpointManifest,
                      std::strerror(errno)));
   std::stringstream text;
   text << f.rdbuf();

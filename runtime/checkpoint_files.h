@@ -23,6 +23,7 @@
 #include <vector>
 
 inline constexpr int kCheckpointVersion = 1;
+inline constexpr const char* kCheckpointManifest = "manifest.json";
 
 struct checkpoint_tensor {
   std::string name;            // Hugging Face GPT-2 name
@@ -73,8 +74,13 @@ struct checkpoint_manifest {
 
 // The name of step's checkpoint directory inside dir: dir/step_00000100.
 std::string checkpoint_step_dir(const std::string& dir, int64_t step);
+// Where a step's checkpoint is written until it is complete: step_dir.partial.
+std::string checkpoint_partial_dir(const std::string& step_dir);
 // The complete checkpoints (with a manifest) directly inside dir, oldest first.
 std::vector<std::string> checkpoint_list(const std::string& dir);
+// The partial ones (step_N.partial) directly inside dir, oldest first: left
+// by saves that did not finish.
+std::vector<std::string> checkpoint_list_partial(const std::string& dir);
 // What a --resume argument names: a checkpoint (it has manifest.json), or a
 // directory of them (its newest). Throws naming the path when there is none.
 std::string checkpoint_resolve(const std::string& path);

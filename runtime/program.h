@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "runtime/dtype.h"
 
@@ -47,6 +48,9 @@ struct program_tensor {
   int64_t offset_elems;  // in the unit's unsharded flat parameter
   int64_t rows, cols;    // shape (cols = 0 for a vector)
   int64_t elems() const { return cols > 0 ? rows * cols : rows; }
+  std::vector<int64_t> shape() const {
+    return cols > 0 ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows};
+  }
 };
 
 struct program_unit {

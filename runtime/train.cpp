@@ -182,9 +182,9 @@ std::string resume_path(const options& o, const checkpoint_config& cfg, bool lea
   }
   agree_on_error(error, "resuming from a checkpoint");
   int64_t n = static_cast<int64_t>(path.size());
-  MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
+  comm_broadcast(MPI_COMM_WORLD, &n, sizeof n, 0);
   path.resize(static_cast<size_t>(n));
-  MPI_CHECK(MPI_Bcast(path.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD));
+  comm_broadcast(MPI_COMM_WORLD, path.data(), n, 0);
   return path;
 }
 

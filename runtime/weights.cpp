@@ -24,11 +24,6 @@ bool piece_of(const step_context& c, const program_tensor& t, shard_piece& out) 
   return shard_piece_of(t, c.p->units[t.unit].shard_elems, c.comms.shard_rank, out);
 }
 
-std::vector<int64_t> shape_of(const program_tensor& t) {
-  if (t.cols > 0) return {t.rows, t.cols};
-  return {t.rows};
-}
-
 std::string strip_prefix(std::string_view name) {
   constexpr std::string_view p = "transformer.";
   return std::string(name.substr(0, p.size()) == p ? name.substr(p.size()) : name);
@@ -77,7 +72,7 @@ void weights_load(step_context& c, const std::string& path) {
       if (!st)
         throw runtime_error(fmt::format("{}: no tensor {} (the model has {} tensors)", path, t.name,
                                         p.tensor_count));
-      const std::vector<int64_t> want = shape_of(t);
+      const std::vector<int64_t> want = t.shape();
       if (st->shape != want)
         throw runtime_error(fmt::format("{}: tensor {} has shape [{}], the model needs [{}]", path,
                                         st->name, fmt::join(st->shape, ", "),
@@ -99,7 +94,7 @@ void weights_save(step_context& c, const std::string& path, int64_t step) {
   const program& p = *c.p;
   std::vector<safetensors_entry> entries;
   for (int i = 0; i < p.tensor_count; ++i)
-    entries.push_back({p.tensors[i].name, shape_of(p.tensors[i])});
+    entries.push_back({p.tensors[i].name, p.tensors[i].shape()});
   safetensors_layout layout = safetensors_plan(
       entries, "F32",
       {{"format", "pt"}, {"fsdpgen_spec", p.spec_path}, {"fsdpgen_step", std::to_string(step)}});
