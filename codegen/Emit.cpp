@@ -634,25 +634,16 @@ class Writer {
     }
     out += "};\n\n";
 
-    out += "// Ops in issue order: dependencies, buffers whose lifetime starts or ends there.\n";
-    std::vector<std::vector<int>> allocs(s_.ops.size());
-    for (const Placement& pl : m_.placements)
-      if (!buf(pl.buffer).persistent) allocs[static_cast<size_t>(pl.first_op)].push_back(pl.buffer);
+    out += "// Ops in issue order, with the ops on other streams they wait for.\n";
     std::string rows;
     for (const Op& op : s_.ops) {
-      std::string deps = fmt::format("kDeps{}", op.id), al = fmt::format("kAllocs{}", op.id),
-                  fr = fmt::format("kFrees{}", op.id);
-      out += int_array(deps, op.deps) + int_array(al, allocs[static_cast<size_t>(op.id)]) +
-             int_array(fr, op.frees);
-      auto ref = [](const std::string& n, size_t size) {
-        return size ? fmt::format("{}, {}", n, size) : std::string("nullptr, 0");
-      };
+      std::string deps = fmt::format("kDeps{}", op.id);
+      out += int_array(deps, op.deps);
       rows += fmt::format(
-          "    {{{}, stream_id::{}, op_kind::{}, {}, comm_group::{}, {}, {}, {}, {}, {}, {}}},\n",
-          op.id, kStreamEnum[static_cast<int>(op.stream)], kOpKindEnum[static_cast<int>(op.kind)],
+          "    {{{}, stream_id::{}, op_kind::{}, {}, comm_group::{}, {}, {}, {}}},\n", op.id,
+          kStreamEnum[static_cast<int>(op.stream)], kOpKindEnum[static_cast<int>(op.kind)],
           cpp_string(op.label()), kGroupEnum[static_cast<int>(op.group)], op.payload_bytes,
-          ref(deps, op.deps.size()), ref(al, allocs[static_cast<size_t>(op.id)].size()),
-          ref(fr, op.frees.size()),
+          op.deps.empty() ? std::string("nullptr, 0") : fmt::format("{}, {}", deps, op.deps.size()),
           op.kind == OpKind::Free ? "op_free" : fmt::format("op_{}", op.id),
           cpp_string(op_json(op).dump()));
     }

@@ -1,71 +1,53 @@
-// arena: allocation, guards and live-byte accounting.
+// arena: the CPU's mappings and the guards.
 #include "runtime/arena.h"
 
 #include <fmt/format.h>
 
-#include <cstdlib>
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <cstring>
-#include <new>
 
 #include "runtime/check.h"
+#include "runtime/machine_memory.h"
 
 namespace {
 
-constexpr size_t kAlignment = 4096;
-
 std::byte* allocate(int64_t bytes, const char* what) {
-  size_t total =
-      static_cast<size_t>((bytes + kArenaGuardBytes + kAlignment - 1) / kAlignment * kAlignment);
-  void* p = std::aligned_alloc(kAlignment, total);
-  if (!p)
+  void* p = ::mmap(nullptr, static_cast<size_t>(arena_mapped_bytes(bytes)), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
     throw runtime_error(
-        fmt::format("cannot allocate the {} arena of {} bytes planned for this rank", what, bytes));
+        fmt::format("cannot allocate the {} arena of {} bytes planned for this rank: {}", what,
+                    bytes, std::strerror(errno)));
+  // Fresh pages read as zero; writing them makes them resident now.
   std::memset(p, 0, static_cast<size_t>(bytes));
   std::memset(static_cast<std::byte*>(p) + bytes, kArenaGuardByte, kArenaGuardBytes);
   return static_cast<std::byte*>(p);
 }
 
+void release(std::byte* p, int64_t bytes) {
+  if (p) ::munmap(p, static_cast<size_t>(arena_mapped_bytes(bytes)));
+}
+
 }  // namespace
+
+int64_t arena_mapped_bytes(int64_t bytes) {
+  const int64_t page = host_page_bytes();
+  return (bytes + kArenaGuardBytes + page - 1) / page * page;
+}
 
 void arena_create(arena& a, const program& p) {
   a.device_bytes = p.device_arena_bytes;
   a.host_bytes = p.host_arena_bytes;
   a.device = allocate(a.device_bytes, "device");
   if (a.host_bytes > 0) a.host = allocate(a.host_bytes, "host");
-  arena_reset_accounting(a, p);
-}
-
-void arena_reset_accounting(arena& a, const program& p) {
-  int64_t persistent = 0;
-  for (int b = 0; b < p.buffer_count; ++b)
-    if (p.buffers[b].persistent && p.buffers[b].space == memory_space::device)
-      persistent += p.buffers[b].bytes;
-  a.live_bytes = persistent;
-  a.high_water = persistent;
 }
 
 void arena_destroy(arena& a) {
-  std::free(a.device);
-  std::free(a.host);
+  release(a.device, a.device_bytes);
+  release(a.host, a.host_bytes);
   a.device = a.host = nullptr;
-}
-
-void arena_start(arena& a, const program& p, const int* buffers, int count) {
-  int64_t add = 0;
-  for (int i = 0; i < count; ++i)
-    if (p.buffers[buffers[i]].space == memory_space::device) add += p.buffers[buffers[i]].bytes;
-  if (add == 0) return;
-  int64_t now = a.live_bytes.fetch_add(add) + add;
-  int64_t hw = a.high_water.load();
-  while (now > hw && !a.high_water.compare_exchange_weak(hw, now)) {
-  }
-}
-
-void arena_end(arena& a, const program& p, const int* buffers, int count) {
-  int64_t sub = 0;
-  for (int i = 0; i < count; ++i)
-    if (p.buffers[buffers[i]].space == memory_space::device) sub += p.buffers[buffers[i]].bytes;
-  a.live_bytes.fetch_sub(sub);
 }
 
 void arena_check_guard(const std::byte* guard, int64_t arena_bytes, const char* what) {

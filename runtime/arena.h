@@ -1,12 +1,11 @@
 // arena: the one allocation per memory space that every buffer of the plan
-// lives in, at the offsets the planner chose. Pages are touched once at start
-// so that nothing is faulted in during a step; a guard region after each
-// arena catches writes past the plan. Lifetimes are tracked as the step runs
-// (a buffer is live from the op that starts it to its Free) to measure the
-// high-water mark that the plan predicted.
+// lives in, at the offsets the planner chose. On a CPU each arena is its own
+// anonymous mapping, touched once at start so that nothing is faulted in
+// during a step and so that the kernel's count of its resident pages
+// (runtime/machine_memory.h) is the arena itself; a guard region after each
+// arena catches writes past the plan.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -16,18 +15,13 @@ struct arena {
   std::byte* device = nullptr;  // device_arena_bytes (+ guard)
   std::byte* host = nullptr;    // host_arena_bytes (+ guard)
   int64_t device_bytes = 0, host_bytes = 0;
-  std::atomic<int64_t> live_bytes{0};  // device bytes live now
-  std::atomic<int64_t> high_water{0};  // max of live_bytes since the last reset
 };
 
+// The CPU's arenas (the CUDA backend allocates its own).
 void arena_create(arena& a, const program& p);
-// Sets the live accounting to the persistent device buffers (done by
-// arena_create; backends that allocate their own arena call it).
-void arena_reset_accounting(arena& a, const program& p);
 void arena_destroy(arena& a);
-// Lifetime marks, called by the executor around each op.
-void arena_start(arena& a, const program& p, const int* buffers, int count);
-void arena_end(arena& a, const program& p, const int* buffers, int count);
+// Bytes an arena of `bytes` occupies with its guard, in whole pages.
+int64_t arena_mapped_bytes(int64_t bytes);
 // Throws if a guard byte changed (a kernel wrote past its buffer's arena).
 void arena_check_guards(const arena& a);
 // The guard after each arena: kArenaGuardBytes bytes of kArenaGuardByte.

@@ -21,6 +21,19 @@ struct backend_options {
   bool graphs = true;         // CUDA: capture the step as a CUDA graph
 };
 
+// This process's memory as the machine counts it now (the kernel,
+// runtime/machine_memory.h; on a GPU, its driver), not as the plan adds it
+// up: what a run reports beside the plan.
+struct memory_reading {
+  int64_t host_resident_bytes = 0;   // the process's resident set
+  int64_t arena_resident_bytes = 0;  // resident pages of the arenas in host memory (CPU: both
+                                     // arenas; GPU: the pinned host arena of offload)
+  int64_t device_used_bytes = -1;    // GPU: memory in use on the device per its driver (every
+                                     // process's); -1 on a CPU
+  int64_t device_arena_bytes = -1;   // GPU: how much the driver's count grew when the arena was
+                                     // allocated; -1 on a CPU
+};
+
 struct step_result {
   double loss_sum = 0;   // this rank's per-token losses
   double grad_norm = 0;  // global gradient norm (before clipping)
@@ -56,9 +69,8 @@ class backend {
   // Steps at the start of a run whose host allocations are expected (not counted):
   // GEMM algorithm choice, graph capture.
   virtual int64_t warmup_steps() const = 0;
-  // Device memory this process holds beyond the arena (CUDA context,
-  // libraries), measured; 0 on a CPU.
-  virtual int64_t runtime_overhead_bytes() const = 0;
+  // What the machine counts now (allocates nothing).
+  virtual memory_reading read_memory() const = 0;
   virtual void stop() = 0;
 };
 

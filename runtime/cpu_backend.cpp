@@ -8,6 +8,7 @@
 #include <string>
 
 #include "runtime/backend.h"
+#include "runtime/machine_memory.h"
 #include "runtime/streams.h"
 
 namespace {
@@ -27,7 +28,7 @@ class cpu_backend final : public backend {
       const program_buffer& w = p_.buffers[p_.workspace_buffer];
       c.ws = {reinterpret_cast<float*>(c.device + w.offset), w.bytes / 4};
     }
-    streams_start(exec_, p_, c, mem);
+    streams_start(exec_, p_, c);
     mem_ = &mem;  // started: stop() undoes both
   }
 
@@ -51,7 +52,16 @@ class cpu_backend final : public backend {
   const std::vector<int64_t>& op_start_ns() const override { return exec_.start_ns; }
   const std::vector<int64_t>& op_end_ns() const override { return exec_.end_ns; }
   int64_t warmup_steps() const override { return 0; }
-  int64_t runtime_overhead_bytes() const override { return 0; }
+  memory_reading read_memory() const override {
+    memory_reading m;
+    m.host_resident_bytes = host_resident_bytes();
+    m.arena_resident_bytes =
+        host_resident_bytes_in(mem_->device, arena_mapped_bytes(mem_->device_bytes));
+    if (mem_->host)
+      m.arena_resident_bytes +=
+          host_resident_bytes_in(mem_->host, arena_mapped_bytes(mem_->host_bytes));
+    return m;
+  }
 
   void stop() override {
     if (!mem_) return;  // never started, or stopped

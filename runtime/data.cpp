@@ -14,6 +14,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/human.h"
+
 namespace {
 
 // The synthetic stream. Tokens come from an alphabet of A = min(V, 256) ids
@@ -173,15 +175,6 @@ void open_tokens(dataloader& d) {
       throw std::runtime_error(fmt::format("{}: token {} (byte offset {}) is {}, not < vocab {}",
                                            c.path, i, kTokensHeaderBytes + 2 * i, d.stream[i],
                                            c.vocab));
-}
-
-std::string with_commas(int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (size_t i = 0; i < digits.size(); i++) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
 }
 
 }  // namespace

@@ -72,10 +72,6 @@ struct program_op {
   int64_t payload_bytes;
   const int* deps;  // ops on other streams that must finish first
   int dep_count;
-  const int* allocs;  // buffers whose lifetime starts at this op
-  int alloc_count;
-  const int* frees;  // Free: buffers whose lifetime ends
-  int free_count;
   void (*run)(step_context&);
   const char* json;  // the op as the planner's JSON (for traces)
 };

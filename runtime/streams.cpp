@@ -51,9 +51,7 @@ void run_op(stream_executor& e, int id, int64_t step) {
   for (int i = 0; i < op.dep_count; ++i)
     wait_for(e.done[op.deps[i]], step, e);
   e.start_ns[id] = trace_clock_ns() - e.step_start_ns;
-  arena_start(*e.mem, *e.p, op.allocs, op.alloc_count);
   op.run(*e.ctx);
-  arena_end(*e.mem, *e.p, op.frees, op.free_count);
   e.end_ns[id] = trace_clock_ns() - e.step_start_ns;
   // Raise, never lower: a failure may already have released this event.
   int64_t cur = e.done[id].load(std::memory_order_relaxed);
@@ -84,11 +82,10 @@ void worker(stream_executor& e, int stream) {
 
 }  // namespace
 
-void streams_start(stream_executor& e, const program& p, step_context& ctx, arena& mem) {
+void streams_start(stream_executor& e, const program& p, step_context& ctx) {
   prctl(PR_SET_TIMERSLACK, 1000UL);
   e.p = &p;
   e.ctx = &ctx;
-  e.mem = &mem;
   e.done = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(p.op_count));
   for (int i = 0; i < p.op_count; ++i) {
     e.done[i] = -1;

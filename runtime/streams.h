@@ -14,13 +14,11 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/arena.h"
 #include "runtime/program.h"
 
 struct stream_executor {
   const program* p = nullptr;
   step_context* ctx = nullptr;
-  arena* mem = nullptr;
   std::vector<int> ops_of[kStreamCount];         // op ids per stream, issue order
   std::unique_ptr<std::atomic<int64_t>[]> done;  // per op: last step finished
   std::atomic<int64_t> go{-1};                   // the step workers may run
@@ -33,7 +31,7 @@ struct stream_executor {
   std::vector<int64_t> start_ns, end_ns;  // per op, this step, from step start
 };
 
-void streams_start(stream_executor& e, const program& p, step_context& ctx, arena& mem);
+void streams_start(stream_executor& e, const program& p, step_context& ctx);
 // Runs every op of one step; returns when all streams finished it.
 void streams_run_step(stream_executor& e, int64_t step);
 void streams_stop(stream_executor& e);

@@ -15,47 +15,28 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
-#include <new>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "runtime/allocations.h"
 #include "runtime/arena.h"
 #include "runtime/backend.h"
 #include "runtime/check.h"
 #include "runtime/checkpoint.h"
 #include "runtime/checkpoint_files.h"
+#include "runtime/human.h"
 #include "runtime/init.h"
 #include "runtime/launch.h"
 #include "runtime/loss_scale.h"
+#include "runtime/memory_report.h"
 #include "runtime/optimizer.h"
 #include "runtime/step.h"
 #include "runtime/trace.h"
 #include "runtime/weights.h"
-
-// Allocation counting: the step must not allocate. Every C++ allocation made
-// while a step runs (on any thread) is counted and reported.
-namespace {
-std::atomic<bool> g_in_step{false};
-std::atomic<int64_t> g_step_allocations{0};
-}  // namespace
-
-void* operator new(size_t n) {
-  if (g_in_step.load(std::memory_order_relaxed)) g_step_allocations.fetch_add(1);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-// GCC cannot see that these pair with the malloc above when it inlines them.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void operator delete(void* p) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, size_t) noexcept {
-  std::free(p);
-}
-#pragma GCC diagnostic pop
 
 namespace {
 
@@ -91,6 +72,7 @@ struct options {
   int64_t log_every = -1;
   std::string metrics;
   int64_t inject_overflow = -1;
+  int64_t inject_leak_bytes = 0;
   bool resume = false;
   std::string resume_from;  // empty: the newest checkpoint in the checkpoint directory
   int64_t checkpoint_every = -1;
@@ -99,23 +81,10 @@ struct options {
   backend_options backend;
 };
 
-double mib(int64_t bytes) {
-  return static_cast<double>(bytes) / (1 << 20);
-}
-
 std::string duration(double s) {
   if (s < 60) return fmt::format("{:.0f}s", s);
   if (s < 3600) return fmt::format("{}m{:02.0f}s", static_cast<int>(s / 60), std::fmod(s, 60));
   return fmt::format("{}h{:02}m", static_cast<int>(s / 3600), static_cast<int>(s / 60) % 60);
-}
-
-std::string with_commas(int64_t v) {
-  std::string s = std::to_string(v), out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i && (s.size() - i) % 3 == 0) out += ',';
-    out += s[i];
-  }
-  return out;
 }
 
 data_config data_config_of(const program& p, const std::string& flag) {
@@ -186,6 +155,14 @@ std::string resume_path(const options& o, const checkpoint_config& cfg, bool lea
   path.resize(static_cast<size_t>(n));
   comm_broadcast(MPI_COMM_WORLD, path.data(), n, 0);
   return path;
+}
+
+// --inject-leak: heap bytes allocated, touched and never freed, as a step
+// that leaked would.
+void leak(int64_t bytes) {
+  static std::vector<std::unique_ptr<char[]>> kept;
+  kept.emplace_back(new char[static_cast<size_t>(bytes)]);
+  std::memset(kept.back().get(), 1, static_cast<size_t>(bytes));
 }
 
 int run(const program& p, const options& o, const launch_info& li, const backend_kind& kind) {
@@ -292,7 +269,9 @@ int run(const program& p, const options& o, const launch_info& li, const backend
       o.trace_step >= 0 ? o.trace_step : start_step + std::min<int64_t>(2, steps - start_step - 1);
   std::vector<int64_t> trace_start, trace_end;
   double first_loss = 0, last_loss = 0, total_s = 0, timed_s = 0;
-  int64_t timed_steps = 0, high_water = 0, skipped = 0, steps_run = 0;
+  int64_t timed_steps = 0, skipped = 0, steps_run = 0;
+  memory_watch memory;
+  memory.settle_steps = std::max<int64_t>(1, b->warmup_steps());
   bool stop = false;
   const auto run_start = std::chrono::steady_clock::now();
   for (int64_t step = start_step; step < steps; ++step) {
@@ -304,12 +283,12 @@ int run(const program& p, const options& o, const launch_info& li, const backend
     // As an fp16 overflow would: every gradient of this step becomes non-finite.
     if (step == o.inject_overflow) c.dloss_scale = std::numeric_limits<float>::infinity();
     c.optimizer_step = scaler.applied_steps + 1;
-    mem.high_water = mem.live_bytes.load();
     const bool traced = !o.trace.empty() && step == trace_step;
     const auto t0 = std::chrono::steady_clock::now();
-    g_in_step = step - start_step >= b->warmup_steps();
+    allocations_count(step - start_step >= b->warmup_steps());
     const step_result r = b->run_step(step, lr, traced);
-    g_in_step = false;
+    if (o.inject_leak_bytes > 0) leak(o.inject_leak_bytes);
+    allocations_count(false);
     // With the loss: how many ranks were asked to stop.
     const double mine[2] = {r.loss_sum, g_stop_signal.load() ? 1.0 : 0.0};
     double all[2] = {0, 0};
@@ -322,7 +301,8 @@ int run(const program& p, const options& o, const launch_info& li, const backend
     const double norm = r.grad_norm;
     skipped += r.skipped;
     loss_scaler_update(scaler, r.skipped);
-    high_water = std::max(high_water, mem.high_water.load());
+    const memory_reading machine = b->read_memory();
+    memory_watch_step(memory, machine);
     if (step == start_step) first_loss = loss;
     last_loss = loss;
     total_s += s;
@@ -331,12 +311,19 @@ int run(const program& p, const options& o, const launch_info& li, const backend
     if (metrics)
       std::fprintf(metrics,
                    "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, \"ms\": "
-                   "%.3f, \"live_peak_bytes\": %lld, \"skipped\": %s, \"loss_scale\": %.9g}\n",
+                   "%.3f, \"host_resident_bytes\": %lld, \"arena_resident_bytes\": %lld%s, "
+                   "\"skipped\": %s, \"loss_scale\": %.9g}\n",
                    static_cast<long long>(step + 1), loss, lr,
                    // JSON has no inf or NaN: a non-finite norm is null.
                    std::isfinite(norm) ? fmt::format("{:.9g}", norm).c_str() : "null", s * 1e3,
-                   static_cast<long long>(mem.high_water.load()), r.skipped ? "true" : "false",
-                   loss_scale);
+                   static_cast<long long>(machine.host_resident_bytes),
+                   static_cast<long long>(machine.arena_resident_bytes),
+                   machine.device_used_bytes < 0
+                       ? ""
+                       : fmt::format(", \"device_used_bytes\": {}, \"device_arena_bytes\": {}",
+                                     machine.device_used_bytes, machine.device_arena_bytes)
+                             .c_str(),
+                   r.skipped ? "true" : "false", loss_scale);
     if (metrics) std::fflush(metrics);  // whole lines, for whoever follows the file
     if (lead && ((step + 1) % log_every == 0 || step == start_step || step + 1 == steps)) {
       double elapsed =
@@ -344,12 +331,15 @@ int run(const program& p, const options& o, const launch_info& li, const backend
       double eta = elapsed / static_cast<double>(step + 1 - start_step) *
                    static_cast<double>(steps - step - 1);
       std::printf(
-          "step %*lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %s tok/s | mem "
-          "%.2f MiB | eta %s%s%s\n",
+          "step %*lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %s tok/s | %s %.2f "
+          "MiB | eta %s%s%s\n",
           static_cast<int>(std::to_string(steps).size()), static_cast<long long>(step + 1),
           static_cast<long long>(steps), loss, lr, norm, s * 1e3,
           with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / s)).c_str(),
-          mib(mem.high_water.load()), duration(eta).c_str(),
+          machine.device_used_bytes < 0 ? "rss" : "gpu",
+          mib(machine.device_used_bytes < 0 ? machine.host_resident_bytes
+                                            : machine.device_used_bytes),
+          duration(eta).c_str(),
           scaler.enabled ? fmt::format(" | scale {:g}", loss_scale).c_str() : "",
           r.skipped ? " | skipped (non-finite gradients)" : "");
       std::fflush(stdout);
@@ -380,33 +370,21 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   }
   if (metrics) std::fclose(metrics);
 
-  int64_t allocations = g_step_allocations.load(), max_allocations = 0, max_high_water = 0;
-  MPI_CHECK(MPI_Allreduce(&allocations, &max_allocations, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
-  MPI_CHECK(MPI_Allreduce(&high_water, &max_high_water, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
+  const int64_t warmup = b->warmup_steps();
+  const std::string memory_lines = memory_report(memory, p, warmup, lead);
   if (lead && steps_run > 0) {
     double per_step = timed_steps ? timed_s / static_cast<double>(timed_steps) : total_s;
-    const int64_t warmup = b->warmup_steps();
     std::printf(
-        "done: %lld steps in %.1f s | loss %.4f -> %.4f | %.1f ms/step | %s tok/s | peak "
-        "%.2f MiB of %.2f MiB planned | %lld allocations in steps%s\n",
+        "done: %lld steps in %.1f s | loss %.4f -> %.4f | %.1f ms/step | %s tok/s\n%s",
         static_cast<long long>(steps_run), total_s, first_loss, last_loss, per_step * 1e3,
         with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / per_step)).c_str(),
-        mib(max_high_water), mib(p.planned_live_peak_bytes),
-        static_cast<long long>(max_allocations),
-        warmup ? fmt::format(" after the first {}", warmup).c_str() : "");
-    if (const int64_t overhead = b->runtime_overhead_bytes())
-      std::printf("device memory: arena %.2f MiB + %.2f MiB held by CUDA, NCCL and cuBLASLt\n",
-                  mib(p.device_arena_bytes), mib(overhead));
+        memory_lines.c_str());
     if (skipped)
       std::printf(
           "%lld step%s skipped for non-finite gradients%s\n", static_cast<long long>(skipped),
           skipped == 1 ? "" : "s",
           scaler.enabled ? fmt::format(" (loss scale now {:g})", scaler.scale).c_str() : "");
   }
-  if (max_high_water > p.planned_live_peak_bytes)
-    throw std::runtime_error(
-        fmt::format("internal error: measured peak {} bytes exceeds the plan's {}", max_high_water,
-                    p.planned_live_peak_bytes));
 
   if (!o.trace.empty() && trace_step >= start_step && trace_step < start_step + steps_run) {
     std::vector<int64_t> mine = trace_start;
@@ -497,6 +475,10 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
   app.add_option("--inject-overflow", o.inject_overflow,
                  "testing aid: make every gradient of this 0-based step non-finite, as an fp16 "
                  "overflow would (the step is skipped and an fp16 loss scale backs off)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--inject-leak", o.inject_leak_bytes,
+                 "testing aid: every step allocates this many bytes on the heap and keeps them, "
+                 "which the memory report must show")
       ->check(CLI::NonNegativeNumber);
   bool no_graph = false;
   if (kind.cuda_flags) {

@@ -1143,414 +1143,284 @@ constexpr program_unit kUnits[] = {
     {"block11", 7087872, 7088128, 886016, 136, 12, 36, 37, 38, -1, dtype_id::fp32},
 };
 
-// Ops in issue order: dependencies, buffers whose lifetime starts or ends there.
-constexpr int kAllocs0[] = {40};
-constexpr int kAllocs1[] = {42};
+// Ops in issue order, with the ops on other streams they wait for.
 constexpr int kDeps2[] = {0};
-constexpr int kAllocs2[] = {41, 43};
 constexpr int kDeps3[] = {2};
-constexpr int kAllocs3[] = {44};
 constexpr int kDeps4[] = {1};
-constexpr int kAllocs4[] = {45};
 constexpr int kDeps5[] = {1};
-constexpr int kFrees5[] = {42};
 constexpr int kDeps6[] = {5};
-constexpr int kAllocs6[] = {46};
 constexpr int kDeps7[] = {3};
-constexpr int kAllocs7[] = {47};
 constexpr int kDeps8[] = {3};
-constexpr int kFrees8[] = {44};
 constexpr int kDeps9[] = {8};
-constexpr int kAllocs9[] = {48};
 constexpr int kDeps10[] = {6};
-constexpr int kAllocs10[] = {49};
 constexpr int kDeps11[] = {6};
-constexpr int kFrees11[] = {46};
 constexpr int kDeps12[] = {11};
-constexpr int kAllocs12[] = {50};
 constexpr int kDeps13[] = {9};
-constexpr int kAllocs13[] = {51};
 constexpr int kDeps14[] = {9};
-constexpr int kFrees14[] = {48};
 constexpr int kDeps15[] = {14};
-constexpr int kAllocs15[] = {52};
 constexpr int kDeps16[] = {12};
-constexpr int kAllocs16[] = {53};
 constexpr int kDeps17[] = {12};
-constexpr int kFrees17[] = {50};
 constexpr int kDeps18[] = {17};
-constexpr int kAllocs18[] = {54};
 constexpr int kDeps19[] = {15};
-constexpr int kAllocs19[] = {55};
 constexpr int kDeps20[] = {15};
-constexpr int kFrees20[] = {52};
 constexpr int kDeps21[] = {20};
-constexpr int kAllocs21[] = {56};
 constexpr int kDeps22[] = {18};
-constexpr int kAllocs22[] = {57};
 constexpr int kDeps23[] = {18};
-constexpr int kFrees23[] = {54};
 constexpr int kDeps24[] = {23};
-constexpr int kAllocs24[] = {58};
 constexpr int kDeps25[] = {21};
-constexpr int kAllocs25[] = {59};
 constexpr int kDeps26[] = {21};
-constexpr int kFrees26[] = {56};
 constexpr int kDeps27[] = {26};
-constexpr int kAllocs27[] = {60};
 constexpr int kDeps28[] = {24};
-constexpr int kAllocs28[] = {61};
 constexpr int kDeps29[] = {24};
-constexpr int kFrees29[] = {58};
 constexpr int kDeps30[] = {29};
-constexpr int kAllocs30[] = {62};
 constexpr int kDeps31[] = {27};
-constexpr int kAllocs31[] = {63};
 constexpr int kDeps32[] = {27};
-constexpr int kFrees32[] = {60};
 constexpr int kDeps33[] = {32};
-constexpr int kAllocs33[] = {64};
 constexpr int kDeps34[] = {30};
-constexpr int kAllocs34[] = {65};
 constexpr int kDeps35[] = {30};
-constexpr int kFrees35[] = {62};
 constexpr int kDeps36[] = {33};
-constexpr int kAllocs36[] = {66};
 constexpr int kDeps37[] = {33};
-constexpr int kFrees37[] = {64};
 constexpr int kDeps38[] = {0};
-constexpr int kAllocs38[] = {67};
 constexpr int kDeps39[] = {38};
-constexpr int kAllocs39[] = {69};
 constexpr int kDeps40[] = {0};
-constexpr int kAllocs40[] = {68, 70};
-constexpr int kFrees41[] = {66, 67};
 constexpr int kDeps42[] = {41};
-constexpr int kAllocs42[] = {71};
 constexpr int kDeps43[] = {39};
-constexpr int kAllocs43[] = {72};
-constexpr int kFrees44[] = {65};
 constexpr int kDeps45[] = {39};
-constexpr int kFrees45[] = {69};
 constexpr int kDeps46[] = {43, 45};
-constexpr int kAllocs46[] = {73};
 constexpr int kDeps47[] = {45};
-constexpr int kAllocs47[] = {74};
 constexpr int kDeps48[] = {42};
-constexpr int kAllocs48[] = {75};
-constexpr int kFrees49[] = {63};
 constexpr int kDeps50[] = {42};
-constexpr int kFrees50[] = {71};
 constexpr int kDeps51[] = {46};
-constexpr int kFrees51[] = {72};
 constexpr int kDeps52[] = {48, 51};
-constexpr int kAllocs52[] = {76};
 constexpr int kDeps53[] = {51};
-constexpr int kAllocs53[] = {77};
 constexpr int kDeps54[] = {47};
-constexpr int kAllocs54[] = {78};
-constexpr int kFrees55[] = {61};
 constexpr int kDeps56[] = {47};
-constexpr int kFrees56[] = {74};
 constexpr int kDeps57[] = {52};
-constexpr int kFrees57[] = {75};
 constexpr int kDeps58[] = {54, 57};
-constexpr int kAllocs58[] = {79};
 constexpr int kDeps59[] = {57};
-constexpr int kAllocs59[] = {80};
 constexpr int kDeps60[] = {53};
-constexpr int kAllocs60[] = {81};
-constexpr int kFrees61[] = {59};
 constexpr int kDeps62[] = {53};
-constexpr int kFrees62[] = {77};
 constexpr int kDeps63[] = {58};
-constexpr int kFrees63[] = {78};
 constexpr int kDeps64[] = {60, 63};
-constexpr int kAllocs64[] = {82};
 constexpr int kDeps65[] = {63};
-constexpr int kAllocs65[] = {83};
 constexpr int kDeps66[] = {59};
-constexpr int kAllocs66[] = {84};
-constexpr int kFrees67[] = {57};
 constexpr int kDeps68[] = {59};
-constexpr int kFrees68[] = {80};
 constexpr int kDeps69[] = {64};
-constexpr int kFrees69[] = {81};
 constexpr int kDeps70[] = {66, 69};
-constexpr int kAllocs70[] = {85};
 constexpr int kDeps71[] = {69};
-constexpr int kAllocs71[] = {86};
 constexpr int kDeps72[] = {65};
-constexpr int kAllocs72[] = {87};
-constexpr int kFrees73[] = {55};
 constexpr int kDeps74[] = {65};
-constexpr int kFrees74[] = {83};
 constexpr int kDeps75[] = {70};
-constexpr int kFrees75[] = {84};
 constexpr int kDeps76[] = {72, 75};
-constexpr int kAllocs76[] = {88};
 constexpr int kDeps77[] = {75};
-constexpr int kAllocs77[] = {89};
 constexpr int kDeps78[] = {71};
-constexpr int kAllocs78[] = {90};
-constexpr int kFrees79[] = {53};
 constexpr int kDeps80[] = {71};
-constexpr int kFrees80[] = {86};
 constexpr int kDeps81[] = {76};
-constexpr int kFrees81[] = {87};
 constexpr int kDeps82[] = {78, 81};
-constexpr int kAllocs82[] = {91};
 constexpr int kDeps83[] = {81};
-constexpr int kAllocs83[] = {92};
 constexpr int kDeps84[] = {77};
-constexpr int kAllocs84[] = {93};
-constexpr int kFrees85[] = {51};
 constexpr int kDeps86[] = {77};
-constexpr int kFrees86[] = {89};
 constexpr int kDeps87[] = {82};
-constexpr int kFrees87[] = {90};
 constexpr int kDeps88[] = {84, 87};
-constexpr int kAllocs88[] = {94};
 constexpr int kDeps89[] = {87};
-constexpr int kAllocs89[] = {95};
 constexpr int kDeps90[] = {83};
-constexpr int kAllocs90[] = {96};
-constexpr int kFrees91[] = {49};
 constexpr int kDeps92[] = {83};
-constexpr int kFrees92[] = {92};
 constexpr int kDeps93[] = {88};
-constexpr int kFrees93[] = {93};
 constexpr int kDeps94[] = {90, 93};
-constexpr int kAllocs94[] = {97};
 constexpr int kDeps95[] = {93};
-constexpr int kAllocs95[] = {98};
 constexpr int kDeps96[] = {89};
-constexpr int kAllocs96[] = {99};
-constexpr int kFrees97[] = {47};
 constexpr int kDeps98[] = {89};
-constexpr int kFrees98[] = {95};
 constexpr int kDeps99[] = {94};
-constexpr int kFrees99[] = {96};
 constexpr int kDeps100[] = {96, 99};
-constexpr int kAllocs100[] = {100};
 constexpr int kDeps101[] = {99};
-constexpr int kAllocs101[] = {101};
 constexpr int kDeps102[] = {95};
-constexpr int kAllocs102[] = {102};
-constexpr int kFrees103[] = {45};
 constexpr int kDeps104[] = {95};
-constexpr int kFrees104[] = {98};
 constexpr int kDeps105[] = {100};
-constexpr int kFrees105[] = {99};
 constexpr int kDeps106[] = {102, 105};
-constexpr int kAllocs106[] = {103};
 constexpr int kDeps107[] = {101};
-constexpr int kAllocs107[] = {104};
-constexpr int kFrees108[] = {43};
 constexpr int kDeps109[] = {101};
-constexpr int kFrees109[] = {101};
 constexpr int kDeps110[] = {106};
-constexpr int kFrees110[] = {102};
 constexpr int kDeps111[] = {107, 110};
-constexpr int kAllocs111[] = {105};
 constexpr int kDeps112[] = {0};
-constexpr int kFrees113[] = {41, 68};
 constexpr int kDeps114[] = {0};
-constexpr int kFrees114[] = {40};
 constexpr int kDeps115[] = {111};
-constexpr int kFrees115[] = {104};
 constexpr int kDeps116[] = {112, 115};
-constexpr int kAllocs116[] = {106};
 constexpr int kDeps117[] = {116};
-constexpr int kFrees117[] = {70};
 constexpr int kDeps118[] = {46, 52, 58, 64, 70, 76, 82, 88, 94, 100, 106, 111, 116};
 constexpr int kDeps119[] = {118};
 constexpr int kDeps120[] = {116, 119};
 constexpr int kDeps121[] = {116};
-constexpr int kFrees121[] = {106};
 constexpr int kDeps122[] = {111, 119};
 constexpr int kDeps123[] = {111};
-constexpr int kFrees123[] = {105};
 constexpr int kDeps124[] = {106, 119};
 constexpr int kDeps125[] = {106};
-constexpr int kFrees125[] = {103};
 constexpr int kDeps126[] = {100, 119};
 constexpr int kDeps127[] = {100};
-constexpr int kFrees127[] = {100};
 constexpr int kDeps128[] = {94, 119};
 constexpr int kDeps129[] = {94};
-constexpr int kFrees129[] = {97};
 constexpr int kDeps130[] = {88, 119};
 constexpr int kDeps131[] = {88};
-constexpr int kFrees131[] = {94};
 constexpr int kDeps132[] = {82, 119};
 constexpr int kDeps133[] = {82};
-constexpr int kFrees133[] = {91};
 constexpr int kDeps134[] = {76, 119};
 constexpr int kDeps135[] = {76};
-constexpr int kFrees135[] = {88};
 constexpr int kDeps136[] = {70, 119};
 constexpr int kDeps137[] = {70};
-constexpr int kFrees137[] = {85};
 constexpr int kDeps138[] = {64, 119};
 constexpr int kDeps139[] = {64};
-constexpr int kFrees139[] = {82};
 constexpr int kDeps140[] = {58, 119};
 constexpr int kDeps141[] = {58};
-constexpr int kFrees141[] = {79};
 constexpr int kDeps142[] = {52, 119};
 constexpr int kDeps143[] = {52};
-constexpr int kFrees143[] = {76};
 constexpr int kDeps144[] = {46, 119};
 constexpr int kDeps145[] = {46};
-constexpr int kFrees145[] = {73};
 constexpr program_op kOps[] = {
-    {0, stream_id::allgather, op_kind::all_gather, "AG u0 mb0", comm_group::shard, 78772224, nullptr, 0, kAllocs0, 1, nullptr, 0, op_0, "{\"op\":0,\"kind\":\"AG\",\"unit\":0,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":78772224,\"sent_bytes\":68925696,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {1, stream_id::allgather, op_kind::all_gather, "AG u1 mb0", comm_group::shard, 14176256, nullptr, 0, kAllocs1, 1, nullptr, 0, op_1, "{\"op\":1,\"kind\":\"AG\",\"unit\":1,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {2, stream_id::compute, op_kind::forward, "F u0 s0 mb0", comm_group::none, 0, kDeps2, 1, kAllocs2, 2, nullptr, 0, op_2, "{\"op\":2,\"kind\":\"F\",\"unit\":0,\"segment\":0,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[0]}"},
-    {3, stream_id::allgather, op_kind::all_gather, "AG u2 mb0", comm_group::shard, 14176256, kDeps3, 1, kAllocs3, 1, nullptr, 0, op_3, "{\"op\":3,\"kind\":\"AG\",\"unit\":2,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[2]}"},
-    {4, stream_id::compute, op_kind::forward, "F u1 s1 mb0", comm_group::none, 0, kDeps4, 1, kAllocs4, 1, nullptr, 0, op_4, "{\"op\":4,\"kind\":\"F\",\"unit\":1,\"segment\":1,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":283467841536.0,\"deps\":[1]}"},
-    {5, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps5, 1, nullptr, 0, kFrees5, 1, op_free, "{\"op\":5,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[1]}"},
-    {6, stream_id::allgather, op_kind::all_gather, "AG u3 mb0", comm_group::shard, 14176256, kDeps6, 1, kAllocs6, 1, nullptr, 0, op_6, "{\"op\":6,\"kind\":\"AG\",\"unit\":3,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[5]}"},
-    {7, stream_id::compute, op_kind::forward, "F u2 s2 mb0", comm_group::none, 0, kDeps7, 1, kAllocs7, 1, nullptr, 0, op_7, "{\"op\":7,\"kind\":\"F\",\"unit\":2,\"segment\":2,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":283467841536.0,\"deps\":[3]}"},
-    {8, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps8, 1, nullptr, 0, kFrees8, 1, op_free, "{\"op\":8,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[3]}"},
-    {9, stream_id::allgather, op_kind::all_gather, "AG u4 mb0", comm_group::shard, 14176256, kDeps9, 1, kAllocs9, 1, nullptr, 0, op_9, "{\"op\":9,\"kind\":\"AG\",\"unit\":4,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[8]}"},
-    {10, stream_id::compute, op_kind::forward, "F u3 s3 mb0", comm_group::none, 0, kDeps10, 1, kAllocs10, 1, nullptr, 0, op_10, "{\"op\":10,\"kind\":\"F\",\"unit\":3,\"segment\":3,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":283467841536.0,\"deps\":[6]}"},
-    {11, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps11, 1, nullptr, 0, kFrees11, 1, op_free, "{\"op\":11,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[6]}"},
-    {12, stream_id::allgather, op_kind::all_gather, "AG u5 mb0", comm_group::shard, 14176256, kDeps12, 1, kAllocs12, 1, nullptr, 0, op_12, "{\"op\":12,\"kind\":\"AG\",\"unit\":5,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[11]}"},
-    {13, stream_id::compute, op_kind::forward, "F u4 s4 mb0", comm_group::none, 0, kDeps13, 1, kAllocs13, 1, nullptr, 0, op_13, "{\"op\":13,\"kind\":\"F\",\"unit\":4,\"segment\":4,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":283467841536.0,\"deps\":[9]}"},
-    {14, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps14, 1, nullptr, 0, kFrees14, 1, op_free, "{\"op\":14,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[9]}"},
-    {15, stream_id::allgather, op_kind::all_gather, "AG u6 mb0", comm_group::shard, 14176256, kDeps15, 1, kAllocs15, 1, nullptr, 0, op_15, "{\"op\":15,\"kind\":\"AG\",\"unit\":6,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[14]}"},
-    {16, stream_id::compute, op_kind::forward, "F u5 s5 mb0", comm_group::none, 0, kDeps16, 1, kAllocs16, 1, nullptr, 0, op_16, "{\"op\":16,\"kind\":\"F\",\"unit\":5,\"segment\":5,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":283467841536.0,\"deps\":[12]}"},
-    {17, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps17, 1, nullptr, 0, kFrees17, 1, op_free, "{\"op\":17,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[12]}"},
-    {18, stream_id::allgather, op_kind::all_gather, "AG u7 mb0", comm_group::shard, 14176256, kDeps18, 1, kAllocs18, 1, nullptr, 0, op_18, "{\"op\":18,\"kind\":\"AG\",\"unit\":7,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[17]}"},
-    {19, stream_id::compute, op_kind::forward, "F u6 s6 mb0", comm_group::none, 0, kDeps19, 1, kAllocs19, 1, nullptr, 0, op_19, "{\"op\":19,\"kind\":\"F\",\"unit\":6,\"segment\":6,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":283467841536.0,\"deps\":[15]}"},
-    {20, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps20, 1, nullptr, 0, kFrees20, 1, op_free, "{\"op\":20,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[15]}"},
-    {21, stream_id::allgather, op_kind::all_gather, "AG u8 mb0", comm_group::shard, 14176256, kDeps21, 1, kAllocs21, 1, nullptr, 0, op_21, "{\"op\":21,\"kind\":\"AG\",\"unit\":8,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[20]}"},
-    {22, stream_id::compute, op_kind::forward, "F u7 s7 mb0", comm_group::none, 0, kDeps22, 1, kAllocs22, 1, nullptr, 0, op_22, "{\"op\":22,\"kind\":\"F\",\"unit\":7,\"segment\":7,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":283467841536.0,\"deps\":[18]}"},
-    {23, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps23, 1, nullptr, 0, kFrees23, 1, op_free, "{\"op\":23,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[18]}"},
-    {24, stream_id::allgather, op_kind::all_gather, "AG u9 mb0", comm_group::shard, 14176256, kDeps24, 1, kAllocs24, 1, nullptr, 0, op_24, "{\"op\":24,\"kind\":\"AG\",\"unit\":9,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[23]}"},
-    {25, stream_id::compute, op_kind::forward, "F u8 s8 mb0", comm_group::none, 0, kDeps25, 1, kAllocs25, 1, nullptr, 0, op_25, "{\"op\":25,\"kind\":\"F\",\"unit\":8,\"segment\":8,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":283467841536.0,\"deps\":[21]}"},
-    {26, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps26, 1, nullptr, 0, kFrees26, 1, op_free, "{\"op\":26,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[21]}"},
-    {27, stream_id::allgather, op_kind::all_gather, "AG u10 mb0", comm_group::shard, 14176256, kDeps27, 1, kAllocs27, 1, nullptr, 0, op_27, "{\"op\":27,\"kind\":\"AG\",\"unit\":10,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[26]}"},
-    {28, stream_id::compute, op_kind::forward, "F u9 s9 mb0", comm_group::none, 0, kDeps28, 1, kAllocs28, 1, nullptr, 0, op_28, "{\"op\":28,\"kind\":\"F\",\"unit\":9,\"segment\":9,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":283467841536.0,\"deps\":[24]}"},
-    {29, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps29, 1, nullptr, 0, kFrees29, 1, op_free, "{\"op\":29,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[24]}"},
-    {30, stream_id::allgather, op_kind::all_gather, "AG u11 mb0", comm_group::shard, 14176256, kDeps30, 1, kAllocs30, 1, nullptr, 0, op_30, "{\"op\":30,\"kind\":\"AG\",\"unit\":11,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[29]}"},
-    {31, stream_id::compute, op_kind::forward, "F u10 s10 mb0", comm_group::none, 0, kDeps31, 1, kAllocs31, 1, nullptr, 0, op_31, "{\"op\":31,\"kind\":\"F\",\"unit\":10,\"segment\":10,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":283467841536.0,\"deps\":[27]}"},
-    {32, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps32, 1, nullptr, 0, kFrees32, 1, op_free, "{\"op\":32,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[27]}"},
-    {33, stream_id::allgather, op_kind::all_gather, "AG u12 mb0", comm_group::shard, 14176256, kDeps33, 1, kAllocs33, 1, nullptr, 0, op_33, "{\"op\":33,\"kind\":\"AG\",\"unit\":12,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[32]}"},
-    {34, stream_id::compute, op_kind::forward, "F u11 s11 mb0", comm_group::none, 0, kDeps34, 1, kAllocs34, 1, nullptr, 0, op_34, "{\"op\":34,\"kind\":\"F\",\"unit\":11,\"segment\":11,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":283467841536.0,\"deps\":[30]}"},
-    {35, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps35, 1, nullptr, 0, kFrees35, 1, op_free, "{\"op\":35,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[30]}"},
-    {36, stream_id::compute, op_kind::forward, "F u12 s12 mb0", comm_group::none, 0, kDeps36, 1, kAllocs36, 1, nullptr, 0, op_36, "{\"op\":36,\"kind\":\"F\",\"unit\":12,\"segment\":12,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":283467841536.0,\"deps\":[33]}"},
-    {37, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps37, 1, nullptr, 0, kFrees37, 1, op_free, "{\"op\":37,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[33]}"},
-    {38, stream_id::compute, op_kind::forward, "F u0 s13 mb0", comm_group::none, 0, kDeps38, 1, kAllocs38, 1, nullptr, 0, op_38, "{\"op\":38,\"kind\":\"F\",\"unit\":0,\"segment\":13,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":1264758816768.0,\"deps\":[0]}"},
-    {39, stream_id::allgather, op_kind::all_gather, "AG u12 mb0", comm_group::shard, 14176256, kDeps39, 1, kAllocs39, 1, nullptr, 0, op_39, "{\"op\":39,\"kind\":\"AG\",\"unit\":12,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[38]}"},
-    {40, stream_id::compute, op_kind::backward, "B u0 s13 mb0", comm_group::none, 0, kDeps40, 1, kAllocs40, 2, nullptr, 0, op_40, "{\"op\":40,\"kind\":\"B\",\"unit\":0,\"segment\":13,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":2529517633536.0,\"deps\":[0]}"},
-    {41, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees41, 2, op_free, "{\"op\":41,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {42, stream_id::allgather, op_kind::all_gather, "AG u11 mb0", comm_group::shard, 14176256, kDeps42, 1, kAllocs42, 1, nullptr, 0, op_42, "{\"op\":42,\"kind\":\"AG\",\"unit\":11,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[41]}"},
-    {43, stream_id::compute, op_kind::backward, "B u12 s12 mb0", comm_group::none, 0, kDeps43, 1, kAllocs43, 1, nullptr, 0, op_43, "{\"op\":43,\"kind\":\"B\",\"unit\":12,\"segment\":12,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":566935683072.0,\"deps\":[39]}"},
-    {44, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees44, 1, op_free, "{\"op\":44,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {45, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps45, 1, nullptr, 0, kFrees45, 1, op_free, "{\"op\":45,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[39]}"},
-    {46, stream_id::reducescatter, op_kind::reduce_scatter, "RS u12 mb0", comm_group::shard, 28352512, kDeps46, 2, kAllocs46, 1, nullptr, 0, op_46, "{\"op\":46,\"kind\":\"RS\",\"unit\":12,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":28352512,\"sent_bytes\":24808448,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[43,45]}"},
-    {47, stream_id::allgather, op_kind::all_gather, "AG u10 mb0", comm_group::shard, 14176256, kDeps47, 1, kAllocs47, 1, nullptr, 0, op_47, "{\"op\":47,\"kind\":\"AG\",\"unit\":10,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[45]}"},
-    {48, stream_id::compute, op_kind::backward, "B u11 s11 mb0", comm_group::none, 0, kDeps48, 1, kAllocs48, 1, nullptr, 0, op_48, "{\"op\":48,\"kind\":\"B\",\"unit\":11,\"segment\":11,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":566935683072.0,\"deps\":[42]}"},
-    {49, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees49, 1, op_free, "{\"op\":49,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {50, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps50, 1, nullptr, 0, kFrees50, 1, op_free, "{\"op\":50,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[42]}"},
-    {51, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps51, 1, nullptr, 0, kFrees51, 1, op_free, "{\"op\":51,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[46]}"},
-    {52, stream_id::reducescatter, op_kind::reduce_scatter, "RS u11 mb0", comm_group::shard, 28352512, kDeps52, 2, kAllocs52, 1, nullptr, 0, op_52, "{\"op\":52,\"kind\":\"RS\",\"unit\":11,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":28352512,\"sent_bytes\":24808448,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[48,51]}"},
-    {53, stream_id::allgather, op_kind::all_gather, "AG u9 mb0", comm_group::shard, 14176256, kDeps53, 1, kAllocs53, 1, nullptr, 0, op_53, "{\"op\":53,\"kind\":\"AG\",\"unit\":9,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[51]}"},
-    {54, stream_id::compute, op_kind::backward, "B u10 s10 mb0", comm_group::none, 0, kDeps54, 1, kAllocs54, 1, nullptr, 0, op_54, "{\"op\":54,\"kind\":\"B\",\"unit\":10,\"segment\":10,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":566935683072.0,\"deps\":[47]}"},
-    {55, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees55, 1, op_free, "{\"op\":55,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {56, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps56, 1, nullptr, 0, kFrees56, 1, op_free, "{\"op\":56,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[47]}"},
-    {57, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps57, 1, nullptr, 0, kFrees57, 1, op_free, "{\"op\":57,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[52]}"},
-    {58, stream_id::reducescatter, op_kind::reduce_scatter, "RS u10 mb0", comm_group::shard, 28352512, kDeps58, 2, kAllocs58, 1, nullptr, 0, op_58, "{\"op\":58,\"kind\":\"RS\",\"unit\":10,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":28352512,\"sent_bytes\":24808448,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[54,57]}"},
-    {59, stream_id::allgather, op_kind::all_gather, "AG u8 mb0", comm_group::shard, 14176256, kDeps59, 1, kAllocs59, 1, nullptr, 0, op_59, "{\"op\":59,\"kind\":\"AG\",\"unit\":8,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[57]}"},
-    {60, stream_id::compute, op_kind::backward, "B u9 s9 mb0", comm_group::none, 0, kDeps60, 1, kAllocs60, 1, nullptr, 0, op_60, "{\"op\":60,\"kind\":\"B\",\"unit\":9,\"segment\":9,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":566935683072.0,\"deps\":[53]}"},
-    {61, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees61, 1, op_free, "{\"op\":61,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {62, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps62, 1, nullptr, 0, kFrees62, 1, op_free, "{\"op\":62,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[53]}"},
-    {63, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps63, 1, nullptr, 0, kFrees63, 1, op_free, "{\"op\":63,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[58]}"},
-    {64, stream_id::reducescatter, op_kind::reduce_scatter, "RS u9 mb0", comm_group::shard, 28352512, kDeps64, 2, kAllocs64, 1, nullptr, 0, op_64, "{\"op\":64,\"kind\":\"RS\",\"unit\":9,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":28352512,\"sent_bytes\":24808448,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[60,63]}"},
-    {65, stream_id::allgather, op_kind::all_gather, "AG u7 mb0", comm_group::shard, 14176256, kDeps65, 1, kAllocs65, 1, nullptr, 0, op_65, "{\"op\":65,\"kind\":\"AG\",\"unit\":7,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[63]}"},
-    {66, stream_id::compute, op_kind::backward, "B u8 s8 mb0", comm_group::none, 0, kDeps66, 1, kAllocs66, 1, nullptr, 0, op_66, "{\"op\":66,\"kind\":\"B\",\"unit\":8,\"segment\":8,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":566935683072.0,\"deps\":[59]}"},
-    {67, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees67, 1, op_free, "{\"op\":67,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {68, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps68, 1, nullptr, 0, kFrees68, 1, op_free, "{\"op\":68,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[59]}"},
-    {69, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps69, 1, nullptr, 0, kFrees69, 1, op_free, "{\"op\":69,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[64]}"},
-    {70, stream_id::reducescatter, op_kind::reduce_scatter, "RS u8 mb0", comm_group::shard, 28352512, kDeps70, 2, kAllocs70, 1, nullptr, 0, op_70, "{\"op\":70,\"kind\":\"RS\",\"unit\":8,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":28352512,\"sent_bytes\":24808448,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[66,69]}"},
-    {71, stream_id::allgather, op_kind::all_gather, "AG u6 mb0", comm_group::shard, 14176256, kDeps71, 1, kAllocs71, 1, nullptr, 0, op_71, "{\"op\":71,\"kind\":\"AG\",\"unit\":6,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[69]}"},
-    {72, stream_id::compute, op_kind::backward, "B u7 s7 mb0", comm_group::none, 0, kDeps72, 1, kAllocs72, 1, nullptr, 0, op_72, "{\"op\":72,\"kind\":\"B\",\"unit\":7,\"segment\":7,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":566935683072.0,\"deps\":[65]}"},
-    {73, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees73, 1, op_free, "{\"op\":73,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {74, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps74, 1, nullptr, 0, kFrees74, 1, op_free, "{\"op\":74,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[65]}"},
-    {75, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps75, 1, nullptr, 0, kFrees75, 1, op_free, "{\"op\":75,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[70]}"},
-    {76, stream_id::reducescatter, op_kind::reduce_scatter, "RS u7 mb0", comm_group::shard, 28352512, kDeps76, 2, kAllocs76, 1, nullptr, 0, op_76, "{\"op\":76,\"kind\":\"RS\",\"unit\":7,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":28352512,\"sent_bytes\":24808448,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[72,75]}"},
-    {77, stream_id::allgather, op_kind::all_gather, "AG u5 mb0", comm_group::shard, 14176256, kDeps77, 1, kAllocs77, 1, nullptr, 0, op_77, "{\"op\":77,\"kind\":\"AG\",\"unit\":5,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[75]}"},
-    {78, stream_id::compute, op_kind::backward, "B u6 s6 mb0", comm_group::none, 0, kDeps78, 1, kAllocs78, 1, nullptr, 0, op_78, "{\"op\":78,\"kind\":\"B\",\"unit\":6,\"segment\":6,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":566935683072.0,\"deps\":[71]}"},
-    {79, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees79, 1, op_free, "{\"op\":79,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {80, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps80, 1, nullptr, 0, kFrees80, 1, op_free, "{\"op\":80,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[71]}"},
-    {81, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps81, 1, nullptr, 0, kFrees81, 1, op_free, "{\"op\":81,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[76]}"},
-    {82, stream_id::reducescatter, op_kind::reduce_scatter, "RS u6 mb0", comm_group::shard, 28352512, kDeps82, 2, kAllocs82, 1, nullptr, 0, op_82, "{\"op\":82,\"kind\":\"RS\",\"unit\":6,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":28352512,\"sent_bytes\":24808448,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[78,81]}"},
-    {83, stream_id::allgather, op_kind::all_gather, "AG u4 mb0", comm_group::shard, 14176256, kDeps83, 1, kAllocs83, 1, nullptr, 0, op_83, "{\"op\":83,\"kind\":\"AG\",\"unit\":4,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[81]}"},
-    {84, stream_id::compute, op_kind::backward, "B u5 s5 mb0", comm_group::none, 0, kDeps84, 1, kAllocs84, 1, nullptr, 0, op_84, "{\"op\":84,\"kind\":\"B\",\"unit\":5,\"segment\":5,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":566935683072.0,\"deps\":[77]}"},
-    {85, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees85, 1, op_free, "{\"op\":85,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {86, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps86, 1, nullptr, 0, kFrees86, 1, op_free, "{\"op\":86,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[77]}"},
-    {87, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps87, 1, nullptr, 0, kFrees87, 1, op_free, "{\"op\":87,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[82]}"},
-    {88, stream_id::reducescatter, op_kind::reduce_scatter, "RS u5 mb0", comm_group::shard, 28352512, kDeps88, 2, kAllocs88, 1, nullptr, 0, op_88, "{\"op\":88,\"kind\":\"RS\",\"unit\":5,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":28352512,\"sent_bytes\":24808448,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[84,87]}"},
-    {89, stream_id::allgather, op_kind::all_gather, "AG u3 mb0", comm_group::shard, 14176256, kDeps89, 1, kAllocs89, 1, nullptr, 0, op_89, "{\"op\":89,\"kind\":\"AG\",\"unit\":3,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[87]}"},
-    {90, stream_id::compute, op_kind::backward, "B u4 s4 mb0", comm_group::none, 0, kDeps90, 1, kAllocs90, 1, nullptr, 0, op_90, "{\"op\":90,\"kind\":\"B\",\"unit\":4,\"segment\":4,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":566935683072.0,\"deps\":[83]}"},
-    {91, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees91, 1, op_free, "{\"op\":91,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {92, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps92, 1, nullptr, 0, kFrees92, 1, op_free, "{\"op\":92,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[83]}"},
-    {93, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps93, 1, nullptr, 0, kFrees93, 1, op_free, "{\"op\":93,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[88]}"},
-    {94, stream_id::reducescatter, op_kind::reduce_scatter, "RS u4 mb0", comm_group::shard, 28352512, kDeps94, 2, kAllocs94, 1, nullptr, 0, op_94, "{\"op\":94,\"kind\":\"RS\",\"unit\":4,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":28352512,\"sent_bytes\":24808448,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[90,93]}"},
-    {95, stream_id::allgather, op_kind::all_gather, "AG u2 mb0", comm_group::shard, 14176256, kDeps95, 1, kAllocs95, 1, nullptr, 0, op_95, "{\"op\":95,\"kind\":\"AG\",\"unit\":2,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[93]}"},
-    {96, stream_id::compute, op_kind::backward, "B u3 s3 mb0", comm_group::none, 0, kDeps96, 1, kAllocs96, 1, nullptr, 0, op_96, "{\"op\":96,\"kind\":\"B\",\"unit\":3,\"segment\":3,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":566935683072.0,\"deps\":[89]}"},
-    {97, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees97, 1, op_free, "{\"op\":97,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {98, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps98, 1, nullptr, 0, kFrees98, 1, op_free, "{\"op\":98,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[89]}"},
-    {99, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps99, 1, nullptr, 0, kFrees99, 1, op_free, "{\"op\":99,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[94]}"},
-    {100, stream_id::reducescatter, op_kind::reduce_scatter, "RS u3 mb0", comm_group::shard, 28352512, kDeps100, 2, kAllocs100, 1, nullptr, 0, op_100, "{\"op\":100,\"kind\":\"RS\",\"unit\":3,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":28352512,\"sent_bytes\":24808448,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[96,99]}"},
-    {101, stream_id::allgather, op_kind::all_gather, "AG u1 mb0", comm_group::shard, 14176256, kDeps101, 1, kAllocs101, 1, nullptr, 0, op_101, "{\"op\":101,\"kind\":\"AG\",\"unit\":1,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[99]}"},
-    {102, stream_id::compute, op_kind::backward, "B u2 s2 mb0", comm_group::none, 0, kDeps102, 1, kAllocs102, 1, nullptr, 0, op_102, "{\"op\":102,\"kind\":\"B\",\"unit\":2,\"segment\":2,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":566935683072.0,\"deps\":[95]}"},
-    {103, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees103, 1, op_free, "{\"op\":103,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {104, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps104, 1, nullptr, 0, kFrees104, 1, op_free, "{\"op\":104,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[95]}"},
-    {105, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps105, 1, nullptr, 0, kFrees105, 1, op_free, "{\"op\":105,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[100]}"},
-    {106, stream_id::reducescatter, op_kind::reduce_scatter, "RS u2 mb0", comm_group::shard, 28352512, kDeps106, 2, kAllocs106, 1, nullptr, 0, op_106, "{\"op\":106,\"kind\":\"RS\",\"unit\":2,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":28352512,\"sent_bytes\":24808448,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[102,105]}"},
-    {107, stream_id::compute, op_kind::backward, "B u1 s1 mb0", comm_group::none, 0, kDeps107, 1, kAllocs107, 1, nullptr, 0, op_107, "{\"op\":107,\"kind\":\"B\",\"unit\":1,\"segment\":1,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":566935683072.0,\"deps\":[101]}"},
-    {108, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees108, 1, op_free, "{\"op\":108,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {109, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps109, 1, nullptr, 0, kFrees109, 1, op_free, "{\"op\":109,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[101]}"},
-    {110, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps110, 1, nullptr, 0, kFrees110, 1, op_free, "{\"op\":110,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[106]}"},
-    {111, stream_id::reducescatter, op_kind::reduce_scatter, "RS u1 mb0", comm_group::shard, 28352512, kDeps111, 2, kAllocs111, 1, nullptr, 0, op_111, "{\"op\":111,\"kind\":\"RS\",\"unit\":1,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":28352512,\"sent_bytes\":24808448,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[107,110]}"},
-    {112, stream_id::compute, op_kind::backward, "B u0 s0 mb0", comm_group::none, 0, kDeps112, 1, nullptr, 0, nullptr, 0, op_112, "{\"op\":112,\"kind\":\"B\",\"unit\":0,\"segment\":0,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[0]}"},
-    {113, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees113, 2, op_free, "{\"op\":113,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {114, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps114, 1, nullptr, 0, kFrees114, 1, op_free, "{\"op\":114,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[0]}"},
-    {115, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps115, 1, nullptr, 0, kFrees115, 1, op_free, "{\"op\":115,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[111]}"},
-    {116, stream_id::reducescatter, op_kind::reduce_scatter, "RS u0 mb0", comm_group::shard, 157544448, kDeps116, 2, kAllocs116, 1, nullptr, 0, op_116, "{\"op\":116,\"kind\":\"RS\",\"unit\":0,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":157544448,\"sent_bytes\":137851392,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[112,115]}"},
-    {117, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps117, 1, nullptr, 0, kFrees117, 1, op_free, "{\"op\":117,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[116]}"},
-    {118, stream_id::compute, op_kind::grad_norm, "GRADNORM", comm_group::none, 0, kDeps118, 13, nullptr, 0, nullptr, 0, op_118, "{\"op\":118,\"kind\":\"GRADNORM\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":62221824,\"flops\":0.0,\"deps\":[46,52,58,64,70,76,82,88,94,100,106,111,116]}"},
-    {119, stream_id::allreduce, op_kind::all_reduce, "AR", comm_group::shard, 32, kDeps119, 1, nullptr, 0, nullptr, 0, op_119, "{\"op\":119,\"kind\":\"AR\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":32,\"sent_bytes\":56,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[118]}"},
-    {120, stream_id::compute, op_kind::optimizer_step, "OPT u0", comm_group::none, 0, kDeps120, 2, nullptr, 0, nullptr, 0, op_120, "{\"op\":120,\"kind\":\"OPT\",\"unit\":0,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":147697920,\"flops\":0.0,\"deps\":[116,119]}"},
-    {121, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps121, 1, nullptr, 0, kFrees121, 1, op_free, "{\"op\":121,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[116]}"},
-    {122, stream_id::compute, op_kind::optimizer_step, "OPT u1", comm_group::none, 0, kDeps122, 2, nullptr, 0, nullptr, 0, op_122, "{\"op\":122,\"kind\":\"OPT\",\"unit\":1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":26580480,\"flops\":0.0,\"deps\":[111,119]}"},
-    {123, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps123, 1, nullptr, 0, kFrees123, 1, op_free, "{\"op\":123,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[111]}"},
-    {124, stream_id::compute, op_kind::optimizer_step, "OPT u2", comm_group::none, 0, kDeps124, 2, nullptr, 0, nullptr, 0, op_124, "{\"op\":124,\"kind\":\"OPT\",\"unit\":2,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":26580480,\"flops\":0.0,\"deps\":[106,119]}"},
-    {125, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps125, 1, nullptr, 0, kFrees125, 1, op_free, "{\"op\":125,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[106]}"},
-    {126, stream_id::compute, op_kind::optimizer_step, "OPT u3", comm_group::none, 0, kDeps126, 2, nullptr, 0, nullptr, 0, op_126, "{\"op\":126,\"kind\":\"OPT\",\"unit\":3,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":26580480,\"flops\":0.0,\"deps\":[100,119]}"},
-    {127, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps127, 1, nullptr, 0, kFrees127, 1, op_free, "{\"op\":127,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[100]}"},
-    {128, stream_id::compute, op_kind::optimizer_step, "OPT u4", comm_group::none, 0, kDeps128, 2, nullptr, 0, nullptr, 0, op_128, "{\"op\":128,\"kind\":\"OPT\",\"unit\":4,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":26580480,\"flops\":0.0,\"deps\":[94,119]}"},
-    {129, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps129, 1, nullptr, 0, kFrees129, 1, op_free, "{\"op\":129,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[94]}"},
-    {130, stream_id::compute, op_kind::optimizer_step, "OPT u5", comm_group::none, 0, kDeps130, 2, nullptr, 0, nullptr, 0, op_130, "{\"op\":130,\"kind\":\"OPT\",\"unit\":5,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":26580480,\"flops\":0.0,\"deps\":[88,119]}"},
-    {131, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps131, 1, nullptr, 0, kFrees131, 1, op_free, "{\"op\":131,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[88]}"},
-    {132, stream_id::compute, op_kind::optimizer_step, "OPT u6", comm_group::none, 0, kDeps132, 2, nullptr, 0, nullptr, 0, op_132, "{\"op\":132,\"kind\":\"OPT\",\"unit\":6,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":26580480,\"flops\":0.0,\"deps\":[82,119]}"},
-    {133, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps133, 1, nullptr, 0, kFrees133, 1, op_free, "{\"op\":133,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[82]}"},
-    {134, stream_id::compute, op_kind::optimizer_step, "OPT u7", comm_group::none, 0, kDeps134, 2, nullptr, 0, nullptr, 0, op_134, "{\"op\":134,\"kind\":\"OPT\",\"unit\":7,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":26580480,\"flops\":0.0,\"deps\":[76,119]}"},
-    {135, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps135, 1, nullptr, 0, kFrees135, 1, op_free, "{\"op\":135,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[76]}"},
-    {136, stream_id::compute, op_kind::optimizer_step, "OPT u8", comm_group::none, 0, kDeps136, 2, nullptr, 0, nullptr, 0, op_136, "{\"op\":136,\"kind\":\"OPT\",\"unit\":8,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":26580480,\"flops\":0.0,\"deps\":[70,119]}"},
-    {137, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps137, 1, nullptr, 0, kFrees137, 1, op_free, "{\"op\":137,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[70]}"},
-    {138, stream_id::compute, op_kind::optimizer_step, "OPT u9", comm_group::none, 0, kDeps138, 2, nullptr, 0, nullptr, 0, op_138, "{\"op\":138,\"kind\":\"OPT\",\"unit\":9,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":26580480,\"flops\":0.0,\"deps\":[64,119]}"},
-    {139, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps139, 1, nullptr, 0, kFrees139, 1, op_free, "{\"op\":139,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[64]}"},
-    {140, stream_id::compute, op_kind::optimizer_step, "OPT u10", comm_group::none, 0, kDeps140, 2, nullptr, 0, nullptr, 0, op_140, "{\"op\":140,\"kind\":\"OPT\",\"unit\":10,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":26580480,\"flops\":0.0,\"deps\":[58,119]}"},
-    {141, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps141, 1, nullptr, 0, kFrees141, 1, op_free, "{\"op\":141,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[58]}"},
-    {142, stream_id::compute, op_kind::optimizer_step, "OPT u11", comm_group::none, 0, kDeps142, 2, nullptr, 0, nullptr, 0, op_142, "{\"op\":142,\"kind\":\"OPT\",\"unit\":11,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":26580480,\"flops\":0.0,\"deps\":[52,119]}"},
-    {143, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps143, 1, nullptr, 0, kFrees143, 1, op_free, "{\"op\":143,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[52]}"},
-    {144, stream_id::compute, op_kind::optimizer_step, "OPT u12", comm_group::none, 0, kDeps144, 2, nullptr, 0, nullptr, 0, op_144, "{\"op\":144,\"kind\":\"OPT\",\"unit\":12,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":26580480,\"flops\":0.0,\"deps\":[46,119]}"},
-    {145, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps145, 1, nullptr, 0, kFrees145, 1, op_free, "{\"op\":145,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[46]}"},
+    {0, stream_id::allgather, op_kind::all_gather, "AG u0 mb0", comm_group::shard, 78772224, nullptr, 0, op_0},
+    {1, stream_id::allgather, op_kind::all_gather, "AG u1 mb0", comm_group::shard, 14176256, nullptr, 0, op_1},
+    {2, stream_id::compute, op_kind::forward, "F u0 s0 mb0", comm_group::none, 0, kDeps2, 1, op_2},
+    {3, stream_id::allgather, op_kind::all_gather, "AG u2 mb0", comm_group::shard, 14176256, kDeps3, 1, op_3},
+    {4, stream_id::compute, op_kind::forward, "F u1 s1 mb0", comm_group::none, 0, kDeps4, 1, op_4},
+    {5, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps5, 1, op_free},
+    {6, stream_id::allgather, op_kind::all_gather, "AG u3 mb0", comm_group::shard, 14176256, kDeps6, 1, op_6},
+    {7, stream_id::compute, op_kind::forward, "F u2 s2 mb0", comm_group::none, 0, kDeps7, 1, op_7},
+    {8, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps8, 1, op_free},
+    {9, stream_id::allgather, op_kind::all_gather, "AG u4 mb0", comm_group::shard, 14176256, kDeps9, 1, op_9},
+    {10, stream_id::compute, op_kind::forward, "F u3 s3 mb0", comm_group::none, 0, kDeps10, 1, op_10},
+    {11, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps11, 1, op_free},
+    {12, stream_id::allgather, op_kind::all_gather, "AG u5 mb0", comm_group::shard, 14176256, kDeps12, 1, op_12},
+    {13, stream_id::compute, op_kind::forward, "F u4 s4 mb0", comm_group::none, 0, kDeps13, 1, op_13},
+    {14, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps14, 1, op_free},
+    {15, stream_id::allgather, op_kind::all_gather, "AG u6 mb0", comm_group::shard, 14176256, kDeps15, 1, op_15},
+    {16, stream_id::compute, op_kind::forward, "F u5 s5 mb0", comm_group::none, 0, kDeps16, 1, op_16},
+    {17, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps17, 1, op_free},
+    {18, stream_id::allgather, op_kind::all_gather, "AG u7 mb0", comm_group::shard, 14176256, kDeps18, 1, op_18},
+    {19, stream_id::compute, op_kind::forward, "F u6 s6 mb0", comm_group::none, 0, kDeps19, 1, op_19},
+    {20, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps20, 1, op_free},
+    {21, stream_id::allgather, op_kind::all_gather, "AG u8 mb0", comm_group::shard, 14176256, kDeps21, 1, op_21},
+    {22, stream_id::compute, op_kind::forward, "F u7 s7 mb0", comm_group::none, 0, kDeps22, 1, op_22},
+    {23, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps23, 1, op_free},
+    {24, stream_id::allgather, op_kind::all_gather, "AG u9 mb0", comm_group::shard, 14176256, kDeps24, 1, op_24},
+    {25, stream_id::compute, op_kind::forward, "F u8 s8 mb0", comm_group::none, 0, kDeps25, 1, op_25},
+    {26, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps26, 1, op_free},
+    {27, stream_id::allgather, op_kind::all_gather, "AG u10 mb0", comm_group::shard, 14176256, kDeps27, 1, op_27},
+    {28, stream_id::compute, op_kind::forward, "F u9 s9 mb0", comm_group::none, 0, kDeps28, 1, op_28},
+    {29, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps29, 1, op_free},
+    {30, stream_id::allgather, op_kind::all_gather, "AG u11 mb0", comm_group::shard, 14176256, kDeps30, 1, op_30},
+    {31, stream_id::compute, op_kind::forward, "F u10 s10 mb0", comm_group::none, 0, kDeps31, 1, op_31},
+    {32, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps32, 1, op_free},
+    {33, stream_id::allgather, op_kind::all_gather, "AG u12 mb0", comm_group::shard, 14176256, kDeps33, 1, op_33},
+    {34, stream_id::compute, op_kind::forward, "F u11 s11 mb0", comm_group::none, 0, kDeps34, 1, op_34},
+    {35, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps35, 1, op_free},
+    {36, stream_id::compute, op_kind::forward, "F u12 s12 mb0", comm_group::none, 0, kDeps36, 1, op_36},
+    {37, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps37, 1, op_free},
+    {38, stream_id::compute, op_kind::forward, "F u0 s13 mb0", comm_group::none, 0, kDeps38, 1, op_38},
+    {39, stream_id::allgather, op_kind::all_gather, "AG u12 mb0", comm_group::shard, 14176256, kDeps39, 1, op_39},
+    {40, stream_id::compute, op_kind::backward, "B u0 s13 mb0", comm_group::none, 0, kDeps40, 1, op_40},
+    {41, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {42, stream_id::allgather, op_kind::all_gather, "AG u11 mb0", comm_group::shard, 14176256, kDeps42, 1, op_42},
+    {43, stream_id::compute, op_kind::backward, "B u12 s12 mb0", comm_group::none, 0, kDeps43, 1, op_43},
+    {44, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {45, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps45, 1, op_free},
+    {46, stream_id::reducescatter, op_kind::reduce_scatter, "RS u12 mb0", comm_group::shard, 28352512, kDeps46, 2, op_46},
+    {47, stream_id::allgather, op_kind::all_gather, "AG u10 mb0", comm_group::shard, 14176256, kDeps47, 1, op_47},
+    {48, stream_id::compute, op_kind::backward, "B u11 s11 mb0", comm_group::none, 0, kDeps48, 1, op_48},
+    {49, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {50, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps50, 1, op_free},
+    {51, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps51, 1, op_free},
+    {52, stream_id::reducescatter, op_kind::reduce_scatter, "RS u11 mb0", comm_group::shard, 28352512, kDeps52, 2, op_52},
+    {53, stream_id::allgather, op_kind::all_gather, "AG u9 mb0", comm_group::shard, 14176256, kDeps53, 1, op_53},
+    {54, stream_id::compute, op_kind::backward, "B u10 s10 mb0", comm_group::none, 0, kDeps54, 1, op_54},
+    {55, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {56, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps56, 1, op_free},
+    {57, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps57, 1, op_free},
+    {58, stream_id::reducescatter, op_kind::reduce_scatter, "RS u10 mb0", comm_group::shard, 28352512, kDeps58, 2, op_58},
+    {59, stream_id::allgather, op_kind::all_gather, "AG u8 mb0", comm_group::shard, 14176256, kDeps59, 1, op_59},
+    {60, stream_id::compute, op_kind::backward, "B u9 s9 mb0", comm_group::none, 0, kDeps60, 1, op_60},
+    {61, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {62, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps62, 1, op_free},
+    {63, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps63, 1, op_free},
+    {64, stream_id::reducescatter, op_kind::reduce_scatter, "RS u9 mb0", comm_group::shard, 28352512, kDeps64, 2, op_64},
+    {65, stream_id::allgather, op_kind::all_gather, "AG u7 mb0", comm_group::shard, 14176256, kDeps65, 1, op_65},
+    {66, stream_id::compute, op_kind::backward, "B u8 s8 mb0", comm_group::none, 0, kDeps66, 1, op_66},
+    {67, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {68, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps68, 1, op_free},
+    {69, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps69, 1, op_free},
+    {70, stream_id::reducescatter, op_kind::reduce_scatter, "RS u8 mb0", comm_group::shard, 28352512, kDeps70, 2, op_70},
+    {71, stream_id::allgather, op_kind::all_gather, "AG u6 mb0", comm_group::shard, 14176256, kDeps71, 1, op_71},
+    {72, stream_id::compute, op_kind::backward, "B u7 s7 mb0", comm_group::none, 0, kDeps72, 1, op_72},
+    {73, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {74, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps74, 1, op_free},
+    {75, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps75, 1, op_free},
+    {76, stream_id::reducescatter, op_kind::reduce_scatter, "RS u7 mb0", comm_group::shard, 28352512, kDeps76, 2, op_76},
+    {77, stream_id::allgather, op_kind::all_gather, "AG u5 mb0", comm_group::shard, 14176256, kDeps77, 1, op_77},
+    {78, stream_id::compute, op_kind::backward, "B u6 s6 mb0", comm_group::none, 0, kDeps78, 1, op_78},
+    {79, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {80, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps80, 1, op_free},
+    {81, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps81, 1, op_free},
+    {82, stream_id::reducescatter, op_kind::reduce_scatter, "RS u6 mb0", comm_group::shard, 28352512, kDeps82, 2, op_82},
+    {83, stream_id::allgather, op_kind::all_gather, "AG u4 mb0", comm_group::shard, 14176256, kDeps83, 1, op_83},
+    {84, stream_id::compute, op_kind::backward, "B u5 s5 mb0", comm_group::none, 0, kDeps84, 1, op_84},
+    {85, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {86, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps86, 1, op_free},
+    {87, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps87, 1, op_free},
+    {88, stream_id::reducescatter, op_kind::reduce_scatter, "RS u5 mb0", comm_group::shard, 28352512, kDeps88, 2, op_88},
+    {89, stream_id::allgather, op_kind::all_gather, "AG u3 mb0", comm_group::shard, 14176256, kDeps89, 1, op_89},
+    {90, stream_id::compute, op_kind::backward, "B u4 s4 mb0", comm_group::none, 0, kDeps90, 1, op_90},
+    {91, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {92, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps92, 1, op_free},
+    {93, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps93, 1, op_free},
+    {94, stream_id::reducescatter, op_kind::reduce_scatter, "RS u4 mb0", comm_group::shard, 28352512, kDeps94, 2, op_94},
+    {95, stream_id::allgather, op_kind::all_gather, "AG u2 mb0", comm_group::shard, 14176256, kDeps95, 1, op_95},
+    {96, stream_id::compute, op_kind::backward, "B u3 s3 mb0", comm_group::none, 0, kDeps96, 1, op_96},
+    {97, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {98, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps98, 1, op_free},
+    {99, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps99, 1, op_free},
+    {100, stream_id::reducescatter, op_kind::reduce_scatter, "RS u3 mb0", comm_group::shard, 28352512, kDeps100, 2, op_100},
+    {101, stream_id::allgather, op_kind::all_gather, "AG u1 mb0", comm_group::shard, 14176256, kDeps101, 1, op_101},
+    {102, stream_id::compute, op_kind::backward, "B u2 s2 mb0", comm_group::none, 0, kDeps102, 1, op_102},
+    {103, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {104, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps104, 1, op_free},
+    {105, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps105, 1, op_free},
+    {106, stream_id::reducescatter, op_kind::reduce_scatter, "RS u2 mb0", comm_group::shard, 28352512, kDeps106, 2, op_106},
+    {107, stream_id::compute, op_kind::backward, "B u1 s1 mb0", comm_group::none, 0, kDeps107, 1, op_107},
+    {108, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {109, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps109, 1, op_free},
+    {110, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps110, 1, op_free},
+    {111, stream_id::reducescatter, op_kind::reduce_scatter, "RS u1 mb0", comm_group::shard, 28352512, kDeps111, 2, op_111},
+    {112, stream_id::compute, op_kind::backward, "B u0 s0 mb0", comm_group::none, 0, kDeps112, 1, op_112},
+    {113, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {114, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps114, 1, op_free},
+    {115, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps115, 1, op_free},
+    {116, stream_id::reducescatter, op_kind::reduce_scatter, "RS u0 mb0", comm_group::shard, 157544448, kDeps116, 2, op_116},
+    {117, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps117, 1, op_free},
+    {118, stream_id::compute, op_kind::grad_norm, "GRADNORM", comm_group::none, 0, kDeps118, 13, op_118},
+    {119, stream_id::allreduce, op_kind::all_reduce, "AR", comm_group::shard, 32, kDeps119, 1, op_119},
+    {120, stream_id::compute, op_kind::optimizer_step, "OPT u0", comm_group::none, 0, kDeps120, 2, op_120},
+    {121, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps121, 1, op_free},
+    {122, stream_id::compute, op_kind::optimizer_step, "OPT u1", comm_group::none, 0, kDeps122, 2, op_122},
+    {123, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps123, 1, op_free},
+    {124, stream_id::compute, op_kind::optimizer_step, "OPT u2", comm_group::none, 0, kDeps124, 2, op_124},
+    {125, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps125, 1, op_free},
+    {126, stream_id::compute, op_kind::optimizer_step, "OPT u3", comm_group::none, 0, kDeps126, 2, op_126},
+    {127, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps127, 1, op_free},
+    {128, stream_id::compute, op_kind::optimizer_step, "OPT u4", comm_group::none, 0, kDeps128, 2, op_128},
+    {129, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps129, 1, op_free},
+    {130, stream_id::compute, op_kind::optimizer_step, "OPT u5", comm_group::none, 0, kDeps130, 2, op_130},
+    {131, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps131, 1, op_free},
+    {132, stream_id::compute, op_kind::optimizer_step, "OPT u6", comm_group::none, 0, kDeps132, 2, op_132},
+    {133, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps133, 1, op_free},
+    {134, stream_id::compute, op_kind::optimizer_step, "OPT u7", comm_group::none, 0, kDeps134, 2, op_134},
+    {135, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps135, 1, op_free},
+    {136, stream_id::compute, op_kind::optimizer_step, "OPT u8", comm_group::none, 0, kDeps136, 2, op_136},
+    {137, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps137, 1, op_free},
+    {138, stream_id::compute, op_kind::optimizer_step, "OPT u9", comm_group::none, 0, kDeps138, 2, op_138},
+    {139, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps139, 1, op_free},
+    {140, stream_id::compute, op_kind::optimizer_step, "OPT u10", comm_group::none, 0, kDeps140, 2, op_140},
+    {141, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps141, 1, op_free},
+    {142, stream_id::compute, op_kind::optimizer_step, "OPT u11", comm_group::none, 0, kDeps142, 2, op_142},
+    {143, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps143, 1, op_free},
+    {144, stream_id::compute, op_kind::optimizer_step, "OPT u12", comm_group::none, 0, kDeps144, 2, op_144},
+    {145, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps145, 1, op_free},
 };
 
 const program kProgram = {

@@ -465,166 +465,116 @@ constexpr program_unit kUnits[] = {
     {"block3", 198272, 198272, 99136, 40, 12, 8, -1, 9, -1, dtype_id::fp32},
 };
 
-// Ops in issue order: dependencies, buffers whose lifetime starts or ends there.
-constexpr int kAllocs0[] = {10};
-constexpr int kAllocs1[] = {12};
+// Ops in issue order, with the ops on other streams they wait for.
 constexpr int kDeps2[] = {0};
-constexpr int kAllocs2[] = {11, 13};
 constexpr int kDeps3[] = {2};
-constexpr int kAllocs3[] = {14};
 constexpr int kDeps4[] = {1};
-constexpr int kAllocs4[] = {15};
 constexpr int kDeps5[] = {1};
-constexpr int kFrees5[] = {12};
 constexpr int kDeps6[] = {5};
-constexpr int kAllocs6[] = {16};
 constexpr int kDeps7[] = {3};
-constexpr int kAllocs7[] = {17};
 constexpr int kDeps8[] = {3};
-constexpr int kFrees8[] = {14};
 constexpr int kDeps9[] = {8};
-constexpr int kAllocs9[] = {18};
 constexpr int kDeps10[] = {6};
-constexpr int kAllocs10[] = {19};
 constexpr int kDeps11[] = {6};
-constexpr int kFrees11[] = {16};
 constexpr int kDeps12[] = {9};
-constexpr int kAllocs12[] = {20};
 constexpr int kDeps13[] = {9};
-constexpr int kFrees13[] = {18};
 constexpr int kDeps14[] = {0};
-constexpr int kAllocs14[] = {21};
 constexpr int kDeps15[] = {14};
-constexpr int kAllocs15[] = {23};
 constexpr int kDeps16[] = {0};
-constexpr int kAllocs16[] = {22, 24};
-constexpr int kFrees17[] = {20, 21};
 constexpr int kDeps18[] = {17};
-constexpr int kAllocs18[] = {25};
 constexpr int kDeps19[] = {15};
-constexpr int kAllocs19[] = {26};
-constexpr int kFrees20[] = {19};
 constexpr int kDeps21[] = {15};
-constexpr int kFrees21[] = {23};
 constexpr int kDeps22[] = {19, 21};
-constexpr int kAllocs22[] = {27};
 constexpr int kDeps23[] = {21};
-constexpr int kAllocs23[] = {28};
 constexpr int kDeps24[] = {18};
-constexpr int kAllocs24[] = {29};
-constexpr int kFrees25[] = {17};
 constexpr int kDeps26[] = {18};
-constexpr int kFrees26[] = {25};
 constexpr int kDeps27[] = {22};
-constexpr int kFrees27[] = {26};
 constexpr int kDeps28[] = {24, 27};
-constexpr int kAllocs28[] = {30};
 constexpr int kDeps29[] = {27};
-constexpr int kAllocs29[] = {31};
 constexpr int kDeps30[] = {23};
-constexpr int kAllocs30[] = {32};
-constexpr int kFrees31[] = {15};
 constexpr int kDeps32[] = {23};
-constexpr int kFrees32[] = {28};
 constexpr int kDeps33[] = {28};
-constexpr int kFrees33[] = {29};
 constexpr int kDeps34[] = {30, 33};
-constexpr int kAllocs34[] = {33};
 constexpr int kDeps35[] = {29};
-constexpr int kAllocs35[] = {34};
-constexpr int kFrees36[] = {13};
 constexpr int kDeps37[] = {29};
-constexpr int kFrees37[] = {31};
 constexpr int kDeps38[] = {34};
-constexpr int kFrees38[] = {32};
 constexpr int kDeps39[] = {35, 38};
-constexpr int kAllocs39[] = {35};
 constexpr int kDeps40[] = {0};
-constexpr int kFrees41[] = {11, 22};
 constexpr int kDeps42[] = {0};
-constexpr int kFrees42[] = {10};
 constexpr int kDeps43[] = {39};
-constexpr int kFrees43[] = {34};
 constexpr int kDeps44[] = {40, 43};
-constexpr int kAllocs44[] = {36};
 constexpr int kDeps45[] = {44};
-constexpr int kFrees45[] = {24};
 constexpr int kDeps46[] = {22, 28, 34, 39, 44};
 constexpr int kDeps47[] = {46};
 constexpr int kDeps48[] = {44, 47};
 constexpr int kDeps49[] = {44};
-constexpr int kFrees49[] = {36};
 constexpr int kDeps50[] = {39, 47};
 constexpr int kDeps51[] = {39};
-constexpr int kFrees51[] = {35};
 constexpr int kDeps52[] = {34, 47};
 constexpr int kDeps53[] = {34};
-constexpr int kFrees53[] = {33};
 constexpr int kDeps54[] = {28, 47};
 constexpr int kDeps55[] = {28};
-constexpr int kFrees55[] = {30};
 constexpr int kDeps56[] = {22, 47};
 constexpr int kDeps57[] = {22};
-constexpr int kFrees57[] = {27};
 constexpr program_op kOps[] = {
-    {0, stream_id::allgather, op_kind::all_gather, "AG u0 mb0", comm_group::shard, 197632, nullptr, 0, kAllocs0, 1, nullptr, 0, op_0, "{\"op\":0,\"kind\":\"AG\",\"unit\":0,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":2,\"payload_bytes\":197632,\"sent_bytes\":98816,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {1, stream_id::allgather, op_kind::all_gather, "AG u1 mb0", comm_group::shard, 793088, nullptr, 0, kAllocs1, 1, nullptr, 0, op_1, "{\"op\":1,\"kind\":\"AG\",\"unit\":1,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":2,\"payload_bytes\":793088,\"sent_bytes\":396544,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {2, stream_id::compute, op_kind::forward, "F u0 s0 mb0", comm_group::none, 0, kDeps2, 1, kAllocs2, 2, nullptr, 0, op_2, "{\"op\":2,\"kind\":\"F\",\"unit\":0,\"segment\":0,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[0]}"},
-    {3, stream_id::allgather, op_kind::all_gather, "AG u2 mb0", comm_group::shard, 793088, kDeps3, 1, kAllocs3, 1, nullptr, 0, op_3, "{\"op\":3,\"kind\":\"AG\",\"unit\":2,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":2,\"payload_bytes\":793088,\"sent_bytes\":396544,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[2]}"},
-    {4, stream_id::compute, op_kind::forward, "F u1 s1 mb0", comm_group::none, 0, kDeps4, 1, kAllocs4, 1, nullptr, 0, op_4, "{\"op\":4,\"kind\":\"F\",\"unit\":1,\"segment\":1,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":469762048.0,\"deps\":[1]}"},
-    {5, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps5, 1, nullptr, 0, kFrees5, 1, op_free, "{\"op\":5,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[1]}"},
-    {6, stream_id::allgather, op_kind::all_gather, "AG u3 mb0", comm_group::shard, 793088, kDeps6, 1, kAllocs6, 1, nullptr, 0, op_6, "{\"op\":6,\"kind\":\"AG\",\"unit\":3,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":2,\"payload_bytes\":793088,\"sent_bytes\":396544,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[5]}"},
-    {7, stream_id::compute, op_kind::forward, "F u2 s2 mb0", comm_group::none, 0, kDeps7, 1, kAllocs7, 1, nullptr, 0, op_7, "{\"op\":7,\"kind\":\"F\",\"unit\":2,\"segment\":2,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":469762048.0,\"deps\":[3]}"},
-    {8, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps8, 1, nullptr, 0, kFrees8, 1, op_free, "{\"op\":8,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[3]}"},
-    {9, stream_id::allgather, op_kind::all_gather, "AG u4 mb0", comm_group::shard, 793088, kDeps9, 1, kAllocs9, 1, nullptr, 0, op_9, "{\"op\":9,\"kind\":\"AG\",\"unit\":4,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":2,\"payload_bytes\":793088,\"sent_bytes\":396544,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[8]}"},
-    {10, stream_id::compute, op_kind::forward, "F u3 s3 mb0", comm_group::none, 0, kDeps10, 1, kAllocs10, 1, nullptr, 0, op_10, "{\"op\":10,\"kind\":\"F\",\"unit\":3,\"segment\":3,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":469762048.0,\"deps\":[6]}"},
-    {11, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps11, 1, nullptr, 0, kFrees11, 1, op_free, "{\"op\":11,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[6]}"},
-    {12, stream_id::compute, op_kind::forward, "F u4 s4 mb0", comm_group::none, 0, kDeps12, 1, kAllocs12, 1, nullptr, 0, op_12, "{\"op\":12,\"kind\":\"F\",\"unit\":4,\"segment\":4,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":469762048.0,\"deps\":[9]}"},
-    {13, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps13, 1, nullptr, 0, kFrees13, 1, op_free, "{\"op\":13,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[9]}"},
-    {14, stream_id::compute, op_kind::forward, "F u0 s5 mb0", comm_group::none, 0, kDeps14, 1, kAllocs14, 1, nullptr, 0, op_14, "{\"op\":14,\"kind\":\"F\",\"unit\":0,\"segment\":5,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":67108864.0,\"deps\":[0]}"},
-    {15, stream_id::allgather, op_kind::all_gather, "AG u4 mb0", comm_group::shard, 793088, kDeps15, 1, kAllocs15, 1, nullptr, 0, op_15, "{\"op\":15,\"kind\":\"AG\",\"unit\":4,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":2,\"payload_bytes\":793088,\"sent_bytes\":396544,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[14]}"},
-    {16, stream_id::compute, op_kind::backward, "B u0 s5 mb0", comm_group::none, 0, kDeps16, 1, kAllocs16, 2, nullptr, 0, op_16, "{\"op\":16,\"kind\":\"B\",\"unit\":0,\"segment\":5,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":134217728.0,\"deps\":[0]}"},
-    {17, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees17, 2, op_free, "{\"op\":17,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {18, stream_id::allgather, op_kind::all_gather, "AG u3 mb0", comm_group::shard, 793088, kDeps18, 1, kAllocs18, 1, nullptr, 0, op_18, "{\"op\":18,\"kind\":\"AG\",\"unit\":3,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":2,\"payload_bytes\":793088,\"sent_bytes\":396544,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[17]}"},
-    {19, stream_id::compute, op_kind::backward, "B u4 s4 mb0", comm_group::none, 0, kDeps19, 1, kAllocs19, 1, nullptr, 0, op_19, "{\"op\":19,\"kind\":\"B\",\"unit\":4,\"segment\":4,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":939524096.0,\"deps\":[15]}"},
-    {20, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees20, 1, op_free, "{\"op\":20,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {21, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps21, 1, nullptr, 0, kFrees21, 1, op_free, "{\"op\":21,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[15]}"},
-    {22, stream_id::reducescatter, op_kind::reduce_scatter, "RS u4 mb0", comm_group::shard, 793088, kDeps22, 2, kAllocs22, 1, nullptr, 0, op_22, "{\"op\":22,\"kind\":\"RS\",\"unit\":4,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":2,\"payload_bytes\":793088,\"sent_bytes\":396544,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[19,21]}"},
-    {23, stream_id::allgather, op_kind::all_gather, "AG u2 mb0", comm_group::shard, 793088, kDeps23, 1, kAllocs23, 1, nullptr, 0, op_23, "{\"op\":23,\"kind\":\"AG\",\"unit\":2,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":2,\"payload_bytes\":793088,\"sent_bytes\":396544,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[21]}"},
-    {24, stream_id::compute, op_kind::backward, "B u3 s3 mb0", comm_group::none, 0, kDeps24, 1, kAllocs24, 1, nullptr, 0, op_24, "{\"op\":24,\"kind\":\"B\",\"unit\":3,\"segment\":3,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":939524096.0,\"deps\":[18]}"},
-    {25, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees25, 1, op_free, "{\"op\":25,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {26, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps26, 1, nullptr, 0, kFrees26, 1, op_free, "{\"op\":26,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[18]}"},
-    {27, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps27, 1, nullptr, 0, kFrees27, 1, op_free, "{\"op\":27,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[22]}"},
-    {28, stream_id::reducescatter, op_kind::reduce_scatter, "RS u3 mb0", comm_group::shard, 793088, kDeps28, 2, kAllocs28, 1, nullptr, 0, op_28, "{\"op\":28,\"kind\":\"RS\",\"unit\":3,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":2,\"payload_bytes\":793088,\"sent_bytes\":396544,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[24,27]}"},
-    {29, stream_id::allgather, op_kind::all_gather, "AG u1 mb0", comm_group::shard, 793088, kDeps29, 1, kAllocs29, 1, nullptr, 0, op_29, "{\"op\":29,\"kind\":\"AG\",\"unit\":1,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":2,\"payload_bytes\":793088,\"sent_bytes\":396544,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[27]}"},
-    {30, stream_id::compute, op_kind::backward, "B u2 s2 mb0", comm_group::none, 0, kDeps30, 1, kAllocs30, 1, nullptr, 0, op_30, "{\"op\":30,\"kind\":\"B\",\"unit\":2,\"segment\":2,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":939524096.0,\"deps\":[23]}"},
-    {31, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees31, 1, op_free, "{\"op\":31,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {32, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps32, 1, nullptr, 0, kFrees32, 1, op_free, "{\"op\":32,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[23]}"},
-    {33, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps33, 1, nullptr, 0, kFrees33, 1, op_free, "{\"op\":33,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[28]}"},
-    {34, stream_id::reducescatter, op_kind::reduce_scatter, "RS u2 mb0", comm_group::shard, 793088, kDeps34, 2, kAllocs34, 1, nullptr, 0, op_34, "{\"op\":34,\"kind\":\"RS\",\"unit\":2,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":2,\"payload_bytes\":793088,\"sent_bytes\":396544,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[30,33]}"},
-    {35, stream_id::compute, op_kind::backward, "B u1 s1 mb0", comm_group::none, 0, kDeps35, 1, kAllocs35, 1, nullptr, 0, op_35, "{\"op\":35,\"kind\":\"B\",\"unit\":1,\"segment\":1,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":939524096.0,\"deps\":[29]}"},
-    {36, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees36, 1, op_free, "{\"op\":36,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {37, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps37, 1, nullptr, 0, kFrees37, 1, op_free, "{\"op\":37,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[29]}"},
-    {38, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps38, 1, nullptr, 0, kFrees38, 1, op_free, "{\"op\":38,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[34]}"},
-    {39, stream_id::reducescatter, op_kind::reduce_scatter, "RS u1 mb0", comm_group::shard, 793088, kDeps39, 2, kAllocs39, 1, nullptr, 0, op_39, "{\"op\":39,\"kind\":\"RS\",\"unit\":1,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":2,\"payload_bytes\":793088,\"sent_bytes\":396544,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[35,38]}"},
-    {40, stream_id::compute, op_kind::backward, "B u0 s0 mb0", comm_group::none, 0, kDeps40, 1, nullptr, 0, nullptr, 0, op_40, "{\"op\":40,\"kind\":\"B\",\"unit\":0,\"segment\":0,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[0]}"},
-    {41, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, nullptr, 0, kFrees41, 2, op_free, "{\"op\":41,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
-    {42, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps42, 1, nullptr, 0, kFrees42, 1, op_free, "{\"op\":42,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[0]}"},
-    {43, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps43, 1, nullptr, 0, kFrees43, 1, op_free, "{\"op\":43,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[39]}"},
-    {44, stream_id::reducescatter, op_kind::reduce_scatter, "RS u0 mb0", comm_group::shard, 197632, kDeps44, 2, kAllocs44, 1, nullptr, 0, op_44, "{\"op\":44,\"kind\":\"RS\",\"unit\":0,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":2,\"payload_bytes\":197632,\"sent_bytes\":98816,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[40,43]}"},
-    {45, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps45, 1, nullptr, 0, kFrees45, 1, op_free, "{\"op\":45,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[44]}"},
-    {46, stream_id::compute, op_kind::grad_norm, "GRADNORM", comm_group::none, 0, kDeps46, 5, nullptr, 0, nullptr, 0, op_46, "{\"op\":46,\"kind\":\"GRADNORM\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":1684992,\"flops\":0.0,\"deps\":[22,28,34,39,44]}"},
-    {47, stream_id::allreduce, op_kind::all_reduce, "AR", comm_group::shard, 8, kDeps47, 1, nullptr, 0, nullptr, 0, op_47, "{\"op\":47,\"kind\":\"AR\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"shard\",\"group_size\":2,\"payload_bytes\":8,\"sent_bytes\":8,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[46]}"},
-    {48, stream_id::compute, op_kind::optimizer_step, "OPT u0", comm_group::none, 0, kDeps48, 2, nullptr, 0, nullptr, 0, op_48, "{\"op\":48,\"kind\":\"OPT\",\"unit\":0,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":790528,\"flops\":0.0,\"deps\":[44,47]}"},
-    {49, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps49, 1, nullptr, 0, kFrees49, 1, op_free, "{\"op\":49,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[44]}"},
-    {50, stream_id::compute, op_kind::optimizer_step, "OPT u1", comm_group::none, 0, kDeps50, 2, nullptr, 0, nullptr, 0, op_50, "{\"op\":50,\"kind\":\"OPT\",\"unit\":1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":3172352,\"flops\":0.0,\"deps\":[39,47]}"},
-    {51, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps51, 1, nullptr, 0, kFrees51, 1, op_free, "{\"op\":51,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[39]}"},
-    {52, stream_id::compute, op_kind::optimizer_step, "OPT u2", comm_group::none, 0, kDeps52, 2, nullptr, 0, nullptr, 0, op_52, "{\"op\":52,\"kind\":\"OPT\",\"unit\":2,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":3172352,\"flops\":0.0,\"deps\":[34,47]}"},
-    {53, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps53, 1, nullptr, 0, kFrees53, 1, op_free, "{\"op\":53,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[34]}"},
-    {54, stream_id::compute, op_kind::optimizer_step, "OPT u3", comm_group::none, 0, kDeps54, 2, nullptr, 0, nullptr, 0, op_54, "{\"op\":54,\"kind\":\"OPT\",\"unit\":3,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":3172352,\"flops\":0.0,\"deps\":[28,47]}"},
-    {55, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps55, 1, nullptr, 0, kFrees55, 1, op_free, "{\"op\":55,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[28]}"},
-    {56, stream_id::compute, op_kind::optimizer_step, "OPT u4", comm_group::none, 0, kDeps56, 2, nullptr, 0, nullptr, 0, op_56, "{\"op\":56,\"kind\":\"OPT\",\"unit\":4,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":3172352,\"flops\":0.0,\"deps\":[22,47]}"},
-    {57, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps57, 1, nullptr, 0, kFrees57, 1, op_free, "{\"op\":57,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[22]}"},
+    {0, stream_id::allgather, op_kind::all_gather, "AG u0 mb0", comm_group::shard, 197632, nullptr, 0, op_0},
+    {1, stream_id::allgather, op_kind::all_gather, "AG u1 mb0", comm_group::shard, 793088, nullptr, 0, op_1},
+    {2, stream_id::compute, op_kind::forward, "F u0 s0 mb0", comm_group::none, 0, kDeps2, 1, op_2},
+    {3, stream_id::allgather, op_kind::all_gather, "AG u2 mb0", comm_group::shard, 793088, kDeps3, 1, op_3},
+    {4, stream_id::compute, op_kind::forward, "F u1 s1 mb0", comm_group::none, 0, kDeps4, 1, op_4},
+    {5, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps5, 1, op_free},
+    {6, stream_id::allgather, op_kind::all_gather, "AG u3 mb0", comm_group::shard, 793088, kDeps6, 1, op_6},
+    {7, stream_id::compute, op_kind::forward, "F u2 s2 mb0", comm_group::none, 0, kDeps7, 1, op_7},
+    {8, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps8, 1, op_free},
+    {9, stream_id::allgather, op_kind::all_gather, "AG u4 mb0", comm_group::shard, 793088, kDeps9, 1, op_9},
+    {10, stream_id::compute, op_kind::forward, "F u3 s3 mb0", comm_group::none, 0, kDeps10, 1, op_10},
+    {11, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps11, 1, op_free},
+    {12, stream_id::compute, op_kind::forward, "F u4 s4 mb0", comm_group::none, 0, kDeps12, 1, op_12},
+    {13, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps13, 1, op_free},
+    {14, stream_id::compute, op_kind::forward, "F u0 s5 mb0", comm_group::none, 0, kDeps14, 1, op_14},
+    {15, stream_id::allgather, op_kind::all_gather, "AG u4 mb0", comm_group::shard, 793088, kDeps15, 1, op_15},
+    {16, stream_id::compute, op_kind::backward, "B u0 s5 mb0", comm_group::none, 0, kDeps16, 1, op_16},
+    {17, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {18, stream_id::allgather, op_kind::all_gather, "AG u3 mb0", comm_group::shard, 793088, kDeps18, 1, op_18},
+    {19, stream_id::compute, op_kind::backward, "B u4 s4 mb0", comm_group::none, 0, kDeps19, 1, op_19},
+    {20, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {21, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps21, 1, op_free},
+    {22, stream_id::reducescatter, op_kind::reduce_scatter, "RS u4 mb0", comm_group::shard, 793088, kDeps22, 2, op_22},
+    {23, stream_id::allgather, op_kind::all_gather, "AG u2 mb0", comm_group::shard, 793088, kDeps23, 1, op_23},
+    {24, stream_id::compute, op_kind::backward, "B u3 s3 mb0", comm_group::none, 0, kDeps24, 1, op_24},
+    {25, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {26, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps26, 1, op_free},
+    {27, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps27, 1, op_free},
+    {28, stream_id::reducescatter, op_kind::reduce_scatter, "RS u3 mb0", comm_group::shard, 793088, kDeps28, 2, op_28},
+    {29, stream_id::allgather, op_kind::all_gather, "AG u1 mb0", comm_group::shard, 793088, kDeps29, 1, op_29},
+    {30, stream_id::compute, op_kind::backward, "B u2 s2 mb0", comm_group::none, 0, kDeps30, 1, op_30},
+    {31, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {32, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps32, 1, op_free},
+    {33, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps33, 1, op_free},
+    {34, stream_id::reducescatter, op_kind::reduce_scatter, "RS u2 mb0", comm_group::shard, 793088, kDeps34, 2, op_34},
+    {35, stream_id::compute, op_kind::backward, "B u1 s1 mb0", comm_group::none, 0, kDeps35, 1, op_35},
+    {36, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {37, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps37, 1, op_free},
+    {38, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps38, 1, op_free},
+    {39, stream_id::reducescatter, op_kind::reduce_scatter, "RS u1 mb0", comm_group::shard, 793088, kDeps39, 2, op_39},
+    {40, stream_id::compute, op_kind::backward, "B u0 s0 mb0", comm_group::none, 0, kDeps40, 1, op_40},
+    {41, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free},
+    {42, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps42, 1, op_free},
+    {43, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps43, 1, op_free},
+    {44, stream_id::reducescatter, op_kind::reduce_scatter, "RS u0 mb0", comm_group::shard, 197632, kDeps44, 2, op_44},
+    {45, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps45, 1, op_free},
+    {46, stream_id::compute, op_kind::grad_norm, "GRADNORM", comm_group::none, 0, kDeps46, 5, op_46},
+    {47, stream_id::allreduce, op_kind::all_reduce, "AR", comm_group::shard, 8, kDeps47, 1, op_47},
+    {48, stream_id::compute, op_kind::optimizer_step, "OPT u0", comm_group::none, 0, kDeps48, 2, op_48},
+    {49, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps49, 1, op_free},
+    {50, stream_id::compute, op_kind::optimizer_step, "OPT u1", comm_group::none, 0, kDeps50, 2, op_50},
+    {51, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps51, 1, op_free},
+    {52, stream_id::compute, op_kind::optimizer_step, "OPT u2", comm_group::none, 0, kDeps52, 2, op_52},
+    {53, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps53, 1, op_free},
+    {54, stream_id::compute, op_kind::optimizer_step, "OPT u3", comm_group::none, 0, kDeps54, 2, op_54},
+    {55, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps55, 1, op_free},
+    {56, stream_id::compute, op_kind::optimizer_step, "OPT u4", comm_group::none, 0, kDeps56, 2, op_56},
+    {57, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps57, 1, op_free},
 };
 
 const program kProgram = {

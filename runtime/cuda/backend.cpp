@@ -12,6 +12,7 @@
 #include "runtime/cuda/executor.h"
 #include "runtime/cuda/gemm.h"
 #include "runtime/cuda/step.h"
+#include "runtime/machine_memory.h"
 
 namespace {
 
@@ -34,7 +35,7 @@ class cuda_backend final : public backend {
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     device_name_ = prop.name;
-    baseline_used_ = device_used_bytes();
+    const int64_t used_before_arena = device_used_bytes();
 
     // The arena: the planned bytes and a guard region after them.
     const size_t bytes = static_cast<size_t>(p_.device_arena_bytes + kArenaGuardBytes);
@@ -52,7 +53,9 @@ class cuda_backend final : public backend {
     mem.device_bytes = p_.device_arena_bytes;
     CUDA_CHECK(cudaMemset(mem.device, 0, static_cast<size_t>(p_.device_arena_bytes)));
     CUDA_CHECK(cudaMemset(mem.device + p_.device_arena_bytes, kArenaGuardByte, kArenaGuardBytes));
-    arena_reset_accounting(mem, p_);
+    // The driver's own count of what the arena took (the whole device's: a
+    // process sharing the GPU and allocating now would show here too).
+    arena_used_bytes_ = device_used_bytes() - used_before_arena;
     c.device = mem.device;
     allocate_host_arena(mem);
     c.host = mem.host;
@@ -96,7 +99,7 @@ class cuda_backend final : public backend {
     graphs_ = o.graphs && mode == gpu_comm_mode::nccl && p_.host_op_count == 0;
     for (int i = 0; i < p_.host_op_count; ++i)
       host_norm_ = host_norm_ || p_.ops[p_.host_ops[i]].kind == op_kind::grad_norm;
-    gpu_executor_start(exec_, p_, c, gc_, mem, graphs_);
+    gpu_executor_start(exec_, p_, c, gc_, graphs_);
   }
 
   std::string describe() const override {
@@ -161,8 +164,15 @@ class cuda_backend final : public backend {
   // Step 0 chooses GEMM algorithms; step 1 captures the graph.
   int64_t warmup_steps() const override { return graphs_ ? 2 : 1; }
 
-  int64_t runtime_overhead_bytes() const override {
-    return std::max<int64_t>(0, device_used_bytes() - baseline_used_ - p_.device_arena_bytes);
+  memory_reading read_memory() const override {
+    memory_reading m;
+    m.host_resident_bytes = host_resident_bytes();
+    if (mem_->host)
+      m.arena_resident_bytes =
+          host_resident_bytes_in(mem_->host, p_.host_arena_bytes + kArenaGuardBytes);
+    m.device_used_bytes = device_used_bytes();
+    m.device_arena_bytes = arena_used_bytes_;
+    return m;
   }
 
   void stop() override {
@@ -255,7 +265,7 @@ class cuda_backend final : public backend {
   bool host_arena_leaked_ = false;  // see release
   int device_ = 0;
   std::string device_name_;
-  int64_t baseline_used_ = 0, tokens_per_mb_ = 0;
+  int64_t arena_used_bytes_ = 0, tokens_per_mb_ = 0;
   void* small_ = nullptr;
 };
 

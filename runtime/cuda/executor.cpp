@@ -40,8 +40,6 @@ void issue(gpu_executor& e, bool timed) {
     const program_op& op = p.ops[i];
     if (e.on_host[static_cast<size_t>(i)]) {
       // Every op before it has recorded its event: the worker may wait for them.
-      arena_start(*e.mem, p, op.allocs, op.alloc_count);
-      arena_end(*e.mem, p, op.frees, op.free_count);
       host_worker_hand_over(e.host, i);
       continue;
     }
@@ -49,11 +47,8 @@ void issue(gpu_executor& e, bool timed) {
     for (int d = 0; d < op.dep_count; ++d)
       CUDA_CHECK(cudaStreamWaitEvent(s, e.done[static_cast<size_t>(op.deps[d])], 0));
     if (timed) CUDA_CHECK(cudaEventRecord(e.start[static_cast<size_t>(i)], s));
-    // Lifetimes in issue order: the plan's accounting, as the CPU executor's.
-    arena_start(*e.mem, p, op.allocs, op.alloc_count);
     e.gpu->exec.stream = s;
     op.run(*e.ctx);
-    arena_end(*e.mem, p, op.frees, op.free_count);
     if (timed) CUDA_CHECK(cudaEventRecord(e.end[static_cast<size_t>(i)], s));
     CUDA_CHECK(cudaEventRecord(e.done[static_cast<size_t>(i)], s));
   }
@@ -75,11 +70,10 @@ int64_t elapsed_ns(cudaEvent_t from, cudaEvent_t to) {
 }  // namespace
 
 void gpu_executor_start(gpu_executor& e, const program& p, step_context& ctx, gpu_context& gc,
-                        arena& mem, bool use_graphs) {
+                        bool use_graphs) {
   e.p = &p;
   e.ctx = &ctx;
   e.gpu = &gc;
-  e.mem = &mem;
   e.on_host = host_worker_ops(p);
   e.graphs = use_graphs;
   e.stream_used[0] = true;
@@ -119,11 +113,6 @@ void gpu_executor_start(gpu_executor& e, const program& p, step_context& ctx, gp
 void gpu_executor_run_step(gpu_executor& e, int64_t step, bool timed) {
   cudaStream_t compute = stream_of(e, stream_id::compute);
   if (e.graph && !timed) {
-    // The captured issue's lifetime marks replay too (the accounting is the schedule's).
-    for (int i = 0; i < e.p->op_count; ++i) {
-      arena_start(*e.mem, *e.p, e.p->ops[i].allocs, e.p->ops[i].alloc_count);
-      arena_end(*e.mem, *e.p, e.p->ops[i].frees, e.p->ops[i].free_count);
-    }
     CUDA_CHECK(cudaGraphLaunch(e.graph, compute));
   } else if (e.graphs && !timed && step >= 1 && !e.graph) {
     cudaGraph_t g = nullptr;

@@ -44,7 +44,6 @@ struct gpu_executor {
   const program* p = nullptr;
   step_context* ctx = nullptr;
   gpu_context* gpu = nullptr;
-  arena* mem = nullptr;  // lifetime accounting (of device buffers)
   cudaStream_t streams[kStreamCount] = {};
   bool stream_used[kStreamCount] = {};    // by an op that runs on the GPU
   std::vector<char> on_host;              // per op: runs on the host (program::host_ops)
@@ -63,7 +62,7 @@ struct gpu_executor {
 // rules above: never for a program with host ops). Throws when a
 // GPU op depends on a host op, or a communicator would serve both.
 void gpu_executor_start(gpu_executor& e, const program& p, step_context& ctx, gpu_context& gc,
-                        arena& mem, bool use_graphs);
+                        bool use_graphs);
 // Runs one step and waits for it (the GPU and the host worker); with
 // `timed`, records per-op times into start_ns/end_ns (eagerly, never from a
 // graph).

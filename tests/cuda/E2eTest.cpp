@@ -117,7 +117,7 @@ std::vector<double> cuda_losses(const std::string& name, const E2eConfig& c,
   CmdResult r = run_binary(c.world, bin, args);
   EXPECT_EQ(r.status, 0) << r.out;
   if (r.status != 0) return {};
-  EXPECT_NE(r.out.find(" 0 allocations in steps"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(": 0 by fsdpgen"), std::string::npos) << r.out;
   return read_losses(bin.parent_path() / "metrics.jsonl");
 }
 
@@ -355,6 +355,49 @@ TEST_F(CudaBinary, ResumesAnOffloadedRunBitExactly) {
   c.steps = 4;
   c.offload = "cpu";
   expect_cuda_resume("resume_offload", c);
+}
+
+// Device memory as the driver counts it (cudaMemGetInfo: the whole GPU, so
+// no other process may use it meanwhile): the arena takes what `fsdpgen
+// plan` says, rounded up to the driver's 2 MiB pages; the steps after the
+// warm-up (GEMM algorithm choice, then graph capture) add nothing on the GPU;
+// with offload the pinned host arena is resident page for page; and
+// fsdpgen's code allocates nothing inside a step.
+TEST_F(CudaBinary, DeviceMemoryIsThePlannedArenaAndStepsAddNothing) {
+  constexpr int64_t kGuardBytes = 4096, kDriverPageBytes = 2 << 20;
+  // The host's resident-set counters lag by up to 64 pages per CPU.
+  constexpr int64_t kHostLagBytes = 8 << 20;
+  for (const std::string offload : {"none", "cpu"}) {
+    SCOPED_TRACE("offload = " + offload);
+    E2eConfig c;
+    c.world = 1;
+    c.steps = 6;
+    c.offload = offload;
+    const std::filesystem::path bin = build_cuda("memory_" + offload, c.spec());
+    const planned_arena_bytes planned = planned_arenas(bin.parent_path(), "h100-sxm");
+    CmdResult r = run_binary(1, bin, "--metrics m.jsonl");
+    ASSERT_EQ(r.status, 0) << r.out;
+    std::printf("%s", r.out.c_str());
+    EXPECT_NE(r.out.find(": 0 by fsdpgen"), std::string::npos) << r.out;
+    const std::vector<nlohmann::json> m = read_metrics(bin.parent_path() / "m.jsonl");
+    ASSERT_EQ(m.size(), 6u);
+    const size_t warmup = offload == "none" ? 2 : 1;  // no graph with offload
+    for (size_t s = 0; s < m.size(); ++s) {
+      const int64_t arena = m[s].at("device_arena_bytes").get<int64_t>();
+      EXPECT_GE(arena, planned.device + kGuardBytes) << "step " << s + 1;
+      EXPECT_LT(arena, planned.device + kGuardBytes + kDriverPageBytes) << "step " << s + 1;
+      EXPECT_EQ(m[s].at("arena_resident_bytes").get<int64_t>(), arena_in_pages(planned.host))
+          << "step " << s + 1;
+      if (s < warmup) continue;
+      EXPECT_EQ(m[s].at("device_used_bytes").get<int64_t>(),
+                m[warmup - 1].at("device_used_bytes").get<int64_t>())
+          << "step " << s + 1 << " changed the GPU's memory in use";
+      EXPECT_LE(m[s].at("host_resident_bytes").get<int64_t>() -
+                    m[warmup - 1].at("host_resident_bytes").get<int64_t>(),
+                kHostLagBytes)
+          << "step " << s + 1;
+    }
+  }
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -198,7 +199,7 @@ inline std::vector<double> train_losses(const std::string& name, const E2eConfig
   CmdResult r = run_binary(c.world, bin, "--metrics metrics.jsonl " + extra);
   EXPECT_EQ(r.status, 0) << r.out;
   if (r.status != 0) return {};
-  EXPECT_NE(r.out.find(" 0 allocations in steps"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(": 0 by fsdpgen"), std::string::npos) << r.out;
   return read_losses(dir / "metrics.jsonl");
 }
 
@@ -244,6 +245,35 @@ inline void expect_overflow_skipped_and_recovered(const std::filesystem::path& b
   EXPECT_TRUE(before == saved(k + 1, fmt::format("--inject-overflow {}", k), "skipped.safetensors"))
       << "weights after a skipped step differ from those before it";
   EXPECT_FALSE(before == saved(k + 1, "", "applied.safetensors"));
+}
+
+// The arenas `fsdpgen plan` prints for dir/e2e.fsdp on hardware `gpu` (host:
+// 0 without offload).
+struct planned_arena_bytes {
+  int64_t device = -1, host = 0;
+};
+inline planned_arena_bytes planned_arenas(const std::filesystem::path& dir,
+                                          const std::string& gpu) {
+  CmdResult plan = run(fmt::format("plan {} --gpu {}", (dir / "e2e.fsdp").string(), gpu));
+  EXPECT_EQ(plan.status, 0) << plan.out;
+  std::smatch device, host;
+  planned_arena_bytes out;
+  if (std::regex_search(plan.out, device, std::regex(R"(device arena [0-9.]+ MiB \((\d+) B\))")))
+    out.device = std::stoll(device[1]);
+  else
+    ADD_FAILURE() << "no device arena in: " << plan.out;
+  if (std::regex_search(plan.out, host,
+                        std::regex(R"(host arena \(offload\): [0-9.]+ MiB \((\d+) B\))")))
+    out.host = std::stoll(host[1]);
+  return out;
+}
+
+// The host pages an arena of `bytes` occupies with its guard (runtime/arena.h
+// kArenaGuardBytes), as mincore counts them; 0 for no arena.
+inline int64_t arena_in_pages(int64_t bytes) {
+  constexpr int64_t kGuardBytes = 4096;
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  return bytes <= 0 ? 0 : (bytes + kGuardBytes + page - 1) / page * page;
 }
 
 // dir/trace.json (written by a binary's --trace) has, for each of `world`

@@ -1,0 +1,17 @@
+// machine_memory: this process's memory as the machine counts it (the
+// kernel for host memory; runtime/cuda asks the GPU driver for device
+// memory), not as the plan adds it up. A run reports these beside the plan.
+// None of these allocate.
+#pragma once
+
+#include <cstdint>
+
+// This process's resident set now (/proc/self/statm). The kernel sums its
+// per-CPU counters lazily, so a reading may lag by a few pages per CPU.
+int64_t host_resident_bytes();
+// The kernel's high-water mark of the resident set (VmHWM, /proc/self/status).
+int64_t host_peak_resident_bytes();
+// Bytes of the pages that [p, p + bytes) touches that are resident now,
+// page by page (mincore): exact; -1 if the range is not mapped.
+int64_t host_resident_bytes_in(const void* p, int64_t bytes);
+int64_t host_page_bytes();

@@ -1,0 +1,92 @@
+// memory_report: per-step tracking and the end-of-run summary.
+#include "runtime/memory_report.h"
+
+#include <mpi.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "runtime/allocations.h"
+#include "runtime/arena.h"
+#include "runtime/check.h"
+#include "runtime/human.h"
+#include "runtime/machine_memory.h"
+
+namespace {
+
+std::string in_mib(int64_t bytes) {
+  return fmt::format("{:.2f} MiB", mib(bytes));
+}
+
+std::string bytes_added(int64_t bytes) {
+  return bytes <= 0 ? "nothing" : fmt::format("{} B ({})", bytes, in_mib(bytes));
+}
+
+}  // namespace
+
+void memory_watch_step(memory_watch& w, const memory_reading& now) {
+  ++w.steps;
+  if (w.steps == w.settle_steps) w.settled = now;
+  if (w.steps > w.settle_steps) {
+    w.host_growth_bytes =
+        std::max(w.host_growth_bytes, now.host_resident_bytes - w.settled.host_resident_bytes);
+    w.device_growth_bytes =
+        std::max(w.device_growth_bytes, now.device_used_bytes - w.settled.device_used_bytes);
+  }
+  w.arena_resident_min_bytes = std::min(w.arena_resident_min_bytes, now.arena_resident_bytes);
+  w.device_peak_bytes = std::max(w.device_peak_bytes, now.device_used_bytes);
+  w.device_arena_bytes = now.device_arena_bytes;
+}
+
+std::string memory_report(const memory_watch& w, const program& p, int64_t warmup, bool lead) {
+  const allocations_counted counted = allocations_so_far();
+  int64_t most[7] = {host_peak_resident_bytes(), w.host_growth_bytes,  w.device_growth_bytes,
+                     w.device_peak_bytes,        w.device_arena_bytes, counted.own,
+                     counted.libraries};
+  int64_t least = w.arena_resident_min_bytes;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, most, 7, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &least, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD));
+  const std::string libraries = allocations_library_names();
+  if (!lead || w.steps == 0) return "";
+  const auto [host_peak, host_growth, device_growth, device_peak, device_arena, own, in_libraries] =
+      most;
+  const bool gpu = device_peak >= 0;
+  const std::string settle =
+      w.steps > w.settle_steps
+          ? fmt::format("the steps after the first{} added",
+                        w.settle_steps == 1 ? "" : fmt::format(" {}", w.settle_steps))
+          : "";
+  std::string out = "memory per rank, as the machine counts it: ";
+  if (gpu) {
+    out += fmt::format(
+        "device arena {} in use per the driver (planned {}) | GPU {} in use at most, {} of it "
+        "beside the arena (CUDA context, cuBLASLt, NCCL, other processes){} | host {} resident at "
+        "most{}{}\n",
+        in_mib(device_arena), in_mib(p.device_arena_bytes), in_mib(device_peak),
+        in_mib(device_peak - device_arena),
+        settle.empty() ? ""
+                       : fmt::format(" | {} {} on the GPU", settle, bytes_added(device_growth)),
+        in_mib(host_peak),
+        p.host_arena_bytes > 0 ? fmt::format(" (pinned host arena {} resident, planned {})",
+                                             in_mib(least), in_mib(p.host_arena_bytes))
+                               : "",
+        settle.empty() ? "" : fmt::format(", {} {}", settle, bytes_added(host_growth)));
+  } else {
+    const int64_t planned = p.device_arena_bytes + p.host_arena_bytes;
+    out += fmt::format(
+        "arena {} resident (planned {}; {} B in whole pages with its guard{}) | process {} "
+        "resident at most{}\n",
+        in_mib(least), in_mib(planned),
+        with_commas(arena_mapped_bytes(p.device_arena_bytes) +
+                    (p.host_arena_bytes > 0 ? arena_mapped_bytes(p.host_arena_bytes) : 0)),
+        least < arena_mapped_bytes(p.device_arena_bytes) ? ", some of it not resident" : "",
+        in_mib(host_peak),
+        settle.empty() ? "" : fmt::format(" | {} {}", settle, bytes_added(host_growth)));
+  }
+  out += fmt::format("allocations in steps{}: {} by fsdpgen, {} inside libraries{}\n",
+                     warmup ? fmt::format(" after the first {}", warmup) : "", with_commas(own),
+                     with_commas(in_libraries),
+                     libraries.empty() ? "" : fmt::format(" ({})", libraries));
+  return out;
+}

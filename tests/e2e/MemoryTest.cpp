@@ -1,0 +1,108 @@
+// Memory as the machine counts it: a generated binary's arenas, read page by
+// page from the kernel (mincore), equal the bytes `fsdpgen plan` printed for
+// the spec, in whole pages with the guard; the process's resident set stays
+// put after the first step; and fsdpgen's code allocates nothing inside a
+// step. A binary told to leak (--inject-leak) must fail the same checks,
+// so the checks can fail.
+#include <algorithm>
+
+#include "tests/e2e/E2e.h"
+
+namespace fsdpgen::test {
+namespace {
+
+// The kernel sums its resident-set counters per CPU lazily (runtime/
+// machine_memory.h), and MPI and the threads may touch a few more stack and
+// buffer pages after the first step: measured here 0 to 12 KiB over 5 steps.
+constexpr int64_t kStepGrowthBoundBytes = 1 << 20;
+// The process beside its arena (the program, libstdc++, OpenBLAS, Open MPI
+// and its shared-memory transport): measured here about 21 MiB per rank.
+constexpr int64_t kProcessOverheadBoundBytes = 128 << 20;
+// What the run's output and metrics say that contradicts "the process holds
+// its planned arena and a bounded rest, and a step adds nothing"; empty when
+// all holds.
+std::vector<std::string> memory_problems(const CmdResult& r,
+                                         const std::vector<nlohmann::json>& metrics,
+                                         int64_t arena_in_pages) {
+  std::vector<std::string> problems;
+  if (metrics.size() < 3) return {fmt::format("{} metrics lines, want 3 or more", metrics.size())};
+  const int64_t settled = metrics[0].at("host_resident_bytes").get<int64_t>();
+  for (size_t s = 0; s < metrics.size(); ++s) {
+    const int64_t arena = metrics[s].at("arena_resident_bytes").get<int64_t>();
+    const int64_t resident = metrics[s].at("host_resident_bytes").get<int64_t>();
+    if (arena != arena_in_pages)
+      problems.push_back(
+          fmt::format("step {}: the kernel counts {} B of the arenas resident, the "
+                      "plan {} B in whole pages",
+                      s + 1, arena, arena_in_pages));
+    if (resident - arena > kProcessOverheadBoundBytes)
+      problems.push_back(
+          fmt::format("step {}: {} B resident beside the arena", s + 1, resident - arena));
+    if (resident - settled > kStepGrowthBoundBytes)
+      problems.push_back(
+          fmt::format("step {}: the process grew by {} B since step 1", s + 1, resident - settled));
+  }
+  std::smatch own;
+  if (!std::regex_search(r.out, own, std::regex(R"(allocations in steps: ([0-9,]+) by fsdpgen)")))
+    problems.push_back("no 'allocations in steps: N by fsdpgen' line");
+  else if (own[1] != "0")
+    problems.push_back(fmt::format("fsdpgen's code allocated {} times inside steps", own[1].str()));
+  return problems;
+}
+
+struct Measured {
+  CmdResult run;
+  std::vector<nlohmann::json> metrics;
+  int64_t arena_in_pages = 0;
+};
+
+Measured measure(const std::string& name, const E2eConfig& c, const std::string& args) {
+  const std::filesystem::path dir = e2e_dir(name);
+  const std::filesystem::path bin = build_binary(dir, c.spec());
+  Measured m;
+  const planned_arena_bytes planned = planned_arenas(dir, "cpu");
+  m.arena_in_pages = arena_in_pages(planned.device) + arena_in_pages(planned.host);
+  m.run = run_binary(c.world, bin, "--metrics metrics.jsonl " + args);
+  EXPECT_EQ(m.run.status, 0) << m.run.out;
+  m.metrics = read_metrics(dir / "metrics.jsonl");
+  std::printf("%s", m.run.out.c_str());
+  return m;
+}
+
+TEST(Memory, TheMachineCountsThePlannedArenaAndStepsAddNothing) {
+  E2eConfig c;  // full_shard, world 2
+  Measured m = measure("memory_full_shard", c, "--steps 5");
+  EXPECT_EQ(m.metrics.size(), 5u);
+  EXPECT_EQ(memory_problems(m.run, m.metrics, m.arena_in_pages), std::vector<std::string>{});
+  EXPECT_NE(m.run.out.find("arena "), std::string::npos) << m.run.out;
+}
+
+TEST(Memory, WithOffloadBothArenasAreResidentAsPlanned) {
+  E2eConfig c;
+  c.offload = "cpu";
+  Measured m = measure("memory_offload", c, "--steps 4");
+  ASSERT_GT(m.arena_in_pages, 0);
+  EXPECT_EQ(memory_problems(m.run, m.metrics, m.arena_in_pages), std::vector<std::string>{});
+}
+
+// The test of the test: a step that keeps 4 MB of heap shows as fsdpgen's
+// allocations and as growth of the resident set.
+TEST(Memory, ALeakingStepIsCaught) {
+  E2eConfig c;
+  c.world = 1;
+  Measured m = measure("memory_leak", c, "--steps 4 --inject-leak 4000000");
+  const std::vector<std::string> problems = memory_problems(m.run, m.metrics, m.arena_in_pages);
+  auto mentions = [&](const std::string& what) {
+    return std::any_of(problems.begin(), problems.end(),
+                       [&](const std::string& p) { return p.find(what) != std::string::npos; });
+  };
+  EXPECT_TRUE(mentions("grew by")) << fmt::format("{}", fmt::join(problems, "\n"));
+  EXPECT_TRUE(mentions("fsdpgen's code allocated")) << fmt::format("{}", fmt::join(problems, "\n"));
+  EXPECT_FALSE(mentions("the kernel counts")) << "the arena itself did not change";
+  EXPECT_GE(m.metrics.back().at("host_resident_bytes").get<int64_t>() -
+                m.metrics.front().at("host_resident_bytes").get<int64_t>(),
+            3 * 4000000 - kStepGrowthBoundBytes);
+}
+
+}  // namespace
+}  // namespace fsdpgen::test
