@@ -1,0 +1,155 @@
+// OptimizerTest: the optimizer step (step_optimizer: AdamW, SGD with momentum,
+// weight decay ranges, gradient scale, clipping, skipped steps), the
+// learning-rate schedules and the clip factor against PyTorch's definitions
+// written out in the test (OptimizerCases.h) and values worked out by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "runtime/optimizer.h"
+#include "runtime/step.h"
+#include "tests/runtime/OptimizerCases.h"
+
+namespace {
+
+using optim::optimizer_case;
+
+// ---------------------------------------------------------------- optimizer steps
+
+class OptimizerStep : public testing::TestWithParam<optimizer_case> {};
+
+// Each step as train.cpp runs it: the gradient norm from the stored shard,
+// the step's learning rate, and the count of applied steps (this one
+// included) for AdamW's bias correction and SGD's first momentum step.
+TEST_P(OptimizerStep, FollowsPyTorch) {
+  const optimizer_case& oc = GetParam();
+  const optim::case_program cp(oc);
+  step_context c;
+  c.p = &cp.get();
+  c.decay_ranges = cp.decay_ranges();
+  c.decay_range_counts = cp.decay_range_counts();
+  std::vector<float> params = oc.params;
+  std::vector<float> state(static_cast<size_t>(optim::state_elems(oc)), 0.0f);
+  const std::vector<optim::optimizer_state> want = optim::reference_run(oc);
+  int64_t applied = 0;
+  for (int step = 0; step < optim::steps(oc); ++step) {
+    const std::vector<float> grad = optim::stored_grad(oc, step);
+    c.lr = oc.lrs[static_cast<size_t>(step)];
+    c.grad_scale = oc.grad_scale;
+    c.optimizer_step = applied + 1;
+    c.grad_norm_partial = 0;
+    step_add_grad_norm(c, grad.data(), dtype_id::fp32, optim::elems(oc));
+    step_optimizer(c, 0, params.data(), nullptr, state.data(), grad.data());
+    if (optim::step_applies(oc, step)) ++applied;
+    optim::expect_step_matches(oc, step, params, state, want[static_cast<size_t>(step)]);
+  }
+  optim::expect_hand_values(oc, params);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, OptimizerStep, testing::ValuesIn(optim::optimizer_cases()),
+                         optim::CaseName());
+
+// ---------------------------------------------------------------- learning-rate schedule
+
+// optimizer_lr in double against values written out below: a few roundings
+// of numbers ~1e-3 (~1e-19 each), far inside 1e-15.
+constexpr double kLrTol = 1e-15;
+constexpr double kLr = 1e-3, kMinLr = 1e-4;
+
+// 10 warm-up steps, then 100 steps of decay: step 10 starts it, step 60 is
+// its midpoint and step 110 the last step.
+program schedule(lr_schedule_kind kind, int64_t warmup = 10, int64_t steps = 111) {
+  program p{};
+  p.lr = kLr;
+  p.min_lr = kMinLr;
+  p.lr_schedule = kind;
+  p.warmup = warmup;
+  p.steps = steps;
+  return p;
+}
+
+// Linear from 0: step s of the warm-up gets lr * (s + 1) / warmup, so its
+// last step reaches lr.
+TEST(OptimizerLr, WarmupRisesLinearlyToLr) {
+  for (const lr_schedule_kind kind :
+       {lr_schedule_kind::constant, lr_schedule_kind::cosine, lr_schedule_kind::linear}) {
+    const program p = schedule(kind);
+    EXPECT_NEAR(optimizer_lr(p, 0), 1e-4, kLrTol);
+    EXPECT_NEAR(optimizer_lr(p, 4), 5e-4, kLrTol);
+    EXPECT_NEAR(optimizer_lr(p, 9), kLr, kLrTol);
+    EXPECT_NEAR(optimizer_lr(p, 10), kLr, kLrTol) << "the decay starts from lr";
+  }
+}
+
+// lr = min + (lr - min) * (1 + cos(pi * r)) / 2, r the fraction of the decay done.
+TEST(OptimizerLr, CosineEndPointsAndMidpoint) {
+  const program p = schedule(lr_schedule_kind::cosine);
+  EXPECT_NEAR(optimizer_lr(p, 60), (kLr + kMinLr) / 2, kLrTol);
+  // r = 1/4: (1 + cos(pi/4)) / 2 = 0.8535533905932737; 1e-4 + 9e-4 * that.
+  EXPECT_NEAR(optimizer_lr(p, 35), 8.681980515339464e-4, kLrTol);
+  EXPECT_NEAR(optimizer_lr(p, 110), kMinLr, kLrTol) << "the last step reaches min";
+  EXPECT_NEAR(optimizer_lr(p, 150), kMinLr, kLrTol) << "and stays there";
+  for (int64_t s = 10; s < 110; ++s)
+    EXPECT_LT(optimizer_lr(p, s + 1), optimizer_lr(p, s)) << "step " << s;
+}
+
+TEST(OptimizerLr, LinearEndPointsAndMidpoint) {
+  const program p = schedule(lr_schedule_kind::linear);
+  EXPECT_NEAR(optimizer_lr(p, 60), (kLr + kMinLr) / 2, kLrTol);
+  EXPECT_NEAR(optimizer_lr(p, 35), kMinLr + 0.75 * (kLr - kMinLr), kLrTol);
+  EXPECT_NEAR(optimizer_lr(p, 110), kMinLr, kLrTol);
+  // Equal decrements of (lr - min) / 100 = 9e-6 per step.
+  for (int64_t s = 10; s < 110; ++s)
+    EXPECT_NEAR(optimizer_lr(p, s) - optimizer_lr(p, s + 1), 9e-6, kLrTol) << "step " << s;
+}
+
+TEST(OptimizerLr, ConstantAfterWarmup) {
+  const program p = schedule(lr_schedule_kind::constant);
+  for (const int64_t s : {10, 60, 110})
+    EXPECT_EQ(optimizer_lr(p, s), kLr) << "step " << s;
+}
+
+TEST(OptimizerLr, NoWarmupStartsAtLr) {
+  const program p = schedule(lr_schedule_kind::cosine, 0, 101);
+  EXPECT_EQ(optimizer_lr(p, 0), kLr);
+  EXPECT_NEAR(optimizer_lr(p, 50), (kLr + kMinLr) / 2, kLrTol);
+  EXPECT_NEAR(optimizer_lr(p, 100), kMinLr, kLrTol);
+}
+
+// ---------------------------------------------------------------- clipping
+
+program clipping_at(double clip) {
+  program p{};
+  p.clip = clip;
+  return p;
+}
+
+// torch.nn.utils.clip_grad_norm_ multiplies by min(1, clip / (norm + 1e-6)),
+// computed here in double and compared within 4 fp32 ulps (EXPECT_FLOAT_EQ).
+TEST(OptimizerClip, ScalesAsPyTorchClipGradNorm) {
+  const program p = clipping_at(1.0);
+  EXPECT_FLOAT_EQ(optimizer_clip_scale(p, 2.0), 1.0 / (2.0 + 1e-6));  // 0.49999975
+  EXPECT_FLOAT_EQ(optimizer_clip_scale(p, 1.3), 1.0 / (1.3 + 1e-6));
+  EXPECT_FLOAT_EQ(optimizer_clip_scale(clipping_at(0.5), 4.0), 0.5 / (4.0 + 1e-6));
+}
+
+TEST(OptimizerClip, BelowTheClipNormGradientsAreUnchanged) {
+  const program p = clipping_at(1.0);
+  EXPECT_EQ(optimizer_clip_scale(p, 0.5), 1.0f);
+  EXPECT_EQ(optimizer_clip_scale(p, 0.0), 1.0f);
+}
+
+TEST(OptimizerClip, NoneNeverScales) {
+  EXPECT_EQ(optimizer_clip_scale(clipping_at(0), 100.0), 1.0f);
+}
+
+// Reduced gradients hold grad_scale x the average: the norm divides it out.
+// 1.69 * 1024^2 is the sum of squares of (0.3, -0.4, 1.2) x 1024; the fp32
+// rounding of 1.69 (< 6e-8 relative) bounds the error.
+TEST(OptimizerClip, GlobalNormDividesTheGradScale) {
+  EXPECT_NEAR(step_global_norm(1.69f * 1024 * 1024, 1024), 1.3, 1e-7);
+  EXPECT_FALSE(std::isfinite(step_global_norm(INFINITY, 65536)));
+}
+
+}  // namespace
