@@ -15,8 +15,8 @@ double optimizer_lr(const program& p, int64_t step) {
 }
 
 float optimizer_clip_scale(const program& p, double norm) {
-  if (p.clip <= 0 || !(norm > p.clip)) return 1.0f;
-  return static_cast<float>(p.clip / (norm + 1e-6));
+  if (p.clip <= 0) return 1.0f;
+  return static_cast<float>(std::min(1.0, p.clip / (norm + 1e-6)));
 }
 
 void optimizer_adamw(float* master, float* m, float* v, const void* grad, dtype_id g, int64_t begin,

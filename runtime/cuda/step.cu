@@ -83,8 +83,7 @@ struct grad_scaling {
 __device__ grad_scaling grad_scaling_of(const gpu_step_scalars* s, double clip) {
   const double norm = sqrt(static_cast<double>(s->norm_sq)) / s->loss_scale;
   if (!isfinite(norm)) return {0.0f, true};
-  float clip_scale = 1.0f;
-  if (clip > 0 && norm > clip) clip_scale = static_cast<float>(clip / (norm + 1e-6));
+  const float clip_scale = clip > 0 ? static_cast<float>(fmin(1.0, clip / (norm + 1e-6))) : 1.0f;
   return {clip_scale / s->loss_scale, false};
 }
 

@@ -132,6 +132,8 @@ TEST(OptimizerClip, ScalesAsPyTorchClipGradNorm) {
   EXPECT_FLOAT_EQ(optimizer_clip_scale(p, 2.0), 1.0 / (2.0 + 1e-6));  // 0.49999975
   EXPECT_FLOAT_EQ(optimizer_clip_scale(p, 1.3), 1.0 / (1.3 + 1e-6));
   EXPECT_FLOAT_EQ(optimizer_clip_scale(clipping_at(0.5), 4.0), 0.5 / (4.0 + 1e-6));
+  // At the clip norm itself: 1 / (1 + 1e-6) = 0.999999, about 17 ulps below 1.
+  EXPECT_FLOAT_EQ(optimizer_clip_scale(p, 1.0), 1.0 / (1.0 + 1e-6));
 }
 
 TEST(OptimizerClip, BelowTheClipNormGradientsAreUnchanged) {
