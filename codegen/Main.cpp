@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -314,9 +316,16 @@ int run_build(const Common& c, const std::string& target_flag, const std::string
   fs::path dir = sources_dir;
   bool temporary = dir.empty();
   if (temporary) {
-    std::string pattern = (fs::temp_directory_path() / "fsdpgen-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) {
-      std::fputs("fsdpgen: error: cannot create a temporary directory\n", stderr);
+    // The error_code form: a TMPDIR that names no directory is the user's to fix, not a crash.
+    std::error_code ec;
+    std::string pattern = (fs::temp_directory_path(ec) / "fsdpgen-XXXXXX").string();
+    if (ec || !mkdtemp(pattern.data())) {
+      std::fputs(fmt::format("fsdpgen: error: cannot create a temporary directory: {} (TMPDIR, "
+                             "else /tmp, must be a writable directory; or keep the source with "
+                             "--sources DIR)\n",
+                             ec ? ec.message() : std::strerror(errno))
+                     .c_str(),
+                 stderr);
       return kExitSpecError;
     }
     dir = pattern;
