@@ -1,9 +1,12 @@
-// fsdpgen schedule, plan and emit from the command line: outputs, formats,
-// overrides, targets and errors.
+// fsdpgen schedule, plan, emit and build from the command line: outputs,
+// formats, overrides, targets, --sources, --time-passes and errors.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -22,6 +25,21 @@ std::string spec(const std::string& name) {
 
 bool has(const CmdResult& r, const std::string& s) {
   return r.out.find(s) != std::string::npos;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A fresh, empty directory for one test.
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = std::string(FSDPGEN_E2E_WORK_ROOT) + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 TEST(CliSchedule, TextListsEveryStream) {
@@ -98,13 +116,7 @@ TEST(CliEmit, TargetsWriteTheirRuntimesCalls) {
   CmdResult gpu =
       run("emit " + spec("tiny.fsdp") + " --target cuda --gpu h200 -o " + dir + "/cuda");
   ASSERT_EQ(gpu.status, 0) << gpu.out;
-  auto read = [](const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
-  const std::string c = read(dir + "/cpu/train.cpp"), g = read(dir + "/cuda/train.cpp");
+  const std::string c = read_file(dir + "/cpu/train.cpp"), g = read_file(dir + "/cuda/train.cpp");
   EXPECT_NE(c.find("gpt2_block_forward<param_t>("), std::string::npos);
   EXPECT_EQ(c.find("cuda_"), std::string::npos);
   EXPECT_NE(c.find("train_main(kProgram"), std::string::npos);
@@ -131,13 +143,7 @@ TEST(CliEmit, CudaOffloadRunsTheOptimizerOnTheHost) {
     CmdResult r = run(fmt::format("emit {0}/offload.fsdp --target {1} -o {0}/{1}", dir, target));
     ASSERT_EQ(r.status, 0) << r.out;
   }
-  auto read = [](const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
-  const std::string g = read(dir + "/cuda/train.cpp"), c = read(dir + "/cpu/train.cpp");
+  const std::string g = read_file(dir + "/cuda/train.cpp"), c = read_file(dir + "/cpu/train.cpp");
   EXPECT_NE(g.find("constexpr int kHostOps[] = {"), std::string::npos);
   EXPECT_NE(g.find(", kHostOps, "), std::string::npos);
   EXPECT_NE(g.find("  step_optimizer(c, 0, host<std::byte>(c, "), std::string::npos);
@@ -165,6 +171,101 @@ TEST(CliEmit, TargetErrors) {
   CmdResult cpu_gpu = run("emit " + spec("tiny.fsdp") + " --target cuda --gpu cpu -o /tmp/x");
   EXPECT_EQ(cpu_gpu.status, 1) << cpu_gpu.out;
   EXPECT_TRUE(has(cpu_gpu, "--gpu cpu is not one")) << cpu_gpu.out;
+}
+
+// --time-passes: one line per compiler pass on stderr, in pipeline order,
+// each with its wall time; none without the flag.
+TEST(CliTimePasses, PrintsEachPassOnceWithItsTime) {
+  const std::regex line(R"(pass (\w+) +(\d+\.\d\d) ms)");
+  for (const char* command : {"plan", "schedule", "emit"}) {
+    const std::string dir = fresh_dir(std::string("cli-time-passes-") + command);
+    const std::string args = std::string(command) + " " + spec("tiny.fsdp") +
+                             (std::string(command) == "emit" ? " --target cpu -o " + dir : "");
+    CmdResult r = run(args + " --time-passes");
+    ASSERT_EQ(r.status, 0) << r.out;
+    std::vector<std::string> passes;
+    std::istringstream in(r.out);
+    for (std::string l; std::getline(in, l);) {
+      std::smatch m;
+      if (!std::regex_match(l, m, line)) continue;
+      passes.push_back(m[1]);
+      EXPECT_GE(std::stod(m[2]), 0.0) << l;
+    }
+    EXPECT_EQ(passes, (std::vector<std::string>{"frontend", "lower", "schedule", "memory"}))
+        << command << "\n"
+        << r.out.substr(0, 2000);
+    CmdResult quiet = run(args);
+    ASSERT_EQ(quiet.status, 0) << quiet.out;
+    EXPECT_FALSE(has(quiet, "pass frontend")) << quiet.out.substr(0, 2000);
+  }
+}
+
+// --sources DIR keeps the generated program beside the build: the very
+// source `fsdpgen emit` writes for the spec, compiled into the binary (whose
+// --print-schedule is the spec's schedule).
+TEST(CliBuild, SourcesKeepsTheEmittedProgram) {
+  const std::string dir = fresh_dir("cli-build-sources");
+  CmdResult b = run("build " + spec("tiny.fsdp") + " --target cpu --sources " + dir + "/src -o " +
+                    dir + "/train");
+  ASSERT_EQ(b.status, 0) << b.out;
+  EXPECT_TRUE(has(b, "fsdpgen: built " + dir + "/train from")) << b.out;
+  CmdResult e = run("emit " + spec("tiny.fsdp") + " --target cpu -o " + dir + "/emitted");
+  ASSERT_EQ(e.status, 0) << e.out;
+  const std::string kept = read_file(dir + "/src/train.cpp");
+  EXPECT_FALSE(kept.empty());
+  EXPECT_TRUE(kept == read_file(dir + "/emitted/train.cpp"))
+      << "the kept source differs from `fsdpgen emit`'s";
+  CmdResult printed = fsdpgen::test::run_command(dir + "/train --print-schedule");
+  ASSERT_EQ(printed.status, 0) << printed.out;
+  CmdResult schedule = run("schedule " + spec("tiny.fsdp") + " --gpu cpu");
+  ASSERT_EQ(schedule.status, 0) << schedule.out;
+  EXPECT_TRUE(printed.out == schedule.out) << printed.out.substr(0, 2000);
+}
+
+// A compiler that fails is fsdpgen's internal error (exit 3): the command is
+// printed, nothing is left behind (neither a binary nor the temporary source).
+TEST(CliBuild, CompilerFailureIsAnInternalError) {
+  for (const char* cxx : {"false", "/nonexistent/c++"}) {
+    const std::string dir = fresh_dir("cli-build-cxx-fails");
+    std::filesystem::create_directories(dir + "/tmp");
+    CmdResult r = fsdpgen::test::run_command(
+        fmt::format("TMPDIR={0}/tmp FSDPGEN_CXX={1} {2} build {3} --target cpu -o {0}/train", dir,
+                    cxx, FSDPGEN_BIN, spec("tiny.fsdp")));
+    EXPECT_EQ(r.status, 3) << cxx << "\n" << r.out;
+    EXPECT_TRUE(has(r, fmt::format("fsdpgen: internal error: compiling the generated program "
+                                   "failed:\n  {} ",
+                                   cxx)))
+        << r.out;
+    EXPECT_TRUE(has(r, " -o " + dir + "/train ")) << r.out;
+    EXPECT_TRUE(has(r, "(run with --sources DIR to keep the source)")) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/train"));
+    EXPECT_TRUE(std::filesystem::is_empty(dir + "/tmp")) << "the temporary source is left behind";
+  }
+}
+
+// Outputs that cannot be written are the user's errors (exit 1), named, and
+// build leaves no binary.
+TEST(CliErrors, UnwritableOutputsAreUserErrors) {
+  const std::string dir = fresh_dir("cli-unwritable");
+  std::ofstream(dir + "/file") << "a file, not a directory\n";
+  CmdResult emit = run("emit " + spec("tiny.fsdp") + " --target cpu -o " + dir + "/file/out");
+  EXPECT_EQ(emit.status, 1) << emit.out;
+  EXPECT_TRUE(has(emit, "fsdpgen: error: cannot create '" + dir + "/file/out'")) << emit.out;
+  CmdResult schedule = run("schedule " + spec("tiny.fsdp") + " -o " + dir);
+  EXPECT_EQ(schedule.status, 1) << schedule.out;
+  EXPECT_TRUE(has(schedule, "fsdpgen: error: cannot write '" + dir + "'")) << schedule.out;
+  CmdResult sources = run("build " + spec("tiny.fsdp") + " --target cpu --sources " + dir +
+                          "/file/src -o " + dir + "/train");
+  EXPECT_EQ(sources.status, 1) << sources.out;
+  EXPECT_TRUE(has(sources, "fsdpgen: error: cannot write '" + dir + "/file/src/train.cpp'"))
+      << sources.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/train"));
+  CmdResult tmp = fsdpgen::test::run_command(
+      fmt::format("TMPDIR={0}/missing {1} build {2} --target cpu -o {0}/train", dir, FSDPGEN_BIN,
+                  spec("tiny.fsdp")));
+  EXPECT_EQ(tmp.status, 1) << tmp.out;
+  EXPECT_TRUE(has(tmp, "fsdpgen: error: cannot create a temporary directory: ")) << tmp.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/train"));
 }
 
 }  // namespace
