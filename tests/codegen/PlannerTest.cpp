@@ -5,6 +5,7 @@
 // of each memory knob on the plan.
 #include <gtest/gtest.h>
 
+#include "codegen/Verify.h"
 #include "tests/codegen/PlanTestUtil.h"
 
 namespace fsdpgen::test {
@@ -53,12 +54,17 @@ int64_t padded_bytes(const Units& u, int64_t bytes, bool skip_root = false) {
   return n;
 }
 
+// Bytes one rank sends per step over every collective: the all-gathers of
+// parameters, the reduce-scatters and all-reduces of gradients, and the
+// all-reduce of the gradient norm (norm_bytes).
 int64_t sent(const Schedule& s) {
   return s.sent_bytes(OpKind::AllGather) + s.sent_bytes(OpKind::ReduceScatter) +
-         s.sent_bytes(OpKind::AllReduce) - (s.units.spec.parallel.shard_group > 1 ? 0 : 0);
+         s.sent_bytes(OpKind::AllReduce);
 }
 
-// Gradient-norm all-reduce: one fp32 partial per rank of the shard group.
+// Gradient-norm all-reduce: one fp32 partial per rank of the shard group, a
+// ring all-reduce of 4 * S bytes (2 * (S - 1) / S of it sent); none when
+// every rank holds whole gradients (S = 1).
 int64_t norm_bytes(const Schedule& s) {
   const int64_t S = s.units.spec.parallel.shard_group;
   return S > 1 ? 2 * 4 * (S - 1) : 0;
@@ -71,6 +77,8 @@ TEST(CommBytes, FullShardIsThreePsi) {
                                 "unit first [embed] unit last [final_norm, head] each block",
                                 "tie_embeddings = false"));
     ASSERT_EQ(p.units.units[0].param_elems, 0);
+    // full_shard all-reduces nothing but the gradient norm.
+    EXPECT_EQ(p.schedule.sent_bytes(OpKind::AllReduce), norm_bytes(p.schedule)) << "world " << W;
     const int64_t psi_b = padded_bytes(p.units, 2);
     EXPECT_EQ(sent(p.schedule) - norm_bytes(p.schedule), 3 * psi_b / W * (W - 1)) << "world " << W;
     // With a root unit, the root is gathered once and stays through backward.
@@ -105,6 +113,8 @@ TEST(CommBytes, HybridAllReducesTheShardOncePerStep) {
     if (op.kind == OpKind::AllReduce && op.unit >= 0) ar += op.sent_bytes();
   // Shards of size Psi/4 all-reduced over 2 replicas: 2 * (Psi/4) * 1/2 each, once.
   EXPECT_EQ(ar, psi_b / 4);
+  // The other all-reduce is the gradient norm's, over the shard group of 4.
+  EXPECT_EQ(p.schedule.sent_bytes(OpKind::AllReduce), ar + norm_bytes(p.schedule));
   EXPECT_EQ(p.schedule.sent_bytes(OpKind::ReduceScatter), 3 * psi_b / 4 * 3);
 }
 
@@ -145,9 +155,14 @@ TEST(Memory, KnobsMoveThePlanTheRightWay) {
   Planned zero2 = plan_text(model(4, "sharding = shard_grad_op"));
   EXPECT_GT(peak_of(zero2, BufferKind::UnshardedParams),
             peak_of(base, BufferKind::UnshardedParams));
+  // One more gathered block in flight at the peak: one block unit's unsharded
+  // fp32 parameters more.
   Planned wider = plan_text(model(4, "prefetch { max_inflight = 3 }"));
-  EXPECT_GE(peak_of(wider, BufferKind::UnshardedParams),
+  EXPECT_GT(peak_of(wider, BufferKind::UnshardedParams),
             peak_of(base, BufferKind::UnshardedParams));
+  EXPECT_EQ(
+      peak_of(wider, BufferKind::UnshardedParams) - peak_of(base, BufferKind::UnshardedParams),
+      base.units.units[1].padded_elems * 4);
   Planned offload = plan_text(model(4, "offload = cpu"));
   EXPECT_EQ(peak_of(offload, BufferKind::OptimizerState), 0);
   EXPECT_GT(offload.memory.host_arena_bytes, 0);
@@ -221,6 +236,16 @@ TEST(Schedule, AccumulateLastReducesOnlyAfterTheLastMicroBatch) {
             4 * p.schedule.sent_bytes(OpKind::ReduceScatter));
 }
 
+int count(const Schedule& s, OpKind kind) {
+  int n = 0;
+  for (const Op& op : s.ops)
+    n += op.kind == kind;
+  return n;
+}
+
+// GPT-1T (128 blocks, width 25600) fully sharded over 512 ranks in bf16 with
+// block recompute: a plan the verifier accepts, with the collectives,
+// traffic, model state and gathered parameters full_shard implies.
 TEST(Schedule, Gpt1TAtWorld512Plans) {
   FrontendResult r = load_spec_file(std::string(FSDPGEN_SOURCE_DIR) + "/specs/gpt-1t.fsdp");
   ASSERT_TRUE(r.spec);
@@ -228,7 +253,39 @@ TEST(Schedule, Gpt1TAtWorld512Plans) {
   EXPECT_GT(u.total_params, 1000000000000);
   Schedule s = build_schedule(u, {0, true, 0});
   MemoryPlan m = plan_memory(s);
-  EXPECT_GT(m.device_arena_bytes, 0);
+  EXPECT_EQ(verify_plan(s, m), std::vector<std::string>{});
+
+  const int64_t W = 512, blocks = 128;
+  ASSERT_EQ(std::ssize(u.units), 1 + blocks);
+  // The root is gathered once and kept; each block is gathered for its
+  // forward and again for its backward; one reduce-scatter per unit (one
+  // micro-batch); the only all-reduce is the gradient norm's.
+  EXPECT_EQ(count(s, OpKind::AllGather), 1 + 2 * blocks);
+  EXPECT_EQ(count(s, OpKind::ReduceScatter), 1 + blocks);
+  EXPECT_EQ(count(s, OpKind::AllReduce), 1);
+  EXPECT_EQ(count(s, OpKind::Recompute), blocks);
+  const int64_t root_bytes = u.units[0].padded_elems * 2, block_bytes = u.units[1].padded_elems * 2;
+  EXPECT_EQ(sent(s), (3 * padded_bytes(u, 2) - root_bytes) / W * (W - 1) + norm_bytes(s));
+
+  auto at_peak = [&](BufferKind k) { return m.peak_by_kind[static_cast<size_t>(k)]; };
+  // Model state: bf16 parameter shards, fp32 master weights, fp32 m and v.
+  const int64_t padded = padded_bytes(u, 1);
+  EXPECT_EQ(at_peak(BufferKind::ParamShard), 2 * padded / W);
+  EXPECT_EQ(at_peak(BufferKind::MasterWeights), 4 * padded / W);
+  EXPECT_EQ(at_peak(BufferKind::OptimizerState), 8 * padded / W);
+  // At most max_inflight blocks are gathered beside the root; a backward needs its own.
+  const int64_t gathered = at_peak(BufferKind::UnshardedParams);
+  EXPECT_GE(gathered, root_bytes + block_bytes);
+  EXPECT_LE(gathered, root_bytes + r.spec->parallel.prefetch.max_inflight * block_bytes);
+
+  // The arena holds at least the model state and every block's saved bf16
+  // input (B x T x C), is within first fit's 5% of the live peak, and reuses.
+  const Spec& spec = *r.spec;
+  const int64_t saved_inputs = blocks * s.micro_batch * spec.model.context * spec.model.width * 2;
+  EXPECT_GE(m.live_peak_bytes, 14 * padded / W + saved_inputs);
+  EXPECT_GE(m.device_arena_bytes, m.live_peak_bytes);
+  EXPECT_LE(m.device_arena_bytes, m.live_peak_bytes * 105 / 100);
+  EXPECT_LT(m.device_arena_bytes, m.naive_bytes);
 }
 
 }  // namespace
