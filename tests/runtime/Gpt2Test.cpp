@@ -3,11 +3,7 @@
 // head and a tiny whole model (embed, 2 blocks, tied head) against the
 // double-precision reference of Reference.h, gradients against finite
 // differences of the reference loss.
-#include <cblas.h>
-#include <omp.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <functional>
@@ -394,62 +390,6 @@ TEST(Gpt2Block, ForwardWithoutOutputFillsSavedOnly) {
     check_forward_without_output<float>(flash);
     check_forward_without_output<bf16>(flash);
   }
-}
-
-// Speed of one block at B=8, T=128, C=128, H=4, F=512 on one thread (OpenMP
-// and OpenBLAS), printed and not asserted. FLOPs count every GEMM densely:
-// forward 2N(4C^2 + 2CF) for the matmuls plus 4BT^2C for attention's two
-// (T x T) products per head; backward twice that.
-template <class T>
-void print_block_speed() {
-  const ref::dims d{8, 128, 128, 4, 512, 0};
-  const gpt2_dims gd = to_gpt2(d);
-  const int64_t N = d.N(), C = d.C, F = d.F;
-  std::mt19937 rng(35);
-  auto params = block_flat<T>(ref::random_block(rng, d), d);
-  std::vector<T> grads(block_flat_elems(d), from_float<T>(0.0f)), out(N * C);
-  std::vector<std::byte> saved(gpt2_block_saved_bytes(gd, sizeof(T))),
-      scratch(gpt2_backward_scratch_bytes(gd, sizeof(T)));
-  const auto s = gpt2_block_saved_at<T>(saved.data(), gd);
-  const auto sc = gpt2_backward_scratch_at<T>(scratch.data(), gd);
-  const auto bp = gpt2_block_params_at<T>(params.data(), gd);
-  const auto bg = gpt2_block_grads_at<T>(grads.data(), gd);
-  const auto x = store<T>(random_vec(rng, N * C)), dout = store<T>(random_vec(rng, N * C));
-  std::copy(x.begin(), x.end(), s.input);
-
-  const int saved_omp = omp_get_max_threads(), saved_blas = openblas_get_num_threads();
-  omp_set_num_threads(1);
-  openblas_set_num_threads(1);
-  auto seconds = [](auto&& f) {
-    double best = 1e30;
-    for (int rep = 0; rep < 6; rep++) {  // the first is a warm-up (best of all)
-      const auto t0 = std::chrono::steady_clock::now();
-      f();
-      best = std::min(best,
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    return best;
-  };
-  const double fwd = seconds([&] { gpt2_block_forward(out.data(), bp, s, gd, workspace()); });
-  const double bwd = seconds([&] {
-    std::copy(dout.begin(), dout.end(), sc.dres);
-    gpt2_block_backward(bg, bp, s, sc, gd, workspace());
-  });
-  omp_set_num_threads(saved_omp);
-  openblas_set_num_threads(saved_blas);
-
-  const double flops = 2.0 * N * (4 * C * C + 2 * C * F) + 4.0 * d.B * d.T * d.T * C;
-  std::printf(
-      "  gpt2 block <%s> B=%lld T=%lld C=%lld H=%lld F=%lld, 1 thread: forward %.2f ms "
-      "(%.1f GFLOP/s), backward %.2f ms (%.1f GFLOP/s), both %.1f GFLOP/s\n",
-      ref::type_name<T>(), static_cast<long long>(d.B), static_cast<long long>(d.T),
-      static_cast<long long>(C), static_cast<long long>(d.H), static_cast<long long>(F), fwd * 1e3,
-      flops / fwd * 1e-9, bwd * 1e3, 2 * flops / bwd * 1e-9, 3 * flops / (fwd + bwd) * 1e-9);
-}
-
-TEST(Gpt2Block, SpeedOneThread) {
-  print_block_speed<float>();
-  print_block_speed<bf16>();
 }
 
 // Final norm, head and loss: losses, and the gradients of dloss_scale * sum(losses).
