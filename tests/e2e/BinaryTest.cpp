@@ -1,8 +1,11 @@
 // Binary: the generated program's interface. --print-schedule, launch errors
 // (wrong rank count, different binaries on one job, started alone), weights
-// saved and loaded with Hugging Face names, bad inputs, the measured trace
-// and the memory and allocation report.
+// saved and loaded with Hugging Face names, --seed, a failed --save, bad
+// inputs, learning text and token files, the measured trace and the memory
+// and allocation report.
+#include <cmath>
 #include <fstream>
+#include <map>
 #include <regex>
 
 #include "tests/e2e/E2e.h"
@@ -116,6 +119,145 @@ TEST(Binary, SavedWeightsLoadBackAndGiveTheSameLosses) {
   EXPECT_NEAR(a[0], b[0], 1e-5 * a[0]);
 }
 
+// The lines of --metrics without what is measured (the step's time and its
+// live peak, which depends on how the streams' ops interleaved): step, loss,
+// lr, grad_norm, skipped, loss scale.
+std::vector<nlohmann::json> computed_metrics(const std::filesystem::path& metrics) {
+  std::vector<nlohmann::json> lines = read_metrics(metrics);
+  for (nlohmann::json& line : lines) {
+    line.erase("ms");
+    line.erase("live_peak_bytes");
+  }
+  return lines;
+}
+
+// --seed chooses the initial weights (the spec's seed when absent), and one
+// seed gives the same run bit for bit.
+TEST(Binary, SeedChoosesTheInitialWeightsAndRepeatsTheRun) {
+  std::string spec = two_ranks().spec();
+  spec.replace(spec.find("seed = 1337"), 11, "seed = 4242");  // not the usual default
+  auto bin = shared_binary(e2e_dir("binary_seed"), spec);
+  auto dir = bin.parent_path();
+  auto initial_weights = [&](const std::string& seed) {
+    CmdResult r =
+        run_binary(2, bin, fmt::format("--steps 0 --seed {} --save w{}.safetensors", seed, seed));
+    EXPECT_EQ(r.status, 0) << r.out;
+    return safetensors_tensor_bytes(dir / fmt::format("w{}.safetensors", seed));
+  };
+  const std::string w4242 = initial_weights("4242"), w1337 = initial_weights("1337");
+  ASSERT_FALSE(w4242.empty());
+  EXPECT_EQ(w4242.size(), w1337.size());
+  EXPECT_FALSE(w4242 == w1337) << "two seeds gave the same initial weights";
+
+  // 3 steps: the metrics (all but the measured) and the trained weights.
+  struct run_result {
+    std::vector<nlohmann::json> metrics;
+    std::string weights;
+  };
+  auto train = [&](const std::string& name, const std::string& flags) {
+    CmdResult r = run_binary(
+        2, bin,
+        fmt::format("--steps 3 {} --metrics {}.jsonl --save {}.safetensors", flags, name, name));
+    EXPECT_EQ(r.status, 0) << r.out;
+    return run_result{computed_metrics(dir / (name + ".jsonl")),
+                      safetensors_tensor_bytes(dir / (name + ".safetensors"))};
+  };
+  const run_result spec_seed = train("spec_seed", ""), seeded = train("seeded", "--seed 4242"),
+                   again = train("again", "--seed 4242"), other = train("other", "--seed 1337");
+  ASSERT_EQ(seeded.metrics.size(), 3u);
+  EXPECT_EQ(seeded.metrics, again.metrics);
+  EXPECT_TRUE(seeded.weights == again.weights) << "one seed, two different runs";
+  EXPECT_EQ(spec_seed.metrics, seeded.metrics) << "without --seed, the spec's seed (4242)";
+  EXPECT_TRUE(spec_seed.weights == seeded.weights);
+  ASSERT_EQ(other.metrics.size(), 3u);
+  EXPECT_NE(other.metrics[0]["loss"], seeded.metrics[0]["loss"]);
+  EXPECT_FALSE(other.weights == seeded.weights);
+}
+
+// Built into dir/fail.so: open() without O_CREAT of a path that contains
+// $FSDPGEN_TEST_FAIL_REOPEN fails with EIO, so that a rank other than 0
+// cannot open the file rank 0 created, even as root.
+std::filesystem::path failing_reopen_library(const std::filesystem::path& dir) {
+  std::ofstream(dir / "fail.c") << R"(#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int (*open_fn)(const char*, int, ...);
+
+static int open_unless_told(const char* real_name, const char* path, int flags, int mode) {
+  const char* m = getenv("FSDPGEN_TEST_FAIL_REOPEN");
+  if (m && *m && path && strstr(path, m) && !(flags & O_CREAT)) {
+    errno = EIO;
+    return -1;
+  }
+  return ((open_fn)dlsym(RTLD_NEXT, real_name))(path, flags, mode);
+}
+
+/* The mode is read whatever the flags: harmless where the caller passed none. */
+int open(const char* path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  int mode = va_arg(ap, int);
+  va_end(ap);
+  return open_unless_told("open", path, flags, mode);
+}
+
+int open64(const char* path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  int mode = va_arg(ap, int);
+  va_end(ap);
+  return open_unless_told("open64", path, flags, mode);
+}
+)";
+  CmdResult r = run_command(fmt::format("cc -shared -fPIC -O1 -U_FORTIFY_SOURCE -o {} {} -ldl",
+                                        (dir / "fail.so").string(), (dir / "fail.c").string()));
+  EXPECT_EQ(r.status, 0) << r.out;
+  return dir / "fail.so";
+}
+
+// A --save that fails keeps the file it would replace byte for byte, exits 1
+// and names the file: when keep.safetensors.partial cannot be created (a
+// directory has its name), and when rank 1 cannot open it to write its
+// shards after rank 0 created it (then the partial file is removed too).
+TEST(Binary, AFailedSaveKeepsTheOldFile) {
+  auto bin = binary("default", two_ranks());
+  auto dir = bin.parent_path();
+  const std::filesystem::path kept = dir / "keep.safetensors",
+                              partial = dir / "keep.safetensors.partial";
+  std::filesystem::remove_all(partial);
+  ASSERT_EQ(run_binary(2, bin, "--steps 0 --save keep.safetensors").status, 0);
+  const std::string old = file_bytes(kept);
+  ASSERT_FALSE(old.empty());
+
+  std::filesystem::create_directory(partial);
+  CmdResult blocked = run_binary(2, bin, "--steps 2 --save keep.safetensors");
+  EXPECT_EQ(blocked.status, 1) << blocked.out;
+  EXPECT_NE(blocked.out.find("cannot create keep.safetensors.partial: Is a directory"),
+            std::string::npos)
+      << blocked.out;
+  EXPECT_TRUE(file_bytes(kept) == old) << "the old file changed";
+  std::filesystem::remove(partial);
+
+  const std::filesystem::path lib = failing_reopen_library(dir);
+  allow_mpi_as_root();
+  CmdResult failed = run_command(fmt::format(
+      "cd {} && FSDPGEN_TEST_FAIL_REOPEN=keep.safetensors.partial LD_PRELOAD={} timeout 300 {} "
+      "--steps 2 --save keep.safetensors",
+      dir.string(), lib.string(), launch(2, bin)));
+  EXPECT_EQ(failed.status, 1) << failed.out;
+  EXPECT_NE(failed.out.find("rank 1: error: cannot open keep.safetensors.partial: Input/output "
+                            "error"),
+            std::string::npos)
+      << failed.out;
+  EXPECT_TRUE(file_bytes(kept) == old) << "the old file changed";
+  EXPECT_FALSE(std::filesystem::exists(partial));
+}
+
 TEST(Binary, BadInputsGiveLocatedErrorsOnEveryRankWithoutHanging) {
   auto bin = binary("default", two_ranks());
   auto dir = bin.parent_path();
@@ -149,34 +291,121 @@ TEST(Binary, BadInputsGiveLocatedErrorsOnEveryRankWithoutHanging) {
 }
 
 // llm.c's token file: 256 int32 header (magic, version 1, count), uint16 tokens.
-void write_tokens(const std::filesystem::path& p, int magic, int count) {
+void write_tokens(const std::filesystem::path& p, int magic, const std::vector<uint16_t>& tokens) {
   std::ofstream out(p, std::ios::binary);
-  int32_t header[256] = {magic, 1, count};
+  int32_t header[256] = {magic, 1, static_cast<int32_t>(tokens.size())};
   out.write(reinterpret_cast<const char*>(header), sizeof header);
-  for (int i = 0; i < count; ++i) {
-    uint16_t t = static_cast<uint16_t>((i * 7 + i / 5) % 64);
-    out.write(reinterpret_cast<const char*>(&t), 2);
-  }
+  out.write(reinterpret_cast<const char*>(tokens.data()),
+            static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
 }
 
-TEST(Binary, TrainsOnTextAndTokenFiles) {
-  E2eConfig bytes = two_ranks();
-  std::string spec = bytes.spec();
-  spec.replace(spec.find("vocab = 64"), 10, "vocab = 256");  // byte-level text needs 256
-  auto text_bin = shared_binary(e2e_dir("binary_bytes"), spec);
-  std::string text;
-  for (int i = 0; i < 200; ++i)
-    text += "the quick brown fox jumps over the lazy dog. ";
-  std::ofstream(text_bin.parent_path() / "input.txt") << text;
-  CmdResult t = run_binary(2, text_bin, "--steps 3 --data input.txt");
-  EXPECT_EQ(t.status, 0) << t.out;
-  EXPECT_NE(t.out.find("data: text input.txt"), std::string::npos) << t.out;
+// A deterministic stream over 64 ids: each token is the previous plus 7, or
+// plus 8 at every fifth.
+std::vector<uint16_t> stepping_tokens(int count) {
+  std::vector<uint16_t> tokens;
+  for (int i = 0; i < count; ++i)
+    tokens.push_back(static_cast<uint16_t>((i * 7 + i / 5) % 64));
+  return tokens;
+}
 
-  auto bin = binary("default", two_ranks());
-  write_tokens(bin.parent_path() / "train.bin", 20240520, 5000);
-  CmdResult ok = run_binary(2, bin, "--steps 3 --data train.bin");
-  EXPECT_EQ(ok.status, 0) << ok.out;
-  write_tokens(bin.parent_path() / "bad.bin", 12345, 5000);
+// The entropy in nats of the symbols' frequencies: the loss of the best
+// model that ignores the context.
+template <class Symbols>
+double unigram_entropy_nats(const Symbols& symbols) {
+  std::map<int, double> counts;
+  for (auto s : symbols)
+    counts[static_cast<int>(s)] += 1;
+  double h = 0;
+  for (const auto& [symbol, n] : counts) {
+    const double p = n / static_cast<double>(symbols.size());
+    h -= p * std::log(p);
+  }
+  return h;
+}
+
+// What a run on the file `data` (read as `kind`: text or tokens) learned:
+// its first and last losses, and the trained weights' loss (one step's,
+// computed before its update) on `data` and on `shuffled`, the same symbols
+// in another order.
+struct learned {
+  double first, last, on_data, on_shuffled;
+};
+
+learned train_and_score(const std::filesystem::path& bin, int steps, const std::string& kind,
+                        const std::string& data, const std::string& shuffled) {
+  CmdResult r = run_binary(2, bin,
+                           fmt::format("--steps {} --data {} --metrics train.jsonl --save "
+                                       "trained.safetensors",
+                                       steps, data));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find(fmt::format("data: {} {}:", kind, data)), std::string::npos) << r.out;
+  const std::vector<double> losses = read_losses(bin.parent_path() / "train.jsonl");
+  EXPECT_EQ(losses.size(), static_cast<size_t>(steps)) << r.out;
+  if (losses.empty()) return {};
+  auto score = [&](const std::string& file) {
+    CmdResult s = run_binary(
+        2, bin,
+        fmt::format("--steps 1 --data {} --init-from trained.safetensors --metrics score.jsonl",
+                    file));
+    EXPECT_EQ(s.status, 0) << s.out;
+    const std::vector<double> l = read_losses(bin.parent_path() / "score.jsonl");
+    return l.size() == 1 ? l[0] : NAN;
+  };
+  return {losses.front(), losses.back(), score(data), score(shuffled)};
+}
+
+// Trained on a text (or token stream) with a fixed order, the model learns
+// the order: its loss ends well below the symbols' unigram entropy (what a
+// model of frequencies alone reaches), and the trained weights score the same
+// symbols in another order above it. A loader that fed zeros, targets equal
+// to the inputs or a reader that ignored the file would score both orders
+// alike.
+void expect_learned(const learned& l, double unigram_nats) {
+  std::printf(
+      "loss %.4f -> %.4f; trained weights: %.4f on the data, %.4f reordered; unigram "
+      "entropy %.4f\n",
+      l.first, l.last, l.on_data, l.on_shuffled, unigram_nats);
+  EXPECT_LT(l.last, unigram_nats / 2);
+  EXPECT_LT(l.on_data, unigram_nats / 2);
+  EXPECT_GT(l.on_shuffled, unigram_nats);
+}
+
+// A spec of n steps (its learning-rate schedule spans them) and vocab.
+std::string learning_spec(int steps, int vocab) {
+  E2eConfig c = two_ranks();
+  c.steps = steps;
+  std::string spec = c.spec();
+  spec.replace(spec.find("vocab = 64"), 10, fmt::format("vocab = {}", vocab));
+  return spec;
+}
+
+constexpr int kLearnSteps = 200;
+
+TEST(Binary, LearnsTheOrderOfATextFile) {
+  auto bin = shared_binary(e2e_dir("binary_bytes"), learning_spec(kLearnSteps, 256));
+  const std::string sentence = "the quick brown fox jumps over the lazy dog. ";
+  // Each word reversed: the same bytes, as often, in another order.
+  const std::string reversed = "eht kciuq nworb xof spmuj revo eht yzal .god ";
+  std::string text, other;
+  for (int i = 0; i < 200; ++i)
+    text += sentence, other += reversed;
+  std::ofstream(bin.parent_path() / "input.txt") << text;
+  std::ofstream(bin.parent_path() / "reversed.txt") << other;
+  ASSERT_EQ(unigram_entropy_nats(text), unigram_entropy_nats(other));
+  expect_learned(train_and_score(bin, kLearnSteps, "text", "input.txt", "reversed.txt"),
+                 unigram_entropy_nats(text));
+}
+
+TEST(Binary, LearnsTheOrderOfATokenFileAndRefusesABadOne) {
+  auto bin = shared_binary(e2e_dir("binary_tokens"), learning_spec(kLearnSteps, 64));
+  const std::vector<uint16_t> tokens = stepping_tokens(5000);
+  const std::vector<uint16_t> backwards(tokens.rbegin(), tokens.rend());
+  write_tokens(bin.parent_path() / "train.bin", 20240520, tokens);
+  write_tokens(bin.parent_path() / "backwards.bin", 20240520, backwards);
+  expect_learned(train_and_score(bin, kLearnSteps, "tokens", "train.bin", "backwards.bin"),
+                 unigram_entropy_nats(tokens));
+
+  write_tokens(bin.parent_path() / "bad.bin", 12345, tokens);
   CmdResult bad = run_binary(2, bin, "--steps 3 --data bad.bin");
   EXPECT_EQ(bad.status, 1) << bad.out;
   EXPECT_NE(bad.out.find("bad.bin"), std::string::npos) << bad.out;
