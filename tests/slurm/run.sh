@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/slurm/run.sh: run an MPI binary on a throwaway one-node Slurm cluster.
 #
-#   bash tests/slurm/run.sh BINARY [ARGS...]
+#   bash tests/slurm/run.sh [--expect-training] BINARY [ARGS...]
 #
 # Starts, on this machine and entirely inside a fresh temporary directory:
 #   - munged (only if no working munged answers on the default socket; ours
@@ -11,9 +11,13 @@
 # waits until the node is idle, runs
 #   srun -n 2 --mpi=pmix BINARY ARGS...
 # and always tears down what it started (trap on EXIT), leaving no daemons.
+# With --expect-training (BINARY is a generated training binary) it then
+# checks srun's output: the header says NTASKS ranks launched by srun, every
+# step ran, and the loss is finite and falls from the first step to the last.
 #
-# Exit status: 0 when srun succeeded; 1 on any failure of the cluster or of
-# the binary (srun output and the daemon logs are printed); 77 (CTest skip)
+# Exit status: 0 when srun succeeded (and the output passed the checks); 1 on
+# any failure of the cluster, of the binary or of the checks (srun output and
+# the daemon logs are printed); 77 (CTest skip)
 # when Slurm cannot run here for an environmental reason, printed as
 # "SKIPPED: <reason>".  No system file is changed (nothing under /etc or /run).
 #
@@ -37,7 +41,7 @@ fail() { echo "slurm-test: FAILED: $*" >&2; dump_logs; exit 1; }
 skip() { echo "slurm-test: SKIPPED: $*"; exit 77; }
 
 usage() {
-    echo "usage: bash tests/slurm/run.sh BINARY [ARGS...]" >&2
+    echo "usage: bash tests/slurm/run.sh [--expect-training] BINARY [ARGS...]" >&2
     exit 2
 }
 
@@ -304,6 +308,30 @@ run_srun() {
     say "srun succeeded"
 }
 
+# The output of a generated training binary (runtime/train.cpp): its header
+# says "NTASKS ranks (...), launched by srun", the last step "step N/N |" ran
+# and the summary "done: N steps in ... | loss FIRST -> LAST |" has finite
+# losses with LAST below FIRST.
+check_training() {
+    local out=$WORK/srun.out summary total steps first last
+    grep -qE "^  $NTASKS ranks \(.*\), launched by srun, " "$out" ||
+        fail "the header does not say $NTASKS ranks launched by srun"
+    total=$(sed -nE 's#^step +[0-9]+/([0-9]+) \|.*#\1#p' "$out" | tail -n 1)
+    [[ -n $total ]] || fail "no step line in the output"
+    grep -qE "^step $total/$total \| loss " "$out" || fail "the last step ($total) did not run"
+    summary=$(grep -E '^done: ' "$out" | tail -n 1 || true)
+    local re='^done: ([0-9]+) steps in .* \| loss ([^ ]+) -> ([^ ]+) \|'
+    [[ $summary =~ $re ]] || fail "no summary line ('done: N steps ... | loss A -> B |')"
+    steps=${BASH_REMATCH[1]} first=${BASH_REMATCH[2]} last=${BASH_REMATCH[3]}
+    ((steps == total)) || fail "$steps steps ran of $total"
+    [[ $first =~ ^[0-9]+\.[0-9]+$ && $last =~ ^[0-9]+\.[0-9]+$ ]] ||
+        fail "losses not finite: $first -> $last"
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' ||
+        fail "the loss did not fall: $first -> $last"
+    say "training output checked: $NTASKS ranks launched by srun, $steps of $total steps," \
+        "loss $first -> $last"
+}
+
 # --- teardown --------------------------------------------------------------
 
 teardown() {
@@ -344,8 +372,13 @@ teardown() {
 # --- main ------------------------------------------------------------------
 
 main() {
+    local expect_training=0
+    if [[ ${1:-} == --expect-training ]]; then
+        expect_training=1
+        shift
+    fi
     (($# >= 1)) || usage
-    ensure_root "$@"
+    if ((expect_training)); then ensure_root --expect-training "$@"; else ensure_root "$@"; fi
     scrub_environment
     check_tools
     local bin
@@ -370,6 +403,7 @@ main() {
     start_slurm
     wait_node_idle
     run_srun "$bin" "$@"
+    if ((expect_training)); then check_training; fi
 }
 
 main "$@"
