@@ -5,8 +5,9 @@
 // the MPI test mode and, where every rank has a GPU of its own, with NCCL
 // (ranks sharing a GPU check instead that NCCL mode is refused with a hint).
 // Run it under `mpirun -n 2` (ranks sharing one GPU) or alone (world 1).
-// Rank 0 prints one line per check. Exit status: 0 all passed, 1 a mismatch
-// or an error, 77 no usable GPU (printed as "no CUDA device: <reason>").
+// Rank 0 prints one line per check, then "N check(s) run, M failed". Exit
+// status: 0 all passed, 1 a mismatch or an error, 77 no usable GPU (printed
+// as "no CUDA device: <reason>").
 // Values are small integers, exact in bf16, so every sum is exact.
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -222,6 +223,16 @@ bool same(const std::vector<T>& got, const std::vector<T>& want, const std::stri
   return false;
 }
 
+// Checks run and failed.
+struct tally {
+  int checks = 0, failures = 0;
+  tally& operator+=(const tally& t) {
+    checks += t.checks;
+    failures += t.failures;
+    return *this;
+  }
+};
+
 // One mode and shard-group size: the CPU and GPU communicators and a stream per stream_id.
 struct setup {
   const char* mode_name;
@@ -230,7 +241,7 @@ struct setup {
   const comm_groups& cpu;
   const gpu_comm_groups& gpu;
   cudaStream_t streams[kStreamCount];
-  int failures = 0;
+  tally counted;
 
   cudaStream_t stream(stream_id s) const { return streams[static_cast<int>(s)]; }
   const gpu_comm& comm(stream_id s, comm_group g) const { return gpu_comm_of(gpu, s, g); }
@@ -251,7 +262,8 @@ struct setup {
   // Agrees on every rank's result; rank 0 prints the line.
   void report(const std::string& what, bool ok) {
     const bool all_ok = all_ranks(ok);
-    if (!all_ok) ++failures;
+    ++counted.checks;
+    if (!all_ok) ++counted.failures;
     if (cpu.rank == 0) {
       std::printf("%s %s\n", all_ok ? "ok  " : "FAIL", what.c_str());
       std::fflush(stdout);
@@ -474,12 +486,12 @@ void check_capture_refused(setup& st) {
             error.find("CUDA graph") != std::string::npos && end == cudaSuccess);
 }
 
-// Every check of one mode and shard-group size; returns the failures.
-int check_mode(const char* mode_name, gpu_comm_mode mode, int64_t world, int64_t shard_group) {
+// Every check of one mode and shard-group size.
+tally check_mode(const char* mode_name, gpu_comm_mode mode, int64_t world, int64_t shard_group) {
   const fake_program p(world, shard_group);
   comm_groups cpu = comm_create(shard_group);
   gpu_comm_groups gpu = gpu_comm_create(p.get(), mode, cpu);
-  setup st{mode_name, mode, shard_group, cpu, gpu, {}};
+  setup st{mode_name, mode, shard_group, cpu, gpu, {}, {}};
   for (cudaStream_t& s : st.streams)
     CUDA_CHECK(cudaStreamCreate(&s));
 
@@ -507,12 +519,12 @@ int check_mode(const char* mode_name, gpu_comm_mode mode, int64_t world, int64_t
     CUDA_CHECK(cudaStreamDestroy(s));
   gpu_comm_destroy(gpu);
   comm_destroy(cpu);
-  return st.failures;
+  return st.counted;
 }
 
 // Ranks sharing a GPU: NCCL mode is refused on every rank, and the ranks
 // short of a GPU name the test mode.
-int check_nccl_refused(int rank) {
+tally check_nccl_refused(int rank) {
   bool agreed = false;
   std::string message;
   try {
@@ -529,7 +541,7 @@ int check_nccl_refused(int rank) {
     std::printf("%s nccl mode is refused on every rank when ranks share a GPU\n",
                 all_ok ? "ok  " : "FAIL");
   std::fflush(stdout);
-  return all_ok ? 0 : 1;
+  return tally{1, all_ok ? 0 : 1};
 }
 
 int run() {
@@ -564,19 +576,19 @@ int run() {
   int count = 0;
   CUDA_CHECK(cudaGetDeviceCount(&count));
   const bool nccl_possible = all_ranks(local_size() <= count);
-  int failures = 0;
+  tally all;
   for (int64_t s = 1; s <= world; ++s) {
     if (world % s != 0) continue;
     gpu_select_device(gpu_comm_mode::mpi_test);
-    failures += check_mode("mpi_test", gpu_comm_mode::mpi_test, world, s);
+    all += check_mode("mpi_test", gpu_comm_mode::mpi_test, world, s);
     if (nccl_possible) {
       gpu_select_device(gpu_comm_mode::nccl);
-      failures += check_mode("nccl", gpu_comm_mode::nccl, world, s);
+      all += check_mode("nccl", gpu_comm_mode::nccl, world, s);
     }
   }
-  if (!nccl_possible) failures += check_nccl_refused(rank);
-  if (rank == 0) std::printf("%d check(s) failed\n", failures);
-  return failures == 0 ? 0 : 1;
+  if (!nccl_possible) all += check_nccl_refused(rank);
+  if (rank == 0) std::printf("%d check(s) run, %d failed\n", all.checks, all.failures);
+  return all.failures == 0 ? 0 : 1;
 }
 
 }  // namespace
