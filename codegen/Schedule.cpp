@@ -519,19 +519,6 @@ bool runs_on_host(const Schedule& s, const Op& op) {
   return true;  // no buffer at all: the norm's partial sums, which the host stream holds
 }
 
-std::vector<RankCollective> collectives_for_rank(const Schedule& s, int64_t rank) {
-  const int64_t S = s.units.spec.parallel.shard_group;
-  std::vector<RankCollective> out;
-  for (const Op& op : s.ops) {
-    if (op.group == CommGroup::None) continue;
-    int64_t index = op.group == CommGroup::Shard     ? rank / S
-                    : op.group == CommGroup::Replica ? rank % S
-                                                     : 0;
-    out.push_back({op.kind, op.group, index, op.group_size, op.payload_bytes, op.unit});
-  }
-  return out;
-}
-
 std::string print_schedule(const Schedule& s) {
   const Spec& spec = s.units.spec;
   const ParallelSpec& p = spec.parallel;

@@ -149,20 +149,6 @@ Schedule build_schedule(const Units& units, const ScheduleOptions& options = {})
 // device never waits for the host.
 bool runs_on_host(const Schedule& s, const Op& op);
 
-// A collective as one rank takes part in it: which communicator (the rank's
-// shard group r / S, its replica group r % S, or the world) and what moves.
-// Every member of a communicator must see the same sequence on it.
-struct RankCollective {
-  OpKind kind = OpKind::AllGather;
-  CommGroup group = CommGroup::None;
-  int64_t group_index = 0;
-  int64_t group_size = 1;
-  int64_t payload_bytes = 0;
-  int unit = -1;
-  bool operator==(const RankCollective&) const = default;
-};
-std::vector<RankCollective> collectives_for_rank(const Schedule& s, int64_t rank);
-
 // Text form: per stream, one op a line with bytes and dependencies.
 std::string print_schedule(const Schedule& s);
 // Machine-readable, stable JSON.

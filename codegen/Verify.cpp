@@ -25,7 +25,7 @@ class Verifier {
     inflight_bound();
     memory_disjoint_and_ordered();
     peak_breakdown();
-    same_collectives_on_every_member();
+    group_sizes_match();
     hybrid_all_reduce_once();
     device_never_waits_for_the_host();
     return errors_;
@@ -163,22 +163,12 @@ class Verifier {
            m_.live_peak_bytes);
   }
 
-  void same_collectives_on_every_member() {
+  // Every rank runs this one op list, so every member of a communicator
+  // issues the same collectives in the same order by construction (and the
+  // binaries agree on a hash of the schedule before the first step); what
+  // can still disagree is a collective's group size and its group's.
+  void group_sizes_match() {
     const ParallelSpec& p = s_.units.spec.parallel;
-    // Sequence each communicator sees, from its first member; every other member must match.
-    std::map<std::pair<int, int64_t>, std::vector<RankCollective>> seen;
-    const int64_t ranks = std::min<int64_t>(p.world, 1024);
-    for (int64_t r = 0; r < ranks; ++r) {
-      std::map<std::pair<int, int64_t>, std::vector<RankCollective>> mine;
-      for (const RankCollective& c : collectives_for_rank(s_, r))
-        mine[{static_cast<int>(c.group), c.group_index}].push_back(c);
-      for (auto& [key, seq] : mine) {
-        auto [it, fresh] = seen.emplace(key, seq);
-        if (!fresh && it->second != seq)
-          fail("rank {} sees a different collective sequence on {} group {} than its other members",
-               r, to_string(static_cast<CommGroup>(key.first)), key.second);
-      }
-    }
     for (const Op& op : s_.ops) {
       int64_t want = op.group == CommGroup::Shard     ? p.shard_group
                      : op.group == CommGroup::Replica ? p.replicas()

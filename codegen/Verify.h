@@ -4,8 +4,9 @@
 // comes after the last backward that writes its gradients and depends on it;
 // max_inflight holds; live buffers never share bytes, and a buffer that
 // reuses another's bytes is ordered after its Free; the peak breakdown sums
-// to the peak; every member of every communicator sees the same collective
-// sequence; hybrid all-reduces come once per step, after the last
+// to the peak; each collective's group size is its group's (every rank runs
+// the one op list, so the collective sequences agree by construction);
+// hybrid all-reduces come once per step, after the last
 // micro-batch; with offload, the ops a GPU program runs on the host use host
 // memory only and no op on the device waits for one. Returns one message per
 // violation (empty: all hold).
