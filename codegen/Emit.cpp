@@ -640,7 +640,7 @@ class Writer {
       std::string deps = fmt::format("kDeps{}", op.id);
       out += int_array(deps, op.deps);
       rows += fmt::format(
-          "    {{{}, stream_id::{}, op_kind::{}, {}, comm_group::{}, {}, {}, {}}},\n", op.id,
+          "    {{{}, stream_id::{}, op_kind::{}, {}, comm_group::{}, {}, {}, {}, {}}},\n", op.id,
           kStreamEnum[static_cast<int>(op.stream)], kOpKindEnum[static_cast<int>(op.kind)],
           cpp_string(op.label()), kGroupEnum[static_cast<int>(op.group)], op.payload_bytes,
           op.deps.empty() ? std::string("nullptr, 0") : fmt::format("{}, {}", deps, op.deps.size()),

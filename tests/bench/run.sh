@@ -2,8 +2,8 @@
 # CPU benchmark of generated binaries: for the tiny spec and a ~10M-parameter
 # spec, at 1 and 2 ranks on this machine, prints tokens/s, the fraction of
 # communication time hidden behind compute (from the measured trace of one
-# step) and the measured peak memory per rank against the plan, then the
-# ratios. Figures come from one run of each binary; nothing is asserted.
+# step), the arena per rank as the kernel counts it against the plan and the
+# process's peak resident set, then the ratios. Figures come from one run of each binary; nothing is asserted.
 #   bash tests/bench/run.sh [STEPS]      (needs a built fsdpgen in build/)
 set -euo pipefail
 
@@ -20,7 +20,8 @@ fi
 field() { sed -nE "s#.*$2.*#\1#p" <<<"$1" | head -1; }
 
 declare -A tps
-printf '%-10s %5s %12s %10s %14s %14s\n' spec ranks tokens/s hidden "peak MiB" "planned MiB"
+printf '%-10s %5s %12s %10s %14s %14s %14s\n' spec ranks tokens/s hidden "arena MiB" "planned MiB" \
+  "process MiB"
 for spec in tiny small-10m; do
   for ranks in 1 2; do
     bin="$work/$spec-$ranks"
@@ -30,12 +31,15 @@ for spec in tiny small-10m; do
     out=$("${launch[@]}" --steps "$steps" --log-every 1000 --trace "$work/trace.json" \
       --trace-step $((steps - 1)) 2>&1) || { echo "$out"; exit 1; }
     done_line=$(grep '^done:' <<<"$out")
+    memory_line=$(grep '^memory per rank' <<<"$out")
     trace_line=$(grep '^trace:' <<<"$out")
     t=$(field "$done_line" '\| ([0-9,]+) tok/s' | tr -d ,)
     tps[$spec-$ranks]=$t
     hidden=$(field "$trace_line" 'compute: ([0-9]+%)')
-    printf '%-10s %5s %12s %10s %14s %14s\n' "$spec" "$ranks" "$t" "${hidden:-no comm}" \
-      "$(field "$done_line" 'peak ([0-9.]+) MiB')" "$(field "$done_line" 'of ([0-9.]+) MiB planned')"
+    printf '%-10s %5s %12s %10s %14s %14s %14s\n' "$spec" "$ranks" "$t" "${hidden:-no comm}" \
+      "$(field "$memory_line" 'arena ([0-9.]+) MiB resident')" \
+      "$(field "$memory_line" 'planned ([0-9.]+) MiB')" \
+      "$(field "$memory_line" 'process ([0-9.]+) MiB resident at most')"
   done
 done
 echo

@@ -203,6 +203,75 @@ inline std::vector<double> train_losses(const std::string& name, const E2eConfig
   return read_losses(dir / "metrics.jsonl");
 }
 
+// Built into dir/fail.so, for LD_PRELOAD: open() of a path containing
+// $FSDPGEN_TEST_FAIL_OPEN, open() without O_CREAT of one containing
+// $FSDPGEN_TEST_FAIL_REOPEN (a rank opening the file rank 0 created), and
+// rename() to one containing $FSDPGEN_TEST_FAIL_RENAME (or of a .partial
+// directory to one ending in $FSDPGEN_TEST_FAIL_RENAME_END) fail, so that a
+// chosen save fails even for root, who may write anywhere.
+inline std::filesystem::path failing_io_library(const std::filesystem::path& dir) {
+  std::ofstream(dir / "fail.c") << R"(#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int matches(const char* var, const char* path) {
+  const char* m = getenv(var);
+  return m && *m && path && strstr(path, m);
+}
+
+typedef int (*open_fn)(const char*, int, ...);
+
+static int open_unless_told(const char* real_name, const char* path, int flags, int mode) {
+  if (matches("FSDPGEN_TEST_FAIL_OPEN", path) ||
+      (matches("FSDPGEN_TEST_FAIL_REOPEN", path) && !(flags & O_CREAT))) {
+    errno = EIO;
+    return -1;
+  }
+  return ((open_fn)dlsym(RTLD_NEXT, real_name))(path, flags, mode);
+}
+
+/* The mode is read whatever the flags: harmless where the caller passed none. */
+int open(const char* path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  int mode = va_arg(ap, int);
+  va_end(ap);
+  return open_unless_told("open", path, flags, mode);
+}
+
+int open64(const char* path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  int mode = va_arg(ap, int);
+  va_end(ap);
+  return open_unless_told("open64", path, flags, mode);
+}
+
+static int ends_with(const char* var, const char* path) {
+  const char* m = getenv(var);
+  size_t n = m ? strlen(m) : 0, p = path ? strlen(path) : 0;
+  return n && p >= n && strcmp(path + p - n, m) == 0;
+}
+
+int rename(const char* from, const char* to) {
+  if (matches("FSDPGEN_TEST_FAIL_RENAME", to) ||
+      (ends_with("FSDPGEN_TEST_FAIL_RENAME_END", to) && strstr(from, ".partial"))) {
+    errno = EXDEV;
+    return -1;
+  }
+  return ((int (*)(const char*, const char*))dlsym(RTLD_NEXT, "rename"))(from, to);
+}
+)";
+  CmdResult r = run_command(fmt::format("cc -shared -fPIC -O1 -U_FORTIFY_SOURCE -o {} {} -ldl",
+                                        (dir / "fail.so").string(), (dir / "fail.c").string()));
+  EXPECT_EQ(r.status, 0) << r.out;
+  return dir / "fail.so";
+}
+
 // fp16 loss scaling around an injected overflow in 0-based step k of a
 // binary's `steps` (args: more flags, e.g. --comm): step k alone is skipped,
 // the loss scale is 2^16 up to it and 2^15 after, losses and the other steps'
