@@ -73,6 +73,7 @@ struct options {
   std::string metrics;
   int64_t inject_overflow = -1;
   int64_t inject_leak_bytes = 0;
+  double inject_grad_scale = 1;
   bool resume = false;
   std::string resume_from;  // empty: the newest checkpoint in the checkpoint directory
   int64_t checkpoint_every = -1;
@@ -280,6 +281,8 @@ int run(const program& p, const options& o, const launch_info& li, const backend
     const double grad_scale = loss_scaler_grad_scale(scaler);
     c.grad_scale = static_cast<float>(grad_scale);
     c.dloss_scale = static_cast<float>(grad_scale / tokens_per_step);
+    // As a wrong average across ranks would: every gradient scaled, unknown to the optimizer.
+    if (p.world > 1) c.dloss_scale *= static_cast<float>(o.inject_grad_scale);
     // As an fp16 overflow would: every gradient of this step becomes non-finite.
     if (step == o.inject_overflow) c.dloss_scale = std::numeric_limits<float>::infinity();
     c.optimizer_step = scaler.applied_steps + 1;
@@ -480,6 +483,10 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
                  "testing aid: every step allocates this many bytes on the heap and keeps them, "
                  "which the memory report must show")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--inject-grad-scale", o.inject_grad_scale,
+                 "testing aid: at world > 1, multiply every gradient by this factor unknown to "
+                 "the optimizer, as a wrong average across ranks would")
+      ->check(CLI::PositiveNumber);
   bool no_graph = false;
   if (kind.cuda_flags) {
     app.add_option("--comm", o.backend.comm,

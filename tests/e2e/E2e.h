@@ -47,6 +47,7 @@ struct E2eConfig {
   bool tied = true;
   std::string optimizer = "adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)";
   int steps = 4;
+  std::string clip = "1.0";  // a global norm, or none
 
   std::string spec() const {
     return fmt::format(
@@ -59,12 +60,12 @@ struct E2eConfig {
         "  recompute = {}\n  offload = {}\n"
         "  accumulate {{ micro_batches = {}  reduce = {} }}\n}}\n"
         "train {{\n  optimizer = {}\n  lr_schedule = cosine(warmup = 1, min = 1e-3)\n"
-        "  micro_batch = {}\n  steps = {}\n  clip = 1.0\n  seed = 1337\n"
+        "  micro_batch = {}\n  steps = {}\n  clip = {}\n  seed = 1337\n"
         "  data = synthetic(seed = 7)\n  log_every = 1\n}}\n",
         tied, units, world, sharding,
         shard_group ? fmt::format("  shard_group = {}\n", shard_group) : "", param, reduce_dtype,
         forward_prefetch, backward, max_inflight, recompute, offload, micro_batches, reduce,
-        optimizer, micro_batch, steps);
+        optimizer, micro_batch, steps, clip);
   }
 
   std::string name() const {
@@ -77,6 +78,7 @@ struct E2eConfig {
     if (!tied) n += "_untied";
     if (units != "each block") n += "_units";
     if (optimizer.rfind("sgd", 0) == 0) n += "_sgd";
+    if (clip != "1.0") n += "_clip_" + clip;
     return n;
   }
 };
@@ -96,6 +98,14 @@ inline void allow_mpi_as_root() {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   setenv("OMP_NUM_THREADS", "1", 1);
+}
+
+// A whole file's bytes (empty when it is missing).
+inline std::string file_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 // Writes the spec and builds dir/train for target (cpu or cuda); fails the
@@ -127,15 +137,52 @@ auto with_dir_lock(const std::filesystem::path& dir, F f) {
   return f();
 }
 
-// Builds dir/train once for this spec text, shared by test processes (a
-// changed spec rebuilds).
+// FNV-1a 64 over the bytes of each file in turn, then its size (a missing
+// file counts as empty).
+inline uint64_t fnv1a64_of_files(const std::vector<std::filesystem::path>& files) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](const char* bytes, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      h = (h ^ static_cast<unsigned char>(bytes[i])) * 0x100000001b3ull;
+  };
+  for (const std::filesystem::path& f : files) {
+    const std::string bytes = file_bytes(f);
+    const uint64_t size = bytes.size();
+    mix(bytes.data(), bytes.size());
+    mix(reinterpret_cast<const char*>(&size), sizeof size);
+  }
+  return h;
+}
+
+// What a generated binary is made of besides its spec: fsdpgen (which embeds
+// the templates) and the runtime libraries it links, the CUDA one where it is
+// built (paths from tests/CMakeLists.txt).
+inline std::vector<std::filesystem::path> build_inputs() {
+  std::vector<std::filesystem::path> files = {FSDPGEN_BIN, FSDPGEN_RUNTIME_LIB, FSDPGEN_FILES_LIB};
+  if (std::strlen(FSDPGEN_CUDA_LIB) > 0) files.emplace_back(FSDPGEN_CUDA_LIB);
+  return files;
+}
+
+// The key of this build, hashed once per test process (some 80 MB, a fraction
+// of a second): caches of binaries and runs made by another build of the
+// compiler or the runtime do not match it.
+inline const std::string& build_key() {
+  static const std::string key = fmt::format("{:016x}", fnv1a64_of_files(build_inputs()));
+  return key;
+}
+
+// Builds dir/train once for this spec text and this build, shared by test
+// processes (a changed spec, fsdpgen or runtime library rebuilds).
 inline std::filesystem::path shared_binary(const std::filesystem::path& dir,
                                            const std::string& spec) {
   with_dir_lock(dir, [&] {
-    std::ifstream in(dir / "e2e.fsdp");
-    std::stringstream current;
-    current << in.rdbuf();
-    if (!std::filesystem::exists(dir / "train") || current.str() != spec) build_binary(dir, spec);
+    if (std::filesystem::exists(dir / "train") && file_bytes(dir / "e2e.fsdp") == spec &&
+        file_bytes(dir / "build_key") == build_key())
+      return;
+    std::filesystem::remove(dir / "build_key");
+    std::filesystem::remove(dir / "train");
+    build_binary(dir, spec);
+    if (std::filesystem::exists(dir / "train")) std::ofstream(dir / "build_key") << build_key();
   });
   return dir / "train";
 }
@@ -168,14 +215,6 @@ inline std::vector<double> read_losses(const std::filesystem::path& metrics) {
   for (const nlohmann::json& m : read_metrics(metrics))
     losses.push_back(m.at("loss").get<double>());
   return losses;
-}
-
-// A whole file's bytes (empty when it is missing).
-inline std::string file_bytes(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // A safetensors file's tensor data: the bytes after its header (whose

@@ -1,24 +1,68 @@
 // Equivalence: every strategy, world size, accumulation, precision, prefetch
 // and recompute setting trains exactly as one process would on the same
 // data. A covering set (every strategy meets every value of every other
-// knob, not the full product) is compared step by step with the
-// single-rank no_shard run whose one micro-batch holds the whole global
-// batch (world * micro_batches * micro_batch sequences), so the same set
-// also shows that 4 micro-batches of B equal one micro-batch of 4B.
+// knob, not the full product) is compared step by step, in the loss and in
+// the gradient norm before clipping, with the single-rank no_shard run whose
+// one micro-batch holds the whole global batch (world * micro_batches *
+// micro_batch sequences), so the same set also shows that 4 micro-batches of
+// B equal one micro-batch of 4B. SGD without clipping at world > 1 for every
+// strategy makes a wrong gradient scale show in the loss too (clipping and
+// AdamW hide it there).
 //
-// Tolerances. fp32: relative 1e-5 per step (only summation order differs:
-// reductions across ranks and micro-batches). bf16 params: 2e-2 relative
-// against the single-rank bf16 run: activations and unsharded gradients are
-// rounded to 8 bits of mantissa (relative 2^-9 per rounding), and a
-// different reduction order rounds differently, which the optimizer
-// carries into later steps. fp16 params: 11 bits of mantissa (8x finer than
-// bf16) but the same kinds of differences; 5e-3 relative against the
-// single-rank fp16 run, whose loss scale (2^16) differs from a sharded run's
-// (2^16 x the post-divide factor) by a power of two, which is exact.
+// Tolerances: about 4x the largest relative difference per step measured
+// over the covering set (4 steps, this machine's OpenBLAS), rounded up.
+//   param  loss: measured -> tolerance   grad_norm: measured -> tolerance
+//   fp32         5.9e-7   -> 2.5e-6                 8.3e-6  -> 4e-5
+//   fp16         1.75e-4  -> 8e-4                   1.55e-3 -> 7e-3
+//   bf16         6.9e-4   -> 3e-3                   1.61e-2 -> 7e-2
+// fp32 differs only in summation order (across ranks and micro-batches);
+// 16-bit params round activations and unsharded gradients (bf16 to 8 bits
+// of mantissa, fp16 to 11), and a different reduction order rounds
+// differently, which the optimizer carries into later steps (the fp16
+// reference's loss scale differs from a sharded run's by a power of two,
+// which is exact). Each config's loss must also move over its steps by more
+// than 5 loss tolerances (at initialization every batch's loss is within
+// 1e-2 of ln 64, so the movement is the training's), so that a 2x error in
+// the learning rate or the gradient scale, which shifts the loss by a good
+// part of its movement, cannot hide in the tolerance: halving the learning
+// rate at world > 1 fails every multi-rank config, bf16 included, by up to
+// 3x the loss tolerance and 7x the norm tolerance. (20 tolerances would need
+// more movement than a few steps give bf16: 8 steps or a 3x learning rate
+// grow its error as fast as its movement.)
 #include "tests/e2e/E2e.h"
 
 namespace fsdpgen::test {
 namespace {
+
+// Relative tolerances per step (see the header for where they come from).
+struct tolerance {
+  double loss, grad_norm;
+};
+
+tolerance tolerance_of(const std::string& param) {
+  if (param == "fp32") return {2.5e-6, 4e-5};
+  if (param == "fp16") return {8e-4, 7e-3};
+  return {3e-3, 7e-2};
+}
+
+// How many loss tolerances the loss must move over the steps compared.
+constexpr double kMovedTolerances = 5;
+
+// SGD with momentum and no clipping at world > 1 (hybrid: world 4 in shard
+// groups of 2): the update is proportional to the gradient, so a wrong
+// gradient scale (dividing by the world twice, counting replicas twice)
+// changes the loss as well as the norm. lr 0.5 moves the loss by about 5%
+// in 4 steps (0.1 moved it 0.2%).
+E2eConfig sgd_without_clipping(const std::string& sharding) {
+  E2eConfig c;
+  c.sharding = sharding;
+  const bool hybrid = sharding.rfind("hybrid", 0) == 0;
+  c.world = hybrid ? 4 : 2;
+  c.shard_group = hybrid ? 2 : 0;
+  c.optimizer = "sgd(lr = 0.5, momentum = 0.9, weight_decay = 0.01)";
+  c.clip = "none";
+  return c;
+}
 
 std::vector<E2eConfig> covering_set() {
   const std::vector<std::string> strategies = {"full_shard", "shard_grad_op", "no_shard",
@@ -26,6 +70,8 @@ std::vector<E2eConfig> covering_set() {
   const std::vector<std::string> backward = {"pre", "post", "none"};
   const int worlds[] = {1, 2, 4};
   std::vector<E2eConfig> out;
+  for (const std::string& s : strategies)
+    out.push_back(sgd_without_clipping(s));
   for (size_t i = 0; i < strategies.size(); ++i) {
     for (int j = 0; j < 3; ++j) {
       E2eConfig c;
@@ -87,6 +133,11 @@ std::vector<E2eConfig> covering_set() {
   out.push_back(fp16_full);
   E2eConfig fp16_hybrid = hybrid_bf16;
   fp16_hybrid.param = fp16_hybrid.reduce_dtype = "fp16";
+  // Its 4th step overflows fp16 in the replica all-reduce (loss scale 2^16 x
+  // post-divide 2) and is skipped, where the single-rank run (2^16) applies
+  // it: a difference of dynamic loss scaling, not of sharding, so the
+  // comparison stops before it.
+  fp16_hybrid.steps = 3;
   out.push_back(fp16_hybrid);
   E2eConfig fp16_zero2;
   fp16_zero2.sharding = "shard_grad_op";
@@ -107,48 +158,160 @@ E2eConfig reference_of(const E2eConfig& c) {
   r.tied = c.tied;
   r.optimizer = c.optimizer;
   r.steps = c.steps;
+  r.clip = c.clip;
   return r;
 }
 
-// Reference losses, computed once per reference and shared by the tests
-// (which CTest may run in parallel processes): guarded by a file lock.
-std::vector<double> reference_losses(const E2eConfig& c) {
+// Runs c's binary (built once per spec and build, in work/NAME) writing
+// --metrics to `file` there; returns each step's metrics (empty after a
+// failure).
+std::vector<nlohmann::json> run_metrics(const E2eConfig& c, const std::filesystem::path& bin,
+                                        const std::string& file, const std::string& extra = "") {
+  CmdResult r = run_binary(c.world, bin, fmt::format("--metrics {} {}", file, extra));
+  EXPECT_EQ(r.status, 0) << r.out;
+  if (r.status != 0) return {};
+  EXPECT_NE(r.out.find(" 0 allocations in steps"), std::string::npos) << r.out;
+  return read_metrics(bin.parent_path() / file);
+}
+
+// Reference metrics, computed once per reference spec and build and shared by
+// the tests (which CTest may run in parallel processes): guarded by a file
+// lock, and valid while dir/done holds this build's key.
+std::vector<nlohmann::json> reference_metrics(const E2eConfig& c) {
   E2eConfig r = reference_of(c);
-  // Keyed by the spec's text, so that a changed test never reuses a stale run.
   std::string name =
       fmt::format("reference_{}_{:016x}", r.name(), std::hash<std::string>{}(r.spec()));
   std::filesystem::path dir = e2e_dir(name);
   return with_dir_lock(dir, [&] {
-    if (std::filesystem::exists(dir / "done")) return read_losses(dir / "metrics.jsonl");
-    std::vector<double> losses = train_losses(name, r);
-    if (!losses.empty()) std::ofstream(dir / "done") << "ok\n";
-    return losses;
+    if (file_bytes(dir / "done") == build_key()) return read_metrics(dir / "metrics.jsonl");
+    std::filesystem::remove(dir / "done");
+    std::vector<nlohmann::json> m = run_metrics(r, build_binary(dir, r.spec()), "metrics.jsonl");
+    if (m.size() == static_cast<size_t>(r.steps)) std::ofstream(dir / "done") << build_key();
+    return m;
   });
+}
+
+double relative(double got, double want) {
+  return std::abs(got - want) / std::abs(want);
+}
+
+// Every way the steps of `got` differ from the single-rank run's beyond tol:
+// the step count, a skipped step, the loss or the gradient norm (empty when
+// they match).
+std::vector<std::string> step_mismatches(const std::vector<nlohmann::json>& got,
+                                         const std::vector<nlohmann::json>& want,
+                                         const tolerance& tol) {
+  if (got.size() != want.size())
+    return {fmt::format("{} steps, single rank {}", got.size(), want.size())};
+  std::vector<std::string> out;
+  for (size_t s = 0; s < got.size(); ++s) {
+    auto check = [&](const char* key, double limit) {
+      const nlohmann::json &g = got[s].at(key), &w = want[s].at(key);
+      if (!g.is_number() || !w.is_number()) {
+        if (g != w)
+          out.push_back(
+              fmt::format("step {}: {} {}, single rank {}", s + 1, key, g.dump(), w.dump()));
+        return;
+      }
+      const double rel = relative(g.get<double>(), w.get<double>());
+      if (!(rel <= limit))
+        out.push_back(
+            fmt::format("step {}: {} {:.9g}, single rank {:.9g}, relative difference "
+                        "{:.2e} > {:.1e}",
+                        s + 1, key, g.get<double>(), w.get<double>(), rel, limit));
+    };
+    check("skipped", 0);
+    check("loss", tol.loss);
+    check("grad_norm", tol.grad_norm);
+  }
+  return out;
+}
+
+void print_steps(const std::vector<nlohmann::json>& got, const std::vector<nlohmann::json>& want) {
+  for (size_t s = 0; s < std::min(got.size(), want.size()); ++s) {
+    const double loss = got[s].at("loss").get<double>(), loss1 = want[s].at("loss").get<double>();
+    std::printf("step %zu: loss %.9f, single rank %.9f, relative difference %.2e", s + 1, loss,
+                loss1, relative(loss, loss1));
+    if (got[s].at("grad_norm").is_number() && want[s].at("grad_norm").is_number()) {
+      const double norm = got[s].at("grad_norm").get<double>();
+      const double norm1 = want[s].at("grad_norm").get<double>();
+      std::printf("; grad_norm %.9f, single rank %.9f, relative difference %.2e", norm, norm1,
+                  relative(norm, norm1));
+    }
+    std::printf("\n");
+  }
 }
 
 class Equivalence : public ::testing::TestWithParam<E2eConfig> {};
 
-TEST_P(Equivalence, LossesMatchTheSingleRankRun) {
+TEST_P(Equivalence, StepsMatchTheSingleRankRun) {
   const E2eConfig& c = GetParam();
-  std::vector<double> want = reference_losses(c);
-  std::vector<double> got = train_losses(c.name(), c);
+  const std::vector<nlohmann::json> want = reference_metrics(c);
+  const std::vector<nlohmann::json> got =
+      run_metrics(c, shared_binary(e2e_dir(c.name()), c.spec()), "metrics.jsonl");
   ASSERT_EQ(got.size(), static_cast<size_t>(c.steps));
-  ASSERT_EQ(want.size(), got.size());
-  const double tolerance = c.param == "fp32" ? 1e-5 : c.param == "fp16" ? 5e-3 : 2e-2;
-  for (size_t s = 0; s < got.size(); ++s) {
-    double rel = std::abs(got[s] - want[s]) / std::abs(want[s]);
-    std::printf("step %zu: loss %.9f, single rank %.9f, relative difference %.2e\n", s + 1, got[s],
-                want[s], rel);
-    EXPECT_LE(rel, tolerance) << "step " << s + 1;
-  }
-  // AdamW visibly learns in four steps; SGD on batches this small need not.
-  if (c.optimizer.rfind("adamw", 0) == 0) {
-    EXPECT_LT(got.back(), got.front()) << "the loss should fall";
-  }
+  print_steps(got, want);
+  const tolerance tol = tolerance_of(c.param);
+  for (const std::string& m : step_mismatches(got, want, tol))
+    ADD_FAILURE() << m;
+  // The loss moves far more than the tolerance, so a wrong learning rate or
+  // gradient scale shows (at initialization every batch's loss is within
+  // 1e-2 of ln 64, so the movement is the training's).
+  const double moved =
+      relative(got.back().at("loss").get<double>(), got.front().at("loss").get<double>());
+  std::printf("loss moved %.2e relative over %d steps (tolerance %.1e)\n", moved, c.steps,
+              tol.loss);
+  EXPECT_GT(moved, kMovedTolerances * tol.loss) << "the loss should move";
 }
 
 INSTANTIATE_TEST_SUITE_P(Covering, Equivalence, ::testing::ValuesIn(covering_set()),
                          [](const auto& info) { return info.param.name(); });
+
+// The comparison sees hybrid replicas counted twice: the hybrid SGD run of
+// the covering set, with every gradient doubled at world > 1, mismatches
+// the single-rank run in the gradient norm from step 1 and in the loss.
+TEST(EquivalenceCheck, SeesDoubledGradientsInAHybridRun) {
+  const E2eConfig c = sgd_without_clipping("hybrid_shard");
+  const std::vector<nlohmann::json> got = run_metrics(c, shared_binary(e2e_dir(c.name()), c.spec()),
+                                                      "doubled.jsonl", "--inject-grad-scale 2");
+  ASSERT_EQ(got.size(), static_cast<size_t>(c.steps));
+  const std::vector<std::string> mismatches =
+      step_mismatches(got, reference_metrics(c), tolerance_of(c.param));
+  std::string all;
+  for (const std::string& m : mismatches)
+    all += m + "\n";
+  std::printf("%s", all.c_str());
+  EXPECT_NE(all.find("step 1: grad_norm"), std::string::npos) << all;
+  EXPECT_NE(all.find(": loss"), std::string::npos) << all;
+}
+
+// The build key changes with any byte of any hashed file (so a rebuilt
+// runtime library invalidates cached binaries and reference runs), and the
+// key of this build covers fsdpgen and the runtime libraries.
+TEST(E2eCache, BuildKeyChangesWithAnyByteOfTheBuild) {
+  const std::filesystem::path dir = e2e_dir("build_key");
+  const std::filesystem::path a = dir / "a", b = dir / "b";
+  std::ofstream(a, std::ios::binary) << std::string(4096, 'x');
+  std::ofstream(b, std::ios::binary) << std::string(4096, 'y');
+  const uint64_t key = fnv1a64_of_files({a, b});
+  EXPECT_EQ(fnv1a64_of_files({a, b}), key);
+  {
+    std::fstream f(b, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1234);
+    f.put('z');
+  }
+  EXPECT_NE(fnv1a64_of_files({a, b}), key);
+  std::ofstream(b, std::ios::binary) << std::string(4096, 'y');
+  EXPECT_EQ(fnv1a64_of_files({a, b}), key);
+  std::ofstream(b, std::ios::binary) << std::string(4095, 'y');  // one byte shorter
+  EXPECT_NE(fnv1a64_of_files({a, b}), key);
+
+  const std::vector<std::filesystem::path> inputs = build_inputs();
+  ASSERT_GE(inputs.size(), 3u);
+  for (const std::filesystem::path& f : inputs)
+    EXPECT_GT(std::filesystem::file_size(f), 0u) << f;
+  EXPECT_EQ(build_key().size(), 16u);
+}
 
 }  // namespace
 }  // namespace fsdpgen::test
