@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/init.h"
+
 double optimizer_lr(const program& p, int64_t step) {
   if (step < p.warmup) return p.lr * static_cast<double>(step + 1) / static_cast<double>(p.warmup);
   if (p.lr_schedule == lr_schedule_kind::constant) return p.lr;
@@ -51,4 +53,23 @@ void optimizer_sgd(float* master, float* momentum_buf, const void* grad, dtype_i
     }
     master[i] -= lr * gi;
   }
+}
+
+optimizer_decay_table optimizer_decay_ranges(const program& p, int64_t shard_rank) {
+  optimizer_decay_table d;
+  d.ranges.resize(static_cast<size_t>(p.unit_count));
+  for (int i = 0; i < p.tensor_count; ++i) {
+    const program_tensor& t = p.tensors[i];
+    if (!init_weight_decays(t.name)) continue;
+    shard_piece piece;
+    if (!shard_piece_of(t, p.units[t.unit].shard_elems, shard_rank, piece)) continue;
+    std::vector<int64_t>& r = d.ranges[static_cast<size_t>(t.unit)];
+    r.push_back(piece.shard_offset);
+    r.push_back(piece.shard_offset + piece.tensor_end - piece.tensor_begin);
+  }
+  for (auto& r : d.ranges) {
+    d.pointers.push_back(r.data());
+    d.counts.push_back(static_cast<int>(r.size() / 2));
+  }
+  return d;
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "runtime/dtype.h"
 #include "runtime/program.h"
@@ -14,6 +15,17 @@
 // The learning rate of 0-based `step`: linear warm-up from 0 over `warmup`
 // steps, then constant, or cosine / linear decay reaching min_lr at the last step.
 double optimizer_lr(const program& p, int64_t step);
+
+// Per unit, the element ranges of shard `shard_rank`'s flat shard that weight
+// decay applies to (init_weight_decays: weights of two or more dims), as
+// [begin, end) pairs in shard order; pointers/counts view ranges for the
+// step context.
+struct optimizer_decay_table {
+  std::vector<std::vector<int64_t>> ranges;
+  std::vector<const int64_t*> pointers;
+  std::vector<int> counts;
+};
+optimizer_decay_table optimizer_decay_ranges(const program& p, int64_t shard_rank);
 
 // min(1, clip / (norm + 1e-6)); 1 when clipping is off.
 float optimizer_clip_scale(const program& p, double norm);

@@ -109,32 +109,6 @@ data_config data_config_of(const program& p, const std::string& flag) {
   return d;
 }
 
-// Per unit, the ranges of this rank's shard that weight decay applies to.
-struct decay_table {
-  std::vector<std::vector<int64_t>> ranges;
-  std::vector<const int64_t*> pointers;
-  std::vector<int> counts;
-};
-
-decay_table decay_ranges(const program& p, int64_t shard_rank) {
-  decay_table d;
-  d.ranges.resize(static_cast<size_t>(p.unit_count));
-  for (int i = 0; i < p.tensor_count; ++i) {
-    const program_tensor& t = p.tensors[i];
-    if (!init_weight_decays(t.name)) continue;
-    shard_piece piece;
-    if (!shard_piece_of(t, p.units[t.unit].shard_elems, shard_rank, piece)) continue;
-    std::vector<int64_t>& r = d.ranges[static_cast<size_t>(t.unit)];
-    r.push_back(piece.shard_offset);
-    r.push_back(piece.shard_offset + piece.tensor_end - piece.tensor_begin);
-  }
-  for (auto& r : d.ranges) {
-    d.pointers.push_back(r.data());
-    d.counts.push_back(static_cast<int>(r.size() / 2));
-  }
-  return d;
-}
-
 const char* sharding_of(const program& p) {
   if (p.shard_group == 1) return p.world == 1 ? "single rank" : "no_shard (replicated)";
   return p.shard_group == p.world ? "sharded over the world" : "hybrid";
@@ -191,7 +165,7 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   agree_on_error(error, "set-up");
   c.comms = comm_create(p.shard_group);
   c.data = &data;
-  decay_table decay = decay_ranges(p, c.comms.shard_rank);
+  const optimizer_decay_table decay = optimizer_decay_ranges(p, c.comms.shard_rank);
   c.decay_ranges = decay.pointers.data();
   c.decay_range_counts = decay.counts.data();
   error.clear();

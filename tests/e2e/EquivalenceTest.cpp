@@ -169,7 +169,7 @@ std::vector<nlohmann::json> run_metrics(const E2eConfig& c, const std::filesyste
   CmdResult r = run_binary(c.world, bin, fmt::format("--metrics {} {}", file, extra));
   EXPECT_EQ(r.status, 0) << r.out;
   if (r.status != 0) return {};
-  EXPECT_NE(r.out.find(" 0 allocations in steps"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(": 0 by fsdpgen"), std::string::npos) << r.out;
   return read_metrics(bin.parent_path() / file);
 }
 

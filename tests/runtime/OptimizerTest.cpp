@@ -154,4 +154,46 @@ TEST(OptimizerClip, GlobalNormDividesTheGradScale) {
   EXPECT_FALSE(std::isfinite(step_global_norm(INFINITY, 65536)));
 }
 
+// Which elements of a rank's shard decay: the weights of two or more dims
+// (GPT-2 names), cut at the shard's bounds, as offsets in the shard. Two
+// units over a shard group of 2; the ranges are worked out by hand below.
+TEST(OptimizerDecay, RangesAreTheMatricesInEachShard) {
+  // Unit 0: wte (2 x 3, elements 0-5, decays) and ln_f (4, elements 6-9, no
+  // decay), padded to 12: rank 0 holds [0, 6), rank 1 [6, 12).
+  // Unit 1: c_attn (2 x 2, 0-3), its bias (2, 4-5), c_fc (1 x 4, 6-9),
+  // padded to 10: rank 0 holds [0, 5), rank 1 [5, 10).
+  const program_tensor tensors[] = {
+      {"transformer.wte.weight", 0, 0, 2, 3},
+      {"transformer.ln_f.weight", 0, 6, 4, 0},
+      {"transformer.h.0.attn.c_attn.weight", 1, 0, 2, 2},
+      {"transformer.h.0.attn.c_attn.bias", 1, 4, 2, 0},
+      {"transformer.h.0.mlp.c_fc.weight", 1, 6, 1, 4},
+  };
+  program_unit units[2]{};
+  units[0].param_elems = 10;
+  units[0].padded_elems = 12;
+  units[0].shard_elems = 6;
+  units[0].first_tensor = 0;
+  units[0].tensor_count = 2;
+  units[1].param_elems = 10;
+  units[1].padded_elems = 10;
+  units[1].shard_elems = 5;
+  units[1].first_tensor = 2;
+  units[1].tensor_count = 3;
+  program p{};
+  p.tensors = tensors;
+  p.tensor_count = 5;
+  p.units = units;
+  p.unit_count = 2;
+  const optimizer_decay_table rank0 = optimizer_decay_ranges(p, 0);
+  const optimizer_decay_table rank1 = optimizer_decay_ranges(p, 1);
+  using ranges = std::vector<std::vector<int64_t>>;
+  EXPECT_EQ(rank0.ranges, (ranges{{0, 6}, {0, 4}}));  // wte; c_attn (its bias is not)
+  EXPECT_EQ(rank1.ranges, (ranges{{}, {1, 5}}));      // ln_f is not; c_fc from element 6
+  ASSERT_EQ(rank1.counts.size(), 2u);
+  EXPECT_EQ(rank1.counts[0], 0);
+  EXPECT_EQ(rank1.counts[1], 1);
+  EXPECT_EQ(rank1.pointers[1], rank1.ranges[1].data());
+}
+
 }  // namespace
