@@ -21,7 +21,9 @@ class cpu_backend final : public backend {
 
   void start(step_context& c, arena& mem, const backend_options&) override {
     c_ = &c;
+    const int64_t before = host_resident_bytes_exact();
     arena_create(mem, p_);
+    arena_growth_ = host_resident_bytes_exact() - before;
     c.device = mem.device;
     c.host = mem.host;
     if (p_.workspace_buffer >= 0) {
@@ -60,6 +62,7 @@ class cpu_backend final : public backend {
     if (mem_->host)
       m.arena_resident_bytes +=
           host_resident_bytes_in(mem_->host, arena_mapped_bytes(mem_->host_bytes));
+    m.arena_growth_bytes = arena_growth_;
     return m;
   }
 
@@ -75,7 +78,8 @@ class cpu_backend final : public backend {
   step_context* c_ = nullptr;
   arena* mem_ = nullptr;
   stream_executor exec_;
-  int64_t runs_ = 0;  // steps run by this process
+  int64_t runs_ = 0;          // steps run by this process
+  int64_t arena_growth_ = 0;  // memory_reading::arena_growth_bytes
 };
 
 }  // namespace

@@ -43,6 +43,13 @@ int64_t host_resident_bytes() {
   return std::strtoll(rest, nullptr, 10) * host_page_bytes();
 }
 
+int64_t host_resident_bytes_exact() {
+  char buf[2048];
+  read_proc_self("smaps_rollup", buf, sizeof buf);
+  const char* line = std::strstr(buf, "\nRss:");
+  return line ? std::strtoll(line + 5, nullptr, 10) * 1024 : -1;  // "Rss:  1234 kB"
+}
+
 int64_t host_peak_resident_bytes() {
   char buf[4096];
   read_proc_self("status", buf, sizeof buf);

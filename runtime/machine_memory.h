@@ -9,6 +9,10 @@
 // This process's resident set now (/proc/self/statm). The kernel sums its
 // per-CPU counters lazily, so a reading may lag by a few pages per CPU.
 int64_t host_resident_bytes();
+// The same, exact: the kernel walks every mapping's pages
+// (/proc/self/smaps_rollup), which takes time in proportion to the memory
+// mapped; for readings around an allocation.
+int64_t host_resident_bytes_exact();
 // The kernel's high-water mark of the resident set (VmHWM, /proc/self/status).
 int64_t host_peak_resident_bytes();
 // Bytes of the pages that [p, p + bytes) touches that are resident now,

@@ -37,21 +37,25 @@ void memory_watch_step(memory_watch& w, const memory_reading& now) {
   w.arena_resident_min_bytes = std::min(w.arena_resident_min_bytes, now.arena_resident_bytes);
   w.device_peak_bytes = std::max(w.device_peak_bytes, now.device_used_bytes);
   w.device_arena_bytes = now.device_arena_bytes;
+  w.arena_growth_bytes = now.arena_growth_bytes;
 }
 
 std::string memory_report(const memory_watch& w, const program& p, int64_t warmup, bool lead) {
   const allocations_counted counted = allocations_so_far();
-  int64_t most[7] = {host_peak_resident_bytes(), w.host_growth_bytes,  w.device_growth_bytes,
+  int64_t most[8] = {host_peak_resident_bytes(), w.host_growth_bytes,  w.device_growth_bytes,
                      w.device_peak_bytes,        w.device_arena_bytes, counted.own,
-                     counted.libraries};
+                     counted.libraries,          w.arena_growth_bytes};
   int64_t least = w.arena_resident_min_bytes;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, most, 7, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, most, 8, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &least, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD));
   const std::string libraries = allocations_library_names();
   if (!lead || w.steps == 0) return "";
-  const auto [host_peak, host_growth, device_growth, device_peak, device_arena, own, in_libraries] =
-      most;
-  const bool gpu = device_peak >= 0;
+  const bool gpu = most[3] >= 0;
+  const auto [host_peak, host_growth, device_growth, device_peak, device_arena, own, in_libraries,
+              arena_growth] = most;
+  const int64_t host_arenas_in_pages =
+      (p.host_arena_bytes > 0 ? arena_mapped_bytes(p.host_arena_bytes) : 0) +
+      (gpu ? 0 : arena_mapped_bytes(p.device_arena_bytes));
   const std::string settle =
       w.steps > w.settle_steps
           ? fmt::format("the steps after the first{} added",
@@ -68,19 +72,17 @@ std::string memory_report(const memory_watch& w, const program& p, int64_t warmu
         settle.empty() ? ""
                        : fmt::format(" | {} {} on the GPU", settle, bytes_added(device_growth)),
         in_mib(host_peak),
-        p.host_arena_bytes > 0 ? fmt::format(" (pinned host arena {} resident, planned {})",
-                                             in_mib(least), in_mib(p.host_arena_bytes))
-                               : "",
+        p.host_arena_bytes > 0
+            ? fmt::format(" (pinning the host arena grew it by {} B, {} B planned in whole pages)",
+                          with_commas(arena_growth), with_commas(host_arenas_in_pages))
+            : "",
         settle.empty() ? "" : fmt::format(", {} {}", settle, bytes_added(host_growth)));
   } else {
-    const int64_t planned = p.device_arena_bytes + p.host_arena_bytes;
     out += fmt::format(
-        "arena {} resident (planned {}; {} B in whole pages with its guard{}) | process {} "
-        "resident at most{}\n",
-        in_mib(least), in_mib(planned),
-        with_commas(arena_mapped_bytes(p.device_arena_bytes) +
-                    (p.host_arena_bytes > 0 ? arena_mapped_bytes(p.host_arena_bytes) : 0)),
-        least < arena_mapped_bytes(p.device_arena_bytes) ? ", some of it not resident" : "",
+        "allocating the arena{} grew the process by {} B ({} B planned in whole pages with the "
+        "guard{}), {} of it resident now | process {} resident at most{}\n",
+        p.host_arena_bytes > 0 ? "s" : "", with_commas(arena_growth),
+        with_commas(host_arenas_in_pages), p.host_arena_bytes > 0 ? "s" : "", in_mib(least),
         in_mib(host_peak),
         settle.empty() ? "" : fmt::format(" | {} {}", settle, bytes_added(host_growth)));
   }

@@ -20,6 +20,7 @@ struct memory_watch {
   int64_t arena_resident_min_bytes = std::numeric_limits<int64_t>::max();
   int64_t device_peak_bytes = -1;
   int64_t device_arena_bytes = -1;
+  int64_t arena_growth_bytes = 0;
 };
 
 // After each step.

@@ -288,13 +288,15 @@ int run(const program& p, const options& o, const launch_info& li, const backend
     if (metrics)
       std::fprintf(metrics,
                    "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, \"ms\": "
-                   "%.3f, \"host_resident_bytes\": %lld, \"arena_resident_bytes\": %lld%s, "
+                   "%.3f, \"host_resident_bytes\": %lld, \"arena_resident_bytes\": %lld, "
+                   "\"arena_growth_bytes\": %lld%s, "
                    "\"skipped\": %s, \"loss_scale\": %.9g}\n",
                    static_cast<long long>(step + 1), loss, lr,
                    // JSON has no inf or NaN: a non-finite norm is null.
                    std::isfinite(norm) ? fmt::format("{:.9g}", norm).c_str() : "null", s * 1e3,
                    static_cast<long long>(machine.host_resident_bytes),
                    static_cast<long long>(machine.arena_resident_bytes),
+                   static_cast<long long>(machine.arena_growth_bytes),
                    machine.device_used_bytes < 0
                        ? ""
                        : fmt::format(", \"device_used_bytes\": {}, \"device_arena_bytes\": {}",

@@ -57,7 +57,9 @@ class cuda_backend final : public backend {
     // process sharing the GPU and allocating now would show here too).
     arena_used_bytes_ = device_used_bytes() - used_before_arena;
     c.device = mem.device;
+    const int64_t before_host_arena = host_resident_bytes_exact();
     allocate_host_arena(mem);
+    host_arena_growth_ = host_resident_bytes_exact() - before_host_arena;
     c.host = mem.host;
 
     // Per-step scalars and reduction scratch (device), their pinned mirrors, the step's tokens.
@@ -170,6 +172,7 @@ class cuda_backend final : public backend {
     if (mem_->host)
       m.arena_resident_bytes =
           host_resident_bytes_in(mem_->host, p_.host_arena_bytes + kArenaGuardBytes);
+    m.arena_growth_bytes = host_arena_growth_;
     m.device_used_bytes = device_used_bytes();
     m.device_arena_bytes = arena_used_bytes_;
     return m;
@@ -265,7 +268,7 @@ class cuda_backend final : public backend {
   bool host_arena_leaked_ = false;  // see release
   int device_ = 0;
   std::string device_name_;
-  int64_t arena_used_bytes_ = 0, tokens_per_mb_ = 0;
+  int64_t arena_used_bytes_ = 0, host_arena_growth_ = 0, tokens_per_mb_ = 0;
   void* small_ = nullptr;
 };
 

@@ -361,7 +361,8 @@ TEST_F(CudaBinary, ResumesAnOffloadedRunBitExactly) {
 // no other process may use it meanwhile): the arena takes what `fsdpgen
 // plan` says, rounded up to the driver's 2 MiB pages; the steps after the
 // warm-up (GEMM algorithm choice, then graph capture) add nothing on the GPU;
-// with offload the pinned host arena is resident page for page; and
+// with offload, pinning the host arena grows the process by its planned
+// pages and they stay resident; and
 // fsdpgen's code allocates nothing inside a step.
 TEST_F(CudaBinary, DeviceMemoryIsThePlannedArenaAndStepsAddNothing) {
   constexpr int64_t kGuardBytes = 4096, kDriverPageBytes = 2 << 20;
@@ -388,6 +389,8 @@ TEST_F(CudaBinary, DeviceMemoryIsThePlannedArenaAndStepsAddNothing) {
       EXPECT_LT(arena, planned.device + kGuardBytes + kDriverPageBytes) << "step " << s + 1;
       EXPECT_EQ(m[s].at("arena_resident_bytes").get<int64_t>(), arena_in_pages(planned.host))
           << "step " << s + 1;
+      EXPECT_EQ(m[s].at("arena_growth_bytes").get<int64_t>(), arena_in_pages(planned.host))
+          << "step " << s + 1 << ": what pinning the host arena added to the process";
       if (s < warmup) continue;
       EXPECT_EQ(m[s].at("device_used_bytes").get<int64_t>(),
                 m[warmup - 1].at("device_used_bytes").get<int64_t>())

@@ -1,6 +1,8 @@
-// Memory as the machine counts it: a generated binary's arenas, read page by
-// page from the kernel (mincore), equal the bytes `fsdpgen plan` printed for
-// the spec, in whole pages with the guard; the process's resident set stays
+// Memory as the machine counts it: what allocating a generated binary's
+// arenas added to the process's resident set (the kernel's exact count,
+// smaps_rollup), and the arenas' resident pages (mincore) after every step,
+// equal the bytes `fsdpgen plan` printed for the spec, in whole pages with
+// the guard; the process's resident set stays
 // put after the first step; and fsdpgen's code allocates nothing inside a
 // step. A binary told to leak (--inject-leak) must fail the same checks,
 // so the checks can fail.
@@ -28,8 +30,14 @@ std::vector<std::string> memory_problems(const CmdResult& r,
   if (metrics.size() < 3) return {fmt::format("{} metrics lines, want 3 or more", metrics.size())};
   const int64_t settled = metrics[0].at("host_resident_bytes").get<int64_t>();
   for (size_t s = 0; s < metrics.size(); ++s) {
+    const int64_t growth = metrics[s].at("arena_growth_bytes").get<int64_t>();
     const int64_t arena = metrics[s].at("arena_resident_bytes").get<int64_t>();
     const int64_t resident = metrics[s].at("host_resident_bytes").get<int64_t>();
+    if (growth != arena_in_pages)
+      problems.push_back(
+          fmt::format("step {}: allocating the arenas grew the process by {} B, the "
+                      "plan's are {} B in whole pages",
+                      s + 1, growth, arena_in_pages));
     if (arena != arena_in_pages)
       problems.push_back(
           fmt::format("step {}: the kernel counts {} B of the arenas resident, the "
