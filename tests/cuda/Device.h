@@ -1,9 +1,11 @@
 // Device: what the cuda tests share. Whether they can run here (every test
 // that needs a GPU skips with no_device_reason() as its reason; CI has nvcc
-// but no GPU), and device copies of host vectors.
+// but no GPU), a fixture that does so with a stream of its own, and device
+// copies of host vectors.
 #pragma once
 
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
@@ -22,6 +24,22 @@ inline std::string no_device_reason() {
   if (count == 0) return "cudaGetDeviceCount found 0 devices";
   return "";
 }
+
+// Skips without a device; otherwise runs each test's kernels on its own stream.
+class CudaFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string reason = no_device_reason();
+    if (!reason.empty()) GTEST_SKIP() << "no CUDA device: " << reason;
+    CUDA_CHECK(cudaStreamCreate(&stream));
+  }
+  void TearDown() override {
+    if (stream) cudaStreamDestroy(stream);
+  }
+  void sync() { CUDA_CHECK(cudaStreamSynchronize(stream)); }
+
+  cudaStream_t stream = nullptr;
+};
 
 // A device copy of a host vector, or n values whose every byte is `fill`
 // (0: zeros; 0xff: NaN as fp32 and as bf16); freed with it.

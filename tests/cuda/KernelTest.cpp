@@ -67,22 +67,6 @@ void expect_close(const std::string& what, const std::vector<T>& cuda, const std
   ref::expect_close(what, load(cuda), load(cpu), tol);
 }
 
-// Skips without a device; otherwise runs each test's kernels on its own stream.
-class CudaFixture : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string reason = no_device_reason();
-    if (!reason.empty()) GTEST_SKIP() << "no CUDA device: " << reason;
-    CUDA_CHECK(cudaStreamCreate(&stream));
-  }
-  void TearDown() override {
-    if (stream) cudaStreamDestroy(stream);
-  }
-  void sync() { CUDA_CHECK(cudaStreamSynchronize(stream)); }
-
-  cudaStream_t stream = nullptr;
-};
-
 using StorageTypes = ::testing::Types<float, bf16, fp16>;
 template <class T>
 class CudaKernel : public CudaFixture {};

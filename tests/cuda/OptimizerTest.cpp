@@ -19,20 +19,7 @@ namespace {
 
 using optim::optimizer_case;
 
-class CudaOptimizer : public testing::TestWithParam<optimizer_case> {
- protected:
-  void SetUp() override {
-    const std::string reason = no_device_reason();
-    if (!reason.empty()) GTEST_SKIP() << "no CUDA device: " << reason;
-    CUDA_CHECK(cudaStreamCreate(&stream));
-  }
-  void TearDown() override {
-    if (stream) cudaStreamDestroy(stream);
-  }
-  void sync() { CUDA_CHECK(cudaStreamSynchronize(stream)); }
-
-  cudaStream_t stream = nullptr;
-};
+class CudaOptimizer : public CudaFixture, public testing::WithParamInterface<optimizer_case> {};
 
 class CudaOptimizerStep : public CudaOptimizer {};
 class CudaAdamw : public CudaOptimizer {};
