@@ -14,7 +14,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -30,6 +29,7 @@
 #include "codegen/Verify.h"
 #include "dsl/Layers.h"
 #include "dsl/Print.h"
+#include "dsl/Suggest.h"
 #include "runtime/checkpoint_merge.h"
 
 namespace fsdpgen {
@@ -38,6 +38,7 @@ namespace {
 // Exit statuses: 0 success, 1 the spec has errors or output failed, 2 bad
 // command line, 3 internal error (a plan that breaks an invariant: a bug).
 constexpr int kExitSpecError = 1;
+constexpr int kExitUsage = 2;
 constexpr int kExitInternal = 3;
 
 void out(const std::string& s) {
@@ -144,7 +145,7 @@ int run_check(const Common& c, bool dump) {
 
 int run_schedule(const Common& c, const std::string& format, const std::string& output) {
   auto hw = c.hardware();
-  if (!hw) return 2;
+  if (!hw) return kExitUsage;
   auto p = c.run(false, &*hw);
   if (!p) return kExitSpecError;
   if (!verified(*p)) return kExitInternal;
@@ -160,7 +161,7 @@ int run_schedule(const Common& c, const std::string& format, const std::string& 
 
 int run_plan(const Common& c) {
   auto hw = c.hardware();
-  if (!hw) return 2;
+  if (!hw) return kExitUsage;
   auto started = std::chrono::steady_clock::now();
   auto p = c.run(false, &*hw);
   if (!p) return kExitSpecError;
@@ -367,6 +368,25 @@ int run_merge(const std::string& checkpoint, const std::string& output, const st
   }
 }
 
+// Whether a first word that is no subcommand is a spec to build: an existing
+// file, or a path or .fsdp name (a missing spec is then reported as such).
+bool looks_like_spec_path(const std::string& word) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(word, ec) || word.find('/') != std::string::npos ||
+         word.ends_with(".fsdp");
+}
+
+std::string unknown_subcommand_error(const std::string& word,
+                                     const std::vector<std::string_view>& commands) {
+  std::string msg = fmt::format("fsdpgen: error: unknown subcommand '{}'", word);
+  if (std::string close = closest_match(word, commands); !close.empty())
+    msg += fmt::format("; did you mean '{}'?", close);
+  return msg + fmt::format(
+                   " (no file of that name either); subcommands are {}, or a spec file to build "
+                   "(fsdpgen spec.fsdp -o train)\nRun 'fsdpgen --help' for usage.\n",
+                   quoted_choices(commands));
+}
+
 }  // namespace
 }  // namespace fsdpgen
 
@@ -428,9 +448,16 @@ int main(int argc, char** argv) {
 
   // `fsdpgen spec.fsdp -o train` is `fsdpgen build spec.fsdp -o train`.
   std::vector<std::string> args(argv + 1, argv + argc);
-  const std::set<std::string> commands = {"check", "schedule", "plan", "emit", "build", "merge"};
-  if (!args.empty() && !args[0].empty() && args[0][0] != '-' && !commands.count(args[0]))
+  const std::vector<std::string_view> commands = {"check", "schedule", "plan",
+                                                  "emit",  "build",    "merge"};
+  if (!args.empty() && !args[0].empty() && args[0][0] != '-' &&
+      std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
+    if (!fsdpgen::looks_like_spec_path(args[0])) {
+      std::fputs(fsdpgen::unknown_subcommand_error(args[0], commands).c_str(), stderr);
+      return fsdpgen::kExitUsage;
+    }
     args.insert(args.begin(), "build");
+  }
   std::reverse(args.begin(), args.end());
   try {
     app.parse(args);
@@ -442,7 +469,7 @@ int main(int argc, char** argv) {
     std::fputs(
         fmt::format("fsdpgen: error: {}\nRun 'fsdpgen --help' for usage.\n", e.what()).c_str(),
         stderr);
-    return 2;
+    return fsdpgen::kExitUsage;
   }
   if (check->parsed()) return fsdpgen::run_check(check_args, dump);
   if (schedule->parsed()) return fsdpgen::run_schedule(schedule_args, format, output);
@@ -450,5 +477,5 @@ int main(int argc, char** argv) {
   if (emit->parsed()) return fsdpgen::run_emit(emit_args, emit_target, emit_dir);
   if (build->parsed()) return fsdpgen::run_build(build_args, build_target, binary, sources);
   if (merge->parsed()) return fsdpgen::run_merge(merge_in, merge_out, merge_dtype);
-  return 2;
+  return fsdpgen::kExitUsage;
 }

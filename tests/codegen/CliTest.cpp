@@ -269,3 +269,24 @@ TEST(CliErrors, UnwritableOutputsAreUserErrors) {
 }
 
 }  // namespace
+
+// An unknown first word that names no file is an unknown subcommand (exit 2,
+// a usage error), with the nearest subcommand and all of them; a word that
+// looks like a spec path is still built (`fsdpgen spec.fsdp -o train`).
+TEST(CliErrors, UnknownSubcommandIsNamed) {
+  const std::string dir = fresh_dir("cli-unknown-subcommand");
+  CmdResult typo = run("plna " + spec("tiny.fsdp"));
+  EXPECT_EQ(typo.status, 2) << typo.out;
+  EXPECT_TRUE(has(typo, "fsdpgen: error: unknown subcommand 'plna'; did you mean 'plan'?"))
+      << typo.out;
+  EXPECT_TRUE(has(typo, "'check', 'schedule', 'plan', 'emit', 'build' or 'merge'")) << typo.out;
+  EXPECT_FALSE(has(typo, "--output is required")) << typo.out;
+  CmdResult train = run("train " + spec("tiny.fsdp") + " -o " + dir + "/x");
+  EXPECT_EQ(train.status, 2) << train.out;
+  EXPECT_TRUE(has(train, "fsdpgen: error: unknown subcommand 'train'")) << train.out;
+  EXPECT_FALSE(has(train, "did you mean")) << train.out;
+  EXPECT_FALSE(has(train, "was not expected")) << train.out;
+  CmdResult missing = run(dir + "/missing.fsdp -o " + dir + "/x");
+  EXPECT_EQ(missing.status, 1) << missing.out;
+  EXPECT_TRUE(has(missing, "cannot read spec file '" + dir + "/missing.fsdp'")) << missing.out;
+}
