@@ -3,9 +3,13 @@
 
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <vector>
 
@@ -25,6 +29,24 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 }  // namespace
+
+std::string unwritable_output_reason(const std::string& output) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(output, ec)) return "it is a directory";
+  const fs::path parent = fs::path(output).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  if (!fs::exists(dir, ec)) return "'" + dir + "' does not exist";
+  if (!fs::is_directory(dir, ec)) return "'" + dir + "' is not a directory";
+  // A file made and removed there: permission bits do not bind root, and
+  // read-only or special file systems (/proc) refuse only the creation.
+  std::string probe = (parent.empty() ? fs::path(".") : parent) / ".fsdpgen-probe-XXXXXX";
+  const int fd = mkstemp(probe.data());
+  if (fd < 0) return "cannot create files in '" + dir + "': " + std::strerror(errno);
+  close(fd);
+  unlink(probe.c_str());
+  return {};
+}
 
 BuildResult build_program(const std::string& source_path, const std::string& output, bool cuda) {
   const char* cxx = std::getenv("FSDPGEN_CXX");

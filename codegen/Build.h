@@ -13,6 +13,11 @@ struct BuildResult {
   std::string command;  // as a shell would show it
 };
 
+// Why `output` cannot be written as the executable ("'dir' does not exist",
+// "it is a directory", ...); empty when its directory exists and a file can be
+// created in it (tried, then removed).
+std::string unwritable_output_reason(const std::string& output);
+
 // Compiles source_path (a generated train.cpp) into the executable `output`,
 // linked with the CUDA runtime (runtime/cuda/, NCCL, cuBLASLt) when cuda;
 // the compiler's diagnostics go to stderr.

@@ -308,6 +308,12 @@ int run_emit(const Common& c, const std::string& target_flag, const std::string&
 
 int run_build(const Common& c, const std::string& target_flag, const std::string& output,
               const std::string& sources_dir) {
+  if (std::string reason = unwritable_output_reason(output); !reason.empty()) {
+    std::fputs(
+        fmt::format("fsdpgen: error: cannot write the binary '{}': {}\n", output, reason).c_str(),
+        stderr);
+    return kExitSpecError;
+  }
   auto target = resolve_target(c, target_flag, true);
   if (!target) return kExitSpecError;
   int status = 0;

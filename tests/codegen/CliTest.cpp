@@ -290,3 +290,26 @@ TEST(CliErrors, UnknownSubcommandIsNamed) {
   EXPECT_EQ(missing.status, 1) << missing.out;
   EXPECT_TRUE(has(missing, "cannot read spec file '" + dir + "/missing.fsdp'")) << missing.out;
 }
+
+// A binary that cannot be written is the user's error (exit 1, one line naming
+// the path and why), found before anything is compiled: a missing directory,
+// a directory that is a file, an output that is a directory, a directory no
+// file can be created in.
+TEST(CliBuild, UnwritableBinaryIsAUserError) {
+  const std::string dir = fresh_dir("cli-build-unwritable");
+  std::ofstream(dir + "/file") << "a file, not a directory\n";
+  std::filesystem::create_directories(dir + "/adir");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {dir + "/missing/train", "'" + dir + "/missing' does not exist"},
+      {dir + "/file/train", "'" + dir + "/file' is not a directory"},
+      {dir + "/adir", "it is a directory"},
+      {"/proc/train", "cannot create files in '/proc': "}};  // even as root
+  for (const auto& [output, reason] : cases) {
+    CmdResult r = run(spec("tiny.fsdp") + " --target cpu -o " + output);
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_TRUE(has(r, "fsdpgen: error: cannot write the binary '" + output + "': " + reason))
+        << r.out;
+    EXPECT_FALSE(has(r, "internal error")) << r.out;
+    EXPECT_FALSE(has(r, " -o " + output)) << "the compiler ran:\n" << r.out;
+  }
+}
