@@ -25,6 +25,7 @@
 #include "codegen/Hardware.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include <fmt/format.h>
 
@@ -210,14 +211,18 @@ std::optional<Hardware> find_hardware(std::string_view name) {
 
 std::string unknown_hardware_error(std::string_view name) {
   const std::vector<std::string_view> names = hardware_names();
-  // A misspelling, else the names the word begins ('h100' -> 'h100-sxm').
+  // In any case: the names the word begins ('H100' -> 'h100-sxm'), else a
+  // misspelling ('a100-80' -> 'a100-80g').
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
   std::vector<std::string_view> guesses;
-  if (std::string close = closest_match(name, names); !close.empty()) {
-    guesses.push_back(*std::find(names.begin(), names.end(), close));
-  } else if (!name.empty()) {
+  if (!lower.empty())
     for (std::string_view n : names)
-      if (n.starts_with(name)) guesses.push_back(n);
-  }
+      if (n.starts_with(lower)) guesses.push_back(n);
+  if (guesses.empty())
+    if (std::string close = closest_match(lower, names); !close.empty())
+      guesses.push_back(*std::find(names.begin(), names.end(), close));
   std::string out = fmt::format("unknown hardware '{}'", name);
   if (!guesses.empty()) out += fmt::format("; did you mean {}?", quoted_choices(guesses));
   out += fmt::format(" known: {}", quoted_choices(names, " and "));

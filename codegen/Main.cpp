@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,19 @@ bool write_output(const std::string& path, const std::string& text) {
   return true;
 }
 
+// Diagnostics with no source location ("error: cannot read spec file ...")
+// get the program's name in front, as clang's do.
+std::string with_program_name(const std::string& diagnostics) {
+  std::string out;
+  std::istringstream in(diagnostics);
+  for (std::string line; std::getline(in, line);) {
+    for (const char* kind : {"error: ", "warning: ", "note: "})
+      if (line.starts_with(kind)) line = "fsdpgen: " + line;
+    out += line + "\n";
+  }
+  return out;
+}
+
 struct Common {
   std::string spec_path;
   std::optional<int64_t> world;
@@ -102,7 +116,7 @@ struct Common {
     o.overrides.micro_batch = micro_batch;
     o.time_passes = time_passes;
     Pipeline p = run_pipeline(spec_path, o);
-    std::fputs(p.diagnostics.c_str(), stderr);
+    std::fputs(with_program_name(p.diagnostics).c_str(), stderr);
     if (!p.spec) return std::nullopt;
     return p;
   }
@@ -398,7 +412,7 @@ std::string unknown_subcommand_error(const std::string& word,
 
 int main(int argc, char** argv) {
   using fsdpgen::Common;
-  CLI::App app{"fsdpgen: compiles a .fsdp spec into a specialized FSDP training binary"};
+  CLI::App app{"fsdpgen: compiles a .fsdp spec into a specialized FSDP training binary", "fsdpgen"};
   app.require_subcommand(1);
 
   Common check_args, schedule_args, plan_args;

@@ -313,3 +313,30 @@ TEST(CliBuild, UnwritableBinaryIsAUserError) {
     EXPECT_FALSE(has(r, " -o " + output)) << "the compiler ran:\n" << r.out;
   }
 }
+
+// Wording: every message of fsdpgen's own starts with its name (clang's
+// convention for errors with no source location), --help names the program,
+// and a hardware name's prefix suggests the name it begins, in any case.
+TEST(CliErrors, MessagesNameTheProgram) {
+  for (const char* command : {"check", "plan"}) {
+    CmdResult r = run(std::string(command) + " /nonexistent/x.fsdp");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_TRUE(has(r, "fsdpgen: error: cannot read spec file '/nonexistent/x.fsdp'")) << r.out;
+  }
+  CmdResult help = run("--help");
+  EXPECT_EQ(help.status, 0) << help.out;
+  EXPECT_TRUE(has(help, "Usage: fsdpgen [OPTIONS] SUBCOMMAND")) << help.out;
+  CmdResult plan_help = run("plan --help");
+  EXPECT_TRUE(has(plan_help, "Usage: fsdpgen plan [OPTIONS] spec")) << plan_help.out;
+}
+
+TEST(CliPlan, HardwarePrefixSuggestsTheNameItBegins) {
+  for (const char* gpu : {"h100", "H100", "H100-SXM"}) {
+    CmdResult r = run("plan " + spec("tiny.fsdp") + " --gpu " + gpu);
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_TRUE(has(r, fmt::format("unknown hardware '{}'; did you mean 'h100-sxm'?", gpu)))
+        << r.out;
+  }
+  CmdResult typo = run("plan " + spec("tiny.fsdp") + " --gpu A100-80");
+  EXPECT_TRUE(has(typo, "did you mean 'a100-80g'?")) << typo.out;
+}
