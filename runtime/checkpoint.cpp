@@ -261,6 +261,23 @@ checkpoint_saved checkpoint_save(step_context& c, const checkpoint_config& cfg,
   return out;
 }
 
+std::string checkpoint_dir_problem(const std::string& dir, bool create) {
+  std::error_code created, ec;
+  if (create && !fs::create_directories(dir, created) && !fs::is_directory(dir, ec))
+    return fmt::format("cannot create the directory {}: {}", dir,
+                       created ? created.message() : "a file has its name");
+  // The directory itself, or the nearest ancestor that exists.
+  fs::path existing = fs::absolute(dir, ec);
+  while (!fs::exists(existing, ec) && existing.has_relative_path())
+    existing = existing.parent_path();
+  if (!fs::is_directory(existing, ec))
+    return fmt::format("cannot create the directory {}: {} is not a directory", dir,
+                       existing.string());
+  if (::access(existing.c_str(), W_OK) != 0)
+    return fmt::format("cannot write in {}: {}", existing.string(), std::strerror(errno));
+  return "";
+}
+
 checkpoint_state checkpoint_load(step_context& c, const std::string& dir) {
   const program& p = *c.p;
   checkpoint_state s;

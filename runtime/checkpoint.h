@@ -55,6 +55,12 @@ checkpoint_saved checkpoint_save(step_context& c, const checkpoint_config& cfg,
 // different model or optimizer).
 checkpoint_state checkpoint_load(step_context& c, const std::string& dir);
 
+// Whether checkpoints can be written in dir, checked before the first step:
+// "" when dir is a writable directory (created first when `create`) or,
+// without `create`, when it could be created (its nearest existing ancestor is
+// a writable directory); otherwise why not, naming dir.
+std::string checkpoint_dir_problem(const std::string& dir, bool create);
+
 // The sequences consumed by the first `step` steps of this program's run.
 inline int64_t checkpoint_sequences_per_step(const program& p) {
   return p.world * p.micro_batches * p.micro_batch;

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -132,6 +133,45 @@ std::string resume_path(const options& o, const checkpoint_config& cfg, bool lea
   return path;
 }
 
+// Why the file `path` (given with `flag`) could not be written, or "": its
+// directory must exist and be writable, and the path must not be a directory
+// or an unwritable file. Creates nothing.
+std::string output_file_problem(const char* flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path();
+  std::string why;
+  if (fs::is_directory(path, ec))
+    why = "it is a directory";
+  else if (!fs::is_directory(dir, ec))
+    why = fmt::format("{} is not a directory", dir.string());
+  else if (::access(dir.c_str(), W_OK) != 0)
+    why = fmt::format("{}: {}", dir.string(), std::strerror(errno));
+  else if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
+    why = std::strerror(errno);
+  return why.empty() ? "" : fmt::format("{} {}: cannot write there: {}", flag, path, why);
+}
+
+// Collective, before any work: every output this rank will write can be
+// written (checkpoints' directory created when checkpoints are planned; a
+// stop signal's checkpoint needs it too). Throws agreed_error on every rank
+// otherwise. --metrics and --trace are written by rank 0 alone.
+void check_outputs(const options& o, const checkpoint_config& ckpt, int64_t steps, bool lead) {
+  std::string error;
+  if (!o.save.empty()) error = output_file_problem("--save", o.save);
+  if (lead && error.empty() && !o.metrics.empty())
+    error = output_file_problem("--metrics", o.metrics);
+  if (lead && error.empty() && !o.trace.empty()) error = output_file_problem("--trace", o.trace);
+  if (error.empty() && steps > 0) {
+    const std::string why = checkpoint_dir_problem(ckpt.dir, ckpt.every > 0);
+    if (!why.empty())
+      error = o.checkpoint_dir.empty()
+                  ? fmt::format("the spec's checkpoint directory {}: {}", ckpt.dir, why)
+                  : fmt::format("--checkpoint-dir {}: {}", ckpt.dir, why);
+  }
+  agree_on_error(error, "checking the outputs");
+}
+
 // --inject-leak: heap bytes allocated, touched and never freed, as a step
 // that leaked would.
 void leak(int64_t bytes) {
@@ -148,6 +188,8 @@ int run(const program& p, const options& o, const launch_info& li, const backend
                                o.checkpoint_keep > 0 ? o.checkpoint_keep : p.checkpoint_keep};
   const int64_t log_every = o.log_every > 0 ? o.log_every : std::max<int64_t>(1, p.log_every);
   const int64_t tokens_per_step = p.world * p.micro_batches * p.micro_batch * p.context;
+
+  check_outputs(o, ckpt, steps, lead);
 
   arena mem;
   step_context c;
@@ -234,11 +276,12 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   }
 
   std::FILE* metrics = nullptr;
+  error.clear();
   if (lead && !o.metrics.empty()) {
     metrics = std::fopen(o.metrics.c_str(), "w");
-    if (!metrics)
-      throw runtime_error(fmt::format("cannot write {}: {}", o.metrics, std::strerror(errno)));
+    if (!metrics) error = fmt::format("cannot write {}: {}", o.metrics, std::strerror(errno));
   }
+  agree_on_error(error, "opening --metrics");
 
   const int64_t trace_step =
       o.trace_step >= 0 ? o.trace_step : start_step + std::min<int64_t>(2, steps - start_step - 1);
@@ -365,6 +408,7 @@ int run(const program& p, const options& o, const launch_info& li, const backend
           scaler.enabled ? fmt::format(" (loss scale now {:g})", scaler.scale).c_str() : "");
   }
 
+  std::string trace_error;  // agreed after the weights are saved, which it must not prevent
   if (!o.trace.empty() && trace_step >= start_step && trace_step < start_step + steps_run) {
     std::vector<int64_t> mine = trace_start;
     mine.insert(mine.end(), trace_end.begin(), trace_end.end());
@@ -380,15 +424,19 @@ int run(const program& p, const options& o, const launch_info& li, const backend
         ends.emplace_back(base + static_cast<ptrdiff_t>(n), base + static_cast<ptrdiff_t>(2 * n));
       }
       std::ofstream f(o.trace);
-      if (!f) throw runtime_error(fmt::format("cannot write {}", o.trace));
       f << trace_json(p, trace_step, starts, ends);
+      f.close();
       const double hidden = trace_hidden_comm_fraction(p, starts, ends);
-      std::printf(
-          "trace: step %lld of %lld ranks written to %s (%s)\n",
-          static_cast<long long>(trace_step + 1), static_cast<long long>(p.world), o.trace.c_str(),
-          hidden < 0
-              ? "no communication"
-              : fmt::format("communication hidden behind compute: {:.0f}%", 100 * hidden).c_str());
+      if (!f)
+        trace_error = fmt::format("cannot write {}: {}", o.trace, std::strerror(errno));
+      else
+        std::printf("trace: step %lld of %lld ranks written to %s (%s)\n",
+                    static_cast<long long>(trace_step + 1), static_cast<long long>(p.world),
+                    o.trace.c_str(),
+                    hidden < 0
+                        ? "no communication"
+                        : fmt::format("communication hidden behind compute: {:.0f}%", 100 * hidden)
+                              .c_str());
     }
   }
   if (!o.save.empty() && stop) {
@@ -404,6 +452,7 @@ int run(const program& p, const options& o, const launch_info& li, const backend
                   with_commas(p.params).c_str());
   }
   std::fflush(stdout);
+  agree_on_error(trace_error, "writing the trace");
   b->stop();
   comm_destroy(c.comms);
   return 0;

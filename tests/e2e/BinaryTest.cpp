@@ -212,6 +212,48 @@ TEST(Binary, AFailedSaveKeepsTheOldFile) {
   EXPECT_FALSE(std::filesystem::exists(partial));
 }
 
+// Every output is checked before the first step: an unwritable --save,
+// --metrics, --trace or checkpoint directory stops every rank with exit 1
+// (no MPI_Abort), names the flag and the path, trains nothing and leaves no
+// other output behind; a checkpoint directory that does not exist yet is
+// created.
+TEST(Binary, UnwritableOutputsStopEveryRankBeforeTheFirstStep) {
+  auto bin = binary("default", two_ranks());
+  auto dir = bin.parent_path();
+  std::filesystem::remove(dir / "early.jsonl");
+  std::filesystem::remove(dir / "early.safetensors");
+  auto expect_refused = [&](const std::string& flags, const std::string& message,
+                            const std::vector<int>& ranks) {
+    CmdResult r = run_binary(2, bin, "--steps 2 " + flags);
+    EXPECT_EQ(r.status, 1) << r.out;
+    for (int rank : ranks)
+      EXPECT_NE(r.out.find(fmt::format("rank {}: error: {}", rank, message)), std::string::npos)
+          << r.out;
+    EXPECT_EQ(r.out.find("step 1/2"), std::string::npos) << "trained first:\n" << r.out;
+    EXPECT_EQ(r.out.find("MPI_ABORT"), std::string::npos) << r.out;
+  };
+  expect_refused("--save /nonexistent/x.safetensors --metrics early.jsonl",
+                 "--save /nonexistent/x.safetensors: cannot write there: /nonexistent is not a "
+                 "directory",
+                 {0, 1});
+  EXPECT_FALSE(std::filesystem::exists(dir / "early.jsonl"));
+  expect_refused("--trace /nonexistent/t.json --save early.safetensors",
+                 "--trace /nonexistent/t.json: cannot write there", {0});
+  EXPECT_FALSE(std::filesystem::exists(dir / "early.safetensors"));
+  expect_refused("--metrics /nonexistent/m.jsonl", "--metrics /nonexistent/m.jsonl", {0});
+  expect_refused(fmt::format("--save {}", dir.string()),
+                 fmt::format("--save {}: cannot write there: it is a directory", dir.string()),
+                 {0, 1});
+  expect_refused("--checkpoint-every 1 --checkpoint-dir /proc/nope",
+                 "--checkpoint-dir /proc/nope: cannot create the directory /proc/nope", {0, 1});
+
+  std::filesystem::remove_all(dir / "fresh");
+  CmdResult fresh = run_binary(2, bin, "--steps 1 --checkpoint-every 5 --checkpoint-dir fresh/ck");
+  EXPECT_EQ(fresh.status, 0) << fresh.out;
+  EXPECT_TRUE(std::filesystem::exists(dir / "fresh" / "ck" / "step_00000001" / "manifest.json"))
+      << fresh.out;
+}
+
 TEST(Binary, BadInputsGiveLocatedErrorsOnEveryRankWithoutHanging) {
   auto bin = binary("default", two_ranks());
   auto dir = bin.parent_path();
