@@ -385,8 +385,10 @@ int run(const program& p, const options& o, const launch_info& li, const backend
       if (lead)
         std::printf(
             "stopped after step %lld of %lld: asked to by a signal (SIGUSR1 or SIGTERM); "
-            "continue with --resume\n",
-            static_cast<long long>(step + 1), static_cast<long long>(steps));
+            "continue with --resume%s\n",
+            static_cast<long long>(step + 1), static_cast<long long>(steps),
+            // A plain --resume looks in the spec's directory.
+            ckpt.dir == p.checkpoint_dir ? "" : (" " + ckpt.dir).c_str());
       break;
     }
   }

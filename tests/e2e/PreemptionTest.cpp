@@ -67,18 +67,23 @@ int complete_lines(const fs::path& p) {
 }
 
 // Runs `world` ranks for (practically) ever, signals them once `after` steps
-// are logged, and checks the stop, the checkpoint and the resumed run.
-void expect_stop_and_resume(const std::string& name, int world, int sig) {
+// are logged, and checks the stop, the checkpoint (in ckpt_dir, given with
+// --checkpoint-dir unless it is the spec's "ckpt") and the run resumed with
+// the command the stop names.
+void expect_stop_and_resume(const std::string& name, int world, int sig,
+                            const std::string& ckpt_dir) {
   allow_mpi_as_root();
   E2eConfig c;
   c.world = world;
   const fs::path dir = e2e_dir(name);
-  fs::remove_all(dir / "ckpt");
+  fs::remove_all(dir / ckpt_dir);
   fs::remove(dir / "stopped.jsonl");
   const fs::path bin = shared_binary(dir, constant_lr_spec(c));
-  const pid_t pid = start(dir, fmt::format("{} --steps 1000000 --metrics stopped.jsonl "
-                                           "--checkpoint-every 0 --save never.safetensors",
-                                           launch(world, bin)));
+  const pid_t pid =
+      start(dir, fmt::format("{} --steps 1000000 --metrics stopped.jsonl "
+                             "--checkpoint-every 0 --save never.safetensors{}",
+                             launch(world, bin),
+                             ckpt_dir == "ckpt" ? "" : " --checkpoint-dir " + ckpt_dir));
   const auto deadline = std::chrono::steady_clock::now() + 120s;
   while (complete_lines(dir / "stopped.jsonl") < 3 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(20ms);
@@ -95,14 +100,16 @@ void expect_stop_and_resume(const std::string& name, int world, int sig) {
   EXPECT_NE(out.find(fmt::format("stopped after step {} of 1000000", n)), std::string::npos) << out;
   EXPECT_NE(out.find("not writing never.safetensors"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "never.safetensors"));
-  ASSERT_TRUE(fs::exists(dir / "ckpt" / fmt::format("step_{:08}", n) / "manifest.json")) << out;
+  const std::string resume = ckpt_dir == "ckpt" ? "--resume" : "--resume " + ckpt_dir;
+  EXPECT_NE(out.find("continue with " + resume + "\n"), std::string::npos) << out;
+  ASSERT_TRUE(fs::exists(dir / ckpt_dir / fmt::format("step_{:08}", n) / "manifest.json")) << out;
 
   // The same N + 3 steps straight, and the stopped run resumed to N + 3.
   CmdResult straight =
       run_binary(world, bin, fmt::format("--steps {} --metrics straight.jsonl", n + 3));
   ASSERT_EQ(straight.status, 0) << straight.out;
   CmdResult resumed =
-      run_binary(world, bin, fmt::format("--steps {} --resume --metrics resumed.jsonl", n + 3));
+      run_binary(world, bin, fmt::format("--steps {} {} --metrics resumed.jsonl", n + 3, resume));
   ASSERT_EQ(resumed.status, 0) << resumed.out;
   const std::vector<double> a = read_losses(dir / "straight.jsonl");
   const std::vector<double> b = read_losses(dir / "resumed.jsonl");
@@ -115,11 +122,11 @@ void expect_stop_and_resume(const std::string& name, int world, int sig) {
 }
 
 TEST(Preemption, Sigusr1StopsEveryRankWithACheckpoint) {
-  expect_stop_and_resume("preempt_usr1", 2, SIGUSR1);
+  expect_stop_and_resume("preempt_usr1", 2, SIGUSR1, "pre");
 }
 
 TEST(Preemption, SigtermStopsASingleRankWithACheckpoint) {
-  expect_stop_and_resume("preempt_term", 1, SIGTERM);
+  expect_stop_and_resume("preempt_term", 1, SIGTERM, "ckpt");
 }
 
 }  // namespace
