@@ -33,10 +33,14 @@ deps() {
   "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# build [TARGET...]: configure, then build the targets (default: everything,
+# tests included).
 build() {
   deps
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build "$build" -j "$jobs"
+  local targets=()
+  for t in "$@"; do targets+=(--target "$t"); done
+  cmake --build "$build" -j "$jobs" "${targets[@]}"
 }
 
 # Open MPI refuses to start as root unless told; CI runs as root.
@@ -49,7 +53,9 @@ allow_mpi_as_root() {
 # The main job: plan the tiny spec, generate its training binary, and train
 # it on this CPU across 2 processes.
 main_job() {
-  build
+  local start=$SECONDS
+  build fsdpgen  # the compiler and the runtime libraries it links; not the tests
+  echo "setup: fsdpgen built in $((SECONDS - start)) s"
   allow_mpi_as_root
   echo "setup: fsdpgen plan specs/tiny.fsdp --gpu cpu"
   "$build/fsdpgen" plan "$root/specs/tiny.fsdp" --gpu cpu
@@ -57,6 +63,12 @@ main_job() {
   (cd "$root" && "$build/fsdpgen" specs/tiny.fsdp --target cpu -o "$build/train")
   echo "setup: mpirun -n 2 build/train"
   mpirun -n 2 --bind-to none "$build/train"
+  cat <<EOT
+setup: done in $((SECONDS - start)) s. The training binary is $build/train; try
+  mpirun -n 2 $build/train --steps 50 --data README.md --save model.safetensors --trace step.json
+  $build/fsdpgen plan specs/gpt2-124m.fsdp --gpu h100-sxm     # memory and step time of GPT-2 on a GPU
+  bash tools/setup.sh test                                     # build and run every test
+EOT
 }
 
 test_all() {
