@@ -117,17 +117,25 @@ class Checker {
     return it == at_.end() ? fallback : it->second;
   }
 
+  bool from_command_line(const std::string& k) const { return where(k).command_line != 0; }
+
   // A value given on the command line (--world, --micro-batch) replaces the
-  // spec's; errors about it point at the spec's value, or the file's start.
+  // spec's; errors about it are the flag's, with a note where the spec sets
+  // the value it replaced.
   void override_int(const char* flag, int64_t v, int64_t lo, int64_t hi, int64_t& out,
                     const std::string& key) {
+    const std::string given = fmt::format("--{} {}", flag, v);
     if (v < lo || v > hi) {
-      d_.error(where(key),
-               fmt::format("--{} must be between {} and {}, got {}", flag, lo, grouped(hi), v));
+      d_.error(d_.command_line(given), fmt::format("must be between {} and {}", lo, grouped(hi)));
       return;
     }
     out = v;
-    at_.emplace(key, Span{});
+    std::optional<DiagNote> replaced;
+    if (auto it = entry_at_.find(key); it != entry_at_.end())
+      replaced = DiagNote{true, it->second,
+                          fmt::format("the spec says {} = {} here", key.substr(key.rfind('.') + 1),
+                                      d_.file().slice(where(key)))};
+    at_[key] = d_.command_line(given, replaced);
   }
 
   // ---- value readers ----
@@ -256,6 +264,7 @@ class Checker {
         continue;
       }
       at_[prefix + e.key] = e.kind == ast::Entry::Kind::Assign ? e.value.span : e.span;
+      entry_at_[prefix + e.key] = e.span;
       size_t errors_before = d_.error_count();
       f->read(e);
       if (d_.error_count() != errors_before) bad_.insert(prefix + e.key);
@@ -545,6 +554,16 @@ class Checker {
     read_fields(sec.entries, fields, "section 'parallel'", "parallel.");
   }
 
+  // A rule between the spec's `key` and `other` is reported at `key`, or at
+  // `other`'s flag when the command line replaced it, with `key_note` at `key`.
+  Diagnostic& error_between(const std::string& key, const std::string& other, std::string message,
+                            std::string key_note) {
+    if (!from_command_line(other)) return d_.error(where(key), std::move(message));
+    Diagnostic& e = d_.error(where(other), std::move(message));
+    Diagnostics::note(e, entry_at_.count(key) ? entry_at_[key] : where(key), std::move(key_note));
+    return e;
+  }
+
   void resolve_parallel() {
     ParallelSpec& p = s_.parallel;
     if (!has("parallel.ranks_per_node")) p.ranks_per_node = std::min<int64_t>(p.world, 8);
@@ -552,9 +571,10 @@ class Checker {
         usable({"parallel.world", "parallel.ranks_per_node", "parallel.shard_group"});
     if (usable({"parallel.world", "parallel.ranks_per_node"}) && p.world % p.ranks_per_node != 0) {
       if (has("parallel.ranks_per_node")) {
-        Diagnostic& e = d_.error(
-            where("parallel.ranks_per_node"),
-            fmt::format("ranks_per_node ({}) must divide world ({})", p.ranks_per_node, p.world));
+        Diagnostic& e = error_between(
+            "parallel.ranks_per_node", "parallel.world",
+            fmt::format("ranks_per_node ({}) must divide world ({})", p.ranks_per_node, p.world),
+            fmt::format("ranks_per_node is {} here", p.ranks_per_node));
         Diagnostics::note(e, "every node runs the same number of ranks");
       } else {
         Diagnostic& e =
@@ -576,13 +596,14 @@ class Checker {
       if (!has("parallel.shard_group")) {
         p.shard_group = p.ranks_per_node;
       } else if (sizes_known && p.world % p.shard_group != 0) {
-        Diagnostic& e = d_.error(
-            where("parallel.shard_group"),
-            fmt::format("shard_group ({}) must divide world ({})", p.shard_group, p.world));
-        if (has("parallel.world"))
-          Diagnostics::note(e, where("parallel.world"), fmt::format("world is {} here", p.world));
-        else
+        Diagnostic& e = error_between(
+            "parallel.shard_group", "parallel.world",
+            fmt::format("shard_group ({}) must divide world ({})", p.shard_group, p.world),
+            fmt::format("shard_group is {} here", p.shard_group));
+        if (!has("parallel.world"))
           Diagnostics::note(e, fmt::format("world is {} by default", p.world));
+        else if (!from_command_line("parallel.world"))
+          Diagnostics::note(e, where("parallel.world"), fmt::format("world is {} here", p.world));
       }
       if (sizes_known && p.world % p.shard_group == 0 &&
           (p.shard_group == p.world || p.shard_group == 1)) {
@@ -1103,8 +1124,9 @@ class Checker {
   const SpecOverrides& overrides_;
   bool syntax_errors_ = false;
   Spec s_;
-  std::map<std::string, Span> at_;  // "parallel.world" -> where it was written
-  std::set<std::string> bad_;       // keys whose value was rejected (see usable())
+  std::map<std::string, Span> at_;        // "parallel.world" -> where it was written
+  std::map<std::string, Span> entry_at_;  // "parallel.world" -> its whole `key = value`
+  std::set<std::string> bad_;             // keys whose value was rejected (see usable())
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "dsl/Diagnostics.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -137,19 +138,42 @@ void Diagnostics::note(Diagnostic& d, std::string message) {
   d.notes.push_back(DiagNote{false, {}, bounded(std::move(message))});
 }
 
+Span Diagnostics::command_line(std::string flag, std::optional<DiagNote> replaced) {
+  command_line_.push_back({std::move(flag), std::move(replaced)});
+  return Span{0, 0, static_cast<uint32_t>(command_line_.size())};
+}
+
+void Diagnostics::render_at(Severity sev, Span span, const std::string& message,
+                            std::string& out) const {
+  if (span.command_line == 0) {
+    render_one(*file_, sev, span, message, out);
+    return;
+  }
+  out += fmt::format("{}: {}: {}\n", severity_name(sev), command_line_[span.command_line - 1].flag,
+                     message);
+}
+
 std::string Diagnostics::render() const {
   std::vector<const Diagnostic*> order;
   for (const Diagnostic& d : diags_)
     order.push_back(&d);
-  std::stable_sort(order.begin(), order.end(), [](const Diagnostic* a, const Diagnostic* b) {
-    return a->span.begin < b->span.begin;
+  // Command-line values come first, as they do on the command line.
+  auto position = [](const Diagnostic* d) {
+    return std::pair(d->span.command_line == 0, d->span.begin);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](const Diagnostic* a, const Diagnostic* b) {
+    return position(a) < position(b);
   });
   std::string out;
   for (const Diagnostic* d : order) {
-    render_one(*file_, d->severity, d->span, d->message, out);
-    for (const DiagNote& n : d->notes) {
+    render_at(d->severity, d->span, d->message, out);
+    std::vector<DiagNote> notes = d->notes;
+    if (d->span.command_line != 0)
+      if (const auto& replaced = command_line_[d->span.command_line - 1].replaced)
+        notes.push_back(*replaced);
+    for (const DiagNote& n : notes) {
       if (n.has_span)
-        render_one(*file_, Severity::Note, n.span, n.message, out);
+        render_at(Severity::Note, n.span, n.message, out);
       else
         out += fmt::format("note: {}\n", n.message);
     }

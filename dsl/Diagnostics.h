@@ -5,8 +5,12 @@
 //                ^~~~~~~~~
 //   spec.fsdp:3:1: note: ...
 //   1 error generated.
+// Errors about a command-line value name the flag instead of a place:
+//   error: --world 2: ranks_per_node (8) must divide world (2)
+//   spec.fsdp:19:3: note: the spec says world = 16 here
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +48,11 @@ class Diagnostics {
   static void note(Diagnostic& d, Span span, std::string message);
   static void note(Diagnostic& d, std::string message);
 
+  // A span for a value given on the command line as `flag` ("--world 2"):
+  // diagnostics there are the flag's, each followed by `replaced` (where
+  // the spec sets the value the flag replaces) when there is one.
+  Span command_line(std::string flag, std::optional<DiagNote> replaced = std::nullopt);
+
   size_t error_count() const { return errors_; }
   size_t warning_count() const { return warnings_; }
   bool has_errors() const { return errors_ > 0; }
@@ -55,9 +64,16 @@ class Diagnostics {
   std::string render() const;
 
  private:
+  struct CommandLineValue {
+    std::string flag;
+    std::optional<DiagNote> replaced;
+  };
+
   Diagnostic& add(Severity sev, Span span, std::string message);
+  void render_at(Severity sev, Span span, const std::string& message, std::string& out) const;
 
   const SourceFile* file_;
+  std::vector<CommandLineValue> command_line_;  // Span::command_line k is [k - 1]
   std::vector<Diagnostic> diags_;
   Diagnostic scratch_;
   size_t errors_ = 0;

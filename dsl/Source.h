@@ -10,10 +10,12 @@
 
 namespace fsdpgen {
 
-// Half-open byte range [begin, end) in one SourceFile.
+// Half-open byte range [begin, end) in one SourceFile, or a value given on
+// the command line (see Diagnostics::command_line), which has no place in it.
 struct Span {
   uint32_t begin = 0;
   uint32_t end = 0;
+  uint32_t command_line = 0;  // 0: in the file; k: the k-th command-line value
 
   static Span join(Span a, Span b) {
     return {a.begin < b.begin ? a.begin : b.begin, a.end > b.end ? a.end : b.end};

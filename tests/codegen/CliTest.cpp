@@ -76,7 +76,7 @@ TEST(CliSchedule, WorldOverrideIsChecked) {
   EXPECT_TRUE(has(r, "must divide world (12)")) << r.out;
   r = run("schedule " + spec("tiny.fsdp") + " --world 0");
   EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_TRUE(has(r, "--world must be between 1")) << r.out;
+  EXPECT_TRUE(has(r, "--world 0: must be between 1")) << r.out;
   EXPECT_EQ(run("schedule " + spec("tiny.fsdp") + " --world 4").status, 0);
 }
 
@@ -339,4 +339,41 @@ TEST(CliPlan, HardwarePrefixSuggestsTheNameItBegins) {
   }
   CmdResult typo = run("plan " + spec("tiny.fsdp") + " --gpu A100-80");
   EXPECT_TRUE(has(typo, "did you mean 'a100-80g'?")) << typo.out;
+}
+
+// The lines of `text` that contain `s`.
+std::vector<std::string> lines_with(const std::string& text, const std::string& s) {
+  std::vector<std::string> found;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.find(s) != std::string::npos) found.push_back(line);
+  return found;
+}
+
+// An error caused by a command-line value is the flag's (Clang's style for
+// errors with no source location); the spec's line for the value it replaced
+// appears only as a note, never as the error's location.
+void expect_flag_error(const std::string& args, const std::string& flag,
+                       const std::string& spec_name) {
+  CmdResult r = run("plan " + spec(spec_name) + " " + args);
+  EXPECT_EQ(r.status, 1) << r.out;
+  std::vector<std::string> errors = lines_with(r.out, "error: ");
+  ASSERT_FALSE(errors.empty()) << r.out;
+  EXPECT_TRUE(errors[0].starts_with("fsdpgen: error: " + flag + ": ")) << r.out;
+  for (const std::string& line : lines_with(r.out, spec_name + ":"))
+    EXPECT_NE(line.find(": note: "), std::string::npos) << line << "\n" << r.out;
+}
+
+TEST(CliErrors, OverrideErrorsNameTheFlag) {
+  // Not a multiple of ranks_per_node 8 nor of shard_group 8 (both in the spec).
+  expect_flag_error("--world 2", "--world 2", "gpt2-1.5b.fsdp");
+  CmdResult r = run("plan " + spec("gpt2-1.5b.fsdp") + " --world 2");
+  EXPECT_TRUE(has(r, "gpt2-1.5b.fsdp:19:3: note: the spec says world = 16 here")) << r.out;
+  EXPECT_TRUE(has(r, "gpt2-1.5b.fsdp:20:3: note: ranks_per_node is 8 here")) << r.out;
+  EXPECT_TRUE(has(r, "gpt2-1.5b.fsdp:22:3: note: shard_group is 8 here")) << r.out;
+  // Out of range.
+  expect_flag_error("--world 0", "--world 0", "tiny.fsdp");
+  expect_flag_error("--micro-batch 0", "--micro-batch 0", "tiny.fsdp");
+  // More ranks in a shard group than a unit has parameters.
+  expect_flag_error("--world 524288", "--world 524288", "tiny.fsdp");
 }
