@@ -80,6 +80,7 @@ struct Common {
   std::optional<int64_t> world;
   std::optional<int64_t> micro_batch;
   std::string gpu = "h100-sxm";
+  CLI::Option* gpu_flag = nullptr;  // its count() says whether --gpu was given
   bool time_passes = false;
 
   void add_to(CLI::App* app, bool overrides) {
@@ -88,8 +89,10 @@ struct Common {
     app->add_option("--world", world, "number of ranks (replaces the spec's parallel.world)");
     app->add_option("--micro-batch", micro_batch,
                     "sequences per rank per micro-batch (replaces train.micro_batch)");
-    app->add_option("--gpu", gpu, "hardware the cost model and memory limits use: " + known_list())
-        ->capture_default_str();
+    gpu_flag = app->add_option("--gpu", gpu,
+                               "hardware the cost model and memory limits use: " + known_list() +
+                                   " (default: h100-sxm; plan and schedule without --gpu: what "
+                                   "a build here targets, cpu where no GPU is visible)");
     app->add_flag("--time-passes", time_passes, "print each compiler pass's wall time on stderr");
   }
 
@@ -100,13 +103,16 @@ struct Common {
     return s;
   }
 
-  // Runs the passes; prints the diagnostics; empty when the spec has errors.
-  std::optional<Hardware> hardware() const {
-    std::optional<Hardware> hw = find_hardware(gpu);
+  // The hardware called `name`; empty after printing the known names.
+  static std::optional<Hardware> hardware(const std::string& name) {
+    std::optional<Hardware> hw = find_hardware(name);
     if (!hw)
-      std::fputs(fmt::format("fsdpgen: error: {}\n", unknown_hardware_error(gpu)).c_str(), stderr);
+      std::fputs(fmt::format("fsdpgen: error: {}\n", unknown_hardware_error(name)).c_str(), stderr);
     return hw;
   }
+  std::optional<Hardware> hardware() const { return hardware(gpu); }
+
+  // Runs the passes; prints the diagnostics; empty when the spec has errors.
 
   std::optional<Pipeline> run(bool frontend_only = false, const Hardware* hw = nullptr) const {
     PipelineOptions o;
@@ -137,6 +143,39 @@ std::string gib(int64_t bytes) {
   return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1LL << 30));
 }
 
+// Whether this machine shows an NVIDIA GPU to processes started here (the
+// driver lists its GPUs under /proc; CUDA_VISIBLE_DEVICES may hide them).
+bool gpu_visible() {
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"))
+    if (*v == '\0' || std::string_view(v).rfind("-1", 0) == 0) return false;
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", ec);
+  return !ec && it != std::filesystem::directory_iterator();
+}
+
+// The hardware plan and schedule are for, and why: --gpu, else what
+// `fsdpgen spec.fsdp -o train` builds for here (see resolve_target): the
+// default GPU where one is visible, else this CPU.
+struct PlanTarget {
+  std::string hardware;
+  std::string why;
+  bool defaulted = false;
+};
+
+PlanTarget plan_target(const Common& c) {
+  if (c.gpu_flag->count() > 0) return {c.gpu, "--gpu " + c.gpu, false};
+  if (gpu_visible())
+    return {c.gpu,
+            fmt::format("a GPU is visible here: planning for {}, which a build here targets; "
+                        "--gpu KIND plans for another",
+                        c.gpu),
+            true};
+  return {"cpu",
+          "no GPU here: planning for this CPU, which a build here targets; --gpu h100-sxm "
+          "plans for a GPU",
+          true};
+}
+
 int run_check(const Common& c, bool dump) {
   auto p = c.run(true);
   if (!p) return kExitSpecError;
@@ -158,8 +197,13 @@ int run_check(const Common& c, bool dump) {
 }
 
 int run_schedule(const Common& c, const std::string& format, const std::string& output) {
-  auto hw = c.hardware();
+  const PlanTarget target = plan_target(c);
+  auto hw = Common::hardware(target.hardware);
   if (!hw) return kExitUsage;
+  // On stderr: stdout stays what the binary's --print-schedule prints.
+  if (target.defaulted)
+    std::fputs(fmt::format("fsdpgen: note: schedule for {} ({})\n", hw->name, target.why).c_str(),
+               stderr);
   auto p = c.run(false, &*hw);
   if (!p) return kExitSpecError;
   if (!verified(*p)) return kExitInternal;
@@ -174,7 +218,8 @@ int run_schedule(const Common& c, const std::string& format, const std::string& 
 }
 
 int run_plan(const Common& c) {
-  auto hw = c.hardware();
+  const PlanTarget target = plan_target(c);
+  auto hw = Common::hardware(target.hardware);
   if (!hw) return kExitUsage;
   auto started = std::chrono::steady_clock::now();
   auto p = c.run(false, &*hw);
@@ -183,8 +228,8 @@ int run_plan(const Common& c) {
   const Spec& s = *p->spec;
   const ParallelSpec& par = s.parallel;
   Timeline t = predict(*p->schedule, *hw);
-  out(fmt::format("plan of {} on {} x {} ({})\n", s.model.name, par.world, hw->name,
-                  hw->description));
+  out(fmt::format("plan of {} on {} x {}: {} ({})\n", s.model.name, par.world, hw->name,
+                  hw->description, target.why));
   out(fmt::format(
       "model: {} parameters ({} padded elements) in {} units; {} with shard group {} x {} "
       "replica{}; "
@@ -217,16 +262,6 @@ int run_plan(const Common& c) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   out(fmt::format("planned in {:.0f} ms\n", ms));
   return 0;
-}
-
-// Whether this machine shows an NVIDIA GPU to processes started here (the
-// driver lists its GPUs under /proc; CUDA_VISIBLE_DEVICES may hide them).
-bool gpu_visible() {
-  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"))
-    if (*v == '\0' || std::string_view(v).rfind("-1", 0) == 0) return false;
-  std::error_code ec;
-  std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", ec);
-  return !ec && it != std::filesystem::directory_iterator();
 }
 
 // The target of emit and build: --target, else cuda where a GPU is visible.

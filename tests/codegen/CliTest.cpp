@@ -377,3 +377,57 @@ TEST(CliErrors, OverrideErrorsNameTheFlag) {
   // More ranks in a shard group than a unit has parameters.
   expect_flag_error("--world 524288", "--world 524288", "tiny.fsdp");
 }
+
+namespace {
+
+// Whether this machine shows fsdpgen a GPU (what its build target follows).
+bool gpu_visible_here() {
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", ec);
+  return !ec && it != std::filesystem::directory_iterator();
+}
+
+// The plan's lines after the first (which says why it is for that device)
+// and before the planning time (which varies).
+std::string plan_figures(const std::string& plan) {
+  const size_t first = plan.find('\n') + 1, timed = plan.rfind("planned in ");
+  return plan.substr(first, timed - first);
+}
+
+}  // namespace
+
+// Without --gpu, plan and schedule are for what `fsdpgen spec.fsdp -o train`
+// builds here: this CPU where no GPU is visible. The plan's first line says
+// which device and why; schedule's stdout is the built binary's
+// --print-schedule, its note (on stderr) says the same.
+TEST(CliPlan, DefaultHardwareIsWhatABuildHereTargets) {
+  if (gpu_visible_here()) GTEST_SKIP() << "a GPU is visible: the default is a GPU's";
+  CmdResult plan = run("plan " + spec("tiny.fsdp"));
+  ASSERT_EQ(plan.status, 0) << plan.out;
+  EXPECT_TRUE(plan.out.starts_with("plan of tiny on 2 x cpu: ")) << plan.out;
+  EXPECT_TRUE(has(plan,
+                  "(no GPU here: planning for this CPU, which a build here targets; --gpu "
+                  "h100-sxm plans for a GPU)\n"))
+      << plan.out;
+  CmdResult cpu = run("plan " + spec("tiny.fsdp") + " --gpu cpu");
+  ASSERT_EQ(cpu.status, 0) << cpu.out;
+  EXPECT_TRUE(has(cpu, "(--gpu cpu)\n")) << cpu.out;
+  EXPECT_EQ(plan_figures(plan.out), plan_figures(cpu.out));
+  CmdResult h100 = run("plan " + spec("tiny.fsdp") + " --gpu h100-sxm");
+  ASSERT_EQ(h100.status, 0) << h100.out;
+  EXPECT_NE(plan_figures(plan.out), plan_figures(h100.out)) << "the test tells the two apart";
+
+  const std::string dir = fresh_dir("cli-default-hardware");
+  CmdResult b = run(spec("tiny.fsdp") + " -o " + dir + "/train");
+  ASSERT_EQ(b.status, 0) << b.out;
+  EXPECT_TRUE(has(b, "for CPU")) << b.out;
+  CmdResult printed = fsdpgen::test::run_command(dir + "/train --print-schedule");
+  ASSERT_EQ(printed.status, 0) << printed.out;
+  CmdResult schedule = fsdpgen::test::run_command(
+      fmt::format("({} schedule {} 2>{}/note)", FSDPGEN_BIN, spec("tiny.fsdp"), dir));
+  ASSERT_EQ(schedule.status, 0) << schedule.out;
+  EXPECT_TRUE(printed.out == schedule.out) << schedule.out.substr(0, 2000);
+  EXPECT_EQ(read_file(dir + "/note"),
+            "fsdpgen: note: schedule for cpu (no GPU here: planning for this CPU, which a build "
+            "here targets; --gpu h100-sxm plans for a GPU)\n");
+}
