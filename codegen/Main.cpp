@@ -41,6 +41,7 @@ namespace {
 constexpr int kExitSpecError = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitInternal = 3;
+constexpr int kExitDoesNotFit = 4;  // plan: the plan, printed whole, exceeds the device
 
 void out(const std::string& s) {
   std::fputs(s.c_str(), stdout);
@@ -261,7 +262,7 @@ int run_plan(const Common& c) {
   double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   out(fmt::format("planned in {:.0f} ms\n", ms));
-  return 0;
+  return fits ? 0 : kExitDoesNotFit;
 }
 
 // The target of emit and build: --target, else cuda where a GPU is visible.
@@ -471,6 +472,9 @@ int main(int argc, char** argv) {
   CLI::App* plan =
       app.add_subcommand("plan", "memory per rank by kind, peak, and predicted step time");
   plan_args.add_to(plan, true);
+  plan->footer(
+      "Exit status: 0 the plan fits the device, 4 it does not (the whole plan is still printed, "
+      "with changes that fit), 1 the spec has errors, 2 bad command line, 3 internal error.");
 
   Common emit_args, build_args;
   std::string emit_dir, emit_target, build_target;

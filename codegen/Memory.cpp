@@ -3,6 +3,7 @@
 #include "codegen/Memory.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -64,8 +65,14 @@ int64_t place(const Schedule& s, MemSpace space, const std::vector<Interval>& li
   return arena;
 }
 
-std::string mib(int64_t bytes) {
-  return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20));
+// A size in MiB below 1 GiB, GiB below 1 TiB, else TiB; two decimals.
+std::string size_text(int64_t bytes) {
+  constexpr int64_t kMiB = 1LL << 20, kGiB = 1LL << 30, kTiB = 1LL << 40;
+  const auto [unit_bytes, unit] = bytes < kGiB   ? std::pair{kMiB, "MiB"}
+                                  : bytes < kTiB ? std::pair{kGiB, "GiB"}
+                                                 : std::pair{kTiB, "TiB"};
+  return fmt::format("{:.2f} {}", static_cast<double>(bytes) / static_cast<double>(unit_bytes),
+                     unit);
 }
 
 }  // namespace
@@ -121,11 +128,11 @@ MemoryPlan plan_memory(const Schedule& s, const MemoryOptions& options) {
 std::string print_memory_plan(const Schedule& s, const MemoryPlan& m) {
   std::string out = fmt::format(
       "memory per rank: device arena {} ({} B); live peak {} at op #{} ({}); {} B without reuse\n",
-      mib(m.device_arena_bytes), m.device_arena_bytes, mib(m.live_peak_bytes), m.peak_op,
-      s.ops.empty() ? "-" : s.ops[m.peak_op].label(), m.naive_bytes);
+      size_text(m.device_arena_bytes), m.device_arena_bytes, size_text(m.live_peak_bytes),
+      m.peak_op, s.ops.empty() ? "-" : s.ops[m.peak_op].label(), m.naive_bytes);
   out += fmt::format(
       "memory reduced from {} to {} by reusing buffers whose lifetimes do not overlap\n",
-      mib(m.naive_bytes), mib(m.device_arena_bytes));
+      size_text(m.naive_bytes), size_text(m.device_arena_bytes));
   out += fmt::format("  {:<18} {:>14} {:>14}\n", "kind", "at peak (B)", "all (B)");
   for (size_t k = 0; k < kBufferKindNames.size(); ++k) {
     if (m.total_by_kind[k] == 0) continue;
@@ -133,7 +140,7 @@ std::string print_memory_plan(const Schedule& s, const MemoryPlan& m) {
                        m.total_by_kind[k]);
   }
   if (m.host_arena_bytes > 0)
-    out += fmt::format("host arena (offload): {} ({} B)\n", mib(m.host_arena_bytes),
+    out += fmt::format("host arena (offload): {} ({} B)\n", size_text(m.host_arena_bytes),
                        m.host_arena_bytes);
   return out;
 }

@@ -6,6 +6,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -96,7 +97,7 @@ TEST(CliPlan, SaysWhatWouldFit) {
   EXPECT_EQ(r.status, 1)
       << r.out;  // world 1 with a shard group of 8: the spec's hybrid layout needs 8 ranks
   r = run("plan " + spec("gpt2-350m.fsdp") + " --micro-batch 64 --gpu a100-40g");
-  ASSERT_EQ(r.status, 0) << r.out;
+  ASSERT_EQ(r.status, 4) << r.out;  // does not fit
   EXPECT_TRUE(has(r, "fits: NO")) << r.out;
   EXPECT_TRUE(has(r, "changes that fit")) << r.out;
 }
@@ -430,4 +431,35 @@ TEST(CliPlan, DefaultHardwareIsWhatABuildHereTargets) {
   EXPECT_EQ(read_file(dir + "/note"),
             "fsdpgen: note: schedule for cpu (no GPU here: planning for this CPU, which a build "
             "here targets; --gpu h100-sxm plans for a GPU)\n");
+}
+
+// A plan that does not fit exits 4 (documented in plan --help), after the
+// whole plan; sizes read in MiB below 1 GiB, GiB below 1 TiB, else TiB, and
+// each equals its exact byte count in that unit to the 2 printed decimals.
+TEST(CliPlan, NotFittingExitsFourAndLargeSizesReadInGiBOrTiB) {
+  CmdResult help = run("plan --help");
+  EXPECT_TRUE(has(help, "4 it does not")) << help.out;
+  const std::regex arena(R"(device arena ([0-9.]+) (MiB|GiB|TiB) \((\d+) B\))");
+  const std::vector<std::tuple<std::string, int, std::string>> cases = {
+      {"gpt-1t.fsdp --world 8 --gpu h100-sxm", 4, "TiB"},
+      {"gpt2-350m.fsdp --micro-batch 64 --gpu a100-40g", 4, "GiB"},
+      {"gpt-175b.fsdp --world 512 --gpu a100-80g", 0, "GiB"},
+      {"tiny.fsdp --gpu h100-sxm", 0, "MiB"}};
+  for (const auto& [args, status, unit] : cases) {
+    CmdResult r = run("plan " + spec(args));
+    EXPECT_EQ(r.status, status) << args << "\n" << r.out;
+    EXPECT_TRUE(has(r, status == 0 ? "fits: yes" : "fits: NO")) << r.out;
+    EXPECT_TRUE(has(r, "planned in ")) << "the whole plan is printed\n" << r.out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.out, m, arena)) << r.out;
+    EXPECT_EQ(m[2], unit) << args;
+    const double bytes = std::stod(m[3]);
+    const int shift = unit == "MiB" ? 20 : unit == "GiB" ? 30 : 40;
+    // 0.005: the value is printed rounded to 2 decimals.
+    EXPECT_NEAR(std::stod(m[1]), bytes / static_cast<double>(1LL << shift), 0.005) << args;
+    EXPECT_LT(bytes, static_cast<double>(1LL << (shift + 10))) << args;
+    if (unit != "MiB") {
+      EXPECT_GE(bytes, static_cast<double>(1LL << shift)) << args;
+    }
+  }
 }

@@ -38,7 +38,9 @@ echo "| model | gpu | GPUs | batch/GPU | step s | model TFLOPS | hardware TFLOPS
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 # spec gpu world micro_batch reported
 while read -r spec gpu world mb reported; do
-  row=$("$build/fsdpgen" plan "specs/$spec.fsdp" --gpu "$gpu" --world "$world" --micro-batch "$mb" | cells)
+  # exit 4: the plan does not fit (still printed whole)
+  row=$({ "$build/fsdpgen" plan "specs/$spec.fsdp" --gpu "$gpu" --world "$world" --micro-batch "$mb" ||
+    [ $? -eq 4 ]; } | cells)
   echo "| $spec | $gpu | $world | $mb | $row | $reported |"
 done <<'EOF'
 gpt-175b a100-80g 128 1 173-186

@@ -161,7 +161,8 @@ EOF
 choose_micro_batch() {
   local b=$max_micro_batch out="$work/$1.plan.txt"
   while [ "$b" -ge 1 ]; do
-    "$fsdpgen" plan "$2" --micro-batch "$b" --gpu "$gpu_kind" >"$out" 2>&1 ||
+    # exit 4: the plan does not fit (still printed whole)
+    "$fsdpgen" plan "$2" --micro-batch "$b" --gpu "$gpu_kind" >"$out" 2>&1 || [ $? -eq 4 ] ||
       { fail "$1" "fsdpgen plan failed" "$out"; return 1; }
     if grep -q '^fits: yes' "$out"; then
       micro_batch[$1]=$b
