@@ -29,6 +29,7 @@
 #include "runtime/check.h"
 #include "runtime/checkpoint.h"
 #include "runtime/checkpoint_files.h"
+#include "runtime/flags.h"
 #include "runtime/human.h"
 #include "runtime/init.h"
 #include "runtime/launch.h"
@@ -475,7 +476,7 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
   CLI::App app{fmt::format("Trains {} as planned by fsdpgen from {}.", p.model_name, p.spec_path)};
   options o;
   app.add_option("--steps", o.steps, "training steps (default: the spec's)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   app.add_option("--data", o.data, "synthetic, a text file, or an llm.c .bin token file");
   app.add_option("--init-from", o.init_from, "load weights from a safetensors file (GPT-2 names)");
   app.add_option("--save", o.save, "write the final weights as safetensors (GPT-2 names)");
@@ -487,33 +488,33 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
   app.add_option("--checkpoint-every", o.checkpoint_every,
                  "steps between checkpoints, also written at the end (0: none; default: the "
                  "spec's checkpoint(every))")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   app.add_option("--checkpoint-dir", o.checkpoint_dir,
                  "where checkpoints go (default: the spec's)");
   app.add_option("--checkpoint-keep", o.checkpoint_keep,
                  "newest checkpoints kept (default: the spec's keep)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   app.add_option("--trace", o.trace, "write the measured timeline of one step (Chrome trace)");
   app.add_option("--trace-step", o.trace_step, "the 0-based step to trace (default 2)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   app.add_flag("--print-schedule", o.print_schedule, "print the static schedule and exit");
   app.add_option("--seed", o.seed, "initialization seed (default: the spec's)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   app.add_option("--log-every", o.log_every, "log every N steps (default: the spec's)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   app.add_option("--metrics", o.metrics, "write one JSON line per step (rank 0)");
   app.add_option("--inject-overflow", o.inject_overflow,
                  "testing aid: make every gradient of this 0-based step non-finite, as an fp16 "
                  "overflow would (the step is skipped and an fp16 loss scale backs off)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   app.add_option("--inject-leak", o.inject_leak_bytes,
                  "testing aid: every step allocates this many bytes on the heap and keeps them, "
                  "which the memory report must show")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   app.add_option("--inject-grad-scale", o.inject_grad_scale,
                  "testing aid: at world > 1, multiply every gradient by this factor unknown to "
                  "the optimizer, as a wrong average across ranks would")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   bool no_graph = false;
   if (kind.cuda_flags) {
     app.add_option("--comm", o.backend.comm,
@@ -528,7 +529,10 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "error: %s (--help lists the flags)\n",
+                 flag_error_message(app, e).c_str());
+    return 2;
   }
   o.backend.graphs = !no_graph;
   o.resume = resume->count() > 0;

@@ -417,5 +417,36 @@ TEST(Binary, TraceHasEveryOpOfEveryRankLikeThePredictedTrace) {
   expect_trace_like_predicted(dir, "cpu", 2);
 }
 
+// A flag error names the flag and the form it expects, without CLI11's
+// 300-digit range; an unknown flag gets the nearest valid one. Exit status 2.
+TEST(Binary, FlagErrorsNameTheFlagTheExpectedFormAndTheNearestFlag) {
+  auto bin = binary("default", two_ranks());
+  auto flag_error = [&](const std::string& flags) {
+    CmdResult r = run_command(bin.string() + " " + flags);
+    EXPECT_EQ(r.status, 2) << flags << "\n" << r.out;
+    EXPECT_LT(r.out.size(), 300u) << "a short message: " << r.out;
+    return r.out;
+  };
+  for (const char* flags : {"--steps=5x", "--steps -1", "--steps 1.5"}) {
+    std::string out = flag_error(flags);
+    EXPECT_NE(out.find("--steps"), std::string::npos) << out;
+    EXPECT_NE(out.find("a whole number >= 0"), std::string::npos) << out;
+  }
+  std::string log_every = flag_error("--log-every 0");
+  EXPECT_NE(log_every.find("--log-every"), std::string::npos) << log_every;
+  EXPECT_NE(log_every.find("a whole number >= 1"), std::string::npos) << log_every;
+  std::string scale = flag_error("--inject-grad-scale 0");
+  EXPECT_NE(scale.find("a number > 0"), std::string::npos) << scale;
+
+  std::string step = flag_error("--step 5");
+  EXPECT_NE(step.find("--step"), std::string::npos) << step;
+  EXPECT_NE(step.find("did you mean --steps?"), std::string::npos) << step;
+  std::string every = flag_error("--checkpoint-evry=3");
+  EXPECT_NE(every.find("did you mean --checkpoint-every?"), std::string::npos) << every;
+  std::string far = flag_error("--no-such-flag");
+  EXPECT_NE(far.find("--no-such-flag"), std::string::npos) << far;
+  EXPECT_EQ(far.find("did you mean"), std::string::npos) << far;
+}
+
 }  // namespace
 }  // namespace fsdpgen::test
