@@ -145,20 +145,25 @@ constexpr int32_t kTokensVersion = 1;
 constexpr int64_t kTokensHeaderBytes = 1024;  // 256 int32
 static_assert(std::endian::native == std::endian::little, "token files are read in place");
 
+// Why a .bin file may not be tokens at all, and what to do about it.
+constexpr const char* kBinIsTokens =
+    "a .bin file is read as an llm.c token file; to train on a text file, give it another "
+    "extension (e.g. --data input.txt)";
+
 void open_tokens(dataloader& d) {
   const data_config& c = d.config;
   std::vector<unsigned char> bytes = read_file(c.path);
   d.file_bytes = static_cast<int64_t>(bytes.size());
   if (d.file_bytes < kTokensHeaderBytes)
     throw std::runtime_error(
-        fmt::format("{}: file is {} bytes, shorter than the {}-byte header of an llm.c token file",
-                    c.path, d.file_bytes, kTokensHeaderBytes));
+        fmt::format("{}: file is {} bytes, shorter than the {}-byte header of an llm.c token "
+                    "file ({})",
+                    c.path, d.file_bytes, kTokensHeaderBytes, kBinIsTokens));
   int32_t header[3];
   std::memcpy(header, bytes.data(), sizeof header);
   if (header[0] != kTokensMagic)
-    throw std::runtime_error(
-        fmt::format("{}: magic number is {}, expected {} (an llm.c GPT-2 token file)", c.path,
-                    header[0], kTokensMagic));
+    throw std::runtime_error(fmt::format("{}: magic number is {}, expected {} ({})", c.path,
+                                         header[0], kTokensMagic, kBinIsTokens));
   if (header[1] != kTokensVersion)
     throw std::runtime_error(fmt::format(
         "{}: token file version {} is not supported; accepted: version {} (uint16 tokens)", c.path,

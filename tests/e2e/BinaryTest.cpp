@@ -448,5 +448,15 @@ TEST(Binary, FlagErrorsNameTheFlagTheExpectedFormAndTheNearestFlag) {
   EXPECT_EQ(far.find("did you mean"), std::string::npos) << far;
 }
 
+// A text file named .bin: the error says how .bin is read and how to pass text.
+TEST(Binary, TextNamedBinSaysHowToPassText) {
+  auto bin = binary("default", two_ranks());
+  std::ofstream(bin.parent_path() / "text.bin") << "this is text, not llm.c tokens\n";
+  CmdResult r = run_binary(2, bin, "--steps 1 --data text.bin");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("a .bin file is read as an llm.c token file"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--data input.txt"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace fsdpgen::test

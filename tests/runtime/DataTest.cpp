@@ -206,3 +206,25 @@ TEST(Data, FillRejectsNegativeRanges) {
 }
 
 }  // namespace
+
+// A text file named .bin is read as a token file: the error says so and how
+// to pass text instead, whether it is shorter than the header or not.
+TEST(Data, TextNamedBinSaysHowToPassText) {
+  const std::string path = temp_path("input.bin");
+  const std::string line = "First Citizen: before we proceed any further, hear me speak.\n";
+  for (int lines : {1, 40}) {  // 62 and 2,480 bytes: short of the header, then past it
+    std::ofstream(path) << [&] {
+      std::string text;
+      for (int i = 0; i < lines; ++i)
+        text += line;
+      return text;
+    }();
+    expect_error(
+        [&] {
+          dataloader_open({data_kind::tokens, 0, path, 50257, 4});
+        },
+        {path, "a .bin file is read as an llm.c token file",
+         "another extension (e.g. --data input.txt)"});
+  }
+  std::filesystem::remove(path);
+}
