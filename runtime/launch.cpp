@@ -145,9 +145,9 @@ launch_info launch_init(const program& p, int argc, char** argv) {
     if (rank == 0)
       std::fprintf(stderr,
                    "error: this binary was generated for world %lld (%s) but was launched on %d "
-                   "ranks; run: mpirun -n %lld %s (or srun -n %lld --mpi=pmix %s), or "
+                   "rank%s; run: mpirun -n %lld %s (or srun -n %lld --mpi=pmix %s), or "
                    "regenerate with: fsdpgen %s --world %d -o %s\n",
-                   static_cast<long long>(p.world), p.spec_path, world,
+                   static_cast<long long>(p.world), p.spec_path, world, world == 1 ? "" : "s",
                    static_cast<long long>(p.world), argv[0], static_cast<long long>(p.world),
                    argv[0], p.spec_path, world, argv[0]);
     MPI_Finalize();

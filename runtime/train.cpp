@@ -247,8 +247,8 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   if (lead) {
     std::printf("fsdpgen train: %s (%s params) from %s\n", p.model_name,
                 with_commas(p.params).c_str(), p.spec_path);
-    std::printf("  %lld ranks (%s, shard group %lld), launched by %s, %s\n",
-                static_cast<long long>(p.world), sharding_of(p),
+    std::printf("  %lld rank%s (%s, shard group %lld), launched by %s, %s\n",
+                static_cast<long long>(p.world), p.world == 1 ? "" : "s", sharding_of(p),
                 static_cast<long long>(p.shard_group), li.launcher.c_str(), b->describe().c_str());
     std::printf(
         "  params %s, reduce %s, master %s | %lld micro-batch%s of %lld x %lld tokens | "
@@ -400,8 +400,9 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   if (lead && steps_run > 0) {
     double per_step = timed_steps ? timed_s / static_cast<double>(timed_steps) : total_s;
     std::printf(
-        "done: %lld steps in %.1f s | loss %.4f -> %.4f | %.1f ms/step | %s tok/s\n%s",
-        static_cast<long long>(steps_run), total_s, first_loss, last_loss, per_step * 1e3,
+        "done: %lld step%s in %.1f s | loss %.4f -> %.4f | %.1f ms/step | %s tok/s\n%s",
+        static_cast<long long>(steps_run), steps_run == 1 ? "" : "s", total_s, first_loss,
+        last_loss, per_step * 1e3,
         with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / per_step)).c_str(),
         memory_lines.c_str());
     if (skipped)
@@ -540,9 +541,13 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
     std::fputs(p.schedule_text, stdout);
     return 0;
   }
-  if (o.trace_step >= 0 && o.trace_step >= (o.steps >= 0 ? o.steps : p.steps)) {
-    std::fprintf(stderr, "error: --trace-step %lld is not below the number of steps\n",
-                 static_cast<long long>(o.trace_step));
+  const int64_t run_steps = o.steps >= 0 ? o.steps : p.steps;
+  if (o.trace_step >= 0 && o.trace_step >= run_steps) {
+    std::fprintf(stderr,
+                 "error: --trace-step %lld is not below the number of steps: the run has %lld "
+                 "step%s, numbered from 0\n",
+                 static_cast<long long>(o.trace_step), static_cast<long long>(run_steps),
+                 run_steps == 1 ? "" : "s");
     return 2;
   }
   launch_info li = launch_init(p, argc, argv);

@@ -458,5 +458,31 @@ TEST(Binary, TextNamedBinSaysHowToPassText) {
   EXPECT_NE(r.out.find("--data input.txt"), std::string::npos) << r.out;
 }
 
+// One rank and one step are singular; --trace-step says how many steps there are.
+TEST(Binary, CountsOfOneAreSingularAndTraceStepSaysTheSteps) {
+  auto bin = binary("default", two_ranks());
+  allow_mpi_as_root();
+  CmdResult alone = run_command(
+      fmt::format("timeout 120 mpirun --oversubscribe -n 1 {} --steps 1", bin.string()));
+  EXPECT_EQ(alone.status, 2) << alone.out;
+  EXPECT_NE(alone.out.find("launched on 1 rank;"), std::string::npos) << alone.out;
+
+  E2eConfig one;
+  one.sharding = "no_shard";
+  one.world = 1;
+  one.micro_batch = 4;
+  CmdResult r = run_binary(1, binary("single", one), "--steps 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("  1 rank ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("done: 1 step in"), std::string::npos) << r.out;
+
+  CmdResult trace = run_command(bin.string() + " --steps 3 --trace-step 3");
+  EXPECT_EQ(trace.status, 2) << trace.out;
+  EXPECT_NE(trace.out.find("--trace-step 3 is not below the number of steps: the run has 3 "
+                           "steps, numbered from 0"),
+            std::string::npos)
+      << trace.out;
+}
+
 }  // namespace
 }  // namespace fsdpgen::test
