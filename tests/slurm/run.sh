@@ -320,7 +320,7 @@ check_training() {
     [[ -n $total ]] || fail "no step line in the output"
     grep -qE "^step $total/$total \| loss " "$out" || fail "the last step ($total) did not run"
     summary=$(grep -E '^done: ' "$out" | tail -n 1 || true)
-    local re='^done: ([0-9]+) steps in .* \| loss ([^ ]+) -> ([^ ]+) \|'
+    local re='^done: ([0-9]+) steps? in .* \| loss ([^ ]+) -> ([^ ]+) \|'
     [[ $summary =~ $re ]] || fail "no summary line ('done: N steps ... | loss A -> B |')"
     steps=${BASH_REMATCH[1]} first=${BASH_REMATCH[2]} last=${BASH_REMATCH[3]}
     ((steps == total)) || fail "$steps steps ran of $total"
