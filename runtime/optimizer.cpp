@@ -1,19 +1,39 @@
 // optimizer: lr schedules, AdamW and SGD over shard ranges.
 #include "runtime/optimizer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
 #include "runtime/init.h"
 
-double optimizer_lr(const program& p, int64_t step) {
+double optimizer_lr(const program& p, int64_t step, int64_t total_steps) {
   if (step < p.warmup) return p.lr * static_cast<double>(step + 1) / static_cast<double>(p.warmup);
   if (p.lr_schedule == lr_schedule_kind::constant) return p.lr;
-  int64_t span = p.steps - 1 - p.warmup;
+  int64_t span = total_steps - 1 - p.warmup;
   double ratio = span > 0 ? std::min(1.0, static_cast<double>(step - p.warmup) / span) : 1.0;
   double coeff = p.lr_schedule == lr_schedule_kind::cosine ? 0.5 * (1.0 + std::cos(M_PI * ratio))
                                                            : 1.0 - ratio;
   return p.min_lr + coeff * (p.lr - p.min_lr);
+}
+
+std::string optimizer_lr_describe(const program& p, int64_t total_steps) {
+  const std::string warmup = p.warmup > 0 ? fmt::format("{} warm-up steps to {:g}", p.warmup, p.lr)
+                                          : fmt::format("{:g}", p.lr);
+  if (p.warmup >= total_steps) return warmup + ", the whole run";
+  if (p.lr_schedule == lr_schedule_kind::constant) return warmup + ", then constant";
+  return fmt::format("{}, then {} down to {:g} at step {}, the last", warmup,
+                     p.lr_schedule == lr_schedule_kind::cosine ? "cosine" : "linear", p.min_lr,
+                     total_steps);
+}
+
+std::string optimizer_steps_problem(const program& p, int64_t steps) {
+  if (steps <= 0 || p.warmup <= steps) return "";
+  return fmt::format(
+      "--steps {}: the spec's warmup ({} steps) is longer than the run; pass --steps {} or more, "
+      "or shorten lr_schedule's warmup",
+      steps, p.warmup, p.warmup);
 }
 
 float optimizer_clip_scale(const program& p, double norm) {

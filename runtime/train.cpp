@@ -259,6 +259,7 @@ int run(const program& p, const options& o, const launch_info& li, const backend
         with_commas(tokens_per_step).c_str());
     std::printf("  data: %s | weights: %s\n", dataloader_describe(data).c_str(),
                 weights_from.c_str());
+    std::printf("  lr: %s\n", optimizer_lr_describe(p, steps).c_str());
     if (ckpt.every > 0)
       std::printf("  checkpoints: every %lld steps and at the end, in %s (newest %lld kept)\n",
                   static_cast<long long>(ckpt.every), ckpt.dir.c_str(),
@@ -294,7 +295,7 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   bool stop = false;
   const auto run_start = std::chrono::steady_clock::now();
   for (int64_t step = start_step; step < steps; ++step) {
-    const double lr = optimizer_lr(p, step);
+    const double lr = optimizer_lr(p, step, steps);
     const double loss_scale = scaler.scale;
     const double grad_scale = loss_scaler_grad_scale(scaler);
     c.grad_scale = static_cast<float>(grad_scale);
@@ -548,6 +549,10 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
                  "step%s, numbered from 0\n",
                  static_cast<long long>(o.trace_step), static_cast<long long>(run_steps),
                  run_steps == 1 ? "" : "s");
+    return 2;
+  }
+  if (const std::string why = optimizer_steps_problem(p, o.steps); !why.empty()) {
+    std::fprintf(stderr, "error: %s\n", why.c_str());
     return 2;
   }
   launch_info li = launch_init(p, argc, argv);

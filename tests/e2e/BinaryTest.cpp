@@ -484,5 +484,56 @@ TEST(Binary, CountsOfOneAreSingularAndTraceStepSaysTheSteps) {
       << trace.out;
 }
 
+// --steps N: the lr schedule follows the run's N steps (the decay reaches min
+// at step N, as torchtitan and llm.c do), also when resumed, and N shorter
+// than the spec's warm-up is refused as the spec's own steps would be.
+TEST(Binary, StepsFlagEndsTheLrScheduleAtTheRunsLastStep) {
+  E2eConfig c = two_ranks();
+  c.steps = 40;
+  std::string spec = c.spec();
+  const size_t warmup_at = spec.find("warmup = 1");
+  ASSERT_NE(warmup_at, std::string::npos) << spec;
+  spec.replace(warmup_at, 10, "warmup = 3");
+  const auto bin = shared_binary(e2e_dir("binary_schedule"), spec);
+  const auto dir = bin.parent_path();
+  std::filesystem::remove_all(dir / "sched_ck");
+
+  CmdResult r = run_binary(
+      2, bin, "--steps 6 --metrics sched.jsonl --checkpoint-every 3 --checkpoint-dir sched_ck");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("lr: 3 warm-up steps to 0.01, then cosine down to 0.001 at step 6, the "
+                       "last"),
+            std::string::npos)
+      << r.out;
+  const std::vector<nlohmann::json> m = read_metrics(dir / "sched.jsonl");
+  ASSERT_EQ(m.size(), 6u);
+  // The schedule written out: lr * (k + 1) / 3 for k < 3, then cosine from
+  // 1e-2 to 1e-3 over steps 3..5. --metrics prints %.9g: relative 1e-8.
+  for (int k = 0; k < 6; ++k) {
+    const double want =
+        k < 3 ? 1e-2 * (k + 1) / 3 : 1e-3 + 0.5 * (1 + std::cos(M_PI * (k - 3) / 2.0)) * 9e-3;
+    EXPECT_NEAR(m[k]["lr"].get<double>(), want, want * 1e-8) << "step " << k;
+  }
+  EXPECT_NEAR(m[5]["lr"].get<double>(), 1e-3, 1e-11) << "the last step is at min";
+
+  // Resumed at step 3 of the same 6: the same learning rates, as printed.
+  CmdResult resumed =
+      run_binary(2, bin, "--resume sched_ck/step_00000003 --steps 6 --metrics resumed.jsonl");
+  ASSERT_EQ(resumed.status, 0) << resumed.out;
+  const std::vector<nlohmann::json> rest = read_metrics(dir / "resumed.jsonl");
+  ASSERT_EQ(rest.size(), 3u);
+  for (size_t k = 0; k < 3; ++k)
+    EXPECT_EQ(rest[k]["lr"], m[k + 3]["lr"]) << "step " << k + 3;
+
+  // Shorter than the warm-up: refused before launching, naming the flag.
+  CmdResult shorter = run_binary(1, bin, "--steps 2");
+  EXPECT_EQ(shorter.status, 2) << shorter.out;
+  EXPECT_NE(
+      shorter.out.find("error: --steps 2: the spec's warmup (3 steps) is longer than the run"),
+      std::string::npos)
+      << shorter.out;
+  EXPECT_EQ(shorter.out.find("fsdpgen train:"), std::string::npos) << "nothing started";
+}
+
 }  // namespace
 }  // namespace fsdpgen::test

@@ -75,46 +75,47 @@ TEST(OptimizerLr, WarmupRisesLinearlyToLr) {
   for (const lr_schedule_kind kind :
        {lr_schedule_kind::constant, lr_schedule_kind::cosine, lr_schedule_kind::linear}) {
     const program p = schedule(kind);
-    EXPECT_NEAR(optimizer_lr(p, 0), 1e-4, kLrTol);
-    EXPECT_NEAR(optimizer_lr(p, 4), 5e-4, kLrTol);
-    EXPECT_NEAR(optimizer_lr(p, 9), kLr, kLrTol);
-    EXPECT_NEAR(optimizer_lr(p, 10), kLr, kLrTol) << "the decay starts from lr";
+    EXPECT_NEAR(optimizer_lr(p, 0, p.steps), 1e-4, kLrTol);
+    EXPECT_NEAR(optimizer_lr(p, 4, p.steps), 5e-4, kLrTol);
+    EXPECT_NEAR(optimizer_lr(p, 9, p.steps), kLr, kLrTol);
+    EXPECT_NEAR(optimizer_lr(p, 10, p.steps), kLr, kLrTol) << "the decay starts from lr";
   }
 }
 
 // lr = min + (lr - min) * (1 + cos(pi * r)) / 2, r the fraction of the decay done.
 TEST(OptimizerLr, CosineEndPointsAndMidpoint) {
   const program p = schedule(lr_schedule_kind::cosine);
-  EXPECT_NEAR(optimizer_lr(p, 60), (kLr + kMinLr) / 2, kLrTol);
+  EXPECT_NEAR(optimizer_lr(p, 60, p.steps), (kLr + kMinLr) / 2, kLrTol);
   // r = 1/4: (1 + cos(pi/4)) / 2 = 0.8535533905932737; 1e-4 + 9e-4 * that.
-  EXPECT_NEAR(optimizer_lr(p, 35), 8.681980515339464e-4, kLrTol);
-  EXPECT_NEAR(optimizer_lr(p, 110), kMinLr, kLrTol) << "the last step reaches min";
-  EXPECT_NEAR(optimizer_lr(p, 150), kMinLr, kLrTol) << "and stays there";
+  EXPECT_NEAR(optimizer_lr(p, 35, p.steps), 8.681980515339464e-4, kLrTol);
+  EXPECT_NEAR(optimizer_lr(p, 110, p.steps), kMinLr, kLrTol) << "the last step reaches min";
+  EXPECT_NEAR(optimizer_lr(p, 150, p.steps), kMinLr, kLrTol) << "and stays there";
   for (int64_t s = 10; s < 110; ++s)
-    EXPECT_LT(optimizer_lr(p, s + 1), optimizer_lr(p, s)) << "step " << s;
+    EXPECT_LT(optimizer_lr(p, s + 1, p.steps), optimizer_lr(p, s, p.steps)) << "step " << s;
 }
 
 TEST(OptimizerLr, LinearEndPointsAndMidpoint) {
   const program p = schedule(lr_schedule_kind::linear);
-  EXPECT_NEAR(optimizer_lr(p, 60), (kLr + kMinLr) / 2, kLrTol);
-  EXPECT_NEAR(optimizer_lr(p, 35), kMinLr + 0.75 * (kLr - kMinLr), kLrTol);
-  EXPECT_NEAR(optimizer_lr(p, 110), kMinLr, kLrTol);
+  EXPECT_NEAR(optimizer_lr(p, 60, p.steps), (kLr + kMinLr) / 2, kLrTol);
+  EXPECT_NEAR(optimizer_lr(p, 35, p.steps), kMinLr + 0.75 * (kLr - kMinLr), kLrTol);
+  EXPECT_NEAR(optimizer_lr(p, 110, p.steps), kMinLr, kLrTol);
   // Equal decrements of (lr - min) / 100 = 9e-6 per step.
   for (int64_t s = 10; s < 110; ++s)
-    EXPECT_NEAR(optimizer_lr(p, s) - optimizer_lr(p, s + 1), 9e-6, kLrTol) << "step " << s;
+    EXPECT_NEAR(optimizer_lr(p, s, p.steps) - optimizer_lr(p, s + 1, p.steps), 9e-6, kLrTol)
+        << "step " << s;
 }
 
 TEST(OptimizerLr, ConstantAfterWarmup) {
   const program p = schedule(lr_schedule_kind::constant);
   for (const int64_t s : {10, 60, 110})
-    EXPECT_EQ(optimizer_lr(p, s), kLr) << "step " << s;
+    EXPECT_EQ(optimizer_lr(p, s, p.steps), kLr) << "step " << s;
 }
 
 TEST(OptimizerLr, NoWarmupStartsAtLr) {
   const program p = schedule(lr_schedule_kind::cosine, 0, 101);
-  EXPECT_EQ(optimizer_lr(p, 0), kLr);
-  EXPECT_NEAR(optimizer_lr(p, 50), (kLr + kMinLr) / 2, kLrTol);
-  EXPECT_NEAR(optimizer_lr(p, 100), kMinLr, kLrTol);
+  EXPECT_EQ(optimizer_lr(p, 0, p.steps), kLr);
+  EXPECT_NEAR(optimizer_lr(p, 50, p.steps), (kLr + kMinLr) / 2, kLrTol);
+  EXPECT_NEAR(optimizer_lr(p, 100, p.steps), kMinLr, kLrTol);
 }
 
 // ---------------------------------------------------------------- clipping
@@ -194,6 +195,51 @@ TEST(OptimizerDecay, RangesAreTheMatricesInEachShard) {
   EXPECT_EQ(rank1.counts[0], 0);
   EXPECT_EQ(rank1.counts[1], 1);
   EXPECT_EQ(rank1.pointers[1], rank1.ranges[1].data());
+}
+
+// ---------------------------------------------------------------- the run's own length
+
+// --steps N: the schedule follows the run, not the spec. The spec says 111
+// steps; runs of 31 and of 211 steps decay over their own 20 and 200 steps
+// after the same 10 warm-up steps, reaching min at their step N - 1.
+TEST(OptimizerLr, DecayEndsAtTheLastStepOfTheRunNotOfTheSpec) {
+  for (const lr_schedule_kind kind : {lr_schedule_kind::cosine, lr_schedule_kind::linear}) {
+    const program p = schedule(kind);  // p.steps = 111
+    for (const int64_t total : {31, 211}) {
+      const int64_t last = total - 1, midpoint = 10 + (last - 10) / 2;
+      EXPECT_NEAR(optimizer_lr(p, 4, total), 5e-4, kLrTol) << "the warm-up is the spec's";
+      EXPECT_NEAR(optimizer_lr(p, 10, total), kLr, kLrTol);
+      EXPECT_NEAR(optimizer_lr(p, midpoint, total), (kLr + kMinLr) / 2, kLrTol) << total;
+      EXPECT_NEAR(optimizer_lr(p, last, total), kMinLr, kLrTol) << "the run's last step";
+      EXPECT_GT(optimizer_lr(p, last - 1, total), kMinLr + 1e-9) << "and not before it";
+    }
+    // r = 1/4 of the 31-step run's 20 decay steps: step 15 (cosine as in
+    // CosineEndPointsAndMidpoint, linear 3/4 of the way from min to lr).
+    const double quarter =
+        kind == lr_schedule_kind::cosine ? 8.681980515339464e-4 : kMinLr + 0.75 * (kLr - kMinLr);
+    EXPECT_NEAR(optimizer_lr(p, 15, 31), quarter, kLrTol);
+  }
+}
+
+TEST(OptimizerLr, DescribedWithTheRunsSteps) {
+  EXPECT_EQ(optimizer_lr_describe(schedule(lr_schedule_kind::cosine, 20, 200), 30),
+            "20 warm-up steps to 0.001, then cosine down to 0.0001 at step 30, the last");
+  EXPECT_EQ(optimizer_lr_describe(schedule(lr_schedule_kind::linear, 0, 200), 6),
+            "0.001, then linear down to 0.0001 at step 6, the last");
+  EXPECT_EQ(optimizer_lr_describe(schedule(lr_schedule_kind::constant, 10, 200), 30),
+            "10 warm-up steps to 0.001, then constant");
+  EXPECT_EQ(optimizer_lr_describe(schedule(lr_schedule_kind::cosine, 10, 200), 10),
+            "10 warm-up steps to 0.001, the whole run");
+}
+
+// The spec check's rule (dsl/Check.cpp: warmup no longer than steps) for --steps.
+TEST(OptimizerLr, StepsShorterThanTheWarmupAreAProblemNamingTheFlag) {
+  const program p = schedule(lr_schedule_kind::cosine, 10, 200);
+  EXPECT_EQ(optimizer_steps_problem(p, 9),
+            "--steps 9: the spec's warmup (10 steps) is longer than the run; pass --steps 10 or "
+            "more, or shorten lr_schedule's warmup");
+  EXPECT_EQ(optimizer_steps_problem(p, 10), "") << "as long as the warm-up is fine";
+  EXPECT_EQ(optimizer_steps_problem(p, 0), "") << "0 steps train nothing";
 }
 
 }  // namespace
