@@ -342,17 +342,31 @@ inline void expect_overflow_skipped_and_recovered(const std::filesystem::path& b
   EXPECT_LT(m.back().at("loss").get<double>(), m.front().at("loss").get<double>())
       << "training goes on after the skipped step";
 
-  auto saved = [&](size_t n, const std::string& flags, const std::string& file) {
-    CmdResult s =
-        run_binary(world, bin, fmt::format("{} --steps {} {} --save {}", args, n, flags, file));
+  // The weights after steps k and k + 1 of one (k + 1)-step run (one
+  // learning-rate schedule: --steps sets its length), from checkpoints
+  // written after every step and merged.
+  auto weights_after = [&](const std::string& flags, const std::string& name) {
+    std::filesystem::remove_all(dir / name);
+    CmdResult s = run_binary(
+        world, bin,
+        fmt::format("{} --steps {} {} --checkpoint-every 1 --checkpoint-keep 2 --checkpoint-dir {}",
+                    args, k + 1, flags, name));
     EXPECT_EQ(s.status, 0) << s.out;
-    return safetensors_tensor_bytes(dir / file);
+    auto merged = [&](size_t step) {
+      const std::filesystem::path out = dir / fmt::format("{}_{}.safetensors", name, step);
+      CmdResult m = run(fmt::format(
+          "merge {} -o {}", (dir / name / fmt::format("step_{:08}", step)).string(), out.string()));
+      EXPECT_EQ(m.status, 0) << m.out;
+      return safetensors_tensor_bytes(out);
+    };
+    return std::pair{merged(k), merged(k + 1)};
   };
-  const std::string before = saved(k, "", "before.safetensors");
+  const auto [before, skipped] = weights_after(fmt::format("--inject-overflow {}", k), "skipped");
   ASSERT_FALSE(before.empty());
-  EXPECT_TRUE(before == saved(k + 1, fmt::format("--inject-overflow {}", k), "skipped.safetensors"))
-      << "weights after a skipped step differ from those before it";
-  EXPECT_FALSE(before == saved(k + 1, "", "applied.safetensors"));
+  EXPECT_TRUE(before == skipped) << "weights after a skipped step differ from those before it";
+  const auto [same_before, applied] = weights_after("", "applied");
+  EXPECT_TRUE(same_before == before) << "the steps before the overflow are the same";
+  EXPECT_FALSE(applied == same_before) << "a step that did not overflow changes the weights";
 }
 
 // The arenas `fsdpgen plan` prints for dir/e2e.fsdp on hardware `gpu` (host:
