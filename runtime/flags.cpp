@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "dsl/Suggest.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -12,39 +14,14 @@
 
 namespace {
 
-// Optimal string alignment distance: insertions, deletions, substitutions and
-// transpositions of adjacent bytes each cost 1 (as dsl/Suggest.cpp, which the
-// runtime does not link).
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> prev2(b.size() + 1), prev(b.size() + 1), row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j)
-    prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      row[j] =
-          std::min({prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-        row[j] = std::min(row[j], prev2[j - 2] + 1);
-    }
-    std::swap(prev2, prev);
-    std::swap(prev, row);
-  }
-  return prev[b.size()];
-}
-
 // The app's long flag closest to `flag` (both with their dashes), if within a
 // third of its length (at least 1); empty otherwise.
 std::string nearest_flag(const CLI::App& app, std::string_view flag) {
-  size_t limit = std::max<size_t>(1, flag.size() / 3), best = limit + 1;
-  std::string best_flag;
+  std::vector<std::string> flags;
   for (const CLI::Option* opt : app.get_options())
-    for (const std::string& name : opt->get_lnames()) {
-      std::string candidate = "--" + name;
-      size_t d = edit_distance(flag, candidate);
-      if (d < best) best = d, best_flag = candidate;
-    }
-  return best_flag;
+    for (const std::string& name : opt->get_lnames())
+      flags.push_back("--" + name);
+  return fsdpgen::closest_match(flag, std::vector<std::string_view>(flags.begin(), flags.end()));
 }
 
 // The first argument CLI11 could not place, without any "=value".

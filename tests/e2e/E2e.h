@@ -158,7 +158,8 @@ inline uint64_t fnv1a64_of_files(const std::vector<std::filesystem::path>& files
 // the templates) and the runtime libraries it links, the CUDA one where it is
 // built (paths from tests/CMakeLists.txt).
 inline std::vector<std::filesystem::path> build_inputs() {
-  std::vector<std::filesystem::path> files = {FSDPGEN_BIN, FSDPGEN_RUNTIME_LIB, FSDPGEN_FILES_LIB};
+  std::vector<std::filesystem::path> files = {FSDPGEN_BIN, FSDPGEN_RUNTIME_LIB, FSDPGEN_FILES_LIB,
+                                              FSDPGEN_SUGGEST_LIB};
   if (std::strlen(FSDPGEN_CUDA_LIB) > 0) files.emplace_back(FSDPGEN_CUDA_LIB);
   return files;
 }
