@@ -146,10 +146,11 @@ class Writer {
                                   cuda_ ? "CUDA" : "CPU", why));
     };
     if (model_.family != Family::Gpt2)
-      fail(
-          fmt::format("model family {} (the CPU kernels implement gpt2; llama's are not written "
-                      "yet)",
-                      to_string(model_.family)));
+      fail(fmt::format(
+          "model family {}: the {} kernels implement gpt2 only; llama's (RMSNorm, rotary "
+          "positions, SwiGLU, grouped-query attention) are planned, not yet written. `fsdpgen "
+          "check`, `plan` and `schedule` already take this spec",
+          to_string(model_.family), cuda_ ? "CUDA" : "CPU"));
     if (model_.norm_eps != 1e-5)
       fail(fmt::format("norm_eps = {} (gpt2's LayerNorm kernels use 1e-5)", model_.norm_eps));
     if ((p.precision.param == DType::BF16 && p.precision.reduce == DType::FP16) ||

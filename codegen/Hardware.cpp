@@ -204,8 +204,14 @@ std::vector<std::string_view> hardware_names() {
 }
 
 std::optional<Hardware> find_hardware(std::string_view name) {
+  auto same = [](std::string_view a, std::string_view b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
+      return std::tolower(static_cast<unsigned char>(x)) ==
+             std::tolower(static_cast<unsigned char>(y));
+    });
+  };
   for (const Hardware& h : known_hardware())
-    if (h.name == name) return h;
+    if (same(h.name, name)) return h;
   return std::nullopt;
 }
 

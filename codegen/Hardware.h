@@ -64,7 +64,7 @@ struct Hardware {
 const std::vector<Hardware>& known_hardware();
 std::vector<std::string_view> hardware_names();
 
-// The description called `name`, or nullopt.
+// The description called `name` (in any case: H100-SXM is h100-sxm), or nullopt.
 std::optional<Hardware> find_hardware(std::string_view name);
 // The message for a name find_hardware() does not know, naming the closest
 // known names and listing them all:

@@ -4,7 +4,7 @@
 //   fsdpgen plan spec.fsdp [--world N] [--micro-batch B] [--gpu KIND]
 //   fsdpgen emit spec.fsdp -o DIR [--target cuda|cpu] [--world N] [--micro-batch B] [--gpu KIND]
 //   fsdpgen spec.fsdp -o train [--target cuda|cpu] [--sources DIR] ...   (= fsdpgen build)
-//   fsdpgen merge CHECKPOINT -o model.safetensors [--dtype f32|bf16]
+//   fsdpgen merge CHECKPOINT -o model.safetensors [--dtype fp32|bf16|fp16]
 #include <unistd.h>
 
 #include <algorithm>
@@ -299,7 +299,7 @@ std::optional<EmitTarget> resolve_target(const Common& c, const std::string& tar
     return std::nullopt;
   }
   t.kind = EmitTarget::Kind::Cuda;
-  t.hardware = c.gpu;
+  t.hardware = hw->name;
   return t;
 }
 
@@ -323,6 +323,16 @@ std::optional<std::string> generate(const Common& c, const EmitTarget& target, i
                            c.spec_path, target.hardware)
                    .c_str(),
                stderr);
+  if (const DataSpec& d = p->spec->train.data; d.kind != DataKind::Synthetic) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(d.path, ec))
+      std::fputs(fmt::format("fsdpgen: note: the spec's data file {} does not exist yet (a "
+                             "relative path is found from the spec's directory); the binary "
+                             "reads it when it starts (or --data FILE)\n",
+                             d.path)
+                     .c_str(),
+                 stderr);
+  }
   try {
     return emit_program(c.spec_path, *p->schedule, *p->memory, target);
   } catch (const EmitError& e) {
@@ -411,12 +421,14 @@ int run_build(const Common& c, const std::string& target_flag, const std::string
 }
 
 int run_merge(const std::string& checkpoint, const std::string& output, const std::string& dtype) {
+  // safetensors' spelling of the dtype (the flag's validator accepted the word).
+  const DType t = dtype_named(dtype).value_or(DType::FP32);
+  const char* st = t == DType::BF16 ? "BF16" : t == DType::FP16 ? "F16" : "F32";
   try {
-    const checkpoint_merged m =
-        checkpoint_merge(checkpoint, output, dtype == "bf16" ? "BF16" : "F32");
+    const checkpoint_merged m = checkpoint_merge(checkpoint, output, st);
     out(fmt::format("fsdpgen: wrote {} from {} (step {}): {} tensors, {} params, {}, {:.2f} MiB\n",
-                    output, m.checkpoint, m.step, m.tensors, m.params,
-                    dtype == "bf16" ? "BF16" : "F32", static_cast<double>(m.bytes) / (1 << 20)));
+                    output, m.checkpoint, m.step, m.tensors, m.params, st,
+                    static_cast<double>(m.bytes) / (1 << 20)));
     return 0;
   } catch (const std::exception& e) {
     std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
@@ -493,7 +505,7 @@ int main(int argc, char** argv) {
   build->add_option("--sources", sources, "keep the generated source in this directory");
   build->add_option("--target", build_target, target_help)->check(CLI::IsMember({"cuda", "cpu"}));
 
-  std::string merge_in, merge_out, merge_dtype = "f32";
+  std::string merge_in, merge_out, merge_dtype = "fp32";
   CLI::App* merge = app.add_subcommand(
       "merge",
       "write a checkpoint's weights as one safetensors file with Hugging Face GPT-2 names");
@@ -502,8 +514,19 @@ int main(int argc, char** argv) {
                    "a step_N checkpoint directory, or a directory of them (its newest)")
       ->required();
   merge->add_option("-o,--output", merge_out, "the safetensors file to write")->required();
-  merge->add_option("--dtype", merge_dtype, "f32 (default) or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  merge
+      ->add_option("--dtype", merge_dtype,
+                   "fp32 (default), bf16 or fp16; also spelled f32, f16, float32, bfloat16, "
+                   "float16")
+      ->check(CLI::Validator(
+          [](std::string& word) {
+            return fsdpgen::dtype_named(word)
+                       ? std::string()
+                       : fmt::format("unknown dtype '{}': fp32, bf16 or fp16 (or f32, f16, "
+                                     "float32, bfloat16, float16)",
+                                     word);
+          },
+          "DTYPE"));
 
   // `fsdpgen spec.fsdp -o train` is `fsdpgen build spec.fsdp -o train`.
   std::vector<std::string> args(argv + 1, argv + argc);

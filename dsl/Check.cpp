@@ -223,6 +223,8 @@ class Checker {
   }
 
   std::optional<DType> as_dtype(const ast::Value& v) {
+    if (v.kind == ast::Value::Kind::Ident)
+      if (std::optional<DType> t = dtype_named(v.text)) return t;
     return as_enum<DType>(v, "dtype", kDTypeNames);
   }
 

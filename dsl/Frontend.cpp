@@ -31,7 +31,18 @@ FrontendResult load_spec_file(const std::string& path, const SpecOverrides& over
   std::string text, error;
   if (!read_file(path, text, error))
     return {std::nullopt, fmt::format("error: cannot read spec file '{}': {}\n", path, error)};
-  return load_spec_text(path, std::move(text), overrides);
+  FrontendResult r = load_spec_text(path, std::move(text), overrides);
+  // A data file named by a relative path is found from the spec's directory,
+  // as a compiler finds an #include from the including file. The result is
+  // as relative as the spec's own path (specs/input.txt for specs/x.fsdp), so
+  // that what fsdpgen emits does not depend on where the tree is checked out.
+  if (r.spec && r.spec->train.data.kind != DataKind::Synthetic) {
+    const std::filesystem::path data = r.spec->train.data.path;
+    if (data.is_relative())
+      r.spec->train.data.path =
+          (std::filesystem::path(path).parent_path() / data).lexically_normal().string();
+  }
+  return r;
 }
 
 }  // namespace fsdpgen

@@ -22,7 +22,9 @@ struct SpecOverrides {
   std::optional<int64_t> micro_batch;
 };
 
-// `name` is how diagnostics refer to the file.
+// `name` is how diagnostics refer to the file. load_spec_file also finds a
+// relative data path (text("input.txt")) from the spec's directory: path
+// specs/x.fsdp gives specs/input.txt.
 FrontendResult load_spec_text(const std::string& name, std::string text,
                               const SpecOverrides& overrides = {});
 FrontendResult load_spec_file(const std::string& path, const SpecOverrides& overrides = {});

@@ -50,6 +50,18 @@ inline std::string_view to_string(Sharding v) {
 inline std::string_view to_string(DType v) {
   return kDTypeNames[static_cast<int>(v)];
 }
+// The dtype a word names, in any case: the spec's spelling (fp32, bf16, fp16)
+// or the one safetensors and PyTorch use (f32, f16, float32, bfloat16,
+// float16), so that a name copied from either is understood everywhere.
+inline std::optional<DType> dtype_named(std::string_view word) {
+  std::string w(word);
+  for (char& ch : w)
+    if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
+  if (w == "fp32" || w == "f32" || w == "float32") return DType::FP32;
+  if (w == "bf16" || w == "bfloat16") return DType::BF16;
+  if (w == "fp16" || w == "f16" || w == "float16") return DType::FP16;
+  return std::nullopt;
+}
 inline std::string_view to_string(BackwardPrefetch v) {
   return kBackwardPrefetchNames[static_cast<int>(v)];
 }

@@ -17,8 +17,8 @@
 
 checkpoint_merged checkpoint_merge(const std::string& checkpoint, const std::string& out,
                                    const std::string& dtype) {
-  if (dtype != "F32" && dtype != "BF16")
-    throw std::runtime_error(fmt::format("unknown dtype {} (F32 or BF16)", dtype));
+  if (dtype != "F32" && dtype != "BF16" && dtype != "F16")
+    throw std::runtime_error(fmt::format("unknown dtype {} (F32, BF16 or F16)", dtype));
   checkpoint_merged r;
   r.checkpoint = checkpoint_resolve(checkpoint);
   checkpoint_reader reader(r.checkpoint, checkpoint_manifest_read(r.checkpoint));

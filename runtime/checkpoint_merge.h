@@ -14,7 +14,7 @@ struct checkpoint_merged {
 };
 
 // checkpoint: a step_N directory or a directory of them (its newest). dtype
-// "F32" or "BF16". Writes out.partial and renames it to out when complete.
+// "F32", "BF16" or "F16". Writes out.partial and renames it to out when complete.
 // Throws std::runtime_error naming the file and the problem.
 checkpoint_merged checkpoint_merge(const std::string& checkpoint, const std::string& out,
                                    const std::string& dtype);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -253,9 +254,9 @@ void safetensors_read(const safetensors_file& file, const safetensors_tensor& t,
 safetensors_layout safetensors_plan(const std::vector<safetensors_entry>& entries,
                                     const std::string& dtype,
                                     const std::map<std::string, std::string>& metadata) {
-  if (dtype != "F32" && dtype != "BF16")
-    throw std::runtime_error(
-        fmt::format("safetensors_plan: dtype \"{}\" cannot be written (F32, BF16 can)", dtype));
+  if (dtype != "F32" && dtype != "BF16" && dtype != "F16")
+    throw std::runtime_error(fmt::format(
+        "safetensors_plan: dtype \"{}\" cannot be written (F32, BF16, F16 can)", dtype));
   const int64_t size = *dtype_bytes(dtype);
   safetensors_layout layout;
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -305,8 +306,9 @@ void safetensors_write_header(int fd, const std::string& path, const safetensors
 void safetensors_write(int fd, const std::string& path, const safetensors_tensor& t, int64_t begin,
                        int64_t end, const float* values) {
   check_range(path, t, begin, end);
-  if (t.dtype != "F32" && t.dtype != "BF16")
-    fail_tensor(path, t.name, fmt::format("dtype {} cannot be written (F32, BF16 can)", t.dtype));
+  if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16")
+    fail_tensor(path, t.name,
+                fmt::format("dtype {} cannot be written (F32, BF16, F16 can)", t.dtype));
   const std::string what = fmt::format("tensor '{}'", t.name);
   if (t.dtype == "F32") {
     file_pwrite_all(fd, path, values, (end - begin) * 4, t.offset + begin * 4, what);
@@ -316,8 +318,15 @@ void safetensors_write(int fd, const std::string& path, const safetensors_tensor
   const int64_t per_chunk = kChunkBytes / 2;
   for (int64_t i = begin; i < end; i += per_chunk) {
     const int64_t n = std::min(per_chunk, end - i);
-    for (int64_t k = 0; k < n; k++)
-      chunk[k] = bf16_from_float(values[i - begin + k]).bits;
+    for (int64_t k = 0; k < n; k++) {
+      const float v = values[i - begin + k];
+      if (t.dtype == "F16" && std::isfinite(v) && std::fabs(v) > 65504.0f)
+        fail_tensor(path, t.name,
+                    fmt::format("element {} is {}, beyond F16's largest finite value 65504 "
+                                "(write F32 or BF16)",
+                                i + k, v));
+      chunk[k] = t.dtype == "BF16" ? bf16_from_float(v).bits : fp16_from_float(v).bits;
+    }
     file_pwrite_all(fd, path, chunk, n * 2, t.offset + i * 2, what);
   }
 }

@@ -54,7 +54,7 @@ struct safetensors_layout {
   int64_t file_bytes = 0;
 };
 
-// dtype is "F32" or "BF16". Deterministic: the JSON lists "__metadata__" and
+// dtype is "F32", "BF16" or "F16". Deterministic: the JSON lists "__metadata__" and
 // then the entries in order. Hugging Face transformers expects metadata
 // {"format": "pt"}.
 safetensors_layout safetensors_plan(const std::vector<safetensors_entry>& entries,

@@ -204,6 +204,11 @@ int run(const program& p, const options& o, const launch_info& li, const backend
     data = dataloader_open(data_config_of(p, o.data));
   } catch (const std::exception& e) {
     error = e.what();
+    if (o.data.empty())
+      error += fmt::format(
+          " (the data file of {}, found from that spec's directory as fsdpgen was given it: run "
+          "where fsdpgen ran, or pass --data FILE)",
+          p.spec_path);
   }
   agree_on_error(error, "set-up");
   c.comms = comm_create(p.shard_group);

@@ -1424,7 +1424,7 @@ constexpr program_op kOps[] = {
 };
 
 const program kProgram = {
-    "specs/gpt2-124m.fsdp", "gpt2_124m", kScheduleText, 0x0931f1cddd67ab2eull,
+    "specs/gpt2-124m.fsdp", "gpt2_124m", kScheduleText, 0x98bd7a12fd5f4799ull,
     // model: vocab, context, width, heads, layers, ffn_hidden, tied, params
     50257, 1024, 768, 12, 12, 3072, true, 124439808,
     // parallel: world, shard group, micro-batches, micro-batch; param, reduce, master
@@ -1434,7 +1434,7 @@ const program kProgram = {
     // optimizer: kind, lr, beta1, beta2, eps, weight decay, momentum
     optimizer_kind::adamw, 0.00059999999999999995, 0.90000000000000002, 0.94999999999999996, 1e-08, 0.10000000000000001, 0.90000000000000002,
     // lr schedule, warmup, min lr; steps, clip, seed; data, data seed, path; log_every
-    lr_schedule_kind::cosine, 700, 6.0000000000000002e-05, 19073, 1, 1337, data_source::tokens, 7, "fineweb_train_000001.bin", 10,
+    lr_schedule_kind::cosine, 700, 6.0000000000000002e-05, 19073, 1, 1337, data_source::tokens, 7, "specs/fineweb_train_000001.bin", 10,
     // checkpoints: every, dir, keep
     5000, "ckpt/gpt2-124m", 2,
     // plan: device arena, host arena, live peak, workspace buffer

@@ -332,7 +332,7 @@ TEST(CliErrors, MessagesNameTheProgram) {
 }
 
 TEST(CliPlan, HardwarePrefixSuggestsTheNameItBegins) {
-  for (const char* gpu : {"h100", "H100", "H100-SXM"}) {
+  for (const char* gpu : {"h100", "H100", "H100-S"}) {
     CmdResult r = run("plan " + spec("tiny.fsdp") + " --gpu " + gpu);
     EXPECT_EQ(r.status, 2) << r.out;
     EXPECT_TRUE(has(r, fmt::format("unknown hardware '{}'; did you mean 'h100-sxm'?", gpu)))
@@ -340,6 +340,24 @@ TEST(CliPlan, HardwarePrefixSuggestsTheNameItBegins) {
   }
   CmdResult typo = run("plan " + spec("tiny.fsdp") + " --gpu A100-80");
   EXPECT_TRUE(has(typo, "did you mean 'a100-80g'?")) << typo.out;
+}
+
+// A known name in another case is that name: the plan and the generated
+// source say the canonical one.
+TEST(CliPlan, HardwareNamesMatchInAnyCase) {
+  CmdResult upper = run("plan " + spec("tiny.fsdp") + " --gpu H100-SXM");
+  CmdResult lower = run("plan " + spec("tiny.fsdp") + " --gpu h100-sxm");
+  ASSERT_EQ(upper.status, 0) << upper.out;
+  EXPECT_TRUE(has(upper, "plan of tiny on 2 x h100-sxm: NVIDIA H100")) << upper.out;
+  // The same plan: all but the first line (which quotes the flag) and the planner's time.
+  auto body = [](const std::string& out) {
+    return out.substr(out.find('\n'), out.find("planned in") - out.find('\n'));
+  };
+  EXPECT_EQ(body(upper.out), body(lower.out));
+  const std::string dir = std::string(FSDPGEN_E2E_WORK_ROOT) + "/cli-gpu-case";
+  CmdResult emit = run("emit " + spec("tiny.fsdp") + " --target cuda --gpu H200 -o " + dir);
+  ASSERT_EQ(emit.status, 0) << emit.out;
+  EXPECT_NE(read_file(dir + "/train.cpp").find("--gpu h200"), std::string::npos);
 }
 
 // The lines of `text` that contain `s`.

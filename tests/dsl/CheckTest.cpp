@@ -1,5 +1,8 @@
 // Checker: defaults are filled in, strategies resolve their groups, and the
 // semantic rules of DESIGN §2 reject what they must.
+#include <filesystem>
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "dsl/Layers.h"
@@ -81,6 +84,49 @@ train {
   EXPECT_EQ(t.data.path, "a.bin");
   EXPECT_TRUE(t.checkpoint.enabled);
   EXPECT_EQ(t.checkpoint.keep, 3);
+}
+
+// Precision takes the spec's spelling and safetensors' and PyTorch's, in any
+// case; anything else is still an error with a suggestion.
+TEST(Check, DtypesTakeEverySpelling) {
+  auto precision = [](const std::string& words) {
+    return load_ok(with_model("parallel { precision { " + words + " } }")).parallel.precision;
+  };
+  PrecisionSpec p = precision("param = BF16 reduce = f32 master = float32");
+  EXPECT_EQ(p.param, DType::BF16);
+  EXPECT_EQ(p.reduce, DType::FP32);
+  EXPECT_EQ(p.master, DType::FP32);
+  p = precision("param = f16 reduce = float16");
+  EXPECT_EQ(p.param, DType::FP16);
+  EXPECT_EQ(p.reduce, DType::FP16);
+  EXPECT_EQ(precision("param = bfloat16").param, DType::BF16);
+  const std::string e = load_error(with_model("parallel { precision { param = fp8 } }"));
+  EXPECT_NE(e.find("unknown dtype 'fp8'"), std::string::npos) << e;
+}
+
+// A relative data path in a spec file is found from the spec's directory,
+// and is as relative as the spec's path; an absolute one is kept; text given
+// directly (no file) keeps the path as written.
+TEST(Check, DataPathsAreFoundFromTheSpecsDirectory) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / "check_data_path" / "specs";
+  fs::create_directories(dir);
+  const std::string relative = with_model("train { data = text(\"../data/input.txt\") }");
+  std::ofstream(dir / "r.fsdp") << relative;
+  std::ofstream(dir / "a.fsdp") << with_model("train { data = tokens(\"/x/train.bin\") }");
+  FrontendResult r = load_spec_file((dir / "r.fsdp").string());
+  ASSERT_TRUE(r.spec) << r.diagnostics;
+  EXPECT_EQ(r.spec->train.data.path, (dir.parent_path() / "data" / "input.txt").string());
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir.parent_path());
+  FrontendResult from_parent = load_spec_file("specs/r.fsdp");
+  fs::current_path(cwd);
+  ASSERT_TRUE(from_parent.spec) << from_parent.diagnostics;
+  EXPECT_EQ(from_parent.spec->train.data.path, "data/input.txt");
+  FrontendResult a = load_spec_file((dir / "a.fsdp").string());
+  ASSERT_TRUE(a.spec) << a.diagnostics;
+  EXPECT_EQ(a.spec->train.data.path, "/x/train.bin");
+  EXPECT_EQ(load_ok(relative).train.data.path, "../data/input.txt");
 }
 
 TEST(Check, LlamaDefaults) {

@@ -408,6 +408,41 @@ TEST(Binary, LearnsTheOrderOfATokenFileAndRefusesABadOne) {
   EXPECT_NE(bad.out.find("magic"), std::string::npos) << bad.out;
 }
 
+// A spec's text("input.txt") is the file beside the spec (specs/input.txt
+// for specs/s.fsdp), not one in the current directory. Missing, the build
+// says so and the binary's error names the path it tried and why.
+TEST(Binary, SpecDataIsFoundFromTheSpecsDirectory) {
+  const std::filesystem::path dir = e2e_dir("binary_spec_data");
+  std::filesystem::remove_all(dir / "specs");
+  std::filesystem::create_directories(dir / "specs");
+  std::string spec = learning_spec(4, 256);
+  spec.replace(spec.find("synthetic(seed = 7)"), 19, "text(\"input.txt\")");
+  std::ofstream(dir / "specs/s.fsdp") << spec;
+  const std::string beside = "specs/input.txt";
+
+  CmdResult build = run_command(
+      fmt::format("cd {} && {} specs/s.fsdp -o train --target cpu", dir.string(), FSDPGEN_BIN));
+  ASSERT_EQ(build.status, 0) << build.out;
+  EXPECT_NE(build.out.find(fmt::format("note: the spec's data file {} does not exist yet", beside)),
+            std::string::npos)
+      << build.out;
+  std::ofstream(dir / "input.txt") << "a file in the current directory is not the spec's\n";
+  CmdResult missing = run_binary(2, dir / "train", "--steps 4");
+  EXPECT_EQ(missing.status, 1) << missing.out;
+  EXPECT_NE(missing.out.find(beside + ": cannot open"), std::string::npos) << missing.out;
+  EXPECT_NE(missing.out.find("found from that spec's directory as fsdpgen was given it"),
+            std::string::npos)
+      << missing.out;
+
+  std::string text;
+  for (int i = 0; i < 50; ++i)
+    text += "the quick brown fox jumps over the lazy dog. ";
+  std::ofstream(dir / beside) << text;
+  CmdResult ok = run_binary(2, dir / "train", "--steps 4");
+  EXPECT_EQ(ok.status, 0) << ok.out;
+  EXPECT_NE(ok.out.find(beside), std::string::npos) << "the banner names the file read\n" << ok.out;
+}
+
 TEST(Binary, TraceHasEveryOpOfEveryRankLikeThePredictedTrace) {
   auto bin = binary("default", two_ranks());
   auto dir = bin.parent_path();

@@ -1,5 +1,8 @@
 // `fsdpgen merge`: a checkpoint's shards as one safetensors file, the same
 // file --save writes at that step, from any world that wrote it.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -89,6 +92,55 @@ TEST(Merge, Bf16HalvesTheFileAndBadInputIsAnError) {
 
   CmdResult bad_dtype = merge(dir, "ckpt -o x.safetensors --dtype fp8");
   EXPECT_EQ(bad_dtype.status, 2) << bad_dtype.out;
+  EXPECT_NE(bad_dtype.out.find("unknown dtype 'fp8': fp32, bf16 or fp16"), std::string::npos)
+      << bad_dtype.out;
+}
+
+// Decodes IEEE half precision (written here, apart from runtime/dtype.h).
+double half_value(uint16_t h) {
+  const int exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  const double sign = (h & 0x8000) ? -1 : 1;
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  if (exponent == 31) return mantissa ? NAN : sign * INFINITY;
+  return sign * std::ldexp(1024 + mantissa, exponent - 25);
+}
+
+// --dtype takes the spec's spellings and safetensors' and PyTorch's, in any
+// case; fp16 holds every weight to within half an fp16 step of its fp32 value.
+TEST(Merge, DtypesTakeEverySpellingAndFp16IsTheWeightsRounded) {
+  E2eConfig c;
+  c.steps = 1;
+  const fs::path dir = e2e_dir("merge_dtypes");
+  fs::remove_all(dir / "ckpt");
+  const fs::path bin = shared_binary(dir, c.spec());
+  ASSERT_EQ(run_binary(c.world, bin, "--checkpoint-every 1").status, 0);
+  ASSERT_EQ(merge(dir, "ckpt -o default.safetensors").status, 0);
+  for (const char* word : {"fp32", "F32", "float32", "bf16", "BFloat16", "fp16", "f16", "FLOAT16"}) {
+    CmdResult m = merge(dir, fmt::format("ckpt -o {}.safetensors --dtype {}", word, word));
+    ASSERT_EQ(m.status, 0) << word << "\n" << m.out;
+  }
+  const std::string f32 = file_bytes(dir / "default.safetensors");
+  for (const char* word : {"fp32", "F32", "float32"})
+    EXPECT_TRUE(file_bytes(dir / fmt::format("{}.safetensors", word)) == f32) << word;
+  EXPECT_TRUE(file_bytes(dir / "BFloat16.safetensors") == file_bytes(dir / "bf16.safetensors"));
+  const std::string f16 = file_bytes(dir / "fp16.safetensors");
+  EXPECT_TRUE(file_bytes(dir / "f16.safetensors") == f16);
+  EXPECT_TRUE(file_bytes(dir / "FLOAT16.safetensors") == f16);
+  EXPECT_NE(f16.find("\"dtype\":\"F16\""), std::string::npos);
+
+  const std::string wide = safetensors_tensor_bytes(dir / "default.safetensors"),
+                    half = safetensors_tensor_bytes(dir / "fp16.safetensors");
+  ASSERT_EQ(half.size() * 2, wide.size());
+  ASSERT_GT(half.size(), 1000u);
+  for (size_t i = 0; i < half.size() / 2; ++i) {
+    float w;
+    uint16_t h;
+    std::memcpy(&w, wide.data() + 4 * i, 4);
+    std::memcpy(&h, half.data() + 2 * i, 2);
+    // Round to nearest: within half a step, 2^-11 relative, 2^-25 absolute below 2^-14.
+    const double bound = std::max(std::fabs(w) * 0x1p-11, 0x1p-25);
+    ASSERT_LE(std::fabs(half_value(h) - w), bound) << "element " << i << ": " << w;
+  }
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// safetensors: round trips in F32 and BF16, writers that each own part of the
+// safetensors: round trips in F32, BF16 and F16, writers that each own part of the
 // file, ranged reads, F16 decoding, and an error naming the path and the
 // problem for every kind of malformed file. Expected bytes are written by hand.
 #include <fcntl.h>
@@ -285,6 +285,30 @@ TEST(Safetensors, HostileFilesGetNamedErrors) {
   std::filesystem::remove(path);
 }
 
+// F16 written by hand: 1, -2, 65504 (largest finite), 2^-24 (smallest
+// subnormal), 1 + 2^-11 (a tie: to even, 1) and 1 + 3 * 2^-11 (a tie: up to
+// 1 + 2^-9). A finite value beyond 65504 would become infinity: refused.
+TEST(Safetensors, WritesF16RoundingToNearestEvenAndRefusesOverflow) {
+  const std::string path = temp_path("f16w.safetensors");
+  safetensors_layout layout = safetensors_plan({{"w", {6}}}, "F16", {});
+  const std::vector<float> values = {1.0f, -2.0f, 65504.0f, 0x1p-24f, 1.0f + 0x1p-11f,
+                                     1.0f + 3 * 0x1p-11f};
+  {
+    writer w(path);
+    safetensors_write_header(w.fd, path, layout);
+    safetensors_write(w.fd, path, layout.tensors[0], 0, 6, values.data());
+  }
+  EXPECT_EQ(slurp(path).substr(layout.header.size()),
+            std::string("\x00\x3c\x00\xc0\xff\x7b\x01\x00\x00\x3c\x02\x3c", 12));
+  EXPECT_EQ(read_all(safetensors_open(path), "w"),
+            (std::vector<float>{1.0f, -2.0f, 65504.0f, 0x1p-24f, 1.0f, 1.0f + 0x1p-9f}));
+  const float big[] = {0.5f, 70000.0f};
+  writer w(path);
+  expect_error([&] { safetensors_write(w.fd, path, layout.tensors[0], 0, 2, big); },
+               {path, "tensor 'w'", "element 1 is 70000", "65504"});
+  std::filesystem::remove(path);
+}
+
 TEST(Safetensors, ReadAndWriteCheckTheirArguments) {
   const std::string path = temp_path("args.safetensors");
   write_file(path, raw_file(R"({"i":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})",
@@ -297,7 +321,7 @@ TEST(Safetensors, ReadAndWriteCheckTheirArguments) {
                {path, "tensor 'i'", "element range [0, 2) is outside [0, 1)"});
   expect_error([] { safetensors_plan({{"a", {1}}, {"a", {2}}}, "F32", {}); }, {"'a'", "repeated"});
   expect_error([] { safetensors_plan({{"a", {-1}}}, "F32", {}); }, {"'a'", "negative"});
-  expect_error([] { safetensors_plan({{"a", {1}}}, "F16", {}); }, {"\"F16\"", "F32, BF16"});
+  expect_error([] { safetensors_plan({{"a", {1}}}, "F64", {}); }, {"\"F64\"", "F32, BF16, F16"});
   std::filesystem::remove(path);
 }
 
