@@ -3,13 +3,17 @@
 
 #include <mpi.h>
 #include <omp.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cblas.h>
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +54,45 @@ std::string command_line(const std::vector<std::string>& args) {
   return s;
 }
 
+// mpirun's pid while this process waits for it (0 before it starts).
+volatile sig_atomic_t g_mpirun = 0;
+
+// SIGTERM (a scheduler or `kill` stopping this process) becomes SIGUSR1 for
+// mpirun, which forwards it to every rank: they stop after the same step with
+// a checkpoint and exit 0, where a SIGTERM to mpirun would kill them.
+void forward_to_mpirun(int sig) {
+  if (g_mpirun > 0) kill(static_cast<pid_t>(g_mpirun), sig == SIGINT ? SIGINT : SIGUSR1);
+}
+
+// Runs mpirun as a child (not exec: this process, the one its user started,
+// stays to translate signals) and returns what the job's exit status should be.
+int run_mpirun(char** args) {
+  const pid_t child = fork();
+  if (child < 0) {
+    std::fprintf(stderr, "error: could not start mpirun: %s\n", std::strerror(errno));
+    return 2;
+  }
+  if (child == 0) {
+    execvp("mpirun", args);
+    std::fprintf(stderr, "error: could not run mpirun: %s\n", std::strerror(errno));
+    _exit(2);
+  }
+  g_mpirun = child;
+  struct sigaction sa {};
+  sa.sa_handler = forward_to_mpirun;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGTERM, SIGUSR1, SIGINT})
+    sigaction(sig, &sa, nullptr);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0)
+    if (errno != EINTR) {
+      std::fprintf(stderr, "error: waiting for mpirun: %s\n", std::strerror(errno));
+      return 2;
+    }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 [[noreturn]] void relaunch_or_explain(const program& p, int argc, char** argv) {
   std::vector<std::string> args = {"mpirun", "-n", std::to_string(p.world)};
   if (static_cast<unsigned>(p.world) > std::thread::hardware_concurrency())
@@ -74,9 +117,7 @@ std::string command_line(const std::vector<std::string>& args) {
   for (std::string& a : args)
     cargs.push_back(a.data());
   cargs.push_back(nullptr);
-  execvp("mpirun", cargs.data());
-  std::fprintf(stderr, "error: could not run mpirun: %s\n", std::strerror(errno));
-  std::exit(2);
+  std::exit(run_mpirun(cargs.data()));
 }
 
 // Every rank learns every rank's program hash and world; returns an error

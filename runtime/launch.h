@@ -1,6 +1,8 @@
 // launch: process start-up. Finds how the binary was started (alone, under
 // mpirun, under srun with PMIx), re-launches itself under mpirun when started
-// alone for a world larger than one, initializes MPI with thread support,
+// alone for a world larger than one (staying as mpirun's parent, so that a
+// SIGTERM to it reaches the ranks as a SIGUSR1: stop with a checkpoint, exit
+// 0), initializes MPI with thread support,
 // agrees on the program hash with every rank (a mismatch is an error on all
 // ranks, never a hang), checks the world size, and sizes the thread pools.
 #pragma once

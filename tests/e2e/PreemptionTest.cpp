@@ -1,6 +1,6 @@
 // Preemption: SIGUSR1 (forwarded by mpirun; Slurm sends it with
-// --signal) or SIGTERM stops every rank after the same step with a
-// checkpoint, and --resume continues as if the run had never stopped.
+// --signal) or SIGTERM (to a rank, or to a binary that re-launched itself)
+// stops every rank after the same step with a checkpoint, and --resume continues as if the run had never stopped.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -71,7 +71,7 @@ int complete_lines(const fs::path& p) {
 // --checkpoint-dir unless it is the spec's "ckpt") and the run resumed with
 // the command the stop names.
 void expect_stop_and_resume(const std::string& name, int world, int sig,
-                            const std::string& ckpt_dir) {
+                            const std::string& ckpt_dir, bool started_alone = false) {
   allow_mpi_as_root();
   E2eConfig c;
   c.world = world;
@@ -82,7 +82,7 @@ void expect_stop_and_resume(const std::string& name, int world, int sig,
   const pid_t pid =
       start(dir, fmt::format("{} --steps 1000000 --metrics stopped.jsonl "
                              "--checkpoint-every 0 --save never.safetensors{}",
-                             launch(world, bin),
+                             started_alone ? bin.string() : launch(world, bin),
                              ckpt_dir == "ckpt" ? "" : " --checkpoint-dir " + ckpt_dir));
   const auto deadline = std::chrono::steady_clock::now() + 120s;
   while (complete_lines(dir / "stopped.jsonl") < 3 && std::chrono::steady_clock::now() < deadline)
@@ -127,6 +127,13 @@ TEST(Preemption, Sigusr1StopsEveryRankWithACheckpoint) {
 
 TEST(Preemption, SigtermStopsASingleRankWithACheckpoint) {
   expect_stop_and_resume("preempt_term", 1, SIGTERM, "ckpt");
+}
+
+// Started alone for world 2, the binary runs mpirun as its child: a SIGTERM to
+// the process the user started reaches the ranks as a SIGUSR1 (a SIGTERM to
+// mpirun would kill them, exit 1), and the job exits 0 with a checkpoint.
+TEST(Preemption, SigtermToABinaryThatRelaunchedItselfStopsEveryRankWithACheckpoint) {
+  expect_stop_and_resume("preempt_term_alone", 2, SIGTERM, "ckpt", true);
 }
 
 }  // namespace
