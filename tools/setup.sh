@@ -2,7 +2,8 @@
 # Set-up, build and run for a fresh Debian machine. The README's two commands:
 #   bash tools/setup.sh main   # install what is missing, build, run the main job
 #   bash tools/setup.sh test   # install what is missing, build, run every test
-# Other verbs: deps (install only), build (deps + build).
+# Other verbs: deps (install only), build (deps + build), cmake4 (the CMake 4
+# configure check `test` runs, on an existing build).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,6 +18,7 @@ packages=(
   libgtest-dev                                             # tests
   slurm-wlm munge                                          # tests: a local Slurm cluster
   clang libclang-rt-14-dev                                 # parser fuzzing (libFuzzer, sanitizers)
+  python3-pip                                              # tests: CMake 4 from PyPI (cmake4_check)
 )
 
 deps() {
@@ -71,8 +73,45 @@ setup: done in $((SECONDS - start)) s. The training binary is $build/train; try
 EOT
 }
 
+# CMake 4.x (what `pip install cmake` gives users) finds CUDA differently
+# from Debian's 3.25: a list of include directories, and NCCL inside the
+# toolkit outside CUDAToolkit_LIBRARY_DIR. Configure once with it (no build)
+# and check that it finds the CUDA backend wherever 3.25 did, with flags that
+# hold no list separator (CMakeLists.txt stops on one).
+cmake4_check() {
+  local config="$build/generated/codegen/BuildConfig.h"
+  if ! grep -q "kBuildCudaAvailable = true" "$config"; then
+    echo "setup: CMake 4 check skipped: this build has no CUDA backend (no nvcc or NCCL here)"
+    return 0
+  fi
+  local dir="$build/cmake4"
+  if [ ! -x "$dir/wheel/cmake/data/bin/cmake" ]; then
+    rm -rf "$dir/wheel"
+    python3 -m pip download -q "cmake>=4,<5" --no-deps --only-binary=:all: -d "$dir" ||
+      { echo "setup: error: cannot download CMake 4 from PyPI for the CMake 4 check" >&2; return 1; }
+    python3 -m zipfile -e "$dir"/cmake-4*.whl "$dir/wheel"
+    chmod +x "$dir"/wheel/cmake/data/bin/*
+  fi
+  local cmake4="$dir/wheel/cmake/data/bin/cmake"
+  echo "setup: configuring with $("$cmake4" --version | head -1) (configure only)"
+  "$cmake4" -S "$root" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    >"$dir/configure.log" 2>&1 ||
+    { cat "$dir/configure.log" >&2; echo "setup: error: CMake 4 cannot configure" >&2; return 1; }
+  if ! grep -q "kBuildCudaAvailable = true" "$dir/build/generated/codegen/BuildConfig.h"; then
+    grep "CUDA" "$dir/configure.log" >&2
+    echo "setup: error: CMake 4 does not find the CUDA backend that $(cmake --version | head -1) finds" >&2
+    return 1
+  fi
+  if grep -E '(Flags|Libraries) = "[^"]*;' "$dir/build/generated/codegen/BuildConfig.h" >&2; then
+    echo "setup: error: with CMake 4 a generated compile command holds a list separator" >&2
+    return 1
+  fi
+  echo "setup: CMake 4 finds the CUDA backend: $(grep -o 'NCCL [^;]*' "$dir/configure.log" | head -1)"
+}
+
 test_all() {
   build
+  cmake4_check
   allow_mpi_as_root
   cd "$build"
   ctest -j "$jobs" --output-on-failure
@@ -83,5 +122,6 @@ case "${1:-}" in
   build) build ;;
   main) main_job ;;
   test) test_all ;;
-  *) echo "usage: bash tools/setup.sh main|test|build|deps" >&2; exit 2 ;;
+  cmake4) cmake4_check ;;
+  *) echo "usage: bash tools/setup.sh main|test|build|deps|cmake4" >&2; exit 2 ;;
 esac
