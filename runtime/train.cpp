@@ -529,6 +529,10 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
                    "a test mode for several ranks sharing one GPU")
         ->check(CLI::IsMember({"nccl", "mpi-test"}));
     app.add_flag("--no-graph", no_graph, "issue every step eagerly (no CUDA graph)");
+    app.add_option("--profile-step", o.backend.profile_step,
+                   "bracket this 0-based step with cudaProfilerStart/Stop, so that `ncu "
+                   "--profile-from-start off` measures exactly one step's kernels")
+        ->check(whole_number(0));
   }
   // The weights (and the seed that made them) come from the checkpoint.
   resume->excludes("--init-from");
@@ -548,14 +552,16 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
     return 0;
   }
   const int64_t run_steps = o.steps >= 0 ? o.steps : p.steps;
-  if (o.trace_step >= 0 && o.trace_step >= run_steps) {
-    std::fprintf(stderr,
-                 "error: --trace-step %lld is not below the number of steps: the run has %lld "
-                 "step%s, numbered from 0\n",
-                 static_cast<long long>(o.trace_step), static_cast<long long>(run_steps),
-                 run_steps == 1 ? "" : "s");
-    return 2;
-  }
+  for (auto [flag, step] : {std::pair{"--trace-step", o.trace_step},
+                             std::pair{"--profile-step", o.backend.profile_step}})
+    if (step >= 0 && step >= run_steps) {
+      std::fprintf(stderr,
+                   "error: %s %lld is not below the number of steps: the run has %lld step%s, "
+                   "numbered from 0\n",
+                   flag, static_cast<long long>(step), static_cast<long long>(run_steps),
+                   run_steps == 1 ? "" : "s");
+      return 2;
+    }
   if (const std::string why = optimizer_steps_problem(p, o.steps); !why.empty()) {
     std::fprintf(stderr, "error: %s\n", why.c_str());
     return 2;

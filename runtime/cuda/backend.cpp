@@ -1,6 +1,7 @@
 // backend (CUDA): set-up, the step, host copies of the weights, teardown.
 #include "runtime/cuda/backend.h"
 
+#include <cuda_profiler_api.h>
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -99,6 +100,7 @@ class cuda_backend final : public backend {
     // the step is issued, and it waits for events recorded then, which a
     // graph's replay would neither do nor record (runtime/cuda/executor.h).
     graphs_ = o.graphs && mode == gpu_comm_mode::nccl && p_.host_op_count == 0;
+    profile_step_ = o.profile_step;
     for (int i = 0; i < p_.host_op_count; ++i)
       host_norm_ = host_norm_ || p_.ops[p_.host_ops[i]].kind == op_kind::grad_norm;
     gpu_executor_start(exec_, p_, c, gc_, graphs_);
@@ -155,7 +157,16 @@ class cuda_backend final : public backend {
     s.t = static_cast<float>(c.optimizer_step);
     s.loss_scale = c.grad_scale;
     s.dloss_scale = c.dloss_scale;
+    const bool profiled = step == profile_step_;
+    if (profiled) {  // nothing of the steps before may fall inside the profiled range
+      CUDA_CHECK(cudaDeviceSynchronize());
+      CUDA_CHECK(cudaProfilerStart());
+    }
     gpu_executor_run_step(exec_, runs_++, timed);  // its steps count from 0 (capture: 1)
+    if (profiled) {
+      CUDA_CHECK(cudaDeviceSynchronize());
+      CUDA_CHECK(cudaProfilerStop());
+    }
     check_guard();
     // Offload: the norm the host's optimizer used (the device computed none).
     return step_result_of(s.loss_sum, host_norm_ ? c.grad_norm_partial : s.norm_sq, c.grad_scale);
@@ -264,6 +275,7 @@ class cuda_backend final : public backend {
   int64_t runs_ = 0;  // steps run by this process
   gpu_comm_mode mode_ = gpu_comm_mode::nccl;
   bool comms_created_ = false, graphs_ = false;
+  int64_t profile_step_ = -1;
   bool host_norm_ = false;          // offload: the gradient norm is computed on the host
   bool host_arena_leaked_ = false;  // see release
   int device_ = 0;

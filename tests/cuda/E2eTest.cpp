@@ -96,13 +96,20 @@ TEST(CudaBuild, UnsupportedSpecsAreErrors) {
       << r.out;
 }
 
-TEST(CudaBuild, CommFlagIsChecked) {
+TEST(CudaBuild, CommAndProfileStepFlagsAreChecked) {
   E2eConfig c;
   c.world = 1;
   std::filesystem::path bin = build_cuda("comm_flag", c.spec());
   CmdResult r = run_binary(1, bin, "--comm gloo");
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("--comm"), std::string::npos) << r.out;
+  // The profiled step must be one the run has (checked before anything starts).
+  CmdResult past = run_binary(1, bin, "--steps 4 --profile-step 4");
+  EXPECT_EQ(past.status, 2) << past.out;
+  EXPECT_NE(past.out.find("--profile-step 4 is not below the number of steps: the run has 4 "
+                          "steps, numbered from 0"),
+            std::string::npos)
+      << past.out;
 }
 
 // ---- training on a GPU -------------------------------------------------------

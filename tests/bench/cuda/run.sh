@@ -5,7 +5,10 @@
 # planned arena (the driver's count), and PyTorch's tokens/s (eager and torch.compile) for the
 # same model, batch and precision; judges the targets; appends the table to
 # RESULTS.md beside this script.
-#   bash tests/bench/cuda/run.sh [STEPS] [SIZE...]   STEPS 20; SIZE 124m 350m 1.5b (default all)
+#   bash tests/bench/cuda/run.sh [--profile] [STEPS] [SIZE...]   STEPS 20; SIZE 124m 350m 1.5b (default all)
+# --profile: also measure one step of each size's binary under Nsight Compute
+# (ncu, about 60x slower than the step) and print and record where its time
+# goes, kernel by kernel (kernel_table.py beside this script).
 # Exit status: 0 when every build and run completed, whether or not the targets
 # were met (a missed target is FAIL in the table; PyTorch running out of memory
 # is OOM in the table); 1 when a build or run failed; 2 for bad arguments; 77
@@ -28,10 +31,16 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 
 usage() {
-  echo "usage: bash tests/bench/cuda/run.sh [STEPS] [SIZE...]   (STEPS >= 2; SIZE: 124m 350m 1.5b)" >&2
+  echo "usage: bash tests/bench/cuda/run.sh [--profile] [STEPS] [SIZE...]   (STEPS >= 2; SIZE: 124m 350m 1.5b)" >&2
   exit 2
 }
 
+profile=false
+if [ "${1:-}" = --profile ]; then
+  profile=true
+  shift
+  command -v ncu >/dev/null 2>&1 || { echo "run.sh: --profile needs ncu (Nsight Compute) on PATH" >&2; exit 2; }
+fi
 steps=20
 if [[ ${1:-} =~ ^[0-9]+$ ]]; then
   steps=$1
@@ -201,6 +210,19 @@ run_fsdpgen() {
   echo "  fsdpgen: $memory_line"
 }
 
+# profile_fsdpgen SIZE: one step of the size's binary (the fourth: after GEMM
+# algorithm choice and graph capture) under ncu; its kernel table.
+profile_fsdpgen() {
+  local bin="$work/$1.train" csv="$work/$1.ncu.csv" log="$work/$1.ncu.log"
+  (cd "$work" && ncu --profile-from-start off --metrics gpu__time_duration.sum --csv \
+    --log-file "$csv" "$bin" --steps 4 --profile-step 3) >"$log" 2>&1 ||
+    { fail "$1" "the binary failed under ncu" "$log"; return 1; }
+  kernels[$1]=$("$python" "$here/kernel_table.py" "$csv") ||
+    { fail "$1" "kernel_table.py read no kernels from $csv" "$log"; return 1; }
+  echo "  kernels of one step (ncu gpu__time_duration.sum):"
+  sed 's/^/    /' <<<"${kernels[$1]}"
+}
+
 # run_torch SIZE MODE ARGS...: torch_gpt2.py in MODE (eager or compile);
 # records tokens/s and peak memory, or OOM.
 run_torch() {
@@ -251,6 +273,7 @@ bench() {
     "plan: $(field "$plan" '^fits: yes: (peak .* usable)'), $(field "$plan" ', ([0-9]+ tokens/s)$')," \
     "MFU $(field "$plan" '\(MFU ([0-9.]+%)')"
   run_fsdpgen "$size" "$spec" || return 1
+  if $profile; then profile_fsdpgen "$size" || return 1; fi
   local args=(--layers "$layers" --width "$width" --heads "$heads" --vocab "$vocab"
     --context "$context" --micro-batch "${micro_batch[$size]}" --steps "$steps"
     --warmup "$torch_warmup" --norm-eps "$eps" --clip "${clip/none/0}"
@@ -313,7 +336,7 @@ header() {
 }
 
 declare -A error micro_batch params_of flops_per_token tokens_per_s mfu_pct peak_mib planned_mib
-declare -A torch_tps torch_peak_mib
+declare -A torch_tps torch_peak_mib kernels
 detect_device
 work=$(mktemp -d "${TMPDIR:-/tmp}/fsdpgen-bench-cuda.XXXXXX")
 echo "device: $device_name ($device_mib MiB): planning with --gpu $gpu_kind;" \
@@ -330,6 +353,10 @@ results=$(
   header
   echo
   table
+  for size in "${sizes[@]}"; do
+    [ -n "${kernels[$size]:-}" ] || continue
+    printf '\nWhere one step of %s goes (ncu, `run.sh --profile`):\n\n%s\n' "$size" "${kernels[$size]}"
+  done
 )
 table
 printf '\n%s\n' "$results" >>"$here/RESULTS.md"
