@@ -55,13 +55,19 @@ TEST(Merge, EqualsTheSavedWeightsOfAHybridBf16Run) {
   expect_merge_equals_save("merge_hybrid_bf16", c);
 }
 
-TEST(Merge, Bf16HalvesTheFileAndBadInputIsAnError) {
+// A directory with ckpt/step_00000001 of a one-step run of the default config.
+fs::path one_step_checkpoint(const std::string& name) {
   E2eConfig c;
   c.steps = 1;
-  const fs::path dir = e2e_dir("merge_bad_input");
+  const fs::path dir = e2e_dir(name);
   fs::remove_all(dir / "ckpt");
   const fs::path bin = shared_binary(dir, c.spec());
-  ASSERT_EQ(run_binary(c.world, bin, "--checkpoint-every 1").status, 0);
+  EXPECT_EQ(run_binary(c.world, bin, "--checkpoint-every 1").status, 0);
+  return dir;
+}
+
+TEST(Merge, Bf16HalvesTheFileAndBadInputIsAnError) {
+  const fs::path dir = one_step_checkpoint("merge_bad_input");
   ASSERT_EQ(merge(dir, "ckpt -o f32.safetensors").status, 0);
   CmdResult bf16 = merge(dir, "ckpt/step_00000001 -o bf16.safetensors --dtype bf16");
   ASSERT_EQ(bf16.status, 0) << bf16.out;
@@ -108,12 +114,7 @@ double half_value(uint16_t h) {
 // --dtype takes the spec's spellings and safetensors' and PyTorch's, in any
 // case; fp16 holds every weight to within half an fp16 step of its fp32 value.
 TEST(Merge, DtypesTakeEverySpellingAndFp16IsTheWeightsRounded) {
-  E2eConfig c;
-  c.steps = 1;
-  const fs::path dir = e2e_dir("merge_dtypes");
-  fs::remove_all(dir / "ckpt");
-  const fs::path bin = shared_binary(dir, c.spec());
-  ASSERT_EQ(run_binary(c.world, bin, "--checkpoint-every 1").status, 0);
+  const fs::path dir = one_step_checkpoint("merge_dtypes");
   ASSERT_EQ(merge(dir, "ckpt -o default.safetensors").status, 0);
   for (const char* word : {"fp32", "F32", "float32", "bf16", "BFloat16", "fp16", "f16", "FLOAT16"}) {
     CmdResult m = merge(dir, fmt::format("ckpt -o {}.safetensors --dtype {}", word, word));
