@@ -522,9 +522,10 @@ int main(int argc, char** argv) {
           [](std::string& word) {
             return fsdpgen::dtype_named(word)
                        ? std::string()
-                       : fmt::format("unknown dtype '{}': fp32, bf16 or fp16 (or f32, f16, "
-                                     "float32, bfloat16, float16)",
-                                     word);
+                       : fmt::format(
+                             "unknown dtype '{}': fp32, bf16 or fp16 (or f32, f16, "
+                             "float32, bfloat16, float16)",
+                             word);
           },
           "DTYPE"));
 

@@ -553,7 +553,7 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
   }
   const int64_t run_steps = o.steps >= 0 ? o.steps : p.steps;
   for (auto [flag, step] : {std::pair{"--trace-step", o.trace_step},
-                             std::pair{"--profile-step", o.backend.profile_step}})
+                            std::pair{"--profile-step", o.backend.profile_step}})
     if (step >= 0 && step >= run_steps) {
       std::fprintf(stderr,
                    "error: %s %lld is not below the number of steps: the run has %lld step%s, "

@@ -116,7 +116,8 @@ double half_value(uint16_t h) {
 TEST(Merge, DtypesTakeEverySpellingAndFp16IsTheWeightsRounded) {
   const fs::path dir = one_step_checkpoint("merge_dtypes");
   ASSERT_EQ(merge(dir, "ckpt -o default.safetensors").status, 0);
-  for (const char* word : {"fp32", "F32", "float32", "bf16", "BFloat16", "fp16", "f16", "FLOAT16"}) {
+  for (const char* word :
+       {"fp32", "F32", "float32", "bf16", "BFloat16", "fp16", "f16", "FLOAT16"}) {
     CmdResult m = merge(dir, fmt::format("ckpt -o {}.safetensors --dtype {}", word, word));
     ASSERT_EQ(m.status, 0) << word << "\n" << m.out;
   }

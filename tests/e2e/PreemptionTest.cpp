@@ -1,6 +1,7 @@
 // Preemption: SIGUSR1 (forwarded by mpirun; Slurm sends it with
 // --signal) or SIGTERM (to a rank, or to a binary that re-launched itself)
-// stops every rank after the same step with a checkpoint, and --resume continues as if the run had never stopped.
+// stops every rank after the same step with a checkpoint, and --resume
+// continues as if the run had never stopped.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>

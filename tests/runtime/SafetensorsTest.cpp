@@ -291,8 +291,8 @@ TEST(Safetensors, HostileFilesGetNamedErrors) {
 TEST(Safetensors, WritesF16RoundingToNearestEvenAndRefusesOverflow) {
   const std::string path = temp_path("f16w.safetensors");
   safetensors_layout layout = safetensors_plan({{"w", {6}}}, "F16", {});
-  const std::vector<float> values = {1.0f, -2.0f, 65504.0f, 0x1p-24f, 1.0f + 0x1p-11f,
-                                     1.0f + 3 * 0x1p-11f};
+  const std::vector<float> values = {1.0f,     -2.0f,           65504.0f,
+                                     0x1p-24f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f};
   {
     writer w(path);
     safetensors_write_header(w.fd, path, layout);
