@@ -20,6 +20,7 @@
 
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/device.cuh"
+#include "runtime/cuda/kernels.cuh"
 
 // Everything a cuBLASLt plan depends on. All int64_t, so that keys compare
 // bytewise (no padding).
@@ -27,11 +28,13 @@ struct gpu_gemm_key {
   int64_t trans_a, trans_b;
   int64_t M, N, K, lda, ldb, ldc;
   int64_t type_a, type_b, type_c;  // cudaDataType_t
-  int64_t bias;                    // 1: the BIAS epilogue
+  int64_t bias;                    // 1: a bias is added (BIAS or GELU_AUX_BIAS)
+  int64_t epilogue;                // gemm_epilogue
+  int64_t aux_ld;
   int64_t batch, stride_a, stride_b, stride_c;
   // Bytes (powers of two, at most 256) dividing each pointer, its leading
   // dimension and batch stride: cuBLASLt picks kernels by alignment.
-  int64_t align_a, align_b, align_c_in, align_c, align_bias;
+  int64_t align_a, align_b, align_c_in, align_c, align_bias, align_aux;
   int64_t workspace_bytes;
 };
 static_assert(std::has_unique_object_representations_v<gpu_gemm_key>,
@@ -44,6 +47,9 @@ struct gpu_gemm_plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t lt_a = nullptr, lt_b = nullptr, lt_c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  // False for an epilogue cuBLASLt has no algorithm for (cuda_gemm then runs
+  // separate kernels); the heuristic is not asked again.
+  bool available = true;
 
   gpu_gemm_plan() = default;
   gpu_gemm_plan(const gpu_gemm_plan&) = delete;
@@ -77,6 +83,12 @@ void gpu_gemm_cache_destroy(gpu_gemm_cache* cache) {
 int64_t gpu_gemm_cache_plans(const gpu_gemm_cache* cache) {
   std::lock_guard<std::mutex> lock(cache->mutex);
   return static_cast<int64_t>(cache->plans.size());
+}
+
+int64_t gpu_gemm_cache_fused_plans(const gpu_gemm_cache* cache) {
+  std::lock_guard<std::mutex> lock(cache->mutex);
+  return std::count_if(cache->plans.begin(), cache->plans.end(),
+                       [](const auto& plan) { return plan->key.epilogue != 0 && plan->available; });
 }
 
 namespace {
@@ -120,9 +132,24 @@ int64_t alignment_bytes(const void* p, int64_t ld_bytes, int64_t stride_bytes) {
 
 // ---------------------------------------------------------------- arguments
 
+const char* epilogue_name(gemm_epilogue e) {
+  switch (e) {
+    case gemm_epilogue::none:
+      return "no";
+    case gemm_epilogue::gelu_aux:
+      return "gelu_aux";
+    case gemm_epilogue::dgelu:
+      return "dgelu";
+    case gemm_epilogue::bgrad_b:
+      return "bgrad_b";
+  }
+  return "?";
+}
+
 template <class TC>
-void check_gemm_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda,
-                     int64_t ldb, int64_t ldc, const cuda_gemm_extras<TC>& e) {
+void check_gemm_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                     int64_t lda, int64_t ldb, float beta, int64_t ldc,
+                     const cuda_gemm_extras<TC>& e) {
   auto fail = [&](const std::string& what) {
     throw std::invalid_argument("cuda_gemm(M=" + std::to_string(M) + " N=" + std::to_string(N) +
                                 " K=" + std::to_string(K) + "): " + what);
@@ -136,21 +163,43 @@ void check_gemm_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
   if (e.batch < 0 || e.batch > 0x7fffffff) fail("batch " + std::to_string(e.batch));
   if (e.stride_a < 0 || e.stride_b < 0 || e.stride_c < 0) fail("negative batch stride");
   if (e.bias && e.batch != 1) fail("a bias epilogue with batch " + std::to_string(e.batch));
+  if (e.epilogue == gemm_epilogue::none) return;
+  const std::string name = epilogue_name(e.epilogue);
+  if (e.bias && e.epilogue != gemm_epilogue::gelu_aux) fail(name + " epilogue with a bias");
+  if (e.batch != 1) fail(name + " epilogue with batch " + std::to_string(e.batch));
+  if (alpha != 1.0f) fail(name + " epilogue with alpha " + std::to_string(alpha) + " (needs 1)");
+  if (e.epilogue == gemm_epilogue::bgrad_b) {
+    if (!std::is_same_v<TC, float>) fail("bgrad_b epilogue with a 16-bit C (needs fp32)");
+    if (trans_b || ldb != N) fail("bgrad_b epilogue needs B untransposed with ldb == N");
+    if (e.bias_grad == nullptr) fail("bgrad_b epilogue without bias_grad");
+    return;
+  }
+  if (beta != 0.0f) fail(name + " epilogue with beta " + std::to_string(beta) + " (needs 0)");
+  if (e.aux == nullptr) fail(name + " epilogue without aux");
+  if (ldc != N || e.aux_ld != N)
+    fail(name + " epilogue needs ldc == aux_ld == N (ldc=" + std::to_string(ldc) +
+         " aux_ld=" + std::to_string(e.aux_ld) + ")");
+  if (e.epilogue == gemm_epilogue::gelu_aux && e.bias == nullptr)
+    fail("gelu_aux epilogue without bias");
 }
 
 std::string describe(const gpu_gemm_key& k) {
   auto s = [](int64_t x) { return std::to_string(x); };
-  std::string d = "M=" + s(k.M) + " N=" + s(k.N) + " K=" + s(k.K) + " trans_a=" + s(k.trans_a) +
-                  " trans_b=" + s(k.trans_b) + " lda=" + s(k.lda) + " ldb=" + s(k.ldb) +
-                  " ldc=" + s(k.ldc) + ", " + cuda_type_name(k.type_a) + " x " +
-                  cuda_type_name(k.type_b) + " -> " + cuda_type_name(k.type_c) +
-                  (k.bias ? ", bias epilogue" : "");
+  std::string d =
+      "M=" + s(k.M) + " N=" + s(k.N) + " K=" + s(k.K) + " trans_a=" + s(k.trans_a) +
+      " trans_b=" + s(k.trans_b) + " lda=" + s(k.lda) + " ldb=" + s(k.ldb) + " ldc=" + s(k.ldc) +
+      ", " + cuda_type_name(k.type_a) + " x " + cuda_type_name(k.type_b) + " -> " +
+      cuda_type_name(k.type_c) + (k.bias ? ", bias epilogue" : "") +
+      (k.epilogue != 0 ? std::string(", ") + epilogue_name(static_cast<gemm_epilogue>(k.epilogue)) +
+                             " epilogue (aux_ld " + s(k.aux_ld) + ")"
+                       : std::string());
   if (k.batch != 1)
     d += ", batch " + s(k.batch) + " (strides " + s(k.stride_a) + ", " + s(k.stride_b) + ", " +
          s(k.stride_c) + ")";
   d += ", alignments A " + s(k.align_a) + " B " + s(k.align_b) + " C " + s(k.align_c_in) + " D " +
-       s(k.align_c) + (k.bias ? " bias " + s(k.align_bias) : "") + " bytes, workspace " +
-       s(k.workspace_bytes) + " bytes";
+       s(k.align_c) + (k.align_bias ? " bias " + s(k.align_bias) : "") +
+       (k.align_aux ? " aux " + s(k.align_aux) : "") + " bytes, workspace " + s(k.workspace_bytes) +
+       " bytes";
   return d;
 }
 
@@ -190,9 +239,37 @@ struct preference_guard {
   }
 };
 
+// cuBLASLt's epilogue for key.
+uint32_t lt_epilogue(const gpu_gemm_key& k) {
+  switch (static_cast<gemm_epilogue>(k.epilogue)) {
+    case gemm_epilogue::none:
+      return k.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    case gemm_epilogue::gelu_aux:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case gemm_epilogue::dgelu:
+      return CUBLASLT_EPILOGUE_DGELU;
+    case gemm_epilogue::bgrad_b:
+      return CUBLASLT_EPILOGUE_BGRADA;  // cuBLASLt's A is our B
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// The call's pointers that the descriptor carries: the bias (or bias
+// gradient) and the aux matrix, set on each call; the heuristic reads their
+// alignment.
+struct epilogue_pointers {
+  const void* bias = nullptr;
+  const void* aux = nullptr;
+};
+
+void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const epilogue_pointers& ptrs) {
+  if (ptrs.bias) set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, ptrs.bias);
+  if (ptrs.aux) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, ptrs.aux);
+}
+
 // A plan for key: descriptors, then the heuristic's best algorithm for them.
-// bias is the call's bias pointer: the heuristic reads its alignment.
-std::unique_ptr<gpu_gemm_plan> make_plan(const gpu_gemm_key& k, const void* bias,
+// One with an epilogue the heuristic has no algorithm for is marked unavailable.
+std::unique_ptr<gpu_gemm_plan> make_plan(const gpu_gemm_key& k, const epilogue_pointers& ptrs,
                                          cublasLtHandle_t lt) {
   auto plan = std::make_unique<gpu_gemm_plan>();
   plan->key = k;
@@ -201,11 +278,9 @@ std::unique_ptr<gpu_gemm_plan> make_plan(const gpu_gemm_key& k, const void* bias
   const int32_t op_b = k.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
-  if (k.bias) {
-    const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
-    set_desc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  }
+  set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt_epilogue(k));
+  set_epilogue_pointers(plan->desc, ptrs);
+  if (ptrs.aux) set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, k.aux_ld);
   // Column-major shapes: our B is (N x K) stored, or (K x N) when trans_b;
   // our A is (K x M), or (M x K) when trans_a; C is (N x M).
   make_layout(&plan->lt_a, k.type_b, k.trans_b ? k.K : k.N, k.trans_b ? k.N : k.K, k.ldb, k.batch,
@@ -226,7 +301,13 @@ std::unique_ptr<gpu_gemm_plan> make_plan(const gpu_gemm_key& k, const void* bias
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
       lt, plan->desc, plan->lt_a, plan->lt_b, plan->lt_c, plan->lt_c, p.pref, 1, &result, &found);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0))
+  const bool none =
+      status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0);
+  if (none && k.epilogue != 0) {
+    plan->available = false;
+    return plan;
+  }
+  if (none)
     throw std::runtime_error("cuda_gemm: cuBLASLt has no algorithm for " + describe(k) +
                              " on this GPU (cublasLtMatmulAlgoGetHeuristic found none)");
   if (status != CUBLAS_STATUS_SUCCESS)
@@ -236,11 +317,11 @@ std::unique_ptr<gpu_gemm_plan> make_plan(const gpu_gemm_key& k, const void* bias
 }
 
 // The cached plan for key, made on first use. The caller holds the mutex.
-gpu_gemm_plan& find_plan(gpu_gemm_cache& cache, const gpu_gemm_key& key, const void* bias,
-                         cublasLtHandle_t lt) {
+gpu_gemm_plan& find_plan(gpu_gemm_cache& cache, const gpu_gemm_key& key,
+                         const epilogue_pointers& ptrs, cublasLtHandle_t lt) {
   for (const auto& plan : cache.plans)
     if (std::memcmp(&plan->key, &key, sizeof key) == 0) return *plan;
-  cache.plans.push_back(make_plan(key, bias, lt));
+  cache.plans.push_back(make_plan(key, ptrs, lt));
   return *cache.plans.back();
 }
 
@@ -394,27 +475,47 @@ __global__ void bias_backward_finish_kernel(DG* dbias, const float* partial, int
 
 // ---------------------------------------------------------------- launchers
 
+namespace {
+
+// Whether cuBLASLt can take the GEMM (types, K, pointer alignments) with
+// extras' bias and epilogue pointers. Biases and aux matrices are used as
+// everyone uses them: of the inputs' type (so D's too) and 16-byte aligned
+// (smaller alignments have been seen to fail); aux_ld a multiple of 8 as
+// CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD requires. K == 0 (C = beta C + bias)
+// needs no product.
 template <class TA, class TB, class TC>
-void cuda_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-               const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta, TC* C, int64_t ldc,
-               gpu_exec& g, const cuda_gemm_extras<TC>& extras) {
-  check_gemm_args(trans_a, trans_b, M, N, K, lda, ldb, ldc, extras);
-  if (M == 0 || N == 0 || extras.batch == 0) return;
-  const TC* c_in = extras.c_in != nullptr && beta != 0.0f ? extras.c_in : C;
-  // cuBLASLt's bias epilogue is used as everyone uses it: a bias of the
-  // inputs' type (so D's too) and 16-byte aligned (smaller alignments have
-  // been seen to fail). K == 0 (C = beta C + bias) needs no product.
-  const bool bias_ok = extras.bias == nullptr ||
-                       (std::is_same_v<TA, TC> && alignment_bytes(extras.bias, 0, 0) >= 16);
-  if (!lt_supported<TA, TB, TC> || K == 0 || !bias_ok) {
-    gemm_fallback(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, c_in, C, ldc, extras,
-                  g.stream);
-    return;
+bool lt_takes(int64_t K, const cuda_gemm_extras<TC>& e) {
+  auto aligned = [](const void* p) { return alignment_bytes(p, 0, 0) >= 16; };
+  if (!lt_supported<TA, TB, TC> || K == 0) return false;
+  if (e.bias && !(std::is_same_v<TA, TC> && aligned(e.bias))) return false;
+  switch (e.epilogue) {
+    case gemm_epilogue::none:
+      return true;
+    case gemm_epilogue::gelu_aux:
+    case gemm_epilogue::dgelu:
+      return std::is_same_v<TA, TC> && aligned(e.aux) && e.aux_ld % 8 == 0;
+    case gemm_epilogue::bgrad_b:
+      return aligned(e.bias_grad);
   }
+  return false;
+}
+
+// The GEMM with extras' epilogue on cuBLASLt (lt_takes holds): false, with
+// nothing enqueued, when the plan's epilogue has no algorithm.
+template <class TA, class TB, class TC>
+bool lt_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const TA* A,
+             int64_t lda, const TB* B, int64_t ldb, float beta, const TC* c_in, TC* C, int64_t ldc,
+             gpu_exec& g, const cuda_gemm_extras<TC>& extras) {
   if (g.lt == nullptr || g.gemms == nullptr)
     throw std::invalid_argument("cuda_gemm: gpu_exec has no cuBLASLt handle or plan cache");
   const int64_t sa = sizeof(TA), sb = sizeof(TB), sc = sizeof(TC);
   const bool batched = extras.batch > 1;
+  const bool with_aux =
+      extras.epilogue == gemm_epilogue::gelu_aux || extras.epilogue == gemm_epilogue::dgelu;
+  epilogue_pointers ptrs;
+  ptrs.bias = extras.epilogue == gemm_epilogue::bgrad_b ? static_cast<const void*>(extras.bias_grad)
+                                                        : static_cast<const void*>(extras.bias);
+  ptrs.aux = with_aux ? extras.aux : nullptr;
   gpu_gemm_key key{};
   key.trans_a = trans_a;
   key.trans_b = trans_b;
@@ -428,6 +529,8 @@ void cuda_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   key.type_b = lt_type<TB>::value;
   key.type_c = lt_type<TC>::value;
   key.bias = extras.bias != nullptr;
+  key.epilogue = static_cast<int64_t>(extras.epilogue);
+  key.aux_ld = with_aux ? extras.aux_ld : 0;
   key.batch = extras.batch;
   key.stride_a = batched ? extras.stride_a : 0;
   key.stride_b = batched ? extras.stride_b : 0;
@@ -436,16 +539,66 @@ void cuda_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   key.align_b = alignment_bytes(B, ldb * sb, key.stride_b * sb);
   key.align_c_in = alignment_bytes(c_in, ldc * sc, key.stride_c * sc);
   key.align_c = alignment_bytes(C, ldc * sc, key.stride_c * sc);
-  key.align_bias = extras.bias ? alignment_bytes(extras.bias, 0, 0) : 0;
+  key.align_bias = ptrs.bias ? alignment_bytes(ptrs.bias, 0, 0) : 0;
+  key.align_aux = ptrs.aux ? alignment_bytes(ptrs.aux, key.aux_ld * sc, 0) : 0;
   key.workspace_bytes = g.lt_workspace ? g.lt_workspace_bytes : 0;
 
   std::lock_guard<std::mutex> lock(g.gemms->mutex);
-  gpu_gemm_plan& plan = find_plan(*g.gemms, key, extras.bias, g.lt);
-  if (extras.bias)
-    set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(extras.bias));
+  gpu_gemm_plan& plan = find_plan(*g.gemms, key, ptrs, g.lt);
+  if (!plan.available) return false;
+  set_epilogue_pointers(plan.desc, ptrs);
   CUBLAS_CHECK(cublasLtMatmul(g.lt, plan.desc, &alpha, B, plan.lt_a, A, plan.lt_b, &beta, c_in,
                               plan.lt_c, C, plan.lt_c, &plan.algo, g.lt_workspace,
                               static_cast<size_t>(key.workspace_bytes), g.stream));
+  return true;
+}
+
+// C = alpha op(A) op(B) + beta c_in (+ bias) without an epilogue: cuBLASLt
+// where it takes it, else the tiled kernel.
+template <class TA, class TB, class TC>
+void plain_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta, const TC* c_in,
+                TC* C, int64_t ldc, gpu_exec& g, cuda_gemm_extras<TC> extras) {
+  extras.epilogue = gemm_epilogue::none;
+  if (M == 0) return;
+  if (lt_takes<TA, TB, TC>(K, extras) &&
+      lt_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, c_in, C, ldc, g, extras))
+    return;
+  gemm_fallback(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, c_in, C, ldc, extras,
+                g.stream);
+}
+
+}  // namespace
+
+template <class TA, class TB, class TC>
+void cuda_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta, TC* C, int64_t ldc,
+               gpu_exec& g, const cuda_gemm_extras<TC>& extras) {
+  check_gemm_args(trans_a, trans_b, M, N, K, alpha, lda, ldb, beta, ldc, extras);
+  if (N == 0 || extras.batch == 0) return;
+  const TC* c_in = extras.c_in != nullptr && beta != 0.0f ? extras.c_in : C;
+  if (M != 0 && extras.epilogue != gemm_epilogue::none && lt_takes<TA, TB, TC>(K, extras) &&
+      lt_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, c_in, C, ldc, g, extras))
+    return;
+  // No epilogue, or the same with separate kernels (ldc == aux_ld == N for GELU's).
+  switch (extras.epilogue) {
+    case gemm_epilogue::none:
+      return plain_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, c_in, C, ldc, g,
+                        extras);
+    case gemm_epilogue::gelu_aux:
+      plain_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, extras.aux, extras.aux,
+                 ldc, g, extras);
+      return cuda_gelu_forward(C, static_cast<const TC*>(extras.aux), M * N, g.stream);
+    case gemm_epilogue::dgelu:
+      plain_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, c_in, C, ldc, g, extras);
+      return cuda_gelu_backward(C, static_cast<const TC*>(extras.aux), static_cast<const TC*>(C),
+                                M * N, g.stream);
+    case gemm_epilogue::bgrad_b:
+      plain_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, c_in, C, ldc, g, extras);
+      CUDA_CHECK(cudaMemsetAsync(extras.bias_grad, 0, N * sizeof(float), g.stream));
+      return cuda_gemm_bias_backward(extras.bias_grad, B, K, N, extras.scratch,
+                                     extras.scratch_floats, g.stream);
+  }
 }
 
 template <class T, class G>

@@ -11,6 +11,10 @@
 // enqueue one cublasLtMatmul: no host allocation, nothing synchronizes, so a
 // step whose GEMMs were planned in an eager run can be captured as a graph.
 //
+// Epilogues (gemm_epilogue) fuse GELU's forward and backward and a bias's
+// gradient into the GEMM; each falls back to separate kernels where cuBLASLt
+// has no algorithm for it, so a caller needs no second path.
+//
 // cuBLASLt multiplies fp32 x fp32 -> fp32, h x h -> h and h x h -> fp32 for
 // a 16-bit h (bf16 or fp16), and adds a bias of the output's type when that
 // is the inputs' type too. The other combinations gemm() accepts (mixed A/B,
@@ -31,6 +35,32 @@ gpu_gemm_cache* gpu_gemm_cache_create();
 void gpu_gemm_cache_destroy(gpu_gemm_cache* cache);
 // Plans the cache holds (tests check that repeated GEMMs reuse theirs).
 int64_t gpu_gemm_cache_plans(const gpu_gemm_cache* cache);
+// Plans with an epilogue cuBLASLt runs (not those it has no algorithm for).
+int64_t gpu_gemm_cache_fused_plans(const gpu_gemm_cache* cache);
+
+// What cuBLASLt's epilogue computes besides the product (and the bias), in
+// row-major terms. Each needs alpha == 1 and batch == 1. Where cuBLASLt has
+// no algorithm for one (an aux_ld not a multiple of 8, a pointer not 16-byte
+// aligned, a type combination or GPU without it: the heuristic finds none),
+// cuda_gemm computes the same with the plain GEMM and separate kernels.
+enum class gemm_epilogue : int64_t {
+  none,
+  // aux = op(A) op(B) + bias rounded to TC (GELU's input, saved for its
+  // backward) and C = gelu(op(A) op(B) + bias), tanh approximation as
+  // runtime/kernels.h's gelu_forward, from the fp32 value (one rounding; the
+  // separate kernels round aux first). cuBLASLt's GELU_AUX_BIAS. Needs bias,
+  // beta == 0 and ldc == aux_ld == N.
+  gelu_aux,
+  // C = op(A) op(B) * gelu'(aux): GELU's backward (gelu_backward) from its
+  // saved input aux, rounded once. cuBLASLt's DGELU. Needs beta == 0 and
+  // ldc == aux_ld == N.
+  dgelu,
+  // bias_grad (N floats, overwritten) = sums over K of op(B), i.e. the column
+  // sums of B (K x N): the gradient of a bias when B is the gradient of the
+  // output it was added to. cuBLASLt's BGRADA (its A is our B). Needs TC =
+  // float, !trans_b and ldb == N.
+  bgrad_b,
+};
 
 // What a GEMM may add to gemm()'s, all off by default.
 template <class TC>
@@ -45,6 +75,15 @@ struct cuda_gemm_extras {
   // c_in + i * stride_c) and writes C + i * stride_c; strides in elements.
   int64_t batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  gemm_epilogue epilogue = gemm_epilogue::none;
+  // gelu_aux writes, dgelu reads GELU's input: (M x N), leading dim aux_ld.
+  TC* aux = nullptr;
+  int64_t aux_ld = 0;
+  float* bias_grad = nullptr;  // bgrad_b's output (N)
+  // Device floats the separate column sums of bgrad_b may use for partial
+  // sums (cuda_gemm_bias_backward's scratch); not overlapping bias_grad.
+  float* scratch = nullptr;
+  int64_t scratch_floats = 0;
 };
 
 // C (M x N, leading dim ldc) = alpha * op(A) op(B) + beta * C, row-major,

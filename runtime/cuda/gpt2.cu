@@ -2,6 +2,9 @@
 // runtime/gpt2.cpp, on the CUDA kernels, cuda_gemm and attention.
 #include "runtime/cuda/gpt2.h"
 
+#include <cstddef>
+#include <type_traits>
+
 #include "runtime/cuda/attention.h"
 #include "runtime/cuda/gemm.h"
 #include "runtime/cuda/kernels.cuh"
@@ -21,17 +24,50 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, const 
             e);
 }
 
-// dinp = dout @ weight^T (overwritten); dweight += inp^T @ dout; dbias +=
-// column sums of dout. The column sums run first, with dinp's buffer
-// (N * IC elements, not aliasing dout) as scratch for their partial sums.
+// Bytes from p up to a multiple of 16.
+int64_t padding_to_16(const void* p) {
+  return static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(p) % 16) % 16);
+}
+
+// dinp = dout @ weight^T (overwritten), times gelu'(gelu_inp) when that is
+// given (GELU's backward in the GEMM's epilogue); dweight += inp^T @ dout;
+// dbias += column sums of dout. The column sums run first, with dinp's
+// buffer (N * IC elements, not aliasing dout) as scratch: with fp32
+// gradients inside the dweight GEMM (its bgrad_b epilogue, into the buffer's
+// first OC floats, then added to dbias), else on their own kernel.
 template <class T, class G>
 void matmul_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
-                     int64_t N, int64_t IC, int64_t OC, gpu_exec& g) {
-  const int64_t scratch_floats = N * IC * static_cast<int64_t>(sizeof(T)) / 4;
-  cuda_gemm_bias_backward(dbias, dout, N, OC, reinterpret_cast<float*>(dinp), scratch_floats,
-                          g.stream);
-  cuda_gemm(false, true, N, IC, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, IC, g);
-  cuda_gemm(true, false, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dweight, OC, g);
+                     int64_t N, int64_t IC, int64_t OC, gpu_exec& g, const T* gelu_inp = nullptr) {
+  const int64_t buffer_bytes = N * IC * static_cast<int64_t>(sizeof(T));
+  bool fused = false;
+  if constexpr (std::is_same_v<G, float>) {
+    const int64_t pad_bytes = padding_to_16(dinp);
+    const int64_t sums_floats = (OC + 3) / 4 * 4;  // keeps the scratch after them 16-byte aligned
+    const int64_t scratch_floats = (buffer_bytes - pad_bytes) / 4 - sums_floats;
+    float* sums = reinterpret_cast<float*>(reinterpret_cast<std::byte*>(dinp) + pad_bytes);
+    if (scratch_floats >= 0) {
+      cuda_gemm_extras<float> e;
+      e.epilogue = gemm_epilogue::bgrad_b;
+      e.bias_grad = sums;
+      e.scratch = sums + sums_floats;
+      e.scratch_floats = scratch_floats;
+      cuda_gemm(true, false, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dweight, OC, g, e);
+      cuda_gemm_bias_backward(dbias, static_cast<const float*>(sums), 1, OC, nullptr, 0, g.stream);
+      fused = true;
+    }
+  }
+  if (!fused) {
+    cuda_gemm_bias_backward(dbias, dout, N, OC, reinterpret_cast<float*>(dinp), buffer_bytes / 4,
+                            g.stream);
+    cuda_gemm(true, false, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dweight, OC, g);
+  }
+  cuda_gemm_extras<T> e;
+  if (gelu_inp) {
+    e.epilogue = gemm_epilogue::dgelu;
+    e.aux = const_cast<T*>(gelu_inp);  // read only: dgelu reads aux
+    e.aux_ld = IC;
+  }
+  cuda_gemm(false, true, N, IC, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, IC, g, e);
 }
 
 }  // namespace
@@ -60,8 +96,14 @@ void cuda_gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_b
     cuda_attention_forward(s.attn, s.probs, s.qkv, d.B, d.T, C, d.H, g);
   matmul_forward(s.res2, s.attn, p.proj_w, p.proj_b, static_cast<const T*>(s.input), N, C, C, g);
   cuda_layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, N, C, g.stream);
-  matmul_forward(s.fc, s.ln2, p.fc_w, p.fc_b, static_cast<const T*>(nullptr), N, C, F, g);
-  cuda_gelu_forward(s.gelu, s.fc, N * F, g.stream);
+  // fc = ln2 @ fc_w + fc_b (GELU's input, saved) and gelu = GELU(fc) in one GEMM.
+  cuda_gemm_extras<T> gelu;
+  gelu.bias = p.fc_b;
+  gelu.epilogue = gemm_epilogue::gelu_aux;
+  gelu.aux = s.fc;
+  gelu.aux_ld = F;
+  cuda_gemm(false, false, N, F, C, 1.0f, static_cast<const T*>(s.ln2), C, p.fc_w, F, 0.0f, s.gelu,
+            F, g, gelu);
   if (out == nullptr) return;  // recompute: the saved activations are all it needs
   matmul_forward(out, s.gelu, p.fc2_w, p.fc2_b, static_cast<const T*>(s.res2), N, F, C, g);
 }
@@ -75,8 +117,8 @@ void cuda_gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block
   T* dtmp = scratch.dtmp;  // (N, C)
   T* big = scratch.big;    // (N, F) as d(gelu), d(fc); (N, 3C) d(qkv) [then (B, H, T, T) dprobs]
   // MLP: out = res2 + gelu(ln2 @ fc_w + fc_b) @ fc2_w + fc2_b.
-  matmul_backward(big, grads.fc2_w, grads.fc2_b, dres, s.gelu, p.fc2_w, N, F, C, g);
-  cuda_gelu_backward(big, s.fc, big, N * F, g.stream);
+  matmul_backward(big, grads.fc2_w, grads.fc2_b, dres, s.gelu, p.fc2_w, N, F, C, g,
+                  static_cast<const T*>(s.fc));  // big = d(fc): GELU's backward in the GEMM
   matmul_backward(dtmp, grads.fc_w, grads.fc_b, big, s.ln2, p.fc_w, N, C, F, g);
   cuda_layernorm_backward(dres, grads.ln2_w, grads.ln2_b, dtmp, s.res2, p.ln2_w, s.ln2_mean,
                           s.ln2_rstd, N, C, true, g.stream);

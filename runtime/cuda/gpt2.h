@@ -8,7 +8,10 @@
 // allocates or synchronizes. Plain C++; implementations in gpt2.cu.
 //
 // Differences in rounding only: a GEMM's bias and a following residual are
-// fused into the GEMM (one rounding to T where the CPU rounds twice).
+// fused into the GEMM (one rounding to T where the CPU rounds twice), and so
+// are GELU's forward (gelu from the fp32 pre-activation; fc, its saved
+// input, is the same rounded value as on CPU) and backward (d(fc) from the
+// fp32 product, not its rounding to T) through cuBLASLt's epilogues.
 #pragma once
 
 #include <cstdint>

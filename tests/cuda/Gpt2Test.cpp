@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -344,6 +346,203 @@ TEST_F(CudaGemm, Extras) {
   for (const gemm_extras_case& x : kGemmExtrasCases)
     check_gemm_extras<bf16, bf16, bf16>(g, false, true, x, 300);
   EXPECT_EQ(gpu_gemm_cache_plans(g.gemms), plans);
+}
+
+// ---------------------------------------------------------------- gemm epilogues
+
+// Tolerances of the GELU epilogues: the CPU kernels gelu_forward and
+// gelu_backward (fp32, on the unrounded fp32 reference product) are the
+// reference. fp32: 2e-5 absolute + 1e-5 relative. The products sum K = 24
+// unit-scale terms (fp32 differences ~1e-6) and the GELUs differ by a few
+// ulps (expf or tanhf against the CPU's polynomial exp); the erf GELU differs
+// from the tanh one by up to 4.7e-4 (at x = -2.7) and its derivative by up to
+// 8.7e-4 (at x = -2.0), which this catches with pre-activations spread over
+// [-4, 4]. 16-bit outputs, rounded once: kBf16GemmTol relative to the
+// tensor's scale (fp16's ulp is 8x smaller than bf16's).
+constexpr ref::tolerance kFp32GeluTol{2e-5, 1e-5};
+
+template <class T>
+void expect_epilogue_close(const std::string& what, const vec& got, const vec& want) {
+  if (is_bf16<T>)
+    expect_close_scaled(what, got, want, kBf16GemmTol);
+  else
+    ref::expect_close(what, got, want, kFp32GeluTol);
+}
+
+// The product op(A) op(B) (+ bias) in double, rounded to fp32: the CPU GELU
+// kernels' input. A is (M x K) stored transposed when ta, B (K x N).
+template <class T>
+std::vector<float> product(const std::vector<T>& A, const std::vector<T>& B, const T* bias, bool ta,
+                           int64_t M, int64_t N, int64_t K) {
+  std::vector<float> out(M * N);
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double s = bias ? to_float(bias[j]) : 0.0;
+      for (int64_t k = 0; k < K; k++)
+        s += double{to_float(A[ta ? k * M + i : i * K + k])} * to_float(B[k * N + j]);
+      out[i * N + j] = static_cast<float>(s);
+    }
+  return out;
+}
+
+// gelu_aux and dgelu against gelu_forward / gelu_backward of the CPU on the
+// same product; N = 40 takes cuBLASLt's epilogue where it has one, N = 45
+// (aux_ld not a multiple of 8) the separate kernels.
+template <class T>
+void check_gelu_epilogues(gpu_exec& g, int64_t N, uint32_t seed) {
+  const int64_t M = 33, K = 24;
+  std::mt19937 rng(seed);
+  const auto A = random_stored<T>(rng, M * K), B = random_stored<T>(rng, K * N, 0.8);
+  const auto bias = random_stored<T>(rng, N, 0.5);
+  const auto dprod_in = random_stored<T>(rng, M * K);  // dgelu: dout (M x K) @ B
+  const std::string what =
+      std::string("cuda_gemm<") + ref::type_name<T>() + "> N=" + std::to_string(N) + " ";
+
+  // Forward: aux = A B + bias, C = gelu(aux).
+  const std::vector<float> pre = product(A, B, bias.data(), false, M, N, K);
+  std::vector<float> want_gelu(M * N);
+  gelu_forward(want_gelu.data(), pre.data(), M * N);
+  nan_vec<T> A_d(A), B_d(B), bias_d(bias), aux_d(M * N), C_d(M * N);
+  cuda_gemm_extras<T> e;
+  e.bias = bias_d.get();
+  e.epilogue = gemm_epilogue::gelu_aux;
+  e.aux = aux_d.get();
+  e.aux_ld = N;
+  cuda_gemm(false, false, M, N, K, 1.0f, A_d.get(), K, B_d.get(), N, 0.0f, C_d.get(), N, g, e);
+  CUDA_CHECK(cudaStreamSynchronize(g.stream));
+  const std::vector<T> aux = aux_d.download();
+  expect_epilogue_close<T>(what + "gelu_aux aux", load(aux), load(pre.data(), M * N));
+  expect_epilogue_close<T>(what + "gelu_aux C", load(C_d.download()),
+                           load(want_gelu.data(), M * N));
+
+  // Backward: C = (dout B^T) * gelu'(aux), from the aux the forward saved.
+  std::vector<float> dprod(M * N), aux_f(M * N), want_dgelu(M * N);
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double s = 0.0;
+      for (int64_t k = 0; k < K; k++)
+        s += double{to_float(dprod_in[i * K + k])} * to_float(B[k * N + j]);
+      dprod[i * N + j] = static_cast<float>(s);
+    }
+  for (int64_t i = 0; i < M * N; i++)
+    aux_f[i] = to_float(aux[i]);
+  gelu_backward(want_dgelu.data(), aux_f.data(), dprod.data(), M * N);
+  // B^T as the GEMM reads it: op(B) = B^T with B (N x K) stored = our (K x N) B transposed.
+  std::vector<T> Bt(N * K);
+  for (int64_t k = 0; k < K; k++)
+    for (int64_t j = 0; j < N; j++)
+      Bt[j * K + k] = B[k * N + j];
+  nan_vec<T> dprod_in_d(dprod_in), Bt_d(Bt), D_d(M * N);
+  cuda_gemm_extras<T> d;
+  d.epilogue = gemm_epilogue::dgelu;
+  d.aux = aux_d.get();
+  d.aux_ld = N;
+  cuda_gemm(false, true, M, N, K, 1.0f, dprod_in_d.get(), K, Bt_d.get(), K, 0.0f, D_d.get(), N, g,
+            d);
+  CUDA_CHECK(cudaStreamSynchronize(g.stream));
+  expect_epilogue_close<T>(what + "dgelu C", load(D_d.download()), load(want_dgelu.data(), M * N));
+}
+
+TEST_F(CudaGemm, GeluEpilogues) {
+  uint32_t seed = 350;
+  for (const int64_t N : {40, 45}) {
+    check_gelu_epilogues<float>(g, N, seed++);
+    check_gelu_epilogues<bf16>(g, N, seed++);
+    check_gelu_epilogues<fp16>(g, N, seed++);
+  }
+  // The cuBLASLt-supported 16-bit GEMMs of N = 40 run their GELU inside the
+  // GEMM on an H100 (as llm.c does); the same calls again add no plan.
+  const int64_t fused = gpu_gemm_cache_fused_plans(g.gemms);
+  EXPECT_GE(fused, 4) << "bf16 and fp16 gelu_aux and dgelu took the separate kernels";
+  const int64_t plans = gpu_gemm_cache_plans(g.gemms);
+  check_gelu_epilogues<bf16>(g, 40, 360);
+  check_gelu_epilogues<bf16>(g, 45, 361);
+  EXPECT_EQ(gpu_gemm_cache_plans(g.gemms), plans);
+  std::cout << "cuda_gemm: " << fused << " of " << plans << " plans run an epilogue\n";
+}
+
+// bgrad_b on the dweight GEMM (dweight += A^T dout, dout (K x N)): bias_grad
+// = column sums of dout against a double sum, C against the double product
+// plus its initial values. A 16-byte aligned bias_grad may take cuBLASLt's
+// BGRADA; one 4 bytes off always takes the separate column sums (with
+// scratch). The sums have K = 300 unit-scale terms (~17): fp32 differences
+// ~1e-5, inside kFp32Tol of the scaled comparison.
+template <class T>
+void check_bgrad(gpu_exec& g, bool aligned, uint32_t seed) {
+  const int64_t M = 24, N = 72, K = 300;
+  std::mt19937 rng(seed);
+  const auto A = random_stored<T>(rng, K * M), dout = random_stored<T>(rng, K * N);
+  const auto C0 = random_stored<float>(rng, M * N);
+  std::vector<float> want_c(M * N);
+  const std::vector<float> prod = product(A, dout, static_cast<const T*>(nullptr), true, M, N, K);
+  for (int64_t i = 0; i < M * N; i++)
+    want_c[i] = C0[i] + prod[i];
+  vec want_bias(N);
+  for (int64_t j = 0; j < N; j++)
+    for (int64_t k = 0; k < K; k++)
+      want_bias[j] += to_float(dout[k * N + j]);
+
+  nan_vec<T> A_d(A), dout_d(dout);
+  nan_vec<float> C_d(C0), sums_d(N + 1), scratch_d(K * N);
+  cuda_gemm_extras<float> e;
+  e.epilogue = gemm_epilogue::bgrad_b;
+  e.bias_grad = sums_d.get() + (aligned ? 0 : 1);
+  e.scratch = scratch_d.get();
+  e.scratch_floats = K * N;
+  cuda_gemm(true, false, M, N, K, 1.0f, A_d.get(), M, dout_d.get(), N, 1.0f, C_d.get(), N, g, e);
+  CUDA_CHECK(cudaStreamSynchronize(g.stream));
+  const std::string what = std::string("cuda_gemm<") + ref::type_name<T>() + "," +
+                           ref::type_name<T>() + ",fp32> bgrad_b" +
+                           (aligned ? "" : " (bias_grad 4-byte aligned) ");
+  const std::vector<float> sums = sums_d.download();
+  expect_close_scaled(what + "bias_grad", load(sums.data() + (aligned ? 0 : 1), N), want_bias,
+                      kFp32Tol);
+  expect_close_scaled(what + "C", load(C_d.download()), load(want_c.data(), M * N), kFp32Tol);
+}
+
+TEST_F(CudaGemm, BiasGradEpilogue) {
+  uint32_t seed = 370;
+  for (const bool aligned : {true, false}) {
+    check_bgrad<float>(g, aligned, seed++);
+    check_bgrad<bf16>(g, aligned, seed++);
+    check_bgrad<fp16>(g, aligned, seed++);
+  }
+}
+
+// Epilogues' requirements are checked before anything is enqueued (so this
+// runs without a device).
+TEST(CudaGemmEpilogue, RejectsBadArguments) {
+  gpu_exec g;
+  // Never dereferenced: each call throws before it enqueues anything.
+  bf16* h = reinterpret_cast<bf16*>(uintptr_t{4096});
+  float* f = reinterpret_cast<float*>(uintptr_t{8192});
+  cuda_gemm_extras<bf16> gelu;
+  gelu.epilogue = gemm_epilogue::gelu_aux;
+  gelu.aux = h;
+  gelu.aux_ld = 8;
+  // No bias, then beta != 0, then ldc != N.
+  EXPECT_THROW(cuda_gemm(false, false, 4, 8, 8, 1.0f, h, 8, h, 8, 0.0f, h, 8, g, gelu),
+               std::invalid_argument);
+  gelu.bias = h;
+  EXPECT_THROW(cuda_gemm(false, false, 4, 8, 8, 1.0f, h, 8, h, 8, 1.0f, h, 8, g, gelu),
+               std::invalid_argument);
+  EXPECT_THROW(cuda_gemm(false, false, 4, 8, 8, 1.0f, h, 8, h, 8, 0.0f, h, 16, g, gelu),
+               std::invalid_argument);
+  EXPECT_THROW(cuda_gemm(false, false, 4, 8, 8, 2.0f, h, 8, h, 8, 0.0f, h, 8, g, gelu),
+               std::invalid_argument);
+  // bgrad_b: a 16-bit C, a transposed B, no bias_grad.
+  cuda_gemm_extras<bf16> bgrad_h;
+  bgrad_h.epilogue = gemm_epilogue::bgrad_b;
+  bgrad_h.bias_grad = f;
+  EXPECT_THROW(cuda_gemm(true, false, 4, 8, 8, 1.0f, h, 4, h, 8, 1.0f, h, 8, g, bgrad_h),
+               std::invalid_argument);
+  cuda_gemm_extras<float> bgrad;
+  bgrad.epilogue = gemm_epilogue::bgrad_b;
+  EXPECT_THROW(cuda_gemm(true, false, 4, 8, 8, 1.0f, h, 4, h, 8, 1.0f, f, 8, g, bgrad),
+               std::invalid_argument);
+  bgrad.bias_grad = f;
+  EXPECT_THROW(cuda_gemm(true, true, 4, 8, 8, 1.0f, h, 4, h, 8, 1.0f, f, 8, g, bgrad),
+               std::invalid_argument);
 }
 
 // Column sums with and without scratch for partial sums (N spans several
