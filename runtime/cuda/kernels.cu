@@ -2,8 +2,12 @@
 // kernels take a thread per value; row kernels a warp per row (LayerNorm) or a
 // block per row (cross-entropy, V is large); parameter-gradient column sums a
 // block per 32 channels. Reductions use warp shuffles and a fixed order.
+// LayerNorm's row kernels have packed twins (128-bit accesses, the row read
+// once into registers) taken where C and the pointers allow it.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/device.cuh"
@@ -25,6 +29,10 @@ constexpr float kGeluCube = 0.044715f;
 
 constexpr int kElementwiseThreads = 256;
 constexpr int kRowsPerBlock = 8;  // LayerNorm: a warp per row
+// LayerNorm's packed kernels keep a lane's share of a row in registers: up to
+// this many 16-byte packs per lane, so rows of C <= 32 * 8 * (16 / sizeof(T))
+// (2048 16-bit or 1024 fp32 values) are read from memory once.
+constexpr int kPacksPerLane = 8;
 constexpr int kCrossEntropyThreads = 512;
 constexpr int kColumnRowGroups = 32;  // column sums: a (32 channels, 32 row groups) block
 constexpr int kEncoderThreads = 128;
@@ -108,6 +116,137 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   if (lane == 0) {
     mean[n] = m;
     rstd[n] = s;
+  }
+}
+
+// 16 bytes of a row, read and written as one 128-bit access.
+template <class D>
+struct alignas(16) pack16 {
+  static constexpr int kElems = 16 / sizeof(D);
+  D v[kElems];
+};
+
+// Whether LayerNorm's packed kernels take rows of C values of D with these
+// pointers: C a whole number of packs, at most kPacksPerLane per lane, and
+// every pointer 16-byte aligned (so is every row).
+template <class D>
+bool packed_rows(int64_t C, std::initializer_list<const void*> ptrs) {
+  constexpr int64_t V = pack16<D>::kElems;
+  if (C % V != 0 || C > kPacksPerLane * kWarp * V) return false;
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+// layernorm_forward_kernel with 128-bit accesses and the row held in
+// registers: lane l holds packs l, l + 32, ... of its row, read once.
+template <class D>
+__global__ void layernorm_forward_packed_kernel(D* out, float* mean, float* rstd, const D* inp,
+                                                const D* weight, const D* bias, int64_t N,
+                                                int64_t C) {
+  using P = pack16<D>;
+  constexpr int V = P::kElems;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t n = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
+  if (n >= N) return;  // the whole warp
+  const int64_t packs = C / V;
+  const P* x = reinterpret_cast<const P*>(inp + n * C);
+  P xs[kPacksPerLane];
+  float sum = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kPacksPerLane; r++) {
+    const int64_t i = r * kWarp + lane;
+    if (i >= packs) continue;
+    xs[r] = x[i];
+#pragma unroll
+    for (int k = 0; k < V; k++)
+      sum += to_f(xs[r].v[k]);
+  }
+  const float m = warp_reduce(sum, sum_op{}) / static_cast<float>(C);
+  float var = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kPacksPerLane; r++) {
+    if (r * kWarp + lane >= packs) continue;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      const float d = to_f(xs[r].v[k]) - m;
+      var += d * d;
+    }
+  }
+  const float s = 1.0f / sqrtf(warp_reduce(var, sum_op{}) / static_cast<float>(C) + kLayerNormEps);
+  const P* w = reinterpret_cast<const P*>(weight);
+  const P* b = reinterpret_cast<const P*>(bias);
+  P* o = reinterpret_cast<P*>(out + n * C);
+#pragma unroll
+  for (int r = 0; r < kPacksPerLane; r++) {
+    const int64_t i = r * kWarp + lane;
+    if (i >= packs) continue;
+    const P wi = w[i], bi = b[i];
+    P y;
+#pragma unroll
+    for (int k = 0; k < V; k++)
+      y.v[k] = from_f<D>((to_f(xs[r].v[k]) - m) * s * to_f(wi.v[k]) + to_f(bi.v[k]));
+    o[i] = y;
+  }
+  if (lane == 0) {
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+// layernorm_backward_input_kernel with 128-bit accesses, x and dout of the
+// row held in registers (read once), dinp read once when accumulating.
+template <class D>
+__global__ void layernorm_backward_input_packed_kernel(D* dinp, const D* dout, const D* inp,
+                                                       const D* weight, const float* mean,
+                                                       const float* rstd, int64_t N, int64_t C,
+                                                       bool accumulate) {
+  using P = pack16<D>;
+  constexpr int V = P::kElems;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t n = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
+  if (n >= N) return;  // the whole warp
+  const int64_t packs = C / V;
+  const P* x = reinterpret_cast<const P*>(inp + n * C);
+  const P* dy = reinterpret_cast<const P*>(dout + n * C);
+  const P* w = reinterpret_cast<const P*>(weight);
+  const float m = mean[n], s = rstd[n];
+  P xs[kPacksPerLane], dys[kPacksPerLane];
+  float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kPacksPerLane; r++) {
+    const int64_t i = r * kWarp + lane;
+    if (i >= packs) continue;
+    xs[r] = x[i];
+    dys[r] = dy[i];
+    const P wi = w[i];
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      const float xhat = (to_f(xs[r].v[k]) - m) * s;
+      const float dnorm = to_f(dys[r].v[k]) * to_f(wi.v[k]);
+      dnorm_sum += dnorm;
+      dnorm_xhat_sum += dnorm * xhat;
+    }
+  }
+  const float dnorm_mean = warp_reduce(dnorm_sum, sum_op{}) / static_cast<float>(C);
+  const float dnorm_xhat_mean = warp_reduce(dnorm_xhat_sum, sum_op{}) / static_cast<float>(C);
+  P* dx = reinterpret_cast<P*>(dinp + n * C);
+#pragma unroll
+  for (int r = 0; r < kPacksPerLane; r++) {
+    const int64_t i = r * kWarp + lane;
+    if (i >= packs) continue;
+    const P wi = w[i];
+    P prev{};
+    if (accumulate) prev = dx[i];
+    P out;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      const float xhat = (to_f(xs[r].v[k]) - m) * s;
+      const float dnorm = to_f(dys[r].v[k]) * to_f(wi.v[k]);
+      const float d = s * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean);
+      out.v[k] = from_f<D>(accumulate ? to_f(prev.v[k]) + d : d);
+    }
+    dx[i] = out;
   }
 }
 
@@ -314,9 +453,13 @@ template <class T>
 void cuda_layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
                             const T* bias, int64_t N, int64_t C, cudaStream_t stream) {
   if (N == 0) return;
-  layernorm_forward_kernel<<<grid_dim(ceil_div(N, kRowsPerBlock)), kRowsPerBlock * kWarp, 0,
-                             stream>>>(dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N,
-                                       C);
+  const dim3 grid = grid_dim(ceil_div(N, kRowsPerBlock));
+  if (packed_rows<T>(C, {out, inp, weight, bias}))
+    layernorm_forward_packed_kernel<<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
+        dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C);
+  else
+    layernorm_forward_kernel<<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
+        dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -325,9 +468,13 @@ void cuda_layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const
                              const T* weight, const float* mean, const float* rstd, int64_t N,
                              int64_t C, bool accumulate, cudaStream_t stream) {
   if (N * C == 0) return;
-  layernorm_backward_input_kernel<<<grid_dim(ceil_div(N, kRowsPerBlock)), kRowsPerBlock * kWarp, 0,
-                                    stream>>>(dev(dinp), dev(dout), dev(inp), dev(weight), mean,
-                                              rstd, N, C, accumulate);
+  const dim3 grid = grid_dim(ceil_div(N, kRowsPerBlock));
+  if (packed_rows<T>(C, {dinp, dout, inp, weight}))
+    layernorm_backward_input_packed_kernel<<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
+        dev(dinp), dev(dout), dev(inp), dev(weight), mean, rstd, N, C, accumulate);
+  else
+    layernorm_backward_input_kernel<<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
+        dev(dinp), dev(dout), dev(inp), dev(weight), mean, rstd, N, C, accumulate);
   CUDA_CHECK(cudaGetLastError());
   layernorm_backward_params_kernel<<<grid_dim(ceil_div(C, kWarp)), dim3(kWarp, kColumnRowGroups), 0,
                                      stream>>>(dev(dweight), dev(dbias), dev(dout), dev(inp), mean,

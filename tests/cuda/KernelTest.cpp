@@ -140,33 +140,57 @@ TYPED_TEST(CudaParamBackward, Encoder) {
 struct rows_channels {
   int64_t N, C;
 };
-// Row counts that are not multiples of a block's rows; C below, at and above a warp's multiple.
-constexpr rows_channels kLayernormShapes[] = {{67, 100}, {9, 32}, {5, 1600}};
+// Row counts that are not multiples of a block's rows; C below, at and above
+// a warp's multiple. The packed kernels (16-byte packs, at most 8 per lane)
+// take C = 32, 768 and (16-bit) 1600 and 2048 with aligned rows; the others
+// take the scalar ones: odd C = 37, C = 100 for 16-bit (not whole packs),
+// C = 1600 and 2048 for fp32 and C = 2056 (more than 8 packs per lane).
+constexpr rows_channels kLayernormShapes[] = {{67, 100}, {9, 32},   {5, 1600}, {33, 768},
+                                              {7, 2048}, {4, 2056}, {11, 37}};
+// Element offsets of the row arrays: 1 makes every pointer 2 or 4 bytes off
+// 16-byte alignment, so the scalar kernels run whatever C.
+constexpr int64_t kRowOffsets[] = {0, 1};
+
+// v after `offset` zeros: a device copy whose data start `offset` elements in.
+template <class T>
+std::vector<T> after(int64_t offset, const std::vector<T>& v) {
+  std::vector<T> out(offset, T{});
+  out.insert(out.end(), v.begin(), v.end());
+  return out;
+}
+// The values a device array holds after its first `offset` elements.
+template <class T>
+std::vector<T> from(int64_t offset, const device_vec<T>& d) {
+  const std::vector<T> all = d.download();
+  return std::vector<T>(all.begin() + offset, all.end());
+}
 
 TYPED_TEST(CudaKernel, LayernormForward) {
   using T = TypeParam;
-  for (const auto [N, C] : kLayernormShapes) {
-    std::mt19937 rng(3);
-    const auto x = random_stored<T>(rng, N * C, 2.0, 0.5);
-    const auto w = random_stored<T>(rng, C, 0.3, 1.0), b = random_stored<T>(rng, C, 0.2);
-    std::vector<T> want(N * C);
-    std::vector<float> want_mean(N), want_rstd(N);
-    layernorm_forward(want.data(), want_mean.data(), want_rstd.data(), x.data(), w.data(), b.data(),
-                      N, C);
+  for (const auto [N, C] : kLayernormShapes)
+    for (const int64_t off : kRowOffsets) {
+      std::mt19937 rng(3);
+      const auto x = random_stored<T>(rng, N * C, 2.0, 0.5);
+      const auto w = random_stored<T>(rng, C, 0.3, 1.0), b = random_stored<T>(rng, C, 0.2);
+      std::vector<T> want(N * C);
+      std::vector<float> want_mean(N), want_rstd(N);
+      layernorm_forward(want.data(), want_mean.data(), want_rstd.data(), x.data(), w.data(),
+                        b.data(), N, C);
 
-    device_vec<T> out(N * C), x_d(x), w_d(w), b_d(b);
-    device_vec<float> mean(N), rstd(N);
-    cuda_layernorm_forward(out.get(), mean.get(), rstd.get(), x_d.get(), w_d.get(), b_d.get(), N, C,
-                           this->stream);
-    this->sync();
-    const std::string shape = " N=" + std::to_string(N) + " C=" + std::to_string(C);
-    expect_close(tag<T>("cuda_layernorm_forward", "out") + shape, out.download(), want,
-                 storage_tol<T>());
-    expect_close(tag<T>("cuda_layernorm_forward", "mean") + shape, mean.download(), want_mean,
-                 kFp32Tol);
-    expect_close(tag<T>("cuda_layernorm_forward", "rstd") + shape, rstd.download(), want_rstd,
-                 kFp32Tol);
-  }
+      device_vec<T> out(off + N * C), x_d(after(off, x)), w_d(w), b_d(b);
+      device_vec<float> mean(N), rstd(N);
+      cuda_layernorm_forward(out.get() + off, mean.get(), rstd.get(), x_d.get() + off, w_d.get(),
+                             b_d.get(), N, C, this->stream);
+      this->sync();
+      const std::string shape =
+          " N=" + std::to_string(N) + " C=" + std::to_string(C) + (off ? " (misaligned rows)" : "");
+      expect_close(tag<T>("cuda_layernorm_forward", "out") + shape, from(off, out), want,
+                   storage_tol<T>());
+      expect_close(tag<T>("cuda_layernorm_forward", "mean") + shape, mean.download(), want_mean,
+                   kFp32Tol);
+      expect_close(tag<T>("cuda_layernorm_forward", "rstd") + shape, rstd.download(), want_rstd,
+                   kFp32Tol);
+    }
 }
 
 // Mean and rstd come from the CPU forward and feed both sides; dinp is
@@ -174,37 +198,38 @@ TYPED_TEST(CudaKernel, LayernormForward) {
 TYPED_TEST(CudaParamBackward, Layernorm) {
   using T = typename TypeParam::T;
   using G = typename TypeParam::G;
-  for (const auto [N, C] : kLayernormShapes) {
-    for (const bool accumulate : {false, true}) {
-      std::mt19937 rng(4);
-      const auto x = random_stored<T>(rng, N * C, 2.0, 0.5);
-      const auto w = random_stored<T>(rng, C, 0.3, 1.0), b = random_stored<T>(rng, C, 0.2);
-      const auto dout = random_stored<T>(rng, N * C);
-      auto dinp = random_stored<T>(rng, N * C);
-      auto dw = random_stored<G>(rng, C), db = random_stored<G>(rng, C);
-      std::vector<T> out(N * C);
-      std::vector<float> mean(N), rstd(N);
-      layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  for (const auto [N, C] : kLayernormShapes)
+    for (const int64_t off : kRowOffsets)
+      for (const bool accumulate : {false, true}) {
+        std::mt19937 rng(4);
+        const auto x = random_stored<T>(rng, N * C, 2.0, 0.5);
+        const auto w = random_stored<T>(rng, C, 0.3, 1.0), b = random_stored<T>(rng, C, 0.2);
+        const auto dout = random_stored<T>(rng, N * C);
+        auto dinp = random_stored<T>(rng, N * C);
+        auto dw = random_stored<G>(rng, C), db = random_stored<G>(rng, C);
+        std::vector<T> out(N * C);
+        std::vector<float> mean(N), rstd(N);
+        layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
 
-      device_vec<T> dinp_d(dinp), dout_d(dout), x_d(x), w_d(w);
-      device_vec<G> dw_d(dw), db_d(db);
-      device_vec<float> mean_d(mean), rstd_d(rstd);
-      cuda_layernorm_backward(dinp_d.get(), dw_d.get(), db_d.get(), dout_d.get(), x_d.get(),
-                              w_d.get(), mean_d.get(), rstd_d.get(), N, C, accumulate,
-                              this->stream);
-      this->sync();
-      layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
-                         mean.data(), rstd.data(), N, C, accumulate);
-      const std::string shape =
-          " N=" + std::to_string(N) + " C=" + std::to_string(C) + (accumulate ? " +=" : "");
-      expect_close(tag<T, G>("cuda_layernorm_backward", "dinp") + shape, dinp_d.download(), dinp,
-                   storage_tol<T>());
-      expect_close(tag<T, G>("cuda_layernorm_backward", "dweight") + shape, dw_d.download(), dw,
-                   storage_tol<G>());
-      expect_close(tag<T, G>("cuda_layernorm_backward", "dbias") + shape, db_d.download(), db,
-                   storage_tol<G>());
-    }
-  }
+        device_vec<T> dinp_d(after(off, dinp)), dout_d(after(off, dout)), x_d(after(off, x)),
+            w_d(w);
+        device_vec<G> dw_d(dw), db_d(db);
+        device_vec<float> mean_d(mean), rstd_d(rstd);
+        cuda_layernorm_backward(dinp_d.get() + off, dw_d.get(), db_d.get(), dout_d.get() + off,
+                                x_d.get() + off, w_d.get(), mean_d.get(), rstd_d.get(), N, C,
+                                accumulate, this->stream);
+        this->sync();
+        layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
+                           mean.data(), rstd.data(), N, C, accumulate);
+        const std::string shape = " N=" + std::to_string(N) + " C=" + std::to_string(C) +
+                                  (accumulate ? " +=" : "") + (off ? " (misaligned rows)" : "");
+        expect_close(tag<T, G>("cuda_layernorm_backward", "dinp") + shape, from(off, dinp_d), dinp,
+                     storage_tol<T>());
+        expect_close(tag<T, G>("cuda_layernorm_backward", "dweight") + shape, dw_d.download(), dw,
+                     storage_tol<G>());
+        expect_close(tag<T, G>("cuda_layernorm_backward", "dbias") + shape, db_d.download(), db,
+                     storage_tol<G>());
+      }
 }
 
 // ---------------------------------------------------------------- elementwise
