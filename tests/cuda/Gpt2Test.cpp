@@ -509,8 +509,20 @@ TEST_F(CudaGemm, BiasGradEpilogue) {
   }
 }
 
+// Runs f, which must throw std::invalid_argument naming `reason`.
+template <class F>
+void expect_rejected(F f, const std::string& reason) {
+  try {
+    f();
+    ADD_FAILURE() << "accepted; expected a refusal naming \"" << reason << "\"";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(reason), std::string::npos)
+        << "refused for another reason: " << e.what() << " (expected \"" << reason << "\")";
+  }
+}
+
 // Epilogues' requirements are checked before anything is enqueued (so this
-// runs without a device).
+// runs without a device); each refusal names its reason.
 TEST(CudaGemmEpilogue, RejectsBadArguments) {
   gpu_exec g;
   // Never dereferenced: each call throws before it enqueues anything.
@@ -520,29 +532,39 @@ TEST(CudaGemmEpilogue, RejectsBadArguments) {
   gelu.epilogue = gemm_epilogue::gelu_aux;
   gelu.aux = h;
   gelu.aux_ld = 8;
-  // No bias, then beta != 0, then ldc != N.
-  EXPECT_THROW(cuda_gemm(false, false, 4, 8, 8, 1.0f, h, 8, h, 8, 0.0f, h, 8, g, gelu),
-               std::invalid_argument);
+  auto gelu_gemm = [&](float alpha, float beta, int64_t ldc) {
+    cuda_gemm(false, false, 4, 8, 8, alpha, h, 8, h, 8, beta, h, ldc, g, gelu);
+  };
+  expect_rejected([&] { gelu_gemm(1.0f, 0.0f, 8); }, "gelu_aux epilogue without bias");
   gelu.bias = h;
-  EXPECT_THROW(cuda_gemm(false, false, 4, 8, 8, 1.0f, h, 8, h, 8, 1.0f, h, 8, g, gelu),
-               std::invalid_argument);
-  EXPECT_THROW(cuda_gemm(false, false, 4, 8, 8, 1.0f, h, 8, h, 8, 0.0f, h, 16, g, gelu),
-               std::invalid_argument);
-  EXPECT_THROW(cuda_gemm(false, false, 4, 8, 8, 2.0f, h, 8, h, 8, 0.0f, h, 8, g, gelu),
-               std::invalid_argument);
-  // bgrad_b: a 16-bit C, a transposed B, no bias_grad.
+  expect_rejected([&] { gelu_gemm(1.0f, 1.0f, 8); }, "with beta");
+  expect_rejected([&] { gelu_gemm(1.0f, 0.0f, 16); }, "needs ldc == aux_ld == N");
+  expect_rejected([&] { gelu_gemm(2.0f, 0.0f, 8); }, "with alpha");
+  gelu.aux = nullptr;
+  expect_rejected([&] { gelu_gemm(1.0f, 0.0f, 8); }, "without aux");
+  cuda_gemm_extras<bf16> dgelu;
+  dgelu.epilogue = gemm_epilogue::dgelu;
+  dgelu.aux = h;
+  dgelu.aux_ld = 8;
+  dgelu.bias = h;
+  expect_rejected([&] { cuda_gemm(false, true, 4, 8, 8, 1.0f, h, 8, h, 8, 0.0f, h, 8, g, dgelu); },
+                  "dgelu epilogue with a bias");
   cuda_gemm_extras<bf16> bgrad_h;
   bgrad_h.epilogue = gemm_epilogue::bgrad_b;
   bgrad_h.bias_grad = f;
-  EXPECT_THROW(cuda_gemm(true, false, 4, 8, 8, 1.0f, h, 4, h, 8, 1.0f, h, 8, g, bgrad_h),
-               std::invalid_argument);
+  expect_rejected(
+      [&] { cuda_gemm(true, false, 4, 8, 8, 1.0f, h, 4, h, 8, 1.0f, h, 8, g, bgrad_h); },
+      "with a 16-bit C");
   cuda_gemm_extras<float> bgrad;
   bgrad.epilogue = gemm_epilogue::bgrad_b;
-  EXPECT_THROW(cuda_gemm(true, false, 4, 8, 8, 1.0f, h, 4, h, 8, 1.0f, f, 8, g, bgrad),
-               std::invalid_argument);
+  expect_rejected([&] { cuda_gemm(true, false, 4, 8, 8, 1.0f, h, 4, h, 8, 1.0f, f, 8, g, bgrad); },
+                  "without bias_grad");
   bgrad.bias_grad = f;
-  EXPECT_THROW(cuda_gemm(true, true, 4, 8, 8, 1.0f, h, 4, h, 8, 1.0f, f, 8, g, bgrad),
-               std::invalid_argument);
+  expect_rejected([&] { cuda_gemm(true, true, 4, 8, 8, 1.0f, h, 4, h, 8, 1.0f, f, 8, g, bgrad); },
+                  "needs B untransposed");
+  bgrad.batch = 2;
+  expect_rejected([&] { cuda_gemm(true, false, 4, 8, 8, 1.0f, h, 4, h, 8, 1.0f, f, 8, g, bgrad); },
+                  "epilogue with batch 2");
 }
 
 // Column sums with and without scratch for partial sums (N spans several
