@@ -64,4 +64,8 @@ int64_t backward_scratch_bytes(const ModelSpec& m, const ActivationShape& a) {
   return (stored + 3) / 4 * 4 + m.heads * 4 * a.tokens;
 }
 
+int64_t cudnn_attention_workspace_bytes(const ModelSpec& m, const ActivationShape& a) {
+  return 4 * a.tokens * (m.width + m.heads) + kCudnnAttentionEngineSlackBytes;
+}
+
 }  // namespace fsdpgen

@@ -44,4 +44,17 @@ int64_t inputs_bytes(const ActivationShape& a);
 // next 4-byte boundary.
 int64_t backward_scratch_bytes(const ModelSpec& m, const ActivationShape& a);
 
+// Workspace cuDNN's fused attention (runtime/cuda/cudnn_attention.h) asks
+// for on GPU plans with flash attention in 16-bit params: its backward's
+// fp32 dQ accumulator (hs per head and token: C per token) and fp32 softmax
+// sum dO.O (H per token), as cudnn_frontend's SDPA backward node sizes them,
+// plus kCudnnAttentionEngineSlackBytes for scratch of cuDNN's engines
+// themselves (16 bytes seen on Hopper). The plan's workspace buffer
+// ("gemm_workspace", Schedule.h) is the larger of this and cuBLASLt's share:
+// cuBLASLt and cuDNN use it in turn on the compute stream. The runtime
+// checks cuDNN's own request against the buffer at start and stops, naming
+// both sizes, if it is larger.
+inline constexpr int64_t kCudnnAttentionEngineSlackBytes = int64_t{1} << 20;
+int64_t cudnn_attention_workspace_bytes(const ModelSpec& m, const ActivationShape& a);
+
 }  // namespace fsdpgen

@@ -22,6 +22,10 @@ ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec) {
   // sizes the kernels take; the CPU runtime's attention is faster as GEMMs
   // over materialized probabilities.
   o.flash_attention = hw.gpu && spec.model.head_dim() <= kGpuFlashMaxHeadDim;
+  // 16-bit flash attention may run on cuDNN (runtime/cuda/cudnn_attention.h),
+  // whose backward needs workspace.
+  o.cudnn_attention_workspace = o.flash_attention && spec.parallel.precision.param != DType::FP32 &&
+                                spec.model.head_dim() % kGpuCudnnHeadDimMultiple == 0;
   if (hw.gpu)
     o.gemm_workspace_bytes = int64_t{32} << 20;  // cuBLASLt's recommended workspace on Hopper
   else if (spec.parallel.precision.param != DType::FP32)

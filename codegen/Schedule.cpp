@@ -172,8 +172,12 @@ class Builder {
             buffer(BufferKind::GradShard, MemSpace::Host, fmt::format("grad_shard.u{}", i),
                    shard_bytes(i, gbytes_), i, -1, true);
     }
-    workspace_ = buffer(BufferKind::Workspace, MemSpace::Device, "gemm_workspace",
-                        s_.options.gemm_workspace_bytes, -1, -1, true);
+    int64_t workspace_bytes = s_.options.gemm_workspace_bytes;
+    if (s_.options.cudnn_attention_workspace)
+      workspace_bytes =
+          std::max(workspace_bytes, cudnn_attention_workspace_bytes(spec_.model, act_));
+    workspace_ = buffer(BufferKind::Workspace, MemSpace::Device, "gemm_workspace", workspace_bytes,
+                        -1, -1, true);
   }
 
   static Op make_op(OpKind kind, StreamId stream, int unit, int segment, int mb) {

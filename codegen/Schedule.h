@@ -126,6 +126,9 @@ struct ScheduleOptions {
   bool flash_attention =
       false;  // attention saves softmax statistics instead of the T x T probabilities
   int64_t gemm_workspace_bytes = 0;
+  // The workspace buffer also holds what cuDNN's fused attention needs
+  // (cudnn_attention_workspace_bytes, Activations.h): it is then the larger of the two.
+  bool cudnn_attention_workspace = false;
 };
 
 struct Schedule {

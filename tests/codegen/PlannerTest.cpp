@@ -5,6 +5,8 @@
 // of each memory knob on the plan.
 #include <gtest/gtest.h>
 
+#include "codegen/Activations.h"
+#include "codegen/Fit.h"
 #include "codegen/Verify.h"
 #include "tests/codegen/PlanTestUtil.h"
 
@@ -170,6 +172,64 @@ TEST(Memory, KnobsMoveThePlanTheRightWay) {
   EXPECT_LT(peak_of(more, BufferKind::OptimizerState), peak_of(base, BufferKind::OptimizerState));
   Planned flash = plan_text(model(4, ""), {0, true, 0});
   EXPECT_LT(flash.memory.live_peak_bytes, base.memory.live_peak_bytes);
+}
+
+int64_t workspace_bytes(const Schedule& s) {
+  for (const Buffer& b : s.buffers)
+    if (b.kind == BufferKind::Workspace) return b.bytes;
+  return -1;
+}
+
+// The workspace buffer on a GPU: cuBLASLt's 32 MiB, or with 16-bit flash
+// attention (which may run on cuDNN) the larger of that and cuDNN's
+// attention workspace: 4 bytes per token for each of C (the backward's fp32
+// dQ accumulator) and H (its fp32 softmax sums), plus the engines' slack.
+// The figures are written out from that definition (GPT-2 124M at B = 16,
+// T = 1024: 4 * 16384 * (768 + 12) + 1 MiB), not computed by the planner's
+// function, and the plan grows by exactly the difference.
+TEST(Memory, GpuWorkspaceHoldsCudnnAttentionFor16BitFlash) {
+  const Hardware hw = *find_hardware("h100-sxm");
+  auto gpt2 = [](const std::string& param, int heads, int micro_batch) {
+    FrontendResult r = load_spec_text(
+        "g.fsdp",
+        fmt::format("model g {{ vocab = 50257 context = 1024 width = 768 heads = {} layers = 2 }}\n"
+                    "parallel {{ world = 1 precision {{ param = {} }} }}\n"
+                    "train {{ micro_batch = {} }}\n",
+                    heads, param, micro_batch));
+    EXPECT_TRUE(r.spec.has_value()) << r.diagnostics;
+    return *r.spec;
+  };
+  constexpr int64_t kLt = int64_t{32} << 20;
+  const PlanResult fp32 = plan_for(gpt2("fp32", 12, 16), hw);
+  EXPECT_EQ(workspace_bytes(fp32.schedule), kLt);
+  for (const char* half : {"bf16", "fp16"}) {
+    SCOPED_TRACE(half);
+    const PlanResult big = plan_for(gpt2(half, 12, 16), hw);
+    ASSERT_TRUE(big.schedule.options.flash_attention);
+    EXPECT_TRUE(big.schedule.options.cudnn_attention_workspace);
+    const int64_t cudnn = 4 * 16 * 1024 * (768 + 12) + (int64_t{1} << 20);
+    EXPECT_EQ(workspace_bytes(big.schedule), cudnn);
+    EXPECT_GT(cudnn, kLt);
+    // A micro-batch whose attention needs less than cuBLASLt: cuBLASLt's size.
+    EXPECT_EQ(workspace_bytes(plan_for(gpt2(half, 12, 2), hw).schedule), kLt);
+    // Head size 768 / 64 = 12 is not a multiple of 8: cuDNN does not take it.
+    const PlanResult odd = plan_for(gpt2(half, 64, 16), hw);
+    EXPECT_FALSE(odd.schedule.options.cudnn_attention_workspace);
+    EXPECT_EQ(workspace_bytes(odd.schedule), kLt);
+  }
+  // The same bf16 plan with and without the reservation differ by exactly
+  // the workspace's growth in the device arena's peak.
+  ScheduleOptions o = schedule_options_for(hw, gpt2("bf16", 12, 16));
+  const Units u = lower(gpt2("bf16", 12, 16));
+  const MemoryPlan with = plan_memory(build_schedule(u, o));
+  o.cudnn_attention_workspace = false;
+  const MemoryPlan without = plan_memory(build_schedule(u, o));
+  EXPECT_EQ(with.live_peak_bytes - without.live_peak_bytes,
+            4 * 16 * 1024 * (768 + 12) + (int64_t{1} << 20) - kLt);
+  // CPUs plan no flash attention and keep their workspace.
+  const PlanResult cpu = plan_for(gpt2("bf16", 12, 16), *find_hardware("cpu"));
+  EXPECT_FALSE(cpu.schedule.options.cudnn_attention_workspace);
+  EXPECT_EQ(workspace_bytes(cpu.schedule), kCpuGemmWorkspaceBytes);
 }
 
 TEST(Schedule, ForwardPrefetchIssuesTheNextGatherBeforeTheCurrentForward) {
