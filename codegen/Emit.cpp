@@ -677,8 +677,8 @@ class Writer {
         "    lr_schedule_kind::{}, {}, {}, {}, {}, {}, data_source::{}, {}, {}, {},\n"
         "    // checkpoints: every, dir, keep\n"
         "    {}, {}, {},\n"
-        "    // plan: device arena, host arena, live peak, workspace buffer\n"
-        "    {}, {}, {}, {},\n"
+        "    // plan: device arena, host arena, live peak, workspace buffer, flash attention\n"
+        "    {}, {}, {}, {}, {},\n"
         "    kBuffers, {}, kUnits, {}, kTensors, {}, kOps, {}{}}};\n",
         cpp_string(path_), cpp_string(model_.name), hash, model_.vocab, model_.context,
         model_.width, model_.heads, model_.layers, model_.ffn_hidden, model_.tie_embeddings,
@@ -695,8 +695,8 @@ class Writer {
         to_string(t.data.kind), t.data.seed, cpp_string(t.data.path), t.log_every,
         t.checkpoint.enabled ? t.checkpoint.every : 0, cpp_string(t.checkpoint.dir),
         t.checkpoint.keep, m_.device_arena_bytes, m_.host_arena_bytes, m_.live_peak_bytes,
-        workspace, s_.buffers.size(), s_.units.units.size(), count, s_.ops.size(),
-        host_ops.empty() ? "" : fmt::format(", kHostOps, {}", host_ops.size()));
+        workspace, act_.flash_attention, s_.buffers.size(), s_.units.units.size(), count,
+        s_.ops.size(), host_ops.empty() ? "" : fmt::format(", kHostOps, {}", host_ops.size()));
     if (workspace >= 0 && !cuda_)
       out += fmt::format(
           "static_assert({} >= kCpuGemmWorkspaceBytes, \"the planned GEMM workspace is smaller "

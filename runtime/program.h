@@ -138,6 +138,7 @@ struct program {
   // The plan.
   int64_t device_arena_bytes, host_arena_bytes, planned_live_peak_bytes;
   int64_t workspace_buffer;  // GEMM workspace buffer (-1: none)
+  bool flash_attention;      // attention saves log-sum-exp, not probabilities (gpt2_dims::flash)
   const program_buffer* buffers;
   int buffer_count;
   const program_unit* units;

@@ -40,7 +40,7 @@ const program kProgram = {
     optimizer_kind::adamw, 1e-3, 0.9, 0.95, 1e-8, 0.0, 0.0,
     lr_schedule_kind::constant, 0, 0.0, 0, 0.0, 0, data_source::synthetic, 0, "", 1,
     0, "ckpt", 2,  // checkpoints
-    0, 0, 0, -1,   // arenas
+    0, 0, 0, -1, false,  // arenas, workspace, flash attention
     nullptr, 0, nullptr, 0, nullptr, 0, nullptr, 0};
 // fsdpgen:end tables
 

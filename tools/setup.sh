@@ -35,10 +35,36 @@ deps() {
   "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# cuDNN's C++ frontend (header-only; cuDNN itself comes with the CUDA
+# install): its headers from PyPI's nvidia-cudnn-frontend wheel, into the
+# build directory where CMakeLists.txt looks for them. Only with a CUDA
+# compiler; without them (no network) attention runs on the hand-written
+# kernels, as CMake says.
+cudnn_frontend() {
+  local dir="$build/cudnn-frontend"
+  [ -f "$dir/include/cudnn_frontend.h" ] && return 0
+  command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || return 0
+  local tmp
+  tmp=$(mktemp -d)
+  if python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --platform manylinux_2_28_x86_64 -d "$tmp" nvidia-cudnn-frontend &&
+    mkdir -p "$dir" && python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])' \
+    "$tmp"/nvidia_cudnn_frontend-*.whl "$dir"; then
+    echo "setup: cuDNN frontend headers in $dir/include"
+  else
+    echo "setup: note: cannot download the cuDNN frontend (nvidia-cudnn-frontend from PyPI);" \
+      "attention will run on the hand-written kernels" >&2
+  fi
+  rm -rf "$tmp"
+}
+
 # build [TARGET...]: configure, then build the targets (default: everything,
 # tests included).
 build() {
   deps
+  cudnn_frontend
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   local targets=()
   for t in "$@"; do targets+=(--target "$t"); done

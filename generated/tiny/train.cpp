@@ -591,8 +591,8 @@ const program kProgram = {
     lr_schedule_kind::cosine, 20, 0.0001, 200, 1, 1337, data_source::synthetic, 7, "", 10,
     // checkpoints: every, dir, keep
     0, "ckpt", 2,
-    // plan: device arena, host arena, live peak, workspace buffer
-    55612416, 0, 55612416, -1,
+    // plan: device arena, host arena, live peak, workspace buffer, flash attention
+    55612416, 0, 55612416, -1, false,
     kBuffers, 37, kUnits, 5, kTensors, 52, kOps, 58};
 
 }  // namespace

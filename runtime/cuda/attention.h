@@ -54,7 +54,8 @@ void cuda_attention_forward_flash(T* out,        // (N, C)
 // diagonal on; dq per tile of 32 queries, over the key tiles up to the
 // diagonal. Every output value is written once by one thread after a sum in
 // a fixed order: no atomics, deterministic (for that, the products q.k and
-// dout.v are computed twice, once per pass).
+// dout.v are computed twice, once per pass). cudnn_attention.h computes the
+// same flash forward and backward through cuDNN, in 16-bit types.
 template <class T>
 void cuda_attention_backward_flash(T* dqkv,           // (N, 3C)
                                    float* delta,      // (B, H, T) scratch

@@ -5,11 +5,13 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
 #include "runtime/check.h"
 #include "runtime/cuda/check.cuh"
+#include "runtime/cuda/cudnn_attention.h"
 #include "runtime/cuda/executor.h"
 #include "runtime/cuda/gemm.h"
 #include "runtime/cuda/step.h"
@@ -88,6 +90,17 @@ class cuda_backend final : public backend {
       g.lt_workspace = mem.device + w.offset;
       g.lt_workspace_bytes = w.bytes;
     }
+    // Attention: 16-bit flash attention through cuDNN where this build has
+    // it, its graphs built now (a shape cuDNN refuses, or a workspace the plan
+    // did not reserve, stops every rank at set-up); else the flash kernels.
+    attention_ = choose_attention(p_.flash_attention, p_.param_dtype, p_.width / p_.heads,
+                                  cudnn_attention_built(), std::getenv("FSDPGEN_ATTENTION"));
+    if (attention_.kernels == attention_kernels::cudnn) {
+      g.attention = gpu_attention_create();
+      gpu_attention_prepare(*g.attention,
+                            {p_.micro_batch, p_.context, p_.width, p_.heads, p_.param_dtype},
+                            g.lt_workspace_bytes);
+    }
 
     gc_.comms = gpu_comm_create(p_, mode, c.comms);
     comms_created_ = true;
@@ -107,10 +120,11 @@ class cuda_backend final : public backend {
   }
 
   std::string describe() const override {
-    return fmt::format("GPU {} ({}), {}, {}{}", device_, device_name_,
+    return fmt::format("GPU {} ({}), {}, {}{}, attention: {}", device_, device_name_,
                        mode_ == gpu_comm_mode::nccl ? "NCCL" : "MPI test mode (host staging)",
                        graphs_ ? "CUDA graph" : "no CUDA graph",
-                       p_.host_op_count > 0 ? ", optimizer on the host (offload)" : "");
+                       p_.host_op_count > 0 ? ", optimizer on the host (offload)" : "",
+                       attention_.why);
   }
 
   void with_host_weights(step_context& c, bool write_back,
@@ -252,6 +266,8 @@ class cuda_backend final : public backend {
     }
     if (comms_created_) gpu_comm_destroy(gc_.comms, abort);
     comms_created_ = false;
+    gpu_attention_destroy(gc_.exec.attention);
+    gc_.exec.attention = nullptr;
     if (gc_.exec.gemms) gpu_gemm_cache_destroy(gc_.exec.gemms);
     if (gc_.exec.lt) cublasLtDestroy(gc_.exec.lt);
     gc_.exec.gemms = nullptr;
@@ -280,6 +296,7 @@ class cuda_backend final : public backend {
   bool host_arena_leaked_ = false;  // see release
   int device_ = 0;
   std::string device_name_;
+  attention_choice attention_;
   int64_t arena_used_bytes_ = 0, host_arena_growth_ = 0, tokens_per_mb_ = 0;
   void* small_ = nullptr;
 };

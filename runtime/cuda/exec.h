@@ -14,6 +14,7 @@
 #include <cstdint>
 
 struct gpu_gemm_cache;  // runtime/cuda/gemm.cu: cuBLASLt algorithms chosen per shape
+struct gpu_attention;   // runtime/cuda/cudnn_attention.h: cuDNN attention graphs per shape
 
 // Per-step values in device memory (one struct, written by the executor
 // before each step and read back after it).
@@ -33,9 +34,10 @@ struct gpu_step_scalars {
 struct gpu_exec {
   cudaStream_t stream = nullptr;  // the stream of the op being issued
   cublasLtHandle_t lt = nullptr;
-  void* lt_workspace = nullptr;  // cuBLASLt workspace: the plan's gemm_workspace buffer
-  int64_t lt_workspace_bytes = 0;
+  void* lt_workspace = nullptr;    // cuBLASLt's (and cuDNN attention's) workspace: the plan's
+  int64_t lt_workspace_bytes = 0;  // gemm_workspace buffer
   gpu_gemm_cache* gemms = nullptr;
+  gpu_attention* attention = nullptr;   // set: 16-bit flash attention runs on cuDNN
   gpu_step_scalars* scalars = nullptr;  // device
   float* loss_scratch = nullptr;        // kReduceScratchFloats device floats (losses)
   float* norm_scratch = nullptr;        // kReduceScratchFloats device floats (gradient norm)

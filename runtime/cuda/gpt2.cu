@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "runtime/cuda/attention.h"
+#include "runtime/cuda/cudnn_attention.h"
 #include "runtime/cuda/gemm.h"
 #include "runtime/cuda/kernels.cuh"
 
@@ -70,6 +71,29 @@ void matmul_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp,
   cuda_gemm(false, true, N, IC, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, IC, g, e);
 }
 
+// Flash attention (the plan saves lse): through cuDNN when the backend set
+// up g.attention (16-bit, runtime/cuda/cudnn_attention.h's choice), else on
+// the hand-written kernels.
+template <class T>
+constexpr bool kCudnnTakes = !std::is_same_v<T, float>;
+
+template <class T>
+void flash_forward(T* out, float* lse, const T* qkv, const gpt2_dims& d, gpu_exec& g) {
+  if constexpr (kCudnnTakes<T>)
+    if (g.attention) return cuda_cudnn_attention_forward(out, lse, qkv, d.B, d.T, d.C, d.H, g);
+  cuda_attention_forward_flash(out, lse, qkv, d.B, d.T, d.C, d.H, g);
+}
+
+// dqkv from dout and the saved out and lse; delta is the flash kernels' scratch.
+template <class T>
+void flash_backward(T* dqkv, float* delta, const T* dout, const T* qkv, const T* out,
+                    const float* lse, const gpt2_dims& d, gpu_exec& g) {
+  if constexpr (kCudnnTakes<T>)
+    if (g.attention)
+      return cuda_cudnn_attention_backward(dqkv, dout, qkv, out, lse, d.B, d.T, d.C, d.H, g);
+  cuda_attention_backward_flash(dqkv, delta, dout, qkv, out, lse, d.B, d.T, d.C, d.H, g);
+}
+
 }  // namespace
 
 template <class T>
@@ -91,7 +115,7 @@ void cuda_gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_b
   cuda_layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, p.ln1_w, p.ln1_b, N, C, g.stream);
   matmul_forward(s.qkv, s.ln1, p.qkv_w, p.qkv_b, static_cast<const T*>(nullptr), N, C, 3 * C, g);
   if (d.flash)
-    cuda_attention_forward_flash(s.attn, s.lse, s.qkv, d.B, d.T, C, d.H, g);
+    flash_forward(s.attn, s.lse, static_cast<const T*>(s.qkv), d, g);
   else
     cuda_attention_forward(s.attn, s.probs, s.qkv, d.B, d.T, C, d.H, g);
   matmul_forward(s.res2, s.attn, p.proj_w, p.proj_b, static_cast<const T*>(s.input), N, C, C, g);
@@ -126,8 +150,8 @@ void cuda_gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block
   matmul_backward(dtmp, grads.proj_w, grads.proj_b, dres, s.attn, p.proj_w, N, C, C, g);
   T* dqkv = big;  // (N, 3C)
   if (d.flash) {
-    cuda_attention_backward_flash(dqkv, scratch.delta, dtmp, s.qkv, s.attn, s.lse, d.B, d.T, C, d.H,
-                                  g);
+    flash_backward(dqkv, scratch.delta, static_cast<const T*>(dtmp), static_cast<const T*>(s.qkv),
+                   static_cast<const T*>(s.attn), static_cast<const float*>(s.lse), d, g);
   } else {
     T* dprobs = big + N * 3 * C;  // (B, H, T, T)
     cuda_attention_backward(dqkv, dprobs, dtmp, s.qkv, s.probs, d.B, d.T, C, d.H, g);

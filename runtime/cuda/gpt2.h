@@ -36,7 +36,9 @@ void cuda_gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_b
 // scratch.dres holds d(out) on entry and d(input) on return; grads +=;
 // scratch.dtmp and scratch.big (and, with d.flash, scratch.delta) are
 // overwritten. d.flash selects the flash attention kernels (and the saved
-// slot's lse, attention.h), else the materialized ones (the slot's probs).
+// slot's lse, attention.h), else the materialized ones (the slot's probs);
+// with d.flash, 16-bit T and g.attention set, cuDNN's fused attention
+// (cudnn_attention.h: same lse; scratch.delta then unused).
 template <class T, class G>
 void cuda_gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block_params<T>& p,
                               const gpt2_block_saved<T>& s, const gpt2_backward_scratch<T>& scratch,

@@ -1,0 +1,94 @@
+// cudnn_attention (CUDA): causal self-attention through cuDNN's fused SDPA
+// (flash) graphs, built with the cuDNN frontend, in the flash layout of
+// attention.h, and the choice between it and the hand-written kernels.
+//
+// Same buffers and contract as cuda_attention_forward_flash and
+// cuda_attention_backward_flash: qkv (N, 3C) holds q | k | v, each split
+// into H heads of hs = C/H (so Q as (B, H, T, hs) has strides (T*3C, hs, 3C,
+// 1)); out (N, C); lse (B, H, T) fp32. cuDNN's softmax statistics ("Stats",
+// cudnn_frontend's composite softmax: max + log(sum(exp(S - max))) over each
+// query's causally masked scores S = q.k / sqrt(hs), natural log, fp32, dims
+// (B, H, T, 1) with strides (H*T, T, 1, 1)) are exactly lse: the plan's saved
+// slot is unchanged and either backward reads either forward's lse. bf16 and
+// fp16 only (fp32 stays on the hand-written kernels).
+//
+// Graphs are built once per shape (B, T, C, H, dtype) before the first step
+// (gpu_attention_prepare) and only looked up when a step is issued: execution
+// enqueues on g.stream, allocates no device memory and never synchronizes,
+// so a step that runs it can be captured as a CUDA graph. Its workspace is
+// the plan's workspace buffer (g.lt_workspace, shared with cuBLASLt: both run
+// on the compute stream, one after the other). The backward sums dQ over key
+// tiles with fp32 atomics in that workspace: unlike the hand-written
+// kernels, results may differ in the last bits from run to run once T spans
+// more than one key tile (FSDPGEN_ATTENTION=flash for bit-reproducible runs).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/cuda/exec.h"
+#include "runtime/dtype.h"
+
+// Whether this build has cuDNN attention (CMake found cuDNN, NVRTC and the
+// frontend; FSDPGEN_CUDNN). Without it, gpu_attention_prepare throws.
+bool cudnn_attention_built();
+
+// Head sizes cuDNN's fused attention takes here: multiples of 8 (16-byte
+// rows), at most the flash layout's 128 (kCudaAttentionFlashMaxHeadSize).
+// codegen/Fit.h mirrors the multiple (kGpuCudnnHeadDimMultiple).
+inline constexpr int64_t kCudnnAttentionHeadSizeMultiple = 8;
+inline constexpr int64_t kCudnnAttentionMaxHeadSize = 128;
+
+// Which kernels a program's attention runs on, and why (one line, for the
+// run's header).
+enum class attention_kernels { materialized, flash, cudnn };
+struct attention_choice {
+  attention_kernels kernels = attention_kernels::flash;
+  std::string why;
+};
+// flash_plan: the plan saves lse (program::flash_attention); param: its
+// activations' dtype; forced: the FSDPGEN_ATTENTION variable (nullptr or ""
+// or "auto": cuDNN where it applies, else the flash kernels; "flash": the
+// hand-written kernels; "cudnn": cuDNN, or std::runtime_error saying why it
+// cannot; anything else: std::runtime_error naming the variable).
+attention_choice choose_attention(bool flash_plan, dtype_id param, int64_t head_size,
+                                  bool cudnn_built, const char* forced);
+
+// One graph pair's shape; also the cache's key.
+struct cudnn_attention_shape {
+  int64_t B = 0, T = 0, C = 0, H = 0;
+  dtype_id dtype = dtype_id::bf16;
+  bool operator<(const cudnn_attention_shape& o) const;
+  std::string name() const;  // "B=4 T=1024 C=768 H=12 bf16"
+};
+
+// A cuDNN handle and the graphs built for it, per shape.
+struct gpu_attention;
+gpu_attention* gpu_attention_create();
+void gpu_attention_destroy(gpu_attention* a);
+// Builds (once) the forward and backward graphs of `shape` on the current
+// device, checking cuDNN supports them; throws std::runtime_error naming
+// the shape with cuDNN's message when it does not, or when either graph
+// needs more workspace than workspace_bytes (naming both sizes).
+void gpu_attention_prepare(gpu_attention& a, const cudnn_attention_shape& shape,
+                           int64_t workspace_bytes);
+// The workspace cuDNN asks for to run both of shape's graphs (the larger);
+// shape must have been prepared (std::logic_error otherwise).
+int64_t gpu_attention_workspace_bytes(const gpu_attention& a, const cudnn_attention_shape& shape);
+
+// What cuda_attention_forward_flash computes, through g.attention's graphs
+// for this shape (prepared before: std::logic_error otherwise), with
+// g.lt_workspace as workspace. T is bf16 or fp16.
+template <class T>
+void cuda_cudnn_attention_forward(T* out,        // (N, C)
+                                  float* lse,    // (B, H, T)
+                                  const T* qkv,  // (N, 3C)
+                                  int64_t B, int64_t T_, int64_t C, int64_t H, gpu_exec& g);
+// dqkv (N, 3C) overwritten, from dout and the forward's out and lse.
+template <class T>
+void cuda_cudnn_attention_backward(T* dqkv,           // (N, 3C)
+                                   const T* dout,     // (N, C)
+                                   const T* qkv,      // (N, 3C)
+                                   const T* out,      // (N, C)
+                                   const float* lse,  // (B, H, T)
+                                   int64_t B, int64_t T_, int64_t C, int64_t H, gpu_exec& g);
