@@ -46,7 +46,7 @@ int64_t segment_input_bytes(const ModelSpec& m, const ActivationShape& a) {
 }
 
 int64_t logits_bytes(const ModelSpec& m, const ActivationShape& a) {
-  return (m.vocab * a.act_bytes + 4) * a.tokens;
+  return (m.padded_vocab() * a.act_bytes + 4) * a.tokens;
 }
 
 int64_t inputs_bytes(const ActivationShape& a) {

@@ -33,7 +33,7 @@ int64_t layer_saved_bytes(const ModelSpec& m, const LayerId& l, const Activation
 int64_t segment_saved_bytes(const ModelSpec& m, const Segment& s, const ActivationShape& a);
 // Bytes a block segment saves under recompute = block (its input only).
 int64_t segment_input_bytes(const ModelSpec& m, const ActivationShape& a);
-// Logits and per-token loss of one micro-batch.
+// Logits (rows of the padded vocabulary's width) and per-token loss of one micro-batch.
 int64_t logits_bytes(const ModelSpec& m, const ActivationShape& a);
 // Token ids and targets of one micro-batch (int32).
 int64_t inputs_bytes(const ActivationShape& a);

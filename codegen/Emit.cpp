@@ -129,10 +129,11 @@ class Writer {
         comm_ ? std::string(to_string(spec_.parallel.precision.reduce)) : "fp32 on one rank");
     v["model"] = fmt::format(
         "// B sequences of T tokens, width C, H heads, MLP hidden F, vocab V; flash: attention\n"
-        "// saves log-sum-exp, not probabilities (the plan's layout, codegen/Activations.h).\n"
-        "constexpr gpt2_dims kDims{{{}, {}, {}, {}, {}, {}, {}}};\n",
-        s_.micro_batch, model_.context, model_.width, model_.heads, model_.ffn_hidden, model_.vocab,
-        act_.flash_attention);
+        "// saves log-sum-exp, not probabilities (the plan's layout, codegen/Activations.h);\n"
+        "// the embedding and head are stored with V padded to Vp rows (pad_vocab_to {}).\n"
+        "constexpr gpt2_dims kDims{{{}, {}, {}, {}, {}, {}, {}, {}}};\n",
+        model_.pad_vocab_to, s_.micro_batch, model_.context, model_.width, model_.heads,
+        model_.ffn_hidden, model_.vocab, act_.flash_attention, model_.padded_vocab());
     v["ops"] = ops;
     v["tables"] = tables();
     return fill_template("templates/train.cpp", embedded_template("train.cpp"), v);
@@ -299,7 +300,7 @@ class Writer {
           break;  // with the head, below
         case LayerId::Kind::Head: {
           const int logits = use(op, BufferKind::Logits);
-          const int64_t logits_bytes = N_ * model_.vocab * pbytes_;
+          const int64_t logits_bytes = N_ * model_.padded_vocab() * pbytes_;
           out += fmt::format(
               "  {{  // final_norm, head and loss\n"
               "    auto s = gpt2_final_norm_saved_at<param_t>({}, kDims);\n"
@@ -665,8 +666,9 @@ class Writer {
     out += fmt::format(
         "const program kProgram = {{\n"
         "    {}, {}, kScheduleText, 0x{:016x}ull,\n"
-        "    // model: vocab, context, width, heads, layers, ffn_hidden, tied, params\n"
-        "    {}, {}, {}, {}, {}, {}, {}, {},\n"
+        "    // model: vocab, context, width, heads, layers, ffn_hidden, tied, params, padded "
+        "vocab\n"
+        "    {}, {}, {}, {}, {}, {}, {}, {}, {},\n"
         "    // parallel: world, shard group, micro-batches, micro-batch; param, reduce, master\n"
         "    {}, {}, {}, {}, {}, {}, {},\n"
         "    // fp16 loss scale: dynamic, init, interval\n"
@@ -682,8 +684,8 @@ class Writer {
         "    kBuffers, {}, kUnits, {}, kTensors, {}, kOps, {}{}}};\n",
         cpp_string(path_), cpp_string(model_.name), hash, model_.vocab, model_.context,
         model_.width, model_.heads, model_.layers, model_.ffn_hidden, model_.tie_embeddings,
-        s_.units.total_params, par.world, par.shard_group, par.accumulate.micro_batches,
-        s_.micro_batch, dtype_enum(par.precision.param),
+        s_.units.total_params, model_.padded_vocab(), par.world, par.shard_group,
+        par.accumulate.micro_batches, s_.micro_batch, dtype_enum(par.precision.param),
         comm_ ? dtype_enum(par.precision.reduce) : "dtype_id::fp32",
         dtype_enum(par.precision.master), par.precision.loss_scale.kind == LossScaleKind::Dynamic,
         fmt::format("{:.17g}", par.precision.loss_scale.init), par.precision.loss_scale.interval,

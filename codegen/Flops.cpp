@@ -4,9 +4,10 @@
 namespace fsdpgen {
 namespace {
 
-// Multiply-adds per token of a layer's matrix multiplies (its weight matrices).
-double layer_matmul_macs(const ModelSpec& m, const LayerId& l) {
-  const double C = m.width, F = m.ffn_hidden, V = m.vocab;
+// Multiply-adds per token of a layer's matrix multiplies (its weight
+// matrices), the head's with V vocabulary rows.
+double layer_matmul_macs(const ModelSpec& m, const LayerId& l, double V) {
+  const double C = m.width, F = m.ffn_hidden;
   switch (l.kind) {
     case LayerId::Kind::Embed:
       return 0;
@@ -30,14 +31,16 @@ double layer_attention_flops(const ModelSpec& m, const LayerId& l) {
 double segment_forward_flops(const ModelSpec& m, const Segment& s, int64_t tokens) {
   double per_token = 0;
   for (const LayerId& l : s.layers)
-    per_token += 2 * layer_matmul_macs(m, l) + layer_attention_flops(m, l);
+    per_token += 2 * layer_matmul_macs(m, l, static_cast<double>(m.padded_vocab())) +
+                 layer_attention_flops(m, l);
   return per_token * static_cast<double>(tokens);
 }
 
 double model_flops_per_token(const ModelSpec& m) {
   double f = 0;
   for (const LayerId& l : all_layers(m))
-    f += 3 * (2 * layer_matmul_macs(m, l) + layer_attention_flops(m, l));
+    f += 3 *
+         (2 * layer_matmul_macs(m, l, static_cast<double>(m.vocab)) + layer_attention_flops(m, l));
   return f;
 }
 

@@ -11,10 +11,14 @@
 
 namespace fsdpgen {
 
+// What the hardware executes: the head's GEMM over the padded vocabulary
+// (ModelSpec::padded_vocab()), which is what the step's time is predicted from.
 double segment_forward_flops(const ModelSpec& m, const Segment& s, int64_t tokens);
 
 // Model FLOPs per token of one training step (forward + backward):
-// 6 * (non-embedding matmul parameters + head) + 12 * L * T * C attention.
+// 6 * (non-embedding matmul parameters + head) + 12 * L * T * C attention,
+// the head over the true vocabulary: MFU counts the model's FLOPs, not the
+// padded columns' (as llm.c and PaLM's MFU do).
 double model_flops_per_token(const ModelSpec& m);
 
 }  // namespace fsdpgen

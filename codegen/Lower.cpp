@@ -19,9 +19,11 @@ FlatUnit flatten(const Spec& spec, const UnitSpec& u, int index, int64_t shard_a
   for (const LayerId& l : u.layers) {
     for (const TensorDecl& t : layer_tensors(spec.model, l)) {
       offset = round_up(offset, kTensorAlignElems);
-      f.tensors.push_back({t.name, t.shape, offset, t.elems()});
-      offset += t.elems();
+      const int64_t stored = t.stored_elems(spec.model);
+      f.tensors.push_back({t.name, t.shape, offset, t.elems(), stored});
+      offset += stored;
       f.param_elems += t.elems();
+      f.vocab_padding_elems += stored - t.elems();
     }
   }
   const int64_t S = spec.parallel.shard_group;
@@ -41,6 +43,7 @@ Units lower(const Spec& spec) {
   for (size_t i = 0; i < units.size(); ++i) {
     out.units.push_back(flatten(spec, units[i], static_cast<int>(i), out.shard_align_elems));
     out.total_params += out.units.back().param_elems;
+    out.total_vocab_padding_elems += out.units.back().vocab_padding_elems;
     out.total_padded_elems += out.units.back().padded_elems;
   }
   // Segments: maximal runs of consecutive layers (forward order) owned by one unit.
@@ -69,19 +72,29 @@ bool replica_group_intra_node(const ParallelSpec& p) {
   return p.replicas() <= 1 || p.world <= p.ranks_per_node;
 }
 
+std::string vocab_padding_note(const Units& u) {
+  if (u.total_vocab_padding_elems == 0) return "";
+  const ModelSpec& m = u.spec.model;
+  return fmt::format(", {} of them vocab padding: vocab {} stored as {} rows, pad_vocab_to {}",
+                     u.total_vocab_padding_elems, m.vocab, m.padded_vocab(), m.pad_vocab_to);
+}
+
 std::string print_units(const Units& u) {
   const ParallelSpec& p = u.spec.parallel;
   std::string out = fmt::format(
-      "units of {}: {} parameters, {} padded elements ({} padding), shard group {} of world {}, "
+      "units of {}: {} parameters, {} padded elements ({} padding{}), shard group {} of world {}, "
       "shard alignment {} elements\n",
-      u.spec.model.name, u.total_params, u.total_padded_elems, u.padding_elems(), p.shard_group,
-      p.world, u.shard_align_elems);
+      u.spec.model.name, u.total_params, u.total_padded_elems, u.padding_elems(),
+      vocab_padding_note(u), p.shard_group, p.world, u.shard_align_elems);
   for (const FlatUnit& f : u.units) {
     out += fmt::format("unit {} {}: {} params, flat {} elems, shard {} elems per rank\n", f.index,
                        f.name, f.param_elems, f.padded_elems, f.shard_elems);
     for (const FlatTensor& t : f.tensors)
-      out += fmt::format("  {:>12} {:>10}  {} ({})\n", t.offset_elems, t.elems, t.name,
-                         fmt::join(t.shape, ", "));
+      out += fmt::format(
+          "  {:>12} {:>10}  {} ({}){}\n", t.offset_elems, t.elems, t.name, fmt::join(t.shape, ", "),
+          t.stored_elems > t.elems
+              ? fmt::format(" + {} zero vocab-padding elems", t.stored_elems - t.elems)
+              : "");
   }
   out += "segments (forward order):";
   for (const Segment& s : u.segments) {

@@ -232,13 +232,13 @@ int run_plan(const Common& c) {
   out(fmt::format("plan of {} on {} x {}: {} ({})\n", s.model.name, par.world, hw->name,
                   hw->description, target.why));
   out(fmt::format(
-      "model: {} parameters ({} padded elements) in {} units; {} with shard group {} x {} "
+      "model: {} parameters ({} padded elements{}) in {} units; {} with shard group {} x {} "
       "replica{}; "
       "{} micro-batch{} of {} x {} tokens per rank\n",
-      p->units->total_params, p->units->total_padded_elems, p->units->units.size(),
-      to_string(par.sharding), par.shard_group, par.replicas(), par.replicas() == 1 ? "" : "s",
-      par.accumulate.micro_batches, par.accumulate.micro_batches == 1 ? "" : "es",
-      p->schedule->micro_batch, s.model.context));
+      p->units->total_params, p->units->total_padded_elems, vocab_padding_note(*p->units),
+      p->units->units.size(), to_string(par.sharding), par.shard_group, par.replicas(),
+      par.replicas() == 1 ? "" : "s", par.accumulate.micro_batches,
+      par.accumulate.micro_batches == 1 ? "" : "es", p->schedule->micro_batch, s.model.context));
   out(print_memory_plan(*p->schedule, *p->memory));
   const int64_t peak = p->memory->device_arena_bytes, usable = usable_bytes(*hw);
   bool fits = peak <= usable;

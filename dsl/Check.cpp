@@ -19,6 +19,7 @@ namespace {
 
 // Bounds that keep every size computation far from int64 overflow.
 constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxPadVocabTo = 4096;  // more only wastes memory
 constexpr int64_t kMaxContext = int64_t{1} << 22;
 constexpr int64_t kMaxWidth = int64_t{1} << 17;
 constexpr int64_t kMaxLayers = 4096;
@@ -436,6 +437,7 @@ class Checker {
         int_field("layers", m.layers, 1, kMaxLayers),
         int_field("ffn_hidden", ffn, 1, kMaxFfn),
         bool_field("tie_embeddings", tie),
+        int_field("pad_vocab_to", m.pad_vocab_to, 1, kMaxPadVocabTo),
         field("norm_eps", m.norm_eps,
               [this](const ast::Value& v, const std::string& k) {
                 return as_float(v, k, 0, 0.5, false);

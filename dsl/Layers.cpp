@@ -12,6 +12,10 @@ int64_t TensorDecl::elems() const {
   return n;
 }
 
+int64_t TensorDecl::stored_elems(const ModelSpec& m) const {
+  return vocab_rows ? elems() / shape[0] * m.padded_vocab() : elems();
+}
+
 std::string to_string(const LayerId& l) {
   switch (l.kind) {
     case LayerId::Kind::Embed:
@@ -32,7 +36,7 @@ std::vector<TensorDecl> gpt2_tensors(const ModelSpec& m, const LayerId& layer) {
   const int64_t C = m.width, V = m.vocab, T = m.context, F = m.ffn_hidden;
   switch (layer.kind) {
     case LayerId::Kind::Embed:
-      return {{"transformer.wte.weight", {V, C}}, {"transformer.wpe.weight", {T, C}}};
+      return {{"transformer.wte.weight", {V, C}, true}, {"transformer.wpe.weight", {T, C}}};
     case LayerId::Kind::Block: {
       std::string p = fmt::format("transformer.h.{}.", layer.block);
       return {{p + "ln_1.weight", {C}},
@@ -52,7 +56,7 @@ std::vector<TensorDecl> gpt2_tensors(const ModelSpec& m, const LayerId& layer) {
       return {{"transformer.ln_f.weight", {C}}, {"transformer.ln_f.bias", {C}}};
     case LayerId::Kind::Head:
       if (m.tie_embeddings) return {};
-      return {{"lm_head.weight", {V, C}}};
+      return {{"lm_head.weight", {V, C}, true}};
   }
   return {};
 }
@@ -62,7 +66,7 @@ std::vector<TensorDecl> llama_tensors(const ModelSpec& m, const LayerId& layer) 
   const int64_t kv = m.kv_heads * m.head_dim();
   switch (layer.kind) {
     case LayerId::Kind::Embed:
-      return {{"model.embed_tokens.weight", {V, C}}};
+      return {{"model.embed_tokens.weight", {V, C}, true}};
     case LayerId::Kind::Block: {
       std::string p = fmt::format("model.layers.{}.", layer.block);
       return {
@@ -76,7 +80,7 @@ std::vector<TensorDecl> llama_tensors(const ModelSpec& m, const LayerId& layer) 
       return {{"model.norm.weight", {C}}};
     case LayerId::Kind::Head:
       if (m.tie_embeddings) return {};
-      return {{"lm_head.weight", {V, C}}};
+      return {{"lm_head.weight", {V, C}, true}};
   }
   return {};
 }

@@ -15,7 +15,11 @@ namespace fsdpgen {
 struct TensorDecl {
   std::string name;            // e.g. transformer.h.3.attn.c_attn.weight
   std::vector<int64_t> shape;  // row-major
+  bool vocab_rows = false;     // one row per token: stored with ModelSpec::padded_vocab() rows
   int64_t elems() const;
+  // Elements it occupies in a flat parameter: elems() and, with vocab_rows,
+  // the zero rows that pad the vocabulary, which follow the true rows.
+  int64_t stored_elems(const ModelSpec& m) const;
 };
 
 // Tensors of one layer, in their fixed flat-parameter order.

@@ -44,6 +44,7 @@ void print_model(const ModelSpec& m, std::string& out) {
   out += fmt::format("  layers = {}\n", m.layers);
   out += fmt::format("  ffn_hidden = {}\n", m.ffn_hidden);
   out += fmt::format("  tie_embeddings = {}\n", m.tie_embeddings);
+  out += fmt::format("  pad_vocab_to = {}\n", m.pad_vocab_to);
   out += fmt::format("  norm_eps = {}\n", format_real(m.norm_eps));
   if (m.family == Family::Llama)
     out += fmt::format("  rope_theta = {}\n", format_real(m.rope_theta));

@@ -116,8 +116,15 @@ struct ModelSpec {
   bool tie_embeddings = true;
   double norm_eps = 1e-5;
   double rope_theta = 10000;  // llama only
+  // The token embedding and an untied head are stored with their rows padded
+  // to a multiple of this (llm.c's 50257 -> 50304: cuBLASLt runs the LM-head
+  // GEMMs with aligned kernels only then). The padded rows are zero, take no
+  // part in the softmax or the loss and are never written out; 1: no padding.
+  int64_t pad_vocab_to = 128;
 
   int64_t head_dim() const { return width / heads; }
+  // Rows of the stored embedding and head, and columns of a logits row.
+  int64_t padded_vocab() const { return (vocab + pad_vocab_to - 1) / pad_vocab_to * pad_vocab_to; }
   bool operator==(const ModelSpec&) const = default;
 };
 

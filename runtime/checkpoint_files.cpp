@@ -257,9 +257,12 @@ checkpoint_manifest checkpoint_manifest_read(const std::string& dir) {
       if (t.shape.empty() || std::any_of(t.shape.begin(), t.shape.end(),
                                          [](int64_t d) { return d < 1 || d > (1LL << 40); }))
         fail(fmt::format("{} tensor {}: bad shape", where, t.name));
-      if (t.offset < 0 || t.offset + t.elems() > u.param_elems)
-        fail(fmt::format("{} tensor {}: elements [{}, {}) outside the unit's {}", where, t.name,
-                         t.offset, t.offset + t.elems(), u.param_elems));
+      // Inside the flat parameter, which holds alignment gaps, the zero rows of
+      // a padded vocabulary and shard padding besides the param_elems.
+      const int64_t flat_elems = u.shard_elems * m.shard_group;
+      if (t.offset < 0 || t.offset + t.elems() > flat_elems)
+        fail(fmt::format("{} tensor {}: elements [{}, {}) outside the unit's flat {}", where,
+                         t.name, t.offset, t.offset + t.elems(), flat_elems));
       u.tensors.push_back(std::move(t));
     }
     m.units.push_back(std::move(u));
@@ -322,9 +325,10 @@ void checkpoint_reader::state(int unit, int plane, int64_t begin, int64_t end, f
 void checkpoint_reader::read(int unit, const char* what, int64_t plane, int64_t begin, int64_t end,
                              float* out) {
   const checkpoint_unit& u = m_.units.at(static_cast<size_t>(unit));
-  if (begin < 0 || end > u.param_elems || begin > end)
-    fail(fmt::format("{}: unit {}: elements [{}, {}) outside its {}", dir_, u.name, begin, end,
-                     u.param_elems));
+  const int64_t flat_elems = u.shard_elems * m_.shard_group;
+  if (begin < 0 || end > flat_elems || begin > end)
+    fail(fmt::format("{}: unit {}: elements [{}, {}) outside its flat {}", dir_, u.name, begin, end,
+                     flat_elems));
   if (unit != cached_unit_) cache_.clear(), cached_unit_ = unit;
   for (int64_t i = begin; i < end;) {
     const int64_t shard = i / u.shard_elems;

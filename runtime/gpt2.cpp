@@ -207,8 +207,8 @@ void gpt2_head_forward(T* logits, float* losses, const int32_t* targets, const T
                        const T* lnf_b, const T* head_w, const gpt2_final_norm_saved<T>& s,
                        const gpt2_dims& d, float dloss_scale, const gemm_workspace& ws) {
   layernorm_forward(s.output, s.mean, s.rstd, s.input, lnf_w, lnf_b, d.N(), d.C);
-  lm_head_forward(logits, s.output, head_w, d.N(), d.C, d.V, ws);
-  cross_entropy_fused(logits, losses, targets, d.N(), d.V, dloss_scale);
+  lm_head_forward(logits, s.output, head_w, d.N(), d.C, d.Vp(), ws);
+  cross_entropy_fused(logits, losses, targets, d.N(), d.V, d.Vp(), dloss_scale);
 }
 
 template <class T, class G>
@@ -216,7 +216,7 @@ void gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const 
                         const T* logits, const gpt2_final_norm_saved<T>& s,
                         const gpt2_backward_scratch<T>& scratch, const gpt2_dims& d,
                         const gemm_workspace& ws) {
-  lm_head_backward(scratch.dtmp, dhead_w, logits, s.output, head_w, d.N(), d.C, d.V, ws);
+  lm_head_backward(scratch.dtmp, dhead_w, logits, s.output, head_w, d.N(), d.C, d.Vp(), ws);
   layernorm_backward(scratch.dres, dlnf_w, dlnf_b, scratch.dtmp, s.input, lnf_w, s.mean, s.rstd,
                      d.N(), d.C, false);
 }

@@ -31,7 +31,11 @@ struct gpt2_dims {
   // scores and backward recomputes the probabilities (codegen/Activations.h's
   // flash layout, which the plan chooses); otherwise it saves the probabilities.
   bool flash = false;
+  // Padded vocab (ModelSpec::padded_vocab(); 0: V, none): rows of the stored
+  // embedding and head, columns of a logits row. Rows [V, Vp) are zero.
+  int64_t V_padded = 0;
   int64_t N() const { return B * T; }
+  int64_t Vp() const { return V_padded > V ? V_padded : V; }
 };
 
 // Bytes of one block's saved slot, of the final norm's and of the backward
@@ -128,9 +132,11 @@ void gpt2_block_backward(const gpt2_block_grads<G>& g, const gpt2_block_params<T
                          const gpt2_block_saved<T>& s, const gpt2_backward_scratch<T>& scratch,
                          const gpt2_dims& d, const gemm_workspace& ws);
 
-// Final norm and head with the loss: reads s.input; fills s; logits (N, V)
-// end holding dloss_scale * d(loss sum)/d(logits); losses (N) fp32 per token.
-// head_w is (V, C): the token embedding when tied, else lm_head.weight.
+// Final norm and head with the loss: reads s.input; fills s; logits (N, Vp)
+// end holding dloss_scale * d(loss sum)/d(logits), zero in the padded columns
+// [V, Vp), which take no part in the loss; losses (N) fp32 per token.
+// head_w is (Vp, C): the token embedding when tied, else lm_head.weight; its
+// padded rows receive zero gradient.
 template <class T>
 void gpt2_head_forward(T* logits, float* losses, const int32_t* targets, const T* lnf_w,
                        const T* lnf_b, const T* head_w, const gpt2_final_norm_saved<T>& s,

@@ -496,10 +496,10 @@ void residual_forward(T* out, const T* a, const T* b, int64_t n) {
 
 template <class T>
 void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
-                         float dloss_scale) {
-#pragma omp parallel for if (N * V >= kParallelElems)
+                         int64_t Vp, float dloss_scale) {
+#pragma omp parallel for if (N * Vp >= kParallelElems)
   for (int64_t n = 0; n < N; n++) {
-    T* x = logits + n * V;
+    T* x = logits + n * Vp;
     float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
     for (int64_t v = 0; v < V; v++)
@@ -516,6 +516,7 @@ void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64
       const float p = fast_exp(to_float(x[v]) - maxv) * inv;
       x[v] = from_float<T>(dloss_scale * (p - (v == target ? 1.0f : 0.0f)));
     }
+    std::fill(x + V, x + Vp, from_float<T>(0.0f));  // padded columns: no part in the loss
   }
 }
 
@@ -539,7 +540,8 @@ void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64
   template void gelu_forward<T>(T*, const T*, int64_t);                                         \
   template void gelu_backward<T>(T*, const T*, const T*, int64_t);                              \
   template void residual_forward<T>(T*, const T*, const T*, int64_t);                           \
-  template void cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, float);
+  template void cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, int64_t,   \
+                                       float);
 
 #define KERNELS_INSTANTIATE_TG(T, G)                                                              \
   template void encoder_backward<T, G>(G*, G*, const T*, const int32_t*, int64_t, int64_t,        \

@@ -8,7 +8,8 @@
 // of parameter gradients (float or the same 16-bit type); all arithmetic is fp32. These are the
 // reference the CUDA kernels are tested against.
 //
-// Shapes: B sequences of T tokens, N = B*T rows, C channels, H heads, V vocab.
+// Shapes: B sequences of T tokens, N = B*T rows, C channels, H heads, V vocab
+// (Vp: the padded vocabulary, rows of the stored embedding and head).
 // Backward functions accumulate (+=) into parameter gradients and overwrite
 // input gradients unless a flag says otherwise.
 #pragma once
@@ -57,7 +58,7 @@ template <class T, class G>
 void matmul_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
                      int64_t N, int64_t IC, int64_t OC, const gemm_workspace& ws);
 
-// LM head: logits = x @ w^T, w (V, C).
+// LM head: logits = x @ w^T, w (V, C); gpt2.h passes the padded vocabulary Vp as V.
 template <class T>
 void lm_head_forward(T* logits, const T* x, const T* w,  // (N,V) (N,C) (V,C)
                      int64_t N, int64_t C, int64_t V, const gemm_workspace& ws);
@@ -114,8 +115,13 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
 template <class T>
 void residual_forward(T* out, const T* a, const T* b, int64_t n);
 
-// Softmax cross-entropy fused with its gradient: losses[i] = -log softmax(logits[i])[targets[i]]
-// (fp32); logits are overwritten by dloss_scale * (softmax - onehot(target)).
+// Softmax cross-entropy fused with its gradient over the V true columns of
+// rows Vp >= V wide (the padded vocabulary): losses[i] = -log
+// softmax(logits[i][0, V))[targets[i]] (fp32); logits[i][0, V) are
+// overwritten by dloss_scale * (softmax - onehot(target)) and the padded
+// columns [V, Vp) by zero, whatever they held: they take no part in the max,
+// the sum or the loss, and their gradient is zero.
 template <class T>
-void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
+void cross_entropy_fused(T* logits,  // (N, Vp) in: logits, out: dlogits
+                         float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                          float dloss_scale);

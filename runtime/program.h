@@ -107,7 +107,8 @@ struct program {
   // Model (gpt2 family).
   int64_t vocab, context, width, heads, layers, ffn_hidden;
   bool tied;
-  int64_t params;  // real parameters
+  int64_t params;        // real parameters
+  int64_t padded_vocab;  // rows the embedding and head are stored with (>= vocab; zero rows after)
 
   // Parallelism.
   int64_t world, shard_group, micro_batches, micro_batch;

@@ -111,6 +111,14 @@ data_config data_config_of(const program& p, const std::string& flag) {
   return d;
 }
 
+// How the embedding is stored, when its vocabulary is padded ("" when not).
+std::string vocab_padding_note(const program& p) {
+  if (p.padded_vocab <= p.vocab) return "";
+  return fmt::format("; vocab {} stored padded to {} rows: {} zero elements, not parameters",
+                     p.vocab, p.padded_vocab,
+                     with_commas((p.padded_vocab - p.vocab) * p.width * (p.tied ? 1 : 2)));
+}
+
 const char* sharding_of(const program& p) {
   if (p.shard_group == 1) return p.world == 1 ? "single rank" : "no_shard (replicated)";
   return p.shard_group == p.world ? "sharded over the world" : "hybrid";
@@ -250,8 +258,8 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   }
 
   if (lead) {
-    std::printf("fsdpgen train: %s (%s params) from %s\n", p.model_name,
-                with_commas(p.params).c_str(), p.spec_path);
+    std::printf("fsdpgen train: %s (%s params%s) from %s\n", p.model_name,
+                with_commas(p.params).c_str(), vocab_padding_note(p).c_str(), p.spec_path);
     std::printf("  %lld rank%s (%s, shard group %lld), launched by %s, %s\n",
                 static_cast<long long>(p.world), p.world == 1 ? "" : "s", sharding_of(p),
                 static_cast<long long>(p.shard_group), li.launcher.c_str(), b->describe().c_str());

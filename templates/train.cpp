@@ -21,7 +21,7 @@ using grad_t = float;   // unsharded gradients
 // fsdpgen:end types
 
 // fsdpgen:begin model
-[[maybe_unused]] constexpr gpt2_dims kDims{1, 1, 16, 1, 64, 256};
+[[maybe_unused]] constexpr gpt2_dims kDims{1, 1, 16, 1, 64, 256, false, 256};
 // fsdpgen:end model
 
 // Free ops release buffers; the executor does the accounting.
@@ -34,7 +34,7 @@ using grad_t = float;   // unsharded gradients
 constexpr const char* kScheduleText = "";
 const program kProgram = {
     "template", "template", kScheduleText, 0,  // origin
-    256, 1, 16, 1, 0, 64, true, 0,             // model
+    256, 1, 16, 1, 0, 64, true, 0, 256,        // model
     1, 1, 1, 1, dtype_id::fp32, dtype_id::fp32, dtype_id::fp32,
     true, 65536.0, 2000,  // loss scale
     optimizer_kind::adamw, 1e-3, 0.9, 0.95, 1e-8, 0.0, 0.0,

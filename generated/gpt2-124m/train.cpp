@@ -14,464 +14,465 @@ using param_t = bf16;  // params and activations (bf16)
 using grad_t = float;   // unsharded gradients (fp32)
 
 // B sequences of T tokens, width C, H heads, MLP hidden F, vocab V; flash: attention
-// saves log-sum-exp, not probabilities (the plan's layout, codegen/Activations.h).
-constexpr gpt2_dims kDims{16, 1024, 768, 12, 3072, 50257, false};
+// saves log-sum-exp, not probabilities (the plan's layout, codegen/Activations.h);
+// the embedding and head are stored with V padded to Vp rows (pad_vocab_to 128).
+constexpr gpt2_dims kDims{16, 1024, 768, 12, 3072, 50257, false, 50304};
 
 // Free ops release buffers; the executor does the accounting.
 [[maybe_unused]] void op_free(step_context&) {}
 
 // 0: AG u0 mb0 on allgather
 void op_0(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 0 /* param_shard.u0 */), dev<std::byte>(c, 12223803648 /* params.u0.step.mb0 */), 9846528);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 0 /* param_shard.u0 */), dev<std::byte>(c, 12225549824 /* params.u0.step.mb0 */), 9855488);
 }
 
 // 1: AG u1 mb0 on allgather
 void op_1(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 68925696 /* param_shard.u1 */), dev<std::byte>(c, 224067840 /* params.u1.fwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 68988416 /* param_shard.u1 */), dev<std::byte>(c, 224130560 /* params.u1.fwd.mb0 */), 1772032);
 }
 
 // 2: F u0 s0 mb0 on compute
 void op_2(step_context& c) {
-  step_fill_inputs(c, 0, dev<int32_t>(c, 12367214848 /* inputs.mb0 */), dev<int32_t>(c, 12367280384 /* inputs.mb0 + 65536 */));
-  gpt2_embed_forward<param_t>(dev<param_t>(c, 1871216896 /* acts.s1.mb0 + 262144 */), dev<int32_t>(c, 12367214848 /* inputs.mb0 */), dev<param_t>(c, 12223803648 /* params.u0.step.mb0 */), dev<param_t>(c, 12300998400 /* params.u0.step.mb0 + 77194752 */), kDims);
+  step_fill_inputs(c, 0, dev<int32_t>(c, 12369032704 /* inputs.mb0 */), dev<int32_t>(c, 12369098240 /* inputs.mb0 + 65536 */));
+  gpt2_embed_forward<param_t>(dev<param_t>(c, 1872819712 /* acts.s1.mb0 + 262144 */), dev<int32_t>(c, 12369032704 /* inputs.mb0 */), dev<param_t>(c, 12225549824 /* params.u0.step.mb0 */), dev<param_t>(c, 12302816768 /* params.u0.step.mb0 + 77266944 */), kDims);
 }
 
 // 3: AG u2 mb0 on allgather
 void op_3(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 81329920 /* param_shard.u2 */), dev<std::byte>(c, 238244096 /* params.u2.fwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 81392640 /* param_shard.u2 */), dev<std::byte>(c, 238306816 /* params.u2.fwd.mb0 */), 1772032);
 }
 
 // 4: F u1 s1 mb0 on compute
 void op_4(step_context& c) {
   {  // block 0
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 1870954752 /* acts.s1.mb0 */), kDims);
-    gpt2_block_forward<param_t>(dev<param_t>(c, 2676785408 /* acts.s2.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 224067840 /* params.u1.fwd.mb0 */), kDims), s, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 1872557568 /* acts.s1.mb0 */), kDims);
+    gpt2_block_forward<param_t>(dev<param_t>(c, 2678388224 /* acts.s2.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 224130560 /* params.u1.fwd.mb0 */), kDims), s, kDims, c.ws);
   }
 }
 
 // 6: AG u3 mb0 on allgather
 void op_6(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 93734144 /* param_shard.u3 */), dev<std::byte>(c, 224067840 /* params.u3.fwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 93796864 /* param_shard.u3 */), dev<std::byte>(c, 224130560 /* params.u3.fwd.mb0 */), 1772032);
 }
 
 // 7: F u2 s2 mb0 on compute
 void op_7(step_context& c) {
   {  // block 1
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 2676523264 /* acts.s2.mb0 */), kDims);
-    gpt2_block_forward<param_t>(dev<param_t>(c, 3482353920 /* acts.s3.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 238244096 /* params.u2.fwd.mb0 */), kDims), s, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 2678126080 /* acts.s2.mb0 */), kDims);
+    gpt2_block_forward<param_t>(dev<param_t>(c, 3483956736 /* acts.s3.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 238306816 /* params.u2.fwd.mb0 */), kDims), s, kDims, c.ws);
   }
 }
 
 // 9: AG u4 mb0 on allgather
 void op_9(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 106138368 /* param_shard.u4 */), dev<std::byte>(c, 238244096 /* params.u4.fwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 106201088 /* param_shard.u4 */), dev<std::byte>(c, 238306816 /* params.u4.fwd.mb0 */), 1772032);
 }
 
 // 10: F u3 s3 mb0 on compute
 void op_10(step_context& c) {
   {  // block 2
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 3482091776 /* acts.s3.mb0 */), kDims);
-    gpt2_block_forward<param_t>(dev<param_t>(c, 4287922432 /* acts.s4.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 224067840 /* params.u3.fwd.mb0 */), kDims), s, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 3483694592 /* acts.s3.mb0 */), kDims);
+    gpt2_block_forward<param_t>(dev<param_t>(c, 4289525248 /* acts.s4.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 224130560 /* params.u3.fwd.mb0 */), kDims), s, kDims, c.ws);
   }
 }
 
 // 12: AG u5 mb0 on allgather
 void op_12(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 118542592 /* param_shard.u5 */), dev<std::byte>(c, 224067840 /* params.u5.fwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 118605312 /* param_shard.u5 */), dev<std::byte>(c, 224130560 /* params.u5.fwd.mb0 */), 1772032);
 }
 
 // 13: F u4 s4 mb0 on compute
 void op_13(step_context& c) {
   {  // block 3
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 4287660288 /* acts.s4.mb0 */), kDims);
-    gpt2_block_forward<param_t>(dev<param_t>(c, 5093490944 /* acts.s5.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 238244096 /* params.u4.fwd.mb0 */), kDims), s, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 4289263104 /* acts.s4.mb0 */), kDims);
+    gpt2_block_forward<param_t>(dev<param_t>(c, 5095093760 /* acts.s5.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 238306816 /* params.u4.fwd.mb0 */), kDims), s, kDims, c.ws);
   }
 }
 
 // 15: AG u6 mb0 on allgather
 void op_15(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 130946816 /* param_shard.u6 */), dev<std::byte>(c, 238244096 /* params.u6.fwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 131009536 /* param_shard.u6 */), dev<std::byte>(c, 238306816 /* params.u6.fwd.mb0 */), 1772032);
 }
 
 // 16: F u5 s5 mb0 on compute
 void op_16(step_context& c) {
   {  // block 4
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 5093228800 /* acts.s5.mb0 */), kDims);
-    gpt2_block_forward<param_t>(dev<param_t>(c, 5899059456 /* acts.s6.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 224067840 /* params.u5.fwd.mb0 */), kDims), s, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 5094831616 /* acts.s5.mb0 */), kDims);
+    gpt2_block_forward<param_t>(dev<param_t>(c, 5900662272 /* acts.s6.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 224130560 /* params.u5.fwd.mb0 */), kDims), s, kDims, c.ws);
   }
 }
 
 // 18: AG u7 mb0 on allgather
 void op_18(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 143351040 /* param_shard.u7 */), dev<std::byte>(c, 224067840 /* params.u7.fwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 143413760 /* param_shard.u7 */), dev<std::byte>(c, 224130560 /* params.u7.fwd.mb0 */), 1772032);
 }
 
 // 19: F u6 s6 mb0 on compute
 void op_19(step_context& c) {
   {  // block 5
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 5898797312 /* acts.s6.mb0 */), kDims);
-    gpt2_block_forward<param_t>(dev<param_t>(c, 6704627968 /* acts.s7.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 238244096 /* params.u6.fwd.mb0 */), kDims), s, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 5900400128 /* acts.s6.mb0 */), kDims);
+    gpt2_block_forward<param_t>(dev<param_t>(c, 6706230784 /* acts.s7.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 238306816 /* params.u6.fwd.mb0 */), kDims), s, kDims, c.ws);
   }
 }
 
 // 21: AG u8 mb0 on allgather
 void op_21(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 155755264 /* param_shard.u8 */), dev<std::byte>(c, 238244096 /* params.u8.fwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 155817984 /* param_shard.u8 */), dev<std::byte>(c, 238306816 /* params.u8.fwd.mb0 */), 1772032);
 }
 
 // 22: F u7 s7 mb0 on compute
 void op_22(step_context& c) {
   {  // block 6
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 6704365824 /* acts.s7.mb0 */), kDims);
-    gpt2_block_forward<param_t>(dev<param_t>(c, 7510196480 /* acts.s8.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 224067840 /* params.u7.fwd.mb0 */), kDims), s, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 6705968640 /* acts.s7.mb0 */), kDims);
+    gpt2_block_forward<param_t>(dev<param_t>(c, 7511799296 /* acts.s8.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 224130560 /* params.u7.fwd.mb0 */), kDims), s, kDims, c.ws);
   }
 }
 
 // 24: AG u9 mb0 on allgather
 void op_24(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 168159488 /* param_shard.u9 */), dev<std::byte>(c, 224067840 /* params.u9.fwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 168222208 /* param_shard.u9 */), dev<std::byte>(c, 224130560 /* params.u9.fwd.mb0 */), 1772032);
 }
 
 // 25: F u8 s8 mb0 on compute
 void op_25(step_context& c) {
   {  // block 7
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 7509934336 /* acts.s8.mb0 */), kDims);
-    gpt2_block_forward<param_t>(dev<param_t>(c, 8315764992 /* acts.s9.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 238244096 /* params.u8.fwd.mb0 */), kDims), s, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 7511537152 /* acts.s8.mb0 */), kDims);
+    gpt2_block_forward<param_t>(dev<param_t>(c, 8317367808 /* acts.s9.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 238306816 /* params.u8.fwd.mb0 */), kDims), s, kDims, c.ws);
   }
 }
 
 // 27: AG u10 mb0 on allgather
 void op_27(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 180563712 /* param_shard.u10 */), dev<std::byte>(c, 238244096 /* params.u10.fwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 180626432 /* param_shard.u10 */), dev<std::byte>(c, 238306816 /* params.u10.fwd.mb0 */), 1772032);
 }
 
 // 28: F u9 s9 mb0 on compute
 void op_28(step_context& c) {
   {  // block 8
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 8315502848 /* acts.s9.mb0 */), kDims);
-    gpt2_block_forward<param_t>(dev<param_t>(c, 9121333504 /* acts.s10.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 224067840 /* params.u9.fwd.mb0 */), kDims), s, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 8317105664 /* acts.s9.mb0 */), kDims);
+    gpt2_block_forward<param_t>(dev<param_t>(c, 9122936320 /* acts.s10.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 224130560 /* params.u9.fwd.mb0 */), kDims), s, kDims, c.ws);
   }
 }
 
 // 30: AG u11 mb0 on allgather
 void op_30(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 192967936 /* param_shard.u11 */), dev<std::byte>(c, 224067840 /* params.u11.fwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 193030656 /* param_shard.u11 */), dev<std::byte>(c, 224130560 /* params.u11.fwd.mb0 */), 1772032);
 }
 
 // 31: F u10 s10 mb0 on compute
 void op_31(step_context& c) {
   {  // block 9
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 9121071360 /* acts.s10.mb0 */), kDims);
-    gpt2_block_forward<param_t>(dev<param_t>(c, 9926902016 /* acts.s11.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 238244096 /* params.u10.fwd.mb0 */), kDims), s, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 9122674176 /* acts.s10.mb0 */), kDims);
+    gpt2_block_forward<param_t>(dev<param_t>(c, 9928504832 /* acts.s11.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 238306816 /* params.u10.fwd.mb0 */), kDims), s, kDims, c.ws);
   }
 }
 
 // 33: AG u12 mb0 on allgather
 void op_33(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 205372160 /* param_shard.u12 */), dev<std::byte>(c, 238244096 /* params.u12.fwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 205434880 /* param_shard.u12 */), dev<std::byte>(c, 238306816 /* params.u12.fwd.mb0 */), 1772032);
 }
 
 // 34: F u11 s11 mb0 on compute
 void op_34(step_context& c) {
   {  // block 10
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 9926639872 /* acts.s11.mb0 */), kDims);
-    gpt2_block_forward<param_t>(dev<param_t>(c, 10732470528 /* acts.s12.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 224067840 /* params.u11.fwd.mb0 */), kDims), s, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 9928242688 /* acts.s11.mb0 */), kDims);
+    gpt2_block_forward<param_t>(dev<param_t>(c, 10734073344 /* acts.s12.mb0 + 262144 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 224130560 /* params.u11.fwd.mb0 */), kDims), s, kDims, c.ws);
   }
 }
 
 // 36: F u12 s12 mb0 on compute
 void op_36(step_context& c) {
   {  // block 11
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 10732208384 /* acts.s12.mb0 */), kDims);
-    gpt2_block_forward<param_t>(dev<param_t>(c, 12302706944 /* acts.s13.mb0 + 131072 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 238244096 /* params.u12.fwd.mb0 */), kDims), s, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 10733811200 /* acts.s12.mb0 */), kDims);
+    gpt2_block_forward<param_t>(dev<param_t>(c, 12304524800 /* acts.s13.mb0 + 131072 */), gpt2_block_params_at<param_t>(dev<param_t>(c, 238306816 /* params.u12.fwd.mb0 */), kDims), s, kDims, c.ws);
   }
 }
 
 // 38: F u0 s13 mb0 on compute
 void op_38(step_context& c) {
   {  // final_norm, head and loss
-    auto s = gpt2_final_norm_saved_at<param_t>(dev<std::byte>(c, 12302575872 /* acts.s13.mb0 */), kDims);
-    gpt2_head_forward<param_t>(dev<param_t>(c, 224067840 /* logits.mb0 */), dev<float>(c, 1870889216 /* logits.mb0 + 1646821376 */), dev<int32_t>(c, 12367280384 /* inputs.mb0 + 65536 */), dev<param_t>(c, 12302571264 /* params.u0.step.mb0 + 78767616 */), dev<param_t>(c, 12302572800 /* params.u0.step.mb0 + 78769152 */), dev<param_t>(c, 12223803648 /* params.u0.step.mb0 */), s, kDims, c.dloss_scale, c.ws);
-    step_add_losses(c, dev<float>(c, 1870889216 /* logits.mb0 + 1646821376 */), 16384);
+    auto s = gpt2_final_norm_saved_at<param_t>(dev<std::byte>(c, 12304393728 /* acts.s13.mb0 */), kDims);
+    gpt2_head_forward<param_t>(dev<param_t>(c, 224130560 /* logits.mb0 */), dev<float>(c, 1872492032 /* logits.mb0 + 1648361472 */), dev<int32_t>(c, 12369098240 /* inputs.mb0 + 65536 */), dev<param_t>(c, 12304389632 /* params.u0.step.mb0 + 78839808 */), dev<param_t>(c, 12304391168 /* params.u0.step.mb0 + 78841344 */), dev<param_t>(c, 12225549824 /* params.u0.step.mb0 */), s, kDims, c.dloss_scale, c.ws);
+    step_add_losses(c, dev<float>(c, 1872492032 /* logits.mb0 + 1648361472 */), 16384);
   }
 }
 
 // 39: AG u12 mb0 on allgather
 void op_39(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 205372160 /* param_shard.u12 */), dev<std::byte>(c, 12353038592 /* params.u12.bwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 205434880 /* param_shard.u12 */), dev<std::byte>(c, 12354856448 /* params.u12.bwd.mb0 */), 1772032);
 }
 
 // 40: B u0 s13 mb0 on compute
 void op_40(step_context& c) {
-  tensor_zero(dev<std::byte>(c, 12066259200 /* grads.u0.mb0 */), 157544448);  // first write of grads.u0.mb0
-  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11537776896 /* grad_acts.mb0 */), kDims);
+  tensor_zero(dev<std::byte>(c, 12067862016 /* grads.u0.mb0 */), 157687808);  // first write of grads.u0.mb0
+  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11539379712 /* grad_acts.mb0 */), kDims);
   {  // head and final_norm
-    auto s = gpt2_final_norm_saved_at<param_t>(dev<std::byte>(c, 12302575872 /* acts.s13.mb0 */), kDims);
-    gpt2_head_backward<param_t, grad_t>(dev<grad_t>(c, 12223794432 /* grads.u0.mb0 + 157535232 */), dev<grad_t>(c, 12223797504 /* grads.u0.mb0 + 157538304 */), dev<grad_t>(c, 12066259200 /* grads.u0.mb0 */), dev<param_t>(c, 12302571264 /* params.u0.step.mb0 + 78767616 */), dev<param_t>(c, 12223803648 /* params.u0.step.mb0 */), dev<param_t>(c, 224067840 /* logits.mb0 */), s, scratch, kDims, c.ws);
+    auto s = gpt2_final_norm_saved_at<param_t>(dev<std::byte>(c, 12304393728 /* acts.s13.mb0 */), kDims);
+    gpt2_head_backward<param_t, grad_t>(dev<grad_t>(c, 12225541632 /* grads.u0.mb0 + 157679616 */), dev<grad_t>(c, 12225544704 /* grads.u0.mb0 + 157682688 */), dev<grad_t>(c, 12067862016 /* grads.u0.mb0 */), dev<param_t>(c, 12304389632 /* params.u0.step.mb0 + 78839808 */), dev<param_t>(c, 12225549824 /* params.u0.step.mb0 */), dev<param_t>(c, 224130560 /* logits.mb0 */), s, scratch, kDims, c.ws);
   }
 }
 
 // 42: AG u11 mb0 on allgather
 void op_42(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 192967936 /* param_shard.u11 */), dev<std::byte>(c, 280772864 /* params.u11.bwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 193030656 /* param_shard.u11 */), dev<std::byte>(c, 280835584 /* params.u11.bwd.mb0 */), 1772032);
 }
 
 // 43: B u12 s12 mb0 on compute
 void op_43(step_context& c) {
-  tensor_zero(dev<std::byte>(c, 224067840 /* grads.u12.mb0 */), 28352512);  // first write of grads.u12.mb0
-  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11537776896 /* grad_acts.mb0 */), kDims);
+  tensor_zero(dev<std::byte>(c, 224130560 /* grads.u12.mb0 */), 28352512);  // first write of grads.u12.mb0
+  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11539379712 /* grad_acts.mb0 */), kDims);
   {  // block 11
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 10732208384 /* acts.s12.mb0 */), kDims);
-    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 224067840 /* grads.u12.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 12353038592 /* params.u12.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 10733811200 /* acts.s12.mb0 */), kDims);
+    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 224130560 /* grads.u12.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 12354856448 /* params.u12.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
   }
 }
 
 // 46: RS u12 mb0 on reducescatter
 void op_46(step_context& c) {
-  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 224067840 /* grads.u12.mb0 */), dev<std::byte>(c, 309125376 /* grad_shard.u12 */), 886016, dtype_id::fp32);
+  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 224130560 /* grads.u12.mb0 */), dev<std::byte>(c, 309188096 /* grad_shard.u12 */), 886016, dtype_id::fp32);
 }
 
 // 47: AG u10 mb0 on allgather
 void op_47(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 180563712 /* param_shard.u10 */), dev<std::byte>(c, 294949120 /* params.u10.bwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 180626432 /* param_shard.u10 */), dev<std::byte>(c, 295011840 /* params.u10.bwd.mb0 */), 1772032);
 }
 
 // 48: B u11 s11 mb0 on compute
 void op_48(step_context& c) {
-  tensor_zero(dev<std::byte>(c, 252420352 /* grads.u11.mb0 */), 28352512);  // first write of grads.u11.mb0
-  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11537776896 /* grad_acts.mb0 */), kDims);
+  tensor_zero(dev<std::byte>(c, 252483072 /* grads.u11.mb0 */), 28352512);  // first write of grads.u11.mb0
+  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11539379712 /* grad_acts.mb0 */), kDims);
   {  // block 10
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 9926639872 /* acts.s11.mb0 */), kDims);
-    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 252420352 /* grads.u11.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 280772864 /* params.u11.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 9928242688 /* acts.s11.mb0 */), kDims);
+    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 252483072 /* grads.u11.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 280835584 /* params.u11.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
   }
 }
 
 // 52: RS u11 mb0 on reducescatter
 void op_52(step_context& c) {
-  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 252420352 /* grads.u11.mb0 */), dev<std::byte>(c, 312669440 /* grad_shard.u11 */), 886016, dtype_id::fp32);
+  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 252483072 /* grads.u11.mb0 */), dev<std::byte>(c, 312732160 /* grad_shard.u11 */), 886016, dtype_id::fp32);
 }
 
 // 53: AG u9 mb0 on allgather
 void op_53(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 168159488 /* param_shard.u9 */), dev<std::byte>(c, 280772864 /* params.u9.bwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 168222208 /* param_shard.u9 */), dev<std::byte>(c, 280835584 /* params.u9.bwd.mb0 */), 1772032);
 }
 
 // 54: B u10 s10 mb0 on compute
 void op_54(step_context& c) {
-  tensor_zero(dev<std::byte>(c, 224067840 /* grads.u10.mb0 */), 28352512);  // first write of grads.u10.mb0
-  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11537776896 /* grad_acts.mb0 */), kDims);
+  tensor_zero(dev<std::byte>(c, 224130560 /* grads.u10.mb0 */), 28352512);  // first write of grads.u10.mb0
+  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11539379712 /* grad_acts.mb0 */), kDims);
   {  // block 9
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 9121071360 /* acts.s10.mb0 */), kDims);
-    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 224067840 /* grads.u10.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 294949120 /* params.u10.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 9122674176 /* acts.s10.mb0 */), kDims);
+    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 224130560 /* grads.u10.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 295011840 /* params.u10.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
   }
 }
 
 // 58: RS u10 mb0 on reducescatter
 void op_58(step_context& c) {
-  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 224067840 /* grads.u10.mb0 */), dev<std::byte>(c, 316213504 /* grad_shard.u10 */), 886016, dtype_id::fp32);
+  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 224130560 /* grads.u10.mb0 */), dev<std::byte>(c, 316276224 /* grad_shard.u10 */), 886016, dtype_id::fp32);
 }
 
 // 59: AG u8 mb0 on allgather
 void op_59(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 155755264 /* param_shard.u8 */), dev<std::byte>(c, 294949120 /* params.u8.bwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 155817984 /* param_shard.u8 */), dev<std::byte>(c, 295011840 /* params.u8.bwd.mb0 */), 1772032);
 }
 
 // 60: B u9 s9 mb0 on compute
 void op_60(step_context& c) {
-  tensor_zero(dev<std::byte>(c, 252420352 /* grads.u9.mb0 */), 28352512);  // first write of grads.u9.mb0
-  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11537776896 /* grad_acts.mb0 */), kDims);
+  tensor_zero(dev<std::byte>(c, 252483072 /* grads.u9.mb0 */), 28352512);  // first write of grads.u9.mb0
+  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11539379712 /* grad_acts.mb0 */), kDims);
   {  // block 8
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 8315502848 /* acts.s9.mb0 */), kDims);
-    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 252420352 /* grads.u9.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 280772864 /* params.u9.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 8317105664 /* acts.s9.mb0 */), kDims);
+    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 252483072 /* grads.u9.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 280835584 /* params.u9.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
   }
 }
 
 // 64: RS u9 mb0 on reducescatter
 void op_64(step_context& c) {
-  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 252420352 /* grads.u9.mb0 */), dev<std::byte>(c, 319757568 /* grad_shard.u9 */), 886016, dtype_id::fp32);
+  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 252483072 /* grads.u9.mb0 */), dev<std::byte>(c, 319820288 /* grad_shard.u9 */), 886016, dtype_id::fp32);
 }
 
 // 65: AG u7 mb0 on allgather
 void op_65(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 143351040 /* param_shard.u7 */), dev<std::byte>(c, 280772864 /* params.u7.bwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 143413760 /* param_shard.u7 */), dev<std::byte>(c, 280835584 /* params.u7.bwd.mb0 */), 1772032);
 }
 
 // 66: B u8 s8 mb0 on compute
 void op_66(step_context& c) {
-  tensor_zero(dev<std::byte>(c, 224067840 /* grads.u8.mb0 */), 28352512);  // first write of grads.u8.mb0
-  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11537776896 /* grad_acts.mb0 */), kDims);
+  tensor_zero(dev<std::byte>(c, 224130560 /* grads.u8.mb0 */), 28352512);  // first write of grads.u8.mb0
+  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11539379712 /* grad_acts.mb0 */), kDims);
   {  // block 7
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 7509934336 /* acts.s8.mb0 */), kDims);
-    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 224067840 /* grads.u8.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 294949120 /* params.u8.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 7511537152 /* acts.s8.mb0 */), kDims);
+    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 224130560 /* grads.u8.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 295011840 /* params.u8.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
   }
 }
 
 // 70: RS u8 mb0 on reducescatter
 void op_70(step_context& c) {
-  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 224067840 /* grads.u8.mb0 */), dev<std::byte>(c, 323301632 /* grad_shard.u8 */), 886016, dtype_id::fp32);
+  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 224130560 /* grads.u8.mb0 */), dev<std::byte>(c, 323364352 /* grad_shard.u8 */), 886016, dtype_id::fp32);
 }
 
 // 71: AG u6 mb0 on allgather
 void op_71(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 130946816 /* param_shard.u6 */), dev<std::byte>(c, 294949120 /* params.u6.bwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 131009536 /* param_shard.u6 */), dev<std::byte>(c, 295011840 /* params.u6.bwd.mb0 */), 1772032);
 }
 
 // 72: B u7 s7 mb0 on compute
 void op_72(step_context& c) {
-  tensor_zero(dev<std::byte>(c, 252420352 /* grads.u7.mb0 */), 28352512);  // first write of grads.u7.mb0
-  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11537776896 /* grad_acts.mb0 */), kDims);
+  tensor_zero(dev<std::byte>(c, 252483072 /* grads.u7.mb0 */), 28352512);  // first write of grads.u7.mb0
+  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11539379712 /* grad_acts.mb0 */), kDims);
   {  // block 6
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 6704365824 /* acts.s7.mb0 */), kDims);
-    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 252420352 /* grads.u7.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 280772864 /* params.u7.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 6705968640 /* acts.s7.mb0 */), kDims);
+    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 252483072 /* grads.u7.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 280835584 /* params.u7.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
   }
 }
 
 // 76: RS u7 mb0 on reducescatter
 void op_76(step_context& c) {
-  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 252420352 /* grads.u7.mb0 */), dev<std::byte>(c, 326845696 /* grad_shard.u7 */), 886016, dtype_id::fp32);
+  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 252483072 /* grads.u7.mb0 */), dev<std::byte>(c, 326908416 /* grad_shard.u7 */), 886016, dtype_id::fp32);
 }
 
 // 77: AG u5 mb0 on allgather
 void op_77(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 118542592 /* param_shard.u5 */), dev<std::byte>(c, 280772864 /* params.u5.bwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 118605312 /* param_shard.u5 */), dev<std::byte>(c, 280835584 /* params.u5.bwd.mb0 */), 1772032);
 }
 
 // 78: B u6 s6 mb0 on compute
 void op_78(step_context& c) {
-  tensor_zero(dev<std::byte>(c, 224067840 /* grads.u6.mb0 */), 28352512);  // first write of grads.u6.mb0
-  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11537776896 /* grad_acts.mb0 */), kDims);
+  tensor_zero(dev<std::byte>(c, 224130560 /* grads.u6.mb0 */), 28352512);  // first write of grads.u6.mb0
+  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11539379712 /* grad_acts.mb0 */), kDims);
   {  // block 5
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 5898797312 /* acts.s6.mb0 */), kDims);
-    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 224067840 /* grads.u6.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 294949120 /* params.u6.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 5900400128 /* acts.s6.mb0 */), kDims);
+    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 224130560 /* grads.u6.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 295011840 /* params.u6.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
   }
 }
 
 // 82: RS u6 mb0 on reducescatter
 void op_82(step_context& c) {
-  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 224067840 /* grads.u6.mb0 */), dev<std::byte>(c, 330389760 /* grad_shard.u6 */), 886016, dtype_id::fp32);
+  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 224130560 /* grads.u6.mb0 */), dev<std::byte>(c, 330452480 /* grad_shard.u6 */), 886016, dtype_id::fp32);
 }
 
 // 83: AG u4 mb0 on allgather
 void op_83(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 106138368 /* param_shard.u4 */), dev<std::byte>(c, 294949120 /* params.u4.bwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 106201088 /* param_shard.u4 */), dev<std::byte>(c, 295011840 /* params.u4.bwd.mb0 */), 1772032);
 }
 
 // 84: B u5 s5 mb0 on compute
 void op_84(step_context& c) {
-  tensor_zero(dev<std::byte>(c, 252420352 /* grads.u5.mb0 */), 28352512);  // first write of grads.u5.mb0
-  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11537776896 /* grad_acts.mb0 */), kDims);
+  tensor_zero(dev<std::byte>(c, 252483072 /* grads.u5.mb0 */), 28352512);  // first write of grads.u5.mb0
+  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11539379712 /* grad_acts.mb0 */), kDims);
   {  // block 4
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 5093228800 /* acts.s5.mb0 */), kDims);
-    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 252420352 /* grads.u5.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 280772864 /* params.u5.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 5094831616 /* acts.s5.mb0 */), kDims);
+    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 252483072 /* grads.u5.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 280835584 /* params.u5.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
   }
 }
 
 // 88: RS u5 mb0 on reducescatter
 void op_88(step_context& c) {
-  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 252420352 /* grads.u5.mb0 */), dev<std::byte>(c, 333933824 /* grad_shard.u5 */), 886016, dtype_id::fp32);
+  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 252483072 /* grads.u5.mb0 */), dev<std::byte>(c, 333996544 /* grad_shard.u5 */), 886016, dtype_id::fp32);
 }
 
 // 89: AG u3 mb0 on allgather
 void op_89(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 93734144 /* param_shard.u3 */), dev<std::byte>(c, 280772864 /* params.u3.bwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 93796864 /* param_shard.u3 */), dev<std::byte>(c, 280835584 /* params.u3.bwd.mb0 */), 1772032);
 }
 
 // 90: B u4 s4 mb0 on compute
 void op_90(step_context& c) {
-  tensor_zero(dev<std::byte>(c, 224067840 /* grads.u4.mb0 */), 28352512);  // first write of grads.u4.mb0
-  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11537776896 /* grad_acts.mb0 */), kDims);
+  tensor_zero(dev<std::byte>(c, 224130560 /* grads.u4.mb0 */), 28352512);  // first write of grads.u4.mb0
+  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11539379712 /* grad_acts.mb0 */), kDims);
   {  // block 3
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 4287660288 /* acts.s4.mb0 */), kDims);
-    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 224067840 /* grads.u4.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 294949120 /* params.u4.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 4289263104 /* acts.s4.mb0 */), kDims);
+    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 224130560 /* grads.u4.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 295011840 /* params.u4.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
   }
 }
 
 // 94: RS u4 mb0 on reducescatter
 void op_94(step_context& c) {
-  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 224067840 /* grads.u4.mb0 */), dev<std::byte>(c, 337477888 /* grad_shard.u4 */), 886016, dtype_id::fp32);
+  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 224130560 /* grads.u4.mb0 */), dev<std::byte>(c, 337540608 /* grad_shard.u4 */), 886016, dtype_id::fp32);
 }
 
 // 95: AG u2 mb0 on allgather
 void op_95(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 81329920 /* param_shard.u2 */), dev<std::byte>(c, 294949120 /* params.u2.bwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 81392640 /* param_shard.u2 */), dev<std::byte>(c, 295011840 /* params.u2.bwd.mb0 */), 1772032);
 }
 
 // 96: B u3 s3 mb0 on compute
 void op_96(step_context& c) {
-  tensor_zero(dev<std::byte>(c, 252420352 /* grads.u3.mb0 */), 28352512);  // first write of grads.u3.mb0
-  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11537776896 /* grad_acts.mb0 */), kDims);
+  tensor_zero(dev<std::byte>(c, 252483072 /* grads.u3.mb0 */), 28352512);  // first write of grads.u3.mb0
+  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11539379712 /* grad_acts.mb0 */), kDims);
   {  // block 2
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 3482091776 /* acts.s3.mb0 */), kDims);
-    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 252420352 /* grads.u3.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 280772864 /* params.u3.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 3483694592 /* acts.s3.mb0 */), kDims);
+    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 252483072 /* grads.u3.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 280835584 /* params.u3.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
   }
 }
 
 // 100: RS u3 mb0 on reducescatter
 void op_100(step_context& c) {
-  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 252420352 /* grads.u3.mb0 */), dev<std::byte>(c, 341021952 /* grad_shard.u3 */), 886016, dtype_id::fp32);
+  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 252483072 /* grads.u3.mb0 */), dev<std::byte>(c, 341084672 /* grad_shard.u3 */), 886016, dtype_id::fp32);
 }
 
 // 101: AG u1 mb0 on allgather
 void op_101(step_context& c) {
-  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 68925696 /* param_shard.u1 */), dev<std::byte>(c, 280772864 /* params.u1.bwd.mb0 */), 1772032);
+  comm_all_gather(op_comm(c, stream_id::allgather, comm_group::shard), dev<std::byte>(c, 68988416 /* param_shard.u1 */), dev<std::byte>(c, 280835584 /* params.u1.bwd.mb0 */), 1772032);
 }
 
 // 102: B u2 s2 mb0 on compute
 void op_102(step_context& c) {
-  tensor_zero(dev<std::byte>(c, 224067840 /* grads.u2.mb0 */), 28352512);  // first write of grads.u2.mb0
-  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11537776896 /* grad_acts.mb0 */), kDims);
+  tensor_zero(dev<std::byte>(c, 224130560 /* grads.u2.mb0 */), 28352512);  // first write of grads.u2.mb0
+  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11539379712 /* grad_acts.mb0 */), kDims);
   {  // block 1
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 2676523264 /* acts.s2.mb0 */), kDims);
-    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 224067840 /* grads.u2.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 294949120 /* params.u2.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 2678126080 /* acts.s2.mb0 */), kDims);
+    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 224130560 /* grads.u2.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 295011840 /* params.u2.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
   }
 }
 
 // 106: RS u2 mb0 on reducescatter
 void op_106(step_context& c) {
-  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 224067840 /* grads.u2.mb0 */), dev<std::byte>(c, 294949120 /* grad_shard.u2 */), 886016, dtype_id::fp32);
+  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 224130560 /* grads.u2.mb0 */), dev<std::byte>(c, 295011840 /* grad_shard.u2 */), 886016, dtype_id::fp32);
 }
 
 // 107: B u1 s1 mb0 on compute
 void op_107(step_context& c) {
-  tensor_zero(dev<std::byte>(c, 252420352 /* grads.u1.mb0 */), 28352512);  // first write of grads.u1.mb0
-  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11537776896 /* grad_acts.mb0 */), kDims);
+  tensor_zero(dev<std::byte>(c, 252483072 /* grads.u1.mb0 */), 28352512);  // first write of grads.u1.mb0
+  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11539379712 /* grad_acts.mb0 */), kDims);
   {  // block 0
-    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 1870954752 /* acts.s1.mb0 */), kDims);
-    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 252420352 /* grads.u1.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 280772864 /* params.u1.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
+    auto s = gpt2_block_saved_at<param_t>(dev<std::byte>(c, 1872557568 /* acts.s1.mb0 */), kDims);
+    gpt2_block_backward<param_t, grad_t>(gpt2_block_grads_at<grad_t>(dev<grad_t>(c, 252483072 /* grads.u1.mb0 */), kDims), gpt2_block_params_at<param_t>(dev<param_t>(c, 280835584 /* params.u1.bwd.mb0 */), kDims), s, scratch, kDims, c.ws);
   }
 }
 
 // 111: RS u1 mb0 on reducescatter
 void op_111(step_context& c) {
-  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 252420352 /* grads.u1.mb0 */), dev<std::byte>(c, 243760896 /* grad_shard.u1 */), 886016, dtype_id::fp32);
+  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 252483072 /* grads.u1.mb0 */), dev<std::byte>(c, 243841536 /* grad_shard.u1 */), 886016, dtype_id::fp32);
 }
 
 // 112: B u0 s0 mb0 on compute
 void op_112(step_context& c) {
-  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11537776896 /* grad_acts.mb0 */), kDims);
-  gpt2_embed_backward<param_t, grad_t>(dev<grad_t>(c, 12066259200 /* grads.u0.mb0 */), dev<grad_t>(c, 12220648704 /* grads.u0.mb0 + 154389504 */), dev<int32_t>(c, 12367214848 /* inputs.mb0 */), scratch, kDims);
+  auto scratch = gpt2_backward_scratch_at<param_t>(dev<std::byte>(c, 11539379712 /* grad_acts.mb0 */), kDims);
+  gpt2_embed_backward<param_t, grad_t>(dev<grad_t>(c, 12067862016 /* grads.u0.mb0 */), dev<grad_t>(c, 12222395904 /* grads.u0.mb0 + 154533888 */), dev<int32_t>(c, 12369032704 /* inputs.mb0 */), scratch, kDims);
 }
 
 // 116: RS u0 mb0 on reducescatter
 void op_116(step_context& c) {
-  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 12066259200 /* grads.u0.mb0 */), dev<std::byte>(c, 224067840 /* grad_shard.u0 */), 4923264, dtype_id::fp32);
+  comm_reduce_scatter(op_comm(c, stream_id::reducescatter, comm_group::shard), dev<std::byte>(c, 12067862016 /* grads.u0.mb0 */), dev<std::byte>(c, 224130560 /* grad_shard.u0 */), 4927744, dtype_id::fp32);
 }
 
 // 118: GRADNORM on compute
 void op_118(step_context& c) {
-  step_add_grad_norm(c, dev<std::byte>(c, 224067840 /* grad_shard.u0 */), dtype_id::fp32, 4923264);  // grad_shard.u0
-  step_add_grad_norm(c, dev<std::byte>(c, 243760896 /* grad_shard.u1 */), dtype_id::fp32, 886016);  // grad_shard.u1
-  step_add_grad_norm(c, dev<std::byte>(c, 294949120 /* grad_shard.u2 */), dtype_id::fp32, 886016);  // grad_shard.u2
-  step_add_grad_norm(c, dev<std::byte>(c, 341021952 /* grad_shard.u3 */), dtype_id::fp32, 886016);  // grad_shard.u3
-  step_add_grad_norm(c, dev<std::byte>(c, 337477888 /* grad_shard.u4 */), dtype_id::fp32, 886016);  // grad_shard.u4
-  step_add_grad_norm(c, dev<std::byte>(c, 333933824 /* grad_shard.u5 */), dtype_id::fp32, 886016);  // grad_shard.u5
-  step_add_grad_norm(c, dev<std::byte>(c, 330389760 /* grad_shard.u6 */), dtype_id::fp32, 886016);  // grad_shard.u6
-  step_add_grad_norm(c, dev<std::byte>(c, 326845696 /* grad_shard.u7 */), dtype_id::fp32, 886016);  // grad_shard.u7
-  step_add_grad_norm(c, dev<std::byte>(c, 323301632 /* grad_shard.u8 */), dtype_id::fp32, 886016);  // grad_shard.u8
-  step_add_grad_norm(c, dev<std::byte>(c, 319757568 /* grad_shard.u9 */), dtype_id::fp32, 886016);  // grad_shard.u9
-  step_add_grad_norm(c, dev<std::byte>(c, 316213504 /* grad_shard.u10 */), dtype_id::fp32, 886016);  // grad_shard.u10
-  step_add_grad_norm(c, dev<std::byte>(c, 312669440 /* grad_shard.u11 */), dtype_id::fp32, 886016);  // grad_shard.u11
-  step_add_grad_norm(c, dev<std::byte>(c, 309125376 /* grad_shard.u12 */), dtype_id::fp32, 886016);  // grad_shard.u12
+  step_add_grad_norm(c, dev<std::byte>(c, 224130560 /* grad_shard.u0 */), dtype_id::fp32, 4927744);  // grad_shard.u0
+  step_add_grad_norm(c, dev<std::byte>(c, 243841536 /* grad_shard.u1 */), dtype_id::fp32, 886016);  // grad_shard.u1
+  step_add_grad_norm(c, dev<std::byte>(c, 295011840 /* grad_shard.u2 */), dtype_id::fp32, 886016);  // grad_shard.u2
+  step_add_grad_norm(c, dev<std::byte>(c, 341084672 /* grad_shard.u3 */), dtype_id::fp32, 886016);  // grad_shard.u3
+  step_add_grad_norm(c, dev<std::byte>(c, 337540608 /* grad_shard.u4 */), dtype_id::fp32, 886016);  // grad_shard.u4
+  step_add_grad_norm(c, dev<std::byte>(c, 333996544 /* grad_shard.u5 */), dtype_id::fp32, 886016);  // grad_shard.u5
+  step_add_grad_norm(c, dev<std::byte>(c, 330452480 /* grad_shard.u6 */), dtype_id::fp32, 886016);  // grad_shard.u6
+  step_add_grad_norm(c, dev<std::byte>(c, 326908416 /* grad_shard.u7 */), dtype_id::fp32, 886016);  // grad_shard.u7
+  step_add_grad_norm(c, dev<std::byte>(c, 323364352 /* grad_shard.u8 */), dtype_id::fp32, 886016);  // grad_shard.u8
+  step_add_grad_norm(c, dev<std::byte>(c, 319820288 /* grad_shard.u9 */), dtype_id::fp32, 886016);  // grad_shard.u9
+  step_add_grad_norm(c, dev<std::byte>(c, 316276224 /* grad_shard.u10 */), dtype_id::fp32, 886016);  // grad_shard.u10
+  step_add_grad_norm(c, dev<std::byte>(c, 312732160 /* grad_shard.u11 */), dtype_id::fp32, 886016);  // grad_shard.u11
+  step_add_grad_norm(c, dev<std::byte>(c, 309188096 /* grad_shard.u12 */), dtype_id::fp32, 886016);  // grad_shard.u12
 }
 
 // 119: AR on allreduce
@@ -481,76 +482,76 @@ void op_119(step_context& c) {
 
 // 120: OPT u0 on compute
 void op_120(step_context& c) {
-  step_optimizer(c, 0, dev<std::byte>(c, 0 /* param_shard.u0 */), dev<float>(c, 9846528 /* master.u0 */), dev<float>(c, 29539584 /* optimizer.u0 */), dev<std::byte>(c, 224067840 /* grad_shard.u0 */));
+  step_optimizer(c, 0, dev<std::byte>(c, 0 /* param_shard.u0 */), dev<float>(c, 9855488 /* master.u0 */), dev<float>(c, 29566464 /* optimizer.u0 */), dev<std::byte>(c, 224130560 /* grad_shard.u0 */));
 }
 
 // 122: OPT u1 on compute
 void op_122(step_context& c) {
-  step_optimizer(c, 1, dev<std::byte>(c, 68925696 /* param_shard.u1 */), dev<float>(c, 70697728 /* master.u1 */), dev<float>(c, 74241792 /* optimizer.u1 */), dev<std::byte>(c, 243760896 /* grad_shard.u1 */));
+  step_optimizer(c, 1, dev<std::byte>(c, 68988416 /* param_shard.u1 */), dev<float>(c, 70760448 /* master.u1 */), dev<float>(c, 74304512 /* optimizer.u1 */), dev<std::byte>(c, 243841536 /* grad_shard.u1 */));
 }
 
 // 124: OPT u2 on compute
 void op_124(step_context& c) {
-  step_optimizer(c, 2, dev<std::byte>(c, 81329920 /* param_shard.u2 */), dev<float>(c, 83101952 /* master.u2 */), dev<float>(c, 86646016 /* optimizer.u2 */), dev<std::byte>(c, 294949120 /* grad_shard.u2 */));
+  step_optimizer(c, 2, dev<std::byte>(c, 81392640 /* param_shard.u2 */), dev<float>(c, 83164672 /* master.u2 */), dev<float>(c, 86708736 /* optimizer.u2 */), dev<std::byte>(c, 295011840 /* grad_shard.u2 */));
 }
 
 // 126: OPT u3 on compute
 void op_126(step_context& c) {
-  step_optimizer(c, 3, dev<std::byte>(c, 93734144 /* param_shard.u3 */), dev<float>(c, 95506176 /* master.u3 */), dev<float>(c, 99050240 /* optimizer.u3 */), dev<std::byte>(c, 341021952 /* grad_shard.u3 */));
+  step_optimizer(c, 3, dev<std::byte>(c, 93796864 /* param_shard.u3 */), dev<float>(c, 95568896 /* master.u3 */), dev<float>(c, 99112960 /* optimizer.u3 */), dev<std::byte>(c, 341084672 /* grad_shard.u3 */));
 }
 
 // 128: OPT u4 on compute
 void op_128(step_context& c) {
-  step_optimizer(c, 4, dev<std::byte>(c, 106138368 /* param_shard.u4 */), dev<float>(c, 107910400 /* master.u4 */), dev<float>(c, 111454464 /* optimizer.u4 */), dev<std::byte>(c, 337477888 /* grad_shard.u4 */));
+  step_optimizer(c, 4, dev<std::byte>(c, 106201088 /* param_shard.u4 */), dev<float>(c, 107973120 /* master.u4 */), dev<float>(c, 111517184 /* optimizer.u4 */), dev<std::byte>(c, 337540608 /* grad_shard.u4 */));
 }
 
 // 130: OPT u5 on compute
 void op_130(step_context& c) {
-  step_optimizer(c, 5, dev<std::byte>(c, 118542592 /* param_shard.u5 */), dev<float>(c, 120314624 /* master.u5 */), dev<float>(c, 123858688 /* optimizer.u5 */), dev<std::byte>(c, 333933824 /* grad_shard.u5 */));
+  step_optimizer(c, 5, dev<std::byte>(c, 118605312 /* param_shard.u5 */), dev<float>(c, 120377344 /* master.u5 */), dev<float>(c, 123921408 /* optimizer.u5 */), dev<std::byte>(c, 333996544 /* grad_shard.u5 */));
 }
 
 // 132: OPT u6 on compute
 void op_132(step_context& c) {
-  step_optimizer(c, 6, dev<std::byte>(c, 130946816 /* param_shard.u6 */), dev<float>(c, 132718848 /* master.u6 */), dev<float>(c, 136262912 /* optimizer.u6 */), dev<std::byte>(c, 330389760 /* grad_shard.u6 */));
+  step_optimizer(c, 6, dev<std::byte>(c, 131009536 /* param_shard.u6 */), dev<float>(c, 132781568 /* master.u6 */), dev<float>(c, 136325632 /* optimizer.u6 */), dev<std::byte>(c, 330452480 /* grad_shard.u6 */));
 }
 
 // 134: OPT u7 on compute
 void op_134(step_context& c) {
-  step_optimizer(c, 7, dev<std::byte>(c, 143351040 /* param_shard.u7 */), dev<float>(c, 145123072 /* master.u7 */), dev<float>(c, 148667136 /* optimizer.u7 */), dev<std::byte>(c, 326845696 /* grad_shard.u7 */));
+  step_optimizer(c, 7, dev<std::byte>(c, 143413760 /* param_shard.u7 */), dev<float>(c, 145185792 /* master.u7 */), dev<float>(c, 148729856 /* optimizer.u7 */), dev<std::byte>(c, 326908416 /* grad_shard.u7 */));
 }
 
 // 136: OPT u8 on compute
 void op_136(step_context& c) {
-  step_optimizer(c, 8, dev<std::byte>(c, 155755264 /* param_shard.u8 */), dev<float>(c, 157527296 /* master.u8 */), dev<float>(c, 161071360 /* optimizer.u8 */), dev<std::byte>(c, 323301632 /* grad_shard.u8 */));
+  step_optimizer(c, 8, dev<std::byte>(c, 155817984 /* param_shard.u8 */), dev<float>(c, 157590016 /* master.u8 */), dev<float>(c, 161134080 /* optimizer.u8 */), dev<std::byte>(c, 323364352 /* grad_shard.u8 */));
 }
 
 // 138: OPT u9 on compute
 void op_138(step_context& c) {
-  step_optimizer(c, 9, dev<std::byte>(c, 168159488 /* param_shard.u9 */), dev<float>(c, 169931520 /* master.u9 */), dev<float>(c, 173475584 /* optimizer.u9 */), dev<std::byte>(c, 319757568 /* grad_shard.u9 */));
+  step_optimizer(c, 9, dev<std::byte>(c, 168222208 /* param_shard.u9 */), dev<float>(c, 169994240 /* master.u9 */), dev<float>(c, 173538304 /* optimizer.u9 */), dev<std::byte>(c, 319820288 /* grad_shard.u9 */));
 }
 
 // 140: OPT u10 on compute
 void op_140(step_context& c) {
-  step_optimizer(c, 10, dev<std::byte>(c, 180563712 /* param_shard.u10 */), dev<float>(c, 182335744 /* master.u10 */), dev<float>(c, 185879808 /* optimizer.u10 */), dev<std::byte>(c, 316213504 /* grad_shard.u10 */));
+  step_optimizer(c, 10, dev<std::byte>(c, 180626432 /* param_shard.u10 */), dev<float>(c, 182398464 /* master.u10 */), dev<float>(c, 185942528 /* optimizer.u10 */), dev<std::byte>(c, 316276224 /* grad_shard.u10 */));
 }
 
 // 142: OPT u11 on compute
 void op_142(step_context& c) {
-  step_optimizer(c, 11, dev<std::byte>(c, 192967936 /* param_shard.u11 */), dev<float>(c, 194739968 /* master.u11 */), dev<float>(c, 198284032 /* optimizer.u11 */), dev<std::byte>(c, 312669440 /* grad_shard.u11 */));
+  step_optimizer(c, 11, dev<std::byte>(c, 193030656 /* param_shard.u11 */), dev<float>(c, 194802688 /* master.u11 */), dev<float>(c, 198346752 /* optimizer.u11 */), dev<std::byte>(c, 312732160 /* grad_shard.u11 */));
 }
 
 // 144: OPT u12 on compute
 void op_144(step_context& c) {
-  step_optimizer(c, 12, dev<std::byte>(c, 205372160 /* param_shard.u12 */), dev<float>(c, 207144192 /* master.u12 */), dev<float>(c, 210688256 /* optimizer.u12 */), dev<std::byte>(c, 309125376 /* grad_shard.u12 */));
+  step_optimizer(c, 12, dev<std::byte>(c, 205434880 /* param_shard.u12 */), dev<float>(c, 207206912 /* master.u12 */), dev<float>(c, 210750976 /* optimizer.u12 */), dev<std::byte>(c, 309188096 /* grad_shard.u12 */));
 }
 
 
-constexpr const char* kScheduleText = R"fsdpgen(units of gpt2_124m: 124439808 parameters, 124443648 padded elements (3840 padding), shard group 8 of world 8, shard alignment 128 elements
-unit 0 root: 39385344 params, flat 39386112 elems, shard 4923264 elems per rank
-             0   38597376  transformer.wte.weight (50257, 768)
-      38597376     786432  transformer.wpe.weight (1024, 768)
-      39383808        768  transformer.ln_f.weight (768)
-      39384576        768  transformer.ln_f.bias (768)
+constexpr const char* kScheduleText = R"fsdpgen(units of gpt2_124m: 124439808 parameters, 124479488 padded elements (39680 padding, 36096 of them vocab padding: vocab 50257 stored as 50304 rows, pad_vocab_to 128), shard group 8 of world 8, shard alignment 128 elements
+unit 0 root: 39385344 params, flat 39421952 elems, shard 4927744 elems per rank
+             0   38597376  transformer.wte.weight (50257, 768) + 36096 zero vocab-padding elems
+      38633472     786432  transformer.wpe.weight (1024, 768)
+      39419904        768  transformer.ln_f.weight (768)
+      39420672        768  transformer.ln_f.bias (768)
 unit 1 block0: 7087872 params, flat 7088128 elems, shard 886016 elems per rank
              0        768  transformer.h.0.ln_1.weight (768)
            768        768  transformer.h.0.ln_1.bias (768)
@@ -710,7 +711,7 @@ unit 12 block11: 7087872 params, flat 7088128 elems, shard 886016 elems per rank
 segments (forward order): [u0: embed] [u1: block 0] [u2: block 1] [u3: block 2] [u4: block 3] [u5: block 4] [u6: block 5] [u7: block 6] [u8: block 7] [u9: block 8] [u10: block 9] [u11: block 10] [u12: block 11] [u0: final_norm head +loss]
 schedule of gpt2_124m: full_shard, world 8 (shard group 8, 1 replica), 1 micro-batch of 16 x 1024 tokens per rank
 prefetch forward=true backward=pre max_inflight=2, recompute=none, offload=none, accumulate reduce=every
-146 ops, 107 buffers; bytes sent per rank: all-gather 366627072, reduce-scatter 435552768, all-reduce 56
+146 ops, 107 buffers; bytes sent per rank: all-gather 366689792, reduce-scatter 435678208, all-reduce 56
 stream compute (107 ops):
   #2     F u0 s0 mb0                                                       deps #0
   #4     F u1 s1 mb0          2.835e+11 flop                               deps #1
@@ -737,8 +738,8 @@ stream compute (107 ops):
   #35    FREE                 params.u11.fwd.mb0                           deps #30
   #36    F u12 s12 mb0        2.835e+11 flop                               deps #33
   #37    FREE                 params.u12.fwd.mb0                           deps #33
-  #38    F u0 s13 mb0         1.265e+12 flop                               deps #0
-  #40    B u0 s13 mb0         2.53e+12 flop                                deps #0
+  #38    F u0 s13 mb0         1.266e+12 flop                               deps #0
+  #40    B u0 s13 mb0         2.532e+12 flop                               deps #0
   #41    FREE                 acts.s13.mb0 logits.mb0                      deps -
   #43    B u12 s12 mb0        5.669e+11 flop                               deps #39
   #44    FREE                 acts.s12.mb0                                 deps -
@@ -792,8 +793,8 @@ stream compute (107 ops):
   #114   FREE                 params.u0.step.mb0                           deps #0
   #115   FREE                 grads.u1.mb0                                 deps #111
   #117   FREE                 grads.u0.mb0                                 deps #116
-  #118   GRADNORM             62221824 B memory                            deps #46 #52 #58 #64 #70 #76 #82 #88 #94 #100 #106 #111 #116
-  #120   OPT u0               147697920 B memory                           deps #116 #119
+  #118   GRADNORM             62239744 B memory                            deps #46 #52 #58 #64 #70 #76 #82 #88 #94 #100 #106 #111 #116
+  #120   OPT u0               147832320 B memory                           deps #116 #119
   #121   FREE                 grad_shard.u0                                deps #116
   #122   OPT u1               26580480 B memory                            deps #111 #119
   #123   FREE                 grad_shard.u1                                deps #111
@@ -820,7 +821,7 @@ stream compute (107 ops):
   #144   OPT u12              26580480 B memory                            deps #46 #119
   #145   FREE                 grad_shard.u12                               deps #46
 stream allgather (25 ops):
-  #0     AG u0 mb0            78772224 B over shard x8                     deps -
+  #0     AG u0 mb0            78843904 B over shard x8                     deps -
   #1     AG u1 mb0            14176256 B over shard x8                     deps -
   #3     AG u2 mb0            14176256 B over shard x8                     deps #2
   #6     AG u3 mb0            14176256 B over shard x8                     deps #5
@@ -858,128 +859,128 @@ stream reducescatter (13 ops):
   #100   RS u3 mb0            28352512 B over shard x8                     deps #96 #99
   #106   RS u2 mb0            28352512 B over shard x8                     deps #102 #105
   #111   RS u1 mb0            28352512 B over shard x8                     deps #107 #110
-  #116   RS u0 mb0            157544448 B over shard x8                    deps #112 #115
+  #116   RS u0 mb0            157687808 B over shard x8                    deps #112 #115
 stream allreduce (1 ops):
   #119   AR                   32 B over shard x8                           deps #118
 )fsdpgen";
 
 // Buffers: name, memory space, arena offset, bytes, persistent.
 constexpr program_buffer kBuffers[] = {
-    {"param_shard.u0", memory_space::device, 0, 9846528, true},
-    {"master.u0", memory_space::device, 9846528, 19693056, true},
-    {"optimizer.u0", memory_space::device, 29539584, 39386112, true},
-    {"param_shard.u1", memory_space::device, 68925696, 1772032, true},
-    {"master.u1", memory_space::device, 70697728, 3544064, true},
-    {"optimizer.u1", memory_space::device, 74241792, 7088128, true},
-    {"param_shard.u2", memory_space::device, 81329920, 1772032, true},
-    {"master.u2", memory_space::device, 83101952, 3544064, true},
-    {"optimizer.u2", memory_space::device, 86646016, 7088128, true},
-    {"param_shard.u3", memory_space::device, 93734144, 1772032, true},
-    {"master.u3", memory_space::device, 95506176, 3544064, true},
-    {"optimizer.u3", memory_space::device, 99050240, 7088128, true},
-    {"param_shard.u4", memory_space::device, 106138368, 1772032, true},
-    {"master.u4", memory_space::device, 107910400, 3544064, true},
-    {"optimizer.u4", memory_space::device, 111454464, 7088128, true},
-    {"param_shard.u5", memory_space::device, 118542592, 1772032, true},
-    {"master.u5", memory_space::device, 120314624, 3544064, true},
-    {"optimizer.u5", memory_space::device, 123858688, 7088128, true},
-    {"param_shard.u6", memory_space::device, 130946816, 1772032, true},
-    {"master.u6", memory_space::device, 132718848, 3544064, true},
-    {"optimizer.u6", memory_space::device, 136262912, 7088128, true},
-    {"param_shard.u7", memory_space::device, 143351040, 1772032, true},
-    {"master.u7", memory_space::device, 145123072, 3544064, true},
-    {"optimizer.u7", memory_space::device, 148667136, 7088128, true},
-    {"param_shard.u8", memory_space::device, 155755264, 1772032, true},
-    {"master.u8", memory_space::device, 157527296, 3544064, true},
-    {"optimizer.u8", memory_space::device, 161071360, 7088128, true},
-    {"param_shard.u9", memory_space::device, 168159488, 1772032, true},
-    {"master.u9", memory_space::device, 169931520, 3544064, true},
-    {"optimizer.u9", memory_space::device, 173475584, 7088128, true},
-    {"param_shard.u10", memory_space::device, 180563712, 1772032, true},
-    {"master.u10", memory_space::device, 182335744, 3544064, true},
-    {"optimizer.u10", memory_space::device, 185879808, 7088128, true},
-    {"param_shard.u11", memory_space::device, 192967936, 1772032, true},
-    {"master.u11", memory_space::device, 194739968, 3544064, true},
-    {"optimizer.u11", memory_space::device, 198284032, 7088128, true},
-    {"param_shard.u12", memory_space::device, 205372160, 1772032, true},
-    {"master.u12", memory_space::device, 207144192, 3544064, true},
-    {"optimizer.u12", memory_space::device, 210688256, 7088128, true},
-    {"gemm_workspace", memory_space::device, 217776384, 6291456, true},
-    {"params.u0.step.mb0", memory_space::device, 12223803648, 78772224, false},
-    {"inputs.mb0", memory_space::device, 12367214848, 131072, false},
-    {"params.u1.fwd.mb0", memory_space::device, 224067840, 14176256, false},
-    {"acts.s1.mb0", memory_space::device, 1870954752, 805568512, false},
-    {"params.u2.fwd.mb0", memory_space::device, 238244096, 14176256, false},
-    {"acts.s2.mb0", memory_space::device, 2676523264, 805568512, false},
-    {"params.u3.fwd.mb0", memory_space::device, 224067840, 14176256, false},
-    {"acts.s3.mb0", memory_space::device, 3482091776, 805568512, false},
-    {"params.u4.fwd.mb0", memory_space::device, 238244096, 14176256, false},
-    {"acts.s4.mb0", memory_space::device, 4287660288, 805568512, false},
-    {"params.u5.fwd.mb0", memory_space::device, 224067840, 14176256, false},
-    {"acts.s5.mb0", memory_space::device, 5093228800, 805568512, false},
-    {"params.u6.fwd.mb0", memory_space::device, 238244096, 14176256, false},
-    {"acts.s6.mb0", memory_space::device, 5898797312, 805568512, false},
-    {"params.u7.fwd.mb0", memory_space::device, 224067840, 14176256, false},
-    {"acts.s7.mb0", memory_space::device, 6704365824, 805568512, false},
-    {"params.u8.fwd.mb0", memory_space::device, 238244096, 14176256, false},
-    {"acts.s8.mb0", memory_space::device, 7509934336, 805568512, false},
-    {"params.u9.fwd.mb0", memory_space::device, 224067840, 14176256, false},
-    {"acts.s9.mb0", memory_space::device, 8315502848, 805568512, false},
-    {"params.u10.fwd.mb0", memory_space::device, 238244096, 14176256, false},
-    {"acts.s10.mb0", memory_space::device, 9121071360, 805568512, false},
-    {"params.u11.fwd.mb0", memory_space::device, 224067840, 14176256, false},
-    {"acts.s11.mb0", memory_space::device, 9926639872, 805568512, false},
-    {"params.u12.fwd.mb0", memory_space::device, 238244096, 14176256, false},
-    {"acts.s12.mb0", memory_space::device, 10732208384, 805568512, false},
-    {"acts.s13.mb0", memory_space::device, 12302575872, 50462720, false},
-    {"logits.mb0", memory_space::device, 224067840, 1646886912, false},
-    {"grad_acts.mb0", memory_space::device, 11537776896, 528482304, false},
-    {"params.u12.bwd.mb0", memory_space::device, 12353038592, 14176256, false},
-    {"grads.u0.mb0", memory_space::device, 12066259200, 157544448, false},
-    {"params.u11.bwd.mb0", memory_space::device, 280772864, 14176256, false},
-    {"grads.u12.mb0", memory_space::device, 224067840, 28352512, false},
-    {"grad_shard.u12", memory_space::device, 309125376, 3544064, false},
-    {"params.u10.bwd.mb0", memory_space::device, 294949120, 14176256, false},
-    {"grads.u11.mb0", memory_space::device, 252420352, 28352512, false},
-    {"grad_shard.u11", memory_space::device, 312669440, 3544064, false},
-    {"params.u9.bwd.mb0", memory_space::device, 280772864, 14176256, false},
-    {"grads.u10.mb0", memory_space::device, 224067840, 28352512, false},
-    {"grad_shard.u10", memory_space::device, 316213504, 3544064, false},
-    {"params.u8.bwd.mb0", memory_space::device, 294949120, 14176256, false},
-    {"grads.u9.mb0", memory_space::device, 252420352, 28352512, false},
-    {"grad_shard.u9", memory_space::device, 319757568, 3544064, false},
-    {"params.u7.bwd.mb0", memory_space::device, 280772864, 14176256, false},
-    {"grads.u8.mb0", memory_space::device, 224067840, 28352512, false},
-    {"grad_shard.u8", memory_space::device, 323301632, 3544064, false},
-    {"params.u6.bwd.mb0", memory_space::device, 294949120, 14176256, false},
-    {"grads.u7.mb0", memory_space::device, 252420352, 28352512, false},
-    {"grad_shard.u7", memory_space::device, 326845696, 3544064, false},
-    {"params.u5.bwd.mb0", memory_space::device, 280772864, 14176256, false},
-    {"grads.u6.mb0", memory_space::device, 224067840, 28352512, false},
-    {"grad_shard.u6", memory_space::device, 330389760, 3544064, false},
-    {"params.u4.bwd.mb0", memory_space::device, 294949120, 14176256, false},
-    {"grads.u5.mb0", memory_space::device, 252420352, 28352512, false},
-    {"grad_shard.u5", memory_space::device, 333933824, 3544064, false},
-    {"params.u3.bwd.mb0", memory_space::device, 280772864, 14176256, false},
-    {"grads.u4.mb0", memory_space::device, 224067840, 28352512, false},
-    {"grad_shard.u4", memory_space::device, 337477888, 3544064, false},
-    {"params.u2.bwd.mb0", memory_space::device, 294949120, 14176256, false},
-    {"grads.u3.mb0", memory_space::device, 252420352, 28352512, false},
-    {"grad_shard.u3", memory_space::device, 341021952, 3544064, false},
-    {"params.u1.bwd.mb0", memory_space::device, 280772864, 14176256, false},
-    {"grads.u2.mb0", memory_space::device, 224067840, 28352512, false},
-    {"grad_shard.u2", memory_space::device, 294949120, 3544064, false},
-    {"grads.u1.mb0", memory_space::device, 252420352, 28352512, false},
-    {"grad_shard.u1", memory_space::device, 243760896, 3544064, false},
-    {"grad_shard.u0", memory_space::device, 224067840, 19693056, false},
+    {"param_shard.u0", memory_space::device, 0, 9855488, true},
+    {"master.u0", memory_space::device, 9855488, 19710976, true},
+    {"optimizer.u0", memory_space::device, 29566464, 39421952, true},
+    {"param_shard.u1", memory_space::device, 68988416, 1772032, true},
+    {"master.u1", memory_space::device, 70760448, 3544064, true},
+    {"optimizer.u1", memory_space::device, 74304512, 7088128, true},
+    {"param_shard.u2", memory_space::device, 81392640, 1772032, true},
+    {"master.u2", memory_space::device, 83164672, 3544064, true},
+    {"optimizer.u2", memory_space::device, 86708736, 7088128, true},
+    {"param_shard.u3", memory_space::device, 93796864, 1772032, true},
+    {"master.u3", memory_space::device, 95568896, 3544064, true},
+    {"optimizer.u3", memory_space::device, 99112960, 7088128, true},
+    {"param_shard.u4", memory_space::device, 106201088, 1772032, true},
+    {"master.u4", memory_space::device, 107973120, 3544064, true},
+    {"optimizer.u4", memory_space::device, 111517184, 7088128, true},
+    {"param_shard.u5", memory_space::device, 118605312, 1772032, true},
+    {"master.u5", memory_space::device, 120377344, 3544064, true},
+    {"optimizer.u5", memory_space::device, 123921408, 7088128, true},
+    {"param_shard.u6", memory_space::device, 131009536, 1772032, true},
+    {"master.u6", memory_space::device, 132781568, 3544064, true},
+    {"optimizer.u6", memory_space::device, 136325632, 7088128, true},
+    {"param_shard.u7", memory_space::device, 143413760, 1772032, true},
+    {"master.u7", memory_space::device, 145185792, 3544064, true},
+    {"optimizer.u7", memory_space::device, 148729856, 7088128, true},
+    {"param_shard.u8", memory_space::device, 155817984, 1772032, true},
+    {"master.u8", memory_space::device, 157590016, 3544064, true},
+    {"optimizer.u8", memory_space::device, 161134080, 7088128, true},
+    {"param_shard.u9", memory_space::device, 168222208, 1772032, true},
+    {"master.u9", memory_space::device, 169994240, 3544064, true},
+    {"optimizer.u9", memory_space::device, 173538304, 7088128, true},
+    {"param_shard.u10", memory_space::device, 180626432, 1772032, true},
+    {"master.u10", memory_space::device, 182398464, 3544064, true},
+    {"optimizer.u10", memory_space::device, 185942528, 7088128, true},
+    {"param_shard.u11", memory_space::device, 193030656, 1772032, true},
+    {"master.u11", memory_space::device, 194802688, 3544064, true},
+    {"optimizer.u11", memory_space::device, 198346752, 7088128, true},
+    {"param_shard.u12", memory_space::device, 205434880, 1772032, true},
+    {"master.u12", memory_space::device, 207206912, 3544064, true},
+    {"optimizer.u12", memory_space::device, 210750976, 7088128, true},
+    {"gemm_workspace", memory_space::device, 217839104, 6291456, true},
+    {"params.u0.step.mb0", memory_space::device, 12225549824, 78843904, false},
+    {"inputs.mb0", memory_space::device, 12369032704, 131072, false},
+    {"params.u1.fwd.mb0", memory_space::device, 224130560, 14176256, false},
+    {"acts.s1.mb0", memory_space::device, 1872557568, 805568512, false},
+    {"params.u2.fwd.mb0", memory_space::device, 238306816, 14176256, false},
+    {"acts.s2.mb0", memory_space::device, 2678126080, 805568512, false},
+    {"params.u3.fwd.mb0", memory_space::device, 224130560, 14176256, false},
+    {"acts.s3.mb0", memory_space::device, 3483694592, 805568512, false},
+    {"params.u4.fwd.mb0", memory_space::device, 238306816, 14176256, false},
+    {"acts.s4.mb0", memory_space::device, 4289263104, 805568512, false},
+    {"params.u5.fwd.mb0", memory_space::device, 224130560, 14176256, false},
+    {"acts.s5.mb0", memory_space::device, 5094831616, 805568512, false},
+    {"params.u6.fwd.mb0", memory_space::device, 238306816, 14176256, false},
+    {"acts.s6.mb0", memory_space::device, 5900400128, 805568512, false},
+    {"params.u7.fwd.mb0", memory_space::device, 224130560, 14176256, false},
+    {"acts.s7.mb0", memory_space::device, 6705968640, 805568512, false},
+    {"params.u8.fwd.mb0", memory_space::device, 238306816, 14176256, false},
+    {"acts.s8.mb0", memory_space::device, 7511537152, 805568512, false},
+    {"params.u9.fwd.mb0", memory_space::device, 224130560, 14176256, false},
+    {"acts.s9.mb0", memory_space::device, 8317105664, 805568512, false},
+    {"params.u10.fwd.mb0", memory_space::device, 238306816, 14176256, false},
+    {"acts.s10.mb0", memory_space::device, 9122674176, 805568512, false},
+    {"params.u11.fwd.mb0", memory_space::device, 224130560, 14176256, false},
+    {"acts.s11.mb0", memory_space::device, 9928242688, 805568512, false},
+    {"params.u12.fwd.mb0", memory_space::device, 238306816, 14176256, false},
+    {"acts.s12.mb0", memory_space::device, 10733811200, 805568512, false},
+    {"acts.s13.mb0", memory_space::device, 12304393728, 50462720, false},
+    {"logits.mb0", memory_space::device, 224130560, 1648427008, false},
+    {"grad_acts.mb0", memory_space::device, 11539379712, 528482304, false},
+    {"params.u12.bwd.mb0", memory_space::device, 12354856448, 14176256, false},
+    {"grads.u0.mb0", memory_space::device, 12067862016, 157687808, false},
+    {"params.u11.bwd.mb0", memory_space::device, 280835584, 14176256, false},
+    {"grads.u12.mb0", memory_space::device, 224130560, 28352512, false},
+    {"grad_shard.u12", memory_space::device, 309188096, 3544064, false},
+    {"params.u10.bwd.mb0", memory_space::device, 295011840, 14176256, false},
+    {"grads.u11.mb0", memory_space::device, 252483072, 28352512, false},
+    {"grad_shard.u11", memory_space::device, 312732160, 3544064, false},
+    {"params.u9.bwd.mb0", memory_space::device, 280835584, 14176256, false},
+    {"grads.u10.mb0", memory_space::device, 224130560, 28352512, false},
+    {"grad_shard.u10", memory_space::device, 316276224, 3544064, false},
+    {"params.u8.bwd.mb0", memory_space::device, 295011840, 14176256, false},
+    {"grads.u9.mb0", memory_space::device, 252483072, 28352512, false},
+    {"grad_shard.u9", memory_space::device, 319820288, 3544064, false},
+    {"params.u7.bwd.mb0", memory_space::device, 280835584, 14176256, false},
+    {"grads.u8.mb0", memory_space::device, 224130560, 28352512, false},
+    {"grad_shard.u8", memory_space::device, 323364352, 3544064, false},
+    {"params.u6.bwd.mb0", memory_space::device, 295011840, 14176256, false},
+    {"grads.u7.mb0", memory_space::device, 252483072, 28352512, false},
+    {"grad_shard.u7", memory_space::device, 326908416, 3544064, false},
+    {"params.u5.bwd.mb0", memory_space::device, 280835584, 14176256, false},
+    {"grads.u6.mb0", memory_space::device, 224130560, 28352512, false},
+    {"grad_shard.u6", memory_space::device, 330452480, 3544064, false},
+    {"params.u4.bwd.mb0", memory_space::device, 295011840, 14176256, false},
+    {"grads.u5.mb0", memory_space::device, 252483072, 28352512, false},
+    {"grad_shard.u5", memory_space::device, 333996544, 3544064, false},
+    {"params.u3.bwd.mb0", memory_space::device, 280835584, 14176256, false},
+    {"grads.u4.mb0", memory_space::device, 224130560, 28352512, false},
+    {"grad_shard.u4", memory_space::device, 337540608, 3544064, false},
+    {"params.u2.bwd.mb0", memory_space::device, 295011840, 14176256, false},
+    {"grads.u3.mb0", memory_space::device, 252483072, 28352512, false},
+    {"grad_shard.u3", memory_space::device, 341084672, 3544064, false},
+    {"params.u1.bwd.mb0", memory_space::device, 280835584, 14176256, false},
+    {"grads.u2.mb0", memory_space::device, 224130560, 28352512, false},
+    {"grad_shard.u2", memory_space::device, 295011840, 3544064, false},
+    {"grads.u1.mb0", memory_space::device, 252483072, 28352512, false},
+    {"grad_shard.u1", memory_space::device, 243841536, 3544064, false},
+    {"grad_shard.u0", memory_space::device, 224130560, 19710976, false},
 };
 
 // Tensors: Hugging Face name, unit, offset in the unit's flat parameter, shape.
 constexpr program_tensor kTensors[] = {
     {"transformer.wte.weight", 0, 0, 50257, 768},
-    {"transformer.wpe.weight", 0, 38597376, 1024, 768},
-    {"transformer.ln_f.weight", 0, 39383808, 768, 0},
-    {"transformer.ln_f.bias", 0, 39384576, 768, 0},
+    {"transformer.wpe.weight", 0, 38633472, 1024, 768},
+    {"transformer.ln_f.weight", 0, 39419904, 768, 0},
+    {"transformer.ln_f.bias", 0, 39420672, 768, 0},
     {"transformer.h.0.ln_1.weight", 1, 0, 768, 0},
     {"transformer.h.0.ln_1.bias", 1, 768, 768, 0},
     {"transformer.h.0.attn.c_attn.weight", 1, 1536, 768, 2304},
@@ -1128,7 +1129,7 @@ constexpr program_tensor kTensors[] = {
 
 // Units: name, params, padded and shard elements, tensors, persistent buffers.
 constexpr program_unit kUnits[] = {
-    {"root", 39385344, 39386112, 4923264, 0, 4, 0, 1, 2, -1, dtype_id::fp32},
+    {"root", 39385344, 39421952, 4927744, 0, 4, 0, 1, 2, -1, dtype_id::fp32},
     {"block0", 7087872, 7088128, 886016, 4, 12, 3, 4, 5, -1, dtype_id::fp32},
     {"block1", 7087872, 7088128, 886016, 16, 12, 6, 7, 8, -1, dtype_id::fp32},
     {"block2", 7087872, 7088128, 886016, 28, 12, 9, 10, 11, -1, dtype_id::fp32},
@@ -1275,7 +1276,7 @@ constexpr int kDeps143[] = {52};
 constexpr int kDeps144[] = {46, 119};
 constexpr int kDeps145[] = {46};
 constexpr program_op kOps[] = {
-    {0, stream_id::allgather, op_kind::all_gather, "AG u0 mb0", comm_group::shard, 78772224, nullptr, 0, op_0, "{\"op\":0,\"kind\":\"AG\",\"unit\":0,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":78772224,\"sent_bytes\":68925696,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
+    {0, stream_id::allgather, op_kind::all_gather, "AG u0 mb0", comm_group::shard, 78843904, nullptr, 0, op_0, "{\"op\":0,\"kind\":\"AG\",\"unit\":0,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":78843904,\"sent_bytes\":68988416,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
     {1, stream_id::allgather, op_kind::all_gather, "AG u1 mb0", comm_group::shard, 14176256, nullptr, 0, op_1, "{\"op\":1,\"kind\":\"AG\",\"unit\":1,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
     {2, stream_id::compute, op_kind::forward, "F u0 s0 mb0", comm_group::none, 0, kDeps2, 1, op_2, "{\"op\":2,\"kind\":\"F\",\"unit\":0,\"segment\":0,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[0]}"},
     {3, stream_id::allgather, op_kind::all_gather, "AG u2 mb0", comm_group::shard, 14176256, kDeps3, 1, op_3, "{\"op\":3,\"kind\":\"AG\",\"unit\":2,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[2]}"},
@@ -1313,9 +1314,9 @@ constexpr program_op kOps[] = {
     {35, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps35, 1, op_free, "{\"op\":35,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[30]}"},
     {36, stream_id::compute, op_kind::forward, "F u12 s12 mb0", comm_group::none, 0, kDeps36, 1, op_36, "{\"op\":36,\"kind\":\"F\",\"unit\":12,\"segment\":12,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":283467841536.0,\"deps\":[33]}"},
     {37, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps37, 1, op_free, "{\"op\":37,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[33]}"},
-    {38, stream_id::compute, op_kind::forward, "F u0 s13 mb0", comm_group::none, 0, kDeps38, 1, op_38, "{\"op\":38,\"kind\":\"F\",\"unit\":0,\"segment\":13,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":1264758816768.0,\"deps\":[0]}"},
+    {38, stream_id::compute, op_kind::forward, "F u0 s13 mb0", comm_group::none, 0, kDeps38, 1, op_38, "{\"op\":38,\"kind\":\"F\",\"unit\":0,\"segment\":13,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":1265941610496.0,\"deps\":[0]}"},
     {39, stream_id::allgather, op_kind::all_gather, "AG u12 mb0", comm_group::shard, 14176256, kDeps39, 1, op_39, "{\"op\":39,\"kind\":\"AG\",\"unit\":12,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[38]}"},
-    {40, stream_id::compute, op_kind::backward, "B u0 s13 mb0", comm_group::none, 0, kDeps40, 1, op_40, "{\"op\":40,\"kind\":\"B\",\"unit\":0,\"segment\":13,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":2529517633536.0,\"deps\":[0]}"},
+    {40, stream_id::compute, op_kind::backward, "B u0 s13 mb0", comm_group::none, 0, kDeps40, 1, op_40, "{\"op\":40,\"kind\":\"B\",\"unit\":0,\"segment\":13,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":2531883220992.0,\"deps\":[0]}"},
     {41, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free, "{\"op\":41,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
     {42, stream_id::allgather, op_kind::all_gather, "AG u11 mb0", comm_group::shard, 14176256, kDeps42, 1, op_42, "{\"op\":42,\"kind\":\"AG\",\"unit\":11,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":14176256,\"sent_bytes\":12404224,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[41]}"},
     {43, stream_id::compute, op_kind::backward, "B u12 s12 mb0", comm_group::none, 0, kDeps43, 1, op_43, "{\"op\":43,\"kind\":\"B\",\"unit\":12,\"segment\":12,\"micro_batch\":0,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":566935683072.0,\"deps\":[39]}"},
@@ -1391,11 +1392,11 @@ constexpr program_op kOps[] = {
     {113, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, nullptr, 0, op_free, "{\"op\":113,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[]}"},
     {114, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps114, 1, op_free, "{\"op\":114,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[0]}"},
     {115, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps115, 1, op_free, "{\"op\":115,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[111]}"},
-    {116, stream_id::reducescatter, op_kind::reduce_scatter, "RS u0 mb0", comm_group::shard, 157544448, kDeps116, 2, op_116, "{\"op\":116,\"kind\":\"RS\",\"unit\":0,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":157544448,\"sent_bytes\":137851392,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[112,115]}"},
+    {116, stream_id::reducescatter, op_kind::reduce_scatter, "RS u0 mb0", comm_group::shard, 157687808, kDeps116, 2, op_116, "{\"op\":116,\"kind\":\"RS\",\"unit\":0,\"segment\":-1,\"micro_batch\":0,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":157687808,\"sent_bytes\":137976832,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[112,115]}"},
     {117, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps117, 1, op_free, "{\"op\":117,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[116]}"},
-    {118, stream_id::compute, op_kind::grad_norm, "GRADNORM", comm_group::none, 0, kDeps118, 13, op_118, "{\"op\":118,\"kind\":\"GRADNORM\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":62221824,\"flops\":0.0,\"deps\":[46,52,58,64,70,76,82,88,94,100,106,111,116]}"},
+    {118, stream_id::compute, op_kind::grad_norm, "GRADNORM", comm_group::none, 0, kDeps118, 13, op_118, "{\"op\":118,\"kind\":\"GRADNORM\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":62239744,\"flops\":0.0,\"deps\":[46,52,58,64,70,76,82,88,94,100,106,111,116]}"},
     {119, stream_id::allreduce, op_kind::all_reduce, "AR", comm_group::shard, 32, kDeps119, 1, op_119, "{\"op\":119,\"kind\":\"AR\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"shard\",\"group_size\":8,\"payload_bytes\":32,\"sent_bytes\":56,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[118]}"},
-    {120, stream_id::compute, op_kind::optimizer_step, "OPT u0", comm_group::none, 0, kDeps120, 2, op_120, "{\"op\":120,\"kind\":\"OPT\",\"unit\":0,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":147697920,\"flops\":0.0,\"deps\":[116,119]}"},
+    {120, stream_id::compute, op_kind::optimizer_step, "OPT u0", comm_group::none, 0, kDeps120, 2, op_120, "{\"op\":120,\"kind\":\"OPT\",\"unit\":0,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":147832320,\"flops\":0.0,\"deps\":[116,119]}"},
     {121, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps121, 1, op_free, "{\"op\":121,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[116]}"},
     {122, stream_id::compute, op_kind::optimizer_step, "OPT u1", comm_group::none, 0, kDeps122, 2, op_122, "{\"op\":122,\"kind\":\"OPT\",\"unit\":1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":26580480,\"flops\":0.0,\"deps\":[111,119]}"},
     {123, stream_id::compute, op_kind::free, "FREE", comm_group::none, 0, kDeps123, 1, op_free, "{\"op\":123,\"kind\":\"FREE\",\"unit\":-1,\"segment\":-1,\"micro_batch\":-1,\"group\":\"none\",\"group_size\":1,\"payload_bytes\":0,\"sent_bytes\":0,\"memory_bytes\":0,\"flops\":0.0,\"deps\":[111]}"},
@@ -1424,9 +1425,9 @@ constexpr program_op kOps[] = {
 };
 
 const program kProgram = {
-    "specs/gpt2-124m.fsdp", "gpt2_124m", kScheduleText, 0x98bd7a12fd5f4799ull,
-    // model: vocab, context, width, heads, layers, ffn_hidden, tied, params
-    50257, 1024, 768, 12, 12, 3072, true, 124439808,
+    "specs/gpt2-124m.fsdp", "gpt2_124m", kScheduleText, 0x2cc602b94eb8a064ull,
+    // model: vocab, context, width, heads, layers, ffn_hidden, tied, params, padded vocab
+    50257, 1024, 768, 12, 12, 3072, true, 124439808, 50304,
     // parallel: world, shard group, micro-batches, micro-batch; param, reduce, master
     8, 8, 1, 16, dtype_id::bf16, dtype_id::fp32, dtype_id::fp32,
     // fp16 loss scale: dynamic, init, interval
@@ -1437,8 +1438,8 @@ const program kProgram = {
     lr_schedule_kind::cosine, 700, 6.0000000000000002e-05, 19073, 1, 1337, data_source::tokens, 7, "specs/fineweb_train_000001.bin", 10,
     // checkpoints: every, dir, keep
     5000, "ckpt/gpt2-124m", 2,
-    // plan: device arena, host arena, live peak, workspace buffer, flash attention
-    12367345920, 0, 12367345920, 39, false,
+    // plan: device arena, host arena, live peak, workspace buffer
+    12369163776, 0, 12369163776, 39,
     kBuffers, 107, kUnits, 13, kTensors, 148, kOps, 146};
 static_assert(6291456 >= kCpuGemmWorkspaceBytes, "the planned GEMM workspace is smaller than the runtime needs");
 

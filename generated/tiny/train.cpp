@@ -14,8 +14,9 @@ using param_t = float;  // params and activations (fp32)
 using grad_t = float;   // unsharded gradients (fp32)
 
 // B sequences of T tokens, width C, H heads, MLP hidden F, vocab V; flash: attention
-// saves log-sum-exp, not probabilities (the plan's layout, codegen/Activations.h).
-constexpr gpt2_dims kDims{8, 128, 128, 4, 512, 256, false};
+// saves log-sum-exp, not probabilities (the plan's layout, codegen/Activations.h);
+// the embedding and head are stored with V padded to Vp rows (pad_vocab_to 128).
+constexpr gpt2_dims kDims{8, 128, 128, 4, 512, 256, false, 256};
 
 // Free ops release buffers; the executor does the accounting.
 [[maybe_unused]] void op_free(step_context&) {}
@@ -578,9 +579,9 @@ constexpr program_op kOps[] = {
 };
 
 const program kProgram = {
-    "specs/tiny.fsdp", "tiny", kScheduleText, 0xc88cdcb2abeb4fe5ull,
-    // model: vocab, context, width, heads, layers, ffn_hidden, tied, params
-    256, 128, 128, 4, 4, 512, true, 842496,
+    "specs/tiny.fsdp", "tiny", kScheduleText, 0x0656e3bd521bd0aeull,
+    // model: vocab, context, width, heads, layers, ffn_hidden, tied, params, padded vocab
+    256, 128, 128, 4, 4, 512, true, 842496, 256,
     // parallel: world, shard group, micro-batches, micro-batch; param, reduce, master
     2, 2, 1, 8, dtype_id::fp32, dtype_id::fp32, dtype_id::fp32,
     // fp16 loss scale: dynamic, init, interval

@@ -165,12 +165,13 @@ template <class T>
 void cuda_gpt2_head_forward(T* logits, float* losses, const int32_t* targets, const T* lnf_w,
                             const T* lnf_b, const T* head_w, const gpt2_final_norm_saved<T>& s,
                             const gpt2_dims& d, const float* dloss_scale, gpu_exec& g) {
-  const int64_t N = d.N(), C = d.C, V = d.V;
+  const int64_t N = d.N(), C = d.C, Vp = d.Vp();
   cuda_layernorm_forward(s.output, s.mean, s.rstd, s.input, lnf_w, lnf_b, N, C, g.stream);
-  // logits = output @ head_w^T, head_w (V, C).
-  cuda_gemm(false, true, N, V, C, 1.0f, static_cast<const T*>(s.output), C, head_w, C, 0.0f, logits,
-            V, g);
-  cuda_cross_entropy_fused(logits, losses, targets, N, V, dloss_scale, g.stream);
+  // logits = output @ head_w^T, head_w (Vp, C): over the padded vocabulary,
+  // whose multiple-of-128 width keeps cuBLASLt on its aligned kernels.
+  cuda_gemm(false, true, N, Vp, C, 1.0f, static_cast<const T*>(s.output), C, head_w, C, 0.0f,
+            logits, Vp, g);
+  cuda_cross_entropy_fused(logits, losses, targets, N, d.V, Vp, dloss_scale, g.stream);
 }
 
 template <class T, class G>
@@ -178,10 +179,12 @@ void cuda_gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, c
                              const T* logits, const gpt2_final_norm_saved<T>& s,
                              const gpt2_backward_scratch<T>& scratch, const gpt2_dims& d,
                              gpu_exec& g) {
-  const int64_t N = d.N(), C = d.C, V = d.V;
-  // dx = dlogits @ head_w (overwritten); dhead_w += dlogits^T @ x.
-  cuda_gemm(false, false, N, C, V, 1.0f, logits, V, head_w, C, 0.0f, scratch.dtmp, C, g);
-  cuda_gemm(true, false, V, C, N, 1.0f, logits, V, static_cast<const T*>(s.output), C, 1.0f,
+  const int64_t N = d.N(), C = d.C, Vp = d.Vp();
+  // dx = dlogits @ head_w (overwritten); dhead_w += dlogits^T @ x, over the
+  // padded vocabulary: dlogits' padded columns are zero, so are the padded
+  // rows' gradients.
+  cuda_gemm(false, false, N, C, Vp, 1.0f, logits, Vp, head_w, C, 0.0f, scratch.dtmp, C, g);
+  cuda_gemm(true, false, Vp, C, N, 1.0f, logits, Vp, static_cast<const T*>(s.output), C, 1.0f,
             dhead_w, C, g);
   cuda_layernorm_backward(scratch.dres, dlnf_w, dlnf_b, scratch.dtmp, s.input, lnf_w, s.mean,
                           s.rstd, N, C, false, g.stream);

@@ -44,10 +44,11 @@ void cuda_gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block
                               const gpt2_block_saved<T>& s, const gpt2_backward_scratch<T>& scratch,
                               const gpt2_dims& d, gpu_exec& g);
 
-// Final norm and head with the loss: reads s.input, fills s; logits (N, V)
-// end holding dloss_scale * d(loss sum)/d(logits); losses (N) fp32 per
-// token. dloss_scale is one device float, read when the kernel runs (a
-// captured step replays with each step's value). head_w is (V, C).
+// Final norm and head with the loss: reads s.input, fills s; logits (N, Vp)
+// end holding dloss_scale * d(loss sum)/d(logits), zero in the padded
+// columns [V, Vp); losses (N) fp32 per token. dloss_scale is one device
+// float, read when the kernel runs (a captured step replays with each step's
+// value). head_w is (Vp, C), its padded rows zero (runtime/gpt2.h).
 template <class T>
 void cuda_gpt2_head_forward(T* logits, float* losses, const int32_t* targets, const T* lnf_w,
                             const T* lnf_b, const T* head_w, const gpt2_final_norm_saved<T>& s,

@@ -344,15 +344,16 @@ __global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t 
 
 // ---------------------------------------------------------------- cross-entropy
 
-// A block per row: max, sum of exponentials, then the gradient over the row
-// in place. The scale is *dloss_scale_ptr when that is set, else dloss_scale.
+// A block per row: max, sum of exponentials over the V true columns, then
+// the gradient over them in place and zero in the padded columns [V, Vp).
+// The scale is *dloss_scale_ptr when that is set, else dloss_scale.
 template <class T>
 __global__ void cross_entropy_fused_kernel(T* logits, float* losses, const int32_t* targets,
-                                           int64_t V, const float* dloss_scale_ptr,
+                                           int64_t V, int64_t Vp, const float* dloss_scale_ptr,
                                            float dloss_scale) {
   if (dloss_scale_ptr != nullptr) dloss_scale = *dloss_scale_ptr;
   const int64_t n = blockIdx.x;
-  T* x = logits + n * V;
+  T* x = logits + n * Vp;
   const int64_t target = targets[n];
   // Read before the reductions' barriers, so before any thread overwrites the row.
   const float target_logit = threadIdx.x == 0 ? to_f(x[target]) : 0.0f;
@@ -370,6 +371,8 @@ __global__ void cross_entropy_fused_kernel(T* logits, float* losses, const int32
     const float p = exp_clamped(to_f(x[v]) - maxv) * inv;
     x[v] = from_f<T>(dloss_scale * (p - (v == target ? 1.0f : 0.0f)));
   }
+  for (int64_t v = V + threadIdx.x; v < Vp; v += blockDim.x)
+    x[v] = from_f<T>(0.0f);
 }
 
 // ---------------------------------------------------------------- optimizer and norm
@@ -508,19 +511,20 @@ void cuda_residual_forward(T* out, const T* a, const T* b, int64_t n, cudaStream
 
 template <class T>
 void cuda_cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N,
-                              int64_t V, float dloss_scale, cudaStream_t stream) {
+                              int64_t V, int64_t Vp, float dloss_scale, cudaStream_t stream) {
   if (N == 0) return;
   cross_entropy_fused_kernel<<<grid_dim(N), kCrossEntropyThreads, 0, stream>>>(
-      dev(logits), losses, targets, V, nullptr, dloss_scale);
+      dev(logits), losses, targets, V, Vp, nullptr, dloss_scale);
   CUDA_CHECK(cudaGetLastError());
 }
 
 template <class T>
 void cuda_cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N,
-                              int64_t V, const float* dloss_scale, cudaStream_t stream) {
+                              int64_t V, int64_t Vp, const float* dloss_scale,
+                              cudaStream_t stream) {
   if (N == 0) return;
   cross_entropy_fused_kernel<<<grid_dim(N), kCrossEntropyThreads, 0, stream>>>(
-      dev(logits), losses, targets, V, dloss_scale, 0.0f);
+      dev(logits), losses, targets, V, Vp, dloss_scale, 0.0f);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -558,17 +562,17 @@ void cuda_sum_squares(float* sum, float* scratch, const void* x, dtype_id t, int
   }
 }
 
-#define CUDA_KERNELS_INSTANTIATE_T(T)                                                             \
-  template void cuda_encoder_forward<T>(T*, const int32_t*, const T*, const T*, int64_t, int64_t, \
-                                        int64_t, cudaStream_t);                                   \
-  template void cuda_layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*,       \
-                                          int64_t, int64_t, cudaStream_t);                        \
-  template void cuda_gelu_forward<T>(T*, const T*, int64_t, cudaStream_t);                        \
-  template void cuda_gelu_backward<T>(T*, const T*, const T*, int64_t, cudaStream_t);             \
-  template void cuda_residual_forward<T>(T*, const T*, const T*, int64_t, cudaStream_t);          \
-  template void cuda_cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, float,  \
-                                            cudaStream_t);                                        \
-  template void cuda_cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t,         \
+#define CUDA_KERNELS_INSTANTIATE_T(T)                                                              \
+  template void cuda_encoder_forward<T>(T*, const int32_t*, const T*, const T*, int64_t, int64_t,  \
+                                        int64_t, cudaStream_t);                                    \
+  template void cuda_layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*,        \
+                                          int64_t, int64_t, cudaStream_t);                         \
+  template void cuda_gelu_forward<T>(T*, const T*, int64_t, cudaStream_t);                         \
+  template void cuda_gelu_backward<T>(T*, const T*, const T*, int64_t, cudaStream_t);              \
+  template void cuda_residual_forward<T>(T*, const T*, const T*, int64_t, cudaStream_t);           \
+  template void cuda_cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, int64_t, \
+                                            float, cudaStream_t);                                  \
+  template void cuda_cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, int64_t, \
                                             const float*, cudaStream_t);
 
 #define CUDA_KERNELS_INSTANTIATE_TG(T, G)                                                         \

@@ -68,20 +68,23 @@ void cuda_gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStr
 template <class T>
 void cuda_residual_forward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream);
 
-// Softmax cross-entropy fused with its gradient, one block per row:
-// losses[i] = -log softmax(logits[i])[targets[i]] (fp32); logits are
-// overwritten by dloss_scale * (softmax - onehot(targets[i])).
+// Softmax cross-entropy fused with its gradient, one block per row, over
+// the V true columns of rows Vp >= V wide (the padded vocabulary), as the
+// CPU's cross_entropy_fused: losses[i] = -log softmax(logits[i][0, V))[targets[i]]
+// (fp32); logits[i][0, V) are overwritten by dloss_scale * (softmax -
+// onehot(targets[i])) and the padded columns [V, Vp) by zero.
 template <class T>
-void cuda_cross_entropy_fused(T* logits,               // (N, V) in: logits, out: dlogits
+void cuda_cross_entropy_fused(T* logits,               // (N, Vp) in: logits, out: dlogits
                               float* losses,           // (N)
                               const int32_t* targets,  // (N)
-                              int64_t N, int64_t V, float dloss_scale, cudaStream_t stream);
+                              int64_t N, int64_t V, int64_t Vp, float dloss_scale,
+                              cudaStream_t stream);
 // The same with dloss_scale read from device memory (one float) when the
 // kernel runs, so that a step captured as a CUDA graph replays with each
 // step's value (e.g. &gpu_step_scalars::dloss_scale).
 template <class T>
 void cuda_cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N,
-                              int64_t V, const float* dloss_scale, cudaStream_t stream);
+                              int64_t V, int64_t Vp, const float* dloss_scale, cudaStream_t stream);
 
 // AdamW on master[begin, end) (fp32) from grad (dtype g, indexed like master),
 // m and v the state: optimizer_adamw's rule, bias corrections computed on the

@@ -7,6 +7,7 @@
 
 #include "codegen/Activations.h"
 #include "codegen/Fit.h"
+#include "codegen/Flops.h"
 #include "codegen/Verify.h"
 #include "tests/codegen/PlanTestUtil.h"
 
@@ -30,13 +31,74 @@ TEST(Lower, Gpt2SmallHas124MParametersAndAlignedShards) {
     EXPECT_EQ(u.padded_elems, u.shard_elems * 8);
     EXPECT_EQ(u.shard_elems * 2 % 256, 0) << u.name;  // 256-byte aligned bf16 shards
     EXPECT_GE(u.padded_elems, u.param_elems);
-    EXPECT_LT(u.padded_elems - u.param_elems, 8 * 128 + 16 * 16) << u.name;
+    // Shard padding and alignment gaps, besides the vocab padding (47 zero rows of wte).
+    EXPECT_LT(u.padded_elems - u.param_elems - u.vocab_padding_elems, 8 * 128 + 16 * 16) << u.name;
     for (const FlatTensor& t : u.tensors)
       EXPECT_EQ(t.offset_elems % kTensorAlignElems, 0);
   }
   // The tied head owns no tensor: the root holds wte, wpe and ln_f only.
   ASSERT_EQ(p.units.units[0].tensors.size(), 4u);
   EXPECT_EQ(p.units.units[0].tensors[0].name, "transformer.wte.weight");
+}
+
+// Vocab padding (pad_vocab_to, default 128): wte keeps its true shape and
+// parameter count and occupies 50304 rows of the flat parameter (llm.c's
+// 50257 -> 50304), the logits buffer has 50304 columns, the time model counts
+// the padded head GEMM, MFU's model FLOPs the true one; pad_vocab_to = 1 lays
+// out what the unpadded planner did.
+TEST(Lower, VocabPaddedTo128KeepsTrueShapesAndCounts) {
+  const std::string gpt2 =
+      "model g {{ vocab = 50257 context = 1024 width = 768 heads = 12 layers = 12 {} }}\n"
+      "parallel {{ world = 8 precision {{ param = bf16 }} }}\ntrain {{ micro_batch = 2 }}";
+  const Planned padded = plan_text(fmt::format(fmt::runtime(gpt2), ""));
+  const Planned plain = plan_text(fmt::format(fmt::runtime(gpt2), "pad_vocab_to = 1"));
+  const int64_t C = 768, V = 50257, Vp = 50304, tokens = 2 * 1024;
+  EXPECT_EQ(padded.spec.model.padded_vocab(), Vp);
+  EXPECT_EQ(plain.spec.model.padded_vocab(), V);
+  EXPECT_EQ(padded.units.total_params, 124439808);
+  EXPECT_EQ(plain.units.total_params, 124439808);
+  EXPECT_EQ(padded.units.total_vocab_padding_elems, (Vp - V) * C);
+  EXPECT_EQ(plain.units.total_vocab_padding_elems, 0);
+  for (const auto& [p, rows] : {std::pair{&padded, Vp}, std::pair{&plain, V}}) {
+    const FlatTensor& wte = p->units.units[0].tensors[0];
+    const FlatTensor& wpe = p->units.units[0].tensors[1];
+    EXPECT_EQ(wte.name, "transformer.wte.weight");
+    EXPECT_EQ(wte.shape, (std::vector<int64_t>{V, C}));
+    EXPECT_EQ(wte.elems, V * C);
+    EXPECT_EQ(wte.stored_elems, rows * C);
+    EXPECT_EQ(wpe.offset_elems, (rows * C + 15) / 16 * 16);
+    EXPECT_EQ(p->units.units[0].vocab_padding_elems, (rows - V) * C);
+    int64_t logits = 0;
+    for (const Buffer& b : p->schedule.buffers)
+      if (b.kind == BufferKind::Logits) logits = b.bytes;
+    EXPECT_EQ(logits, (rows * 2 + 4) * tokens) << "bf16 logits and an fp32 loss per token";
+  }
+  EXPECT_EQ(model_flops_per_token(padded.spec.model), model_flops_per_token(plain.spec.model));
+  const Segment& head = padded.units.segments.back();
+  EXPECT_EQ(segment_forward_flops(padded.spec.model, head, tokens) -
+                segment_forward_flops(plain.spec.model, head, tokens),
+            2.0 * C * (Vp - V) * tokens);
+  EXPECT_NE(print_units(padded.units)
+                .find(fmt::format(", {} of them vocab padding: vocab 50257 stored as 50304 rows",
+                                  (Vp - V) * C)),
+            std::string::npos)
+      << print_units(padded.units);
+  EXPECT_EQ(print_units(plain.units).find("vocab padding"), std::string::npos);
+}
+
+// Untied: lm_head.weight is padded as well; a vocabulary already a multiple
+// of the padding is not padded.
+TEST(Lower, VocabPaddingOfUntiedHeadAndOfAMultiple) {
+  const Planned untied = plan_text(
+      "model g { vocab = 100 context = 16 width = 32 heads = 2 layers = 2 tie_embeddings = false "
+      "}\nparallel { world = 2 }\ntrain { micro_batch = 2 }");
+  EXPECT_EQ(untied.units.total_vocab_padding_elems, 2 * 28 * 32);
+  const FlatUnit& root = untied.units.units[0];
+  EXPECT_EQ(root.tensors.back().name, "lm_head.weight");
+  EXPECT_EQ(root.tensors.back().stored_elems, 128 * 32);
+  EXPECT_EQ(root.tensors.back().shape, (std::vector<int64_t>{100, 32}));
+  const Planned multiple = plan_text(model(2, ""));  // vocab 512
+  EXPECT_EQ(multiple.units.total_vocab_padding_elems, 0);
 }
 
 TEST(Lower, SegmentsFollowForwardOrder) {

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <random>
@@ -310,14 +311,48 @@ TYPED_TEST(CudaKernel, CrossEntropyFused) {
   device_vec<T> logits_d(logits);
   device_vec<int32_t> targets_d(targets);
   device_vec<float> losses_d(N);
-  cuda_cross_entropy_fused(logits_d.get(), losses_d.get(), targets_d.get(), N, V, dloss_scale,
+  cuda_cross_entropy_fused(logits_d.get(), losses_d.get(), targets_d.get(), N, V, V, dloss_scale,
                            this->stream);
   this->sync();
   std::vector<float> losses(N);
-  cross_entropy_fused(logits.data(), losses.data(), targets.data(), N, V, dloss_scale);
+  cross_entropy_fused(logits.data(), losses.data(), targets.data(), N, V, V, dloss_scale);
   expect_close(tag<T>("cuda_cross_entropy_fused", "losses"), losses_d.download(), losses, kFp32Tol);
   expect_close(tag<T>("cuda_cross_entropy_fused", "dlogits"), logits_d.download(), logits,
                cross_entropy_tol<T>());
+}
+
+// Rows of a padded vocabulary, V = 1031 of Vp = 1152 (a multiple of 128, as
+// the plan pads): the padded columns hold values that would dominate the max
+// and the sum if they took part. Against the CPU kernel on the same padded
+// rows (the same tolerances as above), whose padded columns end zero; the
+// GPU's must be exactly zero.
+TYPED_TEST(CudaKernel, CrossEntropyFusedPaddedVocab) {
+  using T = TypeParam;
+  const int64_t N = 9, V = 1031, Vp = 1152;
+  const float dloss_scale = 0.5f;
+  std::mt19937 rng(9);
+  auto logits = random_stored<T>(rng, N * Vp, 4.0);
+  for (int64_t n = 0; n < N; ++n)
+    std::fill(logits.begin() + n * Vp + V, logits.begin() + (n + 1) * Vp, from_float<T>(40.0f));
+  const auto targets = ref::random_tokens(rng, N, static_cast<int32_t>(V));
+
+  device_vec<T> logits_d(logits);
+  device_vec<int32_t> targets_d(targets);
+  device_vec<float> losses_d(N);
+  cuda_cross_entropy_fused(logits_d.get(), losses_d.get(), targets_d.get(), N, V, Vp, dloss_scale,
+                           this->stream);
+  this->sync();
+  std::vector<float> losses(N);
+  cross_entropy_fused(logits.data(), losses.data(), targets.data(), N, V, Vp, dloss_scale);
+  const std::vector<T> got = logits_d.download();
+  expect_close(tag<T>("cuda_cross_entropy_fused padded", "losses"), losses_d.download(), losses,
+               kFp32Tol);
+  expect_close(tag<T>("cuda_cross_entropy_fused padded", "dlogits"), got, logits,
+               cross_entropy_tol<T>());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = V; v < Vp; ++v)
+      ASSERT_EQ(to_float(got[static_cast<size_t>(n * Vp + v)]), 0.0f)
+          << "row " << n << " column " << v;
 }
 
 // ---------------------------------------------------------------- optimizer and norm

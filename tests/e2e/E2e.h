@@ -29,7 +29,10 @@ namespace fsdpgen::test {
 
 // A small model (3 blocks, width 32, vocab 64, context 16): whole runs take
 // well under a second, and every strategy has several units to schedule.
+// Its vocabulary is stored padded to 128 rows (the default pad_vocab_to).
 struct E2eConfig {
+  int vocab = 64;
+  int pad_vocab_to = 0;  // 0: left to the default
   std::string sharding = "full_shard";
   int world = 2;
   int shard_group = 0;  // hybrid only; 0: leave to the default
@@ -51,8 +54,8 @@ struct E2eConfig {
 
   std::string spec() const {
     return fmt::format(
-        "model e2e {{\n  family = gpt2\n  vocab = 64\n  context = 16\n  width = 32\n  heads = 2\n"
-        "  layers = 3\n  tie_embeddings = {}\n}}\n"
+        "model e2e {{\n  family = gpt2\n  vocab = {}\n  context = 16\n  width = 32\n  heads = 2\n"
+        "  layers = 3\n  tie_embeddings = {}\n{}}}\n"
         "units {{\n  {}\n}}\n"
         "parallel {{\n  world = {}\n  sharding = {}\n{}"
         "  precision {{ param = {}  reduce = {}  master = fp32 }}\n"
@@ -62,10 +65,10 @@ struct E2eConfig {
         "train {{\n  optimizer = {}\n  lr_schedule = cosine(warmup = 1, min = 1e-3)\n"
         "  micro_batch = {}\n  steps = {}\n  clip = {}\n  seed = 1337\n"
         "  data = synthetic(seed = 7)\n  log_every = 1\n}}\n",
-        tied, units, world, sharding,
-        shard_group ? fmt::format("  shard_group = {}\n", shard_group) : "", param, reduce_dtype,
-        forward_prefetch, backward, max_inflight, recompute, offload, micro_batches, reduce,
-        optimizer, micro_batch, steps, clip);
+        vocab, tied, pad_vocab_to ? fmt::format("  pad_vocab_to = {}\n", pad_vocab_to) : "", units,
+        world, sharding, shard_group ? fmt::format("  shard_group = {}\n", shard_group) : "", param,
+        reduce_dtype, forward_prefetch, backward, max_inflight, recompute, offload, micro_batches,
+        reduce, optimizer, micro_batch, steps, clip);
   }
 
   std::string name() const {
@@ -79,6 +82,8 @@ struct E2eConfig {
     if (units != "each block") n += "_units";
     if (optimizer.rfind("sgd", 0) == 0) n += "_sgd";
     if (clip != "1.0") n += "_clip_" + clip;
+    if (vocab != 64) n += fmt::format("_vocab{}", vocab);
+    if (pad_vocab_to) n += fmt::format("_pad{}", pad_vocab_to);
     return n;
   }
 };

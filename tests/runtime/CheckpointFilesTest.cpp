@@ -217,9 +217,10 @@ TEST_F(CheckpointFiles, ReaderReadsByGlobalPositionAcrossShards) {
   expect_error([&] { r.state(0, 2, 0, 1, out); },
                {dir.string(), "unit embed has 2 optimizer state planes, not 3"});
   expect_error([&] { r.state(0, -1, 0, 1, out); }, {"unit embed has 2 optimizer state planes"});
-  expect_error([&] { r.weights(1, 0, 8, out); }, {"unit block: elements [0, 8) outside its 7"});
-  expect_error([&] { r.weights(0, 3, 2, out); }, {"elements [3, 2) outside its 10"});
-  expect_error([&] { r.weights(0, -1, 2, out); }, {"elements [-1, 2) outside its 10"});
+  expect_error([&] { r.weights(1, 0, 9, out); },
+               {"unit block: elements [0, 9) outside its flat 8"});
+  expect_error([&] { r.weights(0, 3, 2, out); }, {"elements [3, 2) outside its flat 10"});
+  expect_error([&] { r.weights(0, -1, 2, out); }, {"elements [-1, 2) outside its flat 10"});
 }
 
 TEST_F(CheckpointFiles, ReaderChecksEachSectionsChecksum) {
@@ -315,9 +316,9 @@ TEST_F(CheckpointFiles, ManifestValidationNamesTheFileAndTheProblem) {
       {"unit 1: bad sizes (param_elems 9, shard_elems 4 x 2 ranks, 2 state planes)"});
   // A tensor outside its unit: b [5] at 6 ends at 11 of embed's 10.
   expect_manifest_error(d, [](json& j) { j["units"][0]["tensors"][1]["shape"] = {5}; },
-                        {"unit 0 tensor b: elements [6, 11) outside the unit's 10"});
+                        {"unit 0 tensor b: elements [6, 11) outside the unit's flat 10"});
   expect_manifest_error(d, [](json& j) { j["units"][0]["tensors"][0]["offset"] = -1; },
-                        {"tensor a: elements [-1, 5) outside the unit's 10"});
+                        {"tensor a: elements [-1, 5) outside the unit's flat 10"});
   expect_manifest_error(d, [](json& j) { j["units"][0]["tensors"][0]["shape"] = json::array(); },
                         {"unit 0 tensor a: bad shape"});
   // Sections must follow the layout: in order, each as long as its unit says.

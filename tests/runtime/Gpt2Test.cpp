@@ -448,6 +448,81 @@ TYPED_TEST(Gpt2Head, LossAndGradientsMatchReference) {
                     tol);
 }
 
+// The head over a padded vocabulary (V = 50 stored as Vp = 128 rows, zero
+// after row V) against the same head unpadded, fp32: losses and every
+// gradient within relative 1e-6 (the runs differ only in the GEMMs' extra
+// zero terms, which can move OpenBLAS's panel boundaries: a few fp32 ulps;
+// a padded column in the softmax errs by ~1e-1), the padded rows' gradient
+// and the padded logits columns exactly zero, and nothing outside the planned
+// buffers written.
+TEST(Gpt2Head, PaddedVocabEqualsUnpadded) {
+  constexpr double kRtol = 1e-6, kAtol = 1e-7;
+  const ref::dims d = kDims;
+  gpt2_dims plain = to_gpt2(d), padded = plain;
+  padded.V_padded = 128;
+  const int64_t N = d.N(), C = d.C, V = d.V, Vp = padded.Vp();
+  ASSERT_EQ(plain.Vp(), V);
+  const float dloss_scale = 1.0f / static_cast<float>(N);
+  std::mt19937 rng(35);
+  const vec x = random_vec(rng, N * C), w = random_vec(rng, V * C);
+  const vec lnf_w = random_vec(rng, C, 0.2, 1.0), lnf_b = random_vec(rng, C, 0.1);
+  const auto targets = ref::random_tokens(rng, N, static_cast<int32_t>(V));
+  struct run {
+    std::vector<float> losses, logits, dres, dlnf_w, dlnf_b, dw;
+  };
+  auto head = [&](const gpt2_dims& gd) {
+    const int64_t rows = gd.Vp();
+    std::vector<float> ws(static_cast<size_t>(rows * C), 0.0f);
+    std::copy(w.begin(), w.end(), ws.begin());
+    const std::vector<float> xs(x.begin(), x.end()), lw(lnf_w.begin(), lnf_w.end()),
+        lb(lnf_b.begin(), lnf_b.end());
+    guarded_buffer saved(gpt2_final_norm_saved_bytes(gd, 4));
+    guarded_buffer scratch(gpt2_backward_scratch_bytes(gd, 4));
+    guarded_buffer logits(N * rows * 4);
+    const auto s = gpt2_final_norm_saved_at<float>(saved.data(), gd);
+    const auto sc = gpt2_backward_scratch_at<float>(scratch.data(), gd);
+    std::copy(xs.begin(), xs.end(), s.input);
+    float* lg = reinterpret_cast<float*>(logits.data());
+    run r{std::vector<float>(N),
+          {},
+          {},
+          std::vector<float>(C),
+          std::vector<float>(C),
+          std::vector<float>(static_cast<size_t>(rows * C))};
+    gpt2_head_forward(lg, r.losses.data(), targets.data(), lw.data(), lb.data(), ws.data(), s, gd,
+                      dloss_scale, workspace());
+    gpt2_head_backward(r.dlnf_w.data(), r.dlnf_b.data(), r.dw.data(), lw.data(), ws.data(), lg, s,
+                       sc, gd, workspace());
+    EXPECT_TRUE(saved.guard_intact() && scratch.guard_intact() && logits.guard_intact());
+    r.logits.assign(lg, lg + N * rows);
+    r.dres.assign(sc.dres, sc.dres + N * C);
+    return r;
+  };
+  const run a = head(plain), b = head(padded);
+  auto close = [&](const char* what, const std::vector<float>& got,
+                   const std::vector<float>& want) {
+    ref::expect_close(std::string("padded head ") + what, vec(got.begin(), got.end()),
+                      vec(want.begin(), want.end()), kAtol, kRtol);
+  };
+  close("losses", b.losses, a.losses);
+  close("d(input)", b.dres, a.dres);
+  close("d lnf.weight", b.dlnf_w, a.dlnf_w);
+  close("d lnf.bias", b.dlnf_b, a.dlnf_b);
+  close("d head.weight (true rows)", std::vector<float>(b.dw.begin(), b.dw.begin() + V * C), a.dw);
+  std::vector<float> dlogits(static_cast<size_t>(N * V));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = 0; v < Vp; ++v) {
+      const float g = b.logits[static_cast<size_t>(n * Vp + v)];
+      if (v < V)
+        dlogits[static_cast<size_t>(n * V + v)] = g;
+      else
+        ASSERT_EQ(g, 0.0f) << "d(logits) row " << n << " padded column " << v;
+    }
+  close("d(logits) (true columns)", dlogits, a.logits);
+  for (int64_t i = V * C; i < Vp * C; ++i)
+    ASSERT_EQ(b.dw[static_cast<size_t>(i)], 0.0f) << "padded head row " << i / C;
+}
+
 // Embed, 2 blocks, final norm and the head tied to wte, fp32: the mean loss
 // and the gradients of every tensor (sampled) against the reference model.
 TEST(Gpt2Model, TinyModelLossGradients) {

@@ -4,6 +4,7 @@
 // for fp32, bf16 and fp16 storage and gradients.
 #include <omp.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -374,7 +375,7 @@ TYPED_TEST(KernelForward, CrossEntropyLosses) {
   const auto targets = ref::random_tokens(rng, N, V);
   auto ls = store<T>(logits);
   std::vector<float> losses(N);
-  cross_entropy_fused(ls.data(), losses.data(), targets.data(), N, V, 1.0f);
+  cross_entropy_fused(ls.data(), losses.data(), targets.data(), N, V, V, 1.0f);
   // Losses are fp32 computed from exact inputs, whatever T is.
   expect_close(tag<T>("cross_entropy_fused", "losses"), load(losses),
                ref::cross_entropy(logits, targets, N, V), forward_tol<float>());
@@ -588,8 +589,36 @@ TYPED_TEST(KernelBackward, CrossEntropy) {
   });
   auto ls = store<T>(logits);
   std::vector<float> losses(N);
-  cross_entropy_fused(ls.data(), losses.data(), targets.data(), N, V, dloss_scale);
+  cross_entropy_fused(ls.data(), losses.data(), targets.data(), N, V, V, dloss_scale);
   expect_close(tag<T>("cross_entropy_fused", "dlogits"), load(ls), g, backward_tol<T>());
+}
+
+// Rows of a padded vocabulary (V = 50 of Vp = 128 columns): the padded
+// columns hold values that would dominate the max and the sum if they took
+// part; the losses and the true columns' gradient are bit for bit those of
+// the unpadded rows (the same loops over the same V values: exact, no
+// tolerance) and the padded columns end zero.
+TYPED_TEST(KernelBackward, CrossEntropyPaddedColumnsTakeNoPart) {
+  using T = TypeParam;
+  const int64_t N = 16, V = 50, Vp = 128;
+  std::mt19937 rng(31);
+  const std::vector<T> unpadded = store<T>(random_vec(rng, N * V, 3.0));
+  const auto targets = ref::random_tokens(rng, N, V);
+  std::vector<T> padded(static_cast<size_t>(N * Vp), from_float<T>(40.0f));
+  for (int64_t n = 0; n < N; ++n)
+    std::copy_n(unpadded.begin() + n * V, V, padded.begin() + n * Vp);
+  std::vector<T> want = unpadded;
+  std::vector<float> want_losses(N), losses(N);
+  cross_entropy_fused(want.data(), want_losses.data(), targets.data(), N, V, V, 0.37f);
+  cross_entropy_fused(padded.data(), losses.data(), targets.data(), N, V, Vp, 0.37f);
+  EXPECT_EQ(losses, want_losses);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = 0; v < Vp; ++v) {
+      const float got = to_float(padded[static_cast<size_t>(n * Vp + v)]);
+      const float expected = v < V ? to_float(want[static_cast<size_t>(n * V + v)]) : 0.0f;
+      ASSERT_EQ(got, expected) << "row " << n << " column " << v << " of " << V << " (Vp " << Vp
+                               << ")";
+    }
 }
 
 // Every kernel gives bit-identical results on 1 and 4 OpenMP threads, on
@@ -645,7 +674,7 @@ TYPED_TEST(KernelParamBackward, ThreadCountInvariant) {
     r.push_back(load(out));
     residual_forward(out.data(), x.data(), dout.data(), N * C);
     r.push_back(load(out));
-    cross_entropy_fused(ce.data(), losses.data(), tokens.data(), N, V, 0.5f);
+    cross_entropy_fused(ce.data(), losses.data(), tokens.data(), N, V, V, 0.5f);
     r.push_back(load(ce));
     r.push_back(load(losses));
     return r;
