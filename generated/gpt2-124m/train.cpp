@@ -1438,8 +1438,8 @@ const program kProgram = {
     lr_schedule_kind::cosine, 700, 6.0000000000000002e-05, 19073, 1, 1337, data_source::tokens, 7, "specs/fineweb_train_000001.bin", 10,
     // checkpoints: every, dir, keep
     5000, "ckpt/gpt2-124m", 2,
-    // plan: device arena, host arena, live peak, workspace buffer
-    12369163776, 0, 12369163776, 39,
+    // plan: device arena, host arena, live peak, workspace buffer, flash attention
+    12369163776, 0, 12369163776, 39, false,
     kBuffers, 107, kUnits, 13, kTensors, 148, kOps, 146};
 static_assert(6291456 >= kCpuGemmWorkspaceBytes, "the planned GEMM workspace is smaller than the runtime needs");
 
