@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/kernel_math.h"
+
 namespace {
 
 // Below this many elements an elementwise loop runs on one thread.
@@ -19,9 +21,6 @@ constexpr int64_t kChannelBlock = 64;
 // Rows of a (T, T) attention matrix per GEMM: each row block's products stop
 // at the block's last column, skipping most of the work above the diagonal.
 constexpr int64_t kAttentionRowBlock = 64;
-
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCube = 0.044715f;
 
 // exp(x), x clamped to [-87, 88], within ~1 ulp: Cephes' expf (reduction by
 // ln 2 in two parts, degree-5 polynomial, 2^n by exponent bits). Branch-free
@@ -154,7 +153,7 @@ void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* i
     for (int64_t c = 0; c < C; c++) {
       const float xhat = (to_float(x[c]) - mean[n]) * rstd[n];
       const float dnorm = to_float(dy[c]) * to_float(weight[c]);
-      const float d = rstd[n] * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean);
+      const float d = layernorm_dinp_of(rstd[n], dnorm, xhat, dnorm_mean, dnorm_xhat_mean);
       dinp[n * C + c] = from_float<T>(accumulate ? to_float(dinp[n * C + c]) + d : d);
     }
   }
@@ -463,27 +462,20 @@ void attention_backward_flash(T* dqkv, float* delta, const T* dout, const T* qkv
 
 template <class T>
 void gelu_forward(T* out, const T* inp, int64_t n) {
-  // 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3).
 #pragma omp parallel for simd if (n >= kParallelElems)
   for (int64_t i = 0; i < n; i++) {
     const float x = to_float(inp[i]);
-    const float u = kGeluScale * (x + kGeluCube * x * x * x);
-    out[i] = from_float<T>(x / (1.0f + fast_exp(-2.0f * u)));
+    out[i] = from_float<T>(gelu_of(x, fast_exp(-2.0f * gelu_tanh_arg(x))));
   }
 }
 
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
-  // With s = 1 / (1 + e), e = exp(-2u): d gelu/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx
-  // = s + 2 x s (1 - s) du/dx, 1 - s = e s.
 #pragma omp parallel for simd if (n >= kParallelElems)
   for (int64_t i = 0; i < n; i++) {
     const float x = to_float(inp[i]);
-    const float u = kGeluScale * (x + kGeluCube * x * x * x);
-    const float e = fast_exp(-2.0f * u);
-    const float s = 1.0f / (1.0f + e);
-    const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
-    dinp[i] = from_float<T>((s + 2.0f * x * du * s * (e * s)) * to_float(dout[i]));
+    const float e = fast_exp(-2.0f * gelu_tanh_arg(x));
+    dinp[i] = from_float<T>(gelu_grad_of(x, e) * to_float(dout[i]));
   }
 }
 

@@ -12,6 +12,7 @@
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/device.cuh"
 #include "runtime/cuda/kernels.cuh"
+#include "runtime/kernel_math.h"
 #include "runtime/kernels.h"
 
 namespace {
@@ -23,9 +24,6 @@ namespace {
 __device__ inline float exp_clamped(float x) {
   return expf(fminf(fmaxf(x, -87.0f), 88.0f));
 }
-
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCube = 0.044715f;
 
 constexpr int kElementwiseThreads = 256;
 constexpr int kRowsPerBlock = 8;  // LayerNorm: a warp per row
@@ -243,7 +241,7 @@ __global__ void layernorm_backward_input_packed_kernel(D* dinp, const D* dout, c
     for (int k = 0; k < V; k++) {
       const float xhat = (to_f(xs[r].v[k]) - m) * s;
       const float dnorm = to_f(dys[r].v[k]) * to_f(wi.v[k]);
-      const float d = s * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean);
+      const float d = layernorm_dinp_of(s, dnorm, xhat, dnorm_mean, dnorm_xhat_mean);
       out.v[k] = from_f<D>(accumulate ? to_f(prev.v[k]) + d : d);
     }
     dx[i] = out;
@@ -275,7 +273,7 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
   for (int64_t c = lane; c < C; c += kWarp) {
     const float xhat = (to_f(x[c]) - m) * s;
     const float dnorm = to_f(dy[c]) * to_f(weight[c]);
-    const float d = s * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean);
+    const float d = layernorm_dinp_of(s, dnorm, xhat, dnorm_mean, dnorm_xhat_mean);
     dinp[n * C + c] = from_f<T>(accumulate ? to_f(dinp[n * C + c]) + d : d);
   }
 }
@@ -312,27 +310,22 @@ __global__ void layernorm_backward_params_kernel(G* dweight, G* dbias, const T* 
 
 // ---------------------------------------------------------------- elementwise
 
-// 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+// GELU's formulas: runtime/kernel_math.h, shared with the CPU kernels.
 template <class T>
 __global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= n) return;
   const float x = to_f(inp[i]);
-  const float u = kGeluScale * (x + kGeluCube * x * x * x);
-  out[i] = from_f<T>(x / (1.0f + exp_clamped(-2.0f * u)));
+  out[i] = from_f<T>(gelu_of(x, exp_clamped(-2.0f * gelu_tanh_arg(x))));
 }
 
-// With s = 1 / (1 + e), e = exp(-2u): d gelu/dx = s + 2 x s (1 - s) du/dx, 1 - s = e s.
 template <class T>
 __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= n) return;
   const float x = to_f(inp[i]);
-  const float u = kGeluScale * (x + kGeluCube * x * x * x);
-  const float e = exp_clamped(-2.0f * u);
-  const float s = 1.0f / (1.0f + e);
-  const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
-  dinp[i] = from_f<T>((s + 2.0f * x * du * s * (e * s)) * to_f(dout[i]));
+  const float e = exp_clamped(-2.0f * gelu_tanh_arg(x));
+  dinp[i] = from_f<T>(gelu_grad_of(x, e) * to_f(dout[i]));
 }
 
 template <class T>

@@ -1,0 +1,40 @@
+// kernel_math: the per-element formulas the CPU kernels (runtime/kernels.cpp)
+// and their CUDA twins (runtime/cuda/kernels.cu) share, one definition for
+// host and device. Each caller brings its own exp (a vectorizable one on the
+// CPU, a clamped __expf on the GPU), so these take exp's result.
+#pragma once
+
+#if defined(__CUDACC__)
+#define FSDPGEN_HOST_DEVICE __host__ __device__ inline
+#else
+#define FSDPGEN_HOST_DEVICE inline
+#endif
+
+// GELU, tanh form (GPT-2): gelu(x) = 0.5 x (1 + tanh u) = x / (1 + exp(-2u)),
+// u = sqrt(2/pi) (x + 0.044715 x^3).
+inline constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+inline constexpr float kGeluCube = 0.044715f;
+
+// u of x; callers compute e = exp(-2u) and pass it to the two below.
+FSDPGEN_HOST_DEVICE float gelu_tanh_arg(float x) {
+  return kGeluScale * (x + kGeluCube * x * x * x);
+}
+
+FSDPGEN_HOST_DEVICE float gelu_of(float x, float e) {
+  return x / (1.0f + e);
+}
+
+// d gelu/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx = s + 2 x s (1 - s) du/dx
+// with s = 1 / (1 + e) and 1 - s = e s.
+FSDPGEN_HOST_DEVICE float gelu_grad_of(float x, float e) {
+  const float s = 1.0f / (1.0f + e);
+  const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
+  return s + 2.0f * x * du * s * (e * s);
+}
+
+// LayerNorm's input gradient of one element: rstd (dnorm - mean(dnorm) -
+// xhat mean(dnorm xhat)), dnorm = dout * weight, the means over the row.
+FSDPGEN_HOST_DEVICE float layernorm_dinp_of(float rstd, float dnorm, float xhat, float dnorm_mean,
+                                            float dnorm_xhat_mean) {
+  return rstd * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean);
+}
