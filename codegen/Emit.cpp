@@ -28,6 +28,14 @@ constexpr std::string_view kOpKindEnum[] = {
     "free",       "copy_h2d", "copy_d2h",  "grad_norm", "optimizer_step"};
 constexpr std::string_view kGroupEnum[] = {"none", "shard", "replica", "world"};
 
+// The shortest literal that reads back as exactly v (fmt's round-trip form:
+// 0.9, not 0.90000000000000002), always a floating literal (3.0, not 3).
+std::string cpp_double(double v) {
+  std::string out = fmt::format("{}", v);
+  if (out.find_first_of(".en") == std::string::npos) out += ".0";
+  return out;
+}
+
 std::string cpp_string(std::string_view s) {
   std::string out = "\"";
   for (char ch : s) {
@@ -688,12 +696,10 @@ class Writer {
         par.accumulate.micro_batches, s_.micro_batch, dtype_enum(par.precision.param),
         comm_ ? dtype_enum(par.precision.reduce) : "dtype_id::fp32",
         dtype_enum(par.precision.master), par.precision.loss_scale.kind == LossScaleKind::Dynamic,
-        fmt::format("{:.17g}", par.precision.loss_scale.init), par.precision.loss_scale.interval,
-        o.kind == OptimizerKind::AdamW ? "adamw" : "sgd", fmt::format("{:.17g}", o.lr),
-        fmt::format("{:.17g}", o.beta1), fmt::format("{:.17g}", o.beta2),
-        fmt::format("{:.17g}", o.eps), fmt::format("{:.17g}", o.weight_decay),
-        fmt::format("{:.17g}", o.momentum), to_string(lr.kind), lr.warmup,
-        fmt::format("{:.17g}", lr.min_lr), t.steps, fmt::format("{:.17g}", t.clip), t.seed,
+        cpp_double(par.precision.loss_scale.init), par.precision.loss_scale.interval,
+        o.kind == OptimizerKind::AdamW ? "adamw" : "sgd", cpp_double(o.lr), cpp_double(o.beta1),
+        cpp_double(o.beta2), cpp_double(o.eps), cpp_double(o.weight_decay), cpp_double(o.momentum),
+        to_string(lr.kind), lr.warmup, cpp_double(lr.min_lr), t.steps, cpp_double(t.clip), t.seed,
         to_string(t.data.kind), t.data.seed, cpp_string(t.data.path), t.log_every,
         t.checkpoint.enabled ? t.checkpoint.every : 0, cpp_string(t.checkpoint.dir),
         t.checkpoint.keep, m_.device_arena_bytes, m_.host_arena_bytes, m_.live_peak_bytes,

@@ -1431,11 +1431,11 @@ const program kProgram = {
     // parallel: world, shard group, micro-batches, micro-batch; param, reduce, master
     8, 8, 1, 16, dtype_id::bf16, dtype_id::fp32, dtype_id::fp32,
     // fp16 loss scale: dynamic, init, interval
-    true, 65536, 2000,
+    true, 65536.0, 2000,
     // optimizer: kind, lr, beta1, beta2, eps, weight decay, momentum
-    optimizer_kind::adamw, 0.00059999999999999995, 0.90000000000000002, 0.94999999999999996, 1e-08, 0.10000000000000001, 0.90000000000000002,
+    optimizer_kind::adamw, 0.0006, 0.9, 0.95, 1e-08, 0.1, 0.9,
     // lr schedule, warmup, min lr; steps, clip, seed; data, data seed, path; log_every
-    lr_schedule_kind::cosine, 700, 6.0000000000000002e-05, 19073, 1, 1337, data_source::tokens, 7, "specs/fineweb_train_000001.bin", 10,
+    lr_schedule_kind::cosine, 700, 6e-05, 19073, 1.0, 1337, data_source::tokens, 7, "specs/fineweb_train_000001.bin", 10,
     // checkpoints: every, dir, keep
     5000, "ckpt/gpt2-124m", 2,
     // plan: device arena, host arena, live peak, workspace buffer, flash attention
