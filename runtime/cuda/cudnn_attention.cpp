@@ -12,6 +12,7 @@
 #include <cudnn_frontend.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -106,24 +107,32 @@ std::shared_ptr<fe::graph::Graph> new_graph(const cudnn_attention_shape& s) {
   return g;
 }
 
-// A (B, H, T, hs) view of the heads inside rows of `row_elems` per token
-// (3C for q, k, v and their gradients; C for out and dout).
-fe::graph::Tensor_attributes heads(const char* name, int64_t uid, const cudnn_attention_shape& s,
-                                   int64_t row_elems) {
+// Lays t out as a (B, H, T, hs) view of the heads inside rows of `row_elems`
+// per token (3C for q, k, v and their gradients; C for out and dout).
+fe::graph::Tensor_attributes& head_layout(fe::graph::Tensor_attributes& t, int64_t uid,
+                                          const cudnn_attention_shape& s, int64_t row_elems) {
   const int64_t hs = head_size(s);
-  return fe::graph::Tensor_attributes()
-      .set_name(name)
-      .set_uid(uid)
+  return t.set_uid(uid)
       .set_dim({s.B, s.H, s.T, hs})
       .set_stride({s.T * row_elems, hs, row_elems, 1});
 }
+// A graph input laid out by head_layout.
+std::shared_ptr<fe::graph::Tensor_attributes> heads_input(fe::graph::Graph& g, const char* name,
+                                                          int64_t uid,
+                                                          const cudnn_attention_shape& s,
+                                                          int64_t row_elems) {
+  fe::graph::Tensor_attributes t;
+  return g.tensor(head_layout(t.set_name(name), uid, s, row_elems));
+}
+// q, k and v: the thirds of each qkv row.
+std::array<std::shared_ptr<fe::graph::Tensor_attributes>, 3> qkv_inputs(
+    fe::graph::Graph& g, const cudnn_attention_shape& s) {
+  return {heads_input(g, "Q", q_uid, s, 3 * s.C), heads_input(g, "K", k_uid, s, 3 * s.C),
+          heads_input(g, "V", v_uid, s, 3 * s.C)};
+}
 void set_heads(fe::graph::Tensor_attributes& t, int64_t uid, const cudnn_attention_shape& s,
                int64_t row_elems) {
-  const int64_t hs = head_size(s);
-  t.set_output(true)
-      .set_uid(uid)
-      .set_dim({s.B, s.H, s.T, hs})
-      .set_stride({s.T * row_elems, hs, row_elems, 1});
+  head_layout(t.set_output(true), uid, s, row_elems);
 }
 // lse: (B, H, T) fp32, as (B, H, T, 1).
 fe::graph::Tensor_attributes& lse_layout(fe::graph::Tensor_attributes& t,
@@ -154,10 +163,7 @@ float attention_scale(const cudnn_attention_shape& s) {
 
 std::shared_ptr<fe::graph::Graph> forward_graph(const cudnn_attention_shape& s) {
   auto g = new_graph(s);
-  const int64_t C3 = 3 * s.C;
-  auto q = g->tensor(heads("Q", q_uid, s, C3));
-  auto k = g->tensor(heads("K", k_uid, s, C3));
-  auto v = g->tensor(heads("V", v_uid, s, C3));
+  auto [q, k, v] = qkv_inputs(*g, s);
   auto options = fe::graph::SDPA_attributes()
                      .set_name("attention_forward")
                      .set_generate_stats(true)
@@ -171,12 +177,9 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const cudnn_attention_shape& s) 
 
 std::shared_ptr<fe::graph::Graph> backward_graph(const cudnn_attention_shape& s) {
   auto g = new_graph(s);
-  const int64_t C3 = 3 * s.C;
-  auto q = g->tensor(heads("Q", q_uid, s, C3));
-  auto k = g->tensor(heads("K", k_uid, s, C3));
-  auto v = g->tensor(heads("V", v_uid, s, C3));
-  auto o = g->tensor(heads("O", o_uid, s, s.C));
-  auto d_o = g->tensor(heads("dO", do_uid, s, s.C));
+  auto [q, k, v] = qkv_inputs(*g, s);
+  auto o = heads_input(*g, "O", o_uid, s, s.C);
+  auto d_o = heads_input(*g, "dO", do_uid, s, s.C);
   fe::graph::Tensor_attributes lse_attributes;
   auto stats = g->tensor(lse_layout(lse_attributes.set_name("Stats"), s));
   auto options = fe::graph::SDPA_backward_attributes()
@@ -184,9 +187,9 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const cudnn_attention_shape& s)
                      .set_causal_mask(true)
                      .set_attn_scale(attention_scale(s));
   auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, options);
-  set_heads(*dq, dq_uid, s, C3);
-  set_heads(*dk, dk_uid, s, C3);
-  set_heads(*dv, dv_uid, s, C3);
+  set_heads(*dq, dq_uid, s, 3 * s.C);
+  set_heads(*dk, dk_uid, s, 3 * s.C);
+  set_heads(*dv, dv_uid, s, 3 * s.C);
   return g;
 }
 

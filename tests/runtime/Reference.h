@@ -145,6 +145,21 @@ inline void expect_close(const std::string& what, const vec& got, const vec& wan
   expect_close(what, got, want, tol.atol, tol.rtol);
 }
 
+// Root mean square of v (0 for none).
+inline double rms(const vec& v) {
+  double s = 0.0;
+  for (double x : v)
+    s += x * x;
+  return v.empty() ? 0.0 : std::sqrt(s / static_cast<double>(v.size()));
+}
+
+// |got - want| <= tol * (|want| + rms(want)): relative to each value, with
+// values near zero judged against the tensor's own scale.
+inline void expect_close_scaled(const std::string& what, const vec& got, const vec& want,
+                                double tol) {
+  expect_close(what, got, want, tol * rms(want), tol);
+}
+
 // "kernel<fp32> what", "kernel<bf16,fp32> what": names in printed errors.
 template <class T>
 std::string tag(const char* kernel, const char* what) {
