@@ -35,6 +35,22 @@ deps() {
   "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# fetch_wheel DEST PREFIX PIP_ARGS...: one wheel from PyPI (binary, no
+# dependencies), its members whose names start with PREFIX ("" for all)
+# extracted into DEST; fails when pip or the wheel does.
+fetch_wheel() {
+  local dest=$1 prefix=$2 tmp status=0
+  shift 2
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "$@" &&
+    mkdir -p "$dest" && python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith(sys.argv[3])])' \
+    "$tmp"/*.whl "$dest" "$prefix" || status=1
+  rm -rf "$tmp"
+  return $status
+}
+
 # cuDNN's C++ frontend (header-only; cuDNN itself comes with the CUDA
 # install): its headers from PyPI's nvidia-cudnn-frontend wheel, into the
 # build directory where CMakeLists.txt looks for them. Only with a CUDA
@@ -44,20 +60,13 @@ cudnn_frontend() {
   local dir="$build/cudnn-frontend"
   [ -f "$dir/include/cudnn_frontend.h" ] && return 0
   command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || return 0
-  local tmp
-  tmp=$(mktemp -d)
-  if python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-    --platform manylinux_2_28_x86_64 -d "$tmp" nvidia-cudnn-frontend &&
-    mkdir -p "$dir" && python3 -c 'import sys, zipfile
-z = zipfile.ZipFile(sys.argv[1])
-z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])' \
-    "$tmp"/nvidia_cudnn_frontend-*.whl "$dir"; then
+  if fetch_wheel "$dir" include/ --python-version 3.12 --platform manylinux_2_28_x86_64 \
+    nvidia-cudnn-frontend; then
     echo "setup: cuDNN frontend headers in $dir/include"
   else
     echo "setup: note: cannot download the cuDNN frontend (nvidia-cudnn-frontend from PyPI);" \
       "attention will run on the hand-written kernels" >&2
   fi
-  rm -rf "$tmp"
 }
 
 # build [TARGET...]: configure, then build the targets (default: everything,
@@ -113,9 +122,8 @@ cmake4_check() {
   local dir="$build/cmake4"
   if [ ! -x "$dir/wheel/cmake/data/bin/cmake" ]; then
     rm -rf "$dir/wheel"
-    python3 -m pip download -q "cmake>=4,<5" --no-deps --only-binary=:all: -d "$dir" ||
+    fetch_wheel "$dir/wheel" "" "cmake>=4,<5" ||
       { echo "setup: error: cannot download CMake 4 from PyPI for the CMake 4 check" >&2; return 1; }
-    python3 -m zipfile -e "$dir"/cmake-4*.whl "$dir/wheel"
     chmod +x "$dir"/wheel/cmake/data/bin/*
   fi
   local cmake4="$dir/wheel/cmake/data/bin/cmake"
