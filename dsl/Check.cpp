@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "dsl/Layers.h"
-#include "dsl/Suggest.h"
+#include "suggest/Suggest.h"
 
 namespace fsdpgen {
 namespace {

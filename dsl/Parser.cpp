@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "dsl/Lexer.h"
-#include "dsl/Suggest.h"
+#include "suggest/Suggest.h"
 
 namespace fsdpgen {
 namespace {

@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 
 #include "runtime/check.h"
-#include "runtime/checkpoint_files.h"
-#include "runtime/file_io.h"
+#include "runtime/files/checkpoint_files.h"
+#include "runtime/files/file_io.h"
 #include "runtime/weights.h"
 
 namespace fs = std::filesystem;

@@ -1,5 +1,5 @@
 // checkpoint: saving training state every N steps and resuming from it
-// (collective over the world; format in runtime/checkpoint_files.h).
+// (collective over the world; format in runtime/files/checkpoint_files.h).
 //
 // Saving: each rank of the first replica writes its shards of every unit
 // (fp32 weights and optimizer state) into DIR/step_N.partial; rank 0 gathers

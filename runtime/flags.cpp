@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "dsl/Suggest.h"
+#include "suggest/Suggest.h"
 
 #include <algorithm>
 #include <charconv>

@@ -9,7 +9,7 @@
 
 namespace {
 
-// Tensors of a flat parameter start on this element boundary (codegen/Lower.h).
+// Tensors of a flat parameter start on this element boundary (planner/Lower.h).
 constexpr int64_t kTensorAlignElems = 16;
 
 int64_t round_up(int64_t x, int64_t m) {
@@ -41,7 +41,7 @@ struct slot_carver {
 
 // Elements of T per token of the backward scratch's big array: d(qkv) and,
 // materialized, d(probs); or d(gelu) and d(fc) (the planner reserves both,
-// codegen/Activations.cpp; the block's backward runs GELU's in place).
+// planner/Activations.cpp; the block's backward runs GELU's in place).
 int64_t gpt2_big_per_token(const gpt2_dims& d) {
   return std::max(3 * d.C + (d.flash ? 0 : d.H * d.T), 2 * d.F);
 }

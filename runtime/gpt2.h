@@ -1,5 +1,5 @@
 // gpt2: the family's layers composed from kernels, in the saved-activation
-// layout that codegen/Activations.h plans (the contract that makes measured
+// layout that planner/Activations.h plans (the contract that makes measured
 // memory equal planned memory). A generated step calls these with pointers
 // into the arena; nothing here allocates.
 //
@@ -28,7 +28,7 @@ struct gpt2_dims {
   int64_t F = 0;  // MLP hidden
   int64_t V = 0;  // vocab
   // Attention without T x T storage: it saves the log-sum-exp of each query's
-  // scores and backward recomputes the probabilities (codegen/Activations.h's
+  // scores and backward recomputes the probabilities (planner/Activations.h's
   // flash layout, which the plan chooses); otherwise it saves the probabilities.
   bool flash = false;
   // Padded vocab (ModelSpec::padded_vocab(); 0: V, none): rows of the stored
@@ -39,7 +39,7 @@ struct gpt2_dims {
 };
 
 // Bytes of one block's saved slot, of the final norm's and of the backward
-// scratch, for element size a: what codegen/Activations.h plans (layer_saved_bytes,
+// scratch, for element size a: what planner/Activations.h plans (layer_saved_bytes,
 // backward_scratch_bytes), byte for byte.
 int64_t gpt2_block_saved_bytes(const gpt2_dims& d, int64_t a);
 int64_t gpt2_final_norm_saved_bytes(const gpt2_dims& d, int64_t a);
@@ -61,7 +61,7 @@ struct gpt2_block_params {
   const T* fc2_b;   // (C)
 };
 // The block's tensors from its first tensor, in dsl/Layers.h order with each
-// tensor starting on a 16-element boundary (codegen/Lower.h).
+// tensor starting on a 16-element boundary (planner/Lower.h).
 template <class T>
 gpt2_block_params<T> gpt2_block_params_at(const T* base, const gpt2_dims& d);
 

@@ -12,7 +12,7 @@
 
 struct step_context;
 
-// Streams and op kinds, numbered as in codegen/Schedule.h.
+// Streams and op kinds, numbered as in planner/Schedule.h.
 enum class stream_id : int { compute, allgather, reducescatter, allreduce, copy, host };
 inline constexpr int kStreamCount = 6;
 enum class op_kind : int {
@@ -28,7 +28,7 @@ enum class op_kind : int {
   grad_norm,
   optimizer_step
 };
-// Communicators, as codegen's CommGroup.
+// Communicators, as the planner's CommGroup.
 enum class comm_group : int { none, shard, replica, world };
 
 enum class memory_space : int { device, host };

@@ -28,7 +28,7 @@
 #include "runtime/backend.h"
 #include "runtime/check.h"
 #include "runtime/checkpoint.h"
-#include "runtime/checkpoint_files.h"
+#include "runtime/files/checkpoint_files.h"
 #include "runtime/flags.h"
 #include "runtime/human.h"
 #include "runtime/init.h"

@@ -15,7 +15,7 @@
 #include "runtime/arena.h"
 #include "runtime/check.h"
 #include "runtime/init.h"
-#include "runtime/safetensors.h"
+#include "runtime/files/safetensors.h"
 
 namespace {
 

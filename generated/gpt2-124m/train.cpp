@@ -14,7 +14,7 @@ using param_t = bf16;  // params and activations (bf16)
 using grad_t = float;   // unsharded gradients (fp32)
 
 // B sequences of T tokens, width C, H heads, MLP hidden F, vocab V; flash: attention
-// saves log-sum-exp, not probabilities (the plan's layout, codegen/Activations.h);
+// saves log-sum-exp, not probabilities (the plan's layout, planner/Activations.h);
 // the embedding and head are stored with V padded to Vp rows (pad_vocab_to 128).
 constexpr gpt2_dims kDims{16, 1024, 768, 12, 3072, 50257, false, 50304};
 

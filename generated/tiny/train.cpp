@@ -14,7 +14,7 @@ using param_t = float;  // params and activations (fp32)
 using grad_t = float;   // unsharded gradients (fp32)
 
 // B sequences of T tokens, width C, H heads, MLP hidden F, vocab V; flash: attention
-// saves log-sum-exp, not probabilities (the plan's layout, codegen/Activations.h);
+// saves log-sum-exp, not probabilities (the plan's layout, planner/Activations.h);
 // the embedding and head are stored with V padded to Vp rows (pad_vocab_to 128).
 constexpr gpt2_dims kDims{8, 128, 128, 4, 512, 256, false, 256};
 

@@ -35,7 +35,7 @@ bool cudnn_attention_built();
 
 // Head sizes cuDNN's fused attention takes here: multiples of 8 (16-byte
 // rows), at most the flash layout's 128 (kCudaAttentionFlashMaxHeadSize).
-// codegen/Fit.h mirrors the multiple (kGpuCudnnHeadDimMultiple).
+// planner/Fit.h mirrors the multiple (kGpuCudnnHeadDimMultiple).
 inline constexpr int64_t kCudnnAttentionHeadSizeMultiple = 8;
 inline constexpr int64_t kCudnnAttentionMaxHeadSize = 128;
 

@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
-#include "codegen/Cost.h"
-#include "codegen/Fit.h"
-#include "codegen/Hardware.h"
+#include "planner/Cost.h"
+#include "planner/Fit.h"
+#include "planner/Hardware.h"
 #include "dsl/Frontend.h"
 
 namespace {

@@ -17,7 +17,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/checkpoint_files.h"
+#include "runtime/files/checkpoint_files.h"
 #include "tests/common/ExpectError.h"
 
 namespace fs = std::filesystem;

@@ -13,7 +13,7 @@
 
 #include "BlockLayout.h"
 #include "Reference.h"
-#include "codegen/Activations.h"
+#include "planner/Activations.h"
 #include "runtime/gpt2.h"
 
 using ref::block_flat;
@@ -149,7 +149,7 @@ TEST(Gpt2Layout, SizesMatchFormulas) {
   }
 }
 
-// The runtime's sizes are the planner's (codegen/Activations.h), byte for
+// The runtime's sizes are the planner's (planner/Activations.h), byte for
 // byte, for both attention layouts: what makes measured memory the plan.
 TEST(Gpt2Layout, SizesMatchPlanner) {
   for (const ref::dims& d : {kDims, ref::dims{3, 5, 20, 5, 80, 7}, kOddDims}) {

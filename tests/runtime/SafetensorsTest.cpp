@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "runtime/dtype.h"
-#include "runtime/safetensors.h"
+#include "runtime/files/safetensors.h"
 
 namespace {
 

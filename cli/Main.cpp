@@ -1,0 +1,564 @@
+// The fsdpgen command line: subcommands over the compiler's passes.
+//   fsdpgen check spec.fsdp [--dump]
+//   fsdpgen schedule spec.fsdp [--world N] [--micro-batch B] [--format text|json|trace] [-o FILE]
+//   fsdpgen plan spec.fsdp [--world N] [--micro-batch B] [--gpu KIND]
+//   fsdpgen emit spec.fsdp -o DIR [--target cuda|cpu] [--world N] [--micro-batch B] [--gpu KIND]
+//   fsdpgen spec.fsdp -o train [--target cuda|cpu] [--sources DIR] ...   (= fsdpgen build)
+//   fsdpgen merge CHECKPOINT -o model.safetensors [--dtype fp32|bf16|fp16]
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "emit/Build.h"
+#include "emit/BuildConfig.h"
+#include "emit/Emit.h"
+#include "planner/Fit.h"
+#include "planner/Pipeline.h"
+#include "emit/Template.h"
+#include "planner/Verify.h"
+#include "dsl/Layers.h"
+#include "dsl/Print.h"
+#include "suggest/Suggest.h"
+#include "runtime/files/checkpoint_merge.h"
+
+namespace fsdpgen {
+namespace {
+
+// Exit statuses: 0 success, 1 the spec has errors or output failed, 2 bad
+// command line, 3 internal error (a plan that breaks an invariant: a bug).
+constexpr int kExitSpecError = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitInternal = 3;
+constexpr int kExitDoesNotFit = 4;  // plan: the plan, printed whole, exceeds the device
+
+void out(const std::string& s) {
+  std::fputs(s.c_str(), stdout);
+}
+
+// Writes `text` to `path`, or stdout when path is empty or "-".
+bool write_output(const std::string& path, const std::string& text) {
+  if (path.empty() || path == "-") {
+    out(text);
+    return true;
+  }
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  f.close();
+  if (!f) {
+    std::fputs(fmt::format("fsdpgen: error: cannot write '{}'\n", path).c_str(), stderr);
+    return false;
+  }
+  return true;
+}
+
+// Diagnostics with no source location ("error: cannot read spec file ...")
+// get the program's name in front, as clang's do.
+std::string with_program_name(const std::string& diagnostics) {
+  std::string out;
+  std::istringstream in(diagnostics);
+  for (std::string line; std::getline(in, line);) {
+    for (const char* kind : {"error: ", "warning: ", "note: "})
+      if (line.starts_with(kind)) line = "fsdpgen: " + line;
+    out += line + "\n";
+  }
+  return out;
+}
+
+struct Common {
+  std::string spec_path;
+  std::optional<int64_t> world;
+  std::optional<int64_t> micro_batch;
+  std::string gpu = "h100-sxm";
+  CLI::Option* gpu_flag = nullptr;  // its count() says whether --gpu was given
+  bool time_passes = false;
+
+  void add_to(CLI::App* app, bool overrides) {
+    app->add_option("spec", spec_path, "the .fsdp spec file")->required();
+    if (!overrides) return;
+    app->add_option("--world", world, "number of ranks (replaces the spec's parallel.world)");
+    app->add_option("--micro-batch", micro_batch,
+                    "sequences per rank per micro-batch (replaces train.micro_batch)");
+    gpu_flag = app->add_option("--gpu", gpu,
+                               "hardware the cost model and memory limits use: " + known_list() +
+                                   " (default: h100-sxm; plan and schedule without --gpu: what "
+                                   "a build here targets, cpu where no GPU is visible)");
+    app->add_flag("--time-passes", time_passes, "print each compiler pass's wall time on stderr");
+  }
+
+  static std::string known_list() {
+    std::string s;
+    for (std::string_view n : hardware_names())
+      s += (s.empty() ? "" : ", ") + std::string(n);
+    return s;
+  }
+
+  // The hardware called `name`; empty after printing the known names.
+  static std::optional<Hardware> hardware(const std::string& name) {
+    std::optional<Hardware> hw = find_hardware(name);
+    if (!hw)
+      std::fputs(fmt::format("fsdpgen: error: {}\n", unknown_hardware_error(name)).c_str(), stderr);
+    return hw;
+  }
+  std::optional<Hardware> hardware() const { return hardware(gpu); }
+
+  // Runs the passes; prints the diagnostics; empty when the spec has errors.
+
+  std::optional<Pipeline> run(bool frontend_only = false, const Hardware* hw = nullptr) const {
+    PipelineOptions o;
+    o.frontend_only = frontend_only;
+    o.target = hw;
+    o.overrides.world = world;
+    o.overrides.micro_batch = micro_batch;
+    o.time_passes = time_passes;
+    Pipeline p = run_pipeline(spec_path, o);
+    std::fputs(with_program_name(p.diagnostics).c_str(), stderr);
+    if (!p.spec) return std::nullopt;
+    return p;
+  }
+};
+
+// The planner checks its own output; a violation is a bug in fsdpgen.
+bool verified(const Pipeline& p) {
+  auto errors = verify_plan(*p.schedule, *p.memory);
+  for (const std::string& e : errors)
+    std::fputs(fmt::format("fsdpgen: internal error: {}\n", e).c_str(), stderr);
+  if (!errors.empty())
+    std::fputs("fsdpgen: the plan breaks its invariants; please report this with the spec\n",
+               stderr);
+  return errors.empty();
+}
+
+std::string gib(int64_t bytes) {
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1LL << 30));
+}
+
+// Whether this machine shows an NVIDIA GPU to processes started here (the
+// driver lists its GPUs under /proc; CUDA_VISIBLE_DEVICES may hide them).
+bool gpu_visible() {
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"))
+    if (*v == '\0' || std::string_view(v).rfind("-1", 0) == 0) return false;
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", ec);
+  return !ec && it != std::filesystem::directory_iterator();
+}
+
+// The hardware plan and schedule are for, and why: --gpu, else what
+// `fsdpgen spec.fsdp -o train` builds for here (see resolve_target): the
+// default GPU where one is visible, else this CPU.
+struct PlanTarget {
+  std::string hardware;
+  std::string why;
+  bool defaulted = false;
+};
+
+PlanTarget plan_target(const Common& c) {
+  if (c.gpu_flag->count() > 0) return {c.gpu, "--gpu " + c.gpu, false};
+  if (gpu_visible())
+    return {c.gpu,
+            fmt::format("a GPU is visible here: planning for {}, which a build here targets; "
+                        "--gpu KIND plans for another",
+                        c.gpu),
+            true};
+  return {"cpu",
+          "no GPU here: planning for this CPU, which a build here targets; --gpu h100-sxm "
+          "plans for a GPU",
+          true};
+}
+
+int run_check(const Common& c, bool dump) {
+  auto p = c.run(true);
+  if (!p) return kExitSpecError;
+  const Spec& s = *p->spec;
+  if (dump) {
+    out(fmt::format("# Resolved by fsdpgen from {}.\n", c.spec_path));
+    out(print_spec(s));
+    return 0;
+  }
+  const ParallelSpec& par = s.parallel;
+  std::string groups = is_hybrid(par.sharding)
+                           ? fmt::format(" ({} groups of {})", par.replicas(), par.shard_group)
+                           : "";
+  out(fmt::format(
+      "{}: ok: model {} ({}, {} parameters, {} layers), {} wrap units, {} over {} rank{}{}\n",
+      c.spec_path, s.model.name, to_string(s.model.family), model_params(s.model), s.model.layers,
+      s.units.units.size(), to_string(par.sharding), par.world, par.world == 1 ? "" : "s", groups));
+  return 0;
+}
+
+int run_schedule(const Common& c, const std::string& format, const std::string& output) {
+  const PlanTarget target = plan_target(c);
+  auto hw = Common::hardware(target.hardware);
+  if (!hw) return kExitUsage;
+  // On stderr: stdout stays what the binary's --print-schedule prints.
+  if (target.defaulted)
+    std::fputs(fmt::format("fsdpgen: note: schedule for {} ({})\n", hw->name, target.why).c_str(),
+               stderr);
+  auto p = c.run(false, &*hw);
+  if (!p) return kExitSpecError;
+  if (!verified(*p)) return kExitInternal;
+  std::string text;
+  if (format == "text")
+    text = schedule_text(*p->schedule);  // also what a binary's --print-schedule prints
+  else if (format == "json")
+    text = schedule_json(*p->schedule);
+  else
+    text = trace_json(*p->schedule, predict(*p->schedule, *hw));
+  return write_output(output, text) ? 0 : kExitSpecError;
+}
+
+int run_plan(const Common& c) {
+  const PlanTarget target = plan_target(c);
+  auto hw = Common::hardware(target.hardware);
+  if (!hw) return kExitUsage;
+  auto started = std::chrono::steady_clock::now();
+  auto p = c.run(false, &*hw);
+  if (!p) return kExitSpecError;
+  if (!verified(*p)) return kExitInternal;
+  const Spec& s = *p->spec;
+  const ParallelSpec& par = s.parallel;
+  Timeline t = predict(*p->schedule, *hw);
+  out(fmt::format("plan of {} on {} x {}: {} ({})\n", s.model.name, par.world, hw->name,
+                  hw->description, target.why));
+  out(fmt::format(
+      "model: {} parameters ({} padded elements{}) in {} units; {} with shard group {} x {} "
+      "replica{}; "
+      "{} micro-batch{} of {} x {} tokens per rank\n",
+      p->units->total_params, p->units->total_padded_elems, vocab_padding_note(*p->units),
+      p->units->units.size(), to_string(par.sharding), par.shard_group, par.replicas(),
+      par.replicas() == 1 ? "" : "s", par.accumulate.micro_batches,
+      par.accumulate.micro_batches == 1 ? "" : "es", p->schedule->micro_batch, s.model.context));
+  out(print_memory_plan(*p->schedule, *p->memory));
+  const int64_t peak = p->memory->device_arena_bytes, usable = usable_bytes(*hw);
+  bool fits = peak <= usable;
+  out(fmt::format(
+      "fits: {}: peak {} of {} usable ({} {} minus {} reserved for the runtime), {:.1f}%\n",
+      fits ? "yes" : "NO", gib(peak), gib(usable), hw->name, gib(hw->memory_bytes),
+      gib(reserved_bytes(*hw)), 100.0 * static_cast<double>(peak) / static_cast<double>(usable)));
+  out(print_timeline(*p->schedule, t));
+  if (!fits) {
+    auto alts = fitting_alternatives(s, *hw);
+    if (alts.empty()) {
+      out("nothing tried fits (recompute, micro-batch down to 1, up to 8x the ranks, CPU offload); "
+          "a larger device or a smaller model is needed\n");
+    } else {
+      out("changes that fit, fastest first:\n");
+      for (const Alternative& a : alts)
+        out(fmt::format("  {:<40} peak {:>10}  step {:9.1f} ms  {:12.0f} tokens/s\n", a.change,
+                        gib(a.peak_bytes), a.step_ms, a.tokens_per_s));
+    }
+  }
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  out(fmt::format("planned in {:.0f} ms\n", ms));
+  return fits ? 0 : kExitDoesNotFit;
+}
+
+// The target of emit and build: --target, else cuda where a GPU is visible.
+// Building for cuda needs the CUDA runtime library; emitting does not.
+std::optional<EmitTarget> resolve_target(const Common& c, const std::string& target,
+                                         bool building) {
+  EmitTarget t;
+  std::string kind = target;
+  if (kind.empty()) {
+    kind = gpu_visible() ? "cuda" : "cpu";
+    if (kind == "cpu")
+      std::fputs(
+          "fsdpgen: note: no GPU is visible here, so this builds for the CPU; add "
+          "--target cuda to build for GPUs (it needs none to compile)\n",
+          stderr);
+  }
+  if (kind == "cpu") return t;
+  if (building && !kBuildCudaAvailable) {
+    std::fputs(
+        "fsdpgen: error: --target cuda: this fsdpgen was built without the CUDA runtime "
+        "(no nvcc was found when it was configured); install the CUDA toolkit and "
+        "rebuild fsdpgen\n",
+        stderr);
+    return std::nullopt;
+  }
+  std::optional<Hardware> hw = c.hardware();
+  if (!hw) return std::nullopt;
+  if (!hw->gpu) {
+    std::fputs(fmt::format("fsdpgen: error: --target cuda plans for a GPU, but --gpu {} is not "
+                           "one; pick one of: {}\n",
+                           c.gpu, Common::known_list())
+                   .c_str(),
+               stderr);
+    return std::nullopt;
+  }
+  t.kind = EmitTarget::Kind::Cuda;
+  t.hardware = hw->name;
+  return t;
+}
+
+// The generated program's source for `target`, or empty after printing why
+// (exit status in `status`).
+std::optional<std::string> generate(const Common& c, const EmitTarget& target, int& status) {
+  const Hardware hw = *find_hardware(target.hardware);
+  auto p = c.run(false, &hw);
+  if (!p) {
+    status = kExitSpecError;
+    return std::nullopt;
+  }
+  if (!verified(*p)) {
+    status = kExitInternal;
+    return std::nullopt;
+  }
+  if (target.kind == EmitTarget::Kind::Cuda && p->memory->device_arena_bytes > usable_bytes(hw))
+    std::fputs(fmt::format("fsdpgen: warning: the plan needs {} per GPU but a {} has {} usable; "
+                           "`fsdpgen plan {} --gpu {}` shows changes that fit\n",
+                           gib(p->memory->device_arena_bytes), hw.name, gib(usable_bytes(hw)),
+                           c.spec_path, target.hardware)
+                   .c_str(),
+               stderr);
+  if (const DataSpec& d = p->spec->train.data; d.kind != DataKind::Synthetic) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(d.path, ec))
+      std::fputs(fmt::format("fsdpgen: note: the spec's data file {} does not exist yet (a "
+                             "relative path is found from the spec's directory); the binary "
+                             "reads it when it starts (or --data FILE)\n",
+                             d.path)
+                     .c_str(),
+                 stderr);
+  }
+  try {
+    return emit_program(c.spec_path, *p->schedule, *p->memory, target);
+  } catch (const EmitError& e) {
+    std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
+    status = kExitSpecError;
+  } catch (const std::logic_error& e) {  // the emitter's own consistency checks
+    std::fputs(fmt::format("fsdpgen: internal error: {}\n", e.what()).c_str(), stderr);
+    status = kExitInternal;
+  } catch (const TemplateError& e) {
+    std::fputs(fmt::format("fsdpgen: internal error: {}\n", e.what()).c_str(), stderr);
+    status = kExitInternal;
+  }
+  return std::nullopt;
+}
+
+int run_emit(const Common& c, const std::string& target_flag, const std::string& dir) {
+  auto target = resolve_target(c, target_flag, false);
+  if (!target) return kExitSpecError;
+  int status = 0;
+  auto source = generate(c, *target, status);
+  if (!source) return status;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    std::fputs(fmt::format("fsdpgen: error: cannot create '{}': {}\n", dir, ec.message()).c_str(),
+               stderr);
+    return kExitSpecError;
+  }
+  return write_output((std::filesystem::path(dir) / "train.cpp").string(), *source)
+             ? 0
+             : kExitSpecError;
+}
+
+int run_build(const Common& c, const std::string& target_flag, const std::string& output,
+              const std::string& sources_dir) {
+  if (std::string reason = unwritable_output_reason(output); !reason.empty()) {
+    std::fputs(
+        fmt::format("fsdpgen: error: cannot write the binary '{}': {}\n", output, reason).c_str(),
+        stderr);
+    return kExitSpecError;
+  }
+  auto target = resolve_target(c, target_flag, true);
+  if (!target) return kExitSpecError;
+  int status = 0;
+  auto source = generate(c, *target, status);
+  if (!source) return status;
+  namespace fs = std::filesystem;
+  fs::path dir = sources_dir;
+  bool temporary = dir.empty();
+  if (temporary) {
+    // The error_code form: a TMPDIR that names no directory is the user's to fix, not a crash.
+    std::error_code ec;
+    std::string pattern = (fs::temp_directory_path(ec) / "fsdpgen-XXXXXX").string();
+    if (ec || !mkdtemp(pattern.data())) {
+      std::fputs(fmt::format("fsdpgen: error: cannot create a temporary directory: {} (TMPDIR, "
+                             "else /tmp, must be a writable directory; or keep the source with "
+                             "--sources DIR)\n",
+                             ec ? ec.message() : std::strerror(errno))
+                     .c_str(),
+                 stderr);
+      return kExitSpecError;
+    }
+    dir = pattern;
+  } else {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+  }
+  const std::string src = (dir / "train.cpp").string();
+  if (!write_output(src, *source)) return kExitSpecError;
+  BuildResult r = build_program(src, output, target->kind == EmitTarget::Kind::Cuda);
+  if (temporary) fs::remove_all(dir);
+  if (!r.ok) {
+    std::fputs(
+        fmt::format("fsdpgen: internal error: compiling the generated program failed:\n  {}\n"
+                    "(run with --sources DIR to keep the source)\n",
+                    r.command)
+            .c_str(),
+        stderr);
+    return kExitInternal;
+  }
+  out(fmt::format(
+      "fsdpgen: built {} from {} for {} in {:.1f} s\n", output, c.spec_path,
+      target->kind == EmitTarget::Kind::Cuda ? "CUDA (" + target->hardware + ")" : "CPU",
+      r.seconds));
+  return 0;
+}
+
+int run_merge(const std::string& checkpoint, const std::string& output, const std::string& dtype) {
+  // safetensors' spelling of the dtype (the flag's validator accepted the word).
+  const DType t = dtype_named(dtype).value_or(DType::FP32);
+  const char* st = t == DType::BF16 ? "BF16" : t == DType::FP16 ? "F16" : "F32";
+  try {
+    const checkpoint_merged m = checkpoint_merge(checkpoint, output, st);
+    out(fmt::format("fsdpgen: wrote {} from {} (step {}): {} tensors, {} params, {}, {:.2f} MiB\n",
+                    output, m.checkpoint, m.step, m.tensors, m.params, st,
+                    static_cast<double>(m.bytes) / (1 << 20)));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
+    return kExitSpecError;
+  }
+}
+
+// Whether a first word that is no subcommand is a spec to build: an existing
+// file, or a path or .fsdp name (a missing spec is then reported as such).
+bool looks_like_spec_path(const std::string& word) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(word, ec) || word.find('/') != std::string::npos ||
+         word.ends_with(".fsdp");
+}
+
+std::string unknown_subcommand_error(const std::string& word,
+                                     const std::vector<std::string_view>& commands) {
+  std::string msg = fmt::format("fsdpgen: error: unknown subcommand '{}'", word);
+  if (std::string close = closest_match(word, commands); !close.empty())
+    msg += fmt::format("; did you mean '{}'?", close);
+  return msg + fmt::format(
+                   " (no file of that name either); subcommands are {}, or a spec file to build "
+                   "(fsdpgen spec.fsdp -o train)\nRun 'fsdpgen --help' for usage.\n",
+                   quoted_choices(commands));
+}
+
+}  // namespace
+}  // namespace fsdpgen
+
+int main(int argc, char** argv) {
+  using fsdpgen::Common;
+  CLI::App app{"fsdpgen: compiles a .fsdp spec into a specialized FSDP training binary", "fsdpgen"};
+  app.require_subcommand(1);
+
+  Common check_args, schedule_args, plan_args;
+  bool dump = false;
+  CLI::App* check =
+      app.add_subcommand("check", "parse and check a spec; with --dump print it fully resolved");
+  check_args.add_to(check, false);
+  check->add_flag("--dump", dump,
+                  "print the resolved spec (every default filled in) in the spec language");
+
+  std::string format = "text", output;
+  CLI::App* schedule =
+      app.add_subcommand("schedule", "print the static schedule of one training step");
+  schedule_args.add_to(schedule, true);
+  schedule
+      ->add_option("--format", format,
+                   "text (per stream), json, or trace (Chrome/Perfetto, predicted times)")
+      ->check(CLI::IsMember({"text", "json", "trace"}));
+  schedule->add_option("-o,--output", output, "write to this file instead of stdout");
+
+  CLI::App* plan =
+      app.add_subcommand("plan", "memory per rank by kind, peak, and predicted step time");
+  plan_args.add_to(plan, true);
+  plan->footer(
+      "Exit status: 0 the plan fits the device, 4 it does not (the whole plan is still printed, "
+      "with changes that fit), 1 the spec has errors, 2 bad command line, 3 internal error.");
+
+  Common emit_args, build_args;
+  std::string emit_dir, emit_target, build_target;
+  const std::string target_help =
+      "cuda or cpu (default: cuda when a GPU is visible here, else cpu); cuda plans for --gpu";
+  CLI::App* emit = app.add_subcommand("emit", "write the generated training program's C++ source");
+  emit_args.add_to(emit, true);
+  emit->add_option("-o,--output", emit_dir, "directory for train.cpp")->required();
+  emit->add_option("--target", emit_target, target_help)->check(CLI::IsMember({"cuda", "cpu"}));
+
+  std::string binary, sources;
+  CLI::App* build = app.add_subcommand(
+      "build", "generate and compile the training binary (also: fsdpgen spec.fsdp -o train)");
+  build_args.add_to(build, true);
+  build->add_option("-o,--output", binary, "the executable to write")->required();
+  build->add_option("--sources", sources, "keep the generated source in this directory");
+  build->add_option("--target", build_target, target_help)->check(CLI::IsMember({"cuda", "cpu"}));
+
+  std::string merge_in, merge_out, merge_dtype = "fp32";
+  CLI::App* merge = app.add_subcommand(
+      "merge",
+      "write a checkpoint's weights as one safetensors file with Hugging Face GPT-2 names");
+  merge
+      ->add_option("checkpoint", merge_in,
+                   "a step_N checkpoint directory, or a directory of them (its newest)")
+      ->required();
+  merge->add_option("-o,--output", merge_out, "the safetensors file to write")->required();
+  merge
+      ->add_option("--dtype", merge_dtype,
+                   "fp32 (default), bf16 or fp16; also spelled f32, f16, float32, bfloat16, "
+                   "float16")
+      ->check(CLI::Validator(
+          [](std::string& word) {
+            return fsdpgen::dtype_named(word)
+                       ? std::string()
+                       : fmt::format(
+                             "unknown dtype '{}': fp32, bf16 or fp16 (or f32, f16, "
+                             "float32, bfloat16, float16)",
+                             word);
+          },
+          "DTYPE"));
+
+  // `fsdpgen spec.fsdp -o train` is `fsdpgen build spec.fsdp -o train`.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const std::vector<std::string_view> commands = {"check", "schedule", "plan",
+                                                  "emit",  "build",    "merge"};
+  if (!args.empty() && !args[0].empty() && args[0][0] != '-' &&
+      std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
+    if (!fsdpgen::looks_like_spec_path(args[0])) {
+      std::fputs(fsdpgen::unknown_subcommand_error(args[0], commands).c_str(), stderr);
+      return fsdpgen::kExitUsage;
+    }
+    args.insert(args.begin(), "build");
+  }
+  std::reverse(args.begin(), args.end());
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fputs(
+        fmt::format("fsdpgen: error: {}\nRun 'fsdpgen --help' for usage.\n", e.what()).c_str(),
+        stderr);
+    return fsdpgen::kExitUsage;
+  }
+  if (check->parsed()) return fsdpgen::run_check(check_args, dump);
+  if (schedule->parsed()) return fsdpgen::run_schedule(schedule_args, format, output);
+  if (plan->parsed()) return fsdpgen::run_plan(plan_args);
+  if (emit->parsed()) return fsdpgen::run_emit(emit_args, emit_target, emit_dir);
+  if (build->parsed()) return fsdpgen::run_build(build_args, build_target, binary, sources);
+  if (merge->parsed()) return fsdpgen::run_merge(merge_in, merge_out, merge_dtype);
+  return fsdpgen::kExitUsage;
+}

@@ -1,0 +1,89 @@
+// Build: the compiler command and its execution.
+#include "emit/Build.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+#include <vector>
+
+#include "emit/BuildConfig.h"
+
+extern char** environ;
+
+namespace fsdpgen {
+namespace {
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string w; in >> w;)
+    out.push_back(w);
+  return out;
+}
+
+}  // namespace
+
+std::string unwritable_output_reason(const std::string& output) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(output, ec)) return "it is a directory";
+  const fs::path parent = fs::path(output).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  if (!fs::exists(dir, ec)) return "'" + dir + "' does not exist";
+  if (!fs::is_directory(dir, ec)) return "'" + dir + "' is not a directory";
+  // A file made and removed there: permission bits do not bind root, and
+  // read-only or special file systems (/proc) refuse only the creation.
+  std::string probe = (parent.empty() ? fs::path(".") : parent) / ".fsdpgen-probe-XXXXXX";
+  const int fd = mkstemp(probe.data());
+  if (fd < 0) return "cannot create files in '" + dir + "': " + std::strerror(errno);
+  close(fd);
+  unlink(probe.c_str());
+  return {};
+}
+
+BuildResult build_program(const std::string& source_path, const std::string& output, bool cuda) {
+  const char* cxx = std::getenv("FSDPGEN_CXX");
+  std::vector<std::string> args = {cxx && *cxx ? cxx : kBuildCompiler};
+  for (const std::string& f : split(kBuildCompileFlags))
+    args.push_back(f);
+  if (cuda)
+    for (const std::string& f : split(kBuildCudaCompileFlags))
+      args.push_back(f);
+  args.push_back(source_path);
+  args.push_back("-o");
+  args.push_back(output);
+  // The CUDA runtime library first: it calls into the CPU runtime's.
+  if (cuda)
+    for (const std::string& f : split(kBuildCudaLibraries))
+      args.push_back(f);
+  for (const std::string& f : split(kBuildLinkFlags))
+    args.push_back(f);
+  if (cuda)
+    for (const std::string& f : split(kBuildCudaSystemLibraries))
+      args.push_back(f);
+
+  BuildResult r;
+  for (const std::string& a : args)
+    r.command += (r.command.empty() ? "" : " ") + a;
+  std::vector<char*> argv;
+  for (std::string& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  auto start = std::chrono::steady_clock::now();
+  pid_t pid;
+  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return r;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  return r;
+}
+
+}  // namespace fsdpgen

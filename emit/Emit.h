@@ -1,0 +1,39 @@
+// Emit: a planned step -> the C++ source of a training program for the CPU
+// runtime (runtime/) or the CUDA runtime (runtime/cuda/). emit/templates/train.cpp
+// is filled with the schedule written out: one function per op calling the
+// runtime's kernels and collectives with arena offsets and sizes as
+// constants, and the tables (buffers, units, tensors, ops with their
+// dependencies) the runtime's executor walks. Both targets get the same
+// schedule in the same words; CUDA calls are prefixed cuda_ and take the
+// op's stream (runtime/cuda/step.h). Deterministic: the same spec gives the
+// same bytes.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "planner/Memory.h"
+#include "planner/Schedule.h"
+
+namespace fsdpgen {
+
+// A spec the backend cannot build (e.g. llama, fp16 on CPU): a user error.
+struct EmitError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct EmitTarget {
+  enum class Kind { Cpu, Cuda };
+  Kind kind = Kind::Cpu;
+  std::string hardware = "cpu";  // the --gpu name the schedule was planned for
+};
+
+// Precondition: `memory` was planned from `schedule`, which verify_plan accepts.
+// spec_path is how the header and the binary name the spec.
+std::string emit_program(const std::string& spec_path, const Schedule& schedule,
+                         const MemoryPlan& memory, const EmitTarget& target = {});
+
+// What `fsdpgen schedule --gpu cpu` prints, embedded in the binary for --print-schedule.
+std::string schedule_text(const Schedule& schedule);
+
+}  // namespace fsdpgen

@@ -1,0 +1,101 @@
+// Fit: device capacity checks and the search over single changes.
+#include "planner/Fit.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace fsdpgen {
+
+int64_t reserved_bytes(const Hardware& hw) {
+  return hw.gpu ? int64_t{2} << 30 : 0;
+}
+
+int64_t usable_bytes(const Hardware& hw) {
+  return hw.memory_bytes - reserved_bytes(hw);
+}
+
+ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec) {
+  ScheduleOptions o;
+  // GPUs run attention as fused flash kernels (runtime/cuda/attention.h), so
+  // their plans save log-sum-exp instead of the T x T probabilities, for head
+  // sizes the kernels take; the CPU runtime's attention is faster as GEMMs
+  // over materialized probabilities.
+  o.flash_attention = hw.gpu && spec.model.head_dim() <= kGpuFlashMaxHeadDim;
+  // 16-bit flash attention may run on cuDNN (runtime/cuda/cudnn_attention.h),
+  // whose backward needs workspace.
+  o.cudnn_attention_workspace = o.flash_attention && spec.parallel.precision.param != DType::FP32 &&
+                                spec.model.head_dim() % kGpuCudnnHeadDimMultiple == 0;
+  if (hw.gpu)
+    o.gemm_workspace_bytes = int64_t{32} << 20;  // cuBLASLt's recommended workspace on Hopper
+  else if (spec.parallel.precision.param != DType::FP32)
+    o.gemm_workspace_bytes = kCpuGemmWorkspaceBytes;
+  return o;
+}
+
+PlanResult plan_for(const Spec& spec, const Hardware& hw) {
+  PlanResult r;
+  r.units = lower(spec);
+  r.schedule = build_schedule(r.units, schedule_options_for(hw, spec));
+  r.memory = plan_memory(r.schedule);
+  r.timeline = predict(r.schedule, hw);
+  r.fits = r.memory.device_arena_bytes <= usable_bytes(hw);
+  return r;
+}
+
+namespace {
+
+Spec with_world(Spec s, int64_t world) {
+  ParallelSpec& p = s.parallel;
+  int64_t nodes_of = p.ranks_per_node;
+  p.world = world;
+  p.ranks_per_node = std::min(nodes_of, world);
+  if (!is_hybrid(p.sharding)) p.shard_group = non_hybrid_shard_group(p.sharding, world);
+  return s;
+}
+
+}  // namespace
+
+std::vector<Alternative> fitting_alternatives(const Spec& spec, const Hardware& hw) {
+  std::vector<std::pair<std::string, Spec>> tries;
+  auto add = [&](std::string change, Spec s) {
+    tries.push_back({std::move(change), std::move(s)});
+  };
+  const bool recomputing = spec.parallel.recompute == Recompute::Block;
+  std::vector<std::pair<std::string, Spec>> bases = {{"", spec}};
+  if (!recomputing) {
+    Spec s = spec;
+    s.parallel.recompute = Recompute::Block;
+    add("recompute = block", s);
+    bases.push_back({"recompute = block, ", s});
+  }
+  for (auto& [prefix, base] : bases) {
+    for (int64_t b = base.train.micro_batch / 2; b >= 1; b /= 2) {
+      Spec s = base;
+      s.train.micro_batch = b;
+      add(fmt::format("{}micro_batch = {}", prefix, b), s);
+    }
+    if (!is_hybrid(base.parallel.sharding) && base.parallel.sharding != Sharding::NoShard)
+      for (int64_t w = base.parallel.world * 2; w <= base.parallel.world * 8; w *= 2)
+        add(fmt::format("{}world = {}", prefix, w), with_world(base, w));
+    if (base.parallel.offload == Offload::None && base.parallel.sharding != Sharding::NoShard) {
+      Spec s = base;
+      s.parallel.offload = Offload::Cpu;
+      add(fmt::format("{}offload = cpu", prefix), s);
+    }
+  }
+  std::vector<Alternative> out;
+  for (auto& [change, s] : tries) {
+    PlanResult r = plan_for(s, hw);
+    if (!r.fits) continue;
+    out.push_back(
+        {change, r.memory.device_arena_bytes, r.timeline.step_ms, r.timeline.tokens_per_s, true});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Alternative& a, const Alternative& b) {
+    return a.tokens_per_s > b.tokens_per_s;
+  });
+  if (out.size() > 6) out.resize(6);
+  return out;
+}
+
+}  // namespace fsdpgen

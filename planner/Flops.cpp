@@ -1,0 +1,47 @@
+// Flops: per-layer forward FLOP counts.
+#include "planner/Flops.h"
+
+namespace fsdpgen {
+namespace {
+
+// Multiply-adds per token of a layer's matrix multiplies (its weight
+// matrices), the head's with V vocabulary rows.
+double layer_matmul_macs(const ModelSpec& m, const LayerId& l, double V) {
+  const double C = m.width, F = m.ffn_hidden;
+  switch (l.kind) {
+    case LayerId::Kind::Embed:
+      return 0;
+    case LayerId::Kind::Block:
+      if (m.family == Family::Gpt2) return 4 * C * C + 2 * C * F;
+      return 2 * C * C + 2 * C * (m.kv_heads * m.head_dim()) + 3 * C * F;
+    case LayerId::Kind::FinalNorm:
+      return 0;
+    case LayerId::Kind::Head:
+      return C * V;
+  }
+  return 0;
+}
+
+double layer_attention_flops(const ModelSpec& m, const LayerId& l) {
+  return l.kind == LayerId::Kind::Block ? 4.0 * m.context * m.width : 0;
+}
+
+}  // namespace
+
+double segment_forward_flops(const ModelSpec& m, const Segment& s, int64_t tokens) {
+  double per_token = 0;
+  for (const LayerId& l : s.layers)
+    per_token += 2 * layer_matmul_macs(m, l, static_cast<double>(m.padded_vocab())) +
+                 layer_attention_flops(m, l);
+  return per_token * static_cast<double>(tokens);
+}
+
+double model_flops_per_token(const ModelSpec& m) {
+  double f = 0;
+  for (const LayerId& l : all_layers(m))
+    f += 3 *
+         (2 * layer_matmul_macs(m, l, static_cast<double>(m.vocab)) + layer_attention_flops(m, l));
+  return f;
+}
+
+}  // namespace fsdpgen

@@ -1,0 +1,162 @@
+// Schedule: the ordered ops of one training step (all micro-batches and the
+// optimizer), each on a named stream, with explicit cross-stream
+// dependencies, and the buffers they use. Built from Units by
+// build_schedule(); exactly DESIGN §4. The op list is in issue order: the
+// order in which the generated step issues them. Ops on one stream run in
+// issue order; an op also waits for its deps. Every buffer that is not
+// persistent is first used after the Free of any buffer it may reuse (Frees
+// are on the compute stream, and a first use on another stream depends on
+// the compute op issued just before it), so lifetimes measured in issue
+// positions are safe for the memory planner.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/Lower.h"
+
+namespace fsdpgen {
+
+// Copy: host<->device copies (offload). Host: the optimizer on the CPU (offload).
+enum class StreamId { Compute, AllGather, ReduceScatter, AllReduce, Copy, Host };
+inline constexpr std::array<std::string_view, 6> kStreamNames = {
+    "compute", "allgather", "reducescatter", "allreduce", "copy", "host"};
+inline std::string_view to_string(StreamId s) {
+  return kStreamNames[static_cast<int>(s)];
+}
+
+enum class OpKind {
+  AllGather,      // a unit's param shards -> unsharded params (param dtype), over the shard group
+  Forward,        // forward of one segment for one micro-batch (the last one includes the loss)
+  Recompute,      // recompute = block: the segment's forward again, before its backward
+  Backward,       // backward of one segment for one micro-batch
+  ReduceScatter,  // a unit's unsharded grads -> this rank's grad shard (reduce dtype), over the
+                  // shard group
+  AllReduce,  // grads over the replica group (hybrid: the shard; no_shard: the whole unit), or a
+              // scalar
+  Free,       // buffers return to the plan
+  CopyH2D,    // offload: host shard -> device staging
+  CopyD2H,    // offload: device grad shard -> host
+  GradNorm,   // sum of squares of this rank's grad shards (the all-reduce of the scalar follows)
+  OptimizerStep,  // one unit: clip, update the master shard and optimizer state, cast to param
+                  // dtype
+};
+inline constexpr std::array<std::string_view, 11> kOpKindNames = {
+    "AG", "F", "RECOMPUTE", "B", "RS", "AR", "FREE", "H2D", "D2H", "GRADNORM", "OPT"};
+inline std::string_view to_string(OpKind k) {
+  return kOpKindNames[static_cast<int>(k)];
+}
+
+enum class CommGroup { None, Shard, Replica, World };
+inline constexpr std::array<std::string_view, 4> kCommGroupNames = {"none", "shard", "replica",
+                                                                    "world"};
+inline std::string_view to_string(CommGroup g) {
+  return kCommGroupNames[static_cast<int>(g)];
+}
+
+enum class BufferKind {
+  ParamShard,        // this rank's shard of a unit, param dtype
+  MasterWeights,     // fp32 (master dtype) copy of the shard, when it differs from the param dtype
+  OptimizerState,    // AdamW m and v / SGD momentum, master dtype, per shard
+  GradShard,         // gradient shard: fp32 when accumulating micro-batches, else the reduce dtype
+  UnshardedParams,   // gathered flat parameter of a unit
+  UnshardedGrads,    // flat gradient of a unit before reduction, reduce dtype
+  Activations,       // what a segment's forward saves for its backward, per micro-batch
+  RecomputeScratch,  // recompute = block: a forward's intermediates, or the activations
+                     // rebuilt for one backward
+  BackwardScratch,   // gradient of the activations flowing through backward
+  CommStaging,       // reduce-dtype shard received by a reduce-scatter before accumulation
+  Workspace,         // GEMM workspace
+  Logits,            // logits and their gradient (B*T*V)
+  Inputs,            // token ids and targets of one micro-batch
+};
+inline constexpr std::array<std::string_view, 13> kBufferKindNames = {
+    "param_shard",  "master_weights",    "optimizer_state",
+    "grad_shard",   "unsharded_params",  "unsharded_grads",
+    "activations",  "recompute_scratch", "backward_scratch",
+    "comm_staging", "workspace",         "logits",
+    "inputs"};
+inline std::string_view to_string(BufferKind k) {
+  return kBufferKindNames[static_cast<int>(k)];
+}
+
+enum class MemSpace { Device, Host };
+
+struct Buffer {
+  int id = 0;
+  BufferKind kind = BufferKind::Activations;
+  MemSpace space = MemSpace::Device;
+  std::string name;  // stable, e.g. "params.u3", "acts.s2.mb0"
+  int64_t bytes = 0;
+  int unit = -1;
+  int micro_batch = -1;
+  bool persistent = false;  // lives across steps: allocated before the first step, never freed
+};
+
+struct Op {
+  int id = 0;
+  OpKind kind = OpKind::Forward;
+  StreamId stream = StreamId::Compute;
+  int unit = -1;
+  int segment = -1;
+  int micro_batch = -1;
+  CommGroup group = CommGroup::None;
+  int64_t group_size = 1;
+  int64_t payload_bytes =
+      0;             // collectives: size of the whole (unsharded) tensor; copies: bytes copied
+  double flops = 0;  // compute on this rank
+  int64_t memory_bytes = 0;  // bytes read and written by memory-bound ops (optimizer, norms)
+  std::vector<int> deps;     // ops (on other streams) that must finish first
+  std::vector<int> uses;     // buffers read or written
+  std::vector<int> frees;    // Free: the buffers released
+
+  // Bytes this rank sends with a ring algorithm: (n-1)/n of the payload for
+  // all-gather and reduce-scatter, twice that for all-reduce.
+  int64_t sent_bytes() const;
+  std::string label() const;  // "AG u3", "F s2 mb0", "FREE"
+};
+
+struct ScheduleOptions {
+  int64_t micro_batch = 0;  // sequences per rank per micro-batch; 0: the spec's
+  bool flash_attention =
+      false;  // attention saves softmax statistics instead of the T x T probabilities
+  int64_t gemm_workspace_bytes = 0;
+  // The workspace buffer also holds what cuDNN's fused attention needs
+  // (cudnn_attention_workspace_bytes, Activations.h): it is then the larger of the two.
+  bool cudnn_attention_workspace = false;
+};
+
+struct Schedule {
+  Units units;
+  ScheduleOptions options;
+  int64_t micro_batch = 0;  // resolved
+  std::vector<Buffer> buffers;
+  std::vector<Op> ops;  // issue order
+
+  // Collective bytes sent per rank per step, by kind.
+  int64_t sent_bytes(OpKind kind) const;
+};
+
+Schedule build_schedule(const Units& units, const ScheduleOptions& options = {});
+
+// Whether a GPU program runs op on the host (offload = cpu): the host
+// stream's ops (the gradient norm and the optimizer) and the collectives that
+// touch only host memory (the cross-replica all-reduce of a host gradient
+// shard, the all-reduce of the norm's partial sums). No op on the device
+// waits for one of these within a step (planner/Verify checks it), so the
+// device never waits for the host.
+bool runs_on_host(const Schedule& s, const Op& op);
+
+// Text form: per stream, one op a line with bytes and dependencies.
+std::string print_schedule(const Schedule& s);
+// Machine-readable, stable JSON.
+std::string schedule_json(const Schedule& s);
+// One op's fields as JSON ("op" is its id), shared by the schedule JSON and the traces.
+nlohmann::ordered_json op_json(const Op& op);
+
+}  // namespace fsdpgen

@@ -1,0 +1,184 @@
+// Invariants of every generated schedule and memory plan (planner/Verify.h),
+// over a covering set of configurations at worlds 1 to 512; and proof that
+// the verifier catches broken schedules.
+#include <gtest/gtest.h>
+
+#include "planner/Verify.h"
+#include "tests/planner/PlanTestUtil.h"
+
+namespace fsdpgen::test {
+namespace {
+
+TEST(Invariants, HoldForEveryConfiguration) {
+  auto configs = covering_configs();
+  EXPECT_GT(configs.size(), 400u);
+  for (const Config& c : configs) {
+    Planned p = plan_text(c.text());
+    auto errors = verify_plan(p.schedule, p.memory);
+    EXPECT_TRUE(errors.empty()) << c.name() << ":\n  "
+                                << fmt::format("{}", fmt::join(errors, "\n  "));
+  }
+}
+
+TEST(Invariants, HoldForTheExampleSpecs) {
+  for (const char* name : {"tiny", "gpt2-124m", "gpt2-350m", "gpt2-1.5b", "gpt-175b"}) {
+    FrontendResult r = load_spec_file(std::string(FSDPGEN_SOURCE_DIR) + "/specs/" + name + ".fsdp");
+    ASSERT_TRUE(r.spec) << r.diagnostics;
+    Units u = lower(*r.spec);
+    Schedule s = build_schedule(u);
+    MemoryPlan m = plan_memory(s);
+    auto errors = verify_plan(s, m);
+    EXPECT_TRUE(errors.empty()) << name << ":\n  " << fmt::format("{}", fmt::join(errors, "\n  "));
+  }
+}
+
+// offload = cpu with every strategy that allows it, at worlds 1 to 8 (hybrid
+// with shard groups of 1, replicas only, and of half the world), with
+// accumulation, recompute and both precisions: the invariants hold, among
+// them that the ops a GPU program runs on the host use host memory only and
+// that no device op waits for one.
+TEST(Invariants, HoldWithOffloadForEveryStrategy) {
+  int checked = 0;
+  for (const char* st : {"full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2"})
+    for (int w : {1, 2, 4, 8})
+      for (int groups : {0, 1, 2})  // hybrid: shard group 1, or w / 2
+        for (auto [mb, red] : {std::pair{1, "every"}, {4, "every"}, {4, "last"}})
+          for (const char* dtype : {"fp32", "bf16"}) {
+            const bool hybrid = std::string(st).rfind("hybrid", 0) == 0;
+            if (hybrid != (groups > 0) || (groups == 1 && w < 2) || (groups == 2 && w < 4))
+              continue;
+            Config c;
+            c.sharding = st;
+            c.world = w;
+            c.shard_group = groups == 0 ? 0 : groups == 1 ? 1 : w / 2;
+            c.offload = "cpu";
+            c.micro_batches = mb;
+            c.reduce = red;
+            c.param = c.reduce_dtype = dtype;
+            c.recompute = checked % 2 ? "block" : "none";
+            Planned p = plan_text(c.text());
+            auto errors = verify_plan(p.schedule, p.memory);
+            EXPECT_TRUE(errors.empty())
+                << c.name() << ":\n  " << fmt::format("{}", fmt::join(errors, "\n  "));
+            int on_host = 0;
+            for (const Op& op : p.schedule.ops)
+              on_host += runs_on_host(p.schedule, op);
+            EXPECT_GT(on_host, 0) << c.name() << ": the optimizer runs on the host";
+            ++checked;
+          }
+  EXPECT_GT(checked, 60);
+}
+
+Planned base() {
+  Config c;
+  c.world = 4;
+  return plan_text(c.text());
+}
+
+bool mentions(const std::vector<std::string>& errors, const std::string& what) {
+  for (const auto& e : errors)
+    if (e.find(what) != std::string::npos) return true;
+  return false;
+}
+
+TEST(Verifier, CatchesAComputeThatDoesNotWaitForItsGather) {
+  Planned p = base();
+  for (Op& op : p.schedule.ops)
+    if (op.kind == OpKind::Forward && op.unit == 2) op.deps.clear();
+  EXPECT_TRUE(mentions(verify_plan(p.schedule, p.memory), "does not wait for the all-gather"));
+}
+
+TEST(Verifier, CatchesAReduceScatterBeforeTheLastBackward) {
+  Planned p = base();
+  for (Op& op : p.schedule.ops)
+    if (op.kind == OpKind::ReduceScatter) op.deps.clear();
+  EXPECT_TRUE(mentions(verify_plan(p.schedule, p.memory), "does not wait for the last backward"));
+}
+
+TEST(Verifier, CatchesOverlappingLiveBuffers) {
+  Planned p = base();
+  for (Placement& pl : p.memory.placements)
+    pl.offset = 0;
+  EXPECT_TRUE(mentions(verify_plan(p.schedule, p.memory), "share bytes while both are alive"));
+}
+
+TEST(Verifier, CatchesTooManyUnitsInFlight) {
+  Planned p = base();
+  p.schedule.units.spec.parallel.prefetch.max_inflight = 1;
+  EXPECT_TRUE(mentions(verify_plan(p.schedule, p.memory), "more than max_inflight 1"));
+}
+
+TEST(Verifier, CatchesMismatchedCollectiveGroups) {
+  Planned p = base();
+  for (Op& op : p.schedule.ops)
+    if (op.kind == OpKind::AllGather) {
+      op.group_size = 3;
+      break;
+    }
+  EXPECT_TRUE(mentions(verify_plan(p.schedule, p.memory), "has group size 3"));
+}
+
+TEST(Verifier, CatchesAWrongPeakBreakdown) {
+  Planned p = base();
+  p.memory.peak_by_kind[0] += 1;
+  EXPECT_TRUE(mentions(verify_plan(p.schedule, p.memory), "peak breakdown"));
+}
+
+TEST(Verifier, CatchesAHybridAllReduceEveryMicroBatch) {
+  Config c;
+  c.sharding = "hybrid_shard";
+  c.world = 4;
+  c.shard_group = 2;
+  c.micro_batches = 2;
+  Planned p = plan_text(c.text());
+  EXPECT_TRUE(verify_plan(p.schedule, p.memory).empty());
+  // Duplicate a cross-replica all-reduce into the first micro-batch.
+  Op extra;
+  for (const Op& op : p.schedule.ops)
+    if (op.kind == OpKind::AllReduce && op.unit > 0) extra = op;
+  extra.id = 1;
+  p.schedule.ops.insert(p.schedule.ops.begin() + 1, extra);
+  for (size_t i = 0; i < p.schedule.ops.size(); ++i)
+    p.schedule.ops[i].id = static_cast<int>(i);
+  EXPECT_TRUE(mentions(verify_plan(p.schedule, p.memory), "cross-replica all-reduces per step"));
+}
+
+Planned offload_base() {
+  Config c;
+  c.sharding = "hybrid_shard";
+  c.world = 4;
+  c.shard_group = 2;
+  c.offload = "cpu";
+  Planned p = plan_text(c.text());
+  EXPECT_TRUE(verify_plan(p.schedule, p.memory).empty());
+  return p;
+}
+
+TEST(Verifier, CatchesADeviceOpWaitingForTheHost) {
+  Planned p = offload_base();
+  // The first compute op after the first cross-replica all-reduce (on the host) waits for it.
+  int host_ar = -1;
+  for (Op& op : p.schedule.ops) {
+    if (host_ar < 0 && op.kind == OpKind::AllReduce && runs_on_host(p.schedule, op))
+      host_ar = op.id;
+    if (host_ar >= 0 && op.kind == OpKind::Backward) {
+      op.deps.push_back(host_ar);
+      break;
+    }
+  }
+  ASSERT_GE(host_ar, 0);
+  EXPECT_TRUE(mentions(verify_plan(p.schedule, p.memory), "runs on the device but waits for"));
+}
+
+TEST(Verifier, CatchesAHostOpOnDeviceMemory) {
+  Planned p = offload_base();
+  int device_grads = -1;
+  for (const Buffer& b : p.schedule.buffers)
+    if (b.kind == BufferKind::UnshardedGrads) device_grads = b.id;
+  for (Op& op : p.schedule.ops)
+    if (op.kind == OpKind::GradNorm) op.uses.push_back(device_grads);
+  EXPECT_TRUE(mentions(verify_plan(p.schedule, p.memory), "runs on the host but uses"));
+}
+
+}  // namespace
+}  // namespace fsdpgen::test
