@@ -8,18 +8,20 @@
 #include <cstdint>
 #include <cstring>
 
+#include "runtime/host_device.h"
+
 struct bf16 {
   uint16_t bits;
 };
 
-inline float bf16_to_float(bf16 x) {
+FSDPGEN_HOST_DEVICE float bf16_to_float(bf16 x) {
   uint32_t u = static_cast<uint32_t>(x.bits) << 16;
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
 
-inline bf16 bf16_from_float(float f) {
+FSDPGEN_HOST_DEVICE bf16 bf16_from_float(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))  // NaN stays a (quiet) NaN
@@ -32,7 +34,7 @@ struct fp16 {
   uint16_t bits;
 };
 
-inline float fp16_to_float(fp16 x) {
+FSDPGEN_HOST_DEVICE float fp16_to_float(fp16 x) {
   const uint32_t sign = static_cast<uint32_t>(x.bits & 0x8000u) << 16;
   const uint32_t exp = (x.bits >> 10) & 0x1fu, mant = x.bits & 0x3ffu;
   uint32_t u;
@@ -50,7 +52,7 @@ inline float fp16_to_float(fp16 x) {
   return f;
 }
 
-inline fp16 fp16_from_float(float f) {
+FSDPGEN_HOST_DEVICE fp16 fp16_from_float(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
@@ -75,28 +77,29 @@ inline fp16 fp16_from_float(float f) {
   return fp16{static_cast<uint16_t>(sign | (u >> 13))};
 }
 
-// Uniform loads and stores for kernels templated on the element type.
-inline float to_float(float x) {
+// Uniform loads and stores for kernels templated on the element type; the
+// CUDA kernels add the device types' overloads (runtime/cuda/device.cuh).
+FSDPGEN_HOST_DEVICE float to_float(float x) {
   return x;
 }
-inline float to_float(bf16 x) {
+FSDPGEN_HOST_DEVICE float to_float(bf16 x) {
   return bf16_to_float(x);
 }
-inline float to_float(fp16 x) {
+FSDPGEN_HOST_DEVICE float to_float(fp16 x) {
   return fp16_to_float(x);
 }
 template <class T>
-inline T from_float(float x);
+FSDPGEN_HOST_DEVICE T from_float(float x);
 template <>
-inline float from_float<float>(float x) {
+FSDPGEN_HOST_DEVICE float from_float<float>(float x) {
   return x;
 }
 template <>
-inline bf16 from_float<bf16>(float x) {
+FSDPGEN_HOST_DEVICE bf16 from_float<bf16>(float x) {
   return bf16_from_float(x);
 }
 template <>
-inline fp16 from_float<fp16>(float x) {
+FSDPGEN_HOST_DEVICE fp16 from_float<fp16>(float x) {
   return fp16_from_float(x);
 }
 

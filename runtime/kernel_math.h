@@ -1,14 +1,16 @@
 // kernel_math: the per-element formulas the CPU kernels (runtime/kernels.cpp)
 // and their CUDA twins (runtime/cuda/kernels.cu) share, one definition for
 // host and device. Each caller brings its own exp (a vectorizable one on the
-// CPU, a clamped __expf on the GPU), so these take exp's result.
+// CPU, expf on the GPU; both named exp_clamped), so these take exp's result.
 #pragma once
 
-#if defined(__CUDACC__)
-#define FSDPGEN_HOST_DEVICE __host__ __device__ inline
-#else
-#define FSDPGEN_HOST_DEVICE inline
-#endif
+#include "runtime/host_device.h"
+
+// exp's argument is clamped to [kExpArgMin, kExpArgMax] by both backends'
+// exp_clamped: exp stays finite and nonzero in fp32, so GELU's backward
+// never meets inf * 0 for large |x|.
+inline constexpr float kExpArgMin = -87.0f;
+inline constexpr float kExpArgMax = 88.0f;
 
 // GELU, tanh form (GPT-2): gelu(x) = 0.5 x (1 + tanh u) = x / (1 + exp(-2u)),
 // u = sqrt(2/pi) (x + 0.044715 x^3).

@@ -22,14 +22,13 @@ constexpr int64_t kChannelBlock = 64;
 // at the block's last column, skipping most of the work above the diagonal.
 constexpr int64_t kAttentionRowBlock = 64;
 
-// exp(x), x clamped to [-87, 88], within ~1 ulp: Cephes' expf (reduction by
-// ln 2 in two parts, degree-5 polynomial, 2^n by exponent bits). Branch-free
-// and rounding by adding 1.5 * 2^23 (floor and float-to-int conversions keep
-// GCC from vectorizing under trapping math), so loops over it vectorize,
-// which loops over std::exp do not without -ffast-math.
-inline float fast_exp(float x) {
+// exp(x), x clamped to [kExpArgMin, kExpArgMax] (runtime/kernel_math.h), within ~1 ulp: Cephes'
+// expf (reduction by ln 2 in two parts, degree-5 polynomial, 2^n by exponent bits). Branch-free and
+// rounding by adding 1.5 * 2^23 (floor and float-to-int conversions keep GCC from vectorizing under
+// trapping math), so loops over it vectorize, which loops over std::exp do not without -ffast-math.
+inline float exp_clamped(float x) {
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  x = std::min(std::max(x, -87.0f), 88.0f);
+  x = std::min(std::max(x, kExpArgMin), kExpArgMax);
   const float t = x * 1.44269504088896341f + kRound;  // round(x / ln 2) in the low bits
   const float n = t - kRound;
   const float r = x - n * 0.693359375f + n * 2.12194440e-4f;  // x - n ln 2
@@ -219,11 +218,11 @@ void softmax_causal_row(T* row, int64_t t, int64_t T_) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t u = 0; u <= t; u++)
-    sum += fast_exp(to_float(row[u]) - maxv);
+    sum += exp_clamped(to_float(row[u]) - maxv);
   const float inv = 1.0f / sum;
 #pragma omp simd
   for (int64_t u = 0; u <= t; u++)
-    row[u] = from_float<T>(fast_exp(to_float(row[u]) - maxv) * inv);
+    row[u] = from_float<T>(exp_clamped(to_float(row[u]) - maxv) * inv);
   std::fill(row + t + 1, row + T_, from_float<T>(0.0f));
 }
 
@@ -385,10 +384,10 @@ void attention_forward_flash(T* out, float* lse, const T* qkv, int64_t B, int64_
     for (int64_t u = 1; u <= t; u++) {
       const float s = scale * dot_row(q, k0 + u * C3, hs);
       if (s > m) {
-        l = l * fast_exp(m - s) + 1.0f;
+        l = l * exp_clamped(m - s) + 1.0f;
         m = s;
       } else {
-        l += fast_exp(s - m);
+        l += exp_clamped(s - m);
       }
     }
     const float row_lse = m + std::log(l);
@@ -396,7 +395,7 @@ void attention_forward_flash(T* out, float* lse, const T* qkv, int64_t B, int64_
     std::fill(acc, acc + hs, 0.0f);
     for (int64_t u = 0; u <= t; u++) {
       const T* k = k0 + u * C3;
-      add_scaled_row(acc, fast_exp(scale * dot_row(q, k, hs) - row_lse), k + C, hs);
+      add_scaled_row(acc, exp_clamped(scale * dot_row(q, k, hs) - row_lse), k + C, hs);
     }
     T* o = out + L.out_at(bh, t);
     for (int64_t c = 0; c < hs; c++)
@@ -421,7 +420,7 @@ void attention_backward_flash(T* dqkv, float* delta, const T* dout, const T* qkv
   auto pair = [&](int64_t bh, int64_t t, int64_t u, float* p, float* ds) {
     const T* q = qkv + L.qkv_at(bh, t);
     const T* k = qkv + L.qkv_at(bh, u) + C;
-    *p = fast_exp(scale * dot_row(q, k, hs) - lse[bh * T_ + t]);
+    *p = exp_clamped(scale * dot_row(q, k, hs) - lse[bh * T_ + t]);
     *ds = *p * (dot_row(dout + L.out_at(bh, t), k + C, hs) - delta[bh * T_ + t]);
   };
   // By query rows: dq_t = scale * sum over u <= t of dS[t, u] k_u.
@@ -465,7 +464,7 @@ void gelu_forward(T* out, const T* inp, int64_t n) {
 #pragma omp parallel for simd if (n >= kParallelElems)
   for (int64_t i = 0; i < n; i++) {
     const float x = to_float(inp[i]);
-    out[i] = from_float<T>(gelu_of(x, fast_exp(-2.0f * gelu_tanh_arg(x))));
+    out[i] = from_float<T>(gelu_of(x, exp_clamped(-2.0f * gelu_tanh_arg(x))));
   }
 }
 
@@ -474,7 +473,7 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
 #pragma omp parallel for simd if (n >= kParallelElems)
   for (int64_t i = 0; i < n; i++) {
     const float x = to_float(inp[i]);
-    const float e = fast_exp(-2.0f * gelu_tanh_arg(x));
+    const float e = exp_clamped(-2.0f * gelu_tanh_arg(x));
     dinp[i] = from_float<T>(gelu_grad_of(x, e) * to_float(dout[i]));
   }
 }
@@ -499,13 +498,13 @@ void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t v = 0; v < V; v++)
-      sum += fast_exp(to_float(x[v]) - maxv);
+      sum += exp_clamped(to_float(x[v]) - maxv);
     const int64_t target = targets[n];
     losses[n] = std::log(sum) + maxv - to_float(x[target]);
     const float inv = 1.0f / sum;
 #pragma omp simd
     for (int64_t v = 0; v < V; v++) {
-      const float p = fast_exp(to_float(x[v]) - maxv) * inv;
+      const float p = exp_clamped(to_float(x[v]) - maxv) * inv;
       x[v] = from_float<T>(dloss_scale * (p - (v == target ? 1.0f : 0.0f)));
     }
     std::fill(x + V, x + Vp, from_float<T>(0.0f));  // padded columns: no part in the loss

@@ -42,14 +42,14 @@ __global__ void softmax_causal_kernel(DT* probs, int64_t rows, int64_t T_) {
   const int64_t t = r % T_;
   float maxv = -INFINITY;
   for (int64_t u = lane; u <= t; u += kWarp)
-    maxv = fmaxf(maxv, to_f(row[u]));
+    maxv = fmaxf(maxv, to_float(row[u]));
   maxv = warp_reduce(maxv, max_op{});  // finite: column 0 is always visible
   float sum = 0.0f;
   for (int64_t u = lane; u <= t; u += kWarp)
-    sum += expf(to_f(row[u]) - maxv);
+    sum += expf(to_float(row[u]) - maxv);
   const float inv = 1.0f / warp_reduce(sum, sum_op{});
   for (int64_t u = lane; u < T_; u += kWarp)
-    row[u] = from_f<DT>(u <= t ? expf(to_f(row[u]) - maxv) * inv : 0.0f);
+    row[u] = from_float<DT>(u <= t ? expf(to_float(row[u]) - maxv) * inv : 0.0f);
 }
 
 // Row r of dP in place: dS[u] = scale * P[u] (dP[u] - sum over u' <= t of
@@ -65,10 +65,10 @@ __global__ void softmax_causal_backward_kernel(DT* dprobs, const DT* probs, int6
   const int64_t t = r % T_;
   float dot = 0.0f;
   for (int64_t u = lane; u <= t; u += kWarp)
-    dot += to_f(p[u]) * to_f(ds[u]);
+    dot += to_float(p[u]) * to_float(ds[u]);
   dot = warp_reduce(dot, sum_op{});
   for (int64_t u = lane; u < T_; u += kWarp)
-    ds[u] = from_f<DT>(u <= t ? scale * to_f(p[u]) * (to_f(ds[u]) - dot) : 0.0f);
+    ds[u] = from_float<DT>(u <= t ? scale * to_float(p[u]) * (to_float(ds[u]) - dot) : 0.0f);
 }
 
 // ---------------------------------------------------------------- head walk
@@ -225,7 +225,7 @@ template <class DT>
 __device__ void load_tile(float* dst, const DT* src, int64_t ld, int64_t r0, const flash_shape& s) {
   for (int idx = threadIdx.x; idx < kFlashTile * s.hs; idx += blockDim.x) {
     const int i = idx / s.hs, c = idx % s.hs;
-    dst[i * s.stride + c] = r0 + i < s.T ? to_f(src[(r0 + i) * ld + c]) : 0.0f;
+    dst[i * s.stride + c] = r0 + i < s.T ? to_float(src[(r0 + i) * ld + c]) : 0.0f;
   }
 }
 
@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(kFlashThreads)
 #pragma unroll
     for (int ch = 0; ch < kChunks; ch++) {
       const int c = lane + kWarp * ch;
-      if (c < s.hs) o[c] = from_f<DT>(acc[r][ch] * inv);
+      if (c < s.hs) o[c] = from_float<DT>(acc[r][ch] * inv);
     }
     if (lane == 0) lse[bh * s.T + query] = m[r] + logf(l[r]);
   }
@@ -342,7 +342,7 @@ __global__ void flash_delta_kernel(float* delta, const DT* dout, const DT* out, 
   const int64_t at = ((bh / s.H) * s.T + t) * s.C + (bh % s.H) * s.hs;
   float sum = 0.0f;
   for (int c = lane; c < s.hs; c += kWarp)
-    sum += to_f(dout[at + c]) * to_f(out[at + c]);
+    sum += to_float(dout[at + c]) * to_float(out[at + c]);
   sum = warp_reduce(sum, sum_op{});
   if (lane == 0) delta[r] = sum;
 }
@@ -426,8 +426,8 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int ch = 0; ch < kChunks; ch++) {
       const int c = lane + kWarp * ch;
       if (c >= s.hs) continue;
-      dk_row[c] = from_f<DT>(s.scale * dk[r][ch]);
-      dk_row[s.C + c] = from_f<DT>(dv[r][ch]);
+      dk_row[c] = from_float<DT>(s.scale * dk[r][ch]);
+      dk_row[s.C + c] = from_float<DT>(dv[r][ch]);
     }
   }
 }
@@ -495,7 +495,7 @@ __global__ void __launch_bounds__(kFlashThreads)
 #pragma unroll
     for (int ch = 0; ch < kChunks; ch++) {
       const int c = lane + kWarp * ch;
-      if (c < s.hs) dq_row[c] = from_f<DT>(s.scale * dq[r][ch]);
+      if (c < s.hs) dq_row[c] = from_float<DT>(s.scale * dq[r][ch]);
     }
   }
 }

@@ -45,29 +45,21 @@ const device_t<T>* dev(const T* p) {
   return reinterpret_cast<const device_t<T>*>(p);
 }
 
-// A device value in fp32, and fp32 rounded to a device type (the device
-// counterparts of to_float and from_float in runtime/dtype.h).
-__device__ inline float to_f(float x) {
-  return x;
-}
-__device__ inline float to_f(__nv_bfloat16 x) {
+// A device value in fp32, and fp32 rounded to a device type: the device
+// types' overloads of to_float and from_float (runtime/dtype.h, whose fp32
+// ones serve both host and device).
+__device__ inline float to_float(__nv_bfloat16 x) {
   return __bfloat162float(x);
 }
-__device__ inline float to_f(__half x) {
+__device__ inline float to_float(__half x) {
   return __half2float(x);
 }
-template <class T>
-__device__ inline T from_f(float x);
 template <>
-__device__ inline float from_f<float>(float x) {
-  return x;
-}
-template <>
-__device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
+__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);  // round to nearest even, as bf16_from_float
 }
 template <>
-__device__ inline __half from_f<__half>(float x) {
+__device__ inline __half from_float<__half>(float x) {
   return __float2half_rn(x);  // round to nearest even, overflow to infinity, as fp16_from_float
 }
 
@@ -78,11 +70,11 @@ __device__ inline float load_as_float(const void* p, dtype_id t, int64_t i) {
     case dtype_id::fp32:
       return static_cast<const float*>(p)[i];
     case dtype_id::bf16:
-      return to_f(static_cast<const __nv_bfloat16*>(p)[i]);
+      return to_float(static_cast<const __nv_bfloat16*>(p)[i]);
     case dtype_id::fp16:
       break;
   }
-  return to_f(static_cast<const __half*>(p)[i]);
+  return to_float(static_cast<const __half*>(p)[i]);
 }
 __device__ inline void store_from_float(void* p, dtype_id t, int64_t i, float v) {
   switch (t) {
@@ -90,10 +82,10 @@ __device__ inline void store_from_float(void* p, dtype_id t, int64_t i, float v)
       static_cast<float*>(p)[i] = v;
       return;
     case dtype_id::bf16:
-      static_cast<__nv_bfloat16*>(p)[i] = from_f<__nv_bfloat16>(v);
+      static_cast<__nv_bfloat16*>(p)[i] = from_float<__nv_bfloat16>(v);
       return;
     case dtype_id::fp16:
-      static_cast<__half*>(p)[i] = from_f<__half>(v);
+      static_cast<__half*>(p)[i] = from_float<__half>(v);
       return;
   }
 }

@@ -360,13 +360,13 @@ __global__ void __launch_bounds__(kFallbackThreads)
       const int ak = trans_a ? l / kFallbackTile : l % kFallbackTileK;
       const int64_t gi = i0 + ai, gak = k0 + ak;
       float a = 0.0f;
-      if (gi < M && gak < K) a = to_f(trans_a ? A[gak * lda + gi] : A[gi * lda + gak]);
+      if (gi < M && gak < K) a = to_float(trans_a ? A[gak * lda + gi] : A[gi * lda + gak]);
       a_tile[ak][ai] = a;
       const int bj = trans_b ? l / kFallbackTileK : l % kFallbackTile;
       const int bk = trans_b ? l % kFallbackTileK : l / kFallbackTile;
       const int64_t gj = j0 + bj, gbk = k0 + bk;
       float b = 0.0f;
-      if (gj < N && gbk < K) b = to_f(trans_b ? B[gj * ldb + gbk] : B[gbk * ldb + gj]);
+      if (gj < N && gbk < K) b = to_float(trans_b ? B[gj * ldb + gbk] : B[gbk * ldb + gj]);
       b_tile[bk][bj] = b;
     }
     __syncthreads();
@@ -395,9 +395,9 @@ __global__ void __launch_bounds__(kFallbackThreads)
       const int64_t j = j0 + tx + kFallbackLanes * c;
       if (i >= M || j >= N) continue;
       float v = alpha * acc[r][c];
-      if (beta != 0.0f) v += beta * to_f(c_in[i * ldc + j]);  // C is not read when beta == 0
-      if (bias) v += to_f(bias[j]);
-      C[i * ldc + j] = from_f<DC>(v);
+      if (beta != 0.0f) v += beta * to_float(c_in[i * ldc + j]);  // C is not read when beta == 0
+      if (bias) v += to_float(bias[j]);
+      C[i * ldc + j] = from_float<DC>(v);
     }
   }
 }
@@ -431,7 +431,7 @@ __device__ float block_column_sum(const DT* dout, int64_t OC, int64_t c, int64_t
   float s = 0.0f;
   if (c < OC)
     for (int64_t n = row0 + threadIdx.y; n < row1; n += kBiasRowLanes)
-      s += to_f(dout[n * OC + c]);
+      s += to_float(dout[n * OC + c]);
   lane_sums[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   float sum = 0.0f;
@@ -446,7 +446,7 @@ template <class DT, class DG>
 __global__ void bias_backward_direct_kernel(DG* dbias, const DT* dout, int64_t N, int64_t OC) {
   const int64_t c = blockIdx.x * int64_t{kBiasChannels} + threadIdx.x;
   const float sum = block_column_sum(dout, OC, c, 0, N);
-  if (threadIdx.y == 0 && c < OC) dbias[c] = from_f<DG>(to_f(dbias[c]) + sum);
+  if (threadIdx.y == 0 && c < OC) dbias[c] = from_float<DG>(to_float(dbias[c]) + sum);
 }
 
 // partial[g][c] = the sum over rows of group g = blockIdx.y.
@@ -468,7 +468,7 @@ __global__ void bias_backward_finish_kernel(DG* dbias, const float* partial, int
   float sum = 0.0f;
   for (int64_t g = 0; g < groups; g++)
     sum += partial[g * OC + c];
-  dbias[c] = from_f<DG>(to_f(dbias[c]) + sum);
+  dbias[c] = from_float<DG>(to_float(dbias[c]) + sum);
 }
 
 }  // namespace
@@ -588,10 +588,10 @@ void cuda_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
     case gemm_epilogue::gelu_aux:
       plain_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, extras.aux, extras.aux,
                  ldc, g, extras);
-      return cuda_gelu_forward(C, static_cast<const TC*>(extras.aux), M * N, g.stream);
+      return gelu_forward(C, static_cast<const TC*>(extras.aux), M * N, g.stream);
     case gemm_epilogue::dgelu:
       plain_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, c_in, C, ldc, g, extras);
-      return cuda_gelu_backward(C, static_cast<const TC*>(extras.aux), static_cast<const TC*>(C),
+      return gelu_backward(C, static_cast<const TC*>(extras.aux), static_cast<const TC*>(C),
                                 M * N, g.stream);
     case gemm_epilogue::bgrad_b:
       plain_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, c_in, C, ldc, g, extras);

@@ -99,27 +99,27 @@ void flash_backward(T* dqkv, float* delta, const T* dout, const T* qkv, const T*
 template <class T>
 void cuda_gpt2_embed_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe,
                              const gpt2_dims& d, gpu_exec& g) {
-  cuda_encoder_forward(out, tokens, wte, wpe, d.B, d.T, d.C, g.stream);
+  encoder_forward(out, tokens, wte, wpe, d.B, d.T, d.C, g.stream);
 }
 
 template <class T, class G>
 void cuda_gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens,
                               const gpt2_backward_scratch<T>& s, const gpt2_dims& d, gpu_exec& g) {
-  cuda_encoder_backward(dwte, dwpe, s.dres, tokens, d.B, d.T, d.C, g.stream);
+  encoder_backward(dwte, dwpe, s.dres, tokens, d.B, d.T, d.C, g.stream);
 }
 
 template <class T>
 void cuda_gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_saved<T>& s,
                              const gpt2_dims& d, gpu_exec& g) {
   const int64_t N = d.N(), C = d.C, F = d.F;
-  cuda_layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, p.ln1_w, p.ln1_b, N, C, g.stream);
+  layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, p.ln1_w, p.ln1_b, N, C, g.stream);
   matmul_forward(s.qkv, s.ln1, p.qkv_w, p.qkv_b, static_cast<const T*>(nullptr), N, C, 3 * C, g);
   if (d.flash)
     flash_forward(s.attn, s.lse, static_cast<const T*>(s.qkv), d, g);
   else
     cuda_attention_forward(s.attn, s.probs, s.qkv, d.B, d.T, C, d.H, g);
   matmul_forward(s.res2, s.attn, p.proj_w, p.proj_b, static_cast<const T*>(s.input), N, C, C, g);
-  cuda_layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, N, C, g.stream);
+  layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, N, C, g.stream);
   // fc = ln2 @ fc_w + fc_b (GELU's input, saved) and gelu = GELU(fc) in one GEMM.
   cuda_gemm_extras<T> gelu;
   gelu.bias = p.fc_b;
@@ -144,7 +144,7 @@ void cuda_gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block
   matmul_backward(big, grads.fc2_w, grads.fc2_b, dres, s.gelu, p.fc2_w, N, F, C, g,
                   static_cast<const T*>(s.fc));  // big = d(fc): GELU's backward in the GEMM
   matmul_backward(dtmp, grads.fc_w, grads.fc_b, big, s.ln2, p.fc_w, N, C, F, g);
-  cuda_layernorm_backward(dres, grads.ln2_w, grads.ln2_b, dtmp, s.res2, p.ln2_w, s.ln2_mean,
+  layernorm_backward(dres, grads.ln2_w, grads.ln2_b, dtmp, s.res2, p.ln2_w, s.ln2_mean,
                           s.ln2_rstd, N, C, true, g.stream);
   // Attention: res2 = input + attention(ln1 @ qkv_w + qkv_b) @ proj_w + proj_b.
   matmul_backward(dtmp, grads.proj_w, grads.proj_b, dres, s.attn, p.proj_w, N, C, C, g);
@@ -157,7 +157,7 @@ void cuda_gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block
     cuda_attention_backward(dqkv, dprobs, dtmp, s.qkv, s.probs, d.B, d.T, C, d.H, g);
   }
   matmul_backward(dtmp, grads.qkv_w, grads.qkv_b, dqkv, s.ln1, p.qkv_w, N, C, 3 * C, g);
-  cuda_layernorm_backward(dres, grads.ln1_w, grads.ln1_b, dtmp, s.input, p.ln1_w, s.ln1_mean,
+  layernorm_backward(dres, grads.ln1_w, grads.ln1_b, dtmp, s.input, p.ln1_w, s.ln1_mean,
                           s.ln1_rstd, N, C, true, g.stream);
 }
 
@@ -166,12 +166,12 @@ void cuda_gpt2_head_forward(T* logits, float* losses, const int32_t* targets, co
                             const T* lnf_b, const T* head_w, const gpt2_final_norm_saved<T>& s,
                             const gpt2_dims& d, const float* dloss_scale, gpu_exec& g) {
   const int64_t N = d.N(), C = d.C, Vp = d.Vp();
-  cuda_layernorm_forward(s.output, s.mean, s.rstd, s.input, lnf_w, lnf_b, N, C, g.stream);
+  layernorm_forward(s.output, s.mean, s.rstd, s.input, lnf_w, lnf_b, N, C, g.stream);
   // logits = output @ head_w^T, head_w (Vp, C): over the padded vocabulary,
   // whose multiple-of-128 width keeps cuBLASLt on its aligned kernels.
   cuda_gemm(false, true, N, Vp, C, 1.0f, static_cast<const T*>(s.output), C, head_w, C, 0.0f,
             logits, Vp, g);
-  cuda_cross_entropy_fused(logits, losses, targets, N, d.V, Vp, dloss_scale, g.stream);
+  cross_entropy_fused(logits, losses, targets, N, d.V, Vp, dloss_scale, g.stream);
 }
 
 template <class T, class G>
@@ -186,7 +186,7 @@ void cuda_gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, c
   cuda_gemm(false, false, N, C, Vp, 1.0f, logits, Vp, head_w, C, 0.0f, scratch.dtmp, C, g);
   cuda_gemm(true, false, Vp, C, N, 1.0f, logits, Vp, static_cast<const T*>(s.output), C, 1.0f,
             dhead_w, C, g);
-  cuda_layernorm_backward(scratch.dres, dlnf_w, dlnf_b, scratch.dtmp, s.input, lnf_w, s.mean,
+  layernorm_backward(scratch.dres, dlnf_w, dlnf_b, scratch.dtmp, s.input, lnf_w, s.mean,
                           s.rstd, N, C, false, g.stream);
 }
 

@@ -19,10 +19,9 @@ namespace {
 
 // ---------------------------------------------------------------- helpers
 
-// exp with its argument clamped to [-87, 88], as the CPU's fast_exp: GELU's
-// backward stays finite (no inf * 0) for large |x|.
+// exp with its argument clamped (runtime/kernel_math.h), the CPU's twin by name.
 __device__ inline float exp_clamped(float x) {
-  return expf(fminf(fmaxf(x, -87.0f), 88.0f));
+  return expf(fminf(fmaxf(x, kExpArgMin), kExpArgMax));
 }
 
 constexpr int kElementwiseThreads = 256;
@@ -48,7 +47,8 @@ __global__ void encoder_forward_kernel(T* out, const int32_t* tokens, const T* w
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= N * C) return;
   const int64_t n = i / C, c = i % C;
-  out[i] = from_f<T>(to_f(wte[int64_t{tokens[n]} * C + c]) + to_f(wpe[(n % T_) * C + c]));
+  out[i] =
+      from_float<T>(to_float(wte[int64_t{tokens[n]} * C + c]) + to_float(wpe[(n % T_) * C + c]));
 }
 
 // dwpe[t, c] += sum over b of dout[b, t, c]: a thread per (t, c), b in order.
@@ -59,8 +59,8 @@ __global__ void encoder_backward_wpe_kernel(G* dwpe, const T* dout, int64_t B, i
   if (i >= T_ * C) return;
   float acc = 0.0f;
   for (int64_t b = 0; b < B; b++)
-    acc += to_f(dout[b * T_ * C + i]);
-  dwpe[i] = from_f<G>(to_f(dwpe[i]) + acc);
+    acc += to_float(dout[b * T_ * C + i]);
+  dwpe[i] = from_float<G>(to_float(dwpe[i]) + acc);
 }
 
 // dwte[tokens[n], c] += dout[n, c]: thread (c, s) walks every position n in
@@ -84,7 +84,7 @@ __global__ void encoder_backward_wte_kernel(G* dwte, const T* dout, const int32_
       const int32_t token = chunk[i];
       if (token % kEncoderTokenClasses != s) continue;
       G* dst = dwte + int64_t{token} * C + c;
-      *dst = from_f<G>(to_f(*dst) + to_f(dout[(n0 + i) * C + c]));
+      *dst = from_float<G>(to_float(*dst) + to_float(dout[(n0 + i) * C + c]));
     }
   }
 }
@@ -101,16 +101,17 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   const T* x = inp + n * C;
   float sum = 0.0f;
   for (int64_t c = lane; c < C; c += kWarp)
-    sum += to_f(x[c]);
+    sum += to_float(x[c]);
   const float m = warp_reduce(sum, sum_op{}) / static_cast<float>(C);
   float var = 0.0f;
   for (int64_t c = lane; c < C; c += kWarp) {
-    const float d = to_f(x[c]) - m;
+    const float d = to_float(x[c]) - m;
     var += d * d;
   }
   const float s = 1.0f / sqrtf(warp_reduce(var, sum_op{}) / static_cast<float>(C) + kLayerNormEps);
   for (int64_t c = lane; c < C; c += kWarp)
-    out[n * C + c] = from_f<T>((to_f(x[c]) - m) * s * to_f(weight[c]) + to_f(bias[c]));
+    out[n * C + c] =
+        from_float<T>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
   if (lane == 0) {
     mean[n] = m;
     rstd[n] = s;
@@ -158,7 +159,7 @@ __global__ void layernorm_forward_packed_kernel(D* out, float* mean, float* rstd
     xs[r] = x[i];
 #pragma unroll
     for (int k = 0; k < V; k++)
-      sum += to_f(xs[r].v[k]);
+      sum += to_float(xs[r].v[k]);
   }
   const float m = warp_reduce(sum, sum_op{}) / static_cast<float>(C);
   float var = 0.0f;
@@ -167,7 +168,7 @@ __global__ void layernorm_forward_packed_kernel(D* out, float* mean, float* rstd
     if (r * kWarp + lane >= packs) continue;
 #pragma unroll
     for (int k = 0; k < V; k++) {
-      const float d = to_f(xs[r].v[k]) - m;
+      const float d = to_float(xs[r].v[k]) - m;
       var += d * d;
     }
   }
@@ -183,7 +184,8 @@ __global__ void layernorm_forward_packed_kernel(D* out, float* mean, float* rstd
     P y;
 #pragma unroll
     for (int k = 0; k < V; k++)
-      y.v[k] = from_f<D>((to_f(xs[r].v[k]) - m) * s * to_f(wi.v[k]) + to_f(bi.v[k]));
+      y.v[k] =
+          from_float<D>((to_float(xs[r].v[k]) - m) * s * to_float(wi.v[k]) + to_float(bi.v[k]));
     o[i] = y;
   }
   if (lane == 0) {
@@ -220,8 +222,8 @@ __global__ void layernorm_backward_input_packed_kernel(D* dinp, const D* dout, c
     const P wi = w[i];
 #pragma unroll
     for (int k = 0; k < V; k++) {
-      const float xhat = (to_f(xs[r].v[k]) - m) * s;
-      const float dnorm = to_f(dys[r].v[k]) * to_f(wi.v[k]);
+      const float xhat = (to_float(xs[r].v[k]) - m) * s;
+      const float dnorm = to_float(dys[r].v[k]) * to_float(wi.v[k]);
       dnorm_sum += dnorm;
       dnorm_xhat_sum += dnorm * xhat;
     }
@@ -239,10 +241,10 @@ __global__ void layernorm_backward_input_packed_kernel(D* dinp, const D* dout, c
     P out;
 #pragma unroll
     for (int k = 0; k < V; k++) {
-      const float xhat = (to_f(xs[r].v[k]) - m) * s;
-      const float dnorm = to_f(dys[r].v[k]) * to_f(wi.v[k]);
+      const float xhat = (to_float(xs[r].v[k]) - m) * s;
+      const float dnorm = to_float(dys[r].v[k]) * to_float(wi.v[k]);
       const float d = layernorm_dinp_of(s, dnorm, xhat, dnorm_mean, dnorm_xhat_mean);
-      out.v[k] = from_f<D>(accumulate ? to_f(prev.v[k]) + d : d);
+      out.v[k] = from_float<D>(accumulate ? to_float(prev.v[k]) + d : d);
     }
     dx[i] = out;
   }
@@ -263,18 +265,18 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
   const float m = mean[n], s = rstd[n];
   float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
   for (int64_t c = lane; c < C; c += kWarp) {
-    const float xhat = (to_f(x[c]) - m) * s;
-    const float dnorm = to_f(dy[c]) * to_f(weight[c]);
+    const float xhat = (to_float(x[c]) - m) * s;
+    const float dnorm = to_float(dy[c]) * to_float(weight[c]);
     dnorm_sum += dnorm;
     dnorm_xhat_sum += dnorm * xhat;
   }
   const float dnorm_mean = warp_reduce(dnorm_sum, sum_op{}) / static_cast<float>(C);
   const float dnorm_xhat_mean = warp_reduce(dnorm_xhat_sum, sum_op{}) / static_cast<float>(C);
   for (int64_t c = lane; c < C; c += kWarp) {
-    const float xhat = (to_f(x[c]) - m) * s;
-    const float dnorm = to_f(dy[c]) * to_f(weight[c]);
+    const float xhat = (to_float(x[c]) - m) * s;
+    const float dnorm = to_float(dy[c]) * to_float(weight[c]);
     const float d = layernorm_dinp_of(s, dnorm, xhat, dnorm_mean, dnorm_xhat_mean);
-    dinp[n * C + c] = from_f<T>(accumulate ? to_f(dinp[n * C + c]) + d : d);
+    dinp[n * C + c] = from_float<T>(accumulate ? to_float(dinp[n * C + c]) + d : d);
   }
 }
 
@@ -290,8 +292,8 @@ __global__ void layernorm_backward_params_kernel(G* dweight, G* dbias, const T* 
   float dw = 0.0f, db = 0.0f;
   if (c < C) {
     for (int64_t n = threadIdx.y; n < N; n += kColumnRowGroups) {
-      const float dy = to_f(dout[n * C + c]);
-      dw += dy * (to_f(inp[n * C + c]) - mean[n]) * rstd[n];
+      const float dy = to_float(dout[n * C + c]);
+      dw += dy * (to_float(inp[n * C + c]) - mean[n]) * rstd[n];
       db += dy;
     }
   }
@@ -304,8 +306,8 @@ __global__ void layernorm_backward_params_kernel(G* dweight, G* dbias, const T* 
     dw_sum += dw_part[g][threadIdx.x];
     db_sum += db_part[g][threadIdx.x];
   }
-  dweight[c] = from_f<G>(to_f(dweight[c]) + dw_sum);
-  dbias[c] = from_f<G>(to_f(dbias[c]) + db_sum);
+  dweight[c] = from_float<G>(to_float(dweight[c]) + dw_sum);
+  dbias[c] = from_float<G>(to_float(dbias[c]) + db_sum);
 }
 
 // ---------------------------------------------------------------- elementwise
@@ -315,24 +317,24 @@ template <class T>
 __global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= n) return;
-  const float x = to_f(inp[i]);
-  out[i] = from_f<T>(gelu_of(x, exp_clamped(-2.0f * gelu_tanh_arg(x))));
+  const float x = to_float(inp[i]);
+  out[i] = from_float<T>(gelu_of(x, exp_clamped(-2.0f * gelu_tanh_arg(x))));
 }
 
 template <class T>
 __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= n) return;
-  const float x = to_f(inp[i]);
+  const float x = to_float(inp[i]);
   const float e = exp_clamped(-2.0f * gelu_tanh_arg(x));
-  dinp[i] = from_f<T>(gelu_grad_of(x, e) * to_f(dout[i]));
+  dinp[i] = from_float<T>(gelu_grad_of(x, e) * to_float(dout[i]));
 }
 
 template <class T>
 __global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t n) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= n) return;
-  out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+  out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
 }
 
 // ---------------------------------------------------------------- cross-entropy
@@ -349,23 +351,23 @@ __global__ void cross_entropy_fused_kernel(T* logits, float* losses, const int32
   T* x = logits + n * Vp;
   const int64_t target = targets[n];
   // Read before the reductions' barriers, so before any thread overwrites the row.
-  const float target_logit = threadIdx.x == 0 ? to_f(x[target]) : 0.0f;
+  const float target_logit = threadIdx.x == 0 ? to_float(x[target]) : 0.0f;
   float maxv = -INFINITY;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-    maxv = fmaxf(maxv, to_f(x[v]));
+    maxv = fmaxf(maxv, to_float(x[v]));
   maxv = block_reduce(maxv, max_op{}, -INFINITY);
   float sum = 0.0f;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-    sum += exp_clamped(to_f(x[v]) - maxv);
+    sum += exp_clamped(to_float(x[v]) - maxv);
   sum = block_reduce(sum, sum_op{}, 0.0f);
   if (threadIdx.x == 0) losses[n] = logf(sum) + maxv - target_logit;
   const float inv = 1.0f / sum;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-    const float p = exp_clamped(to_f(x[v]) - maxv) * inv;
-    x[v] = from_f<T>(dloss_scale * (p - (v == target ? 1.0f : 0.0f)));
+    const float p = exp_clamped(to_float(x[v]) - maxv) * inv;
+    x[v] = from_float<T>(dloss_scale * (p - (v == target ? 1.0f : 0.0f)));
   }
   for (int64_t v = V + threadIdx.x; v < Vp; v += blockDim.x)
-    x[v] = from_f<T>(0.0f);
+    x[v] = from_float<T>(0.0f);
 }
 
 // ---------------------------------------------------------------- optimizer and norm
@@ -377,7 +379,7 @@ __global__ void adamw_kernel(float* master, float* m, float* v, const G* grad, i
                              float eps, float wd, float grad_scale) {
   const int64_t i = begin + blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= end) return;
-  adamw_update(master[i], m[i], v[i], to_f(grad[i]) * grad_scale, lr, beta1, beta2, c1, c2, eps,
+  adamw_update(master[i], m[i], v[i], to_float(grad[i]) * grad_scale, lr, beta1, beta2, c1, c2, eps,
                wd);
 }
 
@@ -387,7 +389,7 @@ __global__ void sum_squares_partial_kernel(float* partial, const G* x, int64_t n
   float acc = 0.0f;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float xi = to_f(x[i]);
+    const float xi = to_float(x[i]);
     acc += xi * xi;
   }
   acc = block_reduce(acc, sum_op{}, 0.0f);
@@ -423,8 +425,8 @@ void sum_squares_launch(float* sum, float* scratch, const G* x, int64_t n, cudaS
 // ---------------------------------------------------------------- launchers
 
 template <class T>
-void cuda_encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
-                          int64_t T_, int64_t C, cudaStream_t stream) {
+void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
+                     int64_t T_, int64_t C, cudaStream_t stream) {
   const int64_t N = B * T_;
   if (N * C == 0) return;
   encoder_forward_kernel<<<grid_dim(ceil_div(N * C, kElementwiseThreads)), kElementwiseThreads, 0,
@@ -433,8 +435,8 @@ void cuda_encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* 
 }
 
 template <class T, class G>
-void cuda_encoder_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, int64_t B,
-                           int64_t T_, int64_t C, cudaStream_t stream) {
+void encoder_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, int64_t B, int64_t T_,
+                      int64_t C, cudaStream_t stream) {
   const int64_t N = B * T_;
   if (N * C == 0) return;
   encoder_backward_wpe_kernel<<<grid_dim(ceil_div(T_ * C, kElementwiseThreads)),
@@ -446,8 +448,8 @@ void cuda_encoder_backward(G* dwte, G* dwpe, const T* dout, const int32_t* token
 }
 
 template <class T>
-void cuda_layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
-                            const T* bias, int64_t N, int64_t C, cudaStream_t stream) {
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                       const T* bias, int64_t N, int64_t C, cudaStream_t stream) {
   if (N == 0) return;
   const dim3 grid = grid_dim(ceil_div(N, kRowsPerBlock));
   if (packed_rows<T>(C, {out, inp, weight, bias}))
@@ -460,9 +462,9 @@ void cuda_layernorm_forward(T* out, float* mean, float* rstd, const T* inp, cons
 }
 
 template <class T, class G>
-void cuda_layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp,
-                             const T* weight, const float* mean, const float* rstd, int64_t N,
-                             int64_t C, bool accumulate, cudaStream_t stream) {
+void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
+                        const float* mean, const float* rstd, int64_t N, int64_t C, bool accumulate,
+                        cudaStream_t stream) {
   if (N * C == 0) return;
   const dim3 grid = grid_dim(ceil_div(N, kRowsPerBlock));
   if (packed_rows<T>(C, {dinp, dout, inp, weight}))
@@ -479,7 +481,7 @@ void cuda_layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const
 }
 
 template <class T>
-void cuda_gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t stream) {
+void gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   gelu_forward_kernel<<<grid_dim(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0,
                         stream>>>(dev(out), dev(inp), n);
@@ -487,7 +489,7 @@ void cuda_gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t stream) {
 }
 
 template <class T>
-void cuda_gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream) {
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   gelu_backward_kernel<<<grid_dim(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0,
                          stream>>>(dev(dinp), dev(inp), dev(dout), n);
@@ -495,7 +497,7 @@ void cuda_gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStr
 }
 
 template <class T>
-void cuda_residual_forward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) {
+void residual_forward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   residual_forward_kernel<<<grid_dim(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0,
                             stream>>>(dev(out), dev(a), dev(b), n);
@@ -503,8 +505,8 @@ void cuda_residual_forward(T* out, const T* a, const T* b, int64_t n, cudaStream
 }
 
 template <class T>
-void cuda_cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N,
-                              int64_t V, int64_t Vp, float dloss_scale, cudaStream_t stream) {
+void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
+                         int64_t Vp, float dloss_scale, cudaStream_t stream) {
   if (N == 0) return;
   cross_entropy_fused_kernel<<<grid_dim(N), kCrossEntropyThreads, 0, stream>>>(
       dev(logits), losses, targets, V, Vp, nullptr, dloss_scale);
@@ -512,18 +514,17 @@ void cuda_cross_entropy_fused(T* logits, float* losses, const int32_t* targets, 
 }
 
 template <class T>
-void cuda_cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N,
-                              int64_t V, int64_t Vp, const float* dloss_scale,
-                              cudaStream_t stream) {
+void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
+                         int64_t Vp, const float* dloss_scale, cudaStream_t stream) {
   if (N == 0) return;
   cross_entropy_fused_kernel<<<grid_dim(N), kCrossEntropyThreads, 0, stream>>>(
       dev(logits), losses, targets, V, Vp, dloss_scale, 0.0f);
   CUDA_CHECK(cudaGetLastError());
 }
 
-void cuda_adamw(float* master, float* m, float* v, const void* grad, dtype_id g, int64_t begin,
-                int64_t end, float lr, float beta1, float beta2, float eps, float weight_decay,
-                bool decay, int64_t t, float grad_scale, cudaStream_t stream) {
+void optimizer_adamw(float* master, float* m, float* v, const void* grad, dtype_id g, int64_t begin,
+                     int64_t end, float lr, float beta1, float beta2, float eps, float weight_decay,
+                     bool decay, int64_t t, float grad_scale, cudaStream_t stream) {
   if (end <= begin) return;
   // Computed as optimizer_adamw computes them (std::pow in float).
   const float c1 = 1.0f - std::pow(beta1, static_cast<float>(t));
@@ -555,25 +556,24 @@ void cuda_sum_squares(float* sum, float* scratch, const void* x, dtype_id t, int
   }
 }
 
-#define CUDA_KERNELS_INSTANTIATE_T(T)                                                              \
-  template void cuda_encoder_forward<T>(T*, const int32_t*, const T*, const T*, int64_t, int64_t,  \
-                                        int64_t, cudaStream_t);                                    \
-  template void cuda_layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*,        \
-                                          int64_t, int64_t, cudaStream_t);                         \
-  template void cuda_gelu_forward<T>(T*, const T*, int64_t, cudaStream_t);                         \
-  template void cuda_gelu_backward<T>(T*, const T*, const T*, int64_t, cudaStream_t);              \
-  template void cuda_residual_forward<T>(T*, const T*, const T*, int64_t, cudaStream_t);           \
-  template void cuda_cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, int64_t, \
-                                            float, cudaStream_t);                                  \
-  template void cuda_cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, int64_t, \
-                                            const float*, cudaStream_t);
+#define CUDA_KERNELS_INSTANTIATE_T(T)                                                           \
+  template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int64_t, int64_t,    \
+                                   int64_t, cudaStream_t);                                      \
+  template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t, \
+                                     int64_t, cudaStream_t);                                    \
+  template void gelu_forward<T>(T*, const T*, int64_t, cudaStream_t);                           \
+  template void gelu_backward<T>(T*, const T*, const T*, int64_t, cudaStream_t);                \
+  template void residual_forward<T>(T*, const T*, const T*, int64_t, cudaStream_t);             \
+  template void cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, int64_t,   \
+                                       float, cudaStream_t);                                    \
+  template void cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, int64_t,   \
+                                       const float*, cudaStream_t);
 
-#define CUDA_KERNELS_INSTANTIATE_TG(T, G)                                                         \
-  template void cuda_encoder_backward<T, G>(G*, G*, const T*, const int32_t*, int64_t, int64_t,   \
-                                            int64_t, cudaStream_t);                               \
-  template void cuda_layernorm_backward<T, G>(T*, G*, G*, const T*, const T*, const T*,           \
-                                              const float*, const float*, int64_t, int64_t, bool, \
-                                              cudaStream_t);
+#define CUDA_KERNELS_INSTANTIATE_TG(T, G)                                                        \
+  template void encoder_backward<T, G>(G*, G*, const T*, const int32_t*, int64_t, int64_t,       \
+                                       int64_t, cudaStream_t);                                   \
+  template void layernorm_backward<T, G>(T*, G*, G*, const T*, const T*, const T*, const float*, \
+                                         const float*, int64_t, int64_t, bool, cudaStream_t);
 
 CUDA_KERNELS_INSTANTIATE_T(float)
 CUDA_KERNELS_INSTANTIATE_T(bf16)

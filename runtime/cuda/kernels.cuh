@@ -3,7 +3,9 @@
 // the GPU. Each computes what its CPU counterpart computes (runtime/kernels.h,
 // runtime/optimizer.h, step_add_grad_norm in runtime/step.h), which is the
 // reference tests/cuda/KernelTest.cpp compares it against. GEMMs and attention
-// are not here (cuBLASLt).
+// are not here (cuBLASLt). Each has its CPU twin's name and arguments, plus
+// the stream last (llm.c's train_gpt2.c and .cu keep one vocabulary too);
+// cuda_sum_squares has no CPU twin of its own (step_add_grad_norm loops).
 //
 // T is the storage type of params and activations, G that of parameter
 // gradients: float or bf16 (runtime/dtype.h; on the device the same bits are
@@ -26,47 +28,47 @@
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
 template <class T>
-void cuda_encoder_forward(T* out,                 // (N, C)
-                          const int32_t* tokens,  // (N)
-                          const T* wte,           // (V, C)
-                          const T* wpe,           // (T, C)
-                          int64_t B, int64_t T_, int64_t C, cudaStream_t stream);
+void encoder_forward(T* out,                 // (N, C)
+                     const int32_t* tokens,  // (N)
+                     const T* wte,           // (V, C)
+                     const T* wpe,           // (T, C)
+                     int64_t B, int64_t T_, int64_t C, cudaStream_t stream);
 // dwte[tokens[n]] += dout[n] in position order (a bf16 dwte is rounded once
 // per occurrence of a token, as on CPU); dwpe[t] += sum over b of dout[b, t].
 // No scratch: a thread owns a channel and the tokens of one residue class, so
 // repeated tokens never race.
 template <class T, class G>
-void cuda_encoder_backward(G* dwte,                // (V, C) +=
-                           G* dwpe,                // (T, C) +=
-                           const T* dout,          // (N, C)
-                           const int32_t* tokens,  // (N)
-                           int64_t B, int64_t T_, int64_t C, cudaStream_t stream);
+void encoder_backward(G* dwte,                // (V, C) +=
+                      G* dwpe,                // (T, C) +=
+                      const T* dout,          // (N, C)
+                      const int32_t* tokens,  // (N)
+                      int64_t B, int64_t T_, int64_t C, cudaStream_t stream);
 
 // out = (inp - mean) * rstd * weight + bias, per row; mean and rstd saved
 // (fp32); eps is kLayerNormEps (1e-5).
 template <class T>
-void cuda_layernorm_forward(T* out, float* mean, float* rstd,  // (N, C), (N), (N)
-                            const T* inp,                      // (N, C)
-                            const T* weight, const T* bias,    // (C), (C)
-                            int64_t N, int64_t C, cudaStream_t stream);
+void layernorm_forward(T* out, float* mean, float* rstd,  // (N, C), (N), (N)
+                       const T* inp,                      // (N, C)
+                       const T* weight, const T* bias,    // (C), (C)
+                       int64_t N, int64_t C, cudaStream_t stream);
 // dinp = (accumulate ? dinp : 0) + d/dinp; dweight, dbias +=. dinp must not alias dout.
 template <class T, class G>
-void cuda_layernorm_backward(T* dinp, G* dweight, G* dbias,         // (N, C), (C), (C)
-                             const T* dout, const T* inp,           // (N, C), (N, C)
-                             const T* weight,                       // (C)
-                             const float* mean, const float* rstd,  // (N), (N)
-                             int64_t N, int64_t C, bool accumulate, cudaStream_t stream);
+void layernorm_backward(T* dinp, G* dweight, G* dbias,         // (N, C), (C), (C)
+                        const T* dout, const T* inp,           // (N, C), (N, C)
+                        const T* weight,                       // (C)
+                        const float* mean, const float* rstd,  // (N), (N)
+                        int64_t N, int64_t C, bool accumulate, cudaStream_t stream);
 
 // GELU, tanh approximation, elementwise over n values. Both may run in place
 // (out == inp; dinp == dout).
 template <class T>
-void cuda_gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t stream);
+void gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t stream);
 template <class T>
-void cuda_gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream);
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream);
 
 // out = a + b over n values (out may alias a or b).
 template <class T>
-void cuda_residual_forward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream);
+void residual_forward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream);
 
 // Softmax cross-entropy fused with its gradient, one block per row, over
 // the V true columns of rows Vp >= V wide (the padded vocabulary), as the
@@ -74,24 +76,23 @@ void cuda_residual_forward(T* out, const T* a, const T* b, int64_t n, cudaStream
 // (fp32); logits[i][0, V) are overwritten by dloss_scale * (softmax -
 // onehot(targets[i])) and the padded columns [V, Vp) by zero.
 template <class T>
-void cuda_cross_entropy_fused(T* logits,               // (N, Vp) in: logits, out: dlogits
-                              float* losses,           // (N)
-                              const int32_t* targets,  // (N)
-                              int64_t N, int64_t V, int64_t Vp, float dloss_scale,
-                              cudaStream_t stream);
+void cross_entropy_fused(T* logits,               // (N, Vp) in: logits, out: dlogits
+                         float* losses,           // (N)
+                         const int32_t* targets,  // (N)
+                         int64_t N, int64_t V, int64_t Vp, float dloss_scale, cudaStream_t stream);
 // The same with dloss_scale read from device memory (one float) when the
 // kernel runs, so that a step captured as a CUDA graph replays with each
 // step's value (e.g. &gpu_step_scalars::dloss_scale).
 template <class T>
-void cuda_cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N,
-                              int64_t V, int64_t Vp, const float* dloss_scale, cudaStream_t stream);
+void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
+                         int64_t Vp, const float* dloss_scale, cudaStream_t stream);
 
 // AdamW on master[begin, end) (fp32) from grad (dtype g, indexed like master),
 // m and v the state: optimizer_adamw's rule, bias corrections computed on the
 // host as there. decay says whether weight decay applies; t is the 1-based step.
-void cuda_adamw(float* master, float* m, float* v, const void* grad, dtype_id g, int64_t begin,
-                int64_t end, float lr, float beta1, float beta2, float eps, float weight_decay,
-                bool decay, int64_t t, float grad_scale, cudaStream_t stream);
+void optimizer_adamw(float* master, float* m, float* v, const void* grad, dtype_id g, int64_t begin,
+                     int64_t end, float lr, float beta1, float beta2, float eps, float weight_decay,
+                     bool decay, int64_t t, float grad_scale, cudaStream_t stream);
 
 // Scratch (device floats) cuda_sum_squares needs: one partial sum per block.
 inline constexpr int64_t kSumSquaresScratchFloats = 1024;

@@ -46,7 +46,7 @@ __global__ void narrow_in_place_kernel(void* data, int64_t n) {
     __syncthreads();
     for (int j = 0; j < kChunkPerThread; ++j) {
       const int64_t i = base + j * int64_t{blockDim.x} + threadIdx.x;
-      if (i < n) h[i] = from_f<H>(v[j]);
+      if (i < n) h[i] = from_float<H>(v[j]);
     }
     __syncthreads();
   }
@@ -62,7 +62,7 @@ __global__ void widen_in_place_kernel(void* data, int64_t n) {
     float v[kChunkPerThread];
     for (int j = 0; j < kChunkPerThread; ++j) {
       const int64_t i = base + j * int64_t{blockDim.x} + threadIdx.x;
-      v[j] = i < n ? to_f(h[i]) : 0.0f;
+      v[j] = i < n ? to_float(h[i]) : 0.0f;
     }
     __syncthreads();
     for (int j = 0; j < kChunkPerThread; ++j) {

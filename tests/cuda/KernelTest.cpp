@@ -107,9 +107,9 @@ TYPED_TEST(CudaKernel, EncoderForward) {
 
   device_vec<T> out(B * T_ * C), wte_d(wte), wpe_d(wpe);
   device_vec<int32_t> tokens_d(tokens);
-  cuda_encoder_forward(out.get(), tokens_d.get(), wte_d.get(), wpe_d.get(), B, T_, C, this->stream);
+  encoder_forward(out.get(), tokens_d.get(), wte_d.get(), wpe_d.get(), B, T_, C, this->stream);
   this->sync();
-  expect_close(tag<T>("cuda_encoder_forward", "out"), out.download(), want, storage_tol<T>());
+  expect_close(tag<T>("encoder_forward", "out"), out.download(), want, storage_tol<T>());
 }
 
 // N = 1200 positions span two chunks of staged tokens; V = 50 repeats every
@@ -126,13 +126,13 @@ TYPED_TEST(CudaParamBackward, Encoder) {
   device_vec<G> dwte_d(dwte), dwpe_d(dwpe);
   device_vec<T> dout_d(dout);
   device_vec<int32_t> tokens_d(tokens);
-  cuda_encoder_backward(dwte_d.get(), dwpe_d.get(), dout_d.get(), tokens_d.get(), B, T_, C,
+  encoder_backward(dwte_d.get(), dwpe_d.get(), dout_d.get(), tokens_d.get(), B, T_, C,
                         this->stream);
   this->sync();
   encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T_, C);
-  expect_close(tag<T, G>("cuda_encoder_backward", "dwte"), dwte_d.download(), dwte,
+  expect_close(tag<T, G>("encoder_backward", "dwte"), dwte_d.download(), dwte,
                storage_tol<G>());
-  expect_close(tag<T, G>("cuda_encoder_backward", "dwpe"), dwpe_d.download(), dwpe,
+  expect_close(tag<T, G>("encoder_backward", "dwpe"), dwpe_d.download(), dwpe,
                storage_tol<G>());
 }
 
@@ -180,16 +180,16 @@ TYPED_TEST(CudaKernel, LayernormForward) {
 
       device_vec<T> out(off + N * C), x_d(after(off, x)), w_d(w), b_d(b);
       device_vec<float> mean(N), rstd(N);
-      cuda_layernorm_forward(out.get() + off, mean.get(), rstd.get(), x_d.get() + off, w_d.get(),
+      layernorm_forward(out.get() + off, mean.get(), rstd.get(), x_d.get() + off, w_d.get(),
                              b_d.get(), N, C, this->stream);
       this->sync();
       const std::string shape =
           " N=" + std::to_string(N) + " C=" + std::to_string(C) + (off ? " (misaligned rows)" : "");
-      expect_close(tag<T>("cuda_layernorm_forward", "out") + shape, from(off, out), want,
+      expect_close(tag<T>("layernorm_forward", "out") + shape, from(off, out), want,
                    storage_tol<T>());
-      expect_close(tag<T>("cuda_layernorm_forward", "mean") + shape, mean.download(), want_mean,
+      expect_close(tag<T>("layernorm_forward", "mean") + shape, mean.download(), want_mean,
                    kFp32Tol);
-      expect_close(tag<T>("cuda_layernorm_forward", "rstd") + shape, rstd.download(), want_rstd,
+      expect_close(tag<T>("layernorm_forward", "rstd") + shape, rstd.download(), want_rstd,
                    kFp32Tol);
     }
 }
@@ -216,7 +216,7 @@ TYPED_TEST(CudaParamBackward, Layernorm) {
             w_d(w);
         device_vec<G> dw_d(dw), db_d(db);
         device_vec<float> mean_d(mean), rstd_d(rstd);
-        cuda_layernorm_backward(dinp_d.get() + off, dw_d.get(), db_d.get(), dout_d.get() + off,
+        layernorm_backward(dinp_d.get() + off, dw_d.get(), db_d.get(), dout_d.get() + off,
                                 x_d.get() + off, w_d.get(), mean_d.get(), rstd_d.get(), N, C,
                                 accumulate, this->stream);
         this->sync();
@@ -224,11 +224,11 @@ TYPED_TEST(CudaParamBackward, Layernorm) {
                            mean.data(), rstd.data(), N, C, accumulate);
         const std::string shape = " N=" + std::to_string(N) + " C=" + std::to_string(C) +
                                   (accumulate ? " +=" : "") + (off ? " (misaligned rows)" : "");
-        expect_close(tag<T, G>("cuda_layernorm_backward", "dinp") + shape, from(off, dinp_d), dinp,
+        expect_close(tag<T, G>("layernorm_backward", "dinp") + shape, from(off, dinp_d), dinp,
                      storage_tol<T>());
-        expect_close(tag<T, G>("cuda_layernorm_backward", "dweight") + shape, dw_d.download(), dw,
+        expect_close(tag<T, G>("layernorm_backward", "dweight") + shape, dw_d.download(), dw,
                      storage_tol<G>());
-        expect_close(tag<T, G>("cuda_layernorm_backward", "dbias") + shape, db_d.download(), db,
+        expect_close(tag<T, G>("layernorm_backward", "dbias") + shape, db_d.download(), db,
                      storage_tol<G>());
       }
 }
@@ -254,11 +254,11 @@ TYPED_TEST(CudaKernel, GeluForward) {
   gelu_forward(want.data(), x.data(), n);
 
   device_vec<T> out(n), x_d(x);
-  cuda_gelu_forward(out.get(), x_d.get(), n, this->stream);
-  cuda_gelu_forward(x_d.get(), x_d.get(), n, this->stream);  // in place
+  gelu_forward(out.get(), x_d.get(), n, this->stream);
+  gelu_forward(x_d.get(), x_d.get(), n, this->stream);  // in place
   this->sync();
-  expect_close(tag<T>("cuda_gelu_forward", "out"), out.download(), want, storage_tol<T>());
-  expect_close(tag<T>("cuda_gelu_forward", "out (in place)"), x_d.download(), want,
+  expect_close(tag<T>("gelu_forward", "out"), out.download(), want, storage_tol<T>());
+  expect_close(tag<T>("gelu_forward", "out (in place)"), x_d.download(), want,
                storage_tol<T>());
 }
 
@@ -272,11 +272,11 @@ TYPED_TEST(CudaKernel, GeluBackward) {
   gelu_backward(want.data(), x.data(), dout.data(), n);
 
   device_vec<T> dinp(n), x_d(x), dout_d(dout);
-  cuda_gelu_backward(dinp.get(), x_d.get(), dout_d.get(), n, this->stream);
-  cuda_gelu_backward(dout_d.get(), x_d.get(), dout_d.get(), n, this->stream);  // in place
+  gelu_backward(dinp.get(), x_d.get(), dout_d.get(), n, this->stream);
+  gelu_backward(dout_d.get(), x_d.get(), dout_d.get(), n, this->stream);  // in place
   this->sync();
-  expect_close(tag<T>("cuda_gelu_backward", "dinp"), dinp.download(), want, storage_tol<T>());
-  expect_close(tag<T>("cuda_gelu_backward", "dinp (in place)"), dout_d.download(), want,
+  expect_close(tag<T>("gelu_backward", "dinp"), dinp.download(), want, storage_tol<T>());
+  expect_close(tag<T>("gelu_backward", "dinp (in place)"), dout_d.download(), want,
                storage_tol<T>());
 }
 
@@ -289,11 +289,11 @@ TYPED_TEST(CudaKernel, ResidualForward) {
   residual_forward(want.data(), a.data(), b.data(), n);
 
   device_vec<T> out(n), a_d(a), b_d(b);
-  cuda_residual_forward(out.get(), a_d.get(), b_d.get(), n, this->stream);
-  cuda_residual_forward(a_d.get(), a_d.get(), b_d.get(), n, this->stream);  // out aliases a
+  residual_forward(out.get(), a_d.get(), b_d.get(), n, this->stream);
+  residual_forward(a_d.get(), a_d.get(), b_d.get(), n, this->stream);  // out aliases a
   this->sync();
-  expect_close(tag<T>("cuda_residual_forward", "out"), out.download(), want, storage_tol<T>());
-  expect_close(tag<T>("cuda_residual_forward", "out (aliasing a)"), a_d.download(), want,
+  expect_close(tag<T>("residual_forward", "out"), out.download(), want, storage_tol<T>());
+  expect_close(tag<T>("residual_forward", "out (aliasing a)"), a_d.download(), want,
                storage_tol<T>());
 }
 
@@ -311,13 +311,13 @@ TYPED_TEST(CudaKernel, CrossEntropyFused) {
   device_vec<T> logits_d(logits);
   device_vec<int32_t> targets_d(targets);
   device_vec<float> losses_d(N);
-  cuda_cross_entropy_fused(logits_d.get(), losses_d.get(), targets_d.get(), N, V, V, dloss_scale,
+  cross_entropy_fused(logits_d.get(), losses_d.get(), targets_d.get(), N, V, V, dloss_scale,
                            this->stream);
   this->sync();
   std::vector<float> losses(N);
   cross_entropy_fused(logits.data(), losses.data(), targets.data(), N, V, V, dloss_scale);
-  expect_close(tag<T>("cuda_cross_entropy_fused", "losses"), losses_d.download(), losses, kFp32Tol);
-  expect_close(tag<T>("cuda_cross_entropy_fused", "dlogits"), logits_d.download(), logits,
+  expect_close(tag<T>("cross_entropy_fused", "losses"), losses_d.download(), losses, kFp32Tol);
+  expect_close(tag<T>("cross_entropy_fused", "dlogits"), logits_d.download(), logits,
                cross_entropy_tol<T>());
 }
 
@@ -339,15 +339,15 @@ TYPED_TEST(CudaKernel, CrossEntropyFusedPaddedVocab) {
   device_vec<T> logits_d(logits);
   device_vec<int32_t> targets_d(targets);
   device_vec<float> losses_d(N);
-  cuda_cross_entropy_fused(logits_d.get(), losses_d.get(), targets_d.get(), N, V, Vp, dloss_scale,
+  cross_entropy_fused(logits_d.get(), losses_d.get(), targets_d.get(), N, V, Vp, dloss_scale,
                            this->stream);
   this->sync();
   std::vector<float> losses(N);
   cross_entropy_fused(logits.data(), losses.data(), targets.data(), N, V, Vp, dloss_scale);
   const std::vector<T> got = logits_d.download();
-  expect_close(tag<T>("cuda_cross_entropy_fused padded", "losses"), losses_d.download(), losses,
+  expect_close(tag<T>("cross_entropy_fused padded", "losses"), losses_d.download(), losses,
                kFp32Tol);
-  expect_close(tag<T>("cuda_cross_entropy_fused padded", "dlogits"), got, logits,
+  expect_close(tag<T>("cross_entropy_fused padded", "dlogits"), got, logits,
                cross_entropy_tol<T>());
   for (int64_t n = 0; n < N; ++n)
     for (int64_t v = V; v < Vp; ++v)
@@ -372,15 +372,15 @@ TYPED_TEST(CudaKernel, Adamw) {
 
     device_vec<float> master_d(master), m_d(m), v_d(v);
     device_vec<G> grad_d(grad);
-    cuda_adamw(master_d.get(), m_d.get(), v_d.get(), grad_d.get(), dtype_of<G>(), begin, end, lr,
+    optimizer_adamw(master_d.get(), m_d.get(), v_d.get(), grad_d.get(), dtype_of<G>(), begin, end, lr,
                beta1, beta2, eps, wd, decay, t, scale, this->stream);
     this->sync();
     optimizer_adamw(master.data(), m.data(), v.data(), grad.data(), dtype_of<G>(), begin, end, lr,
                     beta1, beta2, eps, wd, decay, t, scale);
     const std::string what = decay ? " (decay)" : "";
-    expect_close(tag<G>("cuda_adamw", "master") + what, master_d.download(), master, kAdamwTol);
-    expect_close(tag<G>("cuda_adamw", "m") + what, m_d.download(), m, kAdamwTol);
-    expect_close(tag<G>("cuda_adamw", "v") + what, v_d.download(), v, kAdamwTol);
+    expect_close(tag<G>("optimizer_adamw", "master") + what, master_d.download(), master, kAdamwTol);
+    expect_close(tag<G>("optimizer_adamw", "m") + what, m_d.download(), m, kAdamwTol);
+    expect_close(tag<G>("optimizer_adamw", "v") + what, v_d.download(), v, kAdamwTol);
   }
 }
 

@@ -1,5 +1,5 @@
 // OptimizerTest (cuda): the CUDA optimizer (cuda_step_optimizer, the path
-// generated binaries take, and the cuda_adamw launcher) on the hand-derived
+// generated binaries take, and the optimizer_adamw launcher) on the hand-derived
 // cases of tests/runtime/OptimizerCases.h, against PyTorch's definitions
 // written out there rather than the CPU optimizer. Skips, saying why, where no
 // CUDA device is present.
@@ -99,7 +99,7 @@ TEST_P(CudaAdamw, FollowsPyTorch) {
       ++applied;
       const auto scale = static_cast<float>(optim::reference_clip_coef(oc, step) / oc.grad_scale);
       for (const decay_run& r : decay_runs(oc))
-        cuda_adamw(params_d.get(), state_d.get(), state_d.get() + n, grad_d.get(), dtype_id::fp32,
+        optimizer_adamw(params_d.get(), state_d.get(), state_d.get() + n, grad_d.get(), dtype_id::fp32,
                    r.begin, r.end, static_cast<float>(oc.lrs[static_cast<size_t>(step)]),
                    static_cast<float>(oc.beta1), static_cast<float>(oc.beta2),
                    static_cast<float>(oc.eps), static_cast<float>(oc.weight_decay), r.decay,
