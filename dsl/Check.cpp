@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "dsl/Layers.h"
+#include "dsl/Values.h"
 #include "suggest/Suggest.h"
 
 namespace fsdpgen {
@@ -27,51 +28,9 @@ constexpr int64_t kMaxFfn = int64_t{1} << 20;
 constexpr int64_t kMaxWorld = int64_t{1} << 20;
 constexpr int64_t kMaxCount = int64_t{1} << 40;
 
-template <size_t N>
-std::vector<std::string_view> names_of(const std::array<std::string_view, N>& a) {
-  return {a.begin(), a.end()};
-}
-
-// 124439808 -> "124,439,808"
-std::string grouped(int64_t v) {
-  std::string digits = std::to_string(v < 0 ? -v : v);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return v < 0 ? "-" + out : out;
-}
-
-// "optimizer" -> "an optimizer"
-std::string with_article(std::string_view noun) {
-  bool vowel = !noun.empty() && std::string_view("aeiou").find(noun[0]) != std::string_view::npos;
-  return fmt::format("{} {}", vowel ? "an" : "a", noun);
-}
-
-std::string describe(const ast::Value& v) {
-  switch (v.kind) {
-    case ast::Value::Kind::Number:
-      return "number " + v.text;
-    case ast::Value::Kind::String:
-      return "a string";
-    case ast::Value::Kind::Ident:
-      return fmt::format("'{}'", v.text);
-    case ast::Value::Kind::Tuple:
-      return "a tuple";
-    case ast::Value::Kind::List:
-      return "a list";
-    case ast::Value::Kind::Range:
-      return "a range";
-    case ast::Value::Kind::Call:
-      return fmt::format("'{}(...)'", v.text);
-  }
-  return "a value";
-}
-
 class Checker {
  public:
-  Checker(Diagnostics& d, const SpecOverrides& o) : d_(d), overrides_(o) {}
+  Checker(Diagnostics& d, const SpecOverrides& o) : d_(d), v_(d), overrides_(o) {}
 
   std::optional<Spec> run(const ast::File& file) {
     // After a syntax error some entries are missing from the AST; do not
@@ -137,96 +96,6 @@ class Checker {
                           fmt::format("the spec says {} = {} here", key.substr(key.rfind('.') + 1),
                                       d_.file().slice(where(key)))};
     at_[key] = d_.command_line(given, replaced);
-  }
-
-  // ---- value readers ----
-  std::optional<int64_t> as_int(const ast::Value& v, std::string_view what, int64_t lo,
-                                int64_t hi) {
-    if (v.kind != ast::Value::Kind::Number) {
-      d_.error(v.span, fmt::format("expected an integer for '{}', got {}", what, describe(v)));
-      return std::nullopt;
-    }
-    if (!v.is_integer) {
-      d_.error(v.span, fmt::format("'{}' must be an integer, got {}", what, v.text));
-      return std::nullopt;
-    }
-    if (v.integer < lo || v.integer > hi) {
-      std::string bound = v.integer < lo
-                              ? (lo == 1   ? std::string("must be positive")
-                                 : lo == 0 ? std::string("must not be negative")
-                                           : fmt::format("must be at least {}", grouped(lo)))
-                              : fmt::format("must be at most {}", grouped(hi));
-      d_.error(v.span, fmt::format("'{}' {}, got {}", what, bound, v.text));
-      return std::nullopt;
-    }
-    return v.integer;
-  }
-
-  // A real number in [lo, hi] (or (lo, hi] when !lo_inclusive).
-  std::optional<double> as_float(const ast::Value& v, std::string_view what, double lo, double hi,
-                                 bool lo_inclusive) {
-    if (v.kind != ast::Value::Kind::Number) {
-      d_.error(v.span, fmt::format("expected a number for '{}', got {}", what, describe(v)));
-      return std::nullopt;
-    }
-    double x = v.number;
-    if (x < lo || (!lo_inclusive && x == lo)) {
-      std::string bound =
-          lo == 0 ? (lo_inclusive ? "must not be negative" : "must be positive")
-                  : fmt::format("must be {} {}", lo_inclusive ? "at least" : "greater than", lo);
-      d_.error(v.span, fmt::format("'{}' {}, got {}", what, bound, v.text));
-      return std::nullopt;
-    }
-    if (x > hi) {
-      d_.error(v.span, fmt::format("'{}' must be at most {}, got {}", what, hi, v.text));
-      return std::nullopt;
-    }
-    return x;
-  }
-
-  std::optional<bool> as_bool(const ast::Value& v, std::string_view what) {
-    if (v.kind == ast::Value::Kind::Ident && (v.text == "true" || v.text == "false"))
-      return v.text == "true";
-    d_.error(v.span, fmt::format("expected 'true' or 'false' for '{}', got {}", what, describe(v)));
-    return std::nullopt;
-  }
-
-  std::optional<std::string> as_string(const ast::Value& v, std::string_view what) {
-    if (v.kind == ast::Value::Kind::String) {
-      if (!v.text.empty()) return v.text;
-      d_.error(v.span, fmt::format("'{}' must not be empty", what));
-      return std::nullopt;
-    }
-    d_.error(v.span, fmt::format("expected a string for '{}', got {}", what, describe(v)));
-    return std::nullopt;
-  }
-
-  // An identifier from `names`; `what` names the kind of thing ("sharding strategy").
-  template <class E, size_t N>
-  std::optional<E> as_enum(const ast::Value& v, std::string_view what,
-                           const std::array<std::string_view, N>& names) {
-    auto choices = names_of(names);
-    if (v.kind == ast::Value::Kind::Ident) {
-      for (size_t i = 0; i < N; ++i)
-        if (names[i] == v.text) return static_cast<E>(i);
-      Diagnostic& e = d_.error(v.span, fmt::format("unknown {} '{}'", what, v.text));
-      std::string m = closest_match(v.text, choices);
-      if (!m.empty())
-        e.message += fmt::format("; did you mean '{}'?", m);
-      else
-        Diagnostics::note(e, fmt::format("valid values are {}", quoted_choices(choices)));
-      return std::nullopt;
-    }
-    Diagnostic& e =
-        d_.error(v.span, fmt::format("expected {}, got {}", with_article(what), describe(v)));
-    Diagnostics::note(e, fmt::format("valid values are {}", quoted_choices(choices)));
-    return std::nullopt;
-  }
-
-  std::optional<DType> as_dtype(const ast::Value& v) {
-    if (v.kind == ast::Value::Kind::Ident)
-      if (std::optional<DType> t = dtype_named(v.text)) return t;
-    return as_enum<DType>(v, "dtype", kDTypeNames);
   }
 
   // ---- entries ----
@@ -315,109 +184,23 @@ class Checker {
   }
   Field int_field(std::string_view key, int64_t& out, int64_t lo, int64_t hi) {
     return field(key, out, [this, lo, hi](const ast::Value& v, const std::string& k) {
-      return as_int(v, k, lo, hi);
+      return v_.as_int(v, k, lo, hi);
     });
   }
   Field bool_field(std::string_view key, bool& out) {
     return field(key, out,
-                 [this](const ast::Value& v, const std::string& k) { return as_bool(v, k); });
+                 [this](const ast::Value& v, const std::string& k) { return v_.as_bool(v, k); });
   }
   template <class E, size_t N>
   Field enum_field(std::string_view key, E& out, std::string_view what,
                    const std::array<std::string_view, N>& names) {
     return field(key, out, [this, what, &names](const ast::Value& v, const std::string&) {
-      return as_enum<E>(v, what, names);
+      return v_.as_enum<E>(v, what, names);
     });
   }
   Field dtype_field(std::string_view key, DType& out) {
-    return field(key, out, [this](const ast::Value& v, const std::string&) { return as_dtype(v); });
-  }
-
-  // Binds a call's arguments to parameter names; absent ones are nullptr.
-  std::optional<std::vector<const ast::Value*>> bind(const ast::Value& call,
-                                                     const std::vector<std::string_view>& params) {
-    std::vector<const ast::Value*> out(params.size(), nullptr);
-    std::vector<Span> given(params.size());
-    bool ok = true, named_seen = false, positional_reported = false;
-    for (size_t i = 0; i < call.args.size(); ++i) {
-      const ast::Arg& a = call.args[i];
-      size_t slot = i;
-      if (!a.name.empty()) {
-        named_seen = true;
-        auto it = std::find(params.begin(), params.end(), a.name);
-        if (it == params.end()) {
-          Diagnostic& d = d_.error(a.name_span,
-                                   fmt::format("unknown argument '{}' of '{}'", a.name, call.text));
-          std::string m = closest_match(a.name, params);
-          if (!m.empty())
-            d.message += fmt::format("; did you mean '{}'?", m);
-          else
-            Diagnostics::note(
-                d, fmt::format("'{}' takes {}", call.text,
-                               params.empty() ? "no arguments" : quoted_choices(params, " and ")));
-          ok = false;
-          continue;
-        }
-        slot = it - params.begin();
-      } else if (named_seen) {
-        // One error for the first; the rest have no position to bind to either.
-        if (!std::exchange(positional_reported, true))
-          d_.error(a.value.span,
-                   fmt::format("positional argument after a named one in '{}'", call.text));
-        ok = false;
-        continue;
-      } else if (slot >= params.size()) {
-        Diagnostic& d =
-            d_.error(a.value.span, fmt::format("too many arguments to '{}'", call.text));
-        Diagnostics::note(
-            d, fmt::format("'{}' takes {}", call.text,
-                           params.empty() ? "no arguments" : quoted_choices(params, " and ")));
-        ok = false;
-        continue;
-      }
-      Span here = a.name.empty() ? a.value.span : a.name_span;
-      if (out[slot]) {
-        Diagnostic& d = d_.error(
-            here, fmt::format("argument '{}' of '{}' given twice", params[slot], call.text));
-        Diagnostics::note(d, given[slot], "previous value is here");
-        ok = false;
-        continue;
-      }
-      out[slot] = &a.value;
-      given[slot] = here;
-    }
-    if (!ok) return std::nullopt;
-    return out;
-  }
-
-  bool require(const ast::Value* arg, const ast::Value& call, std::string_view name) {
-    if (arg) return true;
-    d_.error(call.span, fmt::format("missing argument '{}' of '{}'", name, call.text));
-    return false;
-  }
-
-  // Reads `name` or `name(args)` where name is one of `kinds`; returns the
-  // kind index and the bound arguments (all nullptr for a bare name).
-  template <size_t N>
-  std::optional<std::pair<size_t, std::vector<const ast::Value*>>> callee(
-      const ast::Value& v, std::string_view what, const std::array<std::string_view, N>& kinds,
-      const std::array<std::vector<std::string_view>, N>& params) {
-    if (v.kind != ast::Value::Kind::Ident && v.kind != ast::Value::Kind::Call) {
-      Diagnostic& e =
-          d_.error(v.span, fmt::format("expected {}, got {}", with_article(what), describe(v)));
-      Diagnostics::note(e, fmt::format("valid values are {}", quoted_choices(names_of(kinds))));
-      return std::nullopt;
-    }
-    ast::Value name = v;
-    name.kind = ast::Value::Kind::Ident;
-    name.span = {v.span.begin, static_cast<uint32_t>(v.span.begin + v.text.size())};
-    auto k = as_enum<size_t>(name, what, kinds);
-    if (!k) return std::nullopt;
-    if (v.kind == ast::Value::Kind::Ident)
-      return std::make_pair(*k, std::vector<const ast::Value*>(params[*k].size()));
-    auto args = bind(v, params[*k]);
-    if (!args) return std::nullopt;
-    return std::make_pair(*k, *args);
+    return field(key, out,
+                 [this](const ast::Value& v, const std::string&) { return v_.as_dtype(v); });
   }
 
   // ---- model ----
@@ -440,11 +223,11 @@ class Checker {
         int_field("pad_vocab_to", m.pad_vocab_to, 1, kMaxPadVocabTo),
         field("norm_eps", m.norm_eps,
               [this](const ast::Value& v, const std::string& k) {
-                return as_float(v, k, 0, 0.5, false);
+                return v_.as_float(v, k, 0, 0.5, false);
               }),
         field("rope_theta", rope,
               [this](const ast::Value& v, const std::string& k) {
-                return as_float(v, k, 0, 1e12, false);
+                return v_.as_float(v, k, 0, 1e12, false);
               }),
     };
     std::string ctx = m.name.empty() ? "section 'model'" : fmt::format("model '{}'", m.name);
@@ -695,7 +478,7 @@ class Checker {
            if (!v) return;
            if (v->kind == ast::Value::Kind::Ident && v->text == "none")
              t.clip = 0;
-           else if (auto c = as_float(*v, "clip", 0, 1e30, true))
+           else if (auto c = v_.as_float(*v, "clip", 0, 1e30, true))
              t.clip = *c;
          }},
         int_field("seed", t.seed, 0, kMaxCount),
@@ -711,27 +494,27 @@ class Checker {
 
   void read_optimizer(const ast::Value& v) {
     OptimizerSpec& o = s_.train.optimizer;
-    auto c = callee(v, "optimizer", kOptimizerNames,
-                    {std::vector<std::string_view>{"lr", "betas", "eps", "weight_decay"},
-                     std::vector<std::string_view>{"lr", "momentum", "weight_decay"}});
+    auto c = v_.callee(v, "optimizer", kOptimizerNames,
+                       {std::vector<std::string_view>{"lr", "betas", "eps", "weight_decay"},
+                        std::vector<std::string_view>{"lr", "momentum", "weight_decay"}});
     if (!c) return;
     auto& [kind, args] = *c;
     o.kind = static_cast<OptimizerKind>(kind);
     if (o.kind == OptimizerKind::Sgd) o.weight_decay = 0;
     if (args[0])
-      if (auto lr = as_float(*args[0], "lr", 0, 1e3, false))
+      if (auto lr = v_.as_float(*args[0], "lr", 0, 1e3, false))
         o.lr = *lr, at_["train.lr"] = args[0]->span;
     if (o.kind == OptimizerKind::AdamW) {
       if (args[1]) read_betas(*args[1]);
       if (args[2])
-        if (auto x = as_float(*args[2], "eps", 0, 1, false)) o.eps = *x;
+        if (auto x = v_.as_float(*args[2], "eps", 0, 1, false)) o.eps = *x;
       if (args[3])
-        if (auto x = as_float(*args[3], "weight_decay", 0, 1e3, true)) o.weight_decay = *x;
+        if (auto x = v_.as_float(*args[3], "weight_decay", 0, 1e3, true)) o.weight_decay = *x;
     } else {
       if (args[1])
-        if (auto x = as_float(*args[1], "momentum", 0, 0.999999, true)) o.momentum = *x;
+        if (auto x = v_.as_float(*args[1], "momentum", 0, 0.999999, true)) o.momentum = *x;
       if (args[2])
-        if (auto x = as_float(*args[2], "weight_decay", 0, 1e3, true)) o.weight_decay = *x;
+        if (auto x = v_.as_float(*args[2], "weight_decay", 0, 1e3, true)) o.weight_decay = *x;
     }
   }
 
@@ -741,15 +524,15 @@ class Checker {
                fmt::format("'betas' must be a pair such as (0.9, 0.95), got {}", describe(v)));
       return;
     }
-    auto b1 = as_float(v.items[0], "betas", 0, 0.999999, true);
-    auto b2 = as_float(v.items[1], "betas", 0, 0.999999, true);
+    auto b1 = v_.as_float(v.items[0], "betas", 0, 0.999999, true);
+    auto b2 = v_.as_float(v.items[1], "betas", 0, 0.999999, true);
     if (b1) s_.train.optimizer.beta1 = *b1;
     if (b2) s_.train.optimizer.beta2 = *b2;
   }
 
   void read_lr_schedule(const ast::Value& v) {
     LrScheduleSpec& l = s_.train.lr_schedule;
-    auto c = callee(
+    auto c = v_.callee(
         v, "lr schedule", kLrScheduleNames,
         {std::vector<std::string_view>{"warmup"}, std::vector<std::string_view>{"warmup", "min"},
          std::vector<std::string_view>{"warmup", "min"}});
@@ -757,50 +540,51 @@ class Checker {
     auto& [kind, args] = *c;
     l.kind = static_cast<LrScheduleKind>(kind);
     if (args[0])
-      if (auto w = as_int(*args[0], "warmup", 0, kMaxCount))
+      if (auto w = v_.as_int(*args[0], "warmup", 0, kMaxCount))
         l.warmup = *w, at_["train.warmup"] = args[0]->span;
     if (args.size() > 1 && args[1])
-      if (auto m = as_float(*args[1], "min", 0, 1e3, true))
+      if (auto m = v_.as_float(*args[1], "min", 0, 1e3, true))
         l.min_lr = *m, at_["train.min_lr"] = args[1]->span;
   }
 
   void read_data(const ast::Value& v) {
     DataSpec& d = s_.train.data;
-    auto c = callee(v, "data source", kDataNames,
-                    {std::vector<std::string_view>{"seed"}, std::vector<std::string_view>{"path"},
-                     std::vector<std::string_view>{"path"}});
+    auto c =
+        v_.callee(v, "data source", kDataNames,
+                  {std::vector<std::string_view>{"seed"}, std::vector<std::string_view>{"path"},
+                   std::vector<std::string_view>{"path"}});
     if (!c) return;
     auto& [kind, args] = *c;
     d.kind = static_cast<DataKind>(kind);
     if (d.kind == DataKind::Synthetic) {
       if (args[0])
-        if (auto s = as_int(*args[0], "seed", 0, kMaxCount)) d.seed = *s;
+        if (auto s = v_.as_int(*args[0], "seed", 0, kMaxCount)) d.seed = *s;
       return;
     }
-    if (v.kind == ast::Value::Kind::Ident || !require(args[0], v, "path")) {
+    if (v.kind == ast::Value::Kind::Ident || !v_.require(args[0], v, "path")) {
       if (v.kind == ast::Value::Kind::Ident)
         d_.error(v.span,
                  fmt::format("data source '{}' needs a file: {}(\"path\")", v.text, v.text));
       return;
     }
-    if (auto p = as_string(*args[0], "path")) d.path = *p;
+    if (auto p = v_.as_string(*args[0], "path")) d.path = *p;
   }
 
   // dynamic | dynamic(init = 65536, interval = 2000) | static(1024)
   void read_loss_scale(const ast::Value& v, LossScaleSpec& l) {
-    auto c = callee(v, "loss scale", kLossScaleNames,
-                    {std::vector<std::string_view>{"init", "interval"},
-                     std::vector<std::string_view>{"scale"}});
+    auto c = v_.callee(v, "loss scale", kLossScaleNames,
+                       {std::vector<std::string_view>{"init", "interval"},
+                        std::vector<std::string_view>{"scale"}});
     if (!c) return;
     auto& [kind, args] = *c;
     l.kind = static_cast<LossScaleKind>(kind);
-    if (l.kind == LossScaleKind::Static && !require(args[0], v, "scale")) return;
+    if (l.kind == LossScaleKind::Static && !v_.require(args[0], v, "scale")) return;
     if (args[0])
-      if (auto s = as_float(*args[0], l.kind == LossScaleKind::Static ? "scale" : "init", 1,
-                            4294967296.0, true))
+      if (auto s = v_.as_float(*args[0], l.kind == LossScaleKind::Static ? "scale" : "init", 1,
+                               4294967296.0, true))
         l.init = *s;
     if (args.size() > 1 && args[1])
-      if (auto n = as_int(*args[1], "interval", 1, kMaxCount)) l.interval = *n;
+      if (auto n = v_.as_int(*args[1], "interval", 1, kMaxCount)) l.interval = *n;
   }
 
   // checkpoint(every = N, dir = "ckpt", keep = 2) | checkpoint = none
@@ -816,16 +600,16 @@ class Checker {
                "expected 'checkpoint(every = N, dir = \"ckpt\", keep = 2)' or 'checkpoint = none'");
       return;
     }
-    auto args = bind(e.value, {"every", "dir", "keep"});
+    auto args = v_.bind(e.value, {"every", "dir", "keep"});
     if (!args) return;
-    if (!require((*args)[0], e.value, "every")) return;
+    if (!v_.require((*args)[0], e.value, "every")) return;
     c.enabled = true;
-    if (auto n = as_int(*(*args)[0], "every", 1, kMaxCount))
+    if (auto n = v_.as_int(*(*args)[0], "every", 1, kMaxCount))
       c.every = *n, at_["train.checkpoint.every"] = (*args)[0]->span;
     if ((*args)[1])
-      if (auto d = as_string(*(*args)[1], "dir")) c.dir = *d;
+      if (auto d = v_.as_string(*(*args)[1], "dir")) c.dir = *d;
     if ((*args)[2])
-      if (auto k = as_int(*(*args)[2], "keep", 1, 1 << 20)) c.keep = *k;
+      if (auto k = v_.as_int(*(*args)[2], "keep", 1, 1 << 20)) c.keep = *k;
   }
 
   void check_train() {
@@ -913,13 +697,13 @@ class Checker {
             u.policy = UnitPolicy::EachBlock;
           } else if (item.kind == ast::UnitItem::Kind::Group) {
             u.policy = UnitPolicy::Group;
-            if (auto g = as_int(item.count, "group", 1, kMaxLayers))
+            if (auto g = v_.as_int(item.count, "group", 1, kMaxLayers))
               u.group = *g;
             else
               ok = false;
           } else {
             u.policy = UnitPolicy::MinParams;
-            if (auto g = as_int(item.count, "min_params", 1, kMaxCount * 1000))
+            if (auto g = v_.as_int(item.count, "min_params", 1, kMaxCount * 1000))
               u.min_params = *g;
             else
               ok = false;
@@ -1125,6 +909,7 @@ class Checker {
   }
 
   Diagnostics& d_;
+  ValueReader v_;
   const SpecOverrides& overrides_;
   bool syntax_errors_ = false;
   Spec s_;
