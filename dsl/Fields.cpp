@@ -1,0 +1,459 @@
+// Fields: the table of keys of each section and the defaults and overrides
+// of keys; see Fields.h.
+#include "dsl/Fields.h"
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "dsl/Suggest.h"
+#include "dsl/Values.h"
+
+namespace fsdpgen {
+
+Span Keys::where(const std::string& key, Span fallback) const {
+  auto it = value_at.find(key);
+  return it == value_at.end() ? fallback : it->second;
+}
+
+Span Keys::entry(const std::string& key) const {
+  auto it = entry_at.find(key);
+  return it == entry_at.end() ? where(key) : it->second;
+}
+
+bool Keys::usable(std::initializer_list<std::string_view> keys) const {
+  return std::none_of(keys.begin(), keys.end(),
+                      [&](std::string_view k) { return rejected.count(std::string(k)) > 0; });
+}
+
+bool Keys::rejected_under(std::string_view prefix) const {
+  return std::any_of(rejected.begin(), rejected.end(),
+                     [&](const std::string& k) { return k.starts_with(prefix); });
+}
+
+namespace {
+
+// Reads the entries of a section into the Spec against a table of its keys.
+class SectionReader {
+ public:
+  explicit SectionReader(CheckContext& ctx)
+      : d_(ctx.diags),
+        v_(ctx.diags),
+        s_(ctx.spec),
+        keys_(ctx.keys),
+        syntax_errors_(ctx.after_syntax_errors) {}
+
+  // The model's table; kv_heads, ffn_hidden, tie_embeddings and rope_theta
+  // default from other keys (fill_model_defaults).
+  bool read_model(const ast::Section& sec) {
+    ModelSpec& m = s_.model;
+    m.name = sec.name;
+    std::vector<Field> fields = {
+        enum_field("family", m.family, "model family", kFamilyNames),
+        int_field("vocab", m.vocab, 1, kMaxVocab),
+        int_field("context", m.context, 1, kMaxContext),
+        int_field("width", m.width, 1, kMaxWidth),
+        int_field("heads", m.heads, 1, kMaxWidth),
+        int_field("kv_heads", m.kv_heads, 1, kMaxWidth),
+        int_field("layers", m.layers, 1, kMaxLayers),
+        int_field("ffn_hidden", m.ffn_hidden, 1, kMaxFfn),
+        bool_field("tie_embeddings", m.tie_embeddings),
+        int_field("pad_vocab_to", m.pad_vocab_to, 1, kMaxPadVocabTo),
+        field("norm_eps", m.norm_eps,
+              [this](const ast::Value& v, const std::string& k) {
+                return v_.as_float(v, k, 0, 0.5, false);
+              }),
+        field("rope_theta", m.rope_theta,
+              [this](const ast::Value& v, const std::string& k) {
+                return v_.as_float(v, k, 0, 1e12, false);
+              }),
+    };
+    std::string ctx = m.name.empty() ? "section 'model'" : fmt::format("model '{}'", m.name);
+    read_fields(sec.entries, fields, ctx, "model.");
+    std::vector<std::string_view> missing;
+    for (std::string_view k : {"vocab", "context", "width", "heads", "layers"})
+      if (!keys_.has(fmt::format("model.{}", k))) missing.push_back(k);
+    if (missing.empty()) return true;
+    if (!syntax_errors_) {
+      Diagnostic& e =
+          d_.error(sec.name.empty() ? sec.kind_span : sec.name_span,
+                   fmt::format("{} is missing {}", ctx, quoted_choices(missing, " and ")));
+      Diagnostics::note(e, "a model must set 'vocab', 'context', 'width', 'heads' and 'layers'");
+    }
+    return false;
+  }
+
+  void read_parallel(const ast::Section& sec) {
+    ParallelSpec& p = s_.parallel;
+    std::vector<Field> fields = {
+        int_field("world", p.world, 1, kMaxWorld),
+        enum_field("sharding", p.sharding, "sharding strategy", kShardingNames),
+        int_field("shard_group", p.shard_group, 1, kMaxWorld),
+        int_field("ranks_per_node", p.ranks_per_node, 1, kMaxWorld),
+        int_field("shard_align", p.shard_align_bytes, 4, 65536),
+        {"precision",
+         [this, &p](const ast::Entry& e) {
+           if (auto* es = block_of(e, "param = bf16  reduce = fp32  master = fp32"))
+             read_fields(*es,
+                         {dtype_field("param", p.precision.param),
+                          dtype_field("reduce", p.precision.reduce),
+                          dtype_field("master", p.precision.master),
+                          {"loss_scale",
+                           [this, &p](const ast::Entry& e) {
+                             if (auto* v = value_of(e)) read_loss_scale(*v, p.precision.loss_scale);
+                           }}},
+                         "'precision'", "parallel.precision.");
+         }},
+        {"prefetch",
+         [this, &p](const ast::Entry& e) {
+           if (auto* es = block_of(e, "forward = true  backward = pre  max_inflight = 2"))
+             read_fields(*es,
+                         {bool_field("forward", p.prefetch.forward),
+                          enum_field("backward", p.prefetch.backward, "backward prefetch mode",
+                                     kBackwardPrefetchNames),
+                          int_field("max_inflight", p.prefetch.max_inflight, 1, kMaxLayers + 1)},
+                         "'prefetch'", "parallel.prefetch.");
+         }},
+        enum_field("recompute", p.recompute, "recompute mode", kRecomputeNames),
+        enum_field("offload", p.offload, "offload mode", kOffloadNames),
+        {"accumulate",
+         [this, &p](const ast::Entry& e) {
+           if (auto* es = block_of(e, "micro_batches = 4  reduce = every"))
+             read_fields(*es,
+                         {int_field("micro_batches", p.accumulate.micro_batches, 1, 65536),
+                          enum_field("reduce", p.accumulate.reduce, "accumulation reduce mode",
+                                     kAccumulateReduceNames)},
+                         "'accumulate'", "parallel.accumulate.");
+         }},
+    };
+    read_fields(sec.entries, fields, "section 'parallel'", "parallel.");
+  }
+
+  // A rule between the spec's `key` and `other` is reported at `key`, or at
+  void read_train(const ast::Section& sec) {
+    TrainSpec& t = s_.train;
+    std::vector<Field> fields = {
+        {"optimizer",
+         [this](const ast::Entry& e) {
+           if (auto* v = value_of(e)) read_optimizer(*v);
+         }},
+        {"lr_schedule",
+         [this](const ast::Entry& e) {
+           if (auto* v = value_of(e)) read_lr_schedule(*v);
+         }},
+        int_field("micro_batch", t.micro_batch, 1, kMaxMicroBatch),
+        int_field("steps", t.steps, 1, kMaxCount),
+        {"clip",
+         [this, &t](const ast::Entry& e) {
+           const ast::Value* v = value_of(e);
+           if (!v) return;
+           if (v->kind == ast::Value::Kind::Ident && v->text == "none")
+             t.clip = 0;
+           else if (auto c = v_.as_float(*v, "clip", 0, 1e30, true))
+             t.clip = *c;
+         }},
+        int_field("seed", t.seed, 0, kMaxCount),
+        {"data",
+         [this](const ast::Entry& e) {
+           if (auto* v = value_of(e)) read_data(*v);
+         }},
+        {"checkpoint", [this](const ast::Entry& e) { read_checkpoint(e); }},
+        int_field("log_every", t.log_every, 1, kMaxCount),
+    };
+    read_fields(sec.entries, fields, "section 'train'", "train.");
+  }
+
+ private:
+  struct Field {
+    std::string_view key;
+    std::function<void(const ast::Entry&)> read;
+  };
+
+  // Reads entries against a table of fields; reports duplicates and unknown keys.
+  void read_fields(const std::vector<ast::Entry>& entries, const std::vector<Field>& fields,
+                   const std::string& ctx, const std::string& prefix) {
+    std::map<std::string, const ast::Entry*> seen;
+    std::vector<std::string_view> keys;
+    for (const Field& f : fields)
+      keys.push_back(f.key);
+    for (const ast::Entry& e : entries) {
+      if (e.kind == ast::Entry::Kind::Error) {
+        // Already reported by the parser: the key is given, its value unknown.
+        keys_.value_at[prefix + e.key] = e.key_span;
+        keys_.rejected.insert(prefix + e.key);
+        continue;
+      }
+      auto [it, fresh] = seen.emplace(e.key, &e);
+      if (!fresh) {
+        Diagnostic& d = d_.error(e.key_span, fmt::format("duplicate key '{}' in {}", e.key, ctx));
+        Diagnostics::note(d, it->second->key_span, "previous definition is here");
+        continue;
+      }
+      auto f = std::find_if(fields.begin(), fields.end(),
+                            [&](const Field& x) { return x.key == e.key; });
+      if (f == fields.end()) {
+        Diagnostic& d = d_.error(e.key_span, fmt::format("unknown key '{}' in {}", e.key, ctx));
+        std::string m = closest_match(e.key, keys);
+        if (!m.empty())
+          d.message += fmt::format("; did you mean '{}'?", m);
+        else
+          Diagnostics::note(d, fmt::format("valid keys are {}", quoted_choices(keys, " and ")));
+        continue;
+      }
+      keys_.value_at[prefix + e.key] = e.kind == ast::Entry::Kind::Assign ? e.value.span : e.span;
+      keys_.entry_at[prefix + e.key] = e.span;
+      size_t errors_before = d_.error_count();
+      f->read(e);
+      if (d_.error_count() != errors_before) keys_.rejected.insert(prefix + e.key);
+    }
+  }
+
+  // The value of `key = value`; a block given instead is an error.
+  const ast::Value* value_of(const ast::Entry& e) {
+    if (e.kind == ast::Entry::Kind::Block) {
+      d_.error(e.key_span,
+               fmt::format("'{}' takes a value, not a block; write '{} = ...'", e.key, e.key));
+      return nullptr;
+    }
+    if (e.kind == ast::Entry::Kind::Call) {
+      d_.error(e.key_span,
+               fmt::format("'{}' takes a value, not arguments; write '{} = ...'", e.key, e.key));
+      return nullptr;
+    }
+    return &e.value;
+  }
+
+  // The entries of `key { ... }`; anything else is an error.
+  const std::vector<ast::Entry>* block_of(const ast::Entry& e, std::string_view example) {
+    if (e.kind != ast::Entry::Kind::Block) {
+      Diagnostic& d = d_.error(e.span, fmt::format("'{}' is a block, not a value", e.key));
+      Diagnostics::note(d, fmt::format("write '{} {{ {} }}'", e.key, example));
+      return nullptr;
+    }
+    return &e.entries;
+  }
+
+  template <class T, class F>
+  Field field(std::string_view key, T& out, F reader) {
+    return {key, [this, &out, reader](const ast::Entry& e) {
+              if (const ast::Value* v = value_of(e))
+                if (auto r = reader(*v, e.key)) out = *r;
+            }};
+  }
+  Field int_field(std::string_view key, int64_t& out, int64_t lo, int64_t hi) {
+    return field(key, out, [this, lo, hi](const ast::Value& v, const std::string& k) {
+      return v_.as_int(v, k, lo, hi);
+    });
+  }
+  Field bool_field(std::string_view key, bool& out) {
+    return field(key, out,
+                 [this](const ast::Value& v, const std::string& k) { return v_.as_bool(v, k); });
+  }
+  template <class E, size_t N>
+  Field enum_field(std::string_view key, E& out, std::string_view what,
+                   const std::array<std::string_view, N>& names) {
+    return field(key, out, [this, what, &names](const ast::Value& v, const std::string&) {
+      return v_.as_enum<E>(v, what, names);
+    });
+  }
+  Field dtype_field(std::string_view key, DType& out) {
+    return field(key, out,
+                 [this](const ast::Value& v, const std::string&) { return v_.as_dtype(v); });
+  }
+
+  void read_optimizer(const ast::Value& v) {
+    OptimizerSpec& o = s_.train.optimizer;
+    auto c = v_.callee(v, "optimizer", kOptimizerNames,
+                       {std::vector<std::string_view>{"lr", "betas", "eps", "weight_decay"},
+                        std::vector<std::string_view>{"lr", "momentum", "weight_decay"}});
+    if (!c) return;
+    auto& [kind, args] = *c;
+    o.kind = static_cast<OptimizerKind>(kind);
+    if (o.kind == OptimizerKind::Sgd) o.weight_decay = 0;
+    if (args[0])
+      if (auto lr = v_.as_float(*args[0], "lr", 0, 1e3, false))
+        o.lr = *lr, keys_.value_at["train.lr"] = args[0]->span;
+    if (o.kind == OptimizerKind::AdamW) {
+      if (args[1]) read_betas(*args[1]);
+      if (args[2])
+        if (auto x = v_.as_float(*args[2], "eps", 0, 1, false)) o.eps = *x;
+      if (args[3])
+        if (auto x = v_.as_float(*args[3], "weight_decay", 0, 1e3, true)) o.weight_decay = *x;
+    } else {
+      if (args[1])
+        if (auto x = v_.as_float(*args[1], "momentum", 0, 0.999999, true)) o.momentum = *x;
+      if (args[2])
+        if (auto x = v_.as_float(*args[2], "weight_decay", 0, 1e3, true)) o.weight_decay = *x;
+    }
+  }
+
+  void read_betas(const ast::Value& v) {
+    if (v.kind != ast::Value::Kind::Tuple || v.items.size() != 2) {
+      d_.error(v.span,
+               fmt::format("'betas' must be a pair such as (0.9, 0.95), got {}", describe(v)));
+      return;
+    }
+    auto b1 = v_.as_float(v.items[0], "betas", 0, 0.999999, true);
+    auto b2 = v_.as_float(v.items[1], "betas", 0, 0.999999, true);
+    if (b1) s_.train.optimizer.beta1 = *b1;
+    if (b2) s_.train.optimizer.beta2 = *b2;
+  }
+
+  void read_lr_schedule(const ast::Value& v) {
+    LrScheduleSpec& l = s_.train.lr_schedule;
+    auto c = v_.callee(
+        v, "lr schedule", kLrScheduleNames,
+        {std::vector<std::string_view>{"warmup"}, std::vector<std::string_view>{"warmup", "min"},
+         std::vector<std::string_view>{"warmup", "min"}});
+    if (!c) return;
+    auto& [kind, args] = *c;
+    l.kind = static_cast<LrScheduleKind>(kind);
+    if (args[0])
+      if (auto w = v_.as_int(*args[0], "warmup", 0, kMaxCount))
+        l.warmup = *w, keys_.value_at["train.warmup"] = args[0]->span;
+    if (args.size() > 1 && args[1])
+      if (auto m = v_.as_float(*args[1], "min", 0, 1e3, true))
+        l.min_lr = *m, keys_.value_at["train.min_lr"] = args[1]->span;
+  }
+
+  void read_data(const ast::Value& v) {
+    DataSpec& d = s_.train.data;
+    auto c =
+        v_.callee(v, "data source", kDataNames,
+                  {std::vector<std::string_view>{"seed"}, std::vector<std::string_view>{"path"},
+                   std::vector<std::string_view>{"path"}});
+    if (!c) return;
+    auto& [kind, args] = *c;
+    d.kind = static_cast<DataKind>(kind);
+    if (d.kind == DataKind::Synthetic) {
+      if (args[0])
+        if (auto s = v_.as_int(*args[0], "seed", 0, kMaxCount)) d.seed = *s;
+      return;
+    }
+    if (v.kind == ast::Value::Kind::Ident || !v_.require(args[0], v, "path")) {
+      if (v.kind == ast::Value::Kind::Ident)
+        d_.error(v.span,
+                 fmt::format("data source '{}' needs a file: {}(\"path\")", v.text, v.text));
+      return;
+    }
+    if (auto p = v_.as_string(*args[0], "path")) d.path = *p;
+  }
+
+  // dynamic | dynamic(init = 65536, interval = 2000) | static(1024)
+  void read_loss_scale(const ast::Value& v, LossScaleSpec& l) {
+    auto c = v_.callee(v, "loss scale", kLossScaleNames,
+                       {std::vector<std::string_view>{"init", "interval"},
+                        std::vector<std::string_view>{"scale"}});
+    if (!c) return;
+    auto& [kind, args] = *c;
+    l.kind = static_cast<LossScaleKind>(kind);
+    if (l.kind == LossScaleKind::Static && !v_.require(args[0], v, "scale")) return;
+    if (args[0])
+      if (auto s = v_.as_float(*args[0], l.kind == LossScaleKind::Static ? "scale" : "init", 1,
+                               4294967296.0, true))
+        l.init = *s;
+    if (args.size() > 1 && args[1])
+      if (auto n = v_.as_int(*args[1], "interval", 1, kMaxCount)) l.interval = *n;
+  }
+
+  // checkpoint(every = N, dir = "ckpt", keep = 2) | checkpoint = none
+  void read_checkpoint(const ast::Entry& e) {
+    CheckpointSpec& c = s_.train.checkpoint;
+    if (e.kind == ast::Entry::Kind::Assign && e.value.kind == ast::Value::Kind::Ident &&
+        e.value.text == "none") {
+      c.enabled = false;
+      return;
+    }
+    if (e.kind != ast::Entry::Kind::Call) {
+      d_.error(e.span,
+               "expected 'checkpoint(every = N, dir = \"ckpt\", keep = 2)' or 'checkpoint = none'");
+      return;
+    }
+    auto args = v_.bind(e.value, {"every", "dir", "keep"});
+    if (!args) return;
+    if (!v_.require((*args)[0], e.value, "every")) return;
+    c.enabled = true;
+    if (auto n = v_.as_int(*(*args)[0], "every", 1, kMaxCount))
+      c.every = *n, keys_.value_at["train.checkpoint.every"] = (*args)[0]->span;
+    if ((*args)[1])
+      if (auto d = v_.as_string(*(*args)[1], "dir")) c.dir = *d;
+    if ((*args)[2])
+      if (auto k = v_.as_int(*(*args)[2], "keep", 1, 1 << 20)) c.keep = *k;
+  }
+
+  Diagnostics& d_;
+  ValueReader v_;
+  Spec& s_;
+  Keys& keys_;
+  bool syntax_errors_;
+};
+
+// A value given on the command line replaces the spec's `key`.
+void override_int(CheckContext& ctx, const char* flag, int64_t v, int64_t lo, int64_t hi,
+                  int64_t& out, const std::string& key) {
+  Diagnostics& d = ctx.diags;
+  const std::string given = fmt::format("--{} {}", flag, v);
+  if (v < lo || v > hi) {
+    d.error(d.command_line(given), fmt::format("must be between {} and {}", lo, grouped(hi)));
+    return;
+  }
+  out = v;
+  std::optional<DiagNote> replaced;
+  if (auto it = ctx.keys.entry_at.find(key); it != ctx.keys.entry_at.end())
+    replaced = DiagNote{true, it->second,
+                        fmt::format("the spec says {} = {} here", key.substr(key.rfind('.') + 1),
+                                    d.file().slice(ctx.keys.where(key)))};
+  ctx.keys.value_at[key] = d.command_line(given, replaced);
+}
+
+}  // namespace
+
+bool read_model(const ast::Section& sec, CheckContext& ctx) {
+  return SectionReader(ctx).read_model(sec);
+}
+
+void read_parallel(const ast::Section& sec, CheckContext& ctx) {
+  SectionReader(ctx).read_parallel(sec);
+}
+
+void read_train(const ast::Section& sec, CheckContext& ctx) {
+  SectionReader(ctx).read_train(sec);
+}
+
+void fill_model_defaults(CheckContext& ctx) {
+  ModelSpec& m = ctx.spec.model;
+  const Keys& keys = ctx.keys;
+  bool llama = m.family == Family::Llama;
+  if (!keys.has("model.tie_embeddings")) m.tie_embeddings = !llama;
+  if (!keys.has("model.kv_heads")) m.kv_heads = m.heads;
+  if (!llama || !keys.has("model.rope_theta")) m.rope_theta = 10000.0;
+  // llama: SwiGLU hidden = 2/3 of 4C rounded up to a multiple of 256 (as in Llama).
+  if (!keys.has("model.ffn_hidden"))
+    m.ffn_hidden = llama ? (8 * m.width / 3 + 255) / 256 * 256 : 4 * m.width;
+}
+
+void fill_parallel_defaults(CheckContext& ctx) {
+  ParallelSpec& p = ctx.spec.parallel;
+  const Keys& keys = ctx.keys;
+  if (!keys.has("parallel.ranks_per_node")) p.ranks_per_node = std::min<int64_t>(p.world, 8);
+  if (!keys.usable({"parallel.sharding"}))
+    p.shard_group = p.world;
+  else if (!is_hybrid(p.sharding))
+    p.shard_group = non_hybrid_shard_group(p.sharding, p.world);
+  else if (!keys.has("parallel.shard_group"))
+    p.shard_group = p.ranks_per_node;
+}
+
+void override_world(CheckContext& ctx, int64_t world) {
+  override_int(ctx, "world", world, 1, kMaxWorld, ctx.spec.parallel.world, "parallel.world");
+}
+
+void override_micro_batch(CheckContext& ctx, int64_t micro_batch) {
+  override_int(ctx, "micro-batch", micro_batch, 1, kMaxMicroBatch, ctx.spec.train.micro_batch,
+               "train.micro_batch");
+}
+
+}  // namespace fsdpgen
