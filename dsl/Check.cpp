@@ -1,6 +1,6 @@
 // Check: AST -> Spec. The sections are read with their tables of keys
-// (dsl/Fields); cross-field rules run after each section's fields and
-// overrides are read; wrap units are resolved last.
+// (dsl/Fields); the rules between keys (dsl/Rules) run after each
+// section's fields and overrides are read; wrap units are resolved last.
 #include "dsl/Check.h"
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 
 #include "dsl/Fields.h"
 #include "dsl/Layers.h"
+#include "dsl/Rules.h"
 #include "dsl/Values.h"
 #include "suggest/Suggest.h"
 
@@ -47,15 +48,15 @@ class Checker {
     bool model_ok = model && read_model(*model, ctx_);
     if (model_ok) {
       fill_model_defaults(ctx_);
-      model_ok = check_model();
+      model_ok = check_rules(RuleSection::Model, ctx_) && !ctx_.keys.rejected_under("model.");
     }
     if (const ast::Section* p = section("parallel")) read_parallel(*p, ctx_);
     if (overrides_.world) override_world(ctx_, *overrides_.world);
     fill_parallel_defaults(ctx_);
-    check_parallel();
+    check_rules(RuleSection::Parallel, ctx_);
     if (const ast::Section* t = section("train")) read_train(*t, ctx_);
     if (overrides_.micro_batch) override_micro_batch(ctx_, *overrides_.micro_batch);
-    check_train();
+    check_rules(RuleSection::Train, ctx_);
     const ast::Section* units = section("units");
     if (model_ok) resolve_units(units);
     if (model_ok) check_shardable();
@@ -70,197 +71,6 @@ class Checker {
   }
   bool from_command_line(const std::string& k) const { return ctx_.keys.from_command_line(k); }
   bool usable(std::initializer_list<std::string_view> keys) const { return ctx_.keys.usable(keys); }
-
-  // ---- model ----
-  // False when a rule failed or a value was rejected.
-  bool check_model() {
-    const ModelSpec& m = s_.model;
-    // Rules between keys run only on values that were read; a rejected one
-    // was reported already and keeps a default that would mislead them.
-    bool ok = !ctx_.keys.rejected_under("model.");
-    bool llama = m.family == Family::Llama;
-    bool family_known = usable({"model.family"});
-    if (usable({"model.width", "model.heads"}) && m.width % m.heads != 0) {
-      Diagnostic& e = d_.error(where("model.heads"),
-                               fmt::format("heads ({}) must divide width ({})", m.heads, m.width));
-      Diagnostics::note(e, fmt::format("width / heads = {} / {} leaves a remainder of {}", m.width,
-                                       m.heads, m.width % m.heads));
-      ok = false;
-    }
-    bool kv_known = family_known && usable({"model.heads", "model.kv_heads"});
-    if (kv_known && has("model.kv_heads") && !llama && m.kv_heads != m.heads) {
-      Diagnostic& e = d_.error(where("model.kv_heads"),
-                               "kv_heads (grouped-query attention) applies only to family llama");
-      if (has("model.family"))
-        Diagnostics::note(e, where("model.family"),
-                          "family is 'gpt2' here; gpt2 uses kv_heads = heads");
-      else
-        Diagnostics::note(e, "family is 'gpt2' by default; gpt2 uses kv_heads = heads");
-      ok = false;
-    } else if (kv_known && m.heads % m.kv_heads != 0) {
-      d_.error(where("model.kv_heads"),
-               fmt::format("kv_heads ({}) must divide heads ({})", m.kv_heads, m.heads));
-      ok = false;
-    }
-    if (family_known && has("model.rope_theta") && !llama) {
-      Diagnostic& e =
-          d_.error(where("model.rope_theta"), "rope_theta applies only to family llama");
-      Diagnostics::note(e,
-                        has("model.family")
-                            ? "gpt2 uses learned position embeddings"
-                            : "family is 'gpt2' by default; gpt2 uses learned position embeddings");
-      ok = false;
-    }
-    return ok;
-  }
-
-  // ---- parallel ----
-  // A rule between the spec's `key` and `other` is reported at `key`, or at
-  // `other`'s flag when the command line replaced it, with `key_note` at `key`.
-  Diagnostic& error_between(const std::string& key, const std::string& other, std::string message,
-                            std::string key_note) {
-    if (!from_command_line(other)) return d_.error(where(key), std::move(message));
-    Diagnostic& e = d_.error(where(other), std::move(message));
-    Diagnostics::note(e, ctx_.keys.entry(key), std::move(key_note));
-    return e;
-  }
-
-  void check_parallel() {
-    const ParallelSpec& p = s_.parallel;
-    const bool sizes_known =
-        usable({"parallel.world", "parallel.ranks_per_node", "parallel.shard_group"});
-    if (usable({"parallel.world", "parallel.ranks_per_node"}) && p.world % p.ranks_per_node != 0) {
-      if (has("parallel.ranks_per_node")) {
-        Diagnostic& e = error_between(
-            "parallel.ranks_per_node", "parallel.world",
-            fmt::format("ranks_per_node ({}) must divide world ({})", p.ranks_per_node, p.world),
-            fmt::format("ranks_per_node is {} here", p.ranks_per_node));
-        Diagnostics::note(e, "every node runs the same number of ranks");
-      } else {
-        Diagnostic& e =
-            d_.error(where("parallel.world"),
-                     fmt::format("world ({}) is not a multiple of the default ranks_per_node ({})",
-                                 p.world, p.ranks_per_node));
-        Diagnostics::note(e,
-                          "set 'ranks_per_node' to the number of ranks on each node; every node "
-                          "runs the same number");
-      }
-    }
-    if ((p.shard_align_bytes & (p.shard_align_bytes - 1)) != 0)
-      d_.error(
-          where("parallel.shard_align"),
-          fmt::format("'shard_align' must be a power of two (bytes), got {}", p.shard_align_bytes));
-    if (!usable({"parallel.sharding"})) {
-    } else if (is_hybrid(p.sharding)) {
-      if (has("parallel.shard_group") && sizes_known && p.world % p.shard_group != 0) {
-        Diagnostic& e = error_between(
-            "parallel.shard_group", "parallel.world",
-            fmt::format("shard_group ({}) must divide world ({})", p.shard_group, p.world),
-            fmt::format("shard_group is {} here", p.shard_group));
-        if (!has("parallel.world"))
-          Diagnostics::note(e, fmt::format("world is {} by default", p.world));
-        else if (!from_command_line("parallel.world"))
-          Diagnostics::note(e, where("parallel.world"), fmt::format("world is {} here", p.world));
-      }
-      if (sizes_known && p.world % p.shard_group == 0 &&
-          (p.shard_group == p.world || p.shard_group == 1)) {
-        Diagnostic& w =
-            d_.warning(where("parallel.sharding"),
-                       fmt::format("{} with shard_group {} of world {} {}", to_string(p.sharding),
-                                   p.shard_group, p.world,
-                                   p.shard_group == 1 ? "shards nothing" : "has a single replica"));
-        Diagnostics::note(w, p.shard_group == 1 ? "this behaves as 'no_shard'"
-                                                : fmt::format("this behaves as '{}'",
-                                                              p.sharding == Sharding::HybridShard
-                                                                  ? "full_shard"
-                                                                  : "shard_grad_op"));
-      }
-    } else {
-      if (has("parallel.shard_group")) {
-        Diagnostic& e = d_.error(where("parallel.shard_group"),
-                                 "'shard_group' applies only to hybrid sharding");
-        std::string hint = "use 'hybrid_shard' or 'hybrid_shard_zero2'";
-        if (has("parallel.sharding"))
-          Diagnostics::note(e, where("parallel.sharding"),
-                            fmt::format("sharding is '{}' here; {}", to_string(p.sharding), hint));
-        else
-          Diagnostics::note(
-              e, fmt::format("sharding is '{}' by default; {}", to_string(p.sharding), hint));
-      }
-    }
-    if (p.offload == Offload::Cpu && p.sharding == Sharding::NoShard) {
-      Diagnostic& e =
-          d_.error(where("parallel.offload"), "'offload = cpu' needs a sharded strategy");
-      Diagnostics::note(e, where("parallel.sharding"), "sharding is 'no_shard' here");
-    }
-    bool prefetching = p.prefetch.forward || p.prefetch.backward != BackwardPrefetch::None;
-    if (usable({"parallel.prefetch.forward", "parallel.prefetch.backward"}) && prefetching &&
-        p.prefetch.max_inflight < 2) {
-      Diagnostic& e = d_.error(where("parallel.prefetch.max_inflight"),
-                               "prefetch needs max_inflight of at least 2");
-      Diagnostics::note(e,
-                        "a prefetched unit is gathered while the current one is still in use; "
-                        "set 'forward = false' and 'backward = none' to gather one unit at a time");
-    }
-    const PrecisionSpec& pr = p.precision;
-    if (has("parallel.precision.loss_scale") && pr.param != DType::FP16 &&
-        pr.reduce != DType::FP16 &&
-        usable({"parallel.precision.param", "parallel.precision.reduce"})) {
-      Diagnostic& w = d_.warning(where("parallel.precision.loss_scale"),
-                                 "loss_scale has no effect without fp16");
-      Diagnostics::note(w,
-                        "only fp16 param or reduce dtypes scale the loss; bf16 and fp32 "
-                        "have the range to do without");
-    }
-    if (pr.master == DType::FP16) {
-      Diagnostic& e =
-          d_.error(where("parallel.precision.master"), "fp16 master weights are not supported");
-      Diagnostics::note(
-          e, "use 'master = fp32' (or bf16); fp16 cannot hold small updates to the weights");
-    } else if (usable({"parallel.precision.param"}) &&
-               dtype_bytes(pr.master) < dtype_bytes(pr.param)) {
-      Diagnostic& e = d_.error(where("parallel.precision.master"),
-                               fmt::format("master dtype '{}' is narrower than param dtype '{}'",
-                                           to_string(pr.master), to_string(pr.param)));
-      Diagnostics::note(
-          e, "master weights must hold at least the precision of the parameters they produce");
-    }
-  }
-
-  // ---- train ----
-  void check_train() {
-    const TrainSpec& t = s_.train;
-    auto steps_note = [&](Diagnostic& d) {
-      if (has("train.steps"))
-        Diagnostics::note(d, where("train.steps"), "steps is set here");
-      else
-        Diagnostics::note(d, fmt::format("steps is {} by default", t.steps));
-    };
-    if (usable({"train.lr_schedule", "train.steps"}) && t.lr_schedule.warmup > t.steps) {
-      Diagnostic& e = d_.error(where("train.warmup", where("train.lr_schedule")),
-                               fmt::format("warmup ({} steps) is longer than the run ({} steps)",
-                                           t.lr_schedule.warmup, t.steps));
-      steps_note(e);
-    }
-    if (usable({"train.lr_schedule", "train.optimizer"}) && t.lr_schedule.min_lr > t.optimizer.lr) {
-      Diagnostic& e = d_.error(where("train.min_lr", where("train.lr_schedule")),
-                               fmt::format("min learning rate {} exceeds the optimizer's lr {}",
-                                           t.lr_schedule.min_lr, t.optimizer.lr));
-      if (has("train.lr"))
-        Diagnostics::note(e, where("train.lr"), "lr is set here");
-      else
-        Diagnostics::note(e, fmt::format("the optimizer's lr is {} by default", t.optimizer.lr));
-    }
-    if (usable({"train.checkpoint", "train.steps"}) && t.checkpoint.enabled &&
-        t.checkpoint.every > t.steps) {
-      Diagnostic& w =
-          d_.warning(where("train.checkpoint.every"),
-                     fmt::format("checkpoint every {} steps never fires in a run of {} steps; only "
-                                 "the final checkpoint is written",
-                                 t.checkpoint.every, t.steps));
-      steps_note(w);
-    }
-  }
 
   // ---- units ----
   struct Claim {

@@ -1,0 +1,301 @@
+// Rules: each rule between keys is one function; kRules lists them in the
+// order they report. A rule skips itself when a key it relates was rejected
+// (Keys::usable): that value was reported already and a default stands in it.
+#include "dsl/Rules.h"
+
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace fsdpgen {
+namespace {
+
+// A rule between the spec's `key` and `other` is reported at `key`, or at
+// `other`'s flag when the command line replaced it, with `key_note` at `key`.
+Diagnostic& error_between(const CheckContext& c, const std::string& key, const std::string& other,
+                          std::string message, std::string key_note) {
+  const Keys& k = c.keys;
+  if (!k.from_command_line(other)) return c.diags.error(k.where(key), std::move(message));
+  Diagnostic& e = c.diags.error(k.where(other), std::move(message));
+  Diagnostics::note(e, k.entry(key), std::move(key_note));
+  return e;
+}
+
+// ---- model ----
+
+void heads_divide_width(const CheckContext& c) {
+  const ModelSpec& m = c.spec.model;
+  if (!c.keys.usable({"model.width", "model.heads"}) || m.width % m.heads == 0) return;
+  Diagnostic& e = c.diags.error(c.keys.where("model.heads"),
+                                fmt::format("heads ({}) must divide width ({})", m.heads, m.width));
+  Diagnostics::note(e, fmt::format("width / heads = {} / {} leaves a remainder of {}", m.width,
+                                   m.heads, m.width % m.heads));
+}
+
+bool kv_heads_known(const CheckContext& c) {
+  return c.keys.usable({"model.family"}) && c.keys.usable({"model.heads", "model.kv_heads"});
+}
+
+void kv_heads_only_for_llama(const CheckContext& c) {
+  const ModelSpec& m = c.spec.model;
+  const Keys& k = c.keys;
+  if (!kv_heads_known(c) || !k.has("model.kv_heads") || m.family == Family::Llama ||
+      m.kv_heads == m.heads)
+    return;
+  Diagnostic& e = c.diags.error(k.where("model.kv_heads"),
+                                "kv_heads (grouped-query attention) applies only to family llama");
+  if (k.has("model.family"))
+    Diagnostics::note(e, k.where("model.family"),
+                      "family is 'gpt2' here; gpt2 uses kv_heads = heads");
+  else
+    Diagnostics::note(e, "family is 'gpt2' by default; gpt2 uses kv_heads = heads");
+}
+
+// gpt2's kv_heads equals heads (or is reported by kv_heads_only_for_llama).
+void kv_heads_divide_heads(const CheckContext& c) {
+  const ModelSpec& m = c.spec.model;
+  if (!kv_heads_known(c) || m.family != Family::Llama || m.heads % m.kv_heads == 0) return;
+  c.diags.error(c.keys.where("model.kv_heads"),
+                fmt::format("kv_heads ({}) must divide heads ({})", m.kv_heads, m.heads));
+}
+
+void rope_theta_only_for_llama(const CheckContext& c) {
+  const Keys& k = c.keys;
+  if (!k.usable({"model.family"}) || !k.has("model.rope_theta") ||
+      c.spec.model.family == Family::Llama)
+    return;
+  Diagnostic& e =
+      c.diags.error(k.where("model.rope_theta"), "rope_theta applies only to family llama");
+  Diagnostics::note(e, k.has("model.family")
+                           ? "gpt2 uses learned position embeddings"
+                           : "family is 'gpt2' by default; gpt2 uses learned position embeddings");
+}
+
+// ---- parallel ----
+
+void ranks_per_node_divides_world(const CheckContext& c) {
+  const ParallelSpec& p = c.spec.parallel;
+  const Keys& k = c.keys;
+  if (!k.usable({"parallel.world", "parallel.ranks_per_node"}) || p.world % p.ranks_per_node == 0)
+    return;
+  if (k.has("parallel.ranks_per_node")) {
+    Diagnostic& e = error_between(
+        c, "parallel.ranks_per_node", "parallel.world",
+        fmt::format("ranks_per_node ({}) must divide world ({})", p.ranks_per_node, p.world),
+        fmt::format("ranks_per_node is {} here", p.ranks_per_node));
+    Diagnostics::note(e, "every node runs the same number of ranks");
+    return;
+  }
+  Diagnostic& e =
+      c.diags.error(k.where("parallel.world"),
+                    fmt::format("world ({}) is not a multiple of the default ranks_per_node ({})",
+                                p.world, p.ranks_per_node));
+  Diagnostics::note(e,
+                    "set 'ranks_per_node' to the number of ranks on each node; every node runs "
+                    "the same number");
+}
+
+void shard_align_is_a_power_of_two(const CheckContext& c) {
+  const int64_t align_bytes = c.spec.parallel.shard_align_bytes;
+  if ((align_bytes & (align_bytes - 1)) == 0) return;
+  c.diags.error(c.keys.where("parallel.shard_align"),
+                fmt::format("'shard_align' must be a power of two (bytes), got {}", align_bytes));
+}
+
+bool hybrid(const CheckContext& c) {
+  return c.keys.usable({"parallel.sharding"}) && is_hybrid(c.spec.parallel.sharding);
+}
+
+bool group_sizes_known(const CheckContext& c) {
+  return c.keys.usable({"parallel.world", "parallel.ranks_per_node", "parallel.shard_group"});
+}
+
+void shard_group_divides_world(const CheckContext& c) {
+  const ParallelSpec& p = c.spec.parallel;
+  const Keys& k = c.keys;
+  if (!hybrid(c) || !k.has("parallel.shard_group") || !group_sizes_known(c) ||
+      p.world % p.shard_group == 0)
+    return;
+  Diagnostic& e =
+      error_between(c, "parallel.shard_group", "parallel.world",
+                    fmt::format("shard_group ({}) must divide world ({})", p.shard_group, p.world),
+                    fmt::format("shard_group is {} here", p.shard_group));
+  if (!k.has("parallel.world"))
+    Diagnostics::note(e, fmt::format("world is {} by default", p.world));
+  else if (!k.from_command_line("parallel.world"))
+    Diagnostics::note(e, k.where("parallel.world"), fmt::format("world is {} here", p.world));
+}
+
+// A warning: hybrid sharding over one group, or over groups of one rank.
+void hybrid_shards_and_replicates(const CheckContext& c) {
+  const ParallelSpec& p = c.spec.parallel;
+  if (!hybrid(c) || !group_sizes_known(c) || p.world % p.shard_group != 0 ||
+      (p.shard_group != p.world && p.shard_group != 1))
+    return;
+  Diagnostic& w = c.diags.warning(
+      c.keys.where("parallel.sharding"),
+      fmt::format("{} with shard_group {} of world {} {}", to_string(p.sharding), p.shard_group,
+                  p.world, p.shard_group == 1 ? "shards nothing" : "has a single replica"));
+  Diagnostics::note(
+      w, p.shard_group == 1
+             ? "this behaves as 'no_shard'"
+             : fmt::format("this behaves as '{}'",
+                           p.sharding == Sharding::HybridShard ? "full_shard" : "shard_grad_op"));
+}
+
+void shard_group_only_for_hybrid(const CheckContext& c) {
+  const ParallelSpec& p = c.spec.parallel;
+  const Keys& k = c.keys;
+  if (!k.usable({"parallel.sharding"}) || is_hybrid(p.sharding) || !k.has("parallel.shard_group"))
+    return;
+  Diagnostic& e = c.diags.error(k.where("parallel.shard_group"),
+                                "'shard_group' applies only to hybrid sharding");
+  std::string hint = "use 'hybrid_shard' or 'hybrid_shard_zero2'";
+  if (k.has("parallel.sharding"))
+    Diagnostics::note(e, k.where("parallel.sharding"),
+                      fmt::format("sharding is '{}' here; {}", to_string(p.sharding), hint));
+  else
+    Diagnostics::note(e,
+                      fmt::format("sharding is '{}' by default; {}", to_string(p.sharding), hint));
+}
+
+void offload_needs_sharding(const CheckContext& c) {
+  const ParallelSpec& p = c.spec.parallel;
+  if (p.offload != Offload::Cpu || p.sharding != Sharding::NoShard) return;
+  Diagnostic& e =
+      c.diags.error(c.keys.where("parallel.offload"), "'offload = cpu' needs a sharded strategy");
+  Diagnostics::note(e, c.keys.where("parallel.sharding"), "sharding is 'no_shard' here");
+}
+
+void prefetch_needs_two_in_flight(const CheckContext& c) {
+  const PrefetchSpec& f = c.spec.parallel.prefetch;
+  bool prefetching = f.forward || f.backward != BackwardPrefetch::None;
+  if (!c.keys.usable({"parallel.prefetch.forward", "parallel.prefetch.backward"}) || !prefetching ||
+      f.max_inflight >= 2)
+    return;
+  Diagnostic& e = c.diags.error(c.keys.where("parallel.prefetch.max_inflight"),
+                                "prefetch needs max_inflight of at least 2");
+  Diagnostics::note(e,
+                    "a prefetched unit is gathered while the current one is still in use; set "
+                    "'forward = false' and 'backward = none' to gather one unit at a time");
+}
+
+// A warning: a loss scale given where no dtype is fp16.
+void loss_scale_needs_fp16(const CheckContext& c) {
+  const PrecisionSpec& pr = c.spec.parallel.precision;
+  const Keys& k = c.keys;
+  if (!k.has("parallel.precision.loss_scale") || pr.param == DType::FP16 ||
+      pr.reduce == DType::FP16 ||
+      !k.usable({"parallel.precision.param", "parallel.precision.reduce"}))
+    return;
+  Diagnostic& w = c.diags.warning(k.where("parallel.precision.loss_scale"),
+                                  "loss_scale has no effect without fp16");
+  Diagnostics::note(w,
+                    "only fp16 param or reduce dtypes scale the loss; bf16 and fp32 have the "
+                    "range to do without");
+}
+
+void master_is_not_fp16(const CheckContext& c) {
+  if (c.spec.parallel.precision.master != DType::FP16) return;
+  Diagnostic& e = c.diags.error(c.keys.where("parallel.precision.master"),
+                                "fp16 master weights are not supported");
+  Diagnostics::note(e,
+                    "use 'master = fp32' (or bf16); fp16 cannot hold small updates to the weights");
+}
+
+// fp16 masters are reported by master_is_not_fp16.
+void master_as_wide_as_param(const CheckContext& c) {
+  const PrecisionSpec& pr = c.spec.parallel.precision;
+  if (pr.master == DType::FP16 || !c.keys.usable({"parallel.precision.param"}) ||
+      dtype_bytes(pr.master) >= dtype_bytes(pr.param))
+    return;
+  Diagnostic& e = c.diags.error(c.keys.where("parallel.precision.master"),
+                                fmt::format("master dtype '{}' is narrower than param dtype '{}'",
+                                            to_string(pr.master), to_string(pr.param)));
+  Diagnostics::note(
+      e, "master weights must hold at least the precision of the parameters they produce");
+}
+
+// ---- train ----
+
+void note_steps(const CheckContext& c, Diagnostic& d) {
+  if (c.keys.has("train.steps"))
+    Diagnostics::note(d, c.keys.where("train.steps"), "steps is set here");
+  else
+    Diagnostics::note(d, fmt::format("steps is {} by default", c.spec.train.steps));
+}
+
+void warmup_within_the_run(const CheckContext& c) {
+  const TrainSpec& t = c.spec.train;
+  const Keys& k = c.keys;
+  if (!k.usable({"train.lr_schedule", "train.steps"}) || t.lr_schedule.warmup <= t.steps) return;
+  Diagnostic& e = c.diags.error(k.where("train.warmup", k.where("train.lr_schedule")),
+                                fmt::format("warmup ({} steps) is longer than the run ({} steps)",
+                                            t.lr_schedule.warmup, t.steps));
+  note_steps(c, e);
+}
+
+void min_lr_below_lr(const CheckContext& c) {
+  const TrainSpec& t = c.spec.train;
+  const Keys& k = c.keys;
+  if (!k.usable({"train.lr_schedule", "train.optimizer"}) || t.lr_schedule.min_lr <= t.optimizer.lr)
+    return;
+  Diagnostic& e = c.diags.error(k.where("train.min_lr", k.where("train.lr_schedule")),
+                                fmt::format("min learning rate {} exceeds the optimizer's lr {}",
+                                            t.lr_schedule.min_lr, t.optimizer.lr));
+  if (k.has("train.lr"))
+    Diagnostics::note(e, k.where("train.lr"), "lr is set here");
+  else
+    Diagnostics::note(e, fmt::format("the optimizer's lr is {} by default", t.optimizer.lr));
+}
+
+// A warning: only the final checkpoint is written.
+void checkpoint_fires_within_the_run(const CheckContext& c) {
+  const TrainSpec& t = c.spec.train;
+  if (!c.keys.usable({"train.checkpoint", "train.steps"}) || !t.checkpoint.enabled ||
+      t.checkpoint.every <= t.steps)
+    return;
+  Diagnostic& w =
+      c.diags.warning(c.keys.where("train.checkpoint.every"),
+                      fmt::format("checkpoint every {} steps never fires in a run of {} steps; "
+                                  "only the final checkpoint is written",
+                                  t.checkpoint.every, t.steps));
+  note_steps(c, w);
+}
+
+struct Rule {
+  RuleSection section;
+  void (*check)(const CheckContext&);
+};
+
+constexpr Rule kRules[] = {
+    {RuleSection::Model, heads_divide_width},
+    {RuleSection::Model, kv_heads_only_for_llama},
+    {RuleSection::Model, kv_heads_divide_heads},
+    {RuleSection::Model, rope_theta_only_for_llama},
+    {RuleSection::Parallel, ranks_per_node_divides_world},
+    {RuleSection::Parallel, shard_align_is_a_power_of_two},
+    {RuleSection::Parallel, shard_group_divides_world},
+    {RuleSection::Parallel, hybrid_shards_and_replicates},
+    {RuleSection::Parallel, shard_group_only_for_hybrid},
+    {RuleSection::Parallel, offload_needs_sharding},
+    {RuleSection::Parallel, prefetch_needs_two_in_flight},
+    {RuleSection::Parallel, loss_scale_needs_fp16},
+    {RuleSection::Parallel, master_is_not_fp16},
+    {RuleSection::Parallel, master_as_wide_as_param},
+    {RuleSection::Train, warmup_within_the_run},
+    {RuleSection::Train, min_lr_below_lr},
+    {RuleSection::Train, checkpoint_fires_within_the_run},
+};
+
+}  // namespace
+
+bool check_rules(RuleSection section, const CheckContext& ctx) {
+  const size_t errors_before = ctx.diags.error_count();
+  for (const Rule& rule : kRules)
+    if (rule.section == section) rule.check(ctx);
+  return ctx.diags.error_count() == errors_before;
+}
+
+}  // namespace fsdpgen
