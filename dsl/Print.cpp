@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "dsl/Layers.h"
+#include "dsl/Units.h"
 
 namespace fsdpgen {
 
@@ -16,20 +17,11 @@ namespace {
 // [embed, block 0..3, final_norm]
 std::string layer_list(const std::vector<LayerId>& layers) {
   std::vector<std::string> parts;
-  for (size_t i = 0; i < layers.size();) {
-    if (layers[i].kind != LayerId::Kind::Block) {
-      parts.push_back(to_string(layers[i]));
-      ++i;
-      continue;
-    }
-    size_t j = i;
-    while (j + 1 < layers.size() && layers[j + 1].kind == LayerId::Kind::Block &&
-           layers[j + 1].block == layers[j].block + 1)
-      ++j;
-    parts.push_back(i == j ? fmt::format("block {}", layers[i].block)
-                           : fmt::format("block {}..{}", layers[i].block, layers[j].block));
-    i = j + 1;
-  }
+  for (const LayerRun& r : layer_runs(layers))
+    if (r.first.kind != LayerId::Kind::Block || r.first.block == r.last_block)
+      parts.push_back(to_string(r.first));
+    else
+      parts.push_back(fmt::format("block {}..{}", r.first.block, r.last_block));
   return fmt::format("[{}]", fmt::join(parts, ", "));
 }
 

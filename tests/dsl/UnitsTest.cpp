@@ -1,7 +1,10 @@
-// Wrap-unit resolution: policies, explicit lists, the root, tied weights.
+// Wrap-unit resolution: policies, explicit lists, the root, tied weights, and
+// the runs of blocks that name units and print their layer lists.
 #include <gtest/gtest.h>
 
 #include "dsl/Layers.h"
+#include "dsl/Print.h"
+#include "dsl/Units.h"
 #include "tests/dsl/TestUtil.h"
 
 namespace fsdpgen::test {
@@ -84,6 +87,35 @@ TEST(Units, EveryLayerIsInExactlyOneUnit) {
       EXPECT_EQ(n, 1) << units;
     EXPECT_EQ(params, model_params(s.model)) << units;
   }
+}
+
+TEST(Units, LayerRunsGroupConsecutiveBlocks) {
+  using K = LayerId::Kind;
+  const LayerId embed{K::Embed, 0}, norm{K::FinalNorm, 0}, head{K::Head, 0};
+  auto block = [](int64_t b) { return LayerId{K::Block, b}; };
+  EXPECT_EQ(
+      layer_runs({embed, block(0), block(1), block(2), block(5), norm, head}),
+      (std::vector<LayerRun>{{embed, 0}, {block(0), 2}, {block(5), 5}, {norm, 0}, {head, 0}}));
+  EXPECT_EQ(layer_runs({block(3)}), (std::vector<LayerRun>{{block(3), 3}}));
+  EXPECT_EQ(layer_runs({block(1), block(3), block(4)}),
+            (std::vector<LayerRun>{{block(1), 1}, {block(3), 4}}));
+  EXPECT_TRUE(layer_runs({}).empty());
+}
+
+// The runs name automatic units: a policy's runs and explicit units without a name.
+TEST(Units, AutomaticNamesSpellTheRuns) {
+  EXPECT_EQ(auto_unit_name({{LayerId::Kind::Block, 3}}), "block3");
+  EXPECT_EQ(units_of("unit [embed, block 0..1] group 2", "tie_embeddings = false"),
+            "root:final_norm,head | embed_blocks0_1:embed,block 0,block 1 | "
+            "blocks2_3:block 2,block 3");
+}
+
+// The runs print the layer lists of `fsdpgen check --dump`, gaps included.
+TEST(Units, PrintedLayerListsSpellTheRuns) {
+  std::string printed = print_spec(load_ok(with_model("units { unit mid [block 1..2] }")));
+  EXPECT_NE(printed.find("  unit mid [block 1..2]\n"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("root: [embed, block 0, block 3, final_norm, head], "), std::string::npos)
+      << printed;
 }
 
 }  // namespace
