@@ -71,8 +71,8 @@ class SectionReader {
                 return v_.as_float(v, k, 0, 1e12, false);
               }),
     };
-    std::string ctx = m.name.empty() ? "section 'model'" : fmt::format("model '{}'", m.name);
-    read_fields(sec.entries, fields, ctx, "model.");
+    std::string section = m.name.empty() ? "section 'model'" : fmt::format("model '{}'", m.name);
+    read_fields(sec.entries, fields, section, "model.");
     std::vector<std::string_view> missing;
     for (std::string_view k : {"vocab", "context", "width", "heads", "layers"})
       if (!keys_.has(fmt::format("model.{}", k))) missing.push_back(k);
@@ -80,7 +80,7 @@ class SectionReader {
     if (!syntax_errors_) {
       Diagnostic& e =
           d_.error(sec.name.empty() ? sec.kind_span : sec.name_span,
-                   fmt::format("{} is missing {}", ctx, quoted_choices(missing, " and ")));
+                   fmt::format("{} is missing {}", section, quoted_choices(missing, " and ")));
       Diagnostics::note(e, "a model must set 'vocab', 'context', 'width', 'heads' and 'layers'");
     }
     return false;
@@ -132,7 +132,6 @@ class SectionReader {
     read_fields(sec.entries, fields, "section 'parallel'", "parallel.");
   }
 
-  // A rule between the spec's `key` and `other` is reported at `key`, or at
   void read_train(const ast::Section& sec) {
     TrainSpec& t = s_.train;
     std::vector<Field> fields = {
@@ -174,7 +173,7 @@ class SectionReader {
 
   // Reads entries against a table of fields; reports duplicates and unknown keys.
   void read_fields(const std::vector<ast::Entry>& entries, const std::vector<Field>& fields,
-                   const std::string& ctx, const std::string& prefix) {
+                   const std::string& section, const std::string& prefix) {
     std::map<std::string, const ast::Entry*> seen;
     std::vector<std::string_view> keys;
     for (const Field& f : fields)
@@ -188,14 +187,15 @@ class SectionReader {
       }
       auto [it, fresh] = seen.emplace(e.key, &e);
       if (!fresh) {
-        Diagnostic& d = d_.error(e.key_span, fmt::format("duplicate key '{}' in {}", e.key, ctx));
+        Diagnostic& d =
+            d_.error(e.key_span, fmt::format("duplicate key '{}' in {}", e.key, section));
         Diagnostics::note(d, it->second->key_span, "previous definition is here");
         continue;
       }
       auto f = std::find_if(fields.begin(), fields.end(),
                             [&](const Field& x) { return x.key == e.key; });
       if (f == fields.end()) {
-        Diagnostic& d = d_.error(e.key_span, fmt::format("unknown key '{}' in {}", e.key, ctx));
+        Diagnostic& d = d_.error(e.key_span, fmt::format("unknown key '{}' in {}", e.key, section));
         std::string m = closest_match(e.key, keys);
         if (!m.empty())
           d.message += fmt::format("; did you mean '{}'?", m);
