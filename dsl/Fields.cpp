@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 
-#include "dsl/Suggest.h"
 #include "dsl/Values.h"
+#include "suggest/Suggest.h"
 
 namespace fsdpgen {
 

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "dsl/Suggest.h"
+#include "suggest/Suggest.h"
 
 namespace fsdpgen {
 namespace {

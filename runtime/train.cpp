@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -29,6 +28,7 @@
 #include "runtime/check.h"
 #include "runtime/checkpoint.h"
 #include "runtime/files/checkpoint_files.h"
+#include "runtime/files/file_io.h"
 #include "runtime/flags.h"
 #include "runtime/human.h"
 #include "runtime/init.h"
@@ -142,23 +142,29 @@ std::string resume_path(const options& o, const checkpoint_config& cfg, bool lea
   return path;
 }
 
-// Why the file `path` (given with `flag`) could not be written, or "": its
-// directory must exist and be writable, and the path must not be a directory
-// or an unwritable file. Creates nothing.
+// Why the file `path` (given with `flag`) could not be written, or "".
+// Creates nothing that stays.
 std::string output_file_problem(const char* flag, const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path dir = fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path();
+  const file_write_problem p = file_write_check(path);
   std::string why;
-  if (fs::is_directory(path, ec))
-    why = "it is a directory";
-  else if (!fs::is_directory(dir, ec))
-    why = fmt::format("{} is not a directory", dir.string());
-  else if (::access(dir.c_str(), W_OK) != 0)
-    why = fmt::format("{}: {}", dir.string(), std::strerror(errno));
-  else if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
-    why = std::strerror(errno);
-  return why.empty() ? "" : fmt::format("{} {}: cannot write there: {}", flag, path, why);
+  switch (p.what) {
+    case file_write_problem::none:
+      return "";
+    case file_write_problem::is_directory:
+      why = "it is a directory";
+      break;
+    case file_write_problem::no_directory:
+    case file_write_problem::not_a_directory:
+      why = fmt::format("{} is not a directory", p.dir);
+      break;
+    case file_write_problem::cannot_create:
+      why = fmt::format("{}: {}", p.dir, p.error);
+      break;
+    case file_write_problem::cannot_open:
+      why = p.error;
+      break;
+  }
+  return fmt::format("{} {}: cannot write there: {}", flag, path, why);
 }
 
 // Collective, before any work: every output this rank will write can be

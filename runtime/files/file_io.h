@@ -1,6 +1,7 @@
 // file_io: whole reads and writes at an offset (pread/pwrite until done,
 // retrying interrupted calls) for the weights and checkpoint files. Errors
-// throw std::runtime_error "PATH: reading WHAT at byte N: REASON".
+// throw std::runtime_error "PATH: reading WHAT at byte N: REASON". And
+// whether an output file can be written, asked before any work is done.
 #pragma once
 
 #include <cstdint>
@@ -11,3 +12,23 @@ void file_pread_all(int fd, const std::string& path, void* out, int64_t n, int64
                     const std::string& what);
 void file_pwrite_all(int fd, const std::string& path, const void* data, int64_t n, int64_t offset,
                      const std::string& what);
+
+// Why a file could not be written at a path; each program words it its own way.
+struct file_write_problem {
+  enum kind {
+    none,
+    is_directory,     // the path is a directory
+    no_directory,     // the directory it would be in does not exist
+    not_a_directory,  // that directory's name is something else
+    cannot_create,    // no file can be created in that directory
+    cannot_open,      // the path is an existing file this process may not write
+  };
+  kind what = none;
+  std::string dir;    // the directory the file would be in ("." for a bare name)
+  std::string error;  // the system's reason, for cannot_create and cannot_open
+};
+
+// Whether a file can be written at `path`: tried by creating (and removing) a
+// file of another name in its directory, since permission bits do not bind
+// root and read-only or special file systems (/proc) refuse only the creation.
+file_write_problem file_write_check(const std::string& path);
