@@ -1,8 +1,8 @@
 // train: the generated binary's main loop, the same for every target. Parses
 // the binary's flags, launches, sets up communicators, data, the backend
 // (runtime/backend.h: arena and executor) and weights, runs the planned step
-// `steps` times, logs one line per logged step and a summary, and writes
-// weights, metrics and the trace.
+// `steps` times, logs (runtime/run_log.h) and writes checkpoints, weights,
+// metrics and the trace. run() lists a run's steps in order.
 #include <mpi.h>
 
 #include <fmt/format.h>
@@ -10,9 +10,9 @@
 
 #include <signal.h>
 #include <unistd.h>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +36,7 @@
 #include "runtime/loss_scale.h"
 #include "runtime/memory_report.h"
 #include "runtime/optimizer.h"
+#include "runtime/run_log.h"
 #include "runtime/step.h"
 #include "runtime/trace.h"
 #include "runtime/weights.h"
@@ -84,12 +85,6 @@ struct options {
   backend_options backend;
 };
 
-std::string duration(double s) {
-  if (s < 60) return fmt::format("{:.0f}s", s);
-  if (s < 3600) return fmt::format("{}m{:02.0f}s", static_cast<int>(s / 60), std::fmod(s, 60));
-  return fmt::format("{}h{:02}m", static_cast<int>(s / 3600), static_cast<int>(s / 60) % 60);
-}
-
 data_config data_config_of(const program& p, const std::string& flag) {
   data_config d;
   d.vocab = p.vocab;
@@ -109,19 +104,6 @@ data_config data_config_of(const program& p, const std::string& flag) {
     }
   }
   return d;
-}
-
-// How the embedding is stored, when its vocabulary is padded ("" when not).
-std::string vocab_padding_note(const program& p) {
-  if (p.padded_vocab <= p.vocab) return "";
-  return fmt::format("; vocab {} stored padded to {} rows: {} zero elements, not parameters",
-                     p.vocab, p.padded_vocab,
-                     with_commas((p.padded_vocab - p.vocab) * p.width * (p.tied ? 1 : 2)));
-}
-
-const char* sharding_of(const program& p) {
-  if (p.shard_group == 1) return p.world == 1 ? "single rank" : "no_shard (replicated)";
-  return p.shard_group == p.world ? "sharded over the world" : "hybrid";
 }
 
 // What --resume names, as rank 0 sees it (collective: every rank loads the same one).
@@ -167,26 +149,6 @@ std::string output_file_problem(const char* flag, const std::string& path) {
   return fmt::format("{} {}: cannot write there: {}", flag, path, why);
 }
 
-// Collective, before any work: every output this rank will write can be
-// written (checkpoints' directory created when checkpoints are planned; a
-// stop signal's checkpoint needs it too). Throws agreed_error on every rank
-// otherwise. --metrics and --trace are written by rank 0 alone.
-void check_outputs(const options& o, const checkpoint_config& ckpt, int64_t steps, bool lead) {
-  std::string error;
-  if (!o.save.empty()) error = output_file_problem("--save", o.save);
-  if (lead && error.empty() && !o.metrics.empty())
-    error = output_file_problem("--metrics", o.metrics);
-  if (lead && error.empty() && !o.trace.empty()) error = output_file_problem("--trace", o.trace);
-  if (error.empty() && steps > 0) {
-    const std::string why = checkpoint_dir_problem(ckpt.dir, ckpt.every > 0);
-    if (!why.empty())
-      error = o.checkpoint_dir.empty()
-                  ? fmt::format("the spec's checkpoint directory {}: {}", ckpt.dir, why)
-                  : fmt::format("--checkpoint-dir {}: {}", ckpt.dir, why);
-  }
-  agree_on_error(error, "checking the outputs");
-}
-
 // --inject-leak: heap bytes allocated, touched and never freed, as a step
 // that leaked would.
 void leak(int64_t bytes) {
@@ -195,290 +157,381 @@ void leak(int64_t bytes) {
   std::memset(kept.back().get(), 1, static_cast<size_t>(bytes));
 }
 
-int run(const program& p, const options& o, const launch_info& li, const backend_kind& kind) {
-  const bool lead = li.rank == 0;
-  const int64_t steps = o.steps >= 0 ? o.steps : p.steps;
-  const checkpoint_config ckpt{o.checkpoint_every >= 0 ? o.checkpoint_every : p.checkpoint_every,
-                               o.checkpoint_dir.empty() ? p.checkpoint_dir : o.checkpoint_dir,
-                               o.checkpoint_keep > 0 ? o.checkpoint_keep : p.checkpoint_keep};
-  const int64_t log_every = o.log_every > 0 ? o.log_every : std::max<int64_t>(1, p.log_every);
-  const int64_t tokens_per_step = p.world * p.micro_batches * p.micro_batch * p.context;
+// Every rank's op times of the traced step, gathered on rank 0 (collective),
+// written there as a Chrome trace to `path`; returns rank 0's write error or "".
+std::string gather_and_write_trace(const program& p, const std::string& path, int64_t trace_step,
+                                   const std::vector<int64_t>& start_ns,
+                                   const std::vector<int64_t>& end_ns, bool lead) {
+  std::vector<int64_t> mine = start_ns;
+  mine.insert(mine.end(), end_ns.begin(), end_ns.end());
+  std::vector<int64_t> all(lead ? mine.size() * static_cast<size_t>(p.world) : 0);
+  MPI_CHECK(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(),
+                       static_cast<int>(mine.size()), MPI_INT64_T, 0, MPI_COMM_WORLD));
+  if (!lead) return "";
+  std::vector<std::vector<int64_t>> starts, ends;
+  const size_t n = static_cast<size_t>(p.op_count);
+  for (int64_t r = 0; r < p.world; ++r) {
+    auto base = all.begin() + static_cast<ptrdiff_t>(r * 2 * n);
+    starts.emplace_back(base, base + static_cast<ptrdiff_t>(n));
+    ends.emplace_back(base + static_cast<ptrdiff_t>(n), base + static_cast<ptrdiff_t>(2 * n));
+  }
+  std::ofstream f(path);
+  f << trace_json(p, trace_step, starts, ends);
+  f.close();
+  const double hidden = trace_hidden_comm_fraction(p, starts, ends);
+  if (!f) return fmt::format("cannot write {}: {}", path, std::strerror(errno));
+  std::printf(
+      "trace: step %lld of %lld ranks written to %s (%s)\n", static_cast<long long>(trace_step + 1),
+      static_cast<long long>(p.world), path.c_str(),
+      hidden < 0
+          ? "no communication"
+          : fmt::format("communication hidden behind compute: {:.0f}%", 100 * hidden).c_str());
+  return "";
+}
 
-  check_outputs(o, ckpt, steps, lead);
+// One training run, from its checks to its last outputs. run() below calls
+// its steps in order; collective steps are called on every rank, and each
+// prints what it did on rank 0.
+class training_run {
+ public:
+  training_run(const program& p, const options& o, const launch_info& li);
 
-  arena mem;
-  step_context c;
-  c.p = &p;
-  dataloader data;
+  int64_t first_step() const { return start_step_; }
+  int64_t steps() const { return steps_; }
+  bool stop_requested() const { return stop_; }
+
+  // Before any work, every output this rank will write can be written.
+  void check_outputs() const;
+  // The data, the communicators and the backend (its arena).
+  void set_up(const backend_kind& kind);
+  // From the checkpoint --resume names, --init-from's file, or the seed.
+  void load_weights();
+  void print_banner() const;
+  void open_metrics();
+  // Trains 0-based step `step` and agrees with the other ranks on its loss
+  // and whether to stop after it.
+  step_record train_step(int64_t step);
+  // The --metrics line of every step, the log line of every log_every-th.
+  void log(const step_record& r) const;
+  // Every checkpoint_every steps, at the end, and when asked to stop.
+  bool checkpoint_due(int64_t step) const;
+  void save_checkpoint(int64_t step);
+  void print_stopped(int64_t step) const;
+  void close_metrics();
+  // With the memory report (collective).
+  void print_summary() const;
+  // The traced step, if this run trained it; returns rank 0's write error or "".
+  std::string write_trace() const;
+  // --save, unless the run stopped early.
+  void save_weights();
+  // Stops the backend and frees the communicators.
+  void finish();
+
+ private:
+  void resume();
+  void scale_gradients(int64_t step);
+  double agree_on_loss(double loss_sum);
+  void count(const step_record& r);
+  int64_t trace_step() const;
+
+  const program& p_;
+  const options& o_;
+  const launch_info& li_;
+  const bool lead_;
+  const int64_t steps_;
+  const checkpoint_config ckpt_;
+  const int64_t log_every_;
+  const int64_t tokens_per_step_;
+  arena mem_;
+  step_context c_;
+  dataloader data_;
+  optimizer_decay_table decay_;
   // Declared after what it points into, so that it is destroyed (stopping
   // its threads or freeing the device after a failure) before them.
-  std::unique_ptr<backend> b = kind.make(p);
+  std::unique_ptr<backend> b_;
+  int64_t seed_ = 0;
+  int64_t start_step_ = 0;
+  loss_scaler scaler_;
+  std::string weights_from_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> metrics_{nullptr, std::fclose};
+  std::chrono::steady_clock::time_point run_start_;  // the first step's start
+  std::vector<int64_t> trace_start_ns_, trace_end_ns_;
+  memory_watch memory_;
+  run_totals totals_;
+  bool stop_ = false;
+};
+
+training_run::training_run(const program& p, const options& o, const launch_info& li)
+    : p_(p),
+      o_(o),
+      li_(li),
+      lead_(li.rank == 0),
+      steps_(o.steps >= 0 ? o.steps : p.steps),
+      ckpt_{o.checkpoint_every >= 0 ? o.checkpoint_every : p.checkpoint_every,
+            o.checkpoint_dir.empty() ? p.checkpoint_dir : o.checkpoint_dir,
+            o.checkpoint_keep > 0 ? o.checkpoint_keep : p.checkpoint_keep},
+      log_every_(o.log_every > 0 ? o.log_every : std::max<int64_t>(1, p.log_every)),
+      tokens_per_step_(p.world * p.micro_batches * p.micro_batch * p.context) {}
+
+// Collective: throws agreed_error on every rank when an output cannot be
+// written (checkpoints' directory created when checkpoints are planned; a
+// stop signal's checkpoint needs it too). --metrics and --trace are written
+// by rank 0 alone.
+void training_run::check_outputs() const {
+  std::string error;
+  if (!o_.save.empty()) error = output_file_problem("--save", o_.save);
+  if (lead_ && error.empty() && !o_.metrics.empty())
+    error = output_file_problem("--metrics", o_.metrics);
+  if (lead_ && error.empty() && !o_.trace.empty()) error = output_file_problem("--trace", o_.trace);
+  if (error.empty() && steps_ > 0) {
+    const std::string why = checkpoint_dir_problem(ckpt_.dir, ckpt_.every > 0);
+    if (!why.empty())
+      error = o_.checkpoint_dir.empty()
+                  ? fmt::format("the spec's checkpoint directory {}: {}", ckpt_.dir, why)
+                  : fmt::format("--checkpoint-dir {}: {}", ckpt_.dir, why);
+  }
+  agree_on_error(error, "checking the outputs");
+}
+
+void training_run::set_up(const backend_kind& kind) {
+  c_.p = &p_;
+  b_ = kind.make(p_);
   std::string error;
   try {
-    data = dataloader_open(data_config_of(p, o.data));
+    data_ = dataloader_open(data_config_of(p_, o_.data));
   } catch (const std::exception& e) {
     error = e.what();
-    if (o.data.empty())
+    if (o_.data.empty())
       error += fmt::format(
           " (the data file of {}, found from that spec's directory as fsdpgen was given it: run "
           "where fsdpgen ran, or pass --data FILE)",
-          p.spec_path);
+          p_.spec_path);
   }
   agree_on_error(error, "set-up");
-  c.comms = comm_create(p.shard_group);
-  c.data = &data;
-  const optimizer_decay_table decay = optimizer_decay_ranges(p, c.comms.shard_rank);
-  c.decay_ranges = decay.pointers.data();
-  c.decay_range_counts = decay.counts.data();
+  c_.comms = comm_create(p_.shard_group);
+  c_.data = &data_;
+  decay_ = optimizer_decay_ranges(p_, c_.comms.shard_rank);
+  c_.decay_ranges = decay_.pointers.data();
+  c_.decay_range_counts = decay_.counts.data();
   error.clear();
   try {
-    b->start(c, mem, o.backend);
+    b_->start(c_, mem_, o_.backend);
   } catch (const std::exception& e) {
     error = e.what();
   }
   agree_on_error(error, "set-up");
+  memory_.settle_steps = std::max<int64_t>(1, b_->warmup_steps());
+}
 
-  int64_t seed = o.seed >= 0 ? o.seed : p.seed, start_step = 0;
-  loss_scaler scaler = loss_scaler_start(p);
-  std::string weights_from = o.init_from.empty() ? "GPT-2 init" : o.init_from;
-  if (o.resume) {
-    const std::string path = resume_path(o, ckpt, lead);
-    checkpoint_state resumed;
-    b->with_host_weights(c, true, [&] { resumed = checkpoint_load(c, path); });
-    start_step = resumed.step;
-    scaler = resumed.scaler;
-    seed = resumed.seed;
-    c.sequence_base = resumed.sequences - start_step * checkpoint_sequences_per_step(p);
-    weights_from = fmt::format("resumed from {} (step {}, {} sequences read)", path, start_step,
-                               with_commas(resumed.sequences));
-    if (lead && resumed.data != dataloader_describe(data))
-      std::printf("note: the checkpoint was written reading %s; this run reads %s\n",
-                  resumed.data.c_str(), dataloader_describe(data).c_str());
-  } else {
-    b->with_host_weights(c, true, [&] {
-      if (o.init_from.empty())
-        weights_init(c, static_cast<uint64_t>(seed));
-      else
-        weights_load(c, o.init_from);
-    });
-  }
+void training_run::load_weights() {
+  seed_ = o_.seed >= 0 ? o_.seed : p_.seed;
+  scaler_ = loss_scaler_start(p_);
+  weights_from_ = o_.init_from.empty() ? "GPT-2 init" : o_.init_from;
+  if (o_.resume) return resume();
+  b_->with_host_weights(c_, true, [&] {
+    if (o_.init_from.empty())
+      weights_init(c_, static_cast<uint64_t>(seed_));
+    else
+      weights_load(c_, o_.init_from);
+  });
+}
 
-  if (lead) {
-    std::printf("fsdpgen train: %s (%s params%s) from %s\n", p.model_name,
-                with_commas(p.params).c_str(), vocab_padding_note(p).c_str(), p.spec_path);
-    std::printf("  %lld rank%s (%s, shard group %lld), launched by %s, %s\n",
-                static_cast<long long>(p.world), p.world == 1 ? "" : "s", sharding_of(p),
-                static_cast<long long>(p.shard_group), li.launcher.c_str(), b->describe().c_str());
-    std::printf(
-        "  params %s, reduce %s, master %s | %lld micro-batch%s of %lld x %lld tokens | "
-        "%s tokens per step\n",
-        dtype_name(p.param_dtype), dtype_name(p.reduce_dtype), dtype_name(p.master_dtype),
-        static_cast<long long>(p.micro_batches), p.micro_batches == 1 ? "" : "es",
-        static_cast<long long>(p.micro_batch), static_cast<long long>(p.context),
-        with_commas(tokens_per_step).c_str());
-    std::printf("  data: %s | weights: %s\n", dataloader_describe(data).c_str(),
-                weights_from.c_str());
-    std::printf("  lr: %s\n", optimizer_lr_describe(p, steps).c_str());
-    if (ckpt.every > 0)
-      std::printf("  checkpoints: every %lld steps and at the end, in %s (newest %lld kept)\n",
-                  static_cast<long long>(ckpt.every), ckpt.dir.c_str(),
-                  static_cast<long long>(ckpt.keep));
-    if (start_step >= steps)
-      std::printf(
-          "  the checkpoint is at step %lld and the run has %lld steps: nothing to train "
-          "(--steps N trains further)\n",
-          static_cast<long long>(start_step), static_cast<long long>(steps));
-    std::printf("  arena %.2f MiB per rank (planned peak %.2f MiB)%s\n", mib(p.device_arena_bytes),
-                mib(p.planned_live_peak_bytes),
-                p.host_arena_bytes
-                    ? fmt::format(", host {:.2f} MiB", mib(p.host_arena_bytes)).c_str()
-                    : "");
-    std::fflush(stdout);
-  }
+// The weights, the step, the loss scaler, the seed and the data position
+// from a checkpoint.
+void training_run::resume() {
+  const std::string path = resume_path(o_, ckpt_, lead_);
+  checkpoint_state resumed;
+  b_->with_host_weights(c_, true, [&] { resumed = checkpoint_load(c_, path); });
+  start_step_ = resumed.step;
+  scaler_ = resumed.scaler;
+  seed_ = resumed.seed;
+  c_.sequence_base = resumed.sequences - start_step_ * checkpoint_sequences_per_step(p_);
+  weights_from_ = fmt::format("resumed from {} (step {}, {} sequences read)", path, start_step_,
+                              with_commas(resumed.sequences));
+  if (lead_ && resumed.data != dataloader_describe(data_))
+    std::printf("note: the checkpoint was written reading %s; this run reads %s\n",
+                resumed.data.c_str(), dataloader_describe(data_).c_str());
+}
 
-  std::FILE* metrics = nullptr;
-  error.clear();
-  if (lead && !o.metrics.empty()) {
-    metrics = std::fopen(o.metrics.c_str(), "w");
-    if (!metrics) error = fmt::format("cannot write {}: {}", o.metrics, std::strerror(errno));
+void training_run::print_banner() const {
+  if (!lead_) return;
+  run_log_banner(p_, {li_.launcher, b_->describe(), dataloader_describe(data_), weights_from_,
+                      steps_, start_step_, tokens_per_step_, ckpt_});
+}
+
+void training_run::open_metrics() {
+  std::string error;
+  if (lead_ && !o_.metrics.empty()) {
+    metrics_.reset(std::fopen(o_.metrics.c_str(), "w"));
+    if (!metrics_) error = fmt::format("cannot write {}: {}", o_.metrics, std::strerror(errno));
   }
   agree_on_error(error, "opening --metrics");
+}
 
-  const int64_t trace_step =
-      o.trace_step >= 0 ? o.trace_step : start_step + std::min<int64_t>(2, steps - start_step - 1);
-  std::vector<int64_t> trace_start, trace_end;
-  double first_loss = 0, last_loss = 0, total_s = 0, timed_s = 0;
-  int64_t timed_steps = 0, skipped = 0, steps_run = 0;
-  memory_watch memory;
-  memory.settle_steps = std::max<int64_t>(1, b->warmup_steps());
-  bool stop = false;
-  const auto run_start = std::chrono::steady_clock::now();
-  for (int64_t step = start_step; step < steps; ++step) {
-    const double lr = optimizer_lr(p, step, steps);
-    const double loss_scale = scaler.scale;
-    const double grad_scale = loss_scaler_grad_scale(scaler);
-    c.grad_scale = static_cast<float>(grad_scale);
-    c.dloss_scale = static_cast<float>(grad_scale / tokens_per_step);
-    // As a wrong average across ranks would: every gradient scaled, unknown to the optimizer.
-    if (p.world > 1) c.dloss_scale *= static_cast<float>(o.inject_grad_scale);
-    // As an fp16 overflow would: every gradient of this step becomes non-finite.
-    if (step == o.inject_overflow) c.dloss_scale = std::numeric_limits<float>::infinity();
-    c.optimizer_step = scaler.applied_steps + 1;
-    const bool traced = !o.trace.empty() && step == trace_step;
-    const auto t0 = std::chrono::steady_clock::now();
-    allocations_count(step - start_step >= b->warmup_steps());
-    const step_result r = b->run_step(step, lr, traced);
-    if (o.inject_leak_bytes > 0) leak(o.inject_leak_bytes);
-    allocations_count(false);
-    // With the loss: how many ranks were asked to stop.
-    const double mine[2] = {r.loss_sum, g_stop_signal.load() ? 1.0 : 0.0};
-    double all[2] = {0, 0};
-    MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-    const double loss_sum = all[0];
-    stop = all[1] > 0;
-    steps_run = step + 1 - start_step;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double loss = loss_sum / static_cast<double>(tokens_per_step);
-    const double norm = r.grad_norm;
-    skipped += r.skipped;
-    loss_scaler_update(scaler, r.skipped);
-    const memory_reading machine = b->read_memory();
-    memory_watch_step(memory, machine);
-    if (step == start_step) first_loss = loss;
-    last_loss = loss;
-    total_s += s;
-    if (step > start_step) timed_s += s, ++timed_steps;
-    if (traced) trace_start = b->op_start_ns(), trace_end = b->op_end_ns();
-    if (metrics)
-      std::fprintf(metrics,
-                   "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, \"ms\": "
-                   "%.3f, \"host_resident_bytes\": %lld, \"arena_resident_bytes\": %lld, "
-                   "\"arena_growth_bytes\": %lld%s, "
-                   "\"skipped\": %s, \"loss_scale\": %.9g}\n",
-                   static_cast<long long>(step + 1), loss, lr,
-                   // JSON has no inf or NaN: a non-finite norm is null.
-                   std::isfinite(norm) ? fmt::format("{:.9g}", norm).c_str() : "null", s * 1e3,
-                   static_cast<long long>(machine.host_resident_bytes),
-                   static_cast<long long>(machine.arena_resident_bytes),
-                   static_cast<long long>(machine.arena_growth_bytes),
-                   machine.device_used_bytes < 0
-                       ? ""
-                       : fmt::format(", \"device_used_bytes\": {}, \"device_arena_bytes\": {}",
-                                     machine.device_used_bytes, machine.device_arena_bytes)
-                             .c_str(),
-                   r.skipped ? "true" : "false", loss_scale);
-    if (metrics) std::fflush(metrics);  // whole lines, for whoever follows the file
-    if (lead && ((step + 1) % log_every == 0 || step == start_step || step + 1 == steps)) {
-      double elapsed =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-      double eta = elapsed / static_cast<double>(step + 1 - start_step) *
-                   static_cast<double>(steps - step - 1);
-      std::printf(
-          "step %*lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %s tok/s | %s %.2f "
-          "MiB | eta %s%s%s\n",
-          static_cast<int>(std::to_string(steps).size()), static_cast<long long>(step + 1),
-          static_cast<long long>(steps), loss, lr, norm, s * 1e3,
-          with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / s)).c_str(),
-          machine.device_used_bytes < 0 ? "rss" : "gpu",
-          mib(machine.device_used_bytes < 0 ? machine.host_resident_bytes
-                                            : machine.device_used_bytes),
-          duration(eta).c_str(),
-          scaler.enabled ? fmt::format(" | scale {:g}", loss_scale).c_str() : "",
-          r.skipped ? " | skipped (non-finite gradients)" : "");
-      std::fflush(stdout);
-    }
-    if ((ckpt.every > 0 && ((step + 1) % ckpt.every == 0 || step + 1 == steps)) || stop) {
-      const checkpoint_state state{step + 1,
-                                   c.sequence_base + (step + 1) * checkpoint_sequences_per_step(p),
-                                   scaler, seed, dataloader_describe(data)};
-      const auto t = std::chrono::steady_clock::now();
-      checkpoint_saved saved;
-      b->with_host_weights(c, false, [&] { saved = checkpoint_save(c, ckpt, state); });
-      if (lead) {
-        std::printf("checkpoint: step %lld written to %s (%.2f MiB in %.2f s%s)\n",
-                    static_cast<long long>(step + 1), saved.path.c_str(), mib(saved.bytes),
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(),
-                    saved.removed ? fmt::format(", {} older removed", saved.removed).c_str() : "");
-        std::fflush(stdout);
-      }
-    }
-    if (stop) {
-      if (lead)
-        std::printf(
-            "stopped after step %lld of %lld: asked to by a signal (SIGUSR1 or SIGTERM); "
-            "continue with --resume%s\n",
-            static_cast<long long>(step + 1), static_cast<long long>(steps),
-            // A plain --resume looks in the spec's directory.
-            ckpt.dir == p.checkpoint_dir ? "" : (" " + ckpt.dir).c_str());
-      break;
-    }
-  }
-  if (metrics) std::fclose(metrics);
+step_record training_run::train_step(int64_t step) {
+  if (step == start_step_) run_start_ = std::chrono::steady_clock::now();
+  step_record r;
+  r.step = step;
+  r.lr = optimizer_lr(p_, step, steps_);
+  r.loss_scale = scaler_.scale;
+  scale_gradients(step);
+  const bool traced = !o_.trace.empty() && step == trace_step();
+  const auto t0 = std::chrono::steady_clock::now();
+  allocations_count(step - start_step_ >= b_->warmup_steps());
+  const step_result result = b_->run_step(step, r.lr, traced);
+  if (o_.inject_leak_bytes > 0) leak(o_.inject_leak_bytes);
+  allocations_count(false);
+  const double loss_sum = agree_on_loss(result.loss_sum);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.loss = loss_sum / static_cast<double>(tokens_per_step_);
+  r.grad_norm = result.grad_norm;
+  r.skipped = result.skipped;
+  loss_scaler_update(scaler_, r.skipped);
+  r.machine = b_->read_memory();
+  memory_watch_step(memory_, r.machine);
+  count(r);
+  if (traced) trace_start_ns_ = b_->op_start_ns(), trace_end_ns_ = b_->op_end_ns();
+  return r;
+}
 
-  const int64_t warmup = b->warmup_steps();
-  const std::string memory_lines = memory_report(memory, p, warmup, lead);
-  if (lead && steps_run > 0) {
-    double per_step = timed_steps ? timed_s / static_cast<double>(timed_steps) : total_s;
-    std::printf(
-        "done: %lld step%s in %.1f s | loss %.4f -> %.4f | %.1f ms/step | %s tok/s\n%s",
-        static_cast<long long>(steps_run), steps_run == 1 ? "" : "s", total_s, first_loss,
-        last_loss, per_step * 1e3,
-        with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / per_step)).c_str(),
-        memory_lines.c_str());
-    if (skipped)
-      std::printf(
-          "%lld step%s skipped for non-finite gradients%s\n", static_cast<long long>(skipped),
-          skipped == 1 ? "" : "s",
-          scaler.enabled ? fmt::format(" (loss scale now {:g})", scaler.scale).c_str() : "");
-  }
+// The loss scaler's scale for the step's gradients, and the testing aids'.
+void training_run::scale_gradients(int64_t step) {
+  const double grad_scale = loss_scaler_grad_scale(scaler_);
+  c_.grad_scale = static_cast<float>(grad_scale);
+  c_.dloss_scale = static_cast<float>(grad_scale / tokens_per_step_);
+  // As a wrong average across ranks would: every gradient scaled, unknown to the optimizer.
+  if (p_.world > 1) c_.dloss_scale *= static_cast<float>(o_.inject_grad_scale);
+  // As an fp16 overflow would: every gradient of this step becomes non-finite.
+  if (step == o_.inject_overflow) c_.dloss_scale = std::numeric_limits<float>::infinity();
+  c_.optimizer_step = scaler_.applied_steps + 1;
+}
 
-  std::string trace_error;  // agreed after the weights are saved, which it must not prevent
-  if (!o.trace.empty() && trace_step >= start_step && trace_step < start_step + steps_run) {
-    std::vector<int64_t> mine = trace_start;
-    mine.insert(mine.end(), trace_end.begin(), trace_end.end());
-    std::vector<int64_t> all(lead ? mine.size() * static_cast<size_t>(p.world) : 0);
-    MPI_CHECK(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(),
-                         static_cast<int>(mine.size()), MPI_INT64_T, 0, MPI_COMM_WORLD));
-    if (lead) {
-      std::vector<std::vector<int64_t>> starts, ends;
-      const size_t n = static_cast<size_t>(p.op_count);
-      for (int64_t r = 0; r < p.world; ++r) {
-        auto base = all.begin() + static_cast<ptrdiff_t>(r * 2 * n);
-        starts.emplace_back(base, base + static_cast<ptrdiff_t>(n));
-        ends.emplace_back(base + static_cast<ptrdiff_t>(n), base + static_cast<ptrdiff_t>(2 * n));
-      }
-      std::ofstream f(o.trace);
-      f << trace_json(p, trace_step, starts, ends);
-      f.close();
-      const double hidden = trace_hidden_comm_fraction(p, starts, ends);
-      if (!f)
-        trace_error = fmt::format("cannot write {}: {}", o.trace, std::strerror(errno));
-      else
-        std::printf("trace: step %lld of %lld ranks written to %s (%s)\n",
-                    static_cast<long long>(trace_step + 1), static_cast<long long>(p.world),
-                    o.trace.c_str(),
-                    hidden < 0
-                        ? "no communication"
-                        : fmt::format("communication hidden behind compute: {:.0f}%", 100 * hidden)
-                              .c_str());
-    }
-  }
-  if (!o.save.empty() && stop) {
-    if (lead)
+// The loss summed over every rank; with it, how many ranks were asked to stop.
+double training_run::agree_on_loss(double loss_sum) {
+  const double mine[2] = {loss_sum, g_stop_signal.load() ? 1.0 : 0.0};
+  double all[2] = {0, 0};
+  MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  stop_ = all[1] > 0;
+  return all[0];
+}
+
+void training_run::count(const step_record& r) {
+  totals_.steps_run = r.step + 1 - start_step_;
+  totals_.skipped += r.skipped;
+  if (r.step == start_step_) totals_.first_loss = r.loss;
+  totals_.last_loss = r.loss;
+  totals_.total_seconds += r.seconds;
+  if (r.step > start_step_) totals_.timed_seconds += r.seconds, ++totals_.timed_steps;
+}
+
+void training_run::log(const step_record& r) const {
+  if (metrics_) run_log_metrics_line(metrics_.get(), r);
+  const bool logged =
+      (r.step + 1) % log_every_ == 0 || r.step == start_step_ || r.step + 1 == steps_;
+  if (!lead_ || !logged) return;
+  const double elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
+  const double eta_s = elapsed_s / static_cast<double>(r.step + 1 - start_step_) *
+                       static_cast<double>(steps_ - r.step - 1);
+  run_log_step(r, steps_, tokens_per_step_, eta_s, scaler_);
+}
+
+bool training_run::checkpoint_due(int64_t step) const {
+  return (ckpt_.every > 0 && ((step + 1) % ckpt_.every == 0 || step + 1 == steps_)) || stop_;
+}
+
+void training_run::save_checkpoint(int64_t step) {
+  const checkpoint_state state{step + 1,
+                               c_.sequence_base + (step + 1) * checkpoint_sequences_per_step(p_),
+                               scaler_, seed_, dataloader_describe(data_)};
+  const auto t = std::chrono::steady_clock::now();
+  checkpoint_saved saved;
+  b_->with_host_weights(c_, false, [&] { saved = checkpoint_save(c_, ckpt_, state); });
+  if (!lead_) return;
+  std::printf("checkpoint: step %lld written to %s (%.2f MiB in %.2f s%s)\n",
+              static_cast<long long>(step + 1), saved.path.c_str(), mib(saved.bytes),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(),
+              saved.removed ? fmt::format(", {} older removed", saved.removed).c_str() : "");
+  std::fflush(stdout);
+}
+
+void training_run::print_stopped(int64_t step) const {
+  if (!lead_) return;
+  std::printf(
+      "stopped after step %lld of %lld: asked to by a signal (SIGUSR1 or SIGTERM); "
+      "continue with --resume%s\n",
+      static_cast<long long>(step + 1), static_cast<long long>(steps_),
+      // A plain --resume looks in the spec's directory.
+      ckpt_.dir == p_.checkpoint_dir ? "" : (" " + ckpt_.dir).c_str());
+}
+
+void training_run::close_metrics() {
+  metrics_.reset();
+}
+
+void training_run::print_summary() const {
+  const std::string memory_lines = memory_report(memory_, p_, b_->warmup_steps(), lead_);
+  if (lead_ && totals_.steps_run > 0)
+    run_log_summary(totals_, tokens_per_step_, memory_lines, scaler_);
+}
+
+int64_t training_run::trace_step() const {
+  return o_.trace_step >= 0 ? o_.trace_step
+                            : start_step_ + std::min<int64_t>(2, steps_ - start_step_ - 1);
+}
+
+std::string training_run::write_trace() const {
+  const int64_t step = trace_step();
+  if (o_.trace.empty() || step < start_step_ || step >= start_step_ + totals_.steps_run) return "";
+  return gather_and_write_trace(p_, o_.trace, step, trace_start_ns_, trace_end_ns_, lead_);
+}
+
+void training_run::save_weights() {
+  if (o_.save.empty()) return;
+  if (stop_) {
+    if (lead_)
       std::printf(
           "not writing %s: the run stopped before its last step (the checkpoint has "
           "the weights: fsdpgen merge)\n",
-          o.save.c_str());
-  } else if (!o.save.empty()) {
-    b->with_host_weights(c, false, [&] { weights_save(c, o.save, start_step + steps_run); });
-    if (lead)
-      std::printf("saved %s (%s params, F32, Hugging Face GPT-2 names)\n", o.save.c_str(),
-                  with_commas(p.params).c_str());
+          o_.save.c_str());
+    return;
   }
+  b_->with_host_weights(c_, false,
+                        [&] { weights_save(c_, o_.save, start_step_ + totals_.steps_run); });
+  if (lead_)
+    std::printf("saved %s (%s params, F32, Hugging Face GPT-2 names)\n", o_.save.c_str(),
+                with_commas(p_.params).c_str());
+}
+
+void training_run::finish() {
+  b_->stop();
+  comm_destroy(c_.comms);
+}
+
+int run(const program& p, const options& o, const launch_info& li, const backend_kind& kind) {
+  training_run t(p, o, li);
+  t.check_outputs();
+  t.set_up(kind);
+  t.load_weights();
+  t.print_banner();
+  t.open_metrics();
+  for (int64_t step = t.first_step(); step < t.steps(); ++step) {
+    const step_record r = t.train_step(step);
+    t.log(r);
+    if (t.checkpoint_due(step)) t.save_checkpoint(step);
+    if (t.stop_requested()) {
+      t.print_stopped(step);
+      break;
+    }
+  }
+  t.close_metrics();
+  t.print_summary();
+  // Agreed on only after the weights are saved, which a failed trace must not prevent.
+  const std::string trace_error = t.write_trace();
+  t.save_weights();
   std::fflush(stdout);
   agree_on_error(trace_error, "writing the trace");
-  b->stop();
-  comm_destroy(c.comms);
+  t.finish();
   return 0;
 }
 

@@ -1,0 +1,119 @@
+// run_log: the banner, step lines, metrics lines and summary of a training run.
+#include "runtime/run_log.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string>
+
+#include "runtime/human.h"
+#include "runtime/optimizer.h"
+
+namespace {
+
+std::string duration(double s) {
+  if (s < 60) return fmt::format("{:.0f}s", s);
+  if (s < 3600) return fmt::format("{}m{:02.0f}s", static_cast<int>(s / 60), std::fmod(s, 60));
+  return fmt::format("{}h{:02}m", static_cast<int>(s / 3600), static_cast<int>(s / 60) % 60);
+}
+
+// How the embedding is stored, when its vocabulary is padded ("" when not).
+std::string vocab_padding_note(const program& p) {
+  if (p.padded_vocab <= p.vocab) return "";
+  return fmt::format("; vocab {} stored padded to {} rows: {} zero elements, not parameters",
+                     p.vocab, p.padded_vocab,
+                     with_commas((p.padded_vocab - p.vocab) * p.width * (p.tied ? 1 : 2)));
+}
+
+const char* sharding_of(const program& p) {
+  if (p.shard_group == 1) return p.world == 1 ? "single rank" : "no_shard (replicated)";
+  return p.shard_group == p.world ? "sharded over the world" : "hybrid";
+}
+
+}  // namespace
+
+void run_log_banner(const program& p, const run_banner& b) {
+  std::printf("fsdpgen train: %s (%s params%s) from %s\n", p.model_name,
+              with_commas(p.params).c_str(), vocab_padding_note(p).c_str(), p.spec_path);
+  std::printf("  %lld rank%s (%s, shard group %lld), launched by %s, %s\n",
+              static_cast<long long>(p.world), p.world == 1 ? "" : "s", sharding_of(p),
+              static_cast<long long>(p.shard_group), b.launcher.c_str(), b.backend.c_str());
+  std::printf(
+      "  params %s, reduce %s, master %s | %lld micro-batch%s of %lld x %lld tokens | "
+      "%s tokens per step\n",
+      dtype_name(p.param_dtype), dtype_name(p.reduce_dtype), dtype_name(p.master_dtype),
+      static_cast<long long>(p.micro_batches), p.micro_batches == 1 ? "" : "es",
+      static_cast<long long>(p.micro_batch), static_cast<long long>(p.context),
+      with_commas(b.tokens_per_step).c_str());
+  std::printf("  data: %s | weights: %s\n", b.data.c_str(), b.weights_from.c_str());
+  std::printf("  lr: %s\n", optimizer_lr_describe(p, b.steps).c_str());
+  if (b.ckpt.every > 0)
+    std::printf("  checkpoints: every %lld steps and at the end, in %s (newest %lld kept)\n",
+                static_cast<long long>(b.ckpt.every), b.ckpt.dir.c_str(),
+                static_cast<long long>(b.ckpt.keep));
+  if (b.start_step >= b.steps)
+    std::printf(
+        "  the checkpoint is at step %lld and the run has %lld steps: nothing to train "
+        "(--steps N trains further)\n",
+        static_cast<long long>(b.start_step), static_cast<long long>(b.steps));
+  std::printf(
+      "  arena %.2f MiB per rank (planned peak %.2f MiB)%s\n", mib(p.device_arena_bytes),
+      mib(p.planned_live_peak_bytes),
+      p.host_arena_bytes ? fmt::format(", host {:.2f} MiB", mib(p.host_arena_bytes)).c_str() : "");
+  std::fflush(stdout);
+}
+
+void run_log_metrics_line(std::FILE* f, const step_record& r) {
+  const memory_reading& m = r.machine;
+  std::fprintf(f,
+               "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, \"ms\": "
+               "%.3f, \"host_resident_bytes\": %lld, \"arena_resident_bytes\": %lld, "
+               "\"arena_growth_bytes\": %lld%s, "
+               "\"skipped\": %s, \"loss_scale\": %.9g}\n",
+               static_cast<long long>(r.step + 1), r.loss, r.lr,
+               // JSON has no inf or NaN: a non-finite norm is null.
+               std::isfinite(r.grad_norm) ? fmt::format("{:.9g}", r.grad_norm).c_str() : "null",
+               r.seconds * 1e3, static_cast<long long>(m.host_resident_bytes),
+               static_cast<long long>(m.arena_resident_bytes),
+               static_cast<long long>(m.arena_growth_bytes),
+               m.device_used_bytes < 0
+                   ? ""
+                   : fmt::format(", \"device_used_bytes\": {}, \"device_arena_bytes\": {}",
+                                 m.device_used_bytes, m.device_arena_bytes)
+                         .c_str(),
+               r.skipped ? "true" : "false", r.loss_scale);
+  std::fflush(f);
+}
+
+void run_log_step(const step_record& r, int64_t steps, int64_t tokens_per_step, double eta_seconds,
+                  const loss_scaler& scaler) {
+  const memory_reading& m = r.machine;
+  std::printf(
+      "step %*lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %s tok/s | %s %.2f "
+      "MiB | eta %s%s%s\n",
+      static_cast<int>(std::to_string(steps).size()), static_cast<long long>(r.step + 1),
+      static_cast<long long>(steps), r.loss, r.lr, r.grad_norm, r.seconds * 1e3,
+      with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / r.seconds)).c_str(),
+      m.device_used_bytes < 0 ? "rss" : "gpu",
+      mib(m.device_used_bytes < 0 ? m.host_resident_bytes : m.device_used_bytes),
+      duration(eta_seconds).c_str(),
+      scaler.enabled ? fmt::format(" | scale {:g}", r.loss_scale).c_str() : "",
+      r.skipped ? " | skipped (non-finite gradients)" : "");
+  std::fflush(stdout);
+}
+
+void run_log_summary(const run_totals& t, int64_t tokens_per_step, const std::string& memory_lines,
+                     const loss_scaler& scaler) {
+  const double per_step =
+      t.timed_steps ? t.timed_seconds / static_cast<double>(t.timed_steps) : t.total_seconds;
+  std::printf(
+      "done: %lld step%s in %.1f s | loss %.4f -> %.4f | %.1f ms/step | %s tok/s\n%s",
+      static_cast<long long>(t.steps_run), t.steps_run == 1 ? "" : "s", t.total_seconds,
+      t.first_loss, t.last_loss, per_step * 1e3,
+      with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / per_step)).c_str(),
+      memory_lines.c_str());
+  if (t.skipped)
+    std::printf("%lld step%s skipped for non-finite gradients%s\n",
+                static_cast<long long>(t.skipped), t.skipped == 1 ? "" : "s",
+                scaler.enabled ? fmt::format(" (loss scale now {:g})", scaler.scale).c_str() : "");
+}

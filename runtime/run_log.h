@@ -1,0 +1,57 @@
+// run_log: what a training run prints on rank 0: the banner before the first
+// step, a line per logged step and the --metrics file's JSON line per step,
+// and the summary after the last step.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "runtime/backend.h"
+#include "runtime/checkpoint.h"
+#include "runtime/loss_scale.h"
+#include "runtime/program.h"
+
+// What the banner says beyond the program.
+struct run_banner {
+  std::string launcher;      // launch_info's: who started the ranks
+  std::string backend;       // the backend's describe()
+  std::string data;          // dataloader_describe
+  std::string weights_from;  // "GPT-2 init", --init-from's file, or the checkpoint resumed
+  int64_t steps = 0;         // the run's step count (the last step, 1-based)
+  int64_t start_step = 0;    // steps done before this run (a resumed checkpoint's)
+  int64_t tokens_per_step = 0;
+  checkpoint_config ckpt;
+};
+
+// One trained step, as logged.
+struct step_record {
+  int64_t step = 0;  // 0-based
+  double loss = 0;   // per token, over every rank
+  double lr = 0;
+  double grad_norm = 0;   // global, before clipping
+  double seconds = 0;     // the step's wall time, with the loss all-reduce
+  double loss_scale = 1;  // the scale the step ran with
+  bool skipped = false;   // non-finite gradients: the optimizer skipped it
+  memory_reading machine;
+};
+
+// The steps this run trained, summed up.
+struct run_totals {
+  int64_t steps_run = 0;
+  int64_t timed_steps = 0;  // steps after this run's first, whose time is its pace
+  int64_t skipped = 0;
+  double first_loss = 0, last_loss = 0;
+  double total_seconds = 0, timed_seconds = 0;
+};
+
+void run_log_banner(const program& p, const run_banner& b);
+// One JSON line, flushed: whoever follows the file reads whole lines.
+void run_log_metrics_line(std::FILE* f, const step_record& r);
+// eta_seconds: the rest of the run at the pace so far; the loss scale is
+// shown when loss scaling is on.
+void run_log_step(const step_record& r, int64_t steps, int64_t tokens_per_step, double eta_seconds,
+                  const loss_scaler& scaler);
+// The "done:" line, the memory report's lines, and the skipped steps if any.
+void run_log_summary(const run_totals& t, int64_t tokens_per_step, const std::string& memory_lines,
+                     const loss_scaler& scaler);
