@@ -5,15 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <sstream>
 #include <vector>
 
 #include "emit/BuildConfig.h"
+#include "runtime/files/file_io.h"
 
 extern char** environ;
 
@@ -31,21 +29,23 @@ std::vector<std::string> split(const std::string& s) {
 }  // namespace
 
 std::string unwritable_output_reason(const std::string& output) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::is_directory(output, ec)) return "it is a directory";
-  const fs::path parent = fs::path(output).parent_path();
-  const std::string dir = parent.empty() ? "." : parent.string();
-  if (!fs::exists(dir, ec)) return "'" + dir + "' does not exist";
-  if (!fs::is_directory(dir, ec)) return "'" + dir + "' is not a directory";
-  // A file made and removed there: permission bits do not bind root, and
-  // read-only or special file systems (/proc) refuse only the creation.
-  std::string probe = (parent.empty() ? fs::path(".") : parent) / ".fsdpgen-probe-XXXXXX";
-  const int fd = mkstemp(probe.data());
-  if (fd < 0) return "cannot create files in '" + dir + "': " + std::strerror(errno);
-  close(fd);
-  unlink(probe.c_str());
-  return {};
+  const file_write_problem p = file_write_check(output);
+  const std::string dir = "'" + p.dir + "'";
+  switch (p.what) {
+    case file_write_problem::none:
+      return "";
+    case file_write_problem::is_directory:
+      return "it is a directory";
+    case file_write_problem::no_directory:
+      return dir + " does not exist";
+    case file_write_problem::not_a_directory:
+      return dir + " is not a directory";
+    case file_write_problem::cannot_create:
+      return "cannot create files in " + dir + ": " + p.error;
+    case file_write_problem::cannot_open:  // the linker opens an existing output in place
+      return p.error;
+  }
+  return "";
 }
 
 BuildResult build_program(const std::string& source_path, const std::string& output, bool cuda) {
