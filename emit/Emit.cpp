@@ -1,7 +1,7 @@
 // Emit: the program writer. A Writer walks the schedule once, writing each
 // op as a function of runtime calls, and then the tables. Buffer pointers are
 // arena offsets from the memory plan; activation slots follow the layout of
-// runtime/gpt2.h (sizes from planner/Activations.h, checked to agree).
+// model/gpt2.h (which runtime/gpt2.h carves and planner/Activations.h totals).
 #include "emit/Emit.h"
 
 #include <map>
@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "model/gpt2.h"
 #include "planner/Activations.h"
 #include "emit/Template.h"
 #include "dsl/Print.h"
@@ -215,19 +216,23 @@ class Writer {
       if (t.name == name) return t;
     throw std::logic_error(fmt::format("emit: unit {} has no tensor {}", unit, name));
   }
-  // Element offset of a layer's first tensor; checks the block layout is the
-  // one runtime/gpt2.h's params_at assumes (16-element aligned, in order).
+  // Element offset of a layer's first tensor; checks the block's tensors lie
+  // where runtime/gpt2.h's params_at finds them (model/gpt2.h).
   int64_t block_offset(int unit, int64_t block) const {
     const std::string p = fmt::format("transformer.h.{}.", block);
+    const model::Table<model::Tensor> layout = model::kGpt2BlockParams;
+    const model::Dims dims = layout_dims(model_, act_);
     std::vector<const FlatTensor*> ts;
     for (const FlatTensor& t : s_.units.units[static_cast<size_t>(unit)].tensors)
       if (t.name.rfind(p, 0) == 0) ts.push_back(&t);
-    for (size_t i = 1; i < ts.size(); ++i)
-      if (ts[i]->offset_elems != (ts[i - 1]->offset_elems + ts[i - 1]->elems + 15) / 16 * 16)
-        throw std::logic_error(
-            fmt::format("emit: block {} tensors are not laid out as "
-                        "gpt2_block_params_at expects",
-                        block));
+    bool as_laid_out = ts.size() == layout.count;
+    for (size_t i = 0; as_laid_out && i < ts.size(); ++i)
+      as_laid_out =
+          ts[i]->name == p + layout[i].hf_name &&
+          ts[i]->offset_elems - ts[0]->offset_elems == model::offset_elems(layout, i, dims);
+    if (!as_laid_out)
+      throw std::logic_error(fmt::format(
+          "emit: block {} tensors are not laid out as model/gpt2.h lays them out", block));
     return ts.front()->offset_elems;
   }
   std::string param(int params_buf, int unit, const std::string& name) const {
@@ -256,9 +261,11 @@ class Writer {
     off.push_back(at);
     return off;
   }
-  // Where a layer's saved input sits inside its slot.
+  // Where a layer's saved input sits inside its slot. The head saves none:
+  // it reads the final norm's output, and forward writes nothing for it.
   int64_t input_field(const LayerId& l) const {
-    return l.kind == LayerId::Kind::Block ? 16 * N_ : 8 * N_;  // after the fp32 statistics
+    if (l.kind == LayerId::Kind::Head) return 0;
+    return saved_field_offset_bytes(model_, l, act_, "input");
   }
   // Pointer expression for where segment i's first layer reads its input in
   // the saved activations acts (its own slot, or the whole buffer under recompute).

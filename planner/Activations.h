@@ -1,22 +1,17 @@
 // Activations: the bytes each segment's forward saves for its backward, per
-// micro-batch, and the scratch backward needs. This is a contract with the
-// runtime's kernels (which must save exactly this), so that the planned peak
-// is the measured one. N = B*T tokens, a = bytes of the param dtype; norm
-// statistics are fp32.
-//   gpt2 block saves   input, ln1, qkv, attn_out, residual2, ln2 (8C)  + fc, gelu(fc) (2F)
-//                      + ln1/ln2 mean and rstd (4 fp32) + attention (below)
-//   llama block saves  input, rms1, q, k, v, attn_out, residual2, rms2 (6C + 2KV)
-//                      + gate, up, silu(gate)*up (3F) + 2 rstd (fp32) + attention
-//   attention          materialized: softmax probabilities (H*T per token, a bytes);
-//                      flash: log-sum-exp (H per token, fp32)
-//   final_norm saves   input and output (2C) + statistics;  embed: nothing
-//   logits             N*V*a, with the loss per token (fp32); the gradient overwrites them
+// micro-batch, and the scratch backward needs, totalled from the family's
+// layout tables (model/gpt2.h, model/llama.h), which the runtime's kernels
+// carve: the planned peak is the measured one. Attention either saves its
+// probabilities (H*T per token) or, with flash, their log-sum-exp (H, fp32).
 // recompute = block: a block segment saves only its input (C per token) and
-// rebuilds the rest into recompute scratch before its backward.
+// rebuilds the rest into recompute scratch before its backward. The logits
+// (N*V*a, with the loss per token in fp32) are their own buffer; their
+// gradient overwrites them.
 #pragma once
 
 #include <cstdint>
 
+#include "model/layout.h"
 #include "planner/Lower.h"
 
 namespace fsdpgen {
@@ -27,8 +22,15 @@ struct ActivationShape {
   bool flash_attention = false;
 };
 
+// The dimensions the layout tables are written in.
+model::Dims layout_dims(const ModelSpec& m, const ActivationShape& a);
+
 // Bytes one layer's forward saves; a segment saves its layers' slots in order.
 int64_t layer_saved_bytes(const ModelSpec& m, const LayerId& l, const ActivationShape& a);
+// Where the named array (a row of the layer's table, e.g. "input") starts in
+// its slot; a name the table lacks is a logic error.
+int64_t saved_field_offset_bytes(const ModelSpec& m, const LayerId& l, const ActivationShape& a,
+                                 const char* field);
 // Bytes a segment's forward saves (all of it; see recompute_saved_bytes).
 int64_t segment_saved_bytes(const ModelSpec& m, const Segment& s, const ActivationShape& a);
 // Bytes a block segment saves under recompute = block (its input only).
@@ -37,11 +39,7 @@ int64_t segment_input_bytes(const ModelSpec& m, const ActivationShape& a);
 int64_t logits_bytes(const ModelSpec& m, const ActivationShape& a);
 // Token ids and targets of one micro-batch (int32).
 int64_t inputs_bytes(const ActivationShape& a);
-// Gradient buffers flowing through backward: residual-stream gradient (2C,
-// in and out) and the largest per-block intermediate gradient (with
-// materialized attention including the probabilities' gradient, H*T); with
-// flash attention then an fp32 rowsum(dO * O) per head and token (H), from the
-// next 4-byte boundary.
+// Gradient buffers flowing through backward (the family's backward scratch table).
 int64_t backward_scratch_bytes(const ModelSpec& m, const ActivationShape& a);
 
 // Workspace cuDNN's fused attention (runtime/cuda/cudnn_attention.h) asks

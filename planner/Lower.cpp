@@ -6,9 +6,7 @@
 namespace fsdpgen {
 namespace {
 
-int64_t round_up(int64_t x, int64_t m) {
-  return (x + m - 1) / m * m;
-}
+using model::round_up;
 
 FlatUnit flatten(const Spec& spec, const UnitSpec& u, int index, int64_t shard_align_elems) {
   FlatUnit f;

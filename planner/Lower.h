@@ -17,10 +17,11 @@
 
 #include "dsl/Layers.h"
 #include "dsl/Spec.h"
+#include "model/layout.h"
 
 namespace fsdpgen {
 
-inline constexpr int64_t kTensorAlignElems = 16;
+using model::kTensorAlignElems;  // model/layout.h
 
 struct FlatTensor {
   std::string name;            // Hugging Face name

@@ -1,89 +1,83 @@
-// gpt2: the saved-activation, parameter and scratch layouts of gpt2.h and the
-// per-layer forward/backward that compose kernels.h over them.
+// gpt2: pointers into the saved-activation, parameter and scratch layouts of
+// model/gpt2.h and the per-layer forward/backward that compose kernels.h over them.
 #include "runtime/gpt2.h"
 
-#include <algorithm>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
+#include "model/gpt2.h"
 #include "runtime/kernels.h"
 
 namespace {
 
-// Tensors of a flat parameter start on this element boundary (planner/Lower.h).
-constexpr int64_t kTensorAlignElems = 16;
+namespace model = fsdpgen::model;
 
-int64_t round_up(int64_t x, int64_t m) {
-  return (x + m - 1) / m * m;
+model::Dims layout_dims(const gpt2_dims& d) {
+  return {d.C, d.F, d.H, d.T, d.C, d.flash};
 }
 
-// Hands out consecutive tensors from a flat parameter, each aligned.
-template <class P>
-struct param_carver {
-  P* base;
-  int64_t offset = 0;
-  P* next(int64_t elems) {
-    P* p = base + offset;
-    offset = round_up(offset + elems, kTensorAlignElems);
-    return p;
-  }
-};
-
-// Hands out consecutive arrays from a byte slot, packed.
+// Pointers to the arrays of a slot laid out by one of model/gpt2.h's tables.
 struct slot_carver {
-  std::byte* p;
+  model::Table<model::Field> table;
+  const gpt2_dims& d;
+  int64_t param_bytes;
+  std::byte* base;
+  // The named array as X: float for fp32 rows, the param type for the
+  // others; null where the attention layout has no such array.
   template <class X>
-  X* next(int64_t elems) {
-    X* x = reinterpret_cast<X*>(p);
-    p += elems * static_cast<int64_t>(sizeof(X));
-    return x;
+  X* at(const char* name) const {
+    const size_t row = model::index_of(table, name);
+    if (model::elem_bytes(table[row].elem, param_bytes) != static_cast<int64_t>(sizeof(X)))
+      throw std::logic_error(std::string("gpt2: saved array ") + name + " taken as the wrong type");
+    if (!model::present(table[row], layout_dims(d))) return nullptr;
+    return reinterpret_cast<X*>(
+        base + model::offset_bytes(table, row, layout_dims(d), d.N(), param_bytes));
   }
 };
 
-// Elements of T per token of the backward scratch's big array: d(qkv) and,
-// materialized, d(probs); or d(gelu) and d(fc) (the planner reserves both,
-// planner/Activations.cpp; the block's backward runs GELU's in place).
-int64_t gpt2_big_per_token(const gpt2_dims& d) {
-  return std::max(3 * d.C + (d.flash ? 0 : d.H * d.T), 2 * d.F);
-}
-
-// Bytes of the backward scratch's T arrays (dres, dtmp, big).
-int64_t gpt2_scratch_stored_bytes(const gpt2_dims& d, int64_t a) {
-  return d.N() * a * (2 * d.C + gpt2_big_per_token(d));
-}
+// Pointers to a block's tensors in a flat parameter (or gradient) buffer.
+template <class P>
+struct tensor_carver {
+  P* base;
+  const gpt2_dims& d;
+  P* at(const char* name) const {
+    const model::Table<model::Tensor> t = model::kGpt2BlockParams;
+    return base + model::offset_elems(t, model::index_of(t, name), layout_dims(d));
+  }
+};
 
 }  // namespace
 
 int64_t gpt2_block_saved_bytes(const gpt2_dims& d, int64_t a) {
-  const int64_t attention = d.flash ? 4 * d.H : a * d.H * d.T;  // lse (fp32) or probs (T)
-  return d.N() * (4 * 4 + a * (8 * d.C + 2 * d.F) + attention);
+  return model::slot_bytes(model::kGpt2BlockSaved, layout_dims(d), d.N(), a);
 }
 
 int64_t gpt2_final_norm_saved_bytes(const gpt2_dims& d, int64_t a) {
-  return d.N() * (2 * 4 + a * 2 * d.C);
+  return model::slot_bytes(model::kGpt2FinalNormSaved, layout_dims(d), d.N(), a);
 }
 
 int64_t gpt2_backward_scratch_bytes(const gpt2_dims& d, int64_t a) {
-  const int64_t stored = gpt2_scratch_stored_bytes(d, a);
-  return d.flash ? round_up(stored, 4) + 4 * d.N() * d.H : stored;
+  return model::slot_bytes(model::kGpt2BackwardScratch, layout_dims(d), d.N(), a);
 }
 
-// A block's tensors in flat-parameter order (params and grads alike).
+// A block's tensors (params and grads alike).
 template <class Out, class Ptr>
 Out block_tensors_at(Ptr base, const gpt2_dims& d) {
-  param_carver<std::remove_pointer_t<Ptr>> c{base};
+  const tensor_carver<std::remove_pointer_t<Ptr>> c{base, d};
   Out p;
-  p.ln1_w = c.next(d.C);
-  p.ln1_b = c.next(d.C);
-  p.qkv_w = c.next(d.C * 3 * d.C);
-  p.qkv_b = c.next(3 * d.C);
-  p.proj_w = c.next(d.C * d.C);
-  p.proj_b = c.next(d.C);
-  p.ln2_w = c.next(d.C);
-  p.ln2_b = c.next(d.C);
-  p.fc_w = c.next(d.C * d.F);
-  p.fc_b = c.next(d.F);
-  p.fc2_w = c.next(d.F * d.C);
-  p.fc2_b = c.next(d.C);
+  p.ln1_w = c.at("ln1_w");
+  p.ln1_b = c.at("ln1_b");
+  p.qkv_w = c.at("qkv_w");
+  p.qkv_b = c.at("qkv_b");
+  p.proj_w = c.at("proj_w");
+  p.proj_b = c.at("proj_b");
+  p.ln2_w = c.at("ln2_w");
+  p.ln2_b = c.at("ln2_b");
+  p.fc_w = c.at("fc_w");
+  p.fc_b = c.at("fc_b");
+  p.fc2_w = c.at("fc2_w");
+  p.fc2_b = c.at("fc2_b");
   return p;
 }
 
@@ -99,46 +93,44 @@ gpt2_block_grads<G> gpt2_block_grads_at(G* base, const gpt2_dims& d) {
 
 template <class T>
 gpt2_block_saved<T> gpt2_block_saved_at(std::byte* slot, const gpt2_dims& d) {
-  const int64_t N = d.N(), C = d.C;
-  slot_carver c{slot};
+  const slot_carver c{model::kGpt2BlockSaved, d, sizeof(T), slot};
   gpt2_block_saved<T> s;
-  s.ln1_mean = c.next<float>(N);
-  s.ln1_rstd = c.next<float>(N);
-  s.ln2_mean = c.next<float>(N);
-  s.ln2_rstd = c.next<float>(N);
-  s.input = c.next<T>(N * C);
-  s.ln1 = c.next<T>(N * C);
-  s.qkv = c.next<T>(N * 3 * C);
-  s.attn = c.next<T>(N * C);
-  s.res2 = c.next<T>(N * C);
-  s.ln2 = c.next<T>(N * C);
-  s.fc = c.next<T>(N * d.F);
-  s.gelu = c.next<T>(N * d.F);
-  // The T arrays end on a 4-byte boundary (N * a * (8C + 2F) bytes, a = 2 or 4).
-  s.probs = d.flash ? nullptr : c.next<T>(N * d.H * d.T);
-  s.lse = d.flash ? c.next<float>(N * d.H) : nullptr;
+  s.ln1_mean = c.at<float>("ln1_mean");
+  s.ln1_rstd = c.at<float>("ln1_rstd");
+  s.ln2_mean = c.at<float>("ln2_mean");
+  s.ln2_rstd = c.at<float>("ln2_rstd");
+  s.input = c.at<T>("input");
+  s.ln1 = c.at<T>("ln1");
+  s.qkv = c.at<T>("qkv");
+  s.attn = c.at<T>("attn");
+  s.res2 = c.at<T>("res2");
+  s.ln2 = c.at<T>("ln2");
+  s.fc = c.at<T>("fc");
+  s.gelu = c.at<T>("gelu");
+  s.probs = c.at<T>("probs");
+  s.lse = c.at<float>("lse");
   return s;
 }
 
 template <class T>
 gpt2_final_norm_saved<T> gpt2_final_norm_saved_at(std::byte* slot, const gpt2_dims& d) {
-  slot_carver c{slot};
+  const slot_carver c{model::kGpt2FinalNormSaved, d, sizeof(T), slot};
   gpt2_final_norm_saved<T> s;
-  s.mean = c.next<float>(d.N());
-  s.rstd = c.next<float>(d.N());
-  s.input = c.next<T>(d.N() * d.C);
-  s.output = c.next<T>(d.N() * d.C);
+  s.mean = c.at<float>("mean");
+  s.rstd = c.at<float>("rstd");
+  s.input = c.at<T>("input");
+  s.output = c.at<T>("output");
   return s;
 }
 
 template <class T>
 gpt2_backward_scratch<T> gpt2_backward_scratch_at(std::byte* base, const gpt2_dims& d) {
-  slot_carver c{base};
+  const slot_carver c{model::kGpt2BackwardScratch, d, sizeof(T), base};
   gpt2_backward_scratch<T> s;
-  s.dres = c.next<T>(d.N() * d.C);
-  s.dtmp = c.next<T>(d.N() * d.C);
-  s.big = c.next<T>(d.N() * gpt2_big_per_token(d));
-  s.delta = d.flash ? reinterpret_cast<float*>(base + round_up(c.p - base, 4)) : nullptr;
+  s.dres = c.at<T>("dres");
+  s.dtmp = c.at<T>("dtmp");
+  s.big = c.at<T>("big");
+  s.delta = c.at<float>("delta");
   return s;
 }
 

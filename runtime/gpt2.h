@@ -1,18 +1,10 @@
-// gpt2: the family's layers composed from kernels, in the saved-activation
-// layout that planner/Activations.h plans (the contract that makes measured
-// memory equal planned memory). A generated step calls these with pointers
-// into the arena; nothing here allocates.
-//
-// Per token, a block's saved slot holds, in this order:
-//   fp32: ln1_mean, ln1_rstd, ln2_mean, ln2_rstd
-//   T:    input (C), ln1 (C), qkv (3C), attn (C), res2 (C), ln2 (C), fc (F), gelu (F),
-//   then the attention's: probs (H*T), or with dims.flash lse (H, fp32)
-// (laid out as arrays over the N tokens: all ln1_mean first, then all ln1_rstd, ...;
-// probs and lse over (B, H) then positions). The final norm's slot: fp32 mean, rstd;
-// T: input (C), output (C).
-// Backward scratch per token: T: dres (C), dtmp (C), big (max(3C + H*T, 2F), or with
-// dims.flash max(3C, 2F)); with dims.flash then fp32 delta (H), from the next 4-byte boundary.
-// (The planner reserves 2F in big; the block's backward uses F of it.)
+// gpt2: the family's layers composed from kernels, over the saved-activation,
+// parameter and scratch layouts of model/gpt2.h, which the planner totals
+// (the contract that makes measured memory equal planned memory). A
+// generated step calls these with pointers into the arena; nothing here
+// allocates. Each saved array spans the N tokens (probs and lse over (B, H)
+// then positions). The planner reserves 2F in the backward scratch's big; the
+// block's backward uses F of it.
 #pragma once
 
 #include <cstddef>
@@ -39,8 +31,7 @@ struct gpt2_dims {
 };
 
 // Bytes of one block's saved slot, of the final norm's and of the backward
-// scratch, for element size a: what planner/Activations.h plans (layer_saved_bytes,
-// backward_scratch_bytes), byte for byte.
+// scratch, for element size a (model/gpt2.h's tables).
 int64_t gpt2_block_saved_bytes(const gpt2_dims& d, int64_t a);
 int64_t gpt2_final_norm_saved_bytes(const gpt2_dims& d, int64_t a);
 int64_t gpt2_backward_scratch_bytes(const gpt2_dims& d, int64_t a);
@@ -60,8 +51,7 @@ struct gpt2_block_params {
   const T* fc2_w;   // (F, C)
   const T* fc2_b;   // (C)
 };
-// The block's tensors from its first tensor, in dsl/Layers.h order with each
-// tensor starting on a 16-element boundary (planner/Lower.h).
+// The block's tensors from its first tensor, as model/gpt2.h lays them out.
 template <class T>
 gpt2_block_params<T> gpt2_block_params_at(const T* base, const gpt2_dims& d);
 

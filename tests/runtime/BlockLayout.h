@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "Reference.h"
+#include "model/layout.h"
 #include "runtime/gpt2.h"
 
 namespace ref {
@@ -22,11 +23,11 @@ inline std::vector<int64_t> block_tensor_elems(const dims& d) {
   return {C, C, C * 3 * C, 3 * C, C * C, C, C, C, C * F, F, F * C, C};
 }
 
-// Elements of the flat buffer: each tensor starts on a 16-element boundary.
+// Elements of the flat buffer: each tensor starts on a kTensorAlignElems boundary.
 inline int64_t block_flat_elems(const dims& d) {
   int64_t n = 0;
   for (int64_t e : block_tensor_elems(d))
-    n = (n + e + 15) / 16 * 16;
+    n = fsdpgen::model::round_up(n + e, fsdpgen::model::kTensorAlignElems);
   return n;
 }
 

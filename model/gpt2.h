@@ -1,0 +1,67 @@
+// gpt2 layout: the gpt2 family's tables (model/layout.h): a block's parameter
+// tensors and saved arrays, the final norm's saved arrays and the backward
+// scratch. The planner totals them, runtime/gpt2.h carves them.
+#pragma once
+
+#include "model/layout.h"
+
+namespace fsdpgen::model {
+
+// A block's tensors in flat-parameter order (GPT-2's Conv1D: weights are (in, out)).
+inline constexpr Tensor kGpt2BlockParams[] = {
+    {"ln1_w", "ln_1.weight", {C}},
+    {"ln1_b", "ln_1.bias", {C}},
+    {"qkv_w", "attn.c_attn.weight", {C, 3 * C}},
+    {"qkv_b", "attn.c_attn.bias", {3 * C}},
+    {"proj_w", "attn.c_proj.weight", {C, C}},
+    {"proj_b", "attn.c_proj.bias", {C}},
+    {"ln2_w", "ln_2.weight", {C}},
+    {"ln2_b", "ln_2.bias", {C}},
+    {"fc_w", "mlp.c_fc.weight", {C, F}},
+    {"fc_b", "mlp.c_fc.bias", {F}},
+    {"fc2_w", "mlp.c_proj.weight", {F, C}},
+    {"fc2_b", "mlp.c_proj.bias", {C}},
+};
+
+// What a block's forward saves, per token: the LayerNorm statistics, the
+// stored activations, then the attention's probabilities (over (B, H) then
+// positions) or, with flash attention, their log-sum-exp.
+inline constexpr Field kGpt2BlockSaved[] = {
+    {"ln1_mean", Elem::Fp32, One},
+    {"ln1_rstd", Elem::Fp32, One},
+    {"ln2_mean", Elem::Fp32, One},
+    {"ln2_rstd", Elem::Fp32, One},
+    {"input", Elem::Param, C},
+    {"ln1", Elem::Param, C},
+    {"qkv", Elem::Param, 3 * C},
+    {"attn", Elem::Param, C},
+    {"res2", Elem::Param, C},
+    {"ln2", Elem::Param, C},
+    {"fc", Elem::Param, F},
+    {"gelu", Elem::Param, F},
+    {"probs", Elem::Param, Probs, When::Materialized},
+    {"lse", Elem::Fp32, H, When::Flash},
+};
+
+inline constexpr Field kGpt2FinalNormSaved[] = {
+    {"mean", Elem::Fp32, One},
+    {"rstd", Elem::Fp32, One},
+    {"input", Elem::Param, C},
+    {"output", Elem::Param, C},
+};
+
+// The gradients flowing through backward, per token: the residual stream's
+// (updated in place layer by layer), a second (N, C), one array for the
+// largest intermediate gradient (d(qkv) and d(probs); or d(gelu) and d(fc)),
+// and with flash attention rowsum(d(attn) * attn) per head.
+inline constexpr Field kGpt2BackwardScratch[] = {
+    {"dres", Elem::Param, C},
+    {"dtmp", Elem::Param, C},
+    {"big", Elem::Param, max_of(3 * C + Probs, 2 * F)},
+    {"delta", Elem::Fp32, H, When::Flash},
+};
+
+inline constexpr ActivationLayout kGpt2Activations{kGpt2BlockSaved, kGpt2FinalNormSaved,
+                                                   kGpt2BackwardScratch};
+
+}  // namespace fsdpgen::model

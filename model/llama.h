@@ -1,0 +1,50 @@
+// llama layout: the llama family's saved-activation and scratch tables
+// (model/layout.h), which the planner totals. Its kernels are not written
+// yet; the fp32 rows come first so that every row is aligned for any shape.
+#pragma once
+
+#include "model/layout.h"
+
+namespace fsdpgen::model {
+
+// What a block's forward saves, per token: the RMSNorm statistics, with
+// flash attention the log-sum-exp, the stored activations (q, k, v with
+// grouped-query k and v), the SwiGLU MLP's gate, up and silu(gate) * up, then
+// without flash attention the probabilities.
+inline constexpr Field kLlamaBlockSaved[] = {
+    {"rms1_rstd", Elem::Fp32, One},
+    {"rms2_rstd", Elem::Fp32, One},
+    {"lse", Elem::Fp32, H, When::Flash},
+    {"input", Elem::Param, C},
+    {"rms1", Elem::Param, C},
+    {"q", Elem::Param, C},
+    {"k", Elem::Param, KV},
+    {"v", Elem::Param, KV},
+    {"attn", Elem::Param, C},
+    {"res2", Elem::Param, C},
+    {"rms2", Elem::Param, C},
+    {"gate", Elem::Param, F},
+    {"up", Elem::Param, F},
+    {"swiglu", Elem::Param, F},
+    {"probs", Elem::Param, Probs, When::Materialized},
+};
+
+inline constexpr Field kLlamaFinalNormSaved[] = {
+    {"rstd", Elem::Fp32, One},
+    {"input", Elem::Param, C},
+    {"output", Elem::Param, C},
+};
+
+// As gpt2's (model/gpt2.h), with the largest intermediate gradient also
+// covering d(gate), d(up), d(swiglu) and d(q), d(k), d(v).
+inline constexpr Field kLlamaBackwardScratch[] = {
+    {"dres", Elem::Param, C},
+    {"dtmp", Elem::Param, C},
+    {"big", Elem::Param, max_of(3 * C + Probs, 3 * F, C + 2 * KV)},
+    {"delta", Elem::Fp32, H, When::Flash},
+};
+
+inline constexpr ActivationLayout kLlamaActivations{kLlamaBlockSaved, kLlamaFinalNormSaved,
+                                                    kLlamaBackwardScratch};
+
+}  // namespace fsdpgen::model
