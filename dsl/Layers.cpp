@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include "model/gpt2.h"
+#include "model/llama.h"
+
 namespace fsdpgen {
 
 int64_t TensorDecl::elems() const {
@@ -30,28 +33,33 @@ std::string to_string(const LayerId& l) {
   return "?";
 }
 
+model::Dims model_dims(const ModelSpec& m) {
+  return {m.width, m.ffn_hidden, m.heads, m.context, m.kv_heads * m.head_dim()};
+}
+
 namespace {
 
+// A block's tensors as its family's layout table lists them.
+std::vector<TensorDecl> block_tensors(const ModelSpec& m, model::Table<model::Tensor> table,
+                                      const std::string& prefix) {
+  std::vector<TensorDecl> out;
+  for (const model::Tensor& t : table) {
+    std::vector<int64_t> shape;
+    for (int i = 0; i < t.shape.rank; ++i)
+      shape.push_back(t.shape.dims[i](model_dims(m)));
+    out.push_back({prefix + t.hf_name, shape});
+  }
+  return out;
+}
+
 std::vector<TensorDecl> gpt2_tensors(const ModelSpec& m, const LayerId& layer) {
-  const int64_t C = m.width, V = m.vocab, T = m.context, F = m.ffn_hidden;
+  const int64_t C = m.width, V = m.vocab, T = m.context;
   switch (layer.kind) {
     case LayerId::Kind::Embed:
       return {{"transformer.wte.weight", {V, C}, true}, {"transformer.wpe.weight", {T, C}}};
-    case LayerId::Kind::Block: {
-      std::string p = fmt::format("transformer.h.{}.", layer.block);
-      return {{p + "ln_1.weight", {C}},
-              {p + "ln_1.bias", {C}},
-              {p + "attn.c_attn.weight", {C, 3 * C}},
-              {p + "attn.c_attn.bias", {3 * C}},
-              {p + "attn.c_proj.weight", {C, C}},
-              {p + "attn.c_proj.bias", {C}},
-              {p + "ln_2.weight", {C}},
-              {p + "ln_2.bias", {C}},
-              {p + "mlp.c_fc.weight", {C, F}},
-              {p + "mlp.c_fc.bias", {F}},
-              {p + "mlp.c_proj.weight", {F, C}},
-              {p + "mlp.c_proj.bias", {C}}};
-    }
+    case LayerId::Kind::Block:
+      return block_tensors(m, model::kGpt2BlockParams,
+                           fmt::format("transformer.h.{}.", layer.block));
     case LayerId::Kind::FinalNorm:
       return {{"transformer.ln_f.weight", {C}}, {"transformer.ln_f.bias", {C}}};
     case LayerId::Kind::Head:
@@ -62,20 +70,13 @@ std::vector<TensorDecl> gpt2_tensors(const ModelSpec& m, const LayerId& layer) {
 }
 
 std::vector<TensorDecl> llama_tensors(const ModelSpec& m, const LayerId& layer) {
-  const int64_t C = m.width, V = m.vocab, F = m.ffn_hidden;
-  const int64_t kv = m.kv_heads * m.head_dim();
+  const int64_t C = m.width, V = m.vocab;
   switch (layer.kind) {
     case LayerId::Kind::Embed:
       return {{"model.embed_tokens.weight", {V, C}, true}};
-    case LayerId::Kind::Block: {
-      std::string p = fmt::format("model.layers.{}.", layer.block);
-      return {
-          {p + "input_layernorm.weight", {C}},      {p + "self_attn.q_proj.weight", {C, C}},
-          {p + "self_attn.k_proj.weight", {kv, C}}, {p + "self_attn.v_proj.weight", {kv, C}},
-          {p + "self_attn.o_proj.weight", {C, C}},  {p + "post_attention_layernorm.weight", {C}},
-          {p + "mlp.gate_proj.weight", {F, C}},     {p + "mlp.up_proj.weight", {F, C}},
-          {p + "mlp.down_proj.weight", {C, F}}};
-    }
+    case LayerId::Kind::Block:
+      return block_tensors(m, model::kLlamaBlockParams,
+                           fmt::format("model.layers.{}.", layer.block));
     case LayerId::Kind::FinalNorm:
       return {{"model.norm.weight", {C}}};
     case LayerId::Kind::Head:

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dsl/Spec.h"
+#include "model/layout.h"
 
 namespace fsdpgen {
 
@@ -22,7 +23,12 @@ struct TensorDecl {
   int64_t stored_elems(const ModelSpec& m) const;
 };
 
-// Tensors of one layer, in their fixed flat-parameter order.
+// The model's dimensions as the layout tables (model/layout.h) write them;
+// attention's layout (flash) is the plan's, not the model's.
+model::Dims model_dims(const ModelSpec& m);
+
+// Tensors of one layer, in their fixed flat-parameter order (a block's from
+// its family's layout table, model/gpt2.h and model/llama.h).
 std::vector<TensorDecl> layer_tensors(const ModelSpec& m, const LayerId& layer);
 
 // Parameter count of one layer (sum of its tensors' elements).

@@ -1,11 +1,21 @@
-// llama layout: the llama family's saved-activation and scratch tables
-// (model/layout.h), which the planner totals. Its kernels are not written
-// yet; the fp32 rows come first so that every row is aligned for any shape.
+// llama layout: the llama family's tables (model/layout.h): a block's
+// parameter tensors and saved arrays, the final norm's and the backward
+// scratch, which the planner totals. Its kernels are not written yet; the
+// fp32 rows come first so that every row is aligned for any shape.
 #pragma once
 
 #include "model/layout.h"
 
 namespace fsdpgen::model {
+
+// A block's tensors in flat-parameter order (nn.Linear: weights are (out, in)).
+inline constexpr Tensor kLlamaBlockParams[] = {
+    {"rms1_w", "input_layernorm.weight", {C}},   {"q_w", "self_attn.q_proj.weight", {C, C}},
+    {"k_w", "self_attn.k_proj.weight", {KV, C}}, {"v_w", "self_attn.v_proj.weight", {KV, C}},
+    {"o_w", "self_attn.o_proj.weight", {C, C}},  {"rms2_w", "post_attention_layernorm.weight", {C}},
+    {"gate_w", "mlp.gate_proj.weight", {F, C}},  {"up_w", "mlp.up_proj.weight", {F, C}},
+    {"down_w", "mlp.down_proj.weight", {C, F}},
+};
 
 // What a block's forward saves, per token: the RMSNorm statistics, with
 // flash attention the log-sum-exp, the stored activations (q, k, v with

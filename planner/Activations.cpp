@@ -29,7 +29,9 @@ model::Table<model::Field> saved_table(const ModelSpec& m, const LayerId& l) {
 }  // namespace
 
 model::Dims layout_dims(const ModelSpec& m, const ActivationShape& a) {
-  return {m.width, m.ffn_hidden, m.heads, m.context, m.kv_heads * m.head_dim(), a.flash_attention};
+  model::Dims d = model_dims(m);
+  d.flash = a.flash_attention;
+  return d;
 }
 
 int64_t layer_saved_bytes(const ModelSpec& m, const LayerId& l, const ActivationShape& a) {

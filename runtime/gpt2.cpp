@@ -13,6 +13,7 @@ namespace {
 
 namespace model = fsdpgen::model;
 
+// gpt2 attends with every head: k and v are C wide.
 model::Dims layout_dims(const gpt2_dims& d) {
   return {d.C, d.F, d.H, d.T, d.C, d.flash};
 }
