@@ -20,7 +20,7 @@ flags=(-std=c++20 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-saniti
 
 objs=()
 pids=()
-for src in "$root"/dsl/*.cpp "$root"/tests/fuzz/ParserFuzz.cpp; do
+for src in "$root"/dsl/*.cpp "$root"/suggest/*.cpp "$root"/tests/fuzz/ParserFuzz.cpp; do
   obj="$out/obj/$(basename "$src" .cpp).o"
   objs+=("$obj")
   "${launcher[@]}" "$cxx" "${flags[@]}" -c "$src" -o "$obj" &
