@@ -9,10 +9,10 @@
 
 #include <fmt/format.h>
 
+#include "dsl/Print.h"
+#include "emit/Template.h"
 #include "model/gpt2.h"
 #include "planner/Activations.h"
-#include "emit/Template.h"
-#include "dsl/Print.h"
 
 namespace fsdpgen {
 
@@ -107,8 +107,6 @@ class Writer {
     half_ = p.precision.param != DType::FP32 ? p.precision.param : p.precision.reduce;
     act_ = {s.micro_batch * model_.context, pbytes_, s.options.flash_attention};
     N_ = act_.tokens;
-    for (const Buffer& b : s.buffers)
-      by_name_[b.name] = b.id;
   }
 
   std::string run() {
@@ -188,18 +186,6 @@ class Writer {
   // ---- buffers -------------------------------------------------------------
   const Buffer& buf(int id) const { return s_.buffers[static_cast<size_t>(id)]; }
   int64_t offset(int id) const { return m_.placements[static_cast<size_t>(id)].offset; }
-  // A buffer by its stable name; -1 when the schedule has none (zero bytes,
-  // e.g. the saved activations of a segment holding only the embedding).
-  int by_name(const std::string& name) const {
-    auto it = by_name_.find(name);
-    return it == by_name_.end() ? -1 : it->second;
-  }
-  // The op's use of a buffer of this kind (the first one), or -1.
-  int use(const Op& op, BufferKind kind) const {
-    for (int b : op.uses)
-      if (buf(b).kind == kind) return b;
-    return -1;
-  }
   // A pointer expression into the buffer's arena: dev<T>(c, offset) or host<T>(c, offset).
   std::string ptr(int id, const std::string& type, int64_t extra_bytes = 0) const {
     if (id < 0) return "nullptr";
@@ -282,7 +268,7 @@ class Writer {
                            const std::string& next) const {
     const Segment& seg = s_.units.segments[static_cast<size_t>(seg_index)];
     const std::vector<int64_t> slots = slot_offsets(seg);
-    const int inputs = use(op, BufferKind::Inputs);
+    const int inputs = op.operand(Role::Inputs);
     std::string out;
     for (size_t k = 0; k < seg.layers.size(); ++k) {
       const LayerId& l = seg.layers[k];
@@ -314,7 +300,7 @@ class Writer {
         case LayerId::Kind::FinalNorm:
           break;  // with the head, below
         case LayerId::Kind::Head: {
-          const int logits = use(op, BufferKind::Logits);
+          const int logits = op.operand(Role::Logits);
           const int64_t logits_bytes = N_ * model_.padded_vocab() * pbytes_;
           out += fmt::format(
               "  {{  // final_norm, head and loss\n"
@@ -338,41 +324,34 @@ class Writer {
   // Where segment i's output goes in forward: the next segment's input.
   std::string next_input(const Op& op, int seg_index) const {
     if (seg_index + 1 >= static_cast<int>(s_.units.segments.size())) return "nullptr";
-    int next = by_name(fmt::format("acts.s{}.mb{}", seg_index + 1, op.micro_batch));
-    return segment_input(seg_index + 1, next);
+    return segment_input(seg_index + 1, op.operand(Role::NextInput));
+  }
+
+  // Where a segment's layers save what backward reads: its saved
+  // activations, or under recompute = block the scratch.
+  int saved_of(const Op& op) const {
+    const Segment& seg = s_.units.segments[static_cast<size_t>(op.segment)];
+    return recomputes(seg) ? op.operand(Role::RecomputeScratch) : op.operand(Role::Saved);
   }
 
   std::string forward(const Op& op) const {
-    const int i = op.segment;
-    const Segment& seg = s_.units.segments[static_cast<size_t>(i)];
-    const int params = params_buffer(op);
-    const int acts = by_name(fmt::format("acts.s{}.mb{}", i, op.micro_batch));
-    const int saved =
-        recomputes(seg) ? by_name(fmt::format("fwd_scratch.s{}.mb{}", i, op.micro_batch)) : acts;
-    return forward_body(op, i, params, saved, acts, next_input(op, i));
+    return forward_body(op, op.segment, op.operand(Role::Params), saved_of(op),
+                        op.operand(Role::Saved), next_input(op, op.segment));
   }
 
   std::string recompute(const Op& op) const {
-    const int i = op.segment;
-    const int acts = by_name(fmt::format("acts.s{}.mb{}", i, op.micro_batch));
-    const int scratch = by_name(fmt::format("recompute.s{}.mb{}", i, op.micro_batch));
-    return forward_body(op, i, params_buffer(op), scratch, acts, "nullptr");
-  }
-
-  int params_buffer(const Op& op) const {
-    int b = use(op, BufferKind::UnshardedParams);
-    return b >= 0 ? b : use(op, BufferKind::ParamShard);
+    return forward_body(op, op.segment, op.operand(Role::Params), saved_of(op),
+                        op.operand(Role::Saved), "nullptr");
   }
 
   std::string backward(const Op& op) {
     const int i = op.segment;
     const Segment& seg = s_.units.segments[static_cast<size_t>(i)];
-    const int params = params_buffer(op);
-    const int acts = by_name(fmt::format("acts.s{}.mb{}", i, op.micro_batch));
-    const int saved =
-        recomputes(seg) ? by_name(fmt::format("recompute.s{}.mb{}", i, op.micro_batch)) : acts;
-    const int grads = use(op, BufferKind::UnshardedGrads);
-    const int scratch = use(op, BufferKind::BackwardScratch);
+    const int params = op.operand(Role::Params);
+    const int acts = op.operand(Role::Saved);
+    const int saved = saved_of(op);
+    const int grads = op.operand(Role::Grads);
+    const int scratch = op.operand(Role::Scratch);
     const std::vector<int64_t> slots = slot_offsets(seg);
     std::string out;
     if (grads >= 0 && zeroed_.insert(grads).second)
@@ -384,7 +363,7 @@ class Writer {
       const LayerId& l = seg.layers[r];
       switch (l.kind) {
         case LayerId::Kind::Head: {
-          const int logits = use(op, BufferKind::Logits);
+          const int logits = op.operand(Role::Logits);
           out += fmt::format(
               "  {{  // head and final_norm\n"
               "    auto s = gpt2_final_norm_saved_at<param_t>({}, kDims);\n"
@@ -417,7 +396,7 @@ class Writer {
                              fn("gpt2_embed_backward"),
                              grad(grads, seg.unit, "transformer.wte.weight"),
                              grad(grads, seg.unit, "transformer.wpe.weight"),
-                             ptr(use(op, BufferKind::Inputs), "int32_t"), gtail());
+                             ptr(op.operand(Role::Inputs), "int32_t"), gtail());
           break;
       }
     }
@@ -442,18 +421,16 @@ class Writer {
 
   std::string all_gather(const Op& op) const {
     const FlatUnit& f = unit(op.unit);
-    int src = use(op, BufferKind::CommStaging);
-    if (src < 0) src = use(op, BufferKind::ParamShard);
-    return fmt::format("  {}({}, {}, {}, {}{});\n", fn("comm_all_gather"), comm(op), bytes_ptr(src),
-                       bytes_ptr(use(op, BufferKind::UnshardedParams)), f.shard_elems * pbytes_,
-                       gtail());
+    return fmt::format("  {}({}, {}, {}, {}{});\n", fn("comm_all_gather"), comm(op),
+                       bytes_ptr(op.operand(Role::Src)), bytes_ptr(op.operand(Role::Dst)),
+                       f.shard_elems * pbytes_, gtail());
   }
 
   std::string reduce_scatter(const Op& op) const {
     const FlatUnit& f = unit(op.unit);
-    const int grads = use(op, BufferKind::UnshardedGrads);
-    const int staging = use(op, BufferKind::CommStaging);
-    const int shard = use(op, BufferKind::GradShard);
+    const int grads = op.operand(Role::Grads);
+    const int staging = op.operand(Role::Staging);
+    const int shard = op.operand(Role::GradShard);
     std::string out = fmt::format(
         "  {}({}, {}, {}, {}, {}{});\n", fn("comm_reduce_scatter"), comm(op), bytes_ptr(grads),
         bytes_ptr(staging >= 0 ? staging : shard), f.shard_elems, reduce_dtype(), gtail());
@@ -468,8 +445,8 @@ class Writer {
       return fmt::format("  {}({}, {}, {}, 1, dtype_id::fp32{});\n", fn("comm_all_reduce"),
                          comm(op), norm_partial(), norm_partial(), gtail());
     const FlatUnit& f = unit(op.unit);
-    const int grads = use(op, BufferKind::UnshardedGrads);
-    const int shard = use(op, BufferKind::GradShard);
+    const int grads = op.operand(Role::Grads);
+    const int shard = op.operand(Role::GradShard);
     if (grads < 0) {
       // Hybrid: the accumulated shard across replicas, in the reduce dtype.
       const std::string t = dtype_of(shard, f.shard_elems);
@@ -500,26 +477,27 @@ class Writer {
 
   std::string copy_h2d(const Op& op) const {
     if (on_gpu())
-      return fmt::format("  cuda_copy({}, {}, {}, g);\n", bytes_ptr(op.uses[1]),
-                         bytes_ptr(op.uses[0]), op.payload_bytes);
-    return fmt::format("  std::memcpy({}, {}, {});\n", bytes_ptr(op.uses[1]), bytes_ptr(op.uses[0]),
-                       op.payload_bytes);
+      return fmt::format("  cuda_copy({}, {}, {}, g);\n", bytes_ptr(op.operand(Role::Dst)),
+                         bytes_ptr(op.operand(Role::Src)), op.payload_bytes);
+    return fmt::format("  std::memcpy({}, {}, {});\n", bytes_ptr(op.operand(Role::Dst)),
+                       bytes_ptr(op.operand(Role::Src)), op.payload_bytes);
   }
 
   // Offload: a reduce-scatter's output (accumulated over micro-batches), or
   // at world 1 the step's unsharded fp32 gradients, into the host shard.
   std::string copy_d2h(const Op& op) const {
     const FlatUnit& f = unit(op.unit);
-    const int staging = use(op, BufferKind::CommStaging);
-    const int shard = use(op, BufferKind::GradShard);
-    const int src = staging >= 0 ? staging : use(op, BufferKind::UnshardedGrads);
-    return convert(shard, dtype_of(shard, f.shard_elems), src, reduce_dtype(), f.shard_elems,
-                   staging >= 0 && accumulates(op));
+    const int shard = op.operand(Role::Dst);
+    // A micro-batch's reduce-scatter output accumulates; the step's gradients
+    // (one copy, no micro-batch) set the shard.
+    return convert(shard, dtype_of(shard, f.shard_elems), op.operand(Role::Src), reduce_dtype(),
+                   f.shard_elems, accumulates(op));
   }
 
   std::string grad_norm(const Op& op) const {
     std::string out;
-    for (int b : op.uses) {
+    for (const OpOperand& o : op.operands) {
+      const int b = o.buffer;
       const int64_t elems = unit(buf(b).unit).shard_elems;
       out += fmt::format("  {}(c, {}, {}, {});  // {}\n", fn("step_add_grad_norm"), bytes_ptr(b),
                          dtype_of(b, elems), elems, buf(b).name);
@@ -527,19 +505,11 @@ class Writer {
     return out;
   }
 
-  // The gradient shard an op reads: on one rank without communication the
-  // unit's fp32 unsharded gradient is the shard.
-  int grad_shard_of(const Op& op) const {
-    int b = use(op, BufferKind::GradShard);
-    return b >= 0 ? b : use(op, BufferKind::UnshardedGrads);
-  }
-
   std::string optimizer(const Op& op) const {
     return fmt::format("  {}(c, {}, {}, {}, {}, {});\n", fn("step_optimizer"), op.unit,
-                       bytes_ptr(use(op, BufferKind::ParamShard)),
-                       ptr(use(op, BufferKind::MasterWeights), "float"),
-                       ptr(use(op, BufferKind::OptimizerState), "float"),
-                       bytes_ptr(grad_shard_of(op)));
+                       bytes_ptr(op.operand(Role::Params)), ptr(op.operand(Role::Master), "float"),
+                       ptr(op.operand(Role::OptimizerState), "float"),
+                       bytes_ptr(op.operand(Role::GradShard)));
   }
 
   std::string op_function(const Op& op) {
@@ -762,7 +732,6 @@ class Writer {
   DType reduce_ = DType::FP32;  // the unsharded gradients' dtype (fp32 without communication)
   DType half_ = DType::BF16;    // the 16-bit dtype 16-bit buffers hold
   ActivationShape act_;
-  std::map<std::string, int> by_name_;
   std::set<int> zeroed_;
 };
 

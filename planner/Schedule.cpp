@@ -26,6 +26,12 @@ int64_t Op::sent_bytes() const {
   return 0;
 }
 
+int Op::operand(Role role) const {
+  for (const OpOperand& o : operands)
+    if (o.role == role) return o.buffer;
+  return -1;
+}
+
 std::string Op::label() const {
   std::string s(to_string(kind));
   if (unit >= 0) s += fmt::format(" u{}", unit);
@@ -122,7 +128,11 @@ class Builder {
   // it comes after every Free issued before it (see Schedule.h).
   int emit(Op op) {
     op.id = static_cast<int>(s_.ops.size());
-    op.uses.erase(std::remove(op.uses.begin(), op.uses.end(), -1), op.uses.end());
+    op.operands.erase(std::remove_if(op.operands.begin(), op.operands.end(),
+                                     [](const OpOperand& o) { return o.buffer < 0; }),
+                      op.operands.end());
+    for (const OpOperand& o : op.operands)
+      op.uses.push_back(o.buffer);
     for (int b : op.uses) {
       if (users_[b].empty() && !s_.buffers[b].persistent && op.stream != StreamId::Compute &&
           last_compute_ >= 0)
@@ -224,9 +234,9 @@ class Builder {
         staging = buffer(BufferKind::CommStaging, MemSpace::Device,
                          fmt::format("h2d.u{}.{}.mb{}", u, phase, mb), shard_bytes(u, pbytes_), u,
                          mb, false);
-        copy.uses = {src, staging};
+        copy.operands = {{Role::Src, src}, {Role::Dst, staging}};
       } else {
-        copy.uses = {src, dst};
+        copy.operands = {{Role::Src, src}, {Role::Dst, dst}};
       }
       h2d = emit(copy);
       src = staging;
@@ -235,7 +245,7 @@ class Builder {
     if (sharded_) {
       Op ag = collective(OpKind::AllGather, StreamId::AllGather, u, mb, CommGroup::Shard, S_,
                          unit_bytes(u, pbytes_));
-      ag.uses = {src, dst};
+      ag.operands = {{Role::Src, src}, {Role::Dst, dst}};
       ag.deps = {h2d};
       producer = emit(ag);
       gather_pending_.push_back(staging);
@@ -309,9 +319,13 @@ class Builder {
                           segment_saved_bytes(spec_.model, seg, act_), u, mb, false);
       Op f = make_op(OpKind::Forward, StreamId::Compute, u, i, mb);
       f.flops = segment_forward_flops(spec_.model, seg, act_.tokens);
-      f.uses = {params_of(u), acts_[i], i + 1 < n ? acts_[i + 1] : -1, fscratch, workspace_};
-      if (i == 0 || seg.has_loss) f.uses.push_back(inputs_);
-      if (seg.has_loss) f.uses.push_back(logits_);
+      f.operands = {{Role::Params, params_of(u)},
+                    {Role::Saved, acts_[i]},
+                    {Role::NextInput, i + 1 < n ? acts_[i + 1] : -1},
+                    {Role::RecomputeScratch, fscratch},
+                    {Role::Workspace, workspace_}};
+      if (i == 0 || seg.has_loss) f.operands.push_back({Role::Inputs, inputs_});
+      if (seg.has_loss) f.operands.push_back({Role::Logits, logits_});
       f.deps = {gather_op_[u]};
       emit(f);
       free_now({fscratch});
@@ -352,7 +366,10 @@ class Builder {
                           segment_saved_bytes(spec_.model, seg, act_), u, mb, false);
         Op r = make_op(OpKind::Recompute, StreamId::Compute, u, i, mb);
         r.flops = segment_forward_flops(spec_.model, seg, act_.tokens);
-        r.uses = {params_of(u), acts_[i], rscratch, workspace_};
+        r.operands = {{Role::Params, params_of(u)},
+                      {Role::Saved, acts_[i]},
+                      {Role::RecomputeScratch, rscratch},
+                      {Role::Workspace, workspace_}};
         r.deps = {gather_op_[u]};
         emit(r);
       }
@@ -366,9 +383,11 @@ class Builder {
       }
       Op b = make_op(OpKind::Backward, StreamId::Compute, u, i, mb);
       b.flops = 2 * segment_forward_flops(spec_.model, seg, act_.tokens);
-      b.uses = {params_of(u), acts_[i], rscratch, grads_[u], scratch, workspace_};
-      if (i == 0 || seg.has_loss) b.uses.push_back(inputs_);
-      if (seg.has_loss) b.uses.push_back(logits_);
+      b.operands = {{Role::Params, params_of(u)},       {Role::Saved, acts_[i]},
+                    {Role::RecomputeScratch, rscratch}, {Role::Grads, grads_[u]},
+                    {Role::Scratch, scratch},           {Role::Workspace, workspace_}};
+      if (i == 0 || seg.has_loss) b.operands.push_back({Role::Inputs, inputs_});
+      if (seg.has_loss) b.operands.push_back({Role::Logits, logits_});
       b.deps = {gather_op_[u]};
       int bop = emit(b);
       free_now({acts_[i], rscratch, seg.has_loss ? logits_ : -1, i == 0 ? inputs_ : -1,
@@ -407,7 +426,7 @@ class Builder {
       // Offload at world 1: the step's gradients go to the host shard, once.
       Op d2h = make_op(OpKind::CopyD2H, StreamId::Copy, u, -1, -1);
       d2h.payload_bytes = unit_bytes(u, rbytes_);
-      d2h.uses = {grads_[u], grad_shard_[u]};
+      d2h.operands = {{Role::Src, grads_[u]}, {Role::Dst, grad_shard_[u]}};
       d2h.deps = {last_backward};
       producer = emit(d2h);
     }
@@ -419,13 +438,15 @@ class Builder {
                            : -1;
       Op rs = collective(OpKind::ReduceScatter, StreamId::ReduceScatter, u, mb, CommGroup::Shard,
                          S_, unit_bytes(u, rbytes_));
-      rs.uses = {grads_[u], staging, offload_ ? -1 : grad_shard_[u]};
+      rs.operands = {{Role::Grads, grads_[u]},
+                     {Role::Staging, staging},
+                     {Role::GradShard, offload_ ? -1 : grad_shard_[u]}};
       rs.deps = {last_backward};
       producer = emit(rs);
       if (offload_) {
         Op d2h = make_op(OpKind::CopyD2H, StreamId::Copy, u, -1, mb);
         d2h.payload_bytes = shard_bytes(u, rbytes_);
-        d2h.uses = {staging, grad_shard_[u]};
+        d2h.operands = {{Role::Src, staging}, {Role::Dst, grad_shard_[u]}};
         d2h.deps = {producer};
         producer = emit(d2h);
       }
@@ -436,7 +457,7 @@ class Builder {
       Op ar = collective(OpKind::AllReduce, StreamId::AllReduce, u, sharded_ ? -1 : mb,
                          CommGroup::Replica, R_,
                          sharded_ ? shard_bytes(u, rbytes_) : unit_bytes(u, rbytes_));
-      ar.uses = {sharded_ ? -1 : grads_[u], grad_shard_[u]};
+      ar.operands = {{Role::Grads, sharded_ ? -1 : grads_[u]}, {Role::GradShard, grad_shard_[u]}};
       ar.deps = {producer};
       producer = emit(ar);
     }
@@ -455,7 +476,7 @@ class Builder {
     Op norm = make_op(OpKind::GradNorm, where, -1, -1, -1);
     for (const FlatUnit& f : units()) {
       if (!has_params(f.index)) continue;
-      norm.uses.push_back(grad_shard_[f.index]);
+      norm.operands.push_back({Role::GradShard, grad_shard_[f.index]});
       norm.deps.push_back(last_reduce_[f.index]);
       norm.memory_bytes += shard_bytes(f.index, gbytes_);
     }
@@ -473,7 +494,10 @@ class Builder {
       if (!has_params(f.index)) continue;
       const int u = f.index;
       Op opt = make_op(OpKind::OptimizerStep, where, u, -1, -1);
-      opt.uses = {shard_[u], master_[u], state_[u], grad_shard_[u]};
+      opt.operands = {{Role::Params, shard_[u]},
+                      {Role::Master, master_[u]},
+                      {Role::OptimizerState, state_[u]},
+                      {Role::GradShard, grad_shard_[u]}};
       opt.deps = {gate, last_reduce_[u]};
       // Reads grad, master and state; writes master, state and the param-dtype shard.
       opt.memory_bytes = f.shard_elems * (gbytes_ + 2 * mbytes_ + 2 * states * mbytes_ + pbytes_);

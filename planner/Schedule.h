@@ -98,6 +98,32 @@ struct Buffer {
   bool persistent = false;  // lives across steps: allocated before the first step, never freed
 };
 
+// What a buffer is to the op that uses it, so that the emitter finds each
+// operand by its role, not by its name or its position (as Halide's IR nodes
+// name their operands).
+enum class Role {
+  Params,            // the unit's parameters a compute op reads (gathered, or the shard)
+  Saved,             // the segment's saved activations (its input under recompute = block)
+  NextInput,         // forward: the next segment's saved activations, where its input goes
+  RecomputeScratch,  // recompute = block: the forward's intermediates, or those rebuilt
+  Workspace,         // GEMM (and cuDNN attention) workspace
+  Inputs,            // token ids and targets of the micro-batch
+  Logits,            // logits and their gradient
+  Grads,             // the unit's unsharded gradients
+  Scratch,           // backward: the gradient of the activations
+  Staging,           // reduce-scatter: the reduce-dtype shard before accumulation
+  GradShard,         // this rank's gradient shard (one rank: the fp32 unsharded gradients)
+  Master,            // optimizer: fp32 master weights
+  OptimizerState,    // optimizer: AdamW m and v / SGD momentum
+  Src,               // copies and all-gather: what is read
+  Dst,               // copies and all-gather: what is written
+};
+
+struct OpOperand {
+  Role role;
+  int buffer;  // index into Schedule::buffers
+};
+
 struct Op {
   int id = 0;
   OpKind kind = OpKind::Forward;
@@ -110,10 +136,14 @@ struct Op {
   int64_t payload_bytes =
       0;             // collectives: size of the whole (unsharded) tensor; copies: bytes copied
   double flops = 0;  // compute on this rank
-  int64_t memory_bytes = 0;  // bytes read and written by memory-bound ops (optimizer, norms)
-  std::vector<int> deps;     // ops (on other streams) that must finish first
-  std::vector<int> uses;     // buffers read or written
-  std::vector<int> frees;    // Free: the buffers released
+  int64_t memory_bytes = 0;         // bytes read and written by memory-bound ops (optimizer, norms)
+  std::vector<int> deps;            // ops (on other streams) that must finish first
+  std::vector<OpOperand> operands;  // buffers read or written, each with its role
+  std::vector<int> uses;            // the operands' buffers, in order
+  std::vector<int> frees;           // Free: the buffers released
+
+  // The buffer in `role` (the first, for GradNorm's many grad shards), or -1.
+  int operand(Role role) const;
 
   // Bytes this rank sends with a ring algorithm: (n-1)/n of the payload for
   // all-gather and reduce-scatter, twice that for all-reduce.
