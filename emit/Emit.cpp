@@ -1,11 +1,15 @@
 // Emit: the program writer. A Writer walks the schedule once, writing each
-// op as a function of runtime calls, and then the tables. Buffer pointers are
-// arena offsets from the memory plan; activation slots follow the layout of
-// model/gpt2.h (which runtime/gpt2.h carves and planner/Activations.h totals).
+// op as a function of runtime calls on named pointers (each op's buffers
+// found by their role on the op), and then the tables, within kColumns.
+// Buffer pointers are arena offsets from the memory plan; activation slots
+// follow the layout of model/gpt2.h (which runtime/gpt2.h carves and
+// planner/Activations.h totals).
 #include "emit/Emit.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -63,14 +67,6 @@ std::string cpp_string(std::string_view s) {
   return out + "\"";
 }
 
-// A raw string literal whose delimiter does not occur in s.
-std::string cpp_raw_string(std::string_view s) {
-  std::string delim = "fsdpgen";
-  while (s.find(")" + delim + "\"") != std::string_view::npos)
-    delim += "_";
-  return fmt::format("R\"{}({}){}\"", delim, s, delim);
-}
-
 uint64_t fnv1a(std::string_view s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char ch : s)
@@ -85,6 +81,142 @@ std::string dtype_enum(DType d) {
 }
 std::string ctype(DType d) {
   return d == DType::FP32 ? "float" : d == DType::BF16 ? "bf16" : "fp16";
+}
+
+// Every line of a generated program fits in this many columns.
+constexpr size_t kColumns = 100;
+
+// Where a line's trailing comment starts (outside string literals), or npos.
+size_t trailing_comment(const std::string& line) {
+  bool quoted = false;
+  for (size_t k = 0; k + 1 < line.size(); ++k) {
+    if (line[k] == '"' && (k == 0 || line[k - 1] != '\\')) quoted = !quoted;
+    if (!quoted && line[k] == '/' && line[k + 1] == '/') return k;
+  }
+  return std::string::npos;
+}
+
+// A line of code longer than kColumns: its trailing comment goes on the line
+// above when that makes the code fit; else it breaks after its last comma
+// that fits (outside string literals and the comment), the rest indented by
+// `more`, again while the rest is too long. A line with no such comma stays.
+std::string wrap_line(const std::string& line, const std::string& more) {
+  if (line.size() <= kColumns) return line;
+  const std::string indent = line.substr(0, line.find_first_not_of(' '));
+  const size_t comment = trailing_comment(line);
+  if (comment != std::string::npos && comment > indent.size()) {
+    const size_t code_end = line.find_last_not_of(' ', comment - 1) + 1;
+    if (code_end <= kColumns)
+      return indent + line.substr(comment) + "\n" + line.substr(0, code_end);
+  }
+  size_t cut = std::string::npos;
+  bool quoted = false;
+  for (size_t k = 0; k + 1 < line.size() && k < kColumns && k < comment; ++k) {
+    if (line[k] == '"' && (k == 0 || line[k - 1] != '\\')) quoted = !quoted;
+    if (!quoted && line[k] == ',' && line[k + 1] == ' ') cut = k + 1;
+  }
+  if (cut == std::string::npos) return line;
+  return line.substr(0, cut) + "\n" + wrap_line(indent + more + line.substr(cut + 1), "");
+}
+
+// Text as `// ` comment lines within kColumns, broken between words; each
+// '\n' in the text starts a new line.
+std::string comment_lines(std::string_view text) {
+  std::string out, line;
+  auto flush = [&] {
+    out += "//" + line + "\n";
+    line.clear();
+  };
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t end = std::min(text.find_first_of(" \n", at), text.size());
+    const std::string word(text.substr(at, end - at));
+    if (!line.empty() && 3 + line.size() + word.size() > kColumns) flush();
+    line += " " + word;
+    if (end < text.size() && text[end] == '\n') flush();
+    at = end + 1;
+  }
+  if (!line.empty()) flush();
+  return out;
+}
+
+// A string as adjacent C++ literals, one line of the string (or a piece of
+// one, to fit kColumns) per line of code, each line indented by `indent`.
+std::string cpp_string_lines(std::string_view s, const std::string& indent) {
+  std::string out;
+  const size_t width = kColumns - indent.size() - 2;  // the quotes
+  while (!s.empty()) {
+    size_t end = s.find('\n');
+    end = end == std::string_view::npos ? s.size() : end + 1;
+    std::string piece = cpp_string(s.substr(0, end));
+    size_t take = end;
+    while (piece.size() > width) {  // a long line goes in pieces
+      take = std::max<size_t>(1, take * width / piece.size());
+      const size_t space = s.substr(0, take).rfind(' ');
+      if (space != std::string_view::npos && space > 0) take = space + 1;  // between words
+      piece = cpp_string(s.substr(0, take));
+    }
+    out += (out.empty() ? "" : "\n") + indent + piece;
+    s.remove_prefix(take);
+  }
+  return out.empty() ? indent + "\"\"" : out;
+}
+
+// A designated initializer: `.name = value`, or `.name = {fields}`.
+struct Init {
+  std::string name, value;
+  std::vector<Init> fields = {};
+};
+
+std::string one_line(const Init& f) {
+  if (f.fields.empty()) return fmt::format(".{} = {}", f.name, f.value);
+  std::vector<std::string> items;
+  for (const Init& g : f.fields)
+    items.push_back(one_line(g));
+  return fmt::format(".{} = {{{}}}", f.name, fmt::join(items, ", "));
+}
+
+// Columns after the last newline of s, for s placed at column `col`.
+size_t end_column(const std::string& s, size_t col) {
+  const size_t nl = s.rfind('\n');
+  return nl == std::string::npos ? col + s.size() : s.size() - nl - 1;
+}
+
+// Room kept at the end of a line for the closing braces and comma after a field.
+constexpr size_t kCloseRoom = 4;
+
+std::string one_field(const Init& f, size_t col);
+
+// `{.a = 1, .b = {...}, ...}` with its opening brace at column `col`, its
+// fields packed into lines within kColumns, continuation lines aligned
+// after the brace.
+std::string braced(const std::vector<Init>& fields, size_t col) {
+  std::string out = "{";
+  size_t at = col + 1;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const std::string item = one_line(fields[i]) + (i + 1 < fields.size() ? "," : "");
+    const size_t start = i == 0 ? at : at + 1;
+    if (i > 0 && start + item.size() + kCloseRoom > kColumns) {
+      out += "\n" + std::string(col + 1, ' ');
+      at = col + 1;
+    } else if (i > 0) {
+      out += " ";
+      at = start;
+    }
+    const std::string text = one_field(fields[i], at) + (i + 1 < fields.size() ? "," : "");
+    out += text;
+    at = end_column(text, at);
+  }
+  return out + "}";
+}
+
+// `.name = value` at column `col`; a struct that does not fit on the line
+// packs its fields into lines of their own.
+std::string one_field(const Init& f, size_t col) {
+  const std::string line = one_line(f);
+  if (f.fields.empty() || col + line.size() + kCloseRoom <= kColumns) return line;
+  const std::string head = fmt::format(".{} = ", f.name);
+  return head + braced(f.fields, col + head.size());
 }
 
 class Writer {
@@ -114,13 +246,14 @@ class Writer {
     for (const Op& op : s_.ops)
       ops += op_function(op);
     std::map<std::string, std::string> v;
-    v["header"] = fmt::format(
-        "// Generated by fsdpgen from {}. Do not edit.\n"
-        "// {}: {} over {} rank{}; the training step below is the planned schedule\n"
-        "// (`fsdpgen schedule {} --gpu {}`), one function per op in issue order, for the {}.\n",
+    v["header"] = comment_lines(fmt::format(
+        "Generated by fsdpgen from {}. Do not edit.\n"
+        "{}: {} over {} rank{}, for the {}. The training step below is the planned schedule "
+        "(`fsdpgen schedule {} --gpu {}`): one function per op, in issue order.",
         path_, model_.name, to_string(spec_.parallel.sharding), spec_.parallel.world,
-        spec_.parallel.world == 1 ? "" : "s", path_, target_.hardware,
-        cuda_ ? "CUDA runtime (runtime/cuda/)" : "CPU runtime (runtime/)");
+        spec_.parallel.world == 1 ? "" : "s",
+        cuda_ ? "CUDA runtime (runtime/cuda/)" : "CPU runtime (runtime/)", path_,
+        target_.hardware));
     v["includes"] = cuda_
                         ? "#include \"runtime/cuda/backend.h\"\n#include \"runtime/cuda/step.h\"\n"
                         : "#include \"runtime/gpt2.h\"\n#include \"runtime/program.h\"\n"
@@ -186,15 +319,39 @@ class Writer {
   // ---- buffers -------------------------------------------------------------
   const Buffer& buf(int id) const { return s_.buffers[static_cast<size_t>(id)]; }
   int64_t offset(int id) const { return m_.placements[static_cast<size_t>(id)].offset; }
-  // A pointer expression into the buffer's arena: dev<T>(c, offset) or host<T>(c, offset).
-  std::string ptr(int id, const std::string& type, int64_t extra_bytes = 0) const {
-    if (id < 0) return "nullptr";
-    return fmt::format("{}<{}>(c, {} /* {}{} */)",
-                       buf(id).space == MemSpace::Device ? "dev" : "host", type,
-                       offset(id) + extra_bytes, buf(id).name,
-                       extra_bytes ? fmt::format(" + {}", extra_bytes) : "");
+
+  // A place in the arena: bytes into a buffer of the schedule (-1: none, nullptr).
+  struct At {
+    int buffer = -1;
+    int64_t bytes = 0;
+  };
+
+  // The statements of an op, or of one layer's scope in it: first the named
+  // pointers its calls take (each with the buffer it points into), then the calls.
+  struct Body {
+    std::string indent = "  ";
+    std::string decls, calls;
+    std::string text() const { return decls + calls; }
+  };
+
+  // Declares `type* name` at `at` in body and returns the name ("nullptr" for no buffer).
+  std::string let(Body& body, const std::string& name, const std::string& type, At at) const {
+    if (at.buffer < 0) return "nullptr";
+    body.decls += fmt::format("{}{}* {} = {}<{}>(c, {});  // {}{}\n", body.indent, type, name,
+                              buf(at.buffer).space == MemSpace::Device ? "dev" : "host", type,
+                              offset(at.buffer) + at.bytes, buf(at.buffer).name,
+                              at.bytes ? fmt::format(" + {}", at.bytes) : "");
+    return name;
   }
-  std::string bytes_ptr(int id, int64_t extra = 0) const { return ptr(id, "std::byte", extra); }
+  std::string let_bytes(Body& body, const std::string& name, At at) const {
+    return let(body, name, "std::byte", at);
+  }
+  // Appends a statement (with the body's indent and a newline) to the calls.
+  template <class... Args>
+  void call(Body& body, fmt::format_string<Args...> f, Args&&... args) const {
+    body.calls +=
+        wrap_line(body.indent + fmt::format(f, std::forward<Args>(args)...), "    ") + "\n";
+  }
 
   // ---- layers and slots -----------------------------------------------------
   const FlatTensor& tensor(int unit, const std::string& name) const {
@@ -221,11 +378,11 @@ class Writer {
           "emit: block {} tensors are not laid out as model/gpt2.h lays them out", block));
     return ts.front()->offset_elems;
   }
-  std::string param(int params_buf, int unit, const std::string& name) const {
-    return ptr(params_buf, "param_t", tensor(unit, name).offset_elems * pbytes_);
+  At param(int params_buf, int unit, const std::string& name) const {
+    return {params_buf, tensor(unit, name).offset_elems * pbytes_};
   }
-  std::string grad(int grads_buf, int unit, const std::string& name) const {
-    return ptr(grads_buf, "grad_t", tensor(unit, name).offset_elems * rbytes_);
+  At grad(int grads_buf, int unit, const std::string& name) const {
+    return {grads_buf, tensor(unit, name).offset_elems * rbytes_};
   }
   std::string head_weight_name() const {
     return model_.tie_embeddings ? "transformer.wte.weight" : "lm_head.weight";
@@ -253,150 +410,209 @@ class Writer {
     if (l.kind == LayerId::Kind::Head) return 0;
     return saved_field_offset_bytes(model_, l, act_, "input");
   }
-  // Pointer expression for where segment i's first layer reads its input in
-  // the saved activations acts (its own slot, or the whole buffer under recompute).
-  std::string segment_input(int seg_index, int acts) const {
+  // Where segment i's first layer reads its input in the saved activations
+  // acts (its own slot, or the whole buffer under recompute).
+  At segment_input(int seg_index, int acts) const {
     const Segment& seg = s_.units.segments[static_cast<size_t>(seg_index)];
-    if (recomputes(seg)) return ptr(acts, "param_t");
-    return ptr(acts, "param_t", input_field(seg.layers.front()));
+    if (recomputes(seg)) return {acts, 0};
+    return {acts, input_field(seg.layers.front())};
+  }
+  const Segment& segment(const Op& op) const {
+    return s_.units.segments[static_cast<size_t>(op.segment)];
+  }
+  // Each layer that writes code (final_norm is written with the head) gets
+  // its own scope when a segment has several.
+  static bool writes_code(const LayerId& l) { return l.kind != LayerId::Kind::FinalNorm; }
+  static bool scoped(const Segment& seg) {
+    return std::count_if(seg.layers.begin(), seg.layers.end(), writes_code) > 1;
+  }
+  static Body layer_body(bool scoped) { return Body{scoped ? "    " : "  ", "", ""}; }
+  static std::string close(const Body& b, bool scoped, const std::string& what) {
+    return scoped ? fmt::format("  {{  // {}\n{}  }}\n", what, b.text()) : b.text();
+  }
+
+  void embed_forward(Body& b, const Op& op, int params, At out) const {
+    const int inputs = op.operand(Role::Inputs);
+    const int u = segment(op).unit;
+    const std::string tokens = let(b, "tokens", "int32_t", {inputs, 0});
+    const std::string targets = let(b, "targets", "int32_t", {inputs, 4 * N_});
+    const std::string wte = let(b, "wte", "param_t", param(params, u, "transformer.wte.weight"));
+    const std::string wpe = let(b, "wpe", "param_t", param(params, u, "transformer.wpe.weight"));
+    const std::string dst = let(b, "out", "param_t", out);
+    call(b, "{}(c, {}, {}, {});", fn("step_fill_inputs"), op.micro_batch, tokens, targets);
+    call(b, "{}<param_t>({}, {}, {}, {}, kDims{});", fn("gpt2_embed_forward"), dst, tokens, wte,
+         wpe, gtail());
+  }
+
+  // `input`: the buffer the block reads its input from when it is not in its slot (-1).
+  void block_forward(Body& b, const Segment& seg, int64_t block, int params, At slot, int input,
+                     At out) const {
+    const std::string s = let_bytes(b, "slot", slot);
+    const std::string in = let(b, "input", "param_t", {input, 0});
+    const std::string w =
+        let(b, "weights", "param_t", {params, block_offset(seg.unit, block) * pbytes_});
+    const std::string dst = let(b, "out", "param_t", out);
+    call(b, "auto saved = gpt2_block_saved_at<param_t>({}, kDims);", s);
+    if (input >= 0) call(b, "saved.input = {};", in);
+    call(b, "auto params = gpt2_block_params_at<param_t>({}, kDims);", w);
+    call(b, "{}<param_t>({}, params, saved, kDims, {});", fn("gpt2_block_forward"), dst, ws());
+  }
+
+  void head_forward(Body& b, const Op& op, int params, At slot) const {
+    const Segment& seg = segment(op);
+    const int logits = op.operand(Role::Logits);
+    const int64_t logits_bytes = N_ * model_.padded_vocab() * pbytes_;
+    const std::string s = let_bytes(b, "slot", slot);
+    const std::string lg = let(b, "logits", "param_t", {logits, 0});
+    const std::string losses = let(b, "losses", "float", {logits, logits_bytes});
+    const std::string targets = let(b, "targets", "int32_t", {op.operand(Role::Inputs), 4 * N_});
+    const std::string lnf_w =
+        let(b, "lnf_w", "param_t", param(params, seg.unit, "transformer.ln_f.weight"));
+    const std::string lnf_b =
+        let(b, "lnf_b", "param_t", param(params, seg.unit, "transformer.ln_f.bias"));
+    const std::string head_w =
+        let(b, "head_w", "param_t", param(params, head_unit(seg), head_weight_name()));
+    call(b, "auto saved = gpt2_final_norm_saved_at<param_t>({}, kDims);", s);
+    call(b, "{}<param_t>({}, {}, {}, {}, {}, {}, saved, kDims, {}, {});", fn("gpt2_head_forward"),
+         lg, losses, targets, lnf_w, lnf_b, head_w,
+         on_gpu() ? "cuda_dloss_scale(c)" : "c.dloss_scale", ws());
+    call(b, "{}(c, {}, {});", fn("step_add_losses"), losses, N_);
   }
 
   // Forward of a segment's layers into the saved region `saved` (acts, or
   // scratch under recompute). `next` is where the last layer's output goes
-  // ("nullptr" to skip it: recompute rebuilds only what backward reads).
-  std::string forward_body(const Op& op, int seg_index, int params, int saved, int acts_in,
-                           const std::string& next) const {
-    const Segment& seg = s_.units.segments[static_cast<size_t>(seg_index)];
+  // (no buffer to skip it: recompute rebuilds only what backward reads).
+  std::string forward_body(const Op& op, int params, int saved, int acts_in, At next) const {
+    const Segment& seg = segment(op);
     const std::vector<int64_t> slots = slot_offsets(seg);
-    const int inputs = op.operand(Role::Inputs);
+    const bool scope = scoped(seg);
     std::string out;
     for (size_t k = 0; k < seg.layers.size(); ++k) {
       const LayerId& l = seg.layers[k];
+      if (!writes_code(l)) continue;
       const bool last = k + 1 == seg.layers.size();
-      std::string dst =
-          last ? next : ptr(saved, "param_t", slots[k + 1] + input_field(seg.layers[k + 1]));
+      const At dst = last ? next : At{saved, slots[k + 1] + input_field(seg.layers[k + 1])};
+      Body b = layer_body(scope);
       switch (l.kind) {
         case LayerId::Kind::Embed:
-          out += fmt::format(
-              "  {}(c, {}, {}, {});\n"
-              "  {}<param_t>({}, {}, {}, {}, kDims{});\n",
-              fn("step_fill_inputs"), op.micro_batch, ptr(inputs, "int32_t"),
-              ptr(inputs, "int32_t", 4 * N_), fn("gpt2_embed_forward"), dst, ptr(inputs, "int32_t"),
-              param(params, seg.unit, "transformer.wte.weight"),
-              param(params, seg.unit, "transformer.wpe.weight"), gtail());
+          embed_forward(b, op, params, dst);
+          out += close(b, scope, "embed");
           break;
         case LayerId::Kind::Block:
-          out += fmt::format(
-              "  {{  // block {}\n    auto s = gpt2_block_saved_at<param_t>({}, kDims);\n", l.block,
-              bytes_ptr(saved, slots[k]));
-          if (k == 0 && saved != acts_in)
-            out += fmt::format("    s.input = {};\n", ptr(acts_in, "param_t"));
-          out += fmt::format(
-              "    {}<param_t>({}, gpt2_block_params_at<param_t>({}, kDims), s, kDims, {});\n  "
-              "}}\n",
-              fn("gpt2_block_forward"), dst,
-              ptr(params, "param_t", block_offset(seg.unit, l.block) * pbytes_), ws());
+          block_forward(b, seg, l.block, params, {saved, slots[k]},
+                        k == 0 && saved != acts_in ? acts_in : -1, dst);
+          out += close(b, scope, fmt::format("block {}", l.block));
+          break;
+        case LayerId::Kind::Head:
+          head_forward(b, op, params, {saved, slots[k - 1]});
+          out += close(b, scope, "final_norm, head and loss");
           break;
         case LayerId::Kind::FinalNorm:
-          break;  // with the head, below
-        case LayerId::Kind::Head: {
-          const int logits = op.operand(Role::Logits);
-          const int64_t logits_bytes = N_ * model_.padded_vocab() * pbytes_;
-          out += fmt::format(
-              "  {{  // final_norm, head and loss\n"
-              "    auto s = gpt2_final_norm_saved_at<param_t>({}, kDims);\n"
-              "    {}<param_t>({}, {}, {}, {}, {}, {}, s, kDims, {}, {});\n"
-              "    {}(c, {}, {});\n  }}\n",
-              bytes_ptr(saved, slots[k - 1]), fn("gpt2_head_forward"), ptr(logits, "param_t"),
-              ptr(logits, "float", logits_bytes), ptr(inputs, "int32_t", 4 * N_),
-              param(params, seg.unit, "transformer.ln_f.weight"),
-              param(params, seg.unit, "transformer.ln_f.bias"),
-              param(params, head_unit(seg), head_weight_name()),
-              cuda_ ? "cuda_dloss_scale(c)" : "c.dloss_scale", ws(), fn("step_add_losses"),
-              ptr(logits, "float", logits_bytes), N_);
           break;
-        }
       }
     }
     return out;
   }
 
   // Where segment i's output goes in forward: the next segment's input.
-  std::string next_input(const Op& op, int seg_index) const {
-    if (seg_index + 1 >= static_cast<int>(s_.units.segments.size())) return "nullptr";
-    return segment_input(seg_index + 1, op.operand(Role::NextInput));
+  At next_input(const Op& op) const {
+    if (op.segment + 1 >= static_cast<int>(s_.units.segments.size())) return {};
+    return segment_input(op.segment + 1, op.operand(Role::NextInput));
   }
 
   // Where a segment's layers save what backward reads: its saved
   // activations, or under recompute = block the scratch.
   int saved_of(const Op& op) const {
-    const Segment& seg = s_.units.segments[static_cast<size_t>(op.segment)];
-    return recomputes(seg) ? op.operand(Role::RecomputeScratch) : op.operand(Role::Saved);
+    return recomputes(segment(op)) ? op.operand(Role::RecomputeScratch) : op.operand(Role::Saved);
   }
 
   std::string forward(const Op& op) const {
-    return forward_body(op, op.segment, op.operand(Role::Params), saved_of(op),
-                        op.operand(Role::Saved), next_input(op, op.segment));
+    return forward_body(op, op.operand(Role::Params), saved_of(op), op.operand(Role::Saved),
+                        next_input(op));
   }
 
   std::string recompute(const Op& op) const {
-    return forward_body(op, op.segment, op.operand(Role::Params), saved_of(op),
-                        op.operand(Role::Saved), "nullptr");
+    return forward_body(op, op.operand(Role::Params), saved_of(op), op.operand(Role::Saved), {});
+  }
+
+  void head_backward(Body& b, const Segment& seg, int params, int grads, int logits,
+                     At slot) const {
+    const std::string s = let_bytes(b, "slot", slot);
+    const std::string dlnf_w =
+        let(b, "dlnf_w", "grad_t", grad(grads, seg.unit, "transformer.ln_f.weight"));
+    const std::string dlnf_b =
+        let(b, "dlnf_b", "grad_t", grad(grads, seg.unit, "transformer.ln_f.bias"));
+    const std::string dhead_w =
+        let(b, "dhead_w", "grad_t", grad(grads, head_unit(seg), head_weight_name()));
+    const std::string lnf_w =
+        let(b, "lnf_w", "param_t", param(params, seg.unit, "transformer.ln_f.weight"));
+    const std::string head_w =
+        let(b, "head_w", "param_t", param(params, head_unit(seg), head_weight_name()));
+    const std::string lg = let(b, "logits", "param_t", {logits, 0});
+    call(b, "auto saved = gpt2_final_norm_saved_at<param_t>({}, kDims);", s);
+    call(b, "{}<param_t, grad_t>({}, {}, {}, {}, {}, {}, saved, scratch, kDims, {});",
+         fn("gpt2_head_backward"), dlnf_w, dlnf_b, dhead_w, lnf_w, head_w, lg, ws());
+  }
+
+  void block_backward(Body& b, const Segment& seg, int64_t block, int params, int grads, At slot,
+                      int input) const {
+    const std::string s = let_bytes(b, "slot", slot);
+    const std::string in = let(b, "input", "param_t", {input, 0});
+    const int64_t at = block_offset(seg.unit, block);
+    const std::string w = let(b, "weights", "param_t", {params, at * pbytes_});
+    const std::string dw = let(b, "dweights", "grad_t", {grads, at * rbytes_});
+    call(b, "auto saved = gpt2_block_saved_at<param_t>({}, kDims);", s);
+    if (input >= 0) call(b, "saved.input = {};", in);
+    call(b, "auto params = gpt2_block_params_at<param_t>({}, kDims);", w);
+    call(b, "auto grads = gpt2_block_grads_at<grad_t>({}, kDims);", dw);
+    call(b, "{}<param_t, grad_t>(grads, params, saved, scratch, kDims, {});",
+         fn("gpt2_block_backward"), ws());
+  }
+
+  void embed_backward(Body& b, const Op& op, int grads) const {
+    const int u = segment(op).unit;
+    const std::string dwte = let(b, "dwte", "grad_t", grad(grads, u, "transformer.wte.weight"));
+    const std::string dwpe = let(b, "dwpe", "grad_t", grad(grads, u, "transformer.wpe.weight"));
+    const std::string tokens = let(b, "tokens", "int32_t", {op.operand(Role::Inputs), 0});
+    call(b, "{}<param_t, grad_t>({}, {}, {}, scratch, kDims{});", fn("gpt2_embed_backward"), dwte,
+         dwpe, tokens, gtail());
   }
 
   std::string backward(const Op& op) {
-    const int i = op.segment;
-    const Segment& seg = s_.units.segments[static_cast<size_t>(i)];
+    const Segment& seg = segment(op);
     const int params = op.operand(Role::Params);
     const int acts = op.operand(Role::Saved);
     const int saved = saved_of(op);
     const int grads = op.operand(Role::Grads);
-    const int scratch = op.operand(Role::Scratch);
     const std::vector<int64_t> slots = slot_offsets(seg);
-    std::string out;
-    if (grads >= 0 && zeroed_.insert(grads).second)
-      out += fmt::format("  {}({}, {}{});  // first write of {}\n", fn("tensor_zero"),
-                         bytes_ptr(grads), buf(grads).bytes, gtail(), buf(grads).name);
-    out += fmt::format("  auto scratch = gpt2_backward_scratch_at<param_t>({}, kDims);\n",
-                       bytes_ptr(scratch));
+    Body top;
+    if (grads >= 0 && zeroed_.insert(grads).second) {
+      const std::string g = let_bytes(top, "unit_grads", {grads, 0});
+      call(top, "{}({}, {}{});  // the first write of {}", fn("tensor_zero"), g, buf(grads).bytes,
+           gtail(), buf(grads).name);
+    }
+    const std::string d = let_bytes(top, "act_grads", {op.operand(Role::Scratch), 0});
+    call(top, "auto scratch = gpt2_backward_scratch_at<param_t>({}, kDims);", d);
+    std::string out = top.text();
+    const bool scope = scoped(seg);
     for (size_t r = seg.layers.size(); r-- > 0;) {
       const LayerId& l = seg.layers[r];
+      Body b = layer_body(scope);
       switch (l.kind) {
-        case LayerId::Kind::Head: {
-          const int logits = op.operand(Role::Logits);
-          out += fmt::format(
-              "  {{  // head and final_norm\n"
-              "    auto s = gpt2_final_norm_saved_at<param_t>({}, kDims);\n"
-              "    {}<param_t, grad_t>({}, {}, {}, {}, {}, {}, s, scratch, kDims, {});\n  }}\n",
-              bytes_ptr(saved, slots[r - 1]), fn("gpt2_head_backward"),
-              grad(grads, seg.unit, "transformer.ln_f.weight"),
-              grad(grads, seg.unit, "transformer.ln_f.bias"),
-              grad(grads, head_unit(seg), head_weight_name()),
-              param(params, seg.unit, "transformer.ln_f.weight"),
-              param(params, head_unit(seg), head_weight_name()), ptr(logits, "param_t"), ws());
+        case LayerId::Kind::Head:
+          head_backward(b, seg, params, grads, op.operand(Role::Logits), {saved, slots[r - 1]});
+          out += close(b, scope, "head and final_norm");
           break;
-        }
         case LayerId::Kind::FinalNorm:
           break;
         case LayerId::Kind::Block:
-          out += fmt::format(
-              "  {{  // block {}\n    auto s = gpt2_block_saved_at<param_t>({}, kDims);\n", l.block,
-              bytes_ptr(saved, slots[r]));
-          if (r == 0 && saved != acts)
-            out += fmt::format("    s.input = {};\n", ptr(acts, "param_t"));
-          out += fmt::format(
-              "    {}<param_t, grad_t>(gpt2_block_grads_at<grad_t>({}, kDims), "
-              "gpt2_block_params_at<param_t>({}, kDims), s, scratch, kDims, {});\n  }}\n",
-              fn("gpt2_block_backward"),
-              ptr(grads, "grad_t", block_offset(seg.unit, l.block) * rbytes_),
-              ptr(params, "param_t", block_offset(seg.unit, l.block) * pbytes_), ws());
+          block_backward(b, seg, l.block, params, grads, {saved, slots[r]},
+                         r == 0 && saved != acts ? acts : -1);
+          out += close(b, scope, fmt::format("block {}", l.block));
           break;
         case LayerId::Kind::Embed:
-          out += fmt::format("  {}<param_t, grad_t>({}, {}, {}, scratch, kDims{});\n",
-                             fn("gpt2_embed_backward"),
-                             grad(grads, seg.unit, "transformer.wte.weight"),
-                             grad(grads, seg.unit, "transformer.wpe.weight"),
-                             ptr(op.operand(Role::Inputs), "int32_t"), gtail());
+          embed_backward(b, op, grads);
+          out += close(b, scope, "embed");
           break;
       }
     }
@@ -404,10 +620,13 @@ class Writer {
   }
 
   // ---- communication and the optimizer -----------------------------------------
-  std::string comm(const Op& op) const {
-    return fmt::format("{}(c, stream_id::{}, comm_group::{})", fn("op_comm"),
-                       kStreamEnum[static_cast<int>(op.stream)],
-                       kGroupEnum[static_cast<int>(op.group)]);
+  // Declares the op's communicator as `comm` and returns the name.
+  std::string comm(Body& b, const Op& op) const {
+    b.decls += fmt::format("{}{} comm = {}(c, stream_id::{}, comm_group::{});\n", b.indent,
+                           on_gpu() ? "const gpu_comm&" : "MPI_Comm", fn("op_comm"),
+                           kStreamEnum[static_cast<int>(op.stream)],
+                           kGroupEnum[static_cast<int>(op.group)]);
+    return "comm";
   }
   const FlatUnit& unit(int u) const { return s_.units.units[static_cast<size_t>(u)]; }
   std::string reduce_dtype() const { return dtype_enum(reduce_); }
@@ -420,101 +639,126 @@ class Writer {
   }
 
   std::string all_gather(const Op& op) const {
-    const FlatUnit& f = unit(op.unit);
-    return fmt::format("  {}({}, {}, {}, {}{});\n", fn("comm_all_gather"), comm(op),
-                       bytes_ptr(op.operand(Role::Src)), bytes_ptr(op.operand(Role::Dst)),
-                       f.shard_elems * pbytes_, gtail());
+    Body b;
+    const std::string c = comm(b, op);
+    const std::string shard = let_bytes(b, "shard", {op.operand(Role::Src), 0});
+    const std::string params = let_bytes(b, "params", {op.operand(Role::Dst), 0});
+    call(b, "{}({}, {}, {}, {}{});", fn("comm_all_gather"), c, shard, params,
+         unit(op.unit).shard_elems * pbytes_, gtail());
+    return b.text();
   }
 
   std::string reduce_scatter(const Op& op) const {
-    const FlatUnit& f = unit(op.unit);
-    const int grads = op.operand(Role::Grads);
+    const int64_t n = unit(op.unit).shard_elems;
     const int staging = op.operand(Role::Staging);
     const int shard = op.operand(Role::GradShard);
-    std::string out = fmt::format(
-        "  {}({}, {}, {}, {}, {}{});\n", fn("comm_reduce_scatter"), comm(op), bytes_ptr(grads),
-        bytes_ptr(staging >= 0 ? staging : shard), f.shard_elems, reduce_dtype(), gtail());
+    Body b;
+    const std::string c = comm(b, op);
+    const std::string grads = let_bytes(b, "grads", {op.operand(Role::Grads), 0});
+    const std::string stage = let_bytes(b, "staging", {staging, 0});
+    const std::string dst = let_bytes(b, "shard", {shard, 0});
+    call(b, "{}({}, {}, {}, {}, {}{});", fn("comm_reduce_scatter"), c, grads,
+         staging >= 0 ? stage : dst, n, reduce_dtype(), gtail());
     if (staging >= 0 && shard >= 0)
-      out += convert(shard, dtype_of(shard, f.shard_elems), staging, reduce_dtype(), f.shard_elems,
-                     accumulates(op));
-    return out;
+      convert(b, shard, dst, dtype_of(shard, n), stage, reduce_dtype(), n, accumulates(op));
+    return b.text();
   }
 
   std::string all_reduce(const Op& op) const {
-    if (op.unit < 0)  // the gradient norm's partial sums
-      return fmt::format("  {}({}, {}, {}, 1, dtype_id::fp32{});\n", fn("comm_all_reduce"),
-                         comm(op), norm_partial(), norm_partial(), gtail());
+    Body b;
+    const std::string c = comm(b, op);
+    if (op.unit < 0) {  // the gradient norm's partial sums
+      b.decls += fmt::format("  float* partial = {};\n", norm_partial());
+      call(b, "{}({}, partial, partial, 1, dtype_id::fp32{});", fn("comm_all_reduce"), c, gtail());
+      return b.text();
+    }
     const FlatUnit& f = unit(op.unit);
     const int grads = op.operand(Role::Grads);
     const int shard = op.operand(Role::GradShard);
     if (grads < 0) {
       // Hybrid: the accumulated shard across replicas, in the reduce dtype.
+      const std::string s = let_bytes(b, "shard", {shard, 0});
       const std::string t = dtype_of(shard, f.shard_elems);
-      if (t == reduce_dtype())
-        return fmt::format("  {}({}, {}, {}, {}, {}{});\n", fn("comm_all_reduce"), comm(op),
-                           bytes_ptr(shard), bytes_ptr(shard), f.shard_elems, t, gtail());
-      return fmt::format(
-          "  {}({}, {}, {}{});  // fp32 accumulator -> {} for the reduction\n"
-          "  {}({}, {}, {}, {}, {}{});\n"
-          "  {}({}, {}, {}{});\n",
-          fn("tensor_narrow_in_place"), bytes_ptr(shard), f.shard_elems, reduce_dtype(), gtail(),
-          to_string(reduce_), fn("comm_all_reduce"), comm(op), bytes_ptr(shard), bytes_ptr(shard),
-          f.shard_elems, reduce_dtype(), gtail(), fn("tensor_widen_in_place"), bytes_ptr(shard),
-          f.shard_elems, reduce_dtype(), gtail());
+      const int64_t n = f.shard_elems;
+      if (t == reduce_dtype()) {
+        call(b, "{}({}, {}, {}, {}, {}{});", fn("comm_all_reduce"), c, s, s, n, t, gtail());
+        return b.text();
+      }
+      call(b, "{}({}, {}, {}{});  // fp32 accumulator -> {} for the reduction",
+           fn("tensor_narrow_in_place"), s, n, reduce_dtype(), gtail(), to_string(reduce_));
+      call(b, "{}({}, {}, {}, {}, {}{});", fn("comm_all_reduce"), c, s, s, n, reduce_dtype(),
+           gtail());
+      call(b, "{}({}, {}, {}{});", fn("tensor_widen_in_place"), s, n, reduce_dtype(), gtail());
+      return b.text();
     }
     // no_shard: the whole unit's gradient across replicas.
     const int64_t n = f.padded_elems;
     const std::string t = dtype_of(shard, n);
+    const std::string g = let_bytes(b, "grads", {grads, 0});
+    const std::string s = let_bytes(b, "shard", {shard, 0});
     // (On a GPU, into a shard in host memory (offload): in place, then a copy.)
     if (t == reduce_dtype() && spec_.parallel.accumulate.micro_batches == 1 &&
-        !(on_gpu() && buf(shard).space == MemSpace::Host))
-      return fmt::format("  {}({}, {}, {}, {}, {}{});\n", fn("comm_all_reduce"), comm(op),
-                         bytes_ptr(grads), bytes_ptr(shard), n, t, gtail());
-    return fmt::format("  {}({}, {}, {}, {}, {}{});\n", fn("comm_all_reduce"), comm(op),
-                       bytes_ptr(grads), bytes_ptr(grads), n, reduce_dtype(), gtail()) +
-           convert(shard, t, grads, reduce_dtype(), n, accumulates(op));
+        !(on_gpu() && buf(shard).space == MemSpace::Host)) {
+      call(b, "{}({}, {}, {}, {}, {}{});", fn("comm_all_reduce"), c, g, s, n, t, gtail());
+      return b.text();
+    }
+    call(b, "{}({}, {}, {}, {}, {}{});", fn("comm_all_reduce"), c, g, g, n, reduce_dtype(),
+         gtail());
+    convert(b, shard, s, t, g, reduce_dtype(), n, accumulates(op));
+    return b.text();
   }
 
   std::string copy_h2d(const Op& op) const {
+    Body b;
+    const std::string src = let_bytes(b, "src", {op.operand(Role::Src), 0});
+    const std::string dst = let_bytes(b, "dst", {op.operand(Role::Dst), 0});
     if (on_gpu())
-      return fmt::format("  cuda_copy({}, {}, {}, g);\n", bytes_ptr(op.operand(Role::Dst)),
-                         bytes_ptr(op.operand(Role::Src)), op.payload_bytes);
-    return fmt::format("  std::memcpy({}, {}, {});\n", bytes_ptr(op.operand(Role::Dst)),
-                       bytes_ptr(op.operand(Role::Src)), op.payload_bytes);
+      call(b, "cuda_copy({}, {}, {}, {});", dst, src, op.payload_bytes, gpu_exec());
+    else
+      call(b, "std::memcpy({}, {}, {});", dst, src, op.payload_bytes);
+    return b.text();
   }
 
   // Offload: a reduce-scatter's output (accumulated over micro-batches), or
   // at world 1 the step's unsharded fp32 gradients, into the host shard.
   std::string copy_d2h(const Op& op) const {
-    const FlatUnit& f = unit(op.unit);
+    const int64_t n = unit(op.unit).shard_elems;
     const int shard = op.operand(Role::Dst);
+    Body b;
+    const std::string src = let_bytes(b, "src", {op.operand(Role::Src), 0});
+    const std::string dst = let_bytes(b, "shard", {shard, 0});
     // A micro-batch's reduce-scatter output accumulates; the step's gradients
     // (one copy, no micro-batch) set the shard.
-    return convert(shard, dtype_of(shard, f.shard_elems), op.operand(Role::Src), reduce_dtype(),
-                   f.shard_elems, accumulates(op));
+    convert(b, shard, dst, dtype_of(shard, n), src, reduce_dtype(), n, accumulates(op));
+    return b.text();
   }
 
   std::string grad_norm(const Op& op) const {
-    std::string out;
+    Body b;
     for (const OpOperand& o : op.operands) {
-      const int b = o.buffer;
-      const int64_t elems = unit(buf(b).unit).shard_elems;
-      out += fmt::format("  {}(c, {}, {}, {});  // {}\n", fn("step_add_grad_norm"), bytes_ptr(b),
-                         dtype_of(b, elems), elems, buf(b).name);
+      const int64_t elems = unit(buf(o.buffer).unit).shard_elems;
+      const std::string g =
+          let_bytes(b, fmt::format("grads_u{}", buf(o.buffer).unit), {o.buffer, 0});
+      call(b, "{}(c, {}, {}, {});", fn("step_add_grad_norm"), g, dtype_of(o.buffer, elems), elems);
     }
-    return out;
+    return b.text();
   }
 
   std::string optimizer(const Op& op) const {
-    return fmt::format("  {}(c, {}, {}, {}, {}, {});\n", fn("step_optimizer"), op.unit,
-                       bytes_ptr(op.operand(Role::Params)), ptr(op.operand(Role::Master), "float"),
-                       ptr(op.operand(Role::OptimizerState), "float"),
-                       bytes_ptr(op.operand(Role::GradShard)));
+    Body b;
+    const std::string shard = let_bytes(b, "shard", {op.operand(Role::Params), 0});
+    const std::string master = let(b, "master", "float", {op.operand(Role::Master), 0});
+    const std::string state = let(b, "state", "float", {op.operand(Role::OptimizerState), 0});
+    const std::string grads = let_bytes(b, "grads", {op.operand(Role::GradShard), 0});
+    call(b, "{}(c, {}, {}, {}, {}, {});", fn("step_optimizer"), op.unit, shard, master, state,
+         grads);
+    return b.text();
   }
 
   std::string op_function(const Op& op) {
     if (op.kind == OpKind::Free) return "";
     host_ = cuda_ && runs_on_host(s_, op);
+    uses_gpu_exec_ = false;
     std::string body;
     switch (op.kind) {
       case OpKind::AllGather:
@@ -550,7 +794,7 @@ class Writer {
       case OpKind::Free:
         break;
     }
-    if (on_gpu()) body = "  [[maybe_unused]] gpu_exec& g = gpu(c);  // the op's stream\n" + body;
+    if (uses_gpu_exec_) body = "  gpu_exec& g = gpu(c);  // the op's stream\n" + body;
     return fmt::format("// {}: {} on {}{}\nvoid op_{}(step_context& c) {{\n{}}}\n\n", op.id,
                        op.label(), to_string(op.stream),
                        host_ && op.stream != StreamId::Host ? ", run on the host" : "", op.id,
@@ -560,10 +804,41 @@ class Writer {
   // ---- tables ------------------------------------------------------------------
   std::string int_array(const std::string& name, const std::vector<int>& v) const {
     if (v.empty()) return "";
-    std::string items;
+    std::vector<std::string> items;
     for (int x : v)
-      items += (items.empty() ? "" : ", ") + std::to_string(x);
-    return fmt::format("constexpr int {}[] = {{{}}};\n", name, items);
+      items.push_back(std::to_string(x));
+    return wrap_line(fmt::format("constexpr int {}[] = {{{}}};", name, fmt::join(items, ", ")),
+                     "    ") +
+           "\n";
+  }
+
+  // One kOps row: the op's planned fields (those that differ from
+  // program_op's defaults), from which the trace writes the op's JSON.
+  std::string op_row(const Op& op) const {
+    std::vector<Init> f = {
+        {"id", std::to_string(op.id)},
+        {"stream", fmt::format("stream_id::{}", kStreamEnum[static_cast<int>(op.stream)])},
+        {"kind", fmt::format("op_kind::{}", kOpKindEnum[static_cast<int>(op.kind)])},
+        {"label", cpp_string(op.label())}};
+    auto add = [&](const char* name, int64_t v, int64_t dflt) {
+      if (v != dflt) f.push_back({name, std::to_string(v)});
+    };
+    add("unit", op.unit, -1);
+    add("segment", op.segment, -1);
+    add("micro_batch", op.micro_batch, -1);
+    if (op.group != CommGroup::None)
+      f.push_back({"group", fmt::format("comm_group::{}", kGroupEnum[static_cast<int>(op.group)])});
+    add("group_size", op.group_size, 1);
+    add("payload_bytes", op.payload_bytes, 0);
+    add("sent_bytes", op.sent_bytes(), 0);
+    add("memory_bytes", op.memory_bytes, 0);
+    if (op.flops != 0) f.push_back({"flops", cpp_double(op.flops)});
+    if (!op.deps.empty()) {
+      f.push_back({"deps", fmt::format("kDeps{}", op.id)});
+      add("dep_count", static_cast<int64_t>(op.deps.size()), 0);
+    }
+    f.push_back({"run", op.kind == OpKind::Free ? "op_free" : fmt::format("op_{}", op.id)});
+    return "    " + braced(f, 4) + ",\n";
   }
 
   std::string tables() const {
@@ -572,14 +847,16 @@ class Writer {
     std::string out;
     const std::string sched = schedule_text(s_);
     const uint64_t hash = fnv1a(print_spec(spec_) + sched + print_memory_plan(s_, m_));
-    out += "constexpr const char* kScheduleText = " + cpp_raw_string(sched) + ";\n\n";
+    out += "constexpr const char* kScheduleText =\n" + cpp_string_lines(sched, "    ") + ";\n\n";
 
     out += "// Buffers: name, memory space, arena offset, bytes, persistent.\n";
     out += "constexpr program_buffer kBuffers[] = {\n";
     for (const Buffer& b : s_.buffers)
-      out += fmt::format("    {{{}, memory_space::{}, {}, {}, {}}},\n", cpp_string(b.name),
-                         b.space == MemSpace::Device ? "device" : "host", offset(b.id), b.bytes,
-                         b.persistent);
+      out += wrap_line(fmt::format("    {{{}, memory_space::{}, {}, {}, {}}},", cpp_string(b.name),
+                                   b.space == MemSpace::Device ? "device" : "host", offset(b.id),
+                                   b.bytes, b.persistent),
+                       "     ") +
+             "\n";
     out += "};\n\n";
 
     out += "// Tensors: Hugging Face name, unit, offset in the unit's flat parameter, shape.\n";
@@ -589,14 +866,19 @@ class Writer {
     for (const FlatUnit& f : s_.units.units) {
       first[static_cast<size_t>(f.index)] = count;
       for (const FlatTensor& ft : f.tensors) {
-        out += fmt::format("    {{{}, {}, {}, {}, {}}},\n", cpp_string(ft.name), f.index,
-                           ft.offset_elems, ft.shape[0], ft.shape.size() > 1 ? ft.shape[1] : 0);
+        out += wrap_line(
+                   fmt::format("    {{{}, {}, {}, {}, {}}},", cpp_string(ft.name), f.index,
+                               ft.offset_elems, ft.shape[0], ft.shape.size() > 1 ? ft.shape[1] : 0),
+                   "     ") +
+               "\n";
         ++count;
       }
     }
     out += "};\n\n";
 
-    out += "// Units: name, params, padded and shard elements, tensors, persistent buffers.\n";
+    out += "// Units: name, params, padded and shard elements, first tensor and tensor count;\n";
+    out +=
+        "// buffers: param shard, master, optimizer state, grad shard; the grad shard's dtype.\n";
     out += "constexpr program_unit kUnits[] = {\n";
     for (const FlatUnit& f : s_.units.units) {
       auto persistent = [&](BufferKind k) {
@@ -612,27 +894,23 @@ class Writer {
           grad_bytes = b.bytes / f.shard_elems;
           if (b.persistent) grad_shard = b.id;
         }
-      out += fmt::format("    {{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}}},\n",
-                         cpp_string(f.name), f.param_elems, f.padded_elems, f.shard_elems,
-                         first[static_cast<size_t>(f.index)], f.tensors.size(),
-                         persistent(BufferKind::ParamShard), persistent(BufferKind::MasterWeights),
-                         persistent(BufferKind::OptimizerState), grad_shard,
-                         grad_bytes == 4 ? "dtype_id::fp32" : dtype_enum(half_));
+      out += wrap_line(fmt::format("    {{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}}},",
+                                   cpp_string(f.name), f.param_elems, f.padded_elems, f.shard_elems,
+                                   first[static_cast<size_t>(f.index)], f.tensors.size(),
+                                   persistent(BufferKind::ParamShard),
+                                   persistent(BufferKind::MasterWeights),
+                                   persistent(BufferKind::OptimizerState), grad_shard,
+                                   grad_bytes == 4 ? "dtype_id::fp32" : dtype_enum(half_)),
+                       "     ") +
+             "\n";
     }
     out += "};\n\n";
 
     out += "// Ops in issue order, with the ops on other streams they wait for.\n";
     std::string rows;
     for (const Op& op : s_.ops) {
-      std::string deps = fmt::format("kDeps{}", op.id);
-      out += int_array(deps, op.deps);
-      rows += fmt::format(
-          "    {{{}, stream_id::{}, op_kind::{}, {}, comm_group::{}, {}, {}, {}, {}}},\n", op.id,
-          kStreamEnum[static_cast<int>(op.stream)], kOpKindEnum[static_cast<int>(op.kind)],
-          cpp_string(op.label()), kGroupEnum[static_cast<int>(op.group)], op.payload_bytes,
-          op.deps.empty() ? std::string("nullptr, 0") : fmt::format("{}, {}", deps, op.deps.size()),
-          op.kind == OpKind::Free ? "op_free" : fmt::format("op_{}", op.id),
-          cpp_string(op_json(op).dump()));
+      out += int_array(fmt::format("kDeps{}", op.id), op.deps);
+      rows += op_row(op);
     }
     out += "constexpr program_op kOps[] = {\n" + rows + "};\n\n";
     std::vector<int> host_ops;
@@ -648,44 +926,100 @@ class Writer {
       if (b.kind == BufferKind::Workspace) workspace = b.id;
     const OptimizerSpec& o = t.optimizer;
     const LrScheduleSpec& lr = t.lr_schedule;
-    out += fmt::format(
-        "const program kProgram = {{\n"
-        "    {}, {}, kScheduleText, 0x{:016x}ull,\n"
-        "    // model: vocab, context, width, heads, layers, ffn_hidden, tied, params, padded "
-        "vocab\n"
-        "    {}, {}, {}, {}, {}, {}, {}, {}, {},\n"
-        "    // parallel: world, shard group, micro-batches, micro-batch; param, reduce, master\n"
-        "    {}, {}, {}, {}, {}, {}, {},\n"
-        "    // fp16 loss scale: dynamic, init, interval\n"
-        "    {}, {}, {},\n"
-        "    // optimizer: kind, lr, beta1, beta2, eps, weight decay, momentum\n"
-        "    optimizer_kind::{}, {}, {}, {}, {}, {}, {},\n"
-        "    // lr schedule, warmup, min lr; steps, clip, seed; data, data seed, path; log_every\n"
-        "    lr_schedule_kind::{}, {}, {}, {}, {}, {}, data_source::{}, {}, {}, {},\n"
-        "    // checkpoints: every, dir, keep\n"
-        "    {}, {}, {},\n"
-        "    // plan: device arena, host arena, live peak, workspace buffer, flash attention\n"
-        "    {}, {}, {}, {}, {},\n"
-        "    kBuffers, {}, kUnits, {}, kTensors, {}, kOps, {}{}}};\n",
-        cpp_string(path_), cpp_string(model_.name), hash, model_.vocab, model_.context,
-        model_.width, model_.heads, model_.layers, model_.ffn_hidden, model_.tie_embeddings,
-        s_.units.total_params, model_.padded_vocab(), par.world, par.shard_group,
-        par.accumulate.micro_batches, s_.micro_batch, dtype_enum(par.precision.param),
-        comm_ ? dtype_enum(par.precision.reduce) : "dtype_id::fp32",
-        dtype_enum(par.precision.master), par.precision.loss_scale.kind == LossScaleKind::Dynamic,
-        cpp_double(par.precision.loss_scale.init), par.precision.loss_scale.interval,
-        o.kind == OptimizerKind::AdamW ? "adamw" : "sgd", cpp_double(o.lr), cpp_double(o.beta1),
-        cpp_double(o.beta2), cpp_double(o.eps), cpp_double(o.weight_decay), cpp_double(o.momentum),
-        to_string(lr.kind), lr.warmup, cpp_double(lr.min_lr), t.steps, cpp_double(t.clip), t.seed,
-        to_string(t.data.kind), t.data.seed, cpp_string(t.data.path), t.log_every,
-        t.checkpoint.enabled ? t.checkpoint.every : 0, cpp_string(t.checkpoint.dir),
-        t.checkpoint.keep, m_.device_arena_bytes, m_.host_arena_bytes, m_.live_peak_bytes,
-        workspace, act_.flash_attention, s_.buffers.size(), s_.units.units.size(), count,
-        s_.ops.size(), host_ops.empty() ? "" : fmt::format(", kHostOps, {}", host_ops.size()));
+    const PrecisionSpec& pr = par.precision;
+    auto i = [](int64_t v) { return std::to_string(v); };
+    auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+    const std::vector<Init> program = {
+        {"spec_path", cpp_string(path_)},
+        {"model_name", cpp_string(model_.name)},
+        {"schedule_text", "kScheduleText"},
+        {"hash", fmt::format("0x{:016x}ull", hash)},
+        {"model",
+         "",
+         {{"vocab", i(model_.vocab)},
+          {"context", i(model_.context)},
+          {"width", i(model_.width)},
+          {"heads", i(model_.heads)},
+          {"layers", i(model_.layers)},
+          {"ffn_hidden", i(model_.ffn_hidden)},
+          {"tied", b(model_.tie_embeddings)},
+          {"params", i(s_.units.total_params)},
+          {"padded_vocab", i(model_.padded_vocab())}}},
+        {"parallel",
+         "",
+         {{"world", i(par.world)},
+          {"shard_group", i(par.shard_group)},
+          {"micro_batches", i(par.accumulate.micro_batches)},
+          {"micro_batch", i(s_.micro_batch)},
+          {"precision",
+           "",
+           {{"param", dtype_enum(pr.param)},
+            {"reduce", comm_ ? dtype_enum(pr.reduce) : "dtype_id::fp32"},
+            {"master", dtype_enum(pr.master)},
+            {"loss_scale",
+             "",
+             {{"dynamic", b(pr.loss_scale.kind == LossScaleKind::Dynamic)},
+              {"init", cpp_double(pr.loss_scale.init)},
+              {"interval", i(pr.loss_scale.interval)}}}}}}},
+        {"train",
+         "",
+         {{"optimizer",
+           "",
+           {{"kind",
+             o.kind == OptimizerKind::AdamW ? "optimizer_kind::adamw" : "optimizer_kind::sgd"},
+            {"lr", cpp_double(o.lr)},
+            {"beta1", cpp_double(o.beta1)},
+            {"beta2", cpp_double(o.beta2)},
+            {"eps", cpp_double(o.eps)},
+            {"weight_decay", cpp_double(o.weight_decay)},
+            {"momentum", cpp_double(o.momentum)}}},
+          {"lr_schedule",
+           "",
+           {{"kind", fmt::format("lr_schedule_kind::{}", to_string(lr.kind))},
+            {"warmup", i(lr.warmup)},
+            {"min_lr", cpp_double(lr.min_lr)}}},
+          {"steps", i(t.steps)},
+          {"clip", cpp_double(t.clip)},
+          {"seed", i(t.seed)},
+          {"data",
+           "",
+           {{"source", fmt::format("data_source::{}", to_string(t.data.kind))},
+            {"seed", i(t.data.seed)},
+            {"path", cpp_string(t.data.path)}}},
+          {"log_every", i(t.log_every)},
+          {"checkpoint",
+           "",
+           {{"every", i(t.checkpoint.enabled ? t.checkpoint.every : 0)},
+            {"dir", cpp_string(t.checkpoint.dir)},
+            {"keep", i(t.checkpoint.keep)}}}}},
+        {"plan",
+         "",
+         {{"device_arena_bytes", i(m_.device_arena_bytes)},
+          {"host_arena_bytes", i(m_.host_arena_bytes)},
+          {"live_peak_bytes", i(m_.live_peak_bytes)},
+          {"workspace_buffer", i(workspace)},
+          {"flash_attention", b(act_.flash_attention)}}},
+        {"buffers", "kBuffers"},
+        {"buffer_count", i(static_cast<int64_t>(s_.buffers.size()))},
+        {"units", "kUnits"},
+        {"unit_count", i(static_cast<int64_t>(s_.units.units.size()))},
+        {"tensors", "kTensors"},
+        {"tensor_count", i(count)},
+        {"ops", "kOps"},
+        {"op_count", i(static_cast<int64_t>(s_.ops.size()))}};
+    std::vector<Init> all = program;
+    if (!host_ops.empty()) {
+      all.push_back({"host_ops", "kHostOps"});
+      all.push_back({"host_op_count", i(static_cast<int64_t>(host_ops.size()))});
+    }
+    out += "const program kProgram = {\n";
+    for (const Init& f : all)
+      out += "    " + one_field(f, 4) + ",\n";
+    out += "};\n";
     if (workspace >= 0 && !cuda_)
       out += fmt::format(
-          "static_assert({} >= kCpuGemmWorkspaceBytes, \"the planned GEMM workspace is smaller "
-          "than the runtime needs\");\n",
+          "static_assert({} >= kCpuGemmWorkspaceBytes,\n"
+          "              \"the planned GEMM workspace is smaller than the runtime needs\");\n",
           buf(workspace).bytes);
     return out;
   }
@@ -700,23 +1034,29 @@ class Writer {
   std::string fn(std::string_view name) const {
     return on_gpu() ? "cuda_" + std::string(name) : std::string(name);
   }
+  // The op's gpu_exec, `g`: op_function declares it in the ops that take it.
+  std::string gpu_exec() const {
+    uses_gpu_exec_ = true;
+    return "g";
+  }
   // What kernels get last: the CPU's GEMM workspace, the GPU's gpu_exec.
-  std::string ws() const { return on_gpu() ? "g" : "c.ws"; }
+  std::string ws() const { return on_gpu() ? gpu_exec() : "c.ws"; }
   // What element-wise and collective calls get last (nothing on the CPU).
-  std::string gtail() const { return on_gpu() ? ", g" : ""; }
+  std::string gtail() const { return on_gpu() ? ", " + gpu_exec() : ""; }
   std::string norm_partial() const {
     return on_gpu() ? "cuda_norm_partial(c)" : "&c.grad_norm_partial";
   }
   // On a GPU, a conversion into host memory (offload) is a kernel that
   // writes it through unified addressing, or a copy when nothing converts.
-  std::string convert(int dst, const std::string& dst_t, int src, const std::string& src_t,
-                      int64_t n, bool accumulate) const {
+  void convert(Body& b, int dst, const std::string& dst_name, const std::string& dst_t,
+               const std::string& src_name, const std::string& src_t, int64_t n,
+               bool accumulate) const {
     if (on_gpu() && buf(dst).space == MemSpace::Host && dst_t == src_t && !accumulate)
-      return fmt::format("  cuda_copy({}, {}, {}, g);  // {} values, nothing to convert\n",
-                         bytes_ptr(dst), bytes_ptr(src),
-                         n * (dst_t == dtype_enum(DType::FP32) ? 4 : 2), n);
-    return fmt::format("  {}({}, {}, {}, {}, {}, {}{});\n", fn("tensor_convert"), bytes_ptr(dst),
-                       dst_t, bytes_ptr(src), src_t, n, accumulate, gtail());
+      call(b, "cuda_copy({}, {}, {}, {});  // {} values, nothing to convert", dst_name, src_name,
+           n * (dst_t == dtype_enum(DType::FP32) ? 4 : 2), gpu_exec(), n);
+    else
+      call(b, "{}({}, {}, {}, {}, {}, {}{});", fn("tensor_convert"), dst_name, dst_t, src_name,
+           src_t, n, accumulate, gtail());
   }
 
   std::string path_;
@@ -726,7 +1066,8 @@ class Writer {
   const ModelSpec& model_;
   EmitTarget target_;
   bool cuda_ = false;
-  bool host_ = false;  // the op being written runs on the host (on_gpu)
+  bool host_ = false;                   // the op being written runs on the host (on_gpu)
+  mutable bool uses_gpu_exec_ = false;  // the op being written takes `g` (gpu_exec)
   bool comm_ = false;
   int64_t pbytes_ = 4, rbytes_ = 4, N_ = 0;
   DType reduce_ = DType::FP32;  // the unsharded gradients' dtype (fp32 without communication)

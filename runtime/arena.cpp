@@ -38,8 +38,8 @@ int64_t arena_mapped_bytes(int64_t bytes) {
 }
 
 void arena_create(arena& a, const program& p) {
-  a.device_bytes = p.device_arena_bytes;
-  a.host_bytes = p.host_arena_bytes;
+  a.device_bytes = p.plan.device_arena_bytes;
+  a.host_bytes = p.plan.host_arena_bytes;
   a.device = allocate(a.device_bytes, "device");
   if (a.host_bytes > 0) a.host = allocate(a.host_bytes, "host");
 }

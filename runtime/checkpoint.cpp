@@ -84,9 +84,9 @@ checkpoint_manifest manifest_of(const program& p, const checkpoint_state& s,
   m.spec = p.spec_path;
   m.step = s.step;
   m.sequences = s.sequences;
-  m.world = p.world;
-  m.shard_group = p.shard_group;
-  m.optimizer = p.optimizer == optimizer_kind::adamw ? "adamw" : "sgd";
+  m.world = p.parallel.world;
+  m.shard_group = p.parallel.shard_group;
+  m.optimizer = p.train.optimizer.kind == optimizer_kind::adamw ? "adamw" : "sgd";
   m.seed = s.seed;
   m.data = s.data;
   m.loss_scale_enabled = s.scaler.enabled;
@@ -103,7 +103,7 @@ checkpoint_manifest manifest_of(const program& p, const checkpoint_state& s,
     m.units.push_back(std::move(cu));
   }
   const size_t per_rank = 2 * static_cast<size_t>(p.unit_count);
-  for (int64_t r = 0; r < p.shard_group; ++r) {
+  for (int64_t r = 0; r < p.parallel.shard_group; ++r) {
     checkpoint_shard sh{shard_file_name(r), 0, {}};
     for (int i = 0; i < p.unit_count; ++i) {
       const program_unit& u = p.units[i];
@@ -154,7 +154,7 @@ int64_t prune(const std::string& dir, int64_t keep, const std::string& just_writ
 
 // Error unless the checkpoint holds exactly this program's tensors and optimizer.
 void check_compatible(const program& p, const checkpoint_manifest& m, const std::string& dir) {
-  const std::string mine = p.optimizer == optimizer_kind::adamw ? "adamw" : "sgd";
+  const std::string mine = p.train.optimizer.kind == optimizer_kind::adamw ? "adamw" : "sgd";
   if (m.optimizer != mine)
     throw runtime_error(fmt::format(
         "{}: written with optimizer {}, this binary uses {} (to start a new run from its "
@@ -210,7 +210,7 @@ checkpoint_saved checkpoint_save(step_context& c, const checkpoint_config& cfg,
   } catch (const std::exception& e) {
     error = e.what();
   }
-  std::vector<uint32_t> all(lead ? crcs.size() * static_cast<size_t>(p.world) : 0);
+  std::vector<uint32_t> all(lead ? crcs.size() * static_cast<size_t>(p.parallel.world) : 0);
   MPI_CHECK(MPI_Gather(crcs.data(), static_cast<int>(crcs.size()), MPI_UINT32_T, all.data(),
                        static_cast<int>(crcs.size()), MPI_UINT32_T, 0, MPI_COMM_WORLD));
   try {

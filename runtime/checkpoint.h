@@ -63,5 +63,5 @@ std::string checkpoint_dir_problem(const std::string& dir, bool create);
 
 // The sequences consumed by the first `step` steps of this program's run.
 inline int64_t checkpoint_sequences_per_step(const program& p) {
-  return p.world * p.micro_batches * p.micro_batch;
+  return p.parallel.world * p.parallel.micro_batches * p.parallel.micro_batch;
 }

@@ -26,8 +26,8 @@ class cpu_backend final : public backend {
     arena_growth_ = host_resident_bytes_exact() - before;
     c.device = mem.device;
     c.host = mem.host;
-    if (p_.workspace_buffer >= 0) {
-      const program_buffer& w = p_.buffers[p_.workspace_buffer];
+    if (p_.plan.workspace_buffer >= 0) {
+      const program_buffer& w = p_.buffers[p_.plan.workspace_buffer];
       c.ws = {reinterpret_cast<float*>(c.device + w.offset), w.bytes / 4};
     }
     streams_start(exec_, p_, c);

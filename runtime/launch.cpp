@@ -94,8 +94,8 @@ int run_mpirun(char** args) {
 }
 
 [[noreturn]] void relaunch_or_explain(const program& p, int argc, char** argv) {
-  std::vector<std::string> args = {"mpirun", "-n", std::to_string(p.world)};
-  if (static_cast<unsigned>(p.world) > std::thread::hardware_concurrency())
+  std::vector<std::string> args = {"mpirun", "-n", std::to_string(p.parallel.world)};
+  if (static_cast<unsigned>(p.parallel.world) > std::thread::hardware_concurrency())
     args.push_back("--oversubscribe");
   for (int i = 0; i < argc; ++i)
     args.push_back(argv[i]);
@@ -103,11 +103,11 @@ int run_mpirun(char** args) {
     std::fprintf(stderr,
                  "error: this binary trains on %lld ranks (%s) and was started as a single "
                  "process; run:\n  %s\n",
-                 static_cast<long long>(p.world), p.spec_path, command_line(args).c_str());
+                 static_cast<long long>(p.parallel.world), p.spec_path, command_line(args).c_str());
     std::exit(2);
   }
   std::fprintf(stderr, "train: %lld ranks needed; re-launching as: %s\n",
-               static_cast<long long>(p.world), command_line(args).c_str());
+               static_cast<long long>(p.parallel.world), command_line(args).c_str());
   std::fflush(stderr);
   if (geteuid() == 0) {  // Open MPI refuses root unless told
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
@@ -126,7 +126,7 @@ std::string handshake(const program& p, int64_t world) {
   struct entry {
     uint64_t hash;
     int64_t world;
-  } mine{p.hash, p.world};
+  } mine{p.hash, p.parallel.world};
   std::vector<entry> all(static_cast<size_t>(world));
   MPI_CHECK(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE,
                           MPI_COMM_WORLD));
@@ -151,10 +151,10 @@ launch_info launch_init(const program& p, int argc, char** argv) {
         std::fprintf(stderr,
                      "error: started by srun without an MPI plugin, so the %s tasks cannot talk; "
                      "run: srun -n %lld --mpi=pmix %s\n",
-                     ntasks, static_cast<long long>(p.world), argv[0]);
+                     ntasks, static_cast<long long>(p.parallel.world), argv[0]);
       std::exit(2);
     }
-    if (p.world > 1) relaunch_or_explain(p, argc, argv);
+    if (p.parallel.world > 1) relaunch_or_explain(p, argc, argv);
   }
   info.launcher = has_env("OMPI_COMM_WORLD_SIZE") ? "mpirun"
                   : srun                          ? "srun"
@@ -182,15 +182,15 @@ launch_info launch_init(const program& p, int argc, char** argv) {
     MPI_Finalize();
     std::exit(2);
   }
-  if (world != p.world) {
+  if (world != p.parallel.world) {
     if (rank == 0)
       std::fprintf(stderr,
                    "error: this binary was generated for world %lld (%s) but was launched on %d "
                    "rank%s; run: mpirun -n %lld %s (or srun -n %lld --mpi=pmix %s), or "
                    "regenerate with: fsdpgen %s --world %d -o %s\n",
-                   static_cast<long long>(p.world), p.spec_path, world, world == 1 ? "" : "s",
-                   static_cast<long long>(p.world), argv[0], static_cast<long long>(p.world),
-                   argv[0], p.spec_path, world, argv[0]);
+                   static_cast<long long>(p.parallel.world), p.spec_path, world,
+                   world == 1 ? "" : "s", static_cast<long long>(p.parallel.world), argv[0],
+                   static_cast<long long>(p.parallel.world), argv[0], p.spec_path, world, argv[0]);
     MPI_Finalize();
     std::exit(2);
   }

@@ -10,12 +10,14 @@ int64_t loss_scale_predivide(int64_t world) {
 
 loss_scaler loss_scaler_start(const program& p) {
   loss_scaler s;
-  s.enabled = p.param_dtype == dtype_id::fp16 || p.reduce_dtype == dtype_id::fp16;
+  s.enabled =
+      p.parallel.precision.param == dtype_id::fp16 || p.parallel.precision.reduce == dtype_id::fp16;
   if (!s.enabled) return s;
-  s.dynamic = p.loss_scale_dynamic;
-  s.interval = p.loss_scale_interval;
-  s.scale = p.loss_scale_init;
-  s.post_divide = static_cast<double>(p.world) / static_cast<double>(loss_scale_predivide(p.world));
+  s.dynamic = p.parallel.precision.loss_scale.dynamic;
+  s.interval = p.parallel.precision.loss_scale.interval;
+  s.scale = p.parallel.precision.loss_scale.init;
+  s.post_divide = static_cast<double>(p.parallel.world) /
+                  static_cast<double>(loss_scale_predivide(p.parallel.world));
   return s;
 }
 

@@ -34,7 +34,7 @@ struct loss_scaler {
 inline constexpr double kLossScaleGrowth = 2;
 inline constexpr double kLossScaleBackoff = 0.5;
 
-// From the program's loss_scale_* fields.
+// From the program's parallel.precision.loss_scale.
 loss_scaler loss_scaler_start(const program& p);
 
 // The pre-divide factor for `world` data-parallel ranks, as PyTorch FSDP

@@ -54,8 +54,8 @@ std::string memory_report(const memory_watch& w, const program& p, int64_t warmu
   const auto [host_peak, host_growth, device_growth, device_peak, device_arena, own, in_libraries,
               arena_growth] = most;
   const int64_t host_arenas_in_pages =
-      (p.host_arena_bytes > 0 ? arena_mapped_bytes(p.host_arena_bytes) : 0) +
-      (gpu ? 0 : arena_mapped_bytes(p.device_arena_bytes));
+      (p.plan.host_arena_bytes > 0 ? arena_mapped_bytes(p.plan.host_arena_bytes) : 0) +
+      (gpu ? 0 : arena_mapped_bytes(p.plan.device_arena_bytes));
   const std::string settle =
       w.steps > w.settle_steps
           ? fmt::format("the steps after the first{} added",
@@ -67,12 +67,12 @@ std::string memory_report(const memory_watch& w, const program& p, int64_t warmu
         "device arena {} in use per the driver (planned {}) | GPU {} in use at most, {} of it "
         "beside the arena (CUDA context, cuBLASLt, NCCL, other processes){} | host {} resident at "
         "most{}{}\n",
-        in_mib(device_arena), in_mib(p.device_arena_bytes), in_mib(device_peak),
+        in_mib(device_arena), in_mib(p.plan.device_arena_bytes), in_mib(device_peak),
         in_mib(device_peak - device_arena),
         settle.empty() ? ""
                        : fmt::format(" | {} {} on the GPU", settle, bytes_added(device_growth)),
         in_mib(host_peak),
-        p.host_arena_bytes > 0
+        p.plan.host_arena_bytes > 0
             ? fmt::format(" (pinning the host arena grew it by {} B, {} B planned in whole pages)",
                           with_commas(arena_growth), with_commas(host_arenas_in_pages))
             : "",
@@ -81,8 +81,8 @@ std::string memory_report(const memory_watch& w, const program& p, int64_t warmu
     out += fmt::format(
         "allocating the arena{} grew the process by {} B ({} B planned in whole pages with the "
         "guard{}), {} of it resident now | process {} resident at most{}\n",
-        p.host_arena_bytes > 0 ? "s" : "", with_commas(arena_growth),
-        with_commas(host_arenas_in_pages), p.host_arena_bytes > 0 ? "s" : "", in_mib(least),
+        p.plan.host_arena_bytes > 0 ? "s" : "", with_commas(arena_growth),
+        with_commas(host_arenas_in_pages), p.plan.host_arena_bytes > 0 ? "s" : "", in_mib(least),
         in_mib(host_peak),
         settle.empty() ? "" : fmt::format(" | {} {}", settle, bytes_added(host_growth)));
   }

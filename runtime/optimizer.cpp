@@ -9,36 +9,42 @@
 #include "runtime/init.h"
 
 double optimizer_lr(const program& p, int64_t step, int64_t total_steps) {
-  if (step < p.warmup) return p.lr * static_cast<double>(step + 1) / static_cast<double>(p.warmup);
-  if (p.lr_schedule == lr_schedule_kind::constant) return p.lr;
-  int64_t span = total_steps - 1 - p.warmup;
-  double ratio = span > 0 ? std::min(1.0, static_cast<double>(step - p.warmup) / span) : 1.0;
-  double coeff = p.lr_schedule == lr_schedule_kind::cosine ? 0.5 * (1.0 + std::cos(M_PI * ratio))
-                                                           : 1.0 - ratio;
-  return p.min_lr + coeff * (p.lr - p.min_lr);
+  if (step < p.train.lr_schedule.warmup)
+    return p.train.optimizer.lr * static_cast<double>(step + 1) /
+           static_cast<double>(p.train.lr_schedule.warmup);
+  if (p.train.lr_schedule.kind == lr_schedule_kind::constant) return p.train.optimizer.lr;
+  int64_t span = total_steps - 1 - p.train.lr_schedule.warmup;
+  double ratio =
+      span > 0 ? std::min(1.0, static_cast<double>(step - p.train.lr_schedule.warmup) / span) : 1.0;
+  double coeff = p.train.lr_schedule.kind == lr_schedule_kind::cosine
+                     ? 0.5 * (1.0 + std::cos(M_PI * ratio))
+                     : 1.0 - ratio;
+  return p.train.lr_schedule.min_lr + coeff * (p.train.optimizer.lr - p.train.lr_schedule.min_lr);
 }
 
 std::string optimizer_lr_describe(const program& p, int64_t total_steps) {
-  const std::string warmup = p.warmup > 0 ? fmt::format("{} warm-up steps to {:g}", p.warmup, p.lr)
-                                          : fmt::format("{:g}", p.lr);
-  if (p.warmup >= total_steps) return warmup + ", the whole run";
-  if (p.lr_schedule == lr_schedule_kind::constant) return warmup + ", then constant";
+  const std::string warmup = p.train.lr_schedule.warmup > 0
+                                 ? fmt::format("{} warm-up steps to {:g}",
+                                               p.train.lr_schedule.warmup, p.train.optimizer.lr)
+                                 : fmt::format("{:g}", p.train.optimizer.lr);
+  if (p.train.lr_schedule.warmup >= total_steps) return warmup + ", the whole run";
+  if (p.train.lr_schedule.kind == lr_schedule_kind::constant) return warmup + ", then constant";
   return fmt::format("{}, then {} down to {:g} at step {}, the last", warmup,
-                     p.lr_schedule == lr_schedule_kind::cosine ? "cosine" : "linear", p.min_lr,
-                     total_steps);
+                     p.train.lr_schedule.kind == lr_schedule_kind::cosine ? "cosine" : "linear",
+                     p.train.lr_schedule.min_lr, total_steps);
 }
 
 std::string optimizer_steps_problem(const program& p, int64_t steps) {
-  if (steps <= 0 || p.warmup <= steps) return "";
+  if (steps <= 0 || p.train.lr_schedule.warmup <= steps) return "";
   return fmt::format(
       "--steps {}: the spec's warmup ({} steps) is longer than the run; pass --steps {} or more, "
       "or shorten lr_schedule's warmup",
-      steps, p.warmup, p.warmup);
+      steps, p.train.lr_schedule.warmup, p.train.lr_schedule.warmup);
 }
 
 float optimizer_clip_scale(const program& p, double norm) {
-  if (p.clip <= 0) return 1.0f;
-  return static_cast<float>(std::min(1.0, p.clip / (norm + 1e-6)));
+  if (p.train.clip <= 0) return 1.0f;
+  return static_cast<float>(std::min(1.0, p.train.clip / (norm + 1e-6)));
 }
 
 void optimizer_adamw(float* master, float* m, float* v, const void* grad, dtype_id g, int64_t begin,

@@ -63,17 +63,24 @@ struct program_unit {
   dtype_id grad_shard_dtype;
 };
 
+// One op of the schedule: what the executor needs to run it (stream, deps,
+// run) and the planner's fields the trace writes as the op's JSON (the
+// planner's op_json).
 struct program_op {
-  int id;
-  stream_id stream;
-  op_kind kind;
-  const char* label;  // "AG u3", "F s2 mb0", ...
-  comm_group group;
-  int64_t payload_bytes;
-  const int* deps;  // ops on other streams that must finish first
-  int dep_count;
-  void (*run)(step_context&);
-  const char* json;  // the op as the planner's JSON (for traces)
+  int id = 0;
+  stream_id stream = stream_id::compute;
+  op_kind kind = op_kind::forward;
+  const char* label = "";                         // "AG u3", "F s2 mb0", ...
+  int unit = -1, segment = -1, micro_batch = -1;  // -1: none
+  comm_group group = comm_group::none;
+  int64_t group_size = 1;
+  int64_t payload_bytes = 0;  // collectives: the whole tensor; copies: bytes copied
+  int64_t sent_bytes = 0;     // by this rank (ring algorithm)
+  int64_t memory_bytes = 0;   // read and written by memory-bound ops
+  double flops = 0;           // compute on this rank
+  const int* deps = nullptr;  // ops on other streams that must finish first
+  int dep_count = 0;
+  void (*run)(step_context&) = nullptr;
 };
 
 // The part of a tensor inside one rank's shard of its unit (shard_elems
@@ -97,6 +104,75 @@ enum class optimizer_kind : int { adamw, sgd };
 enum class lr_schedule_kind : int { constant, cosine, linear };
 enum class data_source : int { synthetic, text, tokens };
 
+// The model (gpt2 family), as the spec's model block.
+struct program_model {
+  int64_t vocab, context, width, heads, layers, ffn_hidden;
+  bool tied;
+  int64_t params;        // real parameters
+  int64_t padded_vocab;  // rows the embedding and head are stored with (>= vocab; zero rows after)
+};
+
+// fp16 loss scaling (runtime/loss_scale.h): dynamic or static, the initial
+// scale, finite steps between growths.
+struct program_loss_scale {
+  bool dynamic;
+  double init;
+  int64_t interval;
+};
+
+struct program_precision {
+  dtype_id param, reduce, master;
+  program_loss_scale loss_scale;
+};
+
+// Parallelism, as the spec's parallel block.
+struct program_parallel {
+  int64_t world, shard_group, micro_batches, micro_batch;
+  program_precision precision;
+};
+
+struct program_optimizer {
+  optimizer_kind kind;
+  double lr, beta1, beta2, eps, weight_decay, momentum;
+};
+
+struct program_lr_schedule {
+  lr_schedule_kind kind;
+  int64_t warmup;
+  double min_lr;
+};
+
+struct program_data {
+  data_source source;
+  int64_t seed;
+  const char* path;
+};
+
+struct program_checkpoint {
+  int64_t every;  // steps between checkpoints (0: none)
+  const char* dir;
+  int64_t keep;  // newest checkpoints kept
+};
+
+// Training, as the spec's train block.
+struct program_train {
+  program_optimizer optimizer;
+  program_lr_schedule lr_schedule;
+  int64_t steps;
+  double clip;
+  int64_t seed;
+  program_data data;
+  int64_t log_every;
+  program_checkpoint checkpoint;
+};
+
+// The memory plan's totals.
+struct program_plan {
+  int64_t device_arena_bytes, host_arena_bytes, live_peak_bytes;
+  int64_t workspace_buffer;  // GEMM workspace buffer (-1: none)
+  bool flash_attention;      // attention saves log-sum-exp, not probabilities (gpt2_dims::flash)
+};
+
 struct program {
   // Where it came from.
   const char* spec_path;
@@ -104,42 +180,12 @@ struct program {
   const char* schedule_text;  // what `fsdpgen schedule` prints
   uint64_t hash;              // of the spec and the schedule: ranks must agree
 
-  // Model (gpt2 family).
-  int64_t vocab, context, width, heads, layers, ffn_hidden;
-  bool tied;
-  int64_t params;        // real parameters
-  int64_t padded_vocab;  // rows the embedding and head are stored with (>= vocab; zero rows after)
+  program_model model;
+  program_parallel parallel;
+  program_train train;
+  program_plan plan;
 
-  // Parallelism.
-  int64_t world, shard_group, micro_batches, micro_batch;
-  dtype_id param_dtype, reduce_dtype, master_dtype;
-  // fp16 loss scaling (runtime/loss_scale.h): dynamic or static, the initial
-  // scale, finite steps between growths.
-  bool loss_scale_dynamic;
-  double loss_scale_init;
-  int64_t loss_scale_interval;
-
-  // Training.
-  optimizer_kind optimizer;
-  double lr, beta1, beta2, eps, weight_decay, momentum;
-  lr_schedule_kind lr_schedule;
-  int64_t warmup;
-  double min_lr;
-  int64_t steps;
-  double clip;
-  int64_t seed;
-  data_source data;
-  int64_t data_seed;
-  const char* data_path;
-  int64_t log_every;
-  int64_t checkpoint_every;  // steps between checkpoints (0: none)
-  const char* checkpoint_dir;
-  int64_t checkpoint_keep;  // newest checkpoints kept
-
-  // The plan.
-  int64_t device_arena_bytes, host_arena_bytes, planned_live_peak_bytes;
-  int64_t workspace_buffer;  // GEMM workspace buffer (-1: none)
-  bool flash_attention;      // attention saves log-sum-exp, not probabilities (gpt2_dims::flash)
+  // The schedule's tables.
   const program_buffer* buffers;
   int buffer_count;
   const program_unit* units;

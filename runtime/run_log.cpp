@@ -19,32 +19,35 @@ std::string duration(double s) {
 
 // How the embedding is stored, when its vocabulary is padded ("" when not).
 std::string vocab_padding_note(const program& p) {
-  if (p.padded_vocab <= p.vocab) return "";
-  return fmt::format("; vocab {} stored padded to {} rows: {} zero elements, not parameters",
-                     p.vocab, p.padded_vocab,
-                     with_commas((p.padded_vocab - p.vocab) * p.width * (p.tied ? 1 : 2)));
+  if (p.model.padded_vocab <= p.model.vocab) return "";
+  return fmt::format(
+      "; vocab {} stored padded to {} rows: {} zero elements, not parameters", p.model.vocab,
+      p.model.padded_vocab,
+      with_commas((p.model.padded_vocab - p.model.vocab) * p.model.width * (p.model.tied ? 1 : 2)));
 }
 
 const char* sharding_of(const program& p) {
-  if (p.shard_group == 1) return p.world == 1 ? "single rank" : "no_shard (replicated)";
-  return p.shard_group == p.world ? "sharded over the world" : "hybrid";
+  if (p.parallel.shard_group == 1)
+    return p.parallel.world == 1 ? "single rank" : "no_shard (replicated)";
+  return p.parallel.shard_group == p.parallel.world ? "sharded over the world" : "hybrid";
 }
 
 }  // namespace
 
 void run_log_banner(const program& p, const run_banner& b) {
   std::printf("fsdpgen train: %s (%s params%s) from %s\n", p.model_name,
-              with_commas(p.params).c_str(), vocab_padding_note(p).c_str(), p.spec_path);
+              with_commas(p.model.params).c_str(), vocab_padding_note(p).c_str(), p.spec_path);
   std::printf("  %lld rank%s (%s, shard group %lld), launched by %s, %s\n",
-              static_cast<long long>(p.world), p.world == 1 ? "" : "s", sharding_of(p),
-              static_cast<long long>(p.shard_group), b.launcher.c_str(), b.backend.c_str());
+              static_cast<long long>(p.parallel.world), p.parallel.world == 1 ? "" : "s",
+              sharding_of(p), static_cast<long long>(p.parallel.shard_group), b.launcher.c_str(),
+              b.backend.c_str());
   std::printf(
       "  params %s, reduce %s, master %s | %lld micro-batch%s of %lld x %lld tokens | "
       "%s tokens per step\n",
-      dtype_name(p.param_dtype), dtype_name(p.reduce_dtype), dtype_name(p.master_dtype),
-      static_cast<long long>(p.micro_batches), p.micro_batches == 1 ? "" : "es",
-      static_cast<long long>(p.micro_batch), static_cast<long long>(p.context),
-      with_commas(b.tokens_per_step).c_str());
+      dtype_name(p.parallel.precision.param), dtype_name(p.parallel.precision.reduce),
+      dtype_name(p.parallel.precision.master), static_cast<long long>(p.parallel.micro_batches),
+      p.parallel.micro_batches == 1 ? "" : "es", static_cast<long long>(p.parallel.micro_batch),
+      static_cast<long long>(p.model.context), with_commas(b.tokens_per_step).c_str());
   std::printf("  data: %s | weights: %s\n", b.data.c_str(), b.weights_from.c_str());
   std::printf("  lr: %s\n", optimizer_lr_describe(p, b.steps).c_str());
   if (b.ckpt.every > 0)
@@ -56,10 +59,11 @@ void run_log_banner(const program& p, const run_banner& b) {
         "  the checkpoint is at step %lld and the run has %lld steps: nothing to train "
         "(--steps N trains further)\n",
         static_cast<long long>(b.start_step), static_cast<long long>(b.steps));
-  std::printf(
-      "  arena %.2f MiB per rank (planned peak %.2f MiB)%s\n", mib(p.device_arena_bytes),
-      mib(p.planned_live_peak_bytes),
-      p.host_arena_bytes ? fmt::format(", host {:.2f} MiB", mib(p.host_arena_bytes)).c_str() : "");
+  std::printf("  arena %.2f MiB per rank (planned peak %.2f MiB)%s\n",
+              mib(p.plan.device_arena_bytes), mib(p.plan.live_peak_bytes),
+              p.plan.host_arena_bytes
+                  ? fmt::format(", host {:.2f} MiB", mib(p.plan.host_arena_bytes)).c_str()
+                  : "");
   std::fflush(stdout);
 }
 

@@ -11,9 +11,10 @@ void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* tar
   // The step's global batch is world * micro_batches * micro_batch sequences;
   // rank r's micro-batch m is its (r * micro_batches + m)-th slice, so any
   // world and accumulation see the same sequences in each step.
-  int64_t slice = c.comms.rank * p.micro_batches + mb;
-  int64_t first = c.sequence_base + (c.step * p.world * p.micro_batches + slice) * p.micro_batch;
-  dataloader_fill(*c.data, first, p.micro_batch, tokens, targets);
+  int64_t slice = c.comms.rank * p.parallel.micro_batches + mb;
+  int64_t first = c.sequence_base + (c.step * p.parallel.world * p.parallel.micro_batches + slice) *
+                                        p.parallel.micro_batch;
+  dataloader_fill(*c.data, first, p.parallel.micro_batch, tokens, targets);
 }
 
 void step_add_losses(step_context& c, const float* losses, int64_t n) {
@@ -85,17 +86,21 @@ void step_optimizer(step_context& c, int unit, void* param_shard, float* master,
       int64_t from = decayed ? begin : pos;
       int64_t to = decayed ? (r < count ? ranges[2 * r + 1] : n) : begin;
       if (from >= to) continue;
-      if (p.optimizer == optimizer_kind::adamw)
-        optimizer_adamw(w, state, state + n, grad_shard, u.grad_shard_dtype, from, to, lr,
-                        static_cast<float>(p.beta1), static_cast<float>(p.beta2),
-                        static_cast<float>(p.eps), static_cast<float>(p.weight_decay), decayed,
-                        c.optimizer_step, scale);
+      if (p.train.optimizer.kind == optimizer_kind::adamw)
+        optimizer_adamw(
+            w, state, state + n, grad_shard, u.grad_shard_dtype, from, to, lr,
+            static_cast<float>(p.train.optimizer.beta1),
+            static_cast<float>(p.train.optimizer.beta2), static_cast<float>(p.train.optimizer.eps),
+            static_cast<float>(p.train.optimizer.weight_decay), decayed, c.optimizer_step, scale);
       else
-        optimizer_sgd(w, p.momentum > 0 ? state : nullptr, grad_shard, u.grad_shard_dtype, from, to,
-                      lr, static_cast<float>(p.momentum), static_cast<float>(p.weight_decay),
-                      decayed, c.optimizer_step == 1, scale);
+        optimizer_sgd(w, p.train.optimizer.momentum > 0 ? state : nullptr, grad_shard,
+                      u.grad_shard_dtype, from, to, lr,
+                      static_cast<float>(p.train.optimizer.momentum),
+                      static_cast<float>(p.train.optimizer.weight_decay), decayed,
+                      c.optimizer_step == 1, scale);
     }
     if (r < count) pos = ranges[2 * r + 1];
   }
-  if (master) tensor_convert(param_shard, p.param_dtype, master, dtype_id::fp32, n, false);
+  if (master)
+    tensor_convert(param_shard, p.parallel.precision.param, master, dtype_id::fp32, n, false);
 }

@@ -13,6 +13,27 @@ constexpr const char* kStreamNames[kStreamCount] = {"compute",   "allgather", "r
 constexpr const char* kKindNames[] = {"AG",   "F",   "RECOMPUTE", "B",        "RS", "AR",
                                       "FREE", "H2D", "D2H",       "GRADNORM", "OPT"};
 
+constexpr const char* kGroupNames[] = {"none", "shard", "replica", "world"};
+
+// The op as the planner's JSON (planner/Schedule.h's op_json), from its row.
+nlohmann::ordered_json op_args(const program_op& op) {
+  nlohmann::ordered_json deps = nlohmann::ordered_json::array();
+  for (int d = 0; d < op.dep_count; ++d)
+    deps.push_back(op.deps[d]);
+  return {{"op", op.id},
+          {"kind", kKindNames[static_cast<int>(op.kind)]},
+          {"unit", op.unit},
+          {"segment", op.segment},
+          {"micro_batch", op.micro_batch},
+          {"group", kGroupNames[static_cast<int>(op.group)]},
+          {"group_size", op.group_size},
+          {"payload_bytes", op.payload_bytes},
+          {"sent_bytes", op.sent_bytes},
+          {"memory_bytes", op.memory_bytes},
+          {"flops", op.flops},
+          {"deps", std::move(deps)}};
+}
+
 bool is_collective(op_kind k) {
   return k == op_kind::all_gather || k == op_kind::reduce_scatter || k == op_kind::all_reduce;
 }
@@ -57,7 +78,7 @@ std::string trace_json(const program& p, int64_t step,
                         {"dur", static_cast<double>(end_ns[rank][i] - start_ns[rank][i]) / 1e3},
                         {"pid", pid},
                         {"tid", static_cast<int>(op.stream)},
-                        {"args", ordered_json::parse(op.json)}});
+                        {"args", op_args(op)}});
     }
   }
   ordered_json j;

@@ -87,13 +87,13 @@ struct options {
 
 data_config data_config_of(const program& p, const std::string& flag) {
   data_config d;
-  d.vocab = p.vocab;
-  d.context = p.context;
-  d.seed = static_cast<uint64_t>(p.data_seed);
-  d.kind = p.data == data_source::synthetic ? data_kind::synthetic
-           : p.data == data_source::text    ? data_kind::text
-                                            : data_kind::tokens;
-  d.path = p.data_path;
+  d.vocab = p.model.vocab;
+  d.context = p.model.context;
+  d.seed = static_cast<uint64_t>(p.train.data.seed);
+  d.kind = p.train.data.source == data_source::synthetic ? data_kind::synthetic
+           : p.train.data.source == data_source::text    ? data_kind::text
+                                                         : data_kind::tokens;
+  d.path = p.train.data.path;
   if (!flag.empty()) {
     if (flag == "synthetic") {
       d.kind = data_kind::synthetic;
@@ -164,13 +164,13 @@ std::string gather_and_write_trace(const program& p, const std::string& path, in
                                    const std::vector<int64_t>& end_ns, bool lead) {
   std::vector<int64_t> mine = start_ns;
   mine.insert(mine.end(), end_ns.begin(), end_ns.end());
-  std::vector<int64_t> all(lead ? mine.size() * static_cast<size_t>(p.world) : 0);
+  std::vector<int64_t> all(lead ? mine.size() * static_cast<size_t>(p.parallel.world) : 0);
   MPI_CHECK(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(),
                        static_cast<int>(mine.size()), MPI_INT64_T, 0, MPI_COMM_WORLD));
   if (!lead) return "";
   std::vector<std::vector<int64_t>> starts, ends;
   const size_t n = static_cast<size_t>(p.op_count);
-  for (int64_t r = 0; r < p.world; ++r) {
+  for (int64_t r = 0; r < p.parallel.world; ++r) {
     auto base = all.begin() + static_cast<ptrdiff_t>(r * 2 * n);
     starts.emplace_back(base, base + static_cast<ptrdiff_t>(n));
     ends.emplace_back(base + static_cast<ptrdiff_t>(n), base + static_cast<ptrdiff_t>(2 * n));
@@ -182,7 +182,7 @@ std::string gather_and_write_trace(const program& p, const std::string& path, in
   if (!f) return fmt::format("cannot write {}: {}", path, std::strerror(errno));
   std::printf(
       "trace: step %lld of %lld ranks written to %s (%s)\n", static_cast<long long>(trace_step + 1),
-      static_cast<long long>(p.world), path.c_str(),
+      static_cast<long long>(p.parallel.world), path.c_str(),
       hidden < 0
           ? "no communication"
           : fmt::format("communication hidden behind compute: {:.0f}%", 100 * hidden).c_str());
@@ -266,12 +266,13 @@ training_run::training_run(const program& p, const options& o, const launch_info
       o_(o),
       li_(li),
       lead_(li.rank == 0),
-      steps_(o.steps >= 0 ? o.steps : p.steps),
-      ckpt_{o.checkpoint_every >= 0 ? o.checkpoint_every : p.checkpoint_every,
-            o.checkpoint_dir.empty() ? p.checkpoint_dir : o.checkpoint_dir,
-            o.checkpoint_keep > 0 ? o.checkpoint_keep : p.checkpoint_keep},
-      log_every_(o.log_every > 0 ? o.log_every : std::max<int64_t>(1, p.log_every)),
-      tokens_per_step_(p.world * p.micro_batches * p.micro_batch * p.context) {}
+      steps_(o.steps >= 0 ? o.steps : p.train.steps),
+      ckpt_{o.checkpoint_every >= 0 ? o.checkpoint_every : p.train.checkpoint.every,
+            o.checkpoint_dir.empty() ? p.train.checkpoint.dir : o.checkpoint_dir,
+            o.checkpoint_keep > 0 ? o.checkpoint_keep : p.train.checkpoint.keep},
+      log_every_(o.log_every > 0 ? o.log_every : std::max<int64_t>(1, p.train.log_every)),
+      tokens_per_step_(p.parallel.world * p.parallel.micro_batches * p.parallel.micro_batch *
+                       p.model.context) {}
 
 // Collective: throws agreed_error on every rank when an output cannot be
 // written (checkpoints' directory created when checkpoints are planned; a
@@ -308,7 +309,7 @@ void training_run::set_up(const backend_kind& kind) {
           p_.spec_path);
   }
   agree_on_error(error, "set-up");
-  c_.comms = comm_create(p_.shard_group);
+  c_.comms = comm_create(p_.parallel.shard_group);
   c_.data = &data_;
   decay_ = optimizer_decay_ranges(p_, c_.comms.shard_rank);
   c_.decay_ranges = decay_.pointers.data();
@@ -324,7 +325,7 @@ void training_run::set_up(const backend_kind& kind) {
 }
 
 void training_run::load_weights() {
-  seed_ = o_.seed >= 0 ? o_.seed : p_.seed;
+  seed_ = o_.seed >= 0 ? o_.seed : p_.train.seed;
   scaler_ = loss_scaler_start(p_);
   weights_from_ = o_.init_from.empty() ? "GPT-2 init" : o_.init_from;
   if (o_.resume) return resume();
@@ -400,7 +401,7 @@ void training_run::scale_gradients(int64_t step) {
   c_.grad_scale = static_cast<float>(grad_scale);
   c_.dloss_scale = static_cast<float>(grad_scale / tokens_per_step_);
   // As a wrong average across ranks would: every gradient scaled, unknown to the optimizer.
-  if (p_.world > 1) c_.dloss_scale *= static_cast<float>(o_.inject_grad_scale);
+  if (p_.parallel.world > 1) c_.dloss_scale *= static_cast<float>(o_.inject_grad_scale);
   // As an fp16 overflow would: every gradient of this step becomes non-finite.
   if (step == o_.inject_overflow) c_.dloss_scale = std::numeric_limits<float>::infinity();
   c_.optimizer_step = scaler_.applied_steps + 1;
@@ -462,7 +463,7 @@ void training_run::print_stopped(int64_t step) const {
       "continue with --resume%s\n",
       static_cast<long long>(step + 1), static_cast<long long>(steps_),
       // A plain --resume looks in the spec's directory.
-      ckpt_.dir == p_.checkpoint_dir ? "" : (" " + ckpt_.dir).c_str());
+      ckpt_.dir == p_.train.checkpoint.dir ? "" : (" " + ckpt_.dir).c_str());
 }
 
 void training_run::close_metrics() {
@@ -500,7 +501,7 @@ void training_run::save_weights() {
                         [&] { weights_save(c_, o_.save, start_step_ + totals_.steps_run); });
   if (lead_)
     std::printf("saved %s (%s params, F32, Hugging Face GPT-2 names)\n", o_.save.c_str(),
-                with_commas(p_.params).c_str());
+                with_commas(p_.model.params).c_str());
 }
 
 void training_run::finish() {
@@ -618,7 +619,7 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
     std::fputs(p.schedule_text, stdout);
     return 0;
   }
-  const int64_t run_steps = o.steps >= 0 ? o.steps : p.steps;
+  const int64_t run_steps = o.steps >= 0 ? o.steps : p.train.steps;
   for (auto [flag, step] : {std::pair{"--trace-step", o.trace_step},
                             std::pair{"--profile-step", o.backend.profile_step}})
     if (step >= 0 && step >= run_steps) {

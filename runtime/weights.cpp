@@ -14,8 +14,8 @@
 
 #include "runtime/arena.h"
 #include "runtime/check.h"
-#include "runtime/init.h"
 #include "runtime/files/safetensors.h"
+#include "runtime/init.h"
 
 namespace {
 
@@ -35,9 +35,9 @@ void weights_store(step_context& c, int unit, int64_t shard_offset, const float*
   const program_unit& u = c.p->units[unit];
   if (u.master >= 0)
     std::memcpy(step_buffer<float>(c, u.master) + shard_offset, v, static_cast<size_t>(n) * 4);
-  std::byte* shard =
-      step_buffer<std::byte>(c, u.param_shard) + shard_offset * dtype_size(c.p->param_dtype);
-  tensor_convert(shard, c.p->param_dtype, v, dtype_id::fp32, n, false);
+  std::byte* shard = step_buffer<std::byte>(c, u.param_shard) +
+                     shard_offset * dtype_size(c.p->parallel.precision.param);
+  tensor_convert(shard, c.p->parallel.precision.param, v, dtype_id::fp32, n, false);
 }
 
 float* weights_fp32_shard(step_context& c, int unit) {
@@ -53,7 +53,8 @@ void weights_init(step_context& c, uint64_t seed) {
     shard_piece piece;
     if (!piece_of(c, t, piece)) continue;
     values.resize(static_cast<size_t>(piece.tensor_end - piece.tensor_begin));
-    init_gpt2_range(values.data(), t.name, p.layers, seed, piece.tensor_begin, piece.tensor_end);
+    init_gpt2_range(values.data(), t.name, p.model.layers, seed, piece.tensor_begin,
+                    piece.tensor_end);
     weights_store(c, t.unit, piece.shard_offset, values.data(),
                   static_cast<int64_t>(values.size()));
   }

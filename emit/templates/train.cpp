@@ -33,19 +33,61 @@ using grad_t = float;   // unsharded gradients
 // fsdpgen:begin tables
 constexpr const char* kScheduleText = "";
 const program kProgram = {
-    "template", "template", kScheduleText, 0,  // origin
-    256, 1, 16, 1, 0, 64, true, 0, 256,        // model
-    1, 1, 1, 1, dtype_id::fp32, dtype_id::fp32, dtype_id::fp32,
-    true, 65536.0, 2000,  // loss scale
-    optimizer_kind::adamw, 1e-3, 0.9, 0.95, 1e-8, 0.0, 0.0,
-    lr_schedule_kind::constant, 0, 0.0, 0, 0.0, 0, data_source::synthetic, 0, "", 1,
-    0, "ckpt", 2,  // checkpoints
-    0, 0, 0, -1, false,  // arenas, workspace, flash attention
-    nullptr, 0, nullptr, 0, nullptr, 0, nullptr, 0};
+    .spec_path = "template",
+    .model_name = "template",
+    .schedule_text = kScheduleText,
+    .hash = 0,
+    .model = {.vocab = 256,
+              .context = 1,
+              .width = 16,
+              .heads = 1,
+              .layers = 0,
+              .ffn_hidden = 64,
+              .tied = true,
+              .params = 0,
+              .padded_vocab = 256},
+    .parallel = {.world = 1,
+                 .shard_group = 1,
+                 .micro_batches = 1,
+                 .micro_batch = 1,
+                 .precision = {.param = dtype_id::fp32,
+                               .reduce = dtype_id::fp32,
+                               .master = dtype_id::fp32,
+                               .loss_scale = {.dynamic = true, .init = 65536.0, .interval = 2000}}},
+    .train = {.optimizer = {.kind = optimizer_kind::adamw,
+                            .lr = 1e-3,
+                            .beta1 = 0.9,
+                            .beta2 = 0.95,
+                            .eps = 1e-8,
+                            .weight_decay = 0.0,
+                            .momentum = 0.0},
+              .lr_schedule = {.kind = lr_schedule_kind::constant, .warmup = 0, .min_lr = 0.0},
+              .steps = 0,
+              .clip = 0.0,
+              .seed = 0,
+              .data = {.source = data_source::synthetic, .seed = 0, .path = ""},
+              .log_every = 1,
+              .checkpoint = {.every = 0, .dir = "ckpt", .keep = 2}},
+    .plan = {.device_arena_bytes = 0,
+             .host_arena_bytes = 0,
+             .live_peak_bytes = 0,
+             .workspace_buffer = -1,
+             .flash_attention = false},
+    .buffers = nullptr,
+    .buffer_count = 0,
+    .units = nullptr,
+    .unit_count = 0,
+    .tensors = nullptr,
+    .tensor_count = 0,
+    .ops = nullptr,
+    .op_count = 0,
+};
 // fsdpgen:end tables
 
 }  // namespace
 
 // fsdpgen:begin main
-int main(int argc, char** argv) { return train_main(kProgram, argc, argv); }
+int main(int argc, char** argv) {
+  return train_main(kProgram, argc, argv);
+}
 // fsdpgen:end main

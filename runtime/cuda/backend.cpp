@@ -41,7 +41,7 @@ class cuda_backend final : public backend {
     const int64_t used_before_arena = device_used_bytes();
 
     // The arena: the planned bytes and a guard region after them.
-    const size_t bytes = static_cast<size_t>(p_.device_arena_bytes + kArenaGuardBytes);
+    const size_t bytes = static_cast<size_t>(p_.plan.device_arena_bytes + kArenaGuardBytes);
     cudaError_t err = cudaMalloc(reinterpret_cast<void**>(&mem.device), bytes);
     if (err != cudaSuccess) {
       cudaGetLastError();
@@ -50,12 +50,13 @@ class cuda_backend final : public backend {
       throw runtime_error(fmt::format(
           "cannot allocate the device arena of {:.2f} GiB planned for this rank on GPU {} ({}): "
           "{:.2f} GiB of {:.2f} GiB free; `fsdpgen plan SPEC --gpu KIND` shows what fits",
-          static_cast<double>(p_.device_arena_bytes) / (1 << 30), device_, device_name_,
+          static_cast<double>(p_.plan.device_arena_bytes) / (1 << 30), device_, device_name_,
           static_cast<double>(free) / (1 << 30), static_cast<double>(total) / (1 << 30)));
     }
-    mem.device_bytes = p_.device_arena_bytes;
-    CUDA_CHECK(cudaMemset(mem.device, 0, static_cast<size_t>(p_.device_arena_bytes)));
-    CUDA_CHECK(cudaMemset(mem.device + p_.device_arena_bytes, kArenaGuardByte, kArenaGuardBytes));
+    mem.device_bytes = p_.plan.device_arena_bytes;
+    CUDA_CHECK(cudaMemset(mem.device, 0, static_cast<size_t>(p_.plan.device_arena_bytes)));
+    CUDA_CHECK(
+        cudaMemset(mem.device + p_.plan.device_arena_bytes, kArenaGuardByte, kArenaGuardBytes));
     // The driver's own count of what the arena took (the whole device's: a
     // process sharing the GPU and allocating now would show here too).
     arena_used_bytes_ = device_used_bytes() - used_before_arena;
@@ -76,29 +77,31 @@ class cuda_backend final : public backend {
     CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&gc_.host_scalars), sizeof(gpu_step_scalars),
                              cudaHostAllocDefault));
     std::memset(gc_.host_scalars, 0, sizeof(gpu_step_scalars));
-    tokens_per_mb_ = p_.micro_batch * p_.context;
-    CUDA_CHECK(
-        cudaHostAlloc(reinterpret_cast<void**>(&gc_.host_inputs),
-                      static_cast<size_t>(p_.micro_batches * 2 * tokens_per_mb_) * sizeof(int32_t),
-                      cudaHostAllocDefault));
+    tokens_per_mb_ = p_.parallel.micro_batch * p_.model.context;
+    CUDA_CHECK(cudaHostAlloc(
+        reinterpret_cast<void**>(&gc_.host_inputs),
+        static_cast<size_t>(p_.parallel.micro_batches * 2 * tokens_per_mb_) * sizeof(int32_t),
+        cudaHostAllocDefault));
 
     // cuBLASLt: the handle, the algorithm cache and the plan's workspace.
     CUBLAS_CHECK(cublasLtCreate(&g.lt));
     g.gemms = gpu_gemm_cache_create();
-    if (p_.workspace_buffer >= 0) {
-      const program_buffer& w = p_.buffers[p_.workspace_buffer];
+    if (p_.plan.workspace_buffer >= 0) {
+      const program_buffer& w = p_.buffers[p_.plan.workspace_buffer];
       g.lt_workspace = mem.device + w.offset;
       g.lt_workspace_bytes = w.bytes;
     }
     // Attention: 16-bit flash attention through cuDNN where this build has
     // it, its graphs built now (a shape cuDNN refuses, or a workspace the plan
     // did not reserve, stops every rank at set-up); else the flash kernels.
-    attention_ = choose_attention(p_.flash_attention, p_.param_dtype, p_.width / p_.heads,
-                                  cudnn_attention_built(), std::getenv("FSDPGEN_ATTENTION"));
+    attention_ = choose_attention(p_.plan.flash_attention, p_.parallel.precision.param,
+                                  p_.model.width / p_.model.heads, cudnn_attention_built(),
+                                  std::getenv("FSDPGEN_ATTENTION"));
     if (attention_.kernels == attention_kernels::cudnn) {
       g.attention = gpu_attention_create();
       gpu_attention_prepare(*g.attention,
-                            {p_.micro_batch, p_.context, p_.width, p_.heads, p_.param_dtype},
+                            {p_.parallel.micro_batch, p_.model.context, p_.model.width,
+                             p_.model.heads, p_.parallel.precision.param},
                             g.lt_workspace_bytes);
     }
 
@@ -162,7 +165,7 @@ class cuda_backend final : public backend {
     c.step = step;
     c.lr = lr;
     c.grad_norm_partial = 0;  // offload: the host's sum of squares
-    for (int64_t mb = 0; mb < p_.micro_batches; ++mb) {
+    for (int64_t mb = 0; mb < p_.parallel.micro_batches; ++mb) {
       int32_t* in = gc_.host_inputs + mb * 2 * tokens_per_mb_;
       step_fill_inputs(c, mb, in, in + tokens_per_mb_);
     }
@@ -196,7 +199,7 @@ class cuda_backend final : public backend {
     m.host_resident_bytes = host_resident_bytes();
     if (mem_->host)
       m.arena_resident_bytes =
-          host_resident_bytes_in(mem_->host, p_.host_arena_bytes + kArenaGuardBytes);
+          host_resident_bytes_in(mem_->host, p_.plan.host_arena_bytes + kArenaGuardBytes);
     m.arena_growth_bytes = host_arena_growth_;
     m.device_used_bytes = device_used_bytes();
     m.device_arena_bytes = arena_used_bytes_;
@@ -219,8 +222,8 @@ class cuda_backend final : public backend {
   // directly (unified addressing: a pinned page's host address is its device
   // address), so that a D2H op converts into it as a kernel.
   void allocate_host_arena(arena& mem) {
-    if (p_.host_arena_bytes <= 0) return;
-    const size_t bytes = static_cast<size_t>(p_.host_arena_bytes + kArenaGuardBytes);
+    if (p_.plan.host_arena_bytes <= 0) return;
+    const size_t bytes = static_cast<size_t>(p_.plan.host_arena_bytes + kArenaGuardBytes);
     const cudaError_t err =
         cudaHostAlloc(reinterpret_cast<void**>(&mem.host), bytes, cudaHostAllocDefault);
     if (err != cudaSuccess) {
@@ -229,9 +232,9 @@ class cuda_backend final : public backend {
       throw runtime_error(fmt::format(
           "cannot pin the host arena of {:.2f} GiB planned for this rank (offload = cpu): "
           "cudaHostAlloc failed: {}; pinned memory comes out of the node's RAM (and `ulimit -l`)",
-          static_cast<double>(p_.host_arena_bytes) / (1 << 30), cudaGetErrorString(err)));
+          static_cast<double>(p_.plan.host_arena_bytes) / (1 << 30), cudaGetErrorString(err)));
     }
-    mem.host_bytes = p_.host_arena_bytes;
+    mem.host_bytes = p_.plan.host_arena_bytes;
     cudaPointerAttributes a{};
     CUDA_CHECK(cudaPointerGetAttributes(&a, mem.host));
     if (a.type != cudaMemoryTypeHost || a.devicePointer != mem.host)
@@ -239,18 +242,18 @@ class cuda_backend final : public backend {
           "GPU {} ({}) does not address pinned host memory at its host address (no unified "
           "addressing), which offload = cpu needs",
           device_, device_name_));
-    std::memset(mem.host, 0, static_cast<size_t>(p_.host_arena_bytes));
-    std::memset(mem.host + p_.host_arena_bytes, kArenaGuardByte, kArenaGuardBytes);
+    std::memset(mem.host, 0, static_cast<size_t>(p_.plan.host_arena_bytes));
+    std::memset(mem.host + p_.plan.host_arena_bytes, kArenaGuardByte, kArenaGuardBytes);
   }
 
   // The device arena's guard, checked on a host copy; the host arena's in place.
   void check_guard() {
     std::byte guard[kArenaGuardBytes];
-    CUDA_CHECK(cudaMemcpy(guard, mem_->device + p_.device_arena_bytes, kArenaGuardBytes,
+    CUDA_CHECK(cudaMemcpy(guard, mem_->device + p_.plan.device_arena_bytes, kArenaGuardBytes,
                           cudaMemcpyDeviceToHost));
-    arena_check_guard(guard, p_.device_arena_bytes, "device");
+    arena_check_guard(guard, p_.plan.device_arena_bytes, "device");
     if (mem_->host)
-      arena_check_guard(mem_->host + p_.host_arena_bytes, p_.host_arena_bytes, "host");
+      arena_check_guard(mem_->host + p_.plan.host_arena_bytes, p_.plan.host_arena_bytes, "host");
   }
 
   // Teardown ignores errors: it also runs after a failure.

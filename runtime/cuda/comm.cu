@@ -307,10 +307,10 @@ int gpu_select_device(gpu_comm_mode mode) {
 
 gpu_comm_groups gpu_comm_create(const program& p, gpu_comm_mode mode,
                                 const comm_groups& mpi_comms) {
-  if (mpi_comms.shard_group != p.shard_group)
+  if (mpi_comms.shard_group != p.parallel.shard_group)
     throw std::runtime_error("internal error: the CPU communicators are for shard group " +
                              std::to_string(mpi_comms.shard_group) + ", the program's is " +
-                             std::to_string(p.shard_group));
+                             std::to_string(p.parallel.shard_group));
   gpu_comm_groups g;
   g.mode = mode;
   g.rank = mpi_comms.rank;

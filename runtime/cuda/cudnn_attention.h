@@ -46,7 +46,7 @@ struct attention_choice {
   attention_kernels kernels = attention_kernels::flash;
   std::string why;
 };
-// flash_plan: the plan saves lse (program::flash_attention); param: its
+// flash_plan: the plan saves lse (program_plan::flash_attention); param: its
 // activations' dtype; forced: the FSDPGEN_ATTENTION variable (nullptr or ""
 // or "auto": cuDNN where it applies, else the flash kernels; "flash": the
 // hand-written kernels; "cudnn": cuDNN, or std::runtime_error saying why it

@@ -147,7 +147,7 @@ bool gpu_executor_stop(gpu_executor& e) {
   // single rank's host op cannot block in a collective: it gets all the time
   // it needs.
   const bool stopped = host_worker_stop(
-      e.host, e.p && e.p->world > 1 ? kHostWorkerGrace : std::chrono::milliseconds(-1));
+      e.host, e.p && e.p->parallel.world > 1 ? kHostWorkerGrace : std::chrono::milliseconds(-1));
   // Teardown: errors are ignored (an earlier failure may have left the device unusable).
   if (e.graph) cudaGraphExecDestroy(e.graph);
   e.graph = nullptr;

@@ -130,7 +130,7 @@ void check_launch() {
 }  // namespace
 
 void cuda_step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets) {
-  const int64_t n = c.p->micro_batch * c.p->context;
+  const int64_t n = c.p->parallel.micro_batch * c.p->model.context;
   const int32_t* src = c.gpu->host_inputs + mb * 2 * n;
   const size_t bytes = static_cast<size_t>(n) * sizeof(int32_t);
   gpu_exec& g = gpu(c);
@@ -191,9 +191,12 @@ void cuda_step_optimizer(step_context& c, int unit, void* param_shard, float* ma
   const int64_t n = u.shard_elems;
   gpu_exec& g = gpu(c);
   float* w = master ? master : static_cast<float*>(param_shard);
-  const optimizer_args a{static_cast<float>(p.beta1),    static_cast<float>(p.beta2),
-                         static_cast<float>(p.eps),      static_cast<float>(p.weight_decay),
-                         static_cast<float>(p.momentum), p.clip};
+  const optimizer_args a{static_cast<float>(p.train.optimizer.beta1),
+                         static_cast<float>(p.train.optimizer.beta2),
+                         static_cast<float>(p.train.optimizer.eps),
+                         static_cast<float>(p.train.optimizer.weight_decay),
+                         static_cast<float>(p.train.optimizer.momentum),
+                         p.train.clip};
   const int64_t* ranges = c.gpu->decay_ranges[unit];
   const int count = c.gpu->decay_range_counts[unit];
   // Alternate undecayed gaps and decayed ranges over [0, n), as step_optimizer.
@@ -205,18 +208,20 @@ void cuda_step_optimizer(step_context& c, int unit, void* param_shard, float* ma
       const int64_t to = decayed ? (r < count ? ranges[2 * r + 1] : n) : begin;
       if (from >= to) continue;
       const dim3 grid = grid_dim(ceil_div(to - from, kThreads));
-      if (p.optimizer == optimizer_kind::adamw)
+      if (p.train.optimizer.kind == optimizer_kind::adamw)
         adamw_kernel<<<grid, kThreads, 0, g.stream>>>(
             w, state, state + n, grad_shard, u.grad_shard_dtype, from, to, decayed, a, g.scalars);
       else
-        sgd_kernel<<<grid, kThreads, 0, g.stream>>>(w, p.momentum > 0 ? state : nullptr, grad_shard,
-                                                    u.grad_shard_dtype, from, to, decayed, a,
-                                                    g.scalars);
+        sgd_kernel<<<grid, kThreads, 0, g.stream>>>(
+            w, p.train.optimizer.momentum > 0 ? state : nullptr, grad_shard, u.grad_shard_dtype,
+            from, to, decayed, a, g.scalars);
       check_launch();
     }
     if (r < count) pos = ranges[2 * r + 1];
   }
-  if (master) cuda_tensor_convert(param_shard, p.param_dtype, master, dtype_id::fp32, n, false, g);
+  if (master)
+    cuda_tensor_convert(param_shard, p.parallel.precision.param, master, dtype_id::fp32, n, false,
+                        g);
 }
 
 void cuda_step_begin(gpu_context& gc, cudaStream_t stream) {

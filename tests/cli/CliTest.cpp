@@ -122,7 +122,9 @@ TEST(CliEmit, TargetsWriteTheirRuntimesCalls) {
   EXPECT_EQ(c.find("cuda_"), std::string::npos);
   EXPECT_NE(c.find("train_main(kProgram"), std::string::npos);
   EXPECT_NE(g.find("cuda_gpt2_block_forward<param_t>("), std::string::npos);
-  EXPECT_NE(g.find("cuda_comm_all_gather(cuda_op_comm(c, stream_id::allgather"), std::string::npos);
+  EXPECT_NE(g.find("const gpu_comm& comm = cuda_op_comm(c, stream_id::allgather"),
+            std::string::npos);
+  EXPECT_NE(g.find("cuda_comm_all_gather(comm, shard, params, "), std::string::npos);
   EXPECT_NE(g.find("cuda_train_main(kProgram"), std::string::npos);
   EXPECT_NE(g.find("--gpu h200"), std::string::npos);
 }
@@ -147,21 +149,25 @@ TEST(CliEmit, CudaOffloadRunsTheOptimizerOnTheHost) {
   const std::string g = read_file(dir + "/cuda/train.cpp"), c = read_file(dir + "/cpu/train.cpp");
   EXPECT_NE(g.find("constexpr int kHostOps[] = {"), std::string::npos);
   EXPECT_NE(g.find(", kHostOps, "), std::string::npos);
-  EXPECT_NE(g.find("  step_optimizer(c, 0, host<std::byte>(c, "), std::string::npos);
-  EXPECT_NE(g.find("  step_add_grad_norm(c, host<std::byte>(c, "), std::string::npos);
-  EXPECT_NE(g.find("comm_all_reduce(op_comm(c, stream_id::allreduce, comm_group::shard), "
-                   "&c.grad_norm_partial"),
+  EXPECT_NE(g.find("  std::byte* shard = host<std::byte>(c, "), std::string::npos);
+  EXPECT_NE(g.find("  step_optimizer(c, 0, shard, master, state, grads);"), std::string::npos);
+  EXPECT_NE(g.find("  std::byte* grads_u0 = host<std::byte>(c, "), std::string::npos);
+  EXPECT_NE(g.find("  step_add_grad_norm(c, grads_u0, "), std::string::npos);
+  EXPECT_NE(g.find("  MPI_Comm comm = op_comm(c, stream_id::allreduce, comm_group::shard);\n"
+                   "  float* partial = &c.grad_norm_partial;\n"),
             std::string::npos);
   // The fp32 accumulator is reduced across replicas in bf16, on the host.
-  EXPECT_NE(g.find("  tensor_narrow_in_place(host<std::byte>(c, "), std::string::npos);
-  EXPECT_NE(g.find("  comm_all_reduce(op_comm(c, stream_id::allreduce, comm_group::replica), "
-                   "host<std::byte>(c, "),
+  EXPECT_NE(g.find("  MPI_Comm comm = op_comm(c, stream_id::allreduce, comm_group::replica);\n"
+                   "  std::byte* shard = host<std::byte>(c, "),
             std::string::npos);
+  EXPECT_NE(g.find("  tensor_narrow_in_place(shard, "), std::string::npos);
+  EXPECT_NE(g.find("  comm_all_reduce(comm, shard, shard, "), std::string::npos);
   EXPECT_EQ(g.find("cuda_step_optimizer"), std::string::npos);
   EXPECT_EQ(g.find("cuda_norm_partial"), std::string::npos);
   // Host to device and device to host (widening bf16 into the fp32 host shard) on the GPU.
-  EXPECT_NE(g.find("  cuda_copy(dev<std::byte>(c, "), std::string::npos);
-  EXPECT_NE(g.find("  cuda_tensor_convert(host<std::byte>(c, "), std::string::npos);
+  EXPECT_NE(g.find("  std::byte* dst = dev<std::byte>(c, "), std::string::npos);
+  EXPECT_NE(g.find("  cuda_copy(dst, src, "), std::string::npos);
+  EXPECT_NE(g.find("  cuda_tensor_convert(shard, "), std::string::npos);
   EXPECT_EQ(c.find("kHostOps"), std::string::npos);
 }
 

@@ -108,8 +108,8 @@ class fake_program {
         ops_.push_back(op);
       }
     p_.spec_path = "cuda_comm_check";
-    p_.world = world;
-    p_.shard_group = shard_group;
+    p_.parallel.world = world;
+    p_.parallel.shard_group = shard_group;
     p_.units = &unit_;
     p_.unit_count = 1;
     p_.ops = ops_.data();

@@ -99,7 +99,7 @@ struct fake_program {
       op.run = kRecord[i];
       ops.push_back(op);
     }
-    p.world = 1;
+    p.parallel.world = 1;
     p.ops = ops.data();
     p.op_count = static_cast<int>(ops.size());
     p.host_ops = host_.data();

@@ -12,12 +12,12 @@ constexpr int64_t kInterval = 2000;
 
 program with_dtypes(dtype_id param, dtype_id reduce, int64_t world) {
   program p{};
-  p.param_dtype = param;
-  p.reduce_dtype = reduce;
-  p.world = world;
-  p.loss_scale_dynamic = true;
-  p.loss_scale_init = 65536;
-  p.loss_scale_interval = kInterval;
+  p.parallel.precision.param = param;
+  p.parallel.precision.reduce = reduce;
+  p.parallel.world = world;
+  p.parallel.precision.loss_scale.dynamic = true;
+  p.parallel.precision.loss_scale.init = 65536;
+  p.parallel.precision.loss_scale.interval = kInterval;
   return p;
 }
 
@@ -65,8 +65,8 @@ TEST(LossScale, BacksOffOnSkipAndGrowsAfterInterval) {
 
 TEST(LossScale, TheSpecSetsInitAndInterval) {
   program p = with_dtypes(dtype_id::fp16, dtype_id::fp32, 1);
-  p.loss_scale_init = 1024;
-  p.loss_scale_interval = 3;
+  p.parallel.precision.loss_scale.init = 1024;
+  p.parallel.precision.loss_scale.interval = 3;
   loss_scaler s = loss_scaler_start(p);
   EXPECT_EQ(s.scale, 1024.0);
   loss_scaler_update(s, false);
@@ -78,8 +78,8 @@ TEST(LossScale, TheSpecSetsInitAndInterval) {
 
 TEST(LossScale, StaticScaleNeverChanges) {
   program p = with_dtypes(dtype_id::fp16, dtype_id::fp16, 2);
-  p.loss_scale_dynamic = false;
-  p.loss_scale_init = 128;
+  p.parallel.precision.loss_scale.dynamic = false;
+  p.parallel.precision.loss_scale.init = 128;
   loss_scaler s = loss_scaler_start(p);
   EXPECT_EQ(s.scale, 128.0);
   loss_scaler_update(s, true);

@@ -276,16 +276,17 @@ class case_program {
     unit_.param_elems = unit_.padded_elems = unit_.shard_elems = elems(c);
     unit_.param_shard = unit_.master = unit_.optimizer_state = unit_.grad_shard = -1;
     unit_.grad_shard_dtype = dtype_id::fp32;
-    p_.world = p_.shard_group = 1;
-    p_.param_dtype = p_.reduce_dtype = p_.master_dtype = dtype_id::fp32;
-    p_.optimizer = c.kind;
-    p_.beta1 = c.beta1;
-    p_.beta2 = c.beta2;
-    p_.eps = c.eps;
-    p_.weight_decay = c.weight_decay;
-    p_.momentum = c.momentum;
-    p_.clip = c.clip;
-    p_.steps = steps(c);
+    p_.parallel.world = p_.parallel.shard_group = 1;
+    p_.parallel.precision.param = p_.parallel.precision.reduce = p_.parallel.precision.master =
+        dtype_id::fp32;
+    p_.train.optimizer.kind = c.kind;
+    p_.train.optimizer.beta1 = c.beta1;
+    p_.train.optimizer.beta2 = c.beta2;
+    p_.train.optimizer.eps = c.eps;
+    p_.train.optimizer.weight_decay = c.weight_decay;
+    p_.train.optimizer.momentum = c.momentum;
+    p_.train.clip = c.clip;
+    p_.train.steps = steps(c);
     p_.units = &unit_;
     p_.unit_count = 1;
     range_count_ = static_cast<int>(c.decay_ranges.size() / 2);

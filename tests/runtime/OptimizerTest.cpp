@@ -61,11 +61,11 @@ constexpr double kLr = 1e-3, kMinLr = 1e-4;
 // its midpoint and step 110 the last step.
 program schedule(lr_schedule_kind kind, int64_t warmup = 10, int64_t steps = 111) {
   program p{};
-  p.lr = kLr;
-  p.min_lr = kMinLr;
-  p.lr_schedule = kind;
-  p.warmup = warmup;
-  p.steps = steps;
+  p.train.optimizer.lr = kLr;
+  p.train.lr_schedule.min_lr = kMinLr;
+  p.train.lr_schedule.kind = kind;
+  p.train.lr_schedule.warmup = warmup;
+  p.train.steps = steps;
   return p;
 }
 
@@ -75,54 +75,56 @@ TEST(OptimizerLr, WarmupRisesLinearlyToLr) {
   for (const lr_schedule_kind kind :
        {lr_schedule_kind::constant, lr_schedule_kind::cosine, lr_schedule_kind::linear}) {
     const program p = schedule(kind);
-    EXPECT_NEAR(optimizer_lr(p, 0, p.steps), 1e-4, kLrTol);
-    EXPECT_NEAR(optimizer_lr(p, 4, p.steps), 5e-4, kLrTol);
-    EXPECT_NEAR(optimizer_lr(p, 9, p.steps), kLr, kLrTol);
-    EXPECT_NEAR(optimizer_lr(p, 10, p.steps), kLr, kLrTol) << "the decay starts from lr";
+    EXPECT_NEAR(optimizer_lr(p, 0, p.train.steps), 1e-4, kLrTol);
+    EXPECT_NEAR(optimizer_lr(p, 4, p.train.steps), 5e-4, kLrTol);
+    EXPECT_NEAR(optimizer_lr(p, 9, p.train.steps), kLr, kLrTol);
+    EXPECT_NEAR(optimizer_lr(p, 10, p.train.steps), kLr, kLrTol) << "the decay starts from lr";
   }
 }
 
 // lr = min + (lr - min) * (1 + cos(pi * r)) / 2, r the fraction of the decay done.
 TEST(OptimizerLr, CosineEndPointsAndMidpoint) {
   const program p = schedule(lr_schedule_kind::cosine);
-  EXPECT_NEAR(optimizer_lr(p, 60, p.steps), (kLr + kMinLr) / 2, kLrTol);
+  EXPECT_NEAR(optimizer_lr(p, 60, p.train.steps), (kLr + kMinLr) / 2, kLrTol);
   // r = 1/4: (1 + cos(pi/4)) / 2 = 0.8535533905932737; 1e-4 + 9e-4 * that.
-  EXPECT_NEAR(optimizer_lr(p, 35, p.steps), 8.681980515339464e-4, kLrTol);
-  EXPECT_NEAR(optimizer_lr(p, 110, p.steps), kMinLr, kLrTol) << "the last step reaches min";
-  EXPECT_NEAR(optimizer_lr(p, 150, p.steps), kMinLr, kLrTol) << "and stays there";
+  EXPECT_NEAR(optimizer_lr(p, 35, p.train.steps), 8.681980515339464e-4, kLrTol);
+  EXPECT_NEAR(optimizer_lr(p, 110, p.train.steps), kMinLr, kLrTol) << "the last step reaches min";
+  EXPECT_NEAR(optimizer_lr(p, 150, p.train.steps), kMinLr, kLrTol) << "and stays there";
   for (int64_t s = 10; s < 110; ++s)
-    EXPECT_LT(optimizer_lr(p, s + 1, p.steps), optimizer_lr(p, s, p.steps)) << "step " << s;
+    EXPECT_LT(optimizer_lr(p, s + 1, p.train.steps), optimizer_lr(p, s, p.train.steps))
+        << "step " << s;
 }
 
 TEST(OptimizerLr, LinearEndPointsAndMidpoint) {
   const program p = schedule(lr_schedule_kind::linear);
-  EXPECT_NEAR(optimizer_lr(p, 60, p.steps), (kLr + kMinLr) / 2, kLrTol);
-  EXPECT_NEAR(optimizer_lr(p, 35, p.steps), kMinLr + 0.75 * (kLr - kMinLr), kLrTol);
-  EXPECT_NEAR(optimizer_lr(p, 110, p.steps), kMinLr, kLrTol);
+  EXPECT_NEAR(optimizer_lr(p, 60, p.train.steps), (kLr + kMinLr) / 2, kLrTol);
+  EXPECT_NEAR(optimizer_lr(p, 35, p.train.steps), kMinLr + 0.75 * (kLr - kMinLr), kLrTol);
+  EXPECT_NEAR(optimizer_lr(p, 110, p.train.steps), kMinLr, kLrTol);
   // Equal decrements of (lr - min) / 100 = 9e-6 per step.
   for (int64_t s = 10; s < 110; ++s)
-    EXPECT_NEAR(optimizer_lr(p, s, p.steps) - optimizer_lr(p, s + 1, p.steps), 9e-6, kLrTol)
+    EXPECT_NEAR(optimizer_lr(p, s, p.train.steps) - optimizer_lr(p, s + 1, p.train.steps), 9e-6,
+                kLrTol)
         << "step " << s;
 }
 
 TEST(OptimizerLr, ConstantAfterWarmup) {
   const program p = schedule(lr_schedule_kind::constant);
   for (const int64_t s : {10, 60, 110})
-    EXPECT_EQ(optimizer_lr(p, s, p.steps), kLr) << "step " << s;
+    EXPECT_EQ(optimizer_lr(p, s, p.train.steps), kLr) << "step " << s;
 }
 
 TEST(OptimizerLr, NoWarmupStartsAtLr) {
   const program p = schedule(lr_schedule_kind::cosine, 0, 101);
-  EXPECT_EQ(optimizer_lr(p, 0, p.steps), kLr);
-  EXPECT_NEAR(optimizer_lr(p, 50, p.steps), (kLr + kMinLr) / 2, kLrTol);
-  EXPECT_NEAR(optimizer_lr(p, 100, p.steps), kMinLr, kLrTol);
+  EXPECT_EQ(optimizer_lr(p, 0, p.train.steps), kLr);
+  EXPECT_NEAR(optimizer_lr(p, 50, p.train.steps), (kLr + kMinLr) / 2, kLrTol);
+  EXPECT_NEAR(optimizer_lr(p, 100, p.train.steps), kMinLr, kLrTol);
 }
 
 // ---------------------------------------------------------------- clipping
 
 program clipping_at(double clip) {
   program p{};
-  p.clip = clip;
+  p.train.clip = clip;
   return p;
 }
 
@@ -204,7 +206,7 @@ TEST(OptimizerDecay, RangesAreTheMatricesInEachShard) {
 // after the same 10 warm-up steps, reaching min at their step N - 1.
 TEST(OptimizerLr, DecayEndsAtTheLastStepOfTheRunNotOfTheSpec) {
   for (const lr_schedule_kind kind : {lr_schedule_kind::cosine, lr_schedule_kind::linear}) {
-    const program p = schedule(kind);  // p.steps = 111
+    const program p = schedule(kind);  // p.train.steps = 111
     for (const int64_t total : {31, 211}) {
       const int64_t last = total - 1, midpoint = 10 + (last - 10) / 2;
       EXPECT_NEAR(optimizer_lr(p, 4, total), 5e-4, kLrTol) << "the warm-up is the spec's";
