@@ -406,7 +406,8 @@ inline int64_t arena_in_pages(int64_t bytes) {
 
 // dir/trace.json (written by a binary's --trace) has, for each of `world`
 // ranks, exactly the ops of dir/e2e.fsdp's predicted trace on hardware `gpu`,
-// by name, each with a duration.
+// by name and planned fields (the args the planner's op_json writes, which
+// the runtime rebuilds from the program's kOps rows), each with a duration.
 inline void expect_trace_like_predicted(const std::filesystem::path& dir, const std::string& gpu,
                                         int world) {
   CmdResult predicted =
@@ -416,7 +417,8 @@ inline void expect_trace_like_predicted(const std::filesystem::path& dir, const 
   auto names = [](const nlohmann::json& j, int pid) {
     std::multiset<std::string> s;
     for (const auto& e : j["traceEvents"])
-      if (e["ph"] == "X" && e["pid"] == pid) s.insert(e["name"].get<std::string>());
+      if (e["ph"] == "X" && e["pid"] == pid)
+        s.insert(e["name"].get<std::string>() + " " + e["args"].dump());
     return s;
   };
   nlohmann::json measured = nlohmann::json::parse(std::ifstream(dir / "trace.json"));
