@@ -5,6 +5,8 @@
 //   fsdpgen emit spec.fsdp -o DIR [--target cuda|cpu] [--world N] [--micro-batch B] [--gpu KIND]
 //   fsdpgen spec.fsdp -o train [--target cuda|cpu] [--sources DIR] ...   (= fsdpgen build)
 //   fsdpgen merge CHECKPOINT -o model.safetensors [--dtype fp32|bf16|fp16]
+// Each subcommand but merge runs the pipeline (planner/Pipeline.h) up to its
+// last pass; --dump-after PASS prints a pass's IR and --time-passes times them.
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,17 +23,16 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "dsl/Layers.h"
+#include "dsl/Print.h"
 #include "emit/Build.h"
 #include "emit/BuildConfig.h"
 #include "emit/Emit.h"
+#include "emit/Template.h"
 #include "planner/Fit.h"
 #include "planner/Pipeline.h"
-#include "emit/Template.h"
-#include "planner/Verify.h"
-#include "dsl/Layers.h"
-#include "dsl/Print.h"
-#include "suggest/Suggest.h"
 #include "runtime/files/checkpoint_merge.h"
+#include "suggest/Suggest.h"
 
 namespace fsdpgen {
 namespace {
@@ -63,19 +64,6 @@ bool write_output(const std::string& path, const std::string& text) {
   return true;
 }
 
-// Diagnostics with no source location ("error: cannot read spec file ...")
-// get the program's name in front, as clang's do.
-std::string with_program_name(const std::string& diagnostics) {
-  std::string out;
-  std::istringstream in(diagnostics);
-  for (std::string line; std::getline(in, line);) {
-    for (const char* kind : {"error: ", "warning: ", "note: "})
-      if (line.starts_with(kind)) line = "fsdpgen: " + line;
-    out += line + "\n";
-  }
-  return out;
-}
-
 struct Common {
   std::string spec_path;
   std::optional<int64_t> world;
@@ -83,9 +71,18 @@ struct Common {
   std::string gpu = "h100-sxm";
   CLI::Option* gpu_flag = nullptr;  // its count() says whether --gpu was given
   bool time_passes = false;
+  bool no_reuse = false;
+  std::string dump_after;
+  std::string command;          // the subcommand's name
+  Pass last_pass = Pass::Cost;  // where it stops
 
-  void add_to(CLI::App* app, bool overrides) {
+  void add_to(CLI::App* app, Pass last, bool overrides) {
+    command = app->get_name();
+    last_pass = last;
     app->add_option("spec", spec_path, "the .fsdp spec file")->required();
+    app->add_flag("--time-passes", time_passes, "print each compiler pass's wall time on stderr");
+    app->add_option("--dump-after", dump_after,
+                    fmt::format("print on stderr the IR after this pass: {}", pass_list(last)));
     if (!overrides) return;
     app->add_option("--world", world, "number of ranks (replaces the spec's parallel.world)");
     app->add_option("--micro-batch", micro_batch,
@@ -94,7 +91,40 @@ struct Common {
                                "hardware the cost model and memory limits use: " + known_list() +
                                    " (default: h100-sxm; plan and schedule without --gpu: what "
                                    "a build here targets, cpu where no GPU is visible)");
-    app->add_flag("--time-passes", time_passes, "print each compiler pass's wall time on stderr");
+    app->add_flag("--no-reuse", no_reuse,
+                  "for debugging: give every buffer its own memory, none reused after a free");
+  }
+
+  // The passes up to `last`, in order.
+  static std::vector<std::string_view> passes(Pass last) {
+    return {kPassNames.begin(), kPassNames.begin() + static_cast<int>(last) + 1};
+  }
+  static std::string pass_list(Pass last) {
+    std::string s;
+    for (std::string_view n : passes(last))
+      s += (s.empty() ? "" : ", ") + std::string(n);
+    return s;
+  }
+
+  // The pass --dump-after names in `pass` (none without it); false after
+  // printing why when it names no pass this subcommand runs.
+  bool dump_pass(std::optional<Pass>& pass) const {
+    pass.reset();
+    if (dump_after.empty()) return true;
+    pass = pass_named(dump_after);
+    if (pass && *pass <= last_pass) return true;
+    std::string msg = fmt::format("fsdpgen: error: --dump-after {}: ", dump_after);
+    if (pass)
+      msg += fmt::format("{} stops after {};", command, to_string(last_pass));
+    else if (std::string close = closest_match(dump_after, passes(last_pass)); !close.empty())
+      msg += fmt::format("no such pass; did you mean '{}'?", close);
+    else
+      msg += "no such pass;";
+    std::fputs(
+        fmt::format("{} {} runs {}\n", msg, command, quoted_choices(passes(last_pass), " and "))
+            .c_str(),
+        stderr);
+    return false;
   }
 
   static std::string known_list() {
@@ -113,31 +143,25 @@ struct Common {
   }
   std::optional<Hardware> hardware() const { return hardware(gpu); }
 
-  // Runs the passes; prints the diagnostics; empty when the spec has errors.
-
-  std::optional<Pipeline> run(bool frontend_only = false, const Hardware* hw = nullptr) const {
+  // Runs the passes up to this subcommand's last, for `hw`.
+  Pipeline run(const Hardware& hw, std::optional<Pass> dump, LaterPass emit = {},
+               LaterPass build = {}) const {
     PipelineOptions o;
-    o.frontend_only = frontend_only;
-    o.target = hw;
+    o.target = &hw;
+    o.stop_after = last_pass;
+    o.dump_after = dump;
     o.overrides.world = world;
     o.overrides.micro_batch = micro_batch;
     o.time_passes = time_passes;
-    Pipeline p = run_pipeline(spec_path, o);
-    std::fputs(with_program_name(p.diagnostics).c_str(), stderr);
-    if (!p.spec) return std::nullopt;
-    return p;
+    o.memory.reuse = !no_reuse;
+    o.emit = std::move(emit);
+    o.build = std::move(build);
+    return run_pipeline(spec_path, o);
   }
 };
 
-// The planner checks its own output; a violation is a bug in fsdpgen.
-bool verified(const Pipeline& p) {
-  auto errors = verify_plan(*p.schedule, *p.memory);
-  for (const std::string& e : errors)
-    std::fputs(fmt::format("fsdpgen: internal error: {}\n", e).c_str(), stderr);
-  if (!errors.empty())
-    std::fputs("fsdpgen: the plan breaks its invariants; please report this with the spec\n",
-               stderr);
-  return errors.empty();
+int exit_status(Failure f) {
+  return f == Failure::None ? 0 : f == Failure::User ? kExitSpecError : kExitInternal;
 }
 
 std::string gib(int64_t bytes) {
@@ -164,7 +188,7 @@ struct PlanTarget {
 };
 
 PlanTarget plan_target(const Common& c) {
-  if (c.gpu_flag->count() > 0) return {c.gpu, "--gpu " + c.gpu, false};
+  if (c.gpu_flag && c.gpu_flag->count() > 0) return {c.gpu, "--gpu " + c.gpu, false};
   if (gpu_visible())
     return {c.gpu,
             fmt::format("a GPU is visible here: planning for {}, which a build here targets; "
@@ -177,11 +201,16 @@ PlanTarget plan_target(const Common& c) {
           true};
 }
 
-int run_check(const Common& c, bool dump) {
-  auto p = c.run(true);
-  if (!p) return kExitSpecError;
-  const Spec& s = *p->spec;
-  if (dump) {
+// check's target is what a build here targets (as plan's without --gpu):
+// target support warns of what that backend cannot build yet.
+int run_check(const Common& c, bool print_resolved) {
+  std::optional<Pass> dump;
+  if (!c.dump_pass(dump)) return kExitUsage;
+  const Hardware hw = *find_hardware(plan_target(c).hardware);
+  const Pipeline p = c.run(hw, dump);
+  if (p.failure != Failure::None) return exit_status(p.failure);
+  const Spec& s = *p.spec;
+  if (print_resolved) {
     out(fmt::format("# Resolved by fsdpgen from {}.\n", c.spec_path));
     out(print_spec(s));
     return 0;
@@ -198,6 +227,8 @@ int run_check(const Common& c, bool dump) {
 }
 
 int run_schedule(const Common& c, const std::string& format, const std::string& output) {
+  std::optional<Pass> dump;
+  if (!c.dump_pass(dump)) return kExitUsage;
   const PlanTarget target = plan_target(c);
   auto hw = Common::hardware(target.hardware);
   if (!hw) return kExitUsage;
@@ -205,48 +236,48 @@ int run_schedule(const Common& c, const std::string& format, const std::string& 
   if (target.defaulted)
     std::fputs(fmt::format("fsdpgen: note: schedule for {} ({})\n", hw->name, target.why).c_str(),
                stderr);
-  auto p = c.run(false, &*hw);
-  if (!p) return kExitSpecError;
-  if (!verified(*p)) return kExitInternal;
+  const Pipeline p = c.run(*hw, dump);
+  if (p.failure != Failure::None) return exit_status(p.failure);
   std::string text;
   if (format == "text")
-    text = schedule_text(*p->schedule);  // also what a binary's --print-schedule prints
+    text = schedule_text(*p.schedule);  // also what a binary's --print-schedule prints
   else if (format == "json")
-    text = schedule_json(*p->schedule);
+    text = schedule_json(*p.schedule);
   else
-    text = trace_json(*p->schedule, predict(*p->schedule, *hw));
+    text = trace_json(*p.schedule, *p.timeline);
   return write_output(output, text) ? 0 : kExitSpecError;
 }
 
 int run_plan(const Common& c) {
+  std::optional<Pass> dump;
+  if (!c.dump_pass(dump)) return kExitUsage;
   const PlanTarget target = plan_target(c);
   auto hw = Common::hardware(target.hardware);
   if (!hw) return kExitUsage;
   auto started = std::chrono::steady_clock::now();
-  auto p = c.run(false, &*hw);
-  if (!p) return kExitSpecError;
-  if (!verified(*p)) return kExitInternal;
-  const Spec& s = *p->spec;
+  const Pipeline p = c.run(*hw, dump);
+  if (p.failure != Failure::None) return exit_status(p.failure);
+  const Spec& s = *p.spec;
   const ParallelSpec& par = s.parallel;
-  Timeline t = predict(*p->schedule, *hw);
+  const Timeline& t = *p.timeline;
   out(fmt::format("plan of {} on {} x {}: {} ({})\n", s.model.name, par.world, hw->name,
                   hw->description, target.why));
   out(fmt::format(
       "model: {} parameters ({} padded elements{}) in {} units; {} with shard group {} x {} "
       "replica{}; "
       "{} micro-batch{} of {} x {} tokens per rank\n",
-      p->units->total_params, p->units->total_padded_elems, vocab_padding_note(*p->units),
-      p->units->units.size(), to_string(par.sharding), par.shard_group, par.replicas(),
+      p.units->total_params, p.units->total_padded_elems, vocab_padding_note(*p.units),
+      p.units->units.size(), to_string(par.sharding), par.shard_group, par.replicas(),
       par.replicas() == 1 ? "" : "s", par.accumulate.micro_batches,
-      par.accumulate.micro_batches == 1 ? "" : "es", p->schedule->micro_batch, s.model.context));
-  out(print_memory_plan(*p->schedule, *p->memory));
-  const int64_t peak = p->memory->device_arena_bytes, usable = usable_bytes(*hw);
+      par.accumulate.micro_batches == 1 ? "" : "es", p.schedule->micro_batch, s.model.context));
+  out(print_memory_plan(*p.schedule, *p.memory));
+  const int64_t peak = p.memory->device_arena_bytes, usable = usable_bytes(*hw);
   bool fits = peak <= usable;
   out(fmt::format(
       "fits: {}: peak {} of {} usable ({} {} minus {} reserved for the runtime), {:.1f}%\n",
       fits ? "yes" : "NO", gib(peak), gib(usable), hw->name, gib(hw->memory_bytes),
       gib(reserved_bytes(*hw)), 100.0 * static_cast<double>(peak) / static_cast<double>(usable)));
-  out(print_timeline(*p->schedule, t));
+  out(print_timeline(*p.schedule, t));
   if (!fits) {
     auto alts = fitting_alternatives(s, *hw);
     if (alts.empty()) {
@@ -303,27 +334,17 @@ std::optional<EmitTarget> resolve_target(const Common& c, const std::string& tar
   return t;
 }
 
-// The generated program's source for `target`, or empty after printing why
-// (exit status in `status`).
-std::optional<std::string> generate(const Common& c, const EmitTarget& target, int& status) {
-  const Hardware hw = *find_hardware(target.hardware);
-  auto p = c.run(false, &hw);
-  if (!p) {
-    status = kExitSpecError;
-    return std::nullopt;
-  }
-  if (!verified(*p)) {
-    status = kExitInternal;
-    return std::nullopt;
-  }
-  if (target.kind == EmitTarget::Kind::Cuda && p->memory->device_arena_bytes > usable_bytes(hw))
+// Before emitting: notes on what the program will meet when it runs.
+void note_before_emit(const Common& c, const EmitTarget& target, const Hardware& hw,
+                      const Pipeline& p) {
+  if (target.kind == EmitTarget::Kind::Cuda && p.memory->device_arena_bytes > usable_bytes(hw))
     std::fputs(fmt::format("fsdpgen: warning: the plan needs {} per GPU but a {} has {} usable; "
                            "`fsdpgen plan {} --gpu {}` shows changes that fit\n",
-                           gib(p->memory->device_arena_bytes), hw.name, gib(usable_bytes(hw)),
+                           gib(p.memory->device_arena_bytes), hw.name, gib(usable_bytes(hw)),
                            c.spec_path, target.hardware)
                    .c_str(),
                stderr);
-  if (const DataSpec& d = p->spec->train.data; d.kind != DataKind::Synthetic) {
+  if (const DataSpec& d = p.spec->train.data; d.kind != DataKind::Synthetic) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(d.path, ec))
       std::fputs(fmt::format("fsdpgen: note: the spec's data file {} does not exist yet (a "
@@ -333,27 +354,78 @@ std::optional<std::string> generate(const Common& c, const EmitTarget& target, i
                      .c_str(),
                  stderr);
   }
+}
+
+// The pipeline's emit pass: the generated program's source for `target`.
+Failure emit_pass(const Common& c, const EmitTarget& target, const Hardware& hw, Pipeline& p) {
+  note_before_emit(c, target, hw, p);
   try {
-    return emit_program(c.spec_path, *p->schedule, *p->memory, target);
-  } catch (const EmitError& e) {
-    std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
-    status = kExitSpecError;
+    p.source = emit_program(c.spec_path, *p.schedule, *p.memory, target);
+    return Failure::None;
   } catch (const std::logic_error& e) {  // the emitter's own consistency checks
     std::fputs(fmt::format("fsdpgen: internal error: {}\n", e.what()).c_str(), stderr);
-    status = kExitInternal;
   } catch (const TemplateError& e) {
     std::fputs(fmt::format("fsdpgen: internal error: {}\n", e.what()).c_str(), stderr);
-    status = kExitInternal;
   }
-  return std::nullopt;
+  return Failure::Internal;
+}
+
+// The directory the source is compiled from: --sources, else a fresh
+// temporary one; empty after printing why.
+std::optional<std::filesystem::path> sources_dir_for(const std::string& sources_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!sources_dir.empty()) {
+    fs::create_directories(sources_dir, ec);
+    return fs::path(sources_dir);
+  }
+  // The error_code form: a TMPDIR that names no directory is the user's to fix, not a crash.
+  std::string pattern = (fs::temp_directory_path(ec) / "fsdpgen-XXXXXX").string();
+  if (ec || !mkdtemp(pattern.data())) {
+    std::fputs(fmt::format("fsdpgen: error: cannot create a temporary directory: {} (TMPDIR, "
+                           "else /tmp, must be a writable directory; or keep the source with "
+                           "--sources DIR)\n",
+                           ec ? ec.message() : std::strerror(errno))
+                   .c_str(),
+               stderr);
+    return std::nullopt;
+  }
+  return fs::path(pattern);
+}
+
+// The pipeline's build pass: compiles the emitted source into `output`.
+Failure build_pass(const Common& c, const EmitTarget& target, const std::string& output,
+                   const std::string& sources_dir, Pipeline& p) {
+  auto dir = sources_dir_for(sources_dir);
+  if (!dir) return Failure::User;
+  const std::string src = (*dir / "train.cpp").string();
+  if (!write_output(src, p.source)) return Failure::User;
+  const bool cuda = target.kind == EmitTarget::Kind::Cuda;
+  BuildResult r = build_program(src, output, cuda);
+  if (sources_dir.empty()) std::filesystem::remove_all(*dir);
+  if (!r.ok) {
+    std::fputs(
+        fmt::format("fsdpgen: internal error: compiling the generated program failed:\n  {}\n"
+                    "(run with --sources DIR to keep the source)\n",
+                    r.command)
+            .c_str(),
+        stderr);
+    return Failure::Internal;
+  }
+  p.build_report =
+      fmt::format("fsdpgen: built {} from {} for {} in {:.1f} s\n", output, c.spec_path,
+                  cuda ? "CUDA (" + target.hardware + ")" : "CPU", r.seconds);
+  return Failure::None;
 }
 
 int run_emit(const Common& c, const std::string& target_flag, const std::string& dir) {
+  std::optional<Pass> dump;
+  if (!c.dump_pass(dump)) return kExitUsage;
   auto target = resolve_target(c, target_flag, false);
   if (!target) return kExitSpecError;
-  int status = 0;
-  auto source = generate(c, *target, status);
-  if (!source) return status;
+  const Hardware hw = *find_hardware(target->hardware);
+  const Pipeline p = c.run(hw, dump, [&](Pipeline& q) { return emit_pass(c, *target, hw, q); });
+  if (p.failure != Failure::None) return exit_status(p.failure);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
@@ -361,13 +433,15 @@ int run_emit(const Common& c, const std::string& target_flag, const std::string&
                stderr);
     return kExitSpecError;
   }
-  return write_output((std::filesystem::path(dir) / "train.cpp").string(), *source)
+  return write_output((std::filesystem::path(dir) / "train.cpp").string(), p.source)
              ? 0
              : kExitSpecError;
 }
 
 int run_build(const Common& c, const std::string& target_flag, const std::string& output,
               const std::string& sources_dir) {
+  std::optional<Pass> dump;
+  if (!c.dump_pass(dump)) return kExitUsage;
   if (std::string reason = unwritable_output_reason(output); !reason.empty()) {
     std::fputs(
         fmt::format("fsdpgen: error: cannot write the binary '{}': {}\n", output, reason).c_str(),
@@ -376,47 +450,12 @@ int run_build(const Common& c, const std::string& target_flag, const std::string
   }
   auto target = resolve_target(c, target_flag, true);
   if (!target) return kExitSpecError;
-  int status = 0;
-  auto source = generate(c, *target, status);
-  if (!source) return status;
-  namespace fs = std::filesystem;
-  fs::path dir = sources_dir;
-  bool temporary = dir.empty();
-  if (temporary) {
-    // The error_code form: a TMPDIR that names no directory is the user's to fix, not a crash.
-    std::error_code ec;
-    std::string pattern = (fs::temp_directory_path(ec) / "fsdpgen-XXXXXX").string();
-    if (ec || !mkdtemp(pattern.data())) {
-      std::fputs(fmt::format("fsdpgen: error: cannot create a temporary directory: {} (TMPDIR, "
-                             "else /tmp, must be a writable directory; or keep the source with "
-                             "--sources DIR)\n",
-                             ec ? ec.message() : std::strerror(errno))
-                     .c_str(),
-                 stderr);
-      return kExitSpecError;
-    }
-    dir = pattern;
-  } else {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-  }
-  const std::string src = (dir / "train.cpp").string();
-  if (!write_output(src, *source)) return kExitSpecError;
-  BuildResult r = build_program(src, output, target->kind == EmitTarget::Kind::Cuda);
-  if (temporary) fs::remove_all(dir);
-  if (!r.ok) {
-    std::fputs(
-        fmt::format("fsdpgen: internal error: compiling the generated program failed:\n  {}\n"
-                    "(run with --sources DIR to keep the source)\n",
-                    r.command)
-            .c_str(),
-        stderr);
-    return kExitInternal;
-  }
-  out(fmt::format(
-      "fsdpgen: built {} from {} for {} in {:.1f} s\n", output, c.spec_path,
-      target->kind == EmitTarget::Kind::Cuda ? "CUDA (" + target->hardware + ")" : "CPU",
-      r.seconds));
+  const Hardware hw = *find_hardware(target->hardware);
+  const Pipeline p = c.run(
+      hw, dump, [&](Pipeline& q) { return emit_pass(c, *target, hw, q); },
+      [&](Pipeline& q) { return build_pass(c, *target, output, sources_dir, q); });
+  if (p.failure != Failure::None) return exit_status(p.failure);
+  out(p.build_report);
   return 0;
 }
 
@@ -467,14 +506,14 @@ int main(int argc, char** argv) {
   bool dump = false;
   CLI::App* check =
       app.add_subcommand("check", "parse and check a spec; with --dump print it fully resolved");
-  check_args.add_to(check, false);
+  check_args.add_to(check, fsdpgen::Pass::Support, false);
   check->add_flag("--dump", dump,
                   "print the resolved spec (every default filled in) in the spec language");
 
   std::string format = "text", output;
   CLI::App* schedule =
       app.add_subcommand("schedule", "print the static schedule of one training step");
-  schedule_args.add_to(schedule, true);
+  schedule_args.add_to(schedule, fsdpgen::Pass::Cost, true);
   schedule
       ->add_option("--format", format,
                    "text (per stream), json, or trace (Chrome/Perfetto, predicted times)")
@@ -483,7 +522,7 @@ int main(int argc, char** argv) {
 
   CLI::App* plan =
       app.add_subcommand("plan", "memory per rank by kind, peak, and predicted step time");
-  plan_args.add_to(plan, true);
+  plan_args.add_to(plan, fsdpgen::Pass::Cost, true);
   plan->footer(
       "Exit status: 0 the plan fits the device, 4 it does not (the whole plan is still printed, "
       "with changes that fit), 1 the spec has errors, 2 bad command line, 3 internal error.");
@@ -493,14 +532,14 @@ int main(int argc, char** argv) {
   const std::string target_help =
       "cuda or cpu (default: cuda when a GPU is visible here, else cpu); cuda plans for --gpu";
   CLI::App* emit = app.add_subcommand("emit", "write the generated training program's C++ source");
-  emit_args.add_to(emit, true);
+  emit_args.add_to(emit, fsdpgen::Pass::Emit, true);
   emit->add_option("-o,--output", emit_dir, "directory for train.cpp")->required();
   emit->add_option("--target", emit_target, target_help)->check(CLI::IsMember({"cuda", "cpu"}));
 
   std::string binary, sources;
   CLI::App* build = app.add_subcommand(
       "build", "generate and compile the training binary (also: fsdpgen spec.fsdp -o train)");
-  build_args.add_to(build, true);
+  build_args.add_to(build, fsdpgen::Pass::Build, true);
   build->add_option("-o,--output", binary, "the executable to write")->required();
   build->add_option("--sources", sources, "keep the generated source in this directory");
   build->add_option("--target", build_target, target_help)->check(CLI::IsMember({"cuda", "cpu"}));

@@ -229,7 +229,6 @@ class Writer {
         model_(spec_.model),
         target_(t),
         cuda_(t.kind == EmitTarget::Kind::Cuda) {
-    check_supported();
     const ParallelSpec& p = spec_.parallel;
     comm_ = p.shard_group > 1 || p.replicas() > 1;
     pbytes_ = dtype_bytes(p.precision.param);
@@ -280,42 +279,6 @@ class Writer {
   }
 
  private:
-  void check_supported() const {
-    const ParallelSpec& p = spec_.parallel;
-    auto fail = [&](const std::string& why) {
-      throw EmitError(fmt::format("{}: the {} backend cannot build this spec: {}", path_,
-                                  cuda_ ? "CUDA" : "CPU", why));
-    };
-    if (model_.family != Family::Gpt2)
-      fail(fmt::format(
-          "model family {}: the {} kernels implement gpt2 only; llama's (RMSNorm, rotary "
-          "positions, SwiGLU, grouped-query attention) are planned, not yet written. `fsdpgen "
-          "check`, `plan` and `schedule` already take this spec",
-          to_string(model_.family), cuda_ ? "CUDA" : "CPU"));
-    if (model_.norm_eps != 1e-5)
-      fail(fmt::format("norm_eps = {} (gpt2's LayerNorm kernels use 1e-5)", model_.norm_eps));
-    if ((p.precision.param == DType::BF16 && p.precision.reduce == DType::FP16) ||
-        (p.precision.param == DType::FP16 && p.precision.reduce == DType::BF16))
-      fail(
-          fmt::format("param = {} with reduce = {} (mixing bf16 and fp16 is not supported: make "
-                      "reduce fp32 or the same type as param)",
-                      to_string(p.precision.param), to_string(p.precision.reduce)));
-    if (p.precision.master != DType::FP32) fail("master weights must be fp32");
-    for (const Segment& seg : s_.units.segments)
-      for (size_t k = 0; k < seg.layers.size(); ++k)
-        if (seg.layers[k].kind == LayerId::Kind::FinalNorm &&
-            (k + 1 >= seg.layers.size() || seg.layers[k + 1].kind != LayerId::Kind::Head))
-          fail("final_norm and head must be in the same wrap unit");
-    if (!act_bytes_aligned())
-      fail(
-          "activation slots would not be 4-byte aligned (odd micro_batch * context with 16-bit "
-          "params)");
-  }
-  bool act_bytes_aligned() const {
-    return dtype_bytes(spec_.parallel.precision.param) == 4 ||
-           (s_.micro_batch * model_.context) % 2 == 0;
-  }
-
   // ---- buffers -------------------------------------------------------------
   const Buffer& buf(int id) const { return s_.buffers[static_cast<size_t>(id)]; }
   int64_t offset(int id) const { return m_.placements[static_cast<size_t>(id)].offset; }

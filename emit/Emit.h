@@ -9,7 +9,6 @@
 // same bytes.
 #pragma once
 
-#include <stdexcept>
 #include <string>
 
 #include "planner/Memory.h"
@@ -17,18 +16,14 @@
 
 namespace fsdpgen {
 
-// A spec the backend cannot build (e.g. llama, fp16 on CPU): a user error.
-struct EmitError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 struct EmitTarget {
   enum class Kind { Cpu, Cuda };
   Kind kind = Kind::Cpu;
   std::string hardware = "cpu";  // the --gpu name the schedule was planned for
 };
 
-// Precondition: `memory` was planned from `schedule`, which verify_plan accepts.
+// Precondition: `memory` was planned from `schedule`, which verify_plan accepts,
+// for a spec the target's backend can build (planner/TargetSupport.h).
 // spec_path is how the header and the binary name the spec.
 std::string emit_program(const std::string& spec_path, const Schedule& schedule,
                          const MemoryPlan& memory, const EmitTarget& target = {});

@@ -1,6 +1,7 @@
-// The emitter's refusals from the command line: each spec the code generator
-// cannot build is refused by `fsdpgen emit` and `fsdpgen build` for both
-// targets with exit status 1, the spec and the problem named, and no output.
+// Target support's refusals from the command line: each spec a backend cannot
+// build is refused by `fsdpgen emit` and `fsdpgen build` for both targets with
+// exit status 1, the spec and the problem named, and no output; `fsdpgen check`
+// and `fsdpgen plan`, which build nothing, say the same as a warning and go on.
 #include <filesystem>
 #include <fstream>
 #include <ostream>
@@ -18,7 +19,7 @@ namespace fs = std::filesystem;
 using fsdpgen::test::CmdResult;
 using fsdpgen::test::run;
 
-// One spec the emitter refuses and the words that name its problem.
+// One spec the backends refuse and the words that name its problem.
 struct Refusal {
   std::string name;
   std::string spec_text;  // empty: the spec file `spec_file` in specs/
@@ -53,7 +54,7 @@ const Refusal kRefusals[] = {
 struct Case {
   Refusal refusal;
   std::string target;   // cpu or cuda
-  std::string command;  // emit or build
+  std::string command;  // emit, build, plan or check (check: cpu only)
 };
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
@@ -65,7 +66,7 @@ void PrintTo(const Case& c, std::ostream* os) {
   *os << case_name({c, 0});
 }
 
-class EmitRefuses : public testing::TestWithParam<Case> {
+class TargetRefuses : public testing::TestWithParam<Case> {
  protected:
   // The spec's path: written into a fresh directory for this case.
   std::string spec_path(const std::string& dir) const {
@@ -77,12 +78,50 @@ class EmitRefuses : public testing::TestWithParam<Case> {
   }
 };
 
-TEST_P(EmitRefuses, ExitsOneNamingTheSpecAndTheProblemAndWritesNothing) {
+// The line of `out` that begins with `expected`, or empty.
+std::string line_starting(const std::string& out, const std::string& expected) {
+  const size_t at = out.find(expected);
+  return at == std::string::npos ? "" : out.substr(at, out.find('\n', at) - at);
+}
+
+void expect_names_problem(const Refusal& refusal, const std::string& backend,
+                          const std::string& line) {
+  EXPECT_NE(line.find(refusal.problem), std::string::npos) << refusal.problem << "\n" << line;
+  if (refusal.name == "Llama") {  // says what this backend supports and what is planned
+    EXPECT_NE(line.find(fmt::format("the {} kernels implement gpt2 only", backend)),
+              std::string::npos)
+        << line;
+    EXPECT_NE(line.find("are planned"), std::string::npos) << line;
+  }
+}
+
+// check (for this CPU: no GPU made visible) and plan warn and go on.
+void expect_warns(const Case& c, const std::string& spec) {
+  const std::string backend = c.target == "cuda" ? "CUDA" : "CPU";
+  CmdResult r =
+      c.command == "check"
+          ? fsdpgen::test::run_command(
+                fmt::format("CUDA_VISIBLE_DEVICES= {} check {}", FSDPGEN_BIN, spec))
+          : run(fmt::format("plan {} --gpu {}", spec, c.target == "cuda" ? "h100-sxm" : "cpu"));
+  // plan: 0 when the plan fits the device, 4 when not; the whole plan either way.
+  EXPECT_TRUE(r.status == 0 || (c.command == "plan" && r.status == 4)) << r.out;
+  EXPECT_NE(r.out.find(c.command == "check" ? ": ok: model" : "planned in "), std::string::npos)
+      << r.out;
+  const std::string expected = fmt::format(
+      "fsdpgen: warning: {}: the {} backend cannot build this spec yet: ", spec, backend);
+  const std::string line = line_starting(r.out, expected);
+  ASSERT_FALSE(line.empty()) << expected << "\n" << r.out;
+  expect_names_problem(c.refusal, backend, line);
+}
+
+TEST_P(TargetRefuses, EmitAndBuildExitOneWritingNothingCheckAndPlanWarn) {
   const Case& c = GetParam();
-  const std::string dir = std::string(FSDPGEN_E2E_WORK_ROOT) + "/emit-refuses/" + case_name({c, 0});
+  const std::string dir =
+      std::string(FSDPGEN_E2E_WORK_ROOT) + "/target-refuses/" + case_name({c, 0});
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string spec = spec_path(dir);
+  if (c.command == "check" || c.command == "plan") return expect_warns(c, spec);
   // emit writes train.cpp into a directory; build writes an executable.
   const std::string output = c.command == "emit" ? dir + "/out" : dir + "/train";
   const std::string written = c.command == "emit" ? output + "/train.cpp" : output;
@@ -102,28 +141,23 @@ TEST_P(EmitRefuses, ExitsOneNamingTheSpecAndTheProblemAndWritesNothing) {
   const std::string backend = c.target == "cuda" ? "CUDA" : "CPU";
   const std::string expected =
       fmt::format("fsdpgen: error: {}: the {} backend cannot build this spec: ", spec, backend);
-  const size_t at = r.out.find(expected);
-  ASSERT_NE(at, std::string::npos) << expected << "\n" << r.out;
-  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
-  EXPECT_NE(line.find(c.refusal.problem), std::string::npos) << c.refusal.problem << "\n" << line;
-  if (c.refusal.name == "Llama") {  // says what this backend supports and what is planned
-    EXPECT_NE(line.find(fmt::format("the {} kernels implement gpt2 only", backend)),
-              std::string::npos)
-        << line;
-    EXPECT_NE(line.find("are planned"), std::string::npos) << line;
-  }
+  const std::string line = line_starting(r.out, expected);
+  ASSERT_FALSE(line.empty()) << expected << "\n" << r.out;
+  expect_names_problem(c.refusal, backend, line);
   EXPECT_FALSE(fs::exists(written)) << written;
 }
 
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (const Refusal& r : kRefusals)
-    for (const char* target : {"cpu", "cuda"})
-      for (const char* command : {"emit", "build"})
+    for (const char* target : {"cpu", "cuda"}) {
+      for (const char* command : {"emit", "build", "plan"})
         out.push_back({r, target, command});
+      if (std::string(target) == "cpu") out.push_back({r, target, "check"});
+    }
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Specs, EmitRefuses, testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Specs, TargetRefuses, testing::ValuesIn(cases()), case_name);
 
 }  // namespace

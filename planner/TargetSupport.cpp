@@ -1,0 +1,81 @@
+// TargetSupport: the rules, one function per feature a backend lacks.
+#include "planner/TargetSupport.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace fsdpgen {
+namespace {
+
+using Reasons = std::vector<std::string>;
+
+void check_family(const Spec& spec, std::string_view backend, Reasons& out) {
+  if (spec.model.family == Family::Gpt2) return;
+  out.push_back(fmt::format(
+      "model family {}: the {} kernels implement gpt2 only; llama's (RMSNorm, rotary "
+      "positions, SwiGLU, grouped-query attention) are planned, not yet written. `fsdpgen "
+      "check`, `plan` and `schedule` already take this spec",
+      to_string(spec.model.family), backend));
+}
+
+void check_norm_eps(const Spec& spec, Reasons& out) {
+  if (spec.model.norm_eps != 1e-5)
+    out.push_back(
+        fmt::format("norm_eps = {} (gpt2's LayerNorm kernels use 1e-5)", spec.model.norm_eps));
+}
+
+void check_half_mix(const Spec& spec, Reasons& out) {
+  const PrecisionSpec& p = spec.parallel.precision;
+  if ((p.param == DType::BF16 && p.reduce == DType::FP16) ||
+      (p.param == DType::FP16 && p.reduce == DType::BF16))
+    out.push_back(fmt::format(
+        "param = {} with reduce = {} (mixing bf16 and fp16 is not supported: make reduce fp32 "
+        "or the same type as param)",
+        to_string(p.param), to_string(p.reduce)));
+}
+
+void check_master(const Spec& spec, Reasons& out) {
+  if (spec.parallel.precision.master != DType::FP32) out.push_back("master weights must be fp32");
+}
+
+bool has_layer(const UnitSpec& unit, LayerId::Kind kind) {
+  return std::any_of(unit.layers.begin(), unit.layers.end(),
+                     [&](const LayerId& l) { return l.kind == kind; });
+}
+
+// The loss kernel reads the final norm's output from the head's own segment.
+void check_final_norm_with_head(const Spec& spec, Reasons& out) {
+  for (const UnitSpec& unit : spec.units.units)
+    if (has_layer(unit, LayerId::Kind::FinalNorm) && !has_layer(unit, LayerId::Kind::Head))
+      out.push_back("final_norm and head must be in the same wrap unit");
+}
+
+// 16-bit activations of an odd number of tokens would leave the next fp32
+// slot 2 bytes off a 4-byte boundary.
+void check_slot_alignment(const Spec& spec, Reasons& out) {
+  const int64_t tokens = spec.train.micro_batch * spec.model.context;
+  if (dtype_bytes(spec.parallel.precision.param) != 4 && tokens % 2 != 0)
+    out.push_back(
+        "activation slots would not be 4-byte aligned (odd micro_batch * context with 16-bit "
+        "params)");
+}
+
+}  // namespace
+
+std::string_view backend_name(const Hardware& hw) {
+  return hw.gpu ? "CUDA" : "CPU";
+}
+
+std::vector<std::string> unsupported_features(const Spec& spec, const Hardware& hw) {
+  Reasons out;
+  check_family(spec, backend_name(hw), out);
+  check_norm_eps(spec, out);
+  check_half_mix(spec, out);
+  check_master(spec, out);
+  check_final_norm_with_head(spec, out);
+  check_slot_alignment(spec, out);
+  return out;
+}
+
+}  // namespace fsdpgen
