@@ -402,9 +402,9 @@ class Writer {
     const std::string wte = let(b, "wte", "param_t", param(params, u, "transformer.wte.weight"));
     const std::string wpe = let(b, "wpe", "param_t", param(params, u, "transformer.wpe.weight"));
     const std::string dst = let(b, "out", "param_t", out);
-    call(b, "{}(c, {}, {}, {});", fn("step_fill_inputs"), op.micro_batch, tokens, targets);
-    call(b, "{}<param_t>({}, {}, {}, {}, kDims{});", fn("gpt2_embed_forward"), dst, tokens, wte,
-         wpe, gtail());
+    call(b, "step_fill_inputs(c, {}, {}, {}{});", op.micro_batch, tokens, targets, gtail());
+    call(b, "gpt2_embed_forward<param_t>({}, {}, {}, {}, kDims{});", dst, tokens, wte, wpe,
+         gtail());
   }
 
   // `input`: the buffer the block reads its input from when it is not in its slot (-1).
@@ -418,7 +418,7 @@ class Writer {
     call(b, "auto saved = gpt2_block_saved_at<param_t>({}, kDims);", s);
     if (input >= 0) call(b, "saved.input = {};", in);
     call(b, "auto params = gpt2_block_params_at<param_t>({}, kDims);", w);
-    call(b, "{}<param_t>({}, params, saved, kDims, {});", fn("gpt2_block_forward"), dst, ws());
+    call(b, "gpt2_block_forward<param_t>({}, params, saved, kDims, {});", dst, ws());
   }
 
   void head_forward(Body& b, const Op& op, int params, At slot) const {
@@ -436,10 +436,9 @@ class Writer {
     const std::string head_w =
         let(b, "head_w", "param_t", param(params, head_unit(seg), head_weight_name()));
     call(b, "auto saved = gpt2_final_norm_saved_at<param_t>({}, kDims);", s);
-    call(b, "{}<param_t>({}, {}, {}, {}, {}, {}, saved, kDims, {}, {});", fn("gpt2_head_forward"),
-         lg, losses, targets, lnf_w, lnf_b, head_w,
-         on_gpu() ? "cuda_dloss_scale(c)" : "c.dloss_scale", ws());
-    call(b, "{}(c, {}, {});", fn("step_add_losses"), losses, N_);
+    call(b, "gpt2_head_forward<param_t>({}, {}, {}, {}, {}, {}, saved, kDims, {}, {});", lg, losses,
+         targets, lnf_w, lnf_b, head_w, on_gpu() ? "cuda_dloss_scale(c)" : "c.dloss_scale", ws());
+    call(b, "step_add_losses(c, {}, {}{});", losses, N_, gtail());
   }
 
   // Forward of a segment's layers into the saved region `saved` (acts, or
@@ -513,8 +512,9 @@ class Writer {
         let(b, "head_w", "param_t", param(params, head_unit(seg), head_weight_name()));
     const std::string lg = let(b, "logits", "param_t", {logits, 0});
     call(b, "auto saved = gpt2_final_norm_saved_at<param_t>({}, kDims);", s);
-    call(b, "{}<param_t, grad_t>({}, {}, {}, {}, {}, {}, saved, scratch, kDims, {});",
-         fn("gpt2_head_backward"), dlnf_w, dlnf_b, dhead_w, lnf_w, head_w, lg, ws());
+    call(b,
+         "gpt2_head_backward<param_t, grad_t>({}, {}, {}, {}, {}, {}, saved, scratch, kDims, {});",
+         dlnf_w, dlnf_b, dhead_w, lnf_w, head_w, lg, ws());
   }
 
   void block_backward(Body& b, const Segment& seg, int64_t block, int params, int grads, At slot,
@@ -528,8 +528,8 @@ class Writer {
     if (input >= 0) call(b, "saved.input = {};", in);
     call(b, "auto params = gpt2_block_params_at<param_t>({}, kDims);", w);
     call(b, "auto grads = gpt2_block_grads_at<grad_t>({}, kDims);", dw);
-    call(b, "{}<param_t, grad_t>(grads, params, saved, scratch, kDims, {});",
-         fn("gpt2_block_backward"), ws());
+    call(b, "gpt2_block_backward<param_t, grad_t>(grads, params, saved, scratch, kDims, {});",
+         ws());
   }
 
   void embed_backward(Body& b, const Op& op, int grads) const {
@@ -537,8 +537,8 @@ class Writer {
     const std::string dwte = let(b, "dwte", "grad_t", grad(grads, u, "transformer.wte.weight"));
     const std::string dwpe = let(b, "dwpe", "grad_t", grad(grads, u, "transformer.wpe.weight"));
     const std::string tokens = let(b, "tokens", "int32_t", {op.operand(Role::Inputs), 0});
-    call(b, "{}<param_t, grad_t>({}, {}, {}, scratch, kDims{});", fn("gpt2_embed_backward"), dwte,
-         dwpe, tokens, gtail());
+    call(b, "gpt2_embed_backward<param_t, grad_t>({}, {}, {}, scratch, kDims{});", dwte, dwpe,
+         tokens, gtail());
   }
 
   std::string backward(const Op& op) {
@@ -551,8 +551,8 @@ class Writer {
     Body top;
     if (grads >= 0 && zeroed_.insert(grads).second) {
       const std::string g = let_bytes(top, "unit_grads", {grads, 0});
-      call(top, "{}({}, {}{});  // the first write of {}", fn("tensor_zero"), g, buf(grads).bytes,
-           gtail(), buf(grads).name);
+      call(top, "tensor_zero({}, {}{});  // the first write of {}", g, buf(grads).bytes, gtail(),
+           buf(grads).name);
     }
     const std::string d = let_bytes(top, "act_grads", {op.operand(Role::Scratch), 0});
     call(top, "auto scratch = gpt2_backward_scratch_at<param_t>({}, kDims);", d);
@@ -585,10 +585,10 @@ class Writer {
   // ---- communication and the optimizer -----------------------------------------
   // Declares the op's communicator as `comm` and returns the name.
   std::string comm(Body& b, const Op& op) const {
-    b.decls += fmt::format("{}{} comm = {}(c, stream_id::{}, comm_group::{});\n", b.indent,
-                           on_gpu() ? "const gpu_comm&" : "MPI_Comm", fn("op_comm"),
-                           kStreamEnum[static_cast<int>(op.stream)],
-                           kGroupEnum[static_cast<int>(op.group)]);
+    b.decls += fmt::format(
+        "{}{} comm = {}(c, stream_id::{}, comm_group::{});\n", b.indent,
+        on_gpu() ? "const gpu_comm&" : "MPI_Comm", on_gpu() ? "cuda_op_comm" : "op_comm",
+        kStreamEnum[static_cast<int>(op.stream)], kGroupEnum[static_cast<int>(op.group)]);
     return "comm";
   }
   const FlatUnit& unit(int u) const { return s_.units.units[static_cast<size_t>(u)]; }
@@ -606,7 +606,7 @@ class Writer {
     const std::string c = comm(b, op);
     const std::string shard = let_bytes(b, "shard", {op.operand(Role::Src), 0});
     const std::string params = let_bytes(b, "params", {op.operand(Role::Dst), 0});
-    call(b, "{}({}, {}, {}, {}{});", fn("comm_all_gather"), c, shard, params,
+    call(b, "comm_all_gather({}, {}, {}, {}{});", c, shard, params,
          unit(op.unit).shard_elems * pbytes_, gtail());
     return b.text();
   }
@@ -620,8 +620,8 @@ class Writer {
     const std::string grads = let_bytes(b, "grads", {op.operand(Role::Grads), 0});
     const std::string stage = let_bytes(b, "staging", {staging, 0});
     const std::string dst = let_bytes(b, "shard", {shard, 0});
-    call(b, "{}({}, {}, {}, {}, {}{});", fn("comm_reduce_scatter"), c, grads,
-         staging >= 0 ? stage : dst, n, reduce_dtype(), gtail());
+    call(b, "comm_reduce_scatter({}, {}, {}, {}, {}{});", c, grads, staging >= 0 ? stage : dst, n,
+         reduce_dtype(), gtail());
     if (staging >= 0 && shard >= 0)
       convert(b, shard, dst, dtype_of(shard, n), stage, reduce_dtype(), n, accumulates(op));
     return b.text();
@@ -632,7 +632,7 @@ class Writer {
     const std::string c = comm(b, op);
     if (op.unit < 0) {  // the gradient norm's partial sums
       b.decls += fmt::format("  float* partial = {};\n", norm_partial());
-      call(b, "{}({}, partial, partial, 1, dtype_id::fp32{});", fn("comm_all_reduce"), c, gtail());
+      call(b, "comm_all_reduce({}, partial, partial, 1, dtype_id::fp32{});", c, gtail());
       return b.text();
     }
     const FlatUnit& f = unit(op.unit);
@@ -644,14 +644,13 @@ class Writer {
       const std::string t = dtype_of(shard, f.shard_elems);
       const int64_t n = f.shard_elems;
       if (t == reduce_dtype()) {
-        call(b, "{}({}, {}, {}, {}, {}{});", fn("comm_all_reduce"), c, s, s, n, t, gtail());
+        call(b, "comm_all_reduce({}, {}, {}, {}, {}{});", c, s, s, n, t, gtail());
         return b.text();
       }
-      call(b, "{}({}, {}, {}{});  // fp32 accumulator -> {} for the reduction",
-           fn("tensor_narrow_in_place"), s, n, reduce_dtype(), gtail(), to_string(reduce_));
-      call(b, "{}({}, {}, {}, {}, {}{});", fn("comm_all_reduce"), c, s, s, n, reduce_dtype(),
-           gtail());
-      call(b, "{}({}, {}, {}{});", fn("tensor_widen_in_place"), s, n, reduce_dtype(), gtail());
+      call(b, "tensor_narrow_in_place({}, {}, {}{});  // fp32 accumulator -> {} for the reduction",
+           s, n, reduce_dtype(), gtail(), to_string(reduce_));
+      call(b, "comm_all_reduce({}, {}, {}, {}, {}{});", c, s, s, n, reduce_dtype(), gtail());
+      call(b, "tensor_widen_in_place({}, {}, {}{});", s, n, reduce_dtype(), gtail());
       return b.text();
     }
     // no_shard: the whole unit's gradient across replicas.
@@ -662,11 +661,10 @@ class Writer {
     // (On a GPU, into a shard in host memory (offload): in place, then a copy.)
     if (t == reduce_dtype() && spec_.parallel.accumulate.micro_batches == 1 &&
         !(on_gpu() && buf(shard).space == MemSpace::Host)) {
-      call(b, "{}({}, {}, {}, {}, {}{});", fn("comm_all_reduce"), c, g, s, n, t, gtail());
+      call(b, "comm_all_reduce({}, {}, {}, {}, {}{});", c, g, s, n, t, gtail());
       return b.text();
     }
-    call(b, "{}({}, {}, {}, {}, {}{});", fn("comm_all_reduce"), c, g, g, n, reduce_dtype(),
-         gtail());
+    call(b, "comm_all_reduce({}, {}, {}, {}, {}{});", c, g, g, n, reduce_dtype(), gtail());
     convert(b, shard, s, t, g, reduce_dtype(), n, accumulates(op));
     return b.text();
   }
@@ -702,7 +700,7 @@ class Writer {
       const int64_t elems = unit(buf(o.buffer).unit).shard_elems;
       const std::string g =
           let_bytes(b, fmt::format("grads_u{}", buf(o.buffer).unit), {o.buffer, 0});
-      call(b, "{}(c, {}, {}, {});", fn("step_add_grad_norm"), g, dtype_of(o.buffer, elems), elems);
+      call(b, "step_add_grad_norm(c, {}, {}, {}{});", g, dtype_of(o.buffer, elems), elems, gtail());
     }
     return b.text();
   }
@@ -713,8 +711,8 @@ class Writer {
     const std::string master = let(b, "master", "float", {op.operand(Role::Master), 0});
     const std::string state = let(b, "state", "float", {op.operand(Role::OptimizerState), 0});
     const std::string grads = let_bytes(b, "grads", {op.operand(Role::GradShard), 0});
-    call(b, "{}(c, {}, {}, {}, {}, {});", fn("step_optimizer"), op.unit, shard, master, state,
-         grads);
+    call(b, "step_optimizer(c, {}, {}, {}, {}, {}{});", op.unit, shard, master, state, grads,
+         gtail());
     return b.text();
   }
 
@@ -993,10 +991,6 @@ class Writer {
   // and collectives of host memory); those are written in the CPU vocabulary
   // and listed in kHostOps, which the CUDA executor hands to its host worker.
   bool on_gpu() const { return cuda_ && !host_; }
-  // The CUDA runtime's calls are the CPU runtime's prefixed cuda_ (runtime/cuda/step.h).
-  std::string fn(std::string_view name) const {
-    return on_gpu() ? "cuda_" + std::string(name) : std::string(name);
-  }
   // The op's gpu_exec, `g`: op_function declares it in the ops that take it.
   std::string gpu_exec() const {
     uses_gpu_exec_ = true;
@@ -1004,7 +998,9 @@ class Writer {
   }
   // What kernels get last: the CPU's GEMM workspace, the GPU's gpu_exec.
   std::string ws() const { return on_gpu() ? gpu_exec() : "c.ws"; }
-  // What element-wise and collective calls get last (nothing on the CPU).
+  // What every other call gets last: the CUDA runtime's calls are the CPU
+  // runtime's names with the op's gpu_exec last (runtime/cuda/step.h), so
+  // this is the one place the two vocabularies differ (nothing on the CPU).
   std::string gtail() const { return on_gpu() ? ", " + gpu_exec() : ""; }
   std::string norm_partial() const {
     return on_gpu() ? "cuda_norm_partial(c)" : "&c.grad_norm_partial";
@@ -1018,8 +1014,8 @@ class Writer {
       call(b, "cuda_copy({}, {}, {}, {});  // {} values, nothing to convert", dst_name, src_name,
            n * (dst_t == dtype_enum(DType::FP32) ? 4 : 2), gpu_exec(), n);
     else
-      call(b, "{}({}, {}, {}, {}, {}, {}{});", fn("tensor_convert"), dst_name, dst_t, src_name,
-           src_t, n, accumulate, gtail());
+      call(b, "tensor_convert({}, {}, {}, {}, {}, {}{});", dst_name, dst_t, src_name, src_t, n,
+           accumulate, gtail());
   }
 
   std::string path_;

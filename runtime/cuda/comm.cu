@@ -387,7 +387,7 @@ const gpu_comm& gpu_comm_of(const gpu_comm_groups& g, stream_id s, comm_group gr
   return c;
 }
 
-void cuda_comm_all_gather(const gpu_comm& c, const void* send, void* recv, int64_t bytes,
+void comm_all_gather(const gpu_comm& c, const void* send, void* recv, int64_t bytes,
                           gpu_exec& g) {
   require_created(c, "all-gather");
   require_size(bytes, "all-gather");
@@ -399,7 +399,7 @@ void cuda_comm_all_gather(const gpu_comm& c, const void* send, void* recv, int64
              [&](void* hs, void* hr) { comm_all_gather(c.mpi, hs, hr, bytes); });
 }
 
-void cuda_comm_reduce_scatter(const gpu_comm& c, const void* send, void* recv, int64_t count,
+void comm_reduce_scatter(const gpu_comm& c, const void* send, void* recv, int64_t count,
                               dtype_id t, gpu_exec& g) {
   require_created(c, "reduce-scatter");
   require_size(count, "reduce-scatter");
@@ -413,7 +413,7 @@ void cuda_comm_reduce_scatter(const gpu_comm& c, const void* send, void* recv, i
              [&](void* hs, void* hr) { comm_reduce_scatter(c.mpi, hs, hr, count, t); });
 }
 
-void cuda_comm_all_reduce(const gpu_comm& c, const void* send, void* recv, int64_t count,
+void comm_all_reduce(const gpu_comm& c, const void* send, void* recv, int64_t count,
                           dtype_id t, gpu_exec& g) {
   require_created(c, "all-reduce");
   require_size(count, "all-reduce");

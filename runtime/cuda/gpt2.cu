@@ -97,19 +97,19 @@ void flash_backward(T* dqkv, float* delta, const T* dout, const T* qkv, const T*
 }  // namespace
 
 template <class T>
-void cuda_gpt2_embed_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe,
+void gpt2_embed_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe,
                              const gpt2_dims& d, gpu_exec& g) {
   encoder_forward(out, tokens, wte, wpe, d.B, d.T, d.C, g.stream);
 }
 
 template <class T, class G>
-void cuda_gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens,
+void gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens,
                               const gpt2_backward_scratch<T>& s, const gpt2_dims& d, gpu_exec& g) {
   encoder_backward(dwte, dwpe, s.dres, tokens, d.B, d.T, d.C, g.stream);
 }
 
 template <class T>
-void cuda_gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_saved<T>& s,
+void gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_saved<T>& s,
                              const gpt2_dims& d, gpu_exec& g) {
   const int64_t N = d.N(), C = d.C, F = d.F;
   layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, p.ln1_w, p.ln1_b, N, C, g.stream);
@@ -133,7 +133,7 @@ void cuda_gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_b
 }
 
 template <class T, class G>
-void cuda_gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block_params<T>& p,
+void gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block_params<T>& p,
                               const gpt2_block_saved<T>& s, const gpt2_backward_scratch<T>& scratch,
                               const gpt2_dims& d, gpu_exec& g) {
   const int64_t N = d.N(), C = d.C, F = d.F;
@@ -162,7 +162,7 @@ void cuda_gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block
 }
 
 template <class T>
-void cuda_gpt2_head_forward(T* logits, float* losses, const int32_t* targets, const T* lnf_w,
+void gpt2_head_forward(T* logits, float* losses, const int32_t* targets, const T* lnf_w,
                             const T* lnf_b, const T* head_w, const gpt2_final_norm_saved<T>& s,
                             const gpt2_dims& d, const float* dloss_scale, gpu_exec& g) {
   const int64_t N = d.N(), C = d.C, Vp = d.Vp();
@@ -175,7 +175,7 @@ void cuda_gpt2_head_forward(T* logits, float* losses, const int32_t* targets, co
 }
 
 template <class T, class G>
-void cuda_gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const T* head_w,
+void gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const T* head_w,
                              const T* logits, const gpt2_final_norm_saved<T>& s,
                              const gpt2_backward_scratch<T>& scratch, const gpt2_dims& d,
                              gpu_exec& g) {
@@ -191,21 +191,21 @@ void cuda_gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, c
 }
 
 #define CUDA_GPT2_INSTANTIATE_T(T)                                                               \
-  template void cuda_gpt2_embed_forward<T>(T*, const int32_t*, const T*, const T*,               \
+  template void gpt2_embed_forward<T>(T*, const int32_t*, const T*, const T*,               \
                                            const gpt2_dims&, gpu_exec&);                         \
-  template void cuda_gpt2_block_forward<T>(                                                      \
+  template void gpt2_block_forward<T>(                                                      \
       T*, const gpt2_block_params<T>&, const gpt2_block_saved<T>&, const gpt2_dims&, gpu_exec&); \
-  template void cuda_gpt2_head_forward<T>(T*, float*, const int32_t*, const T*, const T*,        \
+  template void gpt2_head_forward<T>(T*, float*, const int32_t*, const T*, const T*,        \
                                           const T*, const gpt2_final_norm_saved<T>&,             \
                                           const gpt2_dims&, const float*, gpu_exec&);
 
 #define CUDA_GPT2_INSTANTIATE_TG(T, G)                                                       \
-  template void cuda_gpt2_embed_backward<T, G>(                                              \
+  template void gpt2_embed_backward<T, G>(                                              \
       G*, G*, const int32_t*, const gpt2_backward_scratch<T>&, const gpt2_dims&, gpu_exec&); \
-  template void cuda_gpt2_block_backward<T, G>(                                              \
+  template void gpt2_block_backward<T, G>(                                              \
       const gpt2_block_grads<G>&, const gpt2_block_params<T>&, const gpt2_block_saved<T>&,   \
       const gpt2_backward_scratch<T>&, const gpt2_dims&, gpu_exec&);                         \
-  template void cuda_gpt2_head_backward<T, G>(                                               \
+  template void gpt2_head_backward<T, G>(                                               \
       G*, G*, G*, const T*, const T*, const T*, const gpt2_final_norm_saved<T>&,             \
       const gpt2_backward_scratch<T>&, const gpt2_dims&, gpu_exec&);
 

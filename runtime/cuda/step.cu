@@ -129,22 +129,21 @@ void check_launch() {
 
 }  // namespace
 
-void cuda_step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets) {
+void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets,
+                      gpu_exec& g) {
   const int64_t n = c.p->parallel.micro_batch * c.p->model.context;
   const int32_t* src = c.gpu->host_inputs + mb * 2 * n;
   const size_t bytes = static_cast<size_t>(n) * sizeof(int32_t);
-  gpu_exec& g = gpu(c);
   CUDA_CHECK(cudaMemcpyAsync(tokens, src, bytes, cudaMemcpyHostToDevice, g.stream));
   CUDA_CHECK(cudaMemcpyAsync(targets, src + n, bytes, cudaMemcpyHostToDevice, g.stream));
 }
 
-void cuda_step_add_losses(step_context& c, const float* losses, int64_t n) {
-  gpu_exec& g = gpu(c);
+void step_add_losses(step_context& c, const float* losses, int64_t n, gpu_exec& g) {
   add_sum_kernel<<<1, kReduceThreads, 0, g.stream>>>(&g.scalars->loss_sum, losses, n);
   check_launch();
 }
 
-void cuda_tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, int64_t n,
+void tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, int64_t n,
                          bool accumulate, gpu_exec& g) {
   if (n == 0) return;
   convert_kernel<<<grid_dim(ceil_div(n, kThreads)), kThreads, 0, g.stream>>>(dst, dst_t, src, src_t,
@@ -152,11 +151,11 @@ void cuda_tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id sr
   check_launch();
 }
 
-void cuda_tensor_zero(void* dst, int64_t bytes, gpu_exec& g) {
+void tensor_zero(void* dst, int64_t bytes, gpu_exec& g) {
   CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), g.stream));
 }
 
-void cuda_tensor_narrow_in_place(void* data, int64_t n, dtype_id to, gpu_exec& g) {
+void tensor_narrow_in_place(void* data, int64_t n, dtype_id to, gpu_exec& g) {
   if (n == 0) return;
   if (to == dtype_id::fp16)
     narrow_in_place_kernel<__half><<<1, kReduceThreads, 0, g.stream>>>(data, n);
@@ -165,7 +164,7 @@ void cuda_tensor_narrow_in_place(void* data, int64_t n, dtype_id to, gpu_exec& g
   check_launch();
 }
 
-void cuda_tensor_widen_in_place(void* data, int64_t n, dtype_id from, gpu_exec& g) {
+void tensor_widen_in_place(void* data, int64_t n, dtype_id from, gpu_exec& g) {
   if (n == 0) return;
   if (from == dtype_id::fp16)
     widen_in_place_kernel<__half><<<1, kReduceThreads, 0, g.stream>>>(data, n);
@@ -178,18 +177,16 @@ void cuda_copy(void* dst, const void* src, int64_t bytes, gpu_exec& g) {
   CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, g.stream));
 }
 
-void cuda_step_add_grad_norm(step_context& c, const void* grad, dtype_id t, int64_t n) {
-  gpu_exec& g = gpu(c);
+void step_add_grad_norm(step_context& c, const void* grad, dtype_id t, int64_t n, gpu_exec& g) {
   static_assert(kReduceScratchFloats >= kSumSquaresScratchFloats);
   if (n > 0) cuda_sum_squares(&g.scalars->norm_sq, g.norm_scratch, grad, t, n, g.stream);
 }
 
-void cuda_step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
-                         const void* grad_shard) {
+void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
+                    const void* grad_shard, gpu_exec& g) {
   const program& p = *c.p;
   const program_unit& u = p.units[unit];
   const int64_t n = u.shard_elems;
-  gpu_exec& g = gpu(c);
   float* w = master ? master : static_cast<float*>(param_shard);
   const optimizer_args a{static_cast<float>(p.train.optimizer.beta1),
                          static_cast<float>(p.train.optimizer.beta2),
@@ -220,7 +217,7 @@ void cuda_step_optimizer(step_context& c, int unit, void* param_shard, float* ma
     if (r < count) pos = ranges[2 * r + 1];
   }
   if (master)
-    cuda_tensor_convert(param_shard, p.parallel.precision.param, master, dtype_id::fp32, n, false,
+    tensor_convert(param_shard, p.parallel.precision.param, master, dtype_id::fp32, n, false,
                         g);
 }
 

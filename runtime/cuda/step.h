@@ -1,6 +1,8 @@
 // step (CUDA): the generated ops' vocabulary on the GPU, the counterpart of
-// runtime/step.h. The same schedule is written with the same calls, prefixed
-// cuda_, and with the op's gpu_exec (`g`, its stream) as the last argument.
+// runtime/step.h. The same schedule is written with the same calls (the same
+// names: overloads), each with the op's gpu_exec (`g`, its stream) as its
+// last argument; what only a GPU has (cuda_copy, the device scalars, the NCCL
+// communicator of op_comm) keeps a cuda_ name.
 // Nothing here waits for the GPU or allocates: each call enqueues work on
 // g.stream, so that a whole step can be captured once as a CUDA graph. The
 // step's changing values (learning rate, step number, loss scale) and its
@@ -42,28 +44,29 @@ inline const float* cuda_dloss_scale(step_context& c) {
 
 // Copies micro-batch mb's tokens and targets (B*T int32 each, filled into the
 // pinned host_inputs before the step) to the device.
-void cuda_step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets);
+void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets,
+                      gpu_exec& g);
 // Adds n per-token losses (device fp32) to scalars->loss_sum.
-void cuda_step_add_losses(step_context& c, const float* losses, int64_t n);
+void step_add_losses(step_context& c, const float* losses, int64_t n, gpu_exec& g);
 
 // As runtime/step.h's tensor_convert, tensor_zero, tensor_narrow_in_place and
 // tensor_widen_in_place, on device memory.
-void cuda_tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, int64_t n,
+void tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, int64_t n,
                          bool accumulate, gpu_exec& g);
-void cuda_tensor_zero(void* dst, int64_t bytes, gpu_exec& g);
-void cuda_tensor_narrow_in_place(void* data, int64_t n, dtype_id to, gpu_exec& g);
-void cuda_tensor_widen_in_place(void* data, int64_t n, dtype_id from, gpu_exec& g);
+void tensor_zero(void* dst, int64_t bytes, gpu_exec& g);
+void tensor_narrow_in_place(void* data, int64_t n, dtype_id to, gpu_exec& g);
+void tensor_widen_in_place(void* data, int64_t n, dtype_id from, gpu_exec& g);
 // Device-to-device, host-to-device or device-to-host copy on g.stream.
 void cuda_copy(void* dst, const void* src, int64_t bytes, gpu_exec& g);
 
 // Adds the sum of squares of a gradient shard to scalars->norm_sq.
-void cuda_step_add_grad_norm(step_context& c, const void* grad, dtype_id t, int64_t n);
+void step_add_grad_norm(step_context& c, const void* grad, dtype_id t, int64_t n, gpu_exec& g);
 
 // One unit's optimizer step on this rank's shard, as step_optimizer: the
 // learning rate, step number and clip factor come from the device scalars;
 // the step is skipped (nothing changes) when the gradient norm is not finite.
-void cuda_step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
-                         const void* grad_shard);
+void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
+                    const void* grad_shard, gpu_exec& g);
 
 // Zeroes the step's outputs and uploads its inputs (first on the compute
 // stream), and downloads the outputs (last), both on `stream`.

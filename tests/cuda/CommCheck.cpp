@@ -314,7 +314,7 @@ void check_all_gather(setup& st, comm_group grp, int64_t n) {
   g.stream = st.stream(stream_id::allgather);
   const std::vector<T> gpu =
       on_gpu(send, want.size(), false, g.stream,
-             [&](const void* s, void* r) { cuda_comm_all_gather(c, s, r, bytes, g); });
+             [&](const void* s, void* r) { comm_all_gather(c, s, r, bytes, g); });
   const bool cpu_ok = same(cpu, want, what, "CPU");
   st.report(what, same(gpu, want, what, "GPU") && cpu_ok);
 }
@@ -340,7 +340,7 @@ void check_reduce_scatter(setup& st, comm_group grp, int64_t n) {
   g.stream = st.stream(stream_id::reducescatter);
   const std::vector<T> gpu = on_gpu(
       send, want.size(), false, g.stream,
-      [&](const void* s, void* r) { cuda_comm_reduce_scatter(c, s, r, n, dtype_of<T>(), g); });
+      [&](const void* s, void* r) { comm_reduce_scatter(c, s, r, n, dtype_of<T>(), g); });
   const bool cpu_ok = same(cpu, want, what, "CPU");
   st.report(what, same(gpu, want, what, "GPU") && cpu_ok);
 }
@@ -365,7 +365,7 @@ void check_all_reduce(setup& st, comm_group grp, int64_t n, bool in_place) {
   g.stream = st.stream(stream_id::allreduce);
   const std::vector<T> gpu =
       on_gpu(send, want.size(), in_place, g.stream,
-             [&](const void* s, void* r) { cuda_comm_all_reduce(c, s, r, n, dtype_of<T>(), g); });
+             [&](const void* s, void* r) { comm_all_reduce(c, s, r, n, dtype_of<T>(), g); });
   const bool cpu_ok = same(cpu, want, what, "CPU");
   st.report(what, same(gpu, want, what, "GPU") && cpu_ok);
 }
@@ -394,13 +394,13 @@ void check_concurrent(setup& st, int64_t n) {
   upload(ar_in.get(), ar_send);
   gpu_exec g;
   g.stream = st.stream(stream_id::allgather);
-  cuda_comm_all_gather(st.comm(stream_id::allgather, comm_group::shard), ag_in.get(), ag_out.get(),
+  comm_all_gather(st.comm(stream_id::allgather, comm_group::shard), ag_in.get(), ag_out.get(),
                        n * 4, g);
   g.stream = st.stream(stream_id::reducescatter);
-  cuda_comm_reduce_scatter(st.comm(stream_id::reducescatter, comm_group::shard), rs_in.get(),
+  comm_reduce_scatter(st.comm(stream_id::reducescatter, comm_group::shard), rs_in.get(),
                            rs_out.get(), n, dtype_id::bf16, g);
   g.stream = st.stream(stream_id::allreduce);
-  cuda_comm_all_reduce(st.comm(stream_id::allreduce, comm_group::replica), ar_in.get(),
+  comm_all_reduce(st.comm(stream_id::allreduce, comm_group::replica), ar_in.get(),
                        ar_out.get(), n, dtype_id::fp32, g);
   for (stream_id s : kCollectiveStreams)
     CUDA_CHECK(cudaStreamSynchronize(st.stream(s)));
@@ -425,7 +425,7 @@ void check_graph_replay(setup& st, int64_t n) {
   g.stream = st.stream(stream_id::allreduce);
   CUDA_CHECK(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeThreadLocal));
   try {
-    cuda_comm_all_reduce(c, in.get(), out.get(), n, dtype_id::fp32, g);
+    comm_all_reduce(c, in.get(), out.get(), n, dtype_id::fp32, g);
   } catch (...) {
     cudaGraph_t partial = nullptr;
     cudaStreamEndCapture(g.stream, &partial);
@@ -456,7 +456,7 @@ void check_staging_overflow(setup& st) {
   g.stream = st.stream(stream_id::allgather);
   std::string error;
   try {
-    cuda_comm_all_gather(c, nullptr, nullptr, c.staging_bytes / 2 + 1, g);
+    comm_all_gather(c, nullptr, nullptr, c.staging_bytes / 2 + 1, g);
   } catch (const std::runtime_error& e) {
     error = e.what();
   }
@@ -475,7 +475,7 @@ void check_capture_refused(setup& st) {
   CUDA_CHECK(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeThreadLocal));
   std::string error;
   try {
-    cuda_comm_all_reduce(c, buf.get(), buf.get(), 1, dtype_id::fp32, g);
+    comm_all_reduce(c, buf.get(), buf.get(), 1, dtype_id::fp32, g);
   } catch (const std::runtime_error& e) {
     error = e.what();
   }

@@ -795,23 +795,23 @@ TYPED_TEST(CudaGpt2Layer, BlockForward) {
         nan_vec<std::byte> slot_d(saved_bytes + kGuardBytes);
         const auto sd = gpt2_block_saved_at<T>(slot_d.get(), d);
         to_device(sd.input, x.data(), N * C);
-        cuda_gpt2_block_forward(recompute ? nullptr : out_d.get(), p, sd, d, this->g);
+        gpt2_block_forward(recompute ? nullptr : out_d.get(), p, sd, d, this->g);
         this->sync();
         const std::string prefix =
-            tag<T>("cuda_gpt2_block_forward", recompute ? "(recompute) " : "") +
+            tag<T>("gpt2_block_forward", recompute ? "(recompute) " : "") +
             dims_name(rd, flash) + " ";
         expect_block_saved_close(prefix, sd, s, d);
         EXPECT_TRUE(guard_intact(slot_d.download(), saved_bytes))
             << prefix << "wrote past the saved slot";
       }
-      expect_close_scaled(tag<T>("cuda_gpt2_block_forward", "out") + dims_name(rd, flash),
+      expect_close_scaled(tag<T>("gpt2_block_forward", "out") + dims_name(rd, flash),
                           out_d.download(), out, layer_tol<T>());
 
       const int64_t plans = gpu_gemm_cache_plans(this->g.gemms);
       nan_vec<std::byte> slot_d(saved_bytes);
       const auto sd = gpt2_block_saved_at<T>(slot_d.get(), d);
       to_device(sd.input, x.data(), N * C);
-      cuda_gpt2_block_forward(out_d.get(), p, sd, d, this->g);
+      gpt2_block_forward(out_d.get(), p, sd, d, this->g);
       this->sync();
       EXPECT_EQ(gpu_gemm_cache_plans(this->g.gemms), plans) << "a repeated forward planned a GEMM";
     }
@@ -852,13 +852,13 @@ TYPED_TEST(CudaGpt2Backward, Block) {
       nan_vec<std::byte> scratch_d(scratch_bytes + kGuardBytes);
       const auto scd = gpt2_backward_scratch_at<T>(scratch_d.get(), d);
       to_device(scd.dres, dout.data(), N * C);
-      cuda_gpt2_block_backward(gpt2_block_grads_at<G>(grads_d.get(), d),
+      gpt2_block_backward(gpt2_block_grads_at<G>(grads_d.get(), d),
                                gpt2_block_params_at<T>(params_d.get(), d),
                                gpt2_block_saved_at<T>(saved_d.get(), d), scd, d, this->g);
       this->sync();
 
       const std::string prefix =
-          tag<T, G>("cuda_gpt2_block_backward", "") + dims_name(rd, flash) + " ";
+          tag<T, G>("gpt2_block_backward", "") + dims_name(rd, flash) + " ";
       expect_close_scaled(prefix + "d(input)", load(from_device(scd.dres, N * C)),
                           load(sc.dres, N * C), layer_tol<T>());
       std::vector<G> got = grads_d.download();
@@ -916,11 +916,11 @@ TYPED_TEST(CudaGpt2Layer, HeadForward) {
     nan_vec<T> lnf_w_d(h.lnf_w), lnf_b_d(h.lnf_b), head_w_d(h.head_w), logits_d(N * V);
     nan_vec<int32_t> targets_d(h.targets);
     nan_vec<float> losses_d(N), scale_d(std::vector<float>{kDlossScale});
-    cuda_gpt2_head_forward(logits_d.get(), losses_d.get(), targets_d.get(), lnf_w_d.get(),
+    gpt2_head_forward(logits_d.get(), losses_d.get(), targets_d.get(), lnf_w_d.get(),
                            lnf_b_d.get(), head_w_d.get(), sd, d, scale_d.get(), this->g);
     this->sync();
 
-    const std::string prefix = tag<T>("cuda_gpt2_head_forward", "") + dims_name(rd) + " ";
+    const std::string prefix = tag<T>("gpt2_head_forward", "") + dims_name(rd) + " ";
     expect_close_scaled(prefix + "mean", load(from_device(sd.mean, N)), load(s.mean, N), kFp32Tol);
     expect_close_scaled(prefix + "rstd", load(from_device(sd.rstd, N)), load(s.rstd, N), kFp32Tol);
     expect_close_scaled(prefix + "output", load(from_device(sd.output, N * C)),
@@ -963,12 +963,12 @@ TYPED_TEST(CudaGpt2Backward, Head) {
     nan_vec<T> lnf_w_d(h.lnf_w), head_w_d(h.head_w), logits_d(logits);
     nan_vec<G> dlnf_w_d(dlnf_w0), dlnf_b_d(dlnf_b0), dhead_w_d(dhead_w0);
     const auto scd = gpt2_backward_scratch_at<T>(scratch_d.get(), d);
-    cuda_gpt2_head_backward(dlnf_w_d.get(), dlnf_b_d.get(), dhead_w_d.get(), lnf_w_d.get(),
+    gpt2_head_backward(dlnf_w_d.get(), dlnf_b_d.get(), dhead_w_d.get(), lnf_w_d.get(),
                             head_w_d.get(), logits_d.get(),
                             gpt2_final_norm_saved_at<T>(saved_d.get(), d), scd, d, this->g);
     this->sync();
 
-    const std::string prefix = tag<T, G>("cuda_gpt2_head_backward", "") + dims_name(rd) + " ";
+    const std::string prefix = tag<T, G>("gpt2_head_backward", "") + dims_name(rd) + " ";
     expect_close_scaled(prefix + "d(input)", load(from_device(scd.dres, N * C)),
                         load(sc.dres, N * C), layer_tol<T>());
     expect_close_scaled(prefix + "dlnf_w", dlnf_w_d.download(), dlnf_w, grad_tol<T, G>());
@@ -992,9 +992,9 @@ TYPED_TEST(CudaGpt2Layer, EmbedForward) {
 
     nan_vec<T> out_d(N * C), wte_d(wte), wpe_d(wpe);
     nan_vec<int32_t> tokens_d(tokens);
-    cuda_gpt2_embed_forward(out_d.get(), tokens_d.get(), wte_d.get(), wpe_d.get(), d, this->g);
+    gpt2_embed_forward(out_d.get(), tokens_d.get(), wte_d.get(), wpe_d.get(), d, this->g);
     this->sync();
-    ref::expect_close(tag<T>("cuda_gpt2_embed_forward", "out") + dims_name(rd),
+    ref::expect_close(tag<T>("gpt2_embed_forward", "out") + dims_name(rd),
                       load(out_d.download()), load(out), storage_tol<T>());
   }
 }
@@ -1016,11 +1016,11 @@ TYPED_TEST(CudaGpt2Backward, Embed) {
     nan_vec<std::byte> scratch_d(scratch);
     nan_vec<G> dwte_d(dwte), dwpe_d(dwpe);
     nan_vec<int32_t> tokens_d(tokens);
-    cuda_gpt2_embed_backward(dwte_d.get(), dwpe_d.get(), tokens_d.get(),
+    gpt2_embed_backward(dwte_d.get(), dwpe_d.get(), tokens_d.get(),
                              gpt2_backward_scratch_at<T>(scratch_d.get(), d), d, this->g);
     this->sync();
     gpt2_embed_backward(dwte.data(), dwpe.data(), tokens.data(), sc, d);
-    const std::string prefix = tag<T, G>("cuda_gpt2_embed_backward", "") + dims_name(rd) + " ";
+    const std::string prefix = tag<T, G>("gpt2_embed_backward", "") + dims_name(rd) + " ";
     ref::expect_close(prefix + "dwte", load(dwte_d.download()), load(dwte), storage_tol<G>());
     ref::expect_close(prefix + "dwpe", load(dwpe_d.download()), load(dwpe), storage_tol<G>());
   }

@@ -1,4 +1,4 @@
-// OptimizerTest (cuda): the CUDA optimizer (cuda_step_optimizer, the path
+// OptimizerTest (cuda): the CUDA optimizer (step_optimizer with a gpu_exec, the path
 // generated binaries take, and the optimizer_adamw launcher) on the hand-derived
 // cases of tests/runtime/OptimizerCases.h, against PyTorch's definitions
 // written out there rather than the CPU optimizer. Skips, saying why, where no
@@ -54,8 +54,8 @@ TEST_P(CudaOptimizerStep, FollowsPyTorch) {
     s.t = static_cast<float>(applied + 1);
     s.loss_scale = oc.grad_scale;
     CUDA_CHECK(cudaMemcpy(scalars_d.get(), &s, sizeof(s), cudaMemcpyHostToDevice));
-    cuda_step_add_grad_norm(c, grad_d.get(), dtype_id::fp32, n);
-    cuda_step_optimizer(c, 0, params_d.get(), nullptr, state_d.get(), grad_d.get());
+    step_add_grad_norm(c, grad_d.get(), dtype_id::fp32, n, gpu(c));
+    step_optimizer(c, 0, params_d.get(), nullptr, state_d.get(), grad_d.get(), gpu(c));
     sync();
     if (optim::step_applies(oc, step)) ++applied;
     params = params_d.download();
