@@ -398,7 +398,7 @@ class Writer {
     const int inputs = op.operand(Role::Inputs);
     const int u = segment(op).unit;
     const std::string tokens = let(b, "tokens", "int32_t", {inputs, 0});
-    const std::string targets = let(b, "targets", "int32_t", {inputs, 4 * N_});
+    const std::string targets = let(b, "targets", "int32_t", {inputs, targets_offset_bytes(act_)});
     const std::string wte = let(b, "wte", "param_t", param(params, u, "transformer.wte.weight"));
     const std::string wpe = let(b, "wpe", "param_t", param(params, u, "transformer.wpe.weight"));
     const std::string dst = let(b, "out", "param_t", out);
@@ -424,11 +424,12 @@ class Writer {
   void head_forward(Body& b, const Op& op, int params, At slot) const {
     const Segment& seg = segment(op);
     const int logits = op.operand(Role::Logits);
-    const int64_t logits_bytes = N_ * model_.padded_vocab() * pbytes_;
     const std::string s = let_bytes(b, "slot", slot);
     const std::string lg = let(b, "logits", "param_t", {logits, 0});
-    const std::string losses = let(b, "losses", "float", {logits, logits_bytes});
-    const std::string targets = let(b, "targets", "int32_t", {op.operand(Role::Inputs), 4 * N_});
+    const std::string losses =
+        let(b, "losses", "float", {logits, losses_offset_bytes(model_, act_)});
+    const std::string targets =
+        let(b, "targets", "int32_t", {op.operand(Role::Inputs), targets_offset_bytes(act_)});
     const std::string lnf_w =
         let(b, "lnf_w", "param_t", param(params, seg.unit, "transformer.ln_f.weight"));
     const std::string lnf_b =

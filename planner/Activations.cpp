@@ -56,12 +56,20 @@ int64_t segment_input_bytes(const ModelSpec& m, const ActivationShape& a) {
   return m.width * a.act_bytes * a.tokens;
 }
 
+int64_t losses_offset_bytes(const ModelSpec& m, const ActivationShape& a) {
+  return m.padded_vocab() * a.act_bytes * a.tokens;
+}
+
 int64_t logits_bytes(const ModelSpec& m, const ActivationShape& a) {
-  return (m.padded_vocab() * a.act_bytes + 4) * a.tokens;
+  return losses_offset_bytes(m, a) + 4 * a.tokens;
+}
+
+int64_t targets_offset_bytes(const ActivationShape& a) {
+  return 4 * a.tokens;
 }
 
 int64_t inputs_bytes(const ActivationShape& a) {
-  return 2 * 4 * a.tokens;
+  return targets_offset_bytes(a) + 4 * a.tokens;
 }
 
 int64_t backward_scratch_bytes(const ModelSpec& m, const ActivationShape& a) {

@@ -35,10 +35,14 @@ int64_t saved_field_offset_bytes(const ModelSpec& m, const LayerId& l, const Act
 int64_t segment_saved_bytes(const ModelSpec& m, const Segment& s, const ActivationShape& a);
 // Bytes a block segment saves under recompute = block (its input only).
 int64_t segment_input_bytes(const ModelSpec& m, const ActivationShape& a);
-// Logits (rows of the padded vocabulary's width) and per-token loss of one micro-batch.
+// Logits (rows of the padded vocabulary's width, param dtype) and then the
+// per-token losses (fp32, from losses_offset_bytes) of one micro-batch.
 int64_t logits_bytes(const ModelSpec& m, const ActivationShape& a);
-// Token ids and targets of one micro-batch (int32).
+int64_t losses_offset_bytes(const ModelSpec& m, const ActivationShape& a);
+// Token ids and then targets (int32 each, targets from targets_offset_bytes)
+// of one micro-batch.
 int64_t inputs_bytes(const ActivationShape& a);
+int64_t targets_offset_bytes(const ActivationShape& a);
 // Gradient buffers flowing through backward (the family's backward scratch table).
 int64_t backward_scratch_bytes(const ModelSpec& m, const ActivationShape& a);
 

@@ -14,8 +14,8 @@ void check_family(const Spec& spec, std::string_view backend, Reasons& out) {
   if (spec.model.family == Family::Gpt2) return;
   out.push_back(fmt::format(
       "model family {}: the {} kernels implement gpt2 only; llama's (RMSNorm, rotary "
-      "positions, SwiGLU, grouped-query attention) are planned, not yet written. `fsdpgen "
-      "check`, `plan` and `schedule` already take this spec",
+      "positions, SwiGLU, grouped-query attention) are planned, not yet written; its memory "
+      "plan and schedule are exact already (`fsdpgen plan`, `fsdpgen schedule`)",
       to_string(spec.model.family), backend));
 }
 

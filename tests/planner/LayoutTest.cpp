@@ -158,6 +158,20 @@ TEST(ModelLayout, PlannerTotalsLlamaByHand) {
   }
 }
 
+// The head's buffers, N = 15: logits V = 7 padded to Vp = 8 rows of a bytes,
+// then a fp32 loss per token; inputs: 15 int32 tokens, then 15 targets.
+TEST(ModelLayout, LogitsThenLossesAndTokensThenTargets) {
+  ModelSpec m = small_model(Family::Gpt2);
+  m.pad_vocab_to = 8;
+  for (int64_t a : {2, 4}) {
+    const ActivationShape shape{15, a, true};
+    EXPECT_EQ(losses_offset_bytes(m, shape), 15 * 8 * a);
+    EXPECT_EQ(logits_bytes(m, shape), 15 * 8 * a + 15 * 4);
+  }
+  EXPECT_EQ(targets_offset_bytes({15, 2, true}), 15 * 4);
+  EXPECT_EQ(inputs_bytes({15, 2, true}), 2 * 15 * 4);
+}
+
 TEST(ModelLayout, EmbedAndHeadSaveNothing) {
   const ModelSpec m = small_model(Family::Gpt2);
   EXPECT_EQ(layer_saved_bytes(m, {LayerId::Kind::Embed, 0}, {15, 4, false}), 0);
