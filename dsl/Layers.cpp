@@ -34,62 +34,46 @@ std::string to_string(const LayerId& l) {
 }
 
 model::Dims model_dims(const ModelSpec& m) {
-  return {m.width, m.ffn_hidden, m.heads, m.context, m.kv_heads * m.head_dim()};
+  model::Dims d{m.width, m.ffn_hidden, m.heads, m.context, m.kv_heads * m.head_dim()};
+  d.V = m.vocab;
+  return d;
 }
 
 namespace {
 
-// A block's tensors as its family's layout table lists them.
-std::vector<TensorDecl> block_tensors(const ModelSpec& m, model::Table<model::Tensor> table,
+// A layer's tensors as its family's table lists them, each name after `prefix`.
+std::vector<TensorDecl> table_tensors(const ModelSpec& m, model::Table<model::Tensor> table,
                                       const std::string& prefix) {
   std::vector<TensorDecl> out;
   for (const model::Tensor& t : table) {
     std::vector<int64_t> shape;
     for (int i = 0; i < t.shape.rank; ++i)
       shape.push_back(t.shape.dims[i](model_dims(m)));
-    out.push_back({prefix + t.hf_name, shape});
+    out.push_back({prefix + t.hf_name, shape, t.vocab_rows});
   }
   return out;
 }
 
-std::vector<TensorDecl> gpt2_tensors(const ModelSpec& m, const LayerId& layer) {
-  const int64_t C = m.width, V = m.vocab, T = m.context;
-  switch (layer.kind) {
-    case LayerId::Kind::Embed:
-      return {{"transformer.wte.weight", {V, C}, true}, {"transformer.wpe.weight", {T, C}}};
-    case LayerId::Kind::Block:
-      return block_tensors(m, model::kGpt2BlockParams,
-                           fmt::format("transformer.h.{}.", layer.block));
-    case LayerId::Kind::FinalNorm:
-      return {{"transformer.ln_f.weight", {C}}, {"transformer.ln_f.bias", {C}}};
-    case LayerId::Kind::Head:
-      if (m.tie_embeddings) return {};
-      return {{"lm_head.weight", {V, C}, true}};
-  }
-  return {};
-}
-
-std::vector<TensorDecl> llama_tensors(const ModelSpec& m, const LayerId& layer) {
-  const int64_t C = m.width, V = m.vocab;
-  switch (layer.kind) {
-    case LayerId::Kind::Embed:
-      return {{"model.embed_tokens.weight", {V, C}, true}};
-    case LayerId::Kind::Block:
-      return block_tensors(m, model::kLlamaBlockParams,
-                           fmt::format("model.layers.{}.", layer.block));
-    case LayerId::Kind::FinalNorm:
-      return {{"model.norm.weight", {C}}};
-    case LayerId::Kind::Head:
-      if (m.tie_embeddings) return {};
-      return {{"lm_head.weight", {V, C}, true}};
-  }
-  return {};
+const model::ParamLayout& param_layout(Family f) {
+  return f == Family::Gpt2 ? model::kGpt2Params : model::kLlamaParams;
 }
 
 }  // namespace
 
 std::vector<TensorDecl> layer_tensors(const ModelSpec& m, const LayerId& layer) {
-  return m.family == Family::Gpt2 ? gpt2_tensors(m, layer) : llama_tensors(m, layer);
+  const model::ParamLayout& p = param_layout(m.family);
+  switch (layer.kind) {
+    case LayerId::Kind::Embed:
+      return table_tensors(m, p.embed, "");
+    case LayerId::Kind::Block:
+      return table_tensors(m, p.block, fmt::format(fmt::runtime(p.block_prefix), layer.block));
+    case LayerId::Kind::FinalNorm:
+      return table_tensors(m, p.final_norm, "");
+    case LayerId::Kind::Head:
+      if (m.tie_embeddings) return {};  // the head reads the embedding's tensor
+      return table_tensors(m, p.head, "");
+  }
+  return {};
 }
 
 int64_t layer_params(const ModelSpec& m, const LayerId& layer) {

@@ -7,6 +7,19 @@
 
 namespace fsdpgen::model {
 
+// The embedding (token and position), the final LayerNorm and an untied head.
+inline constexpr Tensor kGpt2EmbedParams[] = {
+    {"wte", "transformer.wte.weight", {Vocab, C}, true},
+    {"wpe", "transformer.wpe.weight", {Context, C}},
+};
+inline constexpr Tensor kGpt2FinalNormParams[] = {
+    {"lnf_w", "transformer.ln_f.weight", {C}},
+    {"lnf_b", "transformer.ln_f.bias", {C}},
+};
+inline constexpr Tensor kGpt2HeadParams[] = {
+    {"head_w", "lm_head.weight", {Vocab, C}, true},
+};
+
 // A block's tensors in flat-parameter order (GPT-2's Conv1D: weights are (in, out)).
 inline constexpr Tensor kGpt2BlockParams[] = {
     {"ln1_w", "ln_1.weight", {C}},
@@ -60,6 +73,9 @@ inline constexpr Field kGpt2BackwardScratch[] = {
     {"big", Elem::Param, max_of(3 * C + Probs, 2 * F)},
     {"delta", Elem::Fp32, H, When::Flash},
 };
+
+inline constexpr ParamLayout kGpt2Params{"transformer.h.{}.", kGpt2EmbedParams, kGpt2BlockParams,
+                                         kGpt2FinalNormParams, kGpt2HeadParams};
 
 inline constexpr ActivationLayout kGpt2Activations{kGpt2BlockSaved, kGpt2FinalNormSaved,
                                                    kGpt2BackwardScratch};

@@ -30,24 +30,28 @@ struct Dims {
   int64_t T = 0;       // context
   int64_t KV = 0;      // width of k (and of v): kv_heads * head_dim
   bool flash = false;  // attention saves log-sum-exp, not probabilities
+  int64_t V = 0;       // vocabulary (true rows; Tensor::vocab_rows pads the stored ones)
 };
 
 // A linear combination of the dimensions, e.g. 3 * C + F. Probs counts the
 // attention probabilities per token: H * T, none with flash attention.
+// Vocab and Context size the embedding and head tensors.
 struct Linear {
-  int64_t one = 0, c = 0, f = 0, h = 0, kv = 0, probs = 0;
+  int64_t one = 0, c = 0, f = 0, h = 0, kv = 0, probs = 0, v = 0, t = 0;
   constexpr int64_t operator()(const Dims& d) const {
-    return one + c * d.C + f * d.F + h * d.H + kv * d.KV + probs * (d.flash ? 0 : d.H * d.T);
+    return one + c * d.C + f * d.F + h * d.H + kv * d.KV + probs * (d.flash ? 0 : d.H * d.T) +
+           v * d.V + t * d.T;
   }
 };
 constexpr Linear operator+(const Linear& a, const Linear& b) {
-  return {a.one + b.one, a.c + b.c, a.f + b.f, a.h + b.h, a.kv + b.kv, a.probs + b.probs};
+  return {a.one + b.one, a.c + b.c,         a.f + b.f, a.h + b.h,
+          a.kv + b.kv,   a.probs + b.probs, a.v + b.v, a.t + b.t};
 }
 constexpr Linear operator*(int64_t k, const Linear& a) {
-  return {k * a.one, k * a.c, k * a.f, k * a.h, k * a.kv, k * a.probs};
+  return {k * a.one, k * a.c, k * a.f, k * a.h, k * a.kv, k * a.probs, k * a.v, k * a.t};
 }
 inline constexpr Linear One{1}, C{0, 1}, F{0, 0, 1}, H{0, 0, 0, 1}, KV{0, 0, 0, 0, 1},
-    Probs{0, 0, 0, 0, 0, 1};
+    Probs{0, 0, 0, 0, 0, 1}, Vocab{0, 0, 0, 0, 0, 0, 1}, Context{0, 0, 0, 0, 0, 0, 0, 1};
 
 // The largest of up to three linear extents (a buffer reused by several
 // gradients is as large as the largest).
@@ -171,6 +175,7 @@ struct Tensor {
   const char* name;     // the runtime's field, e.g. qkv_w
   const char* hf_name;  // after the layer's Hugging Face prefix, e.g. attn.c_attn.weight
   Shape shape;
+  bool vocab_rows = false;  // one row per token id: stored with the padded vocabulary's rows
 };
 
 // Element offset of tensor `row` from the layer's first tensor (row ==
@@ -182,5 +187,16 @@ constexpr int64_t offset_elems(Table<Tensor> t, size_t row, const Dims& d) {
     at = round_up(at + t[i].shape.elems(d), kTensorAlignElems);
   return at;
 }
+
+// A family's parameter tensors, layer kind by layer kind. A block's names
+// follow block_prefix (with its index for {}); the others are whole names.
+// A tied head has no tensor of its own (it reads the embedding's).
+struct ParamLayout {
+  const char* block_prefix;
+  Table<Tensor> embed;
+  Table<Tensor> block;
+  Table<Tensor> final_norm;
+  Table<Tensor> head;
+};
 
 }  // namespace fsdpgen::model

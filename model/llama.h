@@ -8,6 +8,17 @@
 
 namespace fsdpgen::model {
 
+// The token embedding, the final RMSNorm and an untied head.
+inline constexpr Tensor kLlamaEmbedParams[] = {
+    {"wte", "model.embed_tokens.weight", {Vocab, C}, true},
+};
+inline constexpr Tensor kLlamaFinalNormParams[] = {
+    {"norm_w", "model.norm.weight", {C}},
+};
+inline constexpr Tensor kLlamaHeadParams[] = {
+    {"head_w", "lm_head.weight", {Vocab, C}, true},
+};
+
 // A block's tensors in flat-parameter order (nn.Linear: weights are (out, in)).
 inline constexpr Tensor kLlamaBlockParams[] = {
     {"rms1_w", "input_layernorm.weight", {C}},   {"q_w", "self_attn.q_proj.weight", {C, C}},
@@ -53,6 +64,9 @@ inline constexpr Field kLlamaBackwardScratch[] = {
     {"big", Elem::Param, max_of(3 * C + Probs, 3 * F, C + 2 * KV)},
     {"delta", Elem::Fp32, H, When::Flash},
 };
+
+inline constexpr ParamLayout kLlamaParams{"model.layers.{}.", kLlamaEmbedParams, kLlamaBlockParams,
+                                          kLlamaFinalNormParams, kLlamaHeadParams};
 
 inline constexpr ActivationLayout kLlamaActivations{kLlamaBlockSaved, kLlamaFinalNormSaved,
                                                     kLlamaBackwardScratch};

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "dsl/Layers.h"
 #include "model/gpt2.h"
 #include "model/llama.h"
 #include "planner/Activations.h"
@@ -170,6 +171,38 @@ TEST(ModelLayout, LogitsThenLossesAndTokensThenTargets) {
   }
   EXPECT_EQ(targets_offset_bytes({15, 2, true}), 15 * 4);
   EXPECT_EQ(inputs_bytes({15, 2, true}), 2 * 15 * 4);
+}
+
+// The layers around the blocks, from the tables, against Hugging Face's names
+// and shapes (V = 7, T = 5, C = 20; the vocabulary's rows are padded).
+TEST(ModelLayout, EmbedFinalNormAndHeadTensorsByHand) {
+  ModelSpec gpt2 = small_model(Family::Gpt2);
+  gpt2.tie_embeddings = false;
+  auto names = [](const std::vector<TensorDecl>& ts) {
+    std::vector<std::string> out;
+    for (const TensorDecl& t : ts)
+      out.push_back(t.name + (t.vocab_rows ? " (vocab rows)" : "") + " " +
+                    std::to_string(t.elems()));
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(names(layer_tensors(gpt2, {LayerId::Kind::Embed, 0})),
+            (V{"transformer.wte.weight (vocab rows) 140", "transformer.wpe.weight 100"}));
+  EXPECT_EQ(names(layer_tensors(gpt2, {LayerId::Kind::FinalNorm, 0})),
+            (V{"transformer.ln_f.weight 20", "transformer.ln_f.bias 20"}));
+  EXPECT_EQ(names(layer_tensors(gpt2, {LayerId::Kind::Head, 0})),
+            (V{"lm_head.weight (vocab rows) 140"}));
+  EXPECT_EQ(layer_tensors(gpt2, {LayerId::Kind::Block, 3}).front().name,
+            "transformer.h.3.ln_1.weight");
+  ModelSpec llama = small_model(Family::Llama);
+  llama.tie_embeddings = true;
+  EXPECT_EQ(names(layer_tensors(llama, {LayerId::Kind::Embed, 0})),
+            (V{"model.embed_tokens.weight (vocab rows) 140"}));
+  EXPECT_EQ(names(layer_tensors(llama, {LayerId::Kind::FinalNorm, 0})),
+            (V{"model.norm.weight 20"}));
+  EXPECT_TRUE(layer_tensors(llama, {LayerId::Kind::Head, 0}).empty());  // tied
+  EXPECT_EQ(layer_tensors(llama, {LayerId::Kind::Block, 2}).back().name,
+            "model.layers.2.mlp.down_proj.weight");
 }
 
 TEST(ModelLayout, EmbedAndHeadSaveNothing) {
