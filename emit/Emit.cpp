@@ -26,12 +26,11 @@ std::string schedule_text(const Schedule& s) {
 
 namespace {
 
-constexpr std::string_view kStreamEnum[] = {"compute",   "allgather", "reducescatter",
-                                            "allreduce", "copy",      "host"};
+// The runtime's stream_id and comm_group enumerators are the planner's names
+// (to_string); its op_kind enumerators are spelled out.
 constexpr std::string_view kOpKindEnum[] = {
     "all_gather", "forward",  "recompute", "backward",  "reduce_scatter", "all_reduce",
     "free",       "copy_h2d", "copy_d2h",  "grad_norm", "optimizer_step"};
-constexpr std::string_view kGroupEnum[] = {"none", "shard", "replica", "world"};
 
 // The shortest literal that reads back as exactly v (fmt's round-trip form:
 // 0.9, not 0.90000000000000002), always a floating literal (3.0, not 3).
@@ -586,10 +585,10 @@ class Writer {
   // ---- communication and the optimizer -----------------------------------------
   // Declares the op's communicator as `comm` and returns the name.
   std::string comm(Body& b, const Op& op) const {
-    b.decls += fmt::format(
-        "{}{} comm = {}(c, stream_id::{}, comm_group::{});\n", b.indent,
-        on_gpu() ? "const gpu_comm&" : "MPI_Comm", on_gpu() ? "cuda_op_comm" : "op_comm",
-        kStreamEnum[static_cast<int>(op.stream)], kGroupEnum[static_cast<int>(op.group)]);
+    b.decls += fmt::format("{}{} comm = {}(c, stream_id::{}, comm_group::{});\n", b.indent,
+                           on_gpu() ? "const gpu_comm&" : "MPI_Comm",
+                           on_gpu() ? "cuda_op_comm" : "op_comm", to_string(op.stream),
+                           to_string(op.group));
     return "comm";
   }
   const FlatUnit& unit(int u) const { return s_.units.units[static_cast<size_t>(u)]; }
@@ -779,7 +778,7 @@ class Writer {
   std::string op_row(const Op& op) const {
     std::vector<Init> f = {
         {"id", std::to_string(op.id)},
-        {"stream", fmt::format("stream_id::{}", kStreamEnum[static_cast<int>(op.stream)])},
+        {"stream", fmt::format("stream_id::{}", to_string(op.stream))},
         {"kind", fmt::format("op_kind::{}", kOpKindEnum[static_cast<int>(op.kind)])},
         {"label", cpp_string(op.label())}};
     auto add = [&](const char* name, int64_t v, int64_t dflt) {
@@ -789,7 +788,7 @@ class Writer {
     add("segment", op.segment, -1);
     add("micro_batch", op.micro_batch, -1);
     if (op.group != CommGroup::None)
-      f.push_back({"group", fmt::format("comm_group::{}", kGroupEnum[static_cast<int>(op.group)])});
+      f.push_back({"group", fmt::format("comm_group::{}", to_string(op.group))});
     add("group_size", op.group_size, 1);
     add("payload_bytes", op.payload_bytes, 0);
     add("sent_bytes", op.sent_bytes(), 0);
