@@ -387,8 +387,7 @@ const gpu_comm& gpu_comm_of(const gpu_comm_groups& g, stream_id s, comm_group gr
   return c;
 }
 
-void comm_all_gather(const gpu_comm& c, const void* send, void* recv, int64_t bytes,
-                          gpu_exec& g) {
+void comm_all_gather(const gpu_comm& c, const void* send, void* recv, int64_t bytes, gpu_exec& g) {
   require_created(c, "all-gather");
   require_size(bytes, "all-gather");
   if (c.mode == gpu_comm_mode::nccl) {
@@ -399,8 +398,8 @@ void comm_all_gather(const gpu_comm& c, const void* send, void* recv, int64_t by
              [&](void* hs, void* hr) { comm_all_gather(c.mpi, hs, hr, bytes); });
 }
 
-void comm_reduce_scatter(const gpu_comm& c, const void* send, void* recv, int64_t count,
-                              dtype_id t, gpu_exec& g) {
+void comm_reduce_scatter(const gpu_comm& c, const void* send, void* recv, int64_t count, dtype_id t,
+                         gpu_exec& g) {
   require_created(c, "reduce-scatter");
   require_size(count, "reduce-scatter");
   if (c.mode == gpu_comm_mode::nccl) {
@@ -413,8 +412,8 @@ void comm_reduce_scatter(const gpu_comm& c, const void* send, void* recv, int64_
              [&](void* hs, void* hr) { comm_reduce_scatter(c.mpi, hs, hr, count, t); });
 }
 
-void comm_all_reduce(const gpu_comm& c, const void* send, void* recv, int64_t count,
-                          dtype_id t, gpu_exec& g) {
+void comm_all_reduce(const gpu_comm& c, const void* send, void* recv, int64_t count, dtype_id t,
+                     gpu_exec& g) {
   require_created(c, "all-reduce");
   require_size(count, "all-reduce");
   if (c.mode == gpu_comm_mode::nccl) {

@@ -91,14 +91,13 @@ void gpu_comm_check_async(const gpu_comm_groups& g);
 const gpu_comm& gpu_comm_of(const gpu_comm_groups& g, stream_id s, comm_group group);
 
 // recv (size * bytes) = every rank's send (bytes), in group rank order.
-void comm_all_gather(const gpu_comm& c, const void* send, void* recv, int64_t bytes,
-                          gpu_exec& g);
+void comm_all_gather(const gpu_comm& c, const void* send, void* recv, int64_t bytes, gpu_exec& g);
 // recv (count) = sum over ranks of this rank's count-element block of send (size * count).
-void comm_reduce_scatter(const gpu_comm& c, const void* send, void* recv, int64_t count,
-                              dtype_id t, gpu_exec& g);
+void comm_reduce_scatter(const gpu_comm& c, const void* send, void* recv, int64_t count, dtype_id t,
+                         gpu_exec& g);
 // recv (count) = sum over ranks of send; send == recv reduces in place.
-void comm_all_reduce(const gpu_comm& c, const void* send, void* recv, int64_t count,
-                          dtype_id t, gpu_exec& g);
+void comm_all_reduce(const gpu_comm& c, const void* send, void* recv, int64_t count, dtype_id t,
+                     gpu_exec& g);
 
 // NCCL_CHECK: a failed NCCL call throws std::runtime_error naming the call,
 // file and line, NCCL's error name and message, its last warning, and a hint

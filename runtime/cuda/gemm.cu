@@ -591,8 +591,8 @@ void cuda_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
       return gelu_forward(C, static_cast<const TC*>(extras.aux), M * N, g.stream);
     case gemm_epilogue::dgelu:
       plain_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, c_in, C, ldc, g, extras);
-      return gelu_backward(C, static_cast<const TC*>(extras.aux), static_cast<const TC*>(C),
-                                M * N, g.stream);
+      return gelu_backward(C, static_cast<const TC*>(extras.aux), static_cast<const TC*>(C), M * N,
+                           g.stream);
     case gemm_epilogue::bgrad_b:
       plain_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, c_in, C, ldc, g, extras);
       CUDA_CHECK(cudaMemsetAsync(extras.bias_grad, 0, N * sizeof(float), g.stream));

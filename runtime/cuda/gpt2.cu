@@ -98,19 +98,19 @@ void flash_backward(T* dqkv, float* delta, const T* dout, const T* qkv, const T*
 
 template <class T>
 void gpt2_embed_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe,
-                             const gpt2_dims& d, gpu_exec& g) {
+                        const gpt2_dims& d, gpu_exec& g) {
   encoder_forward(out, tokens, wte, wpe, d.B, d.T, d.C, g.stream);
 }
 
 template <class T, class G>
-void gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens,
-                              const gpt2_backward_scratch<T>& s, const gpt2_dims& d, gpu_exec& g) {
+void gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens, const gpt2_backward_scratch<T>& s,
+                         const gpt2_dims& d, gpu_exec& g) {
   encoder_backward(dwte, dwpe, s.dres, tokens, d.B, d.T, d.C, g.stream);
 }
 
 template <class T>
 void gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_saved<T>& s,
-                             const gpt2_dims& d, gpu_exec& g) {
+                        const gpt2_dims& d, gpu_exec& g) {
   const int64_t N = d.N(), C = d.C, F = d.F;
   layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, p.ln1_w, p.ln1_b, N, C, g.stream);
   matmul_forward(s.qkv, s.ln1, p.qkv_w, p.qkv_b, static_cast<const T*>(nullptr), N, C, 3 * C, g);
@@ -134,8 +134,8 @@ void gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_
 
 template <class T, class G>
 void gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block_params<T>& p,
-                              const gpt2_block_saved<T>& s, const gpt2_backward_scratch<T>& scratch,
-                              const gpt2_dims& d, gpu_exec& g) {
+                         const gpt2_block_saved<T>& s, const gpt2_backward_scratch<T>& scratch,
+                         const gpt2_dims& d, gpu_exec& g) {
   const int64_t N = d.N(), C = d.C, F = d.F;
   T* dres = scratch.dres;  // (N, C) d(out) -> d(res2) -> d(input)
   T* dtmp = scratch.dtmp;  // (N, C)
@@ -144,8 +144,8 @@ void gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block_para
   matmul_backward(big, grads.fc2_w, grads.fc2_b, dres, s.gelu, p.fc2_w, N, F, C, g,
                   static_cast<const T*>(s.fc));  // big = d(fc): GELU's backward in the GEMM
   matmul_backward(dtmp, grads.fc_w, grads.fc_b, big, s.ln2, p.fc_w, N, C, F, g);
-  layernorm_backward(dres, grads.ln2_w, grads.ln2_b, dtmp, s.res2, p.ln2_w, s.ln2_mean,
-                          s.ln2_rstd, N, C, true, g.stream);
+  layernorm_backward(dres, grads.ln2_w, grads.ln2_b, dtmp, s.res2, p.ln2_w, s.ln2_mean, s.ln2_rstd,
+                     N, C, true, g.stream);
   // Attention: res2 = input + attention(ln1 @ qkv_w + qkv_b) @ proj_w + proj_b.
   matmul_backward(dtmp, grads.proj_w, grads.proj_b, dres, s.attn, p.proj_w, N, C, C, g);
   T* dqkv = big;  // (N, 3C)
@@ -157,14 +157,14 @@ void gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block_para
     cuda_attention_backward(dqkv, dprobs, dtmp, s.qkv, s.probs, d.B, d.T, C, d.H, g);
   }
   matmul_backward(dtmp, grads.qkv_w, grads.qkv_b, dqkv, s.ln1, p.qkv_w, N, C, 3 * C, g);
-  layernorm_backward(dres, grads.ln1_w, grads.ln1_b, dtmp, s.input, p.ln1_w, s.ln1_mean,
-                          s.ln1_rstd, N, C, true, g.stream);
+  layernorm_backward(dres, grads.ln1_w, grads.ln1_b, dtmp, s.input, p.ln1_w, s.ln1_mean, s.ln1_rstd,
+                     N, C, true, g.stream);
 }
 
 template <class T>
 void gpt2_head_forward(T* logits, float* losses, const int32_t* targets, const T* lnf_w,
-                            const T* lnf_b, const T* head_w, const gpt2_final_norm_saved<T>& s,
-                            const gpt2_dims& d, const float* dloss_scale, gpu_exec& g) {
+                       const T* lnf_b, const T* head_w, const gpt2_final_norm_saved<T>& s,
+                       const gpt2_dims& d, const float* dloss_scale, gpu_exec& g) {
   const int64_t N = d.N(), C = d.C, Vp = d.Vp();
   layernorm_forward(s.output, s.mean, s.rstd, s.input, lnf_w, lnf_b, N, C, g.stream);
   // logits = output @ head_w^T, head_w (Vp, C): over the padded vocabulary,
@@ -176,9 +176,8 @@ void gpt2_head_forward(T* logits, float* losses, const int32_t* targets, const T
 
 template <class T, class G>
 void gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const T* head_w,
-                             const T* logits, const gpt2_final_norm_saved<T>& s,
-                             const gpt2_backward_scratch<T>& scratch, const gpt2_dims& d,
-                             gpu_exec& g) {
+                        const T* logits, const gpt2_final_norm_saved<T>& s,
+                        const gpt2_backward_scratch<T>& scratch, const gpt2_dims& d, gpu_exec& g) {
   const int64_t N = d.N(), C = d.C, Vp = d.Vp();
   // dx = dlogits @ head_w (overwritten); dhead_w += dlogits^T @ x, over the
   // padded vocabulary: dlogits' padded columns are zero, so are the padded
@@ -186,27 +185,27 @@ void gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const 
   cuda_gemm(false, false, N, C, Vp, 1.0f, logits, Vp, head_w, C, 0.0f, scratch.dtmp, C, g);
   cuda_gemm(true, false, Vp, C, N, 1.0f, logits, Vp, static_cast<const T*>(s.output), C, 1.0f,
             dhead_w, C, g);
-  layernorm_backward(scratch.dres, dlnf_w, dlnf_b, scratch.dtmp, s.input, lnf_w, s.mean,
-                          s.rstd, N, C, false, g.stream);
+  layernorm_backward(scratch.dres, dlnf_w, dlnf_b, scratch.dtmp, s.input, lnf_w, s.mean, s.rstd, N,
+                     C, false, g.stream);
 }
 
-#define CUDA_GPT2_INSTANTIATE_T(T)                                                               \
-  template void gpt2_embed_forward<T>(T*, const int32_t*, const T*, const T*,               \
-                                           const gpt2_dims&, gpu_exec&);                         \
-  template void gpt2_block_forward<T>(                                                      \
-      T*, const gpt2_block_params<T>&, const gpt2_block_saved<T>&, const gpt2_dims&, gpu_exec&); \
-  template void gpt2_head_forward<T>(T*, float*, const int32_t*, const T*, const T*,        \
-                                          const T*, const gpt2_final_norm_saved<T>&,             \
-                                          const gpt2_dims&, const float*, gpu_exec&);
+#define CUDA_GPT2_INSTANTIATE_T(T)                                                                 \
+  template void gpt2_embed_forward<T>(T*, const int32_t*, const T*, const T*, const gpt2_dims&,    \
+                                      gpu_exec&);                                                  \
+  template void gpt2_block_forward<T>(T*, const gpt2_block_params<T>&, const gpt2_block_saved<T>&, \
+                                      const gpt2_dims&, gpu_exec&);                                \
+  template void gpt2_head_forward<T>(T*, float*, const int32_t*, const T*, const T*, const T*,     \
+                                     const gpt2_final_norm_saved<T>&, const gpt2_dims&,            \
+                                     const float*, gpu_exec&);
 
-#define CUDA_GPT2_INSTANTIATE_TG(T, G)                                                       \
-  template void gpt2_embed_backward<T, G>(                                              \
-      G*, G*, const int32_t*, const gpt2_backward_scratch<T>&, const gpt2_dims&, gpu_exec&); \
-  template void gpt2_block_backward<T, G>(                                              \
-      const gpt2_block_grads<G>&, const gpt2_block_params<T>&, const gpt2_block_saved<T>&,   \
-      const gpt2_backward_scratch<T>&, const gpt2_dims&, gpu_exec&);                         \
-  template void gpt2_head_backward<T, G>(                                               \
-      G*, G*, G*, const T*, const T*, const T*, const gpt2_final_norm_saved<T>&,             \
+#define CUDA_GPT2_INSTANTIATE_TG(T, G)                                                             \
+  template void gpt2_embed_backward<T, G>(G*, G*, const int32_t*, const gpt2_backward_scratch<T>&, \
+                                          const gpt2_dims&, gpu_exec&);                            \
+  template void gpt2_block_backward<T, G>(                                                         \
+      const gpt2_block_grads<G>&, const gpt2_block_params<T>&, const gpt2_block_saved<T>&,         \
+      const gpt2_backward_scratch<T>&, const gpt2_dims&, gpu_exec&);                               \
+  template void gpt2_head_backward<T, G>(                                                          \
+      G*, G*, G*, const T*, const T*, const T*, const gpt2_final_norm_saved<T>&,                   \
       const gpt2_backward_scratch<T>&, const gpt2_dims&, gpu_exec&);
 
 CUDA_GPT2_INSTANTIATE_T(float)

@@ -22,17 +22,17 @@
 // Embedding: out = wte[tokens] + wpe.
 template <class T>
 void gpt2_embed_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe,
-                             const gpt2_dims& d, gpu_exec& g);
+                        const gpt2_dims& d, gpu_exec& g);
 // dwte, dwpe += from s.dres.
 template <class T, class G>
-void gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens,
-                              const gpt2_backward_scratch<T>& s, const gpt2_dims& d, gpu_exec& g);
+void gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens, const gpt2_backward_scratch<T>& s,
+                         const gpt2_dims& d, gpu_exec& g);
 
 // One block: reads s.input, fills the rest of s, writes out (N, C). out ==
 // nullptr skips the last projection and residual: a recompute fills s only.
 template <class T>
 void gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_saved<T>& s,
-                             const gpt2_dims& d, gpu_exec& g);
+                        const gpt2_dims& d, gpu_exec& g);
 // scratch.dres holds d(out) on entry and d(input) on return; grads +=;
 // scratch.dtmp and scratch.big (and, with d.flash, scratch.delta) are
 // overwritten. d.flash selects the flash attention kernels (and the saved
@@ -41,8 +41,8 @@ void gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_
 // (cudnn_attention.h: same lse; scratch.delta then unused).
 template <class T, class G>
 void gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block_params<T>& p,
-                              const gpt2_block_saved<T>& s, const gpt2_backward_scratch<T>& scratch,
-                              const gpt2_dims& d, gpu_exec& g);
+                         const gpt2_block_saved<T>& s, const gpt2_backward_scratch<T>& scratch,
+                         const gpt2_dims& d, gpu_exec& g);
 
 // Final norm and head with the loss: reads s.input, fills s; logits (N, Vp)
 // end holding dloss_scale * d(loss sum)/d(logits), zero in the padded
@@ -51,12 +51,11 @@ void gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block_para
 // value). head_w is (Vp, C), its padded rows zero (runtime/gpt2.h).
 template <class T>
 void gpt2_head_forward(T* logits, float* losses, const int32_t* targets, const T* lnf_w,
-                            const T* lnf_b, const T* head_w, const gpt2_final_norm_saved<T>& s,
-                            const gpt2_dims& d, const float* dloss_scale, gpu_exec& g);
+                       const T* lnf_b, const T* head_w, const gpt2_final_norm_saved<T>& s,
+                       const gpt2_dims& d, const float* dloss_scale, gpu_exec& g);
 // scratch.dres = d(input of the final norm) (overwritten); grads +=;
 // scratch.dtmp is overwritten.
 template <class T, class G>
 void gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const T* head_w,
-                             const T* logits, const gpt2_final_norm_saved<T>& s,
-                             const gpt2_backward_scratch<T>& scratch, const gpt2_dims& d,
-                             gpu_exec& g);
+                        const T* logits, const gpt2_final_norm_saved<T>& s,
+                        const gpt2_backward_scratch<T>& scratch, const gpt2_dims& d, gpu_exec& g);

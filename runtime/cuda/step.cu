@@ -129,8 +129,7 @@ void check_launch() {
 
 }  // namespace
 
-void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets,
-                      gpu_exec& g) {
+void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets, gpu_exec& g) {
   const int64_t n = c.p->parallel.micro_batch * c.p->model.context;
   const int32_t* src = c.gpu->host_inputs + mb * 2 * n;
   const size_t bytes = static_cast<size_t>(n) * sizeof(int32_t);
@@ -144,7 +143,7 @@ void step_add_losses(step_context& c, const float* losses, int64_t n, gpu_exec& 
 }
 
 void tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, int64_t n,
-                         bool accumulate, gpu_exec& g) {
+                    bool accumulate, gpu_exec& g) {
   if (n == 0) return;
   convert_kernel<<<grid_dim(ceil_div(n, kThreads)), kThreads, 0, g.stream>>>(dst, dst_t, src, src_t,
                                                                              n, accumulate);
@@ -217,8 +216,7 @@ void step_optimizer(step_context& c, int unit, void* param_shard, float* master,
     if (r < count) pos = ranges[2 * r + 1];
   }
   if (master)
-    tensor_convert(param_shard, p.parallel.precision.param, master, dtype_id::fp32, n, false,
-                        g);
+    tensor_convert(param_shard, p.parallel.precision.param, master, dtype_id::fp32, n, false, g);
 }
 
 void cuda_step_begin(gpu_context& gc, cudaStream_t stream) {

@@ -44,15 +44,14 @@ inline const float* cuda_dloss_scale(step_context& c) {
 
 // Copies micro-batch mb's tokens and targets (B*T int32 each, filled into the
 // pinned host_inputs before the step) to the device.
-void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets,
-                      gpu_exec& g);
+void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets, gpu_exec& g);
 // Adds n per-token losses (device fp32) to scalars->loss_sum.
 void step_add_losses(step_context& c, const float* losses, int64_t n, gpu_exec& g);
 
 // As runtime/step.h's tensor_convert, tensor_zero, tensor_narrow_in_place and
 // tensor_widen_in_place, on device memory.
 void tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, int64_t n,
-                         bool accumulate, gpu_exec& g);
+                    bool accumulate, gpu_exec& g);
 void tensor_zero(void* dst, int64_t bytes, gpu_exec& g);
 void tensor_narrow_in_place(void* data, int64_t n, dtype_id to, gpu_exec& g);
 void tensor_widen_in_place(void* data, int64_t n, dtype_id from, gpu_exec& g);

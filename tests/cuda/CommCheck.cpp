@@ -338,9 +338,9 @@ void check_reduce_scatter(setup& st, comm_group grp, int64_t n) {
                       dtype_of<T>());
   gpu_exec g;
   g.stream = st.stream(stream_id::reducescatter);
-  const std::vector<T> gpu = on_gpu(
-      send, want.size(), false, g.stream,
-      [&](const void* s, void* r) { comm_reduce_scatter(c, s, r, n, dtype_of<T>(), g); });
+  const std::vector<T> gpu =
+      on_gpu(send, want.size(), false, g.stream,
+             [&](const void* s, void* r) { comm_reduce_scatter(c, s, r, n, dtype_of<T>(), g); });
   const bool cpu_ok = same(cpu, want, what, "CPU");
   st.report(what, same(gpu, want, what, "GPU") && cpu_ok);
 }
@@ -395,13 +395,13 @@ void check_concurrent(setup& st, int64_t n) {
   gpu_exec g;
   g.stream = st.stream(stream_id::allgather);
   comm_all_gather(st.comm(stream_id::allgather, comm_group::shard), ag_in.get(), ag_out.get(),
-                       n * 4, g);
+                  n * 4, g);
   g.stream = st.stream(stream_id::reducescatter);
   comm_reduce_scatter(st.comm(stream_id::reducescatter, comm_group::shard), rs_in.get(),
-                           rs_out.get(), n, dtype_id::bf16, g);
+                      rs_out.get(), n, dtype_id::bf16, g);
   g.stream = st.stream(stream_id::allreduce);
-  comm_all_reduce(st.comm(stream_id::allreduce, comm_group::replica), ar_in.get(),
-                       ar_out.get(), n, dtype_id::fp32, g);
+  comm_all_reduce(st.comm(stream_id::allreduce, comm_group::replica), ar_in.get(), ar_out.get(), n,
+                  dtype_id::fp32, g);
   for (stream_id s : kCollectiveStreams)
     CUDA_CHECK(cudaStreamSynchronize(st.stream(s)));
 

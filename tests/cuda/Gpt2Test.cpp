@@ -797,9 +797,8 @@ TYPED_TEST(CudaGpt2Layer, BlockForward) {
         to_device(sd.input, x.data(), N * C);
         gpt2_block_forward(recompute ? nullptr : out_d.get(), p, sd, d, this->g);
         this->sync();
-        const std::string prefix =
-            tag<T>("gpt2_block_forward", recompute ? "(recompute) " : "") +
-            dims_name(rd, flash) + " ";
+        const std::string prefix = tag<T>("gpt2_block_forward", recompute ? "(recompute) " : "") +
+                                   dims_name(rd, flash) + " ";
         expect_block_saved_close(prefix, sd, s, d);
         EXPECT_TRUE(guard_intact(slot_d.download(), saved_bytes))
             << prefix << "wrote past the saved slot";
@@ -853,12 +852,11 @@ TYPED_TEST(CudaGpt2Backward, Block) {
       const auto scd = gpt2_backward_scratch_at<T>(scratch_d.get(), d);
       to_device(scd.dres, dout.data(), N * C);
       gpt2_block_backward(gpt2_block_grads_at<G>(grads_d.get(), d),
-                               gpt2_block_params_at<T>(params_d.get(), d),
-                               gpt2_block_saved_at<T>(saved_d.get(), d), scd, d, this->g);
+                          gpt2_block_params_at<T>(params_d.get(), d),
+                          gpt2_block_saved_at<T>(saved_d.get(), d), scd, d, this->g);
       this->sync();
 
-      const std::string prefix =
-          tag<T, G>("gpt2_block_backward", "") + dims_name(rd, flash) + " ";
+      const std::string prefix = tag<T, G>("gpt2_block_backward", "") + dims_name(rd, flash) + " ";
       expect_close_scaled(prefix + "d(input)", load(from_device(scd.dres, N * C)),
                           load(sc.dres, N * C), layer_tol<T>());
       std::vector<G> got = grads_d.download();
@@ -916,8 +914,8 @@ TYPED_TEST(CudaGpt2Layer, HeadForward) {
     nan_vec<T> lnf_w_d(h.lnf_w), lnf_b_d(h.lnf_b), head_w_d(h.head_w), logits_d(N * V);
     nan_vec<int32_t> targets_d(h.targets);
     nan_vec<float> losses_d(N), scale_d(std::vector<float>{kDlossScale});
-    gpt2_head_forward(logits_d.get(), losses_d.get(), targets_d.get(), lnf_w_d.get(),
-                           lnf_b_d.get(), head_w_d.get(), sd, d, scale_d.get(), this->g);
+    gpt2_head_forward(logits_d.get(), losses_d.get(), targets_d.get(), lnf_w_d.get(), lnf_b_d.get(),
+                      head_w_d.get(), sd, d, scale_d.get(), this->g);
     this->sync();
 
     const std::string prefix = tag<T>("gpt2_head_forward", "") + dims_name(rd) + " ";
@@ -964,8 +962,8 @@ TYPED_TEST(CudaGpt2Backward, Head) {
     nan_vec<G> dlnf_w_d(dlnf_w0), dlnf_b_d(dlnf_b0), dhead_w_d(dhead_w0);
     const auto scd = gpt2_backward_scratch_at<T>(scratch_d.get(), d);
     gpt2_head_backward(dlnf_w_d.get(), dlnf_b_d.get(), dhead_w_d.get(), lnf_w_d.get(),
-                            head_w_d.get(), logits_d.get(),
-                            gpt2_final_norm_saved_at<T>(saved_d.get(), d), scd, d, this->g);
+                       head_w_d.get(), logits_d.get(),
+                       gpt2_final_norm_saved_at<T>(saved_d.get(), d), scd, d, this->g);
     this->sync();
 
     const std::string prefix = tag<T, G>("gpt2_head_backward", "") + dims_name(rd) + " ";
@@ -994,8 +992,8 @@ TYPED_TEST(CudaGpt2Layer, EmbedForward) {
     nan_vec<int32_t> tokens_d(tokens);
     gpt2_embed_forward(out_d.get(), tokens_d.get(), wte_d.get(), wpe_d.get(), d, this->g);
     this->sync();
-    ref::expect_close(tag<T>("gpt2_embed_forward", "out") + dims_name(rd),
-                      load(out_d.download()), load(out), storage_tol<T>());
+    ref::expect_close(tag<T>("gpt2_embed_forward", "out") + dims_name(rd), load(out_d.download()),
+                      load(out), storage_tol<T>());
   }
 }
 
@@ -1017,7 +1015,7 @@ TYPED_TEST(CudaGpt2Backward, Embed) {
     nan_vec<G> dwte_d(dwte), dwpe_d(dwpe);
     nan_vec<int32_t> tokens_d(tokens);
     gpt2_embed_backward(dwte_d.get(), dwpe_d.get(), tokens_d.get(),
-                             gpt2_backward_scratch_at<T>(scratch_d.get(), d), d, this->g);
+                        gpt2_backward_scratch_at<T>(scratch_d.get(), d), d, this->g);
     this->sync();
     gpt2_embed_backward(dwte.data(), dwpe.data(), tokens.data(), sc, d);
     const std::string prefix = tag<T, G>("gpt2_embed_backward", "") + dims_name(rd) + " ";

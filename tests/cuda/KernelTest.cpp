@@ -127,13 +127,11 @@ TYPED_TEST(CudaParamBackward, Encoder) {
   device_vec<T> dout_d(dout);
   device_vec<int32_t> tokens_d(tokens);
   encoder_backward(dwte_d.get(), dwpe_d.get(), dout_d.get(), tokens_d.get(), B, T_, C,
-                        this->stream);
+                   this->stream);
   this->sync();
   encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T_, C);
-  expect_close(tag<T, G>("encoder_backward", "dwte"), dwte_d.download(), dwte,
-               storage_tol<G>());
-  expect_close(tag<T, G>("encoder_backward", "dwpe"), dwpe_d.download(), dwpe,
-               storage_tol<G>());
+  expect_close(tag<T, G>("encoder_backward", "dwte"), dwte_d.download(), dwte, storage_tol<G>());
+  expect_close(tag<T, G>("encoder_backward", "dwpe"), dwpe_d.download(), dwpe, storage_tol<G>());
 }
 
 // ---------------------------------------------------------------- layernorm
@@ -181,7 +179,7 @@ TYPED_TEST(CudaKernel, LayernormForward) {
       device_vec<T> out(off + N * C), x_d(after(off, x)), w_d(w), b_d(b);
       device_vec<float> mean(N), rstd(N);
       layernorm_forward(out.get() + off, mean.get(), rstd.get(), x_d.get() + off, w_d.get(),
-                             b_d.get(), N, C, this->stream);
+                        b_d.get(), N, C, this->stream);
       this->sync();
       const std::string shape =
           " N=" + std::to_string(N) + " C=" + std::to_string(C) + (off ? " (misaligned rows)" : "");
@@ -217,8 +215,8 @@ TYPED_TEST(CudaParamBackward, Layernorm) {
         device_vec<G> dw_d(dw), db_d(db);
         device_vec<float> mean_d(mean), rstd_d(rstd);
         layernorm_backward(dinp_d.get() + off, dw_d.get(), db_d.get(), dout_d.get() + off,
-                                x_d.get() + off, w_d.get(), mean_d.get(), rstd_d.get(), N, C,
-                                accumulate, this->stream);
+                           x_d.get() + off, w_d.get(), mean_d.get(), rstd_d.get(), N, C, accumulate,
+                           this->stream);
         this->sync();
         layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
                            mean.data(), rstd.data(), N, C, accumulate);
@@ -258,8 +256,7 @@ TYPED_TEST(CudaKernel, GeluForward) {
   gelu_forward(x_d.get(), x_d.get(), n, this->stream);  // in place
   this->sync();
   expect_close(tag<T>("gelu_forward", "out"), out.download(), want, storage_tol<T>());
-  expect_close(tag<T>("gelu_forward", "out (in place)"), x_d.download(), want,
-               storage_tol<T>());
+  expect_close(tag<T>("gelu_forward", "out (in place)"), x_d.download(), want, storage_tol<T>());
 }
 
 TYPED_TEST(CudaKernel, GeluBackward) {
@@ -312,7 +309,7 @@ TYPED_TEST(CudaKernel, CrossEntropyFused) {
   device_vec<int32_t> targets_d(targets);
   device_vec<float> losses_d(N);
   cross_entropy_fused(logits_d.get(), losses_d.get(), targets_d.get(), N, V, V, dloss_scale,
-                           this->stream);
+                      this->stream);
   this->sync();
   std::vector<float> losses(N);
   cross_entropy_fused(logits.data(), losses.data(), targets.data(), N, V, V, dloss_scale);
@@ -340,7 +337,7 @@ TYPED_TEST(CudaKernel, CrossEntropyFusedPaddedVocab) {
   device_vec<int32_t> targets_d(targets);
   device_vec<float> losses_d(N);
   cross_entropy_fused(logits_d.get(), losses_d.get(), targets_d.get(), N, V, Vp, dloss_scale,
-                           this->stream);
+                      this->stream);
   this->sync();
   std::vector<float> losses(N);
   cross_entropy_fused(logits.data(), losses.data(), targets.data(), N, V, Vp, dloss_scale);
@@ -372,13 +369,14 @@ TYPED_TEST(CudaKernel, Adamw) {
 
     device_vec<float> master_d(master), m_d(m), v_d(v);
     device_vec<G> grad_d(grad);
-    optimizer_adamw(master_d.get(), m_d.get(), v_d.get(), grad_d.get(), dtype_of<G>(), begin, end, lr,
-               beta1, beta2, eps, wd, decay, t, scale, this->stream);
+    optimizer_adamw(master_d.get(), m_d.get(), v_d.get(), grad_d.get(), dtype_of<G>(), begin, end,
+                    lr, beta1, beta2, eps, wd, decay, t, scale, this->stream);
     this->sync();
     optimizer_adamw(master.data(), m.data(), v.data(), grad.data(), dtype_of<G>(), begin, end, lr,
                     beta1, beta2, eps, wd, decay, t, scale);
     const std::string what = decay ? " (decay)" : "";
-    expect_close(tag<G>("optimizer_adamw", "master") + what, master_d.download(), master, kAdamwTol);
+    expect_close(tag<G>("optimizer_adamw", "master") + what, master_d.download(), master,
+                 kAdamwTol);
     expect_close(tag<G>("optimizer_adamw", "m") + what, m_d.download(), m, kAdamwTol);
     expect_close(tag<G>("optimizer_adamw", "v") + what, v_d.download(), v, kAdamwTol);
   }

@@ -99,11 +99,11 @@ TEST_P(CudaAdamw, FollowsPyTorch) {
       ++applied;
       const auto scale = static_cast<float>(optim::reference_clip_coef(oc, step) / oc.grad_scale);
       for (const decay_run& r : decay_runs(oc))
-        optimizer_adamw(params_d.get(), state_d.get(), state_d.get() + n, grad_d.get(), dtype_id::fp32,
-                   r.begin, r.end, static_cast<float>(oc.lrs[static_cast<size_t>(step)]),
-                   static_cast<float>(oc.beta1), static_cast<float>(oc.beta2),
-                   static_cast<float>(oc.eps), static_cast<float>(oc.weight_decay), r.decay,
-                   applied, scale, stream);
+        optimizer_adamw(
+            params_d.get(), state_d.get(), state_d.get() + n, grad_d.get(), dtype_id::fp32, r.begin,
+            r.end, static_cast<float>(oc.lrs[static_cast<size_t>(step)]),
+            static_cast<float>(oc.beta1), static_cast<float>(oc.beta2), static_cast<float>(oc.eps),
+            static_cast<float>(oc.weight_decay), r.decay, applied, scale, stream);
       sync();
     }
     params = params_d.download();

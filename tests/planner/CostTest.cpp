@@ -8,12 +8,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "dsl/Frontend.h"
 #include "planner/Cost.h"
 #include "planner/Flops.h"
 #include "planner/Hardware.h"
 #include "planner/Lower.h"
 #include "planner/Schedule.h"
-#include "dsl/Frontend.h"
 
 namespace fsdpgen {
 namespace {

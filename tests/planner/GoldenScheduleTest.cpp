@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/planner/PlanTestUtil.h"
 #include "tests/common/TestName.h"
+#include "tests/planner/PlanTestUtil.h"
 
 namespace fsdpgen::test {
 namespace {
