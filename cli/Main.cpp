@@ -29,6 +29,7 @@
 #include "emit/BuildConfig.h"
 #include "emit/Emit.h"
 #include "emit/Template.h"
+#include "planner/Calibrated.h"
 #include "planner/Fit.h"
 #include "planner/Pipeline.h"
 #include "runtime/files/checkpoint_merge.h"
@@ -70,6 +71,8 @@ struct Common {
   std::optional<int64_t> micro_batch;
   std::string gpu = "h100-sxm";
   CLI::Option* gpu_flag = nullptr;  // its count() says whether --gpu was given
+  std::string hardware_arg;         // plan and schedule: --hardware NAME|PROFILE
+  CLI::Option* hardware_flag = nullptr;
   bool time_passes = false;
   bool no_reuse = false;
   std::string dump_after;
@@ -134,14 +137,25 @@ struct Common {
     return s;
   }
 
-  // The hardware called `name`; empty after printing the known names.
+  // The hardware called `name`, or the profile at that path; empty after
+  // printing why not (the known names, or what is wrong with the profile).
   static std::optional<Hardware> hardware(const std::string& name) {
-    std::optional<Hardware> hw = find_hardware(name);
-    if (!hw)
-      std::fputs(fmt::format("fsdpgen: error: {}\n", unknown_hardware_error(name)).c_str(), stderr);
-    return hw;
+    try {
+      return hardware_named(name);
+    } catch (const std::exception& e) {
+      std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
+      return std::nullopt;
+    }
   }
   std::optional<Hardware> hardware() const { return hardware(gpu); }
+
+  // Adds --hardware (plan and schedule).
+  void add_hardware_to(CLI::App* app) {
+    hardware_flag = app->add_option(
+        "--hardware", hardware_arg,
+        "plan with a hardware profile that `fsdpgen calibrate` measured (a .json file), or a "
+        "built-in hardware by name (as --gpu)");
+  }
 
   // Runs the passes up to this subcommand's last, for `hw`.
   Pipeline run(const Hardware& hw, std::optional<Pass> dump, LaterPass emit = {},
@@ -188,6 +202,8 @@ struct PlanTarget {
 };
 
 PlanTarget plan_target(const Common& c) {
+  if (c.hardware_flag && c.hardware_flag->count() > 0)
+    return {c.hardware_arg, "--hardware " + c.hardware_arg, false};
   if (c.gpu_flag && c.gpu_flag->count() > 0) return {c.gpu, "--gpu " + c.gpu, false};
   if (gpu_visible())
     return {c.gpu,
@@ -199,6 +215,23 @@ PlanTarget plan_target(const Common& c) {
           "no GPU here: planning for this CPU, which a build here targets; --gpu h100-sxm "
           "plans for a GPU",
           true};
+}
+
+// The hardware plan and schedule use; empty after printing why not: an
+// unknown name, a bad profile, or --gpu naming other hardware than --hardware.
+std::optional<Hardware> plan_hardware(const Common& c, const PlanTarget& target) {
+  std::optional<Hardware> hw = Common::hardware(target.hardware);
+  if (hw && c.hardware_flag && c.hardware_flag->count() > 0 && c.gpu_flag &&
+      c.gpu_flag->count() > 0 && hw->name != c.gpu) {
+    std::fputs(fmt::format("fsdpgen: error: --hardware {} describes '{}'{}, not --gpu {}; give "
+                           "one of them\n",
+                           c.hardware_arg, hw->name,
+                           hw->profile ? fmt::format(" ({})", hw->description) : "", c.gpu)
+                   .c_str(),
+               stderr);
+    return std::nullopt;
+  }
+  return hw;
 }
 
 // check's target is what a build here targets (as plan's without --gpu):
@@ -230,7 +263,7 @@ int run_schedule(const Common& c, const std::string& format, const std::string& 
   std::optional<Pass> dump;
   if (!c.dump_pass(dump)) return kExitUsage;
   const PlanTarget target = plan_target(c);
-  auto hw = Common::hardware(target.hardware);
+  auto hw = plan_hardware(c, target);
   if (!hw) return kExitUsage;
   // On stderr: stdout stays what the binary's --print-schedule prints.
   if (target.defaulted)
@@ -252,7 +285,7 @@ int run_plan(const Common& c) {
   std::optional<Pass> dump;
   if (!c.dump_pass(dump)) return kExitUsage;
   const PlanTarget target = plan_target(c);
-  auto hw = Common::hardware(target.hardware);
+  auto hw = plan_hardware(c, target);
   if (!hw) return kExitUsage;
   auto started = std::chrono::steady_clock::now();
   const Pipeline p = c.run(*hw, dump);
@@ -519,10 +552,12 @@ int main(int argc, char** argv) {
                    "text (per stream), json, or trace (Chrome/Perfetto, predicted times)")
       ->check(CLI::IsMember({"text", "json", "trace"}));
   schedule->add_option("-o,--output", output, "write to this file instead of stdout");
+  schedule_args.add_hardware_to(schedule);
 
   CLI::App* plan =
       app.add_subcommand("plan", "memory per rank by kind, peak, and predicted step time");
   plan_args.add_to(plan, fsdpgen::Pass::Cost, true);
+  plan_args.add_hardware_to(plan);
   plan->footer(
       "Exit status: 0 the plan fits the device, 4 it does not (the whole plan is still printed, "
       "with changes that fit), 1 the spec has errors, 2 bad command line, 3 internal error.");

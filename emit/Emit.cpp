@@ -231,8 +231,8 @@ class Writer {
     const ParallelSpec& p = spec_.parallel;
     comm_ = p.shard_group > 1 || p.replicas() > 1;
     pbytes_ = dtype_bytes(p.precision.param);
-    rbytes_ = comm_ ? dtype_bytes(p.precision.reduce) : 4;
-    reduce_ = comm_ ? p.precision.reduce : DType::FP32;
+    reduce_ = unsharded_grad_dtype(p);
+    rbytes_ = dtype_bytes(reduce_);
     // The spec's 16-bit type (param and reduce do not mix bf16 and fp16).
     half_ = p.precision.param != DType::FP32 ? p.precision.param : p.precision.reduce;
     act_ = {s.micro_batch * model_.context, pbytes_, s.options.flash_attention};

@@ -7,12 +7,15 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "planner/Calibrated.h"
 #include "planner/Flops.h"
+#include "profile/profile.h"
 
 namespace fsdpgen {
 namespace {
@@ -126,6 +129,69 @@ Work op_work(const Schedule& s, const Op& op, const Hardware& hw) {
       return {};
   }
   return {};
+}
+
+// An op's work from the profile, and how it was found (Missing: not at all).
+struct Calibrated {
+  Work work;
+  Lookup how = Lookup::Missing;
+};
+
+Lookup worse(Lookup a, Lookup b) {
+  return static_cast<int>(a) > static_cast<int>(b) ? a : b;
+}
+
+Calibrated calibrated_work(const Schedule& s, const Op& op, const CalibratedTimes& times) {
+  Calibrated c;
+  c.how = Lookup::Measured;
+  auto add = [&](const Looked& l) {
+    c.how = worse(c.how, l.how);
+    c.work.fixed_s += l.seconds;
+  };
+  switch (op.kind) {
+    case OpKind::Forward:
+    case OpKind::Recompute:
+    case OpKind::Backward:
+      c.work.fixed_s = times.compute().op_overhead_s;
+      for (const profile::LayerTime& l : op_layer_passes(s, op))
+        add(times.layer(l));
+      return c;
+    case OpKind::GradNorm:
+    case OpKind::OptimizerStep:
+      c.work.fixed_s = times.compute().op_overhead_s;
+      for (const profile::ElementwiseTime& e : op_elementwise(s, op))
+        add(times.elementwise(e));
+      return c;
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter:
+    case OpKind::AllReduce: {
+      if (op.group_size <= 1) return c;
+      const ParallelSpec& p = s.units.spec.parallel;
+      const GroupPlacement g = group_placement(p, op.group, op.group_size);
+      const Looked l = times.collective(profile_op_name(op.kind), collective_dtype(s, op),
+                                        op.group_size, g.nodes, op.payload_bytes);
+      c.how = l.how;
+      // The measured size-independent part, then the ring's bytes at the rate
+      // the rest implies (so that transfers sharing a link still share it).
+      const double bytes = static_cast<double>(op.sent_bytes());
+      c.work = {l.latency_s, l.seconds > l.latency_s ? bytes : 0,
+                bytes / std::max(l.seconds - l.latency_s, 1e-12),
+                g.nodes > 1 ? Link::Inter : Link::Intra};
+      return c;
+    }
+    case OpKind::CopyH2D:
+    case OpKind::CopyD2H: {
+      const Looked l = times.copy(profile_op_name(op.kind), op.payload_bytes);
+      c.how = l.how;
+      const double bytes = static_cast<double>(op.payload_bytes);
+      c.work = {0, bytes, bytes / std::max(l.seconds, 1e-12),
+                op.kind == OpKind::CopyH2D ? Link::HostToDevice : Link::DeviceToHost};
+      return c;
+    }
+    case OpKind::Free:
+      return c;
+  }
+  return c;
 }
 
 void check_well_formed(const Schedule& s) {
@@ -300,10 +366,35 @@ double op_seconds(const Schedule& s, const Op& op, const Hardware& hw) {
 Timeline predict(const Schedule& s, const Hardware& hw, const CostOptions& options) {
   check_well_formed(s);
   const Spec& spec = s.units.spec;
+  Timeline t;
+  std::optional<CalibratedTimes> times;
+  if (hw.profile) {
+    times.emplace(*hw.profile, std::min(spec.parallel.world,
+                                        std::max<int64_t>(1, spec.parallel.ranks_per_node)));
+    t.source = fmt::format("hardware profile {} ({}; compute measured with {} rank{} per node{})",
+                           hw.profile_path, hw.description, times->compute().ranks_per_node,
+                           times->compute().ranks_per_node == 1 ? "" : "s",
+                           times->placement_exact() ? "" : ", not this plan's");
+  } else {
+    t.source = fmt::format(
+        "built-in figures for '{}' (datasheets and estimates; `fsdpgen "
+        "calibrate` measures this machine)",
+        hw.name);
+  }
   std::vector<Work> work;
   work.reserve(s.ops.size());
   for (const Op& op : s.ops) {
-    work.push_back(op_work(s, op, hw));
+    Lookup how = Lookup::Missing;
+    if (times && op.kind != OpKind::Free) {
+      Calibrated c = calibrated_work(s, op, *times);
+      how = c.how;
+      if (how != Lookup::Missing) work.push_back(c.work);
+      ++(how == Lookup::Measured       ? t.ops_measured
+         : how == Lookup::Interpolated ? t.ops_interpolated
+         : how == Lookup::Scaled       ? t.ops_scaled
+                                       : t.ops_estimated);
+    }
+    if (how == Lookup::Missing) work.push_back(op_work(s, op, hw));
     const Work& w = work.back();
     if (!std::isfinite(w.seconds()) || w.fixed_s < 0 || w.bytes < 0)
       throw std::invalid_argument(
@@ -311,7 +402,6 @@ Timeline predict(const Schedule& s, const Hardware& hw, const CostOptions& optio
   }
   const auto spans = simulate(s, work, options.share_links);
 
-  Timeline t;
   t.hardware = hw.name;
   t.dtype = spec.parallel.precision.param;
   t.peak_tflops = hw.peak_flops(t.dtype) / 1e12;
@@ -380,7 +470,18 @@ std::string print_timeline(const Schedule& s, const Timeline& t) {
   for (size_t st = 0; st < t.stream_busy_ms.size(); ++st)
     if (t.stream_busy_ms[st] > 0)
       out += fmt::format(" {} {:.1f} ms", kStreamNames[st], t.stream_busy_ms[st]);
-  out += "\n";
+  out += fmt::format("\n  figures         {}\n", timeline_source(t));
+  return out;
+}
+
+std::string timeline_source(const Timeline& t) {
+  if (t.ops_measured + t.ops_interpolated + t.ops_scaled + t.ops_estimated == 0) return t.source;
+  std::string out = fmt::format("{}: {} ops measured", t.source, t.ops_measured);
+  if (t.ops_interpolated > 0) out += fmt::format(", {} interpolated in size", t.ops_interpolated);
+  if (t.ops_scaled > 0) out += fmt::format(", {} scaled from other shapes", t.ops_scaled);
+  if (t.ops_estimated > 0)
+    out +=
+        fmt::format(", {} not in the profile (built-in '{}' figures)", t.ops_estimated, t.hardware);
   return out;
 }
 

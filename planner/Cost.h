@@ -64,6 +64,12 @@ struct Timeline {
 
   int64_t comm_bytes = 0;  // bytes each rank sends in collectives per step (ring: Op::sent_bytes)
   int64_t copy_bytes = 0;  // host <-> device bytes per rank per step
+
+  // Where the durations came from: the built-in figures, or a profile
+  // (Hardware::profile) and how each op's time was found in it
+  // (planner/Calibrated.h's Lookup; an op counts by its least direct part).
+  std::string source;
+  int ops_measured = 0, ops_interpolated = 0, ops_scaled = 0, ops_estimated = 0;
 };
 
 struct CostOptions {
@@ -74,7 +80,11 @@ struct CostOptions {
 
 // Precondition: `s` came from build_schedule() or is equally well formed
 // (op ids are positions, deps name existing ops, no cycles). Throws
-// std::invalid_argument when `hw` lacks a figure the schedule needs.
+// std::invalid_argument when `hw` lacks a figure the schedule needs. With
+// hw.profile, each op's time alone is what the profile measured (the
+// schedule's layer passes, element-wise ops, collectives and copies, plus the
+// measured per-op overhead); ops it has nothing comparable for take the
+// formulas above.
 Timeline predict(const Schedule& s, const Hardware& hw, const CostOptions& options = {});
 
 // Where a communication group's ranks sit: n ranks over `nodes` nodes, at
@@ -91,6 +101,9 @@ double op_seconds(const Schedule& s, const Op& op, const Hardware& hw);
 
 // A short text summary: step time, throughput, TFLOPS, MFU, communication.
 std::string print_timeline(const Schedule& s, const Timeline& t);
+// One line: the figures the prediction used ("hardware profile p.json (...):
+// 40 ops measured, 3 interpolated" or "built-in figures for 'cpu' ...").
+std::string timeline_source(const Timeline& t);
 // The timeline as a Chrome/Perfetto trace (JSON object format): one track
 // per stream, a complete event per op (ts and dur in microseconds), the op's
 // id, unit, micro-batch, bytes, FLOPs and deps in its args.

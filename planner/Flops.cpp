@@ -28,12 +28,17 @@ double layer_attention_flops(const ModelSpec& m, const LayerId& l) {
 
 }  // namespace
 
+double layer_forward_flops(const ModelSpec& m, const LayerId& l, int64_t tokens) {
+  return (2 * layer_matmul_macs(m, l, static_cast<double>(m.padded_vocab())) +
+          layer_attention_flops(m, l)) *
+         static_cast<double>(tokens);
+}
+
 double segment_forward_flops(const ModelSpec& m, const Segment& s, int64_t tokens) {
-  double per_token = 0;
+  double flops = 0;
   for (const LayerId& l : s.layers)
-    per_token += 2 * layer_matmul_macs(m, l, static_cast<double>(m.padded_vocab())) +
-                 layer_attention_flops(m, l);
-  return per_token * static_cast<double>(tokens);
+    flops += layer_forward_flops(m, l, tokens);
+  return flops;
 }
 
 double model_flops_per_token(const ModelSpec& m) {

@@ -14,6 +14,8 @@ namespace fsdpgen {
 // What the hardware executes: the head's GEMM over the padded vocabulary
 // (ModelSpec::padded_vocab()), which is what the step's time is predicted from.
 double segment_forward_flops(const ModelSpec& m, const Segment& s, int64_t tokens);
+// The same for one layer.
+double layer_forward_flops(const ModelSpec& m, const LayerId& l, int64_t tokens);
 
 // Model FLOPs per token of one training step (forward + backward):
 // 6 * (non-embedding matmul parameters + head) + 12 * L * T * C attention,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +15,10 @@
 #include "dsl/Spec.h"
 
 namespace fsdpgen {
+
+namespace profile {
+struct Profile;  // profile/profile.h
+}
 
 // A link class that collectives run over, described the way nccl-tests and
 // NCCL's own tuning model (src/graph/tuning.cc) describe it.
@@ -53,6 +58,12 @@ struct Hardware {
   double host_memory_bytes_per_s =
       0;                         // this rank's share of host memory bandwidth (host optimizer)
   double launch_overhead_s = 0;  // fixed cost of every compute, memory-bound or copy op
+
+  // What `fsdpgen calibrate` measured on this machine (planner/Calibrated.h),
+  // read from profile_path: when set, the cost model takes each op's time
+  // from it and the figures above only for what it did not measure.
+  std::shared_ptr<const profile::Profile> profile;
+  std::string profile_path;
 
   // Dense peak for computing in `d`.
   double peak_flops(DType d) const;

@@ -65,13 +65,9 @@ class Builder {
     free_after_forward_ = !keeps_params_through_backward(p_.sharding);
     recompute_ = p_.recompute == Recompute::Block;
     pbytes_ = dtype_bytes(p_.precision.param);
-    // With no communication at all (world 1) gradients accumulate in fp32.
-    rbytes_ = (sharded_ || replicated_) ? dtype_bytes(p_.precision.reduce) : 4;
+    rbytes_ = dtype_bytes(unsharded_grad_dtype(p_));
     mbytes_ = dtype_bytes(p_.precision.master);
-    // The gradient shard is fp32 when it accumulates micro-batches or the
-    // reduction is fp32; with one micro-batch and a 16-bit reduce dtype it
-    // stays 16-bit and the optimizer upcasts as it reads (as ZeRO does).
-    gbytes_ = (M_ > 1 || offload_) ? 4 : rbytes_;
+    gbytes_ = dtype_bytes(grad_shard_dtype(p_));
     act_ = {s_.micro_batch * spec_.model.context, pbytes_, options.flash_attention};
     const size_t n = units.units.size();
     shard_.assign(n, -1);
@@ -533,6 +529,15 @@ std::string deps_text(const Op& op) {
 }
 
 }  // namespace
+
+DType unsharded_grad_dtype(const ParallelSpec& p) {
+  return p.shard_group > 1 || p.replicas() > 1 ? p.precision.reduce : DType::FP32;
+}
+
+DType grad_shard_dtype(const ParallelSpec& p) {
+  return p.accumulate.micro_batches > 1 || p.offload == Offload::Cpu ? DType::FP32
+                                                                     : unsharded_grad_dtype(p);
+}
 
 Schedule build_schedule(const Units& units, const ScheduleOptions& options) {
   return Builder(units, options).run();

@@ -174,6 +174,15 @@ struct Schedule {
 
 Schedule build_schedule(const Units& units, const ScheduleOptions& options = {});
 
+// The dtype of a unit's unsharded gradients, which the backward writes: the
+// reduce dtype when gradients are communicated; with no communication at all
+// (world 1) they accumulate in fp32.
+DType unsharded_grad_dtype(const ParallelSpec& p);
+// The dtype of a gradient shard: fp32 when it accumulates micro-batches or is
+// offloaded, else that of the unsharded gradients (a 16-bit shard of one
+// micro-batch stays 16-bit and the optimizer upcasts as it reads, as ZeRO does).
+DType grad_shard_dtype(const ParallelSpec& p);
+
 // Whether a GPU program runs op on the host (offload = cpu): the host
 // stream's ops (the gradient norm and the optimizer) and the collectives that
 // touch only host memory (the cross-replica all-reduce of a host gradient

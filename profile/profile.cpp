@@ -46,8 +46,7 @@ class Reader {
       : v_(v), file_(std::move(file)), where_(std::move(where)) {}
 
   [[noreturn]] void fail(std::string_view what) const {
-    throw ProfileError(
-        fmt::format("{}: {}{}{}", file_, where_, where_.empty() ? "" : ": ", what));
+    throw ProfileError(fmt::format("{}: {}{}{}", file_, where_, where_.empty() ? "" : ": ", what));
   }
 
   Reader field(std::string_view key) const {
@@ -57,9 +56,7 @@ class Reader {
     if (it == v_.end()) Reader(v_, file_, at).fail("missing");
     return Reader(*it, file_, at);
   }
-  bool has(std::string_view key) const {
-    return v_.is_object() && v_.contains(std::string(key));
-  }
+  bool has(std::string_view key) const { return v_.is_object() && v_.contains(std::string(key)); }
   // Every key of this object is one of `known` (a misspelt key is an error,
   // not silently ignored).
   void only(std::initializer_list<std::string_view> known) const {
@@ -126,8 +123,7 @@ ordered_json layer_json(const LayerTime& l) {
   ordered_json dims = ordered_json::object();
   for (const auto& [k, v] : l.dims)
     dims[k] = v;
-  ordered_json j = {{"family", l.family}, {"layer", l.layer}, {"pass", l.pass},
-                    {"dtype", l.dtype}};
+  ordered_json j = {{"family", l.family}, {"layer", l.layer}, {"pass", l.pass}, {"dtype", l.dtype}};
   if (!l.grad_dtype.empty()) j["grad_dtype"] = l.grad_dtype;
   j["dims"] = std::move(dims);
   j["seconds"] = l.seconds;
@@ -175,7 +171,8 @@ CollectiveTime collective_from(const Reader& r, bool measured) {
   c.dtype = r.field("dtype").word(kDtypes);
   c.ranks = r.field("ranks").integer(2);
   c.nodes = r.field("nodes").integer(1);
-  if (c.nodes > c.ranks) r.field("nodes").fail(fmt::format("more nodes than its {} ranks", c.ranks));
+  if (c.nodes > c.ranks)
+    r.field("nodes").fail(fmt::format("more nodes than its {} ranks", c.ranks));
   c.bytes = r.field("bytes").integer(1);
   c.seconds = r.field("seconds").seconds(measured);
   c.runs = r.field("runs").integer(measured ? 1 : 0);
@@ -251,8 +248,8 @@ Profile from_json(std::string_view text, std::string_view file, bool measured) {
         fmt::format("this profile has schema version {}; this fsdpgen reads version {} only: "
                     "run `fsdpgen calibrate` again to measure this machine",
                     version, kVersion));
-  r.only({"format", "version", "written_by", "created", "sweep", "device", "compute",
-          "collectives", "copies"});
+  r.only({"format", "version", "written_by", "created", "sweep", "device", "compute", "collectives",
+          "copies"});
   Profile p;
   p.written_by = r.field("written_by").text();
   p.created = r.field("created").text();
@@ -282,8 +279,8 @@ Profile from_json(std::string_view text, std::string_view file, bool measured) {
 Profile load(const std::string& path, bool measured) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec))
-    throw ProfileError(fmt::format("{}: no such profile (write one with `fsdpgen calibrate -o {}`)",
-                                   path, path));
+    throw ProfileError(
+        fmt::format("{}: no such profile (write one with `fsdpgen calibrate -o {}`)", path, path));
   std::ifstream f(path, std::ios::binary);
   std::stringstream text;
   text << f.rdbuf();

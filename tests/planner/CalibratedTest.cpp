@@ -1,0 +1,300 @@
+// The cost model on hardware profiles (planner/Calibrated.h): hand-built
+// schedules whose timelines from a synthetic profile are computed by hand
+// (streams overlapping, dependencies, links shared), the lookups'
+// interpolation, scaling and fallback, the compute section a plan uses, and
+// the calibration request of a real plan.
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "planner/Calibrated.h"
+#include "planner/Cost.h"
+#include "planner/Fit.h"
+#include "tests/planner/PlanTestUtil.h"
+
+namespace fsdpgen {
+namespace {
+
+constexpr double kTol = 1e-9;  // ms
+constexpr double kMs = 1e-3;   // seconds
+
+// A 2-rank toy model (B=1, T=64, C=64, H=4, F=256, V=256) with three
+// segments: the embedding, one block, the final norm and head.
+Schedule toy_schedule() {
+  Schedule s;
+  Spec& spec = s.units.spec;
+  spec.model.name = "toy";
+  spec.model.vocab = 256;
+  spec.model.context = 64;
+  spec.model.width = 64;
+  spec.model.heads = 4;
+  spec.model.kv_heads = 4;
+  spec.model.layers = 1;
+  spec.model.ffn_hidden = 256;
+  spec.parallel.world = 2;
+  spec.parallel.shard_group = 2;
+  spec.parallel.ranks_per_node = 2;
+  spec.parallel.precision = {DType::FP32, DType::FP32, DType::FP32, {}};
+  s.micro_batch = 1;
+  LayerId embed{LayerId::Kind::Embed, 0}, block{LayerId::Kind::Block, 0},
+      norm{LayerId::Kind::FinalNorm, 0}, head{LayerId::Kind::Head, 0};
+  s.units.segments = {{0, {embed}, false}, {1, {block}, false}, {0, {norm, head}, true}};
+  return s;
+}
+
+int add(Schedule& s, OpKind kind, StreamId stream, int segment, std::vector<int> deps = {},
+        int64_t payload = 0) {
+  Op op;
+  op.id = static_cast<int>(s.ops.size());
+  op.kind = kind;
+  op.stream = stream;
+  op.segment = segment;
+  op.deps = std::move(deps);
+  if (payload > 0) {
+    op.group = CommGroup::Shard;
+    op.group_size = 2;
+    op.payload_bytes = payload;
+  }
+  s.ops.push_back(op);
+  return op.id;
+}
+
+profile::LayerTime layer(const std::string& name, const std::string& pass, double seconds,
+                         int64_t B = 1, int64_t C = 64) {
+  return {"gpt2",
+          name,
+          pass,
+          "fp32",
+          pass == "backward" ? "fp32" : "",
+          {{"B", B},
+           {"T", 64},
+           {"C", C},
+           {"H", 4},
+           {"F", 4 * C},
+           {"V", 256},
+           {"Vp", 256},
+           {"flash", 0}},
+          seconds,
+          5};
+}
+
+// A profile of the toy: forward 1, 10, 3 ms and backward 2, 20, 6 ms for the
+// embedding, block and head; 0.5 ms per op; all-gathers of 1 MiB take 4 ms
+// and reduce-scatters of 1 MiB 2 ms.
+profile::Profile toy_profile() {
+  profile::Profile p;
+  p.device = {"cpu", "toy", "cpu", 2, int64_t{1} << 30};
+  profile::Compute c;
+  c.ranks_per_node = 2;
+  c.threads_per_rank = 1;
+  c.op_overhead_s = 0.5 * kMs;
+  c.layers = {layer("embed", "forward", 1 * kMs),   layer("block", "forward", 10 * kMs),
+              layer("head", "forward", 3 * kMs),    layer("embed", "backward", 2 * kMs),
+              layer("block", "backward", 20 * kMs), layer("head", "backward", 6 * kMs)};
+  p.compute = {c};
+  p.collectives = {{"all_gather", "fp32", 2, 1, 1 << 20, 4 * kMs, 5},
+                   {"reduce_scatter", "fp32", 2, 1, 1 << 20, 2 * kMs, 5}};
+  return p;
+}
+
+Hardware toy_hardware(profile::Profile p = toy_profile()) {
+  return calibrated_hardware(std::move(p), "toy.json");
+}
+
+TEST(Calibrated, StreamsOverlapWithMeasuredTimes) {
+  Schedule s = toy_schedule();
+  const int ag0 = add(s, OpKind::AllGather, StreamId::AllGather, -1, {}, 1 << 20);
+  const int f0 = add(s, OpKind::Forward, StreamId::Compute, 1, {ag0});  // block
+  const int ag1 = add(s, OpKind::AllGather, StreamId::AllGather, -1, {}, 1 << 20);
+  const int f1 = add(s, OpKind::Forward, StreamId::Compute, 2, {ag1});  // head
+  const int b1 = add(s, OpKind::Backward, StreamId::Compute, 2);
+  const int rs = add(s, OpKind::ReduceScatter, StreamId::ReduceScatter, -1, {b1}, 1 << 20);
+  const int b0 = add(s, OpKind::Backward, StreamId::Compute, 1);
+  const int b_embed = add(s, OpKind::Backward, StreamId::Compute, 0, {rs});
+  const Timeline t = predict(s, toy_hardware());
+  // ag0 0..4, f0 4..14.5 (10 + 0.5), ag1 4..8 (hidden), f1 14.5..18, b1 18..24.5,
+  // rs 24.5..26.5 beside b0 24.5..45, b_embed 45..47.5.
+  EXPECT_NEAR(t.ops[ag0].end_ms, 4, kTol);
+  EXPECT_NEAR(t.ops[f0].start_ms, 4, kTol);
+  EXPECT_NEAR(t.ops[f0].end_ms, 14.5, kTol);
+  EXPECT_NEAR(t.ops[ag1].end_ms, 8, kTol);
+  EXPECT_NEAR(t.ops[f1].end_ms, 18, kTol);
+  EXPECT_NEAR(t.ops[b1].end_ms, 24.5, kTol);
+  EXPECT_NEAR(t.ops[rs].start_ms, 24.5, kTol);
+  EXPECT_NEAR(t.ops[rs].end_ms, 26.5, kTol);
+  EXPECT_NEAR(t.ops[b0].end_ms, 45, kTol);
+  EXPECT_NEAR(t.ops[b_embed].start_ms, 45, kTol);
+  EXPECT_NEAR(t.step_ms, 47.5, kTol);
+  EXPECT_NEAR(t.exposed_comm_ms, 4, kTol);  // the first all-gather only
+  EXPECT_EQ(t.ops_measured, 8);
+  EXPECT_EQ(t.ops_estimated, 0);
+  EXPECT_NE(timeline_source(t).find("hardware profile toy.json"), std::string::npos)
+      << timeline_source(t);
+}
+
+TEST(Calibrated, ConcurrentMeasuredCollectivesShareTheirLink) {
+  // 1 ms of latency (the 4 KiB size) and 2 ms of bytes each at 1 MiB; side by
+  // side on one link the bytes take twice as long: both end at 1 + 4 ms.
+  profile::Profile p = toy_profile();
+  p.collectives = {{"all_gather", "fp32", 2, 1, 4096, 1 * kMs, 5},
+                   {"all_gather", "fp32", 2, 1, 1 << 20, 3 * kMs, 5},
+                   {"reduce_scatter", "fp32", 2, 1, 4096, 1 * kMs, 5},
+                   {"reduce_scatter", "fp32", 2, 1, 1 << 20, 3 * kMs, 5}};
+  Schedule s = toy_schedule();
+  const int ag = add(s, OpKind::AllGather, StreamId::AllGather, -1, {}, 1 << 20);
+  const int rs = add(s, OpKind::ReduceScatter, StreamId::ReduceScatter, -1, {}, 1 << 20);
+  const Timeline shared = predict(s, toy_hardware(p));
+  EXPECT_NEAR(shared.ops[ag].end_ms, 5, kTol);
+  EXPECT_NEAR(shared.ops[rs].end_ms, 5, kTol);
+  const Timeline alone = predict(s, toy_hardware(p), {.share_links = false});
+  EXPECT_NEAR(alone.ops[ag].end_ms, 3, kTol);
+}
+
+TEST(Calibrated, LookupsInterpolateScaleAndFallBack) {
+  profile::Profile p = toy_profile();
+  p.compute[0].layers = {layer("block", "forward", 2 * kMs, 2),
+                         layer("block", "forward", 3 * kMs, 4)};
+  p.compute[0].elementwise = {{"adamw", "fp32", 1000, 1 * kMs, 5},
+                              {"adamw", "fp32", 3000, 2 * kMs, 5}};
+  p.copies = {{"h2d", 1000, 1 * kMs, 5}};
+  const CalibratedTimes times(p, 2);
+  auto ms = [](const Looked& l) { return l.seconds / kMs; };
+  EXPECT_EQ(times.layer(layer("block", "forward", 0, 4)).how, Lookup::Measured);
+  const Looked mid = times.layer(layer("block", "forward", 0, 3));
+  EXPECT_EQ(mid.how, Lookup::Interpolated);
+  EXPECT_NEAR(ms(mid), 2.5, kTol);
+  // Beyond the measured sizes, the line through the nearest two (5 ms at B=8),
+  // below them never less than proportional (at B=1 the line gives 1.5).
+  EXPECT_NEAR(ms(times.layer(layer("block", "forward", 0, 8))), 5, kTol);
+  EXPECT_NEAR(ms(times.layer(layer("block", "forward", 0, 1))), 1.5, kTol);
+  // Another width: the nearest measured shape scaled by the FLOPs.
+  const Looked wide = times.layer(layer("block", "forward", 0, 4, 128));
+  EXPECT_EQ(wide.how, Lookup::Scaled);
+  EXPECT_GT(ms(wide), 3 * 3);  // C doubled: GEMM FLOPs x4, attention x2
+  EXPECT_LT(ms(wide), 3 * 4);
+  EXPECT_EQ(times.layer(layer("head", "forward", 0)).how, Lookup::Missing);
+  EXPECT_NEAR(ms(times.elementwise({"adamw", "fp32", 2000, 0, 0})), 1.5, kTol);
+  EXPECT_EQ(times.elementwise({"sgd", "fp32", 2000, 0, 0}).how, Lookup::Missing);
+  EXPECT_NEAR(ms(times.copy("h2d", 4000)), 4, kTol);  // one size: proportional
+  EXPECT_EQ(times.copy("d2h", 4000).how, Lookup::Missing);
+  // A collective in another dtype moves the same bytes; its latency is the
+  // smallest size's time.
+  const Looked ag = times.collective("all_gather", DType::BF16, 2, 1, 1 << 20);
+  EXPECT_EQ(ag.how, Lookup::Measured);
+  EXPECT_NEAR(ms(ag), 4, kTol);
+  EXPECT_EQ(times.collective("all_gather", DType::FP32, 4, 1, 1 << 20).how, Lookup::Missing);
+}
+
+TEST(Calibrated, OpsTheProfileLacksTakeTheBuiltInFigures) {
+  Schedule s = toy_schedule();
+  const int f = add(s, OpKind::Forward, StreamId::Compute, 1);
+  s.ops[f].flops = 1e9;
+  profile::Profile p = toy_profile();
+  p.compute[0].layers.clear();
+  const Timeline t = predict(s, toy_hardware(p));
+  const Timeline builtin = predict(s, *find_hardware("cpu"));
+  EXPECT_EQ(t.ops_estimated, 1);
+  EXPECT_NEAR(t.step_ms, builtin.step_ms, kTol);
+  EXPECT_NE(timeline_source(t).find("1 not in the profile"), std::string::npos)
+      << timeline_source(t);
+}
+
+TEST(Calibrated, PlansUseTheComputeSectionOfTheirRanksPerNode) {
+  profile::Profile p = toy_profile();
+  profile::Compute one = p.compute[0];
+  one.ranks_per_node = 1;
+  for (profile::LayerTime& l : one.layers)
+    l.seconds /= 2;
+  p.compute.insert(p.compute.begin(), one);
+  EXPECT_EQ(CalibratedTimes(p, 1).compute().ranks_per_node, 1);
+  EXPECT_EQ(CalibratedTimes(p, 2).compute().ranks_per_node, 2);
+  const CalibratedTimes four(p, 4);
+  EXPECT_EQ(four.compute().ranks_per_node, 2);
+  EXPECT_FALSE(four.placement_exact());
+  Schedule s = toy_schedule();
+  add(s, OpKind::Forward, StreamId::Compute, 1);
+  EXPECT_NEAR(predict(s, toy_hardware(p)).step_ms, 10.5, kTol);
+  s.units.spec.parallel.world = 1;  // one rank on the node: the section measured alone
+  EXPECT_NEAR(predict(s, toy_hardware(p)).step_ms, 5.5, kTol);
+}
+
+TEST(Calibrated, ProfilesMustDescribeHardwareThatExists) {
+  profile::Profile p = toy_profile();
+  p.device.base = "a100";
+  try {
+    calibrated_hardware(p, "p.json");
+    FAIL() << "no error";
+  } catch (const profile::ProfileError& e) {
+    EXPECT_NE(std::string(e.what()).find("p.json: device.base: unknown hardware 'a100'"),
+              std::string::npos)
+        << e.what();
+  }
+  p.device.base = "h100-sxm";  // a CPU profile on a GPU's figures
+  EXPECT_THROW(calibrated_hardware(p, "p.json"), profile::ProfileError);
+  EXPECT_THROW(hardware_named("no-such-gpu"), std::invalid_argument);
+  EXPECT_THROW(hardware_named("/nonexistent/p.json"), profile::ProfileError);
+}
+
+// A calibration request for tiny at 2 ranks asks for every layer pass, every
+// element-wise op, collective and copy of the plan, each once, in two compute
+// sections; a profile that answers it predicts every op from measurements.
+TEST(Calibrated, RequestCoversEveryOpOfThePlan) {
+  const std::string text = R"(
+model tiny { family = gpt2 vocab = 256 context = 128 width = 128 heads = 4 layers = 4 }
+units { each block }
+parallel { world = 2 sharding = full_shard precision { param = fp32 reduce = fp32 master = fp32 } }
+train { optimizer = adamw(lr = 1e-3) micro_batch = 8 steps = 20 data = synthetic(seed = 1) }
+)";
+  test::Planned planned = test::plan_text(text);
+  const Hardware cpu = *find_hardware("cpu");
+  const Schedule& s = planned.schedule;
+  profile::Profile r = calibration_request({s}, cpu, 2, "tiny");
+  ASSERT_EQ(r.compute.size(), 2u);
+  EXPECT_EQ(r.compute[0].ranks_per_node, 1);
+  EXPECT_EQ(r.compute[1].ranks_per_node, 2);
+  EXPECT_EQ(r.device.base, "cpu");
+  // forward, backward of embed, block and head: 6 layer passes.
+  EXPECT_EQ(r.compute[0].layers.size(), 6u);
+  std::set<std::string> seen;
+  for (const profile::CollectiveTime& c : r.collectives)
+    EXPECT_TRUE(seen.insert(fmt::format("{} {} {}", c.op, c.ranks, c.bytes)).second);
+  for (const Op& op : s.ops) {
+    if (op.kind != OpKind::AllGather) continue;
+    EXPECT_TRUE(seen.count(fmt::format("all_gather 2 {}", op.payload_bytes))) << op.label();
+  }
+  // Answer it with 1 ms per entry: every op is then measured.
+  for (profile::Compute& c : r.compute) {
+    c.op_overhead_s = 1e-5;
+    for (auto& l : c.layers)
+      l.seconds = kMs, l.runs = 1;
+    for (auto& e : c.elementwise)
+      e.seconds = kMs, e.runs = 1;
+  }
+  for (auto& c : r.collectives)
+    c.seconds = kMs, c.runs = 1;
+  for (auto& c : r.copies)
+    c.seconds = kMs, c.runs = 1;
+  const Timeline t = predict(s, calibrated_hardware(r, "r.json"));
+  const int free_ops = static_cast<int>(std::count_if(
+      s.ops.begin(), s.ops.end(), [](const Op& op) { return op.kind == OpKind::Free; }));
+  EXPECT_EQ(t.ops_measured, static_cast<int>(s.ops.size()) - free_ops);
+  EXPECT_EQ(t.ops_estimated + t.ops_scaled + t.ops_interpolated, 0);
+}
+
+TEST(Calibrated, RequestsSkipGroupsThatSpanNodes) {
+  const std::string text = R"(
+model tiny { family = gpt2 vocab = 256 context = 128 width = 128 heads = 4 layers = 2 }
+units { each block }
+parallel { world = 16 ranks_per_node = 8 sharding = full_shard }
+train { optimizer = adamw(lr = 1e-3) micro_batch = 1 steps = 20 data = synthetic(seed = 1) }
+)";
+  test::Planned planned = test::plan_text(text);
+  profile::Profile r = calibration_request({planned.schedule}, *find_hardware("cpu"), 8, "x");
+  for (const profile::CollectiveTime& c : r.collectives)
+    EXPECT_LE(c.ranks, 8) << c.op;
+}
+
+}  // namespace
+}  // namespace fsdpgen

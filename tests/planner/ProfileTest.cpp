@@ -1,0 +1,158 @@
+// Hardware profile files (profile/profile.h): the JSON round trip, every
+// schema error located by file and field, requests with zero times, and
+// loading and saving files.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "profile/profile.h"
+
+namespace fsdpgen::profile {
+namespace {
+
+Profile sample() {
+  Profile p;
+  p.written_by = "fsdpgen test";
+  p.created = "2026-11-23T22:00:00Z";
+  p.sweep = "specs/tiny.fsdp";
+  p.device = {"cpu", "Test CPU", "cpu", 2, int64_t{24} << 30};
+  Compute one;
+  one.ranks_per_node = 1;
+  one.threads_per_rank = 2;
+  one.op_overhead_s = 2e-5;
+  one.layers.push_back({"gpt2", "block", "forward", "fp32", "", {{"B", 8}, {"C", 128}}, 0.01, 9});
+  one.layers.push_back(
+      {"gpt2", "block", "backward", "bf16", "fp32", {{"B", 8}, {"C", 128}}, 0.02, 7});
+  one.elementwise.push_back({"adamw", "fp32", 1 << 20, 0.004, 11});
+  Compute two = one;
+  two.ranks_per_node = 2;
+  two.threads_per_rank = 1;
+  p.compute = {one, two};
+  p.collectives.push_back({"all_gather", "fp32", 2, 1, 4096, 3e-5, 20});
+  p.copies.push_back({"h2d", 1 << 20, 1e-4, 20});
+  return p;
+}
+
+// The sample's JSON with `edit` applied, parsed: the error message.
+template <class Edit>
+std::string error_after(Edit edit, bool measured = true) {
+  nlohmann::json j = nlohmann::json::parse(to_json(sample()));
+  edit(j);
+  try {
+    from_json(j.dump(), "p.json", measured);
+  } catch (const ProfileError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Profile, RoundTripKeepsEveryField) {
+  const Profile p = sample();
+  const std::string text = to_json(p);
+  const Profile q = from_json(text, "p.json");
+  EXPECT_EQ(to_json(q), text);
+  EXPECT_EQ(q.device.name, "Test CPU");
+  EXPECT_EQ(q.device.memory_bytes, int64_t{24} << 30);
+  ASSERT_EQ(q.compute.size(), 2u);
+  EXPECT_EQ(q.compute[1].ranks_per_node, 2);
+  EXPECT_EQ(q.compute[1].threads_per_rank, 1);
+  EXPECT_DOUBLE_EQ(q.compute[0].op_overhead_s, 2e-5);
+  ASSERT_EQ(q.compute[0].layers.size(), 2u);
+  EXPECT_EQ(q.compute[0].layers[1].grad_dtype, "fp32");
+  EXPECT_EQ(q.compute[0].layers[1].dims.at("C"), 128);
+  EXPECT_DOUBLE_EQ(q.compute[0].layers[1].seconds, 0.02);
+  EXPECT_EQ(q.compute[0].elementwise[0].elems, 1 << 20);
+  EXPECT_EQ(q.collectives[0].bytes, 4096);
+  EXPECT_EQ(q.copies[0].op, "h2d");
+}
+
+TEST(Profile, SchemaErrorsNameTheFileAndTheField) {
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][0]["layers"][1]["seconds"] = 0; }),
+            "p.json: compute[0].layers[1].seconds: must be a positive number of seconds, not 0");
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][1]["layers"][0]["seconds"] = -1.5; }),
+            "p.json: compute[1].layers[0].seconds: must be a positive number of seconds, not "
+            "-1.5");
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][0]["layers"][0]["pass"] = "sideways"; }),
+            "p.json: compute[0].layers[0].pass: 'sideways' is not one of 'forward', "
+            "'recompute', 'backward'");
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][0]["layers"][1].erase("grad_dtype"); }),
+            "p.json: compute[0].layers[1].grad_dtype: missing");
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][0]["layers"][0]["dims"]["C"] = "wide"; }),
+            "p.json: compute[0].layers[0].dims.C: must be an integer");
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][0]["elementwise"][0]["elems"] = 0; }),
+            "p.json: compute[0].elementwise[0].elems: must be at least 1, not 0");
+  EXPECT_EQ(error_after([](auto& j) { j["collectives"][0]["nodes"] = 3; }),
+            "p.json: collectives[0].nodes: more nodes than its 2 ranks");
+  EXPECT_EQ(error_after([](auto& j) { j["collectives"][0]["op"] = "broadcast"; }),
+            "p.json: collectives[0].op: 'broadcast' is not one of 'all_gather', "
+            "'reduce_scatter', 'all_reduce'");
+  EXPECT_EQ(error_after([](auto& j) { j["copies"][0]["bytes"] = 1.5; }),
+            "p.json: copies[0].bytes: must be an integer");
+  EXPECT_EQ(error_after([](auto& j) { j["device"]["kind"] = "tpu"; }),
+            "p.json: device.kind: 'tpu' is not one of 'cpu', 'cuda'");
+  EXPECT_EQ(error_after([](auto& j) { j["device"].erase("base"); }),
+            "p.json: device.base: missing");
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][1]["ranks_per_node"] = 1; }),
+            "p.json: compute[1].ranks_per_node: compute sections must be in ascending "
+            "ranks_per_node");
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][0]["layers"][0]["secnods"] = 1; }),
+            "p.json: compute[0].layers[0]: unknown field 'secnods' (known: 'family', 'layer', "
+            "'pass', 'dtype', 'grad_dtype', 'dims', 'seconds', 'runs')");
+  EXPECT_EQ(error_after([](auto& j) { j["collectives"] = nlohmann::json::object(); }),
+            "p.json: collectives: must be an array");
+}
+
+TEST(Profile, ForeignFilesAndOtherVersionsAreRefused) {
+  EXPECT_EQ(error_after([](auto& j) { j["version"] = 2; }),
+            "p.json: version: this profile has schema version 2; this fsdpgen reads version 1 "
+            "only: run `fsdpgen calibrate` again to measure this machine");
+  EXPECT_EQ(error_after([](auto& j) { j.erase("format"); }),
+            "p.json: not an fsdpgen hardware profile (no \"format\": \"fsdpgen-profile\")");
+  try {
+    from_json("{\"traceEvents\": [", "trace.json");
+    FAIL() << "no error";
+  } catch (const ProfileError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("trace.json: not JSON: ", 0), 0u) << e.what();
+  }
+}
+
+TEST(Profile, RequestsHoldZeroTimesProfilesDoNot) {
+  Profile r = sample();
+  for (Compute& c : r.compute)
+    for (LayerTime& l : c.layers)
+      l.seconds = 0, l.runs = 0;
+  EXPECT_NO_THROW(from_json(to_json(r), "request.json", false));
+  EXPECT_THROW(from_json(to_json(r), "request.json", true), ProfileError);
+}
+
+TEST(Profile, SaveAndLoadFiles) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("fsdpgen-profile-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "p.json").string();
+  save(sample(), path);
+  EXPECT_EQ(to_json(load(path)), to_json(sample()));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  try {
+    load((dir / "none.json").string());
+    FAIL() << "no error";
+  } catch (const ProfileError& e) {
+    EXPECT_NE(std::string(e.what()).find("none.json: no such profile"), std::string::npos)
+        << e.what();
+  }
+  try {
+    save(sample(), (dir / "no-dir" / "p.json").string());
+    FAIL() << "no error";
+  } catch (const ProfileError& e) {
+    EXPECT_NE(std::string(e.what()).find("no-dir/p.json: cannot write it"), std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace fsdpgen::profile
