@@ -1,10 +1,11 @@
 // The fsdpgen command line: subcommands over the compiler's passes.
 //   fsdpgen check spec.fsdp [--dump]
 //   fsdpgen schedule spec.fsdp [--world N] [--micro-batch B] [--format text|json|trace] [-o FILE]
-//   fsdpgen plan spec.fsdp [--world N] [--micro-batch B] [--gpu KIND]
+//   fsdpgen plan spec.fsdp [--world N] [--micro-batch B] [--gpu KIND] [--hardware PROFILE]
 //   fsdpgen emit spec.fsdp -o DIR [--target cuda|cpu] [--world N] [--micro-batch B] [--gpu KIND]
 //   fsdpgen spec.fsdp -o train [--target cuda|cpu] [--sources DIR] ...   (= fsdpgen build)
 //   fsdpgen merge CHECKPOINT -o model.safetensors [--dtype fp32|bf16|fp16]
+//   fsdpgen calibrate [SPEC...] -o profile.json [--target cpu|cuda] [--ranks N] [--quick]
 // Each subcommand but merge runs the pipeline (planner/Pipeline.h) up to its
 // last pass; --dump-after PASS prints a pass's IR and --time-passes times them.
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "cli/Calibrate.h"
 #include "dsl/Layers.h"
 #include "dsl/Print.h"
 #include "emit/Build.h"
@@ -603,10 +605,35 @@ int main(int argc, char** argv) {
           },
           "DTYPE"));
 
+  fsdpgen::CalibrateOptions calibrate_opts;
+  CLI::App* calibrate = app.add_subcommand(
+      "calibrate",
+      "measure this machine (its layer passes, optimizer, collectives and copies as the runtime "
+      "runs them) into a hardware profile for plan and schedule --hardware");
+  calibrate->add_option("specs", calibrate_opts.specs,
+                        "specs whose steps to measure (default: a standard sweep of shapes)");
+  calibrate->add_option("-o,--output", calibrate_opts.output, "the profile (JSON) to write");
+  calibrate
+      ->add_option("--target", calibrate_opts.target,
+                   "cpu or cuda (default: cuda when a GPU is visible here, else cpu)")
+      ->check(CLI::IsMember({"cuda", "cpu"}));
+  calibrate->add_option("--gpu", calibrate_opts.gpu,
+                        "cuda: the built-in hardware whose figures the profile refines "
+                        "(default: h100-sxm)");
+  calibrate
+      ->add_option("--ranks", calibrate_opts.ranks,
+                   "ranks on this node (default: as many as the specs put on a node, up to "
+                   "its cores or GPUs)")
+      ->check(CLI::Range(1, 1024));
+  calibrate->add_flag("--quick", calibrate_opts.quick, "fewer runs per measurement (seconds)");
+  calibrate->add_option("--request", calibrate_opts.request,
+                        "write what to measure to this file and stop (run the printed command "
+                        "under srun on the cluster)");
+
   // `fsdpgen spec.fsdp -o train` is `fsdpgen build spec.fsdp -o train`.
   std::vector<std::string> args(argv + 1, argv + argc);
-  const std::vector<std::string_view> commands = {"check", "schedule", "plan",
-                                                  "emit",  "build",    "merge"};
+  const std::vector<std::string_view> commands = {"check", "schedule", "plan",     "emit",
+                                                  "build", "merge",    "calibrate"};
   if (!args.empty() && !args[0].empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
     if (!fsdpgen::looks_like_spec_path(args[0])) {
@@ -634,5 +661,6 @@ int main(int argc, char** argv) {
   if (emit->parsed()) return fsdpgen::run_emit(emit_args, emit_target, emit_dir);
   if (build->parsed()) return fsdpgen::run_build(build_args, build_target, binary, sources);
   if (merge->parsed()) return fsdpgen::run_merge(merge_in, merge_out, merge_dtype);
+  if (calibrate->parsed()) return fsdpgen::run_calibrate(calibrate_opts, fsdpgen::gpu_visible());
   return fsdpgen::kExitUsage;
 }
