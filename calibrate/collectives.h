@@ -1,0 +1,23 @@
+// collectives: all-gather, reduce-scatter and all-reduce through the
+// runtime's comm layer (runtime/comm.h) on the first `ranks` ranks of the
+// world, with the payload counted as the schedule counts it.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "calibrate/measure.h"
+#include "calibrate/ranks.h"
+#include "profile/profile.h"
+
+// Why entry `c` cannot run on these ranks (more ranks than the world, ranks
+// on another number of nodes than it asks, a payload of less than one
+// element per rank or more than MPI's int count), or "" when it can.
+std::string collective_problem(const fsdpgen::profile::CollectiveTime& c, const rank_layout& l);
+
+// Called on every rank of `group` (ranks_first(c.ranks)): each run's time is
+// the slowest rank's (the collective ends when it does), the same on all of
+// them; a barrier before each run starts them together.
+measurement measure_collective(const fsdpgen::profile::CollectiveTime& c, MPI_Comm group,
+                               const measure_options& o);

@@ -1,0 +1,18 @@
+// layers: a family's layer passes timed as a generated step runs them, on
+// buffers sized by the runtime's own layouts (gpt2: runtime/gpt2.h).
+#pragma once
+
+#include <string>
+
+#include "calibrate/measure.h"
+#include "profile/profile.h"
+
+// Why this machine's runtime cannot run entry `l` (an unknown family, a
+// missing or unknown dimension, a dtype pair the CPU runtime has no kernels
+// for), or "" when it can.
+std::string layer_problem(const fsdpgen::profile::LayerTime& l);
+
+// Times `l` (layer_problem(l) must be ""): a forward pass runs before any
+// backward so that the saved activations are real; a backward accumulates
+// into its gradients.
+measurement measure_layer(const fsdpgen::profile::LayerTime& l, const measure_options& o);

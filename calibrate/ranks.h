@@ -1,0 +1,39 @@
+// ranks: where the calibration's ranks run and how they wait for each other.
+// Every wait polls with sleeps (runtime/poll.h), so that a rank that is not
+// measuring leaves its core to those that are.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct rank_layout {
+  int rank = 0, world = 1;
+  int local_rank = 0, local_size = 1;  // on this rank's node
+  std::vector<int> node_of;            // per world rank: its node, numbered by first rank
+  std::vector<int> ranks_on_node;      // per node
+
+  int nodes() const { return static_cast<int>(ranks_on_node.size()); }
+  int fewest_ranks_on_a_node() const;
+  // Distinct nodes among world ranks [0, ranks).
+  int nodes_of_first(int ranks) const;
+};
+
+// Collective over the world.
+rank_layout ranks_discover();
+
+// Polled collectives on `comm`.
+void ranks_barrier(MPI_Comm comm);
+double ranks_sum(double x, MPI_Comm comm);
+double ranks_max(double x, MPI_Comm comm);
+int64_t ranks_min(int64_t x, MPI_Comm comm);
+
+// Collective over the world: the message of the lowest rank whose `error`
+// is not empty, on every rank ("" when none is).
+std::string ranks_first_error(const std::string& error);
+
+// Ranks [0, ranks) of the world as a communicator, MPI_COMM_NULL on the
+// others (collective over the world).
+MPI_Comm ranks_first(int ranks);
