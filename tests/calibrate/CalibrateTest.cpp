@@ -1,0 +1,232 @@
+// CalibrateTest: fsdpgen-calibrate run under mpirun on 2 ranks as `fsdpgen
+// calibrate` runs it: a hand-written request with tiny's shapes comes back
+// measured, entry for entry; more work measures longer; bad requests fail
+// on every rank with one located message.
+#include <unistd.h>
+
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "profile/profile.h"
+#include "tests/common/Command.h"
+
+namespace fsdpgen::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kRequest = std::string(FSDPGEN_SOURCE_DIR) + "/tests/calibrate/tiny_request.json";
+constexpr const char* kPrefix = "fsdpgen-calibrate: error: ";
+
+fs::path work_dir(const std::string& name) {
+  const fs::path dir = fs::path(CALIBRATE_WORK) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// The binary on `ranks` ranks (mpirun even for one, as a user's launch would).
+CmdResult calibrate(int ranks, const std::string& args) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  return run_command(fmt::format("timeout 120 mpirun -n {} --oversubscribe --bind-to none {} {}",
+                                 ranks, CALIBRATE_BIN, args));
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
+// The entry fields that are not measured, as text, to compare request and result.
+std::string identity(const profile::Profile& p) {
+  profile::Profile q = p;
+  for (profile::Compute& c : q.compute) {
+    c.threads_per_rank = 1;
+    c.op_overhead_s = 0;
+    for (profile::LayerTime& l : c.layers)
+      l.seconds = 0, l.runs = 0;
+    for (profile::ElementwiseTime& e : c.elementwise)
+      e.seconds = 0, e.runs = 0;
+  }
+  for (profile::CollectiveTime& c : q.collectives)
+    c.seconds = 0, c.runs = 0;
+  for (profile::CopyTime& c : q.copies)
+    c.seconds = 0, c.runs = 0;
+  q.device = {};
+  q.written_by = q.created = "";
+  return profile::to_json(q);
+}
+
+TEST(Calibrate, MeasuresEveryEntryOfTheRequestInItsOrder) {
+  const fs::path out = work_dir("tiny") / "profile.json";
+  const CmdResult r =
+      calibrate(2, fmt::format("{} -o {} --min-runs 2 --min-seconds 0", kRequest, out.string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const profile::Profile request = profile::load(kRequest, false);
+  const profile::Profile p = profile::load(out.string());  // measured: every time > 0
+  EXPECT_EQ(identity(p), identity(request));
+
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  ASSERT_EQ(p.compute.size(), 2u);
+  for (const profile::Compute& c : p.compute) {
+    EXPECT_EQ(c.threads_per_rank, std::max<int64_t>(1, cores / c.ranks_per_node));
+    EXPECT_GT(c.op_overhead_s, 0);
+    for (const profile::LayerTime& l : c.layers)
+      EXPECT_TRUE(l.seconds > 0 && l.runs >= 2) << l.layer << " " << l.pass;
+    for (const profile::ElementwiseTime& e : c.elementwise)
+      EXPECT_TRUE(e.seconds > 0 && e.runs >= 2) << e.op;
+  }
+  for (const profile::CollectiveTime& c : p.collectives)
+    EXPECT_TRUE(c.seconds > 0 && c.runs >= 2) << c.op;
+  for (const profile::CopyTime& c : p.copies)
+    EXPECT_TRUE(c.seconds > 0 && c.runs >= 2) << c.op;
+
+  EXPECT_EQ(p.device.kind, "cpu");
+  EXPECT_FALSE(p.device.name.empty());
+  EXPECT_EQ(p.device.base, request.device.base);
+  EXPECT_EQ(p.device.cores, cores);
+  EXPECT_GT(p.device.memory_bytes, int64_t{1} << 20);
+  EXPECT_EQ(p.written_by.rfind("fsdpgen ", 0), 0u) << p.written_by;
+  EXPECT_TRUE(std::regex_match(p.created, std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")))
+      << p.created;
+  // One progress line per entry, on rank 0 only, and the closing line.
+  EXPECT_EQ(count_of(r.out, "(median of "), 30u) << r.out;
+  EXPECT_NE(r.out.find("[30/30] d2h 1048576 bytes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("wrote " + out.string()), std::string::npos) << r.out;
+}
+
+profile::LayerTime block_backward(int64_t batch) {
+  profile::LayerTime l;
+  l.family = "gpt2";
+  l.layer = "block";
+  l.pass = "backward";
+  l.dtype = l.grad_dtype = "fp32";
+  l.dims = {{"B", batch}, {"T", 128}, {"C", 128},  {"H", 4},
+            {"F", 512},   {"V", 256}, {"Vp", 256}, {"flash", 0}};
+  return l;
+}
+
+profile::CollectiveTime all_gather(int64_t bytes) {
+  profile::CollectiveTime c;
+  c.op = "all_gather";
+  c.dtype = "fp32";
+  c.bytes = bytes;
+  return c;
+}
+
+// 8x the tokens and 4096x the bytes take longer: the times are measured, not made up.
+TEST(Calibrate, MoreWorkMeasuresLonger) {
+  const fs::path dir = work_dir("scaling");
+  profile::Profile request;
+  request.sweep = "CalibrateTest";
+  request.device = {"cpu", "", "cpu", 1, 1};
+  request.compute.push_back({1, 1, 0, {block_backward(4), block_backward(32)}, {}});
+  request.collectives = {all_gather(4096), all_gather(16 << 20)};
+  profile::save(request, (dir / "request.json").string());
+  const CmdResult r =
+      calibrate(2, fmt::format("{} -o {} --min-runs 5 --min-seconds 0",
+                               (dir / "request.json").string(), (dir / "profile.json").string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const profile::Profile p = profile::load((dir / "profile.json").string());
+  EXPECT_GT(p.compute[0].layers[1].seconds, p.compute[0].layers[0].seconds) << r.out;
+  EXPECT_GT(p.collectives[1].seconds, p.collectives[0].seconds) << r.out;
+}
+
+// The request edited by `edit`, written to `name` (to_json writes any
+// values; load is what checks them).
+template <class Edit>
+std::string edited_request(const std::string& name, Edit edit) {
+  profile::Profile p = profile::load(kRequest, false);
+  edit(p);
+  const fs::path path = work_dir("bad") / name;
+  profile::save(p, path.string());
+  return path.string();
+}
+
+// Fails on every rank (a non-zero exit), with `message` printed once, by rank 0.
+void expect_refused(const std::string& request, const std::string& message) {
+  const std::string out = (fs::path(request).parent_path() / "never.json").string();
+  const CmdResult r =
+      calibrate(2, fmt::format("{} -o {} --min-runs 2 --min-seconds 0", request, out));
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_EQ(count_of(r.out, kPrefix), 1u) << r.out;
+  EXPECT_NE(r.out.find(kPrefix + message), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(Calibrate, RefusesMalformedJson) {
+  const fs::path path = work_dir("bad") / "malformed.json";
+  std::string text = profile::to_json(profile::load(kRequest, false));
+  text.resize(text.size() / 2);
+  FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+  expect_refused(path.string(), path.string() + ": not JSON: ");
+}
+
+TEST(Calibrate, RefusesMoreRanksPerNodeThanItRuns) {
+  const std::string path =
+      edited_request("three.json", [](profile::Profile& p) { p.compute[1].ranks_per_node = 3; });
+  expect_refused(path, path +
+                           ": compute[1].ranks_per_node: 3 ranks per node, but the calibration "
+                           "runs 2 on this node");
+}
+
+TEST(Calibrate, RefusesAnUnknownLayer) {
+  const std::string path = edited_request(
+      "layer.json", [](profile::Profile& p) { p.compute[0].layers[5].layer = "mlp"; });
+  expect_refused(path, path +
+                           ": compute[0].layers[5].layer: 'mlp' is not one of 'embed', "
+                           "'block', 'head'");
+}
+
+TEST(Calibrate, RefusesAnUnknownFamily) {
+  const std::string path = edited_request(
+      "family.json", [](profile::Profile& p) { p.compute[0].layers[2].family = "gpt9"; });
+  expect_refused(path, path +
+                           ": compute[0].layers[2]: family: 'gpt9' is not one this "
+                           "calibration measures (known: 'gpt2')");
+}
+
+TEST(Calibrate, RefusesADtypePairWithoutKernels) {
+  const std::string path = edited_request("pair.json", [](profile::Profile& p) {
+    p.compute[0].layers[11].grad_dtype = "fp16";  // block backward, bf16 params
+  });
+  expect_refused(path, path +
+                           ": compute[0].layers[11]: dtype bf16 with grad_dtype fp16: the CPU "
+                           "runtime has no kernels for that pair");
+}
+
+TEST(Calibrate, RefusesCollectivesOnMoreNodesThanTheirRanksSpan) {
+  const std::string path =
+      edited_request("nodes.json", [](profile::Profile& p) { p.collectives[2].nodes = 2; });
+  expect_refused(path, path +
+                           ": collectives[2]: nodes: its 2 ranks are the first 2 ranks of the "
+                           "calibration, which run on 1 node, not 2");
+}
+
+TEST(Calibrate, RefusesCollectivesOnMoreRanksThanItRuns) {
+  const std::string path =
+      edited_request("ranks.json", [](profile::Profile& p) { p.collectives[3].ranks = 4; });
+  expect_refused(path, path + ": collectives[3]: ranks: 4 ranks, but the calibration runs on 2");
+}
+
+TEST(Calibrate, RefusesBadFlags) {
+  const CmdResult r = calibrate(2, kRequest + " -o x.json --min-runs 0");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_EQ(count_of(r.out, kPrefix), 1u) << r.out;
+  EXPECT_NE(r.out.find(std::string(kPrefix) + "--min-runs: must be at least 1, not 0"),
+            std::string::npos)
+      << r.out;
+}
+
+}  // namespace
+}  // namespace fsdpgen::test
