@@ -30,7 +30,7 @@ std::string proc_field(const char* path, const std::string& key) {
 
 }  // namespace
 
-fsdpgen::profile::Device device_describe(const std::string& base) {
+fsdpgen::profile::Device cpu_device_describe(const std::string& base) {
   fsdpgen::profile::Device d;
   d.kind = "cpu";
   d.name = proc_field("/proc/cpuinfo", "model name");

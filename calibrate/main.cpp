@@ -11,12 +11,14 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "calibrate/device.h"
 #include "calibrate/ranks.h"
 #include "calibrate/sweep.h"
+#include "calibrate/target.h"
 #include "profile/profile.h"
 
 #ifndef FSDPGEN_GIT_REVISION
@@ -67,8 +69,8 @@ std::optional<int> parse_flags(flags& f, int argc, char** argv, int rank) {
   return std::nullopt;
 }
 
-// The request, checked against these ranks; throws calibrate_error on every rank.
-profile::Profile load_request(const flags& f, const rank_layout& l) {
+// The request; throws calibrate_error on every rank.
+profile::Profile load_request(const flags& f) {
   std::string error;
   profile::Profile p;
   try {
@@ -86,15 +88,39 @@ profile::Profile load_request(const flags& f, const rank_layout& l) {
   }
   if (const std::string first = ranks_first_error(error); !first.empty())
     throw calibrate_error(first);
-  sweep_check(p, l, f.request);
   return p;
 }
 
+// The runtime of the request's device.kind; throws calibrate_error on every
+// rank when it cannot start on any.
+std::unique_ptr<calibrate_target> target_for(const profile::Profile& request, const flags& f,
+                                             const rank_layout& l) {
+  if (request.device.kind == "cpu") return cpu_target();
+#ifdef FSDPGEN_CALIBRATE_CUDA
+  std::string error;
+  std::unique_ptr<calibrate_target> t;
+  try {
+    t = cuda_target(l);
+  } catch (const std::exception& e) {
+    error = fmt::format("{}: device.kind 'cuda': {}", f.request, e.what());
+  }
+  if (const std::string first = ranks_first_error(error); !first.empty())
+    throw calibrate_error(first);
+  return t;
+#else
+  throw calibrate_error(fmt::format(
+      "{}: device.kind: 'cuda', but this fsdpgen-calibrate was built without the CUDA runtime "
+      "(configure fsdpgen where nvcc and NCCL are found)",
+      f.request));
+#endif
+}
+
 // Rank 0 writes the profile; a failure is thrown on every rank.
-void write_profile(profile::Profile& p, const flags& f, const rank_layout& l) {
+void write_profile(profile::Profile& p, const calibrate_target& t, const flags& f,
+                   const rank_layout& l) {
   std::string error;
   if (l.rank == 0) {
-    p.device = device_describe(p.device.base);
+    p.device = t.describe(p.device.base);
     p.written_by = std::string("fsdpgen ") + FSDPGEN_GIT_REVISION;
     p.created = device_utc_now();
     try {
@@ -111,9 +137,11 @@ int calibrate(const flags& f) {
   const rank_layout l = ranks_discover();
   const auto start = std::chrono::steady_clock::now();
   try {
-    profile::Profile p = load_request(f, l);
-    sweep_run(p, l, f.request, f.measure);
-    write_profile(p, f, l);
+    profile::Profile p = load_request(f);
+    const std::unique_ptr<calibrate_target> t = target_for(p, f, l);
+    sweep_check(p, l, *t, f.request);
+    sweep_run(p, l, *t, f.request, f.measure);
+    write_profile(p, *t, f, l);
   } catch (const calibrate_error& e) {
     if (l.rank == 0) std::fprintf(stderr, "fsdpgen-calibrate: error: %s\n", e.what());
     return 1;

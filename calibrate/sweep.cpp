@@ -2,22 +2,13 @@
 // agreed by every rank and rank 0's progress lines.
 #include "calibrate/sweep.h"
 
-#include <omp.h>
-
-#include <cblas.h>
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <climits>
 #include <functional>
 #include <new>
-#include <thread>
 
 #include "calibrate/collectives.h"
-#include "calibrate/copies.h"
-#include "calibrate/elementwise.h"
-#include "calibrate/layers.h"
-#include "calibrate/op_overhead.h"
 
 namespace {
 
@@ -92,26 +83,20 @@ measurement across_ranks(bool measuring, const std::string& where,
 }
 
 // Local ranks [0, ranks_per_node) of every node compute at once, each with
-// the threads the runtime's launch would give it (cores / ranks_per_node).
+// the threads the runtime's launch would give it.
 void run_compute(profile::Compute& c, const std::string& where, const rank_layout& l,
-                 const measure_options& o, progress& out) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  c.threads_per_rank = std::max<int64_t>(1, cores / c.ranks_per_node);
+                 calibrate_target& t, const measure_options& o, progress& out) {
   const bool measuring = l.local_rank < c.ranks_per_node;
-  if (measuring) {
-    omp_set_num_threads(static_cast<int>(c.threads_per_rank));
-    openblas_set_num_threads(static_cast<int>(c.threads_per_rank));
-  }
+  c.threads_per_rank = t.enter_compute(c.ranks_per_node, measuring);
   const std::string on = fmt::format(", {}/node x {}", plural(c.ranks_per_node, "rank"),
                                      plural(c.threads_per_rank, "thread"));
-  const measurement overhead =
-      across_ranks(measuring, where, [&] { return measure_op_overhead(o); });
+  const measurement overhead = across_ranks(measuring, where, [&] { return t.op_overhead(o); });
   c.op_overhead_s = overhead.seconds;
   out.entry("op overhead (a stream worker's wake-up)" + on, overhead);
   for (size_t i = 0; i < c.layers.size(); ++i) {
     profile::LayerTime& e = c.layers[i];
     const measurement m = across_ranks(measuring, fmt::format("{}.layers[{}]", where, i),
-                                       [&] { return measure_layer(e, o); });
+                                       [&] { return t.layer(e, o); });
     e.seconds = m.seconds;
     e.runs = m.runs;
     out.entry(layer_text(e) + on, m);
@@ -119,18 +104,18 @@ void run_compute(profile::Compute& c, const std::string& where, const rank_layou
   for (size_t i = 0; i < c.elementwise.size(); ++i) {
     profile::ElementwiseTime& e = c.elementwise[i];
     const measurement m = across_ranks(measuring, fmt::format("{}.elementwise[{}]", where, i),
-                                       [&] { return measure_elementwise(e, o); });
+                                       [&] { return t.elementwise(e, o); });
     e.seconds = m.seconds;
     e.runs = m.runs;
     out.entry(fmt::format("{} {} {} elems{}", e.op, e.dtype, e.elems, on), m);
   }
 }
 
-void run_collective(profile::CollectiveTime& c, const std::string& where, const measure_options& o,
-                    progress& out) {
+void run_collective(profile::CollectiveTime& c, const std::string& where, calibrate_target& t,
+                    const measure_options& o, progress& out) {
   MPI_Comm group = ranks_first(static_cast<int>(c.ranks));
   const measurement m =
-      across_ranks(group != MPI_COMM_NULL, where, [&] { return measure_collective(c, group, o); });
+      across_ranks(group != MPI_COMM_NULL, where, [&] { return t.collective(c, group, o); });
   if (group != MPI_COMM_NULL) MPI_Comm_free(&group);
   c.seconds = m.seconds;
   c.runs = m.runs;
@@ -141,7 +126,8 @@ void run_collective(profile::CollectiveTime& c, const std::string& where, const 
 
 }  // namespace
 
-void sweep_check(const profile::Profile& request, const rank_layout& l, const std::string& file) {
+void sweep_check(const profile::Profile& request, const rank_layout& l, const calibrate_target& t,
+                 const std::string& file) {
   const int per_node = l.fewest_ranks_on_a_node();
   for (size_t i = 0; i < request.compute.size(); ++i) {
     const profile::Compute& c = request.compute[i];
@@ -152,7 +138,7 @@ void sweep_check(const profile::Profile& request, const rank_layout& l, const st
           file, i, c.ranks_per_node, per_node, l.nodes() == 1 ? "this node" : "its smallest node",
           c.ranks_per_node));
     for (size_t j = 0; j < c.layers.size(); ++j)
-      if (const std::string p = layer_problem(c.layers[j]); !p.empty())
+      if (const std::string p = t.layer_problem(c.layers[j]); !p.empty())
         throw calibrate_error(fmt::format("{}: compute[{}].layers[{}]: {}", file, i, j, p));
   }
   for (size_t i = 0; i < request.collectives.size(); ++i)
@@ -160,17 +146,17 @@ void sweep_check(const profile::Profile& request, const rank_layout& l, const st
       throw calibrate_error(fmt::format("{}: collectives[{}]: {}", file, i, p));
 }
 
-void sweep_run(profile::Profile& p, const rank_layout& l, const std::string& file,
-               const measure_options& o) {
+void sweep_run(profile::Profile& p, const rank_layout& l, calibrate_target& t,
+               const std::string& file, const measure_options& o) {
   progress out(l.rank, entry_count(p));
   for (size_t i = 0; i < p.compute.size(); ++i)
-    run_compute(p.compute[i], fmt::format("{}: compute[{}]", file, i), l, o, out);
+    run_compute(p.compute[i], fmt::format("{}: compute[{}]", file, i), l, t, o, out);
   for (size_t i = 0; i < p.collectives.size(); ++i)
-    run_collective(p.collectives[i], fmt::format("{}: collectives[{}]", file, i), o, out);
+    run_collective(p.collectives[i], fmt::format("{}: collectives[{}]", file, i), t, o, out);
   for (size_t i = 0; i < p.copies.size(); ++i) {
     profile::CopyTime& c = p.copies[i];
     const measurement m = across_ranks(l.rank == 0, fmt::format("{}: copies[{}]", file, i),
-                                       [&] { return measure_copy(c, o); });
+                                       [&] { return t.copy(c, o); });
     c.seconds = m.seconds;
     c.runs = m.runs;
     out.entry(fmt::format("{} {} bytes (memcpy)", c.op, c.bytes), m);

@@ -9,6 +9,7 @@
 
 #include "calibrate/measure.h"
 #include "calibrate/ranks.h"
+#include "calibrate/target.h"
 #include "profile/profile.h"
 
 // An error every rank knows (the same message on all of them): a request
@@ -20,9 +21,9 @@ struct calibrate_error : std::runtime_error {
 // Throws calibrate_error naming `file` and the first entry that cannot run
 // on these ranks (before anything is measured).
 void sweep_check(const fsdpgen::profile::Profile& request, const rank_layout& l,
-                 const std::string& file);
+                 const calibrate_target& t, const std::string& file);
 
 // Fills the seconds, runs, threads_per_rank and op_overhead_s of every entry
 // of `p` (checked by sweep_check); collective over the world.
-void sweep_run(fsdpgen::profile::Profile& p, const rank_layout& l, const std::string& file,
-               const measure_options& o);
+void sweep_run(fsdpgen::profile::Profile& p, const rank_layout& l, calibrate_target& t,
+               const std::string& file, const measure_options& o);
