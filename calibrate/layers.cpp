@@ -23,12 +23,6 @@ constexpr const char* kDimNames[] = {"B", "T", "C", "H", "F", "V", "Vp", "flash"
 constexpr float kParamStddev = 0.02f;  // GPT-2's initialisation
 constexpr uint32_t kSeed = 1234;
 
-gpt2_dims dims_of(const LayerTime& l) {
-  const auto& d = l.dims;
-  return {d.at("B"), d.at("T"), d.at("C"),          d.at("H"),
-          d.at("F"), d.at("V"), d.at("flash") != 0, d.at("Vp")};
-}
-
 std::string dims_problem(const LayerTime& l) {
   for (const char* name : kDimNames)
     if (!l.dims.count(name))
@@ -93,15 +87,9 @@ class gpt2_layer {
   host_buffer params_, grads_, scratch_, dout_, workspace_;
 };
 
-int64_t block_param_elems(const gpt2_dims& d) {
-  namespace model = fsdpgen::model;
-  const model::Table<model::Tensor> t = model::kGpt2BlockParams;
-  return model::offset_elems(t, t.count, {d.C, d.F, d.H, d.T, d.C, d.flash, d.V});
-}
-
 template <class T, class G>
 measurement block_pass(const std::string& pass, const gpt2_dims& d, const measure_options& o) {
-  gpt2_layer<T, G> layer(d, block_param_elems(d), pass == "backward");
+  gpt2_layer<T, G> layer(d, gpt2_block_param_elems(d), pass == "backward");
   host_buffer saved(gpt2_block_saved_bytes(d, sizeof(T)));
   host_buffer out(d.N() * d.C * static_cast<int64_t>(sizeof(T)));
   const auto p = gpt2_block_params_at<T>(layer.params(), d);
@@ -177,7 +165,7 @@ measurement head_pass(const std::string& pass, const gpt2_dims& d, const measure
 
 template <class T, class G>
 measurement pass_as(const LayerTime& l, const measure_options& o) {
-  const gpt2_dims d = dims_of(l);
+  const gpt2_dims d = layer_dims(l);
   if (l.layer == "embed") return embed_pass<T, G>(l.pass, d, o);
   if (l.layer == "block") return block_pass<T, G>(l.pass, d, o);
   return head_pass<T, G>(l.pass, d, o);
@@ -196,6 +184,18 @@ measurement with_grad_type(const LayerTime& l, const measure_options& o) {
 }
 
 }  // namespace
+
+gpt2_dims layer_dims(const LayerTime& l) {
+  const auto& d = l.dims;
+  return {d.at("B"), d.at("T"), d.at("C"),          d.at("H"),
+          d.at("F"), d.at("V"), d.at("flash") != 0, d.at("Vp")};
+}
+
+int64_t gpt2_block_param_elems(const gpt2_dims& d) {
+  namespace model = fsdpgen::model;
+  const model::Table<model::Tensor> t = model::kGpt2BlockParams;
+  return model::offset_elems(t, t.count, {d.C, d.F, d.H, d.T, d.C, d.flash, d.V});
+}
 
 std::string layer_problem(const LayerTime& l) {
   if (l.family != "gpt2")

@@ -6,6 +6,7 @@
 
 #include "calibrate/measure.h"
 #include "profile/profile.h"
+#include "runtime/gpt2.h"
 
 // Why this machine's runtime cannot run entry `l` (an unknown family, a
 // missing or unknown dimension, a dtype pair the CPU runtime has no kernels
@@ -16,3 +17,8 @@ std::string layer_problem(const fsdpgen::profile::LayerTime& l);
 // backward so that the saved activations are real; a backward accumulates
 // into its gradients.
 measurement measure_layer(const fsdpgen::profile::LayerTime& l, const measure_options& o);
+
+// The kernel's shape of a gpt2 entry (layer_problem(l) must be "").
+gpt2_dims layer_dims(const fsdpgen::profile::LayerTime& l);
+// Elements of one block's parameters as model/gpt2.h lays them out.
+int64_t gpt2_block_param_elems(const gpt2_dims& d);

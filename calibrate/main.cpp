@@ -93,14 +93,13 @@ profile::Profile load_request(const flags& f) {
 
 // The runtime of the request's device.kind; throws calibrate_error on every
 // rank when it cannot start on any.
-std::unique_ptr<calibrate_target> target_for(const profile::Profile& request, const flags& f,
-                                             const rank_layout& l) {
+std::unique_ptr<calibrate_target> target_for(const profile::Profile& request, const flags& f) {
   if (request.device.kind == "cpu") return cpu_target();
 #ifdef FSDPGEN_CALIBRATE_CUDA
   std::string error;
   std::unique_ptr<calibrate_target> t;
   try {
-    t = cuda_target(l);
+    t = cuda_target();
   } catch (const std::exception& e) {
     error = fmt::format("{}: device.kind 'cuda': {}", f.request, e.what());
   }
@@ -138,7 +137,7 @@ int calibrate(const flags& f) {
   const auto start = std::chrono::steady_clock::now();
   try {
     profile::Profile p = load_request(f);
-    const std::unique_ptr<calibrate_target> t = target_for(p, f, l);
+    const std::unique_ptr<calibrate_target> t = target_for(p, f);
     sweep_check(p, l, *t, f.request);
     sweep_run(p, l, *t, f.request, f.measure);
     write_profile(p, *t, f, l);

@@ -37,9 +37,10 @@ class calibrate_target {
 
 std::unique_ptr<calibrate_target> cpu_target();
 
-// The CUDA runtime on this rank's GPU (local rank i takes device i);
-// collective over the world. Defined only where FSDPGEN_CALIBRATE_CUDA is.
-std::unique_ptr<calibrate_target> cuda_target(const rank_layout& l);
+// The CUDA runtime on this rank's GPU (local rank i takes device i, as the
+// runtime's nccl mode); collective over the world. Defined only where
+// FSDPGEN_CALIBRATE_CUDA is.
+std::unique_ptr<calibrate_target> cuda_target();
 
 // Threads per rank when `ranks_per_node` ranks share this node's cores.
 int64_t threads_per_rank(int64_t ranks_per_node);
