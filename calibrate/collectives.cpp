@@ -4,6 +4,7 @@
 #include "calibrate/collectives.h"
 
 #include <climits>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -45,29 +46,34 @@ std::string collective_problem(const CollectiveTime& c, const rank_layout& l) {
   return "";
 }
 
+collective_buffers collective_buffers_of(const CollectiveTime& c) {
+  const int64_t count = count_of(c);
+  const int64_t elem_bytes = c.op == "all_gather" ? 1 : dtype_size(dtype_named(c.dtype));
+  const int64_t gathered = count * c.ranks * elem_bytes, one = count * elem_bytes;
+  return {count, c.op == "reduce_scatter" ? gathered : one, c.op == "all_gather" ? gathered : one};
+}
+
 measurement measure_collective(const CollectiveTime& c, MPI_Comm group, const measure_options& o) {
   const dtype_id t = dtype_named(c.dtype);
-  const int64_t count = count_of(c);
-  std::mt19937 rng(1234);
-  if (c.op == "all_gather") {
-    host_buffer send(count), recv(count * c.ranks);
-    return measure(o, [&] {
-      ranks_barrier(group);
-      const double s = seconds_of([&] { comm_all_gather(group, send.data(), recv.data(), count); });
-      return ranks_max(s, group);
-    });
+  const collective_buffers b = collective_buffers_of(c);
+  std::optional<host_buffer> send, recv;
+  ranks_all_or_none(group, [&] {
+    send.emplace(b.send_bytes);
+    recv.emplace(b.recv_bytes);
+  });
+  if (c.op != "all_gather") {
+    std::mt19937 rng(1234);
+    fill_normal(send->data(), t, b.send_bytes / dtype_size(t), 1e-3f, rng);
   }
-  const int64_t send_elems = c.op == "all_reduce" ? count : count * c.ranks;
-  host_buffer send(send_elems * dtype_size(t)), recv(count * dtype_size(t));
-  fill_normal(send.data(), t, send_elems, 1e-3f, rng);
-  const bool scatter = c.op == "reduce_scatter";
   return measure(o, [&] {
     ranks_barrier(group);
     const double s = seconds_of([&] {
-      if (scatter)
-        comm_reduce_scatter(group, send.data(), recv.data(), count, t);
+      if (c.op == "all_gather")
+        comm_all_gather(group, send->data(), recv->data(), b.count);
+      else if (c.op == "reduce_scatter")
+        comm_reduce_scatter(group, send->data(), recv->data(), b.count, t);
       else
-        comm_all_reduce(group, send.data(), recv.data(), count, t);
+        comm_all_reduce(group, send->data(), recv->data(), b.count, t);
     });
     return ranks_max(s, group);
   });

@@ -16,6 +16,14 @@
 // element per rank or more than MPI's int count), or "" when it can.
 std::string collective_problem(const fsdpgen::profile::CollectiveTime& c, const rank_layout& l);
 
+// One rank's side of entry c: the count the comm layer's call takes (bytes
+// for all_gather, elements of dtype otherwise) and its buffers' bytes.
+struct collective_buffers {
+  int64_t count = 0;
+  int64_t send_bytes = 0, recv_bytes = 0;
+};
+collective_buffers collective_buffers_of(const fsdpgen::profile::CollectiveTime& c);
+
 // Called on every rank of `group` (ranks_first(c.ranks)): each run's time is
 // the slowest rank's (the collective ends when it does), the same on all of
 // them; a barrier before each run starts them together.

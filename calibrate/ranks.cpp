@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <set>
 
 #include "runtime/check.h"
@@ -103,6 +104,18 @@ std::string ranks_first_error(const std::string& error) {
       MPI_Ibcast(message.data(), static_cast<int>(length), MPI_CHAR, first, MPI_COMM_WORLD, &req));
   wait(req);
   return message;
+}
+
+void ranks_all_or_none(MPI_Comm comm, const std::function<void()>& f) {
+  std::exception_ptr failure;
+  try {
+    f();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  const int64_t all_ok = ranks_min(failure ? 0 : 1, comm);
+  if (failure) std::rethrow_exception(failure);
+  if (!all_ok) throw peer_failed();
 }
 
 MPI_Comm ranks_first(int ranks) {

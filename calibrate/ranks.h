@@ -6,6 +6,8 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,17 @@ int64_t ranks_min(int64_t x, MPI_Comm comm);
 // Collective over the world: the message of the lowest rank whose `error`
 // is not empty, on every rank ("" when none is).
 std::string ranks_first_error(const std::string& error);
+
+// Thrown on the ranks of a group where another rank failed (that rank
+// reports its own error; these report none).
+struct peer_failed : std::runtime_error {
+  peer_failed() : std::runtime_error("failed on another rank") {}
+};
+
+// Runs f() on every rank of `comm`; when it throws on any of them, it
+// rethrows there and the others throw peer_failed, so that no rank goes on
+// to wait in a collective for one that stopped.
+void ranks_all_or_none(MPI_Comm comm, const std::function<void()>& f);
 
 // Ranks [0, ranks) of the world as a communicator, MPI_COMM_NULL on the
 // others (collective over the world).

@@ -69,6 +69,8 @@ measurement across_ranks(bool measuring, const std::string& where,
   if (measuring) {
     try {
       mine = m();
+    } catch (const peer_failed&) {
+      // the rank that failed reports it
     } catch (const std::bad_alloc&) {
       error = fmt::format("{}: out of memory (this entry's buffers do not fit)", where);
     } catch (const std::exception& e) {

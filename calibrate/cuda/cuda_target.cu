@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "calibrate/collectives.h"
 #include "calibrate/cuda/cuda_layers.h"
@@ -162,23 +163,25 @@ class cuda final : public calibrate_target {
     MPI_CHECK(MPI_Comm_rank(group, &comm.rank));
     MPI_CHECK(MPI_Comm_size(group, &comm.size));
     const dtype_id t = dtype_named(c.dtype);
-    const int64_t elem_bytes = c.op == "all_gather" ? 1 : dtype_size(t);
-    const int64_t elems = c.bytes / elem_bytes;
-    const int64_t count = c.op == "all_reduce" ? elems : elems / c.ranks;
-    const int64_t send_elems = c.op == "reduce_scatter" ? count * c.ranks : count;
-    const int64_t recv_elems = c.op == "all_gather" ? count * c.ranks : count;
-    device_buffer send(send_elems * elem_bytes), recv(recv_elems * elem_bytes);
-    std::mt19937 rng(1234);
-    if (c.op != "all_gather") upload_normal(send.data(), t, send_elems, 1e-3f, rng);
+    const collective_buffers b = collective_buffers_of(c);
+    std::optional<device_buffer> send, recv;
+    ranks_all_or_none(group, [&] {
+      send.emplace(b.send_bytes);
+      recv.emplace(b.recv_bytes);
+    });
+    if (c.op != "all_gather") {
+      std::mt19937 rng(1234);
+      upload_normal(send->data(), t, b.send_bytes / dtype_size(t), 1e-3f, rng);
+    }
     return measure(o, [&] {
       ranks_barrier(group);
       const double s = gpu_seconds_of(exec_.stream, [&] {
         if (c.op == "all_gather")
-          comm_all_gather(comm, send.data(), recv.data(), count, exec_);
+          comm_all_gather(comm, send->data(), recv->data(), b.count, exec_);
         else if (c.op == "reduce_scatter")
-          comm_reduce_scatter(comm, send.data(), recv.data(), count, t, exec_);
+          comm_reduce_scatter(comm, send->data(), recv->data(), b.count, t, exec_);
         else
-          comm_all_reduce(comm, send.data(), recv.data(), count, t, exec_);
+          comm_all_reduce(comm, send->data(), recv->data(), b.count, t, exec_);
       });
       return ranks_max(s, group);
     });
