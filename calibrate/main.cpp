@@ -20,6 +20,7 @@
 #include "calibrate/sweep.h"
 #include "calibrate/target.h"
 #include "profile/profile.h"
+#include "runtime/launch.h"
 
 #ifndef FSDPGEN_GIT_REVISION
 #define FSDPGEN_GIT_REVISION "unknown"
@@ -172,6 +173,7 @@ int run(int argc, char** argv, int provided) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  launch_prefer_passive_openmp(argv);  // as a training binary runs its kernels
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   const int status = run(argc, argv, provided);

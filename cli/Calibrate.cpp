@@ -218,9 +218,9 @@ int run_calibrate(const CalibrateOptions& o, bool gpu_visible) {
     const Hardware hw = calibrated_hardware(p, o.output);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    std::fputs(fmt::format("fsdpgen: wrote {}: {} measured in {:.0f} s; plan with `fsdpgen plan "
-                           "SPEC --hardware {}`\n",
-                           o.output, hw.description, seconds, o.output)
+    std::fputs(fmt::format("fsdpgen: wrote {} in {:.0f} s: {}; plan with `fsdpgen plan SPEC "
+                           "--hardware {}`\n",
+                           o.output, seconds, hw.description, o.output)
                    .c_str(),
                stdout);
   } catch (const profile::ProfileError& e) {

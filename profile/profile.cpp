@@ -256,8 +256,10 @@ Profile from_json(std::string_view text, std::string_view file, bool measured) {
   p.sweep = r.field("sweep").text();
   const Reader d = r.field("device");
   d.only({"kind", "name", "base", "cores", "memory_bytes"});
+  // A request's device is the calibration binary's to fill in, but its base.
   p.device = {d.field("kind").word(kKinds), d.field("name").text(), d.field("base").text(),
-              d.field("cores").integer(1), d.field("memory_bytes").integer(1)};
+              d.field("cores").integer(measured ? 1 : 0),
+              d.field("memory_bytes").integer(measured ? 1 : 0)};
   if (p.device.base.empty()) d.field("base").fail("must name a built-in hardware");
   for (const Reader& c : r.field("compute").items()) {
     p.compute.push_back(compute_from(c, measured));

@@ -141,6 +141,12 @@ std::string handshake(const program& p, int64_t world) {
 
 }  // namespace
 
+void launch_prefer_passive_openmp(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY")) return;
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv);  // on failure, go on with the default policy
+}
+
 launch_info launch_init(const program& p, int argc, char** argv) {
   launch_info info;
   const bool srun = has_env("SLURM_PROCID") && has_env("SLURM_STEP_ID");

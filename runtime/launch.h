@@ -19,6 +19,12 @@ struct launch_info {
   std::string launcher;  // "single process", "mpirun", "srun"
 };
 
+// OpenMP threads spinning beside OpenBLAS's slow GEMMs down several times;
+// libgomp reads its wait policy when it loads, so this sets
+// OMP_WAIT_POLICY=passive and starts the process again (from argv), unless
+// the variable is set. Call it first thing in main.
+void launch_prefer_passive_openmp(char** argv);
+
 // Returns only when this process should train; exits (after printing why) when
 // it re-launched itself or the launch is wrong. argv[0] is used to re-launch.
 launch_info launch_init(const program& p, int argc, char** argv);

@@ -536,18 +536,10 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   return 0;
 }
 
-// OpenMP threads spinning beside OpenBLAS's slow GEMMs down several times;
-// libgomp reads its wait policy when it loads, so set it and start again.
-void prefer_passive_openmp(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY")) return;
-  setenv("OMP_WAIT_POLICY", "passive", 1);
-  execv("/proc/self/exe", argv);  // on failure, go on with the default policy
-}
-
 }  // namespace
 
 int train_main(const program& p, int argc, char** argv, const backend_kind& kind) {
-  prefer_passive_openmp(argv);
+  launch_prefer_passive_openmp(argv);
   CLI::App app{fmt::format("Trains {} as planned by fsdpgen from {}.", p.model_name, p.spec_path)};
   options o;
   app.add_option("--steps", o.steps, "training steps (default: the spec's)")

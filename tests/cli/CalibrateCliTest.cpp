@@ -1,0 +1,125 @@
+// fsdpgen calibrate and --hardware from the command line: a short calibration
+// of the tiny spec on two ranks whose profile then plans it (every op from
+// measurements), requests for srun, and every way a profile or the flags can
+// be wrong.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "profile/profile.h"
+#include "tests/common/Command.h"
+
+namespace {
+
+using fsdpgen::test::CmdResult;
+using fsdpgen::test::run;
+
+std::string spec(const std::string& name) {
+  return std::string(FSDPGEN_SOURCE_DIR) + "/specs/" + name;
+}
+
+bool has(const CmdResult& r, const std::string& s) {
+  return r.out.find(s) != std::string::npos;
+}
+
+std::string work_dir() {
+  const std::string dir = std::string(FSDPGEN_E2E_WORK_ROOT) + "/calibrate";
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// One quick calibration of tiny for the whole suite.
+const std::string& tiny_profile() {
+  static const std::string path = [] {
+    const std::string p = work_dir() + "/tiny.json";
+    std::filesystem::remove(p);
+    CmdResult r = run(fmt::format("calibrate {} --quick -o {}", spec("tiny.fsdp"), p));
+    EXPECT_EQ(r.status, 0) << r.out;
+    return p;
+  }();
+  return path;
+}
+
+TEST(CliCalibrate, TinysProfilePlansEveryOpFromMeasurements) {
+  const fsdpgen::profile::Profile p = fsdpgen::profile::load(tiny_profile());
+  EXPECT_EQ(p.device.kind, "cpu");
+  EXPECT_EQ(p.device.base, "cpu");
+  ASSERT_EQ(p.compute.size(), 2u);  // tiny runs 2 ranks on a node: measured alone and side by side
+  EXPECT_EQ(p.compute[0].ranks_per_node, 1);
+  EXPECT_EQ(p.compute[1].ranks_per_node, 2);
+  for (const char* world : {"1", "2"}) {
+    CmdResult r = run(
+        fmt::format("plan {} --world {} --hardware {}", spec("tiny.fsdp"), world, tiny_profile()));
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_TRUE(has(r, "figures         hardware profile " + tiny_profile())) << r.out;
+    EXPECT_TRUE(has(r, "ops measured")) << r.out;
+    EXPECT_FALSE(has(r, "not in the profile")) << r.out;
+    EXPECT_FALSE(has(r, "not this plan's")) << r.out;
+  }
+  CmdResult t = run(
+      fmt::format("schedule {} --format trace --hardware {}", spec("tiny.fsdp"), tiny_profile()));
+  ASSERT_EQ(t.status, 0) << t.out;
+  const nlohmann::json trace = nlohmann::json::parse(t.out, nullptr, false);
+  EXPECT_FALSE(trace.is_discarded()) << t.out.substr(0, 500);
+}
+
+TEST(CliCalibrate, RequestOnlyWritesWhatToMeasureAndTheCommand) {
+  const std::string req = work_dir() + "/req.json";
+  CmdResult r = run(fmt::format("calibrate {} --ranks 2 --request {}", spec("tiny.fsdp"), req));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(has(r, "srun -n 2 --mpi=pmix")) << r.out;
+  const fsdpgen::profile::Profile p = fsdpgen::profile::load(req, /*measured=*/false);
+  ASSERT_EQ(p.compute.size(), 2u);
+  EXPECT_EQ(p.compute[0].layers.size(), 6u);  // embed, block, head: forward and backward
+  EXPECT_FALSE(p.collectives.empty());
+}
+
+TEST(CliCalibrate, BadProfilesAndFlagsAreErrorsThatNameThem) {
+  const std::string dir = work_dir();
+  CmdResult missing = run(fmt::format("plan {} --hardware {}/none.json", spec("tiny.fsdp"), dir));
+  EXPECT_EQ(missing.status, 2) << missing.out;
+  EXPECT_TRUE(has(missing, dir + "/none.json: no such profile")) << missing.out;
+
+  nlohmann::json j =
+      nlohmann::json::parse(fsdpgen::profile::to_json(fsdpgen::profile::load(tiny_profile())));
+  j["compute"][0]["layers"][2]["seconds"] = "fast";
+  std::ofstream(dir + "/bad.json") << j.dump();
+  CmdResult bad = run(fmt::format("plan {} --hardware {}/bad.json", spec("tiny.fsdp"), dir));
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_TRUE(has(bad, dir + "/bad.json: compute[0].layers[2].seconds: must be a number"))
+      << bad.out;
+
+  j = nlohmann::json::parse(fsdpgen::profile::to_json(fsdpgen::profile::load(tiny_profile())));
+  j["device"]["base"] = "h100-sxm";  // a CPU's measurements on a GPU's figures
+  std::ofstream(dir + "/foreign.json") << j.dump();
+  CmdResult foreign =
+      run(fmt::format("plan {} --hardware {}/foreign.json", spec("tiny.fsdp"), dir));
+  EXPECT_EQ(foreign.status, 2) << foreign.out;
+  EXPECT_TRUE(has(foreign,
+                  "device.base: 'h100-sxm' is a GPU, but the profile measured the cpu "
+                  "runtime"))
+      << foreign.out;
+
+  CmdResult both =
+      run(fmt::format("plan {} --hardware {} --gpu h100-sxm", spec("tiny.fsdp"), tiny_profile()));
+  EXPECT_EQ(both.status, 2) << both.out;
+  EXPECT_TRUE(has(both, "describes 'cpu'")) << both.out;
+  EXPECT_TRUE(has(both, "not --gpu h100-sxm")) << both.out;
+
+  CmdResult no_output = run("calibrate " + spec("tiny.fsdp"));
+  EXPECT_EQ(no_output.status, 2) << no_output.out;
+  EXPECT_TRUE(has(no_output, "give -o PROFILE")) << no_output.out;
+
+  CmdResult llama =
+      run(fmt::format("calibrate {} --target cpu -o {}/llama.json", spec("llama-1b.fsdp"), dir));
+  EXPECT_EQ(llama.status, 1) << llama.out;
+  EXPECT_TRUE(has(llama, "cannot run this spec")) << llama.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/llama.json"));
+}
+
+}  // namespace
