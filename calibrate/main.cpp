@@ -46,15 +46,22 @@ std::optional<int> parse_flags(flags& f, int argc, char** argv, int rank) {
       "fsdpgen-calibrate"};
   app.add_option("request", f.request, "The request (JSON)")->required();
   app.add_option("-o,--output", f.output, "Where to write the measured profile")->required();
-  app.add_option("--min-runs", f.measure.min_runs, "Timed runs per entry, at least (default 5)");
+  app.add_option("--min-runs", f.measure.min_runs,
+                 "Timed runs per entry and round, at least (default 3)");
   app.add_option("--min-seconds", f.measure.min_seconds,
-                 "Timed seconds per entry, at least (default 0.2; an entry stops at " +
-                     std::to_string(kMaxRuns) + " runs)");
+                 "Timed seconds per entry and round, at least (default 0.05; an entry stops at " +
+                     std::to_string(kMaxRuns) + " runs a round)");
+  app.add_option("--rounds", f.measure.rounds,
+                 "Passes over every entry; an entry's time is the median of its rounds' "
+                 "(default 5)");
   try {
     app.parse(argc, argv);
     if (f.measure.min_runs < 1)
       throw CLI::ValidationError("--min-runs",
                                  fmt::format("must be at least 1, not {}", f.measure.min_runs));
+    if (f.measure.rounds < 1)
+      throw CLI::ValidationError("--rounds",
+                                 fmt::format("must be at least 1, not {}", f.measure.rounds));
     if (!(f.measure.min_seconds >= 0) || !std::isfinite(f.measure.min_seconds))
       throw CLI::ValidationError("--min-seconds", fmt::format("must be a number of seconds >= 0, "
                                                               "not {}",

@@ -8,8 +8,9 @@
 #include <functional>
 
 struct measure_options {
-  int64_t min_runs = 5;
-  double min_seconds = 0.2;  // total timed seconds per entry
+  int64_t min_runs = 3;       // per entry and round
+  double min_seconds = 0.05;  // timed seconds per entry and round
+  int64_t rounds = 5;         // passes over every entry (calibrate/sweep.h)
 };
 
 // Runs beyond which an entry stops even short of min_seconds.

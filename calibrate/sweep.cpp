@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <climits>
 #include <functional>
 #include <new>
@@ -13,13 +14,6 @@
 namespace {
 
 namespace profile = fsdpgen::profile;
-
-int64_t entry_count(const profile::Profile& p) {
-  int64_t n = static_cast<int64_t>(p.collectives.size() + p.copies.size());
-  for (const profile::Compute& c : p.compute)
-    n += 1 + static_cast<int64_t>(c.layers.size() + c.elementwise.size());  // 1: op overhead
-  return n;
-}
 
 std::string seconds_text(double s) {
   return s < 1e-3 ? fmt::format("{:.2f} us", s * 1e6)
@@ -43,12 +37,13 @@ std::string layer_text(const profile::LayerTime& l) {
 class progress {
  public:
   progress(int rank, int64_t total) : rank_(rank), total_(total) {}
-  void entry(const std::string& what, const measurement& m) {
+  void entry(const std::string& what, const measurement& m, int64_t rounds) {
     ++done_;
     if (rank_ != 0) return;
     const int width = static_cast<int>(std::to_string(total_).size());
-    fmt::print("[{:>{}}/{}] {} ... {} (median of {})\n", done_, width, total_, what,
-               seconds_text(m.seconds), m.runs);
+    fmt::print("[{:>{}}/{}] {} ... {} ({} runs{})\n", done_, width, total_, what,
+               seconds_text(m.seconds), m.runs,
+               rounds > 1 ? fmt::format(", median of {} rounds' medians", rounds) : "");
     std::fflush(stdout);
   }
 
@@ -59,8 +54,9 @@ class progress {
 };
 
 // After a barrier of the world, the `measuring` ranks run `m`; a failure on
-// any rank is thrown on every rank (naming `where`). Returns the mean of the
-// measuring ranks' medians and the fewest runs any of them made.
+// any rank is thrown on every rank (naming `where`). Returns the slowest
+// measuring rank's median (a step goes at the pace of its slowest rank: its
+// collectives wait for it) and the fewest runs any of them made.
 measurement across_ranks(bool measuring, const std::string& where,
                          const std::function<measurement()>& m) {
   ranks_barrier(MPI_COMM_WORLD);
@@ -79,51 +75,63 @@ measurement across_ranks(bool measuring, const std::string& where,
   }
   if (const std::string first = ranks_first_error(error); !first.empty())
     throw calibrate_error(first);
-  const double measurers = ranks_sum(measuring ? 1 : 0, MPI_COMM_WORLD);
-  return {ranks_sum(measuring ? mine.seconds : 0, MPI_COMM_WORLD) / measurers,
+  return {ranks_max(measuring ? mine.seconds : 0, MPI_COMM_WORLD),
           ranks_min(measuring ? mine.runs : INT64_MAX, MPI_COMM_WORLD)};
 }
 
+// One entry of the sweep: its progress text, the compute section it runs in
+// (-1: none), how every rank measures it once (a collective call), and
+// where its result goes.
+struct job {
+  std::string what;
+  int section = -1;
+  std::function<measurement()> measure;
+  std::function<void(const measurement&)> store;
+};
+
 // Local ranks [0, ranks_per_node) of every node compute at once, each with
 // the threads the runtime's launch would give it.
-void run_compute(profile::Compute& c, const std::string& where, const rank_layout& l,
-                 calibrate_target& t, const measure_options& o, progress& out) {
+void add_compute_jobs(std::vector<job>& jobs, profile::Compute& c, int section,
+                      const std::string& where, const rank_layout& l, calibrate_target& t,
+                      const measure_options& o) {
   const bool measuring = l.local_rank < c.ranks_per_node;
-  c.threads_per_rank = t.enter_compute(c.ranks_per_node, measuring);
-  const std::string on = fmt::format(", {}/node x {}", plural(c.ranks_per_node, "rank"),
-                                     plural(c.threads_per_rank, "thread"));
-  const measurement overhead = across_ranks(measuring, where, [&] { return t.op_overhead(o); });
-  c.op_overhead_s = overhead.seconds;
-  out.entry("op overhead (a stream worker's wake-up)" + on, overhead);
+  const std::string on = fmt::format(", {}/node", plural(c.ranks_per_node, "rank"));
+  jobs.push_back({"op overhead (a stream worker's wake-up)" + on, section,
+                  [&, where, measuring] {
+                    return across_ranks(measuring, where, [&] { return t.op_overhead(o); });
+                  },
+                  [&c](const measurement& m) { c.op_overhead_s = m.seconds; }});
   for (size_t i = 0; i < c.layers.size(); ++i) {
     profile::LayerTime& e = c.layers[i];
-    const measurement m = across_ranks(measuring, fmt::format("{}.layers[{}]", where, i),
-                                       [&] { return t.layer(e, o); });
-    e.seconds = m.seconds;
-    e.runs = m.runs;
-    out.entry(layer_text(e) + on, m);
+    jobs.push_back({layer_text(e) + on, section,
+                    [&, measuring, at = fmt::format("{}.layers[{}]", where, i)] {
+                      return across_ranks(measuring, at, [&] { return t.layer(e, o); });
+                    },
+                    [&e](const measurement& m) { e.seconds = m.seconds, e.runs = m.runs; }});
   }
   for (size_t i = 0; i < c.elementwise.size(); ++i) {
     profile::ElementwiseTime& e = c.elementwise[i];
-    const measurement m = across_ranks(measuring, fmt::format("{}.elementwise[{}]", where, i),
-                                       [&] { return t.elementwise(e, o); });
-    e.seconds = m.seconds;
-    e.runs = m.runs;
-    out.entry(fmt::format("{} {} {} elems{}", e.op, e.dtype, e.elems, on), m);
+    jobs.push_back({fmt::format("{} {} {} elems{}", e.op, e.dtype, e.elems, on), section,
+                    [&, measuring, at = fmt::format("{}.elementwise[{}]", where, i)] {
+                      return across_ranks(measuring, at, [&] { return t.elementwise(e, o); });
+                    },
+                    [&e](const measurement& m) { e.seconds = m.seconds, e.runs = m.runs; }});
   }
 }
 
-void run_collective(profile::CollectiveTime& c, const std::string& where, calibrate_target& t,
-                    const measure_options& o, progress& out) {
+measurement measure_collective(profile::CollectiveTime& c, const std::string& where,
+                               calibrate_target& t, const measure_options& o) {
   MPI_Comm group = ranks_first(static_cast<int>(c.ranks));
   const measurement m =
       across_ranks(group != MPI_COMM_NULL, where, [&] { return t.collective(c, group, o); });
   if (group != MPI_COMM_NULL) MPI_Comm_free(&group);
-  c.seconds = m.seconds;
-  c.runs = m.runs;
-  out.entry(fmt::format("{} {} {} bytes over {} on {}", c.op, c.dtype, c.bytes,
-                        plural(c.ranks, "rank"), plural(c.nodes, "node")),
-            m);
+  return m;
+}
+
+double median_of(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  const size_t n = xs.size();
+  return n % 2 == 1 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
 }
 
 }  // namespace
@@ -150,17 +158,55 @@ void sweep_check(const profile::Profile& request, const rank_layout& l, const ca
 
 void sweep_run(profile::Profile& p, const rank_layout& l, calibrate_target& t,
                const std::string& file, const measure_options& o) {
-  progress out(l.rank, entry_count(p));
+  std::vector<job> jobs;
   for (size_t i = 0; i < p.compute.size(); ++i)
-    run_compute(p.compute[i], fmt::format("{}: compute[{}]", file, i), l, t, o, out);
-  for (size_t i = 0; i < p.collectives.size(); ++i)
-    run_collective(p.collectives[i], fmt::format("{}: collectives[{}]", file, i), t, o, out);
+    add_compute_jobs(jobs, p.compute[i], static_cast<int>(i),
+                     fmt::format("{}: compute[{}]", file, i), l, t, o);
+  for (size_t i = 0; i < p.collectives.size(); ++i) {
+    profile::CollectiveTime& c = p.collectives[i];
+    jobs.push_back({fmt::format("{} {} {} bytes over {} on {}", c.op, c.dtype, c.bytes,
+                                plural(c.ranks, "rank"), plural(c.nodes, "node")),
+                    -1,
+                    [&, where = fmt::format("{}: collectives[{}]", file, i)] {
+                      return measure_collective(c, where, t, o);
+                    },
+                    [&c](const measurement& m) { c.seconds = m.seconds, c.runs = m.runs; }});
+  }
   for (size_t i = 0; i < p.copies.size(); ++i) {
     profile::CopyTime& c = p.copies[i];
-    const measurement m = across_ranks(l.rank == 0, fmt::format("{}: copies[{}]", file, i),
-                                       [&] { return t.copy(c, o); });
-    c.seconds = m.seconds;
-    c.runs = m.runs;
-    out.entry(fmt::format("{} {} bytes (memcpy)", c.op, c.bytes), m);
+    jobs.push_back({fmt::format("{} {} bytes (memcpy)", c.op, c.bytes), -1,
+                    [&, where = fmt::format("{}: copies[{}]", file, i)] {
+                      return across_ranks(l.rank == 0, where, [&] { return t.copy(c, o); });
+                    },
+                    [&c](const measurement& m) { c.seconds = m.seconds, c.runs = m.runs; }});
+  }
+  // Round by round over every entry, so that a machine whose speed drifts
+  // (a shared VM's neighbours) slows every entry alike; each entry's time is
+  // the median of its rounds' medians.
+  progress out(l.rank, static_cast<int64_t>(jobs.size()));
+  std::vector<std::vector<double>> round_seconds(jobs.size());
+  std::vector<int64_t> runs(jobs.size(), 0);
+  for (int64_t round = 0; round < o.rounds; ++round) {
+    int section = -1;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const job& j = jobs[i];
+      if (j.section >= 0 && j.section != section) {
+        section = j.section;
+        profile::Compute& c = p.compute[static_cast<size_t>(section)];
+        c.threads_per_rank = t.enter_compute(c.ranks_per_node, l.local_rank < c.ranks_per_node);
+      }
+      const measurement m = j.measure();
+      round_seconds[i].push_back(m.seconds);
+      runs[i] += m.runs;
+    }
+    if (l.rank == 0 && o.rounds > 1) {
+      fmt::print("round {}/{} measured\n", round + 1, o.rounds);
+      std::fflush(stdout);
+    }
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const measurement m{median_of(round_seconds[i]), runs[i]};
+    jobs[i].store(m);
+    out.entry(jobs[i].what, m, o.rounds);
   }
 }

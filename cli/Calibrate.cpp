@@ -171,7 +171,8 @@ int run_calibrate(const CalibrateOptions& o, bool gpu_visible) {
   }
   std::vector<std::string> measure = {binary.string(), request_path, "-o",
                                       o.output.empty() ? "PROFILE.json" : o.output};
-  if (o.quick) measure.insert(measure.end(), {"--min-runs", "3", "--min-seconds", "0"});
+  if (o.quick)
+    measure.insert(measure.end(), {"--rounds", "2", "--min-runs", "2", "--min-seconds", "0"});
   if (!o.request.empty()) {
     std::fputs(
         fmt::format("fsdpgen: wrote the request {} ({} layer passes, {} collectives, {} "
