@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# CPU benchmark of generated binaries and of the cost model: calibrates this
-# machine once (`fsdpgen calibrate` on the specs below), then for the tiny
-# spec and a ~10M-parameter spec, at 1 and 2 ranks, prints the step time the
-# planner predicts from that profile, the step time measured (the median of
-# the run's steps after the first two), their ratio, tokens/s, the fraction of
-# communication hidden behind compute (from the measured trace of one step)
-# and the arena per rank as the kernel counts it against the plan. Figures
-# come from one run of each binary; nothing is asserted.
-#   bash tests/bench/run.sh [STEPS] [PROFILE]   (needs a built fsdpgen in build/;
-#   PROFILE: an existing profile to use instead of calibrating)
+# CPU benchmark of generated binaries and of the cost model. Each repetition
+# calibrates this machine (`fsdpgen calibrate` on the specs below), then for
+# the tiny spec and a ~10M-parameter spec, at 1 and 2 ranks, prints the step
+# time the planner predicts from that profile, the step time measured (the
+# median of the run's steps after the first two), their ratio, tokens/s, the
+# fraction of communication hidden behind compute (from the measured trace
+# of one step) and the arena the process grew by against the plan; the
+# summary gives each configuration's ratios over the repetitions (a shared
+# VM's speed drifts by tens of percent within a minute: one run says
+# little). Figures come from the runs; nothing is asserted.
+#   bash tests/bench/run.sh [STEPS] [REPEATS] [PROFILE]   (needs a built fsdpgen in build/;
+#   PROFILE: use this profile in every repetition instead of calibrating)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -24,38 +26,53 @@ specs=(tiny small-10m)
 # field LINE REGEX: the first capture group of REGEX in LINE.
 field() { sed -nE "s#.*$2.*#\1#p" <<<"$1" | head -1; }
 
-profile="${2:-$work/profile.json}"
-if [ -z "${2:-}" ]; then
-  paths=()
-  for spec in "${specs[@]}"; do paths+=("specs/$spec.fsdp"); done
-  (cd "$root" && "$fsdpgen" calibrate "${paths[@]}" -o "$profile" | tail -1)
-fi
+repeats="${2:-3}"
+fixed_profile="${3:-}"
+declare -A ratios
 
-printf '%-10s %5s %13s %13s %7s %10s %8s %11s %11s\n' spec ranks "predicted ms" "measured ms" \
-  ratio tokens/s hidden "arena MiB" "planned MiB"
-for spec in "${specs[@]}"; do
-  for ranks in 1 2; do
-    bin="$work/$spec-$ranks"
-    (cd "$root" && "$fsdpgen" "specs/$spec.fsdp" --target cpu --world "$ranks" -o "$bin" >/dev/null)
-    predicted=$(cd "$root" && "$fsdpgen" plan "specs/$spec.fsdp" --world "$ranks" \
-      --hardware "$profile" | field "$(cat)" 'predicted step of .* on .*: ([0-9.]+) ms')
-    launch=("$bin")
-    [ "$ranks" -gt 1 ] && launch=(mpirun -n "$ranks" --bind-to none "$bin")
-    out=$("${launch[@]}" --steps "$steps" --log-every 1 --trace "$work/trace.json" \
-      --trace-step $((steps - 1)) 2>&1) || { echo "$out"; exit 1; }
-    # The median of the logged step times after the first two (warm-up).
-    measured=$(grep -E '^step +[0-9]+/' <<<"$out" | tail -n +3 |
-      sed -nE 's#.*\| ([0-9.]+) ms \|.*#\1#p' | sort -g |
-      awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }')
-    memory_line=$(grep '^memory per rank' <<<"$out")
-    trace_line=$(grep '^trace:' <<<"$out")
-    tokens=$(field "$(grep '^done:' <<<"$out")" '\| ([0-9,]+) tok/s' | tr -d ,)
-    hidden=$(field "$trace_line" 'compute: ([0-9]+%)')
-    ratio=$(awk -v m="$measured" -v p="$predicted" 'BEGIN { printf "%.2f", m / p }')
-    printf '%-10s %5s %13s %13s %7s %10s %8s %11s %11s\n' "$spec" "$ranks" "$predicted" \
-      "$measured" "$ratio" "$tokens" "${hidden:-no comm}" \
-      "$(field "$memory_line" 'arena ([0-9.]+) MiB resident')" \
-      "$(field "$memory_line" 'planned ([0-9.]+) MiB')"
+printf '%-4s %-10s %5s %13s %13s %7s %10s %8s %20s\n' rep spec ranks "predicted ms" "measured ms" \
+  ratio tokens/s hidden "arena (plan) MiB"
+for rep in $(seq 1 "$repeats"); do
+  profile="${fixed_profile:-$work/profile.json}"
+  if [ -z "$fixed_profile" ]; then
+    paths=()
+    for spec in "${specs[@]}"; do paths+=("specs/$spec.fsdp"); done
+    (cd "$root" && "$fsdpgen" calibrate "${paths[@]}" -o "$profile" >"$work/calibrate.log") ||
+      { cat "$work/calibrate.log"; exit 1; }
+  fi
+  for spec in "${specs[@]}"; do
+    for ranks in 1 2; do
+      bin="$work/$spec-$ranks"
+      [ -x "$bin" ] || (cd "$root" && "$fsdpgen" "specs/$spec.fsdp" --target cpu --world "$ranks" \
+        -o "$bin" >/dev/null)
+      predicted=$(cd "$root" && "$fsdpgen" plan "specs/$spec.fsdp" --world "$ranks" \
+        --hardware "$profile" | sed -nE 's#^predicted step of .* on .*: ([0-9.]+) ms#\1#p')
+      launch=("$bin")
+      [ "$ranks" -gt 1 ] && launch=(mpirun -n "$ranks" --bind-to none "$bin")
+      out=$("${launch[@]}" --steps "$steps" --log-every 1 --trace "$work/trace.json" \
+        --trace-step $((steps - 1)) 2>&1) || { echo "$out"; exit 1; }
+      # The median of the logged step times after the first two (warm-up).
+      measured=$(grep -E '^step +[0-9]+/' <<<"$out" | tail -n +3 |
+        sed -nE 's#.*\| ([0-9.]+) ms \|.*#\1#p' | sort -g |
+        awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }')
+      tokens=$(field "$(grep '^done:' <<<"$out")" '\| ([0-9,]+) tok/s' | tr -d ,)
+      hidden=$(field "$(grep '^trace:' <<<"$out")" 'compute: ([0-9]+%)')
+      arena_line=$(grep '^  arena ' <<<"$out")
+      arena="$(field "$arena_line" 'arena ([0-9.]+) MiB') ($(field "$arena_line" 'planned peak ([0-9.]+)'))"
+      ratio=$(awk -v m="$measured" -v p="$predicted" 'BEGIN { printf "%.2f", m / p }')
+      ratios[$spec-$ranks]+="$ratio "
+      printf '%-4s %-10s %5s %13s %13s %7s %10s %8s %20s\n' "$rep" "$spec" "$ranks" "$predicted" \
+        "$measured" "$ratio" "$tokens" "${hidden:-no comm}" "$arena"
+    done
   done
 done
-echo "ratio = measured / predicted step time (profile: $profile)"
+echo
+echo "ratio = measured / predicted step time; per configuration over $repeats repetition(s):"
+for spec in "${specs[@]}"; do
+  for ranks in 1 2; do
+    tr ' ' '\n' <<<"${ratios[$spec-$ranks]}" | grep . | sort -g |
+      awk -v s="$spec" -v r="$ranks" '{ v[NR] = $1 } END {
+        m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+        printf "  %-10s %d rank%s  median %.2f  (min %.2f, max %.2f)\n", s, r, (r > 1 ? "s" : " "), m, v[1], v[NR] }'
+  done
+done
