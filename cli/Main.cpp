@@ -34,6 +34,7 @@
 #include "planner/Calibrated.h"
 #include "planner/Fit.h"
 #include "planner/Pipeline.h"
+#include "profile/profile.h"
 #include "runtime/files/checkpoint_merge.h"
 #include "suggest/Suggest.h"
 
@@ -233,6 +234,13 @@ std::optional<Hardware> plan_hardware(const Common& c, const PlanTarget& target)
                stderr);
     return std::nullopt;
   }
+  const std::string revision = fmt::format("fsdpgen {}", kBuildRevision);
+  if (hw && hw->profile && hw->profile->written_by != revision)
+    std::fputs(fmt::format("fsdpgen: note: {} was measured by {}; this is {}: if the runtime's "
+                           "kernels changed since, run `fsdpgen calibrate` again\n",
+                           hw->profile_path, hw->profile->written_by, revision)
+                   .c_str(),
+               stderr);
   return hw;
 }
 

@@ -68,6 +68,18 @@ TEST(CliCalibrate, TinysProfilePlansEveryOpFromMeasurements) {
   EXPECT_FALSE(trace.is_discarded()) << t.out.substr(0, 500);
 }
 
+TEST(CliCalibrate, AProfileFromAnotherRevisionIsNoted) {
+  const std::string dir = work_dir();
+  fsdpgen::profile::Profile p = fsdpgen::profile::load(tiny_profile());
+  CmdResult same = run(fmt::format("plan {} --hardware {}", spec("tiny.fsdp"), tiny_profile()));
+  EXPECT_FALSE(has(same, "was measured by")) << same.out;
+  p.written_by = "fsdpgen 0000000";
+  fsdpgen::profile::save(p, dir + "/old.json");
+  CmdResult old = run(fmt::format("plan {} --hardware {}/old.json", spec("tiny.fsdp"), dir));
+  EXPECT_EQ(old.status, 0) << old.out;
+  EXPECT_TRUE(has(old, "old.json was measured by fsdpgen 0000000; this is fsdpgen ")) << old.out;
+}
+
 TEST(CliCalibrate, RequestOnlyWritesWhatToMeasureAndTheCommand) {
   const std::string req = work_dir() + "/req.json";
   CmdResult r = run(fmt::format("calibrate {} --ranks 2 --request {}", spec("tiny.fsdp"), req));
