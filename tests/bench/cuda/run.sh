@@ -2,7 +2,9 @@
 # GPU benchmark of generated CUDA binaries against PyTorch FSDP2 on one H100 or
 # H200: GPT-2 124M, 350M and 1.5B at world 1, bf16 params, sequence 1024 and
 # the largest micro-batch the plan fits; prints tokens/s, MFU, measured against
-# planned arena (the driver's count), and PyTorch's tokens/s (eager and torch.compile) for the
+# planned arena (the driver's count), the step time measured against the one
+# predicted from a profile `fsdpgen calibrate` measures on the same GPU, and
+# PyTorch's tokens/s (eager and torch.compile) for the
 # same model, batch and precision; judges the targets; appends the table to
 # RESULTS.md beside this script.
 #   bash tests/bench/cuda/run.sh [--profile] [STEPS] [SIZE...]   STEPS 20; SIZE 124m 350m 1.5b (default all)
@@ -210,6 +212,22 @@ run_fsdpgen() {
   echo "  fsdpgen: $memory_line"
 }
 
+# predict_fsdpgen SIZE SPEC: calibrates this GPU for the spec (`fsdpgen
+# calibrate`: its layer passes, optimizer and copies as the runtime runs
+# them) and records the step the planner predicts from that profile beside
+# the measured one (the binary's tokens/s over the step's tokens).
+predict_fsdpgen() {
+  local log="$work/$1.calibrate.log" prof="$work/$1.profile.json"
+  "$fsdpgen" calibrate "$2" --target cuda --gpu "$gpu_kind" -o "$prof" >"$log" 2>&1 ||
+    { fail "$1" "fsdpgen calibrate failed" "$log"; return 1; }
+  predicted_ms[$1]=$("$fsdpgen" plan "$2" --hardware "$prof" 2>>"$log" |
+    sed -nE 's#^predicted step of .* on .*: ([0-9.]+) ms#\1#p')
+  [ -n "${predicted_ms[$1]}" ] || { fail "$1" "fsdpgen plan --hardware printed no step" "$log"; return 1; }
+  measured_ms[$1]=$(awk -v b="${micro_batch[$1]}" -v t="${tokens_per_s[$1]}" -v c="$context" \
+    'BEGIN { printf "%.1f", 1000 * b * c / t }')
+  echo "  predicted from its profile: ${predicted_ms[$1]} ms a step; measured ${measured_ms[$1]} ms"
+}
+
 # profile_fsdpgen SIZE: one step of the size's binary (the fourth: after GEMM
 # algorithm choice and graph capture) under ncu; its kernel table.
 profile_fsdpgen() {
@@ -273,6 +291,7 @@ bench() {
     "plan: $(field "$plan" '^fits: yes: (peak .* usable)'), $(field "$plan" ', ([0-9]+ tokens/s)$')," \
     "MFU $(field "$plan" '\(MFU ([0-9.]+%)')"
   run_fsdpgen "$size" "$spec" || return 1
+  predict_fsdpgen "$size" "$spec" || return 1
   if $profile; then profile_fsdpgen "$size" || return 1; fi
   local args=(--layers "$layers" --width "$width" --heads "$heads" --vocab "$vocab"
     --context "$context" --micro-batch "${micro_batch[$size]}" --steps "$steps"
@@ -288,7 +307,7 @@ bench() {
 row() {
   local s=$1
   if [ -n "${error[$s]:-}" ]; then
-    echo "| $s | ${micro_batch[$s]:--} | error: ${error[$s]//|//} | | | | | | | | | |"
+    echo "| $s | ${micro_batch[$s]:--} | error: ${error[$s]//|//} | | | | | | | | | | |"
     return
   fi
   local compiled=${torch_tps[$s-compile]} ratio="-" vs_compile="n/a (torch OOM)" mfu_verdict="-"
@@ -305,14 +324,17 @@ row() {
     'BEGIN { print (a >= p && a < p + 2.01 ? "PASS" : "FAIL") }')
   echo "| $s | ${micro_batch[$s]} | ${tokens_per_s[$s]} | ${mfu_pct[$s]}% |" \
     "${peak_mib[$s]} / ${planned_mib[$s]} | ${torch_tps[$s-eager]} | $compiled |" \
-    "${torch_peak_mib[$s-compile]} | $ratio | $vs_compile | $mfu_verdict | $peak_verdict |"
+    "${torch_peak_mib[$s-compile]} | $ratio | $vs_compile | $mfu_verdict | $peak_verdict |" \
+    "${measured_ms[$s]} / ${predicted_ms[$s]} = $(awk -v m="${measured_ms[$s]}" \
+      -v p="${predicted_ms[$s]}" 'BEGIN { printf "%.2f", m / p }') |"
 }
 
 table() {
   echo "| size | micro-batch | fsdpgen tok/s | MFU | arena (driver) / plan MiB | torch eager tok/s |" \
     "torch compile tok/s | torch compile peak MiB | fsdpgen / compile | tok/s >= compile |" \
-    "MFU >= $mfu_target_pct% (1.5b) | arena = plan (2 MiB pages) |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
+    "MFU >= $mfu_target_pct% (1.5b) | arena = plan (2 MiB pages) |" \
+    "step ms measured / predicted (calibrated) |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|"
   for size in "${sizes[@]}"; do row "$size"; done
 }
 
@@ -336,6 +358,7 @@ header() {
 }
 
 declare -A error micro_batch params_of flops_per_token tokens_per_s mfu_pct peak_mib planned_mib
+declare -A predicted_ms measured_ms
 declare -A torch_tps torch_peak_mib kernels
 detect_device
 work=$(mktemp -d "${TMPDIR:-/tmp}/fsdpgen-bench-cuda.XXXXXX")
