@@ -35,22 +35,26 @@ void error(const std::string& msg) {
 
 // The standard sweep: shapes that bracket the shipped specs, so that plans
 // of other models interpolate. CPUs: byte-level models like
-// specs/small-10m.fsdp; GPUs: GPT-2's widths at T = 1024 in bf16.
+// specs/small-10m.fsdp with fp32 and bf16 params; GPUs: GPT-2's widths at T =
+// 1024 with bf16 params (gradients reduced in fp32, as the shipped specs do).
 std::vector<std::string> standard_sweep(bool gpu, int64_t ranks) {
   struct Shape {
     int64_t width, heads;
   };
   const std::vector<Shape> shapes = gpu ? std::vector<Shape>{{768, 12}, {1024, 16}, {1600, 25}}
                                         : std::vector<Shape>{{128, 4}, {256, 8}, {512, 8}};
+  const std::vector<std::string_view> dtypes =
+      gpu ? std::vector<std::string_view>{"bf16"} : std::vector<std::string_view>{"fp32", "bf16"};
   std::vector<std::string> texts;
-  for (const Shape& s : shapes)
-    texts.push_back(fmt::format(
-        "model sweep{} {{ family = gpt2 vocab = {} context = {} width = {} heads = {} layers = 2 "
-        "}}\nunits {{ each block }}\nparallel {{ world = {} sharding = full_shard precision {{ "
-        "param = {} reduce = {} master = fp32 }} }}\ntrain {{ optimizer = adamw(lr = 1e-3) "
-        "micro_batch = {} steps = 100 data = synthetic(seed = 1) }}\n",
-        s.width, gpu ? 50257 : 256, gpu ? 1024 : 256, s.width, s.heads, ranks,
-        gpu ? "bf16" : "fp32", gpu ? "bf16" : "fp32", gpu ? 8 : 4));
+  for (std::string_view dtype : dtypes)
+    for (const Shape& s : shapes)
+      texts.push_back(fmt::format(
+          "model sweep{} {{ family = gpt2 vocab = {} context = {} width = {} heads = {} layers = "
+          "2 }}\nunits {{ each block }}\nparallel {{ world = {} sharding = full_shard precision "
+          "{{ param = {} reduce = fp32 master = fp32 }} }}\ntrain {{ optimizer = adamw(lr = "
+          "1e-3) micro_batch = {} steps = 100 data = synthetic(seed = 1) }}\n",
+          s.width, gpu ? 50257 : 256, gpu ? 1024 : 256, s.width, s.heads, ranks, dtype,
+          gpu ? 8 : 4));
   return texts;
 }
 
@@ -148,13 +152,15 @@ int run_calibrate(const CalibrateOptions& o, bool gpu_visible) {
     error("give -o PROFILE (measure here) or --request FILE (write what to measure and stop)");
     return 2;
   }
-  int64_t ranks = o.ranks;
+  // Ranks on this node: --ranks, else as many as the specs put on a node (the
+  // standard sweep: all), up to its cores or GPUs and 8.
+  const int64_t slots = std::min<int64_t>(
+      8, target == "cuda" ? std::max<int64_t>(1, gpus_visible())
+                          : std::max<int64_t>(1, std::thread::hardware_concurrency()));
+  int64_t ranks = o.ranks > 0 ? o.ranks : o.specs.empty() ? slots : 0;
   auto schedules = plan_specs(o, *base, ranks);
   if (!schedules) return 1;
-  const int64_t slots = target == "cuda"
-                            ? std::max<int64_t>(1, gpus_visible())
-                            : std::max<unsigned>(1, std::thread::hardware_concurrency());
-  if (o.ranks == 0) ranks = std::clamp<int64_t>(ranks, 1, std::min<int64_t>(slots, 8));
+  if (o.ranks == 0) ranks = std::clamp<int64_t>(ranks, 1, slots);
   std::string sweep;
   for (const std::string& s : o.specs)
     sweep += (sweep.empty() ? "" : " ") + s;
