@@ -2,31 +2,20 @@
 #include "calibrate/ranks.h"
 
 #include <algorithm>
-#include <chrono>
 #include <exception>
 #include <set>
 
 #include "runtime/check.h"
-#include "runtime/poll.h"
+#include "runtime/comm.h"
 
 namespace {
-
-void wait(MPI_Request& req) {
-  poll_until(
-      [&] {
-        int done = 0;
-        MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-        return done != 0;
-      },
-      200, std::chrono::microseconds(5));
-}
 
 template <class X>
 X reduce(X x, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
   X out{};
   MPI_Request req;
   MPI_CHECK(MPI_Iallreduce(&x, &out, 1, type, op, comm, &req));
-  wait(req);
+  comm_wait(req);
   return out;
 }
 
@@ -73,7 +62,7 @@ rank_layout ranks_discover() {
 void ranks_barrier(MPI_Comm comm) {
   MPI_Request req;
   MPI_CHECK(MPI_Ibarrier(comm, &req));
-  wait(req);
+  comm_wait(req);
 }
 
 double ranks_sum(double x, MPI_Comm comm) {
@@ -98,11 +87,11 @@ std::string ranks_first_error(const std::string& error) {
   int64_t length = static_cast<int64_t>(message.size());
   MPI_Request req;
   MPI_CHECK(MPI_Ibcast(&length, 1, MPI_INT64_T, first, MPI_COMM_WORLD, &req));
-  wait(req);
+  comm_wait(req);
   message.resize(static_cast<size_t>(length));
   MPI_CHECK(
       MPI_Ibcast(message.data(), static_cast<int>(length), MPI_CHAR, first, MPI_COMM_WORLD, &req));
-  wait(req);
+  comm_wait(req);
   return message;
 }
 

@@ -83,17 +83,6 @@ int count_of(int64_t n, const char* what) {
   return static_cast<int>(n);
 }
 
-// Polls a request: spins briefly, then sleeps with a growing back-off.
-void wait(MPI_Request& req) {
-  poll_until(
-      [&] {
-        int done = 0;
-        MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-        return done != 0;
-      },
-      200, std::chrono::microseconds(5));
-}
-
 }  // namespace
 
 comm_groups comm_create(int64_t shard_group) {
@@ -127,18 +116,28 @@ void comm_destroy(comm_groups& g) {
       if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
 }
 
+void comm_wait(MPI_Request& req) {
+  poll_until(
+      [&] {
+        int done = 0;
+        MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+        return done != 0;
+      },
+      200, std::chrono::microseconds(5));
+}
+
 void comm_all_gather(MPI_Comm comm, const void* send, void* recv, int64_t bytes) {
   int n = count_of(bytes, "all-gather");
   MPI_Request req;
   MPI_CHECK(MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm, &req));
-  wait(req);
+  comm_wait(req);
 }
 
 void comm_reduce_scatter(MPI_Comm comm, const void* send, void* recv, int64_t count, dtype_id t) {
   int n = count_of(count, "reduce-scatter");
   MPI_Request req;
   MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, n, datatype(t), sum_op(t), comm, &req));
-  wait(req);
+  comm_wait(req);
 }
 
 void comm_all_reduce(MPI_Comm comm, const void* send, void* recv, int64_t count, dtype_id t) {
@@ -146,12 +145,12 @@ void comm_all_reduce(MPI_Comm comm, const void* send, void* recv, int64_t count,
   MPI_Request req;
   MPI_CHECK(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, datatype(t), sum_op(t),
                            comm, &req));
-  wait(req);
+  comm_wait(req);
 }
 
 void comm_broadcast(MPI_Comm comm, void* data, int64_t bytes, int root) {
   int n = count_of(bytes, "broadcast");
   MPI_Request req;
   MPI_CHECK(MPI_Ibcast(data, n, MPI_BYTE, root, comm, &req));
-  wait(req);
+  comm_wait(req);
 }

@@ -27,6 +27,10 @@ struct comm_groups {
 comm_groups comm_create(int64_t shard_group);
 void comm_destroy(comm_groups& g);
 
+// Waits for a request without holding a core: a short spin, then sleeps
+// with a growing back-off (runtime/poll.h).
+void comm_wait(MPI_Request& req);
+
 // recv (size * bytes) = every rank's send (bytes), in rank order.
 void comm_all_gather(MPI_Comm comm, const void* send, void* recv, int64_t bytes);
 // recv (count) = sum over ranks of this rank's count-element block of send (size * count).
