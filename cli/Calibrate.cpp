@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "dsl/Frontend.h"
+#include "emit/BuildConfig.h"
 #include "planner/Calibrated.h"
 #include "planner/Fit.h"
 #include "planner/Pipeline.h"
@@ -103,12 +104,10 @@ int64_t gpus_visible() {
   return n;
 }
 
-// fsdpgen-calibrate, beside this fsdpgen (the build directory, or where
-// both are installed).
+// fsdpgen-calibrate, built with this fsdpgen (as the runtime library its
+// builds link is: emit/BuildConfig.h).
 fs::path calibration_binary() {
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  return (ec ? fs::path(".") : self.parent_path()) / "fsdpgen-calibrate";
+  return kBuildCalibrateBinary;
 }
 
 std::string shell_quoted(const std::vector<std::string>& args) {

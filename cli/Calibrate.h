@@ -2,7 +2,7 @@
 // machine. It plans the given specs (or a standard sweep of shapes) for the
 // target, writes the request of what their steps run
 // (planner/Calibrated.h's calibration_request), and runs the calibration
-// binary (calibrate/, `fsdpgen-calibrate`, beside fsdpgen) on this node's
+// binary (calibrate/, `fsdpgen-calibrate`, built with fsdpgen) on this node's
 // ranks, which measures each entry through the runtime and writes the profile.
 #pragma once
 
