@@ -6,6 +6,7 @@
 //   fsdpgen spec.fsdp -o train [--target cuda|cpu] [--sources DIR] ...   (= fsdpgen build)
 //   fsdpgen merge CHECKPOINT -o model.safetensors [--dtype fp32|bf16|fp16]
 //   fsdpgen calibrate [SPEC...] -o profile.json [--target cpu|cuda] [--ranks N] [--quick]
+//   fsdpgen compare PREDICTED.json MEASURED.json [--rank R] [--top N] [-o merged.json]
 // Each subcommand but merge runs the pipeline (planner/Pipeline.h) up to its
 // last pass; --dump-after PASS prints a pass's IR and --time-passes times them.
 #include <unistd.h>
@@ -32,6 +33,7 @@
 #include "emit/Emit.h"
 #include "emit/Template.h"
 #include "planner/Calibrated.h"
+#include "planner/Compare.h"
 #include "planner/Fit.h"
 #include "planner/Pipeline.h"
 #include "profile/profile.h"
@@ -518,6 +520,37 @@ int run_merge(const std::string& checkpoint, const std::string& output, const st
   }
 }
 
+std::optional<std::string> read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    std::fputs(fmt::format("fsdpgen: error: cannot read '{}'\n", path).c_str(), stderr);
+    return std::nullopt;
+  }
+  std::stringstream text;
+  text << f.rdbuf();
+  return text.str();
+}
+
+int run_compare(const std::string& predicted, const std::string& measured, int rank, int top,
+                const std::string& merged) {
+  const auto p = read_text(predicted), m = read_text(measured);
+  if (!p || !m) return kExitSpecError;
+  try {
+    const StepTrace pt = read_step_trace(*p, predicted), mt = read_step_trace(*m, measured);
+    out(compare_report(pt, mt, {rank, top}));
+    if (!merged.empty() && !write_output(merged, merged_trace(pt, mt, rank))) return kExitSpecError;
+    if (!merged.empty())
+      out(
+          fmt::format("\nboth steps, each stream's predicted track above its measured one: {} "
+                      "(ui.perfetto.dev)\n",
+                      merged));
+    return 0;
+  } catch (const CompareError& e) {
+    std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
+    return kExitSpecError;
+  }
+}
+
 // Whether a first word that is no subcommand is a spec to build: an existing
 // file, or a path or .fsdp name (a missing spec is then reported as such).
 bool looks_like_spec_path(const std::string& word) {
@@ -638,10 +671,26 @@ int main(int argc, char** argv) {
                         "write what to measure to this file and stop (run the printed command "
                         "under srun on the cluster)");
 
+  std::string compare_predicted, compare_measured, compare_merged;
+  int compare_rank = 0, compare_top = 20;
+  CLI::App* compare = app.add_subcommand(
+      "compare",
+      "a predicted step (schedule --format trace) against a measured one (./train --trace), op "
+      "by op");
+  compare->add_option("predicted", compare_predicted, "the predicted trace")->required();
+  compare->add_option("measured", compare_measured, "the measured trace")->required();
+  compare->add_option("--rank", compare_rank, "the measured rank compared op by op (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  compare->add_option("--top", compare_top, "ops listed, largest difference first (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  compare->add_option("-o,--output", compare_merged,
+                      "also write both steps as one Perfetto trace, each stream's predicted track "
+                      "above its measured one");
+
   // `fsdpgen spec.fsdp -o train` is `fsdpgen build spec.fsdp -o train`.
   std::vector<std::string> args(argv + 1, argv + argc);
-  const std::vector<std::string_view> commands = {"check", "schedule", "plan",     "emit",
-                                                  "build", "merge",    "calibrate"};
+  const std::vector<std::string_view> commands = {"check", "schedule", "plan",      "emit",
+                                                  "build", "merge",    "calibrate", "compare"};
   if (!args.empty() && !args[0].empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
     if (!fsdpgen::looks_like_spec_path(args[0])) {
@@ -670,5 +719,8 @@ int main(int argc, char** argv) {
   if (build->parsed()) return fsdpgen::run_build(build_args, build_target, binary, sources);
   if (merge->parsed()) return fsdpgen::run_merge(merge_in, merge_out, merge_dtype);
   if (calibrate->parsed()) return fsdpgen::run_calibrate(calibrate_opts, fsdpgen::gpu_visible());
+  if (compare->parsed())
+    return fsdpgen::run_compare(compare_predicted, compare_measured, compare_rank, compare_top,
+                                compare_merged);
   return fsdpgen::kExitUsage;
 }

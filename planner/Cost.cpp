@@ -528,7 +528,9 @@ std::string trace_json(const Schedule& s, const Timeline& t) {
   j["traceEvents"] = std::move(events);
   j["displayTimeUnit"] = "ms";
   j["otherData"] = {{"model", spec.model.name},
+                    {"world", spec.parallel.world},
                     {"hardware", t.hardware},
+                    {"figures", timeline_source(t)},
                     {"step_ms", t.step_ms},
                     {"model_tflops", t.model_tflops},
                     {"mfu", t.mfu},

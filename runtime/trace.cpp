@@ -84,6 +84,8 @@ std::string trace_json(const program& p, int64_t step,
   ordered_json j;
   j["traceEvents"] = std::move(events);
   j["displayTimeUnit"] = "ms";
+  // What `fsdpgen compare` checks against the predicted trace's.
+  j["otherData"] = {{"model", p.model_name}, {"world", p.parallel.world}, {"step", step + 1}};
   return j.dump(1) + "\n";
 }
 

@@ -80,6 +80,44 @@ TEST(CliCalibrate, AProfileFromAnotherRevisionIsNoted) {
   EXPECT_TRUE(has(old, "old.json was measured by fsdpgen 0000000; this is fsdpgen ")) << old.out;
 }
 
+// A predicted step from the profile against one the binary measures: the
+// table, the merged trace, and a trace of another world refused.
+TEST(CliCalibrate, CompareAMeasuredStepWithItsPrediction) {
+  const std::string dir = work_dir();
+  ASSERT_EQ(
+      run(fmt::format("{} --target cpu --world 1 -o {}/tiny1", spec("tiny.fsdp"), dir)).status, 0);
+  CmdResult train = fsdpgen::test::run_command(fmt::format(
+      "cd {0} && ./tiny1 --steps 20 --log-every 100 --trace {0}/measured.json --trace-step 19",
+      dir));
+  ASSERT_EQ(train.status, 0) << train.out;
+  ASSERT_EQ(run(fmt::format("schedule {} --world 1 --hardware {} --format trace -o {}/p1.json",
+                            spec("tiny.fsdp"), tiny_profile(), dir))
+                .status,
+            0);
+  CmdResult r = run(fmt::format("compare {0}/p1.json {0}/measured.json -o {0}/merged.json", dir));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(has(r, "hardware profile " + tiny_profile())) << r.out;
+  for (const char* row : {"exposed communication", "per op kind (count)", "F (6)", "B (6)",
+                          "OPT (5)", "largest difference first (top 20)"})
+    EXPECT_TRUE(has(r, row)) << row << "\n" << r.out;
+  std::ifstream merged(dir + "/merged.json");
+  const nlohmann::json j = nlohmann::json::parse(merged, nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  std::string names;
+  for (const nlohmann::json& e : j["traceEvents"])
+    if (e["name"] == "thread_name") names += e["args"]["name"].get<std::string>() + ";";
+  EXPECT_NE(names.find("compute (predicted);compute (measured, rank 0);"), std::string::npos)
+      << names;
+
+  ASSERT_EQ(run(fmt::format("schedule {} --world 2 --hardware {} --format trace -o {}/p2.json",
+                            spec("tiny.fsdp"), tiny_profile(), dir))
+                .status,
+            0);
+  CmdResult other = run(fmt::format("compare {0}/p2.json {0}/measured.json", dir));
+  EXPECT_EQ(other.status, 1) << other.out;
+  EXPECT_TRUE(has(other, "the traces are of other worlds")) << other.out;
+}
+
 TEST(CliCalibrate, RequestOnlyWritesWhatToMeasureAndTheCommand) {
   const std::string req = work_dir() + "/req.json";
   CmdResult r = run(fmt::format("calibrate {} --ranks 2 --request {}", spec("tiny.fsdp"), req));

@@ -1,0 +1,296 @@
+// Compare: trace parsing, the schedule check, the report and the merged trace.
+#include "planner/Compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace fsdpgen {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+const std::set<std::string> kComputeKinds = {"F", "RECOMPUTE", "B", "GRADNORM", "OPT"};
+const std::set<std::string> kCommKinds = {"AG", "RS", "AR", "H2D", "D2H"};
+const std::vector<std::string> kKindOrder = {"AG", "F",   "RECOMPUTE", "B",        "RS",
+                                             "AR", "H2D", "D2H",       "GRADNORM", "OPT"};
+
+[[noreturn]] void fail(const std::string& file, const std::string& what) {
+  throw CompareError(fmt::format("{}: {}", file, what));
+}
+
+int64_t int_arg(const json& args, const char* key, const std::string& file, int id) {
+  if (!args.contains(key) || !args[key].is_number_integer())
+    fail(file, fmt::format("op {}: args.{} is missing or not an integer", id, key));
+  return args[key].get<int64_t>();
+}
+
+using Intervals = std::vector<std::pair<double, double>>;
+
+Intervals merged(Intervals v) {
+  std::sort(v.begin(), v.end());
+  Intervals out;
+  for (const auto& x : v) {
+    if (x.second <= x.first) continue;
+    if (!out.empty() && x.first <= out.back().second)
+      out.back().second = std::max(out.back().second, x.second);
+    else
+      out.push_back(x);
+  }
+  return out;
+}
+
+double length(const Intervals& v) {
+  double sum = 0;
+  for (const auto& [a, b] : v)
+    sum += b - a;
+  return sum;
+}
+
+double overlap(const Intervals& a, const Intervals& b) {
+  double sum = 0;
+  for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+    sum += std::max(0.0, std::min(a[i].second, b[j].second) - std::max(a[i].first, b[j].first));
+    if (a[i].second < b[j].second)
+      ++i;
+    else
+      ++j;
+  }
+  return sum;
+}
+
+struct Totals {
+  double step_ms = 0, exposed_comm_ms = 0;
+  std::map<std::string, double> stream_ms, kind_ms;
+  std::map<std::string, int> kind_count;
+};
+
+// Exposed communication: time in which a collective or copy runs and no
+// compute op does (planner/Cost.h's definition).
+Totals totals(const std::vector<TraceOp>& ops) {
+  Totals t;
+  Intervals compute, comm;
+  for (const TraceOp& op : ops) {
+    t.step_ms = std::max(t.step_ms, op.end_ms);
+    if (op.kind == "FREE") continue;
+    t.stream_ms[op.stream] += op.ms();
+    t.kind_ms[op.kind] += op.ms();
+    ++t.kind_count[op.kind];
+    if (kComputeKinds.count(op.kind)) compute.emplace_back(op.start_ms, op.end_ms);
+    if (kCommKinds.count(op.kind)) comm.emplace_back(op.start_ms, op.end_ms);
+  }
+  compute = merged(std::move(compute));
+  comm = merged(std::move(comm));
+  t.exposed_comm_ms = length(comm) - overlap(comm, compute);
+  return t;
+}
+
+std::string ratio(double measured, double predicted) {
+  return predicted > 0 ? fmt::format("{:.2f}x", measured / predicted) : "-";
+}
+
+void check_same_schedule(const StepTrace& p, const StepTrace& m) {
+  if (!p.model.empty() && !m.model.empty() && p.model != m.model)
+    throw CompareError(fmt::format("the traces are of other models: {} is {}, {} is {}", p.file,
+                                   p.model, m.file, m.model));
+  const int64_t pw = p.world, mw = m.world > 0 ? m.world : static_cast<int64_t>(m.ranks.size());
+  if (pw > 0 && pw != mw)
+    throw CompareError(
+        fmt::format("the traces are of other worlds: {} plans {} rank{}, {} "
+                    "measured {}",
+                    p.file, pw, pw == 1 ? "" : "s", m.file, mw));
+  const std::vector<TraceOp>& a = p.ranks.at(0);
+  for (size_t r = 0; r < m.ranks.size(); ++r) {
+    const std::vector<TraceOp>& b = m.ranks[r];
+    if (a.size() != b.size())
+      throw CompareError(
+          fmt::format("{} has {} ops, {} (rank {}) {}: another spec, world or "
+                      "micro-batch?",
+                      p.file, a.size(), m.file, r, b.size()));
+    for (size_t i = 0; i < a.size(); ++i) {
+      const TraceOp &x = a[i], &y = b[i];
+      if (x.label != y.label || x.kind != y.kind || x.unit != y.unit ||
+          x.micro_batch != y.micro_batch || x.group_size != y.group_size ||
+          x.payload_bytes != y.payload_bytes)
+        throw CompareError(fmt::format(
+            "op {} differs: {} has '{}' ({} bytes over {}), {} (rank {}) '{}' ({} bytes over "
+            "{}): another spec, world or micro-batch?",
+            i, p.file, x.label, x.payload_bytes, x.group_size, m.file, r, y.label, y.payload_bytes,
+            y.group_size));
+    }
+  }
+}
+
+}  // namespace
+
+StepTrace read_step_trace(std::string_view text, const std::string& file) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) fail(file, "not JSON");
+  if (!j.is_object() || !j.contains("traceEvents") || !j["traceEvents"].is_array())
+    fail(file,
+         "not a trace (no traceEvents array): write one with `fsdpgen schedule --format "
+         "trace` or `./train --trace`");
+  StepTrace t;
+  t.file = file;
+  if (j.contains("otherData") && j["otherData"].is_object()) {
+    const json& o = j["otherData"];
+    if (o.contains("model") && o["model"].is_string()) t.model = o["model"];
+    if (o.contains("world") && o["world"].is_number_integer()) t.world = o["world"];
+    if (o.contains("figures") && o["figures"].is_string()) t.figures = o["figures"];
+  }
+  std::map<std::pair<int, int>, std::string> thread_names;
+  for (const json& e : j["traceEvents"])
+    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name")
+      thread_names[{e.value("pid", 0), e.value("tid", 0)}] = e["args"].value("name", "");
+  std::map<int, std::vector<TraceOp>> by_pid;
+  for (const json& e : j["traceEvents"]) {
+    if (e.value("ph", "") != "X") continue;
+    if (!e.contains("args") || !e["args"].is_object() || !e.contains("ts") || !e.contains("dur"))
+      fail(file, "an op event without args, ts or dur");
+    const json& a = e["args"];
+    TraceOp op;
+    if (!a.contains("op") || !a["op"].is_number_integer())
+      fail(file, "an op event without args.op");
+    op.id = a["op"].get<int>();
+    op.label = e.value("name", "");
+    op.kind = a.value("kind", "");
+    const int pid = e.value("pid", 0), tid = e.value("tid", 0);
+    auto name = thread_names.find({pid, tid});
+    op.stream = name != thread_names.end() ? name->second : fmt::format("stream {}", tid);
+    op.unit = int_arg(a, "unit", file, op.id);
+    op.micro_batch = int_arg(a, "micro_batch", file, op.id);
+    op.group_size = int_arg(a, "group_size", file, op.id);
+    op.payload_bytes = int_arg(a, "payload_bytes", file, op.id);
+    op.start_ms = e["ts"].get<double>() / 1e3;
+    op.end_ms = op.start_ms + e["dur"].get<double>() / 1e3;
+    by_pid[pid].push_back(op);
+  }
+  if (by_pid.empty()) fail(file, "the trace holds no ops");
+  for (auto& [pid, ops] : by_pid) {
+    std::sort(ops.begin(), ops.end(),
+              [](const TraceOp& a, const TraceOp& b) { return a.id < b.id; });
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].id != static_cast<int>(i))
+        fail(file, fmt::format("process {}: op ids are not 0..{} (op {} at position {})", pid,
+                               ops.size() - 1, ops[i].id, i));
+    t.ranks.push_back(std::move(ops));
+  }
+  return t;
+}
+
+std::string compare_report(const StepTrace& p, const StepTrace& m, const CompareOptions& o) {
+  if (p.ranks.size() != 1)
+    throw CompareError(
+        fmt::format("{}: a predicted trace holds one process, this one {} "
+                    "(predicted and measured swapped?)",
+                    p.file, p.ranks.size()));
+  check_same_schedule(p, m);
+  if (o.rank < 0 || o.rank >= static_cast<int>(m.ranks.size()))
+    throw CompareError(
+        fmt::format("--rank {}: {} holds ranks 0 to {}", o.rank, m.file, m.ranks.size() - 1));
+  const std::vector<TraceOp>& pred = p.ranks[0];
+  const std::vector<TraceOp>& meas = m.ranks[static_cast<size_t>(o.rank)];
+  const Totals tp = totals(pred), tm = totals(meas);
+  double mean_step = 0;
+  for (const auto& r : m.ranks)
+    mean_step += totals(r).step_ms / static_cast<double>(m.ranks.size());
+
+  std::string out =
+      fmt::format("predicted {}{}\nmeasured  {} (rank {} of {})\n\n", p.file,
+                  p.figures.empty() ? "" : " (" + p.figures + ")", m.file, o.rank, m.ranks.size());
+  out +=
+      fmt::format("{:<28} {:>13} {:>13} {:>8}\n", "step", "predicted ms", "measured ms", "ratio");
+  auto line = [&](const std::string& what, double a, double b) {
+    out += fmt::format("{:<28} {:>13.3f} {:>13.3f} {:>8}\n", what, a, b, ratio(b, a));
+  };
+  line("step", tp.step_ms, tm.step_ms);
+  if (m.ranks.size() > 1) line("step, mean over ranks", tp.step_ms, mean_step);
+  line("exposed communication", tp.exposed_comm_ms, tm.exposed_comm_ms);
+  for (const auto& [stream, ms] : tp.stream_ms)
+    line("busy " + stream, ms, tm.stream_ms.count(stream) ? tm.stream_ms.at(stream) : 0);
+
+  out += fmt::format("\n{:<28} {:>13} {:>13} {:>8}\n", "per op kind (count)", "predicted ms",
+                     "measured ms", "ratio");
+  for (const std::string& k : kKindOrder)
+    if (tp.kind_count.count(k))
+      line(fmt::format("{} ({})", k, tp.kind_count.at(k)), tp.kind_ms.at(k), tm.kind_ms.at(k));
+
+  std::vector<size_t> order;
+  for (size_t i = 0; i < pred.size(); ++i)
+    if (pred[i].kind != "FREE") order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::abs(meas[a].ms() - pred[a].ms()) > std::abs(meas[b].ms() - pred[b].ms());
+  });
+  if (o.top > 0 && order.size() > static_cast<size_t>(o.top)) order.resize(o.top);
+  out += fmt::format("\nper op, largest difference first{}\n",
+                     o.top > 0 ? fmt::format(" (top {})", o.top) : "");
+  out += fmt::format("{:>5} {:<16} {:<14} {:>13} {:>13} {:>8}\n", "op", "label", "stream",
+                     "predicted ms", "measured ms", "ratio");
+  for (size_t i : order)
+    out +=
+        fmt::format("{:>5} {:<16} {:<14} {:>13.3f} {:>13.3f} {:>8}\n", pred[i].id, pred[i].label,
+                    pred[i].stream, pred[i].ms(), meas[i].ms(), ratio(meas[i].ms(), pred[i].ms()));
+  return out;
+}
+
+std::string merged_trace(const StepTrace& p, const StepTrace& m, int rank) {
+  const std::vector<TraceOp>& pred = p.ranks.at(0);
+  const std::vector<TraceOp>& meas = m.ranks.at(static_cast<size_t>(rank));
+  std::vector<std::string> streams;  // in first-use order
+  for (const auto* ops : {&pred, &meas})
+    for (const TraceOp& op : *ops)
+      if (std::find(streams.begin(), streams.end(), op.stream) == streams.end())
+        streams.push_back(op.stream);
+  ordered_json events = ordered_json::array();
+  events.push_back({{"name", "process_name"},
+                    {"ph", "M"},
+                    {"pid", 0},
+                    {"args",
+                     {{"name", fmt::format("fsdpgen compare: {} (predicted) and {} "
+                                           "(measured, rank {})",
+                                           p.file, m.file, rank)}}}});
+  for (size_t s = 0; s < streams.size(); ++s)
+    for (int measured = 0; measured < 2; ++measured) {
+      const int tid = static_cast<int>(2 * s) + measured;
+      events.push_back(
+          {{"name", "thread_name"},
+           {"ph", "M"},
+           {"pid", 0},
+           {"tid", tid},
+           {"args",
+            {{"name", measured ? fmt::format("{} (measured, rank {})", streams[s], rank)
+                               : fmt::format("{} (predicted)", streams[s])}}}});
+      events.push_back({{"name", "thread_sort_index"},
+                        {"ph", "M"},
+                        {"pid", 0},
+                        {"tid", tid},
+                        {"args", {{"sort_index", tid}}}});
+    }
+  for (int measured = 0; measured < 2; ++measured)
+    for (const TraceOp& op : measured ? meas : pred) {
+      if (op.kind == "FREE") continue;
+      const auto s = std::find(streams.begin(), streams.end(), op.stream) - streams.begin();
+      events.push_back({{"name", op.label},
+                        {"cat", op.kind},
+                        {"ph", "X"},
+                        {"ts", op.start_ms * 1e3},
+                        {"dur", op.ms() * 1e3},
+                        {"pid", 0},
+                        {"tid", static_cast<int>(2 * s) + measured},
+                        {"args",
+                         {{"op", op.id},
+                          {"predicted_ms", pred[op.id].ms()},
+                          {"measured_ms", meas[op.id].ms()}}}});
+    }
+  ordered_json j;
+  j["traceEvents"] = std::move(events);
+  j["displayTimeUnit"] = "ms";
+  return j.dump() + "\n";
+}
+
+}  // namespace fsdpgen
