@@ -307,6 +307,7 @@ int run_plan(const Common& c) {
   const Timeline& t = *p.timeline;
   out(fmt::format("plan of {} on {} x {}: {} ({})\n", s.model.name, par.world, hw->name,
                   hw->description, target.why));
+  out(print_hardware(*hw).substr(print_hardware(*hw).find('\n') + 1));  // its figures and sources
   out(fmt::format(
       "model: {} parameters ({} padded elements{}) in {} units; {} with shard group {} x {} "
       "replica{}; "

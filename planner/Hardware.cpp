@@ -74,6 +74,31 @@ Hardware a100(std::string name, std::string description, int64_t memory_mib, dou
   // 35 GB/s per GPU; ~60% achievable.
   h.host_memory_bytes_per_s = 20 * kGB;
   h.launch_overhead_s = 10 * kUs;
+  h.sources = {"datasheet",
+               "estimate: cuBLAS's large-GEMM share x a block's GEMM share",
+               "datasheet; bandwidth 0.85 x datasheet (BabelStream-like)",
+               "nccl-tests busbw on p4d, NVIDIA/nccl#527",
+               "estimate: 80% of 4 x 100 Gb/s EFA line rate",
+               "NCCL's tuning model (src/graph/tuning.cc); launch gap estimate",
+               "estimate from PCIe 4 and the node's DDR4"};
+  return h;
+}
+
+// The FSDP paper's cluster (Zhao et al., "PyTorch FSDP: Experiences on
+// Scaling Fully Sharded Data Parallel", VLDB 2023, section 6): A100 80GB
+// nodes of 8 GPUs "interconnected by a 2 Tb/s RoCE network". The GPUs and
+// the node are a DGX A100-like 80 GB node (a100() above); the network is
+// 2 Tb/s = 250 GB/s per node of line rate, of which we take the same 80%
+// busbw fraction as for EFA (NVLink reaches 235 of 300 GB/s too): 200 GB/s.
+// RoCE v2 adds Ethernet switching to InfiniBand's ~2.7 us per hop: we take
+// 5 us, an estimate (latency matters little at GPT-175B's message sizes).
+Hardware a100_roce() {
+  Hardware h = a100("a100-80g-roce",
+                    "NVIDIA A100 SXM4 80GB, 8 per node (NVLink 3), 2 Tb/s RoCE per node (the FSDP "
+                    "paper's cluster)",
+                    81920, 2039);
+  h.inter_node = {200 * kGB, 5 * kUs};
+  h.sources.inter_node = "estimate: 80% of the paper's 2 Tb/s RoCE per node (Zhao et al. 2023)";
   return h;
 }
 
@@ -105,6 +130,13 @@ Hardware hopper(std::string name, std::string description, int64_t memory_mib, d
   // node, 77 GB/s per GPU; ~60% achievable.
   h.host_memory_bytes_per_s = 45 * kGB;
   h.launch_overhead_s = 10 * kUs;
+  h.sources = {"datasheet",
+               "estimate: cuBLAS's large-GEMM share x a block's GEMM share",
+               "datasheet; bandwidth 0.85 x datasheet (BabelStream-like)",
+               "nccl-tests ring busbw on 8 GPUs, reported",
+               "estimate: 80% of 8 x 400 Gb/s per node",
+               "NCCL's tuning model (src/graph/tuning.cc); launch gap estimate",
+               "estimate from PCIe 5 and the node's DDR5"};
   return h;
 }
 
@@ -137,6 +169,13 @@ Hardware cpu() {
   h.host_link_bytes_per_s = 10 * kGB;      // "device" and host are one memory: a memcpy
   h.host_memory_bytes_per_s = 10 * kGB;
   h.launch_overhead_s = 20 * kUs;  // handing an op to the worker threads
+  h.sources = {"estimate from the core's structure",
+               "estimate",
+               "estimate (one core's STREAM, low end)",
+               "estimate (MPI over shared memory)",
+               "estimate (10 Gb/s Ethernet)",
+               "estimate",
+               "estimate"};
   return h;
 }
 
@@ -146,10 +185,13 @@ std::vector<Hardware> build_known() {
       a100("a100-80g",
            "NVIDIA A100 SXM4 80GB, 8 per node (NVLink 3), 4 x 100 Gb/s EFA per node (AWS p4de)",
            81920, 2039),
-      // A100 40GB SXM4: 1555 GB/s HBM2 (datasheet); 40960 MiB.
+      // A100 40GB SXM4: 1555 GB/s HBM2 (datasheet); 40960 MiB. The FSDP 1T
+      // blog's cluster (p4d.24xlarge).
       a100("a100-40g",
-           "NVIDIA A100 SXM4 40GB, 8 per node (NVLink 3), 4 x 100 Gb/s EFA per node (AWS p4d)",
+           "NVIDIA A100 SXM4 40GB, 8 per node (NVLink 3), 4 x 100 Gb/s EFA per node (AWS p4d, "
+           "the FSDP 1T blog's cluster)",
            40960, 1555),
+      a100_roce(),
       // H100 SXM5: 80 GB HBM3 at 3.35 TB/s (datasheet); nvidia-smi reports 81559 MiB.
       // Large GEMMs ~0.78 of peak (~770 TFLOPS); GEMMs ~88% of a large block: 0.69.
       hopper("h100-sxm",
@@ -236,22 +278,33 @@ std::string unknown_hardware_error(std::string_view name) {
 }
 
 std::string print_hardware(const Hardware& h) {
+  const Hardware::Sources& src = h.sources;
+  auto from = [](const std::string& source) {
+    return source.empty() ? std::string() : " (" + source + ")";
+  };
   std::string out = fmt::format("hardware {}: {}\n", h.name, h.description);
-  out += fmt::format("  peak dense    bf16 {:.1f}, fp16 {:.1f}, fp32 {:.1f} TFLOPS\n",
+  if (h.profile)
+    out += fmt::format(
+        "  op times      measured: profile {}; the figures below only where it "
+        "has nothing comparable\n",
+        h.profile_path);
+  out += fmt::format("  peak dense    bf16 {:.1f}, fp16 {:.1f}, fp32 {:.1f} TFLOPS{}\n",
                      h.peak_bf16_flops / kTFLOPS, h.peak_fp16_flops / kTFLOPS,
-                     h.peak_fp32_flops / kTFLOPS);
-  out += fmt::format("  efficiency    {:.2f} * f / (f + {:.3g}) per GEMM of f FLOPs\n",
-                     h.gemm_max_efficiency, h.gemm_half_flops);
-  out += fmt::format("  memory        {} at {}/s\n", gb(static_cast<double>(h.memory_bytes)),
-                     gb(h.memory_bytes_per_s));
-  out += fmt::format("  intra-node    busbw {}/s, {:.1f} us per hop\n",
-                     gb(h.intra_node.busbw_bytes_per_s), h.intra_node.hop_latency_s / kUs);
-  out += fmt::format("  inter-node    busbw {}/s, {:.1f} us per hop\n",
-                     gb(h.inter_node.busbw_bytes_per_s), h.inter_node.hop_latency_s / kUs);
-  out += fmt::format("  fixed costs   {:.1f} us per collective, {:.1f} us per op\n",
-                     h.collective_base_latency_s / kUs, h.launch_overhead_s / kUs);
-  out += fmt::format("  host          link {}/s per direction, memory {}/s\n",
-                     gb(h.host_link_bytes_per_s), gb(h.host_memory_bytes_per_s));
+                     h.peak_fp32_flops / kTFLOPS, from(src.peak));
+  out += fmt::format("  efficiency    {:.2f} * f / (f + {:.3g}) per GEMM of f FLOPs{}\n",
+                     h.gemm_max_efficiency, h.gemm_half_flops, from(src.efficiency));
+  out += fmt::format("  memory        {} at {}/s{}\n", gb(static_cast<double>(h.memory_bytes)),
+                     gb(h.memory_bytes_per_s), from(src.memory));
+  out += fmt::format("  intra-node    busbw {}/s, {:.1f} us per hop{}\n",
+                     gb(h.intra_node.busbw_bytes_per_s), h.intra_node.hop_latency_s / kUs,
+                     from(src.intra_node));
+  out += fmt::format("  inter-node    busbw {}/s, {:.1f} us per hop{}\n",
+                     gb(h.inter_node.busbw_bytes_per_s), h.inter_node.hop_latency_s / kUs,
+                     from(src.inter_node));
+  out += fmt::format("  fixed costs   {:.1f} us per collective, {:.1f} us per op{}\n",
+                     h.collective_base_latency_s / kUs, h.launch_overhead_s / kUs, from(src.fixed));
+  out += fmt::format("  host          link {}/s per direction, memory {}/s{}\n",
+                     gb(h.host_link_bytes_per_s), gb(h.host_memory_bytes_per_s), from(src.host));
   return out;
 }
 

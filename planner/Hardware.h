@@ -59,6 +59,12 @@ struct Hardware {
       0;                         // this rank's share of host memory bandwidth (host optimizer)
   double launch_overhead_s = 0;  // fixed cost of every compute, memory-bound or copy op
 
+  // Where the figures above come from, group by group, as print_hardware
+  // shows them: "datasheet", "estimate", or whose measurement.
+  struct Sources {
+    std::string peak, efficiency, memory, intra_node, inter_node, fixed, host;
+  } sources;
+
   // What `fsdpgen calibrate` measured on this machine (planner/Calibrated.h),
   // read from profile_path: when set, the cost model takes each op's time
   // from it and the figures above only for what it did not measure.

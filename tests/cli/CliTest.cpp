@@ -289,7 +289,9 @@ TEST(CliErrors, UnknownSubcommandIsNamed) {
   EXPECT_EQ(typo.status, 2) << typo.out;
   EXPECT_TRUE(has(typo, "fsdpgen: error: unknown subcommand 'plna'; did you mean 'plan'?"))
       << typo.out;
-  EXPECT_TRUE(has(typo, "'check', 'schedule', 'plan', 'emit', 'build' or 'merge'")) << typo.out;
+  EXPECT_TRUE(
+      has(typo, "'check', 'schedule', 'plan', 'emit', 'build', 'merge', 'calibrate' or 'compare'"))
+      << typo.out;
   EXPECT_FALSE(has(typo, "--output is required")) << typo.out;
   CmdResult train = run("train " + spec("tiny.fsdp") + " -o " + dir + "/x");
   EXPECT_EQ(train.status, 2) << train.out;
@@ -348,7 +350,7 @@ TEST(CliPlan, HardwarePrefixSuggestsTheNameItBegins) {
         << r.out;
   }
   CmdResult typo = run("plan " + spec("tiny.fsdp") + " --gpu A100-80");
-  EXPECT_TRUE(has(typo, "did you mean 'a100-80g'?")) << typo.out;
+  EXPECT_TRUE(has(typo, "did you mean 'a100-80g' or 'a100-80g-roce'?")) << typo.out;
 }
 
 // A known name in another case is that name: the plan and the generated

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Predicted TFLOPS per GPU and memory per GPU (`fsdpgen plan`) for the FSDP
-# paper's GPT-175B and the FSDP 1T blog's GPT-1T configurations, beside the
-# reported figures; then GPT-175B with faster inter-node networks (what-if,
-# through build/tests/paper_compare). Explained in tests/paper/README.md.
+# paper's GPT-175B on the paper's cluster (2 Tb/s RoCE per node) and on AWS
+# p4de, and the FSDP 1T blog's GPT-1T on its p4d cluster, beside the reported
+# figures; then GPT-175B with other inter-node networks (what-if, through
+# build/tests/paper_compare). Explained in tests/paper/README.md.
 # Usage: tests/paper/compare.sh [BUILD_DIR]   (default: build; configured and built if needed)
 set -euo pipefail
 
@@ -32,33 +33,50 @@ cells() {
     END { printf "%.2f | %s | %s | %s | %s | %s", step, model, hw, mfu, exposed, mem }'
 }
 
-echo "## As described (a100-80g: AWS p4de, a100-40g: AWS p4d; 4 x 100 Gb/s EFA per node)"
+table_header() {
+  echo "| model | gpu | GPUs | batch/GPU | step s | model TFLOPS | hardware TFLOPS | MFU | exposed comm | memory GiB (of usable) | reported TFLOPS |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+}
+# Rows from lines "spec gpu world micro_batch reported" on stdin.
+rows() {
+  while read -r spec gpu world mb reported; do
+    # exit 4: the plan does not fit (still printed whole)
+    row=$({ "$build/fsdpgen" plan "specs/$spec.fsdp" --gpu "$gpu" --world "$world" \
+      --micro-batch "$mb" || [ $? -eq 4 ]; } | cells)
+    echo "| $spec | $gpu | $world | $mb | $row | $reported |"
+  done
+}
+
+echo "## GPT-175B on the paper's cluster (a100-80g-roce: A100 80GB, 2 Tb/s RoCE per node)"
 echo
-echo "| model | gpu | GPUs | batch/GPU | step s | model TFLOPS | hardware TFLOPS | MFU | exposed comm | memory GiB (of usable) | reported TFLOPS |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-# spec gpu world micro_batch reported
-while read -r spec gpu world mb reported; do
-  # exit 4: the plan does not fit (still printed whole)
-  row=$({ "$build/fsdpgen" plan "specs/$spec.fsdp" --gpu "$gpu" --world "$world" --micro-batch "$mb" ||
-    [ $? -eq 4 ]; } | cells)
-  echo "| $spec | $gpu | $world | $mb | $row | $reported |"
-done <<'EOF'
-gpt-175b a100-80g 128 1 173-186
-gpt-175b a100-80g 128 2 173-186
-gpt-175b a100-80g 256 1 173-186
-gpt-175b a100-80g 256 2 173-186
-gpt-175b a100-80g 512 1 173-186
-gpt-175b a100-80g 512 2 173-186
+table_header
+rows <<'EOF'
+gpt-175b a100-80g-roce 128 1 173
+gpt-175b a100-80g-roce 128 2 186
+gpt-175b a100-80g-roce 256 1 173
+gpt-175b a100-80g-roce 256 2 186
+gpt-175b a100-80g-roce 512 1 173
+gpt-175b a100-80g-roce 512 2 186
+EOF
+
+echo
+echo "## On AWS p4de/p4d (4 x 100 Gb/s EFA per node): GPT-175B (a100-80g) and the 1T blog's GPT-1T (a100-40g)"
+echo
+table_header
+rows <<'EOF'
+gpt-175b a100-80g 128 1 173
+gpt-175b a100-80g 128 2 186
+gpt-175b a100-80g 512 1 173
+gpt-175b a100-80g 512 2 186
 gpt-1t a100-40g 128 4 84
 gpt-1t a100-40g 512 4 81
 EOF
-
 echo
 echo "## What if the network were faster (GPT-175B, a100-80g, 512 GPUs)"
 echo
 echo "| inter-node busbw | batch/GPU | step s | model TFLOPS | hardware TFLOPS | MFU | exposed comm | memory GiB (of usable) |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
-for busbw in 40 80 120 160; do
+for busbw in 40 80 120 200; do
   for mb in 1 2; do
     row=$("$build/tests/paper_compare" specs/gpt-175b.fsdp a100-80g 512 "$mb" "$busbw" | cells)
     echo "| $busbw GB/s | $mb | $row |"

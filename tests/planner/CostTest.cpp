@@ -10,6 +10,7 @@
 
 #include "dsl/Frontend.h"
 #include "planner/Cost.h"
+#include "planner/Fit.h"
 #include "planner/Flops.h"
 #include "planner/Hardware.h"
 #include "planner/Lower.h"
@@ -346,7 +347,8 @@ TEST(Cost, TraceIsValidJsonWithOneTrackPerStream) {
 }
 
 TEST(Hardware, LookupByName) {
-  for (std::string_view name : {"h100-sxm", "h200", "a100-80g", "a100-40g", "cpu"}) {
+  for (std::string_view name :
+       {"h100-sxm", "h200", "a100-80g", "a100-40g", "a100-80g-roce", "cpu"}) {
     std::optional<Hardware> h = find_hardware(name);
     ASSERT_TRUE(h) << name;
     EXPECT_EQ(h->name, name);
@@ -369,15 +371,39 @@ TEST(Hardware, LookupByName) {
 }
 
 TEST(Hardware, UnknownNameSuggestsAndListsChoices) {
-  EXPECT_EQ(
-      unknown_hardware_error("h100-smx"),
-      "unknown hardware 'h100-smx'; did you mean 'h100-sxm'? known: 'a100-40g', 'a100-80g', 'cpu', "
-      "'h100-sxm' and 'h200'");
+  EXPECT_EQ(unknown_hardware_error("h100-smx"),
+            "unknown hardware 'h100-smx'; did you mean 'h100-sxm'? known: 'a100-40g', 'a100-80g', "
+            "'a100-80g-roce', 'cpu', 'h100-sxm' and 'h200'");
   std::string prefix = unknown_hardware_error("a100");
-  EXPECT_NE(prefix.find("did you mean 'a100-40g' or 'a100-80g'?"), std::string::npos) << prefix;
+  EXPECT_NE(prefix.find("did you mean 'a100-40g', 'a100-80g' or 'a100-80g-roce'?"),
+            std::string::npos)
+      << prefix;
   std::string none = unknown_hardware_error("tpu-v5");
   EXPECT_EQ(none.find("did you mean"), std::string::npos) << none;
   EXPECT_NE(none.find("known: "), std::string::npos) << none;
+}
+
+// The FSDP paper's cluster (2 Tb/s RoCE per node: 80% of 250 GB/s) and the
+// 1T blog's (p4d: 4 x 100 Gb/s EFA: 80% of 50 GB/s), with their sources in
+// what `fsdpgen plan` prints; the paper's GPT-175B plans on both.
+TEST(Hardware, PaperClustersCarryTheirSourcedNetworks) {
+  const Hardware roce = *find_hardware("a100-80g-roce"), p4d = *find_hardware("a100-40g");
+  EXPECT_EQ(roce.inter_node.busbw_bytes_per_s, 200e9);
+  EXPECT_EQ(p4d.inter_node.busbw_bytes_per_s, 40e9);
+  EXPECT_EQ(roce.peak_bf16_flops, find_hardware("a100-80g")->peak_bf16_flops);
+  EXPECT_NE(print_hardware(roce).find("2 Tb/s RoCE"), std::string::npos) << print_hardware(roce);
+  EXPECT_NE(print_hardware(p4d).find("1T blog"), std::string::npos) << print_hardware(p4d);
+  for (const Hardware* h : {&roce, &p4d})
+    for (const std::string* source :
+         {&h->sources.peak, &h->sources.efficiency, &h->sources.memory, &h->sources.intra_node,
+          &h->sources.inter_node, &h->sources.fixed, &h->sources.host})
+      EXPECT_FALSE(source->empty()) << h->name;
+  FrontendResult r = load_spec_file(std::string(FSDPGEN_SOURCE_DIR) + "/specs/gpt-175b.fsdp",
+                                    {.world = 128, .micro_batch = 1});
+  ASSERT_TRUE(r.spec) << r.diagnostics;
+  const PlanResult plan = plan_for(*r.spec, roce);
+  EXPECT_TRUE(plan.fits);
+  EXPECT_GT(plan.timeline.model_tflops, 100);
 }
 
 TEST(Hardware, EfficiencyCurveSaturates) {
