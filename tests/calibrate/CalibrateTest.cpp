@@ -67,8 +67,8 @@ std::string identity(const profile::Profile& p) {
 
 TEST(Calibrate, MeasuresEveryEntryOfTheRequestInItsOrder) {
   const fs::path out = work_dir("tiny") / "profile.json";
-  const CmdResult r =
-      calibrate(2, fmt::format("{} -o {} --min-runs 2 --min-seconds 0 --rounds 1", kRequest, out.string()));
+  const CmdResult r = calibrate(
+      2, fmt::format("{} -o {} --min-runs 2 --min-seconds 0 --rounds 1", kRequest, out.string()));
   ASSERT_EQ(r.status, 0) << r.out;
   const profile::Profile request = profile::load(kRequest, false);
   const profile::Profile p = profile::load(out.string());  // measured: every time > 0
