@@ -52,7 +52,7 @@ std::optional<int> parse_flags(flags& f, int argc, char** argv, int rank) {
                  "Timed seconds per entry and round, at least (default 0.05; an entry stops at " +
                      std::to_string(kMaxRuns) + " runs a round)");
   app.add_option("--rounds", f.measure.rounds,
-                 "Passes over every entry; an entry's time is the median of its rounds' "
+                 "Passes over every entry; an entry's time is the mean of its rounds' "
                  "(default 5)");
   try {
     app.parse(argc, argv);

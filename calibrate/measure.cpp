@@ -1,4 +1,4 @@
-// measure: the warm-up, the stopping rule and the median.
+// measure: the warm-up, the stopping rule and the mean.
 #include "calibrate/measure.h"
 
 #include <algorithm>
@@ -6,10 +6,14 @@
 
 namespace {
 
-double median(std::vector<double> xs) {
-  std::sort(xs.begin(), xs.end());
-  const size_t n = xs.size();
-  return n % 2 == 1 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
+// The mean, not the median: a step's time is the sum of its ops', and the
+// expected sum is the sum of the expected (mean) times; a median leaves out
+// the slow runs that every step also has.
+double mean(const std::vector<double>& xs) {
+  double sum = 0;
+  for (double x : xs)
+    sum += x;
+  return sum / static_cast<double>(xs.size());
 }
 
 }  // namespace
@@ -24,5 +28,5 @@ measurement measure(const measure_options& o, const std::function<double()>& run
     seconds.push_back(run());
     total_seconds += seconds.back();
   }
-  return {median(seconds), static_cast<int64_t>(seconds.size())};
+  return {mean(seconds), static_cast<int64_t>(seconds.size())};
 }

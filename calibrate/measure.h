@@ -1,6 +1,6 @@
 // measure: how one entry is timed. A warm-up run, then timed runs until both
 // the minimum run count and the minimum total time are met (at most
-// kMaxRuns runs once the minimum count is met); the result is the median.
+// kMaxRuns runs once the minimum count is met); the result is the mean.
 #pragma once
 
 #include <chrono>
@@ -17,7 +17,7 @@ struct measure_options {
 inline constexpr int64_t kMaxRuns = 200;
 
 struct measurement {
-  double seconds = 0;  // median of the timed runs
+  double seconds = 0;  // mean of the timed runs
   int64_t runs = 0;
 };
 

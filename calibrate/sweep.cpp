@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <climits>
 #include <functional>
 #include <new>
@@ -33,7 +32,7 @@ std::string layer_text(const profile::LayerTime& l) {
   return fmt::format("{} {} {} {}{}", l.layer, l.pass, l.family, dtypes, dims);
 }
 
-// Rank 0's line per completed entry: "[ 7/31] what ... 17.81 ms (median of 12)".
+// Rank 0's line per completed entry: "[ 7/31] what ... 17.81 ms (60 runs, mean of 5 rounds)".
 class progress {
  public:
   progress(int rank, int64_t total) : rank_(rank), total_(total) {}
@@ -43,7 +42,7 @@ class progress {
     const int width = static_cast<int>(std::to_string(total_).size());
     fmt::print("[{:>{}}/{}] {} ... {} ({} runs{})\n", done_, width, total_, what,
                seconds_text(m.seconds), m.runs,
-               rounds > 1 ? fmt::format(", median of {} rounds' medians", rounds) : "");
+               rounds > 1 ? fmt::format(", mean of {} rounds", rounds) : "");
     std::fflush(stdout);
   }
 
@@ -55,7 +54,7 @@ class progress {
 
 // After a barrier of the world, the `measuring` ranks run `m`; a failure on
 // any rank is thrown on every rank (naming `where`). Returns the slowest
-// measuring rank's median (a step goes at the pace of its slowest rank: its
+// measuring rank's mean (a step goes at the pace of its slowest rank: its
 // collectives wait for it) and the fewest runs any of them made.
 measurement across_ranks(bool measuring, const std::string& where,
                          const std::function<measurement()>& m) {
@@ -128,10 +127,11 @@ measurement measure_collective(profile::CollectiveTime& c, const std::string& wh
   return m;
 }
 
-double median_of(std::vector<double> xs) {
-  std::sort(xs.begin(), xs.end());
-  const size_t n = xs.size();
-  return n % 2 == 1 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
+double mean_of(const std::vector<double>& xs) {
+  double sum = 0;
+  for (double x : xs)
+    sum += x;
+  return sum / static_cast<double>(xs.size());
 }
 
 }  // namespace
@@ -182,7 +182,7 @@ void sweep_run(profile::Profile& p, const rank_layout& l, calibrate_target& t,
   }
   // Round by round over every entry, so that a machine whose speed drifts
   // (a shared VM's neighbours) slows every entry alike; each entry's time is
-  // the median of its rounds' medians.
+  // the mean of its rounds' means.
   progress out(l.rank, static_cast<int64_t>(jobs.size()));
   std::vector<std::vector<double>> round_seconds(jobs.size());
   std::vector<int64_t> runs(jobs.size(), 0);
@@ -205,7 +205,7 @@ void sweep_run(profile::Profile& p, const rank_layout& l, calibrate_target& t,
     }
   }
   for (size_t i = 0; i < jobs.size(); ++i) {
-    const measurement m{median_of(round_seconds[i]), runs[i]};
+    const measurement m{mean_of(round_seconds[i]), runs[i]};
     jobs[i].store(m);
     out.entry(jobs[i].what, m, o.rounds);
   }

@@ -2,7 +2,7 @@
 // sections (op overhead, layers, element-wise ops, with ranks_per_node ranks
 // of each node computing at once), then the collectives, then the copies, in
 // several rounds over all of them (measure_options::rounds); an entry's time
-// is the median of its rounds' medians. Rank 0 prints a line per entry.
+// is the mean of its rounds' means. Rank 0 prints a line per entry.
 #pragma once
 
 #include <stdexcept>

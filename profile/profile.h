@@ -47,7 +47,7 @@ struct LayerTime {
   std::string dtype;       // params and activations
   std::string grad_dtype;  // gradients (backward only; "" otherwise)
   std::map<std::string, int64_t> dims;
-  double seconds = 0;  // median of `runs` timed runs; 0 in a request
+  double seconds = 0;  // mean of `runs` timed runs; 0 in a request
   int64_t runs = 0;
 };
 
