@@ -4,19 +4,14 @@
 #include <algorithm>
 #include <vector>
 
-namespace {
+namespace {}  // namespace
 
-// The mean, not the median: a step's time is the sum of its ops', and the
-// expected sum is the sum of the expected (mean) times; a median leaves out
-// the slow runs that every step also has.
-double mean(const std::vector<double>& xs) {
+double mean_of(const std::vector<double>& xs) {
   double sum = 0;
   for (double x : xs)
     sum += x;
   return sum / static_cast<double>(xs.size());
 }
-
-}  // namespace
 
 measurement measure(const measure_options& o, const std::function<double()>& run) {
   run();  // warm-up: caches, page faults, OpenBLAS's and OpenMP's threads
@@ -28,5 +23,5 @@ measurement measure(const measure_options& o, const std::function<double()>& run
     seconds.push_back(run());
     total_seconds += seconds.back();
   }
-  return {mean(seconds), static_cast<int64_t>(seconds.size())};
+  return {mean_of(seconds), static_cast<int64_t>(seconds.size())};
 }

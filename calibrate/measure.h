@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 struct measure_options {
   int64_t min_runs = 3;       // per entry and round
@@ -26,6 +27,11 @@ struct measurement {
 // stop reads only those seconds, so ranks that see the same seconds run the
 // same number of times.
 measurement measure(const measure_options& o, const std::function<double()>& run);
+
+// The mean, not the median: a step's time is the sum of its ops', and the
+// expected sum is the sum of the expected (mean) times; a median leaves out
+// the slow runs that every step also has.
+double mean_of(const std::vector<double>& xs);
 
 // Seconds that f() takes on the steady clock.
 template <class F>

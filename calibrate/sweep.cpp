@@ -127,13 +127,6 @@ measurement measure_collective(profile::CollectiveTime& c, const std::string& wh
   return m;
 }
 
-double mean_of(const std::vector<double>& xs) {
-  double sum = 0;
-  for (double x : xs)
-    sum += x;
-  return sum / static_cast<double>(xs.size());
-}
-
 }  // namespace
 
 void sweep_check(const profile::Profile& request, const rank_layout& l, const calibrate_target& t,

@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "planner/Intervals.h"
+
 namespace fsdpgen {
 namespace {
 
@@ -28,40 +30,6 @@ int64_t int_arg(const json& args, const char* key, const std::string& file, int 
   if (!args.contains(key) || !args[key].is_number_integer())
     fail(file, fmt::format("op {}: args.{} is missing or not an integer", id, key));
   return args[key].get<int64_t>();
-}
-
-using Intervals = std::vector<std::pair<double, double>>;
-
-Intervals merged(Intervals v) {
-  std::sort(v.begin(), v.end());
-  Intervals out;
-  for (const auto& x : v) {
-    if (x.second <= x.first) continue;
-    if (!out.empty() && x.first <= out.back().second)
-      out.back().second = std::max(out.back().second, x.second);
-    else
-      out.push_back(x);
-  }
-  return out;
-}
-
-double length(const Intervals& v) {
-  double sum = 0;
-  for (const auto& [a, b] : v)
-    sum += b - a;
-  return sum;
-}
-
-double overlap(const Intervals& a, const Intervals& b) {
-  double sum = 0;
-  for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
-    sum += std::max(0.0, std::min(a[i].second, b[j].second) - std::max(a[i].first, b[j].first));
-    if (a[i].second < b[j].second)
-      ++i;
-    else
-      ++j;
-  }
-  return sum;
 }
 
 struct Totals {

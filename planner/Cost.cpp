@@ -15,6 +15,7 @@
 
 #include "planner/Calibrated.h"
 #include "planner/Flops.h"
+#include "planner/Intervals.h"
 #include "profile/profile.h"
 
 namespace fsdpgen {
@@ -283,42 +284,6 @@ std::vector<std::pair<double, double>> simulate(const Schedule& s, const std::ve
   for (size_t i = 0; i < n; ++i)
     out[i] = {start[i], end[i]};
   return out;
-}
-
-using Intervals = std::vector<std::pair<double, double>>;
-
-// Sorted, disjoint, non-empty.
-Intervals merged(Intervals v) {
-  std::erase_if(v, [](const auto& x) { return x.second <= x.first; });
-  std::sort(v.begin(), v.end());
-  Intervals out;
-  for (const auto& x : v) {
-    if (!out.empty() && x.first <= out.back().second)
-      out.back().second = std::max(out.back().second, x.second);
-    else
-      out.push_back(x);
-  }
-  return out;
-}
-
-double length(const Intervals& v) {
-  double sum = 0;
-  for (const auto& [a, b] : v)
-    sum += b - a;
-  return sum;
-}
-
-// Length of the intersection of two merged interval lists.
-double overlap(const Intervals& a, const Intervals& b) {
-  double sum = 0;
-  for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
-    sum += std::max(0.0, std::min(a[i].second, b[j].second) - std::max(a[i].first, b[j].first));
-    if (a[i].second < b[j].second)
-      ++i;
-    else
-      ++j;
-  }
-  return sum;
 }
 
 std::string gb(double bytes) {
