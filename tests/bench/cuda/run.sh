@@ -226,6 +226,16 @@ predict_fsdpgen() {
   measured_ms[$1]=$(awk -v b="${micro_batch[$1]}" -v t="${tokens_per_s[$1]}" -v c="$context" \
     'BEGIN { printf "%.1f", 1000 * b * c / t }')
   echo "  predicted from its profile: ${predicted_ms[$1]} ms a step; measured ${measured_ms[$1]} ms"
+  # Op by op: one traced step (the tenth, after warm-up and graph capture)
+  # against the predicted trace (`fsdpgen compare`).
+  "$fsdpgen" schedule "$2" --hardware "$prof" --format trace -o "$work/$1.predicted.json" \
+    2>>"$log" || { fail "$1" "fsdpgen schedule --format trace failed" "$log"; return 1; }
+  (cd "$work" && "$work/$1.train" --steps 12 --log-every 100 --trace "$work/$1.measured.json" \
+    --trace-step 10) >>"$log" 2>&1 || { fail "$1" "the traced run failed" "$log"; return 1; }
+  op_kinds[$1]=$("$fsdpgen" compare "$work/$1.predicted.json" "$work/$1.measured.json" --top 10 \
+    -o "$work/$1.compare.json" 2>>"$log") ||
+    { fail "$1" "fsdpgen compare failed" "$log"; return 1; }
+  sed 's/^/    /' <<<"${op_kinds[$1]}"
 }
 
 # profile_fsdpgen SIZE: one step of the size's binary (the fourth: after GEMM
@@ -358,7 +368,7 @@ header() {
 }
 
 declare -A error micro_batch params_of flops_per_token tokens_per_s mfu_pct peak_mib planned_mib
-declare -A predicted_ms measured_ms
+declare -A predicted_ms measured_ms op_kinds
 declare -A torch_tps torch_peak_mib kernels
 detect_device
 work=$(mktemp -d "${TMPDIR:-/tmp}/fsdpgen-bench-cuda.XXXXXX")
@@ -376,6 +386,11 @@ results=$(
   header
   echo
   table
+  for size in "${sizes[@]}"; do
+    [ -n "${op_kinds[$size]:-}" ] || continue
+    printf '\nPredicted (calibrated) against measured, one step of %s (`fsdpgen compare`):\n\n```\n%s\n```\n' \
+      "$size" "${op_kinds[$size]}"
+  done
   for size in "${sizes[@]}"; do
     [ -n "${kernels[$size]:-}" ] || continue
     printf '\nWhere one step of %s goes (ncu, `run.sh --profile`):\n\n%s\n' "$size" "${kernels[$size]}"
