@@ -80,6 +80,8 @@ std::optional<std::vector<Schedule>> plan_specs(const CalibrateOptions& o, const
     PipelineOptions po;
     po.target = &base;
     po.stop_after = Pass::Schedule;
+    po.overrides.world = o.world;
+    po.overrides.micro_batch = o.micro_batch;
     Pipeline p = run_pipeline(path, po);
     if (p.failure != Failure::None) return std::nullopt;
     if (!p.unsupported.empty()) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@ struct CalibrateOptions {
   int64_t ranks = 0;    // ranks on this node; 0: as many as the plans use, up to the cores/GPUs
   bool quick = false;   // fewer runs per entry (CI, trying it out)
   std::string request;  // write the request here and stop (to run under srun)
+  std::optional<int64_t> world;        // replaces each spec's parallel.world
+  std::optional<int64_t> micro_batch;  // replaces each spec's train.micro_batch
 };
 
 // Returns the exit status (0, 1 for bad specs or a failed measurement, 2 for

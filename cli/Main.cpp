@@ -5,7 +5,8 @@
 //   fsdpgen emit spec.fsdp -o DIR [--target cuda|cpu] [--world N] [--micro-batch B] [--gpu KIND]
 //   fsdpgen spec.fsdp -o train [--target cuda|cpu] [--sources DIR] ...   (= fsdpgen build)
 //   fsdpgen merge CHECKPOINT -o model.safetensors [--dtype fp32|bf16|fp16]
-//   fsdpgen calibrate [SPEC...] -o profile.json [--target cpu|cuda] [--ranks N] [--quick]
+//   fsdpgen calibrate [SPEC...] -o profile.json [--target cpu|cuda] [--ranks N] [--world N]
+//                     [--micro-batch B] [--quick]
 //   fsdpgen compare PREDICTED.json MEASURED.json [--rank R] [--top N] [-o merged.json]
 // Each subcommand but merge runs the pipeline (planner/Pipeline.h) up to its
 // last pass; --dump-after PASS prints a pass's IR and --time-passes times them.
@@ -668,6 +669,11 @@ int main(int argc, char** argv) {
                    "its cores or GPUs)")
       ->check(CLI::Range(1, 1024));
   calibrate->add_flag("--quick", calibrate_opts.quick, "fewer runs per measurement (seconds)");
+  calibrate->add_option("--world", calibrate_opts.world,
+                        "number of ranks (replaces each spec's parallel.world)");
+  calibrate->add_option(
+      "--micro-batch", calibrate_opts.micro_batch,
+      "sequences per rank per micro-batch (replaces each spec's train.micro_batch)");
   calibrate->add_option("--request", calibrate_opts.request,
                         "write what to measure to this file and stop (run the printed command "
                         "under srun on the cluster)");

@@ -127,6 +127,20 @@ TEST(CliCalibrate, RequestOnlyWritesWhatToMeasureAndTheCommand) {
   ASSERT_EQ(p.compute.size(), 2u);
   EXPECT_EQ(p.compute[0].layers.size(), 6u);  // embed, block, head: forward and backward
   EXPECT_FALSE(p.collectives.empty());
+
+  // --micro-batch and --world replace the spec's, as for plan.
+  CmdResult b = run(
+      fmt::format("calibrate {} --world 1 --micro-batch 3 --request {}", spec("tiny.fsdp"), req));
+  ASSERT_EQ(b.status, 0) << b.out;
+  const fsdpgen::profile::Profile q = fsdpgen::profile::load(req, /*measured=*/false);
+  ASSERT_EQ(q.compute.size(), 1u);  // one rank on the node
+  EXPECT_EQ(q.compute[0].layers[0].dims.at("B"), 3);
+  for (const fsdpgen::profile::CollectiveTime& c : q.collectives)
+    ADD_FAILURE() << "world 1 has no collective, yet " << c.op;
+  CmdResult bad =
+      run(fmt::format("calibrate {} --micro-batch 0 --request {}", spec("tiny.fsdp"), req));
+  EXPECT_EQ(bad.status, 1) << bad.out;
+  EXPECT_TRUE(has(bad, "--micro-batch")) << bad.out;
 }
 
 TEST(CliCalibrate, BadProfilesAndFlagsAreErrorsThatNameThem) {
