@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "runtime/init.h"
+#include "runtime/optimizer_math.h"
 
 double optimizer_lr(const program& p, int64_t step, int64_t total_steps) {
   if (step < p.train.lr_schedule.warmup)
@@ -54,31 +55,19 @@ void optimizer_adamw(float* master, float* m, float* v, const void* grad, dtype_
   const float c2 = 1.0f - std::pow(beta2, static_cast<float>(t));
   const float wd = decay ? weight_decay : 0.0f;
 #pragma omp parallel for schedule(static) if (end - begin > 65536)
-  for (int64_t i = begin; i < end; ++i) {
-    float gi = dtype_load(grad, g, i) * grad_scale;
-    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    float p = master[i] * (1.0f - lr * wd);
-    master[i] = p - lr * (mi / c1) / (std::sqrt(vi / c2) + eps);
-  }
+  for (int64_t i = begin; i < end; ++i)
+    adamw_update(master[i], m[i], v[i], dtype_load(grad, g, i) * grad_scale, lr, beta1, beta2, c1,
+                 c2, eps, wd);
 }
 
 void optimizer_sgd(float* master, float* momentum_buf, const void* grad, dtype_id g, int64_t begin,
                    int64_t end, float lr, float momentum, float weight_decay, bool decay,
                    bool first_step, float grad_scale) {
+  const float wd = decay ? weight_decay : 0.0f;
 #pragma omp parallel for schedule(static) if (end - begin > 65536)
-  for (int64_t i = begin; i < end; ++i) {
-    float gi = dtype_load(grad, g, i) * grad_scale;
-    if (decay) gi += weight_decay * master[i];  // PyTorch SGD: L2 added to the gradient
-    if (momentum_buf) {
-      float b = first_step ? gi : momentum * momentum_buf[i] + gi;
-      momentum_buf[i] = b;
-      gi = b;
-    }
-    master[i] -= lr * gi;
-  }
+  for (int64_t i = begin; i < end; ++i)
+    sgd_update(master[i], momentum_buf ? &momentum_buf[i] : nullptr,
+               dtype_load(grad, g, i) * grad_scale, lr, momentum, wd, first_step);
 }
 
 optimizer_decay_table optimizer_decay_ranges(const program& p, int64_t shard_rank) {

@@ -135,26 +135,10 @@ __device__ inline void block_add_sum(float* sum, const float* x, int64_t n) {
   if (threadIdx.x == 0) *sum += acc;
 }
 
-// ---------------------------------------------------------------- optimizer
-
-// One value's AdamW update, runtime/optimizer.h's optimizer_adamw rule: g is
-// the (scaled) gradient, c1 and c2 the bias corrections, wd 0 where weight
-// decay does not apply.
-__device__ inline void adamw_update(float& master, float& m, float& v, float g, float lr,
-                                    float beta1, float beta2, float c1, float c2, float eps,
-                                    float wd) {
-  const float mi = beta1 * m + (1.0f - beta1) * g;
-  const float vi = beta2 * v + (1.0f - beta2) * g * g;
-  m = mi;
-  v = vi;
-  const float p = master * (1.0f - lr * wd);
-  master = p - lr * (mi / c1) / (sqrtf(vi / c2) + eps);
-}
-
 // ---------------------------------------------------------------- launch grids
 
 // a / b rounded up (a >= 0, b > 0): e.g. the blocks covering a values at b per block.
-inline int64_t ceil_div(int64_t a, int64_t b) {
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 

@@ -30,6 +30,20 @@ int64_t padding_to_16(const void* p) {
   return static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(p) % 16) % 16);
 }
 
+// scratch.big, free between the uses the backward makes of it, as fp32
+// scratch for the LayerNorm and embedding kernels' partial sums: its
+// (N, 2F) values of T, from its first 16-byte boundary.
+struct fp32_scratch {
+  float* data;
+  int64_t floats;
+};
+template <class T>
+fp32_scratch big_as_fp32(const gpt2_backward_scratch<T>& s, const gpt2_dims& d) {
+  const int64_t pad_bytes = padding_to_16(s.big);
+  const int64_t bytes = d.N() * 2 * d.F * static_cast<int64_t>(sizeof(T)) - pad_bytes;
+  return {reinterpret_cast<float*>(reinterpret_cast<std::byte*>(s.big) + pad_bytes), bytes / 4};
+}
+
 // dinp = dout @ weight^T (overwritten), times gelu'(gelu_inp) when that is
 // given (GELU's backward in the GEMM's epilogue); dweight += inp^T @ dout;
 // dbias += column sums of dout. The column sums run first, with dinp's
@@ -105,7 +119,8 @@ void gpt2_embed_forward(T* out, const int32_t* tokens, const T* wte, const T* wp
 template <class T, class G>
 void gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens, const gpt2_backward_scratch<T>& s,
                          const gpt2_dims& d, gpu_exec& g) {
-  encoder_backward(dwte, dwpe, s.dres, tokens, d.B, d.T, d.C, g.stream);
+  const fp32_scratch f = big_as_fp32(s, d);
+  encoder_backward(dwte, dwpe, s.dres, tokens, d.B, d.T, d.C, f.data, f.floats * 4, g.stream);
 }
 
 template <class T>
@@ -144,8 +159,9 @@ void gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block_para
   matmul_backward(big, grads.fc2_w, grads.fc2_b, dres, s.gelu, p.fc2_w, N, F, C, g,
                   static_cast<const T*>(s.fc));  // big = d(fc): GELU's backward in the GEMM
   matmul_backward(dtmp, grads.fc_w, grads.fc_b, big, s.ln2, p.fc_w, N, C, F, g);
+  const fp32_scratch f = big_as_fp32(scratch, d);  // big's d(fc) is read by now
   layernorm_backward(dres, grads.ln2_w, grads.ln2_b, dtmp, s.res2, p.ln2_w, s.ln2_mean, s.ln2_rstd,
-                     N, C, true, g.stream);
+                     N, C, true, f.data, f.floats, g.stream);
   // Attention: res2 = input + attention(ln1 @ qkv_w + qkv_b) @ proj_w + proj_b.
   matmul_backward(dtmp, grads.proj_w, grads.proj_b, dres, s.attn, p.proj_w, N, C, C, g);
   T* dqkv = big;  // (N, 3C)
@@ -157,8 +173,9 @@ void gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block_para
     cuda_attention_backward(dqkv, dprobs, dtmp, s.qkv, s.probs, d.B, d.T, C, d.H, g);
   }
   matmul_backward(dtmp, grads.qkv_w, grads.qkv_b, dqkv, s.ln1, p.qkv_w, N, C, 3 * C, g);
+  // big's d(qkv) is read by now
   layernorm_backward(dres, grads.ln1_w, grads.ln1_b, dtmp, s.input, p.ln1_w, s.ln1_mean, s.ln1_rstd,
-                     N, C, true, g.stream);
+                     N, C, true, f.data, f.floats, g.stream);
 }
 
 template <class T>
@@ -185,8 +202,9 @@ void gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const 
   cuda_gemm(false, false, N, C, Vp, 1.0f, logits, Vp, head_w, C, 0.0f, scratch.dtmp, C, g);
   cuda_gemm(true, false, Vp, C, N, 1.0f, logits, Vp, static_cast<const T*>(s.output), C, 1.0f,
             dhead_w, C, g);
+  const fp32_scratch f = big_as_fp32(scratch, d);  // big is unused by the head
   layernorm_backward(scratch.dres, dlnf_w, dlnf_b, scratch.dtmp, s.input, lnf_w, s.mean, s.rstd, N,
-                     C, false, g.stream);
+                     C, false, f.data, f.floats, g.stream);
 }
 
 #define CUDA_GPT2_INSTANTIATE_T(T)                                                                 \

@@ -23,7 +23,7 @@
 template <class T>
 void gpt2_embed_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe,
                         const gpt2_dims& d, gpu_exec& g);
-// dwte, dwpe += from s.dres.
+// dwte, dwpe += from s.dres; s.big is overwritten (the sort of positions by token).
 template <class T, class G>
 void gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens, const gpt2_backward_scratch<T>& s,
                          const gpt2_dims& d, gpu_exec& g);
@@ -54,7 +54,7 @@ void gpt2_head_forward(T* logits, float* losses, const int32_t* targets, const T
                        const T* lnf_b, const T* head_w, const gpt2_final_norm_saved<T>& s,
                        const gpt2_dims& d, const float* dloss_scale, gpu_exec& g);
 // scratch.dres = d(input of the final norm) (overwritten); grads +=;
-// scratch.dtmp is overwritten.
+// scratch.dtmp and scratch.big are overwritten.
 template <class T, class G>
 void gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const T* head_w,
                         const T* logits, const gpt2_final_norm_saved<T>& s,

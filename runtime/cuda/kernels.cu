@@ -1,19 +1,25 @@
 // kernels (CUDA): the launchers of kernels.cuh and their kernels. Elementwise
 // kernels take a thread per value; row kernels a warp per row (LayerNorm) or a
 // block per row (cross-entropy, V is large); parameter-gradient column sums a
-// block per 32 channels. Reductions use warp shuffles and a fixed order.
+// block per 32 channels and chunk of rows; the token embedding's gradient a
+// block per run of equal tokens after CUB's radix sort. Reductions use warp
+// shuffles and a fixed order.
 // LayerNorm's row kernels have packed twins (128-bit accesses, the row read
 // once into registers) taken where C and the pointers allow it.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+
+#include <cub/device/device_radix_sort.cuh>
 
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/device.cuh"
 #include "runtime/cuda/kernels.cuh"
 #include "runtime/kernel_math.h"
 #include "runtime/kernels.h"
+#include "runtime/optimizer_math.h"
 
 namespace {
 
@@ -32,10 +38,15 @@ constexpr int kRowsPerBlock = 8;  // LayerNorm: a warp per row
 constexpr int kPacksPerLane = 8;
 constexpr int kCrossEntropyThreads = 512;
 constexpr int kColumnRowGroups = 32;  // column sums: a (32 channels, 32 row groups) block
+constexpr int kColumnThreads = 256;   // the chunks' sums: a thread per channel
 constexpr int kEncoderThreads = 128;
 // dwte: thread (c, s) adds the rows whose token is s modulo this, in position order.
 constexpr int kEncoderTokenClasses = 32;
 constexpr int kEncoderTokenChunk = 1024;  // tokens staged in shared memory at a time
+// dwte with scratch: positions sorted by token, then a block per run of equal
+// tokens adds its rows, this many loaded ahead of the in-order additions.
+constexpr int kEncoderRowsInFlight = 8;
+constexpr int kScratchAlignBytes = 256;  // each scratch array (and CUB's) starts aligned
 constexpr int kSumSquaresThreads = 512;
 constexpr int kSumSquaresFinalThreads = 1024;
 
@@ -89,6 +100,45 @@ __global__ void encoder_backward_wte_kernel(G* dwte, const T* dout, const int32_
   }
 }
 
+// The pairs the radix sort orders: keys[n] = tokens[n], positions[n] = n.
+__global__ void encoder_sort_pairs_kernel(uint32_t* keys, int32_t* positions, const int32_t* tokens,
+                                          int64_t N) {
+  const int64_t n = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (n >= N) return;
+  keys[n] = static_cast<uint32_t>(tokens[n]);
+  positions[n] = static_cast<int32_t>(n);
+}
+
+// dwte[token] += the dout rows of a run of equal tokens in keys (positions
+// sorted stably by token, so each run's positions are in increasing order).
+// Block i works only where sorted index i starts a run; a thread per channel
+// adds the run's rows in order, rounding to G after each as the CPU does,
+// with kEncoderRowsInFlight rows loaded ahead.
+template <class T, class G>
+__global__ void encoder_backward_wte_runs_kernel(G* dwte, const T* dout, const uint32_t* keys,
+                                                 const int32_t* positions, int64_t N, int64_t C) {
+  const int64_t first = blockIdx.x;
+  const uint32_t token = keys[first];
+  if (first > 0 && keys[first - 1] == token) return;  // inside a run: its first block adds it
+  int64_t end = first + 1;
+  while (end < N && keys[end] == token)
+    end++;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    G* dst = dwte + int64_t{token} * C + c;
+    float acc = to_float(*dst);
+    for (int64_t j = first; j < end; j += kEncoderRowsInFlight) {
+      float row[kEncoderRowsInFlight];
+#pragma unroll
+      for (int k = 0; k < kEncoderRowsInFlight; k++)
+        row[k] = j + k < end ? to_float(dout[int64_t{positions[j + k]} * C + c]) : 0.0f;
+#pragma unroll
+      for (int k = 0; k < kEncoderRowsInFlight; k++)
+        if (j + k < end) acc = to_float(from_float<G>(acc + row[k]));
+    }
+    *dst = from_float<G>(acc);
+  }
+}
+
 // ---------------------------------------------------------------- layernorm
 
 // A warp per row; mean and variance in two passes, as on CPU.
@@ -135,6 +185,13 @@ bool packed_rows(int64_t C, std::initializer_list<const void*> ptrs) {
   for (const void* p : ptrs)
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
   return true;
+}
+
+// Whether the cross-entropy kernel reads rows of Vp logits in 16-byte packs:
+// the first row and the row width aligned to them.
+template <class T>
+bool packed_logits(const T* logits, int64_t Vp) {
+  return reinterpret_cast<uintptr_t>(logits) % 16 == 0 && Vp * sizeof(T) % 16 == 0;
 }
 
 // layernorm_forward_kernel with 128-bit accesses and the row held in
@@ -282,32 +339,59 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
 
 // dweight[c] += sum over rows of dout * xhat, dbias[c] += sum of dout. Block
 // (32, kColumnRowGroups): threadIdx.x a channel, threadIdx.y a row group
-// (rows y, y + groups, ...); the groups' sums are added in order, once into G.
+// (rows y, y + groups, ... of the block row's chunk [y0, y0 + rows_per_chunk));
+// the groups' sums are added in order. Without partials (one chunk) they are
+// added once into G; with them, chunk blockIdx.y writes its fp32 sums to
+// row blockIdx.y of dw_part and db_part (chunks, C) for
+// layernorm_params_sum_kernel.
 template <class T, class G>
-__global__ void layernorm_backward_params_kernel(G* dweight, G* dbias, const T* dout, const T* inp,
+__global__ void layernorm_backward_params_kernel(G* dweight, G* dbias, float* dw_part,
+                                                 float* db_part, const T* dout, const T* inp,
                                                  const float* mean, const float* rstd, int64_t N,
-                                                 int64_t C) {
-  __shared__ float dw_part[kColumnRowGroups][kWarp], db_part[kColumnRowGroups][kWarp];
+                                                 int64_t C, int64_t rows_per_chunk) {
+  __shared__ float dw_sums[kColumnRowGroups][kWarp], db_sums[kColumnRowGroups][kWarp];
   const int64_t c = blockIdx.x * int64_t{kWarp} + threadIdx.x;
+  const int64_t first = blockIdx.y * rows_per_chunk;
+  const int64_t end = first + rows_per_chunk < N ? first + rows_per_chunk : N;
   float dw = 0.0f, db = 0.0f;
   if (c < C) {
-    for (int64_t n = threadIdx.y; n < N; n += kColumnRowGroups) {
+    for (int64_t n = first + threadIdx.y; n < end; n += kColumnRowGroups) {
       const float dy = to_float(dout[n * C + c]);
       dw += dy * (to_float(inp[n * C + c]) - mean[n]) * rstd[n];
       db += dy;
     }
   }
-  dw_part[threadIdx.y][threadIdx.x] = dw;
-  db_part[threadIdx.y][threadIdx.x] = db;
+  dw_sums[threadIdx.y][threadIdx.x] = dw;
+  db_sums[threadIdx.y][threadIdx.x] = db;
   __syncthreads();
   if (threadIdx.y != 0 || c >= C) return;
   float dw_sum = 0.0f, db_sum = 0.0f;
   for (int g = 0; g < kColumnRowGroups; g++) {
-    dw_sum += dw_part[g][threadIdx.x];
-    db_sum += db_part[g][threadIdx.x];
+    dw_sum += dw_sums[g][threadIdx.x];
+    db_sum += db_sums[g][threadIdx.x];
+  }
+  if (dw_part) {
+    dw_part[blockIdx.y * C + c] = dw_sum;
+    db_part[blockIdx.y * C + c] = db_sum;
+    return;
   }
   dweight[c] = from_float<G>(to_float(dweight[c]) + dw_sum);
   dbias[c] = from_float<G>(to_float(dbias[c]) + db_sum);
+}
+
+// dweight[c] += the chunks' dw_part[k][c] summed in chunk order (dbias alike).
+template <class G>
+__global__ void layernorm_params_sum_kernel(G* dweight, G* dbias, const float* dw_part,
+                                            const float* db_part, int64_t chunks, int64_t C) {
+  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (c >= C) return;
+  float dw = 0.0f, db = 0.0f;
+  for (int64_t k = 0; k < chunks; k++) {
+    dw += dw_part[k * C + c];
+    db += db_part[k * C + c];
+  }
+  dweight[c] = from_float<G>(to_float(dweight[c]) + dw);
+  dbias[c] = from_float<G>(to_float(dbias[c]) + db);
 }
 
 // ---------------------------------------------------------------- elementwise
@@ -339,35 +423,92 @@ __global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t 
 
 // ---------------------------------------------------------------- cross-entropy
 
-// A block per row: max, sum of exponentials over the V true columns, then
-// the gradient over them in place and zero in the padded columns [V, Vp).
-// The scale is *dloss_scale_ptr when that is set, else dloss_scale.
-template <class T>
-__global__ void cross_entropy_fused_kernel(T* logits, float* losses, const int32_t* targets,
+// Softmax statistics of the values seen so far: their maximum and the sum of
+// exp(x - max) (online softmax: the sum rescaled whenever the maximum grows).
+struct softmax_stats {
+  float max = -INFINITY;
+  float sum = 0.0f;
+};
+
+__device__ inline softmax_stats softmax_add(softmax_stats s, float x) {
+  if (x > s.max) return {x, s.sum * exp_clamped(s.max - x) + 1.0f};
+  return {s.max, s.sum + exp_clamped(x - s.max)};
+}
+
+__device__ inline softmax_stats softmax_merge(softmax_stats a, softmax_stats b) {
+  const float m = fmaxf(a.max, b.max);
+  if (m == -INFINITY) return {};
+  return {m, a.sum * exp_clamped(a.max - m) + b.sum * exp_clamped(b.max - m)};
+}
+
+// Every thread gets the block's statistics merged: each warp's (butterfly),
+// then the warps' in warp order. blockDim.x a multiple of 32, at most 1024.
+__device__ inline softmax_stats block_softmax_stats(softmax_stats s) {
+  __shared__ softmax_stats partial[kWarp];
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    s = softmax_merge(s, {__shfl_xor_sync(0xffffffffu, s.max, offset),
+                          __shfl_xor_sync(0xffffffffu, s.sum, offset)});
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (lane == 0) partial[warp] = s;
+  __syncthreads();
+  s = lane < static_cast<int>(blockDim.x / kWarp) ? partial[lane] : softmax_stats{};
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    s = softmax_merge(s, {__shfl_xor_sync(0xffffffffu, s.max, offset),
+                          __shfl_xor_sync(0xffffffffu, s.sum, offset)});
+  return s;
+}
+
+// A block per row, reading its V true columns twice: once for the softmax
+// statistics (online), once to write the gradient in place; the padded
+// columns [V, Vp) are written zero. With `packed` (rows 16-byte aligned) each
+// access is a 16-byte pack of columns. The scale is *dloss_scale_ptr when that
+// is set, else dloss_scale.
+template <class D>
+__global__ void cross_entropy_fused_kernel(D* logits, float* losses, const int32_t* targets,
                                            int64_t V, int64_t Vp, const float* dloss_scale_ptr,
-                                           float dloss_scale) {
+                                           float dloss_scale, bool packed) {
+  using P = pack16<D>;
   if (dloss_scale_ptr != nullptr) dloss_scale = *dloss_scale_ptr;
   const int64_t n = blockIdx.x;
-  T* x = logits + n * Vp;
+  D* x = logits + n * Vp;
   const int64_t target = targets[n];
-  // Read before the reductions' barriers, so before any thread overwrites the row.
+  // Read before the reduction's barrier, so before any thread overwrites the row.
   const float target_logit = threadIdx.x == 0 ? to_float(x[target]) : 0.0f;
-  float maxv = -INFINITY;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-    maxv = fmaxf(maxv, to_float(x[v]));
-  maxv = block_reduce(maxv, max_op{}, -INFINITY);
-  float sum = 0.0f;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-    sum += exp_clamped(to_float(x[v]) - maxv);
-  sum = block_reduce(sum, sum_op{}, 0.0f);
-  if (threadIdx.x == 0) losses[n] = logf(sum) + maxv - target_logit;
-  const float inv = 1.0f / sum;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-    const float p = exp_clamped(to_float(x[v]) - maxv) * inv;
-    x[v] = from_float<T>(dloss_scale * (p - (v == target ? 1.0f : 0.0f)));
+  const int64_t width = packed ? P::kElems : 1;  // columns per access
+  const int64_t stride = width * blockDim.x;
+  softmax_stats st;
+  for (int64_t v0 = threadIdx.x * width; v0 < V; v0 += stride) {
+    if (!packed) {
+      st = softmax_add(st, to_float(x[v0]));
+      continue;
+    }
+    const P p = *reinterpret_cast<const P*>(x + v0);
+#pragma unroll
+    for (int k = 0; k < P::kElems; k++)
+      if (v0 + k < V) st = softmax_add(st, to_float(p.v[k]));
   }
-  for (int64_t v = V + threadIdx.x; v < Vp; v += blockDim.x)
-    x[v] = from_float<T>(0.0f);
+  st = block_softmax_stats(st);
+  if (threadIdx.x == 0) losses[n] = logf(st.sum) + st.max - target_logit;
+  const float inv = 1.0f / st.sum;
+  const auto grad = [&](int64_t v, float xv) {
+    if (v >= V) return from_float<D>(0.0f);
+    const float prob = exp_clamped(xv - st.max) * inv;
+    return from_float<D>(dloss_scale * (prob - (v == target ? 1.0f : 0.0f)));
+  };
+  int64_t v0 = threadIdx.x * width;
+  for (; v0 < V; v0 += stride) {
+    if (!packed) {
+      x[v0] = grad(v0, to_float(x[v0]));
+      continue;
+    }
+    P p = *reinterpret_cast<const P*>(x + v0);
+#pragma unroll
+    for (int k = 0; k < P::kElems; k++)
+      p.v[k] = grad(v0 + k, to_float(p.v[k]));
+    *reinterpret_cast<P*>(x + v0) = p;
+  }
+  for (int64_t v = ceil_div(V, width) * width + threadIdx.x; v < Vp; v += blockDim.x)
+    x[v] = from_float<D>(0.0f);
 }
 
 // ---------------------------------------------------------------- optimizer and norm
@@ -434,16 +575,64 @@ void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, 
   CUDA_CHECK(cudaGetLastError());
 }
 
+// The arrays of the sorted dwte within encoder_backward's scratch: keys and
+// positions twice (the radix sort's double buffers), then CUB's own
+// temporary storage; empty when the scratch is too small (or null).
+struct encoder_sort_arrays {
+  cub::DoubleBuffer<uint32_t> keys;
+  cub::DoubleBuffer<int32_t> positions;
+  void* temp = nullptr;
+  size_t temp_bytes = 0;
+};
+
+int64_t aligned_bytes(int64_t bytes) {
+  return ceil_div(bytes, kScratchAlignBytes) * kScratchAlignBytes;
+}
+
+bool carve_encoder_sort(encoder_sort_arrays& a, void* scratch, int64_t scratch_bytes, int64_t N,
+                        cudaStream_t stream) {
+  if (scratch == nullptr || N > 0x7fffffff) return false;
+  const int64_t pad_bytes =
+      (kScratchAlignBytes - reinterpret_cast<uintptr_t>(scratch) % kScratchAlignBytes) %
+      kScratchAlignBytes;
+  auto* base = static_cast<std::byte*>(scratch) + pad_bytes;
+  scratch_bytes -= pad_bytes;
+  const int64_t array_bytes = aligned_bytes(N * 4);
+  if (4 * array_bytes > scratch_bytes) return false;
+  a.keys = cub::DoubleBuffer<uint32_t>(reinterpret_cast<uint32_t*>(base),
+                                       reinterpret_cast<uint32_t*>(base + array_bytes));
+  a.positions = cub::DoubleBuffer<int32_t>(reinterpret_cast<int32_t*>(base + 2 * array_bytes),
+                                           reinterpret_cast<int32_t*>(base + 3 * array_bytes));
+  // Sizing only: with no storage given, CUB computes what it needs and launches nothing.
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, a.temp_bytes, a.keys, a.positions,
+                                             static_cast<int>(N), 0, 32, stream));
+  if (4 * array_bytes + static_cast<int64_t>(a.temp_bytes) > scratch_bytes) return false;
+  a.temp = base + 4 * array_bytes;
+  return true;
+}
+
 template <class T, class G>
 void encoder_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, int64_t B, int64_t T_,
-                      int64_t C, cudaStream_t stream) {
+                      int64_t C, void* scratch, int64_t scratch_bytes, cudaStream_t stream) {
   const int64_t N = B * T_;
   if (N * C == 0) return;
   encoder_backward_wpe_kernel<<<grid_dim(ceil_div(T_ * C, kElementwiseThreads)),
                                 kElementwiseThreads, 0, stream>>>(dev(dwpe), dev(dout), B, T_, C);
   CUDA_CHECK(cudaGetLastError());
-  encoder_backward_wte_kernel<<<grid_dim(ceil_div(C, kEncoderThreads), kEncoderTokenClasses),
-                                kEncoderThreads, 0, stream>>>(dev(dwte), dev(dout), tokens, N, C);
+  encoder_sort_arrays a;
+  if (!carve_encoder_sort(a, scratch, scratch_bytes, N, stream)) {
+    encoder_backward_wte_kernel<<<grid_dim(ceil_div(C, kEncoderThreads), kEncoderTokenClasses),
+                                  kEncoderThreads, 0, stream>>>(dev(dwte), dev(dout), tokens, N, C);
+    CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  encoder_sort_pairs_kernel<<<grid_dim(ceil_div(N, kElementwiseThreads)), kElementwiseThreads, 0,
+                              stream>>>(a.keys.Current(), a.positions.Current(), tokens, N);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(a.temp, a.temp_bytes, a.keys, a.positions,
+                                             static_cast<int>(N), 0, 32, stream));
+  encoder_backward_wte_runs_kernel<<<grid_dim(N), kEncoderThreads, 0, stream>>>(
+      dev(dwte), dev(dout), a.keys.Current(), a.positions.Current(), N, C);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -464,7 +653,7 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 template <class T, class G>
 void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
                         const float* mean, const float* rstd, int64_t N, int64_t C, bool accumulate,
-                        cudaStream_t stream) {
+                        float* scratch, int64_t scratch_floats, cudaStream_t stream) {
   if (N * C == 0) return;
   const dim3 grid = grid_dim(ceil_div(N, kRowsPerBlock));
   if (packed_rows<T>(C, {dinp, dout, inp, weight}))
@@ -474,9 +663,22 @@ void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* i
     layernorm_backward_input_kernel<<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
         dev(dinp), dev(dout), dev(inp), dev(weight), mean, rstd, N, C, accumulate);
   CUDA_CHECK(cudaGetLastError());
-  layernorm_backward_params_kernel<<<grid_dim(ceil_div(C, kWarp)), dim3(kWarp, kColumnRowGroups), 0,
-                                     stream>>>(dev(dweight), dev(dbias), dev(dout), dev(inp), mean,
-                                               rstd, N, C);
+  // As many chunks of rows as the scratch holds sums for (two rows of C each), up to
+  // one per kLayerNormParamRowsPerChunk rows; one chunk adds straight into dweight and dbias.
+  const int64_t fit = scratch ? scratch_floats / (2 * C) : 1;
+  const int64_t chunks = std::max<int64_t>(
+      1, std::min({ceil_div(N, kLayerNormParamRowsPerChunk), fit, int64_t{65535}}));
+  const int64_t rows_per_chunk = ceil_div(N, chunks);
+  float* dw_part = chunks > 1 ? scratch : nullptr;
+  float* db_part = chunks > 1 ? scratch + chunks * C : nullptr;
+  layernorm_backward_params_kernel<<<grid_dim(ceil_div(C, kWarp), chunks),
+                                     dim3(kWarp, kColumnRowGroups), 0, stream>>>(
+      dev(dweight), dev(dbias), dw_part, db_part, dev(dout), dev(inp), mean, rstd, N, C,
+      rows_per_chunk);
+  CUDA_CHECK(cudaGetLastError());
+  if (chunks == 1) return;
+  layernorm_params_sum_kernel<<<grid_dim(ceil_div(C, kColumnThreads)), kColumnThreads, 0, stream>>>(
+      dev(dweight), dev(dbias), dw_part, db_part, chunks, C);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -509,7 +711,7 @@ void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64
                          int64_t Vp, float dloss_scale, cudaStream_t stream) {
   if (N == 0) return;
   cross_entropy_fused_kernel<<<grid_dim(N), kCrossEntropyThreads, 0, stream>>>(
-      dev(logits), losses, targets, V, Vp, nullptr, dloss_scale);
+      dev(logits), losses, targets, V, Vp, nullptr, dloss_scale, packed_logits(logits, Vp));
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -518,7 +720,7 @@ void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64
                          int64_t Vp, const float* dloss_scale, cudaStream_t stream) {
   if (N == 0) return;
   cross_entropy_fused_kernel<<<grid_dim(N), kCrossEntropyThreads, 0, stream>>>(
-      dev(logits), losses, targets, V, Vp, dloss_scale, 0.0f);
+      dev(logits), losses, targets, V, Vp, dloss_scale, 0.0f, packed_logits(logits, Vp));
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -571,9 +773,10 @@ void cuda_sum_squares(float* sum, float* scratch, const void* x, dtype_id t, int
 
 #define CUDA_KERNELS_INSTANTIATE_TG(T, G)                                                        \
   template void encoder_backward<T, G>(G*, G*, const T*, const int32_t*, int64_t, int64_t,       \
-                                       int64_t, cudaStream_t);                                   \
+                                       int64_t, void*, int64_t, cudaStream_t);                   \
   template void layernorm_backward<T, G>(T*, G*, G*, const T*, const T*, const T*, const float*, \
-                                         const float*, int64_t, int64_t, bool, cudaStream_t);
+                                         const float*, int64_t, int64_t, bool, float*, int64_t,  \
+                                         cudaStream_t);
 
 CUDA_KERNELS_INSTANTIATE_T(float)
 CUDA_KERNELS_INSTANTIATE_T(bf16)

@@ -35,14 +35,18 @@ void encoder_forward(T* out,                 // (N, C)
                      int64_t B, int64_t T_, int64_t C, cudaStream_t stream);
 // dwte[tokens[n]] += dout[n] in position order (a bf16 dwte is rounded once
 // per occurrence of a token, as on CPU); dwpe[t] += sum over b of dout[b, t].
-// No scratch: a thread owns a channel and the tokens of one residue class, so
-// repeated tokens never race.
+// With scratch (scratch_bytes of device memory: 16 N bytes plus CUB's radix
+// sort storage, a few KiB) the positions are sorted by token (stable) and a
+// block adds each token's rows; with less (or null), a thread owns a channel
+// and the tokens of one residue class and walks every position. Both add in
+// the same order, so they agree bit for bit.
 template <class T, class G>
 void encoder_backward(G* dwte,                // (V, C) +=
                       G* dwpe,                // (T, C) +=
                       const T* dout,          // (N, C)
                       const int32_t* tokens,  // (N)
-                      int64_t B, int64_t T_, int64_t C, cudaStream_t stream);
+                      int64_t B, int64_t T_, int64_t C, void* scratch, int64_t scratch_bytes,
+                      cudaStream_t stream);
 
 // out = (inp - mean) * rstd * weight + bias, per row; mean and rstd saved
 // (fp32); eps is kLayerNormEps (1e-5).
@@ -52,12 +56,18 @@ void layernorm_forward(T* out, float* mean, float* rstd,  // (N, C), (N), (N)
                        const T* weight, const T* bias,    // (C), (C)
                        int64_t N, int64_t C, cudaStream_t stream);
 // dinp = (accumulate ? dinp : 0) + d/dinp; dweight, dbias +=. dinp must not alias dout.
+// scratch (scratch_floats device floats, or null) holds per-chunk sums of the
+// parameter gradients: with room for 2 * C floats per chunk of
+// kLayerNormParamRowsPerChunk rows the column sums spread over the whole GPU
+// (chunks added in a fixed order); without, C / 32 blocks walk every row.
+inline constexpr int64_t kLayerNormParamRowsPerChunk = 256;
 template <class T, class G>
 void layernorm_backward(T* dinp, G* dweight, G* dbias,         // (N, C), (C), (C)
                         const T* dout, const T* inp,           // (N, C), (N, C)
                         const T* weight,                       // (C)
                         const float* mean, const float* rstd,  // (N), (N)
-                        int64_t N, int64_t C, bool accumulate, cudaStream_t stream);
+                        int64_t N, int64_t C, bool accumulate, float* scratch,
+                        int64_t scratch_floats, cudaStream_t stream);
 
 // GELU, tanh approximation, elementwise over n values. Both may run in place
 // (out == inp; dinp == dout).

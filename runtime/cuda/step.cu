@@ -1,12 +1,14 @@
 // step (CUDA): the vocabulary's launchers and their kernels. Elementwise
 // kernels take a thread per value; reductions one block in a fixed order, so
 // that losses and norms are the same from run to run.
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/device.cuh"
 #include "runtime/cuda/kernels.cuh"
 #include "runtime/cuda/step.h"
+#include "runtime/optimizer_math.h"
 
 namespace {
 
@@ -92,35 +94,58 @@ struct optimizer_args {
   double clip;
 };
 
-__global__ void adamw_kernel(float* master, float* m, float* v, const void* grad, dtype_id gt,
-                             int64_t begin, int64_t end, bool decay, optimizer_args a,
-                             const gpu_step_scalars* s) {
-  const int64_t i = begin + blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= end) return;
-  const grad_scaling gs = grad_scaling_of(s, a.clip);
-  if (gs.skip) return;
-  const float lr = s->lr;
-  const float c1 = 1.0f - powf(a.beta1, s->t), c2 = 1.0f - powf(a.beta2, s->t);
-  const float wd = decay ? a.weight_decay : 0.0f;
-  adamw_update(master[i], m[i], v[i], load_as_float(grad, gt, i) * gs.scale, lr, a.beta1, a.beta2,
-               c1, c2, a.eps, wd);
+// Up to this many decay ranges ride in one optimizer launch's arguments
+// (2 KiB); a unit with more takes a launch per group of them.
+constexpr int kDecayRangesPerLaunch = 128;
+
+// A launch's share [from, to) of a unit's shard and the decay ranges within it.
+struct optimizer_span {
+  int64_t from, to;
+  int count;
+  int64_t ranges[2 * kDecayRangesPerLaunch];  // [begin, end) pairs, increasing
+};
+
+// Whether weight decay applies at element i: inside the last range beginning at or before it.
+__device__ bool decayed_at(const optimizer_span& s, int64_t i) {
+  int lo = 0, hi = s.count;  // the first range beginning after i
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (s.ranges[2 * mid] <= i)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo > 0 && i < s.ranges[2 * lo - 1];
 }
 
-__global__ void sgd_kernel(float* master, float* momentum_buf, const void* grad, dtype_id gt,
-                           int64_t begin, int64_t end, bool decay, optimizer_args a,
-                           const gpu_step_scalars* s) {
-  const int64_t i = begin + blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= end) return;
+// Where the updated master goes besides: the parameter shard in its dtype
+// (a master copy's rounding), or nowhere (data null: fp32 params are the master).
+struct param_copy {
+  void* data;
+  dtype_id dtype;
+};
+
+// One launch of a unit's optimizer step: AdamW (m, v the state) or SGD (m the
+// momentum buffer, or null), a thread per element of the span, the update
+// skipped when the gradient norm is not finite; then the master rounded
+// into the parameter shard.
+__global__ void optimizer_kernel(optimizer_kind kind, float* master, float* m, float* v,
+                                 const void* grad, dtype_id gt, optimizer_span span,
+                                 optimizer_args a, const gpu_step_scalars* s, param_copy param) {
+  const int64_t i = span.from + blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= span.to) return;
   const grad_scaling gs = grad_scaling_of(s, a.clip);
-  if (gs.skip) return;
-  float g = load_as_float(grad, gt, i) * gs.scale;
-  if (decay) g += a.weight_decay * master[i];
-  if (momentum_buf) {
-    const float b = s->t == 1.0f ? g : a.momentum * momentum_buf[i] + g;
-    momentum_buf[i] = b;
-    g = b;
+  if (!gs.skip) {
+    const bool decay = decayed_at(span, i);
+    const float g = load_as_float(grad, gt, i) * gs.scale;
+    if (kind == optimizer_kind::adamw)
+      adamw_update(master[i], m[i], v[i], g, s->lr, a.beta1, a.beta2, 1.0f - powf(a.beta1, s->t),
+                   1.0f - powf(a.beta2, s->t), a.eps, decay ? a.weight_decay : 0.0f);
+    else
+      sgd_update(master[i], m ? &m[i] : nullptr, g, s->lr, a.momentum,
+                 decay ? a.weight_decay : 0.0f, s->t == 1.0f);
   }
-  master[i] -= s->lr * g;
+  if (param.data) store_from_float(param.data, param.dtype, i, master[i]);
 }
 
 void check_launch() {
@@ -195,28 +220,28 @@ void step_optimizer(step_context& c, int unit, void* param_shard, float* master,
                          p.train.clip};
   const int64_t* ranges = c.gpu->decay_ranges[unit];
   const int count = c.gpu->decay_range_counts[unit];
-  // Alternate undecayed gaps and decayed ranges over [0, n), as step_optimizer.
-  int64_t pos = 0;
-  for (int r = 0; r <= count; ++r) {
-    const int64_t begin = r < count ? ranges[2 * r] : n;
-    for (int decayed = 0; decayed < 2; ++decayed) {
-      const int64_t from = decayed ? begin : pos;
-      const int64_t to = decayed ? (r < count ? ranges[2 * r + 1] : n) : begin;
-      if (from >= to) continue;
-      const dim3 grid = grid_dim(ceil_div(to - from, kThreads));
-      if (p.train.optimizer.kind == optimizer_kind::adamw)
-        adamw_kernel<<<grid, kThreads, 0, g.stream>>>(
-            w, state, state + n, grad_shard, u.grad_shard_dtype, from, to, decayed, a, g.scalars);
-      else
-        sgd_kernel<<<grid, kThreads, 0, g.stream>>>(
-            w, p.train.optimizer.momentum > 0 ? state : nullptr, grad_shard, u.grad_shard_dtype,
-            from, to, decayed, a, g.scalars);
-      check_launch();
+  const param_copy param{master ? param_shard : nullptr, p.parallel.precision.param};
+  float* m = state;
+  float* v = p.train.optimizer.kind == optimizer_kind::adamw ? state + n : nullptr;
+  if (p.train.optimizer.kind == optimizer_kind::sgd && p.train.optimizer.momentum <= 0) m = nullptr;
+  // One launch per kDecayRangesPerLaunch ranges: launch k covers the shard from
+  // the end of launch k - 1's last range to the end of its own (to n for the last).
+  int64_t from = 0;
+  for (int first = 0; first == 0 || first < count; first += kDecayRangesPerLaunch) {
+    optimizer_span span{};
+    span.from = from;
+    span.count = std::min(count - first, kDecayRangesPerLaunch);
+    for (int r = 0; r < span.count; ++r) {
+      span.ranges[2 * r] = ranges[2 * (first + r)];
+      span.ranges[2 * r + 1] = ranges[2 * (first + r) + 1];
     }
-    if (r < count) pos = ranges[2 * r + 1];
+    span.to = first + span.count < count ? span.ranges[2 * span.count - 1] : n;
+    from = span.to;
+    if (span.to <= span.from) continue;
+    optimizer_kernel<<<grid_dim(ceil_div(span.to - span.from, kThreads)), kThreads, 0, g.stream>>>(
+        p.train.optimizer.kind, w, m, v, grad_shard, u.grad_shard_dtype, span, a, g.scalars, param);
+    check_launch();
   }
-  if (master)
-    tensor_convert(param_shard, p.parallel.precision.param, master, dtype_id::fp32, n, false, g);
 }
 
 void cuda_step_begin(gpu_context& gc, cudaStream_t stream) {

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <iterator>
 #include <random>
 #include <string>
@@ -112,26 +114,48 @@ TYPED_TEST(CudaKernel, EncoderForward) {
   expect_close(tag<T>("encoder_forward", "out"), out.download(), want, storage_tol<T>());
 }
 
-// N = 1200 positions span two chunks of staged tokens; V = 50 repeats every
-// token many times, so a bf16 dwte's per-occurrence rounding order matters.
+// dwte through the sort (scratch enough for it) and through the walk over
+// positions (no scratch, or too little): each against the CPU kernel, and
+// the two bit for bit (they add in the same order). N = 1200 positions span
+// two chunks of staged tokens; V = 50 repeats every token many times, so a
+// bf16 dwte's per-occurrence rounding order matters; V = 3 makes runs of
+// hundreds of rows, longer than the rows a block loads ahead.
 TYPED_TEST(CudaParamBackward, Encoder) {
   using T = typename TypeParam::T;
   using G = typename TypeParam::G;
-  const int64_t B = 4, T_ = 300, C = 70, V = 50;
-  std::mt19937 rng(2);
-  const auto tokens = ref::random_tokens(rng, B * T_, V);
-  const auto dout = random_stored<T>(rng, B * T_ * C);
-  auto dwte = random_stored<G>(rng, V * C), dwpe = random_stored<G>(rng, T_ * C);
+  const int64_t B = 4, T_ = 300, C = 70;
+  for (const int64_t V : {50, 3}) {
+    std::mt19937 rng(2);
+    const auto tokens = ref::random_tokens(rng, B * T_, V);
+    const auto dout = random_stored<T>(rng, B * T_ * C);
+    const auto dwte0 = random_stored<G>(rng, V * C), dwpe0 = random_stored<G>(rng, T_ * C);
+    auto dwte = dwte0, dwpe = dwpe0;
+    encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T_, C);
 
-  device_vec<G> dwte_d(dwte), dwpe_d(dwpe);
-  device_vec<T> dout_d(dout);
-  device_vec<int32_t> tokens_d(tokens);
-  encoder_backward(dwte_d.get(), dwpe_d.get(), dout_d.get(), tokens_d.get(), B, T_, C,
-                   this->stream);
-  this->sync();
-  encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T_, C);
-  expect_close(tag<T, G>("encoder_backward", "dwte"), dwte_d.download(), dwte, storage_tol<G>());
-  expect_close(tag<T, G>("encoder_backward", "dwpe"), dwpe_d.download(), dwpe, storage_tol<G>());
+    const int64_t sort_bytes = 16 * B * T_ + (1 << 20);
+    std::vector<std::vector<G>> got;
+    for (const int64_t scratch_bytes : {int64_t{0}, 16 * B * T_, sort_bytes}) {
+      device_vec<G> dwte_d(dwte0), dwpe_d(dwpe0);
+      device_vec<T> dout_d(dout);
+      device_vec<int32_t> tokens_d(tokens);
+      device_vec<std::byte> scratch(std::max<int64_t>(scratch_bytes, 1));
+      encoder_backward(dwte_d.get(), dwpe_d.get(), dout_d.get(), tokens_d.get(), B, T_, C,
+                       scratch_bytes ? static_cast<void*>(scratch.get()) : nullptr, scratch_bytes,
+                       this->stream);
+      this->sync();
+      const std::string what =
+          " V=" + std::to_string(V) + " scratch " + std::to_string(scratch_bytes) + " bytes";
+      expect_close(tag<T, G>("encoder_backward", "dwte") + what, dwte_d.download(), dwte,
+                   storage_tol<G>());
+      expect_close(tag<T, G>("encoder_backward", "dwpe") + what, dwpe_d.download(), dwpe,
+                   storage_tol<G>());
+      got.push_back(dwte_d.download());
+    }
+    for (size_t k = 1; k < got.size(); k++)
+      EXPECT_EQ(0, std::memcmp(got[0].data(), got[k].data(), got[0].size() * sizeof(G)))
+          << tag<T, G>("encoder_backward", "dwte") << " V=" << V
+          << ": the sorted and walking kernels differ";
+  }
 }
 
 // ---------------------------------------------------------------- layernorm
@@ -146,6 +170,9 @@ struct rows_channels {
 // C = 1600 and 2048 for fp32 and C = 2056 (more than 8 packs per lane).
 constexpr rows_channels kLayernormShapes[] = {{67, 100}, {9, 32},   {5, 1600}, {33, 768},
                                               {7, 2048}, {4, 2056}, {11, 37}};
+// Rows enough for several chunks of the parameter gradients' column sums
+// (kLayerNormParamRowsPerChunk each, the last one short).
+constexpr rows_channels kLayernormChunkedShapes[] = {{1000, 768}, {600, 37}};
 // Element offsets of the row arrays: 1 makes every pointer 2 or 4 bytes off
 // 16-byte alignment, so the scalar kernels run whatever C.
 constexpr int64_t kRowOffsets[] = {0, 1};
@@ -193,42 +220,52 @@ TYPED_TEST(CudaKernel, LayernormForward) {
 }
 
 // Mean and rstd come from the CPU forward and feed both sides; dinp is
-// checked overwritten and accumulated.
+// checked overwritten and accumulated. The parameter gradients' column sums
+// run without scratch, with room for two chunks of rows, and with room for
+// every chunk.
+template <class T, class G>
+void check_layernorm_backward(int64_t N, int64_t C, int64_t off, bool accumulate,
+                              int64_t scratch_floats, cudaStream_t stream) {
+  std::mt19937 rng(4);
+  const auto x = random_stored<T>(rng, N * C, 2.0, 0.5);
+  const auto w = random_stored<T>(rng, C, 0.3, 1.0), b = random_stored<T>(rng, C, 0.2);
+  const auto dout = random_stored<T>(rng, N * C);
+  auto dinp = random_stored<T>(rng, N * C);
+  auto dw = random_stored<G>(rng, C), db = random_stored<G>(rng, C);
+  std::vector<T> out(N * C);
+  std::vector<float> mean(N), rstd(N);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+
+  device_vec<T> dinp_d(after(off, dinp)), dout_d(after(off, dout)), x_d(after(off, x)), w_d(w);
+  device_vec<G> dw_d(dw), db_d(db);
+  device_vec<float> mean_d(mean), rstd_d(rstd), scratch(std::max<int64_t>(scratch_floats, 1));
+  layernorm_backward(dinp_d.get() + off, dw_d.get(), db_d.get(), dout_d.get() + off,
+                     x_d.get() + off, w_d.get(), mean_d.get(), rstd_d.get(), N, C, accumulate,
+                     scratch_floats ? scratch.get() : nullptr, scratch_floats, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
+                     mean.data(), rstd.data(), N, C, accumulate);
+  const std::string shape = " N=" + std::to_string(N) + " C=" + std::to_string(C) +
+                            (accumulate ? " +=" : "") + (off ? " (misaligned rows)" : "") +
+                            " scratch " + std::to_string(scratch_floats) + " floats";
+  expect_close(tag<T, G>("layernorm_backward", "dinp") + shape, from(off, dinp_d), dinp,
+               storage_tol<T>());
+  expect_close(tag<T, G>("layernorm_backward", "dweight") + shape, dw_d.download(), dw,
+               storage_tol<G>());
+  expect_close(tag<T, G>("layernorm_backward", "dbias") + shape, db_d.download(), db,
+               storage_tol<G>());
+}
+
 TYPED_TEST(CudaParamBackward, Layernorm) {
   using T = typename TypeParam::T;
   using G = typename TypeParam::G;
   for (const auto [N, C] : kLayernormShapes)
     for (const int64_t off : kRowOffsets)
-      for (const bool accumulate : {false, true}) {
-        std::mt19937 rng(4);
-        const auto x = random_stored<T>(rng, N * C, 2.0, 0.5);
-        const auto w = random_stored<T>(rng, C, 0.3, 1.0), b = random_stored<T>(rng, C, 0.2);
-        const auto dout = random_stored<T>(rng, N * C);
-        auto dinp = random_stored<T>(rng, N * C);
-        auto dw = random_stored<G>(rng, C), db = random_stored<G>(rng, C);
-        std::vector<T> out(N * C);
-        std::vector<float> mean(N), rstd(N);
-        layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
-
-        device_vec<T> dinp_d(after(off, dinp)), dout_d(after(off, dout)), x_d(after(off, x)),
-            w_d(w);
-        device_vec<G> dw_d(dw), db_d(db);
-        device_vec<float> mean_d(mean), rstd_d(rstd);
-        layernorm_backward(dinp_d.get() + off, dw_d.get(), db_d.get(), dout_d.get() + off,
-                           x_d.get() + off, w_d.get(), mean_d.get(), rstd_d.get(), N, C, accumulate,
-                           this->stream);
-        this->sync();
-        layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
-                           mean.data(), rstd.data(), N, C, accumulate);
-        const std::string shape = " N=" + std::to_string(N) + " C=" + std::to_string(C) +
-                                  (accumulate ? " +=" : "") + (off ? " (misaligned rows)" : "");
-        expect_close(tag<T, G>("layernorm_backward", "dinp") + shape, from(off, dinp_d), dinp,
-                     storage_tol<T>());
-        expect_close(tag<T, G>("layernorm_backward", "dweight") + shape, dw_d.download(), dw,
-                     storage_tol<G>());
-        expect_close(tag<T, G>("layernorm_backward", "dbias") + shape, db_d.download(), db,
-                     storage_tol<G>());
-      }
+      for (const bool accumulate : {false, true})
+        check_layernorm_backward<T, G>(N, C, off, accumulate, 0, this->stream);
+  for (const auto [N, C] : kLayernormChunkedShapes)
+    for (const int64_t floats : {int64_t{0}, 2 * 2 * C, 2 * C * N})
+      check_layernorm_backward<T, G>(N, C, 0, true, floats, this->stream);
 }
 
 // ---------------------------------------------------------------- elementwise

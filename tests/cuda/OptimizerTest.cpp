@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -121,5 +123,88 @@ std::vector<optimizer_case> adamw_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaAdamw, testing::ValuesIn(adamw_cases()), optim::CaseName());
+
+// A unit whose shard has more decay ranges than one launch carries (300
+// ranges of 3 decayed elements, gaps of 3 between), fp32 master and bf16
+// params: each element's update against a direct per-element reference
+// (AdamW's and SGD's rules, decayed where a range covers it), and the bf16
+// params the master's rounding. Weight decay of 0.5 at lr 0.01 moves a
+// decayed value 0.5% away from an undecayed one, far beyond the tolerance.
+class CudaOptimizerRanges : public CudaFixture {};
+
+TEST_F(CudaOptimizerRanges, ManyDecayRanges) {
+  constexpr int kRanges = 300;
+  constexpr int64_t n = 6 * kRanges + 5;
+  std::vector<int64_t> ranges;
+  for (int r = 0; r < kRanges; ++r) {
+    ranges.push_back(6 * r + 2);
+    ranges.push_back(6 * r + 5);
+  }
+  const auto decayed = [&](int64_t i) { return i < 6 * kRanges && i % 6 >= 2 && i % 6 < 5; };
+  for (const optimizer_kind kind : {optimizer_kind::adamw, optimizer_kind::sgd}) {
+    std::vector<float> master(n), grad(n), m(n, 0.01f), v(n, 0.02f);
+    for (int64_t i = 0; i < n; ++i) {
+      master[i] = 1.0f + 0.001f * static_cast<float>(i % 17);
+      grad[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+    }
+    program_unit unit{};
+    unit.name = "unit";
+    unit.param_elems = unit.padded_elems = unit.shard_elems = n;
+    unit.grad_shard_dtype = dtype_id::fp32;
+    program p{};
+    p.parallel.world = p.parallel.shard_group = 1;
+    p.parallel.precision.param = dtype_id::bf16;
+    p.parallel.precision.master = p.parallel.precision.reduce = dtype_id::fp32;
+    p.train.optimizer = {kind, 0.01, 0.9, 0.95, 1e-8, 0.5, 0.9};
+    p.units = &unit;
+    p.unit_count = 1;
+    const int64_t* range_table = ranges.data();
+    const int count = kRanges;
+
+    std::vector<float> state(2 * n);
+    std::copy(m.begin(), m.end(), state.begin());
+    std::copy(v.begin(), v.end(), state.begin() + n);
+    device_vec<float> master_d(master), state_d(state), grad_d(grad),
+        norm_scratch(kReduceScratchFloats);
+    device_vec<bf16> param_d(n);
+    device_vec<gpu_step_scalars> scalars_d(1);
+    gpu_step_scalars sc{};
+    sc.lr = 0.01f;
+    sc.t = 2.0f;  // AdamW's bias corrections of a second step; SGD's momentum not its first
+    sc.loss_scale = 1.0f;
+    CUDA_CHECK(cudaMemcpy(scalars_d.get(), &sc, sizeof(sc), cudaMemcpyHostToDevice));
+    gpu_context gc;
+    gc.exec.stream = stream;
+    gc.exec.scalars = scalars_d.get();
+    gc.exec.norm_scratch = norm_scratch.get();
+    gc.decay_ranges = &range_table;
+    gc.decay_range_counts = &count;
+    step_context c;
+    c.p = &p;
+    c.gpu = &gc;
+    step_optimizer(c, 0, param_d.get(), master_d.get(), state_d.get(), grad_d.get(), gpu(c));
+    sync();
+    const std::vector<float> got = master_d.download(), got_state = state_d.download();
+    const std::vector<bf16> got_param = param_d.download();
+    const char* name = kind == optimizer_kind::adamw ? "adamw" : "sgd";
+    for (int64_t i = 0; i < n; ++i) {
+      const double wd = decayed(i) ? 0.5 : 0.0, g = grad[i], lr = 0.01;
+      double want = master[i], want_m = m[i];
+      if (kind == optimizer_kind::adamw) {
+        const double mi = 0.9 * m[i] + 0.1 * g, vi = 0.95 * v[i] + 0.05 * g * g;
+        want = master[i] * (1 - lr * wd) -
+               lr * (mi / (1 - 0.9 * 0.9)) / (std::sqrt(vi / (1 - 0.95 * 0.95)) + 1e-8);
+        want_m = mi;
+      } else {
+        want_m = 0.9 * m[i] + g + wd * master[i];
+        want = master[i] - lr * want_m;
+      }
+      ASSERT_NEAR(got[i], want, 2e-6 * std::abs(want)) << name << " master at " << i;
+      ASSERT_NEAR(got_state[i], want_m, 2e-6 * std::abs(want_m) + 1e-9)
+          << name << " state at " << i;
+      ASSERT_EQ(bf16_from_float(got[i]).bits, got_param[i].bits) << name << " param at " << i;
+    }
+  }
+}
 
 }  // namespace
