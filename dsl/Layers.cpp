@@ -54,11 +54,11 @@ std::vector<TensorDecl> table_tensors(const ModelSpec& m, model::Table<model::Te
   return out;
 }
 
+}  // namespace
+
 const model::ParamLayout& param_layout(Family f) {
   return f == Family::Gpt2 ? model::kGpt2Params : model::kLlamaParams;
 }
-
-}  // namespace
 
 std::vector<TensorDecl> layer_tensors(const ModelSpec& m, const LayerId& layer) {
   const model::ParamLayout& p = param_layout(m.family);

@@ -26,6 +26,8 @@ struct TensorDecl {
 // The model's dimensions as the layout tables (model/layout.h) write them;
 // attention's layout (flash) is the plan's, not the model's.
 model::Dims model_dims(const ModelSpec& m);
+// The family's parameter tables (model/gpt2.h, model/llama.h).
+const model::ParamLayout& param_layout(Family f);
 
 // Tensors of one layer, in their fixed flat-parameter order (a block's from
 // its family's layout table, model/gpt2.h and model/llama.h).

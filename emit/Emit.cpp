@@ -2,8 +2,10 @@
 // op as a function of runtime calls on named pointers (each op's buffers
 // found by their role on the op), and then the tables, within kColumns.
 // Buffer pointers are arena offsets from the memory plan; activation slots
-// follow the layout of model/gpt2.h (which runtime/gpt2.h carves and
-// planner/Activations.h totals).
+// and parameters follow the family's layout tables (model/gpt2.h,
+// model/llama.h: runtime/gpt2.h and runtime/llama.h carve them,
+// planner/Activations.h totals them), and each layer is a call of the
+// family's runtime (gpt2_block_forward, llama_block_forward, ...).
 #include "emit/Emit.h"
 
 #include <algorithm>
@@ -13,9 +15,10 @@
 
 #include <fmt/format.h>
 
+#include "dsl/Layers.h"
 #include "dsl/Print.h"
 #include "emit/Template.h"
-#include "model/gpt2.h"
+#include "model/layout.h"
 #include "planner/Activations.h"
 
 namespace fsdpgen {
@@ -254,8 +257,10 @@ class Writer {
         target_.hardware));
     v["includes"] = cuda_
                         ? "#include \"runtime/cuda/backend.h\"\n#include \"runtime/cuda/step.h\"\n"
-                        : "#include \"runtime/gpt2.h\"\n#include \"runtime/program.h\"\n"
-                          "#include \"runtime/step.h\"\n";
+                        : fmt::format(
+                              "#include \"runtime/{}.h\"\n#include \"runtime/program.h\"\n"
+                              "#include \"runtime/step.h\"\n",
+                              fam());
     v["main"] =
         fmt::format("int main(int argc, char** argv) {{ return {}(kProgram, argc, argv); }}\n",
                     cuda_ ? "cuda_train_main" : "train_main");
@@ -265,13 +270,28 @@ class Writer {
         ctype(spec_.parallel.precision.param), to_string(spec_.parallel.precision.param),
         ctype(reduce_),
         comm_ ? std::string(to_string(spec_.parallel.precision.reduce)) : "fp32 on one rank");
-    v["model"] = fmt::format(
-        "// B sequences of T tokens, width C, H heads, MLP hidden F, vocab V; flash: attention\n"
-        "// saves log-sum-exp, not probabilities (the plan's layout, planner/Activations.h);\n"
-        "// the embedding and head are stored with V padded to Vp rows (pad_vocab_to {}).\n"
-        "constexpr gpt2_dims kDims{{{}, {}, {}, {}, {}, {}, {}, {}}};\n",
-        model_.pad_vocab_to, s_.micro_batch, model_.context, model_.width, model_.heads,
-        model_.ffn_hidden, model_.vocab, act_.flash_attention, model_.padded_vocab());
+    v["model"] =
+        model_.family == Family::Llama
+            ? fmt::format(
+                  "// B sequences of T tokens, width C, H query heads, KV key/value "
+                  "heads, MLP hidden F,\n"
+                  "// vocab V; attention saves log-sum-exp; the embedding and head "
+                  "are stored with V\n"
+                  "// padded to Vp rows (pad_vocab_to {}); RMSNorm's epsilon.\n"
+                  "constexpr llama_dims kDims{{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}f}};\n",
+                  model_.pad_vocab_to, s_.micro_batch, model_.context, model_.width, model_.heads,
+                  model_.kv_heads, model_.ffn_hidden, model_.vocab, act_.flash_attention,
+                  model_.padded_vocab(), cpp_double(model_.norm_eps))
+            : fmt::format(
+                  "// B sequences of T tokens, width C, H heads, MLP hidden F, vocab V; "
+                  "flash: attention\n"
+                  "// saves log-sum-exp, not probabilities (the plan's layout, "
+                  "planner/Activations.h);\n"
+                  "// the embedding and head are stored with V padded to Vp rows "
+                  "(pad_vocab_to {}).\n"
+                  "constexpr gpt2_dims kDims{{{}, {}, {}, {}, {}, {}, {}, {}}};\n",
+                  model_.pad_vocab_to, s_.micro_batch, model_.context, model_.width, model_.heads,
+                  model_.ffn_hidden, model_.vocab, act_.flash_attention, model_.padded_vocab());
     v["ops"] = ops;
     v["tables"] = tables();
     return fill_template("emit/templates/train.cpp", embedded_template("train.cpp"), v);
@@ -321,11 +341,14 @@ class Writer {
       if (t.name == name) return t;
     throw std::logic_error(fmt::format("emit: unit {} has no tensor {}", unit, name));
   }
+  // The family's runtime prefix ("gpt2": gpt2_block_forward, runtime/gpt2.h).
+  std::string fam() const { return std::string(to_string(model_.family)); }
+  const model::ParamLayout& layout() const { return param_layout(model_.family); }
   // Element offset of a layer's first tensor; checks the block's tensors lie
-  // where runtime/gpt2.h's params_at finds them (model/gpt2.h).
+  // where the family runtime's params_at finds them (model/gpt2.h, model/llama.h).
   int64_t block_offset(int unit, int64_t block) const {
-    const std::string p = fmt::format("transformer.h.{}.", block);
-    const model::Table<model::Tensor> layout = model::kGpt2BlockParams;
+    const std::string p = fmt::format(fmt::runtime(layout().block_prefix), block);
+    const model::Table<model::Tensor> layout = this->layout().block;
     const model::Dims dims = layout_dims(model_, act_);
     std::vector<const FlatTensor*> ts;
     for (const FlatTensor& t : s_.units.units[static_cast<size_t>(unit)].tensors)
@@ -337,7 +360,8 @@ class Writer {
           ts[i]->offset_elems - ts[0]->offset_elems == model::offset_elems(layout, i, dims);
     if (!as_laid_out)
       throw std::logic_error(fmt::format(
-          "emit: block {} tensors are not laid out as model/gpt2.h lays them out", block));
+          "emit: block {} tensors are not laid out as the {} layout table lays them out", block,
+          fam()));
     return ts.front()->offset_elems;
   }
   At param(int params_buf, int unit, const std::string& name) const {
@@ -347,7 +371,26 @@ class Writer {
     return {grads_buf, tensor(unit, name).offset_elems * rbytes_};
   }
   std::string head_weight_name() const {
-    return model_.tie_embeddings ? "transformer.wte.weight" : "lm_head.weight";
+    return model_.tie_embeddings ? layout().embed[0].hf_name : layout().head[0].hf_name;
+  }
+  // Declares a named pointer to each tensor of a table (embed, final norm) in
+  // `buffer` (params, or grads as "d" + name) and returns them as arguments.
+  std::string table_args(Body& b, model::Table<model::Tensor> table, int buffer, int unit,
+                         bool grads) const {
+    std::vector<std::string> names;
+    for (const model::Tensor& t : table)
+      names.push_back(
+          grads ? let(b, fmt::format("d{}", t.name), "grad_t", grad(buffer, unit, t.hf_name))
+                : let(b, t.name, "param_t", param(buffer, unit, t.hf_name)));
+    return fmt::format("{}", fmt::join(names, ", "));
+  }
+  // llama: the rotary tables a block's forward and backward read ("" for gpt2).
+  std::string rope_arg(Body& b, const Op& op) const {
+    const int tables = op.operand(Role::RopeTables);
+    if (tables < 0) return "";
+    call(b, "const llama_rope rope = llama_rope_at({}, kDims);",
+         let(b, "rope_tables", "float", {tables, 0}));
+    return "rope, ";
   }
   int head_unit(const Segment& seg) const {
     return model_.tie_embeddings ? 0 : seg.unit;  // tied: the embedding lives in the root
@@ -398,26 +441,27 @@ class Writer {
     const int u = segment(op).unit;
     const std::string tokens = let(b, "tokens", "int32_t", {inputs, 0});
     const std::string targets = let(b, "targets", "int32_t", {inputs, targets_offset_bytes(act_)});
-    const std::string wte = let(b, "wte", "param_t", param(params, u, "transformer.wte.weight"));
-    const std::string wpe = let(b, "wpe", "param_t", param(params, u, "transformer.wpe.weight"));
+    const std::string weights = table_args(b, layout().embed, params, u, false);
     const std::string dst = let(b, "out", "param_t", out);
     call(b, "step_fill_inputs(c, {}, {}, {}{});", op.micro_batch, tokens, targets, gtail());
-    call(b, "gpt2_embed_forward<param_t>({}, {}, {}, {}, kDims{});", dst, tokens, wte, wpe,
+    call(b, "{}_embed_forward<param_t>({}, {}, {}, kDims{});", fam(), dst, tokens, weights,
          gtail());
   }
 
   // `input`: the buffer the block reads its input from when it is not in its slot (-1).
-  void block_forward(Body& b, const Segment& seg, int64_t block, int params, At slot, int input,
+  void block_forward(Body& b, const Op& op, int64_t block, int params, At slot, int input,
                      At out) const {
+    const Segment& seg = segment(op);
     const std::string s = let_bytes(b, "slot", slot);
     const std::string in = let(b, "input", "param_t", {input, 0});
     const std::string w =
         let(b, "weights", "param_t", {params, block_offset(seg.unit, block) * pbytes_});
     const std::string dst = let(b, "out", "param_t", out);
-    call(b, "auto saved = gpt2_block_saved_at<param_t>({}, kDims);", s);
+    call(b, "auto saved = {}_block_saved_at<param_t>({}, kDims);", fam(), s);
     if (input >= 0) call(b, "saved.input = {};", in);
-    call(b, "auto params = gpt2_block_params_at<param_t>({}, kDims);", w);
-    call(b, "gpt2_block_forward<param_t>({}, params, saved, kDims, {});", dst, ws());
+    call(b, "auto params = {}_block_params_at<param_t>({}, kDims);", fam(), w);
+    const std::string rope = rope_arg(b, op);
+    call(b, "{}_block_forward<param_t>({}, params, saved, {}kDims, {});", fam(), dst, rope, ws());
   }
 
   void head_forward(Body& b, const Op& op, int params, At slot) const {
@@ -429,15 +473,12 @@ class Writer {
         let(b, "losses", "float", {logits, losses_offset_bytes(model_, act_)});
     const std::string targets =
         let(b, "targets", "int32_t", {op.operand(Role::Inputs), targets_offset_bytes(act_)});
-    const std::string lnf_w =
-        let(b, "lnf_w", "param_t", param(params, seg.unit, "transformer.ln_f.weight"));
-    const std::string lnf_b =
-        let(b, "lnf_b", "param_t", param(params, seg.unit, "transformer.ln_f.bias"));
+    const std::string norm = table_args(b, layout().final_norm, params, seg.unit, false);
     const std::string head_w =
         let(b, "head_w", "param_t", param(params, head_unit(seg), head_weight_name()));
-    call(b, "auto saved = gpt2_final_norm_saved_at<param_t>({}, kDims);", s);
-    call(b, "gpt2_head_forward<param_t>({}, {}, {}, {}, {}, {}, saved, kDims, {}, {});", lg, losses,
-         targets, lnf_w, lnf_b, head_w, on_gpu() ? "cuda_dloss_scale(c)" : "c.dloss_scale", ws());
+    call(b, "auto saved = {}_final_norm_saved_at<param_t>({}, kDims);", fam(), s);
+    call(b, "{}_head_forward<param_t>({}, {}, {}, {}, {}, saved, kDims, {}, {});", fam(), lg,
+         losses, targets, norm, head_w, on_gpu() ? "cuda_dloss_scale(c)" : "c.dloss_scale", ws());
     call(b, "step_add_losses(c, {}, {}{});", losses, N_, gtail());
   }
 
@@ -461,7 +502,7 @@ class Writer {
           out += close(b, scope, "embed");
           break;
         case LayerId::Kind::Block:
-          block_forward(b, seg, l.block, params, {saved, slots[k]},
+          block_forward(b, op, l.block, params, {saved, slots[k]},
                         k == 0 && saved != acts_in ? acts_in : -1, dst);
           out += close(b, scope, fmt::format("block {}", l.block));
           break;
@@ -500,44 +541,42 @@ class Writer {
   void head_backward(Body& b, const Segment& seg, int params, int grads, int logits,
                      At slot) const {
     const std::string s = let_bytes(b, "slot", slot);
-    const std::string dlnf_w =
-        let(b, "dlnf_w", "grad_t", grad(grads, seg.unit, "transformer.ln_f.weight"));
-    const std::string dlnf_b =
-        let(b, "dlnf_b", "grad_t", grad(grads, seg.unit, "transformer.ln_f.bias"));
+    const std::string dnorm = table_args(b, layout().final_norm, grads, seg.unit, true);
     const std::string dhead_w =
         let(b, "dhead_w", "grad_t", grad(grads, head_unit(seg), head_weight_name()));
-    const std::string lnf_w =
-        let(b, "lnf_w", "param_t", param(params, seg.unit, "transformer.ln_f.weight"));
+    const model::Tensor& norm_weight = layout().final_norm[0];  // backward reads the weight only
+    const std::string norm_w =
+        let(b, norm_weight.name, "param_t", param(params, seg.unit, norm_weight.hf_name));
     const std::string head_w =
         let(b, "head_w", "param_t", param(params, head_unit(seg), head_weight_name()));
     const std::string lg = let(b, "logits", "param_t", {logits, 0});
-    call(b, "auto saved = gpt2_final_norm_saved_at<param_t>({}, kDims);", s);
-    call(b,
-         "gpt2_head_backward<param_t, grad_t>({}, {}, {}, {}, {}, {}, saved, scratch, kDims, {});",
-         dlnf_w, dlnf_b, dhead_w, lnf_w, head_w, lg, ws());
+    call(b, "auto saved = {}_final_norm_saved_at<param_t>({}, kDims);", fam(), s);
+    call(b, "{}_head_backward<param_t, grad_t>({}, {}, {}, {}, {}, saved, scratch, kDims, {});",
+         fam(), dnorm, dhead_w, norm_w, head_w, lg, ws());
   }
 
-  void block_backward(Body& b, const Segment& seg, int64_t block, int params, int grads, At slot,
+  void block_backward(Body& b, const Op& op, int64_t block, int params, int grads, At slot,
                       int input) const {
+    const Segment& seg = segment(op);
     const std::string s = let_bytes(b, "slot", slot);
     const std::string in = let(b, "input", "param_t", {input, 0});
     const int64_t at = block_offset(seg.unit, block);
     const std::string w = let(b, "weights", "param_t", {params, at * pbytes_});
     const std::string dw = let(b, "dweights", "grad_t", {grads, at * rbytes_});
-    call(b, "auto saved = gpt2_block_saved_at<param_t>({}, kDims);", s);
+    call(b, "auto saved = {}_block_saved_at<param_t>({}, kDims);", fam(), s);
     if (input >= 0) call(b, "saved.input = {};", in);
-    call(b, "auto params = gpt2_block_params_at<param_t>({}, kDims);", w);
-    call(b, "auto grads = gpt2_block_grads_at<grad_t>({}, kDims);", dw);
-    call(b, "gpt2_block_backward<param_t, grad_t>(grads, params, saved, scratch, kDims, {});",
-         ws());
+    call(b, "auto params = {}_block_params_at<param_t>({}, kDims);", fam(), w);
+    call(b, "auto grads = {}_block_grads_at<grad_t>({}, kDims);", fam(), dw);
+    const std::string rope = rope_arg(b, op);
+    call(b, "{}_block_backward<param_t, grad_t>(grads, params, saved, scratch, {}kDims, {});",
+         fam(), rope, ws());
   }
 
   void embed_backward(Body& b, const Op& op, int grads) const {
     const int u = segment(op).unit;
-    const std::string dwte = let(b, "dwte", "grad_t", grad(grads, u, "transformer.wte.weight"));
-    const std::string dwpe = let(b, "dwpe", "grad_t", grad(grads, u, "transformer.wpe.weight"));
+    const std::string dweights = table_args(b, layout().embed, grads, u, true);
     const std::string tokens = let(b, "tokens", "int32_t", {op.operand(Role::Inputs), 0});
-    call(b, "gpt2_embed_backward<param_t, grad_t>({}, {}, {}, scratch, kDims{});", dwte, dwpe,
+    call(b, "{}_embed_backward<param_t, grad_t>({}, {}, scratch, kDims{});", fam(), dweights,
          tokens, gtail());
   }
 
@@ -555,7 +594,7 @@ class Writer {
            buf(grads).name);
     }
     const std::string d = let_bytes(top, "act_grads", {op.operand(Role::Scratch), 0});
-    call(top, "auto scratch = gpt2_backward_scratch_at<param_t>({}, kDims);", d);
+    call(top, "auto scratch = {}_backward_scratch_at<param_t>({}, kDims);", fam(), d);
     std::string out = top.text();
     const bool scope = scoped(seg);
     for (size_t r = seg.layers.size(); r-- > 0;) {
@@ -569,7 +608,7 @@ class Writer {
         case LayerId::Kind::FinalNorm:
           break;
         case LayerId::Kind::Block:
-          block_backward(b, seg, l.block, params, grads, {saved, slots[r]},
+          block_backward(b, op, l.block, params, grads, {saved, slots[r]},
                          r == 0 && saved != acts ? acts : -1);
           out += close(b, scope, fmt::format("block {}", l.block));
           break;
@@ -882,9 +921,11 @@ class Writer {
       out += "// Ops run on the host (offload), by the CUDA executor's host worker.\n" +
              int_array("kHostOps", host_ops) + "\n";
 
-    int workspace = -1;
-    for (const Buffer& b : s_.buffers)
+    int workspace = -1, rope = -1;
+    for (const Buffer& b : s_.buffers) {
       if (b.kind == BufferKind::Workspace) workspace = b.id;
+      if (b.kind == BufferKind::RopeTables) rope = b.id;
+    }
     const OptimizerSpec& o = t.optimizer;
     const LrScheduleSpec& lr = t.lr_schedule;
     const PrecisionSpec& pr = par.precision;
@@ -969,6 +1010,18 @@ class Writer {
         {"ops", "kOps"},
         {"op_count", i(static_cast<int64_t>(s_.ops.size()))}};
     std::vector<Init> all = program;
+    if (model_.family == Family::Llama) {  // gpt2 programs leave llama's fields at their defaults
+      auto fields_of = [&](const char* name) -> std::vector<Init>& {
+        return std::find_if(all.begin(), all.end(), [&](const Init& f) { return f.name == name; })
+            ->fields;
+      };
+      std::vector<Init>& m = fields_of("model");
+      m.push_back({"family", "model_family::llama"});
+      m.push_back({"kv_heads", i(model_.kv_heads)});
+      m.push_back({"norm_eps", cpp_double(model_.norm_eps)});
+      m.push_back({"rope", "", {{"theta", cpp_double(model_.rope_theta)}}});
+      fields_of("plan").push_back({"rope_buffer", i(rope)});
+    }
     if (!host_ops.empty()) {
       all.push_back({"host_ops", "kHostOps"});
       all.push_back({"host_op_count", i(static_cast<int64_t>(host_ops.size()))});

@@ -77,6 +77,11 @@ int64_t backward_scratch_bytes(const ModelSpec& m, const ActivationShape& a) {
                            a.act_bytes);
 }
 
+int64_t rope_tables_bytes(const ModelSpec& m) {
+  if (m.family != Family::Llama) return 0;
+  return 2 * m.context * (m.head_dim() / 2) * 4;
+}
+
 int64_t cudnn_attention_workspace_bytes(const ModelSpec& m, const ActivationShape& a) {
   return 4 * a.tokens * (m.width + m.heads) + kCudnnAttentionEngineSlackBytes;
 }

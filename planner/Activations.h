@@ -45,6 +45,10 @@ int64_t inputs_bytes(const ActivationShape& a);
 int64_t targets_offset_bytes(const ActivationShape& a);
 // Gradient buffers flowing through backward (the family's backward scratch table).
 int64_t backward_scratch_bytes(const ModelSpec& m, const ActivationShape& a);
+// The rotary position tables (llama): cos then sin of each position's angle
+// per frequency, (context, head_dim / 2) fp32 each, computed once at start;
+// 0 for families without rotary positions.
+int64_t rope_tables_bytes(const ModelSpec& m);
 
 // Workspace cuDNN's fused attention (runtime/cuda/cudnn_attention.h) asks
 // for on GPU plans with flash attention in 16-bit params: its backward's

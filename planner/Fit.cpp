@@ -19,9 +19,11 @@ ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec) {
   ScheduleOptions o;
   // GPUs run attention as fused flash kernels (runtime/cuda/attention.h), so
   // their plans save log-sum-exp instead of the T x T probabilities, for head
-  // sizes the kernels take; the CPU runtime's attention is faster as GEMMs
-  // over materialized probabilities.
-  o.flash_attention = hw.gpu && spec.model.head_dim() <= kGpuFlashMaxHeadDim;
+  // sizes the kernels take; the CPU runtime's gpt2 attention is faster as
+  // GEMMs over materialized probabilities. llama's grouped-query attention
+  // has only the flash form, on both (runtime/attention_gqa.h).
+  o.flash_attention = spec.model.family == Family::Llama ||
+                      (hw.gpu && spec.model.head_dim() <= kGpuFlashMaxHeadDim);
   // 16-bit flash attention may run on cuDNN (runtime/cuda/cudnn_attention.h),
   // whose backward needs workspace.
   o.cudnn_attention_workspace = o.flash_attention && spec.parallel.precision.param != DType::FP32 &&

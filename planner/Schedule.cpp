@@ -184,6 +184,9 @@ class Builder {
           std::max(workspace_bytes, cudnn_attention_workspace_bytes(spec_.model, act_));
     workspace_ = buffer(BufferKind::Workspace, MemSpace::Device, "gemm_workspace", workspace_bytes,
                         -1, -1, true);
+    if (const int64_t rope_bytes = rope_tables_bytes(spec_.model); rope_bytes > 0)
+      rope_ =
+          buffer(BufferKind::RopeTables, MemSpace::Device, "rope_tables", rope_bytes, -1, -1, true);
   }
 
   static Op make_op(OpKind kind, StreamId stream, int unit, int segment, int mb) {
@@ -322,6 +325,7 @@ class Builder {
                     {Role::Workspace, workspace_}};
       if (i == 0 || seg.has_loss) f.operands.push_back({Role::Inputs, inputs_});
       if (seg.has_loss) f.operands.push_back({Role::Logits, logits_});
+      if (rope_ >= 0) f.operands.push_back({Role::RopeTables, rope_});
       f.deps = {gather_op_[u]};
       emit(f);
       free_now({fscratch});
@@ -366,6 +370,7 @@ class Builder {
                       {Role::Saved, acts_[i]},
                       {Role::RecomputeScratch, rscratch},
                       {Role::Workspace, workspace_}};
+        if (rope_ >= 0) r.operands.push_back({Role::RopeTables, rope_});
         r.deps = {gather_op_[u]};
         emit(r);
       }
@@ -384,6 +389,7 @@ class Builder {
                     {Role::Scratch, scratch},           {Role::Workspace, workspace_}};
       if (i == 0 || seg.has_loss) b.operands.push_back({Role::Inputs, inputs_});
       if (seg.has_loss) b.operands.push_back({Role::Logits, logits_});
+      if (rope_ >= 0) b.operands.push_back({Role::RopeTables, rope_});
       b.deps = {gather_op_[u]};
       int bop = emit(b);
       free_now({acts_[i], rscratch, seg.has_loss ? logits_ : -1, i == 0 ? inputs_ : -1,
@@ -516,7 +522,7 @@ class Builder {
   std::vector<int> pending_;             // frees waiting for a gradient reduction
   std::vector<int> gather_pending_;      // host-copy staging waiting for its all-gather
   std::vector<int> acts_;                // per segment, current micro-batch
-  int inputs_ = -1, logits_ = -1, workspace_ = -1;
+  int inputs_ = -1, logits_ = -1, workspace_ = -1, rope_ = -1;
   int last_compute_ = -1;
 };
 

@@ -74,13 +74,13 @@ enum class BufferKind {
   Workspace,         // GEMM workspace
   Logits,            // logits and their gradient (B*T*V)
   Inputs,            // token ids and targets of one micro-batch
+  RopeTables,        // llama: rotary position cos and sin tables, filled once at start
 };
-inline constexpr std::array<std::string_view, 13> kBufferKindNames = {
-    "param_shard",  "master_weights",    "optimizer_state",
-    "grad_shard",   "unsharded_params",  "unsharded_grads",
-    "activations",  "recompute_scratch", "backward_scratch",
-    "comm_staging", "workspace",         "logits",
-    "inputs"};
+inline constexpr std::array<std::string_view, 14> kBufferKindNames = {
+    "param_shard",      "master_weights",  "optimizer_state", "grad_shard",
+    "unsharded_params", "unsharded_grads", "activations",     "recompute_scratch",
+    "backward_scratch", "comm_staging",    "workspace",       "logits",
+    "inputs",           "rope_tables"};
 inline std::string_view to_string(BufferKind k) {
   return kBufferKindNames[static_cast<int>(k)];
 }
@@ -117,6 +117,7 @@ enum class Role {
   OptimizerState,    // optimizer: AdamW m and v / SGD momentum
   Src,               // copies and all-gather: what is read
   Dst,               // copies and all-gather: what is written
+  RopeTables,        // llama compute: the rotary position tables
 };
 
 struct OpOperand {

@@ -2,12 +2,11 @@
 // model/gpt2.h and the per-layer forward/backward that compose kernels.h over them.
 #include "runtime/gpt2.h"
 
-#include <stdexcept>
-#include <string>
 #include <type_traits>
 
 #include "model/gpt2.h"
 #include "runtime/kernels.h"
+#include "runtime/layout_carver.h"
 
 namespace {
 
@@ -18,35 +17,11 @@ model::Dims layout_dims(const gpt2_dims& d) {
   return {d.C, d.F, d.H, d.T, d.C, d.flash};
 }
 
-// Pointers to the arrays of a slot laid out by one of model/gpt2.h's tables.
-struct slot_carver {
-  model::Table<model::Field> table;
-  const gpt2_dims& d;
-  int64_t param_bytes;
-  std::byte* base;
-  // The named array as X: float for fp32 rows, the param type for the
-  // others; null where the attention layout has no such array.
-  template <class X>
-  X* at(const char* name) const {
-    const size_t row = model::index_of(table, name);
-    if (model::elem_bytes(table[row].elem, param_bytes) != static_cast<int64_t>(sizeof(X)))
-      throw std::logic_error(std::string("gpt2: saved array ") + name + " taken as the wrong type");
-    if (!model::present(table[row], layout_dims(d))) return nullptr;
-    return reinterpret_cast<X*>(
-        base + model::offset_bytes(table, row, layout_dims(d), d.N(), param_bytes));
-  }
-};
-
-// Pointers to a block's tensors in a flat parameter (or gradient) buffer.
-template <class P>
-struct tensor_carver {
-  P* base;
-  const gpt2_dims& d;
-  P* at(const char* name) const {
-    const model::Table<model::Tensor> t = model::kGpt2BlockParams;
-    return base + model::offset_elems(t, model::index_of(t, name), layout_dims(d));
-  }
-};
+// The arrays of a slot laid out by one of model/gpt2.h's tables.
+slot_carver gpt2_slot(model::Table<model::Field> table, const gpt2_dims& d, int64_t param_bytes,
+                      std::byte* base) {
+  return {table, layout_dims(d), d.N(), param_bytes, base};
+}
 
 }  // namespace
 
@@ -65,7 +40,7 @@ int64_t gpt2_backward_scratch_bytes(const gpt2_dims& d, int64_t a) {
 // A block's tensors (params and grads alike).
 template <class Out, class Ptr>
 Out block_tensors_at(Ptr base, const gpt2_dims& d) {
-  const tensor_carver<std::remove_pointer_t<Ptr>> c{base, d};
+  const tensor_carver<std::remove_pointer_t<Ptr>> c{model::kGpt2BlockParams, layout_dims(d), base};
   Out p;
   p.ln1_w = c.at("ln1_w");
   p.ln1_b = c.at("ln1_b");
@@ -94,7 +69,7 @@ gpt2_block_grads<G> gpt2_block_grads_at(G* base, const gpt2_dims& d) {
 
 template <class T>
 gpt2_block_saved<T> gpt2_block_saved_at(std::byte* slot, const gpt2_dims& d) {
-  const slot_carver c{model::kGpt2BlockSaved, d, sizeof(T), slot};
+  const slot_carver c = gpt2_slot(model::kGpt2BlockSaved, d, sizeof(T), slot);
   gpt2_block_saved<T> s;
   s.ln1_mean = c.at<float>("ln1_mean");
   s.ln1_rstd = c.at<float>("ln1_rstd");
@@ -115,7 +90,7 @@ gpt2_block_saved<T> gpt2_block_saved_at(std::byte* slot, const gpt2_dims& d) {
 
 template <class T>
 gpt2_final_norm_saved<T> gpt2_final_norm_saved_at(std::byte* slot, const gpt2_dims& d) {
-  const slot_carver c{model::kGpt2FinalNormSaved, d, sizeof(T), slot};
+  const slot_carver c = gpt2_slot(model::kGpt2FinalNormSaved, d, sizeof(T), slot);
   gpt2_final_norm_saved<T> s;
   s.mean = c.at<float>("mean");
   s.rstd = c.at<float>("rstd");
@@ -126,7 +101,7 @@ gpt2_final_norm_saved<T> gpt2_final_norm_saved_at(std::byte* slot, const gpt2_di
 
 template <class T>
 gpt2_backward_scratch<T> gpt2_backward_scratch_at(std::byte* base, const gpt2_dims& d) {
-  const slot_carver c{model::kGpt2BackwardScratch, d, sizeof(T), base};
+  const slot_carver c = gpt2_slot(model::kGpt2BackwardScratch, d, sizeof(T), base);
   gpt2_backward_scratch<T> s;
   s.dres = c.at<T>("dres");
   s.dtmp = c.at<T>("dtmp");

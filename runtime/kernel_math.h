@@ -40,3 +40,34 @@ FSDPGEN_HOST_DEVICE float layernorm_dinp_of(float rstd, float dnorm, float xhat,
                                             float dnorm_xhat_mean) {
   return rstd * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean);
 }
+
+// RMSNorm's input gradient of one element: LayerNorm's with no mean taken
+// out, rstd (dnorm - xhat mean(dnorm xhat)), xhat = x rstd, dnorm = dout * weight.
+FSDPGEN_HOST_DEVICE float rmsnorm_dinp_of(float rstd, float dnorm, float xhat,
+                                          float dnorm_xhat_mean) {
+  return layernorm_dinp_of(rstd, dnorm, xhat, 0.0f, dnorm_xhat_mean);
+}
+
+// SwiGLU (llama's MLP): silu(g) * u, silu(g) = g / (1 + exp(-g)). Callers
+// pass e = exp(-g) (their exp_clamped).
+FSDPGEN_HOST_DEVICE float swiglu_of(float g, float u, float e) {
+  return g / (1.0f + e) * u;
+}
+// d/dg of silu(g) * u: u s (1 + g (1 - s)), s = sigmoid(g) = 1 / (1 + e);
+// d/du is silu(g).
+FSDPGEN_HOST_DEVICE float swiglu_dgate_of(float g, float u, float e) {
+  const float s = 1.0f / (1.0f + e);
+  return u * s * (1.0f + g * (1.0f - s));
+}
+
+// Rotary positions, Hugging Face's rotate-half convention: the pair (x1, x2)
+// = (x[i], x[i + D/2]) of a head turns by the angle whose cos and sin are c
+// and s; the backward turns the gradient's pair back (the transpose).
+FSDPGEN_HOST_DEVICE void rope_rotate(float& x1, float& x2, float c, float s) {
+  const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+  x1 = y1;
+  x2 = y2;
+}
+FSDPGEN_HOST_DEVICE void rope_unrotate(float& d1, float& d2, float c, float s) {
+  rope_rotate(d1, d2, c, -s);
+}

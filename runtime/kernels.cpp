@@ -72,6 +72,10 @@ void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, 
 #pragma omp parallel for if (B * T_ * C >= kParallelElems)
   for (int64_t n = 0; n < B * T_; n++) {
     const T* e = wte + int64_t{tokens[n]} * C;
+    if (wpe == nullptr) {
+      std::copy(e, e + C, out + n * C);
+      continue;
+    }
     const T* p = wpe + (n % T_) * C;
     for (int64_t c = 0; c < C; c++)
       out[n * C + c] = from_float<T>(to_float(e[c]) + to_float(p[c]));
@@ -88,7 +92,7 @@ void encoder_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, in
   for (int64_t c0 = 0; c0 < C; c0 += kChannelBlock) {
     const int64_t w = std::min(kChannelBlock, C - c0);
     // dwpe[t] += sum over b of dout[b, t], summed in fp32 and rounded once.
-    for (int64_t t = 0; t < T_; t++) {
+    for (int64_t t = 0; dwpe && t < T_; t++) {
       float acc[kChannelBlock] = {};
       for (int64_t b = 0; b < B; b++)
         for (int64_t c = 0; c < w; c++)
@@ -341,48 +345,62 @@ void add_scaled_row(float* acc, float w, const T* x, int64_t n) {
     acc[i] += w * to_float(x[i]);
 }
 
-// Where the rows of head bh = b * H + h are, in elements: position t's q at
-// qkv + qkv_at(bh, t) (k at + C, v at + 2C), its out and dout at out_at(bh,
-// t), its lse and delta at bh * T + t.
+// Where the rows of query head bh = b * H + h are, in elements: position t's
+// q at q + q_at(bh, t), its k and v (kv head h / group) at k + kv_at(bh, t)
+// and v + kv_at(bh, t), its out and dout at out_at(bh, t) (rows H * hs
+// wide), its lse and delta at bh * T + t. Packed qkv (gpt2) is q, k and v
+// rows of stride 3C; llama's are arrays of their own.
 struct flash_rows {
-  int64_t T_, C, H, hs;
-  int64_t qkv_at(int64_t bh, int64_t t) const {
-    return ((bh / H) * T_ + t) * 3 * C + (bh % H) * hs;
+  int64_t T_, H, group, hs, q_stride, kv_stride;
+  int64_t q_at(int64_t bh, int64_t t) const {
+    return ((bh / H) * T_ + t) * q_stride + (bh % H) * hs;
   }
-  int64_t out_at(int64_t bh, int64_t t) const { return ((bh / H) * T_ + t) * C + (bh % H) * hs; }
+  int64_t kv_at(int64_t bh, int64_t t) const {
+    return ((bh / H) * T_ + t) * kv_stride + (bh % H) / group * hs;
+  }
+  int64_t out_at(int64_t bh, int64_t t) const {
+    return ((bh / H) * T_ + t) * H * hs + (bh % H) * hs;
+  }
 };
 
-flash_rows flash_rows_of(int64_t T_, int64_t C, int64_t H) {
+flash_rows flash_rows_of(int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, int64_t q_stride,
+                         int64_t kv_stride) {
+  if (H <= 0 || KV_heads <= 0 || H % KV_heads != 0)
+    throw std::invalid_argument("attention_flash: H=" + std::to_string(H) +
+                                " query heads are not a multiple of " + std::to_string(KV_heads) +
+                                " key/value heads");
+  if (hs > kAttentionFlashMaxHeadSize)
+    throw std::invalid_argument("attention_flash: head size " + std::to_string(hs) + " exceeds " +
+                                std::to_string(kAttentionFlashMaxHeadSize) +
+                                ", the most the CPU kernels support");
+  return flash_rows{T_, H, H / KV_heads, hs, q_stride, kv_stride};
+}
+
+flash_rows packed_flash_rows(int64_t T_, int64_t C, int64_t H) {
   if (H <= 0 || C % H != 0)
     throw std::invalid_argument("attention_flash: C=" + std::to_string(C) +
                                 " is not a multiple of H=" + std::to_string(H));
-  if (C / H > kAttentionFlashMaxHeadSize)
-    throw std::invalid_argument("attention_flash: head size C/H = " + std::to_string(C / H) +
-                                " exceeds " + std::to_string(kAttentionFlashMaxHeadSize) +
-                                ", the most the CPU kernels support");
-  return flash_rows{T_, C, H, C / H};
+  return flash_rows_of(T_, H, H, C / H, 3 * C, 3 * C);
 }
 
-}  // namespace
-
+// Query row r = (bh, t), scores s_u = scale q_t . k_u for u <= t. Pass 1:
+// lse = log sum exp s_u (online: the running max m and sum of exp(s_u - m));
+// pass 2: out_t = sum of exp(s_u - lse) v_u, in fp32. Rows cost t each:
+// dynamic scheduling balances them; each row is one thread's.
 template <class T>
-void attention_forward_flash(T* out, float* lse, const T* qkv, int64_t B, int64_t T_, int64_t C,
-                             int64_t H) {
-  const flash_rows L = flash_rows_of(T_, C, H);
-  const int64_t hs = L.hs, C3 = 3 * C;
+void flash_forward(T* out, float* lse, const T* q_all, const T* k_all, const T* v_all, int64_t B,
+                   const flash_rows& L) {
+  const int64_t T_ = L.T_, hs = L.hs;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  // Query row r = (bh, t), scores s_u = scale q_t . k_u for u <= t. Pass 1:
-  // lse = log sum exp s_u (online: the running max m and sum of exp(s_u -
-  // m)); pass 2: out_t = sum of exp(s_u - lse) v_u, in fp32. Rows cost t
-  // each: dynamic scheduling balances them; each row is one thread's.
-#pragma omp parallel for schedule(dynamic, 16) if (B * H * T_ * T_ * hs >= kParallelElems)
-  for (int64_t r = 0; r < B * H * T_; r++) {
+#pragma omp parallel for schedule(dynamic, 16) if (B * L.H * T_ * T_ * hs >= kParallelElems)
+  for (int64_t r = 0; r < B * L.H * T_; r++) {
     const int64_t bh = r / T_, t = r % T_;
-    const T* q = qkv + L.qkv_at(bh, t);
-    const T* k0 = qkv + L.qkv_at(bh, 0) + C;  // position u's k at k0 + u * 3C, v at + C
+    const T* q = q_all + L.q_at(bh, t);
+    const T* k0 = k_all + L.kv_at(bh, 0);  // position u's k at k0 + u * kv_stride
+    const T* v0 = v_all + L.kv_at(bh, 0);
     float m = scale * dot_row(q, k0, hs), l = 1.0f;
     for (int64_t u = 1; u <= t; u++) {
-      const float s = scale * dot_row(q, k0 + u * C3, hs);
+      const float s = scale * dot_row(q, k0 + u * L.kv_stride, hs);
       if (s > m) {
         l = l * exp_clamped(m - s) + 1.0f;
         m = s;
@@ -393,10 +411,9 @@ void attention_forward_flash(T* out, float* lse, const T* qkv, int64_t B, int64_
     const float row_lse = m + std::log(l);
     float acc[kAttentionFlashMaxHeadSize];
     std::fill(acc, acc + hs, 0.0f);
-    for (int64_t u = 0; u <= t; u++) {
-      const T* k = k0 + u * C3;
-      add_scaled_row(acc, exp_clamped(scale * dot_row(q, k, hs) - row_lse), k + C, hs);
-    }
+    for (int64_t u = 0; u <= t; u++)
+      add_scaled_row(acc, exp_clamped(scale * dot_row(q, k0 + u * L.kv_stride, hs) - row_lse),
+                     v0 + u * L.kv_stride, hs);
     T* o = out + L.out_at(bh, t);
     for (int64_t c = 0; c < hs; c++)
       o[c] = from_float<T>(acc[c]);
@@ -404,24 +421,25 @@ void attention_forward_flash(T* out, float* lse, const T* qkv, int64_t B, int64_
   }
 }
 
+// For u <= t: P[t, u] = exp(scale q_t . k_u - lse_t), dP[t, u] = dout_t .
+// v_u and the scores' gradient dS[t, u] = P[t, u] (dP[t, u] - delta_t), each
+// recomputed where it is used. dq by query rows; dk and dv by key rows of
+// each kv head, summed over the query heads of its group in head order.
 template <class T>
-void attention_backward_flash(T* dqkv, float* delta, const T* dout, const T* qkv, const T* out,
-                              const float* lse, int64_t B, int64_t T_, int64_t C, int64_t H) {
-  const flash_rows L = flash_rows_of(T_, C, H);
-  const int64_t hs = L.hs, rows = B * H * T_;
+void flash_backward(T* dq_all, T* dk_all, T* dv_all, float* delta, const T* dout, const T* q_all,
+                    const T* k_all, const T* v_all, const T* out, const float* lse, int64_t B,
+                    const flash_rows& L) {
+  const int64_t T_ = L.T_, hs = L.hs, rows = B * L.H * T_;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const bool parallel = rows * T_ * hs >= kParallelElems;
   // delta_t = dout_t . out_t (= sum over u of P[t, u] dP[t, u], as out_t = sum of P[t, u] v_u).
 #pragma omp parallel for if (rows * hs >= kParallelElems)
   for (int64_t r = 0; r < rows; r++)
     delta[r] = dot_row(dout + L.out_at(r / T_, r % T_), out + L.out_at(r / T_, r % T_), hs);
-  // For u <= t: P[t, u] = exp(scale q_t . k_u - lse_t), dP[t, u] = dout_t . v_u and the scores'
-  // gradient dS[t, u] = P[t, u] (dP[t, u] - delta_t), each recomputed where it is used.
   auto pair = [&](int64_t bh, int64_t t, int64_t u, float* p, float* ds) {
-    const T* q = qkv + L.qkv_at(bh, t);
-    const T* k = qkv + L.qkv_at(bh, u) + C;
-    *p = exp_clamped(scale * dot_row(q, k, hs) - lse[bh * T_ + t]);
-    *ds = *p * (dot_row(dout + L.out_at(bh, t), k + C, hs) - delta[bh * T_ + t]);
+    const T* q = q_all + L.q_at(bh, t);
+    *p = exp_clamped(scale * dot_row(q, k_all + L.kv_at(bh, u), hs) - lse[bh * T_ + t]);
+    *ds = *p * (dot_row(dout + L.out_at(bh, t), v_all + L.kv_at(bh, u), hs) - delta[bh * T_ + t]);
   };
   // By query rows: dq_t = scale * sum over u <= t of dS[t, u] k_u.
 #pragma omp parallel for schedule(dynamic, 16) if (parallel)
@@ -432,31 +450,66 @@ void attention_backward_flash(T* dqkv, float* delta, const T* dout, const T* qkv
     for (int64_t u = 0; u <= t; u++) {
       float p, ds;
       pair(bh, t, u, &p, &ds);
-      add_scaled_row(acc, ds, qkv + L.qkv_at(bh, u) + C, hs);
+      add_scaled_row(acc, ds, k_all + L.kv_at(bh, u), hs);
     }
-    T* dq = dqkv + L.qkv_at(bh, t);
+    T* dq = dq_all + L.q_at(bh, t);
     for (int64_t c = 0; c < hs; c++)
       dq[c] = from_float<T>(scale * acc[c]);
   }
-  // By key rows: dk_u = scale * sum over t >= u of dS[t, u] q_t, dv_u = sum of P[t, u] dout_t.
+  // By key rows of kv head (b, g): dk_u = scale * sum over the group's heads h
+  // and t >= u of dS_h[t, u] q_t, dv_u = sum of P_h[t, u] dout_t.
+  const int64_t kv_rows = rows / L.group;
 #pragma omp parallel for schedule(dynamic, 16) if (parallel)
-  for (int64_t r = 0; r < rows; r++) {
-    const int64_t bh = r / T_, u = r % T_;
+  for (int64_t r = 0; r < kv_rows; r++) {
+    const int64_t bg = r / T_, u = r % T_;
+    const int64_t kv_heads = L.H / L.group, b = bg / kv_heads, g = bg % kv_heads;
     float dk_acc[kAttentionFlashMaxHeadSize], dv_acc[kAttentionFlashMaxHeadSize];
     std::fill(dk_acc, dk_acc + hs, 0.0f);
     std::fill(dv_acc, dv_acc + hs, 0.0f);
-    for (int64_t t = u; t < T_; t++) {
-      float p, ds;
-      pair(bh, t, u, &p, &ds);
-      add_scaled_row(dk_acc, ds, qkv + L.qkv_at(bh, t), hs);
-      add_scaled_row(dv_acc, p, dout + L.out_at(bh, t), hs);
+    for (int64_t h = g * L.group; h < (g + 1) * L.group; h++) {
+      const int64_t bh = b * L.H + h;
+      for (int64_t t = u; t < T_; t++) {
+        float p, ds;
+        pair(bh, t, u, &p, &ds);
+        add_scaled_row(dk_acc, ds, q_all + L.q_at(bh, t), hs);
+        add_scaled_row(dv_acc, p, dout + L.out_at(bh, t), hs);
+      }
     }
-    T* dk = dqkv + L.qkv_at(bh, u) + C;
+    const int64_t at = L.kv_at(b * L.H + g * L.group, u);
     for (int64_t c = 0; c < hs; c++) {
-      dk[c] = from_float<T>(scale * dk_acc[c]);
-      dk[C + c] = from_float<T>(dv_acc[c]);
+      dk_all[at + c] = from_float<T>(scale * dk_acc[c]);
+      dv_all[at + c] = from_float<T>(dv_acc[c]);
     }
   }
+}
+
+}  // namespace
+
+template <class T>
+void attention_forward_flash(T* out, float* lse, const T* qkv, int64_t B, int64_t T_, int64_t C,
+                             int64_t H) {
+  flash_forward(out, lse, qkv, qkv + C, qkv + 2 * C, B, packed_flash_rows(T_, C, H));
+}
+
+template <class T>
+void attention_backward_flash(T* dqkv, float* delta, const T* dout, const T* qkv, const T* out,
+                              const float* lse, int64_t B, int64_t T_, int64_t C, int64_t H) {
+  flash_backward(dqkv, dqkv + C, dqkv + 2 * C, delta, dout, qkv, qkv + C, qkv + 2 * C, out, lse, B,
+                 packed_flash_rows(T_, C, H));
+}
+
+template <class T>
+void attention_gqa_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B,
+                           int64_t T_, int64_t H, int64_t KV_heads, int64_t hs) {
+  flash_forward(out, lse, q, k, v, B, flash_rows_of(T_, H, KV_heads, hs, H * hs, KV_heads * hs));
+}
+
+template <class T>
+void attention_gqa_backward(T* dq, T* dk, T* dv, float* delta, const T* dout, const T* q,
+                            const T* k, const T* v, const T* out, const float* lse, int64_t B,
+                            int64_t T_, int64_t H, int64_t KV_heads, int64_t hs) {
+  flash_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, B,
+                 flash_rows_of(T_, H, KV_heads, hs, H * hs, KV_heads * hs));
 }
 
 template <class T>
@@ -475,6 +528,71 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
     const float x = to_float(inp[i]);
     const float e = exp_clamped(-2.0f * gelu_tanh_arg(x));
     dinp[i] = from_float<T>(gelu_grad_of(x, e) * to_float(dout[i]));
+  }
+}
+
+template <class T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int64_t N, int64_t C,
+                     float eps) {
+#pragma omp parallel for if (N * C >= kParallelElems)
+  for (int64_t n = 0; n < N; n++) {
+    const T* x = inp + n * C;
+    float ss = 0.0f;
+    for (int64_t c = 0; c < C; c++)
+      ss += to_float(x[c]) * to_float(x[c]);
+    const float s = 1.0f / std::sqrt(ss / static_cast<float>(C) + eps);
+    for (int64_t c = 0; c < C; c++)
+      out[n * C + c] = from_float<T>(to_float(x[c]) * s * to_float(weight[c]));
+    rstd[n] = s;
+  }
+}
+
+template <class T, class G>
+void rmsnorm_backward(T* dinp, G* dweight, const T* dout, const T* inp, const T* weight,
+                      const float* rstd, int64_t N, int64_t C, bool accumulate) {
+#pragma omp parallel for if (N * C >= kParallelElems)
+  for (int64_t n = 0; n < N; n++) {
+    const T* x = inp + n * C;
+    const T* dy = dout + n * C;
+    float dnorm_xhat_mean = 0.0f;
+    for (int64_t c = 0; c < C; c++)
+      dnorm_xhat_mean += to_float(dy[c]) * to_float(weight[c]) * to_float(x[c]) * rstd[n];
+    dnorm_xhat_mean /= static_cast<float>(C);
+    for (int64_t c = 0; c < C; c++) {
+      const float d = rmsnorm_dinp_of(rstd[n], to_float(dy[c]) * to_float(weight[c]),
+                                      to_float(x[c]) * rstd[n], dnorm_xhat_mean);
+      dinp[n * C + c] = from_float<T>(accumulate ? to_float(dinp[n * C + c]) + d : d);
+    }
+  }
+  // dweight += sum over rows of dout * xhat; a thread per channel block.
+#pragma omp parallel for if (N * C >= kParallelElems)
+  for (int64_t c0 = 0; c0 < C; c0 += kChannelBlock) {
+    const int64_t w = std::min(kChannelBlock, C - c0);
+    float dw[kChannelBlock] = {};
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t c = 0; c < w; c++)
+        dw[c] += to_float(dout[n * C + c0 + c]) * to_float(inp[n * C + c0 + c]) * rstd[n];
+    accumulate_row(dweight + c0, dw, w);
+  }
+}
+
+template <class T>
+void swiglu_forward(T* out, const T* gate, const T* up, int64_t n) {
+#pragma omp parallel for simd if (n >= kParallelElems)
+  for (int64_t i = 0; i < n; i++) {
+    const float g = to_float(gate[i]);
+    out[i] = from_float<T>(swiglu_of(g, to_float(up[i]), exp_clamped(-g)));
+  }
+}
+
+template <class T>
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n) {
+#pragma omp parallel for simd if (n >= kParallelElems)
+  for (int64_t i = 0; i < n; i++) {
+    const float g = to_float(gate[i]), u = to_float(up[i]), dy = to_float(dout[i]);
+    const float e = exp_clamped(-g);
+    dgate[i] = from_float<T>(dy * swiglu_dgate_of(g, u, e));
+    dup[i] = from_float<T>(dy * g / (1.0f + e));
   }
 }
 
@@ -528,9 +646,17 @@ void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64
                                            int64_t);                                            \
   template void attention_backward_flash<T>(T*, float*, const T*, const T*, const T*,           \
                                             const float*, int64_t, int64_t, int64_t, int64_t);  \
+  template void attention_gqa_forward<T>(T*, float*, const T*, const T*, const T*, int64_t,     \
+                                         int64_t, int64_t, int64_t, int64_t);                   \
+  template void attention_gqa_backward<T>(T*, T*, T*, float*, const T*, const T*, const T*,     \
+                                          const T*, const T*, const float*, int64_t, int64_t,   \
+                                          int64_t, int64_t, int64_t);                           \
   template void gelu_forward<T>(T*, const T*, int64_t);                                         \
   template void gelu_backward<T>(T*, const T*, const T*, int64_t);                              \
   template void residual_forward<T>(T*, const T*, const T*, int64_t);                           \
+  template void rmsnorm_forward<T>(T*, float*, const T*, const T*, int64_t, int64_t, float);    \
+  template void swiglu_forward<T>(T*, const T*, const T*, int64_t);                             \
+  template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, int64_t);              \
   template void cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, int64_t,   \
                                        float);
 
@@ -539,6 +665,8 @@ void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64
                                        int64_t);                                                  \
   template void layernorm_backward<T, G>(T*, G*, G*, const T*, const T*, const T*, const float*,  \
                                          const float*, int64_t, int64_t, bool);                   \
+  template void rmsnorm_backward<T, G>(T*, G*, const T*, const T*, const T*, const float*,        \
+                                       int64_t, int64_t, bool);                                   \
   template void matmul_backward<T, G>(T*, G*, G*, const T*, const T*, const T*, int64_t, int64_t, \
                                       int64_t, const gemm_workspace&);                            \
   template void lm_head_backward<T, G>(T*, G*, const T*, const T*, const T*, int64_t, int64_t,    \

@@ -21,16 +21,17 @@
 
 inline constexpr float kLayerNormEps = 1e-5f;
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; without wpe (null: llama's
+// rotary positions live in attention) out[b,t,:] = wte[tokens[b,t],:].
 template <class T>
 void encoder_forward(T* out,                 // (N, C)
                      const int32_t* tokens,  // (N)
                      const T* wte,           // (V, C)
-                     const T* wpe,           // (T, C)
+                     const T* wpe,           // (T, C) or null
                      int64_t B, int64_t T_, int64_t C);
 // dwte[tokens[n]] += dout[n] in position order, without scratch (a bf16 dwte
 // is rounded once per occurrence of a token); dwpe[t] += sum over b of
-// dout[b, t]. Results do not depend on the thread count.
+// dout[b, t] (dwpe null: none). Results do not depend on the thread count.
 template <class T, class G>
 void encoder_backward(G* dwte,                // (V, C) +=
                       G* dwpe,                // (T, C) +=
@@ -104,6 +105,49 @@ void attention_backward_flash(T* dqkv,           // (N, 3C)
                               const T* out,      // (N, C)
                               const float* lse,  // (B, H, T)
                               int64_t B, int64_t T_, int64_t C, int64_t H);
+// Grouped-query attention (llama) in the same flash form, with q, k and v
+// arrays of their own: H query heads of size hs, KV_heads key/value heads
+// (dividing H), query head h reading kv head h / (H / KV_heads); k and v
+// are not repeated. H == KV_heads is multi-head attention.
+template <class T>
+void attention_gqa_forward(T* out,      // (N, H*hs)
+                           float* lse,  // (B, H, T)
+                           const T* q,  // (N, H*hs)
+                           const T* k,  // (N, KV_heads*hs)
+                           const T* v,  // (N, KV_heads*hs)
+                           int64_t B, int64_t T_, int64_t H, int64_t KV_heads, int64_t hs);
+// dq, dk, dv overwritten (dk, dv summed over the query heads sharing a kv
+// head); delta (B, H, T) fp32 scratch as in attention_backward_flash.
+template <class T>
+void attention_gqa_backward(T* dq, T* dk, T* dv,  // (N, H*hs), (N, KV_heads*hs) twice
+                            float* delta,         // (B, H, T)
+                            const T* dout,        // (N, H*hs)
+                            const T* q, const T* k, const T* v, const T* out,
+                            const float* lse,  // (B, H, T)
+                            int64_t B, int64_t T_, int64_t H, int64_t KV_heads, int64_t hs);
+
+// RMSNorm (llama): out = inp * rstd * weight per row, rstd = 1 / sqrt(mean(inp^2)
+// + eps) saved (fp32), no mean taken out and no bias.
+template <class T>
+void rmsnorm_forward(T* out, float* rstd,            // (N, C), (N)
+                     const T* inp, const T* weight,  // (N, C), (C)
+                     int64_t N, int64_t C, float eps);
+// dinp = (accumulate ? dinp : 0) + d/dinp; dweight +=. dinp must not alias dout.
+template <class T, class G>
+void rmsnorm_backward(T* dinp, G* dweight,          // (N, C), (C)
+                      const T* dout, const T* inp,  // (N, C), (N, C)
+                      const T* weight,              // (C)
+                      const float* rstd,            // (N)
+                      int64_t N, int64_t C, bool accumulate);
+
+// SwiGLU (llama's MLP), elementwise over n values: out = silu(gate) * up.
+// gate and up are the outputs of two GEMMs (separate arrays, as the layout
+// saves them).
+template <class T>
+void swiglu_forward(T* out, const T* gate, const T* up, int64_t n);
+// dgate, dup from dout (dout may be neither).
+template <class T>
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n);
 
 // GELU, tanh approximation. gelu_backward may run in place (dinp == dout).
 template <class T>

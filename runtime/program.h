@@ -104,12 +104,27 @@ enum class optimizer_kind : int { adamw, sgd };
 enum class lr_schedule_kind : int { constant, cosine, linear };
 enum class data_source : int { synthetic, text, tokens };
 
-// The model (gpt2 family), as the spec's model block.
+enum class model_family : int { gpt2, llama };
+
+// llama's rotary positions: rope_theta and Llama 3.1's frequency scaling
+// (transformers' rope_type "llama3"; factor 0: none).
+struct program_rope {
+  double theta = 10000.0;
+  double factor = 0.0, low_freq = 0.0, high_freq = 0.0;
+  int64_t original_context = 0;
+};
+
+// The model, as the spec's model block. The fields after padded_vocab are
+// llama's (a gpt2 program leaves them at their defaults).
 struct program_model {
   int64_t vocab, context, width, heads, layers, ffn_hidden;
   bool tied;
   int64_t params;        // real parameters
   int64_t padded_vocab;  // rows the embedding and head are stored with (>= vocab; zero rows after)
+  model_family family = model_family::gpt2;
+  int64_t kv_heads = 0;    // grouped-query attention's k and v heads (0: heads)
+  double norm_eps = 1e-5;  // RMSNorm's epsilon
+  program_rope rope = {};
 };
 
 // fp16 loss scaling (runtime/loss_scale.h): dynamic or static, the initial
@@ -171,6 +186,7 @@ struct program_plan {
   int64_t device_arena_bytes, host_arena_bytes, live_peak_bytes;
   int64_t workspace_buffer;  // GEMM workspace buffer (-1: none)
   bool flash_attention;      // attention saves log-sum-exp, not probabilities (gpt2_dims::flash)
+  int64_t rope_buffer = -1;  // llama: the rotary position tables, filled at start (-1: none)
 };
 
 struct program {

@@ -17,7 +17,8 @@ struct run_banner {
   std::string launcher;      // launch_info's: who started the ranks
   std::string backend;       // the backend's describe()
   std::string data;          // dataloader_describe
-  std::string weights_from;  // "GPT-2 init", --init-from's file, or the checkpoint resumed
+  std::string weights_from;  // "GPT-2 init" ("Llama init"), --init-from's file, or the checkpoint
+                             // resumed
   int64_t steps = 0;         // the run's step count (the last step, 1-based)
   int64_t start_step = 0;    // steps done before this run (a resumed checkpoint's)
   int64_t tokens_per_step = 0;

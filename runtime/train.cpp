@@ -36,6 +36,7 @@
 #include "runtime/loss_scale.h"
 #include "runtime/memory_report.h"
 #include "runtime/optimizer.h"
+#include "runtime/rope.h"
 #include "runtime/run_log.h"
 #include "runtime/step.h"
 #include "runtime/trace.h"
@@ -206,6 +207,7 @@ class training_run {
   void set_up(const backend_kind& kind);
   // From the checkpoint --resume names, --init-from's file, or the seed.
   void load_weights();
+  void fill_rope_tables();
   void print_banner() const;
   void open_metrics();
   // Trains 0-based step `step` and agrees with the other ranks on its loss
@@ -324,10 +326,24 @@ void training_run::set_up(const backend_kind& kind) {
   memory_.settle_steps = std::max<int64_t>(1, b_->warmup_steps());
 }
 
+// llama: the rotary tables, computed once into the plan's buffer.
+void training_run::fill_rope_tables() {
+  if (p_.plan.rope_buffer < 0) return;
+  const program_model& m = p_.model;
+  const int64_t D = m.width / m.heads;
+  b_->with_host_weights(c_, true, [&] {
+    float* cos = step_buffer<float>(c_, static_cast<int>(p_.plan.rope_buffer));
+    rope_tables(cos, cos + m.context * (D / 2), m.context, D, m.rope.theta,
+                {m.rope.factor, m.rope.low_freq, m.rope.high_freq, m.rope.original_context});
+  });
+}
+
 void training_run::load_weights() {
+  fill_rope_tables();
   seed_ = o_.seed >= 0 ? o_.seed : p_.train.seed;
   scaler_ = loss_scaler_start(p_);
-  weights_from_ = o_.init_from.empty() ? "GPT-2 init" : o_.init_from;
+  const char* init = p_.model.family == model_family::llama ? "Llama init" : "GPT-2 init";
+  weights_from_ = o_.init_from.empty() ? init : o_.init_from;
   if (o_.resume) return resume();
   b_->with_host_weights(c_, true, [&] {
     if (o_.init_from.empty())

@@ -1,0 +1,235 @@
+// llama: pointers into the layouts of model/llama.h and the per-layer
+// forward/backward composed from the kernels over them (runtime/kernels.h:
+// RMSNorm, SwiGLU, grouped-query flash attention, the head and cross-entropy;
+// runtime/rope.h: rotary positions; nn.Linear GEMMs through runtime/gemm.h).
+#include "runtime/llama.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "model/llama.h"
+#include "runtime/kernels.h"
+#include "runtime/layout_carver.h"
+#include "runtime/rope.h"
+
+namespace {
+
+namespace model = fsdpgen::model;
+
+model::Dims layout_dims(const llama_dims& d) {
+  return {d.C, d.F, d.H, d.T, d.KV(), d.flash, d.V};
+}
+
+slot_carver llama_slot(model::Table<model::Field> table, const llama_dims& d, int64_t param_bytes,
+                       std::byte* base) {
+  return {table, layout_dims(d), d.N(), param_bytes, base};
+}
+
+// out (N, OC) = inp (N, IC) @ w^T for w (OC, IC), nn.Linear's layout; with
+// `residual`, out = residual + that, rounded once.
+template <class T>
+void linear_forward(T* out, const T* inp, const T* w, const T* residual, int64_t N, int64_t IC,
+                    int64_t OC, const gemm_workspace& ws) {
+  if (residual) std::copy(residual, residual + N * OC, out);
+  gemm(false, true, N, OC, IC, 1.0f, inp, IC, w, IC, residual ? 1.0f : 0.0f, out, OC, ws);
+}
+
+// dinp (N, IC) = dout @ w (added to dinp with accumulate); dw (OC, IC) += dout^T @ inp.
+template <class T, class G>
+void linear_backward(T* dinp, G* dw, const T* dout, const T* inp, const T* w, int64_t N, int64_t IC,
+                     int64_t OC, bool accumulate, const gemm_workspace& ws) {
+  gemm(false, false, N, IC, OC, 1.0f, dout, OC, w, IC, accumulate ? 1.0f : 0.0f, dinp, IC, ws);
+  gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC, ws);
+}
+
+// A block's tensors (params and grads alike).
+template <class Out, class Ptr>
+Out block_tensors_at(Ptr base, const llama_dims& d) {
+  const tensor_carver<std::remove_pointer_t<Ptr>> c{model::kLlamaBlockParams, layout_dims(d), base};
+  Out p;
+  p.rms1_w = c.at("rms1_w");
+  p.q_w = c.at("q_w");
+  p.k_w = c.at("k_w");
+  p.v_w = c.at("v_w");
+  p.o_w = c.at("o_w");
+  p.rms2_w = c.at("rms2_w");
+  p.gate_w = c.at("gate_w");
+  p.up_w = c.at("up_w");
+  p.down_w = c.at("down_w");
+  return p;
+}
+
+}  // namespace
+
+llama_rope llama_rope_at(const float* tables, const llama_dims& d) {
+  return {tables, tables + d.T * (d.D() / 2)};
+}
+
+template <class T>
+llama_block_params<T> llama_block_params_at(const T* base, const llama_dims& d) {
+  return block_tensors_at<llama_block_params<T>>(base, d);
+}
+
+template <class G>
+llama_block_grads<G> llama_block_grads_at(G* base, const llama_dims& d) {
+  return block_tensors_at<llama_block_grads<G>>(base, d);
+}
+
+template <class T>
+llama_block_saved<T> llama_block_saved_at(std::byte* slot, const llama_dims& d) {
+  const slot_carver c = llama_slot(model::kLlamaBlockSaved, d, sizeof(T), slot);
+  llama_block_saved<T> s;
+  s.rms1_rstd = c.at<float>("rms1_rstd");
+  s.rms2_rstd = c.at<float>("rms2_rstd");
+  s.lse = c.at<float>("lse");
+  s.input = c.at<T>("input");
+  s.rms1 = c.at<T>("rms1");
+  s.q = c.at<T>("q");
+  s.k = c.at<T>("k");
+  s.v = c.at<T>("v");
+  s.attn = c.at<T>("attn");
+  s.res2 = c.at<T>("res2");
+  s.rms2 = c.at<T>("rms2");
+  s.gate = c.at<T>("gate");
+  s.up = c.at<T>("up");
+  s.swiglu = c.at<T>("swiglu");
+  return s;
+}
+
+template <class T>
+llama_final_norm_saved<T> llama_final_norm_saved_at(std::byte* slot, const llama_dims& d) {
+  const slot_carver c = llama_slot(model::kLlamaFinalNormSaved, d, sizeof(T), slot);
+  llama_final_norm_saved<T> s;
+  s.rstd = c.at<float>("rstd");
+  s.input = c.at<T>("input");
+  s.output = c.at<T>("output");
+  return s;
+}
+
+template <class T>
+llama_backward_scratch<T> llama_backward_scratch_at(std::byte* base, const llama_dims& d) {
+  const slot_carver c = llama_slot(model::kLlamaBackwardScratch, d, sizeof(T), base);
+  llama_backward_scratch<T> s;
+  s.dres = c.at<T>("dres");
+  s.dtmp = c.at<T>("dtmp");
+  s.big = c.at<T>("big");
+  s.delta = c.at<float>("delta");
+  return s;
+}
+
+template <class T>
+void llama_embed_forward(T* out, const int32_t* tokens, const T* wte, const llama_dims& d) {
+  encoder_forward(out, tokens, wte, static_cast<const T*>(nullptr), d.B, d.T, d.C);
+}
+
+template <class T, class G>
+void llama_embed_backward(G* dwte, const int32_t* tokens, const llama_backward_scratch<T>& s,
+                          const llama_dims& d) {
+  encoder_backward(dwte, static_cast<G*>(nullptr), s.dres, tokens, d.B, d.T, d.C);
+}
+
+template <class T>
+void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_block_saved<T>& s,
+                         const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws) {
+  const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV();
+  const T* none = nullptr;
+  rmsnorm_forward(s.rms1, s.rms1_rstd, s.input, p.rms1_w, N, C, d.norm_eps);
+  linear_forward(s.q, s.rms1, p.q_w, none, N, C, C, ws);
+  linear_forward(s.k, s.rms1, p.k_w, none, N, C, KV, ws);
+  linear_forward(s.v, s.rms1, p.v_w, none, N, C, KV, ws);
+  rope_forward(s.q, rope.cos, rope.sin, N, d.T, d.H, d.D());
+  rope_forward(s.k, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D());
+  attention_gqa_forward(s.attn, s.lse, s.q, s.k, s.v, d.B, d.T, d.H, d.KV_heads, d.D());
+  linear_forward(s.res2, s.attn, p.o_w, static_cast<const T*>(s.input), N, C, C, ws);
+  rmsnorm_forward(s.rms2, s.rms2_rstd, s.res2, p.rms2_w, N, C, d.norm_eps);
+  linear_forward(s.gate, s.rms2, p.gate_w, none, N, C, F, ws);
+  linear_forward(s.up, s.rms2, p.up_w, none, N, C, F, ws);
+  swiglu_forward(s.swiglu, s.gate, s.up, N * F);
+  if (out == nullptr) return;  // recompute: the saved activations are all it needs
+  linear_forward(out, s.swiglu, p.down_w, static_cast<const T*>(s.res2), N, F, C, ws);
+}
+
+template <class T, class G>
+void llama_block_backward(const llama_block_grads<G>& g, const llama_block_params<T>& p,
+                          const llama_block_saved<T>& s, const llama_backward_scratch<T>& scratch,
+                          const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws) {
+  const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV();
+  T* dres = scratch.dres;  // (N, C) d(out) -> d(res2) -> d(input)
+  T* dtmp = scratch.dtmp;  // (N, C)
+  // MLP: out = res2 + (silu(rms2 @ gate_w^T) * (rms2 @ up_w^T)) @ down_w^T.
+  T* dswiglu = scratch.big;  // (N, F) each
+  T* dgate = dswiglu + N * F;
+  T* dup = dgate + N * F;
+  linear_backward(dswiglu, g.down_w, dres, s.swiglu, p.down_w, N, F, C, false, ws);
+  swiglu_backward(dgate, dup, dswiglu, s.gate, s.up, N * F);
+  linear_backward(dtmp, g.gate_w, dgate, s.rms2, p.gate_w, N, C, F, false, ws);
+  linear_backward(dtmp, g.up_w, dup, s.rms2, p.up_w, N, C, F, true, ws);
+  rmsnorm_backward(dres, g.rms2_w, dtmp, s.res2, p.rms2_w, s.rms2_rstd, N, C, true);
+  // Attention: res2 = input + attention(rope(q), rope(k), v) @ o_w^T.
+  linear_backward(dtmp, g.o_w, dres, s.attn, p.o_w, N, C, C, false, ws);
+  T* dq = scratch.big;  // (N, C), then (N, KV) twice
+  T* dk = dq + N * C;
+  T* dv = dk + N * KV;
+  attention_gqa_backward(dq, dk, dv, scratch.delta, dtmp, s.q, s.k, s.v, s.attn, s.lse, d.B, d.T,
+                         d.H, d.KV_heads, d.D());
+  rope_backward(dq, rope.cos, rope.sin, N, d.T, d.H, d.D());
+  rope_backward(dk, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D());
+  linear_backward(dtmp, g.q_w, dq, s.rms1, p.q_w, N, C, C, false, ws);
+  linear_backward(dtmp, g.k_w, dk, s.rms1, p.k_w, N, C, KV, true, ws);
+  linear_backward(dtmp, g.v_w, dv, s.rms1, p.v_w, N, C, KV, true, ws);
+  rmsnorm_backward(dres, g.rms1_w, dtmp, s.input, p.rms1_w, s.rms1_rstd, N, C, true);
+}
+
+template <class T>
+void llama_head_forward(T* logits, float* losses, const int32_t* targets, const T* norm_w,
+                        const T* head_w, const llama_final_norm_saved<T>& s, const llama_dims& d,
+                        float dloss_scale, const gemm_workspace& ws) {
+  rmsnorm_forward(s.output, s.rstd, s.input, norm_w, d.N(), d.C, d.norm_eps);
+  lm_head_forward(logits, s.output, head_w, d.N(), d.C, d.Vp(), ws);
+  cross_entropy_fused(logits, losses, targets, d.N(), d.V, d.Vp(), dloss_scale);
+}
+
+template <class T, class G>
+void llama_head_backward(G* dnorm_w, G* dhead_w, const T* norm_w, const T* head_w, const T* logits,
+                         const llama_final_norm_saved<T>& s,
+                         const llama_backward_scratch<T>& scratch, const llama_dims& d,
+                         const gemm_workspace& ws) {
+  lm_head_backward(scratch.dtmp, dhead_w, logits, s.output, head_w, d.N(), d.C, d.Vp(), ws);
+  rmsnorm_backward(scratch.dres, dnorm_w, scratch.dtmp, s.input, norm_w, s.rstd, d.N(), d.C, false);
+}
+
+#define LLAMA_INSTANTIATE_T(T)                                                                    \
+  template llama_block_params<T> llama_block_params_at<T>(const T*, const llama_dims&);           \
+  template llama_block_grads<T> llama_block_grads_at<T>(T*, const llama_dims&);                   \
+  template llama_block_saved<T> llama_block_saved_at<T>(std::byte*, const llama_dims&);           \
+  template llama_final_norm_saved<T> llama_final_norm_saved_at<T>(std::byte*, const llama_dims&); \
+  template llama_backward_scratch<T> llama_backward_scratch_at<T>(std::byte*, const llama_dims&); \
+  template void llama_embed_forward<T>(T*, const int32_t*, const T*, const llama_dims&);          \
+  template void llama_block_forward<T>(T*, const llama_block_params<T>&,                          \
+                                       const llama_block_saved<T>&, const llama_rope&,            \
+                                       const llama_dims&, const gemm_workspace&);                 \
+  template void llama_head_forward<T>(T*, float*, const int32_t*, const T*, const T*,             \
+                                      const llama_final_norm_saved<T>&, const llama_dims&, float, \
+                                      const gemm_workspace&);
+
+#define LLAMA_INSTANTIATE_TG(T, G)                                                               \
+  template void llama_embed_backward<T, G>(G*, const int32_t*, const llama_backward_scratch<T>&, \
+                                           const llama_dims&);                                   \
+  template void llama_block_backward<T, G>(                                                      \
+      const llama_block_grads<G>&, const llama_block_params<T>&, const llama_block_saved<T>&,    \
+      const llama_backward_scratch<T>&, const llama_rope&, const llama_dims&,                    \
+      const gemm_workspace&);                                                                    \
+  template void llama_head_backward<T, G>(                                                       \
+      G*, G*, const T*, const T*, const T*, const llama_final_norm_saved<T>&,                    \
+      const llama_backward_scratch<T>&, const llama_dims&, const gemm_workspace&);
+
+LLAMA_INSTANTIATE_T(float)
+LLAMA_INSTANTIATE_T(bf16)
+LLAMA_INSTANTIATE_T(fp16)
+LLAMA_INSTANTIATE_TG(float, float)
+LLAMA_INSTANTIATE_TG(float, bf16)
+LLAMA_INSTANTIATE_TG(bf16, float)
+LLAMA_INSTANTIATE_TG(bf16, bf16)
+LLAMA_INSTANTIATE_TG(float, fp16)
+LLAMA_INSTANTIATE_TG(fp16, float)
+LLAMA_INSTANTIATE_TG(fp16, fp16)
