@@ -30,7 +30,10 @@ namespace fsdpgen::test {
 // A small model (3 blocks, width 32, vocab 64, context 16): whole runs take
 // well under a second, and every strategy has several units to schedule.
 // Its vocabulary is stored padded to 128 rows (the default pad_vocab_to).
+// family llama: the same sizes with 4 query heads on 2 key/value heads and a
+// SwiGLU MLP of 88.
 struct E2eConfig {
+  std::string family = "gpt2";
   int vocab = 64;
   int pad_vocab_to = 0;  // 0: left to the default
   std::string sharding = "full_shard";
@@ -54,7 +57,7 @@ struct E2eConfig {
 
   std::string spec() const {
     return fmt::format(
-        "model e2e {{\n  family = gpt2\n  vocab = {}\n  context = 16\n  width = 32\n  heads = 2\n"
+        "model e2e {{\n  family = {}\n  vocab = {}\n  context = 16\n  width = 32\n{}"
         "  layers = 3\n  tie_embeddings = {}\n{}}}\n"
         "units {{\n  {}\n}}\n"
         "parallel {{\n  world = {}\n  sharding = {}\n{}"
@@ -65,8 +68,10 @@ struct E2eConfig {
         "train {{\n  optimizer = {}\n  lr_schedule = cosine(warmup = 1, min = 1e-3)\n"
         "  micro_batch = {}\n  steps = {}\n  clip = {}\n  seed = 1337\n"
         "  data = synthetic(seed = 7)\n  log_every = 1\n}}\n",
-        vocab, tied, pad_vocab_to ? fmt::format("  pad_vocab_to = {}\n", pad_vocab_to) : "", units,
-        world, sharding, shard_group ? fmt::format("  shard_group = {}\n", shard_group) : "", param,
+        family, vocab,
+        family == "llama" ? "  heads = 4\n  kv_heads = 2\n  ffn_hidden = 88\n" : "  heads = 2\n",
+        tied, pad_vocab_to ? fmt::format("  pad_vocab_to = {}\n", pad_vocab_to) : "", units, world,
+        sharding, shard_group ? fmt::format("  shard_group = {}\n", shard_group) : "", param,
         reduce_dtype, forward_prefetch, backward, max_inflight, recompute, offload, micro_batches,
         reduce, optimizer, micro_batch, steps, clip);
   }
@@ -84,6 +89,7 @@ struct E2eConfig {
     if (clip != "1.0") n += "_clip_" + clip;
     if (vocab != 64) n += fmt::format("_vocab{}", vocab);
     if (pad_vocab_to) n += fmt::format("_pad{}", pad_vocab_to);
+    if (family != "gpt2") n += "_" + family;
     return n;
   }
 };

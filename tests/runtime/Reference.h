@@ -170,6 +170,38 @@ std::string tag(const char* kernel, const char* what) {
   return std::string(kernel) + "<" + type_name<T>() + "," + type_name<G>() + "> " + what;
 }
 
+// Tolerances (|got - want| <= atol + rtol * |want|). Inputs are first rounded
+// to the storage type, so the reference sees exactly what the kernel sees.
+//  - fp32 forward: fp32 arithmetic over sums of at most ~100 terms of size ~1
+//    errs by < 1e-6 (measured max 9e-7); 1e-5 leaves a margin.
+//  - fp32 backward: the finite differences (h = 1e-5 in double) are exact to
+//    ~1e-9; the analytic gradient carries fp32 rounding of its sums (measured
+//    max 1.4e-6); 1e-4 allows other BLAS kernels' summation orders.
+//  - bf16: every stored value is rounded to 8 significant bits (relative
+//    2^-9 ~ 2e-3); attention also rounds its scores (before the softmax, as
+//    PyTorch's eager bf16 attention does), probabilities and score gradients
+//    to bf16, and += into a bf16 gradient rounds again, in encoder_backward
+//    once per occurrence of a token. Measured max abs errors: 1.2e-2 (encoder
+//    dwte), 7.8e-3 (attention out), 3.9e-3 elsewhere; 2e-2 absolute and
+//    relative (the data are of unit scale).
+//  - fp16: the same roundings at 11 significant bits (relative 2^-12, 8x
+//    finer than bf16); 4e-3 absolute and relative.
+template <class T>
+tolerance forward_tol() {
+  if constexpr (std::is_same_v<T, fp16>) return tolerance{4e-3, 4e-3};
+  return sizeof(T) == 4 ? tolerance{1e-5, 1e-5} : tolerance{2e-2, 2e-2};
+}
+template <class T>
+tolerance backward_tol() {
+  if constexpr (std::is_same_v<T, fp16>) return tolerance{4e-3, 4e-3};
+  return sizeof(T) == 4 ? tolerance{1e-4, 1e-4} : tolerance{2e-2, 2e-2};
+}
+template <class T, class G>
+tolerance backward_tol() {
+  if constexpr (sizeof(T) == 4 && sizeof(G) == 4) return backward_tol<float>();
+  return backward_tol<std::conditional_t<sizeof(T) == 2, T, G>>();
+}
+
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
 inline vec encoder(const std::vector<int32_t>& tokens, const vec& wte, const vec& wpe, int64_t B,
                    int64_t T, int64_t C) {

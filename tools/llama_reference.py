@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""llama_reference: the independent reference that tests/e2e/LlamaReferenceTest.cpp
+compares fsdpgen's llama against. It builds a small LlamaForCausalLM with Hugging
+Face transformers (fp32, eager attention), saves its initial weights as
+model.safetensors and a token file in llm.c's format, trains it a few steps with
+torch.optim.AdamW on exactly the batches an fsdpgen run reads from that file, and
+writes each step's loss and gradient norm (before clipping) to expected.json.
+
+The model and run must match tests/e2e/llama_reference/llama.fsdp. Regenerate with
+  python3 -m venv /tmp/hf && /tmp/hf/bin/pip install torch transformers safetensors
+  /tmp/hf/bin/python tools/llama_reference.py tests/e2e/llama_reference
+(checked in; the test suite itself needs neither torch nor transformers).
+"""
+import json
+import os
+import struct
+import sys
+
+import torch
+import transformers
+from safetensors.torch import save_file
+
+VOCAB, CONTEXT, WIDTH, HEADS, KV_HEADS, FFN, LAYERS = 64, 16, 32, 4, 2, 88, 2
+ROPE_THETA, NORM_EPS = 10000.0, 1e-5
+GLOBAL_BATCH, STEPS, TOKENS = 4, 6, 4000
+LR, BETAS, EPS, WEIGHT_DECAY, CLIP = 1e-2, (0.9, 0.95), 1e-8, 0.1, 1.0
+
+
+def write_tokens(path, tokens):
+    """llm.c's GPT-2 token file: 256 int32 header (magic, version, count), uint16 ids."""
+    header = [20240520, 1, len(tokens)] + [0] * 253
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+
+
+def main(out_dir):
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=FFN, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=CONTEXT,
+        rms_norm_eps=NORM_EPS, tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
+        rope_theta=ROPE_THETA, torch_dtype=torch.float32)
+    config._attn_implementation = "eager"
+    model = transformers.LlamaForCausalLM(config).float()
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()},
+              os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+
+    # A learnable stream: each token is (5 * previous + 3) mod VOCAB, one in
+    # five drawn at random instead, so the loss falls within a few steps.
+    g = torch.Generator().manual_seed(1)
+    noise = torch.randint(0, VOCAB, (TOKENS,), generator=g).tolist()
+    keep = (torch.rand(TOKENS, generator=g) < 0.8).tolist()
+    tokens = [noise[0]]
+    for i in range(1, TOKENS):
+        tokens.append((5 * tokens[-1] + 3) % VOCAB if keep[i] else noise[i])
+    write_tokens(os.path.join(out_dir, "tokens.bin"), tokens)
+    stream = torch.tensor(tokens, dtype=torch.long)
+    windows = (TOKENS - 1) // CONTEXT
+
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=LR, betas=BETAS, eps=EPS)
+    losses, norms = [], []
+    for step in range(STEPS):
+        # fsdpgen's sequence j is tokens [w T, w T + T + 1), w = j mod windows.
+        rows = [stream[(j % windows) * CONTEXT:(j % windows) * CONTEXT + CONTEXT + 1]
+                for j in range(step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH)]
+        batch = torch.stack(rows)
+        logits = model(input_ids=batch[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB),
+                                                 batch[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+        losses.append(loss.item())
+        norms.append(norm.item())
+    with open(os.path.join(out_dir, "expected.json"), "w") as f:
+        json.dump({"torch": torch.__version__, "transformers": transformers.__version__,
+                   "losses": losses, "grad_norms": norms}, f, indent=1)
+        f.write("\n")
+    print(json.dumps({"losses": losses, "grad_norms": norms}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else ".")
