@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "dsl/Print.h"
 #include "dsl/Values.h"
 #include "suggest/Suggest.h"
 
@@ -70,6 +71,8 @@ class SectionReader {
               [this](const ast::Value& v, const std::string& k) {
                 return v_.as_float(v, k, 0, 1e12, false);
               }),
+        field("rope_scaling", m.rope_scaling,
+              [this](const ast::Value& v, const std::string&) { return read_rope_scaling(v); }),
     };
     std::string section = m.name.empty() ? "section 'model'" : fmt::format("model '{}'", m.name);
     read_fields(sec.entries, fields, section, "model.");
@@ -288,6 +291,39 @@ class SectionReader {
       if (args[2])
         if (auto x = v_.as_float(*args[2], "weight_decay", 0, 1e3, true)) o.weight_decay = *x;
     }
+  }
+
+  // llama3(factor = 32, low_freq = 1, high_freq = 4, original_context = 8192):
+  // every argument required.
+  std::optional<RopeScalingSpec> read_rope_scaling(const ast::Value& v) {
+    auto c = v_.callee(
+        v, "rope scaling", kRopeScalingNames,
+        {std::vector<std::string_view>{"factor", "low_freq", "high_freq", "original_context"}});
+    if (!c) return std::nullopt;
+    const std::vector<const ast::Value*>& args = c->second;
+    RopeScalingSpec r;
+    r.enabled = true;
+    bool ok = true;
+    const char* names[] = {"factor", "low_freq", "high_freq", "original_context"};
+    for (size_t i = 0; i < 4; ++i)
+      ok = v_.require(args[i], v, names[i]) && ok;
+    if (!ok) return std::nullopt;
+    auto factor = v_.as_float(*args[0], "factor", 1, 1e6, true);
+    auto low = v_.as_float(*args[1], "low_freq", 0, 1e6, false);
+    auto high = v_.as_float(*args[2], "high_freq", 0, 1e6, false);
+    auto original = v_.as_int(*args[3], "original_context", 1, kMaxContext);
+    if (!factor || !low || !high || !original) return std::nullopt;
+    if (*low >= *high) {
+      d_.error(args[1]->span,
+               fmt::format("rope scaling's low_freq ({}) must be below high_freq ({})",
+                           format_real(*low), format_real(*high)));
+      return std::nullopt;
+    }
+    r.factor = *factor;
+    r.low_freq = *low;
+    r.high_freq = *high;
+    r.original_context = *original;
+    return r;
   }
 
   void read_betas(const ast::Value& v) {

@@ -40,6 +40,14 @@ void print_model(const ModelSpec& m, std::string& out) {
   out += fmt::format("  norm_eps = {}\n", format_real(m.norm_eps));
   if (m.family == Family::Llama)
     out += fmt::format("  rope_theta = {}\n", format_real(m.rope_theta));
+  if (m.family == Family::Llama && m.rope_scaling.enabled) {
+    const RopeScalingSpec& r = m.rope_scaling;
+    out += fmt::format(
+        "  rope_scaling = llama3(factor = {}, low_freq = {}, high_freq = {}, original_context = "
+        "{})\n",
+        format_real(r.factor), format_real(r.low_freq), format_real(r.high_freq),
+        r.original_context);
+  }
   out += fmt::format("}}\n");
 }
 

@@ -72,6 +72,18 @@ void rope_theta_only_for_llama(const CheckContext& c) {
                            : "family is 'gpt2' by default; gpt2 uses learned position embeddings");
 }
 
+void rope_scaling_only_for_llama(const CheckContext& c) {
+  const Keys& k = c.keys;
+  if (!k.usable({"model.family"}) || !k.has("model.rope_scaling") ||
+      c.spec.model.family == Family::Llama)
+    return;
+  Diagnostic& e =
+      c.diags.error(k.where("model.rope_scaling"), "rope_scaling applies only to family llama");
+  Diagnostics::note(e, k.has("model.family")
+                           ? "gpt2 uses learned position embeddings"
+                           : "family is 'gpt2' by default; gpt2 uses learned position embeddings");
+}
+
 // ---- parallel ----
 
 void ranks_per_node_divides_world(const CheckContext& c) {
@@ -274,6 +286,7 @@ constexpr Rule kRules[] = {
     {RuleSection::Model, kv_heads_only_for_llama},
     {RuleSection::Model, kv_heads_divide_heads},
     {RuleSection::Model, rope_theta_only_for_llama},
+    {RuleSection::Model, rope_scaling_only_for_llama},
     {RuleSection::Parallel, ranks_per_node_divides_world},
     {RuleSection::Parallel, shard_align_is_a_power_of_two},
     {RuleSection::Parallel, shard_group_divides_world},

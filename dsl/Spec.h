@@ -40,6 +40,7 @@ inline constexpr std::array<std::string_view, 3> kLrScheduleNames = {"constant",
                                                                      "linear"};
 inline constexpr std::array<std::string_view, 3> kDataNames = {"synthetic", "text", "tokens"};
 inline constexpr std::array<std::string_view, 2> kLossScaleNames = {"dynamic", "static"};
+inline constexpr std::array<std::string_view, 1> kRopeScalingNames = {"llama3"};
 
 inline std::string_view to_string(Family v) {
   return kFamilyNames[static_cast<int>(v)];
@@ -103,6 +104,18 @@ inline bool keeps_params_through_backward(Sharding s) {
   return s == Sharding::ShardGradOp || s == Sharding::HybridShardZero2 || s == Sharding::NoShard;
 }
 
+// Llama 3.1's rotary frequency scaling (transformers' rope_type "llama3"):
+// wavelengths above original_context / low_freq divided by factor, below
+// original_context / high_freq kept, between interpolated. Off by default.
+struct RopeScalingSpec {
+  bool enabled = false;
+  double factor = 0;
+  double low_freq = 0;
+  double high_freq = 0;
+  int64_t original_context = 0;
+  bool operator==(const RopeScalingSpec&) const = default;
+};
+
 struct ModelSpec {
   std::string name;
   Family family = Family::Gpt2;
@@ -115,7 +128,8 @@ struct ModelSpec {
   int64_t ffn_hidden = 0;  // gpt2: 4C; llama: SwiGLU hidden size
   bool tie_embeddings = true;
   double norm_eps = 1e-5;
-  double rope_theta = 10000;  // llama only
+  double rope_theta = 10000;     // llama only
+  RopeScalingSpec rope_scaling;  // llama only
   // The token embedding and an untied head are stored with their rows padded
   // to a multiple of this (llm.c's 50257 -> 50304: cuBLASLt runs the LM-head
   // GEMMs with aligned kernels only then). The padded rows are zero, take no

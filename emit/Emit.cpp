@@ -1019,7 +1019,14 @@ class Writer {
       m.push_back({"family", "model_family::llama"});
       m.push_back({"kv_heads", i(model_.kv_heads)});
       m.push_back({"norm_eps", cpp_double(model_.norm_eps)});
-      m.push_back({"rope", "", {{"theta", cpp_double(model_.rope_theta)}}});
+      std::vector<Init> rope_fields = {{"theta", cpp_double(model_.rope_theta)}};
+      if (const RopeScalingSpec& r = model_.rope_scaling; r.enabled) {
+        rope_fields.push_back({"factor", cpp_double(r.factor)});
+        rope_fields.push_back({"low_freq", cpp_double(r.low_freq)});
+        rope_fields.push_back({"high_freq", cpp_double(r.high_freq)});
+        rope_fields.push_back({"original_context", i(r.original_context)});
+      }
+      m.push_back({"rope", "", rope_fields});
       fields_of("plan").push_back({"rope_buffer", i(rope)});
     }
     if (!host_ops.empty()) {

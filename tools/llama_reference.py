@@ -22,6 +22,13 @@ from safetensors.torch import save_file
 
 VOCAB, CONTEXT, WIDTH, HEADS, KV_HEADS, FFN, LAYERS = 64, 16, 32, 4, 2, 88, 2
 ROPE_THETA, NORM_EPS = 10000.0, 1e-5
+# Llama 3.1's frequency scaling at this head size (frequencies 1, 0.1, 0.01,
+# 0.001): wavelength 6.3 kept (below 128 / 4), 63 interpolated, 628 and 6283
+# divided by 4 (above 128 / 1). transformers wants max_position_embeddings
+# above the original context; it does not enter the computation.
+ROPE_SCALING = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 128}
+MAX_POSITIONS = 256
 GLOBAL_BATCH, STEPS, TOKENS = 4, 6, 4000
 LR, BETAS, EPS, WEIGHT_DECAY, CLIP = 1e-2, (0.9, 0.95), 1e-8, 0.1, 1.0
 
@@ -38,11 +45,13 @@ def main(out_dir):
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=FFN, num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=CONTEXT,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+        max_position_embeddings=MAX_POSITIONS,
         rms_norm_eps=NORM_EPS, tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
-        rope_theta=ROPE_THETA, torch_dtype=torch.float32)
+        rope_theta=ROPE_THETA, rope_scaling=ROPE_SCALING, torch_dtype=torch.float32)
     config._attn_implementation = "eager"
     model = transformers.LlamaForCausalLM(config).float()
+    print("inv_freq", model.model.rotary_emb.inv_freq.tolist())
     save_file({k: v.contiguous() for k, v in model.state_dict().items()},
               os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
 

@@ -55,6 +55,11 @@ TEST(RoundTrip, Variants) {
       "llama",
       "model l { family = llama vocab = 1000 context = 64 width = 96 heads = 6 kv_heads = 2 "
       "layers = 2 rope_theta = 5e5 norm_eps = 1e-6 tie_embeddings = true }");
+  expect_round_trip(
+      "llama3 rope scaling",
+      "model l { family = llama vocab = 1000 context = 64 width = 96 heads = 6 kv_heads = 2 "
+      "layers = 2 rope_theta = 5e5 rope_scaling = llama3(factor = 32, low_freq = 1, high_freq = "
+      "4, original_context = 8192) }");
 }
 
 }  // namespace
