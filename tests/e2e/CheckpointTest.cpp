@@ -201,6 +201,14 @@ TEST(Checkpoint, ResumeIsBitExactFp16WithASkippedStepBeforeTheCut) {
   EXPECT_EQ(m.at("loss_scale").at("finite_steps"), 1);
 }
 
+// llama (grouped-query attention, rotary tables rebuilt at start, untied head).
+TEST(Checkpoint, ResumeIsBitExactLlama) {
+  E2eConfig c = steps(E2eConfig{}, 4);
+  c.family = "llama";
+  c.tied = false;
+  expect_resume_bit_exact("llama", c, 2);
+}
+
 TEST(Checkpoint, ResumeIsBitExactSgdWithMomentum) {
   E2eConfig c = steps(E2eConfig{}, 5);
   c.sharding = "shard_grad_op";

@@ -85,6 +85,14 @@ TEST(Memory, TheMachineCountsThePlannedArenaAndStepsAddNothing) {
   EXPECT_NE(m.run.out.find("arena "), std::string::npos) << m.run.out;
 }
 
+// llama's plan adds the rotary tables and its own saved arrays.
+TEST(Memory, LlamaCountsThePlannedArenaToo) {
+  E2eConfig c;
+  c.family = "llama";
+  Measured m = measure("memory_llama", c, "--steps 4");
+  EXPECT_EQ(memory_problems(m.run, m.metrics, m.arena_in_pages), std::vector<std::string>{});
+}
+
 TEST(Memory, WithOffloadBothArenasAreResidentAsPlanned) {
   E2eConfig c;
   c.offload = "cpu";

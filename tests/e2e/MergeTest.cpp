@@ -55,6 +55,15 @@ TEST(Merge, EqualsTheSavedWeightsOfAHybridBf16Run) {
   expect_merge_equals_save("merge_hybrid_bf16", c);
 }
 
+// llama's Hugging Face names (model.layers.N.self_attn.q_proj.weight, ...).
+TEST(Merge, EqualsTheSavedWeightsOfALlamaRun) {
+  E2eConfig c;
+  c.family = "llama";
+  c.tied = false;
+  c.steps = 2;
+  expect_merge_equals_save("merge_llama", c);
+}
+
 // A directory with ckpt/step_00000001 of a one-step run of the default config.
 fs::path one_step_checkpoint(const std::string& name) {
   E2eConfig c;
