@@ -561,7 +561,9 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
   app.add_option("--steps", o.steps, "training steps (default: the spec's)")
       ->check(whole_number(0));
   app.add_option("--data", o.data, "synthetic, a text file, or an llm.c .bin token file");
-  app.add_option("--init-from", o.init_from, "load weights from a safetensors file (GPT-2 names)");
+  app.add_option("--init-from", o.init_from,
+                 "load weights (Hugging Face names) from a .safetensors file, a model directory "
+                 "(sharded or not; its config.json is checked) or its index file");
   app.add_option("--save", o.save, "write the final weights as safetensors (GPT-2 names)");
   CLI::Option* resume =
       app.add_option("--resume", o.resume_from,

@@ -10,11 +10,17 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <tuple>
 #include <vector>
 
 #include "runtime/arena.h"
 #include "runtime/check.h"
+#include "runtime/files/hf_config.h"
 #include "runtime/files/safetensors.h"
+#include "runtime/files/safetensors_set.h"
 #include "runtime/init.h"
 
 namespace {
@@ -27,6 +33,58 @@ bool piece_of(const step_context& c, const program_tensor& t, shard_piece& out) 
 std::string strip_prefix(std::string_view name) {
   constexpr std::string_view p = "transformer.";
   return std::string(name.substr(0, p.size()) == p ? name.substr(p.size()) : name);
+}
+
+// "spec.fsdp:9" for the line of the spec that sets `key` (its model block's
+// `key = ...`), or the spec's path alone when it cannot be read (moved since
+// the build) or does not set it (a default).
+std::string spec_line_of(const std::string& spec_path, const std::string& key) {
+  std::ifstream in(spec_path);
+  const std::regex assign("^\\s*" + key + "\\s*=");
+  int line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (std::regex_search(line, assign)) return fmt::format("{}:{}", spec_path, line_no);
+  }
+  return spec_path;
+}
+
+hf_model hf_model_of(const program_model& m) {
+  hf_model h;
+  h.llama = m.family == model_family::llama;
+  h.vocab = m.vocab;
+  h.context = m.context;
+  h.width = m.width;
+  h.heads = m.heads;
+  h.kv_heads = m.kv_heads > 0 ? m.kv_heads : m.heads;
+  h.layers = m.layers;
+  h.ffn_hidden = m.ffn_hidden;
+  h.tied = m.tied;
+  h.norm_eps = m.norm_eps;
+  h.rope_theta = m.rope.theta;
+  h.rope_factor = m.rope.factor;
+  h.rope_low_freq = m.rope.low_freq;
+  h.rope_high_freq = m.rope.high_freq;
+  h.rope_original_context = m.rope.original_context;
+  return h;
+}
+
+// A model directory's config.json against the program's model: every
+// difference in one error, each with the spec's line.
+void check_hf_config(const program& p, const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "config.json").string();
+  if (!std::filesystem::exists(path)) return;
+  const std::vector<hf_mismatch> diffs = hf_config_mismatches(path, hf_model_of(p.model));
+  if (diffs.empty()) return;
+  std::string lines;
+  for (const hf_mismatch& d : diffs) {
+    const std::string key = d.spec_key.substr(0, d.spec_key.find(' '));
+    lines += fmt::format("\n  {} = {}, but {} says {} = {}", d.config_key, d.config_value,
+                         spec_line_of(p.spec_path, key), d.spec_key, d.spec_value);
+  }
+  throw runtime_error(
+      fmt::format("{} does not describe the model this program was built for ({} difference{}):{}",
+                  path, diffs.size(), diffs.size() == 1 ? "" : "s", lines));
 }
 
 }  // namespace
@@ -64,12 +122,14 @@ void weights_load(step_context& c, const std::string& path) {
   const program& p = *c.p;
   std::string error;
   try {
-    safetensors_file f = safetensors_open(path);
+    const safetensors_set f = safetensors_set_open(path);
+    if (!f.dir.empty()) check_hf_config(p, f.dir);
     std::vector<float> values;
     for (int i = 0; i < p.tensor_count; ++i) {
       const program_tensor& t = p.tensors[i];
-      const safetensors_tensor* st = f.find(t.name);
-      if (!st) st = f.find(strip_prefix(t.name));  // the Hub's gpt2 files omit "transformer."
+      auto [file, st] = f.find(t.name);
+      if (!st)
+        std::tie(file, st) = f.find(strip_prefix(t.name));  // the Hub's gpt2 omits "transformer."
       if (!st)
         throw runtime_error(fmt::format("{}: no tensor {} (the model has {} tensors)", path, t.name,
                                         p.tensor_count));
@@ -81,7 +141,7 @@ void weights_load(step_context& c, const std::string& path) {
       shard_piece piece;
       if (!piece_of(c, t, piece)) continue;
       values.resize(static_cast<size_t>(piece.tensor_end - piece.tensor_begin));
-      safetensors_read(f, *st, piece.tensor_begin, piece.tensor_end, values.data());
+      safetensors_read(*file, *st, piece.tensor_begin, piece.tensor_end, values.data());
       weights_store(c, t.unit, piece.shard_offset, values.data(),
                     static_cast<int64_t>(values.size()));
     }

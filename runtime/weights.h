@@ -1,7 +1,9 @@
 // weights: the model's parameters in and out of the arena. Initialization
-// (GPT-2's rule, independent of sharding), --init-from model.safetensors and
-// --save model.safetensors with Hugging Face GPT-2 names; each rank reads and
-// writes only the elements of its own shards, and only one replica writes.
+// (GPT-2's rule, independent of sharding), --init-from (a .safetensors file,
+// a Hugging Face model directory, sharded or not, or its index file; a
+// directory's config.json is checked against the model first) and --save
+// model.safetensors with Hugging Face names; each rank reads and writes only
+// the elements of its own shards, and only one replica writes.
 #pragma once
 
 #include <string>
@@ -17,7 +19,8 @@ float* weights_fp32_shard(step_context& c, int unit);
 
 // Fills every param shard (and master weights) of this rank.
 void weights_init(step_context& c, uint64_t seed);
-// Collective: every rank loads its shards from the file (errors agree on all ranks).
+// Collective: every rank loads its shards from the file, directory or index
+// (errors agree on all ranks).
 void weights_load(step_context& c, const std::string& path);
 // Collective: writes path.partial in parallel, renamed to path once every rank finished.
 void weights_save(step_context& c, const std::string& path, int64_t step);

@@ -4,7 +4,9 @@ compares fsdpgen's llama against. It builds a small LlamaForCausalLM with Huggin
 Face transformers (fp32, eager attention), saves its initial weights as
 model.safetensors and a token file in llm.c's format, trains it a few steps with
 torch.optim.AdamW on exactly the batches an fsdpgen run reads from that file, and
-writes each step's loss and gradient norm (before clipping) to expected.json.
+writes each step's loss and gradient norm (before clipping) to expected.json. The
+initial weights are also saved by save_pretrained into hf/ (config.json and
+sharded safetensors with their index), as a model directory on the Hub looks.
 
 The model and run must match tests/e2e/llama_reference/llama.fsdp. Regenerate with
   python3 -m venv /tmp/hf && /tmp/hf/bin/pip install torch transformers safetensors
@@ -54,6 +56,9 @@ def main(out_dir):
     print("inv_freq", model.model.rotary_emb.inv_freq.tolist())
     save_file({k: v.contiguous() for k, v in model.state_dict().items()},
               os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    # The same weights as transformers saves a model directory: config.json
+    # and shards of at most 40 kB with model.safetensors.index.json.
+    model.save_pretrained(os.path.join(out_dir, "hf"), max_shard_size="40kB")
 
     # A learnable stream: each token is (5 * previous + 3) mod VOCAB, one in
     # five drawn at random instead, so the loss falls within a few steps.

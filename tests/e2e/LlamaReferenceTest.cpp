@@ -91,6 +91,57 @@ TEST_P(LlamaReference, StepsMatchTransformers) {
       << "the loss should fall";
 }
 
+// The same weights as transformers' save_pretrained wrote them (config.json,
+// 4 shards and their index), loaded from the directory at world 1 and 2:
+// the same steps.
+TEST(LlamaModelDirectory, TrainsFromTheShardsTransformersSaved) {
+  const nlohmann::json expected = nlohmann::json::parse(file_bytes(kFixture / "expected.json"));
+  const std::vector<double> losses = expected.at("losses");
+  for (const layout& l : {kLayouts[0], kLayouts[1]}) {
+    const std::filesystem::path dir = e2e_dir(std::string("llama_reference_hf_") + l.name);
+    const std::filesystem::path bin = build_binary(dir, spec_for(l));
+    const CmdResult r = run_binary(
+        l.world, bin,
+        fmt::format("--metrics metrics.jsonl --init-from {}", (kFixture / "hf").string()));
+    ASSERT_EQ(r.status, 0) << r.out;
+    const std::vector<double> got = read_losses(dir / "metrics.jsonl");
+    ASSERT_EQ(got.size(), losses.size()) << r.out;
+    for (size_t s = 0; s < got.size(); ++s)
+      EXPECT_LE(relative(got[s], losses[s]), kLossTolerance) << l.name << " step " << s + 1;
+  }
+}
+
+// A model directory whose config.json disagrees with the spec stops every
+// rank before the first step, naming each config key, both values and the
+// spec's line.
+TEST(LlamaModelDirectory, AConfigOfAnotherModelIsAnErrorNamingEachDifference) {
+  const std::filesystem::path dir = e2e_dir("llama_reference_bad_config");
+  std::filesystem::remove_all(dir / "hf");
+  std::filesystem::copy(kFixture / "hf", dir / "hf");
+  nlohmann::json config = nlohmann::json::parse(file_bytes(dir / "hf" / "config.json"));
+  config["num_key_value_heads"] = 4;
+  config["rope_parameters"]["rope_theta"] = 500000.0;
+  config["tie_word_embeddings"] = true;
+  std::ofstream(dir / "hf" / "config.json") << config.dump(2);
+  const std::filesystem::path bin = build_binary(dir, spec_for(kLayouts[1]));
+  const CmdResult r = run_binary(2, bin, "--init-from hf");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("config.json does not describe the model this program was built for (3 "
+                       "differences)"),
+            std::string::npos)
+      << r.out;
+  const std::string spec = "e2e.fsdp";  // the path the binary was built from
+  EXPECT_NE(r.out.find(fmt::format("num_key_value_heads = 4, but {}:10 says kv_heads = 2", spec)),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(
+      r.out.find(fmt::format("rope_theta = 500000.0, but {}:13 says rope_theta = 10000", spec)),
+      std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("tie_word_embeddings = true, but"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << "no step may run";
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, LlamaReference, ::testing::ValuesIn(kLayouts),
                          [](const auto& info) { return std::string(info.param.name); });
 
