@@ -4,7 +4,7 @@
 //   fsdpgen plan spec.fsdp [--world N] [--micro-batch B] [--gpu KIND] [--hardware PROFILE]
 //   fsdpgen emit spec.fsdp -o DIR [--target cuda|cpu] [--world N] [--micro-batch B] [--gpu KIND]
 //   fsdpgen spec.fsdp -o train [--target cuda|cpu] [--sources DIR] ...   (= fsdpgen build)
-//   fsdpgen merge CHECKPOINT -o model.safetensors [--dtype fp32|bf16|fp16]
+//   fsdpgen merge CHECKPOINT -o model.safetensors [--dtype fp32|bf16|fp16] [--max-shard-size 5GB]
 //   fsdpgen calibrate [SPEC...] -o profile.json [--target cpu|cuda] [--ranks N] [--world N]
 //                     [--micro-batch B] [--quick]
 //   fsdpgen compare PREDICTED.json MEASURED.json [--rank R] [--top N] [-o merged.json]
@@ -39,6 +39,7 @@
 #include "planner/Pipeline.h"
 #include "profile/profile.h"
 #include "runtime/files/checkpoint_merge.h"
+#include "runtime/files/hf_config.h"
 #include "suggest/Suggest.h"
 
 namespace fsdpgen {
@@ -506,15 +507,59 @@ int run_build(const Common& c, const std::string& target_flag, const std::string
   return 0;
 }
 
-int run_merge(const std::string& checkpoint, const std::string& output, const std::string& dtype) {
+// The spec's model as a config.json states it.
+hf_model hf_model_of(const ModelSpec& m) {
+  hf_model h;
+  h.llama = m.family == Family::Llama;
+  h.vocab = m.vocab;
+  h.context = m.context;
+  h.width = m.width;
+  h.heads = m.heads;
+  h.kv_heads = m.kv_heads;
+  h.layers = m.layers;
+  h.ffn_hidden = m.ffn_hidden;
+  h.tied = m.tie_embeddings;
+  h.norm_eps = m.norm_eps;
+  h.rope_theta = m.rope_theta;
+  if (m.rope_scaling.enabled) {
+    h.rope_factor = m.rope_scaling.factor;
+    h.rope_low_freq = m.rope_scaling.low_freq;
+    h.rope_high_freq = m.rope_scaling.high_freq;
+    h.rope_original_context = m.rope_scaling.original_context;
+  }
+  return h;
+}
+
+// A merged model directory's config.json, from the spec the checkpoint names
+// (a note instead when it cannot be read there).
+void write_hf_config(const std::string& dir, const std::string& spec) {
+  const FrontendResult r = load_spec_file(spec);
+  if (!r.spec) {
+    std::fputs(fmt::format("fsdpgen: note: no config.json in {}: the checkpoint's spec {} cannot "
+                           "be read from here\n",
+                           dir, spec)
+                   .c_str(),
+               stderr);
+    return;
+  }
+  std::ofstream(std::filesystem::path(dir) / "config.json")
+      << hf_config_text(hf_model_of(r.spec->model));
+}
+
+int run_merge(const std::string& checkpoint, const std::string& output, const std::string& dtype,
+              const std::string& max_shard_size) {
   // safetensors' spelling of the dtype (the flag's validator accepted the word).
   const DType t = dtype_named(dtype).value_or(DType::FP32);
   const char* st = t == DType::BF16 ? "BF16" : t == DType::FP16 ? "F16" : "F32";
+  const int64_t max_bytes =
+      max_shard_size.empty() ? 0 : shard_size_bytes(max_shard_size).value_or(0);
   try {
-    const checkpoint_merged m = checkpoint_merge(checkpoint, output, st);
-    out(fmt::format("fsdpgen: wrote {} from {} (step {}): {} tensors, {} params, {}, {:.2f} MiB\n",
-                    output, m.checkpoint, m.step, m.tensors, m.params, st,
-                    static_cast<double>(m.bytes) / (1 << 20)));
+    const checkpoint_merged m = checkpoint_merge(checkpoint, output, st, max_bytes);
+    if (max_bytes) write_hf_config(output, m.spec);
+    out(fmt::format(
+        "fsdpgen: wrote {}{} from {} (step {}): {} tensors, {} params, {}, {:.2f} MiB\n", output,
+        max_bytes ? fmt::format(" ({} file{})", m.files, m.files == 1 ? "" : "s") : "",
+        m.checkpoint, m.step, m.tensors, m.params, st, static_cast<double>(m.bytes) / (1 << 20)));
     return 0;
   } catch (const std::exception& e) {
     std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
@@ -624,15 +669,33 @@ int main(int argc, char** argv) {
   build->add_option("--sources", sources, "keep the generated source in this directory");
   build->add_option("--target", build_target, target_help)->check(CLI::IsMember({"cuda", "cpu"}));
 
-  std::string merge_in, merge_out, merge_dtype = "fp32";
+  std::string merge_in, merge_out, merge_dtype = "fp32", merge_max_shard;
   CLI::App* merge = app.add_subcommand(
       "merge",
-      "write a checkpoint's weights as one safetensors file with Hugging Face GPT-2 names");
+      "write a checkpoint's weights with Hugging Face names: one safetensors file, or with "
+      "--max-shard-size a model directory of shards and their index");
   merge
       ->add_option("checkpoint", merge_in,
                    "a step_N checkpoint directory, or a directory of them (its newest)")
       ->required();
-  merge->add_option("-o,--output", merge_out, "the safetensors file to write")->required();
+  merge
+      ->add_option("-o,--output", merge_out,
+                   "the safetensors file to write (with --max-shard-size: a new directory)")
+      ->required();
+  merge
+      ->add_option("--max-shard-size", merge_max_shard,
+                   "write a model directory of files of at most this size (e.g. 5GB, 500MB, "
+                   "2GiB, bytes), as transformers' save_pretrained")
+      ->check(CLI::Validator(
+          [](std::string& size) {
+            return shard_size_bytes(size)
+                       ? std::string()
+                       : fmt::format(
+                             "'{}' is not a size: bytes, or a number with kB, MB, GB, "
+                             "KiB, MiB or GiB (e.g. 5GB)",
+                             size);
+          },
+          "SIZE"));
   merge
       ->add_option("--dtype", merge_dtype,
                    "fp32 (default), bf16 or fp16; also spelled f32, f16, float32, bfloat16, "
@@ -724,7 +787,7 @@ int main(int argc, char** argv) {
   if (plan->parsed()) return fsdpgen::run_plan(plan_args);
   if (emit->parsed()) return fsdpgen::run_emit(emit_args, emit_target, emit_dir);
   if (build->parsed()) return fsdpgen::run_build(build_args, build_target, binary, sources);
-  if (merge->parsed()) return fsdpgen::run_merge(merge_in, merge_out, merge_dtype);
+  if (merge->parsed()) return fsdpgen::run_merge(merge_in, merge_out, merge_dtype, merge_max_shard);
   if (calibrate->parsed()) return fsdpgen::run_calibrate(calibrate_opts, fsdpgen::gpu_visible());
   if (compare->parsed())
     return fsdpgen::run_compare(compare_predicted, compare_measured, compare_rank, compare_top,

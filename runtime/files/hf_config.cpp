@@ -1,6 +1,7 @@
 // hf_config: config.json's keys against the model, family by family.
 #include "runtime/files/hf_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -158,6 +159,51 @@ void check_llama(checker& c, const hf_model& m) {
 }
 
 }  // namespace
+
+std::string hf_config_text(const hf_model& m) {
+  json c;
+  if (m.llama) {
+    c = {{"architectures", {"LlamaForCausalLM"}},
+         {"model_type", "llama"},
+         {"hidden_size", m.width},
+         {"num_attention_heads", m.heads},
+         {"num_key_value_heads", m.kv_heads},
+         {"head_dim", m.width / m.heads},
+         {"intermediate_size", m.ffn_hidden},
+         {"num_hidden_layers", m.layers},
+         {"vocab_size", m.vocab},
+         {"max_position_embeddings",
+          std::max<int64_t>(m.context, m.rope_factor > 0 ? 2 * m.rope_original_context : 0)},
+         {"rms_norm_eps", m.norm_eps},
+         {"hidden_act", "silu"},
+         {"rope_theta", m.rope_theta},
+         {"rope_scaling", nullptr},
+         {"tie_word_embeddings", m.tied},
+         {"attention_bias", false},
+         {"mlp_bias", false},
+         {"torch_dtype", "float32"}};
+    if (m.rope_factor > 0)
+      c["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", m.rope_factor},
+                           {"low_freq_factor", m.rope_low_freq},
+                           {"high_freq_factor", m.rope_high_freq},
+                           {"original_max_position_embeddings", m.rope_original_context}};
+  } else {
+    c = {{"architectures", {"GPT2LMHeadModel"}},
+         {"model_type", "gpt2"},
+         {"n_embd", m.width},
+         {"n_head", m.heads},
+         {"n_layer", m.layers},
+         {"n_inner", m.ffn_hidden},
+         {"vocab_size", m.vocab},
+         {"n_positions", m.context},
+         {"layer_norm_epsilon", m.norm_eps},
+         {"activation_function", "gelu_new"},
+         {"tie_word_embeddings", m.tied},
+         {"torch_dtype", "float32"}};
+  }
+  return c.dump(2) + "\n";
+}
 
 std::vector<hf_mismatch> hf_config_mismatches(const std::string& path, const hf_model& m) {
   std::ifstream in(path);

@@ -39,3 +39,8 @@ struct hf_mismatch {
 // within 1e-6 relative. Throws std::runtime_error naming the file (and the
 // key) when it cannot be read, is not a JSON object or a key has a wrong type.
 std::vector<hf_mismatch> hf_config_mismatches(const std::string& path, const hf_model& m);
+
+// The config.json of the model, for transformers' LlamaForCausalLM or
+// GPT2LMHeadModel (fp32 weights): what hf_config_mismatches reads, so that
+// a directory with it and the weights loads with from_pretrained as it is.
+std::string hf_config_text(const hf_model& m);

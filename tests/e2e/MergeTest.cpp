@@ -64,6 +64,52 @@ TEST(Merge, EqualsTheSavedWeightsOfALlamaRun) {
   expect_merge_equals_save("merge_llama", c);
 }
 
+// --max-shard-size: a model directory as transformers' save_pretrained
+// writes one (shards in tensor order, their index, config.json), which
+// --init-from reads back to exactly the weights of the single-file merge:
+// the same run's losses from either.
+TEST(Merge, ShardsIntoAModelDirectoryThatLoadsBackExactly) {
+  E2eConfig c;
+  c.family = "llama";
+  c.tied = false;
+  c.steps = 2;
+  expect_merge_equals_save("merge_llama_sharded", c);
+  const fs::path dir = e2e_dir("merge_llama_sharded");
+  fs::remove_all(dir / "hf");
+  CmdResult m = merge(dir, "ckpt -o hf --max-shard-size 20kB");
+  ASSERT_EQ(m.status, 0) << m.out;
+  const nlohmann::json index =
+      nlohmann::json::parse(file_bytes(dir / "hf" / "model.safetensors.index.json"));
+  std::set<std::string> files;
+  int64_t tensors = 0;
+  for (const auto& [name, file] : index.at("weight_map").items()) {
+    files.insert(file.get<std::string>());
+    ++tensors;
+  }
+  EXPECT_EQ(tensors, 30) << "every tensor once: 3 blocks of 9, embedding, norm, head";
+  EXPECT_GE(files.size(), 4u);
+  EXPECT_NE(m.out.find(fmt::format("({} files)", files.size())), std::string::npos) << m.out;
+  for (const std::string& f : files)
+    EXPECT_LE(fs::file_size(dir / "hf" / f), 20000u + 4096u) << f;  // data within the limit
+  EXPECT_EQ(index.at("metadata").at("total_size"),
+            safetensors_tensor_bytes(dir / "merged.safetensors").size())
+      << "the tensors' bytes";
+  EXPECT_TRUE(fs::exists(dir / "hf" / "config.json"));
+  const fs::path bin = dir / "train";
+  for (const char* from : {"merged.safetensors", "hf"})
+    ASSERT_EQ(run_binary(c.world, bin,
+                         fmt::format("--init-from {} --metrics from_{}.jsonl", from,
+                                     fs::path(from).stem().string()))
+                  .status,
+              0)
+        << from;
+  EXPECT_EQ(read_losses(dir / "from_merged.jsonl"), read_losses(dir / "from_hf.jsonl"));
+  EXPECT_EQ(read_losses(dir / "from_hf.jsonl").size(), 2u);
+  CmdResult again = merge(dir, "ckpt -o hf --max-shard-size 20kB");
+  EXPECT_NE(again.status, 0);
+  EXPECT_NE(again.out.find("hf exists"), std::string::npos) << again.out;
+}
+
 // A directory with ckpt/step_00000001 of a one-step run of the default config.
 fs::path one_step_checkpoint(const std::string& name) {
   E2eConfig c;
