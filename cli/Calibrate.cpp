@@ -89,6 +89,13 @@ std::optional<std::vector<Schedule>> plan_specs(const CalibrateOptions& o, const
                         path, base.gpu ? "CUDA" : "CPU", p.unsupported.front()));
       return std::nullopt;
     }
+    if (p.spec->model.family != Family::Gpt2) {
+      error(fmt::format(
+          "{}: the calibration binary measures gpt2's layer passes; it cannot run this spec's "
+          "{} layers yet (plan and schedule predict them from the built-in hardware)",
+          path, to_string(p.spec->model.family)));
+      return std::nullopt;
+    }
     const ParallelSpec& par = p.spec->parallel;
     if (o.ranks == 0)
       ranks = std::max(ranks, std::min(par.world, std::max<int64_t>(1, par.ranks_per_node)));
