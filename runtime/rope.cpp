@@ -2,6 +2,8 @@
 #include "runtime/rope.h"
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "runtime/dtype.h"
 #include "runtime/kernel_math.h"
@@ -11,10 +13,31 @@ namespace {
 constexpr int64_t kParallelElems = 1 << 14;
 constexpr float kPi = 3.14159265358979323846f;
 
+// Rotation pairs x[i] with x[i + D/2]: an odd or empty head has no such pairing.
+void check_head_size(const char* what, int64_t D) {
+  if (D <= 0 || D % 2 != 0)
+    throw std::invalid_argument(std::string(what) + ": head size " + std::to_string(D) +
+                                " is not a positive even number");
+}
+
+// Llama 3.1's scaling needs 1 <= factor, 0 < low_freq < high_freq and a
+// positive original context (else its wavelength bounds divide by zero).
+void check_scaling(const rope_scaling& s) {
+  if (s.factor < 1 || s.low_freq <= 0 || s.high_freq <= s.low_freq || s.original_context <= 0)
+    throw std::invalid_argument(
+        "rope_inv_freq: llama3 scaling needs factor >= 1, 0 < low_freq < high_freq and "
+        "original_context > 0; got factor " +
+        std::to_string(s.factor) + ", low_freq " + std::to_string(s.low_freq) + ", high_freq " +
+        std::to_string(s.high_freq) + ", original_context " + std::to_string(s.original_context));
+}
+
 // Each head's pairs of row n turned by `turn` (rope_rotate or rope_unrotate).
 template <class T, class Turn>
 void rope_apply(T* x, const float* cos, const float* sin, int64_t N, int64_t T_, int64_t heads,
                 int64_t D, Turn turn) {
+  check_head_size("rope", D);
+  if (T_ <= 0)
+    throw std::invalid_argument("rope: context " + std::to_string(T_) + " is not positive");
   const int64_t half = D / 2;
 #pragma omp parallel for if (N * heads * D >= kParallelElems)
   for (int64_t n = 0; n < N; n++) {
@@ -35,6 +58,11 @@ void rope_apply(T* x, const float* cos, const float* sin, int64_t N, int64_t T_,
 }  // namespace
 
 std::vector<float> rope_inv_freq(int64_t D, double theta, const rope_scaling& scaling) {
+  check_head_size("rope_inv_freq", D);
+  if (!(theta > 0))
+    throw std::invalid_argument("rope_inv_freq: theta " + std::to_string(theta) +
+                                " is not positive");
+  if (scaling.factor > 0) check_scaling(scaling);
   std::vector<float> f(static_cast<size_t>(D / 2));
   for (int64_t i = 0; i < D / 2; i++)
     f[i] = static_cast<float>(1.0 / std::pow(theta, static_cast<double>(2 * i) / D));

@@ -19,6 +19,8 @@ struct rope_scaling {
 };
 
 // The D / 2 inverse frequencies, in fp32 as transformers computes them.
+// std::invalid_argument for an odd or empty head, theta <= 0, or a scaling
+// (factor > 0) outside 1 <= factor, 0 < low_freq < high_freq, context > 0.
 std::vector<float> rope_inv_freq(int64_t D, double theta, const rope_scaling& scaling);
 
 // cos[t * D/2 + i] and sin[...] of angle t * inv_freq[i] (fp32 product, as
@@ -27,7 +29,8 @@ void rope_tables(float* cos, float* sin, int64_t T, int64_t D, double theta,
                  const rope_scaling& scaling);
 
 // x (N, heads * D), row n at position n % T: each head's pairs (i, i + D/2)
-// rotated by position's angle at frequency i, in place.
+// rotated by position's angle at frequency i, in place. std::invalid_argument
+// for an odd or empty head or T_ <= 0.
 template <class T>
 void rope_forward(T* x, const float* cos, const float* sin, int64_t N, int64_t T_, int64_t heads,
                   int64_t D);

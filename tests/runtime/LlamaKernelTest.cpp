@@ -7,9 +7,13 @@
 // Reference.h's (forward_tol, backward_tol) unless a test says otherwise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
+#include <functional>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "runtime/kernels.h"
@@ -52,15 +56,17 @@ vec swiglu(const vec& gate, const vec& up) {
 }
 
 // Each head's pair (x[i], x[i + D/2]) as the complex number x[i] + j x[i + D/2],
-// times e^{j t f_i} with f_i = theta^(-2i/D) (no scaling).
-vec rope(const vec& x, int64_t N, int64_t T, int64_t heads, int64_t D, double theta) {
+// times e^{j turn t f_i} with f_i = theta^(-2i/D) (no scaling); turn -1 is
+// the inverse rotation.
+vec rope(const vec& x, int64_t N, int64_t T, int64_t heads, int64_t D, double theta,
+         double turn = 1.0) {
   vec y(x.size());
   const int64_t half = D / 2;
   for (int64_t n = 0; n < N; n++)
     for (int64_t h = 0; h < heads; h++)
       for (int64_t i = 0; i < half; i++) {
         const int64_t at = (n * heads + h) * D;
-        const double angle = static_cast<double>(n % T) * std::pow(theta, -2.0 * i / D);
+        const double angle = turn * static_cast<double>(n % T) * std::pow(theta, -2.0 * i / D);
         const std::complex<double> z =
             std::complex<double>(x[at + i], x[at + i + half]) * std::polar(1.0, angle);
         y[at + i] = z.real();
@@ -97,6 +103,102 @@ vec gqa(const vec& q, const vec& k, const vec& v, int64_t B, int64_t T, int64_t 
       }
     }
   return out;
+}
+
+// transformers' llama3 rule restated by frequency rather than wavelength
+// (wavelength 2 pi / f beyond context / low_freq is f < 2 pi low_freq /
+// context): such f divided by factor, f above 2 pi high_freq / context kept,
+// f between scaled by smooth + (1 - smooth) / factor, smooth = (context f /
+// (2 pi) - low_freq) / (high_freq - low_freq). regime[i]: 0 divided, 1
+// between, 2 kept.
+vec llama3_inv_freq(int64_t D, double theta, const rope_scaling& s, std::vector<int>* regime) {
+  const double two_pi = 2.0 * std::acos(-1.0), context = static_cast<double>(s.original_context);
+  vec f(D / 2);
+  regime->assign(D / 2, 0);
+  for (int64_t i = 0; i < D / 2; i++) {
+    const double plain = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+    if (plain < two_pi * s.low_freq / context) {
+      f[i] = plain / s.factor;
+    } else if (plain > two_pi * s.high_freq / context) {
+      f[i] = plain;
+      (*regime)[i] = 2;
+    } else {
+      const double smooth = (context * plain / two_pi - s.low_freq) / (s.high_freq - s.low_freq);
+      f[i] = plain * (smooth + (1.0 - smooth) / s.factor);
+      (*regime)[i] = 1;
+    }
+  }
+  return f;
+}
+
+// Gradients of sum(rmsnorm(x, w) * R): with r = (mean(x^2) + eps)^(-1/2) per
+// row, dx_j = r w_j R_j - r^3 x_j / C sum_c R_c w_c x_c and dw_c = sum over
+// rows of R_c x_c r.
+void rmsnorm_grads(const vec& x, const vec& w, const vec& R, int64_t N, int64_t C, double eps,
+                   vec* dx, vec* dw) {
+  dx->assign(x.size(), 0.0);
+  dw->assign(C, 0.0);
+  for (int64_t n = 0; n < N; n++) {
+    const double* xr = &x[n * C];
+    const double* Rr = &R[n * C];
+    double ss = 0, rwx = 0;
+    for (int64_t c = 0; c < C; c++) {
+      ss += xr[c] * xr[c];
+      rwx += Rr[c] * w[c] * xr[c];
+    }
+    const double r = 1.0 / std::sqrt(ss / static_cast<double>(C) + eps);
+    for (int64_t c = 0; c < C; c++) {
+      (*dx)[n * C + c] = r * w[c] * Rr[c] - r * r * r * xr[c] * rwx / static_cast<double>(C);
+      (*dw)[c] += Rr[c] * xr[c] * r;
+    }
+  }
+}
+
+// Gradients of sum(gqa(q, k, v) * R), per query head h on kv head g = h /
+// (H / KV), as for multi-head attention on k and v repeated: P the causal
+// softmax of scale q k^T, dP = R v^T, dS = P (dP - rowsum(P dP)), dq = scale
+// dS k, and the group's dk = scale dS^T q and dv = P^T R summed into kv head g.
+void gqa_grads(const vec& q, const vec& k, const vec& v, const vec& R, int64_t B, int64_t T,
+               int64_t H, int64_t KV, int64_t hs, vec* dq, vec* dk, vec* dv) {
+  dq->assign(q.size(), 0.0);
+  dk->assign(k.size(), 0.0);
+  dv->assign(v.size(), 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  auto qa = [&](int64_t b, int64_t t, int64_t h) { return ((b * T + t) * H + h) * hs; };
+  auto ka = [&](int64_t b, int64_t u, int64_t g) { return ((b * T + u) * KV + g) * hs; };
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      const int64_t g = h / (H / KV);
+      for (int64_t t = 0; t < T; t++) {
+        vec p(t + 1), dp(t + 1);
+        double m = -1e300, sum = 0, pdp = 0;
+        for (int64_t u = 0; u <= t; u++) {
+          double d = 0;
+          for (int64_t c = 0; c < hs; c++)
+            d += q[qa(b, t, h) + c] * k[ka(b, u, g) + c];
+          p[u] = scale * d;
+          m = std::max(m, p[u]);
+        }
+        for (double& e : p)
+          sum += (e = std::exp(e - m));
+        for (int64_t u = 0; u <= t; u++) {
+          p[u] /= sum;
+          double d = 0;
+          for (int64_t c = 0; c < hs; c++)
+            d += R[qa(b, t, h) + c] * v[ka(b, u, g) + c];
+          dp[u] = d;
+          pdp += p[u] * d;
+        }
+        for (int64_t u = 0; u <= t; u++) {
+          const double ds = p[u] * (dp[u] - pdp);
+          for (int64_t c = 0; c < hs; c++) {
+            (*dq)[qa(b, t, h) + c] += scale * ds * k[ka(b, u, g) + c];
+            (*dk)[ka(b, u, g) + c] += scale * ds * q[qa(b, t, h) + c];
+            (*dv)[ka(b, u, g) + c] += p[u] * R[qa(b, t, h) + c];
+          }
+        }
+      }
+    }
 }
 
 // ---------------------------------------------------------------- suites
@@ -249,6 +351,112 @@ TYPED_TEST(LlamaKernel, Rope) {
       backward_tol<T>());
 }
 
+// Every frequency of three scalings against llama3_inv_freq: Llama 3.1 8B's
+// (head 128) and Llama 3.2 1B's (head 64; i <= 14 kept, 15..17 between,
+// >= 18 divided), and a small one (head 32, theta 10^4, factor 4, low 2,
+// high 8, context 64: f_0 = 1 kept, f_1 = 0.562 and f_2 = 0.316 between
+// 2 pi 2 / 64 = 0.196 and 2 pi 8 / 64 = 0.785, f_3 = 0.178 on divided); each
+// hits all three regimes. Tolerance relative 1e-5: the kernel's fp32
+// smooth = (context / wavelength - low_freq) / (high_freq - low_freq) errs by
+// ~1e-7 absolute, and (factor - 1) times that is the result's relative error.
+TEST(Rope, EveryInverseFrequencyFollowsLlama3Scaling) {
+  struct scaled {
+    int64_t D;
+    double theta;
+    rope_scaling scaling;
+  };
+  const scaled cases[] = {{128, 500000.0, {8.0, 1.0, 4.0, 8192}},
+                          {64, 500000.0, {32.0, 1.0, 4.0, 8192}},
+                          {32, 10000.0, {4.0, 2.0, 8.0, 64}}};
+  for (const scaled& c : cases) {
+    std::vector<int> regime;
+    const vec want = llama3_inv_freq(c.D, c.theta, c.scaling, &regime);
+    for (const int r : {0, 1, 2})
+      ASSERT_NE(std::count(regime.begin(), regime.end(), r), 0) << "regime " << r << " D " << c.D;
+    const std::vector<float> got = rope_inv_freq(c.D, c.theta, c.scaling);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); i++)
+      EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << "D " << c.D << " factor " << c.scaling.factor
+                                                   << " frequency " << i << " regime " << regime[i];
+  }
+}
+
+// The tables are cos and sin of t f_i for the (scaled) frequencies f_i of
+// rope_inv_freq, over T = 37 positions. The angle is an fp32 product (as
+// transformers' fp32 matmul): off by half an ulp of 37 (2e-6) at most, so
+// cos and sin are within 4e-6 of the double values; position 0 is exactly
+// cos 1, sin 0.
+TEST(Rope, TablesAreCosAndSinOfPositionTimesFrequency) {
+  const int64_t T = 37, D = 32;
+  const rope_scaling scaling{4.0, 2.0, 8.0, 64};
+  const std::vector<float> f = rope_inv_freq(D, 10000.0, scaling);
+  std::vector<float> cos(T * D / 2), sin(T * D / 2);
+  rope_tables(cos.data(), sin.data(), T, D, 10000.0, scaling);
+  vec want_cos(cos.size()), want_sin(sin.size());
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t i = 0; i < D / 2; i++) {
+      want_cos[t * D / 2 + i] = std::cos(static_cast<double>(t) * f[i]);
+      want_sin[t * D / 2 + i] = std::sin(static_cast<double>(t) * f[i]);
+    }
+  expect_close("rope_tables cos", load(cos), want_cos, 4e-6, 0.0);
+  expect_close("rope_tables sin", load(sin), want_sin, 4e-6, 0.0);
+  for (int64_t i = 0; i < D / 2; i++) {
+    EXPECT_EQ(cos[i], 1.0f) << i;
+    EXPECT_EQ(sin[i], 0.0f) << i;
+  }
+}
+
+// Rows at position 0 (n % T == 0) leave forward and backward bit for bit
+// unchanged; every other row turns (some value changes).
+TYPED_TEST(LlamaKernel, RopeAtPositionZeroIsIdentity) {
+  using T = TypeParam;
+  const int64_t B = 3, T_ = 5, N = B * T_, heads = 3, D = 8, W = heads * D;
+  std::vector<float> cos(T_ * D / 2), sin(T_ * D / 2);
+  rope_tables(cos.data(), sin.data(), T_, D, 10000.0, {4.0, 2.0, 8.0, 64});
+  std::mt19937 rng(7);
+  const std::vector<T> x = store<T>(random_vec(rng, N * W));
+  std::vector<T> fwd = x, bwd = x;
+  rope_forward(fwd.data(), cos.data(), sin.data(), N, T_, heads, D);
+  rope_backward(bwd.data(), cos.data(), sin.data(), N, T_, heads, D);
+  for (int64_t n = 0; n < N; n++) {
+    int64_t changed = 0;
+    for (int64_t c = 0; c < W; c++) {
+      const float before = to_float(x[n * W + c]);
+      if (n % T_ == 0) {
+        ASSERT_EQ(to_float(fwd[n * W + c]), before) << "forward row " << n << " column " << c;
+        ASSERT_EQ(to_float(bwd[n * W + c]), before) << "backward row " << n << " column " << c;
+      }
+      changed += to_float(fwd[n * W + c]) != before;
+    }
+    if (n % T_ != 0) {
+      EXPECT_GT(changed, 0) << "row " << n << " did not turn";
+    }
+  }
+}
+
+// Heads that cannot pair x[i] with x[i + D/2], a non-positive theta or
+// context, and llama3 scalings whose wavelength bounds are meaningless are
+// refused, naming the value.
+TEST(Rope, RejectsBadShapesAndScalings) {
+  auto expect_error = [](const std::function<void()>& f, const std::string& want) {
+    try {
+      f();
+      ADD_FAILURE() << "no error; wanted one mentioning '" << want << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  expect_error([] { rope_inv_freq(7, 10000.0, {}); }, "head size 7");
+  expect_error([] { rope_inv_freq(0, 10000.0, {}); }, "head size 0");
+  expect_error([] { rope_inv_freq(8, 0.0, {}); }, "theta");
+  expect_error([] { rope_inv_freq(8, 10000.0, {0.5, 1.0, 4.0, 8192}); }, "factor 0.5");
+  expect_error([] { rope_inv_freq(8, 10000.0, {8.0, 4.0, 4.0, 8192}); }, "low_freq 4");
+  expect_error([] { rope_inv_freq(8, 10000.0, {8.0, 1.0, 4.0, 0}); }, "original_context 0");
+  std::vector<float> x(2 * 6), cos(3), sin(3);
+  expect_error([&] { rope_forward(x.data(), cos.data(), sin.data(), 2, 1, 2, 3); }, "head size 3");
+  expect_error([&] { rope_backward(x.data(), cos.data(), sin.data(), 2, 0, 2, 6); }, "context 0");
+}
+
 // ---------------------------------------------------------------- grouped-query attention
 
 struct gqa_shape {
@@ -334,6 +542,101 @@ TEST(GroupedQueryAttention, RejectsKvHeadsThatDoNotDivideHeads) {
   EXPECT_THROW(attention_gqa_forward(buf.data(), lse.data(), buf.data(), buf.data(), buf.data(), 1,
                                      2, 3, 2, 8),
                std::invalid_argument);
+}
+
+// ---------------------------------------------------------------- multithreaded sizes
+
+// Above the kernels' threshold for OpenMP (2^14 elements; the tests above
+// run serially), against the analytic double gradients (checked against
+// finite differences at the small sizes above through the same kernels):
+// rmsnorm (N 201, C 96, one all-zero row: out 0, rstd 1 / sqrt(eps)),
+// swiglu (20100 values), rope (3 x 67 rows, 8 heads of 64; backward is the
+// inverse rotation) and GQA (B 2, T 67, 8 query heads on 2 kv heads of 32).
+// Tolerances as above; GQA's fp32 backward sums 67 terms of products of
+// unit-scale values, within 1e-4.
+TYPED_TEST(LlamaKernel, MultithreadedSizes) {
+  using T = TypeParam;
+  std::mt19937 rng(8);
+  {
+    const int64_t N = 201, C = 96;
+    const double eps = 1e-5;
+    vec x = random_vec(rng, N * C);
+    std::fill(x.begin(), x.begin() + C, 0.0);
+    x = quantize<T>(x);
+    const vec w = quantize<T>(random_vec(rng, C, 0.3, 1.0)),
+              R = quantize<T>(random_vec(rng, N * C));
+    auto xs = store<T>(x), ws = store<T>(w), dout = store<T>(R);
+    std::vector<T> out(N * C), dinp(N * C);
+    std::vector<float> rstd(N), dw(C, 0.0f);
+    rmsnorm_forward(out.data(), rstd.data(), xs.data(), ws.data(), N, C, static_cast<float>(eps));
+    rmsnorm_backward(dinp.data(), dw.data(), dout.data(), xs.data(), ws.data(), rstd.data(), N, C,
+                     false);
+    vec gx, gw;
+    rmsnorm_grads(x, w, R, N, C, eps, &gx, &gw);
+    expect_close(tag<T>("rmsnorm_forward", "out (large)"), load(out), rmsnorm(x, w, N, C, eps),
+                 forward_tol<T>());
+    EXPECT_NEAR(rstd[0], 1.0 / std::sqrt(eps), 1e-6 / std::sqrt(eps)) << "all-zero row";
+    expect_close(tag<T>("rmsnorm_backward", "dinp (large)"), load(dinp), gx, backward_tol<T>());
+    expect_close(tag<T>("rmsnorm_backward", "dweight (large)"), load(dw), gw,
+                 backward_tol<T, float>());
+  }
+  {
+    const int64_t n = 20100;
+    const vec g = quantize<T>(random_vec(rng, n, 4.0)), u = quantize<T>(random_vec(rng, n));
+    const vec R = quantize<T>(random_vec(rng, n));
+    auto gs = store<T>(g), us = store<T>(u), dout = store<T>(R);
+    std::vector<T> out(n), dgate(n), dup(n);
+    swiglu_forward(out.data(), gs.data(), us.data(), n);
+    swiglu_backward(dgate.data(), dup.data(), dout.data(), gs.data(), us.data(), n);
+    vec want_dgate(n), want_dup(n);
+    for (int64_t i = 0; i < n; i++) {
+      const double sig = 1.0 / (1.0 + std::exp(-g[i]));
+      want_dup[i] = R[i] * g[i] * sig;
+      want_dgate[i] = R[i] * u[i] * sig * (1.0 + g[i] * (1.0 - sig));
+    }
+    expect_close(tag<T>("swiglu_forward", "out (large)"), load(out), swiglu(g, u),
+                 forward_tol<T>());
+    expect_close(tag<T>("swiglu_backward", "dgate (large)"), load(dgate), want_dgate,
+                 backward_tol<T>());
+    expect_close(tag<T>("swiglu_backward", "dup (large)"), load(dup), want_dup, backward_tol<T>());
+  }
+  {
+    const int64_t T_ = 67, N = 3 * T_, heads = 8, D = 64;
+    std::vector<float> cos(T_ * D / 2), sin(T_ * D / 2);
+    rope_tables(cos.data(), sin.data(), T_, D, 10000.0, {});
+    const vec x = quantize<T>(random_vec(rng, N * heads * D));
+    auto fwd = store<T>(x), bwd = store<T>(x);
+    rope_forward(fwd.data(), cos.data(), sin.data(), N, T_, heads, D);
+    rope_backward(bwd.data(), cos.data(), sin.data(), N, T_, heads, D);
+    expect_close(tag<T>("rope_forward", "x (large)"), load(fwd), rope(x, N, T_, heads, D, 10000.0),
+                 forward_tol<T>());
+    expect_close(tag<T>("rope_backward", "dx (large)"), load(bwd),
+                 rope(x, N, T_, heads, D, 10000.0, -1.0), forward_tol<T>());
+  }
+  {
+    const gqa_shape a{2, 67, 8, 2, 32};
+    const int64_t N = a.B * a.T, C = a.H * a.hs, KVW = a.KV * a.hs;
+    const vec q = quantize<T>(random_vec(rng, N * C, 1.5));
+    const vec k = quantize<T>(random_vec(rng, N * KVW, 1.5));
+    const vec v = quantize<T>(random_vec(rng, N * KVW)), R = quantize<T>(random_vec(rng, N * C));
+    auto qs = store<T>(q), ks = store<T>(k), vs = store<T>(v), dout = store<T>(R);
+    std::vector<T> out(N * C), dq(N * C), dk(N * KVW), dv(N * KVW);
+    std::vector<float> lse(a.B * a.H * a.T), delta(lse.size());
+    attention_gqa_forward(out.data(), lse.data(), qs.data(), ks.data(), vs.data(), a.B, a.T, a.H,
+                          a.KV, a.hs);
+    attention_gqa_backward(dq.data(), dk.data(), dv.data(), delta.data(), dout.data(), qs.data(),
+                           ks.data(), vs.data(), out.data(), lse.data(), a.B, a.T, a.H, a.KV, a.hs);
+    vec gq, gk, gv;
+    gqa_grads(q, k, v, R, a.B, a.T, a.H, a.KV, a.hs, &gq, &gk, &gv);
+    expect_close(tag<T>("attention_gqa_forward", "out") + gqa_tag(a), load(out),
+                 gqa(q, k, v, a.B, a.T, a.H, a.KV, a.hs), forward_tol<T>());
+    expect_close(tag<T>("attention_gqa_backward", "dq") + gqa_tag(a), load(dq), gq,
+                 backward_tol<T>());
+    expect_close(tag<T>("attention_gqa_backward", "dk") + gqa_tag(a), load(dk), gk,
+                 backward_tol<T>());
+    expect_close(tag<T>("attention_gqa_backward", "dv") + gqa_tag(a), load(dv), gv,
+                 backward_tol<T>());
+  }
 }
 
 }  // namespace
