@@ -33,6 +33,19 @@ void heads_divide_width(const CheckContext& c) {
                                    m.heads, m.width % m.heads));
 }
 
+// Rotary positions pair each head's first half with its second (runtime/rope.h).
+void llama_head_size_even(const CheckContext& c) {
+  const ModelSpec& m = c.spec.model;
+  if (!c.keys.usable({"model.family", "model.width", "model.heads"}) || m.family != Family::Llama ||
+      m.width % m.heads != 0 || (m.width / m.heads) % 2 == 0)
+    return;
+  Diagnostic& e =
+      c.diags.error(c.keys.where("model.heads"),
+                    fmt::format("llama's head size width / heads = {} / {} = {} must be even",
+                                m.width, m.heads, m.width / m.heads));
+  Diagnostics::note(e, "rotary positions turn each head's pairs (x[i], x[i + head_size / 2])");
+}
+
 bool kv_heads_known(const CheckContext& c) {
   return c.keys.usable({"model.family"}) && c.keys.usable({"model.heads", "model.kv_heads"});
 }
@@ -283,6 +296,7 @@ struct Rule {
 
 constexpr Rule kRules[] = {
     {RuleSection::Model, heads_divide_width},
+    {RuleSection::Model, llama_head_size_even},
     {RuleSection::Model, kv_heads_only_for_llama},
     {RuleSection::Model, kv_heads_divide_heads},
     {RuleSection::Model, rope_theta_only_for_llama},
