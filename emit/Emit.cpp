@@ -255,12 +255,15 @@ class Writer {
         spec_.parallel.world == 1 ? "" : "s",
         cuda_ ? "CUDA runtime (runtime/cuda/)" : "CPU runtime (runtime/)", path_,
         target_.hardware));
-    v["includes"] = cuda_
-                        ? "#include \"runtime/cuda/backend.h\"\n#include \"runtime/cuda/step.h\"\n"
-                        : fmt::format(
-                              "#include \"runtime/{}.h\"\n#include \"runtime/program.h\"\n"
-                              "#include \"runtime/step.h\"\n",
-                              fam());
+    v["includes"] =
+        cuda_ ? fmt::format(
+                    "#include \"runtime/cuda/backend.h\"\n{}"
+                    "#include \"runtime/cuda/step.h\"\n",
+                    model_.family == Family::Llama ? "#include \"runtime/cuda/llama.h\"\n" : "")
+              : fmt::format(
+                    "#include \"runtime/{}.h\"\n#include \"runtime/program.h\"\n"
+                    "#include \"runtime/step.h\"\n",
+                    fam());
     v["main"] =
         fmt::format("int main(int argc, char** argv) {{ return {}(kProgram, argc, argv); }}\n",
                     cuda_ ? "cuda_train_main" : "train_main");

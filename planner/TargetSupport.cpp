@@ -5,20 +5,22 @@
 
 #include <fmt/format.h>
 
+#include "planner/Fit.h"
+
 namespace fsdpgen {
 namespace {
 
 using Reasons = std::vector<std::string>;
 
-// llama's kernels (RMSNorm, rotary positions, SwiGLU, grouped-query
-// attention) are written for the CPU runtime; the CUDA runtime has gpt2's.
+// llama's grouped-query attention runs on the CUDA flash kernels, which
+// take heads of at most kGpuFlashMaxHeadDim.
 void check_family(const Spec& spec, const Hardware& hw, Reasons& out) {
-  if (spec.model.family == Family::Gpt2 || !hw.gpu) return;
+  if (spec.model.family == Family::Gpt2 || !hw.gpu || spec.model.head_dim() <= kGpuFlashMaxHeadDim)
+    return;
   out.push_back(fmt::format(
-      "model family {}: the CUDA kernels implement gpt2 only; llama's (RMSNorm, rotary "
-      "positions, SwiGLU, grouped-query attention) run on the CPU target today; its memory "
-      "plan and schedule are exact already (`fsdpgen plan`, `fsdpgen schedule`)",
-      to_string(spec.model.family)));
+      "model family {} with head size {}: the CUDA grouped-query attention kernels take heads of "
+      "at most {}",
+      to_string(spec.model.family), spec.model.head_dim(), kGpuFlashMaxHeadDim));
 }
 
 // gpt2's LayerNorm kernels have their epsilon built in; llama's RMSNorm takes the spec's.

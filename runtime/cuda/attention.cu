@@ -183,16 +183,21 @@ constexpr int kPStride = kFlashTile + 1;
 // Dynamic shared memory a block may use without opting in.
 constexpr int kDefaultSharedBytes = 48 * 1024;
 
-// The attention's shape as the flash kernels take it. Head h of sequence b:
-// position t's q at qkv + (b*T + t) * 3C + h*hs (k at + C, v at + 2C), its
-// out and dout at (b*T + t) * C + h*hs, its lse and delta at (b*H + h) * T
-// + t. Shared-memory tiles of q, k, v, out or dout rows are fp32 (32,
-// stride): stride = hs + 1, so that lanes reading one column of 32
-// different rows hit different banks (for even hs).
+// The attention's shape as the flash kernels take it. Query head h of
+// sequence b: position t's q at q + (b*T + t) * q_ld + h*hs, its k and v (kv
+// head g = h / group) at k + (b*T + t) * kv_ld + g*hs and likewise in v, its
+// out and dout at (b*T + t) * C + h*hs (C = H*hs), its lse and delta at
+// (b*H + h) * T + t. gpt2's packed qkv is q, k, v at 0, C, 2C of rows 3C
+// wide (group 1); llama's grouped-query q, k, v are arrays of their own.
+// Shared-memory tiles of q, k, v, out or dout rows are fp32 (32, stride):
+// stride = hs + 1, so that lanes reading one column of 32 different rows
+// hit different banks (for even hs).
 struct flash_shape {
   int64_t T, C, H;
   int hs, stride;
   float scale;  // 1/sqrt(hs)
+  int64_t q_ld, kv_ld, group;
+  __host__ __device__ int64_t kv_heads() const { return H / group; }
 };
 
 flash_shape flash_shape_of(int64_t T_, int64_t C, int64_t H, const char* what) {
@@ -208,7 +213,20 @@ flash_shape flash_shape_of(int64_t T_, int64_t C, int64_t H, const char* what) {
                                 "], what the fused kernels support; plan this model with "
                                 "materialized attention");
   const int h = static_cast<int>(hs);
-  return flash_shape{T_, C, H, h, h + 1, 1.0f / std::sqrt(static_cast<float>(hs))};
+  return flash_shape{T_, C, H, h, h + 1, 1.0f / std::sqrt(static_cast<float>(hs)), 3 * C, 3 * C, 1};
+}
+
+// Grouped-query attention's shape: H query heads on KV_heads key/value heads of hs.
+flash_shape gqa_shape_of(int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, const char* what) {
+  if (KV_heads <= 0 || H % KV_heads != 0)
+    throw std::invalid_argument(std::string(what) + ": H=" + std::to_string(H) +
+                                " query heads are not a multiple of " + std::to_string(KV_heads) +
+                                " key/value heads");
+  flash_shape s = flash_shape_of(T_, H * hs, H, what);
+  s.q_ld = H * hs;
+  s.kv_ld = KV_heads * hs;
+  s.group = H / KV_heads;
+  return s;
 }
 
 // Bytes of a kernel's shared memory: `tiles` (32, stride) row tiles and
@@ -261,16 +279,19 @@ __device__ void accumulate_rows(float (&acc)[kFlashRows][kChunks], const float* 
 // by exp(old max - new max); P = exp(score - new max); out += P v.
 template <class DT, int kChunks>
 __global__ void __launch_bounds__(kFlashThreads)
-    flash_forward_kernel(DT* out, float* lse, const DT* qkv, flash_shape s) {
+    flash_forward_kernel(DT* out, float* lse, const DT* q, const DT* k, const DT* v,
+                         flash_shape s) {
   extern __shared__ float smem[];
   float* Qs = smem;
   float* KVs = Qs + kFlashTile * s.stride;
   float* Ps = KVs + kFlashTile * s.stride;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int64_t bh = blockIdx.x, b = bh / s.H, h = bh % s.H;
-  const int64_t q0 = int64_t{blockIdx.y} * kFlashTile, ld = 3 * s.C;
-  const DT* q_src = qkv + b * s.T * ld + h * s.hs;
-  load_tile(Qs, q_src, ld, q0, s);
+  const int64_t q0 = int64_t{blockIdx.y} * kFlashTile;
+  const DT* q_src = q + b * s.T * s.q_ld + h * s.hs;
+  const DT* k_src = k + b * s.T * s.kv_ld + h / s.group * s.hs;
+  const DT* v_src = v + b * s.T * s.kv_ld + h / s.group * s.hs;
+  load_tile(Qs, q_src, s.q_ld, q0, s);
   float m[kFlashRows], l[kFlashRows], acc[kFlashRows][kChunks];
 #pragma unroll
   for (int r = 0; r < kFlashRows; r++) {
@@ -283,14 +304,14 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int64_t q_end = q0 + kFlashTile < s.T ? q0 + kFlashTile : s.T;  // queries [q0, q_end)
   for (int64_t k0 = 0; k0 < q_end; k0 += kFlashTile) {
     __syncthreads();  // Q is loaded; the last key tile's readers of KV and P are done
-    load_tile(KVs, q_src + s.C, ld, k0, s);
+    load_tile(KVs, k_src, s.kv_ld, k0, s);
     __syncthreads();
     float sc[kFlashRows] = {};
     for (int c = 0; c < s.hs; c++) {
-      const float k = KVs[lane * s.stride + c];
+      const float kc = KVs[lane * s.stride + c];
 #pragma unroll
       for (int r = 0; r < kFlashRows; r++)
-        sc[r] += Qs[(warp + kFlashWarps * r) * s.stride + c] * k;
+        sc[r] += Qs[(warp + kFlashWarps * r) * s.stride + c] * kc;
     }
     const int64_t key = k0 + lane;
     float alpha[kFlashRows];
@@ -307,7 +328,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       Ps[row * kPStride + lane] = p;
     }
     __syncthreads();  // every warp is done reading k
-    load_tile(KVs, q_src + 2 * s.C, ld, k0, s);
+    load_tile(KVs, v_src, s.kv_ld, k0, s);
     __syncthreads();  // v and P are in place
 #pragma unroll
     for (int r = 0; r < kFlashRows; r++)
@@ -359,15 +380,16 @@ __device__ inline flash_pair flash_pair_of(float qk, float dp, float lse, float 
   return flash_pair{p, p * (dp - delta)};
 }
 
-// dk and dv, block (head bh, key tile k0 = 32 * blockIdx.y). Shared: K, V
-// (the tile's keys, loaded once), Q, dO (a query tile), P and dS (32,
-// kPStride), indexed [key][query]. Over the query tiles from the diagonal
+// dk and dv, block (kv head bg = b * kv_heads + g, key tile k0 = 32 *
+// blockIdx.y). Shared: K, V (the tile's keys, loaded once), Q, dO (a query
+// tile), P and dS (32, kPStride), indexed [key][query]. Over the query heads
+// of the group in order, and over each one's query tiles from the diagonal
 // on: scores of key row j (warp-owned) and query lane; dv += P^T dout, dk +=
 // dS^T q; dk is scaled once at the end.
 template <class DT, int kChunks>
 __global__ void __launch_bounds__(kFlashThreads)
-    flash_backward_dkdv_kernel(DT* dqkv, const DT* dout, const DT* qkv, const float* lse,
-                               const float* delta, flash_shape s) {
+    flash_backward_dkdv_kernel(DT* dk_out, DT* dv_out, const DT* dout, const DT* q, const DT* k,
+                               const DT* v, const float* lse, const float* delta, flash_shape s) {
   extern __shared__ float smem[];
   float* Ks = smem;
   float* Vs = Ks + kFlashTile * s.stride;
@@ -376,58 +398,61 @@ __global__ void __launch_bounds__(kFlashThreads)
   float* Ps = dOs + kFlashTile * s.stride;
   float* dSs = Ps + kFlashTile * kPStride;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int64_t bh = blockIdx.x, b = bh / s.H, h = bh % s.H;
-  const int64_t k0 = int64_t{blockIdx.y} * kFlashTile, ld = 3 * s.C;
-  const DT* q_src = qkv + b * s.T * ld + h * s.hs;
-  const DT* o_src = dout + b * s.T * s.C + h * s.hs;
-  load_tile(Ks, q_src + s.C, ld, k0, s);
-  load_tile(Vs, q_src + 2 * s.C, ld, k0, s);
+  const int64_t bg = blockIdx.x, b = bg / s.kv_heads(), g = bg % s.kv_heads();
+  const int64_t k0 = int64_t{blockIdx.y} * kFlashTile;
+  load_tile(Ks, k + b * s.T * s.kv_ld + g * s.hs, s.kv_ld, k0, s);
+  load_tile(Vs, v + b * s.T * s.kv_ld + g * s.hs, s.kv_ld, k0, s);
   float dk[kFlashRows][kChunks], dv[kFlashRows][kChunks];
 #pragma unroll
   for (int r = 0; r < kFlashRows; r++)
 #pragma unroll
     for (int ch = 0; ch < kChunks; ch++)
       dk[r][ch] = dv[r][ch] = 0.0f;
-  for (int64_t q0 = k0; q0 < s.T; q0 += kFlashTile) {
-    __syncthreads();  // K and V are loaded; the last query tile's readers are done
-    load_tile(Qs, q_src, ld, q0, s);
-    load_tile(dOs, o_src, s.C, q0, s);
-    __syncthreads();
-    const int64_t query = q0 + lane;
-    const float q_lse = query < s.T ? lse[bh * s.T + query] : 0.0f;
-    const float q_delta = query < s.T ? delta[bh * s.T + query] : 0.0f;
-    float qk[kFlashRows] = {}, dp[kFlashRows] = {};
-    for (int c = 0; c < s.hs; c++) {
-      const float q = Qs[lane * s.stride + c], o = dOs[lane * s.stride + c];
+  for (int64_t h = g * s.group; h < (g + 1) * s.group; h++)
+    for (int64_t q0 = k0; q0 < s.T; q0 += kFlashTile) {
+      const int64_t bh = b * s.H + h;
+      const DT* q_src = q + b * s.T * s.q_ld + h * s.hs;
+      const DT* o_src = dout + b * s.T * s.C + h * s.hs;
+      __syncthreads();  // K and V are loaded; the last query tile's readers are done
+      load_tile(Qs, q_src, s.q_ld, q0, s);
+      load_tile(dOs, o_src, s.C, q0, s);
+      __syncthreads();
+      const int64_t query = q0 + lane;
+      const float q_lse = query < s.T ? lse[bh * s.T + query] : 0.0f;
+      const float q_delta = query < s.T ? delta[bh * s.T + query] : 0.0f;
+      float qk[kFlashRows] = {}, dp[kFlashRows] = {};
+      for (int c = 0; c < s.hs; c++) {
+        const float q = Qs[lane * s.stride + c], o = dOs[lane * s.stride + c];
+#pragma unroll
+        for (int r = 0; r < kFlashRows; r++) {
+          const int row = warp + kFlashWarps * r;
+          qk[r] += Ks[row * s.stride + c] * q;
+          dp[r] += Vs[row * s.stride + c] * o;
+        }
+      }
 #pragma unroll
       for (int r = 0; r < kFlashRows; r++) {
         const int row = warp + kFlashWarps * r;
-        qk[r] += Ks[row * s.stride + c] * q;
-        dp[r] += Vs[row * s.stride + c] * o;
+        const flash_pair pd = flash_pair_of(qk[r], dp[r], q_lse, q_delta, query, k0 + row, s);
+        Ps[row * kPStride + lane] = pd.p;
+        dSs[row * kPStride + lane] = pd.ds;
       }
+      __syncthreads();  // P and dS are in place
+      accumulate_rows(dv, Ps, dOs, warp, lane, s);
+      accumulate_rows(dk, dSs, Qs, warp, lane, s);
     }
-#pragma unroll
-    for (int r = 0; r < kFlashRows; r++) {
-      const int row = warp + kFlashWarps * r;
-      const flash_pair pd = flash_pair_of(qk[r], dp[r], q_lse, q_delta, query, k0 + row, s);
-      Ps[row * kPStride + lane] = pd.p;
-      dSs[row * kPStride + lane] = pd.ds;
-    }
-    __syncthreads();  // P and dS are in place
-    accumulate_rows(dv, Ps, dOs, warp, lane, s);
-    accumulate_rows(dk, dSs, Qs, warp, lane, s);
-  }
 #pragma unroll
   for (int r = 0; r < kFlashRows; r++) {
     const int64_t key = k0 + warp + kFlashWarps * r;
     if (key >= s.T) continue;
-    DT* dk_row = dqkv + (b * s.T + key) * ld + s.C + h * s.hs;
+    DT* dk_row = dk_out + (b * s.T + key) * s.kv_ld + g * s.hs;
+    DT* dv_row = dv_out + (b * s.T + key) * s.kv_ld + g * s.hs;
 #pragma unroll
     for (int ch = 0; ch < kChunks; ch++) {
       const int c = lane + kWarp * ch;
       if (c >= s.hs) continue;
       dk_row[c] = from_float<DT>(s.scale * dk[r][ch]);
-      dk_row[s.C + c] = from_float<DT>(dv[r][ch]);
+      dv_row[c] = from_float<DT>(dv[r][ch]);
     }
   }
 }
@@ -438,8 +463,8 @@ __global__ void __launch_bounds__(kFlashThreads)
 // query row i (warp-owned) and key lane; dq += dS k, scaled once at the end.
 template <class DT, int kChunks>
 __global__ void __launch_bounds__(kFlashThreads)
-    flash_backward_dq_kernel(DT* dqkv, const DT* dout, const DT* qkv, const float* lse,
-                             const float* delta, flash_shape s) {
+    flash_backward_dq_kernel(DT* dq_out, const DT* dout, const DT* q, const DT* k, const DT* v,
+                             const float* lse, const float* delta, flash_shape s) {
   extern __shared__ float smem[];
   float* Qs = smem;
   float* dOs = Qs + kFlashTile * s.stride;
@@ -448,9 +473,10 @@ __global__ void __launch_bounds__(kFlashThreads)
   float* dSs = Vs + kFlashTile * s.stride;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int64_t bh = blockIdx.x, b = bh / s.H, h = bh % s.H;
-  const int64_t q0 = int64_t{blockIdx.y} * kFlashTile, ld = 3 * s.C;
-  const DT* q_src = qkv + b * s.T * ld + h * s.hs;
-  load_tile(Qs, q_src, ld, q0, s);
+  const int64_t q0 = int64_t{blockIdx.y} * kFlashTile;
+  const DT* k_src = k + b * s.T * s.kv_ld + h / s.group * s.hs;
+  const DT* v_src = v + b * s.T * s.kv_ld + h / s.group * s.hs;
+  load_tile(Qs, q + b * s.T * s.q_ld + h * s.hs, s.q_ld, q0, s);
   load_tile(dOs, dout + b * s.T * s.C + h * s.hs, s.C, q0, s);
   float row_lse[kFlashRows], row_delta[kFlashRows], dq[kFlashRows][kChunks];
 #pragma unroll
@@ -465,17 +491,17 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int64_t q_end = q0 + kFlashTile < s.T ? q0 + kFlashTile : s.T;  // queries [q0, q_end)
   for (int64_t k0 = 0; k0 < q_end; k0 += kFlashTile) {
     __syncthreads();  // Q and dO are loaded; the last key tile's readers are done
-    load_tile(Ks, q_src + s.C, ld, k0, s);
-    load_tile(Vs, q_src + 2 * s.C, ld, k0, s);
+    load_tile(Ks, k_src, s.kv_ld, k0, s);
+    load_tile(Vs, v_src, s.kv_ld, k0, s);
     __syncthreads();
     float qk[kFlashRows] = {}, dp[kFlashRows] = {};
     for (int c = 0; c < s.hs; c++) {
-      const float k = Ks[lane * s.stride + c], v = Vs[lane * s.stride + c];
+      const float kc = Ks[lane * s.stride + c], vc = Vs[lane * s.stride + c];
 #pragma unroll
       for (int r = 0; r < kFlashRows; r++) {
         const int row = warp + kFlashWarps * r;
-        qk[r] += Qs[row * s.stride + c] * k;
-        dp[r] += dOs[row * s.stride + c] * v;
+        qk[r] += Qs[row * s.stride + c] * kc;
+        dp[r] += dOs[row * s.stride + c] * vc;
       }
     }
 #pragma unroll
@@ -491,7 +517,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   for (int r = 0; r < kFlashRows; r++) {
     const int64_t query = q0 + warp + kFlashWarps * r;
     if (query >= s.T) continue;
-    DT* dq_row = dqkv + (b * s.T + query) * ld + h * s.hs;
+    DT* dq_row = dq_out + (b * s.T + query) * s.q_ld + h * s.hs;
 #pragma unroll
     for (int ch = 0; ch < kChunks; ch++) {
       const int c = lane + kWarp * ch;
@@ -539,19 +565,48 @@ void launch_flash(void (*kernel)(P...), const flash_shape& s, int row_tiles, int
   CUDA_CHECK(cudaGetLastError());
 }
 
+// The flash forward and backward on q, k, v of `s`'s layout (packed or grouped-query).
+template <class T>
+void flash_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B,
+                   const flash_shape& s, gpu_exec& g) {
+  if (B * s.T == 0) return;
+  using DT = device_t<T>;
+  with_chunks(s, [&](auto chunks) {
+    constexpr int kChunks = decltype(chunks)::value;
+    launch_flash<kChunks>(flash_forward_kernel<DT, kChunks>, s, 2, 1, B * s.H,
+                          ceil_div(s.T, kFlashTile), g.stream, dev(out), lse, dev(q), dev(k),
+                          dev(v), s);
+  });
+}
+
+template <class T>
+void flash_backward(T* dq, T* dk, T* dv, float* delta, const T* dout, const T* q, const T* k,
+                    const T* v, const T* out, const float* lse, int64_t B, const flash_shape& s,
+                    gpu_exec& g) {
+  if (B * s.T == 0) return;
+  using DT = device_t<T>;
+  const int64_t rows = B * s.H * s.T, tiles = ceil_div(s.T, kFlashTile);
+  flash_delta_kernel<<<grid_dim(ceil_div(rows, kRowsPerBlock)), kRowsPerBlock * kWarp, 0,
+                       g.stream>>>(delta, dev(dout), dev(out), rows, s);
+  CUDA_CHECK(cudaGetLastError());
+  with_chunks(s, [&](auto chunks) {
+    constexpr int kChunks = decltype(chunks)::value;
+    const float* delta_in = delta;
+    launch_flash<kChunks>(flash_backward_dkdv_kernel<DT, kChunks>, s, 4, 2, B * s.kv_heads(), tiles,
+                          g.stream, dev(dk), dev(dv), dev(dout), dev(q), dev(k), dev(v), lse,
+                          delta_in, s);
+    launch_flash<kChunks>(flash_backward_dq_kernel<DT, kChunks>, s, 4, 1, B * s.H, tiles, g.stream,
+                          dev(dq), dev(dout), dev(q), dev(k), dev(v), lse, delta_in, s);
+  });
+}
+
 }  // namespace
 
 template <class T>
 void cuda_attention_forward_flash(T* out, float* lse, const T* qkv, int64_t B, int64_t T_,
                                   int64_t C, int64_t H, gpu_exec& g) {
   const flash_shape s = flash_shape_of(T_, C, H, "cuda_attention_forward_flash");
-  if (B * T_ == 0) return;
-  using DT = device_t<T>;
-  with_chunks(s, [&](auto chunks) {
-    constexpr int kChunks = decltype(chunks)::value;
-    launch_flash<kChunks>(flash_forward_kernel<DT, kChunks>, s, 2, 1, B * H,
-                          ceil_div(T_, kFlashTile), g.stream, dev(out), lse, dev(qkv), s);
-  });
+  flash_forward(out, lse, qkv, qkv + C, qkv + 2 * C, B, s, g);
 }
 
 template <class T>
@@ -559,20 +614,23 @@ void cuda_attention_backward_flash(T* dqkv, float* delta, const T* dout, const T
                                    const float* lse, int64_t B, int64_t T_, int64_t C, int64_t H,
                                    gpu_exec& g) {
   const flash_shape s = flash_shape_of(T_, C, H, "cuda_attention_backward_flash");
-  if (B * T_ == 0) return;
-  using DT = device_t<T>;
-  const int64_t rows = B * H * T_, tiles = ceil_div(T_, kFlashTile);
-  flash_delta_kernel<<<grid_dim(ceil_div(rows, kRowsPerBlock)), kRowsPerBlock * kWarp, 0,
-                       g.stream>>>(delta, dev(dout), dev(out), rows, s);
-  CUDA_CHECK(cudaGetLastError());
-  with_chunks(s, [&](auto chunks) {
-    constexpr int kChunks = decltype(chunks)::value;
-    const float* delta_in = delta;
-    launch_flash<kChunks>(flash_backward_dkdv_kernel<DT, kChunks>, s, 4, 2, B * H, tiles, g.stream,
-                          dev(dqkv), dev(dout), dev(qkv), lse, delta_in, s);
-    launch_flash<kChunks>(flash_backward_dq_kernel<DT, kChunks>, s, 4, 1, B * H, tiles, g.stream,
-                          dev(dqkv), dev(dout), dev(qkv), lse, delta_in, s);
-  });
+  flash_backward(dqkv, dqkv + C, dqkv + 2 * C, delta, dout, qkv, qkv + C, qkv + 2 * C, out, lse, B,
+                 s, g);
+}
+
+template <class T>
+void cuda_attention_gqa_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B,
+                                int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, gpu_exec& g) {
+  flash_forward(out, lse, q, k, v, B,
+                gqa_shape_of(T_, H, KV_heads, hs, "cuda_attention_gqa_forward"), g);
+}
+
+template <class T>
+void cuda_attention_gqa_backward(T* dq, T* dk, T* dv, float* delta, const T* dout, const T* q,
+                                 const T* k, const T* v, const T* out, const float* lse, int64_t B,
+                                 int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, gpu_exec& g) {
+  flash_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, B,
+                 gqa_shape_of(T_, H, KV_heads, hs, "cuda_attention_gqa_backward"), g);
 }
 
 #define CUDA_ATTENTION_INSTANTIATE(T)                                                              \
@@ -584,7 +642,12 @@ void cuda_attention_backward_flash(T* dqkv, float* delta, const T* dout, const T
                                                 int64_t, gpu_exec&);                               \
   template void cuda_attention_backward_flash<T>(T*, float*, const T*, const T*, const T*,         \
                                                  const float*, int64_t, int64_t, int64_t, int64_t, \
-                                                 gpu_exec&);
+                                                 gpu_exec&);                                       \
+  template void cuda_attention_gqa_forward<T>(T*, float*, const T*, const T*, const T*, int64_t,   \
+                                              int64_t, int64_t, int64_t, int64_t, gpu_exec&);      \
+  template void cuda_attention_gqa_backward<T>(T*, T*, T*, float*, const T*, const T*, const T*,   \
+                                               const T*, const T*, const float*, int64_t, int64_t, \
+                                               int64_t, int64_t, int64_t, gpu_exec&);
 CUDA_ATTENTION_INSTANTIATE(float)
 CUDA_ATTENTION_INSTANTIATE(bf16)
 CUDA_ATTENTION_INSTANTIATE(fp16)

@@ -64,3 +64,16 @@ void cuda_attention_backward_flash(T* dqkv,           // (N, 3C)
                                    const T* out,      // (N, C)
                                    const float* lse,  // (B, H, T)
                                    int64_t B, int64_t T_, int64_t C, int64_t H, gpu_exec& g);
+
+// Grouped-query attention (llama) on the same flash kernels, as
+// runtime/kernels.h's attention_gqa_forward/backward: q (N, H*hs), k and v
+// (N, KV_heads*hs) arrays of their own, query head h reading kv head h / (H
+// / KV_heads), k and v never repeated; dk and dv sum over the query heads of
+// their group in head order (a block per kv head and key tile).
+template <class T>
+void cuda_attention_gqa_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B,
+                                int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, gpu_exec& g);
+template <class T>
+void cuda_attention_gqa_backward(T* dq, T* dk, T* dv, float* delta, const T* dout, const T* q,
+                                 const T* k, const T* v, const T* out, const float* lse, int64_t B,
+                                 int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, gpu_exec& g);

@@ -97,6 +97,8 @@ class cuda_backend final : public backend {
     attention_ = choose_attention(p_.plan.flash_attention, p_.parallel.precision.param,
                                   p_.model.width / p_.model.heads, cudnn_attention_built(),
                                   std::getenv("FSDPGEN_ATTENTION"));
+    if (p_.model.family == model_family::llama)  // cuDNN's graphs here take packed qkv
+      attention_ = {attention_kernels::flash, "flash kernels (grouped-query, llama)"};
     if (attention_.kernels == attention_kernels::cudnn) {
       g.attention = gpu_attention_create();
       gpu_attention_prepare(*g.attention,

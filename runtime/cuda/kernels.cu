@@ -58,8 +58,8 @@ __global__ void encoder_forward_kernel(T* out, const int32_t* tokens, const T* w
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= N * C) return;
   const int64_t n = i / C, c = i % C;
-  out[i] =
-      from_float<T>(to_float(wte[int64_t{tokens[n]} * C + c]) + to_float(wpe[(n % T_) * C + c]));
+  const T e = wte[int64_t{tokens[n]} * C + c];
+  out[i] = wpe ? from_float<T>(to_float(e) + to_float(wpe[(n % T_) * C + c])) : e;
 }
 
 // dwpe[t, c] += sum over b of dout[b, t, c]: a thread per (t, c), b in order.
@@ -141,29 +141,39 @@ __global__ void encoder_backward_wte_runs_kernel(G* dwte, const T* dout, const u
 
 // ---------------------------------------------------------------- layernorm
 
-// A warp per row; mean and variance in two passes, as on CPU.
-template <class T>
+// A warp per row; mean and variance in two passes, as on CPU. kRms
+// (RMSNorm, llama): no mean taken out (the "variance" is mean(x^2)), no bias,
+// only rstd saved; LayerNorm and RMSNorm share these kernels.
+template <class T, bool kRms>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
-                                         const T* weight, const T* bias, int64_t N, int64_t C) {
+                                         const T* weight, const T* bias, int64_t N, int64_t C,
+                                         float eps) {
   const int lane = threadIdx.x % kWarp;
   const int64_t n = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
   if (n >= N) return;  // the whole warp
   const T* x = inp + n * C;
-  float sum = 0.0f;
-  for (int64_t c = lane; c < C; c += kWarp)
-    sum += to_float(x[c]);
-  const float m = warp_reduce(sum, sum_op{}) / static_cast<float>(C);
+  float m = 0.0f;
+  if constexpr (!kRms) {
+    float sum = 0.0f;
+    for (int64_t c = lane; c < C; c += kWarp)
+      sum += to_float(x[c]);
+    m = warp_reduce(sum, sum_op{}) / static_cast<float>(C);
+  }
   float var = 0.0f;
   for (int64_t c = lane; c < C; c += kWarp) {
     const float d = to_float(x[c]) - m;
     var += d * d;
   }
-  const float s = 1.0f / sqrtf(warp_reduce(var, sum_op{}) / static_cast<float>(C) + kLayerNormEps);
-  for (int64_t c = lane; c < C; c += kWarp)
-    out[n * C + c] =
-        from_float<T>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+  const float s = 1.0f / sqrtf(warp_reduce(var, sum_op{}) / static_cast<float>(C) + eps);
+  for (int64_t c = lane; c < C; c += kWarp) {
+    const float y = (to_float(x[c]) - m) * s * to_float(weight[c]);
+    if constexpr (kRms)
+      out[n * C + c] = from_float<T>(y);
+    else
+      out[n * C + c] = from_float<T>(y + to_float(bias[c]));
+  }
   if (lane == 0) {
-    mean[n] = m;
+    if constexpr (!kRms) mean[n] = m;
     rstd[n] = s;
   }
 }
@@ -196,10 +206,10 @@ bool packed_logits(const T* logits, int64_t Vp) {
 
 // layernorm_forward_kernel with 128-bit accesses and the row held in
 // registers: lane l holds packs l, l + 32, ... of its row, read once.
-template <class D>
+template <class D, bool kRms>
 __global__ void layernorm_forward_packed_kernel(D* out, float* mean, float* rstd, const D* inp,
                                                 const D* weight, const D* bias, int64_t N,
-                                                int64_t C) {
+                                                int64_t C, float eps) {
   using P = pack16<D>;
   constexpr int V = P::kElems;
   const int lane = threadIdx.x % kWarp;
@@ -218,7 +228,7 @@ __global__ void layernorm_forward_packed_kernel(D* out, float* mean, float* rstd
     for (int k = 0; k < V; k++)
       sum += to_float(xs[r].v[k]);
   }
-  const float m = warp_reduce(sum, sum_op{}) / static_cast<float>(C);
+  const float m = kRms ? 0.0f : warp_reduce(sum, sum_op{}) / static_cast<float>(C);
   float var = 0.0f;
 #pragma unroll
   for (int r = 0; r < kPacksPerLane; r++) {
@@ -229,7 +239,7 @@ __global__ void layernorm_forward_packed_kernel(D* out, float* mean, float* rstd
       var += d * d;
     }
   }
-  const float s = 1.0f / sqrtf(warp_reduce(var, sum_op{}) / static_cast<float>(C) + kLayerNormEps);
+  const float s = 1.0f / sqrtf(warp_reduce(var, sum_op{}) / static_cast<float>(C) + eps);
   const P* w = reinterpret_cast<const P*>(weight);
   const P* b = reinterpret_cast<const P*>(bias);
   P* o = reinterpret_cast<P*>(out + n * C);
@@ -237,23 +247,26 @@ __global__ void layernorm_forward_packed_kernel(D* out, float* mean, float* rstd
   for (int r = 0; r < kPacksPerLane; r++) {
     const int64_t i = r * kWarp + lane;
     if (i >= packs) continue;
-    const P wi = w[i], bi = b[i];
+    const P wi = w[i];
+    P bi{};
+    if constexpr (!kRms) bi = b[i];
     P y;
 #pragma unroll
-    for (int k = 0; k < V; k++)
-      y.v[k] =
-          from_float<D>((to_float(xs[r].v[k]) - m) * s * to_float(wi.v[k]) + to_float(bi.v[k]));
+    for (int k = 0; k < V; k++) {
+      const float v = (to_float(xs[r].v[k]) - m) * s * to_float(wi.v[k]);
+      y.v[k] = from_float<D>(kRms ? v : v + to_float(bi.v[k]));
+    }
     o[i] = y;
   }
   if (lane == 0) {
-    mean[n] = m;
+    if constexpr (!kRms) mean[n] = m;
     rstd[n] = s;
   }
 }
 
 // layernorm_backward_input_kernel with 128-bit accesses, x and dout of the
 // row held in registers (read once), dinp read once when accumulating.
-template <class D>
+template <class D, bool kRms>
 __global__ void layernorm_backward_input_packed_kernel(D* dinp, const D* dout, const D* inp,
                                                        const D* weight, const float* mean,
                                                        const float* rstd, int64_t N, int64_t C,
@@ -267,7 +280,7 @@ __global__ void layernorm_backward_input_packed_kernel(D* dinp, const D* dout, c
   const P* x = reinterpret_cast<const P*>(inp + n * C);
   const P* dy = reinterpret_cast<const P*>(dout + n * C);
   const P* w = reinterpret_cast<const P*>(weight);
-  const float m = mean[n], s = rstd[n];
+  const float m = kRms ? 0.0f : mean[n], s = rstd[n];
   P xs[kPacksPerLane], dys[kPacksPerLane];
   float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
 #pragma unroll
@@ -285,7 +298,8 @@ __global__ void layernorm_backward_input_packed_kernel(D* dinp, const D* dout, c
       dnorm_xhat_sum += dnorm * xhat;
     }
   }
-  const float dnorm_mean = warp_reduce(dnorm_sum, sum_op{}) / static_cast<float>(C);
+  // RMSNorm's gradient has no mean term (rmsnorm_dinp_of).
+  const float dnorm_mean = kRms ? 0.0f : warp_reduce(dnorm_sum, sum_op{}) / static_cast<float>(C);
   const float dnorm_xhat_mean = warp_reduce(dnorm_xhat_sum, sum_op{}) / static_cast<float>(C);
   P* dx = reinterpret_cast<P*>(dinp + n * C);
 #pragma unroll
@@ -309,7 +323,7 @@ __global__ void layernorm_backward_input_packed_kernel(D* dinp, const D* dout, c
 
 // dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight;
 // a warp per row.
-template <class T>
+template <class T, bool kRms>
 __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T* inp,
                                                 const T* weight, const float* mean,
                                                 const float* rstd, int64_t N, int64_t C,
@@ -319,7 +333,7 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
   if (n >= N) return;  // the whole warp
   const T* x = inp + n * C;
   const T* dy = dout + n * C;
-  const float m = mean[n], s = rstd[n];
+  const float m = kRms ? 0.0f : mean[n], s = rstd[n];
   float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
   for (int64_t c = lane; c < C; c += kWarp) {
     const float xhat = (to_float(x[c]) - m) * s;
@@ -327,7 +341,7 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
     dnorm_sum += dnorm;
     dnorm_xhat_sum += dnorm * xhat;
   }
-  const float dnorm_mean = warp_reduce(dnorm_sum, sum_op{}) / static_cast<float>(C);
+  const float dnorm_mean = kRms ? 0.0f : warp_reduce(dnorm_sum, sum_op{}) / static_cast<float>(C);
   const float dnorm_xhat_mean = warp_reduce(dnorm_xhat_sum, sum_op{}) / static_cast<float>(C);
   for (int64_t c = lane; c < C; c += kWarp) {
     const float xhat = (to_float(x[c]) - m) * s;
@@ -337,7 +351,8 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
   }
 }
 
-// dweight[c] += sum over rows of dout * xhat, dbias[c] += sum of dout. Block
+// dweight[c] += sum over rows of dout * xhat, dbias[c] += sum of dout (mean
+// null: RMSNorm's xhat = x * rstd; dbias null: none). Block
 // (32, kColumnRowGroups): threadIdx.x a channel, threadIdx.y a row group
 // (rows y, y + groups, ... of the block row's chunk [y0, y0 + rows_per_chunk));
 // the groups' sums are added in order. Without partials (one chunk) they are
@@ -357,7 +372,7 @@ __global__ void layernorm_backward_params_kernel(G* dweight, G* dbias, float* dw
   if (c < C) {
     for (int64_t n = first + threadIdx.y; n < end; n += kColumnRowGroups) {
       const float dy = to_float(dout[n * C + c]);
-      dw += dy * (to_float(inp[n * C + c]) - mean[n]) * rstd[n];
+      dw += dy * (to_float(inp[n * C + c]) - (mean ? mean[n] : 0.0f)) * rstd[n];
       db += dy;
     }
   }
@@ -376,7 +391,7 @@ __global__ void layernorm_backward_params_kernel(G* dweight, G* dbias, float* dw
     return;
   }
   dweight[c] = from_float<G>(to_float(dweight[c]) + dw_sum);
-  dbias[c] = from_float<G>(to_float(dbias[c]) + db_sum);
+  if (dbias) dbias[c] = from_float<G>(to_float(dbias[c]) + db_sum);
 }
 
 // dweight[c] += the chunks' dw_part[k][c] summed in chunk order (dbias alike).
@@ -391,7 +406,7 @@ __global__ void layernorm_params_sum_kernel(G* dweight, G* dbias, const float* d
     db += db_part[k * C + c];
   }
   dweight[c] = from_float<G>(to_float(dweight[c]) + dw);
-  dbias[c] = from_float<G>(to_float(dbias[c]) + db);
+  if (dbias) dbias[c] = from_float<G>(to_float(dbias[c]) + db);
 }
 
 // ---------------------------------------------------------------- elementwise
@@ -412,6 +427,46 @@ __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64
   const float x = to_float(inp[i]);
   const float e = exp_clamped(-2.0f * gelu_tanh_arg(x));
   dinp[i] = from_float<T>(gelu_grad_of(x, e) * to_float(dout[i]));
+}
+
+// SwiGLU's formulas: runtime/kernel_math.h, shared with the CPU kernels.
+template <class T>
+__global__ void swiglu_forward_kernel(T* out, const T* gate, const T* up, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  const float g = to_float(gate[i]);
+  out[i] = from_float<T>(swiglu_of(g, to_float(up[i]), exp_clamped(-g)));
+}
+
+template <class T>
+__global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up,
+                                       int64_t n) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  const float g = to_float(gate[i]), u = to_float(up[i]), dy = to_float(dout[i]);
+  const float e = exp_clamped(-g);
+  dgate[i] = from_float<T>(dy * swiglu_dgate_of(g, u, e));
+  dup[i] = from_float<T>(dy * g / (1.0f + e));
+}
+
+// Rotary positions: a thread per pair (i, i + D/2) of a head of a row, turned
+// by rope_rotate (or back, with `back`) at the row's position (row % T).
+template <class T>
+__global__ void rope_kernel(T* x, const float* cos, const float* sin, int64_t N, int64_t T_,
+                            int64_t heads, int64_t D, bool back) {
+  const int64_t half = D / 2;
+  const int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (idx >= N * heads * half) return;
+  const int64_t i = idx % half, row = idx / half;  // row = n * heads + h
+  const int64_t t = (row / heads) % T_;
+  T* head = x + row * D;
+  float x1 = to_float(head[i]), x2 = to_float(head[i + half]);
+  if (back)
+    rope_unrotate(x1, x2, cos[t * half + i], sin[t * half + i]);
+  else
+    rope_rotate(x1, x2, cos[t * half + i], sin[t * half + i]);
+  head[i] = from_float<T>(x1);
+  head[i + half] = from_float<T>(x2);
 }
 
 template <class T>
@@ -616,9 +671,11 @@ void encoder_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, in
                       int64_t C, void* scratch, int64_t scratch_bytes, cudaStream_t stream) {
   const int64_t N = B * T_;
   if (N * C == 0) return;
-  encoder_backward_wpe_kernel<<<grid_dim(ceil_div(T_ * C, kElementwiseThreads)),
-                                kElementwiseThreads, 0, stream>>>(dev(dwpe), dev(dout), B, T_, C);
-  CUDA_CHECK(cudaGetLastError());
+  if (dwpe) {
+    encoder_backward_wpe_kernel<<<grid_dim(ceil_div(T_ * C, kElementwiseThreads)),
+                                  kElementwiseThreads, 0, stream>>>(dev(dwpe), dev(dout), B, T_, C);
+    CUDA_CHECK(cudaGetLastError());
+  }
   encoder_sort_arrays a;
   if (!carve_encoder_sort(a, scratch, scratch_bytes, N, stream)) {
     encoder_backward_wte_kernel<<<grid_dim(ceil_div(C, kEncoderThreads), kEncoderTokenClasses),
@@ -636,31 +693,33 @@ void encoder_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, in
   CUDA_CHECK(cudaGetLastError());
 }
 
-template <class T>
-void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
-                       const T* bias, int64_t N, int64_t C, cudaStream_t stream) {
+// LayerNorm's and RMSNorm's launchers (kRms: mean and bias null).
+template <class T, bool kRms>
+void norm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
+                  int64_t N, int64_t C, float eps, cudaStream_t stream) {
   if (N == 0) return;
   const dim3 grid = grid_dim(ceil_div(N, kRowsPerBlock));
-  if (packed_rows<T>(C, {out, inp, weight, bias}))
-    layernorm_forward_packed_kernel<<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
-        dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C);
+  if (packed_rows<T>(C, {out, inp, weight, kRms ? nullptr : bias}))
+    layernorm_forward_packed_kernel<device_t<T>, kRms><<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
+        dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C, eps);
   else
-    layernorm_forward_kernel<<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
-        dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C);
+    layernorm_forward_kernel<device_t<T>, kRms><<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
+        dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C, eps);
   CUDA_CHECK(cudaGetLastError());
 }
 
-template <class T, class G>
-void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
-                        const float* mean, const float* rstd, int64_t N, int64_t C, bool accumulate,
-                        float* scratch, int64_t scratch_floats, cudaStream_t stream) {
+template <class T, class G, bool kRms>
+void norm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
+                   const float* mean, const float* rstd, int64_t N, int64_t C, bool accumulate,
+                   float* scratch, int64_t scratch_floats, cudaStream_t stream) {
   if (N * C == 0) return;
   const dim3 grid = grid_dim(ceil_div(N, kRowsPerBlock));
   if (packed_rows<T>(C, {dinp, dout, inp, weight}))
-    layernorm_backward_input_packed_kernel<<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
-        dev(dinp), dev(dout), dev(inp), dev(weight), mean, rstd, N, C, accumulate);
+    layernorm_backward_input_packed_kernel<device_t<T>, kRms>
+        <<<grid, kRowsPerBlock * kWarp, 0, stream>>>(dev(dinp), dev(dout), dev(inp), dev(weight),
+                                                     mean, rstd, N, C, accumulate);
   else
-    layernorm_backward_input_kernel<<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
+    layernorm_backward_input_kernel<device_t<T>, kRms><<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
         dev(dinp), dev(dout), dev(inp), dev(weight), mean, rstd, N, C, accumulate);
   CUDA_CHECK(cudaGetLastError());
   // As many chunks of rows as the scratch holds sums for (two rows of C each), up to
@@ -683,6 +742,35 @@ void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* i
 }
 
 template <class T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                       const T* bias, int64_t N, int64_t C, cudaStream_t stream) {
+  norm_forward<T, false>(out, mean, rstd, inp, weight, bias, N, C, kLayerNormEps, stream);
+}
+
+template <class T, class G>
+void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
+                        const float* mean, const float* rstd, int64_t N, int64_t C, bool accumulate,
+                        float* scratch, int64_t scratch_floats, cudaStream_t stream) {
+  norm_backward<T, G, false>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate,
+                             scratch, scratch_floats, stream);
+}
+
+template <class T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int64_t N, int64_t C,
+                     float eps, cudaStream_t stream) {
+  norm_forward<T, true>(out, nullptr, rstd, inp, weight, static_cast<const T*>(nullptr), N, C, eps,
+                        stream);
+}
+
+template <class T, class G>
+void rmsnorm_backward(T* dinp, G* dweight, const T* dout, const T* inp, const T* weight,
+                      const float* rstd, int64_t N, int64_t C, bool accumulate, float* scratch,
+                      int64_t scratch_floats, cudaStream_t stream) {
+  norm_backward<T, G, true>(dinp, dweight, static_cast<G*>(nullptr), dout, inp, weight, nullptr,
+                            rstd, N, C, accumulate, scratch, scratch_floats, stream);
+}
+
+template <class T>
 void gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   gelu_forward_kernel<<<grid_dim(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0,
@@ -696,6 +784,45 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t
   gelu_backward_kernel<<<grid_dim(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0,
                          stream>>>(dev(dinp), dev(inp), dev(dout), n);
   CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+void swiglu_forward(T* out, const T* gate, const T* up, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  swiglu_forward_kernel<<<grid_dim(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0,
+                          stream>>>(dev(out), dev(gate), dev(up), n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n,
+                     cudaStream_t stream) {
+  if (n == 0) return;
+  swiglu_backward_kernel<<<grid_dim(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0,
+                           stream>>>(dev(dgate), dev(dup), dev(dout), dev(gate), dev(up), n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+void rope_launch(T* x, const float* cos, const float* sin, int64_t N, int64_t T_, int64_t heads,
+                 int64_t D, bool back, cudaStream_t stream) {
+  const int64_t pairs = N * heads * (D / 2);
+  if (pairs == 0) return;
+  rope_kernel<<<grid_dim(ceil_div(pairs, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(
+      dev(x), cos, sin, N, T_, heads, D, back);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+void rope_forward(T* x, const float* cos, const float* sin, int64_t N, int64_t T_, int64_t heads,
+                  int64_t D, cudaStream_t stream) {
+  rope_launch(x, cos, sin, N, T_, heads, D, false, stream);
+}
+
+template <class T>
+void rope_backward(T* dx, const float* cos, const float* sin, int64_t N, int64_t T_, int64_t heads,
+                   int64_t D, cudaStream_t stream) {
+  rope_launch(dx, cos, sin, N, T_, heads, D, true, stream);
 }
 
 template <class T>
@@ -758,17 +885,25 @@ void cuda_sum_squares(float* sum, float* scratch, const void* x, dtype_id t, int
   }
 }
 
-#define CUDA_KERNELS_INSTANTIATE_T(T)                                                           \
-  template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int64_t, int64_t,    \
-                                   int64_t, cudaStream_t);                                      \
-  template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t, \
-                                     int64_t, cudaStream_t);                                    \
-  template void gelu_forward<T>(T*, const T*, int64_t, cudaStream_t);                           \
-  template void gelu_backward<T>(T*, const T*, const T*, int64_t, cudaStream_t);                \
-  template void residual_forward<T>(T*, const T*, const T*, int64_t, cudaStream_t);             \
-  template void cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, int64_t,   \
-                                       float, cudaStream_t);                                    \
-  template void cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, int64_t,   \
+#define CUDA_KERNELS_INSTANTIATE_T(T)                                                            \
+  template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int64_t, int64_t,     \
+                                   int64_t, cudaStream_t);                                       \
+  template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t,  \
+                                     int64_t, cudaStream_t);                                     \
+  template void gelu_forward<T>(T*, const T*, int64_t, cudaStream_t);                            \
+  template void gelu_backward<T>(T*, const T*, const T*, int64_t, cudaStream_t);                 \
+  template void residual_forward<T>(T*, const T*, const T*, int64_t, cudaStream_t);              \
+  template void rmsnorm_forward<T>(T*, float*, const T*, const T*, int64_t, int64_t, float,      \
+                                   cudaStream_t);                                                \
+  template void swiglu_forward<T>(T*, const T*, const T*, int64_t, cudaStream_t);                \
+  template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, int64_t, cudaStream_t); \
+  template void rope_forward<T>(T*, const float*, const float*, int64_t, int64_t, int64_t,       \
+                                int64_t, cudaStream_t);                                          \
+  template void rope_backward<T>(T*, const float*, const float*, int64_t, int64_t, int64_t,      \
+                                 int64_t, cudaStream_t);                                         \
+  template void cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, int64_t,    \
+                                       float, cudaStream_t);                                     \
+  template void cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, int64_t,    \
                                        const float*, cudaStream_t);
 
 #define CUDA_KERNELS_INSTANTIATE_TG(T, G)                                                        \
@@ -776,7 +911,9 @@ void cuda_sum_squares(float* sum, float* scratch, const void* x, dtype_id t, int
                                        int64_t, void*, int64_t, cudaStream_t);                   \
   template void layernorm_backward<T, G>(T*, G*, G*, const T*, const T*, const T*, const float*, \
                                          const float*, int64_t, int64_t, bool, float*, int64_t,  \
-                                         cudaStream_t);
+                                         cudaStream_t);                                          \
+  template void rmsnorm_backward<T, G>(T*, G*, const T*, const T*, const T*, const float*,       \
+                                       int64_t, int64_t, bool, float*, int64_t, cudaStream_t);
 
 CUDA_KERNELS_INSTANTIATE_T(float)
 CUDA_KERNELS_INSTANTIATE_T(bf16)

@@ -26,15 +26,16 @@
 
 #include "runtime/dtype.h"
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (wpe null: llama, no positions)
 template <class T>
 void encoder_forward(T* out,                 // (N, C)
                      const int32_t* tokens,  // (N)
                      const T* wte,           // (V, C)
-                     const T* wpe,           // (T, C)
+                     const T* wpe,           // (T, C) or null
                      int64_t B, int64_t T_, int64_t C, cudaStream_t stream);
 // dwte[tokens[n]] += dout[n] in position order (a bf16 dwte is rounded once
-// per occurrence of a token, as on CPU); dwpe[t] += sum over b of dout[b, t].
+// per occurrence of a token, as on CPU); dwpe[t] += sum over b of dout[b, t]
+// (dwpe null: none).
 // With scratch (scratch_bytes of device memory: 16 N bytes plus CUB's radix
 // sort storage, a few KiB) the positions are sorted by token (stable) and a
 // block adds each token's rows; with less (or null), a thread owns a channel
@@ -68,6 +69,37 @@ void layernorm_backward(T* dinp, G* dweight, G* dbias,         // (N, C), (C), (
                         const float* mean, const float* rstd,  // (N), (N)
                         int64_t N, int64_t C, bool accumulate, float* scratch,
                         int64_t scratch_floats, cudaStream_t stream);
+
+// RMSNorm (llama), as runtime/kernels.h's: LayerNorm's kernels without the
+// mean or bias (the same packed and scalar forms, the same chunked column
+// sums with scratch for dweight).
+template <class T>
+void rmsnorm_forward(T* out, float* rstd,            // (N, C), (N)
+                     const T* inp, const T* weight,  // (N, C), (C)
+                     int64_t N, int64_t C, float eps, cudaStream_t stream);
+template <class T, class G>
+void rmsnorm_backward(T* dinp, G* dweight,          // (N, C), (C)
+                      const T* dout, const T* inp,  // (N, C), (N, C)
+                      const T* weight,              // (C)
+                      const float* rstd,            // (N)
+                      int64_t N, int64_t C, bool accumulate, float* scratch, int64_t scratch_floats,
+                      cudaStream_t stream);
+
+// SwiGLU (llama's MLP), elementwise over n values: out = silu(gate) * up.
+template <class T>
+void swiglu_forward(T* out, const T* gate, const T* up, int64_t n, cudaStream_t stream);
+template <class T>
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n,
+                     cudaStream_t stream);
+
+// Rotary positions in place, as runtime/rope.h's: x (N, heads * D), row n at
+// position n % T; cos and sin the plan's device tables (T, D / 2).
+template <class T>
+void rope_forward(T* x, const float* cos, const float* sin, int64_t N, int64_t T_, int64_t heads,
+                  int64_t D, cudaStream_t stream);
+template <class T>
+void rope_backward(T* dx, const float* cos, const float* sin, int64_t N, int64_t T_, int64_t heads,
+                   int64_t D, cudaStream_t stream);
 
 // GELU, tanh approximation, elementwise over n values. Both may run in place
 // (out == inp; dinp == dout).

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/cuda/Device.h"
@@ -44,6 +45,22 @@ TEST(CudaBuild, Gpt2_124mBuildsAndPrintsItsSchedule) {
 
 // offload = cpu: the binary builds and carries the planned schedule, whose
 // norm, optimizer and host-memory all-reduces it runs on the host.
+// llama builds for the GPU wherever nvcc is (fp32 and bf16, untied).
+TEST(CudaBuild, LlamaBuildsAndPrintsItsSchedule) {
+  for (const char* param : {"fp32", "bf16"}) {
+    E2eConfig c;
+    c.family = "llama";
+    c.tied = false;
+    c.param = c.reduce_dtype = param;
+    const std::filesystem::path bin = build_cuda(std::string("llama_build_") + param, c.spec());
+    ASSERT_TRUE(std::filesystem::exists(bin)) << param;
+    CmdResult r = run_command(bin.string() + " --print-schedule");
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("model.layers.0.self_attn.k_proj.weight (16, 32)"), std::string::npos)
+        << r.out;  // 2 key/value heads of 8
+  }
+}
+
 TEST(CudaBuild, OffloadBuildsAndPrintsItsSchedule) {
   E2eConfig single;
   single.world = 1;
@@ -232,6 +249,42 @@ std::vector<E2eConfig> training_configs() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, CudaTraining, ::testing::ValuesIn(training_configs()),
+                         [](const auto& info) { return info.param.name(); });
+
+// llama on the GPU (RMSNorm, rotary positions, SwiGLU, grouped-query flash
+// attention) against the CPU binary: each strategy, fp32 and bf16,
+// accumulation with recompute, and offload.
+std::vector<E2eConfig> llama_configs() {
+  std::vector<E2eConfig> out;
+  for (std::string p : {"fp32", "bf16"})
+    for (const auto& [s, w, g] : {std::tuple{"full_shard", 2, 0}, std::tuple{"no_shard", 1, 0},
+                                  std::tuple{"hybrid_shard", 4, 2}}) {
+      E2eConfig c;
+      c.family = "llama";
+      c.tied = false;
+      c.sharding = s;
+      c.world = w;
+      c.shard_group = g;
+      c.param = c.reduce_dtype = p;
+      out.push_back(c);
+    }
+  E2eConfig acc;
+  acc.family = "llama";
+  acc.micro_batches = 2;
+  acc.recompute = "block";
+  out.push_back(acc);
+  E2eConfig offload;
+  offload.family = "llama";
+  offload.offload = "cpu";
+  out.push_back(offload);
+  E2eConfig fp16;
+  fp16.family = "llama";
+  fp16.param = fp16.reduce_dtype = "fp16";
+  out.push_back(fp16);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Llama, CudaTraining, ::testing::ValuesIn(llama_configs()),
                          [](const auto& info) { return info.param.name(); });
 
 // Padded vocabulary on the GPU (vocab 100 stored as 128 rows, the LM-head
