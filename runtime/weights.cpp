@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -87,6 +89,74 @@ void check_hf_config(const program& p, const std::string& dir) {
                   path, diffs.size(), diffs.size() == 1 ? "" : "s", lines));
 }
 
+// Where each of the program's tensors is in the file set, checked whole
+// first: tensors the model needs that the files lack, tensors of another
+// shape (both shapes) and tensors the model does not have, each kind named
+// (the first few) and counted in one error. Not counted as extra: the
+// causal-mask buffers of Hub GPT-2 files (attn.bias, attn.masked_bias),
+// rotary inv_freq buffers of older Llama files, and lm_head.weight beside a
+// tied model's embedding.
+struct found_tensor {
+  const safetensors_file* file = nullptr;
+  const safetensors_tensor* tensor = nullptr;
+};
+
+constexpr size_t kNamedProblems = 4;
+
+std::string named_list(const std::vector<std::string>& items) {
+  std::vector<std::string> shown(items.begin(),
+                                 items.begin() + std::min(items.size(), kNamedProblems));
+  return fmt::format(
+      "{}{}", fmt::join(shown, "; "),
+      items.size() > shown.size() ? fmt::format("; and {} more", items.size() - shown.size()) : "");
+}
+
+bool ignorable_extra(const program& p, const std::string& name) {
+  for (std::string_view end : {".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq"})
+    if (name.size() >= end.size() && name.compare(name.size() - end.size(), end.size(), end) == 0)
+      return true;
+  return p.model.tied && name == "lm_head.weight";
+}
+
+std::vector<found_tensor> match_tensors(const program& p, const safetensors_set& f,
+                                        const std::string& path) {
+  std::vector<found_tensor> found(static_cast<size_t>(p.tensor_count));
+  std::vector<std::string> missing, misshapen, extra;
+  std::set<std::string, std::less<>> used;
+  for (int i = 0; i < p.tensor_count; ++i) {
+    const program_tensor& t = p.tensors[i];
+    auto [file, st] = f.find(t.name);
+    if (!st)
+      std::tie(file, st) = f.find(strip_prefix(t.name));  // the Hub's gpt2 omits "transformer."
+    if (!st) {
+      missing.push_back(t.name);
+      continue;
+    }
+    used.insert(st->name);
+    const std::vector<int64_t> want = t.shape();
+    if (st->shape != want)
+      misshapen.push_back(fmt::format("{} has shape [{}], the model needs [{}]", st->name,
+                                      fmt::join(st->shape, ", "), fmt::join(want, ", ")));
+    found[static_cast<size_t>(i)] = {file, st};
+  }
+  for (const auto& [name, where] : f.where)
+    if (!used.contains(name) && !ignorable_extra(p, name)) extra.push_back(name);
+  std::vector<std::string> problems;
+  if (!missing.empty())
+    problems.push_back(fmt::format("{} tensor{} missing: {}", missing.size(),
+                                   missing.size() == 1 ? "" : "s", named_list(missing)));
+  if (!misshapen.empty())
+    problems.push_back(
+        fmt::format("{} of another shape: {}", misshapen.size(), named_list(misshapen)));
+  if (!extra.empty())
+    problems.push_back(fmt::format("{} tensor{} this model does not have: {}", extra.size(),
+                                   extra.size() == 1 ? "" : "s", named_list(extra)));
+  if (!problems.empty())
+    throw runtime_error(fmt::format("{}: not this model's weights ({} tensors): {}", path,
+                                    p.tensor_count, fmt::join(problems, "; ")));
+  return found;
+}
+
 }  // namespace
 
 void weights_store(step_context& c, int unit, int64_t shard_offset, const float* v, int64_t n) {
@@ -124,24 +194,15 @@ void weights_load(step_context& c, const std::string& path) {
   try {
     const safetensors_set f = safetensors_set_open(path);
     if (!f.dir.empty()) check_hf_config(p, f.dir);
+    const std::vector<found_tensor> found = match_tensors(p, f, path);
     std::vector<float> values;
     for (int i = 0; i < p.tensor_count; ++i) {
       const program_tensor& t = p.tensors[i];
-      auto [file, st] = f.find(t.name);
-      if (!st)
-        std::tie(file, st) = f.find(strip_prefix(t.name));  // the Hub's gpt2 omits "transformer."
-      if (!st)
-        throw runtime_error(fmt::format("{}: no tensor {} (the model has {} tensors)", path, t.name,
-                                        p.tensor_count));
-      const std::vector<int64_t> want = t.shape();
-      if (st->shape != want)
-        throw runtime_error(fmt::format("{}: tensor {} has shape [{}], the model needs [{}]", path,
-                                        st->name, fmt::join(st->shape, ", "),
-                                        fmt::join(want, ", ")));
       shard_piece piece;
       if (!piece_of(c, t, piece)) continue;
       values.resize(static_cast<size_t>(piece.tensor_end - piece.tensor_begin));
-      safetensors_read(*file, *st, piece.tensor_begin, piece.tensor_end, values.data());
+      safetensors_read(*found[i].file, *found[i].tensor, piece.tensor_begin, piece.tensor_end,
+                       values.data());
       weights_store(c, t.unit, piece.shard_offset, values.data(),
                     static_cast<int64_t>(values.size()));
     }

@@ -16,6 +16,9 @@
 // over the steps, so a wrong learning rate, gradient scale or attention
 // grouping is far outside them, and so is the rotation without the scaling
 // (4e-4 apart by step 6).
+#include <cstring>
+#include <map>
+
 #include "tests/e2e/E2e.h"
 
 namespace fsdpgen::test {
@@ -140,6 +143,86 @@ TEST(LlamaModelDirectory, AConfigOfAnotherModelIsAnErrorNamingEachDifference) {
       << r.out;
   EXPECT_NE(r.out.find("tie_word_embeddings = true, but"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << "no step may run";
+}
+
+// Each tensor's data bytes of a safetensors file, by name (its JSON header read here).
+std::map<std::string, std::string> tensor_bytes(const std::filesystem::path& path) {
+  const std::string all = file_bytes(path);
+  std::map<std::string, std::string> out;
+  if (all.size() < 8) return out;
+  uint64_t n = 0;
+  std::memcpy(&n, all.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(all.substr(8, n));
+  for (const auto& [name, t] : header.items())
+    if (name != "__metadata__") {
+      const int64_t begin = t.at("data_offsets")[0], end = t.at("data_offsets")[1];
+      out[name] = all.substr(8 + n + static_cast<size_t>(begin), static_cast<size_t>(end - begin));
+    }
+  return out;
+}
+
+// transformers' weights in, fsdpgen's out (F32, no step run, 2 ranks): every
+// tensor's bytes unchanged, under the same names.
+TEST(LlamaModelDirectory, WeightsRoundTripExactly) {
+  const std::filesystem::path dir = e2e_dir("llama_reference_round_trip");
+  const std::filesystem::path bin = build_binary(dir, spec_for(kLayouts[1]));
+  std::filesystem::remove(dir / "out.safetensors");
+  const CmdResult r = run_binary(2, bin,
+                                 fmt::format("--steps 0 --init-from {} --save out.safetensors",
+                                             (kFixture / "model.safetensors").string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto want = tensor_bytes(kFixture / "model.safetensors");
+  const auto got = tensor_bytes(dir / "out.safetensors");
+  EXPECT_EQ(want.size(), 21u);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, bytes] : want) {
+    ASSERT_TRUE(got.contains(name)) << name;
+    EXPECT_TRUE(got.at(name) == bytes) << name << " changed";
+  }
+}
+
+// Files of other llama models: of another MLP width (every gate, up and down
+// weight misshapen), with a third layer (its 9 tensors extra) and with one
+// layer (9 missing): each an error naming the first few of each kind with a
+// count, on every rank, before any step.
+TEST(LlamaModelDirectory, AnotherModelsFileNamesEveryMismatch) {
+  struct other {
+    const char* name;
+    std::string from, to;
+    std::vector<std::string> said;
+  };
+  const std::vector<other> others = {
+      {"ffn96",
+       "ffn_hidden = 88",
+       "ffn_hidden = 96",
+       {"6 of another shape: model.layers.0.mlp.gate_proj.weight has shape [96, 32], the model "
+        "needs [88, 32]",
+        "; and 2 more"}},
+      {"three_layers",
+       "layers     = 2",
+       "layers     = 3",
+       {"9 tensors this model does not have: model.layers.2."}},
+      {"one_layer",
+       "layers     = 2",
+       "layers     = 1",
+       {"9 tensors missing: model.layers.1.", "; and 5 more"}},
+  };
+  const std::filesystem::path dir = e2e_dir("llama_reference_other_files");
+  const std::filesystem::path bin = build_binary(dir, spec_for(kLayouts[1]));
+  for (const other& o : others) {
+    std::string spec = spec_for(kLayouts[1]);
+    spec.replace(spec.find(o.from), o.from.size(), o.to);
+    const std::filesystem::path other_dir = e2e_dir(std::string("llama_other_") + o.name);
+    const std::filesystem::path other_bin = build_binary(other_dir, spec);
+    ASSERT_EQ(run_binary(2, other_bin, "--steps 0 --save weights.safetensors").status, 0) << o.name;
+    const CmdResult r = run_binary(
+        2, bin, fmt::format("--init-from {}", (other_dir / "weights.safetensors").string()));
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("not this model's weights (21 tensors)"), std::string::npos) << r.out;
+    for (const std::string& part : o.said)
+      EXPECT_NE(r.out.find(part), std::string::npos) << o.name << ": " << part << "\n" << r.out;
+    EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << o.name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, LlamaReference, ::testing::ValuesIn(kLayouts),

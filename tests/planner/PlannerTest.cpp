@@ -410,5 +410,22 @@ TEST(Schedule, Gpt1TAtWorld512Plans) {
   EXPECT_LT(m.device_arena_bytes, m.naive_bytes);
 }
 
+// specs/llama3-8b.fsdp (Llama 3.1 8B, 8192 tokens, bf16, recompute) fits on
+// one node of 8 H100s with room to spare, its plan verified, the rotary
+// tables one persistent buffer of 8192 x 128 fp32 cos and sin values.
+TEST(Planner, Llama3_8bFitsOnEightH100s) {
+  FrontendResult r = load_spec_file(std::string(FSDPGEN_SOURCE_DIR) + "/specs/llama3-8b.fsdp");
+  ASSERT_TRUE(r.spec) << r.diagnostics;
+  EXPECT_EQ(r.spec->parallel.world, 8);
+  const PlanResult plan = plan_for(*r.spec, *find_hardware("h100-sxm"));
+  EXPECT_TRUE(plan.fits);
+  EXPECT_LT(plan.memory.device_arena_bytes, usable_bytes(*find_hardware("h100-sxm")) / 2);
+  EXPECT_TRUE(verify_plan(plan.schedule, plan.memory).empty());
+  int64_t rope = 0;
+  for (const Buffer& b : plan.schedule.buffers)
+    if (b.kind == BufferKind::RopeTables) rope += b.bytes;
+  EXPECT_EQ(rope, 2 * 8192 * 64 * 4);
+}
+
 }  // namespace
 }  // namespace fsdpgen::test
