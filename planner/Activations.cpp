@@ -83,7 +83,9 @@ int64_t rope_tables_bytes(const ModelSpec& m) {
 }
 
 int64_t cudnn_attention_workspace_bytes(const ModelSpec& m, const ActivationShape& a) {
-  return 4 * a.tokens * (m.width + m.heads) + kCudnnAttentionEngineSlackBytes;
+  const int64_t grouped_kv =
+      m.family == Family::Llama ? 2 * m.kv_heads * m.head_dim() : 0;  // fp32 dK and dV
+  return 4 * a.tokens * (m.width + m.heads + grouped_kv) + kCudnnAttentionEngineSlackBytes;
 }
 
 }  // namespace fsdpgen

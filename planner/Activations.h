@@ -55,7 +55,8 @@ int64_t rope_tables_bytes(const ModelSpec& m);
 // fp32 dQ accumulator (hs per head and token: C per token) and fp32 softmax
 // sum dO.O (H per token), as cudnn_frontend's SDPA backward node sizes them,
 // plus kCudnnAttentionEngineSlackBytes for scratch of cuDNN's engines
-// themselves (16 bytes seen on Hopper). The plan's workspace buffer
+// themselves (16 bytes seen on Hopper); for llama's grouped-query attention
+// also fp32 dK and dV (2 KV per token: an allowance, not yet measured). The plan's workspace buffer
 // ("gemm_workspace", Schedule.h) is the larger of this and cuBLASLt's share:
 // cuBLASLt and cuDNN use it in turn on the compute stream. The runtime
 // checks cuDNN's own request against the buffer at start and stops, naming

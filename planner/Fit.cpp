@@ -24,11 +24,9 @@ ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec) {
   // has only the flash form, on both (runtime/attention_gqa.h).
   o.flash_attention = spec.model.family == Family::Llama ||
                       (hw.gpu && spec.model.head_dim() <= kGpuFlashMaxHeadDim);
-  // gpt2's 16-bit flash attention may run on cuDNN
-  // (runtime/cuda/cudnn_attention.h), whose backward needs workspace; llama's
-  // grouped-query attention runs on the flash kernels.
-  o.cudnn_attention_workspace = o.flash_attention && spec.model.family == Family::Gpt2 &&
-                                spec.parallel.precision.param != DType::FP32 &&
+  // 16-bit flash attention (gpt2's packed, llama's grouped-query) may run on
+  // cuDNN (runtime/cuda/cudnn_attention.h), whose backward needs workspace.
+  o.cudnn_attention_workspace = o.flash_attention && spec.parallel.precision.param != DType::FP32 &&
                                 spec.model.head_dim() % kGpuCudnnHeadDimMultiple == 0;
   if (hw.gpu)
     o.gemm_workspace_bytes = int64_t{32} << 20;  // cuBLASLt's recommended workspace on Hopper

@@ -97,13 +97,12 @@ class cuda_backend final : public backend {
     attention_ = choose_attention(p_.plan.flash_attention, p_.parallel.precision.param,
                                   p_.model.width / p_.model.heads, cudnn_attention_built(),
                                   std::getenv("FSDPGEN_ATTENTION"));
-    if (p_.model.family == model_family::llama)  // cuDNN's graphs here take packed qkv
-      attention_ = {attention_kernels::flash, "flash kernels (grouped-query, llama)"};
     if (attention_.kernels == attention_kernels::cudnn) {
       g.attention = gpu_attention_create();
       gpu_attention_prepare(*g.attention,
                             {p_.parallel.micro_batch, p_.model.context, p_.model.width,
-                             p_.model.heads, p_.parallel.precision.param},
+                             p_.model.heads, p_.parallel.precision.param,
+                             p_.model.family == model_family::llama ? p_.model.kv_heads : 0},
                             g.lt_workspace_bytes);
     }
 

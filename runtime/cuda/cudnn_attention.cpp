@@ -49,11 +49,12 @@ attention_choice choose_attention(bool flash_plan, dtype_id param, int64_t head_
 }
 
 bool cudnn_attention_shape::operator<(const cudnn_attention_shape& o) const {
-  return std::tie(B, T, C, H, dtype) < std::tie(o.B, o.T, o.C, o.H, o.dtype);
+  return std::tie(B, T, C, H, KV, dtype) < std::tie(o.B, o.T, o.C, o.H, o.KV, o.dtype);
 }
 
 std::string cudnn_attention_shape::name() const {
-  return fmt::format("B={} T={} C={} H={} {}", B, T, C, H, dtype_name(dtype));
+  return fmt::format("B={} T={} C={} H={}{} {}", B, T, C, H,
+                     KV > 0 ? fmt::format(" KV={}", KV) : "", dtype_name(dtype));
 }
 
 #if FSDPGEN_CUDNN
@@ -116,6 +117,14 @@ fe::graph::Tensor_attributes& head_layout(fe::graph::Tensor_attributes& t, int64
       .set_dim({s.B, s.H, s.T, hs})
       .set_stride({s.T * row_elems, hs, row_elems, 1});
 }
+// k's and v's (B, KV, T, hs) view in rows of KV * hs (grouped-query attention).
+fe::graph::Tensor_attributes& kv_layout(fe::graph::Tensor_attributes& t, int64_t uid,
+                                        const cudnn_attention_shape& s) {
+  const int64_t hs = head_size(s), row_elems = s.KV * hs;
+  return t.set_uid(uid)
+      .set_dim({s.B, s.KV, s.T, hs})
+      .set_stride({s.T * row_elems, hs, row_elems, 1});
+}
 // A graph input laid out by head_layout.
 std::shared_ptr<fe::graph::Tensor_attributes> heads_input(fe::graph::Graph& g, const char* name,
                                                           int64_t uid,
@@ -124,9 +133,19 @@ std::shared_ptr<fe::graph::Tensor_attributes> heads_input(fe::graph::Graph& g, c
   fe::graph::Tensor_attributes t;
   return g.tensor(head_layout(t.set_name(name), uid, s, row_elems));
 }
-// q, k and v: the thirds of each qkv row.
+std::shared_ptr<fe::graph::Tensor_attributes> kv_input(fe::graph::Graph& g, const char* name,
+                                                       int64_t uid,
+                                                       const cudnn_attention_shape& s) {
+  fe::graph::Tensor_attributes t;
+  return g.tensor(kv_layout(t.set_name(name), uid, s));
+}
+// q, k and v: the thirds of each qkv row (packed), or with KV key/value heads
+// arrays of their own (q rows C wide, k and v rows KV * hs).
 std::array<std::shared_ptr<fe::graph::Tensor_attributes>, 3> qkv_inputs(
     fe::graph::Graph& g, const cudnn_attention_shape& s) {
+  if (s.KV > 0)
+    return {heads_input(g, "Q", q_uid, s, s.C), kv_input(g, "K", k_uid, s),
+            kv_input(g, "V", v_uid, s)};
   return {heads_input(g, "Q", q_uid, s, 3 * s.C), heads_input(g, "K", k_uid, s, 3 * s.C),
           heads_input(g, "V", v_uid, s, 3 * s.C)};
 }
@@ -187,6 +206,12 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const cudnn_attention_shape& s)
                      .set_causal_mask(true)
                      .set_attn_scale(attention_scale(s));
   auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, options);
+  if (s.KV > 0) {
+    set_heads(*dq, dq_uid, s, s.C);
+    kv_layout(dk->set_output(true), dk_uid, s);
+    kv_layout(dv->set_output(true), dv_uid, s);
+    return g;
+  }
   set_heads(*dq, dq_uid, s, 3 * s.C);
   set_heads(*dk, dk_uid, s, 3 * s.C);
   set_heads(*dv, dv_uid, s, 3 * s.C);
@@ -220,9 +245,12 @@ void gpu_attention_destroy(gpu_attention* a) {
 void gpu_attention_prepare(gpu_attention& a, const cudnn_attention_shape& s,
                            int64_t workspace_bytes) {
   if (a.graphs.count(s)) return;
-  if (s.dtype == dtype_id::fp32 || s.H < 1 || s.C % s.H != 0)
-    throw std::runtime_error(fmt::format(
-        "cuDNN attention for {}: needs bf16 or fp16 and a width that the heads divide", s.name()));
+  if (s.dtype == dtype_id::fp32 || s.H < 1 || s.C % s.H != 0 || s.KV < 0 ||
+      (s.KV > 0 && s.H % s.KV != 0))
+    throw std::runtime_error(
+        fmt::format("cuDNN attention for {}: needs bf16 or fp16, a width that the heads divide and "
+                    "key/value heads that divide them",
+                    s.name()));
   graph_pair p;
   p.forward = forward_graph(s);
   p.forward_workspace_bytes = build(*p.forward, a.handle, s, "forward");
@@ -314,6 +342,41 @@ void cuda_cudnn_attention_backward(T* dqkv, const T* dout, const T* qkv, const T
   run(*p.backward, pack, *g.attention, s, "backward", g);
 }
 
+template <class T>
+void cuda_cudnn_attention_gqa_forward(T* out, float* lse, const T* q, const T* k, const T* v,
+                                      int64_t B, int64_t T_, int64_t H, int64_t KV_heads,
+                                      int64_t hs, gpu_exec& g) {
+  const cudnn_attention_shape s{B, T_, H * hs, H, dtype_of<T>(), KV_heads};
+  graph_pair& p = graphs_of(g.attention, s);
+  auto& pack = p.forward_pack;
+  pack[q_uid] = ptr(q);
+  pack[k_uid] = ptr(k);
+  pack[v_uid] = ptr(v);
+  pack[o_uid] = out;
+  pack[stats_uid] = lse;
+  run(*p.forward, pack, *g.attention, s, "forward", g);
+}
+
+template <class T>
+void cuda_cudnn_attention_gqa_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
+                                       const T* v, const T* out, const float* lse, int64_t B,
+                                       int64_t T_, int64_t H, int64_t KV_heads, int64_t hs,
+                                       gpu_exec& g) {
+  const cudnn_attention_shape s{B, T_, H * hs, H, dtype_of<T>(), KV_heads};
+  graph_pair& p = graphs_of(g.attention, s);
+  auto& pack = p.backward_pack;
+  pack[q_uid] = ptr(q);
+  pack[k_uid] = ptr(k);
+  pack[v_uid] = ptr(v);
+  pack[o_uid] = ptr(out);
+  pack[do_uid] = ptr(dout);
+  pack[stats_uid] = ptr(lse);
+  pack[dq_uid] = dq;
+  pack[dk_uid] = dk;
+  pack[dv_uid] = dv;
+  run(*p.backward, pack, *g.attention, s, "backward", g);
+}
+
 #else  // no cuDNN in this build: choose_attention never picks it
 
 struct gpu_attention {};
@@ -351,6 +414,17 @@ void cuda_cudnn_attention_backward(T*, const T*, const T*, const T*, const float
                                    int64_t, int64_t, gpu_exec&) {
   no_cudnn("cuda_cudnn_attention_backward");
 }
+template <class T>
+void cuda_cudnn_attention_gqa_forward(T*, float*, const T*, const T*, const T*, int64_t, int64_t,
+                                      int64_t, int64_t, int64_t, gpu_exec&) {
+  no_cudnn("cuda_cudnn_attention_gqa_forward");
+}
+template <class T>
+void cuda_cudnn_attention_gqa_backward(T*, T*, T*, const T*, const T*, const T*, const T*, const T*,
+                                       const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                       gpu_exec&) {
+  no_cudnn("cuda_cudnn_attention_gqa_backward");
+}
 
 #endif
 
@@ -364,3 +438,12 @@ template void cuda_cudnn_attention_backward<bf16>(bf16*, const bf16*, const bf16
 template void cuda_cudnn_attention_backward<fp16>(fp16*, const fp16*, const fp16*, const fp16*,
                                                   const float*, int64_t, int64_t, int64_t, int64_t,
                                                   gpu_exec&);
+#define CUDNN_GQA_INSTANTIATE(T)                                                                 \
+  template void cuda_cudnn_attention_gqa_forward<T>(T*, float*, const T*, const T*, const T*,    \
+                                                    int64_t, int64_t, int64_t, int64_t, int64_t, \
+                                                    gpu_exec&);                                  \
+  template void cuda_cudnn_attention_gqa_backward<T>(                                            \
+      T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const float*, int64_t,       \
+      int64_t, int64_t, int64_t, int64_t, gpu_exec&);
+CUDNN_GQA_INSTANTIATE(bf16)
+CUDNN_GQA_INSTANTIATE(fp16)

@@ -58,6 +58,9 @@ attention_choice choose_attention(bool flash_plan, dtype_id param, int64_t head_
 struct cudnn_attention_shape {
   int64_t B = 0, T = 0, C = 0, H = 0;
   dtype_id dtype = dtype_id::bf16;
+  // Key/value heads of grouped-query attention, q, k and v arrays of their
+  // own (llama); 0: gpt2's packed qkv rows, every head.
+  int64_t KV = 0;
   bool operator<(const cudnn_attention_shape& o) const;
   std::string name() const;  // "B=4 T=1024 C=768 H=12 bf16"
 };
@@ -92,3 +95,17 @@ void cuda_cudnn_attention_backward(T* dqkv,           // (N, 3C)
                                    const T* out,      // (N, C)
                                    const float* lse,  // (B, H, T)
                                    int64_t B, int64_t T_, int64_t C, int64_t H, gpu_exec& g);
+
+// Grouped-query attention (llama) through the graphs of shape {B, T, H * hs,
+// H, dtype, KV_heads}: what cuda_attention_gqa_forward/backward compute, q
+// (N, H*hs), k and v (N, KV_heads*hs) arrays of their own; cuDNN's SDPA takes
+// fewer key/value heads natively (dk and dv summed over each group).
+template <class T>
+void cuda_cudnn_attention_gqa_forward(T* out, float* lse, const T* q, const T* k, const T* v,
+                                      int64_t B, int64_t T_, int64_t H, int64_t KV_heads,
+                                      int64_t hs, gpu_exec& g);
+template <class T>
+void cuda_cudnn_attention_gqa_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
+                                       const T* v, const T* out, const float* lse, int64_t B,
+                                       int64_t T_, int64_t H, int64_t KV_heads, int64_t hs,
+                                       gpu_exec& g);

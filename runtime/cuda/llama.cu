@@ -3,8 +3,10 @@
 #include "runtime/cuda/llama.h"
 
 #include <cstddef>
+#include <type_traits>
 
 #include "runtime/cuda/attention.h"
+#include "runtime/cuda/cudnn_attention.h"
 #include "runtime/cuda/gemm.h"
 #include "runtime/cuda/kernels.cuh"
 
@@ -25,6 +27,31 @@ void linear_backward(T* dinp, G* dw, const T* dout, const T* inp, const T* w, in
                      int64_t OC, bool accumulate, gpu_exec& g) {
   cuda_gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC, g);
   cuda_gemm(false, false, N, IC, OC, 1.0f, dout, OC, w, IC, accumulate ? 1.0f : 0.0f, dinp, IC, g);
+}
+
+// Grouped-query attention through cuDNN when the backend set up g.attention
+// (16-bit, runtime/cuda/cudnn_attention.h's choice), else on the flash kernels.
+template <class T>
+void gqa_forward(const llama_block_saved<T>& s, const llama_dims& d, gpu_exec& g) {
+  const T *q = s.q, *k = s.k, *v = s.v;
+  if constexpr (!std::is_same_v<T, float>)
+    if (g.attention)
+      return cuda_cudnn_attention_gqa_forward(s.attn, s.lse, q, k, v, d.B, d.T, d.H, d.KV_heads,
+                                              d.D(), g);
+  cuda_attention_gqa_forward(s.attn, s.lse, q, k, v, d.B, d.T, d.H, d.KV_heads, d.D(), g);
+}
+
+template <class T>
+void gqa_backward(T* dq, T* dk, T* dv, float* delta, const T* dout, const llama_block_saved<T>& s,
+                  const llama_dims& d, gpu_exec& g) {
+  const T *q = s.q, *k = s.k, *v = s.v, *out = s.attn;
+  const float* lse = s.lse;
+  if constexpr (!std::is_same_v<T, float>)
+    if (g.attention)
+      return cuda_cudnn_attention_gqa_backward(dq, dk, dv, dout, q, k, v, out, lse, d.B, d.T, d.H,
+                                               d.KV_heads, d.D(), g);
+  cuda_attention_gqa_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, d.B, d.T, d.H, d.KV_heads,
+                              d.D(), g);
 }
 
 // scratch.big as fp32 scratch for the norms' and embedding's partial sums
@@ -68,8 +95,7 @@ void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_blo
   linear_forward(s.v, static_cast<const T*>(s.rms1), p.v_w, none, N, C, KV, g);
   rope_forward(s.q, rope.cos, rope.sin, N, d.T, d.H, d.D(), g.stream);
   rope_forward(s.k, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D(), g.stream);
-  cuda_attention_gqa_forward(s.attn, s.lse, static_cast<const T*>(s.q), static_cast<const T*>(s.k),
-                             static_cast<const T*>(s.v), d.B, d.T, d.H, d.KV_heads, d.D(), g);
+  gqa_forward(s, d, g);
   linear_forward(s.res2, static_cast<const T*>(s.attn), p.o_w, static_cast<const T*>(s.input), N, C,
                  C, g);
   rmsnorm_forward(s.rms2, s.rms2_rstd, s.res2, p.rms2_w, N, C, d.norm_eps, g.stream);
@@ -106,10 +132,7 @@ void llama_block_backward(const llama_block_grads<G>& grads, const llama_block_p
   T* dq = scratch.big;  // (N, C), then (N, KV) twice
   T* dk = dq + N * C;
   T* dv = dk + N * KV;
-  cuda_attention_gqa_backward(
-      dq, dk, dv, scratch.delta, static_cast<const T*>(dtmp), static_cast<const T*>(s.q),
-      static_cast<const T*>(s.k), static_cast<const T*>(s.v), static_cast<const T*>(s.attn),
-      static_cast<const float*>(s.lse), d.B, d.T, d.H, d.KV_heads, d.D(), g);
+  gqa_backward(dq, dk, dv, scratch.delta, static_cast<const T*>(dtmp), s, d, g);
   rope_backward(dq, rope.cos, rope.sin, N, d.T, d.H, d.D(), g.stream);
   rope_backward(dk, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D(), g.stream);
   linear_backward(dtmp, grads.q_w, static_cast<const T*>(dq), s.rms1, p.q_w, N, C, C, false, g);

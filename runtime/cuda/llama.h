@@ -1,5 +1,6 @@
 // llama (CUDA): the family's layers on the GPU, composed from kernels.cuh,
-// gemm.h and attention.h's grouped-query flash kernels over the layouts of
+// gemm.h and grouped-query attention (cuDNN's fused attention in 16 bits
+// where the backend set it up, else attention.h's flash kernels) over the layouts of
 // runtime/llama.h (whose *_at functions are pointer arithmetic and work on
 // device pointers). Each launcher computes what its CPU counterpart in
 // runtime/llama.h computes, with the same buffers and contracts; nn.Linear

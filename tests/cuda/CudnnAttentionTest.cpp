@@ -369,4 +369,50 @@ TEST_F(CudnnAttention, RefusalsNameTheShapeAndTheSizes) {
   EXPECT_THROW(cuda_cudnn_attention_forward(p, nullptr, p, 2, 1000, 128, 2, g), std::logic_error);
 }
 
+// llama's grouped-query attention through cuDNN (fewer key/value heads,
+// q, k, v arrays of their own) against the flash kernels' grouped-query
+// path, the workspace it asks for within the plan's allowance
+// (cudnn_attention_workspace_bytes), for groups of 4 and 2 at head size 64
+// and 128 (Llama 3's), T past a tile and not a multiple of it.
+TYPED_TEST(CudnnAttentionTyped, GroupedQueryEqualsTheFlashKernels) {
+  using T = TypeParam;
+  struct gqa {
+    int64_t B, T, H, KV, hs;
+  };
+  for (const gqa& a : {gqa{2, 300, 8, 2, 64}, gqa{1, 129, 4, 2, 128}}) {
+    const int64_t N = a.B * a.T, C = a.H * a.hs, KVW = a.KV * a.hs, rows = a.B * a.H * a.T;
+    const cudnn_attention_shape s{
+        a.B, a.T, C, a.H, std::is_same_v<T, fp16> ? dtype_id::fp16 : dtype_id::bf16, a.KV};
+    this->prepare(s);
+    const int64_t allowance = 4 * N * (C + a.H + 2 * KVW) + (int64_t{1} << 20);
+    EXPECT_LE(gpu_attention_workspace_bytes(*this->g.attention, s), allowance) << s.name();
+    std::mt19937 rng(21);
+    const auto q = store<T>(random_vec(rng, N * C, 1.5)),
+               k = store<T>(random_vec(rng, N * KVW, 1.5));
+    const auto v = store<T>(random_vec(rng, N * KVW)), dout = store<T>(random_vec(rng, N * C));
+    device_vec<T> q_d(q), k_d(k), v_d(v), dout_d(dout);
+    device_vec<T> out_c(N * C), dq_c(N * C), dk_c(N * KVW), dv_c(N * KVW);
+    device_vec<T> out_f(N * C), dq_f(N * C), dk_f(N * KVW), dv_f(N * KVW);
+    device_vec<float> lse_c(rows), lse_f(rows), delta(rows);
+    cuda_cudnn_attention_gqa_forward(out_c.get(), lse_c.get(), q_d.get(), k_d.get(), v_d.get(), a.B,
+                                     a.T, a.H, a.KV, a.hs, this->g);
+    cuda_cudnn_attention_gqa_backward(dq_c.get(), dk_c.get(), dv_c.get(), dout_d.get(), q_d.get(),
+                                      k_d.get(), v_d.get(), out_c.get(), lse_c.get(), a.B, a.T, a.H,
+                                      a.KV, a.hs, this->g);
+    cuda_attention_gqa_forward(out_f.get(), lse_f.get(), q_d.get(), k_d.get(), v_d.get(), a.B, a.T,
+                               a.H, a.KV, a.hs, this->g);
+    cuda_attention_gqa_backward(dq_f.get(), dk_f.get(), dv_f.get(), delta.get(), dout_d.get(),
+                                q_d.get(), k_d.get(), v_d.get(), out_f.get(), lse_f.get(), a.B, a.T,
+                                a.H, a.KV, a.hs, this->g);
+    this->sync();
+    const ref::tolerance tol{2e-2, 2e-2};  // 16-bit inputs and outputs, fp32 inside both
+    ref::expect_close(s.name() + " out", load(out_c.download()), load(out_f.download()), tol);
+    ref::expect_close(s.name() + " lse", load(lse_c.download()), load(lse_f.download()),
+                      ref::tolerance{1e-4, 1e-4});
+    ref::expect_close(s.name() + " dq", load(dq_c.download()), load(dq_f.download()), tol);
+    ref::expect_close(s.name() + " dk", load(dk_c.download()), load(dk_f.download()), tol);
+    ref::expect_close(s.name() + " dv", load(dv_c.download()), load(dv_f.download()), tol);
+  }
+}
+
 }  // namespace
