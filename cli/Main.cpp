@@ -10,6 +10,7 @@
 //   fsdpgen compare PREDICTED.json MEASURED.json [--rank R] [--top N] [-o merged.json]
 // Each subcommand but merge runs the pipeline (planner/Pipeline.h) up to its
 // last pass; --dump-after PASS prints a pass's IR and --time-passes times them.
+#include <glob.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -382,6 +383,17 @@ std::optional<EmitTarget> resolve_target(const Common& c, const std::string& tar
   return t;
 }
 
+// A file, or a glob pattern matching at least one file.
+bool data_path_exists(const std::string& pattern) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+  const bool found = rc == 0 && g.gl_pathc > 0;
+  globfree(&g);
+  std::error_code ec;
+  return found && (pattern.find_first_of("*?[") != std::string::npos ||
+                   std::filesystem::is_regular_file(pattern, ec));
+}
+
 // Before emitting: notes on what the program will meet when it runs.
 void note_before_emit(const Common& c, const EmitTarget& target, const Hardware& hw,
                       const Pipeline& p) {
@@ -392,16 +404,22 @@ void note_before_emit(const Common& c, const EmitTarget& target, const Hardware&
                            c.spec_path, target.hardware)
                    .c_str(),
                stderr);
-  if (const DataSpec& d = p.spec->train.data; d.kind != DataKind::Synthetic) {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(d.path, ec))
-      std::fputs(fmt::format("fsdpgen: note: the spec's data file {} does not exist yet (a "
-                             "relative path is found from the spec's directory); the binary "
-                             "reads it when it starts (or --data FILE)\n",
-                             d.path)
-                     .c_str(),
-                 stderr);
-  }
+  auto note_missing = [](const DataSpec& d, const char* key, const char* flag) {
+    for (const std::string& file : d.paths)
+      if (!data_path_exists(file))
+        std::fputs(
+            fmt::format("fsdpgen: note: the spec's {} file {} {} (a relative path is found "
+                        "from the spec's directory); the binary reads it when it starts "
+                        "(or {})\n",
+                        key, file,
+                        file.find_first_of("*?[") == std::string::npos ? "does not exist yet"
+                                                                       : "matches no file yet",
+                        flag)
+                .c_str(),
+            stderr);
+  };
+  note_missing(p.spec->train.data, "data", "--data FILES");
+  if (p.spec->train.val) note_missing(*p.spec->train.val, "val", "--val FILES");
 }
 
 // The pipeline's emit pass: the generated program's source for `target`.

@@ -159,9 +159,23 @@ class SectionReader {
          }},
         int_field("seed", t.seed, 0, kMaxCount),
         {"data",
-         [this](const ast::Entry& e) {
-           if (auto* v = value_of(e)) read_data(*v);
+         [this, &t](const ast::Entry& e) {
+           if (auto* v = value_of(e)) read_data(*v, t.data, "data");
          }},
+        bool_field("shuffle", t.shuffle),
+        {"val",
+         [this, &t](const ast::Entry& e) {
+           const ast::Value* v = value_of(e);
+           if (!v) return;
+           if (v->kind == ast::Value::Kind::Ident && v->text == "none") {
+             t.val.reset();
+             return;
+           }
+           t.val.emplace();
+           read_data(*v, *t.val, "val");
+         }},
+        int_field("val_every", t.val_every, 1, kMaxCount),
+        int_field("val_sequences", t.val_sequences, 1, kMaxCount),
         {"checkpoint", [this](const ast::Entry& e) { read_checkpoint(e); }},
         int_field("log_every", t.log_every, 1, kMaxCount),
     };
@@ -355,27 +369,52 @@ class SectionReader {
         l.min_lr = *m, keys_.value_at["train.min_lr"] = args[1]->span;
   }
 
-  void read_data(const ast::Value& v) {
-    DataSpec& d = s_.train.data;
-    auto c =
-        v_.callee(v, "data source", kDataNames,
-                  {std::vector<std::string_view>{"seed"}, std::vector<std::string_view>{"path"},
-                   std::vector<std::string_view>{"path"}});
-    if (!c) return;
-    auto& [kind, args] = *c;
-    d.kind = static_cast<DataKind>(kind);
-    if (d.kind == DataKind::Synthetic) {
-      if (args[0])
-        if (auto s = v_.as_int(*args[0], "seed", 0, kMaxCount)) d.seed = *s;
+  // synthetic | synthetic(seed = 7) | text("input.txt") | tokens("train_*.bin", "more.bin")
+  // (or tokens(["a.bin", "b.bin"])): files and glob patterns, read in the order given.
+  void read_data(const ast::Value& v, DataSpec& d, std::string_view key) {
+    const bool files = v.kind == ast::Value::Kind::Call && (v.text == "text" || v.text == "tokens");
+    if (!files) {
+      auto c =
+          v_.callee(v, "data source", kDataNames,
+                    {std::vector<std::string_view>{"seed"}, std::vector<std::string_view>{"path"},
+                     std::vector<std::string_view>{"path"}});
+      if (!c) return;
+      auto& [kind, args] = *c;
+      d.kind = static_cast<DataKind>(kind);
+      if (d.kind == DataKind::Synthetic) {
+        if (args[0])
+          if (auto s = v_.as_int(*args[0], "seed", 0, kMaxCount)) d.seed = *s;
+        return;
+      }
+      d_.error(v.span, fmt::format("data source '{}' needs a file: {} = {}(\"path\")", v.text, key,
+                                   v.text));
       return;
     }
-    if (v.kind == ast::Value::Kind::Ident || !v_.require(args[0], v, "path")) {
-      if (v.kind == ast::Value::Kind::Ident)
-        d_.error(v.span,
-                 fmt::format("data source '{}' needs a file: {}(\"path\")", v.text, v.text));
-      return;
+    d.kind = v.text == "text" ? DataKind::Text : DataKind::Tokens;
+    d.paths.clear();
+    for (const ast::Arg& a : v.args) {
+      if (!a.name.empty() && a.name != "path") {
+        Diagnostic& e =
+            d_.error(a.name_span, fmt::format("unknown argument '{}' of '{}'", a.name, v.text));
+        Diagnostics::note(e, fmt::format("'{}' takes file paths or glob patterns, e.g. "
+                                         "{}(\"fineweb_train_*.bin\")",
+                                         v.text, v.text));
+        continue;
+      }
+      if (a.value.kind == ast::Value::Kind::List) {
+        for (const ast::Value& item : a.value.items)
+          if (auto p = v_.as_string(item, "path")) d.paths.push_back(*p);
+      } else if (auto p = v_.as_string(a.value, "path")) {
+        d.paths.push_back(*p);
+      }
     }
-    if (auto p = v_.as_string(*args[0], "path")) d.path = *p;
+    if (v.args.empty())
+      d_.error(v.span, fmt::format("data source '{}' needs a file: {} = {}(\"path\")", v.text, key,
+                                   v.text));
+    else if (d.kind == DataKind::Text && d.paths.size() > 1)
+      d_.error(v.span, fmt::format("text data is one file; {} paths given (token files can be "
+                                   "many: tokens(\"a.bin\", \"b.bin\"))",
+                                   d.paths.size()));
   }
 
   // dynamic | dynamic(init = 65536, interval = 2000) | static(1024)

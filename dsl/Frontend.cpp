@@ -36,11 +36,15 @@ FrontendResult load_spec_file(const std::string& path, const SpecOverrides& over
   // as a compiler finds an #include from the including file. The result is
   // as relative as the spec's own path (specs/input.txt for specs/x.fsdp), so
   // that what fsdpgen emits does not depend on where the tree is checked out.
-  if (r.spec && r.spec->train.data.kind != DataKind::Synthetic) {
-    const std::filesystem::path data = r.spec->train.data.path;
-    if (data.is_relative())
-      r.spec->train.data.path =
-          (std::filesystem::path(path).parent_path() / data).lexically_normal().string();
+  if (r.spec) {
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    auto resolve = [&](DataSpec& d) {
+      for (std::string& file : d.paths)  // a glob pattern too: its directory part is a path
+        if (std::filesystem::path(file).is_relative())
+          file = (dir / file).lexically_normal().string();
+    };
+    resolve(r.spec->train.data);
+    if (r.spec->train.val) resolve(*r.spec->train.val);
   }
   return r;
 }

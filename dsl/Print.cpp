@@ -122,6 +122,15 @@ std::string quoted(const std::string& s) {
   return out + "\"";
 }
 
+// synthetic(seed = 7), text("input.txt"), tokens("a_*.bin", "b.bin")
+std::string data_source(const DataSpec& d) {
+  if (d.kind == DataKind::Synthetic) return fmt::format("synthetic(seed = {})", d.seed);
+  std::string paths;
+  for (const std::string& p : d.paths)
+    paths += (paths.empty() ? "" : ", ") + quoted(p);
+  return fmt::format("{}({})", to_string(d.kind), paths);
+}
+
 void print_train(const TrainSpec& t, std::string& out) {
   const OptimizerSpec& o = t.optimizer;
   out += "train {\n";
@@ -143,10 +152,15 @@ void print_train(const TrainSpec& t, std::string& out) {
   out += fmt::format("  steps = {}\n", t.steps);
   out += t.clip > 0 ? fmt::format("  clip = {}\n", format_real(t.clip)) : "  clip = none\n";
   out += fmt::format("  seed = {}\n", t.seed);
-  if (t.data.kind == DataKind::Synthetic)
-    out += fmt::format("  data = synthetic(seed = {})\n", t.data.seed);
-  else
-    out += fmt::format("  data = {}({})\n", to_string(t.data.kind), quoted(t.data.path));
+  out += fmt::format("  data = {}\n", data_source(t.data));
+  out += fmt::format("  shuffle = {}\n", t.shuffle ? "true" : "false");
+  if (t.val) {
+    out += fmt::format("  val = {}\n", data_source(*t.val));
+    out += fmt::format("  val_every = {}\n", t.val_every);
+    out += fmt::format("  val_sequences = {}\n", t.val_sequences);
+  } else {
+    out += "  val = none\n";
+  }
   if (t.checkpoint.enabled)
     out += fmt::format("  checkpoint(every = {}, dir = {}, keep = {})\n", t.checkpoint.every,
                        quoted(t.checkpoint.dir), t.checkpoint.keep);

@@ -289,6 +289,19 @@ void checkpoint_fires_within_the_run(const CheckContext& c) {
   note_steps(c, w);
 }
 
+// val_every and val_sequences say how to evaluate a validation set the spec names.
+void val_settings_need_val(const CheckContext& c) {
+  const TrainSpec& t = c.spec.train;
+  if (t.val || !c.keys.usable({"train.val"})) return;
+  for (const char* key : {"train.val_every", "train.val_sequences"}) {
+    if (!c.keys.has(key)) continue;
+    Diagnostic& e = c.diags.error(c.keys.where(key),
+                                  fmt::format("'{}' is set but the spec names no validation data",
+                                              std::string_view(key).substr(6)));
+    Diagnostics::note(e, "add e.g. val = tokens(\"fineweb_val_*.bin\") to the train section");
+  }
+}
+
 struct Rule {
   RuleSection section;
   void (*check)(const CheckContext&);
@@ -314,6 +327,7 @@ constexpr Rule kRules[] = {
     {RuleSection::Train, warmup_within_the_run},
     {RuleSection::Train, min_lr_below_lr},
     {RuleSection::Train, checkpoint_fires_within_the_run},
+    {RuleSection::Train, val_settings_need_val},
 };
 
 }  // namespace

@@ -253,8 +253,8 @@ struct LrScheduleSpec {
 
 struct DataSpec {
   DataKind kind = DataKind::Synthetic;
-  int64_t seed = 7;  // synthetic
-  std::string path;  // text, tokens
+  int64_t seed = 7;                // synthetic
+  std::vector<std::string> paths;  // text: one file; tokens: files and glob patterns, in order
   bool operator==(const DataSpec&) const = default;
 };
 
@@ -274,6 +274,14 @@ struct TrainSpec {
   double clip = 1.0;  // global gradient norm; 0 disables clipping
   int64_t seed = 1337;
   DataSpec data;
+  // Text and token data: each epoch visits every sequence once in a seeded
+  // permutation (the train seed's); false: in file order.
+  bool shuffle = true;
+  // Held-out data: the mean loss over its first val_sequences sequences,
+  // every val_every steps, at checkpoints and at the end (none: no val).
+  std::optional<DataSpec> val;
+  int64_t val_every = 250;
+  int64_t val_sequences = 256;
   CheckpointSpec checkpoint;
   int64_t log_every = 1;
   bool operator==(const TrainSpec&) const = default;

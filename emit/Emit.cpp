@@ -20,6 +20,7 @@
 #include "emit/Template.h"
 #include "model/layout.h"
 #include "planner/Activations.h"
+#include "planner/Validation.h"
 
 namespace fsdpgen {
 
@@ -169,6 +170,16 @@ struct Init {
   std::string name, value;
   std::vector<Init> fields = {};
 };
+
+// A data source as program_data's fields: paths one per line.
+std::vector<Init> data_fields(const DataSpec& d) {
+  std::string paths;
+  for (const std::string& p : d.paths)
+    paths += (paths.empty() ? "" : "\n") + p;
+  return {{"source", fmt::format("data_source::{}", to_string(d.kind))},
+          {"seed", fmt::format("{}", d.seed)},
+          {"paths", cpp_string(paths)}};
+}
 
 std::string one_line(const Init& f) {
   if (f.fields.empty()) return fmt::format(".{} = {}", f.name, f.value);
@@ -986,17 +997,14 @@ class Writer {
           {"steps", i(t.steps)},
           {"clip", cpp_double(t.clip)},
           {"seed", i(t.seed)},
-          {"data",
-           "",
-           {{"source", fmt::format("data_source::{}", to_string(t.data.kind))},
-            {"seed", i(t.data.seed)},
-            {"path", cpp_string(t.data.path)}}},
+          {"data", "", data_fields(t.data)},
           {"log_every", i(t.log_every)},
           {"checkpoint",
            "",
            {{"every", i(t.checkpoint.enabled ? t.checkpoint.every : 0)},
             {"dir", cpp_string(t.checkpoint.dir)},
-            {"keep", i(t.checkpoint.keep)}}}}},
+            {"keep", i(t.checkpoint.keep)}}},
+          {"shuffle", b(t.shuffle)}}},
         {"plan",
          "",
          {{"device_arena_bytes", i(m_.device_arena_bytes)},
@@ -1013,11 +1021,11 @@ class Writer {
         {"ops", "kOps"},
         {"op_count", i(static_cast<int64_t>(s_.ops.size()))}};
     std::vector<Init> all = program;
+    auto fields_of = [&](const char* name) -> std::vector<Init>& {
+      return std::find_if(all.begin(), all.end(), [&](const Init& f) { return f.name == name; })
+          ->fields;
+    };
     if (model_.family == Family::Llama) {  // gpt2 programs leave llama's fields at their defaults
-      auto fields_of = [&](const char* name) -> std::vector<Init>& {
-        return std::find_if(all.begin(), all.end(), [&](const Init& f) { return f.name == name; })
-            ->fields;
-      };
       std::vector<Init>& m = fields_of("model");
       m.push_back({"family", "model_family::llama"});
       m.push_back({"kv_heads", i(model_.kv_heads)});
@@ -1032,6 +1040,13 @@ class Writer {
       m.push_back({"rope", "", rope_fields});
       fields_of("plan").push_back({"rope_buffer", i(rope)});
     }
+    if (t.val) {
+      std::vector<Init>& train = fields_of("train");
+      train.push_back({"val", "", data_fields(*t.val)});
+      train.push_back({"val_every", i(t.val_every)});
+      train.push_back({"val_sequences", i(t.val_sequences)});
+    }
+    fields_of("plan").push_back({"validation_op_count", i(validation_pass(s_).op_count)});
     if (!host_ops.empty()) {
       all.push_back({"host_ops", "kHostOps"});
       all.push_back({"host_op_count", i(static_cast<int64_t>(host_ops.size()))});

@@ -7,6 +7,8 @@
 //   free after forward (full_shard, hybrid_shard) vs kept until backward (ZeRO-2, no_shard)
 #include "planner/Schedule.h"
 
+#include "planner/Validation.h"
+
 #include <algorithm>
 #include <map>
 
@@ -576,6 +578,7 @@ std::string print_schedule(const Schedule& s) {
       "{} ops, {} buffers; bytes sent per rank: all-gather {}, reduce-scatter {}, all-reduce {}\n",
       s.ops.size(), s.buffers.size(), s.sent_bytes(OpKind::AllGather),
       s.sent_bytes(OpKind::ReduceScatter), s.sent_bytes(OpKind::AllReduce));
+  out += describe_validation_pass(s) + "\n";
   for (size_t st = 0; st < kStreamNames.size(); ++st) {
     std::vector<const Op*> ops;
     for (const Op& op : s.ops)

@@ -1,6 +1,8 @@
 // Verify: invariant checks over a schedule and its memory plan.
 #include "planner/Verify.h"
 
+#include "planner/Validation.h"
+
 #include <algorithm>
 #include <map>
 
@@ -28,6 +30,7 @@ class Verifier {
     group_sizes_match();
     hybrid_all_reduce_once();
     device_never_waits_for_the_host();
+    validation_is_a_forward_pass();
     return errors_;
   }
 
@@ -43,6 +46,11 @@ class Verifier {
   }
   bool has_dep(const Op& op, int d) const {
     return std::find(op.deps.begin(), op.deps.end(), d) != op.deps.end();
+  }
+
+  // The validation pass (planner/Validation.h) runs the step's prefix alone.
+  void validation_is_a_forward_pass() {
+    if (const std::string why = validation_pass_problem(s_); !why.empty()) fail("{}", why);
   }
 
   void deps_point_backwards() {

@@ -67,6 +67,10 @@ class backend {
   // Runs training step `step` (0-based; a resumed run starts above 0) at
   // learning rate lr; with timed, records per-op times.
   virtual step_result run_step(int64_t step, double lr, bool timed) = 0;
+  // Runs validation pass `pass` (the plan's validation_op_count first ops:
+  // gathers and micro-batch 0's forward) on val's sequences, of which this
+  // rank's first `rows` count; returns their per-token losses summed.
+  virtual double run_validation(int64_t pass, int64_t rows) = 0;
   // Per op, from the start of the last timed step (ns).
   virtual const std::vector<int64_t>& op_start_ns() const = 0;
   virtual const std::vector<int64_t>& op_end_ns() const = 0;

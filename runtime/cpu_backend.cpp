@@ -51,6 +51,21 @@ class cpu_backend final : public backend {
     return step_result_of(c_->loss_sum, c_->grad_norm_partial, c_->grad_scale);
   }
 
+  double run_validation(int64_t pass, int64_t rows) override {
+    c_->validation_pass = pass;
+    c_->loss_rows = rows;
+    c_->loss_sum = 0;
+    try {
+      streams_run_step(exec_, runs_++, static_cast<int>(p_.plan.validation_op_count));
+    } catch (...) {
+      c_->validation_pass = -1;
+      throw;
+    }
+    c_->validation_pass = -1;
+    arena_check_guards(*mem_);
+    return c_->loss_sum;
+  }
+
   const std::vector<int64_t>& op_start_ns() const override { return exec_.start_ns; }
   const std::vector<int64_t>& op_end_ns() const override { return exec_.end_ns; }
   int64_t warmup_steps() const override { return 0; }

@@ -131,9 +131,10 @@ std::vector<unsigned char> read_file(const std::string& path) {
 void open_text(dataloader& d) {
   const data_config& c = d.config;
   if (c.vocab < 256)
-    throw std::runtime_error(fmt::format(
-        "{}: text data is byte-level and needs vocab >= 256, but vocab is {}", c.path, c.vocab));
-  std::vector<unsigned char> bytes = read_file(c.path);
+    throw std::runtime_error(
+        fmt::format("{}: text data is byte-level and needs vocab >= 256, but vocab is {}",
+                    c.paths[0], c.vocab));
+  std::vector<unsigned char> bytes = read_file(c.paths[0]);
   d.file_bytes = static_cast<int64_t>(bytes.size());
   d.stream.assign(bytes.begin(), bytes.end());
 }
@@ -152,40 +153,41 @@ constexpr const char* kBinIsTokens =
 
 void open_tokens(dataloader& d) {
   const data_config& c = d.config;
-  std::vector<unsigned char> bytes = read_file(c.path);
+  std::vector<unsigned char> bytes = read_file(c.paths[0]);
   d.file_bytes = static_cast<int64_t>(bytes.size());
   if (d.file_bytes < kTokensHeaderBytes)
     throw std::runtime_error(
         fmt::format("{}: file is {} bytes, shorter than the {}-byte header of an llm.c token "
                     "file ({})",
-                    c.path, d.file_bytes, kTokensHeaderBytes, kBinIsTokens));
+                    c.paths[0], d.file_bytes, kTokensHeaderBytes, kBinIsTokens));
   int32_t header[3];
   std::memcpy(header, bytes.data(), sizeof header);
   if (header[0] != kTokensMagic)
-    throw std::runtime_error(fmt::format("{}: magic number is {}, expected {} ({})", c.path,
+    throw std::runtime_error(fmt::format("{}: magic number is {}, expected {} ({})", c.paths[0],
                                          header[0], kTokensMagic, kBinIsTokens));
   if (header[1] != kTokensVersion)
     throw std::runtime_error(fmt::format(
-        "{}: token file version {} is not supported; accepted: version {} (uint16 tokens)", c.path,
-        header[1], kTokensVersion));
+        "{}: token file version {} is not supported; accepted: version {} (uint16 tokens)",
+        c.paths[0], header[1], kTokensVersion));
   const int64_t ntokens = header[2], payload = d.file_bytes - kTokensHeaderBytes;
   if (ntokens < 0 || ntokens * 2 != payload)
     throw std::runtime_error(
         fmt::format("{}: header says {} tokens ({} bytes) but {} bytes follow the {}-byte header",
-                    c.path, ntokens, ntokens * 2, payload, kTokensHeaderBytes));
+                    c.paths[0], ntokens, ntokens * 2, payload, kTokensHeaderBytes));
   d.stream.resize(static_cast<size_t>(ntokens));
   std::memcpy(d.stream.data(), bytes.data() + kTokensHeaderBytes, static_cast<size_t>(payload));
   for (int64_t i = 0; i < ntokens; i++)
     if (d.stream[i] >= c.vocab)
       throw std::runtime_error(fmt::format("{}: token {} (byte offset {}) is {}, not < vocab {}",
-                                           c.path, i, kTokensHeaderBytes + 2 * i, d.stream[i],
+                                           c.paths[0], i, kTokensHeaderBytes + 2 * i, d.stream[i],
                                            c.vocab));
 }
 
 }  // namespace
 
 dataloader dataloader_open(const data_config& config) {
-  const char* what = config.kind == data_kind::synthetic ? "synthetic data" : config.path.c_str();
+  const char* what =
+      config.kind == data_kind::synthetic ? "synthetic data" : config.paths[0].c_str();
   if (config.context < 1)
     throw std::runtime_error(fmt::format("{}: context must be >= 1, got {}", what, config.context));
   if (config.vocab < 2 || config.vocab > INT32_MAX)
@@ -206,9 +208,9 @@ dataloader dataloader_open(const data_config& config) {
   }
   const int64_t n = static_cast<int64_t>(d.stream.size()), T = config.context;
   if (n < T + 1)
-    throw std::runtime_error(
-        fmt::format("{}: {} {}, fewer than context + 1 = {} needed for one sequence", config.path,
-                    n, config.kind == data_kind::text ? "bytes" : "tokens", T + 1));
+    throw std::runtime_error(fmt::format(
+        "{}: {} {}, fewer than context + 1 = {} needed for one sequence", config.paths[0], n,
+        config.kind == data_kind::text ? "bytes" : "tokens", T + 1));
   d.windows = (n - 1) / T;
   return d;
 }
@@ -240,12 +242,25 @@ std::string dataloader_describe(const dataloader& d) {
     case data_kind::synthetic:
       return fmt::format("synthetic(seed={})", c.seed);
     case data_kind::text:
-      return fmt::format("text {}: {} bytes, {} sequences of {}", c.path, with_commas(d.file_bytes),
-                         with_commas(d.windows), c.context);
+      return fmt::format("text {}: {} bytes, {} sequences of {}", c.paths[0],
+                         with_commas(d.file_bytes), with_commas(d.windows), c.context);
     case data_kind::tokens:
-      return fmt::format("tokens {}: {} tokens, {} sequences of {}", c.path,
+      return fmt::format("tokens {}: {} tokens, {} sequences of {}", c.paths[0],
                          with_commas(static_cast<int64_t>(d.stream.size())), with_commas(d.windows),
                          c.context);
   }
+  return "";
+}
+
+int64_t dataloader_sequences(const dataloader& d) {
+  return d.windows;
+}
+int64_t dataloader_epoch(const dataloader& d, int64_t j) {
+  return d.windows ? j / d.windows : 0;
+}
+void dataloader_set_shuffle_seed(dataloader& d, uint64_t seed) {
+  d.config.shuffle_seed = seed;
+}
+std::string dataloader_take_error(const dataloader&) {
   return "";
 }

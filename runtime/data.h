@@ -11,10 +11,13 @@ enum class data_kind { synthetic, text, tokens };
 
 struct data_config {
   data_kind kind = data_kind::synthetic;
-  uint64_t seed = 0;    // synthetic only
-  std::string path;     // text and tokens only
-  int64_t vocab = 0;    // V: every token is < V
-  int64_t context = 0;  // T: tokens per sequence
+  uint64_t seed = 0;               // synthetic only
+  std::vector<std::string> paths;  // text and tokens: the file (the first only, for now)
+  int64_t vocab = 0;               // V: every token is < V
+  int64_t context = 0;             // T: tokens per sequence
+  bool shuffle = false;            // not yet read
+  uint64_t shuffle_seed = 0;       // not yet read
+  std::string role = "data";       // how messages name the source: "data" or "val"
 };
 
 // Opened once; holds the whole file's tokens or the synthetic tables, so that
@@ -43,3 +46,8 @@ void dataloader_fill(const dataloader& loader, int64_t first_sequence, int64_t c
 
 // One line for logs, e.g. "text input.txt: 1,115,394 bytes, 8,714 sequences of 128".
 std::string dataloader_describe(const dataloader& loader);
+
+int64_t dataloader_sequences(const dataloader&);
+int64_t dataloader_epoch(const dataloader&, int64_t sequence);
+void dataloader_set_shuffle_seed(dataloader&, uint64_t seed);
+std::string dataloader_take_error(const dataloader&);

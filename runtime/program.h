@@ -159,8 +159,8 @@ struct program_lr_schedule {
 
 struct program_data {
   data_source source;
-  int64_t seed;
-  const char* path;
+  int64_t seed;       // synthetic
+  const char* paths;  // text: the file; tokens: files and glob patterns, one per line
 };
 
 struct program_checkpoint {
@@ -179,6 +179,12 @@ struct program_train {
   program_data data;
   int64_t log_every;
   program_checkpoint checkpoint;
+  bool shuffle = false;  // text and token data: a seeded permutation per epoch
+  // Validation (val_every 0: none): the mean loss over val's first
+  // val_sequences sequences, by the plan's validation pass.
+  program_data val = {data_source::synthetic, 0, ""};
+  int64_t val_every = 0;
+  int64_t val_sequences = 0;
 };
 
 // The memory plan's totals.
@@ -187,6 +193,9 @@ struct program_plan {
   int64_t workspace_buffer;  // GEMM workspace buffer (-1: none)
   bool flash_attention;      // attention saves log-sum-exp, not probabilities (gpt2_dims::flash)
   int64_t rope_buffer = -1;  // llama: the rotary position tables, filled at start (-1: none)
+  // The validation pass: the step's first ops (planner/Validation.h), which
+  // gather and run the forward of micro-batch 0 and nothing else.
+  int64_t validation_op_count = 0;
 };
 
 struct program {

@@ -49,6 +49,7 @@ void run_log_banner(const program& p, const run_banner& b) {
       p.parallel.micro_batches == 1 ? "" : "es", static_cast<long long>(p.parallel.micro_batch),
       static_cast<long long>(p.model.context), with_commas(b.tokens_per_step).c_str());
   std::printf("  data: %s | weights: %s\n", b.data.c_str(), b.weights_from.c_str());
+  if (!b.val.empty()) std::printf("  val: %s\n", b.val.c_str());
   std::printf("  lr: %s\n", optimizer_lr_describe(p, b.steps).c_str());
   if (b.ckpt.every > 0)
     std::printf("  checkpoints: every %lld steps and at the end, in %s (newest %lld kept)\n",
@@ -69,23 +70,25 @@ void run_log_banner(const program& p, const run_banner& b) {
 
 void run_log_metrics_line(std::FILE* f, const step_record& r) {
   const memory_reading& m = r.machine;
-  std::fprintf(f,
-               "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, \"ms\": "
-               "%.3f, \"host_resident_bytes\": %lld, \"arena_resident_bytes\": %lld, "
-               "\"arena_growth_bytes\": %lld%s, "
-               "\"skipped\": %s, \"loss_scale\": %.9g}\n",
-               static_cast<long long>(r.step + 1), r.loss, r.lr,
-               // JSON has no inf or NaN: a non-finite norm is null.
-               std::isfinite(r.grad_norm) ? fmt::format("{:.9g}", r.grad_norm).c_str() : "null",
-               r.seconds * 1e3, static_cast<long long>(m.host_resident_bytes),
-               static_cast<long long>(m.arena_resident_bytes),
-               static_cast<long long>(m.arena_growth_bytes),
-               m.device_used_bytes < 0
-                   ? ""
-                   : fmt::format(", \"device_used_bytes\": {}, \"device_arena_bytes\": {}",
-                                 m.device_used_bytes, m.device_arena_bytes)
-                         .c_str(),
-               r.skipped ? "true" : "false", r.loss_scale);
+  std::fprintf(
+      f,
+      "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, \"ms\": "
+      "%.3f, \"host_resident_bytes\": %lld, \"arena_resident_bytes\": %lld, "
+      "\"arena_growth_bytes\": %lld%s, "
+      "\"skipped\": %s, \"loss_scale\": %.9g, \"tokens_per_s\": %.1f, \"epoch\": "
+      "%lld%s}\n",
+      static_cast<long long>(r.step + 1), r.loss, r.lr,
+      // JSON has no inf or NaN: a non-finite norm is null.
+      std::isfinite(r.grad_norm) ? fmt::format("{:.9g}", r.grad_norm).c_str() : "null",
+      r.seconds * 1e3, static_cast<long long>(m.host_resident_bytes),
+      static_cast<long long>(m.arena_resident_bytes), static_cast<long long>(m.arena_growth_bytes),
+      m.device_used_bytes < 0
+          ? ""
+          : fmt::format(", \"device_used_bytes\": {}, \"device_arena_bytes\": {}",
+                        m.device_used_bytes, m.device_arena_bytes)
+                .c_str(),
+      r.skipped ? "true" : "false", r.loss_scale, r.tokens_per_s, static_cast<long long>(r.epoch),
+      r.validated ? fmt::format(", \"val_loss\": {:.9g}", r.val_loss).c_str() : "");
   std::fflush(f);
 }
 
@@ -106,14 +109,22 @@ void run_log_step(const step_record& r, int64_t steps, int64_t tokens_per_step, 
   std::fflush(stdout);
 }
 
+void run_log_val(const val_record& v, int64_t steps) {
+  std::printf("step %*lld/%lld | val loss %.6f | %s sequences in %.2f s\n",
+              static_cast<int>(std::to_string(steps).size()), static_cast<long long>(v.step),
+              static_cast<long long>(steps), v.loss, with_commas(v.sequences).c_str(), v.seconds);
+  std::fflush(stdout);
+}
+
 void run_log_summary(const run_totals& t, int64_t tokens_per_step, const std::string& memory_lines,
                      const loss_scaler& scaler) {
   const double per_step =
       t.timed_steps ? t.timed_seconds / static_cast<double>(t.timed_steps) : t.total_seconds;
   std::printf(
-      "done: %lld step%s in %.1f s | loss %.4f -> %.4f | %.1f ms/step | %s tok/s\n%s",
+      "done: %lld step%s in %.1f s | loss %.4f -> %.4f%s | %.1f ms/step | %s tok/s\n%s",
       static_cast<long long>(t.steps_run), t.steps_run == 1 ? "" : "s", t.total_seconds,
-      t.first_loss, t.last_loss, per_step * 1e3,
+      t.first_loss, t.last_loss,
+      t.validated ? fmt::format(" | val loss {:.4f}", t.last_val_loss).c_str() : "", per_step * 1e3,
       with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / per_step)).c_str(),
       memory_lines.c_str());
   if (t.skipped)

@@ -16,7 +16,8 @@
 struct run_banner {
   std::string launcher;      // launch_info's: who started the ranks
   std::string backend;       // the backend's describe()
-  std::string data;          // dataloader_describe
+  std::string data;          // dataloader_describe, and where the run starts in it
+  std::string val;           // the validation data and how often it is evaluated ("": none)
   std::string weights_from;  // "GPT-2 init" ("Llama init"), --init-from's file, or the checkpoint
                              // resumed
   int64_t steps = 0;         // the run's step count (the last step, 1-based)
@@ -34,7 +35,19 @@ struct step_record {
   double seconds = 0;     // the step's wall time, with the loss all-reduce
   double loss_scale = 1;  // the scale the step ran with
   bool skipped = false;   // non-finite gradients: the optimizer skipped it
+  int64_t epoch = 0;      // 0-based epoch of the training data the step's first sequence is in
+  double tokens_per_s = 0;
+  bool validated = false;  // the validation loss was evaluated after this step
+  double val_loss = 0;     // per token, over val_sequences sequences
   memory_reading machine;
+};
+
+// One evaluation of the validation loss.
+struct val_record {
+  int64_t step = 0;  // steps trained before it (1-based: after step `step`)
+  double loss = 0;
+  int64_t sequences = 0;
+  double seconds = 0;
 };
 
 // The steps this run trained, summed up.
@@ -43,10 +56,14 @@ struct run_totals {
   int64_t timed_steps = 0;  // steps after this run's first, whose time is its pace
   int64_t skipped = 0;
   double first_loss = 0, last_loss = 0;
+  bool validated = false;
+  double last_val_loss = 0;
   double total_seconds = 0, timed_seconds = 0;
 };
 
 void run_log_banner(const program& p, const run_banner& b);
+// The line of a validation (after the step's line, logged or not).
+void run_log_val(const val_record& v, int64_t steps);
 // One JSON line, flushed: whoever follows the file reads whole lines.
 void run_log_metrics_line(std::FILE* f, const step_record& r);
 // eta_seconds: the rest of the run at the pace so far; the loss scale is

@@ -8,6 +8,16 @@
 
 void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets) {
   const program& p = *c.p;
+  if (c.validation_pass >= 0) {
+    // Synthetic validation data: the same stream's sequences from 2^60 on,
+    // which no run trains on (they hold the same statistics, unseen).
+    constexpr int64_t kSyntheticHeldOut = int64_t{1} << 60;
+    const int64_t first =
+        (c.validation_pass * p.parallel.world + c.comms.rank) * p.parallel.micro_batch +
+        (c.val->config.kind == data_kind::synthetic ? kSyntheticHeldOut : 0);
+    dataloader_fill(*c.val, first, p.parallel.micro_batch, tokens, targets);
+    return;
+  }
   // The step's global batch is world * micro_batches * micro_batch sequences;
   // rank r's micro-batch m is its (r * micro_batches + m)-th slice, so any
   // world and accumulation see the same sequences in each step.
@@ -18,6 +28,7 @@ void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* tar
 }
 
 void step_add_losses(step_context& c, const float* losses, int64_t n) {
+  n = step_counted_losses(c, n);
   double s = 0;
   for (int64_t i = 0; i < n; ++i)
     s += losses[i];

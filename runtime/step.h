@@ -21,6 +21,13 @@ struct step_context {
   std::byte* host = nullptr;
   comm_groups comms;
   const dataloader* data = nullptr;
+  // The validation pass being run (-1: a training step). Its micro-batch 0
+  // reads val's sequences from (pass * world + rank) * micro_batch on, and
+  // only the first loss_rows of them count towards the loss (the last pass
+  // may run past val_sequences).
+  const dataloader* val = nullptr;
+  int64_t validation_pass = -1;
+  int64_t loss_rows = 0;
   gemm_workspace ws;
   int64_t step = 0;  // 0-based step being run
   // Global sequences before step 0's: step s reads from sequence_base + s *
@@ -61,9 +68,11 @@ inline MPI_Comm op_comm(step_context& c, stream_id s, comm_group g) {
   return c.comms.comm[static_cast<int>(s)][static_cast<int>(g)];
 }
 
-// Fills micro-batch mb's tokens and targets (B*T int32 each) for this rank.
+// Fills micro-batch mb's tokens and targets (B*T int32 each) for this rank
+// (in a validation pass, from the validation data).
 void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets);
-// Adds this micro-batch's per-token losses (N fp32) to the step's loss.
+// Adds this micro-batch's per-token losses (N fp32) to the step's loss; in a
+// validation pass, those of its first c.loss_rows sequences only.
 void step_add_losses(step_context& c, const float* losses, int64_t n);
 
 // dst (n, dst dtype) = src converted (accumulate: dst += src, in fp32).
@@ -95,3 +104,11 @@ inline double step_global_norm(float norm_sq, float grad_scale) {
 // step is skipped, as an fp16 overflow requires).
 void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
                     const void* grad_shard);
+
+// The losses of a micro-batch that count: all n in a training step, the
+// first loss_rows sequences' in a validation pass.
+inline int64_t step_counted_losses(const step_context& c, int64_t n) {
+  if (c.validation_pass < 0) return n;
+  const int64_t counted = c.loss_rows * c.p->model.context;
+  return counted < n ? counted : n;
+}

@@ -61,8 +61,11 @@ void run_op(stream_executor& e, int id, int64_t step) {
 }
 
 void run_stream(stream_executor& e, int stream, int64_t step) {
-  for (int id : e.ops_of[stream])
+  const int limit = e.limit.load(std::memory_order_relaxed);  // ordered by go's release
+  for (int id : e.ops_of[stream]) {
+    if (id >= limit) break;  // issue order: the rest lie beyond too
     run_op(e, id, step);
+  }
 }
 
 void worker(stream_executor& e, int stream) {
@@ -97,13 +100,15 @@ void streams_start(stream_executor& e, const program& p, step_context& ctx) {
     if (!e.ops_of[s].empty()) e.workers.emplace_back(worker, std::ref(e), s);
 }
 
-void streams_run_step(stream_executor& e, int64_t step) {
+void streams_run_step(stream_executor& e, int64_t step, int op_count) {
+  const int limit = op_count < 0 ? e.p->op_count : op_count;
   e.step_start_ns = trace_clock_ns();
+  e.limit.store(limit, std::memory_order_relaxed);
   e.go.store(step, std::memory_order_release);
   e.go.notify_all();
   try {
     run_stream(e, static_cast<int>(stream_id::compute), step);
-    for (int i = 0; i < e.p->op_count; ++i)
+    for (int i = 0; i < limit; ++i)
       wait_for(e.done[i], step, e);
   } catch (const stopped&) {
   } catch (...) {

@@ -22,6 +22,7 @@ struct stream_executor {
   std::vector<int> ops_of[kStreamCount];         // op ids per stream, issue order
   std::unique_ptr<std::atomic<int64_t>[]> done;  // per op: last step finished
   std::atomic<int64_t> go{-1};                   // the step workers may run
+  std::atomic<int> limit{0};                     // ...and its op count (set before go)
   std::atomic<bool> stopping{false};
   std::atomic<bool> failed{false};
   std::mutex error_mutex;
@@ -32,6 +33,8 @@ struct stream_executor {
 };
 
 void streams_start(stream_executor& e, const program& p, step_context& ctx);
-// Runs every op of one step; returns when all streams finished it.
-void streams_run_step(stream_executor& e, int64_t step);
+// Runs ops 0 .. op_count-1 of the step (-1: every op; a prefix closed under
+// deps, such as the validation pass) as run number `step`, which increases
+// from call to call; returns when all streams finished them.
+void streams_run_step(stream_executor& e, int64_t step, int op_count = -1);
 void streams_stop(stream_executor& e);

@@ -66,7 +66,11 @@ void install_stop_handlers() {
 
 struct options {
   int64_t steps = -1;
-  std::string data;
+  std::vector<std::string> data;
+  std::vector<std::string> val;
+  int64_t val_every = -1;
+  int64_t val_sequences = -1;
+  std::string shuffle;  // "", "true" or "false"
   std::string init_from;
   std::string save;
   std::string trace;
@@ -86,24 +90,36 @@ struct options {
   backend_options backend;
 };
 
-data_config data_config_of(const program& p, const std::string& flag) {
+// A spec's data source (paths one per line), or what a flag gave instead:
+// "synthetic", one text file, or token files and glob patterns (.bin).
+data_config data_config_of(const program& p, const program_data& spec,
+                           const std::vector<std::string>& flag, bool shuffle, const char* role) {
   data_config d;
   d.vocab = p.model.vocab;
   d.context = p.model.context;
-  d.seed = static_cast<uint64_t>(p.train.data.seed);
-  d.kind = p.train.data.source == data_source::synthetic ? data_kind::synthetic
-           : p.train.data.source == data_source::text    ? data_kind::text
-                                                         : data_kind::tokens;
-  d.path = p.train.data.path;
+  d.seed = static_cast<uint64_t>(spec.seed);
+  d.kind = spec.source == data_source::synthetic ? data_kind::synthetic
+           : spec.source == data_source::text    ? data_kind::text
+                                                 : data_kind::tokens;
+  for (const char* at = spec.paths; *at;) {
+    const char* end = std::strchr(at, '\n');
+    d.paths.emplace_back(at, end ? end : at + std::strlen(at));
+    at = end ? end + 1 : at + std::strlen(at);
+  }
   if (!flag.empty()) {
-    if (flag == "synthetic") {
+    d.paths.clear();
+    if (flag.size() == 1 && flag[0] == "synthetic") {
       d.kind = data_kind::synthetic;
     } else {
-      d.path = flag;
-      d.kind = flag.size() > 4 && flag.substr(flag.size() - 4) == ".bin" ? data_kind::tokens
-                                                                         : data_kind::text;
+      auto is_bin = [](const std::string& f) {
+        return f.size() > 4 && f.compare(f.size() - 4, 4, ".bin") == 0;
+      };
+      d.kind = flag.size() == 1 && !is_bin(flag[0]) ? data_kind::text : data_kind::tokens;
+      d.paths = flag;
     }
   }
+  d.shuffle = shuffle && d.kind != data_kind::synthetic;
+  d.role = role;
   return d;
 }
 
@@ -213,6 +229,13 @@ class training_run {
   // Trains 0-based step `step` and agrees with the other ranks on its loss
   // and whether to stop after it.
   step_record train_step(int64_t step);
+  // After `steps_done` steps: every val_every steps, at checkpoints and at the end.
+  bool validation_due(int64_t steps_done) const;
+  // Collective: the mean per-token loss over val's first val_sequences
+  // sequences, by the plan's validation pass.
+  val_record validate(int64_t steps_done);
+  // A run with no step to train evaluates the weights it was given.
+  void validate_untrained();
   // The --metrics line of every step, the log line of every log_every-th.
   void log(const step_record& r) const;
   // Every checkpoint_every steps, at the end, and when asked to stop.
@@ -231,9 +254,11 @@ class training_run {
 
  private:
   void resume();
+  void open_data();
   void scale_gradients(int64_t step);
   double agree_on_loss(double loss_sum);
   void count(const step_record& r);
+  void run_log_step_if_due(const step_record& r) const;
   int64_t trace_step() const;
 
   const program& p_;
@@ -244,9 +269,12 @@ class training_run {
   const checkpoint_config ckpt_;
   const int64_t log_every_;
   const int64_t tokens_per_step_;
+  const int64_t val_every_;  // 0: no validation
+  const int64_t val_sequences_;
   arena mem_;
   step_context c_;
   dataloader data_;
+  dataloader val_;
   optimizer_decay_table decay_;
   // Declared after what it points into, so that it is destroyed (stopping
   // its threads or freeing the device after a failure) before them.
@@ -261,6 +289,9 @@ class training_run {
   memory_watch memory_;
   run_totals totals_;
   bool stop_ = false;
+  bool data_error_ = false;      // some rank found a bad token id in this step's batch
+  std::string data_error_text_;  // ...this one, if it did
+  val_record last_val_;
 };
 
 training_run::training_run(const program& p, const options& o, const launch_info& li)
@@ -274,7 +305,14 @@ training_run::training_run(const program& p, const options& o, const launch_info
             o.checkpoint_keep > 0 ? o.checkpoint_keep : p.train.checkpoint.keep},
       log_every_(o.log_every > 0 ? o.log_every : std::max<int64_t>(1, p.train.log_every)),
       tokens_per_step_(p.parallel.world * p.parallel.micro_batches * p.parallel.micro_batch *
-                       p.model.context) {}
+                       p.model.context),
+      // --val without the spec's val: every 250 steps over 256 sequences.
+      val_every_(o.val_every >= 0                         ? o.val_every
+                 : p.train.val_every > 0 || o.val.empty() ? p.train.val_every
+                                                          : 250),
+      val_sequences_(o.val_sequences > 0         ? o.val_sequences
+                     : p.train.val_sequences > 0 ? p.train.val_sequences
+                                                 : 256) {}
 
 // Collective: throws agreed_error on every rank when an output cannot be
 // written (checkpoints' directory created when checkpoints are planned; a
@@ -299,24 +337,14 @@ void training_run::check_outputs() const {
 void training_run::set_up(const backend_kind& kind) {
   c_.p = &p_;
   b_ = kind.make(p_);
-  std::string error;
-  try {
-    data_ = dataloader_open(data_config_of(p_, o_.data));
-  } catch (const std::exception& e) {
-    error = e.what();
-    if (o_.data.empty())
-      error += fmt::format(
-          " (the data file of {}, found from that spec's directory as fsdpgen was given it: run "
-          "where fsdpgen ran, or pass --data FILE)",
-          p_.spec_path);
-  }
-  agree_on_error(error, "set-up");
+  open_data();
   c_.comms = comm_create(p_.parallel.shard_group);
   c_.data = &data_;
+  c_.val = &val_;
   decay_ = optimizer_decay_ranges(p_, c_.comms.shard_rank);
   c_.decay_ranges = decay_.pointers.data();
   c_.decay_range_counts = decay_.counts.data();
-  error.clear();
+  std::string error;
   try {
     b_->start(c_, mem_, o_.backend);
   } catch (const std::exception& e) {
@@ -324,6 +352,44 @@ void training_run::set_up(const backend_kind& kind) {
   }
   agree_on_error(error, "set-up");
   memory_.settle_steps = std::max<int64_t>(1, b_->warmup_steps());
+}
+
+// Collective: the training data and, when validated, the validation data.
+// Nothing is read yet: files are checked and mapped.
+void training_run::open_data() {
+  const bool shuffle = o_.shuffle.empty() ? p_.train.shuffle : o_.shuffle == "true";
+  std::string error;
+  try {
+    data_ = dataloader_open(data_config_of(p_, p_.train.data, o_.data, shuffle, "data"));
+  } catch (const std::exception& e) {
+    error = e.what();
+    if (o_.data.empty())
+      error += fmt::format(
+          " (the data of {}, found from that spec's directory as fsdpgen was given it: run "
+          "where fsdpgen ran, or pass --data FILES)",
+          p_.spec_path);
+  }
+  if (error.empty() && val_every_ > 0) {
+    if (p_.train.val_every == 0 && o_.val.empty())
+      error =
+          fmt::format("--val-every {}: the spec names no validation data; pass --val FILES as well",
+                      val_every_);
+    try {
+      if (error.empty()) {
+        val_ = dataloader_open(data_config_of(p_, p_.train.val, o_.val, false, "val"));
+        const int64_t have = dataloader_sequences(val_);
+        if (have > 0 && have < val_sequences_)
+          error = fmt::format(
+              "val: {} holds {} sequence{} of {} tokens, fewer than the {} each validation "
+              "reads (val_sequences; --val-sequences N reads fewer)",
+              dataloader_describe(val_), with_commas(have), have == 1 ? "" : "s", p_.model.context,
+              with_commas(val_sequences_));
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree_on_error(error, "opening the data");
 }
 
 // llama: the rotary tables, computed once into the plan's buffer.
@@ -341,6 +407,8 @@ void training_run::fill_rope_tables() {
 void training_run::load_weights() {
   fill_rope_tables();
   seed_ = o_.seed >= 0 ? o_.seed : p_.train.seed;
+  // The data's order is the run's seed's (a resumed run's: its checkpoint's).
+  dataloader_set_shuffle_seed(data_, static_cast<uint64_t>(seed_));
   scaler_ = loss_scaler_start(p_);
   const char* init = p_.model.family == model_family::llama ? "Llama init" : "GPT-2 init";
   weights_from_ = o_.init_from.empty() ? init : o_.init_from;
@@ -362,6 +430,7 @@ void training_run::resume() {
   start_step_ = resumed.step;
   scaler_ = resumed.scaler;
   seed_ = resumed.seed;
+  dataloader_set_shuffle_seed(data_, static_cast<uint64_t>(seed_));
   c_.sequence_base = resumed.sequences - start_step_ * checkpoint_sequences_per_step(p_);
   weights_from_ = fmt::format("resumed from {} (step {}, {} sequences read)", path, start_step_,
                               with_commas(resumed.sequences));
@@ -372,8 +441,22 @@ void training_run::resume() {
 
 void training_run::print_banner() const {
   if (!lead_) return;
-  run_log_banner(p_, {li_.launcher, b_->describe(), dataloader_describe(data_), weights_from_,
-                      steps_, start_step_, tokens_per_step_, ckpt_});
+  std::string data = dataloader_describe(data_);
+  if (const int64_t W = dataloader_sequences(data_); W > 0) {
+    const int64_t next = c_.sequence_base + start_step_ * checkpoint_sequences_per_step(p_);
+    const double epochs = static_cast<double>(steps_ - start_step_) *
+                          static_cast<double>(checkpoint_sequences_per_step(p_)) /
+                          static_cast<double>(W);
+    data += fmt::format("; epoch {} from sequence {} of it, {:.3g} epochs this run",
+                        dataloader_epoch(data_, next) + 1, with_commas(next % W), epochs);
+  }
+  std::string val;
+  if (val_every_ > 0)
+    val = fmt::format("{}; its first {} sequences every {}, at checkpoints and at the end",
+                      dataloader_describe(val_), with_commas(val_sequences_),
+                      val_every_ == 1 ? "step" : fmt::format("{} steps", val_every_));
+  run_log_banner(p_, {li_.launcher, b_->describe(), data, val, weights_from_, steps_, start_step_,
+                      tokens_per_step_, ckpt_});
 }
 
 void training_run::open_metrics() {
@@ -400,7 +483,17 @@ step_record training_run::train_step(int64_t step) {
   allocations_count(false);
   const double loss_sum = agree_on_loss(result.loss_sum);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (data_error_)  // a batch held a token id >= vocab: every rank stops, its finder says where
+    agree_on_error(data_error_text_, "reading the training data");
   r.loss = loss_sum / static_cast<double>(tokens_per_step_);
+  r.tokens_per_s = static_cast<double>(tokens_per_step_) / r.seconds;
+  const int64_t per_step = checkpoint_sequences_per_step(p_);
+  const int64_t first = c_.sequence_base + step * per_step;
+  r.epoch = dataloader_epoch(data_, first);
+  if (lead_ && step > start_step_ && dataloader_epoch(data_, first + per_step - 1) > r.epoch)
+    std::printf("data: epoch %lld begins within step %lld (every sequence of epoch %lld read)\n",
+                static_cast<long long>(r.epoch + 2), static_cast<long long>(step + 1),
+                static_cast<long long>(r.epoch + 1));
   r.grad_norm = result.grad_norm;
   r.skipped = result.skipped;
   loss_scaler_update(scaler_, r.skipped);
@@ -423,12 +516,16 @@ void training_run::scale_gradients(int64_t step) {
   c_.optimizer_step = scaler_.applied_steps + 1;
 }
 
-// The loss summed over every rank; with it, how many ranks were asked to stop.
+// The loss summed over every rank; with it, how many ranks were asked to
+// stop and how many found a bad token id in their batch.
 double training_run::agree_on_loss(double loss_sum) {
-  const double mine[2] = {loss_sum, g_stop_signal.load() ? 1.0 : 0.0};
-  double all[2] = {0, 0};
-  MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  data_error_text_ = dataloader_take_error(data_);
+  const bool bad = !data_error_text_.empty();
+  const double mine[3] = {loss_sum, g_stop_signal.load() ? 1.0 : 0.0, bad ? 1.0 : 0.0};
+  double all[3] = {0, 0, 0};
+  MPI_CHECK(MPI_Allreduce(mine, all, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
   stop_ = all[1] > 0;
+  data_error_ = all[2] > 0;
   return all[0];
 }
 
@@ -443,6 +540,11 @@ void training_run::count(const step_record& r) {
 
 void training_run::log(const step_record& r) const {
   if (metrics_) run_log_metrics_line(metrics_.get(), r);
+  run_log_step_if_due(r);
+  if (lead_ && r.validated) run_log_val(last_val_, steps_);
+}
+
+void training_run::run_log_step_if_due(const step_record& r) const {
   const bool logged =
       (r.step + 1) % log_every_ == 0 || r.step == start_step_ || r.step + 1 == steps_;
   if (!lead_ || !logged) return;
@@ -451,6 +553,37 @@ void training_run::log(const step_record& r) const {
   const double eta_s = elapsed_s / static_cast<double>(r.step + 1 - start_step_) *
                        static_cast<double>(steps_ - r.step - 1);
   run_log_step(r, steps_, tokens_per_step_, eta_s, scaler_);
+}
+
+bool training_run::validation_due(int64_t steps_done) const {
+  return val_every_ > 0 &&
+         (steps_done % val_every_ == 0 || steps_done == steps_ || checkpoint_due(steps_done - 1));
+}
+
+val_record training_run::validate(int64_t steps_done) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t B = p_.parallel.micro_batch, world = p_.parallel.world;
+  const int64_t passes = (val_sequences_ + world * B - 1) / (world * B);
+  double mine = 0;
+  for (int64_t pass = 0; pass < passes; ++pass) {
+    const int64_t first = (pass * world + li_.rank) * B;
+    mine += b_->run_validation(pass, std::clamp<int64_t>(val_sequences_ - first, 0, B));
+  }
+  agree_on_error(dataloader_take_error(val_), "reading the validation data");
+  double all = 0;
+  MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  last_val_ = {steps_done, all / static_cast<double>(val_sequences_ * p_.model.context),
+               val_sequences_,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  totals_.validated = true;
+  totals_.last_val_loss = last_val_.loss;
+  return last_val_;
+}
+
+void training_run::validate_untrained() {
+  if (val_every_ <= 0 || totals_.steps_run > 0 || stop_) return;
+  const val_record v = validate(start_step_);
+  if (lead_) run_log_val(v, steps_);
 }
 
 bool training_run::checkpoint_due(int64_t step) const {
@@ -533,7 +666,8 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   t.print_banner();
   t.open_metrics();
   for (int64_t step = t.first_step(); step < t.steps(); ++step) {
-    const step_record r = t.train_step(step);
+    step_record r = t.train_step(step);
+    if (t.validation_due(step + 1)) r.validated = true, r.val_loss = t.validate(step + 1).loss;
     t.log(r);
     if (t.checkpoint_due(step)) t.save_checkpoint(step);
     if (t.stop_requested()) {
@@ -541,6 +675,7 @@ int run(const program& p, const options& o, const launch_info& li, const backend
       break;
     }
   }
+  t.validate_untrained();
   t.close_metrics();
   t.print_summary();
   // Agreed on only after the weights are saved, which a failed trace must not prevent.
@@ -560,7 +695,22 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
   options o;
   app.add_option("--steps", o.steps, "training steps (default: the spec's)")
       ->check(whole_number(0));
-  app.add_option("--data", o.data, "synthetic, a text file, or an llm.c .bin token file");
+  app.add_option("--data", o.data,
+                 "synthetic, a text file, or llm.c .bin token files and quoted glob patterns "
+                 "(uint16 GPT-2 or uint32 Llama 3 tokens), read as one stream in the order given");
+  app.add_option("--val", o.val, "validation data, as --data (default: the spec's val)");
+  app.add_option("--val-every", o.val_every,
+                 "steps between validations, also run at checkpoints and at the end (0: none; "
+                 "default: the spec's val_every)")
+      ->check(whole_number(0));
+  app.add_option("--val-sequences", o.val_sequences,
+                 "sequences each validation reads from the start of the validation data "
+                 "(default: the spec's val_sequences)")
+      ->check(whole_number(1));
+  app.add_option("--shuffle", o.shuffle,
+                 "true: each epoch reads the training sequences in a seeded order; false: in "
+                 "file order (default: the spec's shuffle)")
+      ->check(CLI::IsMember({"true", "false"}));
   app.add_option("--init-from", o.init_from,
                  "load weights (Hugging Face names) from a .safetensors file, a model directory "
                  "(sharded or not; its config.json is checked) or its index file");

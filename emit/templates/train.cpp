@@ -65,7 +65,7 @@ const program kProgram = {
               .steps = 0,
               .clip = 0.0,
               .seed = 0,
-              .data = {.source = data_source::synthetic, .seed = 0, .path = ""},
+              .data = {.source = data_source::synthetic, .seed = 0, .paths = ""},
               .log_every = 1,
               .checkpoint = {.every = 0, .dir = "ckpt", .keep = 2}},
     .plan = {.device_arena_bytes = 0,

@@ -1010,6 +1010,8 @@ constexpr const char* kScheduleText =
     "accumulate reduce=every\n"
     "146 ops, 107 buffers; bytes sent per rank: all-gather 366689792, reduce-scatter 435678208, "
     "all-reduce 56\n"
+    "validation pass: ops #0-#38 (13 all-gathers, 14 forwards, 12 frees): micro-batch 0's "
+    "forward alone, no gradients, reduce-scatters or optimizer\n"
     "stream compute (107 ops):\n"
     "  #2     F u0 s0 mb0                                                       deps #0\n"
     "  #4     F u1 s1 mb0          2.835e+11 flop                               deps #1\n"
@@ -1987,7 +1989,7 @@ const program kProgram = {
     .spec_path = "specs/gpt2-124m.fsdp",
     .model_name = "gpt2_124m",
     .schedule_text = kScheduleText,
-    .hash = 0x2cc602b94eb8a064ull,
+    .hash = 0xcd2181e8a3141599ull,
     .model = {.vocab = 50257, .context = 1024, .width = 768, .heads = 12, .layers = 12,
               .ffn_hidden = 3072, .tied = true, .params = 124439808, .padded_vocab = 50304},
     .parallel = {.world = 8, .shard_group = 8, .micro_batches = 1, .micro_batch = 16,
@@ -1999,10 +2001,15 @@ const program kProgram = {
               .lr_schedule = {.kind = lr_schedule_kind::cosine, .warmup = 700, .min_lr = 6e-05},
               .steps = 19073, .clip = 1.0, .seed = 1337,
               .data = {.source = data_source::tokens, .seed = 7,
-                       .path = "specs/fineweb_train_000001.bin"}, .log_every = 10,
-              .checkpoint = {.every = 5000, .dir = "ckpt/gpt2-124m", .keep = 2}},
+                       .paths = "specs/fineweb_train_*.bin"}, .log_every = 10,
+              .checkpoint = {.every = 5000, .dir = "ckpt/gpt2-124m", .keep = 2},
+              .shuffle = true,
+              .val = {.source = data_source::tokens, .seed = 7,
+                      .paths = "specs/fineweb_val_000000.bin"}, .val_every = 250,
+              .val_sequences = 1280},
     .plan = {.device_arena_bytes = 12369163776, .host_arena_bytes = 0,
-             .live_peak_bytes = 12369163776, .workspace_buffer = 39, .flash_attention = false},
+             .live_peak_bytes = 12369163776, .workspace_buffer = 39, .flash_attention = false,
+             .validation_op_count = 39},
     .buffers = kBuffers,
     .buffer_count = 107,
     .units = kUnits,

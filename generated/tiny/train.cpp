@@ -418,6 +418,8 @@ constexpr const char* kScheduleText =
     "accumulate reduce=every\n"
     "58 ops, 37 buffers; bytes sent per rank: all-gather 3271168, reduce-scatter 1684992, "
     "all-reduce 8\n"
+    "validation pass: ops #0-#14 (5 all-gathers, 6 forwards, 4 frees): micro-batch 0's forward "
+    "alone, no gradients, reduce-scatters or optimizer\n"
     "stream compute (43 ops):\n"
     "  #2     F u0 s0 mb0                                                       deps #0\n"
     "  #4     F u1 s1 mb0          4.698e+08 flop                               deps #1\n"
@@ -797,7 +799,7 @@ const program kProgram = {
     .spec_path = "specs/tiny.fsdp",
     .model_name = "tiny",
     .schedule_text = kScheduleText,
-    .hash = 0x0656e3bd521bd0aeull,
+    .hash = 0x7ad4956307b0d885ull,
     .model = {.vocab = 256, .context = 128, .width = 128, .heads = 4, .layers = 4,
               .ffn_hidden = 512, .tied = true, .params = 842496, .padded_vocab = 256},
     .parallel = {.world = 2, .shard_group = 2, .micro_batches = 1, .micro_batch = 8,
@@ -808,10 +810,13 @@ const program kProgram = {
                             .beta2 = 0.95, .eps = 1e-08, .weight_decay = 0.1, .momentum = 0.9},
               .lr_schedule = {.kind = lr_schedule_kind::cosine, .warmup = 20, .min_lr = 0.0001},
               .steps = 200, .clip = 1.0, .seed = 1337,
-              .data = {.source = data_source::synthetic, .seed = 7, .path = ""},
-              .log_every = 10, .checkpoint = {.every = 0, .dir = "ckpt", .keep = 2}},
+              .data = {.source = data_source::synthetic, .seed = 7, .paths = ""},
+              .log_every = 10, .checkpoint = {.every = 0, .dir = "ckpt", .keep = 2},
+              .shuffle = true,
+              .val = {.source = data_source::synthetic, .seed = 7, .paths = ""},
+              .val_every = 50, .val_sequences = 64},
     .plan = {.device_arena_bytes = 55612416, .host_arena_bytes = 0, .live_peak_bytes = 55612416,
-             .workspace_buffer = -1, .flash_attention = false},
+             .workspace_buffer = -1, .flash_attention = false, .validation_op_count = 15},
     .buffers = kBuffers,
     .buffer_count = 37,
     .units = kUnits,

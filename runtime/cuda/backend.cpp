@@ -190,6 +190,22 @@ class cuda_backend final : public backend {
     return step_result_of(s.loss_sum, host_norm_ ? c.grad_norm_partial : s.norm_sq, c.grad_scale);
   }
 
+  double run_validation(int64_t pass, int64_t rows) override {
+    step_context& c = *c_;
+    c.validation_pass = pass;
+    c.loss_rows = rows;
+    try {
+      step_fill_inputs(c, 0, gc_.host_inputs, gc_.host_inputs + tokens_per_mb_);
+      gpu_executor_run_prefix(exec_, static_cast<int>(p_.plan.validation_op_count));
+    } catch (...) {
+      c.validation_pass = -1;
+      throw;
+    }
+    c.validation_pass = -1;
+    check_guard();
+    return gc_.host_scalars->loss_sum;
+  }
+
   const std::vector<int64_t>& op_start_ns() const override { return exec_.start_ns; }
   const std::vector<int64_t>& op_end_ns() const override { return exec_.end_ns; }
   // Step 0 chooses GEMM algorithms; step 1 captures the graph.

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <stdexcept>
 
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/step.h"
@@ -19,13 +20,13 @@ cudaStream_t stream_of(gpu_executor& e, stream_id s) {
   return e.streams[static_cast<int>(s)];
 }
 
-// Issues every op of a step in issue order; with timing, brackets each op
-// with timing events.
-void issue(gpu_executor& e, bool timed) {
-  const program& p = *e.p;
+// Issues ops 0 .. op_count-1 of a step in issue order; with timing,
+// brackets each op with timing events.
+void issue(gpu_executor& e, bool timed, int op_count) {
   cudaStream_t compute = stream_of(e, stream_id::compute);
   if (timed) CUDA_CHECK(cudaEventRecord(e.step_zero, compute));
-  if (e.host.state) {
+  const bool whole = op_count == e.p->op_count;  // a prefix hands nothing to the host
+  if (e.host.state && whole) {
     // The host clock's origin: the moment the GPU passes step_zero (at once:
     // the previous step is over).
     if (timed) CUDA_CHECK(cudaEventSynchronize(e.step_zero));
@@ -36,9 +37,10 @@ void issue(gpu_executor& e, bool timed) {
   for (int s = 1; s < kStreamCount; ++s)
     if (e.stream_used[s]) CUDA_CHECK(cudaStreamWaitEvent(e.streams[s], e.step_begin, 0));
 
-  for (int i = 0; i < p.op_count; ++i) {
-    const program_op& op = p.ops[i];
+  for (int i = 0; i < op_count; ++i) {
+    const program_op& op = e.p->ops[i];
     if (e.on_host[static_cast<size_t>(i)]) {
+      if (!whole) throw std::logic_error("a prefix of the step holds a host op");
       // Every op before it has recorded its event: the worker may wait for them.
       host_worker_hand_over(e.host, i);
       continue;
@@ -118,7 +120,7 @@ void gpu_executor_run_step(gpu_executor& e, int64_t step, bool timed) {
     cudaGraph_t g = nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal));
     try {
-      issue(e, false);
+      issue(e, false, e.p->op_count);
     } catch (...) {
       cudaGraph_t partial = nullptr;
       cudaStreamEndCapture(compute, &partial);  // leave the stream usable for the error path
@@ -130,7 +132,7 @@ void gpu_executor_run_step(gpu_executor& e, int64_t step, bool timed) {
     CUDA_CHECK(cudaGraphDestroy(g));
     CUDA_CHECK(cudaGraphLaunch(e.graph, compute));
   } else {
-    issue(e, timed);
+    issue(e, timed, e.p->op_count);
   }
   CUDA_CHECK(cudaStreamSynchronize(compute));
   if (e.host.state) host_worker_finish_step(e.host, e.start_ns, e.end_ns);
@@ -140,6 +142,11 @@ void gpu_executor_run_step(gpu_executor& e, int64_t step, bool timed) {
       e.start_ns[static_cast<size_t>(i)] = elapsed_ns(e.step_zero, e.start[static_cast<size_t>(i)]);
       e.end_ns[static_cast<size_t>(i)] = elapsed_ns(e.step_zero, e.end[static_cast<size_t>(i)]);
     }
+}
+
+void gpu_executor_run_prefix(gpu_executor& e, int op_count) {
+  issue(e, false, op_count);
+  CUDA_CHECK(cudaStreamSynchronize(stream_of(e, stream_id::compute)));
 }
 
 bool gpu_executor_stop(gpu_executor& e) {

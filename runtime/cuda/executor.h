@@ -67,6 +67,9 @@ void gpu_executor_start(gpu_executor& e, const program& p, step_context& ctx, gp
 // `timed`, records per-op times into start_ns/end_ns (eagerly, never from a
 // graph).
 void gpu_executor_run_step(gpu_executor& e, int64_t step, bool timed);
+// Issues ops 0 .. op_count-1 (a prefix with no host op, such as the
+// validation pass) eagerly, untimed, and waits for them.
+void gpu_executor_run_prefix(gpu_executor& e, int op_count);
 // Stops the host worker and frees the streams and events. Returns false when
 // the host worker could not be stopped (see host_worker_stop; only after a
 // failure, with several ranks): the host memory its ops use must then stay

@@ -163,6 +163,7 @@ void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* tar
 }
 
 void step_add_losses(step_context& c, const float* losses, int64_t n, gpu_exec& g) {
+  n = step_counted_losses(c, n);  // a validation pass is issued eagerly, never captured
   add_sum_kernel<<<1, kReduceThreads, 0, g.stream>>>(&g.scalars->loss_sum, losses, n);
   check_launch();
 }

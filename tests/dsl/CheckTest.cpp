@@ -81,7 +81,7 @@ train {
   EXPECT_EQ(t.lr_schedule.warmup, 5);
   EXPECT_DOUBLE_EQ(t.clip, 0);
   EXPECT_EQ(t.data.kind, DataKind::Tokens);
-  EXPECT_EQ(t.data.path, "a.bin");
+  EXPECT_EQ(t.data.paths, std::vector<std::string>{"a.bin"});
   EXPECT_TRUE(t.checkpoint.enabled);
   EXPECT_EQ(t.checkpoint.keep, 3);
 }
@@ -116,17 +116,28 @@ TEST(Check, DataPathsAreFoundFromTheSpecsDirectory) {
   std::ofstream(dir / "a.fsdp") << with_model("train { data = tokens(\"/x/train.bin\") }");
   FrontendResult r = load_spec_file((dir / "r.fsdp").string());
   ASSERT_TRUE(r.spec) << r.diagnostics;
-  EXPECT_EQ(r.spec->train.data.path, (dir.parent_path() / "data" / "input.txt").string());
+  EXPECT_EQ(r.spec->train.data.paths[0], (dir.parent_path() / "data" / "input.txt").string());
   const fs::path cwd = fs::current_path();
   fs::current_path(dir.parent_path());
   FrontendResult from_parent = load_spec_file("specs/r.fsdp");
   fs::current_path(cwd);
   ASSERT_TRUE(from_parent.spec) << from_parent.diagnostics;
-  EXPECT_EQ(from_parent.spec->train.data.path, "data/input.txt");
+  EXPECT_EQ(from_parent.spec->train.data.paths[0], "data/input.txt");
   FrontendResult a = load_spec_file((dir / "a.fsdp").string());
   ASSERT_TRUE(a.spec) << a.diagnostics;
-  EXPECT_EQ(a.spec->train.data.path, "/x/train.bin");
-  EXPECT_EQ(load_ok(relative).train.data.path, "../data/input.txt");
+  EXPECT_EQ(a.spec->train.data.paths[0], "/x/train.bin");
+  EXPECT_EQ(load_ok(relative).train.data.paths[0], "../data/input.txt");
+  // Every file and pattern of a token set and of the validation data too.
+  std::ofstream(dir / "v.fsdp") << with_model(
+      "train { data = tokens(\"../data/train_*.bin\", \"/abs/more.bin\") val = "
+      "tokens(\"val.bin\") }");
+  FrontendResult v = load_spec_file((dir / "v.fsdp").string());
+  ASSERT_TRUE(v.spec) << v.diagnostics;
+  EXPECT_EQ(v.spec->train.data.paths,
+            (std::vector<std::string>{(dir.parent_path() / "data" / "train_*.bin").string(),
+                                      "/abs/more.bin"}));
+  ASSERT_TRUE(v.spec->train.val);
+  EXPECT_EQ(v.spec->train.val->paths, std::vector<std::string>{(dir / "val.bin").string()});
 }
 
 TEST(Check, LlamaDefaults) {
@@ -184,6 +195,52 @@ TEST(Check, AllErrorsAreCollectedAndSorted) {
   size_t c = out.find("'steps' must be positive"), d = out.find("unknown key 'bogus'");
   ASSERT_NE(d, std::string::npos) << out;
   EXPECT_TRUE(a < b && b < c && c < d) << out;
+}
+
+// Token data is many files and glob patterns (as arguments or a list), read
+// in the order given; validation data and its settings; shuffling is on by
+// default. Misuses are located errors.
+TEST(Check, TokenSetsValidationAndShuffle) {
+  const TrainSpec t = load_ok(with_model("train { data = tokens(\"a_*.bin\", \"b.bin\") val = "
+                                         "tokens([\"v1.bin\", \"v2.bin\"]) val_every = 5 "
+                                         "val_sequences = 12 }"))
+                          .train;
+  EXPECT_EQ(t.data.kind, DataKind::Tokens);
+  EXPECT_EQ(t.data.paths, (std::vector<std::string>{"a_*.bin", "b.bin"}));
+  EXPECT_TRUE(t.shuffle);
+  ASSERT_TRUE(t.val);
+  EXPECT_EQ(t.val->paths, (std::vector<std::string>{"v1.bin", "v2.bin"}));
+  EXPECT_EQ(t.val_every, 5);
+  EXPECT_EQ(t.val_sequences, 12);
+  EXPECT_FALSE(load_ok(with_model("train { shuffle = false }")).train.shuffle);
+  EXPECT_FALSE(load_ok(with_model("train { val = none }")).train.val);
+  const Spec synthetic_val = load_ok(with_model("train { val = synthetic(seed = 3) }"));
+  ASSERT_TRUE(synthetic_val.train.val);
+  EXPECT_EQ(synthetic_val.train.val->seed, 3);
+  EXPECT_EQ(synthetic_val.train.val_every, 250);
+  EXPECT_EQ(synthetic_val.train.val_sequences, 256);
+
+  auto error_of = [](const std::string& train) {
+    return load_error(with_model("train { " + train + " }"));
+  };
+  std::string e = error_of("val_every = 10");
+  EXPECT_NE(e.find("'val_every' is set but the spec names no validation data"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("val = tokens("), std::string::npos) << e;
+  e = error_of("data = text(\"a.txt\", \"b.txt\")");
+  EXPECT_NE(e.find("text data is one file; 2 paths given"), std::string::npos) << e;
+  e = error_of("data = tokens()");
+  EXPECT_NE(e.find("data source 'tokens' needs a file"), std::string::npos) << e;
+  e = error_of("val = tokens");
+  EXPECT_NE(e.find("val = tokens(\"path\")"), std::string::npos) << e;
+  e = error_of("data = tokens(files = \"a.bin\")");
+  EXPECT_NE(e.find("unknown argument 'files' of 'tokens'"), std::string::npos) << e;
+  e = error_of("data = tokens(\"a.bin\", 3)");
+  EXPECT_NE(e.find("expected a string for 'path'"), std::string::npos) << e;
+  e = error_of("val_sequences = 0 val = synthetic");
+  EXPECT_NE(e.find("val_sequences"), std::string::npos) << e;
+  e = error_of("shufle = true");
+  EXPECT_NE(e.find("did you mean 'shuffle'?"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -54,6 +54,7 @@ struct E2eConfig {
   std::string optimizer = "adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)";
   int steps = 4;
   std::string clip = "1.0";  // a global norm, or none
+  std::string train_extra;   // more lines of the train section (e.g. validation)
 
   std::string spec() const {
     return fmt::format(
@@ -67,13 +68,13 @@ struct E2eConfig {
         "  accumulate {{ micro_batches = {}  reduce = {} }}\n}}\n"
         "train {{\n  optimizer = {}\n  lr_schedule = cosine(warmup = 1, min = 1e-3)\n"
         "  micro_batch = {}\n  steps = {}\n  clip = {}\n  seed = 1337\n"
-        "  data = synthetic(seed = 7)\n  log_every = 1\n}}\n",
+        "  data = synthetic(seed = 7)\n  log_every = 1\n{}}}\n",
         family, vocab,
         family == "llama" ? "  heads = 4\n  kv_heads = 2\n  ffn_hidden = 88\n" : "  heads = 2\n",
         tied, pad_vocab_to ? fmt::format("  pad_vocab_to = {}\n", pad_vocab_to) : "", units, world,
         sharding, shard_group ? fmt::format("  shard_group = {}\n", shard_group) : "", param,
         reduce_dtype, forward_prefetch, backward, max_inflight, recompute, offload, micro_batches,
-        reduce, optimizer, micro_batch, steps, clip);
+        reduce, optimizer, micro_batch, steps, clip, train_extra);
   }
 
   std::string name() const {
@@ -90,6 +91,8 @@ struct E2eConfig {
     if (vocab != 64) n += fmt::format("_vocab{}", vocab);
     if (pad_vocab_to) n += fmt::format("_pad{}", pad_vocab_to);
     if (family != "gpt2") n += "_" + family;
+    if (!train_extra.empty())
+      n += fmt::format("_train{:08x}", std::hash<std::string>{}(train_extra)&0xffffffffu);
     return n;
   }
 };

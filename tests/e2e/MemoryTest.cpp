@@ -93,6 +93,17 @@ TEST(Memory, LlamaCountsThePlannedArenaToo) {
   EXPECT_EQ(memory_problems(m.run, m.metrics, m.arena_in_pages), std::vector<std::string>{});
 }
 
+// Validation after every step runs in the planned arena too (its pass is the
+// step's own prefix) and adds nothing to the process.
+TEST(Memory, ValidationRunsInThePlannedArena) {
+  E2eConfig c;
+  c.train_extra = "  val = synthetic(seed = 7)\n  val_every = 1\n  val_sequences = 9\n";
+  Measured m = measure("memory_validation", c, "--steps 5");
+  ASSERT_EQ(m.metrics.size(), 5u);
+  EXPECT_TRUE(m.metrics[4].contains("val_loss")) << m.metrics[4];
+  EXPECT_EQ(memory_problems(m.run, m.metrics, m.arena_in_pages), std::vector<std::string>{});
+}
+
 TEST(Memory, WithOffloadBothArenasAreResidentAsPlanned) {
   E2eConfig c;
   c.offload = "cpu";

@@ -388,5 +388,29 @@ TEST(Verify, DeviceNeverWaitsForTheHost) {
   EXPECT_EQ(errors.size(), 1u);
 }
 
+// The validation pass is the step's prefix up to micro-batch 0's loss: a
+// gradient op inside it, or a segment whose forward it lacks, is reported.
+TEST(Verify, ValidationPassIsAForwardPass) {
+  Planned p = valid(hybrid());
+  const int loss = first_op(p.schedule, [&](const Op& op) {
+                     return op.kind == OpKind::Forward && op.micro_batch == 0 &&
+                            op.segment == static_cast<int>(p.schedule.units.segments.size()) - 1;
+                   }).id;
+  Op& before = p.schedule.ops[static_cast<size_t>(loss - 1)];
+  const OpKind kind = before.kind;
+  before.kind = OpKind::ReduceScatter;  // other invariants break too: find this one's report
+  const std::string all = fmt::format("{}", fmt::join(verify_plan(p.schedule, p.memory), "\n"));
+  EXPECT_NE(all.find(fmt::format("validation pass: op #{} RS comes before the loss of "
+                                 "micro-batch 0 but is not an all-gather, a forward",
+                                 loss - 1)),
+            std::string::npos)
+      << all;
+  before.kind = kind;
+  Op& embed = first_op(p.schedule, [](const Op& op) { return op.kind == OpKind::Forward; });
+  embed.micro_batch = 1;
+  EXPECT_TRUE(
+      reports_only(verify_plan(p.schedule, p.memory), {"validation pass", "micro-batch 1"}));
+}
+
 }  // namespace
 }  // namespace fsdpgen::test

@@ -54,7 +54,7 @@ batch fill(const dataloader& d, int64_t first, int64_t count) {
 }
 
 data_config synthetic(uint64_t seed, int64_t vocab, int64_t context) {
-  return {data_kind::synthetic, seed, "", vocab, context};
+  return {data_kind::synthetic, seed, {}, vocab, context};
 }
 
 TEST(Data, SyntheticIsAFunctionOfSeedAndSequence) {
@@ -125,7 +125,7 @@ TEST(Data, TextWindowsAreConsecutiveAndWrap) {
   for (int i = 0; i < 23; i++)
     text.push_back(static_cast<unsigned char>('a' + i));
   write_bytes(path, text);
-  dataloader d = dataloader_open({data_kind::text, 0, path, 256, 5});
+  dataloader d = dataloader_open({data_kind::text, 0, {path}, 256, 5});
   EXPECT_EQ(d.windows, 4);  // (23 - 1) / 5
   batch b = fill(d, 3, 2);  // windows 3 and 0
   EXPECT_EQ(std::vector<int32_t>(b.tokens.begin(), b.tokens.begin() + 5),
@@ -143,20 +143,20 @@ TEST(Data, TextErrors) {
   write_bytes(path, {'a', 'b', 'c'});
   expect_error(
       [&] {
-        dataloader_open({data_kind::text, 0, path, 100, 2});
+        dataloader_open({data_kind::text, 0, {path}, 100, 2});
       },
       {path, "vocab >= 256", "vocab is 100"});
   expect_error(
       [&] {
-        dataloader_open({data_kind::text, 0, path, 256, 3});
+        dataloader_open({data_kind::text, 0, {path}, 256, 3});
       },
       {path, "3 bytes", "context + 1 = 4"});
   expect_error(
       [&] {
-        dataloader_open({data_kind::text, 0, path + ".missing", 256, 2});
+        dataloader_open({data_kind::text, 0, {path + ".missing"}, 256, 2});
       },
       {path + ".missing", "cannot open", "No such file"});
-  expect_error([&] { dataloader_open({data_kind::text, 0, path, 256, 0}); }, {path, "context"});
+  expect_error([&] { dataloader_open({data_kind::text, 0, {path}, 256, 0}); }, {path, "context"});
   std::filesystem::remove(path);
 }
 
@@ -166,7 +166,7 @@ TEST(Data, TokenFileWindows) {
   for (uint16_t i = 0; i < 1000; i++)
     tokens.push_back(static_cast<uint16_t>(i * 50));
   write_bytes(path, token_file(20240520, 1, 1000, tokens));
-  dataloader d = dataloader_open({data_kind::tokens, 0, path, 50257, 100});
+  dataloader d = dataloader_open({data_kind::tokens, 0, {path}, 50257, 100});
   EXPECT_EQ(d.windows, 9);
   batch b = fill(d, 9 + 2, 1);  // window 2
   EXPECT_EQ(b.tokens[0], 200 * 50);
@@ -180,7 +180,7 @@ TEST(Data, TokenFileErrors) {
   const std::vector<uint16_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   auto open = [&](const std::vector<unsigned char>& bytes, int64_t vocab = 50257) {
     write_bytes(path, bytes);
-    return [&path, vocab] { dataloader_open({data_kind::tokens, 0, path, vocab, 4}); };
+    return [&path, vocab] { dataloader_open({data_kind::tokens, 0, {path}, vocab, 4}); };
   };
   expect_error(open({}), {path, "0 bytes", "1024-byte header"});
   expect_error(open(token_file(20240521, 1, 9, tokens)),
@@ -221,7 +221,7 @@ TEST(Data, TextNamedBinSaysHowToPassText) {
     }();
     expect_error(
         [&] {
-          dataloader_open({data_kind::tokens, 0, path, 50257, 4});
+          dataloader_open({data_kind::tokens, 0, {path}, 50257, 4});
         },
         {path, "a .bin file is read as an llm.c token file",
          "another extension (e.g. --data input.txt)"});
