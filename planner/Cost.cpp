@@ -16,6 +16,7 @@
 #include "planner/Calibrated.h"
 #include "planner/Flops.h"
 #include "planner/Intervals.h"
+#include "planner/Validation.h"
 #include "profile/profile.h"
 
 namespace fsdpgen {
@@ -372,10 +373,12 @@ Timeline predict(const Schedule& s, const Hardware& hw, const CostOptions& optio
   t.peak_tflops = hw.peak_flops(t.dtype) / 1e12;
   t.stream_busy_ms.assign(kStreamNames.size(), 0);
   Intervals compute, comm;
+  const int validation_ops = validation_pass(s).op_count;
   for (const Op& op : s.ops) {
     const auto [a, b] = spans[op.id];
     t.ops.push_back({a * 1e3, b * 1e3});
     t.step_ms = std::max(t.step_ms, b * 1e3);
+    if (op.id < validation_ops) t.validation_pass_ms = std::max(t.validation_pass_ms, b * 1e3);
     t.stream_busy_ms[static_cast<size_t>(op.stream)] += (b - a) * 1e3;
     if (is_compute(op.kind)) {
       compute.push_back({a, b});
@@ -435,6 +438,18 @@ std::string print_timeline(const Schedule& s, const Timeline& t) {
   for (size_t st = 0; st < t.stream_busy_ms.size(); ++st)
     if (t.stream_busy_ms[st] > 0)
       out += fmt::format(" {} {:.1f} ms", kStreamNames[st], t.stream_busy_ms[st]);
+  if (const TrainSpec& train = spec.train; train.val) {
+    const int64_t per_pass = p.world * s.micro_batch;
+    const int64_t passes = (train.val_sequences + per_pass - 1) / per_pass;
+    const double seconds = static_cast<double>(passes) * t.validation_pass_ms / 1e3;
+    out += fmt::format(
+        "\n  validation      {:.1f} ms per pass of {} sequences (micro-batch 0's forward: the "
+        "step's ops #0-#{}); {} pass{} for val_sequences {}: {:.3g} s every {} steps ({} of the "
+        "training time)",
+        t.validation_pass_ms, per_pass, validation_pass(s).op_count - 1, passes,
+        passes == 1 ? "" : "es", train.val_sequences, seconds, train.val_every,
+        pct(seconds / (static_cast<double>(train.val_every) * step / 1e3)));
+  }
   out += fmt::format("\n  figures         {}\n", timeline_source(t));
   return out;
 }

@@ -38,6 +38,9 @@ struct Timeline {
   double peak_tflops = 0;     // the hardware's dense peak for that dtype
   std::vector<OpTime> ops;    // indexed like Schedule::ops
   double step_ms = 0;         // end of the last op (the step starts at 0)
+  // The validation pass (planner/Validation.h) run alone: the end of its last
+  // op (its ops come first on their streams, so nothing outside delays them).
+  double validation_pass_ms = 0;
 
   // Busy time: the measure of the union of the ops' intervals. Compute ops
   // are F, RECOMPUTE, B, GRADNORM and OPT; communication ops AG, RS, AR, H2D

@@ -42,7 +42,8 @@ bool is_collective(op_kind k) {
 
 std::string trace_json(const program& p, int64_t step,
                        const std::vector<std::vector<int64_t>>& start_ns,
-                       const std::vector<std::vector<int64_t>>& end_ns) {
+                       const std::vector<std::vector<int64_t>>& end_ns,
+                       const trace_losses& losses) {
   using nlohmann::ordered_json;
   ordered_json events = ordered_json::array();
   bool used[kStreamCount] = {};
@@ -81,11 +82,27 @@ std::string trace_json(const program& p, int64_t step,
                         {"args", op_args(op)}});
     }
   }
+  // The losses as counters at the end of rank 0's step.
+  int64_t end = 0;
+  for (int i = 0; i < p.op_count && !end_ns.empty(); ++i)
+    end = std::max(end, end_ns[0][i]);
+  ordered_json counters = {{"loss", losses.loss}};
+  if (losses.val_step >= 0) counters["val loss"] = losses.val_loss;
+  events.push_back({{"name", "losses"},
+                    {"ph", "C"},
+                    {"ts", static_cast<double>(end) / 1e3},
+                    {"pid", 0},
+                    {"args", counters}});
   ordered_json j;
   j["traceEvents"] = std::move(events);
   j["displayTimeUnit"] = "ms";
   // What `fsdpgen compare` checks against the predicted trace's.
   j["otherData"] = {{"model", p.model_name}, {"world", p.parallel.world}, {"step", step + 1}};
+  j["otherData"]["loss"] = losses.loss;
+  if (losses.val_step >= 0) {
+    j["otherData"]["val_loss"] = losses.val_loss;
+    j["otherData"]["val_step"] = losses.val_step;
+  }
   return j.dump(1) + "\n";
 }
 

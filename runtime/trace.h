@@ -18,10 +18,20 @@ inline int64_t trace_clock_ns() {
       .count();
 }
 
-// start_ns/end_ns: per rank, per op, from the start of the step.
+// What the run measured besides the traced step's ops: the step's loss and
+// the last validation (val_step -1: none).
+struct trace_losses {
+  double loss = 0;
+  int64_t val_step = -1;  // steps trained before the validation
+  double val_loss = 0;
+};
+
+// start_ns/end_ns: per rank, per op, from the start of the step. The losses
+// go into otherData and, as counters, beside rank 0's ops.
 std::string trace_json(const program& p, int64_t step,
                        const std::vector<std::vector<int64_t>>& start_ns,
-                       const std::vector<std::vector<int64_t>>& end_ns);
+                       const std::vector<std::vector<int64_t>>& end_ns,
+                       const trace_losses& losses = {});
 
 // Fraction of collective time (all-gather, reduce-scatter, all-reduce) that
 // overlapped with compute on the same rank, over all ranks: 1 = fully hidden;

@@ -178,7 +178,8 @@ void leak(int64_t bytes) {
 // written there as a Chrome trace to `path`; returns rank 0's write error or "".
 std::string gather_and_write_trace(const program& p, const std::string& path, int64_t trace_step,
                                    const std::vector<int64_t>& start_ns,
-                                   const std::vector<int64_t>& end_ns, bool lead) {
+                                   const std::vector<int64_t>& end_ns, const trace_losses& losses,
+                                   bool lead) {
   std::vector<int64_t> mine = start_ns;
   mine.insert(mine.end(), end_ns.begin(), end_ns.end());
   std::vector<int64_t> all(lead ? mine.size() * static_cast<size_t>(p.parallel.world) : 0);
@@ -193,7 +194,7 @@ std::string gather_and_write_trace(const program& p, const std::string& path, in
     ends.emplace_back(base + static_cast<ptrdiff_t>(n), base + static_cast<ptrdiff_t>(2 * n));
   }
   std::ofstream f(path);
-  f << trace_json(p, trace_step, starts, ends);
+  f << trace_json(p, trace_step, starts, ends, losses);
   f.close();
   const double hidden = trace_hidden_comm_fraction(p, starts, ends);
   if (!f) return fmt::format("cannot write {}: {}", path, std::strerror(errno));
@@ -286,6 +287,7 @@ class training_run {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> metrics_{nullptr, std::fclose};
   std::chrono::steady_clock::time_point run_start_;  // the first step's start
   std::vector<int64_t> trace_start_ns_, trace_end_ns_;
+  double trace_loss_ = 0;
   memory_watch memory_;
   run_totals totals_;
   bool stop_ = false;
@@ -500,7 +502,10 @@ step_record training_run::train_step(int64_t step) {
   r.machine = b_->read_memory();
   memory_watch_step(memory_, r.machine);
   count(r);
-  if (traced) trace_start_ns_ = b_->op_start_ns(), trace_end_ns_ = b_->op_end_ns();
+  if (traced) {
+    trace_start_ns_ = b_->op_start_ns(), trace_end_ns_ = b_->op_end_ns();
+    trace_loss_ = r.loss;
+  }
   return r;
 }
 
@@ -633,7 +638,9 @@ int64_t training_run::trace_step() const {
 std::string training_run::write_trace() const {
   const int64_t step = trace_step();
   if (o_.trace.empty() || step < start_step_ || step >= start_step_ + totals_.steps_run) return "";
-  return gather_and_write_trace(p_, o_.trace, step, trace_start_ns_, trace_end_ns_, lead_);
+  return gather_and_write_trace(
+      p_, o_.trace, step, trace_start_ns_, trace_end_ns_,
+      {trace_loss_, totals_.validated ? last_val_.step : -1, last_val_.loss}, lead_);
 }
 
 void training_run::save_weights() {
