@@ -492,10 +492,11 @@ step_record training_run::train_step(int64_t step) {
   const int64_t per_step = checkpoint_sequences_per_step(p_);
   const int64_t first = c_.sequence_base + step * per_step;
   r.epoch = dataloader_epoch(data_, first);
-  if (lead_ && step > start_step_ && dataloader_epoch(data_, first + per_step - 1) > r.epoch)
+  const int64_t last_epoch = dataloader_epoch(data_, first + per_step - 1);
+  if (lead_ && step > start_step_ && last_epoch > dataloader_epoch(data_, first - 1))
     std::printf("data: epoch %lld begins within step %lld (every sequence of epoch %lld read)\n",
-                static_cast<long long>(r.epoch + 2), static_cast<long long>(step + 1),
-                static_cast<long long>(r.epoch + 1));
+                static_cast<long long>(last_epoch + 1), static_cast<long long>(step + 1),
+                static_cast<long long>(last_epoch));
   r.grad_norm = result.grad_norm;
   r.skipped = result.skipped;
   loss_scaler_update(scaler_, r.skipped);

@@ -245,6 +245,38 @@ inline std::string safetensors_tensor_bytes(const std::filesystem::path& p) {
   return all.size() - 8 < header ? "" : all.substr(8 + header);
 }
 
+// An llm.c token file: a 256-int32 header (magic, version, count) and the
+// tokens: GPT-2's format (20240520, version 1, uint16) or Llama 3's
+// (20240801, version 7, uint32).
+enum class token_format { gpt2, llama3 };
+inline void write_token_file(const std::filesystem::path& p, const std::vector<int32_t>& tokens,
+                             token_format f = token_format::gpt2) {
+  const bool wide = f == token_format::llama3;
+  int32_t header[256] = {wide ? 20240801 : 20240520, wide ? 7 : 1,
+                         static_cast<int32_t>(tokens.size())};
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(header), sizeof header);
+  for (int32_t t : tokens) {
+    if (wide) {
+      out.write(reinterpret_cast<const char*>(&t), 4);
+    } else {
+      const uint16_t v = static_cast<uint16_t>(t);
+      out.write(reinterpret_cast<const char*>(&v), 2);
+    }
+  }
+}
+
+// n token ids below vocab from a seeded generator.
+inline std::vector<int32_t> random_token_ids(int64_t n, int32_t vocab, uint32_t seed) {
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int32_t& t : out) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
+    t = static_cast<int32_t>(x % static_cast<uint64_t>(vocab));
+  }
+  return out;
+}
+
 // Builds and trains; returns the per-step losses (empty after a failure).
 inline std::vector<double> train_losses(const std::string& name, const E2eConfig& c,
                                         const std::string& extra = "") {

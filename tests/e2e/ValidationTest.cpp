@@ -40,17 +40,6 @@ E2eConfig validated(int world = 2) {
   return c;
 }
 
-// An llm.c token file (GPT-2 format: magic 20240520, version 1, uint16).
-void write_token_file(const fs::path& p, const std::vector<int32_t>& tokens) {
-  int32_t header[256] = {20240520, 1, static_cast<int32_t>(tokens.size())};
-  std::ofstream f(p, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(header), sizeof header);
-  for (int32_t t : tokens) {
-    const uint16_t v = static_cast<uint16_t>(t);
-    f.write(reinterpret_cast<const char*>(&v), 2);
-  }
-}
-
 // Every F32 tensor of a safetensors file, by name.
 std::map<std::string, ref::vec> read_f32_tensors(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
