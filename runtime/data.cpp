@@ -1,8 +1,10 @@
-// data: synthetic token streams, byte-level text and llm.c .bin token files
-// (validated at open), filled into (B, T) token and target rows.
+// data: synthetic token streams, byte-level text and llm.c token files
+// (mapped and checked at open), filled into (B, T) token and target rows.
 #include "runtime/data.h"
 
 #include <fcntl.h>
+#include <glob.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,11 +12,41 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "runtime/human.h"
+
+struct data_error_slot {
+  std::mutex mutex;
+  std::string first;  // "" while no bad token was met
+};
+
+mapped_file::mapped_file(mapped_file&& o) noexcept
+    : path(std::move(o.path)), bytes(o.bytes), size(o.size) {
+  o.bytes = nullptr;
+  o.size = 0;
+}
+
+mapped_file& mapped_file::operator=(mapped_file&& o) noexcept {
+  std::swap(path, o.path);  // o unmaps what this held
+  std::swap(bytes, o.bytes);
+  std::swap(size, o.size);
+  return *this;
+}
+
+mapped_file::~mapped_file() {
+  if (bytes && size > 0) munmap(const_cast<std::byte*>(bytes), static_cast<size_t>(size));
+}
+
+dataloader::dataloader() : error(std::make_unique<data_error_slot>()) {}
+dataloader::dataloader(dataloader&&) noexcept = default;
+dataloader& dataloader::operator=(dataloader&&) noexcept = default;
+dataloader::~dataloader() = default;
 
 namespace {
 
@@ -101,48 +133,14 @@ void fill_synthetic(const dataloader& d, int64_t j, int32_t* row, int32_t* last)
   *last = d.alphabet[*last];
 }
 
-// Closes a descriptor on every path out of a function.
-struct fd_guard {
-  int fd;
-  ~fd_guard() { ::close(fd); }
+// llm.c's token files: 256 int32 (magic, version, token count, unused), then
+// the tokens, little-endian: GPT-2's as uint16, Llama 3's as uint32.
+struct token_format {
+  int32_t magic, version;
+  int bytes;
+  const char* name;
 };
-
-std::vector<unsigned char> read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot open: {}", path, strerror(errno)));
-  const fd_guard guard{fd};
-  struct stat st;
-  if (fstat(fd, &st) != 0)
-    throw std::runtime_error(fmt::format("{}: cannot stat: {}", path, strerror(errno)));
-  if (!S_ISREG(st.st_mode)) throw std::runtime_error(fmt::format("{}: not a regular file", path));
-  std::vector<unsigned char> bytes(static_cast<size_t>(st.st_size));
-  for (size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw std::runtime_error(fmt::format("{}: read failed at byte {} of {}: {}", path, done,
-                                           bytes.size(),
-                                           n == 0 ? "unexpected end of file" : strerror(errno)));
-    done += static_cast<size_t>(n);
-  }
-  return bytes;
-}
-
-void open_text(dataloader& d) {
-  const data_config& c = d.config;
-  if (c.vocab < 256)
-    throw std::runtime_error(
-        fmt::format("{}: text data is byte-level and needs vocab >= 256, but vocab is {}",
-                    c.paths[0], c.vocab));
-  std::vector<unsigned char> bytes = read_file(c.paths[0]);
-  d.file_bytes = static_cast<int64_t>(bytes.size());
-  d.stream.assign(bytes.begin(), bytes.end());
-}
-
-// llm.c's token file: 256 int32 (magic, version, token count, unused), then
-// the tokens as uint16, all little-endian.
-constexpr int32_t kTokensMagic = 20240520;
-constexpr int32_t kTokensVersion = 1;
+constexpr token_format kTokenFormats[] = {{20240520, 1, 2, "uint16"}, {20240801, 7, 4, "uint32"}};
 constexpr int64_t kTokensHeaderBytes = 1024;  // 256 int32
 static_assert(std::endian::native == std::endian::little, "token files are read in place");
 
@@ -151,43 +149,212 @@ constexpr const char* kBinIsTokens =
     "a .bin file is read as an llm.c token file; to train on a text file, give it another "
     "extension (e.g. --data input.txt)";
 
-void open_tokens(dataloader& d) {
-  const data_config& c = d.config;
-  std::vector<unsigned char> bytes = read_file(c.paths[0]);
-  d.file_bytes = static_cast<int64_t>(bytes.size());
-  if (d.file_bytes < kTokensHeaderBytes)
+// Closes a descriptor on every path out of a function.
+struct fd_guard {
+  int fd;
+  ~fd_guard() { ::close(fd); }
+};
+
+mapped_file map_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot open: {}", path, strerror(errno)));
+  const fd_guard guard{fd};
+  struct stat st;
+  if (fstat(fd, &st) != 0)
+    throw std::runtime_error(fmt::format("{}: cannot stat: {}", path, strerror(errno)));
+  if (!S_ISREG(st.st_mode)) throw std::runtime_error(fmt::format("{}: not a regular file", path));
+  mapped_file f;
+  f.path = path;
+  f.size = st.st_size;
+  if (f.size == 0) return f;
+  void* p = mmap(nullptr, static_cast<size_t>(f.size), PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    throw std::runtime_error(
+        fmt::format("{}: cannot map its {} bytes: {}", path, f.size, strerror(errno)));
+  // Windows are read at random (shuffled) or in order: let the kernel read ahead modestly.
+  madvise(p, static_cast<size_t>(f.size), MADV_NORMAL);
+  f.bytes = static_cast<const std::byte*>(p);
+  return f;
+}
+
+bool has_wildcard(const std::string& s) {
+  return s.find_first_of("*?[") != std::string::npos;
+}
+
+// The files the paths name: each pattern's matches sorted, in the order given.
+std::vector<std::string> expand(const data_config& c) {
+  if (c.paths.empty()) throw std::runtime_error(fmt::format("{}: no file given", c.role));
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const std::string& pattern : c.paths) {
+    std::vector<std::string> matches;
+    if (!has_wildcard(pattern)) {
+      matches.push_back(pattern);
+    } else {
+      glob_t g{};
+      const int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
+      for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i)
+        matches.emplace_back(g.gl_pathv[i]);
+      globfree(&g);
+      if (rc == GLOB_NOMATCH || (rc == 0 && matches.empty()))
+        throw std::runtime_error(fmt::format("{}: no file matches this pattern", pattern));
+      if (rc != 0)
+        throw std::runtime_error(fmt::format("{}: cannot list the files it matches ({})", pattern,
+                                             rc == GLOB_ABORTED ? "a directory cannot "
+                                                                  "be read"
+                                                                : "out of memory"));
+    }
+    for (std::string& m : matches) {
+      if (!seen.insert(m).second)
+        throw std::runtime_error(
+            fmt::format("{}: named twice (by {}); each file is read once per epoch", m, pattern));
+      out.push_back(std::move(m));
+    }
+  }
+  return out;
+}
+
+// A token file's format, from its header; throws naming what is wrong.
+const token_format& check_token_header(const mapped_file& f) {
+  if (f.size < kTokensHeaderBytes)
     throw std::runtime_error(
         fmt::format("{}: file is {} bytes, shorter than the {}-byte header of an llm.c token "
                     "file ({})",
-                    c.paths[0], d.file_bytes, kTokensHeaderBytes, kBinIsTokens));
+                    f.path, f.size, kTokensHeaderBytes, kBinIsTokens));
   int32_t header[3];
-  std::memcpy(header, bytes.data(), sizeof header);
-  if (header[0] != kTokensMagic)
-    throw std::runtime_error(fmt::format("{}: magic number is {}, expected {} ({})", c.paths[0],
-                                         header[0], kTokensMagic, kBinIsTokens));
-  if (header[1] != kTokensVersion)
+  std::memcpy(header, f.bytes, sizeof header);
+  const token_format* format = nullptr;
+  for (const token_format& t : kTokenFormats)
+    if (header[0] == t.magic) format = &t;
+  if (!format)
     throw std::runtime_error(fmt::format(
-        "{}: token file version {} is not supported; accepted: version {} (uint16 tokens)",
-        c.paths[0], header[1], kTokensVersion));
-  const int64_t ntokens = header[2], payload = d.file_bytes - kTokensHeaderBytes;
-  if (ntokens < 0 || ntokens * 2 != payload)
-    throw std::runtime_error(
-        fmt::format("{}: header says {} tokens ({} bytes) but {} bytes follow the {}-byte header",
-                    c.paths[0], ntokens, ntokens * 2, payload, kTokensHeaderBytes));
-  d.stream.resize(static_cast<size_t>(ntokens));
-  std::memcpy(d.stream.data(), bytes.data() + kTokensHeaderBytes, static_cast<size_t>(payload));
-  for (int64_t i = 0; i < ntokens; i++)
-    if (d.stream[i] >= c.vocab)
-      throw std::runtime_error(fmt::format("{}: token {} (byte offset {}) is {}, not < vocab {}",
-                                           c.paths[0], i, kTokensHeaderBytes + 2 * i, d.stream[i],
-                                           c.vocab));
+        "{}: magic number is {}, expected {} (GPT-2 tokens) or {} (Llama 3 tokens) ({})", f.path,
+        header[0], kTokenFormats[0].magic, kTokenFormats[1].magic, kBinIsTokens));
+  if (header[1] != format->version)
+    throw std::runtime_error(fmt::format(
+        "{}: token file version {} is not supported; accepted: version 1 (magic 20240520, "
+        "uint16 tokens) and version 7 (magic 20240801, uint32 tokens)",
+        f.path, header[1]));
+  const int64_t ntokens = header[2], payload = f.size - kTokensHeaderBytes;
+  if (ntokens < 0 || ntokens * format->bytes != payload)
+    throw std::runtime_error(fmt::format(
+        "{}: header says {} tokens ({} bytes) but {} bytes follow the {}-byte header ({})", f.path,
+        ntokens, ntokens * format->bytes, payload, kTokensHeaderBytes,
+        payload < ntokens * format->bytes ? "truncated?" : "more than the header counts"));
+  return *format;
+}
+
+void open_files(dataloader& d) {
+  const data_config& c = d.config;
+  const std::vector<std::string> paths = expand(c);
+  if (c.kind == data_kind::text) {
+    if (c.vocab < 256)
+      throw std::runtime_error(
+          fmt::format("{}: text data is byte-level and needs vocab >= 256, but vocab is {}",
+                      paths[0], c.vocab));
+    if (paths.size() != 1)
+      throw std::runtime_error(fmt::format("{}: text data is one file, but {} files are named",
+                                           c.paths[0], paths.size()));
+  }
+  d.header_bytes = c.kind == data_kind::tokens ? kTokensHeaderBytes : 0;
+  const token_format* first = nullptr;
+  d.starts.assign(1, 0);
+  for (const std::string& path : paths) {
+    mapped_file f = map_file(path);
+    if (c.kind == data_kind::tokens) {
+      const token_format& t = check_token_header(f);
+      if (!first) first = &t;
+      if (&t != first)
+        throw std::runtime_error(
+            fmt::format("{}: holds {} tokens but {} holds {}: a set is one format", f.path, t.name,
+                        d.files.front().path, first->name));
+      d.token_bytes = t.bytes;
+    }
+    d.starts.push_back(d.starts.back() + (f.size - d.header_bytes) / d.token_bytes);
+    d.files.push_back(std::move(f));
+  }
+}
+
+// Token i of the stream from file k (which holds it).
+int64_t stream_token(const dataloader& d, size_t k, int64_t i) {
+  const std::byte* at = d.files[k].bytes + d.header_bytes + (i - d.starts[k]) * d.token_bytes;
+  switch (d.token_bytes) {
+    case 1:
+      return static_cast<int64_t>(static_cast<unsigned char>(*at));
+    case 2: {
+      uint16_t v;
+      std::memcpy(&v, at, 2);
+      return v;
+    }
+    default: {
+      uint32_t v;
+      std::memcpy(&v, at, 4);
+      return v;
+    }
+  }
+}
+
+// Tokens [from, from + n) of the stream into out (as int32), checked < vocab.
+void read_window(const dataloader& d, int64_t from, int64_t n, int64_t sequence, int32_t* out) {
+  size_t k = static_cast<size_t>(std::upper_bound(d.starts.begin(), d.starts.end(), from) -
+                                 d.starts.begin() - 1);
+  for (int64_t i = from; i < from + n; ++i) {
+    while (i >= d.starts[k + 1])
+      ++k;
+    const int64_t v = stream_token(d, k, i);
+    if (v >= d.config.vocab) {
+      out[i - from] = 0;  // kernels never index beyond the vocabulary
+      std::lock_guard<std::mutex> lock(d.error->mutex);
+      if (d.error->first.empty())
+        d.error->first =
+            fmt::format("{}: token at byte offset {} is {}, not < vocab {} (in {} sequence {})",
+                        d.files[k].path, d.header_bytes + (i - d.starts[k]) * d.token_bytes, v,
+                        d.config.vocab, d.config.role, sequence);
+      continue;
+    }
+    out[i - from] = static_cast<int32_t>(v);
+  }
+}
+
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
 }
 
 }  // namespace
 
+int64_t data_shuffle(uint64_t seed, int64_t epoch, int64_t position, int64_t n) {
+  if (n <= 1) return 0;
+  // A balanced Feistel network over [0, 4^h) >= n, its round keys drawn
+  // from (seed, epoch); positions it maps outside [0, n) are mapped again
+  // (cycle walking), which keeps it a permutation of [0, n) and takes fewer
+  // than 4 rounds of walking on average.
+  int half = 1;
+  while ((uint64_t{1} << (2 * half)) < static_cast<uint64_t>(n))
+    ++half;
+  const uint64_t mask = (uint64_t{1} << half) - 1;
+  uint64_t keys[4];
+  uint64_t k = mix64(seed ^ 0x5EEDDA7A5EEDull) ^ mix64(static_cast<uint64_t>(epoch) + 1);
+  for (uint64_t& key : keys)
+    key = k = mix64(k + 0x9E3779B97F4A7C15ull);
+  uint64_t x = static_cast<uint64_t>(position);
+  do {
+    uint64_t left = x >> half, right = x & mask;
+    for (uint64_t key : keys) {
+      const uint64_t next = left ^ (mix64(right ^ key) & mask);
+      left = right;
+      right = next;
+    }
+    x = (left << half) | right;
+  } while (x >= static_cast<uint64_t>(n));
+  return static_cast<int64_t>(x);
+}
+
 dataloader dataloader_open(const data_config& config) {
-  const char* what =
-      config.kind == data_kind::synthetic ? "synthetic data" : config.paths[0].c_str();
+  const std::string what = config.kind == data_kind::synthetic ? "synthetic data"
+                           : config.paths.empty()              ? config.role
+                                                               : config.paths[0];
   if (config.context < 1)
     throw std::runtime_error(fmt::format("{}: context must be >= 1, got {}", what, config.context));
   if (config.vocab < 2 || config.vocab > INT32_MAX)
@@ -195,22 +362,17 @@ dataloader dataloader_open(const data_config& config) {
         fmt::format("{}: vocab must be in [2, {}], got {}", what, INT32_MAX, config.vocab));
   dataloader d;
   d.config = config;
-  switch (config.kind) {
-    case data_kind::synthetic:
-      open_synthetic(d);
-      return d;
-    case data_kind::text:
-      open_text(d);
-      break;
-    case data_kind::tokens:
-      open_tokens(d);
-      break;
+  if (config.kind == data_kind::synthetic) {
+    open_synthetic(d);
+    return d;
   }
-  const int64_t n = static_cast<int64_t>(d.stream.size()), T = config.context;
+  open_files(d);
+  const int64_t n = d.starts.back(), T = config.context;
   if (n < T + 1)
     throw std::runtime_error(fmt::format(
-        "{}: {} {}, fewer than context + 1 = {} needed for one sequence", config.paths[0], n,
-        config.kind == data_kind::text ? "bytes" : "tokens", T + 1));
+        "{}: {} {}, fewer than context + 1 = {} needed for one sequence",
+        d.files.size() == 1 ? d.files[0].path : fmt::format("{} ({} files)", what, d.files.size()),
+        n, config.kind == data_kind::text ? "bytes" : "tokens", T + 1));
   d.windows = (n - 1) / T;
   return d;
 }
@@ -228,39 +390,50 @@ void dataloader_fill(const dataloader& d, int64_t first_sequence, int64_t count,
     if (d.config.kind == data_kind::synthetic) {
       fill_synthetic(d, j, tok, tgt + T - 1);
       std::copy(tok + 1, tok + T, tgt);
-    } else {
-      const uint16_t* window = d.stream.data() + (j % d.windows) * T;
-      std::copy(window, window + T, tok);
-      std::copy(window + 1, window + T + 1, tgt);
+      continue;
     }
+    const int64_t epoch = j / d.windows, position = j % d.windows;
+    const int64_t w = d.config.shuffle
+                          ? data_shuffle(d.config.shuffle_seed, epoch, position, d.windows)
+                          : position;
+    read_window(d, w * T, T, j, tok);
+    read_window(d, w * T + T, 1, j, tgt + T - 1);
+    std::copy(tok + 1, tok + T, tgt);
   }
-}
-
-std::string dataloader_describe(const dataloader& d) {
-  const data_config& c = d.config;
-  switch (c.kind) {
-    case data_kind::synthetic:
-      return fmt::format("synthetic(seed={})", c.seed);
-    case data_kind::text:
-      return fmt::format("text {}: {} bytes, {} sequences of {}", c.paths[0],
-                         with_commas(d.file_bytes), with_commas(d.windows), c.context);
-    case data_kind::tokens:
-      return fmt::format("tokens {}: {} tokens, {} sequences of {}", c.paths[0],
-                         with_commas(static_cast<int64_t>(d.stream.size())), with_commas(d.windows),
-                         c.context);
-  }
-  return "";
 }
 
 int64_t dataloader_sequences(const dataloader& d) {
   return d.windows;
 }
-int64_t dataloader_epoch(const dataloader& d, int64_t j) {
-  return d.windows ? j / d.windows : 0;
+
+int64_t dataloader_epoch(const dataloader& d, int64_t sequence) {
+  return d.windows > 0 && sequence >= 0 ? sequence / d.windows : 0;
 }
+
 void dataloader_set_shuffle_seed(dataloader& d, uint64_t seed) {
   d.config.shuffle_seed = seed;
 }
-std::string dataloader_take_error(const dataloader&) {
-  return "";
+
+std::string dataloader_take_error(const dataloader& d) {
+  std::lock_guard<std::mutex> lock(d.error->mutex);
+  return std::exchange(d.error->first, std::string());
+}
+
+std::string dataloader_describe(const dataloader& d) {
+  const data_config& c = d.config;
+  if (c.kind == data_kind::synthetic) return fmt::format("synthetic(seed={})", c.seed);
+  std::string names;
+  for (const std::string& p : c.paths)
+    names += (names.empty() ? "" : ", ") + p;
+  const std::string files =
+      d.files.size() == 1
+          ? ""
+          : fmt::format("{} files, ", with_commas(static_cast<int64_t>(d.files.size())));
+  const char* order = c.shuffle ? "shuffled" : "in order";
+  if (c.kind == data_kind::text)
+    return fmt::format("text {}: {}{} bytes, {} sequences of {}, {}", names, files,
+                       with_commas(d.starts.back()), with_commas(d.windows), c.context, order);
+  return fmt::format("tokens {}: {}{} tokens ({}), {} sequences of {}, {}", names, files,
+                     with_commas(d.starts.back()), d.token_bytes == 2 ? "uint16" : "uint32",
+                     with_commas(d.windows), c.context, order);
 }

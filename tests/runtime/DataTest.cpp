@@ -6,7 +6,9 @@
 #include <unistd.h>
 #include "tests/common/ExpectError.h"
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -134,7 +136,7 @@ TEST(Data, TextWindowsAreConsecutiveAndWrap) {
             (std::vector<int32_t>{'q', 'r', 's', 't', 'u'}));
   EXPECT_EQ(std::vector<int32_t>(b.tokens.begin() + 5, b.tokens.end()),
             (std::vector<int32_t>{'a', 'b', 'c', 'd', 'e'}));
-  EXPECT_EQ(dataloader_describe(d), "text " + path + ": 23 bytes, 4 sequences of 5");
+  EXPECT_EQ(dataloader_describe(d), "text " + path + ": 23 bytes, 4 sequences of 5, in order");
   std::filesystem::remove(path);
 }
 
@@ -171,7 +173,8 @@ TEST(Data, TokenFileWindows) {
   batch b = fill(d, 9 + 2, 1);  // window 2
   EXPECT_EQ(b.tokens[0], 200 * 50);
   EXPECT_EQ(b.targets[99], 300 * 50);
-  EXPECT_EQ(dataloader_describe(d), "tokens " + path + ": 1,000 tokens, 9 sequences of 100");
+  EXPECT_EQ(dataloader_describe(d),
+            "tokens " + path + ": 1,000 tokens (uint16), 9 sequences of 100, in order");
   std::filesystem::remove(path);
 }
 
@@ -184,19 +187,205 @@ TEST(Data, TokenFileErrors) {
   };
   expect_error(open({}), {path, "0 bytes", "1024-byte header"});
   expect_error(open(token_file(20240521, 1, 9, tokens)),
-               {path, "magic number is 20240521", "expected 20240520"});
+               {path, "magic number is 20240521", "expected 20240520 (GPT-2 tokens) or 20240801"});
   expect_error(open(token_file(20240520, 2, 9, tokens)),
                {path, "version 2 is not supported", "accepted: version 1"});
-  expect_error(open(token_file(20240520, 1, 10, tokens)), {path, "10 tokens", "18 bytes follow"});
+  expect_error(open(token_file(20240520, 1, 10, tokens)),
+               {path, "10 tokens", "18 bytes follow", "truncated?"});
   expect_error(open(token_file(20240520, 1, -1, tokens)), {path, "-1 tokens"});
   std::vector<unsigned char> odd = token_file(20240520, 1, 9, tokens);
   odd.push_back(0);
-  expect_error(open(odd), {path, "9 tokens", "19 bytes follow"});
-  expect_error(open(token_file(20240520, 1, 9, tokens), 7),
-               {path, "token 6 (byte offset 1036) is 7", "not < vocab 7"});
+  expect_error(open(odd), {path, "9 tokens", "19 bytes follow", "more than the header counts"});
   expect_error(open(token_file(20240520, 1, 4, {1, 2, 3, 4})),
                {path, "4 tokens", "context + 1 = 5"});
   std::filesystem::remove(path);
+}
+
+// A token file set: n token ids (i * 7 mod 60) split at `cuts` into
+// name_0.bin, name_1.bin, ... in GPT-2's (uint16) or Llama 3's (uint32) format.
+std::vector<int32_t> stream_of(int n) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i)
+    t[static_cast<size_t>(i)] = (i * 7) % 60;
+  return t;
+}
+std::vector<unsigned char> token_file_of(const std::vector<int32_t>& t, bool wide) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = wide ? 20240801 : 20240520;
+  header[1] = wide ? 7 : 1;
+  header[2] = static_cast<int32_t>(t.size());
+  std::vector<unsigned char> bytes(1024 + (wide ? 4 : 2) * t.size());
+  std::memcpy(bytes.data(), header.data(), 1024);
+  for (size_t i = 0; i < t.size(); ++i) {
+    const uint32_t v = static_cast<uint32_t>(t[i]);
+    std::memcpy(bytes.data() + 1024 + (wide ? 4 : 2) * i, &v, wide ? 4 : 2);
+  }
+  return bytes;
+}
+std::string write_set(const std::string& name, const std::vector<int32_t>& t,
+                      const std::vector<size_t>& cuts, bool wide = false) {
+  size_t from = 0;
+  for (size_t i = 0; i <= cuts.size(); ++i) {
+    const size_t to = i < cuts.size() ? cuts[i] : t.size();
+    write_bytes(temp_path(name + "_" + std::to_string(i) + ".bin"),
+                token_file_of({t.begin() + static_cast<ptrdiff_t>(from),
+                               t.begin() + static_cast<ptrdiff_t>(to)},
+                              wide));
+    from = to;
+  }
+  return temp_path(name + "_*.bin");
+}
+void remove_set(const std::string& name, size_t files) {
+  for (size_t i = 0; i < files; ++i)
+    std::filesystem::remove(temp_path(name + "_" + std::to_string(i) + ".bin"));
+}
+data_config tokens_of(std::vector<std::string> paths, int64_t T, bool shuffle = false) {
+  data_config c{data_kind::tokens, 0, std::move(paths), 64, T};
+  c.shuffle = shuffle;
+  c.shuffle_seed = 1337;
+  return c;
+}
+
+// The files of a set are one stream: split anywhere (windows span files),
+// named by a glob or a list, uint16 or uint32, every window is the one file's.
+TEST(Data, ASplitSetIsOneStream) {
+  const std::vector<int32_t> t = stream_of(501);
+  const std::string whole = write_set("whole", t, {});
+  const dataloader one = dataloader_open(tokens_of({whole}, 10));
+  ASSERT_EQ(one.windows, 50);
+  const batch want = fill(one, 0, 50);
+  for (size_t k = 0; k < want.tokens.size(); ++k)
+    ASSERT_EQ(want.tokens[k], t[k / 10 * 10 + k % 10]) << k;
+  const std::string glob = write_set("split", t, {3, 255, 256});
+  const std::string wide = write_set("wide", t, {100}, true);
+  const std::vector<std::string> list = {temp_path("split_0.bin"), temp_path("split_1.bin"),
+                                         temp_path("split_2.bin"), temp_path("split_3.bin")};
+  for (const data_config& c :
+       {tokens_of({glob}, 10), tokens_of(list, 10),
+        tokens_of({temp_path("split_0.bin"), temp_path("split_[1-3].bin")}, 10),
+        tokens_of({wide}, 10)}) {
+    const dataloader d = dataloader_open(c);
+    EXPECT_EQ(d.windows, 50);
+    const batch got = fill(d, 0, 50);
+    EXPECT_EQ(got.tokens, want.tokens);
+    EXPECT_EQ(got.targets, want.targets);
+    EXPECT_EQ(dataloader_take_error(d), "");
+  }
+  EXPECT_EQ(dataloader_describe(dataloader_open(tokens_of({glob}, 10))),
+            "tokens " + glob + ": 4 files, 501 tokens (uint16), 50 sequences of 10, in order");
+  EXPECT_EQ(dataloader_describe(dataloader_open(tokens_of({wide}, 10, true))),
+            "tokens " + wide + ": 2 files, 501 tokens (uint32), 50 sequences of 10, shuffled");
+  remove_set("whole", 1);
+  remove_set("split", 4);
+  remove_set("wide", 2);
+}
+
+// Each shuffled epoch is a permutation of the windows, its own, a function
+// of (seed, epoch, position) only; without a shuffle, file order.
+TEST(Data, ShuffledEpochsArePermutationsOfTheWindows) {
+  for (int64_t n : {1, 2, 3, 5, 1000, 1023, 1024, 1025, 65537}) {
+    for (int64_t epoch : {0, 1}) {
+      std::vector<char> seen(static_cast<size_t>(n), 0);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t w = data_shuffle(42, epoch, i, n);
+        ASSERT_GE(w, 0);
+        ASSERT_LT(w, n);
+        ASSERT_FALSE(seen[static_cast<size_t>(w)]) << "n " << n << " window " << w << " twice";
+        seen[static_cast<size_t>(w)] = 1;
+      }
+    }
+    if (n < 1000) continue;
+    int64_t same_epochs = 0, same_seeds = 0, fixed = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      same_epochs += data_shuffle(42, 0, i, n) == data_shuffle(42, 1, i, n);
+      same_seeds += data_shuffle(42, 0, i, n) == data_shuffle(43, 0, i, n);
+      fixed += data_shuffle(42, 0, i, n) == i;
+    }
+    // A random permutation agrees with another in about one place.
+    EXPECT_LT(same_epochs, 10) << n;
+    EXPECT_LT(same_seeds, 10) << n;
+    EXPECT_LT(fixed, 10) << n;
+  }
+  std::vector<int32_t> t(20 * 8 + 1);  // window j starts with id j
+  for (size_t i = 0; i < t.size(); ++i)
+    t[i] = static_cast<int32_t>(i / 8);
+  const std::string set = write_set("shuffled", t, {77});
+  const dataloader d = dataloader_open(tokens_of({set}, 8, true));
+  const batch two_epochs = fill(d, 0, 40);
+  std::set<int32_t> firsts;
+  for (int64_t j = 0; j < 20; ++j) {
+    const int32_t first = two_epochs.tokens[static_cast<size_t>(j * 8)];
+    const batch alone = fill(d, j, 1);  // a pure function of the sequence index
+    EXPECT_EQ(alone.tokens[0], first);
+    firsts.insert(first);
+  }
+  EXPECT_EQ(firsts.size(), 20u);  // every window once
+  EXPECT_NE(std::vector<int32_t>(two_epochs.tokens.begin(), two_epochs.tokens.begin() + 160),
+            std::vector<int32_t>(two_epochs.tokens.begin() + 160, two_epochs.tokens.end()));
+  EXPECT_EQ(dataloader_epoch(d, 19), 0);
+  EXPECT_EQ(dataloader_epoch(d, 20), 1);
+  dataloader other = dataloader_open(tokens_of({set}, 8, true));
+  dataloader_set_shuffle_seed(other, 7);
+  EXPECT_NE(fill(other, 0, 20).tokens,
+            std::vector<int32_t>(two_epochs.tokens.begin(), two_epochs.tokens.begin() + 160));
+  remove_set("shuffled", 2);
+}
+
+// A token id >= vocab is found when its window is filled: written as 0, and
+// the first one named with its file, byte offset and sequence until taken.
+TEST(Data, ATokenBeyondTheVocabIsReportedWhenFilled) {
+  std::vector<int32_t> t = stream_of(101);
+  t[47] = 64;
+  t[60] = 70;
+  const std::string set = write_set("beyond", t, {40});
+  const dataloader d = dataloader_open(tokens_of({set}, 10));  // opens: ids are not scanned
+  EXPECT_EQ(fill(d, 0, 4).tokens[5], t[5]);
+  EXPECT_EQ(dataloader_take_error(d), "");
+  const batch b = fill(d, 4, 3);  // windows 4..6: tokens 40..70
+  EXPECT_EQ(b.tokens[7], 0);
+  EXPECT_EQ(dataloader_take_error(d),
+            temp_path("beyond_1.bin") +
+                ": token at byte offset 1038 is 64, not < vocab 64 (in data sequence 4)");
+  EXPECT_EQ(dataloader_take_error(d), "");
+  remove_set("beyond", 2);
+}
+
+// Sets that cannot serve are refused at open, naming the file or pattern.
+TEST(Data, BadSetsAreRefusedNamingTheFile) {
+  const std::vector<int32_t> t = stream_of(101);
+  expect_error([&] { dataloader_open(tokens_of({temp_path("none_*.bin")}, 10)); },
+               {temp_path("none_*.bin"), "no file matches this pattern"});
+  const std::string set = write_set("mixed", t, {50});
+  write_bytes(temp_path("mixed_1.bin"), token_file_of({t.begin() + 50, t.end()}, true));
+  expect_error([&] { dataloader_open(tokens_of({set}, 10)); },
+               {temp_path("mixed_1.bin"), "holds uint32 tokens but", temp_path("mixed_0.bin"),
+                "holds uint16", "one format"});
+  expect_error(
+      [&] {
+        dataloader_open(tokens_of({set, temp_path("mixed_0.bin")}, 10));
+      },
+      {temp_path("mixed_0.bin"), "named twice"});
+  expect_error([&] { dataloader_open(tokens_of({std::filesystem::temp_directory_path()}, 10)); },
+               {"not a regular file"});
+  remove_set("mixed", 2);
+}
+
+// Opening many files maps them and reads only their headers.
+TEST(Data, OpeningAHundredFilesIsQuick) {
+  const std::vector<int32_t> t = stream_of(100 * 1000 + 1);
+  std::vector<size_t> cuts;
+  for (size_t k = 1; k < 100; ++k)
+    cuts.push_back(k * 1000);
+  const std::string set = write_set("hundred", t, cuts);
+  const auto start = std::chrono::steady_clock::now();
+  const dataloader d = dataloader_open(tokens_of({set}, 1024));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("opened 100 token files in %.4f s\n", seconds);
+  EXPECT_EQ(d.files.size(), 100u);
+  EXPECT_EQ(d.windows, 97);
+  EXPECT_LT(seconds, 5.0);  // a sanity bound, not a timing: it takes milliseconds
+  remove_set("hundred", 100);
 }
 
 TEST(Data, FillRejectsNegativeRanges) {
