@@ -276,6 +276,7 @@ class training_run {
   step_context c_;
   dataloader data_;
   dataloader val_;
+  double data_open_ms_ = 0;  // opening the training data: expanding, mapping, checking headers
   optimizer_decay_table decay_;
   // Declared after what it points into, so that it is destroyed (stopping
   // its threads or freeing the device after a failure) before them.
@@ -362,7 +363,10 @@ void training_run::open_data() {
   const bool shuffle = o_.shuffle.empty() ? p_.train.shuffle : o_.shuffle == "true";
   std::string error;
   try {
+    const auto t0 = std::chrono::steady_clock::now();
     data_ = dataloader_open(data_config_of(p_, p_.train.data, o_.data, shuffle, "data"));
+    data_open_ms_ =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   } catch (const std::exception& e) {
     error = e.what();
     if (o_.data.empty())
@@ -451,6 +455,7 @@ void training_run::print_banner() const {
                           static_cast<double>(W);
     data += fmt::format("; epoch {} from sequence {} of it, {:.3g} epochs this run",
                         dataloader_epoch(data_, next) + 1, with_commas(next % W), epochs);
+    data += fmt::format(" (checked and mapped in {:.1f} ms)", data_open_ms_);
   }
   std::string val;
   if (val_every_ > 0)

@@ -285,7 +285,7 @@ TEST(Checkpoint, ShuffledTokenFilesResumeExactlyAndOnAnotherWorldSize) {
   four.units = "group 2 blocks";
   for (const auto& [name, c] : {std::pair{"w1", one}, std::pair{"w4_group2", four}}) {
     const fs::path metrics = w / fmt::format("{}.jsonl", name);
-    CmdResult r = train(c.world, binary(name, c.spec()),
+    CmdResult r = train(c.world, binary(fmt::format("tokens_{}", name), c.spec()),
                         fmt::format("{} --resume {}/ck/step_00000003 --metrics {}", args,
                                     w.string(), metrics.string()));
     EXPECT_TRUE(has(r, "(step 3, 12 sequences read)")) << r.out;
