@@ -2,10 +2,10 @@
 # Data benchmark (not a test): a token set of SIZE_GB split into FILES llm.c
 # token files, read by a training binary on RANKS ranks. Reports what opening
 # it costs (the time from launch to the banner and to the first step's line)
-# and each rank's resident memory before its first batch and at its end,
+# and each rank's resident memory before its first batch and at most,
 # split into private memory (RssAnon: the arena and the process) and mapped
-# file pages (RssFile: the token files' pages it touched, shared with the
-# other ranks through the page cache). A loader that read the set into every
+# file pages (RssFile: its shared libraries and the token files' pages it
+# touched, shared with the other ranks through the page cache). A loader that read the set into every
 # rank would hold SIZE_GB of private memory per rank. Figures come from the
 # run; nothing is asserted.
 #   bash tests/bench/data/run.sh [SIZE_GB] [FILES] [RANKS] [SPEC]
@@ -57,7 +57,13 @@ while kill -0 "$launcher" 2>/dev/null; do
     for p in $pids; do before[$p]=$(rss "$p"); done
     if grep -qE "^step +1/" "$log" 2>/dev/null; then first=$now; fi
   fi
-  for p in $pids; do r=$(rss "$p"); [ -n "$r" ] && after[$p]=$r; done
+  for p in $pids; do  # the most each rank held, private and mapped, over the run
+    r=$(rss "$p")
+    [ -n "$r" ] || continue
+    read -r a f <<<"$r"
+    read -r pa pf <<<"${after[$p]:-0 0}"
+    after[$p]="$((a > pa ? a : pa)) $((f > pf ? f : pf))"
+  done
   sleep 0.05
 done
 wait "$launcher" || { cat "$log"; exit 1; }
@@ -77,5 +83,5 @@ for pid in sorted(a):
     pb = b.get(pid, ["?", "?"])
     mib = lambda kb: f"{int(kb) / 1024:.1f} MiB" if kb != "?" else "?"
     print(f"rank process {pid}: before the first batch private {mib(pb[0])}, mapped files "
-          f"{mib(pb[1])}; at its end private {mib(a[pid][0])}, mapped files {mib(a[pid][1])}")
+          f"{mib(pb[1])}; at most over the run private {mib(a[pid][0])}, mapped files {mib(a[pid][1])}")
 PY
