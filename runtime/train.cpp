@@ -567,7 +567,9 @@ void training_run::run_log_step_if_due(const step_record& r) const {
 }
 
 bool training_run::validation_due(int64_t steps_done) const {
-  return val_every_ > 0 &&
+  // A run asked to stop writes its checkpoint and leaves at once: a preempted
+  // job has seconds.
+  return val_every_ > 0 && !stop_ &&
          (steps_done % val_every_ == 0 || steps_done == steps_ || checkpoint_due(steps_done - 1));
 }
 
