@@ -19,6 +19,7 @@ packages=(
   slurm-wlm munge                                          # tests: a local Slurm cluster
   clang libclang-rt-14-dev                                 # parser fuzzing (libFuzzer, sanitizers)
   python3-pip                                              # tests: CMake 4 from PyPI (cmake4_check)
+  python3-matplotlib                                       # tools/plot_metrics.py and its test
 )
 
 deps() {

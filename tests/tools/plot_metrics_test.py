@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Tests of tools/plot_metrics.py: the curves it draws are the metrics files'
+losses (training smoothed as asked, validation at its steps), images are
+written in each format, the summary gives the figures, and every kind of bad
+file is an error naming the file and line, with no image written. Exits 77
+(CTest: skipped) with the reason when matplotlib is missing."""
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+import xml.etree.ElementTree as ET
+from contextlib import redirect_stderr, redirect_stdout
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import plot_metrics  # noqa: E402
+
+
+def write(path, lines):
+    with open(path, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
+
+
+def steps(n, val_every=0, first=1):
+    out = []
+    for s in range(first, first + n):
+        m = {"step": s, "loss": 5.0 / s, "lr": 1e-3, "grad_norm": 1.0, "ms": 10.0}
+        if val_every and s % val_every == 0:
+            m["val_loss"] = 6.0 / s
+        out.append(m)
+    return out
+
+
+class PlotMetrics(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def run_main(self, args):
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            rc = plot_metrics.main(args)
+        return rc, out.getvalue(), err.getvalue()
+
+    def test_curves_are_the_files_losses(self):
+        write(self.path("a.jsonl"), steps(10, val_every=5))
+        write(self.path("b.jsonl"), steps(4))
+        runs = [plot_metrics.load_run(self.path("a.jsonl")), plot_metrics.load_run(self.path("b.jsonl"))]
+        fig = plot_metrics.figure(runs, smooth=3)
+        lines = {l.get_label(): l for l in fig.axes[0].get_lines()}
+        self.assertEqual(sorted(lines), ["a train (mean of 3)", "a val", "b train (mean of 3)"])
+        train = lines["a train (mean of 3)"]
+        self.assertEqual(list(train.get_xdata()), list(range(1, 11)))
+        want = [5.0, 3.75, (5 + 2.5 + 5 / 3) / 3] + \
+            [(5 / (s - 2) + 5 / (s - 1) + 5 / s) / 3 for s in range(4, 11)]
+        for got, w in zip(train.get_ydata(), want):
+            self.assertAlmostEqual(got, w, places=12)
+        val = lines["a val"]
+        self.assertEqual(list(val.get_xdata()), [5, 10])
+        self.assertEqual(list(val.get_ydata()), [6.0 / 5, 6.0 / 10])
+        self.assertEqual(val.get_linestyle(), "--")
+        self.assertEqual(fig.axes[0].get_xlabel(), "step")
+        self.assertEqual(fig.axes[0].get_yscale(), "linear")
+        self.assertEqual(plot_metrics.figure(runs, log_y=True).axes[0].get_yscale(), "log")
+
+    def test_images_and_summary(self):
+        write(self.path("run.jsonl"), steps(10, val_every=5) + [{"step": 11, "loss": None}])
+        for ext in ("svg", "png", "pdf"):
+            out = self.path(f"loss.{ext}")
+            rc, stdout, err = self.run_main([self.path("run.jsonl"), "-o", out, "--title", "T"])
+            self.assertEqual(rc, 0, err)
+            self.assertTrue(os.path.getsize(out) > 1000)
+            self.assertFalse(os.path.exists(out + ".partial." + ext))
+        svg = ET.parse(self.path("loss.svg")).getroot()
+        self.assertTrue(svg.tag.endswith("svg"))
+        with open(self.path("loss.png"), "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        self.assertIn("run: 10 steps, loss 5.0000 (step 1) -> 0.5000 (step 10), best val loss "
+                      "0.6000 at step 10 of 2 validations, 1 non-finite loss left out", stdout)
+        self.assertIn("wrote " + self.path("loss.pdf"), stdout)
+
+    def test_bad_files_name_the_line_and_write_nothing(self):
+        cases = {
+            "missing.jsonl": (None, "missing.jsonl: cannot read"),
+            "empty.jsonl": ([], "empty.jsonl: empty: no step to plot"),
+            "text.jsonl": (["step 1 loss 2"], "text.jsonl:1: not JSON"),
+            "list.jsonl": ([[1, 2]], "list.jsonl:1: a line is one JSON object, not list"),
+            "nostep.jsonl": ([{"loss": 1.0}], "nostep.jsonl:1: no whole-number \"step\""),
+            "noloss.jsonl": ([{"step": 1}], "noloss.jsonl:1: no \"loss\""),
+            "strloss.jsonl": ([{"step": 1, "loss": "x"}], "strloss.jsonl:1: \"loss\" is not a number"),
+            "back.jsonl": ([{"step": 2, "loss": 1.0}, "", {"step": 2, "loss": 1.0}],
+                           "back.jsonl:3: step 2 does not follow step 2"),
+            "badval.jsonl": ([{"step": 1, "loss": 1.0, "val_loss": None}],
+                             "badval.jsonl:1: \"val_loss\" is not a number"),
+        }
+        for name, (lines, message) in cases.items():
+            if lines is not None:
+                write(self.path(name), lines)
+            out = self.path(name + ".png")
+            rc, _, err = self.run_main([self.path(name), "-o", out])
+            self.assertEqual(rc, 2, name)
+            self.assertIn(message, err, name)
+            self.assertFalse(os.path.exists(out), name)
+        write(self.path("ok.jsonl"), steps(3))
+        for args, message in (
+                (["-o", self.path("no/such/dir/x.png")], "does not exist"),
+                (["-o", self.path("x.gif")], "the extension chooses the format"),
+                (["-o", self.path("x.png"), "--smooth", "0"], "--smooth 0: must be at least 1")):
+            rc, _, err = self.run_main([self.path("ok.jsonl")] + args)
+            self.assertEqual(rc, 2, args)
+            self.assertIn(message, err, args)
+
+
+if __name__ == "__main__":
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("skipped: matplotlib is not installed (tools/setup.sh installs python3-matplotlib)")
+        sys.exit(77)
+    unittest.main()

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""plot_metrics: training and validation loss against step, from the metrics
+files training binaries write (--metrics F: one JSON object per line per step;
+README, "The metrics file"), drawn with matplotlib into a PNG, SVG or PDF (by
+the output's extension). Several files are several runs, one colour each:
+training loss as a line (smoothed with --smooth N, a trailing mean of N steps),
+validation loss as points joined by a dashed line. Prints each run's summary.
+
+    python3 tools/plot_metrics.py m.jsonl [other.jsonl ...] -o loss.png
+        [--title T] [--log-y] [--smooth N]
+
+A line that is not a JSON object with a numeric "step", a "loss", or a step
+not above the line before it is an error naming the file and line; nothing
+is written then. A null loss (a step whose loss was not finite) is left out
+and counted."""
+import argparse
+import json
+import math
+import os
+import sys
+
+
+class MetricsError(Exception):
+    """A metrics file that cannot be plotted: the message names it and the line."""
+
+
+class Run:
+    """One metrics file: its steps' training and validation losses."""
+
+    def __init__(self, path):
+        self.path = path
+        self.name = os.path.splitext(os.path.basename(path))[0]
+        self.steps, self.losses = [], []          # finite training losses
+        self.val_steps, self.val_losses = [], []  # steps after which validation ran
+        self.nonfinite = 0                        # steps whose loss was null or not finite
+        self.last_step = None
+
+
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def load_run(path):
+    """Reads one metrics file; raises MetricsError naming path:line."""
+    run = Run(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except OSError as e:
+        raise MetricsError(f"{path}: cannot read: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise MetricsError(f"{path}: not a text file ({e.reason} at byte {e.start})") from e
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            m = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise MetricsError(f"{where}: not JSON: {e.msg} at column {e.colno}") from e
+        if not isinstance(m, dict):
+            raise MetricsError(f"{where}: a line is one JSON object, not {type(m).__name__}")
+        step = m.get("step")
+        if not _number(step) or step != int(step):
+            raise MetricsError(f"{where}: no whole-number \"step\" (got {json.dumps(step)})")
+        step = int(step)
+        if run.last_step is not None and step <= run.last_step:
+            raise MetricsError(
+                f"{where}: step {step} does not follow step {run.last_step}; a metrics file is "
+                "one run (a resumed run writes its own file: pass both)")
+        run.last_step = step
+        if "loss" not in m:
+            raise MetricsError(f"{where}: no \"loss\"")
+        loss = m["loss"]
+        if loss is None or (_number(loss) and not math.isfinite(loss)):
+            run.nonfinite += 1
+        elif _number(loss):
+            run.steps.append(step)
+            run.losses.append(float(loss))
+        else:
+            raise MetricsError(f"{where}: \"loss\" is not a number (got {json.dumps(loss)})")
+        if "val_loss" in m:
+            val = m["val_loss"]
+            if not _number(val):
+                raise MetricsError(f"{where}: \"val_loss\" is not a number (got {json.dumps(val)})")
+            run.val_steps.append(step)
+            run.val_losses.append(float(val))
+    if run.last_step is None:
+        raise MetricsError(f"{path}: empty: no step to plot")
+    return run
+
+
+def smoothed(values, n):
+    """The trailing mean of the last n values (fewer at the start)."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= n:
+            total -= values[i - n]
+        out.append(total / min(i + 1, n))
+    return out
+
+
+def summary(run):
+    """One line per run: steps, first and last training loss, best validation."""
+    text = f"{run.name}: {len(run.steps)} steps"
+    if run.steps:
+        text += f", loss {run.losses[0]:.4f} (step {run.steps[0]}) -> {run.losses[-1]:.4f} " \
+                f"(step {run.steps[-1]})"
+    if run.val_steps:
+        best = min(range(len(run.val_losses)), key=lambda i: run.val_losses[i])
+        text += f", best val loss {run.val_losses[best]:.4f} at step {run.val_steps[best]}" \
+                f" of {len(run.val_steps)} validations"
+    if run.nonfinite:
+        text += f", {run.nonfinite} non-finite loss{'es' if run.nonfinite != 1 else ''} left out"
+    return text
+
+
+def figure(runs, title=None, log_y=False, smooth=1):
+    """The matplotlib figure of the runs (one axes)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, run in enumerate(runs):
+        colour = colours[i % len(colours)]
+        train = smoothed(run.losses, smooth) if smooth > 1 else run.losses
+        label = f"{run.name} train" + (f" (mean of {smooth})" if smooth > 1 else "")
+        ax.plot(run.steps, train, color=colour, linewidth=1.2, label=label)
+        if run.val_steps:
+            ax.plot(run.val_steps, run.val_losses, color=colour, linestyle="--", marker="o",
+                    markersize=4, linewidth=1, label=f"{run.name} val")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats per token)")
+    if log_y:
+        ax.set_yscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    ax.set_title(title or "loss")
+    fig.tight_layout()
+    return fig
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Plot training and validation loss from fsdpgen --metrics files.")
+    parser.add_argument("metrics", nargs="+", help="metrics files (one run each)")
+    parser.add_argument("-o", "--output", required=True, help="image to write: .png, .svg or .pdf")
+    parser.add_argument("--title", help="the plot's title (default: loss)")
+    parser.add_argument("--log-y", action="store_true", help="logarithmic loss axis")
+    parser.add_argument("--smooth", type=int, default=1, metavar="N",
+                        help="plot the training loss as the trailing mean of N steps")
+    args = parser.parse_args(argv)
+    try:
+        if args.smooth < 1:
+            raise MetricsError(f"--smooth {args.smooth}: must be at least 1")
+        ext = os.path.splitext(args.output)[1].lower()
+        if ext not in (".png", ".svg", ".pdf"):
+            raise MetricsError(f"-o {args.output}: the extension chooses the format: .png, .svg "
+                               "or .pdf")
+        out_dir = os.path.dirname(os.path.abspath(args.output))
+        if not os.path.isdir(out_dir):
+            raise MetricsError(f"-o {args.output}: directory {out_dir} does not exist")
+        runs = [load_run(p) for p in args.metrics]
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as e:
+            raise MetricsError("plotting needs matplotlib: apt install python3-matplotlib, or "
+                               "pip install matplotlib") from e
+        fig = figure(runs, args.title, args.log_y, args.smooth)
+        partial = args.output + ".partial" + ext
+        fig.savefig(partial)
+        os.replace(partial, args.output)
+    except MetricsError as e:
+        print(f"plot_metrics: error: {e}", file=sys.stderr)
+        return 2
+    for run in runs:
+        print(summary(run))
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
