@@ -121,7 +121,22 @@ class SectionReader {
                          "'prefetch'", "parallel.prefetch.");
          }},
         enum_field("recompute", p.recompute, "recompute mode", kRecomputeNames),
-        enum_field("offload", p.offload, "offload mode", kOffloadNames),
+        {"offload",
+         [this, &p](const ast::Entry& e) {
+           // offload = cpu (the parameters' state), or offload { params = cpu  activations = cpu }
+           if (e.kind == ast::Entry::Kind::Assign) {
+             if (auto o = v_.as_enum<Offload>(e.value, "offload mode", kOffloadNames))
+               p.offload = *o;
+             return;
+           }
+           Offload activations = Offload::None;
+           if (auto* es = block_of(e, "params = cpu  activations = cpu"))
+             read_fields(*es,
+                         {enum_field("params", p.offload, "offload mode", kOffloadNames),
+                          enum_field("activations", activations, "offload mode", kOffloadNames)},
+                         "'offload'", "parallel.offload.");
+           p.offload_activations = activations == Offload::Cpu;
+         }},
         {"accumulate",
          [this, &p](const ast::Entry& e) {
            if (auto* es = block_of(e, "micro_batches = 4  reduce = every"))

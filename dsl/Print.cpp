@@ -101,7 +101,10 @@ void print_parallel(const ParallelSpec& p, std::string& out) {
   out += fmt::format("  prefetch {{ forward = {}  backward = {}  max_inflight = {} }}\n",
                      p.prefetch.forward, to_string(p.prefetch.backward), p.prefetch.max_inflight);
   out += fmt::format("  recompute = {}\n", to_string(p.recompute));
-  out += fmt::format("  offload = {}\n", to_string(p.offload));
+  if (p.offload_activations)
+    out += fmt::format("  offload {{ params = {}  activations = cpu }}\n", to_string(p.offload));
+  else
+    out += fmt::format("  offload = {}\n", to_string(p.offload));
   out += fmt::format("  accumulate {{ micro_batches = {}  reduce = {} }}\n",
                      p.accumulate.micro_batches, to_string(p.accumulate.reduce));
   out += "}\n";

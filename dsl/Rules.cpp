@@ -193,6 +193,22 @@ void offload_needs_sharding(const CheckContext& c) {
   Diagnostics::note(e, c.keys.where("parallel.sharding"), "sharding is 'no_shard' here");
 }
 
+// Only recompute = block keeps checkpointed activations (each block's input).
+void activation_offload_needs_recompute(const CheckContext& c) {
+  const ParallelSpec& p = c.spec.parallel;
+  if (!p.offload_activations || p.recompute == Recompute::Block ||
+      !c.keys.usable({"parallel.recompute"}))
+    return;
+  Diagnostic& e = c.diags.error(
+      c.keys.where("parallel.offload.activations"),
+      "'activations = cpu' offloads the checkpointed activations, which only recompute = block "
+      "keeps");
+  if (c.keys.has("parallel.recompute"))
+    Diagnostics::note(e, c.keys.where("parallel.recompute"), "recompute is 'none' here");
+  else
+    Diagnostics::note(e, "recompute is 'none' by default; add 'recompute = block'");
+}
+
 void prefetch_needs_two_in_flight(const CheckContext& c) {
   const PrefetchSpec& f = c.spec.parallel.prefetch;
   bool prefetching = f.forward || f.backward != BackwardPrefetch::None;
@@ -320,6 +336,7 @@ constexpr Rule kRules[] = {
     {RuleSection::Parallel, hybrid_shards_and_replicates},
     {RuleSection::Parallel, shard_group_only_for_hybrid},
     {RuleSection::Parallel, offload_needs_sharding},
+    {RuleSection::Parallel, activation_offload_needs_recompute},
     {RuleSection::Parallel, prefetch_needs_two_in_flight},
     {RuleSection::Parallel, loss_scale_needs_fp16},
     {RuleSection::Parallel, master_is_not_fp16},

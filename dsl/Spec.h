@@ -226,7 +226,10 @@ struct ParallelSpec {
   PrecisionSpec precision;
   PrefetchSpec prefetch;
   Recompute recompute = Recompute::None;
-  Offload offload = Offload::None;
+  Offload offload = Offload::None;  // params, gradient shards and optimizer state
+  // The checkpointed activations (each block's input kept for recompute)
+  // wait for their block's backward in host memory.
+  bool offload_activations = false;
   AccumulateSpec accumulate;
 
   int64_t replicas() const { return world / shard_group; }

@@ -722,6 +722,8 @@ class Writer {
     return b.text();
   }
 
+  // Bytes from Src to Dst on the op's stream: a host shard to the device
+  // (offload), or activations between device and host.
   std::string copy_h2d(const Op& op) const {
     Body b;
     const std::string src = let_bytes(b, "src", {op.operand(Role::Src), 0});
@@ -734,8 +736,10 @@ class Writer {
   }
 
   // Offload: a reduce-scatter's output (accumulated over micro-batches), or
-  // at world 1 the step's unsharded fp32 gradients, into the host shard.
+  // at world 1 the step's unsharded fp32 gradients, into the host shard; or
+  // (an op of a segment) a block's saved input into host memory, byte for byte.
   std::string copy_d2h(const Op& op) const {
+    if (op.segment >= 0) return copy_h2d(op);  // the same plain copy, the other way
     const int64_t n = unit(op.unit).shard_elems;
     const int shard = op.operand(Role::Dst);
     Body b;

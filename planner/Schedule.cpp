@@ -66,6 +66,7 @@ class Builder {
     offload_ = p_.offload == Offload::Cpu;
     free_after_forward_ = !keeps_params_through_backward(p_.sharding);
     recompute_ = p_.recompute == Recompute::Block;
+    offload_acts_ = recompute_ && p_.offload_activations;
     pbytes_ = dtype_bytes(p_.precision.param);
     rbytes_ = dtype_bytes(unsharded_grad_dtype(p_));
     mbytes_ = dtype_bytes(p_.precision.master);
@@ -291,6 +292,8 @@ class Builder {
     if (mb == 0) gather(0, "step", mb);
     const int n = static_cast<int>(segments().size());
     acts_.assign(n, -1);
+    host_acts_.assign(n, -1);
+    fetch_op_.assign(n, -1);
     inputs_ = buffer(BufferKind::Inputs, MemSpace::Device, fmt::format("inputs.mb{}", mb),
                      inputs_bytes(act_), -1, mb, false);
     std::vector<int> order(n);
@@ -329,10 +332,42 @@ class Builder {
       if (seg.has_loss) f.operands.push_back({Role::Logits, logits_});
       if (rope_ >= 0) f.operands.push_back({Role::RopeTables, rope_});
       f.deps = {gather_op_[u]};
-      emit(f);
+      const int fop = emit(f);
       free_now({fscratch});
+      if (offload_acts_ && u != 0) offload_saved(i, mb, fop);
       if (free_after_forward_ && u != 0 && last_forward_segment(i)) release_params(u);
     }
+  }
+
+  // offload activations: segment i's saved input (a block's, kept for
+  // recompute) goes to host memory once its forward has read it; the device
+  // copy is freed when the copy is done.
+  void offload_saved(int i, int mb, int forward_op) {
+    const int u = segments()[i].unit;
+    host_acts_[i] = buffer(BufferKind::Activations, MemSpace::Host,
+                           fmt::format("acts_host.s{}.mb{}", i, mb), saved_bytes(i), u, mb, false);
+    Op d2h = make_op(OpKind::CopyD2H, StreamId::Copy, u, i, mb);
+    d2h.payload_bytes = saved_bytes(i);
+    d2h.operands = {{Role::Src, acts_[i]}, {Role::Dst, host_acts_[i]}};
+    d2h.deps = {forward_op};
+    emit(d2h);
+    free_now({acts_[i]});
+    acts_[i] = -1;
+  }
+
+  // ...and comes back into a device buffer of its own before its backward
+  // (issued one block ahead, as backward prefetch issues the gathers).
+  void fetch_saved(int i, int mb) {
+    if (host_acts_[i] < 0 || fetch_op_[i] >= 0) return;
+    const int u = segments()[i].unit;
+    acts_[i] = buffer(BufferKind::Activations, MemSpace::Device,
+                      fmt::format("acts.s{}.mb{}.back", i, mb), saved_bytes(i), u, mb, false);
+    Op h2d = make_op(OpKind::CopyH2D, StreamId::Copy, u, i, mb);
+    h2d.payload_bytes = saved_bytes(i);
+    h2d.operands = {{Role::Src, host_acts_[i]}, {Role::Dst, acts_[i]}};
+    fetch_op_[i] = emit(h2d);
+    free_now({host_acts_[i]});
+    host_acts_[i] = -1;
   }
 
   bool last_forward_segment(int i) const {
@@ -362,6 +397,10 @@ class Builder {
       gather(u, "bwd", mb);
       if (bp == BackwardPrefetch::Pre) prefetch(order, k, "bwd", mb);
       int rscratch = -1;
+      if (offload_acts_) {
+        fetch_saved(i, mb);
+        if (k + 1 < n) fetch_saved(order[k + 1], mb);
+      }
       if (recompute_ && u != 0) {
         rscratch = buffer(BufferKind::RecomputeScratch, MemSpace::Device,
                           fmt::format("recompute.s{}.mb{}", i, mb),
@@ -374,6 +413,7 @@ class Builder {
                       {Role::Workspace, workspace_}};
         if (rope_ >= 0) r.operands.push_back({Role::RopeTables, rope_});
         r.deps = {gather_op_[u]};
+        if (fetch_op_[i] >= 0) r.deps.push_back(fetch_op_[i]);
         emit(r);
       }
       if (grads_[u] < 0 && has_params(u)) {
@@ -515,7 +555,7 @@ class Builder {
   Schedule s_;
   int64_t S_ = 1, R_ = 1, M_ = 1;
   bool sharded_ = false, replicated_ = false, offload_ = false, free_after_forward_ = true,
-       recompute_ = false;
+       recompute_ = false, offload_acts_ = false;
   int64_t pbytes_ = 4, rbytes_ = 4, mbytes_ = 4, gbytes_ = 4;
   ActivationShape act_;
   std::vector<int> shard_, master_, state_, grad_shard_;  // per unit
@@ -524,6 +564,8 @@ class Builder {
   std::vector<int> pending_;             // frees waiting for a gradient reduction
   std::vector<int> gather_pending_;      // host-copy staging waiting for its all-gather
   std::vector<int> acts_;                // per segment, current micro-batch
+  std::vector<int> host_acts_;           // offloaded: per segment, the saved input on the host
+  std::vector<int> fetch_op_;            // offloaded: per segment, the copy bringing it back
   int inputs_ = -1, logits_ = -1, workspace_ = -1, rope_ = -1;
   int last_compute_ = -1;
 };
@@ -573,7 +615,9 @@ std::string print_schedule(const Schedule& s) {
       "prefetch forward={} backward={} max_inflight={}, recompute={}, offload={}, accumulate "
       "reduce={}\n",
       p.prefetch.forward, to_string(p.prefetch.backward), p.prefetch.max_inflight,
-      to_string(p.recompute), to_string(p.offload), to_string(p.accumulate.reduce));
+      to_string(p.recompute),
+      fmt::format("{}{}", to_string(p.offload), p.offload_activations ? "+activations" : ""),
+      to_string(p.accumulate.reduce));
   out += fmt::format(
       "{} ops, {} buffers; bytes sent per rank: all-gather {}, reduce-scatter {}, all-reduce {}\n",
       s.ops.size(), s.buffers.size(), s.sent_bytes(OpKind::AllGather),

@@ -247,7 +247,7 @@ class cuda_backend final : public backend {
       cudaGetLastError();
       mem.host = nullptr;
       throw runtime_error(fmt::format(
-          "cannot pin the host arena of {:.2f} GiB planned for this rank (offload = cpu): "
+          "cannot pin the host arena of {:.2f} GiB planned for this rank (offload): "
           "cudaHostAlloc failed: {}; pinned memory comes out of the node's RAM (and `ulimit -l`)",
           static_cast<double>(p_.plan.host_arena_bytes) / (1 << 30), cudaGetErrorString(err)));
     }

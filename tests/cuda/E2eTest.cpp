@@ -72,7 +72,12 @@ TEST(CudaBuild, OffloadBuildsAndPrintsItsSchedule) {
   hybrid.param = hybrid.reduce_dtype = "bf16";
   hybrid.micro_batches = 2;
   hybrid.offload = "cpu";
-  for (const E2eConfig& c : {single, hybrid}) {
+  E2eConfig activations;  // checkpointed activations through the host too
+  activations.world = 2;
+  activations.recompute = "block";
+  activations.offload = "cpu";
+  activations.offload_activations = true;
+  for (const E2eConfig& c : {single, hybrid, activations}) {
     std::filesystem::path bin = build_cuda("build_" + c.name(), c.spec());
     ASSERT_TRUE(std::filesystem::exists(bin)) << c.name();
     CmdResult printed = run_command(bin.string() + " --print-schedule");
@@ -81,7 +86,9 @@ TEST(CudaBuild, OffloadBuildsAndPrintsItsSchedule) {
                                                 (bin.parent_path() / "e2e.fsdp").string()));
     ASSERT_EQ(planned.status, 0) << planned.out;
     EXPECT_EQ(printed.out, planned.out) << c.name();
-    EXPECT_NE(printed.out.find("offload=cpu"), std::string::npos) << printed.out;
+    EXPECT_NE(printed.out.find(c.offload_activations ? "offload=cpu+activations" : "offload=cpu"),
+              std::string::npos)
+        << printed.out;
     EXPECT_NE(printed.out.find("stream host"), std::string::npos) << printed.out;
   }
 }
@@ -245,6 +252,19 @@ std::vector<E2eConfig> training_configs() {
   fp16_fp32_reduce.param = "fp16";
   out.push_back(fp16_fp32_reduce);
   offload("full_shard", 2, 0, "fp16", 2);
+  // Checkpointed activations through pinned host memory on the copy stream,
+  // alone (fp32, bf16 with accumulation) and with the parameters' offload.
+  for (auto [param, micro_batches, params_too] :
+       {std::tuple{"fp32", 1, false}, {"bf16", 2, false}, {"fp32", 2, true}}) {
+    E2eConfig c;
+    c.world = 2;
+    c.param = c.reduce_dtype = param;
+    c.micro_batches = micro_batches;
+    c.recompute = "block";
+    c.offload_activations = true;
+    if (params_too) c.offload = "cpu";
+    out.push_back(c);
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "dsl/Layers.h"
+#include "dsl/Print.h"
 #include "tests/dsl/TestUtil.h"
 
 namespace fsdpgen::test {
@@ -241,6 +242,30 @@ TEST(Check, TokenSetsValidationAndShuffle) {
   EXPECT_NE(e.find("val_sequences"), std::string::npos) << e;
   e = error_of("shufle = true");
   EXPECT_NE(e.find("did you mean 'shuffle'?"), std::string::npos) << e;
+}
+
+// offload takes a block: the parameters' state and the checkpointed
+// activations apart; the short form stays the parameters'; both print back.
+TEST(Check, OffloadBlockSetsParamsAndActivations) {
+  const ParallelSpec p = load_ok(with_model("parallel { recompute = block  offload { params = cpu "
+                                            " activations = cpu } }"))
+                             .parallel;
+  EXPECT_EQ(p.offload, Offload::Cpu);
+  EXPECT_TRUE(p.offload_activations);
+  const ParallelSpec a =
+      load_ok(with_model("parallel { recompute = block  offload { activations = cpu } }")).parallel;
+  EXPECT_EQ(a.offload, Offload::None);
+  EXPECT_TRUE(a.offload_activations);
+  const ParallelSpec c = load_ok(with_model("parallel { offload = cpu }")).parallel;
+  EXPECT_EQ(c.offload, Offload::Cpu);
+  EXPECT_FALSE(c.offload_activations);
+  for (const char* text :
+       {"parallel { recompute = block  offload { params = cpu  activations = cpu } }",
+        "parallel { recompute = block  offload { activations = cpu } }",
+        "parallel { offload = cpu }"}) {
+    const Spec spec = load_ok(with_model(text));
+    EXPECT_EQ(load_ok(print_spec(spec)), spec) << text;
+  }
 }
 
 }  // namespace

@@ -49,6 +49,7 @@ struct E2eConfig {
   int max_inflight = 2;
   std::string recompute = "none";
   std::string offload = "none";
+  bool offload_activations = false;  // recompute = block's saved inputs wait on the host
   std::string units = "each block";
   bool tied = true;
   std::string optimizer = "adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)";
@@ -64,7 +65,7 @@ struct E2eConfig {
         "parallel {{\n  world = {}\n  sharding = {}\n{}"
         "  precision {{ param = {}  reduce = {}  master = fp32 }}\n"
         "  prefetch {{ forward = {}  backward = {}  max_inflight = {} }}\n"
-        "  recompute = {}\n  offload = {}\n"
+        "  recompute = {}\n  {}\n"
         "  accumulate {{ micro_batches = {}  reduce = {} }}\n}}\n"
         "train {{\n  optimizer = {}\n  lr_schedule = cosine(warmup = 1, min = 1e-3)\n"
         "  micro_batch = {}\n  steps = {}\n  clip = {}\n  seed = 1337\n"
@@ -73,8 +74,10 @@ struct E2eConfig {
         family == "llama" ? "  heads = 4\n  kv_heads = 2\n  ffn_hidden = 88\n" : "  heads = 2\n",
         tied, pad_vocab_to ? fmt::format("  pad_vocab_to = {}\n", pad_vocab_to) : "", units, world,
         sharding, shard_group ? fmt::format("  shard_group = {}\n", shard_group) : "", param,
-        reduce_dtype, forward_prefetch, backward, max_inflight, recompute, offload, micro_batches,
-        reduce, optimizer, micro_batch, steps, clip, train_extra);
+        reduce_dtype, forward_prefetch, backward, max_inflight, recompute,
+        offload_activations ? fmt::format("offload {{ params = {}  activations = cpu }}", offload)
+                            : fmt::format("offload = {}", offload),
+        micro_batches, reduce, optimizer, micro_batch, steps, clip, train_extra);
   }
 
   std::string name() const {
@@ -84,6 +87,7 @@ struct E2eConfig {
                                 backward, recompute == "block" ? "recompute" : "norecompute");
     if (reduce_dtype != "fp32") n += "_reduce_" + reduce_dtype;
     if (offload != "none") n += "_offload";
+    if (offload_activations) n += "_offload_acts";
     if (!tied) n += "_untied";
     if (units != "each block") n += "_units";
     if (optimizer.rfind("sgd", 0) == 0) n += "_sgd";

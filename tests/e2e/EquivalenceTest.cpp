@@ -109,6 +109,27 @@ std::vector<E2eConfig> covering_set() {
   offload_hybrid.shard_group = 2;
   offload_hybrid.param = offload_hybrid.reduce_dtype = "bf16";
   out.push_back(offload_hybrid);
+  // Checkpointed activations on the host: alone, with the parameters', with
+  // accumulation and hybrid, and on one rank.
+  E2eConfig acts;
+  acts.recompute = "block";
+  acts.offload_activations = true;
+  out.push_back(acts);
+  E2eConfig acts_all = acts;
+  acts_all.offload = "cpu";
+  acts_all.micro_batches = 2;
+  acts_all.reduce = "last";
+  out.push_back(acts_all);
+  E2eConfig acts_hybrid = acts;
+  acts_hybrid.sharding = "hybrid_shard";
+  acts_hybrid.world = 4;
+  acts_hybrid.shard_group = 2;
+  acts_hybrid.micro_batches = 2;
+  out.push_back(acts_hybrid);
+  E2eConfig acts_single = acts;
+  acts_single.world = 1;
+  acts_single.sharding = "no_shard";
+  out.push_back(acts_single);
   E2eConfig grouped;
   grouped.world = 4;
   grouped.units = "group 2 blocks";

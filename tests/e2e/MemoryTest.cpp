@@ -104,6 +104,17 @@ TEST(Memory, ValidationRunsInThePlannedArena) {
   EXPECT_EQ(memory_problems(m.run, m.metrics, m.arena_in_pages), std::vector<std::string>{});
 }
 
+// Checkpointed activations offloaded: the host arena holds them as planned.
+TEST(Memory, WithActivationOffloadBothArenasAreResidentAsPlanned) {
+  E2eConfig c;
+  c.recompute = "block";
+  c.offload_activations = true;
+  Measured m = measure("memory_offload_activations", c, "--steps 4");
+  ASSERT_GT(m.arena_in_pages, 0);
+  EXPECT_EQ(memory_problems(m.run, m.metrics, m.arena_in_pages), std::vector<std::string>{});
+  EXPECT_NE(m.run.out.find("host "), std::string::npos) << m.run.out;
+}
+
 TEST(Memory, WithOffloadBothArenasAreResidentAsPlanned) {
   E2eConfig c;
   c.offload = "cpu";

@@ -157,6 +157,10 @@ TEST(Validation, SameAtEveryStrategyAndWorldSize) {
   E2eConfig offload = validated(2);
   offload.offload = "cpu";
   configs.push_back(offload);
+  E2eConfig offload_acts = validated(2);  // the pass copies saved inputs to the host too
+  offload_acts.recompute = "block";
+  offload_acts.offload_activations = true;
+  configs.push_back(offload_acts);
   configs.push_back(base);
   double want = 0;
   for (size_t i = 0; i < configs.size(); ++i) {

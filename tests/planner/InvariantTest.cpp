@@ -69,6 +69,69 @@ TEST(Invariants, HoldWithOffloadForEveryStrategy) {
   EXPECT_GT(checked, 60);
 }
 
+// offload { activations = cpu } with recompute = block, for every strategy,
+// worlds 1 to 8, accumulation, both precisions, forward and backward prefetch
+// variants and with or without parameter offload: the invariants hold (the
+// validation pass among them, its copies to the host included), every block's
+// saved input goes to the host after its forward and comes back before its
+// recompute, and the device peak is never above the same plan's without it
+// (below it but for no_shard, whose peak the whole model's state sets).
+TEST(Invariants, HoldWithActivationOffload) {
+  int checked = 0, lower = 0;
+  for (const char* st :
+       {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"})
+    for (int w : {1, 2, 4, 8})
+      for (auto [mb, red] : {std::pair{1, "every"}, {4, "every"}, {4, "last"}}) {
+        const bool hybrid = std::string(st).rfind("hybrid", 0) == 0;
+        if (hybrid && w < 4) continue;
+        Config c;
+        c.sharding = st;
+        c.world = w;
+        c.shard_group = hybrid ? w / 2 : 0;
+        c.recompute = "block";
+        c.offload_activations = true;
+        c.offload = (checked % 3 == 0 && c.sharding != "no_shard") ? "cpu" : "none";
+        c.micro_batches = mb;
+        c.reduce = red;
+        c.param = c.reduce_dtype = checked % 2 ? "bf16" : "fp32";
+        c.backward = checked % 4 == 1 ? "post" : checked % 4 == 2 ? "none" : "pre";
+        c.forward_prefetch = checked % 5 != 0;
+        c.layers = 6;
+        c.width = 128;
+        const Planned p = plan_text(c.text());
+        auto errors = verify_plan(p.schedule, p.memory);
+        EXPECT_TRUE(errors.empty())
+            << c.name() << ":\n  " << fmt::format("{}", fmt::join(errors, "\n  "));
+        int to_host = 0, back = 0;
+        for (const Op& op : p.schedule.ops) {
+          if (op.segment < 0) continue;
+          to_host += op.kind == OpKind::CopyD2H;
+          back += op.kind == OpKind::CopyH2D;
+          if (op.kind == OpKind::Recompute) {
+            // Its saved input came back by a copy it waits for.
+            const int saved = op.operand(Role::Saved);
+            bool waits = false;
+            for (int d : op.deps)
+              waits = waits || (p.schedule.ops[d].kind == OpKind::CopyH2D &&
+                                p.schedule.ops[d].operand(Role::Dst) == saved);
+            EXPECT_TRUE(waits) << c.name() << ": " << op.label();
+          }
+        }
+        EXPECT_EQ(to_host, 6 * mb) << c.name();
+        EXPECT_EQ(back, 6 * mb) << c.name();
+        Config kept = c;
+        kept.offload_activations = false;
+        const int64_t without = plan_text(kept.text()).memory.device_arena_bytes;
+        EXPECT_LE(p.memory.device_arena_bytes, without) << c.name();
+        lower += p.memory.device_arena_bytes < without;
+        ++checked;
+      }
+  EXPECT_GT(checked, 40);
+  // no_shard's peak holds the whole model's parameters and gradients, where
+  // the saved inputs do not count; the sharded strategies' peaks fall.
+  EXPECT_GE(lower, checked - 6) << lower << " of " << checked;
+}
+
 Planned base() {
   Config c;
   c.world = 4;

@@ -44,6 +44,7 @@ struct Config {
   int max_inflight = 2;
   std::string recompute = "none";
   std::string offload = "none";
+  bool offload_activations = false;  // checkpointed activations to the host (recompute = block)
   int micro_batches = 1;
   std::string reduce = "every";
   std::string param = "fp32";
@@ -57,8 +58,8 @@ struct Config {
     return fmt::format(
         "{} w{}{} fwd={} bwd={} inflight={} recompute={} offload={} mb={} reduce={} {}/{} [{}] L{}",
         sharding, world, shard_group ? fmt::format("/{}", shard_group) : "", forward_prefetch,
-        backward, max_inflight, recompute, offload, micro_batches, reduce, param, reduce_dtype,
-        units, layers);
+        backward, max_inflight, recompute, offload + (offload_activations ? "+activations" : ""),
+        micro_batches, reduce, param, reduce_dtype, units, layers);
   }
 
   std::string text() const {
@@ -70,10 +71,13 @@ struct Config {
         "parallel {{ world = {} sharding = {} {} ranks_per_node = {}\n"
         "  precision {{ param = {} reduce = {} master = fp32 }}\n"
         "  prefetch {{ forward = {} backward = {} max_inflight = {} }}\n"
-        "  recompute = {} offload = {} accumulate {{ micro_batches = {} reduce = {} }} }}\n"
+        "  recompute = {} {} accumulate {{ micro_batches = {} reduce = {} }} }}\n"
         "train {{ micro_batch = 2 }}\n",
         width, layers, tie, units, world, sharding, group, std::min(world, 8), param, reduce_dtype,
-        forward_prefetch, backward, max_inflight, recompute, offload, micro_batches, reduce);
+        forward_prefetch, backward, max_inflight, recompute,
+        offload_activations ? fmt::format("offload {{ params = {} activations = cpu }}", offload)
+                            : fmt::format("offload = {}", offload),
+        micro_batches, reduce);
   }
 };
 
