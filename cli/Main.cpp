@@ -330,12 +330,12 @@ int run_plan(const Common& c) {
   if (!fits) {
     auto alts = fitting_alternatives(s, *hw);
     if (alts.empty()) {
-      out("nothing tried fits (recompute, micro-batch down to 1, up to 8x the ranks, CPU offload); "
-          "a larger device or a smaller model is needed\n");
+      out("nothing tried fits (recompute, micro-batch down to 1, up to 8x the ranks, CPU offload "
+          "of the parameters and activations); a larger device or a smaller model is needed\n");
     } else {
       out("changes that fit, fastest first:\n");
       for (const Alternative& a : alts)
-        out(fmt::format("  {:<40} peak {:>10}  step {:9.1f} ms  {:12.0f} tokens/s\n", a.change,
+        out(fmt::format("  {:<48} peak {:>10}  step {:9.1f} ms  {:12.0f} tokens/s\n", a.change,
                         gib(a.peak_bytes), a.step_ms, a.tokens_per_s));
     }
   }

@@ -85,6 +85,18 @@ std::vector<Alternative> fitting_alternatives(const Spec& spec, const Hardware& 
       s.parallel.offload = Offload::Cpu;
       add(fmt::format("{}offload = cpu", prefix), s);
     }
+    // The checkpointed activations wait on the host (with recompute only).
+    if (base.parallel.recompute == Recompute::Block && !base.parallel.offload_activations) {
+      Spec s = base;
+      s.parallel.offload_activations = true;
+      add(fmt::format("{}offload {{ params = {}  activations = cpu }}", prefix,
+                      to_string(s.parallel.offload)),
+          s);
+      if (s.parallel.offload == Offload::None && s.parallel.sharding != Sharding::NoShard) {
+        s.parallel.offload = Offload::Cpu;
+        add(fmt::format("{}offload {{ params = cpu  activations = cpu }}", prefix), s);
+      }
+    }
   }
   std::vector<Alternative> out;
   for (auto& [change, s] : tries) {
