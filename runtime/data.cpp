@@ -155,7 +155,10 @@ struct fd_guard {
   ~fd_guard() { ::close(fd); }
 };
 
-mapped_file map_file(const std::string& path) {
+// advice: how the windows will be read (madvise): MADV_RANDOM when shuffled,
+// so that the kernel reads no more than the pages touched, MADV_SEQUENTIAL in
+// file order, so that it reads ahead.
+mapped_file map_file(const std::string& path, int advice) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot open: {}", path, strerror(errno)));
   const fd_guard guard{fd};
@@ -171,8 +174,7 @@ mapped_file map_file(const std::string& path) {
   if (p == MAP_FAILED)
     throw std::runtime_error(
         fmt::format("{}: cannot map its {} bytes: {}", path, f.size, strerror(errno)));
-  // Windows are read at random (shuffled) or in order: let the kernel read ahead modestly.
-  madvise(p, static_cast<size_t>(f.size), MADV_NORMAL);
+  madvise(p, static_cast<size_t>(f.size), advice);  // advice only: its failure changes nothing
   f.bytes = static_cast<const std::byte*>(p);
   return f;
 }
@@ -260,7 +262,7 @@ void open_files(dataloader& d) {
   const token_format* first = nullptr;
   d.starts.assign(1, 0);
   for (const std::string& path : paths) {
-    mapped_file f = map_file(path);
+    mapped_file f = map_file(path, c.shuffle ? MADV_RANDOM : MADV_SEQUENTIAL);
     if (c.kind == data_kind::tokens) {
       const token_format& t = check_token_header(f);
       if (!first) first = &t;
