@@ -26,6 +26,11 @@ std::string vocab_padding_note(const program& p) {
       with_commas((p.model.padded_vocab - p.model.vocab) * p.model.width * (p.model.tied ? 1 : 2)));
 }
 
+// A loss or norm for JSON, which has no inf or NaN: null when not finite.
+std::string json_number(double v) {
+  return std::isfinite(v) ? fmt::format("{:.9g}", v) : "null";
+}
+
 const char* sharding_of(const program& p) {
   if (p.parallel.shard_group == 1)
     return p.parallel.world == 1 ? "single rank" : "no_shard (replicated)";
@@ -72,23 +77,22 @@ void run_log_metrics_line(std::FILE* f, const step_record& r) {
   const memory_reading& m = r.machine;
   std::fprintf(
       f,
-      "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, \"ms\": "
+      "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"ms\": "
       "%.3f, \"host_resident_bytes\": %lld, \"arena_resident_bytes\": %lld, "
       "\"arena_growth_bytes\": %lld%s, "
       "\"skipped\": %s, \"loss_scale\": %.9g, \"tokens_per_s\": %.1f, \"epoch\": "
       "%lld%s}\n",
-      static_cast<long long>(r.step + 1), r.loss, r.lr,
-      // JSON has no inf or NaN: a non-finite norm is null.
-      std::isfinite(r.grad_norm) ? fmt::format("{:.9g}", r.grad_norm).c_str() : "null",
-      r.seconds * 1e3, static_cast<long long>(m.host_resident_bytes),
-      static_cast<long long>(m.arena_resident_bytes), static_cast<long long>(m.arena_growth_bytes),
+      static_cast<long long>(r.step + 1), json_number(r.loss).c_str(), r.lr,
+      json_number(r.grad_norm).c_str(), r.seconds * 1e3,
+      static_cast<long long>(m.host_resident_bytes), static_cast<long long>(m.arena_resident_bytes),
+      static_cast<long long>(m.arena_growth_bytes),
       m.device_used_bytes < 0
           ? ""
           : fmt::format(", \"device_used_bytes\": {}, \"device_arena_bytes\": {}",
                         m.device_used_bytes, m.device_arena_bytes)
                 .c_str(),
       r.skipped ? "true" : "false", r.loss_scale, r.tokens_per_s, static_cast<long long>(r.epoch),
-      r.validated ? fmt::format(", \"val_loss\": {:.9g}", r.val_loss).c_str() : "");
+      r.validated ? fmt::format(", \"val_loss\": {}", json_number(r.val_loss)).c_str() : "");
   std::fflush(f);
 }
 

@@ -11,8 +11,8 @@ validation loss as points joined by a dashed line. Prints each run's summary.
 
 A line that is not a JSON object with a numeric "step", a "loss", or a step
 not above the line before it is an error naming the file and line; nothing
-is written then. A null loss (a step whose loss was not finite) is left out
-and counted."""
+is written then. A null loss or val_loss (not finite when it was computed)
+is left out and counted."""
 import argparse
 import json
 import math
@@ -81,10 +81,13 @@ def load_run(path):
             raise MetricsError(f"{where}: \"loss\" is not a number (got {json.dumps(loss)})")
         if "val_loss" in m:
             val = m["val_loss"]
-            if not _number(val):
+            if val is None or (_number(val) and not math.isfinite(val)):
+                run.nonfinite += 1
+            elif _number(val):
+                run.val_steps.append(step)
+                run.val_losses.append(float(val))
+            else:
                 raise MetricsError(f"{where}: \"val_loss\" is not a number (got {json.dumps(val)})")
-            run.val_steps.append(step)
-            run.val_losses.append(float(val))
     if run.last_step is None:
         raise MetricsError(f"{path}: empty: no step to plot")
     return run

@@ -68,7 +68,8 @@ class PlotMetrics(unittest.TestCase):
         self.assertEqual(plot_metrics.figure(runs, log_y=True).axes[0].get_yscale(), "log")
 
     def test_images_and_summary(self):
-        write(self.path("run.jsonl"), steps(10, val_every=5) + [{"step": 11, "loss": None}])
+        write(self.path("run.jsonl"),
+              steps(10, val_every=5) + [{"step": 11, "loss": None, "val_loss": None}])
         for ext in ("svg", "png", "pdf"):
             out = self.path(f"loss.{ext}")
             rc, stdout, err = self.run_main([self.path("run.jsonl"), "-o", out, "--title", "T"])
@@ -80,7 +81,7 @@ class PlotMetrics(unittest.TestCase):
         with open(self.path("loss.png"), "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
         self.assertIn("run: 10 steps, loss 5.0000 (step 1) -> 0.5000 (step 10), best val loss "
-                      "0.6000 at step 10 of 2 validations, 1 non-finite loss left out", stdout)
+                      "0.6000 at step 10 of 2 validations, 2 non-finite losses left out", stdout)
         self.assertIn("wrote " + self.path("loss.pdf"), stdout)
 
     def test_bad_files_name_the_line_and_write_nothing(self):
@@ -94,7 +95,7 @@ class PlotMetrics(unittest.TestCase):
             "strloss.jsonl": ([{"step": 1, "loss": "x"}], "strloss.jsonl:1: \"loss\" is not a number"),
             "back.jsonl": ([{"step": 2, "loss": 1.0}, "", {"step": 2, "loss": 1.0}],
                            "back.jsonl:3: step 2 does not follow step 2"),
-            "badval.jsonl": ([{"step": 1, "loss": 1.0, "val_loss": None}],
+            "badval.jsonl": ([{"step": 1, "loss": 1.0, "val_loss": "low"}],
                              "badval.jsonl:1: \"val_loss\" is not a number"),
         }
         for name, (lines, message) in cases.items():
