@@ -321,11 +321,25 @@ int run_plan(const Common& c) {
       par.accumulate.micro_batches == 1 ? "" : "es", p.schedule->micro_batch, s.model.context));
   out(print_memory_plan(*p.schedule, *p.memory));
   const int64_t peak = p.memory->device_arena_bytes, usable = usable_bytes(*hw);
-  bool fits = peak <= usable;
-  out(fmt::format(
-      "fits: {}: peak {} of {} usable ({} {} minus {} reserved for the runtime), {:.1f}%\n",
-      fits ? "yes" : "NO", gib(peak), gib(usable), hw->name, gib(hw->memory_bytes),
-      gib(reserved_bytes(*hw)), 100.0 * static_cast<double>(peak) / static_cast<double>(usable)));
+  const int64_t host = p.memory->host_arena_bytes;
+  const bool fits = plan_fits(*p.memory, *hw);
+  if (hw->gpu || host == 0)
+    out(fmt::format(
+        "fits: {}: peak {} of {} usable ({} {} minus {} reserved for the runtime), {:.1f}%\n",
+        fits ? "yes" : "NO", gib(peak), gib(usable), hw->name, gib(hw->memory_bytes),
+        gib(reserved_bytes(*hw)), 100.0 * static_cast<double>(peak) / static_cast<double>(usable)));
+  else
+    out(fmt::format(
+        "fits: {}: peak {} and host arena {} together of {} usable (one RAM), {:.1f}%\n",
+        fits ? "yes" : "NO", gib(peak), gib(host), gib(usable),
+        100.0 * static_cast<double>(peak + host) / static_cast<double>(usable)));
+  if (hw->gpu && host > 0)
+    out(
+        fmt::format("      host arena {} of {} usable ({} of the node's RAM per GPU, a tenth kept "
+                    "for the process), {:.1f}%{}\n",
+                    gib(host), gib(usable_host_bytes(*hw)), gib(hw->host_memory_bytes),
+                    100.0 * static_cast<double>(host) / static_cast<double>(usable_host_bytes(*hw)),
+                    host > usable_host_bytes(*hw) ? ": does NOT fit" : ""));
   out(print_timeline(*p.schedule, t));
   if (!fits) {
     auto alts = fitting_alternatives(s, *hw);

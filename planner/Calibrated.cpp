@@ -301,6 +301,7 @@ Hardware calibrated_hardware(profile::Profile profile, const std::string& path) 
     ranks = std::max(ranks, c.ranks_per_node);
   // A CPU's memory is its ranks'; a GPU's its own.
   hw.memory_bytes = base->gpu ? profile.device.memory_bytes : profile.device.memory_bytes / ranks;
+  if (!base->gpu) hw.host_memory_bytes = hw.memory_bytes;  // one RAM
   hw.profile = std::make_shared<const profile::Profile>(std::move(profile));
   hw.profile_path = path;
   return hw;

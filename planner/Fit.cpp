@@ -15,6 +15,15 @@ int64_t usable_bytes(const Hardware& hw) {
   return hw.memory_bytes - reserved_bytes(hw);
 }
 
+int64_t usable_host_bytes(const Hardware& hw) {
+  return hw.gpu ? hw.host_memory_bytes - hw.host_memory_bytes / 10 : usable_bytes(hw);
+}
+
+bool plan_fits(const MemoryPlan& m, const Hardware& hw) {
+  if (!hw.gpu) return m.device_arena_bytes + m.host_arena_bytes <= usable_bytes(hw);
+  return m.device_arena_bytes <= usable_bytes(hw) && m.host_arena_bytes <= usable_host_bytes(hw);
+}
+
 ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec) {
   ScheduleOptions o;
   // GPUs run attention as fused flash kernels (runtime/cuda/attention.h), so
@@ -41,7 +50,7 @@ PlanResult plan_for(const Spec& spec, const Hardware& hw) {
   r.schedule = build_schedule(r.units, schedule_options_for(hw, spec));
   r.memory = plan_memory(r.schedule);
   r.timeline = predict(r.schedule, hw);
-  r.fits = r.memory.device_arena_bytes <= usable_bytes(hw);
+  r.fits = plan_fits(r.memory, hw);
   return r;
 }
 
@@ -102,8 +111,8 @@ std::vector<Alternative> fitting_alternatives(const Spec& spec, const Hardware& 
   for (auto& [change, s] : tries) {
     PlanResult r = plan_for(s, hw);
     if (!r.fits) continue;
-    out.push_back(
-        {change, r.memory.device_arena_bytes, r.timeline.step_ms, r.timeline.tokens_per_s, true});
+    out.push_back({change, r.memory.device_arena_bytes, r.memory.host_arena_bytes,
+                   r.timeline.step_ms, r.timeline.tokens_per_s, true});
   }
   std::stable_sort(out.begin(), out.end(), [](const Alternative& a, const Alternative& b) {
     return a.tokens_per_s > b.tokens_per_s;

@@ -18,6 +18,15 @@ namespace fsdpgen {
 // handles (0 on a CPU).
 int64_t reserved_bytes(const Hardware& hw);
 int64_t usable_bytes(const Hardware& hw);
+// The host arena's room on a GPU node: the rank's share of the node's RAM
+// less a tenth for what the plan does not hold (the process, its libraries,
+// MPI and the page cache of the data). On a CPU both arenas share one RAM:
+// usable_bytes() holds them together.
+int64_t usable_host_bytes(const Hardware& hw);
+// Whether a plan's arenas fit the hardware: on a GPU the device arena in
+// usable_bytes() and the host arena in usable_host_bytes(); on a CPU both
+// in usable_bytes().
+bool plan_fits(const MemoryPlan& m, const Hardware& hw);
 
 // GEMM workspace of the CPU runtime when params are 16-bit (it converts
 // tiles to fp32 there; runtime/gemm.h's kCpuGemmWorkspaceBytes).
@@ -51,6 +60,7 @@ PlanResult plan_for(const Spec& spec, const Hardware& hw);
 struct Alternative {
   std::string change;  // "recompute = block", "micro_batch = 2", "world = 1024", "offload = cpu"
   int64_t peak_bytes = 0;
+  int64_t host_bytes = 0;  // the host arena (offload)
   double step_ms = 0;
   double tokens_per_s = 0;
   bool fits = false;

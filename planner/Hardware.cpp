@@ -73,6 +73,8 @@ Hardware a100(std::string name, std::string description, int64_t memory_mib, dou
   // p4d: 2 x Xeon 8275CL, 6 channels of DDR4-2933 each = 282 GB/s per node,
   // 35 GB/s per GPU; ~60% achievable.
   h.host_memory_bytes_per_s = 20 * kGB;
+  // p4d/p4de: 1152 GiB of RAM per node of 8 GPUs.
+  h.host_memory_bytes = int64_t{1152} / 8 << 30;
   h.launch_overhead_s = 10 * kUs;
   h.sources = {"datasheet",
                "estimate: cuBLAS's large-GEMM share x a block's GEMM share",
@@ -80,7 +82,7 @@ Hardware a100(std::string name, std::string description, int64_t memory_mib, dou
                "nccl-tests busbw on p4d, NVIDIA/nccl#527",
                "estimate: 80% of 4 x 100 Gb/s EFA line rate",
                "NCCL's tuning model (src/graph/tuning.cc); launch gap estimate",
-               "estimate from PCIe 4 and the node's DDR4"};
+               "estimate from PCIe 4 and the node's DDR4; RAM: AWS p4d/p4de, 1152 GiB per node"};
   return h;
 }
 
@@ -129,6 +131,8 @@ Hardware hopper(std::string name, std::string description, int64_t memory_mib, d
   // DGX H100: 2 x Xeon 8480C, 8 channels of DDR5-4800 each = 614 GB/s per
   // node, 77 GB/s per GPU; ~60% achievable.
   h.host_memory_bytes_per_s = 45 * kGB;
+  // DGX H100/H200 and AWS p5: 2 TiB of RAM per node of 8 GPUs.
+  h.host_memory_bytes = int64_t{2048} / 8 << 30;
   h.launch_overhead_s = 10 * kUs;
   h.sources = {"datasheet",
                "estimate: cuBLAS's large-GEMM share x a block's GEMM share",
@@ -136,7 +140,8 @@ Hardware hopper(std::string name, std::string description, int64_t memory_mib, d
                "nccl-tests ring busbw on 8 GPUs, reported",
                "estimate: 80% of 8 x 400 Gb/s per node",
                "NCCL's tuning model (src/graph/tuning.cc); launch gap estimate",
-               "estimate from PCIe 5 and the node's DDR5"};
+               "estimate from PCIe 5 and the node's DDR5; RAM: DGX H100 and AWS p5, 2 TiB per "
+               "node"};
   return h;
 }
 
@@ -157,9 +162,10 @@ Hardware cpu() {
   // Single-threaded OpenBLAS sgemm reaches ~80% on large matrices; the
   // element-wise and attention kernels are plain loops: take half of peak.
   h.gemm_max_efficiency = 0.5;
-  h.gemm_half_flops = 2e6;            // packing and call overhead, ~50 us at 40 GFLOP/s
-  h.memory_bytes = 12 * 1024 * kMiB;  // half of a 24 GiB machine per rank
-  h.memory_bytes_per_s = 10 * kGB;    // one core's STREAM bandwidth, low end
+  h.gemm_half_flops = 2e6;               // packing and call overhead, ~50 us at 40 GFLOP/s
+  h.memory_bytes = 12 * 1024 * kMiB;     // half of a 24 GiB machine per rank
+  h.host_memory_bytes = h.memory_bytes;  // the same RAM
+  h.memory_bytes_per_s = 10 * kGB;       // one core's STREAM bandwidth, low end
   // MPI over shared memory: each ring step is two memcpys (~10 GB/s each),
   // and the comm thread shares the core with compute.
   h.intra_node = {4 * kGB, 1 * kUs};
@@ -303,8 +309,9 @@ std::string print_hardware(const Hardware& h) {
                      from(src.inter_node));
   out += fmt::format("  fixed costs   {:.1f} us per collective, {:.1f} us per op{}\n",
                      h.collective_base_latency_s / kUs, h.launch_overhead_s / kUs, from(src.fixed));
-  out += fmt::format("  host          link {}/s per direction, memory {}/s{}\n",
-                     gb(h.host_link_bytes_per_s), gb(h.host_memory_bytes_per_s), from(src.host));
+  out += fmt::format("  host          link {}/s per direction, memory {}/s, {} per rank{}\n",
+                     gb(h.host_link_bytes_per_s), gb(h.host_memory_bytes_per_s),
+                     gb(static_cast<double>(h.host_memory_bytes)), from(src.host));
   return out;
 }
 

@@ -55,6 +55,8 @@ struct Hardware {
   Link inter_node;  // across nodes: busbw of a ring whose every node has ranks_per_node members
   double collective_base_latency_s = 0;  // fixed cost of one collective call
   double host_link_bytes_per_s = 0;      // host <-> device copies (offload), per direction
+  int64_t host_memory_bytes = 0;  // this rank's share of its node's RAM (offload's host arena);
+                                  // a CPU's "device" memory is the same RAM
   double host_memory_bytes_per_s =
       0;                         // this rank's share of host memory bandwidth (host optimizer)
   double launch_overhead_s = 0;  // fixed cost of every compute, memory-bound or copy op

@@ -457,5 +457,37 @@ TEST(Planner, ActivationOffloadIsSuggestedWhenBlockInputsOverflow) {
   EXPECT_GE(p.memory.host_arena_bytes, 240LL * 16384 * 4096 * 2 / 2);  // most block inputs
 }
 
+// The host arena must fit the rank's share of its node's RAM: GPT-175B with
+// its parameters' state offloaded over only 16 A100-80GB (1152 GiB per node
+// of 8) fits the devices but not the hosts, and over 32 it fits both; on a
+// CPU both arenas share one RAM.
+TEST(Planner, OffloadMustFitTheHostToo) {
+  const Hardware hw = *find_hardware("a100-80g");
+  EXPECT_EQ(hw.host_memory_bytes, int64_t{144} << 30);
+  auto offloaded = [&](int64_t world) {
+    FrontendResult r =
+        load_spec_file(std::string(FSDPGEN_SOURCE_DIR) + "/specs/gpt-175b.fsdp", {world, {}});
+    EXPECT_TRUE(r.spec) << r.diagnostics;
+    Spec s = *r.spec;
+    s.parallel.offload = Offload::Cpu;
+    return plan_for(s, hw);
+  };
+  const PlanResult sixteen = offloaded(16);
+  EXPECT_LE(sixteen.memory.device_arena_bytes, usable_bytes(hw));
+  EXPECT_GT(sixteen.memory.host_arena_bytes, usable_host_bytes(hw));
+  EXPECT_FALSE(sixteen.fits);
+  const PlanResult thirty_two = offloaded(32);
+  EXPECT_LE(thirty_two.memory.host_arena_bytes, usable_host_bytes(hw));
+  EXPECT_TRUE(thirty_two.fits);
+  // One RAM: a CPU plan fits only if both arenas fit it together.
+  MemoryPlan m;
+  const Hardware cpu = *find_hardware("cpu");
+  m.device_arena_bytes = usable_bytes(cpu) / 2 + 1;
+  m.host_arena_bytes = usable_bytes(cpu) / 2;
+  EXPECT_FALSE(plan_fits(m, cpu));
+  m.device_arena_bytes -= 1;
+  EXPECT_TRUE(plan_fits(m, cpu));
+}
+
 }  // namespace
 }  // namespace fsdpgen::test
