@@ -724,7 +724,7 @@ class Writer {
 
   // Bytes from Src to Dst on the op's stream: a host shard to the device
   // (offload), or activations between device and host.
-  std::string copy_h2d(const Op& op) const {
+  std::string copy_bytes(const Op& op) const {
     Body b;
     const std::string src = let_bytes(b, "src", {op.operand(Role::Src), 0});
     const std::string dst = let_bytes(b, "dst", {op.operand(Role::Dst), 0});
@@ -739,7 +739,7 @@ class Writer {
   // at world 1 the step's unsharded fp32 gradients, into the host shard; or
   // (an op of a segment) a block's saved input into host memory, byte for byte.
   std::string copy_d2h(const Op& op) const {
-    if (op.segment >= 0) return copy_h2d(op);  // the same plain copy, the other way
+    if (op.segment >= 0) return copy_bytes(op);
     const int64_t n = unit(op.unit).shard_elems;
     const int shard = op.operand(Role::Dst);
     Body b;
@@ -798,7 +798,7 @@ class Writer {
         body = all_reduce(op);
         break;
       case OpKind::CopyH2D:
-        body = copy_h2d(op);
+        body = copy_bytes(op);
         break;
       case OpKind::CopyD2H:
         body = copy_d2h(op);

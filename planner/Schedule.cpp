@@ -7,8 +7,6 @@
 //   free after forward (full_shard, hybrid_shard) vs kept until backward (ZeRO-2, no_shard)
 #include "planner/Schedule.h"
 
-#include "planner/Validation.h"
-
 #include <algorithm>
 #include <map>
 
@@ -17,6 +15,7 @@
 
 #include "planner/Activations.h"
 #include "planner/Flops.h"
+#include "planner/Validation.h"
 
 namespace fsdpgen {
 

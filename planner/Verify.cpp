@@ -1,12 +1,12 @@
 // Verify: invariant checks over a schedule and its memory plan.
 #include "planner/Verify.h"
 
-#include "planner/Validation.h"
-
 #include <algorithm>
 #include <map>
 
 #include <fmt/format.h>
+
+#include "planner/Validation.h"
 
 namespace fsdpgen {
 namespace {

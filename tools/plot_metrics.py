@@ -40,6 +40,16 @@ def _number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _loss(m, key, where):
+    """m[key] as a float, None when null or not finite; raises on anything else."""
+    v = m[key]
+    if v is None or (_number(v) and not math.isfinite(v)):
+        return None
+    if not _number(v):
+        raise MetricsError(f"{where}: \"{key}\" is not a number (got {json.dumps(v)})")
+    return float(v)
+
+
 def load_run(path):
     """Reads one metrics file; raises MetricsError naming path:line."""
     run = Run(path)
@@ -71,23 +81,16 @@ def load_run(path):
         run.last_step = step
         if "loss" not in m:
             raise MetricsError(f"{where}: no \"loss\"")
-        loss = m["loss"]
-        if loss is None or (_number(loss) and not math.isfinite(loss)):
-            run.nonfinite += 1
-        elif _number(loss):
-            run.steps.append(step)
-            run.losses.append(float(loss))
-        else:
-            raise MetricsError(f"{where}: \"loss\" is not a number (got {json.dumps(loss)})")
-        if "val_loss" in m:
-            val = m["val_loss"]
-            if val is None or (_number(val) and not math.isfinite(val)):
+        for key, steps, losses in (("loss", run.steps, run.losses),
+                                   ("val_loss", run.val_steps, run.val_losses)):
+            if key not in m:
+                continue
+            value = _loss(m, key, where)
+            if value is None:
                 run.nonfinite += 1
-            elif _number(val):
-                run.val_steps.append(step)
-                run.val_losses.append(float(val))
             else:
-                raise MetricsError(f"{where}: \"val_loss\" is not a number (got {json.dumps(val)})")
+                steps.append(step)
+                losses.append(value)
     if run.last_step is None:
         raise MetricsError(f"{path}: empty: no step to plot")
     return run

@@ -194,14 +194,9 @@ class cuda_backend final : public backend {
     step_context& c = *c_;
     c.validation_pass = pass;
     c.loss_rows = rows;
-    try {
-      step_fill_inputs(c, 0, gc_.host_inputs, gc_.host_inputs + tokens_per_mb_);
-      gpu_executor_run_prefix(exec_, static_cast<int>(p_.plan.validation_op_count));
-    } catch (...) {
-      c.validation_pass = -1;
-      throw;
-    }
-    c.validation_pass = -1;
+    step_fill_inputs(c, 0, gc_.host_inputs, gc_.host_inputs + tokens_per_mb_);
+    gpu_executor_run_prefix(exec_, static_cast<int>(p_.plan.validation_op_count));
+    c.validation_pass = -1;  // a failure above ends the run: nothing to restore
     check_guard();
     return gc_.host_scalars->loss_sum;
   }
