@@ -53,12 +53,14 @@ struct LayerRef {
   Span span;
   int64_t first = 0;  // Block: first index
   int64_t last = 0;   // Block: last index, inclusive
+  std::string piece;  // Block: a module of each block ("attn.c_attn"), or empty: all of it
+  Span piece_span;
 };
 
-// units_item = "each" "block" | "group" NUMBER [ "blocks" ] | "min_params" NUMBER
+// units_item = "each" ("block" | "linear") | "group" NUMBER [ "blocks" ] | "min_params" NUMBER
 //            | "unit" [ IDENT ] "[" layer { "," layer } "]"
 struct UnitItem {
-  enum class Kind { Each, Group, MinParams, Explicit };
+  enum class Kind { Each, EachLinear, Group, MinParams, Explicit };
   Kind kind = Kind::Each;
   Span span;
   Value count;       // Group: blocks per unit; MinParams: parameter count

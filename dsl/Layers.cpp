@@ -24,7 +24,8 @@ std::string to_string(const LayerId& l) {
     case LayerId::Kind::Embed:
       return "embed";
     case LayerId::Kind::Block:
-      return fmt::format("block {}", l.block);
+      return l.whole() ? fmt::format("block {}", l.block)
+                       : fmt::format("block {} piece {}", l.block, l.piece);
     case LayerId::Kind::FinalNorm:
       return "final_norm";
     case LayerId::Kind::Head:
@@ -65,8 +66,13 @@ std::vector<TensorDecl> layer_tensors(const ModelSpec& m, const LayerId& layer) 
   switch (layer.kind) {
     case LayerId::Kind::Embed:
       return table_tensors(m, p.embed, "");
-    case LayerId::Kind::Block:
-      return table_tensors(m, p.block, fmt::format(fmt::runtime(p.block_prefix), layer.block));
+    case LayerId::Kind::Block: {
+      std::vector<TensorDecl> all =
+          table_tensors(m, p.block, fmt::format(fmt::runtime(p.block_prefix), layer.block));
+      if (layer.whole()) return all;
+      const model::Piece& piece = block_piece(m, layer.piece);
+      return {all.begin() + piece.first_tensor, all.begin() + piece.first_tensor + piece.tensors};
+    }
     case LayerId::Kind::FinalNorm:
       return table_tensors(m, p.final_norm, "");
     case LayerId::Kind::Head:
@@ -81,6 +87,38 @@ int64_t layer_params(const ModelSpec& m, const LayerId& layer) {
   for (const TensorDecl& t : layer_tensors(m, layer))
     n += t.elems();
   return n;
+}
+
+int block_piece_count(const ModelSpec& m) {
+  return static_cast<int>(param_layout(m.family).pieces.count);
+}
+
+const model::Piece& block_piece(const ModelSpec& m, int piece) {
+  return param_layout(m.family).pieces[static_cast<size_t>(piece)];
+}
+
+std::vector<int> pieces_named(const ModelSpec& m, std::string_view name) {
+  std::vector<int> out;
+  for (int i = 0; i < block_piece_count(m); ++i) {
+    const std::string_view p = block_piece(m, i).name;
+    if (p == name ||
+        (p.size() > name.size() && p.substr(0, name.size()) == name && p[name.size()] == '.'))
+      out.push_back(i);
+  }
+  return out;
+}
+
+std::vector<LayerId> block_pieces(const ModelSpec& m, int64_t block) {
+  std::vector<LayerId> out;
+  for (int i = 0; i < block_piece_count(m); ++i)
+    out.push_back({LayerId::Kind::Block, block, i});
+  return out;
+}
+
+std::string layer_name(const ModelSpec& m, const LayerId& l) {
+  if (l.kind == LayerId::Kind::Block && !l.whole())
+    return fmt::format("block {}.{}", l.block, block_piece(m, l.piece).name);
+  return to_string(l);
 }
 
 std::vector<LayerId> all_layers(const ModelSpec& m) {

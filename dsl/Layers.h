@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dsl/Spec.h"
@@ -30,8 +31,20 @@ model::Dims model_dims(const ModelSpec& m);
 const model::ParamLayout& param_layout(Family f);
 
 // Tensors of one layer, in their fixed flat-parameter order (a block's from
-// its family's layout table, model/gpt2.h and model/llama.h).
+// its family's layout table, model/gpt2.h and model/llama.h; a piece's are
+// its rows of that table).
 std::vector<TensorDecl> layer_tensors(const ModelSpec& m, const LayerId& layer);
+
+// A block's pieces (model/layout.h's Piece): how many the family has, their
+// names, and the pieces a spec's name selects: the piece of that name, or
+// every piece under that module (gpt2's "attn" is attn.c_attn and attn.c_proj).
+int block_piece_count(const ModelSpec& m);
+const model::Piece& block_piece(const ModelSpec& m, int piece);
+std::vector<int> pieces_named(const ModelSpec& m, std::string_view name);
+// The pieces of block `block` in forward order.
+std::vector<LayerId> block_pieces(const ModelSpec& m, int64_t block);
+// "embed", "block 3", "block 3.attn.c_attn": as a spec writes it.
+std::string layer_name(const ModelSpec& m, const LayerId& l);
 
 // Parameter count of one layer (sum of its tensors' elements).
 int64_t layer_params(const ModelSpec& m, const LayerId& layer);

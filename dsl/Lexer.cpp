@@ -38,6 +38,8 @@ const char* tok_name(Tok t) {
       return "'='";
     case Tok::DotDot:
       return "'..'";
+    case Tok::Member:
+      return "a module path";
     case Tok::Invalid:
       return "invalid character";
   }
@@ -129,6 +131,7 @@ class Lexer {
         break;
     }
     if (c == '.' && peek(1) == '.') return simple(Tok::DotDot, 2);
+    if (c == '.' && pos_ > 0 && digit(src_[pos_ - 1]) && ident_start(peek(1))) return member();
     if (digit(c) || ((c == '-' || c == '+' || c == '.') &&
                      (digit(peek(1)) || (peek(1) == '.' && digit(peek(2))))))
       return number();
@@ -143,6 +146,21 @@ class Lexer {
       return t;
     }
     return invalid();
+  }
+
+  // '.' after a block index, then a module path of identifiers joined by
+  // single dots: ".attn.c_attn" in "block 3.attn.c_attn".
+  Token member() {
+    size_t b = pos_++;
+    while (pos_ < src_.size() &&
+           (ident_char(src_[pos_]) ||
+            (src_[pos_] == '.' && pos_ + 1 < src_.size() && ident_start(src_[pos_ + 1]))))
+      ++pos_;
+    Token t;
+    t.kind = Tok::Member;
+    t.span = span_from(b + 1);  // the path, without the dot
+    t.text = std::string(src_.substr(b + 1, pos_ - b - 1));
+    return t;
   }
 
   // The length of the well-formed UTF-8 sequence of two or more bytes at

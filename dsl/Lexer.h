@@ -26,6 +26,8 @@ enum class Tok {
   Comma,     // ,
   Assign,    // =
   DotDot,    // ..
+  Member,    // '.' right after a number, then a dotted module path: block 3.attn.c_attn
+             // (Token::text holds the path without the leading dot)
   Invalid,  // an unusable token, already reported: a stray character, a bad number, an unterminated
             // string
 };

@@ -359,7 +359,7 @@ class Parser {
     return true;
   }
 
-  // units_item = "each" "block" | "group" NUMBER [ "blocks" ] | "min_params" NUMBER
+  // units_item = "each" ("block" | "linear") | "group" NUMBER [ "blocks" ] | "min_params" NUMBER
   //            | "unit" [ IDENT ] "[" layer { "," layer } [ "," ] "]"
   void units_item(ast::Section& s) {
     ast::UnitItem u;
@@ -374,8 +374,10 @@ class Parser {
     advance();
     if (word == "each") {
       u.kind = ast::UnitItem::Kind::Each;
-      if (!at_word("block")) {
-        unexpected("'block'", "after 'each'");
+      if (at_word("linear")) {
+        u.kind = ast::UnitItem::Kind::EachLinear;
+      } else if (!at_word("block")) {
+        unexpected("'block' or 'linear'", "after 'each'");
         sync_units();
         return;
       }
@@ -415,7 +417,7 @@ class Parser {
     s.units.push_back(std::move(u));
   }
 
-  // layer = "embed" | "final_norm" | "head" | "block" NUMBER [ ".." NUMBER ]
+  // layer = "embed" | "final_norm" | "head" | "block" NUMBER [ ".." NUMBER ] [ MEMBER ]
   bool layer_list(ast::UnitItem& u) {
     while (!at(Tok::RBracket)) {
       if (!at(Tok::Ident)) {
@@ -457,6 +459,11 @@ class Parser {
             return false;
           }
           l.last = tok().integer;
+          advance();
+        }
+        if (at(Tok::Member)) {
+          l.piece = tok().text;
+          l.piece_span = tok().span;
           advance();
         }
         l.span = Span::join(l.span, toks_[pos_ - 1].span);

@@ -14,12 +14,12 @@ std::string format_real(double x) {
 
 namespace {
 
-// [embed, block 0..3, final_norm]
-std::string layer_list(const std::vector<LayerId>& layers) {
+// [embed, block 0..3, block 4.ln_1, block 4.attn.c_attn, final_norm]
+std::string layer_list(const ModelSpec& m, const std::vector<LayerId>& layers) {
   std::vector<std::string> parts;
   for (const LayerRun& r : layer_runs(layers))
     if (r.first.kind != LayerId::Kind::Block || r.first.block == r.last_block)
-      parts.push_back(to_string(r.first));
+      parts.push_back(layer_name(m, r.first));
     else
       parts.push_back(fmt::format("block {}..{}", r.first.block, r.last_block));
   return fmt::format("[{}]", fmt::join(parts, ", "));
@@ -55,10 +55,14 @@ void print_units(const Spec& s, std::string& out) {
   const UnitsSpec& u = s.units;
   out += "units {\n";
   for (const UnitSpec& x : u.explicit_units)
-    if (!x.layers.empty()) out += fmt::format("  unit {} {}\n", x.name, layer_list(x.layers));
+    if (!x.layers.empty())
+      out += fmt::format("  unit {} {}\n", x.name, layer_list(s.model, x.layers));
   switch (u.policy) {
     case UnitPolicy::EachBlock:
       out += "  each block\n";
+      break;
+    case UnitPolicy::EachLinear:
+      out += "  each linear\n";
       break;
     case UnitPolicy::Group:
       out += fmt::format("  group {} blocks\n", u.group);
@@ -74,8 +78,8 @@ void print_units(const Spec& s, std::string& out) {
     int64_t n = 0;
     for (const LayerId& l : u.units[i].layers)
       n += layer_params(s.model, l);
-    out +=
-        fmt::format("  #   {} {}: {}, {}\n", i, u.units[i].name, layer_list(u.units[i].layers), n);
+    out += fmt::format("  #   {} {}: {}, {}\n", i, u.units[i].name,
+                       layer_list(s.model, u.units[i].layers), n);
   }
   out += "}\n";
 }

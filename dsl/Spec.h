@@ -25,7 +25,7 @@ enum class OptimizerKind { AdamW, Sgd };
 enum class LrScheduleKind { Constant, Cosine, Linear };
 enum class DataKind { Synthetic, Text, Tokens };
 enum class LossScaleKind { Dynamic, Static };
-enum class UnitPolicy { EachBlock, Group, MinParams, Explicit };
+enum class UnitPolicy { EachBlock, EachLinear, Group, MinParams, Explicit };
 
 inline constexpr std::array<std::string_view, 2> kFamilyNames = {"gpt2", "llama"};
 inline constexpr std::array<std::string_view, 5> kShardingNames = {
@@ -147,6 +147,9 @@ struct LayerId {
   enum class Kind { Embed, Block, FinalNorm, Head };
   Kind kind = Kind::Block;
   int64_t block = 0;  // Block only
+  // Block only: one piece of the block (an index into its family's piece
+  // table, model/layout.h's Piece), or -1 for the whole block.
+  int piece = -1;
 
   // Position in forward order (embed = 0, block i = 1 + i, final_norm = L + 1, head = L + 2).
   int64_t order(int64_t layers) const {
@@ -162,8 +165,12 @@ struct LayerId {
     }
     return 0;
   }
+  // Position among a model's layers and pieces in forward order.
+  int64_t position(int64_t layers) const { return order(layers) * 64 + (piece < 0 ? 0 : piece); }
+  bool whole() const { return piece < 0; }
   bool operator==(const LayerId&) const = default;
 };
+// "block 3", "block 3 piece 1" (dsl/Layers' layer_name names the piece).
 std::string to_string(const LayerId& l);
 
 struct UnitSpec {

@@ -9,14 +9,15 @@
 
 #include "dsl/Layers.h"
 #include "dsl/Values.h"
+#include "suggest/Suggest.h"
 
 namespace fsdpgen {
 
 std::vector<LayerRun> layer_runs(const std::vector<LayerId>& layers) {
   std::vector<LayerRun> runs;
   for (const LayerId& l : layers) {
-    bool extends = !runs.empty() && l.kind == LayerId::Kind::Block &&
-                   runs.back().first.kind == LayerId::Kind::Block &&
+    bool extends = !runs.empty() && l.kind == LayerId::Kind::Block && l.whole() &&
+                   runs.back().first.kind == LayerId::Kind::Block && runs.back().first.whole() &&
                    l.block == runs.back().last_block + 1;
     if (extends)
       runs.back().last_block = l.block;
@@ -26,12 +27,19 @@ std::vector<LayerRun> layer_runs(const std::vector<LayerId>& layers) {
   return runs;
 }
 
-std::string auto_unit_name(const std::vector<LayerId>& layers) {
+std::string auto_unit_name(const ModelSpec& m, const std::vector<LayerId>& layers) {
   std::vector<std::string> parts;
   for (const LayerRun& r : layer_runs(layers))
     if (r.first.kind != LayerId::Kind::Block)
       parts.push_back(to_string(r.first));
-    else if (r.first.block == r.last_block)
+    else if (!r.first.whole()) {
+      std::string piece = block_piece(m, r.first.piece).name;
+      std::replace(piece.begin(), piece.end(), '.', '_');
+      if (parts.empty() || parts.back().rfind(fmt::format("block{}_", r.first.block), 0) != 0)
+        parts.push_back(fmt::format("block{}_{}", r.first.block, piece));
+      else
+        parts.back() += "_" + piece;
+    } else if (r.first.block == r.last_block)
       parts.push_back(fmt::format("block{}", r.first.block));
     else
       parts.push_back(fmt::format("blocks{}_{}", r.first.block, r.last_block));
@@ -40,6 +48,11 @@ std::string auto_unit_name(const std::vector<LayerId>& layers) {
 
 namespace {
 
+// The resolver owns layers piece by piece: a block is P slots (its family's
+// pieces, model/layout.h), the embedding, final norm and head one each.
+// Slot index: embed 0, block b piece p 1 + b * P + p, final_norm 1 + L * P,
+// head 2 + L * P. A unit that owns all of a block's slots holds the block
+// whole; one that owns some holds those pieces.
 class UnitResolver {
  public:
   explicit UnitResolver(CheckContext& ctx)
@@ -48,21 +61,74 @@ class UnitResolver {
         u_(ctx.spec.units),
         m_(ctx.spec.model),
         L_(ctx.spec.model.layers),
+        P_(block_piece_count(ctx.spec.model)),
         syntax_errors_(ctx.after_syntax_errors),
-        owner_(L_ + 3, -1),
-        owner_span_(L_ + 3) {}
+        owner_(slots(), -1),
+        owner_span_(slots()),
+        owner_whole_(slots(), false) {}
 
   void resolve(const ast::Section* sec) {
     if (sec && !read_items(*sec)) return;
     keep_tied_in_root();
-    std::vector<UnitSpec> units;
-    for (const UnitSpec& x : u_.explicit_units)
-      if (!x.layers.empty()) units.push_back(x);
-    wrap_unclaimed_blocks(units);
-    assemble(std::move(units));
+    std::vector<std::vector<int64_t>> units;  // slots, per unit
+    for (size_t i = 0; i < u_.explicit_units.size(); ++i) {
+      std::vector<int64_t> mine;
+      for (int64_t k = 0; k < slots(); ++k)
+        if (owner_[k] == static_cast<int>(i)) mine.push_back(k);
+      u_.explicit_units[i].layers = layers_of(mine);
+      if (!mine.empty()) units.push_back(mine);
+    }
+    wrap_unclaimed(units);
+    assemble(units);
   }
 
  private:
+  int64_t slots() const { return 3 + L_ * P_; }
+  int64_t slot_of(const LayerId& l) const {
+    switch (l.kind) {
+      case LayerId::Kind::Embed:
+        return 0;
+      case LayerId::Kind::Block:
+        return 1 + l.block * P_ + std::max(l.piece, 0);
+      case LayerId::Kind::FinalNorm:
+        return 1 + L_ * P_;
+      case LayerId::Kind::Head:
+        return 2 + L_ * P_;
+    }
+    return 0;
+  }
+  LayerId slot_layer(int64_t k) const {
+    if (k == 0) return {LayerId::Kind::Embed, 0};
+    if (k == 1 + L_ * P_) return {LayerId::Kind::FinalNorm, 0};
+    if (k == 2 + L_ * P_) return {LayerId::Kind::Head, 0};
+    return {LayerId::Kind::Block, (k - 1) / P_, static_cast<int>((k - 1) % P_)};
+  }
+  // The slots a layer covers: a whole block's P, else one.
+  std::vector<int64_t> slots_of(const LayerId& l) const {
+    std::vector<int64_t> out{slot_of(l)};
+    if (l.kind == LayerId::Kind::Block && l.whole())
+      for (int p = 1; p < P_; ++p)
+        out.push_back(out.front() + p);
+    return out;
+  }
+  // Sorted slots -> layers: whole blocks where all of a block's slots are there.
+  std::vector<LayerId> layers_of(const std::vector<int64_t>& sorted) const {
+    std::vector<LayerId> out;
+    for (size_t i = 0; i < sorted.size();) {
+      const LayerId l = slot_layer(sorted[i]);
+      const bool whole = l.kind == LayerId::Kind::Block && l.piece == 0 &&
+                         i + P_ <= sorted.size() && sorted[i + P_ - 1] == sorted[i] + P_ - 1;
+      if (whole) {
+        out.push_back({LayerId::Kind::Block, l.block});
+        i += P_;
+      } else {
+        out.push_back(l);
+        ++i;
+      }
+    }
+    return out;
+  }
+
   // Reads the policy and the explicit units; false when one was reported.
   bool read_items(const ast::Section& sec) {
     bool ok = true;
@@ -72,12 +138,12 @@ class UnitResolver {
     return ok;
   }
 
-  // each block | group N | min_params N, at most one of them.
+  // each block | each linear | group N | min_params N, at most one of them.
   bool read_policy(const ast::UnitItem& item) {
     if (policy_item_) {
       Diagnostic& e = d_.error(item.span,
                                "conflicting wrap policies: give at most one of 'each block', "
-                               "'group N' and 'min_params N'");
+                               "'each linear', 'group N' and 'min_params N'");
       Diagnostics::note(e, policy_item_->span, "previous policy is here");
       return false;
     }
@@ -85,6 +151,10 @@ class UnitResolver {
     if (item.kind == ast::UnitItem::Kind::Each) {
       u_.policy = UnitPolicy::EachBlock;
       return true;
+    }
+    if (item.kind == ast::UnitItem::Kind::EachLinear) {
+      u_.policy = UnitPolicy::EachLinear;
+      return sub_block_units_built(item.span);
     }
     if (item.kind == ast::UnitItem::Kind::Group) {
       u_.policy = UnitPolicy::Group;
@@ -98,6 +168,18 @@ class UnitResolver {
     return n.has_value();
   }
 
+  // Sub-block units need the family's runtime to run a block piece by piece.
+  bool sub_block_units_built(Span at) {
+    if (m_.family == Family::Gpt2) return true;
+    Diagnostic& e =
+        d_.error(at, fmt::format("sub-block wrap units are not built for the {} family yet",
+                                 to_string(m_.family)));
+    Diagnostics::note(e,
+                      "its blocks are wrapped whole: use 'each block', 'group N' or "
+                      "'min_params N', or list whole blocks");
+    return false;
+  }
+
   // unit NAME [layers]: claims its layers for explicit unit number
   // u_.explicit_units.size().
   bool explicit_unit(const ast::UnitItem& item) {
@@ -108,16 +190,55 @@ class UnitResolver {
       ok = false;
     }
     ok &= claim(layers);
-    std::vector<LayerId> ids;
-    for (auto& p : layers)
-      ids.push_back(p.first);
-    std::sort(ids.begin(), ids.end(),
-              [this](const LayerId& a, const LayerId& b) { return a.order(L_) < b.order(L_); });
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    if (ok) ok = consecutive(item, ids);
+    std::vector<int64_t> mine;
+    for (auto& [l, span] : layers)
+      for (int64_t k : slots_of(l))
+        mine.push_back(k);
+    std::sort(mine.begin(), mine.end());
+    mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+    if (ok) ok = consecutive(item, mine);
+    std::vector<LayerId> ids = layers_of(mine);
     if (!item.name.empty()) ok &= name_is_free(item);
-    u_.explicit_units.push_back({item.name.empty() ? auto_unit_name(ids) : item.name, ids});
+    u_.explicit_units.push_back({item.name.empty() ? auto_unit_name(m_, ids) : item.name, ids});
     return ok;
+  }
+
+  // The pieces `r.piece` names in each block, or none (reported).
+  std::vector<int> referenced_pieces(const ast::LayerRef& r, bool& ok) {
+    if (!sub_block_units_built(r.piece_span)) {
+      ok = false;
+      return {};
+    }
+    std::vector<int> pieces = pieces_named(m_, r.piece);
+    if (!pieces.empty()) return pieces;
+    ok = false;
+    std::vector<std::string> names;
+    for (int i = 0; i < P_; ++i) {
+      const std::string n = block_piece(m_, i).name;
+      if (r.piece.size() > n.size() && r.piece.compare(0, n.size(), n) == 0 &&
+          r.piece[n.size()] == '.') {
+        Diagnostic& e = d_.error(
+            r.piece_span,
+            fmt::format("'{}' is a tensor of {}; a unit holds a module whole, its weight with "
+                        "its bias: did you mean '{}'?",
+                        r.piece, n, n));
+        Diagnostics::note(e, "name a module of the block, e.g. 'block 3.attn.c_attn'");
+        return {};
+      }
+      names.push_back(n);
+      if (const size_t dot = n.find('.'); dot != std::string::npos)
+        names.push_back(n.substr(0, dot));
+    }
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    std::vector<std::string_view> views(names.begin(), names.end());
+    Diagnostic& e = d_.error(
+        r.piece_span, fmt::format("a {} block has no module '{}'", to_string(m_.family), r.piece));
+    if (std::string m = closest_match(r.piece, views); !m.empty())
+      e.message += fmt::format("; did you mean '{}'?", m);
+    else
+      Diagnostics::note(e, "its modules are " + quoted_choices(views, " and "));
+    return {};
   }
 
   // The layers an item lists, each with the reference that names it.
@@ -134,13 +255,15 @@ class UnitResolver {
         case ast::LayerRef::Kind::Head:
           layers.push_back({{LayerId::Kind::Head, 0}, r.span});
           break;
-        case ast::LayerRef::Kind::Block:
+        case ast::LayerRef::Kind::Block: {
           if (r.first > r.last) {
             d_.error(r.span,
                      fmt::format("empty block range {}..{}; ranges are inclusive and increasing",
                                  r.first, r.last));
             ok = false;
-          } else if (r.first < 0 || r.last >= L_) {
+            break;
+          }
+          if (r.first < 0 || r.last >= L_) {
             Diagnostic& e = d_.error(
                 r.span, fmt::format("block {} is out of range", r.first < 0 ? r.first : r.last));
             Diagnostics::note(
@@ -148,53 +271,63 @@ class UnitResolver {
                                m_.name.empty() ? "the model" : fmt::format("model '{}'", m_.name),
                                L_, L_ == 1 ? "" : "s", L_ - 1));
             ok = false;
-          } else {
-            for (int64_t b = r.first; b <= r.last; ++b)
-              layers.push_back({{LayerId::Kind::Block, b}, r.span});
+            break;
           }
+          std::vector<int> pieces{-1};
+          if (!r.piece.empty()) pieces = referenced_pieces(r, ok);
+          for (int64_t b = r.first; b <= r.last; ++b)
+            for (int p : pieces)
+              layers.push_back({{LayerId::Kind::Block, b, p}, r.span});
           break;
+        }
       }
     }
     return layers;
   }
 
-  // Records the unit being read as the owner of `layers`; a layer that
+  // Records the unit being read as the owner of `layers`' slots; a slot that
   // already has one is reported once per reference, not per block of a range.
   bool claim(const std::vector<std::pair<LayerId, Span>>& layers) {
     const int index = static_cast<int>(u_.explicit_units.size());
     bool ok = true;
     std::vector<Span> reported;
     for (const auto& [id, span] : layers) {
-      int64_t o = id.order(L_);
-      if (owner_[o] < 0) {
-        owner_[o] = index;
-        owner_span_[o] = span;
-        continue;
+      for (int64_t k : slots_of(id)) {
+        if (owner_[k] < 0) {
+          owner_[k] = index;
+          owner_span_[k] = span;
+          owner_whole_[k] = id.kind == LayerId::Kind::Block && id.whole();
+          continue;
+        }
+        ok = false;
+        if (std::find(reported.begin(), reported.end(), span) != reported.end()) continue;
+        reported.push_back(span);
+        const bool both_whole = owner_whole_[k] && id.whole();
+        const std::string what = both_whole ? to_string(id) : layer_name(m_, slot_layer(k));
+        std::string msg = owner_[k] == index ? fmt::format("{} is listed twice in this unit", what)
+                                             : fmt::format("{} is already in unit '{}'", what,
+                                                           u_.explicit_units[owner_[k]].name);
+        Diagnostic& e = d_.error(span, msg);
+        Diagnostics::note(e, owner_span_[k], "first claimed here");
       }
-      ok = false;
-      if (std::find(reported.begin(), reported.end(), span) != reported.end()) continue;
-      reported.push_back(span);
-      std::string msg = owner_[o] == index
-                            ? fmt::format("{} is listed twice in this unit", to_string(id))
-                            : fmt::format("{} is already in unit '{}'", to_string(id),
-                                          u_.explicit_units[owner_[o]].name);
-      Diagnostic& e = d_.error(span, msg);
-      Diagnostics::note(e, owner_span_[o], "first claimed here");
     }
     return ok;
   }
 
-  // `ids` (sorted, distinct) have no gap in forward order.
-  bool consecutive(const ast::UnitItem& item, const std::vector<LayerId>& ids) {
-    for (size_t i = 1; i < ids.size(); ++i) {
-      if (ids[i].order(L_) == ids[i - 1].order(L_) + 1) continue;
+  // `sorted` (distinct slots) has no gap in forward order.
+  bool consecutive(const ast::UnitItem& item, const std::vector<int64_t>& sorted) {
+    const std::vector<LayerId> ls = layers_of(sorted);
+    for (size_t i = 1; i < ls.size(); ++i) {
+      if (slot_of(ls[i]) == slots_of(ls[i - 1]).back() + 1) continue;
       Diagnostic& e = d_.error(
           item.span,
           fmt::format("the layers of a unit must be consecutive, but this unit skips from {} to {}",
-                      to_string(ids[i - 1]), to_string(ids[i])));
+                      layer_name(m_, ls[i - 1]), layer_name(m_, ls[i])));
       Diagnostics::note(
           e, fmt::format(
-                 "forward order is embed, block 0..{}, final_norm, head{}", L_ - 1,
+                 "forward order is embed, block 0..{} (each block's modules in order), "
+                 "final_norm, head{}",
+                 L_ - 1,
                  m_.tie_embeddings ? "; a tied embedding and head stay in the root unit" : ""));
       return false;
     }
@@ -217,69 +350,105 @@ class UnitResolver {
 
   // A tied embedding and head must live in one unit: both move to the root.
   void keep_tied_in_root() {
-    int emb = owner_[0], head = owner_[L_ + 2];
+    const int64_t head_slot = 2 + L_ * P_;
+    int emb = owner_[0], head = owner_[head_slot];
     if (!m_.tie_embeddings || emb == head) return;
     // After a syntax error a unit may be missing, so the split may not be real.
     if (!syntax_errors_) {
-      Span at = emb >= 0 ? owner_span_[0] : owner_span_[L_ + 2];
+      Span at = emb >= 0 ? owner_span_[0] : owner_span_[head_slot];
       Diagnostic& w =
           d_.warning(at, "tied token embedding and LM head are placed in different units");
       Diagnostics::note(w, "moved both to the root unit, which stays gathered for the whole step");
     }
-    for (int idx : {emb, head}) {
-      if (idx < 0) continue;
-      auto& ls = u_.explicit_units[idx].layers;
-      ls.erase(std::remove_if(ls.begin(), ls.end(),
-                              [](const LayerId& l) {
-                                return l.kind == LayerId::Kind::Embed ||
-                                       l.kind == LayerId::Kind::Head;
-                              }),
-               ls.end());
-    }
-    owner_[0] = owner_[L_ + 2] = -1;
+    owner_[0] = owner_[head_slot] = -1;
   }
 
-  // The policy wraps runs of blocks that no explicit unit claims.
-  void wrap_unclaimed_blocks(std::vector<UnitSpec>& units) {
-    std::vector<LayerId> run;
+  // The policy wraps the blocks no explicit unit claims; the pieces an
+  // explicit unit leaves of a block it splits are wrapped too, each run of
+  // them as a unit (each linear: as that policy cuts them), never the root.
+  void wrap_unclaimed(std::vector<std::vector<int64_t>>& units) {
+    std::vector<int64_t> run;
     int64_t run_params = 0;
     auto flush = [&] {
-      if (!run.empty()) units.push_back({auto_unit_name(run), run});
+      if (!run.empty()) units.push_back(run);
       run.clear();
       run_params = 0;
     };
-    for (int64_t b = 0; b < L_ && u_.policy != UnitPolicy::Explicit; ++b) {
-      if (owner_[1 + b] >= 0) {
+    for (int64_t b = 0; b < L_; ++b) {
+      const int64_t first = 1 + b * P_;
+      int claimed = 0;
+      for (int p = 0; p < P_; ++p)
+        claimed += owner_[first + p] >= 0;
+      if (claimed == P_) {
         flush();
         continue;
       }
-      LayerId id{LayerId::Kind::Block, b};
-      run.push_back(id);
-      run_params += layer_params(m_, id);
+      if (claimed > 0 || u_.policy == UnitPolicy::EachLinear) {
+        flush();
+        wrap_pieces(first, units);
+        continue;
+      }
+      if (u_.policy == UnitPolicy::Explicit) continue;
+      for (int p = 0; p < P_; ++p)
+        run.push_back(first + p);
+      run_params += layer_params(m_, {LayerId::Kind::Block, b});
       if (u_.policy == UnitPolicy::EachBlock ||
-          (u_.policy == UnitPolicy::Group && (int64_t)run.size() == u_.group) ||
+          (u_.policy == UnitPolicy::Group && static_cast<int64_t>(run.size()) == u_.group * P_) ||
           (u_.policy == UnitPolicy::MinParams && run_params >= u_.min_params))
         flush();
     }
     flush();
   }
 
+  // The unclaimed pieces of the block whose slots start at `first`: a unit
+  // per run; under each linear, a unit per linear module, a norm joining the
+  // linear after it.
+  void wrap_pieces(int64_t first, std::vector<std::vector<int64_t>>& units) const {
+    std::vector<int64_t> run;
+    bool has_linear = false;
+    auto flush = [&] {
+      if (!run.empty()) units.push_back(run);
+      run.clear();
+      has_linear = false;
+    };
+    for (int p = 0; p < P_; ++p) {
+      if (owner_[first + p] >= 0) {
+        flush();
+        continue;
+      }
+      if (u_.policy == UnitPolicy::EachLinear && (has_linear || !block_piece(m_, p).linear()))
+        flush();
+      run.push_back(first + p);
+      has_linear |= block_piece(m_, p).linear();
+    }
+    flush();
+  }
+
   // The root (every layer no unit claims) first, then the units in forward
   // order; an automatic name taken by another unit gets "_auto".
-  void assemble(std::vector<UnitSpec> units) {
-    std::vector<bool> claimed(L_ + 3, false);
-    for (const UnitSpec& x : units)
-      for (const LayerId& l : x.layers)
-        claimed[l.order(L_)] = true;
-    UnitSpec root{"root", {}};
-    for (const LayerId& l : all_layers(m_))
-      if (!claimed[l.order(L_)]) root.layers.push_back(l);
-    std::stable_sort(units.begin(), units.end(), [this](const UnitSpec& a, const UnitSpec& b) {
-      return a.layers[0].order(L_) < b.layers[0].order(L_);
-    });
+  void assemble(const std::vector<std::vector<int64_t>>& units) {
+    std::vector<bool> claimed(slots(), false);
+    for (const auto& x : units)
+      for (int64_t k : x)
+        claimed[k] = true;
+    std::vector<int64_t> root;
+    for (int64_t k = 0; k < slots(); ++k)
+      if (!claimed[k]) root.push_back(k);
+    std::vector<std::pair<int64_t, UnitSpec>> sorted;
+    for (const auto& x : units) {
+      int explicit_index = owner_[x.front()];
+      std::vector<LayerId> ids = layers_of(x);
+      if (explicit_index >= 0)
+        sorted.push_back({x.front(), u_.explicit_units[explicit_index]});
+      else
+        sorted.push_back({x.front(), {auto_unit_name(m_, ids), ids}});
+    }
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
     u_.units.clear();
-    u_.units.push_back(root);
-    for (UnitSpec& x : units) {
+    u_.units.push_back({"root", layers_of(root)});
+    for (auto& entry : sorted) {
+      UnitSpec& x = entry.second;
       if (names_.count(x.name) == 0 &&
           std::any_of(u_.units.begin(), u_.units.end(),
                       [&](const UnitSpec& y) { return y.name == x.name; }))
@@ -293,9 +462,11 @@ class UnitResolver {
   UnitsSpec& u_;
   const ModelSpec& m_;
   const int64_t L_;
+  const int P_;
   const bool syntax_errors_;
-  std::vector<int> owner_;             // forward order -> explicit unit index, or -1
-  std::vector<Span> owner_span_;       // forward order -> the reference that claimed it
+  std::vector<int> owner_;             // slot -> explicit unit index, or -1
+  std::vector<Span> owner_span_;       // slot -> the reference that claimed it
+  std::vector<bool> owner_whole_;      // slot -> claimed as part of a whole block
   std::map<std::string, Span> names_;  // the names given to explicit units
   const ast::UnitItem* policy_item_ = nullptr;
 };

@@ -15,7 +15,7 @@
 
 namespace fsdpgen {
 
-// A layer that is not a block, or a run of consecutive blocks.
+// A layer that is not a block, a block's piece, or a run of consecutive whole blocks.
 struct LayerRun {
   LayerId first;       // the layer, or the run's first block
   int64_t last_block;  // blocks only: the run's last block (first.block when alone)
@@ -25,8 +25,9 @@ struct LayerRun {
 // [embed, block 0, block 1, block 2, block 5, head] -> embed | blocks 0..2 | block 5 | head
 std::vector<LayerRun> layer_runs(const std::vector<LayerId>& layers);
 
-// The name of an automatic unit: "block3", "blocks0_2", "embed_block0".
-std::string auto_unit_name(const std::vector<LayerId>& layers);
+// The name of an automatic unit: "block3", "blocks0_2", "embed_block0",
+// "block3_ln_1_attn_c_attn" (pieces).
+std::string auto_unit_name(const ModelSpec& m, const std::vector<LayerId>& layers);
 
 // Fills ctx.spec.units from the 'units' section (nullptr when there is none)
 // for a model whose keys were all read; reports bad unit lists.

@@ -412,16 +412,56 @@ class Writer {
   bool recomputes(const Segment& seg) const {
     return spec_.parallel.recompute == Recompute::Block && seg.unit != 0;
   }
-  // Byte offset of each layer's slot in a segment's saved layout.
+  // Byte offset of each layer's slot in its group's saved layout (a
+  // segment's own, unless sub-block units split a block across segments:
+  // Segment::group), one more entry after the last: where the next slot
+  // would start. A later piece of a split block points at its first piece's slot.
   std::vector<int64_t> slot_offsets(const Segment& seg) const {
-    std::vector<int64_t> off;
     int64_t at = 0;
-    for (const LayerId& l : seg.layers) {
+    std::map<int64_t, int64_t> block_slot;  // split block -> its slot
+    for (int i : group_segments(s_.units, seg.group)) {
+      const Segment& other = s_.units.segments[static_cast<size_t>(i)];
+      std::vector<int64_t> off;
+      for (const LayerId& l : other.layers) {
+        if (l.kind == LayerId::Kind::Block && l.piece == 0) block_slot[l.block] = at;
+        off.push_back(l.kind == LayerId::Kind::Block && l.piece > 0 ? block_slot.at(l.block) : at);
+        at += layer_saved_bytes(model_, l, act_);
+      }
       off.push_back(at);
-      at += layer_saved_bytes(model_, l, act_);
+      if (&other == &seg) return off;
     }
-    off.push_back(at);
-    return off;
+    throw std::logic_error("emit: a segment outside its group");
+  }
+  // The group's first layer: under recompute its input is the group's saved buffer.
+  const LayerId& group_first_layer(const Segment& seg) const {
+    return s_.units.segments[static_cast<size_t>(seg.group)].layers.front();
+  }
+  // Whether layer l (of a segment of this group) reads the group's input:
+  // it is, or is a piece of, the group's first block.
+  bool reads_group_input(const Segment& seg, const LayerId& l) const {
+    const LayerId& first = group_first_layer(seg);
+    return l.kind == LayerId::Kind::Block && first.kind == LayerId::Kind::Block &&
+           l.block == first.block;
+  }
+  // The run of pieces of one block from layer k of a segment: [k, end).
+  static size_t piece_run_end(const Segment& seg, size_t k) {
+    const LayerId& l = seg.layers[k];
+    size_t end = k + 1;
+    if (l.kind != LayerId::Kind::Block || l.whole()) return end;
+    while (end < seg.layers.size() && seg.layers[end].kind == LayerId::Kind::Block &&
+           seg.layers[end].block == l.block && !seg.layers[end].whole())
+      ++end;
+    return end;
+  }
+  // ", block_pieces{first, end}" for a run of pieces, "" for a whole block.
+  static std::string pieces_arg(const Segment& seg, size_t k, size_t end) {
+    const LayerId& l = seg.layers[k];
+    if (l.whole()) return "";
+    return fmt::format(", block_pieces{{{}, {}}}", l.piece, seg.layers[end - 1].piece + 1);
+  }
+  bool is_last_piece(const LayerId& l) const {
+    return l.kind == LayerId::Kind::Block &&
+           (l.whole() || l.piece == block_piece_count(model_) - 1);
   }
   // Where a layer's saved input sits inside its slot. The head saves none:
   // it reads the final norm's output, and forward writes nothing for it.
@@ -433,6 +473,7 @@ class Writer {
   // acts (its own slot, or the whole buffer under recompute).
   At segment_input(int seg_index, int acts) const {
     const Segment& seg = s_.units.segments[static_cast<size_t>(seg_index)];
+    if (acts < 0) return {};  // it continues this segment's block: nothing to hand over
     if (recomputes(seg)) return {acts, 0};
     return {acts, input_field(seg.layers.front())};
   }
@@ -443,7 +484,10 @@ class Writer {
   // its own scope when a segment has several.
   static bool writes_code(const LayerId& l) { return l.kind != LayerId::Kind::FinalNorm; }
   static bool scoped(const Segment& seg) {
-    return std::count_if(seg.layers.begin(), seg.layers.end(), writes_code) > 1;
+    int calls = 0;
+    for (size_t k = 0; k < seg.layers.size(); k = piece_run_end(seg, k))
+      calls += writes_code(seg.layers[k]);
+    return calls > 1;
   }
   static Body layer_body(bool scoped) { return Body{scoped ? "    " : "  ", "", ""}; }
   static std::string close(const Body& b, bool scoped, const std::string& what) {
@@ -462,20 +506,54 @@ class Writer {
          gtail());
   }
 
+  // A block's tensors in `buffer` (params, or grads when `grads`) as the
+  // family's struct named `var`: carved from the first tensor for a whole
+  // block, else each of the pieces' tensors set by name (the others null).
+  // A whole block's first tensor in `buffer`, declared (the carving's base); "" for pieces.
+  std::string block_base(Body& b, const Segment& seg, size_t k, int buffer, bool grads) const {
+    const LayerId& l = seg.layers[k];
+    if (!l.whole()) return "";
+    return let(b, grads ? "dweights" : "weights", grads ? "grad_t" : "param_t",
+               {buffer, block_offset(seg.unit, l.block) * (grads ? rbytes_ : pbytes_)});
+  }
+  void block_tensors(Body& b, const Segment& seg, size_t k, size_t end, int buffer, bool grads,
+                     const std::string& var, const std::string& base) const {
+    const LayerId& l = seg.layers[k];
+    const std::string type = grads ? "grad_t" : "param_t";
+    const int64_t elem = grads ? rbytes_ : pbytes_;
+    const std::string what = grads ? "grads" : "params";
+    if (l.whole()) {
+      call(b, "auto {} = {}_block_{}_at<{}>({}, kDims);", var, fam(), what, type, base);
+      return;
+    }
+    call(b, "{}_block_{}<{}> {}{{}};", fam(), what, type, var);
+    const std::string prefix = fmt::format(fmt::runtime(layout().block_prefix), l.block);
+    for (size_t i = k; i < end; ++i) {
+      const model::Piece& piece = block_piece(model_, seg.layers[i].piece);
+      for (int t = piece.first_tensor; t < piece.first_tensor + piece.tensors; ++t) {
+        const model::Tensor& row = layout().block[static_cast<size_t>(t)];
+        const int64_t at = tensor(seg.unit, prefix + row.hf_name).offset_elems * elem;
+        call(b, "{}.{} = {};", var, row.name,
+             let(b, fmt::format("{}{}", grads ? "d" : "", row.name), type, {buffer, at}));
+      }
+    }
+  }
+
+  // Layers [k, end) of the op's segment: a block, or a run of its pieces.
   // `input`: the buffer the block reads its input from when it is not in its slot (-1).
-  void block_forward(Body& b, const Op& op, int64_t block, int params, At slot, int input,
+  void block_forward(Body& b, const Op& op, size_t k, size_t end, int params, At slot, int input,
                      At out) const {
     const Segment& seg = segment(op);
     const std::string s = let_bytes(b, "slot", slot);
     const std::string in = let(b, "input", "param_t", {input, 0});
-    const std::string w =
-        let(b, "weights", "param_t", {params, block_offset(seg.unit, block) * pbytes_});
+    const std::string w = block_base(b, seg, k, params, false);
     const std::string dst = let(b, "out", "param_t", out);
     call(b, "auto saved = {}_block_saved_at<param_t>({}, kDims);", fam(), s);
     if (input >= 0) call(b, "saved.input = {};", in);
-    call(b, "auto params = {}_block_params_at<param_t>({}, kDims);", fam(), w);
+    block_tensors(b, seg, k, end, params, false, "params", w);
     const std::string rope = rope_arg(b, op);
-    call(b, "{}_block_forward<param_t>({}, params, saved, {}kDims, {});", fam(), dst, rope, ws());
+    call(b, "{}_block_forward<param_t>({}, params, saved, {}kDims, {}{});", fam(), dst, rope, ws(),
+         pieces_arg(seg, k, end));
   }
 
   void head_forward(Body& b, const Op& op, int params, At slot) const {
@@ -504,11 +582,13 @@ class Writer {
     const std::vector<int64_t> slots = slot_offsets(seg);
     const bool scope = scoped(seg);
     std::string out;
-    for (size_t k = 0; k < seg.layers.size(); ++k) {
+    for (size_t k = 0; k < seg.layers.size(); k = piece_run_end(seg, k)) {
       const LayerId& l = seg.layers[k];
       if (!writes_code(l)) continue;
-      const bool last = k + 1 == seg.layers.size();
-      const At dst = last ? next : At{saved, slots[k + 1] + input_field(seg.layers[k + 1])};
+      const size_t end = piece_run_end(seg, k);
+      const bool last = end == seg.layers.size();
+      At dst = last ? next : At{saved, slots[end] + input_field(seg.layers[end])};
+      if (!is_last_piece(seg.layers[end - 1]) && l.kind == LayerId::Kind::Block) dst = {};
       Body b = layer_body(scope);
       switch (l.kind) {
         case LayerId::Kind::Embed:
@@ -516,9 +596,9 @@ class Writer {
           out += close(b, scope, "embed");
           break;
         case LayerId::Kind::Block:
-          block_forward(b, op, l.block, params, {saved, slots[k]},
-                        k == 0 && saved != acts_in ? acts_in : -1, dst);
-          out += close(b, scope, fmt::format("block {}", l.block));
+          block_forward(b, op, k, end, params, {saved, slots[k]},
+                        reads_group_input(seg, l) && saved != acts_in ? acts_in : -1, dst);
+          out += close(b, scope, layer_name(model_, l));
           break;
         case LayerId::Kind::Head:
           head_forward(b, op, params, {saved, slots[k - 1]});
@@ -569,21 +649,20 @@ class Writer {
          fam(), dnorm, dhead_w, norm_w, head_w, lg, ws());
   }
 
-  void block_backward(Body& b, const Op& op, int64_t block, int params, int grads, At slot,
+  void block_backward(Body& b, const Op& op, size_t k, size_t end, int params, int grads, At slot,
                       int input) const {
     const Segment& seg = segment(op);
     const std::string s = let_bytes(b, "slot", slot);
     const std::string in = let(b, "input", "param_t", {input, 0});
-    const int64_t at = block_offset(seg.unit, block);
-    const std::string w = let(b, "weights", "param_t", {params, at * pbytes_});
-    const std::string dw = let(b, "dweights", "grad_t", {grads, at * rbytes_});
+    const std::string w = block_base(b, seg, k, params, false);
+    const std::string dw = block_base(b, seg, k, grads, true);
     call(b, "auto saved = {}_block_saved_at<param_t>({}, kDims);", fam(), s);
     if (input >= 0) call(b, "saved.input = {};", in);
-    call(b, "auto params = {}_block_params_at<param_t>({}, kDims);", fam(), w);
-    call(b, "auto grads = {}_block_grads_at<grad_t>({}, kDims);", fam(), dw);
+    block_tensors(b, seg, k, end, params, false, "params", w);
+    block_tensors(b, seg, k, end, grads, true, "grads", dw);
     const std::string rope = rope_arg(b, op);
-    call(b, "{}_block_backward<param_t, grad_t>(grads, params, saved, scratch, {}kDims, {});",
-         fam(), rope, ws());
+    call(b, "{}_block_backward<param_t, grad_t>(grads, params, saved, scratch, {}kDims, {}{});",
+         fam(), rope, ws(), pieces_arg(seg, k, end));
   }
 
   void embed_backward(Body& b, const Op& op, int grads) const {
@@ -611,7 +690,11 @@ class Writer {
     call(top, "auto scratch = {}_backward_scratch_at<param_t>({}, kDims);", fam(), d);
     std::string out = top.text();
     const bool scope = scoped(seg);
-    for (size_t r = seg.layers.size(); r-- > 0;) {
+    std::vector<size_t> starts;  // each layer's, a run of pieces once
+    for (size_t k = 0; k < seg.layers.size(); k = piece_run_end(seg, k))
+      starts.push_back(k);
+    for (size_t x = starts.size(); x-- > 0;) {
+      const size_t r = starts[x];
       const LayerId& l = seg.layers[r];
       Body b = layer_body(scope);
       switch (l.kind) {
@@ -622,9 +705,9 @@ class Writer {
         case LayerId::Kind::FinalNorm:
           break;
         case LayerId::Kind::Block:
-          block_backward(b, op, l.block, params, grads, {saved, slots[r]},
-                         r == 0 && saved != acts ? acts : -1);
-          out += close(b, scope, fmt::format("block {}", l.block));
+          block_backward(b, op, r, piece_run_end(seg, r), params, grads, {saved, slots[r]},
+                         reads_group_input(seg, l) && saved != acts ? acts : -1);
+          out += close(b, scope, layer_name(model_, l));
           break;
         case LayerId::Kind::Embed:
           embed_backward(b, op, grads);

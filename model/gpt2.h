@@ -74,8 +74,18 @@ inline constexpr Field kGpt2BackwardScratch[] = {
     {"delta", Elem::Fp32, H, When::Flash},
 };
 
-inline constexpr ParamLayout kGpt2Params{"transformer.h.{}.", kGpt2EmbedParams, kGpt2BlockParams,
-                                         kGpt2FinalNormParams, kGpt2HeadParams};
+// A block's pieces (Piece, model/layout.h): runtime/gpt2 runs any range of them.
+inline constexpr Piece kGpt2BlockPieces[] = {
+    {"ln_1", 0, 2},
+    {"attn.c_attn", 2, 2, C, 3 * C, true},
+    {"attn.c_proj", 4, 2, C, C},
+    {"ln_2", 6, 2},
+    {"mlp.c_fc", 8, 2, C, F},
+    {"mlp.c_proj", 10, 2, F, C},
+};
+
+inline constexpr ParamLayout kGpt2Params{"transformer.h.{}.",  kGpt2EmbedParams, kGpt2BlockParams,
+                                         kGpt2FinalNormParams, kGpt2HeadParams,  kGpt2BlockPieces};
 
 inline constexpr ActivationLayout kGpt2Activations{kGpt2BlockSaved, kGpt2FinalNormSaved,
                                                    kGpt2BackwardScratch};

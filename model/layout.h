@@ -188,6 +188,22 @@ constexpr int64_t offset_elems(Table<Tensor> t, size_t row, const Dims& d) {
   return at;
 }
 
+// ---- block pieces ------------------------------------------------------------
+// A block's modules in forward order, the smallest things a wrap unit can
+// hold (sub-block units, as the FSDP paper's GPT-1T wraps each linear layer):
+// rows [first_tensor, first_tensor + tensors) of the block's tensor table
+// (a weight and its bias are one piece), the multiply-adds per token of its
+// matrix (in x out; a norm has none), and whether the attention core runs
+// with it (after its matrix in forward, before it in backward). The pieces
+// cover the table in order, so a block's runtime can run any range of them.
+struct Piece {
+  const char* name;  // the module after the block prefix, e.g. attn.c_attn
+  int first_tensor = 0, tensors = 0;
+  Linear in = {}, out = {};
+  bool attention = false;
+  constexpr bool linear() const { return in.one + in.c + in.f + in.kv != 0; }
+};
+
 // A family's parameter tensors, layer kind by layer kind. A block's names
 // follow block_prefix (with its index for {}); the others are whole names.
 // A tied head has no tensor of its own (it reads the embedding's).
@@ -197,6 +213,7 @@ struct ParamLayout {
   Table<Tensor> block;
   Table<Tensor> final_norm;
   Table<Tensor> head;
+  Table<Piece> pieces;  // the block's, in forward order
 };
 
 }  // namespace fsdpgen::model

@@ -65,8 +65,19 @@ inline constexpr Field kLlamaBackwardScratch[] = {
     {"delta", Elem::Fp32, H, When::Flash},
 };
 
-inline constexpr ParamLayout kLlamaParams{"model.layers.{}.", kLlamaEmbedParams, kLlamaBlockParams,
-                                          kLlamaFinalNormParams, kLlamaHeadParams};
+// A block's pieces (Piece, model/layout.h). Sub-block units are built for
+// gpt2 only so far (dsl/Units refuses them for llama); the table names them.
+inline constexpr Piece kLlamaBlockPieces[] = {
+    {"input_layernorm", 0, 1},         {"self_attn.q_proj", 1, 1, C, C},
+    {"self_attn.k_proj", 2, 1, C, KV}, {"self_attn.v_proj", 3, 1, C, KV, true},
+    {"self_attn.o_proj", 4, 1, C, C},  {"post_attention_layernorm", 5, 1},
+    {"mlp.gate_proj", 6, 1, C, F},     {"mlp.up_proj", 7, 1, C, F},
+    {"mlp.down_proj", 8, 1, F, C},
+};
+
+inline constexpr ParamLayout kLlamaParams{"model.layers.{}.", kLlamaEmbedParams,
+                                          kLlamaBlockParams,  kLlamaFinalNormParams,
+                                          kLlamaHeadParams,   kLlamaBlockPieces};
 
 inline constexpr ActivationLayout kLlamaActivations{kLlamaBlockSaved, kLlamaFinalNormSaved,
                                                     kLlamaBackwardScratch};

@@ -35,7 +35,15 @@ model::Dims layout_dims(const ModelSpec& m, const ActivationShape& a) {
 }
 
 int64_t layer_saved_bytes(const ModelSpec& m, const LayerId& l, const ActivationShape& a) {
+  if (l.kind == LayerId::Kind::Block && l.piece > 0) return 0;  // in its first piece's slot
   return model::slot_bytes(saved_table(m, l), layout_dims(m, a), a.tokens, a.act_bytes);
+}
+
+int64_t group_saved_bytes(const Units& u, int g, const ActivationShape& a) {
+  int64_t bytes = 0;
+  for (int i : group_segments(u, g))
+    bytes += segment_saved_bytes(u.spec.model, u.segments[static_cast<size_t>(i)], a);
+  return bytes;
 }
 
 int64_t saved_field_offset_bytes(const ModelSpec& m, const LayerId& l, const ActivationShape& a,

@@ -25,8 +25,12 @@ struct ActivationShape {
 // The dimensions the layout tables are written in.
 model::Dims layout_dims(const ModelSpec& m, const ActivationShape& a);
 
-// Bytes one layer's forward saves; a segment saves its layers' slots in order.
+// Bytes one layer's forward saves; a segment saves its layers' slots in
+// order. A split block's slot is its first piece's; the other pieces save
+// into it and count nothing.
 int64_t layer_saved_bytes(const ModelSpec& m, const LayerId& l, const ActivationShape& a);
+// Bytes a group of segments (Segment::group) saves: its segments' in order.
+int64_t group_saved_bytes(const Units& u, int g, const ActivationShape& a);
 // Where the named array (a row of the layer's table, e.g. "input") starts in
 // its slot; a name the table lacks is a logic error.
 int64_t saved_field_offset_bytes(const ModelSpec& m, const LayerId& l, const ActivationShape& a,

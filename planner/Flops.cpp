@@ -12,6 +12,11 @@ double layer_matmul_macs(const ModelSpec& m, const LayerId& l, double V) {
     case LayerId::Kind::Embed:
       return 0;
     case LayerId::Kind::Block:
+      if (!l.whole()) {
+        const model::Piece& p = block_piece(m, l.piece);
+        const model::Dims d = model_dims(m);
+        return static_cast<double>(p.in(d)) * static_cast<double>(p.out(d));
+      }
       if (m.family == Family::Gpt2) return 4 * C * C + 2 * C * F;
       return 2 * C * C + 2 * C * (m.kv_heads * m.head_dim()) + 3 * C * F;
     case LayerId::Kind::FinalNorm:
@@ -23,7 +28,9 @@ double layer_matmul_macs(const ModelSpec& m, const LayerId& l, double V) {
 }
 
 double layer_attention_flops(const ModelSpec& m, const LayerId& l) {
-  return l.kind == LayerId::Kind::Block ? 4.0 * m.context * m.width : 0;
+  if (l.kind != LayerId::Kind::Block || (!l.whole() && !block_piece(m, l.piece).attention))
+    return 0;
+  return 4.0 * m.context * m.width;
 }
 
 }  // namespace

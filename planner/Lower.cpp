@@ -1,6 +1,9 @@
 // Lower: wrap units -> flat parameters, shards and segments.
 #include "planner/Lower.h"
 
+#include <map>
+#include <set>
+
 #include <fmt/format.h>
 
 namespace fsdpgen {
@@ -44,19 +47,47 @@ Units lower(const Spec& spec) {
     out.total_vocab_padding_elems += out.units.back().vocab_padding_elems;
     out.total_padded_elems += out.units.back().padded_elems;
   }
-  // Segments: maximal runs of consecutive layers (forward order) owned by one unit.
+  // Segments: maximal runs of consecutive layers (forward order) owned by
+  // one unit, a split block as its pieces.
   const int64_t L = spec.model.layers;
-  std::vector<int> owner(L + 3, 0);
+  std::map<int64_t, int> owner;  // LayerId::position -> unit
+  std::set<int64_t> split;       // blocks held in pieces
   for (const FlatUnit& u : out.units)
-    for (const LayerId& l : u.layers)
-      owner[l.order(L)] = u.index;
-  for (const LayerId& l : all_layers(spec.model)) {
-    int unit = owner[l.order(L)];
-    if (out.segments.empty() || out.segments.back().unit != unit)
-      out.segments.push_back({unit, {}, false});
-    out.segments.back().layers.push_back(l);
+    for (const LayerId& l : u.layers) {
+      owner[l.position(L)] = u.index;
+      if (l.kind == LayerId::Kind::Block && !l.whole()) split.insert(l.block);
+    }
+  std::vector<LayerId> layers;
+  for (const LayerId& l : all_layers(spec.model))
+    if (l.kind == LayerId::Kind::Block && split.count(l.block))
+      for (const LayerId& p : block_pieces(spec.model, l.block))
+        layers.push_back(p);
+    else
+      layers.push_back(l);
+  for (const LayerId& l : layers) {
+    int unit = owner.at(l.position(L));
+    if (out.segments.empty() || out.segments.back().unit != unit) {
+      Segment s{unit, {}, false, static_cast<int>(out.segments.size())};
+      s.layers.push_back(l);
+      if (continues_block(s)) s.group = out.segments.back().group;
+      out.segments.push_back(s);
+    } else {
+      out.segments.back().layers.push_back(l);
+    }
   }
   out.segments.back().has_loss = true;
+  return out;
+}
+
+bool continues_block(const Segment& s) {
+  const LayerId& l = s.layers.front();
+  return l.kind == LayerId::Kind::Block && l.piece > 0;
+}
+
+std::vector<int> group_segments(const Units& u, int g) {
+  std::vector<int> out;
+  for (size_t i = 0; i < u.segments.size(); ++i)
+    if (u.segments[i].group == g) out.push_back(static_cast<int>(i));
   return out;
 }
 
@@ -98,7 +129,7 @@ std::string print_units(const Units& u) {
   for (const Segment& s : u.segments) {
     out += fmt::format(" [u{}:", s.unit);
     for (const LayerId& l : s.layers)
-      out += " " + to_string(l);
+      out += " " + layer_name(u.spec.model, l);
     out += s.has_loss ? " +loss]" : "]";
   }
   return out + "\n";

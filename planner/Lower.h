@@ -33,11 +33,19 @@ struct FlatTensor {
 
 // One contiguous run of a unit's layers in forward order; a unit whose layers
 // are split in forward order (the root: embed ... final_norm, head) has
-// several. Compute ops are per segment.
+// several. A block that sub-block units split appears as its pieces. Compute
+// ops are per segment.
+//
+// Segments that share a block (one ends with some of its pieces, the next
+// begins with the rest) form a group, named by its first segment: the
+// group's layers save into one buffer (the block's slot once), and under
+// recompute = block the group keeps only its first layer's input and
+// rebuilds the rest together before the backward of its last segment.
 struct Segment {
   int unit = 0;
   std::vector<LayerId> layers;
   bool has_loss = false;  // the segment that ends with the head computes the loss
+  int group = 0;          // the first segment of its group (itself, unless it continues a block)
 };
 
 struct FlatUnit {
@@ -67,6 +75,11 @@ struct Units {
 
 // Precondition: `spec` came from check() (units resolved, sizes in range).
 Units lower(const Spec& spec);
+
+// The segments of group g (Segment::group), in forward order.
+std::vector<int> group_segments(const Units& u, int g);
+// Whether a segment continues a block begun in the segment before it.
+bool continues_block(const Segment& s);
 
 // Replica groups for hybrid sharding and placement: the ranks of shard group
 // g are [g * S, (g + 1) * S); replica group p holds the ranks at position p of

@@ -281,10 +281,24 @@ class Builder {
     }
   }
 
-  int64_t saved_bytes(int seg) const {
-    const Segment& s = segments()[seg];
-    if (recompute_ && s.unit != 0) return segment_input_bytes(spec_.model, act_);
-    return segment_saved_bytes(spec_.model, s, act_);
+  // What group g (Segment::group) saves: all its layers' slots, or under
+  // recompute = block only its first layer's input.
+  bool recomputes(int seg) const { return recompute_ && segments()[seg].unit != 0; }
+  int64_t saved_bytes(int g) const {
+    if (recomputes(g)) return segment_input_bytes(spec_.model, act_);
+    return group_saved_bytes(s_.units, g, act_);
+  }
+  bool last_of_group(int i) const {
+    return i + 1 == static_cast<int>(segments().size()) ||
+           segments()[i + 1].group != segments()[i].group;
+  }
+  // A recompute of segment i rebuilds something: not when it is only its
+  // block's last piece, whose forward writes just the block's output.
+  bool recompute_rebuilds(int i) const {
+    const Segment& seg = segments()[i];
+    const LayerId& l = seg.layers.front();
+    return !(last_of_group(i) && seg.layers.size() == 1 && l.kind == LayerId::Kind::Block &&
+             l.piece == block_piece_count(spec_.model) - 1);
   }
 
   void forward(int mb) {
@@ -298,75 +312,80 @@ class Builder {
     std::vector<int> order(n);
     for (int i = 0; i < n; ++i)
       order[i] = i;
+    int fscratch = -1;
     for (int i = 0; i < n; ++i) {
       const Segment& seg = segments()[i];
-      const int u = seg.unit;
+      const int u = seg.unit, g = seg.group;
       gather(u, "fwd", mb);
       if (p_.prefetch.forward) prefetch(order, i, "fwd", mb);
-      if (acts_[i] < 0)
-        acts_[i] = buffer(BufferKind::Activations, MemSpace::Device,
-                          fmt::format("acts.s{}.mb{}", i, mb), saved_bytes(i), u, mb, false);
-      if (i + 1 < n)
+      if (acts_[g] < 0)
+        acts_[g] = buffer(BufferKind::Activations, MemSpace::Device,
+                          fmt::format("acts.s{}.mb{}", g, mb), saved_bytes(g), u, mb, false);
+      // The next group's saved activations hold its input, which this forward writes.
+      const bool next_group = i + 1 < n && segments()[i + 1].group == i + 1;
+      if (next_group)
         acts_[i + 1] = buffer(BufferKind::Activations, MemSpace::Device,
                               fmt::format("acts.s{}.mb{}", i + 1, mb), saved_bytes(i + 1),
                               segments()[i + 1].unit, mb, false);
       if (seg.has_loss)
         logits_ = buffer(BufferKind::Logits, MemSpace::Device, fmt::format("logits.mb{}", mb),
                          logits_bytes(spec_.model, act_), u, mb, false);
-      // recompute = block: the forward's intermediates go to scratch that
-      // is freed at once; only the segment's input stays saved.
-      int fscratch = -1;
-      if (recompute_ && u != 0)
+      // recompute = block: the group's intermediates go to scratch that is
+      // freed after its last segment; only the group's input stays saved.
+      if (recomputes(i) && i == g)
         fscratch = buffer(BufferKind::RecomputeScratch, MemSpace::Device,
                           fmt::format("fwd_scratch.s{}.mb{}", i, mb),
-                          segment_saved_bytes(spec_.model, seg, act_), u, mb, false);
+                          group_saved_bytes(s_.units, g, act_), u, mb, false);
       Op f = make_op(OpKind::Forward, StreamId::Compute, u, i, mb);
       f.flops = segment_forward_flops(spec_.model, seg, act_.tokens);
       f.operands = {{Role::Params, params_of(u)},
-                    {Role::Saved, acts_[i]},
-                    {Role::NextInput, i + 1 < n ? acts_[i + 1] : -1},
-                    {Role::RecomputeScratch, fscratch},
+                    {Role::Saved, acts_[g]},
+                    {Role::NextInput, next_group ? acts_[i + 1] : -1},
+                    {Role::RecomputeScratch, recomputes(i) ? fscratch : -1},
                     {Role::Workspace, workspace_}};
       if (i == 0 || seg.has_loss) f.operands.push_back({Role::Inputs, inputs_});
       if (seg.has_loss) f.operands.push_back({Role::Logits, logits_});
       if (rope_ >= 0) f.operands.push_back({Role::RopeTables, rope_});
       f.deps = {gather_op_[u]};
       const int fop = emit(f);
-      free_now({fscratch});
-      if (offload_acts_ && u != 0) offload_saved(i, mb, fop);
+      if (recomputes(i) && last_of_group(i)) {
+        free_now({fscratch});
+        fscratch = -1;
+        if (offload_acts_) offload_saved(g, mb, fop);
+      }
       if (free_after_forward_ && u != 0 && last_forward_segment(i)) release_params(u);
     }
   }
 
-  // offload activations: segment i's saved input (a block's, kept for
-  // recompute) goes to host memory once its forward has read it; the device
-  // copy is freed when the copy is done.
-  void offload_saved(int i, int mb, int forward_op) {
-    const int u = segments()[i].unit;
-    host_acts_[i] = buffer(BufferKind::Activations, MemSpace::Host,
-                           fmt::format("acts_host.s{}.mb{}", i, mb), saved_bytes(i), u, mb, false);
-    Op d2h = make_op(OpKind::CopyD2H, StreamId::Copy, u, i, mb);
-    d2h.payload_bytes = saved_bytes(i);
-    d2h.operands = {{Role::Src, acts_[i]}, {Role::Dst, host_acts_[i]}};
+  // offload activations: group g's saved input (a block's, kept for
+  // recompute) goes to host memory once the group's forward is done with it;
+  // the device copy is freed when the copy is done.
+  void offload_saved(int g, int mb, int forward_op) {
+    const int u = segments()[g].unit;
+    host_acts_[g] = buffer(BufferKind::Activations, MemSpace::Host,
+                           fmt::format("acts_host.s{}.mb{}", g, mb), saved_bytes(g), u, mb, false);
+    Op d2h = make_op(OpKind::CopyD2H, StreamId::Copy, u, g, mb);
+    d2h.payload_bytes = saved_bytes(g);
+    d2h.operands = {{Role::Src, acts_[g]}, {Role::Dst, host_acts_[g]}};
     d2h.deps = {forward_op};
     emit(d2h);
-    free_now({acts_[i]});
-    acts_[i] = -1;
+    free_now({acts_[g]});
+    acts_[g] = -1;
   }
 
   // ...and comes back into a device buffer of its own before its backward
-  // (issued one block ahead, as backward prefetch issues the gathers).
-  void fetch_saved(int i, int mb) {
-    if (host_acts_[i] < 0 || fetch_op_[i] >= 0) return;
-    const int u = segments()[i].unit;
-    acts_[i] = buffer(BufferKind::Activations, MemSpace::Device,
-                      fmt::format("acts.s{}.mb{}.back", i, mb), saved_bytes(i), u, mb, false);
-    Op h2d = make_op(OpKind::CopyH2D, StreamId::Copy, u, i, mb);
-    h2d.payload_bytes = saved_bytes(i);
-    h2d.operands = {{Role::Src, host_acts_[i]}, {Role::Dst, acts_[i]}};
-    fetch_op_[i] = emit(h2d);
-    free_now({host_acts_[i]});
-    host_acts_[i] = -1;
+  // (issued one group ahead, as backward prefetch issues the gathers).
+  void fetch_saved(int g, int mb) {
+    if (host_acts_[g] < 0 || fetch_op_[g] >= 0) return;
+    const int u = segments()[g].unit;
+    acts_[g] = buffer(BufferKind::Activations, MemSpace::Device,
+                      fmt::format("acts.s{}.mb{}.back", g, mb), saved_bytes(g), u, mb, false);
+    Op h2d = make_op(OpKind::CopyH2D, StreamId::Copy, u, g, mb);
+    h2d.payload_bytes = saved_bytes(g);
+    h2d.operands = {{Role::Src, host_acts_[g]}, {Role::Dst, acts_[g]}};
+    fetch_op_[g] = emit(h2d);
+    free_now({host_acts_[g]});
+    host_acts_[g] = -1;
   }
 
   bool last_forward_segment(int i) const {
@@ -380,40 +399,74 @@ class Builder {
     return true;
   }
 
+  // One compute op of backward in issue order: segment `segment`'s
+  // backward, or (recompute = block) its forward again.
+  struct Use {
+    int segment;
+    bool recompute;
+  };
+  // Backward's uses: segments in reverse; under recompute = block, before
+  // the backward of a group's last segment, its segments' recomputes in
+  // forward order.
+  std::vector<Use> backward_uses() const {
+    std::vector<Use> uses;
+    for (int i = static_cast<int>(segments().size()) - 1; i >= 0; --i) {
+      if (recomputes(i) && last_of_group(i))
+        for (int j : group_segments(s_.units, segments()[i].group))
+          if (recompute_rebuilds(j)) uses.push_back({j, true});
+      uses.push_back({i, false});
+    }
+    return uses;
+  }
+
+  void recompute(int j, int mb, int rscratch) {
+    const Segment& seg = segments()[j];
+    const int u = seg.unit, g = seg.group;
+    Op r = make_op(OpKind::Recompute, StreamId::Compute, u, j, mb);
+    r.flops = segment_forward_flops(spec_.model, seg, act_.tokens);
+    r.operands = {{Role::Params, params_of(u)},
+                  {Role::Saved, acts_[g]},
+                  {Role::RecomputeScratch, rscratch},
+                  {Role::Workspace, workspace_}};
+    if (rope_ >= 0) r.operands.push_back({Role::RopeTables, rope_});
+    r.deps = {gather_op_[u]};
+    if (fetch_op_[g] >= 0) r.deps.push_back(fetch_op_[g]);
+    emit(r);
+  }
+
   void backward(int mb) {
-    const int n = static_cast<int>(segments().size());
-    std::vector<int> order(n);
-    for (int i = 0; i < n; ++i)
-      order[i] = n - 1 - i;
+    const std::vector<Use> uses = backward_uses();
+    std::vector<int> order;  // the segment of each use, for prefetch
+    for (const Use& x : uses)
+      order.push_back(x.segment);
     int scratch =
         buffer(BufferKind::BackwardScratch, MemSpace::Device, fmt::format("grad_acts.mb{}", mb),
                backward_scratch_bytes(spec_.model, act_), -1, mb, false);
     const BackwardPrefetch bp = p_.prefetch.backward;
-    for (int k = 0; k < n; ++k) {
-      const int i = order[k];
+    int rscratch = -1;
+    for (size_t k = 0; k < uses.size(); ++k) {
+      const int i = uses[k].segment;
       const Segment& seg = segments()[i];
-      const int u = seg.unit;
+      const int u = seg.unit, g = seg.group;
       gather(u, "bwd", mb);
       if (bp == BackwardPrefetch::Pre) prefetch(order, k, "bwd", mb);
-      int rscratch = -1;
       if (offload_acts_) {
-        fetch_saved(i, mb);
-        if (k + 1 < n) fetch_saved(order[k + 1], mb);
+        fetch_saved(g, mb);
+        for (size_t a = k + 1; a < uses.size(); ++a)
+          if (segments()[uses[a].segment].group != g) {
+            fetch_saved(segments()[uses[a].segment].group, mb);
+            break;
+          }
       }
-      if (recompute_ && u != 0) {
+      if (recomputes(i) && rscratch < 0)
         rscratch = buffer(BufferKind::RecomputeScratch, MemSpace::Device,
-                          fmt::format("recompute.s{}.mb{}", i, mb),
-                          segment_saved_bytes(spec_.model, seg, act_), u, mb, false);
-        Op r = make_op(OpKind::Recompute, StreamId::Compute, u, i, mb);
-        r.flops = segment_forward_flops(spec_.model, seg, act_.tokens);
-        r.operands = {{Role::Params, params_of(u)},
-                      {Role::Saved, acts_[i]},
-                      {Role::RecomputeScratch, rscratch},
-                      {Role::Workspace, workspace_}};
-        if (rope_ >= 0) r.operands.push_back({Role::RopeTables, rope_});
-        r.deps = {gather_op_[u]};
-        if (fetch_op_[i] >= 0) r.deps.push_back(fetch_op_[i]);
-        emit(r);
+                          fmt::format("recompute.s{}.mb{}", g, mb),
+                          group_saved_bytes(s_.units, g, act_), u, mb, false);
+      if (uses[k].recompute) {
+        recompute(i, mb, rscratch);
+        // Gathered again for its backward; this group's last segment's runs next.
+        if (free_after_forward_ && u != 0 && !last_of_group(i)) release_params(u);
+        continue;
       }
       if (grads_[u] < 0 && has_params(u)) {
         bool per_step =
@@ -425,16 +478,21 @@ class Builder {
       }
       Op b = make_op(OpKind::Backward, StreamId::Compute, u, i, mb);
       b.flops = 2 * segment_forward_flops(spec_.model, seg, act_.tokens);
-      b.operands = {{Role::Params, params_of(u)},       {Role::Saved, acts_[i]},
-                    {Role::RecomputeScratch, rscratch}, {Role::Grads, grads_[u]},
-                    {Role::Scratch, scratch},           {Role::Workspace, workspace_}};
+      b.operands = {{Role::Params, params_of(u)},
+                    {Role::Saved, acts_[g]},
+                    {Role::RecomputeScratch, recomputes(i) ? rscratch : -1},
+                    {Role::Grads, grads_[u]},
+                    {Role::Scratch, scratch},
+                    {Role::Workspace, workspace_}};
       if (i == 0 || seg.has_loss) b.operands.push_back({Role::Inputs, inputs_});
       if (seg.has_loss) b.operands.push_back({Role::Logits, logits_});
       if (rope_ >= 0) b.operands.push_back({Role::RopeTables, rope_});
       b.deps = {gather_op_[u]};
       int bop = emit(b);
-      free_now({acts_[i], rscratch, seg.has_loss ? logits_ : -1, i == 0 ? inputs_ : -1,
-                k == n - 1 ? scratch : -1});
+      const bool group_done = i == g;
+      free_now({group_done ? acts_[g] : -1, group_done && recomputes(i) ? rscratch : -1,
+                seg.has_loss ? logits_ : -1, i == 0 ? inputs_ : -1, i == 0 ? scratch : -1});
+      if (group_done && recomputes(i)) rscratch = -1;
       if (bp == BackwardPrefetch::Post) prefetch(order, k, "bwd", mb);
       if (first_forward_segment(i)) {
         if (u != 0 || mb == M_ - 1) release_params(u);

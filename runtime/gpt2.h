@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/block_pieces.h"
 #include "runtime/gemm.h"
 
 struct gpt2_dims {
@@ -35,6 +36,11 @@ struct gpt2_dims {
 int64_t gpt2_block_saved_bytes(const gpt2_dims& d, int64_t a);
 int64_t gpt2_final_norm_saved_bytes(const gpt2_dims& d, int64_t a);
 int64_t gpt2_backward_scratch_bytes(const gpt2_dims& d, int64_t a);
+
+// A block's pieces, in the order of model/gpt2.h's kGpt2BlockPieces:
+// ln_1, attn.c_attn (with the attention), attn.c_proj (with the residual),
+// ln_2, mlp.c_fc (with GELU), mlp.c_proj (with the residual).
+enum gpt2_piece : int { kGpt2Ln1, kGpt2Qkv, kGpt2Proj, kGpt2Ln2, kGpt2Fc, kGpt2Fc2, kGpt2Pieces };
 
 template <class T>
 struct gpt2_block_params {
@@ -112,15 +118,21 @@ void gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens, const gpt2_bac
 
 // One block: reads s.input, fills the rest of s, writes out (N, C) (which may
 // be the next layer's saved input). out == nullptr skips the last projection
-// and residual: a recompute fills s only.
+// and residual: a recompute fills s only. `pieces` runs part of the block
+// (model/gpt2.h's kGpt2BlockPieces; only its tensors in p are read): out is
+// written by the last piece, mlp.c_proj.
 template <class T>
 void gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_saved<T>& s,
-                        const gpt2_dims& d, const gemm_workspace& ws);
-// scratch.dres holds d(out) on entry and d(input) on return; grads +=.
+                        const gpt2_dims& d, const gemm_workspace& ws, block_pieces pieces = {});
+// scratch.dres holds d(out) on entry and d(input) on return; grads +=. A
+// range of pieces runs their backward in reverse order; between two ranges
+// the scratch holds what flows (after mlp.c_proj: big = d(fc); after
+// mlp.c_fc: dtmp = d(ln2); after attn.c_proj: dtmp = d(attn); after
+// attn.c_attn: dtmp = d(ln1); after a norm: dres).
 template <class T, class G>
 void gpt2_block_backward(const gpt2_block_grads<G>& g, const gpt2_block_params<T>& p,
                          const gpt2_block_saved<T>& s, const gpt2_backward_scratch<T>& scratch,
-                         const gpt2_dims& d, const gemm_workspace& ws);
+                         const gpt2_dims& d, const gemm_workspace& ws, block_pieces pieces = {});
 
 // Final norm and head with the loss: reads s.input; fills s; logits (N, Vp)
 // end holding dloss_scale * d(loss sum)/d(logits), zero in the padded columns

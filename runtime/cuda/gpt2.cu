@@ -125,57 +125,73 @@ void gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens, const gpt2_bac
 
 template <class T>
 void gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_saved<T>& s,
-                        const gpt2_dims& d, gpu_exec& g) {
+                        const gpt2_dims& d, gpu_exec& g, block_pieces pieces) {
   const int64_t N = d.N(), C = d.C, F = d.F;
-  layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, p.ln1_w, p.ln1_b, N, C, g.stream);
-  matmul_forward(s.qkv, s.ln1, p.qkv_w, p.qkv_b, static_cast<const T*>(nullptr), N, C, 3 * C, g);
-  if (d.flash)
-    flash_forward(s.attn, s.lse, static_cast<const T*>(s.qkv), d, g);
-  else
-    cuda_attention_forward(s.attn, s.probs, s.qkv, d.B, d.T, C, d.H, g);
-  matmul_forward(s.res2, s.attn, p.proj_w, p.proj_b, static_cast<const T*>(s.input), N, C, C, g);
-  layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, N, C, g.stream);
-  // fc = ln2 @ fc_w + fc_b (GELU's input, saved) and gelu = GELU(fc) in one GEMM.
-  cuda_gemm_extras<T> gelu;
-  gelu.bias = p.fc_b;
-  gelu.epilogue = gemm_epilogue::gelu_aux;
-  gelu.aux = s.fc;
-  gelu.aux_ld = F;
-  cuda_gemm(false, false, N, F, C, 1.0f, static_cast<const T*>(s.ln2), C, p.fc_w, F, 0.0f, s.gelu,
-            F, g, gelu);
-  if (out == nullptr) return;  // recompute: the saved activations are all it needs
+  if (pieces.has(kGpt2Ln1))
+    layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, p.ln1_w, p.ln1_b, N, C, g.stream);
+  if (pieces.has(kGpt2Qkv)) {
+    matmul_forward(s.qkv, s.ln1, p.qkv_w, p.qkv_b, static_cast<const T*>(nullptr), N, C, 3 * C, g);
+    if (d.flash)
+      flash_forward(s.attn, s.lse, static_cast<const T*>(s.qkv), d, g);
+    else
+      cuda_attention_forward(s.attn, s.probs, s.qkv, d.B, d.T, C, d.H, g);
+  }
+  if (pieces.has(kGpt2Proj))
+    matmul_forward(s.res2, s.attn, p.proj_w, p.proj_b, static_cast<const T*>(s.input), N, C, C, g);
+  if (pieces.has(kGpt2Ln2))
+    layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, N, C, g.stream);
+  if (pieces.has(kGpt2Fc)) {
+    // fc = ln2 @ fc_w + fc_b (GELU's input, saved) and gelu = GELU(fc) in one GEMM.
+    cuda_gemm_extras<T> gelu;
+    gelu.bias = p.fc_b;
+    gelu.epilogue = gemm_epilogue::gelu_aux;
+    gelu.aux = s.fc;
+    gelu.aux_ld = F;
+    cuda_gemm(false, false, N, F, C, 1.0f, static_cast<const T*>(s.ln2), C, p.fc_w, F, 0.0f, s.gelu,
+              F, g, gelu);
+  }
+  // recompute: the saved activations are all it needs
+  if (out == nullptr || !pieces.has(kGpt2Fc2)) return;
   matmul_forward(out, s.gelu, p.fc2_w, p.fc2_b, static_cast<const T*>(s.res2), N, F, C, g);
 }
 
 template <class T, class G>
 void gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block_params<T>& p,
                          const gpt2_block_saved<T>& s, const gpt2_backward_scratch<T>& scratch,
-                         const gpt2_dims& d, gpu_exec& g) {
+                         const gpt2_dims& d, gpu_exec& g, block_pieces pieces) {
   const int64_t N = d.N(), C = d.C, F = d.F;
   T* dres = scratch.dres;  // (N, C) d(out) -> d(res2) -> d(input)
   T* dtmp = scratch.dtmp;  // (N, C)
   T* big = scratch.big;    // (N, F) as d(gelu), d(fc); (N, 3C) d(qkv) [then (B, H, T, T) dprobs]
+  // The norms' fp32 partial sums use big once its gradient has been read.
+  const fp32_scratch f = big_as_fp32(scratch, d);
   // MLP: out = res2 + gelu(ln2 @ fc_w + fc_b) @ fc2_w + fc2_b.
-  matmul_backward(big, grads.fc2_w, grads.fc2_b, dres, s.gelu, p.fc2_w, N, F, C, g,
-                  static_cast<const T*>(s.fc));  // big = d(fc): GELU's backward in the GEMM
-  matmul_backward(dtmp, grads.fc_w, grads.fc_b, big, s.ln2, p.fc_w, N, C, F, g);
-  const fp32_scratch f = big_as_fp32(scratch, d);  // big's d(fc) is read by now
-  layernorm_backward(dres, grads.ln2_w, grads.ln2_b, dtmp, s.res2, p.ln2_w, s.ln2_mean, s.ln2_rstd,
-                     N, C, true, f.data, f.floats, g.stream);
+  if (pieces.has(kGpt2Fc2))
+    matmul_backward(big, grads.fc2_w, grads.fc2_b, dres, s.gelu, p.fc2_w, N, F, C, g,
+                    static_cast<const T*>(s.fc));  // big = d(fc): GELU's backward in the GEMM
+  if (pieces.has(kGpt2Fc))
+    matmul_backward(dtmp, grads.fc_w, grads.fc_b, big, s.ln2, p.fc_w, N, C, F, g);
+  if (pieces.has(kGpt2Ln2))
+    layernorm_backward(dres, grads.ln2_w, grads.ln2_b, dtmp, s.res2, p.ln2_w, s.ln2_mean,
+                       s.ln2_rstd, N, C, true, f.data, f.floats, g.stream);
   // Attention: res2 = input + attention(ln1 @ qkv_w + qkv_b) @ proj_w + proj_b.
-  matmul_backward(dtmp, grads.proj_w, grads.proj_b, dres, s.attn, p.proj_w, N, C, C, g);
-  T* dqkv = big;  // (N, 3C)
-  if (d.flash) {
-    flash_backward(dqkv, scratch.delta, static_cast<const T*>(dtmp), static_cast<const T*>(s.qkv),
-                   static_cast<const T*>(s.attn), static_cast<const float*>(s.lse), d, g);
-  } else {
-    T* dprobs = big + N * 3 * C;  // (B, H, T, T)
-    cuda_attention_backward(dqkv, dprobs, dtmp, s.qkv, s.probs, d.B, d.T, C, d.H, g);
+  if (pieces.has(kGpt2Proj))
+    matmul_backward(dtmp, grads.proj_w, grads.proj_b, dres, s.attn, p.proj_w, N, C, C, g);
+  if (pieces.has(kGpt2Qkv)) {
+    T* dqkv = big;  // (N, 3C)
+    if (d.flash) {
+      flash_backward(dqkv, scratch.delta, static_cast<const T*>(dtmp), static_cast<const T*>(s.qkv),
+                     static_cast<const T*>(s.attn), static_cast<const float*>(s.lse), d, g);
+    } else {
+      T* dprobs = big + N * 3 * C;  // (B, H, T, T)
+      cuda_attention_backward(dqkv, dprobs, dtmp, s.qkv, s.probs, d.B, d.T, C, d.H, g);
+    }
+    matmul_backward(dtmp, grads.qkv_w, grads.qkv_b, dqkv, s.ln1, p.qkv_w, N, C, 3 * C, g);
   }
-  matmul_backward(dtmp, grads.qkv_w, grads.qkv_b, dqkv, s.ln1, p.qkv_w, N, C, 3 * C, g);
   // big's d(qkv) is read by now
-  layernorm_backward(dres, grads.ln1_w, grads.ln1_b, dtmp, s.input, p.ln1_w, s.ln1_mean, s.ln1_rstd,
-                     N, C, true, f.data, f.floats, g.stream);
+  if (pieces.has(kGpt2Ln1))
+    layernorm_backward(dres, grads.ln1_w, grads.ln1_b, dtmp, s.input, p.ln1_w, s.ln1_mean,
+                       s.ln1_rstd, N, C, true, f.data, f.floats, g.stream);
 }
 
 template <class T>
@@ -211,7 +227,7 @@ void gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const 
   template void gpt2_embed_forward<T>(T*, const int32_t*, const T*, const T*, const gpt2_dims&,    \
                                       gpu_exec&);                                                  \
   template void gpt2_block_forward<T>(T*, const gpt2_block_params<T>&, const gpt2_block_saved<T>&, \
-                                      const gpt2_dims&, gpu_exec&);                                \
+                                      const gpt2_dims&, gpu_exec&, block_pieces);                  \
   template void gpt2_head_forward<T>(T*, float*, const int32_t*, const T*, const T*, const T*,     \
                                      const gpt2_final_norm_saved<T>&, const gpt2_dims&,            \
                                      const float*, gpu_exec&);
@@ -221,7 +237,7 @@ void gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const 
                                           const gpt2_dims&, gpu_exec&);                            \
   template void gpt2_block_backward<T, G>(                                                         \
       const gpt2_block_grads<G>&, const gpt2_block_params<T>&, const gpt2_block_saved<T>&,         \
-      const gpt2_backward_scratch<T>&, const gpt2_dims&, gpu_exec&);                               \
+      const gpt2_backward_scratch<T>&, const gpt2_dims&, gpu_exec&, block_pieces);                 \
   template void gpt2_head_backward<T, G>(                                                          \
       G*, G*, G*, const T*, const T*, const T*, const gpt2_final_norm_saved<T>&,                   \
       const gpt2_backward_scratch<T>&, const gpt2_dims&, gpu_exec&);

@@ -30,9 +30,10 @@ void gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens, const gpt2_bac
 
 // One block: reads s.input, fills the rest of s, writes out (N, C). out ==
 // nullptr skips the last projection and residual: a recompute fills s only.
+// `pieces` runs part of the block, as on the CPU (runtime/gpt2.h).
 template <class T>
 void gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_saved<T>& s,
-                        const gpt2_dims& d, gpu_exec& g);
+                        const gpt2_dims& d, gpu_exec& g, block_pieces pieces = {});
 // scratch.dres holds d(out) on entry and d(input) on return; grads +=;
 // scratch.dtmp and scratch.big (and, with d.flash, scratch.delta) are
 // overwritten. d.flash selects the flash attention kernels (and the saved
@@ -42,7 +43,7 @@ void gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_
 template <class T, class G>
 void gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block_params<T>& p,
                          const gpt2_block_saved<T>& s, const gpt2_backward_scratch<T>& scratch,
-                         const gpt2_dims& d, gpu_exec& g);
+                         const gpt2_dims& d, gpu_exec& g, block_pieces pieces = {});
 
 // Final norm and head with the loss: reads s.input, fills s; logits (N, Vp)
 // end holding dloss_scale * d(loss sum)/d(logits), zero in the padded

@@ -36,6 +36,10 @@ TEST(RoundTrip, Variants) {
       "units { min_params 100K } parallel { world = 2 sharding = no_shard recompute = block }",
       "units { unit a [embed, block 0] unit b [block 1..2] } parallel { offload = cpu }",
       "units { unit tail [block 3, final_norm] each block }",
+      "units { each linear } parallel { recompute = block offload { params = cpu activations = "
+      "cpu } }",
+      "units { unit a [block 0, block 1.ln_1, block 1.attn] unit b [block 2.mlp.c_fc] }",
+      "units { unit m [block 0.mlp, block 1.ln_1] group 2 blocks }",
       "train { optimizer = sgd(lr = 0.5) lr_schedule = constant(warmup = 3) clip = none data = "
       "text(\"in \\\"q\\\".txt\") }",
       "train { optimizer = adamw lr_schedule = linear(min = 1e-7) checkpoint(every = 5, keep = 1) "

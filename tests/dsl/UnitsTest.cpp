@@ -104,10 +104,39 @@ TEST(Units, LayerRunsGroupConsecutiveBlocks) {
 
 // The runs name automatic units: a policy's runs and explicit units without a name.
 TEST(Units, AutomaticNamesSpellTheRuns) {
-  EXPECT_EQ(auto_unit_name({{LayerId::Kind::Block, 3}}), "block3");
+  EXPECT_EQ(auto_unit_name(ModelSpec{}, {{LayerId::Kind::Block, 3}}), "block3");
   EXPECT_EQ(units_of("unit [embed, block 0..1] group 2", "tie_embeddings = false"),
             "root:final_norm,head | embed_blocks0_1:embed,block 0,block 1 | "
             "blocks2_3:block 2,block 3");
+}
+
+// Sub-block units: each linear cuts a block into its linear modules, a norm
+// joining the linear after it; explicit pieces split a block, whose other
+// pieces become units of their own (never the root); every parameter is in
+// exactly one unit.
+TEST(Units, EachLinearWrapsEveryLinearModule) {
+  const std::string units = units_of("each linear");
+  EXPECT_EQ(units.substr(0, units.find(" | block1")),
+            "root:embed,final_norm,head | block0_ln_1_attn_c_attn:block 0 piece 0,block 0 piece 1 "
+            "| block0_attn_c_proj:block 0 piece 2 | block0_ln_2_mlp_c_fc:block 0 piece 3,block 0 "
+            "piece 4 | block0_mlp_c_proj:block 0 piece 5");
+}
+
+TEST(Units, ExplicitPiecesSplitABlockAndTheRestIsWrapped) {
+  EXPECT_EQ(units_of("unit a [block 0, block 1.ln_1, block 1.attn] unit m [block 3.mlp]"),
+            "root:embed,block 2,final_norm,head | a:block 0,block 1 piece 0,block 1 piece 1,block "
+            "1 piece 2 | block1_ln_2_mlp_c_fc_mlp_c_proj:block 1 piece 3,block 1 piece 4,block 1 "
+            "piece 5 | block3_ln_1_attn_c_attn_attn_c_proj_ln_2:block 3 piece 0,block 3 piece "
+            "1,block 3 piece 2,block 3 piece 3 | m:block 3 piece 4,block 3 piece 5");
+  for (const char* units : {"each linear", "unit a [block 0.attn] group 2",
+                            "unit [block 1.mlp.c_fc] min_params 100K"}) {
+    Spec s = load_ok(with_model(std::string("units { ") + units + " }", "tie_embeddings = false"));
+    int64_t params = 0;
+    for (const UnitSpec& u : s.units.units)
+      for (const LayerId& l : u.layers)
+        params += layer_params(s.model, l);
+    EXPECT_EQ(params, model_params(s.model)) << units;
+  }
 }
 
 // The runs print the layer lists of `fsdpgen check --dump`, gaps included.

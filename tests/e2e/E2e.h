@@ -8,6 +8,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -89,7 +90,13 @@ struct E2eConfig {
     if (offload != "none") n += "_offload";
     if (offload_activations) n += "_offload_acts";
     if (!tied) n += "_untied";
-    if (units != "each block") n += "_units";
+    if (units != "each block") {
+      n += "_units_";
+      for (char ch : units)  // a name per policy, explicit lists by their hash
+        n += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+      if (n.size() > 160)
+        n = n.substr(0, 120) + fmt::format("{:08x}", std::hash<std::string>{}(units)&0xffffffffu);
+    }
     if (optimizer.rfind("sgd", 0) == 0) n += "_sgd";
     if (clip != "1.0") n += "_clip_" + clip;
     if (vocab != 64) n += fmt::format("_vocab{}", vocab);

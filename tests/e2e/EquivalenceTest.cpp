@@ -135,6 +135,41 @@ std::vector<E2eConfig> covering_set() {
   grouped.units = "group 2 blocks";
   grouped.max_inflight = 3;
   out.push_back(grouped);
+  // Sub-block units (the FSDP paper's GPT-1T wraps each linear layer):
+  // every strategy, with recompute spanning a block's units, activation and
+  // parameter offload, accumulation; and explicit pieces beside a whole block.
+  const std::vector<std::string> linear_strategies = {"full_shard", "shard_grad_op", "no_shard",
+                                                      "hybrid_shard", "hybrid_shard_zero2"};
+  for (size_t i = 0; i < linear_strategies.size(); ++i) {
+    E2eConfig c;
+    c.units = "each linear";
+    c.sharding = linear_strategies[i];
+    const bool hybrid = c.sharding.rfind("hybrid", 0) == 0;
+    c.world = hybrid || i == 1 ? 4 : 2;
+    c.shard_group = hybrid ? 2 : 0;
+    c.recompute = i == 2 ? "none" : "block";
+    c.offload_activations = i == 0 || i == 3;
+    c.micro_batches = i == 1 || i == 3 ? 2 : 1;
+    c.backward = i == 4 ? "post" : "pre";
+    c.max_inflight = i == 0 ? 3 : 2;
+    out.push_back(c);
+  }
+  E2eConfig linear_all = acts_all;  // one rank, parameters and activations on the host
+  linear_all.units = "each linear";
+  linear_all.world = 1;
+  out.push_back(linear_all);
+  E2eConfig linear_bf16;
+  linear_bf16.units = "each linear";
+  linear_bf16.param = linear_bf16.reduce_dtype = "bf16";
+  linear_bf16.recompute = "block";
+  out.push_back(linear_bf16);
+  for (const char* recompute : {"none", "block"}) {
+    E2eConfig pieces;
+    pieces.units = "unit a [block 0, block 1.ln_1, block 1.attn]  unit b [block 2.mlp.c_fc]";
+    pieces.recompute = recompute;
+    pieces.world = 4;
+    out.push_back(pieces);
+  }
   E2eConfig sgd;
   sgd.sharding = "shard_grad_op";
   sgd.optimizer = "sgd(lr = 0.1, momentum = 0.9, weight_decay = 0.01)";

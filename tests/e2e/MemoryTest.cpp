@@ -115,6 +115,18 @@ TEST(Memory, WithActivationOffloadBothArenasAreResidentAsPlanned) {
   EXPECT_NE(m.run.out.find("host "), std::string::npos) << m.run.out;
 }
 
+// Per-linear units with recompute spanning a block's units and its input
+// on the host: both arenas resident as planned.
+TEST(Memory, WithPerLinearUnitsAndActivationOffloadArenasAreResidentAsPlanned) {
+  E2eConfig c;
+  c.units = "each linear";
+  c.recompute = "block";
+  c.offload_activations = true;
+  Measured m = measure("memory_each_linear", c, "--steps 4");
+  ASSERT_GT(m.arena_in_pages, 0);
+  EXPECT_EQ(memory_problems(m.run, m.metrics, m.arena_in_pages), std::vector<std::string>{});
+}
+
 TEST(Memory, WithOffloadBothArenasAreResidentAsPlanned) {
   E2eConfig c;
   c.offload = "cpu";

@@ -38,6 +38,22 @@ std::vector<GoldenCase> golden_cases() {
           c.layers = 2;
           out.push_back({c, fmt::format("{}-bwd_{}-recompute_{}-mb{}_{}", st, bwd, rc, mb, red)});
         }
+  // Per-linear units (sub-block): every strategy, with and without recompute
+  // (which rebuilds a block from its four units) and activation offload.
+  for (const char* st :
+       {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"})
+    for (const char* rc : {"none", "block", "block+offload"}) {
+      Config c;
+      c.sharding = st;
+      c.world = c.sharding.rfind("hybrid", 0) == 0 ? 4 : 2;
+      c.shard_group = c.world == 4 ? 2 : 0;
+      c.recompute = std::string(rc) == "none" ? "none" : "block";
+      c.offload_activations = std::string(rc) == "block+offload";
+      c.units = "each linear";
+      c.layers = 2;
+      out.push_back({c, fmt::format("{}-each_linear-recompute_{}", st,
+                                    c.offload_activations ? "block_offload_acts" : rc)});
+    }
   return out;
 }
 

@@ -1,6 +1,8 @@
 // Invariants of every generated schedule and memory plan (planner/Verify.h),
 // over a covering set of configurations at worlds 1 to 512; and proof that
 // the verifier catches broken schedules.
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include "planner/Verify.h"
@@ -30,6 +32,62 @@ TEST(Invariants, HoldForTheExampleSpecs) {
     auto errors = verify_plan(s, m);
     EXPECT_TRUE(errors.empty()) << name << ":\n  " << fmt::format("{}", fmt::join(errors, "\n  "));
   }
+}
+
+// Sub-block units (each linear, and explicit pieces beside whole blocks and
+// leftover pieces) under every strategy, prefetch, recompute, accumulation
+// and offload, at worlds 1 to 512: the invariants hold; a block split across
+// units is gathered piece by piece (no gathered buffer of a whole block), and
+// under recompute each of its units is gathered again for the recompute.
+TEST(Invariants, HoldWithSubBlockUnits) {
+  int checked = 0;
+  const char* units[] = {"each linear", "unit a [block 0, block 1.ln_1, block 1.attn]",
+                         "unit [block 2.ln_2, block 2.mlp]  each linear",
+                         "unit x [block 3.attn.c_proj]"};
+  for (const char* st :
+       {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"})
+    for (int w : {1, 2, 8, 512})
+      for (const char* u : units) {
+        const bool hybrid = std::string(st).rfind("hybrid", 0) == 0;
+        if (hybrid && w < 4) continue;
+        Config c;
+        c.sharding = st;
+        c.world = w;
+        c.shard_group = hybrid ? w / 2 : 0;
+        c.units = u;
+        c.recompute = checked % 3 == 0 ? "none" : "block";
+        c.offload_activations = c.recompute == "block" && checked % 2 == 0;
+        c.offload = checked % 5 == 1 && st != std::string("no_shard") ? "cpu" : "none";
+        c.micro_batches = checked % 4 == 0 ? 4 : 1;
+        c.reduce = checked % 8 == 0 ? "last" : "every";
+        c.backward = checked % 3 == 1 ? "post" : checked % 3 == 2 ? "none" : "pre";
+        c.forward_prefetch = checked % 7 != 0;
+        c.layers = 4;
+        c.width = 128;
+        const Planned p = plan_text(c.text());
+        auto errors = verify_plan(p.schedule, p.memory);
+        EXPECT_TRUE(errors.empty())
+            << c.name() << " " << u << ":\n  " << fmt::format("{}", fmt::join(errors, "\n  "));
+        if (std::string(u) == "each linear" && (w > 1 || c.offload == "cpu") &&
+            st == std::string("full_shard")) {
+          std::map<int, int> gathers;  // unit -> all-gathers (or host copies) in micro-batch 0
+          for (const Op& op : p.schedule.ops)
+            if ((op.kind == OpKind::AllGather || (op.kind == OpKind::CopyH2D && op.segment < 0)) &&
+                op.micro_batch == 0 && op.unit > 0)
+              ++gathers[op.unit];
+          const int expected = c.recompute == "block" ? 3 : 2;
+          for (auto [unit, n] : gathers) {
+            // A block's last piece needs no recompute: gathered for forward and backward only.
+            const bool last_piece =
+                p.schedule.units.units[static_cast<size_t>(unit)].name.find("mlp_c_proj") !=
+                std::string::npos;
+            EXPECT_EQ(n, last_piece ? 2 : expected) << c.name() << " unit " << unit;
+          }
+          EXPECT_EQ(p.schedule.units.units.size(), 1u + 4u * 4u) << c.name();
+        }
+        ++checked;
+      }
+  EXPECT_GT(checked, 60);
 }
 
 // offload = cpu with every strategy that allows it, at worlds 1 to 8 (hybrid
