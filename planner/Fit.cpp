@@ -36,7 +36,8 @@ ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec) {
   // 16-bit flash attention (gpt2's packed, llama's grouped-query) may run on
   // cuDNN (runtime/cuda/cudnn_attention.h), whose backward needs workspace.
   o.cudnn_attention_workspace = o.flash_attention && spec.parallel.precision.param != DType::FP32 &&
-                                spec.model.head_dim() % kGpuCudnnHeadDimMultiple == 0;
+                                spec.model.head_dim() % kGpuCudnnHeadDimMultiple == 0 &&
+                                spec.model.head_dim() <= kGpuCudnnMaxHeadDim;
   if (hw.gpu)
     o.gemm_workspace_bytes = int64_t{32} << 20;  // cuBLASLt's recommended workspace on Hopper
   else if (spec.parallel.precision.param != DType::FP32)

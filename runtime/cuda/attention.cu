@@ -530,7 +530,7 @@ __global__ void __launch_bounds__(kFlashThreads)
 // chunks (1 to kFlashMaxChunks; flash_shape_of checked the head size).
 template <class F>
 void with_chunks(const flash_shape& s, F&& f) {
-  static_assert(kFlashMaxChunks == 4, "one case per chunk count");
+  static_assert(kFlashMaxChunks == 8, "one case per chunk count");
   switch (ceil_div(s.hs, kWarp)) {
     case 1:
       f(std::integral_constant<int, 1>{});
@@ -541,8 +541,20 @@ void with_chunks(const flash_shape& s, F&& f) {
     case 3:
       f(std::integral_constant<int, 3>{});
       break;
-    default:
+    case 4:
       f(std::integral_constant<int, 4>{});
+      break;
+    case 5:
+      f(std::integral_constant<int, 5>{});
+      break;
+    case 6:
+      f(std::integral_constant<int, 6>{});
+      break;
+    case 7:
+      f(std::integral_constant<int, 7>{});
+      break;
+    default:
+      f(std::integral_constant<int, 8>{});
       break;
   }
 }
@@ -550,7 +562,8 @@ void with_chunks(const flash_shape& s, F&& f) {
 // kernel<<<(heads, tiles), kFlashThreads, bytes>>>(args...) on the stream,
 // bytes for the kernel's `row_tiles` (32, s.stride) and `p_tiles` (32,
 // kPStride) shared tiles. Above the default 48 KiB of dynamic shared memory
-// (the backward's kernels at head sizes above 64: ~73 KiB at 128) a kernel
+// (the backward's kernels at head sizes above 64: ~73 KiB at 128, ~137 KiB
+// at 256, within the 163 KiB an A100's block may opt in to) a kernel
 // must opt in: to what its largest head size (32 * kChunks) needs, the same
 // value at every call. cudaFuncSetAttribute is not a stream operation, so a
 // captured step may contain it.

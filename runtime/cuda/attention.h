@@ -41,7 +41,7 @@ void cuda_attention_backward(T* dqkv,         // (N, 3C)
 // scores. Products on CUDA cores in fp32 (no tensor cores yet). Inputs
 // float, bf16 or fp16; head size C/H at most kCudaAttentionFlashMaxHeadSize
 // (std::invalid_argument otherwise, before anything is enqueued).
-inline constexpr int64_t kCudaAttentionFlashMaxHeadSize = 128;
+inline constexpr int64_t kCudaAttentionFlashMaxHeadSize = 256;
 template <class T>
 void cuda_attention_forward_flash(T* out,        // (N, C)
                                   float* lse,    // (B, H, T)

@@ -34,8 +34,9 @@
 bool cudnn_attention_built();
 
 // Head sizes cuDNN's fused attention takes here: multiples of 8 (16-byte
-// rows), at most the flash layout's 128 (kCudaAttentionFlashMaxHeadSize).
-// planner/Fit.h mirrors the multiple (kGpuCudnnHeadDimMultiple).
+// rows) up to 128, which every GPU this targets runs; the flash kernels take
+// larger heads, up to kCudaAttentionFlashMaxHeadSize (GPT-1T's 160).
+// planner/Fit.h mirrors both (kGpuCudnnHeadDimMultiple, kGpuCudnnMaxHeadDim).
 inline constexpr int64_t kCudnnAttentionHeadSizeMultiple = 8;
 inline constexpr int64_t kCudnnAttentionMaxHeadSize = 128;
 

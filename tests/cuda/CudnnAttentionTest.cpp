@@ -34,7 +34,10 @@ namespace {
 
 static_assert(kCudnnAttentionHeadSizeMultiple == fsdpgen::kGpuCudnnHeadDimMultiple,
               "the planner reserves cuDNN's workspace for the head sizes the runtime gives it");
-static_assert(kCudnnAttentionMaxHeadSize == kCudaAttentionFlashMaxHeadSize);
+static_assert(kCudnnAttentionMaxHeadSize == fsdpgen::kGpuCudnnMaxHeadDim &&
+                  kCudnnAttentionMaxHeadSize <= kCudaAttentionFlashMaxHeadSize,
+              "the planner reserves cuDNN's workspace only for heads cuDNN runs; the flash "
+              "kernels take every head cuDNN does");
 
 // ---------------------------------------------------------------- host: the choice
 

@@ -649,11 +649,12 @@ TYPED_TEST(CudaGpt2Layer, AttentionBackward) {
 
 // Flash shapes: T below, across and at the 32-query tiles (13, 40, 64),
 // ragged tails (70, 100), several heads and sequences (B*H up to 9), head
-// sizes 8, 16, 64, 80 (three 32-column chunks, the last partial), 96 and 128
-// (the largest the kernels take).
-constexpr attention_shape kFlashShapes[] = {{2, 16, 64, 4},  {3, 13, 48, 3},  {1, 40, 32, 4},
-                                            {2, 70, 256, 4}, {2, 33, 160, 2}, {1, 64, 96, 1},
-                                            {3, 100, 384, 3}};
+// sizes 8, 16, 64, 80 (three 32-column chunks, the last partial), 96, 128,
+// 160 (GPT-1T's), 200 (seven chunks, the last partial) and 256 (the largest
+// the kernels take).
+constexpr attention_shape kFlashShapes[] = {
+    {2, 16, 64, 4}, {3, 13, 48, 3},   {1, 40, 32, 4},  {2, 70, 256, 4}, {2, 33, 160, 2},
+    {1, 64, 96, 1}, {3, 100, 384, 3}, {2, 40, 320, 2}, {1, 33, 200, 1}, {1, 70, 512, 2}};
 
 // The flash kernels against the CPU's flash reference (attention_forward_flash):
 // out to the attention tolerance (fp32 1e-4; bf16 2e-2, one rounding of the

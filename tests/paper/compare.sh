@@ -17,9 +17,15 @@ cmake --build "$build" --target fsdpgen paper_compare >/dev/null
 
 # Reads `fsdpgen plan` output on stdin; prints the table cells:
 # step s | model TFLOPS | hardware TFLOPS | MFU | exposed comm | memory GiB (of usable)
+# [| host GiB (of usable), with "host"]
 cells() {
-  awk '
+  awk -v with_host="${1:-}" '
+    BEGIN { host = "-" }
     /^predicted step of / { step = $NF == "ms" ? $(NF - 1) / 1000 : "?" }
+    /^      host arena / {
+      match($0, /host arena [0-9.]+ GiB of [0-9.]+ GiB/); split(substr($0, RSTART, RLENGTH), h, " ")
+      host = h[3] " (" h[6] ")" ($0 ~ /does NOT fit/ ? " **does not fit**" : "")
+    }
     /^  per GPU / {
       match($0, /model [0-9.]+ TFLOPS/); model = substr($0, RSTART + 6, RLENGTH - 13)
       match($0, /hardware [0-9.]+ TFLOPS/); hw = substr($0, RSTART + 9, RLENGTH - 16)
@@ -30,19 +36,22 @@ cells() {
       match($0, /peak [0-9.]+ GiB of [0-9.]+ GiB/); split(substr($0, RSTART, RLENGTH), f, " ")
       mem = f[2] " (" f[5] ")" ($2 == "NO:" ? " **does not fit**" : "")
     }
-    END { printf "%.2f | %s | %s | %s | %s | %s", step, model, hw, mfu, exposed, mem }'
+    END {
+      printf "%.2f | %s | %s | %s | %s | %s", step, model, hw, mfu, exposed, mem
+      if (with_host != "") printf " | %s", host
+    }'
 }
 
 table_header() {
-  echo "| model | gpu | GPUs | batch/GPU | step s | model TFLOPS | hardware TFLOPS | MFU | exposed comm | memory GiB (of usable) | reported TFLOPS |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| model | gpu | GPUs | batch/GPU | step s | model TFLOPS | hardware TFLOPS | MFU | exposed comm | device GiB (of usable) | host GiB (of usable) | reported TFLOPS |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 }
 # Rows from lines "spec gpu world micro_batch reported" on stdin.
 rows() {
   while read -r spec gpu world mb reported; do
     # exit 4: the plan does not fit (still printed whole)
     row=$({ "$build/fsdpgen" plan "specs/$spec.fsdp" --gpu "$gpu" --world "$world" \
-      --micro-batch "$mb" || [ $? -eq 4 ]; } | cells)
+      --micro-batch "$mb" || [ $? -eq 4 ]; } | cells host)
     echo "| $spec | $gpu | $world | $mb | $row | $reported |"
   done
 }
@@ -69,6 +78,7 @@ gpt-175b a100-80g 128 2 186
 gpt-175b a100-80g 512 1 173
 gpt-175b a100-80g 512 2 186
 gpt-1t a100-40g 128 4 84
+gpt-1t a100-40g 256 4 -
 gpt-1t a100-40g 512 4 81
 EOF
 echo
