@@ -149,7 +149,7 @@ constexpr int64_t kSweepElems[] = {int64_t{1} << 16, int64_t{1} << 20, int64_t{1
 
 }  // namespace
 
-std::vector<profile::LayerTime> op_layer_passes(const Schedule& s, const Op& op) {
+std::vector<OpLayerPass> op_layer_passes(const Schedule& s, const Op& op) {
   std::string_view pass = op.kind == OpKind::Forward     ? "forward"
                           : op.kind == OpKind::Recompute ? "recompute"
                           : op.kind == OpKind::Backward  ? "backward"
@@ -162,12 +162,16 @@ std::vector<profile::LayerTime> op_layer_passes(const Schedule& s, const Op& op)
   key.dtype = dtype_name(spec.parallel.precision.param);
   if (op.kind == OpKind::Backward) key.grad_dtype = dtype_name(unsharded_grad_dtype(spec.parallel));
   key.dims = layer_dims(s);
-  std::vector<profile::LayerTime> out;
+  std::vector<OpLayerPass> out;
   for (const LayerId& l : s.units.segments.at(op.segment).layers) {
     const std::string_view entry = layer_entry(l.kind);
     if (entry.empty()) continue;
     key.layer = std::string(entry);
-    out.push_back(key);
+    double share = 1;
+    if (l.kind == LayerId::Kind::Block && !l.whole())
+      share = layer_forward_flops(spec.model, l, 1) /
+              layer_forward_flops(spec.model, {LayerId::Kind::Block, l.block}, 1);
+    out.push_back({key, share});
   }
   return out;
 }
@@ -326,8 +330,8 @@ profile::Profile calibration_request(const std::vector<Schedule>& schedules, con
   profile::Compute compute;
   for (const Schedule& s : schedules) {
     for (const Op& op : s.ops) {
-      for (const profile::LayerTime& l : op_layer_passes(s, op))
-        add_once(compute.layers, l);
+      for (const OpLayerPass& l : op_layer_passes(s, op))
+        add_once(compute.layers, l.key);
       for (const profile::ElementwiseTime& e : op_elementwise(s, op)) {
         add_once(compute.elementwise, e);
         for (int64_t n : kSweepElems)

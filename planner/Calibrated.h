@@ -18,8 +18,14 @@ namespace fsdpgen {
 
 // The layer passes a compute op (F, RECOMPUTE, B) runs, in order, as profile
 // keys (times zero): one per embedding, block and final-norm-and-head of its
-// segment, at the plan's micro-batch. Other ops run none.
-std::vector<profile::LayerTime> op_layer_passes(const Schedule& s, const Op& op);
+// segment, at the plan's micro-batch. Other ops run none. A piece of a block
+// (sub-block units) is the block's pass with `share` its part of the block's
+// FLOPs (a norm's share is 0: its time is in the op's overhead).
+struct OpLayerPass {
+  profile::LayerTime key;
+  double share = 1;
+};
+std::vector<OpLayerPass> op_layer_passes(const Schedule& s, const Op& op);
 
 // The element-wise work of an OPT or GRADNORM op, as profile keys.
 std::vector<profile::ElementwiseTime> op_elementwise(const Schedule& s, const Op& op);

@@ -155,8 +155,11 @@ Calibrated calibrated_work(const Schedule& s, const Op& op, const CalibratedTime
     case OpKind::Recompute:
     case OpKind::Backward:
       c.work.fixed_s = times.compute().op_overhead_s;
-      for (const profile::LayerTime& l : op_layer_passes(s, op))
-        add(times.layer(l));
+      for (const OpLayerPass& l : op_layer_passes(s, op)) {
+        Looked t = times.layer(l.key);
+        t.seconds *= l.share;
+        add(t);
+      }
       return c;
     case OpKind::GradNorm:
     case OpKind::OptimizerStep:

@@ -265,6 +265,34 @@ std::vector<E2eConfig> training_configs() {
     if (params_too) c.offload = "cpu";
     out.push_back(c);
   }
+  // Sub-block units (each linear): every strategy, recompute spanning a
+  // block's units, activations and parameters through the host, fp16 (the
+  // GPT-1T configuration), and explicit pieces beside whole blocks.
+  for (std::string s :
+       {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"}) {
+    E2eConfig c;
+    c.units = "each linear";
+    c.sharding = s;
+    const bool hybrid = s.rfind("hybrid", 0) == 0;
+    c.world = hybrid ? 4 : 2;
+    c.shard_group = hybrid ? 2 : 0;
+    c.param = c.reduce_dtype = s == "full_shard" ? "fp32" : "bf16";
+    c.recompute = s == "no_shard" ? "none" : "block";
+    out.push_back(c);
+  }
+  E2eConfig linear_1t;
+  linear_1t.units = "each linear";
+  linear_1t.param = linear_1t.reduce_dtype = "fp16";
+  linear_1t.recompute = "block";
+  linear_1t.offload = "cpu";
+  linear_1t.offload_activations = true;
+  linear_1t.optimizer = "sgd(lr = 0.1, momentum = 0)";
+  out.push_back(linear_1t);
+  E2eConfig pieces;
+  pieces.units = "unit a [block 0, block 1.ln_1, block 1.attn]  unit b [block 2.mlp.c_fc]";
+  pieces.recompute = "block";
+  pieces.world = 4;
+  out.push_back(pieces);
   return out;
 }
 

@@ -221,7 +221,8 @@ TEST(Checkpoint, ResumeIsBitExactSgdWithMomentum) {
 }
 
 // Written by 2 ranks with a unit per block, resumed by binaries of the same
-// model for 4 ranks with two blocks per unit and for one rank: the same
+// model for 4 ranks with two blocks per unit, for one rank, and for 2 ranks
+// with each linear layer its own unit (tensors split across units): the same
 // global batch, so the same losses as the uninterrupted run (fp32: only the
 // order of summation differs).
 TEST(Checkpoint, ResumesOnAnotherWorldSizeAndWrapPolicy) {
@@ -242,7 +243,11 @@ TEST(Checkpoint, ResumesOnAnotherWorldSizeAndWrapPolicy) {
   one.sharding = "no_shard";
   one.world = 1;
   one.micro_batch = 4;
-  for (const auto& [name, c] : {std::pair{"w4_group2", four}, std::pair{"w1", one}}) {
+  E2eConfig linear = two;  // block units to per-linear units (sub-block), with recompute
+  linear.units = "each linear";
+  linear.recompute = "block";
+  for (const auto& [name, c] :
+       {std::pair{"w4_group2", four}, std::pair{"w1", one}, std::pair{"w2_each_linear", linear}}) {
     const fs::path other = binary(name, c.spec());
     const fs::path metrics = w / (std::string(name) + ".jsonl");
     CmdResult r =

@@ -4,6 +4,7 @@
 // interpolation, scaling and fallback, the compute section a plan uses, and
 // the calibration request of a real plan.
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 
@@ -281,6 +282,32 @@ train { optimizer = adamw(lr = 1e-3) micro_batch = 8 steps = 20 data = synthetic
       s.ops.begin(), s.ops.end(), [](const Op& op) { return op.kind == OpKind::Free; }));
   EXPECT_EQ(t.ops_measured, static_cast<int>(s.ops.size()) - free_ops);
   EXPECT_EQ(t.ops_estimated + t.ops_scaled + t.ops_interpolated, 0);
+}
+
+// Sub-block units: each op runs its pieces' share of the measured block pass
+// (by FLOPs), so a block's forward ops together cost one block pass, its
+// backward ops one backward pass; the request asks for the block's passes once.
+TEST(Calibrated, PiecesOfABlockShareItsMeasuredPass) {
+  const std::string text = R"(
+model tiny { family = gpt2 vocab = 256 context = 128 width = 128 heads = 4 layers = 2 }
+units { each linear }
+parallel { world = 2 sharding = full_shard precision { param = fp32 reduce = fp32 master = fp32 } }
+train { optimizer = adamw(lr = 1e-3) micro_batch = 8 steps = 20 data = synthetic(seed = 1) }
+)";
+  test::Planned planned = test::plan_text(text);
+  const Schedule& s = planned.schedule;
+  std::map<std::pair<int64_t, std::string>, double> shares;  // (block, pass) -> share
+  for (const Op& op : s.ops)
+    for (const OpLayerPass& l : op_layer_passes(s, op))
+      if (l.key.layer == "block") {
+        const LayerId& first = s.units.segments.at(op.segment).layers.front();
+        shares[{first.block, l.key.pass}] += l.share;
+      }
+  ASSERT_EQ(shares.size(), 4u);  // 2 blocks x forward, backward
+  for (const auto& [key, share] : shares)
+    EXPECT_NEAR(share, 1.0, 1e-12) << key.first << " " << key.second;
+  profile::Profile r = calibration_request({s}, *find_hardware("cpu"), 2, "tiny");
+  EXPECT_EQ(r.compute[0].layers.size(), 6u);  // embed, block, head x forward, backward
 }
 
 TEST(Calibrated, RequestsSkipGroupsThatSpanNodes) {
