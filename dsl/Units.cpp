@@ -154,7 +154,7 @@ class UnitResolver {
     }
     if (item.kind == ast::UnitItem::Kind::EachLinear) {
       u_.policy = UnitPolicy::EachLinear;
-      return sub_block_units_built(item.span);
+      return true;
     }
     if (item.kind == ast::UnitItem::Kind::Group) {
       u_.policy = UnitPolicy::Group;
@@ -166,18 +166,6 @@ class UnitResolver {
     auto n = v_.as_int(item.count, "min_params", 1, kMaxCount * 1000);
     if (n) u_.min_params = *n;
     return n.has_value();
-  }
-
-  // Sub-block units need the family's runtime to run a block piece by piece.
-  bool sub_block_units_built(Span at) {
-    if (m_.family == Family::Gpt2) return true;
-    Diagnostic& e =
-        d_.error(at, fmt::format("sub-block wrap units are not built for the {} family yet",
-                                 to_string(m_.family)));
-    Diagnostics::note(e,
-                      "its blocks are wrapped whole: use 'each block', 'group N' or "
-                      "'min_params N', or list whole blocks");
-    return false;
   }
 
   // unit NAME [layers]: claims its layers for explicit unit number
@@ -205,10 +193,6 @@ class UnitResolver {
 
   // The pieces `r.piece` names in each block, or none (reported).
   std::vector<int> referenced_pieces(const ast::LayerRef& r, bool& ok) {
-    if (!sub_block_units_built(r.piece_span)) {
-      ok = false;
-      return {};
-    }
     std::vector<int> pieces = pieces_named(m_, r.piece);
     if (!pieces.empty()) return pieces;
     ok = false;

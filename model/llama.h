@@ -65,8 +65,7 @@ inline constexpr Field kLlamaBackwardScratch[] = {
     {"delta", Elem::Fp32, H, When::Flash},
 };
 
-// A block's pieces (Piece, model/layout.h). Sub-block units are built for
-// gpt2 only so far (dsl/Units refuses them for llama); the table names them.
+// A block's pieces (Piece, model/layout.h): runtime/llama runs any range of them.
 inline constexpr Piece kLlamaBlockPieces[] = {
     {"input_layernorm", 0, 1},         {"self_attn.q_proj", 1, 1, C, C},
     {"self_attn.k_proj", 2, 1, C, KV}, {"self_attn.v_proj", 3, 1, C, KV, true},

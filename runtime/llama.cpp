@@ -4,6 +4,8 @@
 // runtime/rope.h: rotary positions; nn.Linear GEMMs through runtime/gemm.h).
 #include "runtime/llama.h"
 
+#include <iterator>
+
 #include <algorithm>
 #include <type_traits>
 
@@ -15,6 +17,11 @@
 namespace {
 
 namespace model = fsdpgen::model;
+
+static_assert(model::same_name(model::kLlamaBlockPieces[kLlamaV].name, "self_attn.v_proj") &&
+                  model::same_name(model::kLlamaBlockPieces[kLlamaDown].name, "mlp.down_proj") &&
+                  std::size(model::kLlamaBlockPieces) == kLlamaPieces,
+              "llama_piece follows model/llama.h's kLlamaBlockPieces");
 
 model::Dims layout_dims(const llama_dims& d) {
   return {d.C, d.F, d.H, d.T, d.KV(), d.flash, d.V};
@@ -130,29 +137,43 @@ void llama_embed_backward(G* dwte, const int32_t* tokens, const llama_backward_s
 
 template <class T>
 void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_block_saved<T>& s,
-                         const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws) {
+                         const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws,
+                         block_pieces pieces) {
   const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV();
   const T* none = nullptr;
-  rmsnorm_forward(s.rms1, s.rms1_rstd, s.input, p.rms1_w, N, C, d.norm_eps);
-  linear_forward(s.q, s.rms1, p.q_w, none, N, C, C, ws);
-  linear_forward(s.k, s.rms1, p.k_w, none, N, C, KV, ws);
-  linear_forward(s.v, s.rms1, p.v_w, none, N, C, KV, ws);
-  rope_forward(s.q, rope.cos, rope.sin, N, d.T, d.H, d.D());
-  rope_forward(s.k, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D());
-  attention_gqa_forward(s.attn, s.lse, s.q, s.k, s.v, d.B, d.T, d.H, d.KV_heads, d.D());
-  linear_forward(s.res2, s.attn, p.o_w, static_cast<const T*>(s.input), N, C, C, ws);
-  rmsnorm_forward(s.rms2, s.rms2_rstd, s.res2, p.rms2_w, N, C, d.norm_eps);
-  linear_forward(s.gate, s.rms2, p.gate_w, none, N, C, F, ws);
-  linear_forward(s.up, s.rms2, p.up_w, none, N, C, F, ws);
-  swiglu_forward(s.swiglu, s.gate, s.up, N * F);
-  if (out == nullptr) return;  // recompute: the saved activations are all it needs
+  if (pieces.has(kLlamaRms1))
+    rmsnorm_forward(s.rms1, s.rms1_rstd, s.input, p.rms1_w, N, C, d.norm_eps);
+  if (pieces.has(kLlamaQ)) {
+    linear_forward(s.q, s.rms1, p.q_w, none, N, C, C, ws);
+    rope_forward(s.q, rope.cos, rope.sin, N, d.T, d.H, d.D());
+  }
+  if (pieces.has(kLlamaK)) {
+    linear_forward(s.k, s.rms1, p.k_w, none, N, C, KV, ws);
+    rope_forward(s.k, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D());
+  }
+  if (pieces.has(kLlamaV)) {
+    linear_forward(s.v, s.rms1, p.v_w, none, N, C, KV, ws);
+    attention_gqa_forward(s.attn, s.lse, s.q, s.k, s.v, d.B, d.T, d.H, d.KV_heads, d.D());
+  }
+  if (pieces.has(kLlamaO))
+    linear_forward(s.res2, s.attn, p.o_w, static_cast<const T*>(s.input), N, C, C, ws);
+  if (pieces.has(kLlamaRms2))
+    rmsnorm_forward(s.rms2, s.rms2_rstd, s.res2, p.rms2_w, N, C, d.norm_eps);
+  if (pieces.has(kLlamaGate)) linear_forward(s.gate, s.rms2, p.gate_w, none, N, C, F, ws);
+  if (pieces.has(kLlamaUp)) {
+    linear_forward(s.up, s.rms2, p.up_w, none, N, C, F, ws);
+    swiglu_forward(s.swiglu, s.gate, s.up, N * F);
+  }
+  // recompute: the saved activations are all it needs
+  if (out == nullptr || !pieces.has(kLlamaDown)) return;
   linear_forward(out, s.swiglu, p.down_w, static_cast<const T*>(s.res2), N, F, C, ws);
 }
 
 template <class T, class G>
 void llama_block_backward(const llama_block_grads<G>& g, const llama_block_params<T>& p,
                           const llama_block_saved<T>& s, const llama_backward_scratch<T>& scratch,
-                          const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws) {
+                          const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws,
+                          block_pieces pieces) {
   const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV();
   T* dres = scratch.dres;  // (N, C) d(out) -> d(res2) -> d(input)
   T* dtmp = scratch.dtmp;  // (N, C)
@@ -160,24 +181,32 @@ void llama_block_backward(const llama_block_grads<G>& g, const llama_block_param
   T* dswiglu = scratch.big;  // (N, F) each
   T* dgate = dswiglu + N * F;
   T* dup = dgate + N * F;
-  linear_backward(dswiglu, g.down_w, dres, s.swiglu, p.down_w, N, F, C, false, ws);
-  swiglu_backward(dgate, dup, dswiglu, s.gate, s.up, N * F);
-  linear_backward(dtmp, g.gate_w, dgate, s.rms2, p.gate_w, N, C, F, false, ws);
-  linear_backward(dtmp, g.up_w, dup, s.rms2, p.up_w, N, C, F, true, ws);
-  rmsnorm_backward(dres, g.rms2_w, dtmp, s.res2, p.rms2_w, s.rms2_rstd, N, C, true);
+  if (pieces.has(kLlamaDown))
+    linear_backward(dswiglu, g.down_w, dres, s.swiglu, p.down_w, N, F, C, false, ws);
+  if (pieces.has(kLlamaUp)) {
+    swiglu_backward(dgate, dup, dswiglu, s.gate, s.up, N * F);
+    linear_backward(dtmp, g.up_w, dup, s.rms2, p.up_w, N, C, F, false, ws);
+  }
+  if (pieces.has(kLlamaGate))
+    linear_backward(dtmp, g.gate_w, dgate, s.rms2, p.gate_w, N, C, F, true, ws);
+  if (pieces.has(kLlamaRms2))
+    rmsnorm_backward(dres, g.rms2_w, dtmp, s.res2, p.rms2_w, s.rms2_rstd, N, C, true);
   // Attention: res2 = input + attention(rope(q), rope(k), v) @ o_w^T.
-  linear_backward(dtmp, g.o_w, dres, s.attn, p.o_w, N, C, C, false, ws);
+  if (pieces.has(kLlamaO)) linear_backward(dtmp, g.o_w, dres, s.attn, p.o_w, N, C, C, false, ws);
   T* dq = scratch.big;  // (N, C), then (N, KV) twice
   T* dk = dq + N * C;
   T* dv = dk + N * KV;
-  attention_gqa_backward(dq, dk, dv, scratch.delta, dtmp, s.q, s.k, s.v, s.attn, s.lse, d.B, d.T,
-                         d.H, d.KV_heads, d.D());
-  rope_backward(dq, rope.cos, rope.sin, N, d.T, d.H, d.D());
-  rope_backward(dk, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D());
-  linear_backward(dtmp, g.q_w, dq, s.rms1, p.q_w, N, C, C, false, ws);
-  linear_backward(dtmp, g.k_w, dk, s.rms1, p.k_w, N, C, KV, true, ws);
-  linear_backward(dtmp, g.v_w, dv, s.rms1, p.v_w, N, C, KV, true, ws);
-  rmsnorm_backward(dres, g.rms1_w, dtmp, s.input, p.rms1_w, s.rms1_rstd, N, C, true);
+  if (pieces.has(kLlamaV)) {
+    attention_gqa_backward(dq, dk, dv, scratch.delta, dtmp, s.q, s.k, s.v, s.attn, s.lse, d.B, d.T,
+                           d.H, d.KV_heads, d.D());
+    rope_backward(dq, rope.cos, rope.sin, N, d.T, d.H, d.D());
+    rope_backward(dk, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D());
+    linear_backward(dtmp, g.v_w, dv, s.rms1, p.v_w, N, C, KV, false, ws);
+  }
+  if (pieces.has(kLlamaK)) linear_backward(dtmp, g.k_w, dk, s.rms1, p.k_w, N, C, KV, true, ws);
+  if (pieces.has(kLlamaQ)) linear_backward(dtmp, g.q_w, dq, s.rms1, p.q_w, N, C, C, true, ws);
+  if (pieces.has(kLlamaRms1))
+    rmsnorm_backward(dres, g.rms1_w, dtmp, s.input, p.rms1_w, s.rms1_rstd, N, C, true);
 }
 
 template <class T>
@@ -207,7 +236,7 @@ void llama_head_backward(G* dnorm_w, G* dhead_w, const T* norm_w, const T* head_
   template void llama_embed_forward<T>(T*, const int32_t*, const T*, const llama_dims&);          \
   template void llama_block_forward<T>(T*, const llama_block_params<T>&,                          \
                                        const llama_block_saved<T>&, const llama_rope&,            \
-                                       const llama_dims&, const gemm_workspace&);                 \
+                                       const llama_dims&, const gemm_workspace&, block_pieces);   \
   template void llama_head_forward<T>(T*, float*, const int32_t*, const T*, const T*,             \
                                       const llama_final_norm_saved<T>&, const llama_dims&, float, \
                                       const gemm_workspace&);
@@ -218,7 +247,7 @@ void llama_head_backward(G* dnorm_w, G* dhead_w, const T* norm_w, const T* head_
   template void llama_block_backward<T, G>(                                                      \
       const llama_block_grads<G>&, const llama_block_params<T>&, const llama_block_saved<T>&,    \
       const llama_backward_scratch<T>&, const llama_rope&, const llama_dims&,                    \
-      const gemm_workspace&);                                                                    \
+      const gemm_workspace&, block_pieces);                                                      \
   template void llama_head_backward<T, G>(                                                       \
       G*, G*, const T*, const T*, const T*, const llama_final_norm_saved<T>&,                    \
       const llama_backward_scratch<T>&, const llama_dims&, const gemm_workspace&);

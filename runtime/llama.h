@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/block_pieces.h"
 #include "runtime/gemm.h"
 
 struct llama_dims {
@@ -107,18 +108,43 @@ template <class T, class G>
 void llama_embed_backward(G* dwte, const int32_t* tokens, const llama_backward_scratch<T>& s,
                           const llama_dims& d);
 
+// A block's pieces, in the order of model/llama.h's kLlamaBlockPieces:
+// input_layernorm, q_proj (with q's rotation), k_proj (with k's), v_proj
+// (with the attention), o_proj (with the residual), post_attention_layernorm,
+// gate_proj, up_proj (with SwiGLU), down_proj (with the residual).
+enum llama_piece : int {
+  kLlamaRms1,
+  kLlamaQ,
+  kLlamaK,
+  kLlamaV,
+  kLlamaO,
+  kLlamaRms2,
+  kLlamaGate,
+  kLlamaUp,
+  kLlamaDown,
+  kLlamaPieces
+};
+
 // One block: reads s.input, fills the rest of s, writes out (N, C) (which may
 // be the next layer's saved input). out == nullptr skips the down projection
-// and residual: a recompute fills s only.
+// and residual: a recompute fills s only. `pieces` runs part of the block
+// (only its tensors in p are read); out is written by down_proj.
 template <class T>
 void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_block_saved<T>& s,
-                         const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws);
+                         const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws,
+                         block_pieces pieces = {});
 // scratch.dres holds d(out) on entry and d(input) on return; grads +=;
-// scratch.dtmp, big and delta are overwritten.
+// scratch.dtmp, big and delta are overwritten. The pieces run in reverse
+// order; between two ranges the scratch holds what flows (after down_proj:
+// big = d(swiglu); after up_proj: big + NF = d(gate), dtmp = its part of
+// d(rms2); after gate_proj: dtmp = d(rms2); after o_proj: dtmp = d(attn);
+// after v_proj: big = d(q) | d(k), rotated back, dtmp = v's part of d(rms1);
+// after k_proj and q_proj: dtmp accumulates; after a norm: dres).
 template <class T, class G>
 void llama_block_backward(const llama_block_grads<G>& g, const llama_block_params<T>& p,
                           const llama_block_saved<T>& s, const llama_backward_scratch<T>& scratch,
-                          const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws);
+                          const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws,
+                          block_pieces pieces = {});
 
 // Final RMSNorm and head with the loss, as gpt2_head_forward: logits (N, Vp)
 // end holding dloss_scale * d(loss sum)/d(logits), zero in the padded

@@ -86,23 +86,37 @@ void llama_embed_backward(G* dwte, const int32_t* tokens, const llama_backward_s
 
 template <class T>
 void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_block_saved<T>& s,
-                         const llama_rope& rope, const llama_dims& d, gpu_exec& g) {
+                         const llama_rope& rope, const llama_dims& d, gpu_exec& g,
+                         block_pieces pieces) {
   const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV();
   const T* none = nullptr;
-  rmsnorm_forward(s.rms1, s.rms1_rstd, s.input, p.rms1_w, N, C, d.norm_eps, g.stream);
-  linear_forward(s.q, static_cast<const T*>(s.rms1), p.q_w, none, N, C, C, g);
-  linear_forward(s.k, static_cast<const T*>(s.rms1), p.k_w, none, N, C, KV, g);
-  linear_forward(s.v, static_cast<const T*>(s.rms1), p.v_w, none, N, C, KV, g);
-  rope_forward(s.q, rope.cos, rope.sin, N, d.T, d.H, d.D(), g.stream);
-  rope_forward(s.k, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D(), g.stream);
-  gqa_forward(s, d, g);
-  linear_forward(s.res2, static_cast<const T*>(s.attn), p.o_w, static_cast<const T*>(s.input), N, C,
-                 C, g);
-  rmsnorm_forward(s.rms2, s.rms2_rstd, s.res2, p.rms2_w, N, C, d.norm_eps, g.stream);
-  linear_forward(s.gate, static_cast<const T*>(s.rms2), p.gate_w, none, N, C, F, g);
-  linear_forward(s.up, static_cast<const T*>(s.rms2), p.up_w, none, N, C, F, g);
-  swiglu_forward(s.swiglu, s.gate, s.up, N * F, g.stream);
-  if (out == nullptr) return;  // recompute: the saved activations are all it needs
+  if (pieces.has(kLlamaRms1))
+    rmsnorm_forward(s.rms1, s.rms1_rstd, s.input, p.rms1_w, N, C, d.norm_eps, g.stream);
+  if (pieces.has(kLlamaQ)) {
+    linear_forward(s.q, static_cast<const T*>(s.rms1), p.q_w, none, N, C, C, g);
+    rope_forward(s.q, rope.cos, rope.sin, N, d.T, d.H, d.D(), g.stream);
+  }
+  if (pieces.has(kLlamaK)) {
+    linear_forward(s.k, static_cast<const T*>(s.rms1), p.k_w, none, N, C, KV, g);
+    rope_forward(s.k, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D(), g.stream);
+  }
+  if (pieces.has(kLlamaV)) {
+    linear_forward(s.v, static_cast<const T*>(s.rms1), p.v_w, none, N, C, KV, g);
+    gqa_forward(s, d, g);
+  }
+  if (pieces.has(kLlamaO))
+    linear_forward(s.res2, static_cast<const T*>(s.attn), p.o_w, static_cast<const T*>(s.input), N,
+                   C, C, g);
+  if (pieces.has(kLlamaRms2))
+    rmsnorm_forward(s.rms2, s.rms2_rstd, s.res2, p.rms2_w, N, C, d.norm_eps, g.stream);
+  if (pieces.has(kLlamaGate))
+    linear_forward(s.gate, static_cast<const T*>(s.rms2), p.gate_w, none, N, C, F, g);
+  if (pieces.has(kLlamaUp)) {
+    linear_forward(s.up, static_cast<const T*>(s.rms2), p.up_w, none, N, C, F, g);
+    swiglu_forward(s.swiglu, s.gate, s.up, N * F, g.stream);
+  }
+  // recompute: the saved activations are all it needs
+  if (out == nullptr || !pieces.has(kLlamaDown)) return;
   linear_forward(out, static_cast<const T*>(s.swiglu), p.down_w, static_cast<const T*>(s.res2), N,
                  F, C, g);
 }
@@ -110,37 +124,52 @@ void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_blo
 template <class T, class G>
 void llama_block_backward(const llama_block_grads<G>& grads, const llama_block_params<T>& p,
                           const llama_block_saved<T>& s, const llama_backward_scratch<T>& scratch,
-                          const llama_rope& rope, const llama_dims& d, gpu_exec& g) {
+                          const llama_rope& rope, const llama_dims& d, gpu_exec& g,
+                          block_pieces pieces) {
   const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV();
   T* dres = scratch.dres;    // (N, C) d(out) -> d(res2) -> d(input)
   T* dtmp = scratch.dtmp;    // (N, C)
   T* dswiglu = scratch.big;  // (N, F) each
   T* dgate = dswiglu + N * F;
   T* dup = dgate + N * F;
-  linear_backward(dswiglu, grads.down_w, static_cast<const T*>(dres), s.swiglu, p.down_w, N, F, C,
-                  false, g);
-  swiglu_backward(dgate, dup, static_cast<const T*>(dswiglu), static_cast<const T*>(s.gate),
-                  static_cast<const T*>(s.up), N * F, g.stream);
-  linear_backward(dtmp, grads.gate_w, static_cast<const T*>(dgate), s.rms2, p.gate_w, N, C, F,
-                  false, g);
-  linear_backward(dtmp, grads.up_w, static_cast<const T*>(dup), s.rms2, p.up_w, N, C, F, true, g);
-  // dswiglu, dgate and dup are read by now: big is the norms' scratch.
+  // The norms' fp32 scratch is big, once its gradients have been read.
   const fp32_scratch f = big_as_fp32(scratch, d);
-  rmsnorm_backward(dres, grads.rms2_w, static_cast<const T*>(dtmp), static_cast<const T*>(s.res2),
-                   p.rms2_w, s.rms2_rstd, N, C, true, f.data, f.floats, g.stream);
-  linear_backward(dtmp, grads.o_w, static_cast<const T*>(dres), s.attn, p.o_w, N, C, C, false, g);
+  if (pieces.has(kLlamaDown))
+    linear_backward(dswiglu, grads.down_w, static_cast<const T*>(dres), s.swiglu, p.down_w, N, F, C,
+                    false, g);
+  if (pieces.has(kLlamaUp)) {
+    swiglu_backward(dgate, dup, static_cast<const T*>(dswiglu), static_cast<const T*>(s.gate),
+                    static_cast<const T*>(s.up), N * F, g.stream);
+    linear_backward(dtmp, grads.up_w, static_cast<const T*>(dup), s.rms2, p.up_w, N, C, F, false,
+                    g);
+  }
+  if (pieces.has(kLlamaGate))
+    linear_backward(dtmp, grads.gate_w, static_cast<const T*>(dgate), s.rms2, p.gate_w, N, C, F,
+                    true, g);
+  // dswiglu, dgate and dup are read by now.
+  if (pieces.has(kLlamaRms2))
+    rmsnorm_backward(dres, grads.rms2_w, static_cast<const T*>(dtmp), static_cast<const T*>(s.res2),
+                     p.rms2_w, s.rms2_rstd, N, C, true, f.data, f.floats, g.stream);
+  if (pieces.has(kLlamaO))
+    linear_backward(dtmp, grads.o_w, static_cast<const T*>(dres), s.attn, p.o_w, N, C, C, false, g);
   T* dq = scratch.big;  // (N, C), then (N, KV) twice
   T* dk = dq + N * C;
   T* dv = dk + N * KV;
-  gqa_backward(dq, dk, dv, scratch.delta, static_cast<const T*>(dtmp), s, d, g);
-  rope_backward(dq, rope.cos, rope.sin, N, d.T, d.H, d.D(), g.stream);
-  rope_backward(dk, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D(), g.stream);
-  linear_backward(dtmp, grads.q_w, static_cast<const T*>(dq), s.rms1, p.q_w, N, C, C, false, g);
-  linear_backward(dtmp, grads.k_w, static_cast<const T*>(dk), s.rms1, p.k_w, N, C, KV, true, g);
-  linear_backward(dtmp, grads.v_w, static_cast<const T*>(dv), s.rms1, p.v_w, N, C, KV, true, g);
+  if (pieces.has(kLlamaV)) {
+    gqa_backward(dq, dk, dv, scratch.delta, static_cast<const T*>(dtmp), s, d, g);
+    rope_backward(dq, rope.cos, rope.sin, N, d.T, d.H, d.D(), g.stream);
+    rope_backward(dk, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D(), g.stream);
+    linear_backward(dtmp, grads.v_w, static_cast<const T*>(dv), s.rms1, p.v_w, N, C, KV, false, g);
+  }
+  if (pieces.has(kLlamaK))
+    linear_backward(dtmp, grads.k_w, static_cast<const T*>(dk), s.rms1, p.k_w, N, C, KV, true, g);
+  if (pieces.has(kLlamaQ))
+    linear_backward(dtmp, grads.q_w, static_cast<const T*>(dq), s.rms1, p.q_w, N, C, C, true, g);
   // d(q), d(k), d(v) are read by now.
-  rmsnorm_backward(dres, grads.rms1_w, static_cast<const T*>(dtmp), static_cast<const T*>(s.input),
-                   p.rms1_w, s.rms1_rstd, N, C, true, f.data, f.floats, g.stream);
+  if (pieces.has(kLlamaRms1))
+    rmsnorm_backward(dres, grads.rms1_w, static_cast<const T*>(dtmp),
+                     static_cast<const T*>(s.input), p.rms1_w, s.rms1_rstd, N, C, true, f.data,
+                     f.floats, g.stream);
 }
 
 template <class T>
@@ -174,7 +203,7 @@ void llama_head_backward(G* dnorm_w, G* dhead_w, const T* norm_w, const T* head_
                                        gpu_exec&);                                         \
   template void llama_block_forward<T>(T*, const llama_block_params<T>&,                   \
                                        const llama_block_saved<T>&, const llama_rope&,     \
-                                       const llama_dims&, gpu_exec&);                      \
+                                       const llama_dims&, gpu_exec&, block_pieces);        \
   template void llama_head_forward<T>(T*, float*, const int32_t*, const T*, const T*,      \
                                       const llama_final_norm_saved<T>&, const llama_dims&, \
                                       const float*, gpu_exec&);
@@ -184,7 +213,8 @@ void llama_head_backward(G* dnorm_w, G* dhead_w, const T* norm_w, const T* head_
                                            const llama_dims&, gpu_exec&);                        \
   template void llama_block_backward<T, G>(                                                      \
       const llama_block_grads<G>&, const llama_block_params<T>&, const llama_block_saved<T>&,    \
-      const llama_backward_scratch<T>&, const llama_rope&, const llama_dims&, gpu_exec&);        \
+      const llama_backward_scratch<T>&, const llama_rope&, const llama_dims&, gpu_exec&,         \
+      block_pieces);                                                                             \
   template void llama_head_backward<T, G>(                                                       \
       G*, G*, const T*, const T*, const T*, const llama_final_norm_saved<T>&,                    \
       const llama_backward_scratch<T>&, const llama_dims&, gpu_exec&);

@@ -22,13 +22,16 @@ template <class T, class G>
 void llama_embed_backward(G* dwte, const int32_t* tokens, const llama_backward_scratch<T>& s,
                           const llama_dims& d, gpu_exec& g);
 
+// `pieces` runs part of a block, as on the CPU (runtime/llama.h).
 template <class T>
 void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_block_saved<T>& s,
-                         const llama_rope& rope, const llama_dims& d, gpu_exec& g);
+                         const llama_rope& rope, const llama_dims& d, gpu_exec& g,
+                         block_pieces pieces = {});
 template <class T, class G>
 void llama_block_backward(const llama_block_grads<G>& grads, const llama_block_params<T>& p,
                           const llama_block_saved<T>& s, const llama_backward_scratch<T>& scratch,
-                          const llama_rope& rope, const llama_dims& d, gpu_exec& g);
+                          const llama_rope& rope, const llama_dims& d, gpu_exec& g,
+                          block_pieces pieces = {});
 
 // dloss_scale: one device float, read when the kernel runs.
 template <class T>

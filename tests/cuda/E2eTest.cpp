@@ -329,6 +329,15 @@ std::vector<E2eConfig> llama_configs() {
   fp16.family = "llama";
   fp16.param = fp16.reduce_dtype = "fp16";
   out.push_back(fp16);
+  for (std::string p : {"fp32", "bf16"}) {  // sub-block units, recompute spanning them
+    E2eConfig linear;
+    linear.family = "llama";
+    linear.units = "each linear";
+    linear.recompute = "block";
+    linear.param = linear.reduce_dtype = p;
+    linear.offload_activations = p == "bf16";
+    out.push_back(linear);
+  }
   return out;
 }
 

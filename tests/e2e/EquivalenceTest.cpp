@@ -360,6 +360,25 @@ std::vector<E2eConfig> llama_set() {
   offload.offload = "cpu";
   offload.micro_batches = 2;
   out.push_back(offload);
+  // Sub-block units: each linear (seven per block) with recompute spanning
+  // them and the input on the host, and without recompute on 4 ranks (ZeRO-2).
+  E2eConfig linear;
+  linear.family = "llama";
+  linear.units = "each linear";
+  linear.recompute = "block";
+  linear.offload_activations = true;
+  out.push_back(linear);
+  E2eConfig linear_zero2 = linear;
+  linear_zero2.sharding = "shard_grad_op";
+  linear_zero2.world = 4;
+  linear_zero2.recompute = "none";
+  linear_zero2.offload_activations = false;
+  out.push_back(linear_zero2);
+  E2eConfig pieces;  // a block's attention in one unit, its q and k split from v
+  pieces.family = "llama";
+  pieces.units = "unit a [block 0.self_attn.q_proj, block 0.self_attn.k_proj]  each block";
+  pieces.recompute = "block";
+  out.push_back(pieces);
   return out;
 }
 

@@ -103,9 +103,26 @@ struct block_run {
   ref::block_params grads;
   bool guards_intact;
 };
+// The tensors of pieces [first, end) of a block (the others null), as a
+// sub-block unit's op passes them: a piece may read no other piece's tensor.
+template <class Out>
+Out only_pieces(Out all, int first, int end) {
+  Out p = all;
+  auto keep = [&](auto& field, int piece) {
+    if (piece < first || piece >= end) field = nullptr;
+  };
+  keep(p.ln1_w, kGpt2Ln1), keep(p.ln1_b, kGpt2Ln1), keep(p.qkv_w, kGpt2Qkv),
+      keep(p.qkv_b, kGpt2Qkv), keep(p.proj_w, kGpt2Proj), keep(p.proj_b, kGpt2Proj);
+  keep(p.ln2_w, kGpt2Ln2), keep(p.ln2_b, kGpt2Ln2), keep(p.fc_w, kGpt2Fc), keep(p.fc_b, kGpt2Fc),
+      keep(p.fc2_w, kGpt2Fc2), keep(p.fc2_b, kGpt2Fc2);
+  return p;
+}
+
+// `pieces`: run the block as sub-block units do, a call per range (forward
+// in order, backward in reverse), each given only its pieces' tensors.
 template <class T, class G>
 block_run run_block(const ref::block_params& p, const vec& x, const vec& dout, const ref::dims& d,
-                    bool flash = false) {
+                    bool flash = false, const std::vector<block_pieces>& pieces = {{}}) {
   gpt2_dims gd = to_gpt2(d);
   gd.flash = flash;
   auto params = block_flat<T>(p, d);
@@ -118,9 +135,13 @@ block_run run_block(const ref::block_params& p, const vec& x, const vec& dout, c
   std::copy(xs.begin(), xs.end(), s.input);
   std::vector<T> out(d.N() * d.C);
   const auto bp = gpt2_block_params_at<T>(params.data(), gd);
-  gpt2_block_forward(out.data(), bp, s, gd, workspace());
+  const auto bg = gpt2_block_grads_at<G>(grads.data(), gd);
+  for (const block_pieces& r : pieces)
+    gpt2_block_forward(out.data(), only_pieces(bp, r.first, r.end), s, gd, workspace(), r);
   std::copy(douts.begin(), douts.end(), sc.dres);
-  gpt2_block_backward(gpt2_block_grads_at<G>(grads.data(), gd), bp, s, sc, gd, workspace());
+  for (auto r = pieces.rbegin(); r != pieces.rend(); ++r)
+    gpt2_block_backward(only_pieces(bg, r->first, r->end), only_pieces(bp, r->first, r->end), s, sc,
+                        gd, workspace(), *r);
   return {load(out), load(sc.dres, d.N() * d.C), block_unflat(grads, d),
           saved.guard_intact() && scratch.guard_intact()};
 }
@@ -348,6 +369,30 @@ void check_forward_without_output(bool flash) {
   EXPECT_TRUE(recompute.guard_intact()) << what << ": wrote outside the saved slot";
   EXPECT_EQ(std::memcmp(full.data(), recompute.data(), bytes), 0)
       << what << ": saved activations differ from the full forward's";
+}
+
+// A block run piece by piece (each linear its own range, norms with the
+// linear after them; and every piece alone) equals the whole block bit for
+// bit: the same kernels on the same data in the same order.
+TEST(Gpt2Block, PieceByPieceEqualsTheWholeBlock) {
+  const ref::dims d = kDims;
+  std::mt19937 rng(41);
+  const ref::block_params p = ref::random_block(rng, d);
+  const vec x = random_vec(rng, d.N() * d.C), R = random_vec(rng, d.N() * d.C);
+  const std::vector<block_pieces> each_linear = {{0, 2}, {2, 3}, {3, 5}, {5, 6}};
+  std::vector<block_pieces> each_piece;
+  for (int i = 0; i < kGpt2Pieces; ++i)
+    each_piece.push_back({i, i + 1});
+  for (bool flash : {false, true})
+    for (const auto& split : {each_linear, each_piece}) {
+      const auto whole = run_block<bf16, float>(p, x, R, d, flash);
+      const auto parts = run_block<bf16, float>(p, x, R, d, flash, split);
+      EXPECT_TRUE(parts.guards_intact);
+      EXPECT_EQ(parts.out, whole.out) << "flash " << flash << ", " << split.size() << " ranges";
+      EXPECT_EQ(parts.dinput, whole.dinput) << "flash " << flash;
+      for (const auto& [name, member] : ref::block_tensors())
+        EXPECT_EQ(parts.grads.*member, whole.grads.*member) << name << ", flash " << flash;
+    }
 }
 
 TEST(Gpt2Block, ForwardWithoutOutputFillsSavedOnly) {
