@@ -18,6 +18,7 @@ packages=(
   libgtest-dev                                             # tests
   slurm-wlm munge                                          # tests: a local Slurm cluster
   clang libclang-rt-14-dev                                 # parser fuzzing (libFuzzer, sanitizers)
+  clang-19 libclang-19-dev libclang-cpp19-dev llvm-19-dev  # custom layers: fsdpgen-layers (LibTooling)
   python3-pip                                              # tests: CMake 4 from PyPI (cmake4_check)
   python3-matplotlib                                       # tools/plot_metrics.py and its test
 )

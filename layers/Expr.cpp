@@ -1,0 +1,256 @@
+// Expr: a recursive-descent parser and evaluator; see Expr.h.
+#include "layers/Expr.h"
+
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+
+namespace fsdpgen::layers {
+
+struct ExprNode {
+  enum class Kind { Number, Name, Add, Sub, Mul, Div, Neg };
+  Kind kind = Kind::Number;
+  int64_t number = 0;
+  std::string name;
+  std::shared_ptr<const ExprNode> a, b;
+};
+
+namespace {
+
+using Node = std::shared_ptr<const ExprNode>;
+
+bool name_start(char c) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_';
+}
+bool name_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
+
+// expr = term { ("+" | "-") term } ; term = unary { ("*" | "/") unary } ;
+// unary = "-" unary | primary ; primary = NUMBER | NAME | "(" expr ")"
+class Parser {
+ public:
+  Parser(std::string_view s, size_t base) : s_(s), base_(base) {}
+
+  Node parse_all(ExprError* error) {
+    Node n = expr();
+    skip();
+    if (!error_.message.empty() || pos_ != s_.size()) {
+      if (error_.message.empty())
+        fail(pos_, std::string("unexpected '") + s_[pos_] + "'; expected an operator (+ - * /)");
+      if (error) *error = error_;
+      return nullptr;
+    }
+    return n;
+  }
+
+ private:
+  void skip() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t'))
+      ++pos_;
+  }
+  void fail(size_t at, std::string message) {
+    if (error_.message.empty()) error_ = {base_ + at, std::move(message)};
+  }
+  static Node make(ExprNode n) { return std::make_shared<const ExprNode>(std::move(n)); }
+
+  Node expr() {
+    Node n = term();
+    for (skip(); n && pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-'); skip()) {
+      const bool add = s_[pos_++] == '+';
+      Node r = term();
+      if (!r) return nullptr;
+      n = make({add ? ExprNode::Kind::Add : ExprNode::Kind::Sub, 0, "", n, r});
+    }
+    return n;
+  }
+  Node term() {
+    Node n = unary();
+    for (skip(); n && pos_ < s_.size() && (s_[pos_] == '*' || s_[pos_] == '/'); skip()) {
+      const bool mul = s_[pos_++] == '*';
+      Node r = unary();
+      if (!r) return nullptr;
+      n = make({mul ? ExprNode::Kind::Mul : ExprNode::Kind::Div, 0, "", n, r});
+    }
+    return n;
+  }
+  Node unary() {
+    skip();
+    if (pos_ < s_.size() && s_[pos_] == '-') {
+      ++pos_;
+      Node a = unary();
+      return a ? make({ExprNode::Kind::Neg, 0, "", a, nullptr}) : nullptr;
+    }
+    return primary();
+  }
+  Node primary() {
+    skip();
+    if (pos_ >= s_.size()) {
+      fail(pos_, "expected a number, a hyper-parameter or '(' here");
+      return nullptr;
+    }
+    const char c = s_[pos_];
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      const size_t b = pos_;
+      while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_])))
+        ++pos_;
+      if (pos_ < s_.size() && (name_char(s_[pos_]) || s_[pos_] == '.')) {
+        fail(pos_, "a number here is a whole number: no fraction, exponent or suffix");
+        return nullptr;
+      }
+      int64_t v = 0;
+      const auto r = std::from_chars(s_.data() + b, s_.data() + pos_, v);
+      if (r.ec != std::errc()) {
+        fail(b, "number out of range");
+        return nullptr;
+      }
+      return make({ExprNode::Kind::Number, v, "", nullptr, nullptr});
+    }
+    if (name_start(c)) {
+      const size_t b = pos_;
+      while (pos_ < s_.size() && name_char(s_[pos_]))
+        ++pos_;
+      return make({ExprNode::Kind::Name, 0, std::string(s_.substr(b, pos_ - b)), nullptr, nullptr});
+    }
+    if (c == '(') {
+      const size_t open = pos_++;
+      Node n = expr();
+      skip();
+      if (!n) return nullptr;
+      if (pos_ >= s_.size() || s_[pos_] != ')') {
+        fail(open, "this '(' is not closed");
+        return nullptr;
+      }
+      ++pos_;
+      return n;
+    }
+    fail(pos_, std::string("unexpected '") + c + "'; expected a number, a hyper-parameter or '('");
+    return nullptr;
+  }
+
+  std::string_view s_;
+  size_t base_;
+  size_t pos_ = 0;
+  ExprError error_;
+};
+
+void collect(const ExprNode* n, std::vector<std::string>& out) {
+  if (!n) return;
+  if (n->kind == ExprNode::Kind::Name) {
+    for (const std::string& x : out)
+      if (x == n->name) return;
+    out.push_back(n->name);
+  }
+  collect(n->a.get(), out);
+  collect(n->b.get(), out);
+}
+
+std::optional<int64_t> evaluate(const ExprNode* n, const std::map<std::string, int64_t>& values,
+                                std::string* error) {
+  auto fail = [&](std::string m) -> std::optional<int64_t> {
+    if (error) *error = std::move(m);
+    return std::nullopt;
+  };
+  switch (n->kind) {
+    case ExprNode::Kind::Number:
+      return n->number;
+    case ExprNode::Kind::Name: {
+      auto it = values.find(n->name);
+      if (it == values.end()) return fail("'" + n->name + "' has no value");
+      return it->second;
+    }
+    case ExprNode::Kind::Neg: {
+      auto a = evaluate(n->a.get(), values, error);
+      if (!a) return a;
+      return -*a;
+    }
+    default:
+      break;
+  }
+  auto a = evaluate(n->a.get(), values, error), b = evaluate(n->b.get(), values, error);
+  if (!a || !b) return std::nullopt;
+  int64_t r = 0;
+  switch (n->kind) {
+    case ExprNode::Kind::Add:
+      if (__builtin_add_overflow(*a, *b, &r)) return fail("the value overflows 64 bits");
+      return r;
+    case ExprNode::Kind::Sub:
+      if (__builtin_sub_overflow(*a, *b, &r)) return fail("the value overflows 64 bits");
+      return r;
+    case ExprNode::Kind::Mul:
+      if (__builtin_mul_overflow(*a, *b, &r)) return fail("the value overflows 64 bits");
+      return r;
+    case ExprNode::Kind::Div:
+      if (*b == 0) return fail("division by zero");
+      if (*a % *b != 0)
+        return fail(std::to_string(*a) + " / " + std::to_string(*b) + " is not a whole number");
+      return *a / *b;
+    default:
+      return fail("bad expression");
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> Expr::names() const {
+  std::vector<std::string> out;
+  collect(root.get(), out);
+  return out;
+}
+
+std::optional<int64_t> Expr::eval(const std::map<std::string, int64_t>& values,
+                                  std::string* error) const {
+  return evaluate(root.get(), values, error);
+}
+
+std::optional<Expr> parse_expr(std::string_view text, ExprError* error) {
+  Parser p(text, 0);
+  Node n = p.parse_all(error);
+  if (!n) return std::nullopt;
+  return Expr{std::string(text), n};
+}
+
+std::optional<std::vector<Expr>> parse_expr_list(std::string_view text, ExprError* error,
+                                                 std::vector<size_t>* offsets) {
+  std::vector<Expr> out;
+  size_t begin = 0;
+  int depth = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] == '(') ++depth;
+    if (i < text.size() && text[i] == ')') --depth;
+    if (i < text.size() && !(text[i] == ',' && depth == 0)) continue;
+    Parser p(text.substr(begin, i - begin), begin);
+    Node n = p.parse_all(error);
+    if (!n) return std::nullopt;
+    std::string_view part = text.substr(begin, i - begin);
+    const size_t lead = part.find_first_not_of(" \t");
+    part = lead == std::string_view::npos ? std::string_view() : part.substr(lead);
+    part = part.substr(0, part.find_last_not_of(" \t") + 1);
+    out.push_back({std::string(part), n});
+    if (offsets) offsets->push_back(begin);
+    begin = i + 1;
+  }
+  return out;
+}
+
+std::optional<Init> parse_init(std::string_view text, ExprError* error) {
+  auto fail = [&](size_t at, std::string m) -> std::optional<Init> {
+    if (error) *error = {at, std::move(m)};
+    return std::nullopt;
+  };
+  if (text == "ones") return Init{Init::Kind::Ones, 0};
+  if (text == "zeros") return Init{Init::Kind::Zeros, 0};
+  const std::string_view prefix = "normal(";
+  if (text.substr(0, prefix.size()) != prefix || text.empty() || text.back() != ')')
+    return fail(0, "an initialisation is 'normal(STD)', 'ones' or 'zeros'");
+  const std::string number(text.substr(prefix.size(), text.size() - prefix.size() - 1));
+  char* end = nullptr;
+  const double std = std::strtod(number.c_str(), &end);
+  if (number.empty() || end != number.c_str() + number.size() || !(std >= 0) ||
+      std > std::numeric_limits<double>::max())
+    return fail(prefix.size(), "normal's standard deviation is a number of at least 0");
+  return Init{Init::Kind::Normal, std};
+}
+
+}  // namespace fsdpgen::layers

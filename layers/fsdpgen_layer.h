@@ -1,0 +1,107 @@
+// fsdpgen_layer.h: the API a custom layer is written against (DESIGN.md §9).
+//
+// A layer is a class template over T, the plan's parameter and activation
+// type (float, bf16 or fp16), and G, its gradient type. Its members say all
+// the planner needs, in types that g++, nvcc and fsdpgen's reader
+// (fsdpgen-layers, Clang LibTooling) all read the same way:
+//
+//   template <class T, class G>
+//   struct GeluMlp {
+//     struct Hyper {                  // bound in the spec: d_model = width
+//       int64_t d_model;
+//       int64_t d_ff;
+//     };
+//     Hyper hyper;
+//     fsdpgen::layer::Param<T, G, "d_model, d_ff", "normal(0.02)"> fc_w;
+//     fsdpgen::layer::Param<T, G, "d_ff", "zeros"> fc_b;
+//     fsdpgen::layer::Saved<T, "d_ff"> pre;          // kept from forward for backward
+//     fsdpgen::layer::Scratch<T, "d_ff"> dpre;       // live during one call only
+//     static constexpr fsdpgen::layer::Flops<"4 * d_model * d_ff"> flops{};
+//     void forward(const T* x, T* y, int64_t tokens, const fsdpgen::layer::Cpu& cpu) const;
+//     void backward(const T* x, const T* dy, T* dx, int64_t tokens,
+//                   const fsdpgen::layer::Cpu& cpu) const;
+//   };
+//
+// Shapes and extents are expressions over the Hyper fields: integers, the
+// field names, + - * / and parentheses ("d_ff, d_model" is a matrix of d_ff
+// rows of d_model, row-major; "3 * d_model" a vector). Initialisations are
+// "normal(STD)" with STD a number, "ones" or "zeros". Flops is the forward's
+// floating-point operations per token (2 per multiply-add), an expression
+// too; backward is taken to cost twice as much, as for built-in layers.
+//
+// Ownership: the planner allocates everything. Before each call the
+// generated step points every member at its place in the planned arena: a
+// Param's value (the gathered parameter) and grad (its unsharded gradient,
+// to which backward adds), a Saved array (tokens x extent, in the block's
+// saved activations: written by forward, read by backward, rebuilt by a
+// recompute), a Scratch array (tokens x extent, live during one call). A
+// layer allocates nothing and keeps no state between calls.
+//
+// Entry points, on the CPU: forward reads x (tokens, d_in) and writes y
+// (tokens, d_out), overwriting it; backward reads x and dy (tokens, d_out),
+// writes dx (tokens, d_in), overwriting it, and adds every parameter's
+// gradient. Rows are tokens in sequence order. A layer may also declare
+// forward_cuda and backward_cuda with the same parameters and a
+// `const fsdpgen::layer::Cuda&` last (defined in a .cu file; this header stays
+// free of CUDA); `--target cuda` needs them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/gemm.h"
+
+namespace fsdpgen::layer {
+
+// A string as a template argument (C++20 class-type template parameter).
+template <std::size_t N>
+struct Text {
+  char chars[N] = {};
+  consteval Text(const char (&s)[N]) {
+    for (std::size_t i = 0; i < N; ++i)
+      chars[i] = s[i];
+  }
+};
+
+// A parameter tensor: Shape "rows, cols" or "n", Init "normal(STD)", "ones"
+// or "zeros".
+template <class T, class G, Text Shape, Text Init>
+struct Param {
+  const T* value = nullptr;  // the parameter, gathered
+  G* grad = nullptr;         // its gradient: backward adds to it
+};
+
+// An array forward keeps for backward: (tokens, PerToken) of T, or of fp32.
+template <class T, Text PerToken>
+struct Saved {
+  T* data = nullptr;
+};
+template <Text PerToken>
+struct SavedF32 {
+  float* data = nullptr;
+};
+
+// An array one call uses and drops: (tokens, PerToken) of T, or of fp32.
+template <class T, Text PerToken>
+struct Scratch {
+  T* data = nullptr;
+};
+template <Text PerToken>
+struct ScratchF32 {
+  float* data = nullptr;
+};
+
+// The forward's floating-point operations per token.
+template <Text PerToken>
+struct Flops {};
+
+// What a CPU entry point receives besides the layer's members: the GEMM
+// workspace of runtime/gemm.h (runtime/kernels.h's matmuls take it).
+struct Cpu {
+  gemm_workspace ws;
+};
+
+// The CUDA entry points' counterpart (defined by the CUDA runtime).
+struct Cuda;
+
+}  // namespace fsdpgen::layer

@@ -1,0 +1,2 @@
+// an #include of a device, which would never end
+#include "/dev/zero"
