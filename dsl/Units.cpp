@@ -461,6 +461,20 @@ void resolve_units(const ast::Section* sec, CheckContext& ctx) {
   UnitResolver(ctx).resolve(sec);
 }
 
+UnitsSpec policy_units(const ModelSpec& m, UnitPolicy policy) {
+  const SourceFile none("policy", "");
+  Diagnostics diags(none);
+  CheckContext ctx(diags);
+  ctx.spec.model = m;
+  ast::Section sec;
+  ast::UnitItem item;
+  item.kind = policy == UnitPolicy::EachLinear ? ast::UnitItem::Kind::EachLinear
+                                               : ast::UnitItem::Kind::Each;
+  if (policy != UnitPolicy::Explicit) sec.units.push_back(item);
+  resolve_units(&sec, ctx);
+  return ctx.spec.units;
+}
+
 void check_shardable(CheckContext& ctx) {
   const ParallelSpec& p = ctx.spec.parallel;
   if (ctx.diags.has_errors() || p.shard_group <= 1) return;

@@ -33,6 +33,11 @@ std::string auto_unit_name(const ModelSpec& m, const std::vector<LayerId>& layer
 // for a model whose keys were all read; reports bad unit lists.
 void resolve_units(const ast::Section* sec, CheckContext& ctx);
 
+// The units a policy alone gives a model (no explicit units): what the
+// planner's alternatives try, e.g. each linear for a plan whose gathered
+// blocks do not fit.
+UnitsSpec policy_units(const ModelSpec& m, UnitPolicy policy);
+
 // Every rank of a shard group owns an equal, aligned slice of every unit;
 // reports the first unit smaller than the group, which would leave ranks
 // holding only padding. Runs only on a spec without errors.

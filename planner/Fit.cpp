@@ -1,6 +1,8 @@
 // Fit: device capacity checks and the search over single changes.
 #include "planner/Fit.h"
 
+#include "dsl/Units.h"
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -94,6 +96,21 @@ std::vector<Alternative> fitting_alternatives(const Spec& spec, const Hardware& 
       Spec s = base;
       s.parallel.offload = Offload::Cpu;
       add(fmt::format("{}offload = cpu", prefix), s);
+    }
+    // Sub-block units: one linear gathered at a time instead of a block,
+    // alone and with everything the 1T blog offloaded.
+    if (base.units.policy != UnitPolicy::EachLinear &&
+        base.parallel.sharding != Sharding::NoShard) {
+      Spec s = base;
+      s.units = policy_units(s.model, UnitPolicy::EachLinear);
+      add(fmt::format("{}units {{ each linear }}", prefix), s);
+      if (s.parallel.recompute == Recompute::Block) {
+        s.parallel.offload = Offload::Cpu;
+        s.parallel.offload_activations = true;
+        add(fmt::format("{}units {{ each linear }}, offload {{ params = cpu  activations = cpu }}",
+                        prefix),
+            s);
+      }
     }
     // The checkpointed activations wait on the host (with recompute only).
     if (base.parallel.recompute == Recompute::Block && !base.parallel.offload_activations) {

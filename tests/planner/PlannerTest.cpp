@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "dsl/Units.h"
 #include "planner/Activations.h"
 #include "planner/Fit.h"
 #include "planner/Flops.h"
@@ -423,6 +424,24 @@ TEST(Schedule, Gpt1TAtWorld512Plans) {
   EXPECT_EQ(at_peak(BufferKind::OptimizerState), 0);
   EXPECT_LE(m.device_arena_bytes, int64_t{38} << 30);
   EXPECT_LT(m.device_arena_bytes, m.naive_bytes);
+}
+
+// GPT-1T with a unit per block and nothing offloaded needs 134 GiB per
+// A100-40GB; the planner's only fitting change is the blog's: each linear
+// its own unit, parameters and activations offloaded.
+TEST(Fit, Gpt1TWithBlockUnitsIsToldToWrapEachLinearAndOffload) {
+  FrontendResult r = load_spec_file(std::string(FSDPGEN_SOURCE_DIR) + "/specs/gpt-1t.fsdp");
+  ASSERT_TRUE(r.spec) << r.diagnostics;
+  Spec blocks = *r.spec;
+  blocks.units = policy_units(blocks.model, UnitPolicy::EachBlock);
+  blocks.parallel.offload = Offload::None;
+  blocks.parallel.offload_activations = false;
+  const Hardware hw = *find_hardware("a100-40g");
+  EXPECT_FALSE(plan_for(blocks, hw).fits);
+  const std::vector<Alternative> alts = fitting_alternatives(blocks, hw);
+  ASSERT_FALSE(alts.empty());
+  EXPECT_EQ(alts[0].change, "units { each linear }, offload { params = cpu  activations = cpu }");
+  EXPECT_EQ(alts[0].peak_bytes, plan_for(*r.spec, hw).memory.device_arena_bytes);
 }
 
 // specs/llama3-8b.fsdp (Llama 3.1 8B, 8192 tokens, bf16, recompute) fits on
