@@ -170,6 +170,11 @@ std::vector<E2eConfig> covering_set() {
     pieces.world = 4;
     out.push_back(pieces);
   }
+  E2eConfig tail;  // a unit of a block's last pieces and the next whole block, recomputed together
+  tail.units = "unit t [block 0.mlp, block 1]";
+  tail.recompute = "block";
+  tail.offload_activations = true;
+  out.push_back(tail);
   E2eConfig sgd;
   sgd.sharding = "shard_grad_op";
   sgd.optimizer = "sgd(lr = 0.1, momentum = 0.9, weight_decay = 0.01)";
