@@ -386,12 +386,19 @@ class UnitResolver {
 
   // The unclaimed pieces of the block whose slots start at `first`: a unit
   // per run; under each linear, a unit per linear module, a norm joining the
-  // linear after it.
+  // linear after it (or, where an explicit unit holds that, the one before).
   void wrap_pieces(int64_t first, std::vector<std::vector<int64_t>>& units) const {
     std::vector<int64_t> run;
     bool has_linear = false;
+    const size_t block_start = units.size();
     auto flush = [&] {
-      if (!run.empty()) units.push_back(run);
+      // A norm with no linear after it (an explicit unit claims that) joins
+      // the unit just before it, when that one is of this block and adjacent.
+      if (!run.empty() && !has_linear && units.size() > block_start &&
+          units.back().back() + 1 == run.front())
+        units.back().insert(units.back().end(), run.begin(), run.end());
+      else if (!run.empty())
+        units.push_back(run);
       run.clear();
       has_linear = false;
     };

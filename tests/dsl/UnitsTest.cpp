@@ -122,6 +122,16 @@ TEST(Units, EachLinearWrapsEveryLinearModule) {
             "piece 4 | block0_mlp_c_proj:block 0 piece 5");
 }
 
+// Under each linear, a norm whose next linear an explicit unit holds joins
+// the linear before it rather than standing alone.
+TEST(Units, EachLinearKeepsNoNormAlone) {
+  const std::string units = units_of("unit m [block 0.mlp] each linear");
+  EXPECT_EQ(units.substr(0, units.find(" | block1")),
+            "root:embed,final_norm,head | block0_ln_1_attn_c_attn:block 0 piece 0,block 0 piece 1 "
+            "| block0_attn_c_proj_ln_2:block 0 piece 2,block 0 piece 3 | m:block 0 piece 4,block 0 "
+            "piece 5");
+}
+
 TEST(Units, ExplicitPiecesSplitABlockAndTheRestIsWrapped) {
   EXPECT_EQ(units_of("unit a [block 0, block 1.ln_1, block 1.attn] unit m [block 3.mlp]"),
             "root:embed,block 2,final_norm,head | a:block 0,block 1 piece 0,block 1 piece 1,block "
