@@ -170,6 +170,17 @@ std::vector<E2eConfig> covering_set() {
     pieces.world = 4;
     out.push_back(pieces);
   }
+  // GPT-1T's configuration in miniature (specs/gpt-1t.fsdp): fp16 with
+  // dynamic loss scaling, plain SGD, each linear, recompute, parameters and
+  // activations offloaded.
+  E2eConfig like_1t;
+  like_1t.units = "each linear";
+  like_1t.param = like_1t.reduce_dtype = "fp16";
+  like_1t.optimizer = "sgd(lr = 1.0, momentum = 0)";  // moves the loss well past the tolerance
+  like_1t.recompute = "block";
+  like_1t.offload = "cpu";
+  like_1t.offload_activations = true;
+  out.push_back(like_1t);
   E2eConfig tail;  // a unit of a block's last pieces and the next whole block, recomputed together
   tail.units = "unit t [block 0.mlp, block 1]";
   tail.recompute = "block";
