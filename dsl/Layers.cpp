@@ -115,6 +115,10 @@ std::vector<LayerId> block_pieces(const ModelSpec& m, int64_t block) {
   return out;
 }
 
+bool writes_block_output(const ModelSpec& m, const LayerId& l) {
+  return l.kind == LayerId::Kind::Block && (l.whole() || l.piece == block_piece_count(m) - 1);
+}
+
 std::string layer_name(const ModelSpec& m, const LayerId& l) {
   if (l.kind == LayerId::Kind::Block && !l.whole())
     return fmt::format("block {}.{}", l.block, block_piece(m, l.piece).name);

@@ -43,6 +43,9 @@ const model::Piece& block_piece(const ModelSpec& m, int piece);
 std::vector<int> pieces_named(const ModelSpec& m, std::string_view name);
 // The pieces of block `block` in forward order.
 std::vector<LayerId> block_pieces(const ModelSpec& m, int64_t block);
+// Whether a block layer's forward writes the block's output: a whole block,
+// or its last piece (gpt2's mlp.c_proj, llama's mlp.down_proj).
+bool writes_block_output(const ModelSpec& m, const LayerId& l);
 // "embed", "block 3", "block 3.attn.c_attn": as a spec writes it.
 std::string layer_name(const ModelSpec& m, const LayerId& l);
 

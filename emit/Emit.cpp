@@ -459,10 +459,6 @@ class Writer {
     if (l.whole()) return "";
     return fmt::format(", block_pieces{{{}, {}}}", l.piece, seg.layers[end - 1].piece + 1);
   }
-  bool is_last_piece(const LayerId& l) const {
-    return l.kind == LayerId::Kind::Block &&
-           (l.whole() || l.piece == block_piece_count(model_) - 1);
-  }
   // Where a layer's saved input sits inside its slot. The head saves none:
   // it reads the final norm's output, and forward writes nothing for it.
   int64_t input_field(const LayerId& l) const {
@@ -506,9 +502,6 @@ class Writer {
          gtail());
   }
 
-  // A block's tensors in `buffer` (params, or grads when `grads`) as the
-  // family's struct named `var`: carved from the first tensor for a whole
-  // block, else each of the pieces' tensors set by name (the others null).
   // A whole block's first tensor in `buffer`, declared (the carving's base); "" for pieces.
   std::string block_base(Body& b, const Segment& seg, size_t k, int buffer, bool grads) const {
     const LayerId& l = seg.layers[k];
@@ -516,6 +509,9 @@ class Writer {
     return let(b, grads ? "dweights" : "weights", grads ? "grad_t" : "param_t",
                {buffer, block_offset(seg.unit, l.block) * (grads ? rbytes_ : pbytes_)});
   }
+  // A block's tensors in `buffer` (params, or grads when `grads`) as the
+  // family's struct named `var`: carved from `base` for a whole block, else
+  // each of the pieces' tensors set by name (the others null).
   void block_tensors(Body& b, const Segment& seg, size_t k, size_t end, int buffer, bool grads,
                      const std::string& var, const std::string& base) const {
     const LayerId& l = seg.layers[k];
@@ -588,7 +584,8 @@ class Writer {
       const size_t end = piece_run_end(seg, k);
       const bool last = end == seg.layers.size();
       At dst = last ? next : At{saved, slots[end] + input_field(seg.layers[end])};
-      if (!is_last_piece(seg.layers[end - 1]) && l.kind == LayerId::Kind::Block) dst = {};
+      if (l.kind == LayerId::Kind::Block && !writes_block_output(model_, seg.layers[end - 1]))
+        dst = {};
       Body b = layer_body(scope);
       switch (l.kind) {
         case LayerId::Kind::Embed:

@@ -1,6 +1,8 @@
 // LayerDecl: the reader's JSON into layer declarations, and their binding; see LayerDecl.h.
 #include "layers/LayerDecl.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace fsdpgen::layers {

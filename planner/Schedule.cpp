@@ -297,8 +297,8 @@ class Builder {
   bool recompute_rebuilds(int i) const {
     const Segment& seg = segments()[i];
     const LayerId& l = seg.layers.front();
-    return !(last_of_group(i) && seg.layers.size() == 1 && l.kind == LayerId::Kind::Block &&
-             l.piece == block_piece_count(spec_.model) - 1);
+    return !(last_of_group(i) && seg.layers.size() == 1 && !l.whole() &&
+             writes_block_output(spec_.model, l));
   }
 
   void forward(int mb) {

@@ -9,8 +9,9 @@
 //
 // Exit 0 with the JSON; 1 with diagnostics; 2 for bad arguments. Nothing
 // thrown crosses LLVM's frames: errors go through Clang's DiagnosticsEngine.
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -364,14 +365,14 @@ class LayerReader {
          "fsdpgen::layer::Cuda& cuda) const",
          false},
     };
+    std::vector<std::string> methods;  // the layer's named methods, for did-you-mean
+    for (const CXXMethodDecl* m : r->methods())
+      if (m->getIdentifier()) methods.push_back(m->getNameAsString());
     json::Object out;
     for (const Want& w : wants) {
       const CXXMethodDecl* found = nullptr;
       for (const CXXMethodDecl* m : r->methods())
         if (m->getNameAsString() == w.name) found = m;
-      std::vector<std::string> methods;
-      for (const CXXMethodDecl* m : r->methods())
-        if (m->getIdentifier()) methods.push_back(m->getNameAsString());
       if (!found) {
         out[w.name] = false;
         if (!w.required) continue;

@@ -26,6 +26,21 @@ std::string units_of(const std::string& units, const std::string& model_extra = 
   return describe(load_ok(with_model("units { " + units + " }", model_extra)).units);
 }
 
+// The parameters of every unit, summed.
+int64_t params_in_units(const Spec& s) {
+  int64_t params = 0;
+  for (const UnitSpec& u : s.units.units)
+    for (const LayerId& l : u.layers)
+      params += layer_params(s.model, l);
+  return params;
+}
+
+// Block 0's units as describe() writes them, for a policy over every block.
+std::string block0_units(const std::string& units) {
+  const std::string all = units_of(units);
+  return all.substr(0, all.find(" | block1"));
+}
+
 TEST(Units, EachBlock) {
   EXPECT_EQ(units_of("each block"),
             "root:embed,final_norm,head | block0:block 0 | block1:block 1 | block2:block 2 | "
@@ -79,13 +94,12 @@ TEST(Units, EveryLayerIsInExactlyOneUnit) {
         "unit z [block 3] unit y [block 1..2]"}) {
     Spec s = load_ok(with_model(std::string("units { ") + units + " }", "tie_embeddings = false"));
     std::vector<int> seen(s.model.layers + 3, 0);
-    int64_t params = 0;
     for (const UnitSpec& u : s.units.units)
       for (const LayerId& l : u.layers)
-        ++seen[l.order(s.model.layers)], params += layer_params(s.model, l);
+        ++seen[l.order(s.model.layers)];
     for (int n : seen)
       EXPECT_EQ(n, 1) << units;
-    EXPECT_EQ(params, model_params(s.model)) << units;
+    EXPECT_EQ(params_in_units(s), model_params(s.model)) << units;
   }
 }
 
@@ -115,8 +129,7 @@ TEST(Units, AutomaticNamesSpellTheRuns) {
 // pieces become units of their own (never the root); every parameter is in
 // exactly one unit.
 TEST(Units, EachLinearWrapsEveryLinearModule) {
-  const std::string units = units_of("each linear");
-  EXPECT_EQ(units.substr(0, units.find(" | block1")),
+  EXPECT_EQ(block0_units("each linear"),
             "root:embed,final_norm,head | block0_ln_1_attn_c_attn:block 0 piece 0,block 0 piece 1 "
             "| block0_attn_c_proj:block 0 piece 2 | block0_ln_2_mlp_c_fc:block 0 piece 3,block 0 "
             "piece 4 | block0_mlp_c_proj:block 0 piece 5");
@@ -125,8 +138,7 @@ TEST(Units, EachLinearWrapsEveryLinearModule) {
 // Under each linear, a norm whose next linear an explicit unit holds joins
 // the linear before it rather than standing alone.
 TEST(Units, EachLinearKeepsNoNormAlone) {
-  const std::string units = units_of("unit m [block 0.mlp] each linear");
-  EXPECT_EQ(units.substr(0, units.find(" | block1")),
+  EXPECT_EQ(block0_units("unit m [block 0.mlp] each linear"),
             "root:embed,final_norm,head | block0_ln_1_attn_c_attn:block 0 piece 0,block 0 piece 1 "
             "| block0_attn_c_proj_ln_2:block 0 piece 2,block 0 piece 3 | m:block 0 piece 4,block 0 "
             "piece 5");
@@ -141,11 +153,7 @@ TEST(Units, ExplicitPiecesSplitABlockAndTheRestIsWrapped) {
   for (const char* units : {"each linear", "unit a [block 0.attn] group 2",
                             "unit [block 1.mlp.c_fc] min_params 100K"}) {
     Spec s = load_ok(with_model(std::string("units { ") + units + " }", "tie_embeddings = false"));
-    int64_t params = 0;
-    for (const UnitSpec& u : s.units.units)
-      for (const LayerId& l : u.layers)
-        params += layer_params(s.model, l);
-    EXPECT_EQ(params, model_params(s.model)) << units;
+    EXPECT_EQ(params_in_units(s), model_params(s.model)) << units;
   }
 }
 

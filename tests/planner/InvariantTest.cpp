@@ -78,9 +78,8 @@ TEST(Invariants, HoldWithSubBlockUnits) {
           const int expected = c.recompute == "block" ? 3 : 2;
           for (auto [unit, n] : gathers) {
             // A block's last piece needs no recompute: gathered for forward and backward only.
-            const bool last_piece =
-                p.schedule.units.units[static_cast<size_t>(unit)].name.find("mlp_c_proj") !=
-                std::string::npos;
+            const bool last_piece = p.schedule.units.units[static_cast<size_t>(unit)].name.find(
+                                        "mlp_c_proj") != std::string::npos;
             EXPECT_EQ(n, last_piece ? 2 : expected) << c.name() << " unit " << unit;
           }
           EXPECT_EQ(p.schedule.units.units.size(), 1u + 4u * 4u) << c.name();

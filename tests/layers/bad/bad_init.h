@@ -14,5 +14,6 @@ struct Mlp {
   fsdpgen::layer::Param<T, G, "d_ff", "normal(-1)"> b;
   static constexpr fsdpgen::layer::Flops<"2 * d_model * d_ff"> flops{};
   void forward(const T* x, T* y, int64_t tokens, const fsdpgen::layer::Cpu& cpu) const;
-  void backward(const T* x, const T* dy, T* dx, int64_t tokens, const fsdpgen::layer::Cpu& cpu) const;
+  void backward(const T* x, const T* dy, T* dx, int64_t tokens,
+                const fsdpgen::layer::Cpu& cpu) const;
 };

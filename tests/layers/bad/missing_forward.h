@@ -13,5 +13,6 @@ struct Mlp {
   fsdpgen::layer::Param<T, G, "d_model", "ones"> w;
   static constexpr fsdpgen::layer::Flops<"2 * d_model * d_ff"> flops{};
   void forwad(const T* x, T* y, int64_t tokens, const fsdpgen::layer::Cpu& cpu) const;
-  void backward(const T* x, const T* dy, T* dx, int64_t tokens, const fsdpgen::layer::Cpu& cpu) const;
+  void backward(const T* x, const T* dy, T* dx, int64_t tokens,
+                const fsdpgen::layer::Cpu& cpu) const;
 };
