@@ -70,9 +70,9 @@ struct UnitItem {
 };
 
 // section = "model" IDENT "{" { entry } "}" | "units" "{" { units_item } "}"
-//         | ("parallel" | "train") "{" { entry } "}"
+//         | ("layers" | "parallel" | "train") "{" { entry } "}"
 struct Section {
-  std::string kind;  // model, units, parallel, train
+  std::string kind;  // model, layers, units, parallel, train
   Span kind_span;
   std::string name;  // model: its name
   Span name_span;

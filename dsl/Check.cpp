@@ -1,6 +1,7 @@
 // Check: AST -> Spec, in order: the sections with their tables of keys
 // (dsl/Fields), each followed by its overrides, its defaults and the rules
-// between its keys (dsl/Rules); then the wrap units (dsl/Units).
+// between its keys (dsl/Rules), the model's custom layers (dsl/CustomLayers);
+// then the wrap units (dsl/Units).
 #include "dsl/Check.h"
 
 #include <map>
@@ -8,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "dsl/CustomLayers.h"
 #include "dsl/Fields.h"
 #include "dsl/Rules.h"
 #include "dsl/Units.h"
@@ -30,7 +32,7 @@ std::map<std::string, const ast::Section*> sections_of(const ast::File& file, Di
 }
 
 // True when the model's keys were all read and agree: its units can be resolved.
-bool check_model(const ast::Section* model, CheckContext& ctx) {
+bool check_model(const ast::Section* model, const ast::Section* layers, CheckContext& ctx) {
   if (!model && !ctx.after_syntax_errors) {
     Diagnostic& e = ctx.diags.error({0, 0}, "missing 'model' section");
     Diagnostics::note(e,
@@ -39,20 +41,25 @@ bool check_model(const ast::Section* model, CheckContext& ctx) {
   }
   if (!model || !read_model(*model, ctx)) return false;
   fill_model_defaults(ctx);
-  return check_rules(RuleSection::Model, ctx) && !ctx.keys.rejected_under("model.");
+  if (!check_rules(RuleSection::Model, ctx) || ctx.keys.rejected_under("model.")) return false;
+  if (!layers) return true;
+  const size_t errors = ctx.diags.error_count();
+  resolve_custom_layers(*layers, ctx);
+  return ctx.diags.error_count() == errors;
 }
 
 }  // namespace
 
 std::optional<Spec> check(const ast::File& file, Diagnostics& diags,
-                          const SpecOverrides& overrides) {
+                          const SpecOverrides& overrides, const std::string& spec_dir) {
   CheckContext ctx(diags);
+  ctx.spec_dir = spec_dir;
   std::map<std::string, const ast::Section*> sections = sections_of(file, diags);
   auto section = [&](const char* kind) {
     auto it = sections.find(kind);
     return it == sections.end() ? nullptr : it->second;
   };
-  bool model_ok = check_model(section("model"), ctx);
+  bool model_ok = check_model(section("model"), section("layers"), ctx);
   if (const ast::Section* p = section("parallel")) read_parallel(*p, ctx);
   if (overrides.world) override_world(ctx, *overrides.world);
   fill_parallel_defaults(ctx);

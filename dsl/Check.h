@@ -7,6 +7,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 
 #include "dsl/Ast.h"
 #include "dsl/Diagnostics.h"
@@ -15,8 +16,9 @@
 
 namespace fsdpgen {
 
-// Overrides replace the spec's values before the cross-field checks.
+// Overrides replace the spec's values before the cross-field checks. A
+// custom layer header's relative path is found from `spec_dir`.
 std::optional<Spec> check(const ast::File& file, Diagnostics& diags,
-                          const SpecOverrides& overrides = {});
+                          const SpecOverrides& overrides = {}, const std::string& spec_dir = "");
 
 }  // namespace fsdpgen

@@ -56,6 +56,7 @@ struct CheckContext {
   bool after_syntax_errors;
   Spec spec;
   Keys keys;
+  std::string spec_dir;  // where a relative path in the spec starts
 };
 
 // Read one section into ctx.spec, reporting bad values, unknown and duplicate

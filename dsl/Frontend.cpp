@@ -18,7 +18,8 @@ FrontendResult load_spec_text(const std::string& name, std::string text,
   ast::File tree = parse(file, diags);
   FrontendResult r;
   // Semantic checks run even after syntax errors, so that one run reports both.
-  std::optional<Spec> spec = check(tree, diags, overrides);
+  std::optional<Spec> spec =
+      check(tree, diags, overrides, std::filesystem::path(name).parent_path().string());
   if (!diags.has_errors()) r.spec = std::move(spec);
   r.diagnostics = diags.render();
   return r;

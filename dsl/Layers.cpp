@@ -61,6 +61,33 @@ const model::ParamLayout& param_layout(Family f) {
   return f == Family::Gpt2 ? model::kGpt2Params : model::kLlamaParams;
 }
 
+namespace {
+
+// A block's tensors, each name after `prefix`: its family's table, a custom
+// layer's members (named after its module) in place of the pieces it replaces.
+std::vector<TensorDecl> block_tensors(const ModelSpec& m, const std::string& prefix) {
+  const model::ParamLayout& p = param_layout(m.family);
+  if (m.custom.empty()) return table_tensors(m, p.block, prefix);
+  std::vector<TensorDecl> out;
+  for (const BlockPiece& piece : model_block_pieces(m)) {
+    if (piece.custom >= 0) {
+      const CustomLayerSpec& c = m.custom[static_cast<size_t>(piece.custom)];
+      for (const CustomTensorSpec& t : c.params)
+        out.push_back({prefix + c.module + "." + t.name, t.shape, false});
+      continue;
+    }
+    const model::Piece& fp = p.pieces[static_cast<size_t>(piece.family_first)];
+    model::Table<model::Tensor> rows;
+    rows.rows = p.block.rows + fp.first_tensor;
+    rows.count = static_cast<size_t>(fp.tensors);
+    for (TensorDecl& t : table_tensors(m, rows, prefix))
+      out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<TensorDecl> layer_tensors(const ModelSpec& m, const LayerId& layer) {
   const model::ParamLayout& p = param_layout(m.family);
   switch (layer.kind) {
@@ -68,9 +95,9 @@ std::vector<TensorDecl> layer_tensors(const ModelSpec& m, const LayerId& layer) 
       return table_tensors(m, p.embed, "");
     case LayerId::Kind::Block: {
       std::vector<TensorDecl> all =
-          table_tensors(m, p.block, fmt::format(fmt::runtime(p.block_prefix), layer.block));
+          block_tensors(m, fmt::format(fmt::runtime(p.block_prefix), layer.block));
       if (layer.whole()) return all;
-      const model::Piece& piece = block_piece(m, layer.piece);
+      const BlockPiece piece = block_piece(m, layer.piece);
       return {all.begin() + piece.first_tensor, all.begin() + piece.first_tensor + piece.tensors};
     }
     case LayerId::Kind::FinalNorm:
@@ -89,18 +116,71 @@ int64_t layer_params(const ModelSpec& m, const LayerId& layer) {
   return n;
 }
 
-int block_piece_count(const ModelSpec& m) {
-  return static_cast<int>(param_layout(m.family).pieces.count);
+const model::Module* replaceable_module(Family f, std::string_view name) {
+  for (const model::Module& x : param_layout(f).modules)
+    if (name == x.name) return &x;
+  return nullptr;
 }
 
-const model::Piece& block_piece(const ModelSpec& m, int piece) {
-  return param_layout(m.family).pieces[static_cast<size_t>(piece)];
+const CustomLayerSpec* custom_layer(const ModelSpec& m, std::string_view module) {
+  for (const CustomLayerSpec& c : m.custom)
+    if (c.module == module) return &c;
+  return nullptr;
+}
+
+std::vector<BlockPiece> model_block_pieces(const ModelSpec& m) {
+  const model::ParamLayout& p = param_layout(m.family);
+  const model::Dims d = model_dims(m);
+  std::vector<BlockPiece> out;
+  int tensor = 0;
+  for (int i = 0; i < static_cast<int>(p.pieces.count);) {
+    const model::Module* replaced = nullptr;
+    for (const model::Module& x : p.modules)
+      if (x.first_piece == i && custom_layer(m, x.name)) replaced = &x;
+    BlockPiece b;
+    b.first_tensor = tensor;
+    if (replaced) {
+      const CustomLayerSpec& c = *custom_layer(m, replaced->name);
+      b.name = c.module;
+      b.tensors = static_cast<int>(c.params.size());
+      b.family_first = replaced->first_piece;
+      b.family_end = replaced->end_piece;
+      b.custom = static_cast<int>(&c - m.custom.data());
+      for (const CustomTensorSpec& t : c.params)
+        b.has_matrix |= t.shape.size() == 2;
+      b.forward_flops_per_token = static_cast<double>(c.flops_per_token);
+      i = replaced->end_piece;
+    } else {
+      const model::Piece& fp = p.pieces[static_cast<size_t>(i)];
+      b.name = fp.name;
+      b.tensors = fp.tensors;
+      b.family_first = i;
+      b.family_end = i + 1;
+      b.attention = fp.attention;
+      b.has_matrix = fp.linear();
+      b.forward_flops_per_token =
+          2.0 * static_cast<double>(fp.in(d)) * static_cast<double>(fp.out(d));
+      ++i;
+    }
+    tensor += b.tensors;
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+int block_piece_count(const ModelSpec& m) {
+  return static_cast<int>(model_block_pieces(m).size());
+}
+
+BlockPiece block_piece(const ModelSpec& m, int piece) {
+  return model_block_pieces(m).at(static_cast<size_t>(piece));
 }
 
 std::vector<int> pieces_named(const ModelSpec& m, std::string_view name) {
   std::vector<int> out;
-  for (int i = 0; i < block_piece_count(m); ++i) {
-    const std::string_view p = block_piece(m, i).name;
+  const std::vector<BlockPiece> pieces = model_block_pieces(m);
+  for (int i = 0; i < static_cast<int>(pieces.size()); ++i) {
+    const std::string_view p = pieces[static_cast<size_t>(i)].name;
     if (p == name ||
         (p.size() > name.size() && p.substr(0, name.size()) == name && p[name.size()] == '.'))
       out.push_back(i);
@@ -117,6 +197,12 @@ std::vector<LayerId> block_pieces(const ModelSpec& m, int64_t block) {
 
 bool writes_block_output(const ModelSpec& m, const LayerId& l) {
   return l.kind == LayerId::Kind::Block && (l.whole() || l.piece == block_piece_count(m) - 1);
+}
+
+bool writes_only_block_output(const ModelSpec& m, const LayerId& l) {
+  if (!writes_block_output(m, l) || l.whole()) return false;
+  const BlockPiece p = block_piece(m, l.piece);
+  return p.custom < 0 || m.custom[static_cast<size_t>(p.custom)].saved.empty();
 }
 
 std::string layer_name(const ModelSpec& m, const LayerId& l) {

@@ -35,17 +35,40 @@ const model::ParamLayout& param_layout(Family f);
 // its rows of that table).
 std::vector<TensorDecl> layer_tensors(const ModelSpec& m, const LayerId& layer);
 
-// A block's pieces (model/layout.h's Piece): how many the family has, their
-// names, and the pieces a spec's name selects: the piece of that name, or
-// every piece under that module (gpt2's "attn" is attn.c_attn and attn.c_proj).
+// A piece of a model's block (LayerId::piece indexes these): one of its
+// family's pieces (model/layout.h's Piece), or a custom layer (ModelSpec::
+// custom) in place of the family pieces of the module it replaces. A model
+// without custom layers has its family's pieces.
+struct BlockPiece {
+  std::string name;                      // "attn.c_attn"; a custom layer's module: "mlp"
+  int first_tensor = 0, tensors = 0;     // its rows of the block's tensors (layer_tensors)
+  int family_first = 0, family_end = 0;  // the family pieces it runs or stands for
+  int custom = -1;                       // ModelSpec::custom's index, or -1
+  bool attention = false;                // the attention core runs with it
+  bool has_matrix = false;               // a weight matrix: `each linear` gives it a unit
+  double forward_flops_per_token = 0;    // its matrices' (2 per multiply-add) or the layer's Flops
+  bool linear() const { return has_matrix; }
+};
+std::vector<BlockPiece> model_block_pieces(const ModelSpec& m);
+// How many pieces a block has, one of them, and the pieces a spec's name
+// selects: the piece of that name, or every piece under that module (gpt2's
+// "attn" is attn.c_attn and attn.c_proj).
 int block_piece_count(const ModelSpec& m);
-const model::Piece& block_piece(const ModelSpec& m, int piece);
+BlockPiece block_piece(const ModelSpec& m, int piece);
 std::vector<int> pieces_named(const ModelSpec& m, std::string_view name);
 // The pieces of block `block` in forward order.
 std::vector<LayerId> block_pieces(const ModelSpec& m, int64_t block);
+// The custom layer in place of `module` (ModelSpec::custom), or null.
+const CustomLayerSpec* custom_layer(const ModelSpec& m, std::string_view module);
+// The family module a custom layer can replace, named `name`, or null.
+const model::Module* replaceable_module(Family f, std::string_view name);
 // Whether a block layer's forward writes the block's output: a whole block,
 // or its last piece (gpt2's mlp.c_proj, llama's mlp.down_proj).
 bool writes_block_output(const ModelSpec& m, const LayerId& l);
+// Whether a piece's forward writes nothing but the block's output, so that a
+// recompute can skip it: the family's last piece (a custom layer saves
+// arrays for its backward).
+bool writes_only_block_output(const ModelSpec& m, const LayerId& l);
 // "embed", "block 3", "block 3.attn.c_attn": as a spec writes it.
 std::string layer_name(const ModelSpec& m, const LayerId& l);
 

@@ -17,7 +17,7 @@ namespace {
 // can exhaust the stack.
 constexpr int kMaxDepth = 32;
 
-const std::vector<std::string_view> kSections = {"model", "units", "parallel", "train"};
+const std::vector<std::string_view> kSections = {"model", "layers", "units", "parallel", "train"};
 const std::vector<std::string_view> kUnitItems = {"each", "group", "min_params", "unit"};
 const std::vector<std::string_view> kLayers = {"embed", "final_norm", "head", "block"};
 
@@ -134,7 +134,7 @@ class Parser {
   }
 
   // section = "model" IDENT "{" { entry } "}" | "units" "{" { units_item } "}"
-  //         | ("parallel" | "train") "{" { entry } "}"
+  //         | ("layers" | "parallel" | "train") "{" { entry } "}"
   void section(ast::File& f) {
     ast::Section s;
     s.kind = tok().text;

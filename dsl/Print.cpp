@@ -25,6 +25,21 @@ std::string layer_list(const ModelSpec& m, const std::vector<LayerId>& layers) {
   return fmt::format("[{}]", fmt::join(parts, ", "));
 }
 
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\', out += c;
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else
+      out += c;
+  }
+  return out + "\"";
+}
+
 void print_model(const ModelSpec& m, std::string& out) {
   out += fmt::format("model {} {{\n", m.name);
   out += fmt::format("  family = {}\n", to_string(m.family));
@@ -49,6 +64,19 @@ void print_model(const ModelSpec& m, std::string& out) {
         r.original_context);
   }
   out += fmt::format("}}\n");
+}
+
+void print_layers(const ModelSpec& m, std::string& out) {
+  if (m.custom.empty()) return;
+  out += fmt::format("layers {{\n  import = {}\n", quoted(m.layer_header));
+  for (const CustomLayerSpec& c : m.custom) {
+    std::vector<std::string> args;
+    for (const CustomLayerSpec::Hyper& h : c.hyper)
+      args.push_back(
+          fmt::format("{} = {}", h.name, h.from.empty() ? std::to_string(h.value) : h.from));
+    out += fmt::format("  {} = {}({})\n", c.module, c.layer, fmt::join(args, ", "));
+  }
+  out += "}\n";
 }
 
 void print_units(const Spec& s, std::string& out) {
@@ -114,20 +142,6 @@ void print_parallel(const ParallelSpec& p, std::string& out) {
   out += "}\n";
 }
 
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out += '\\', out += c;
-    else if (c == '\n')
-      out += "\\n";
-    else if (c == '\t')
-      out += "\\t";
-    else
-      out += c;
-  }
-  return out + "\"";
-}
 
 // synthetic(seed = 7), text("input.txt"), tokens("a_*.bin", "b.bin")
 std::string data_source(const DataSpec& d) {
@@ -182,6 +196,7 @@ void print_train(const TrainSpec& t, std::string& out) {
 std::string print_spec(const Spec& spec) {
   std::string out;
   print_model(spec.model, out);
+  print_layers(spec.model, out);
   print_units(spec, out);
   print_parallel(spec.parallel, out);
   print_train(spec.train, out);

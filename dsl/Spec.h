@@ -116,6 +116,42 @@ struct RopeScalingSpec {
   bool operator==(const RopeScalingSpec&) const = default;
 };
 
+// A custom layer (DESIGN §9) in place of a module of every block, as the
+// spec names it and as its header's LayerDecl binds it to the model: every
+// value a later pass needs, so that no pass reads the header again.
+struct CustomTensorSpec {
+  std::string name;            // the layer's member, e.g. fc_w
+  std::vector<int64_t> shape;  // one or two dimensions, row-major
+  enum class Init { Normal, Ones, Zeros } init = Init::Normal;
+  double std = 0;  // Normal's standard deviation
+  bool operator==(const CustomTensorSpec&) const = default;
+};
+// A Saved or Scratch member: `per_token` elements a token, of the param dtype or fp32.
+struct CustomArraySpec {
+  std::string name;
+  int64_t per_token = 0;
+  bool fp32 = false;
+  bool operator==(const CustomArraySpec&) const = default;
+};
+struct CustomLayerSpec {
+  std::string module;  // the block module it replaces, e.g. mlp
+  std::string layer;   // the class template's name in the header
+  // Its hyper-parameters in the Hyper struct's order: the value, and the
+  // model key it was bound to as written ("" for a number).
+  struct Hyper {
+    std::string name;
+    int64_t value = 0;
+    std::string from;
+    bool operator==(const Hyper&) const = default;
+  };
+  std::vector<Hyper> hyper;
+  std::vector<CustomTensorSpec> params;
+  std::vector<CustomArraySpec> saved, scratch;
+  int64_t flops_per_token = 0;  // forward
+  bool cuda = false;            // forward_cuda and backward_cuda are declared
+  bool operator==(const CustomLayerSpec&) const = default;
+};
+
 struct ModelSpec {
   std::string name;
   Family family = Family::Gpt2;
@@ -135,6 +171,10 @@ struct ModelSpec {
   // GEMMs with aligned kernels only then). The padded rows are zero, take no
   // part in the softmax or the loss and are never written out; 1: no padding.
   int64_t pad_vocab_to = 128;
+  // Custom layers: the header they are declared in (as the spec's directory
+  // resolves it; "" for none) and the modules they replace, in block order.
+  std::string layer_header;
+  std::vector<CustomLayerSpec> custom;
 
   int64_t head_dim() const { return width / heads; }
   // Rows of the stored embedding and head, and columns of a logits row.

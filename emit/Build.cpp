@@ -48,9 +48,12 @@ std::string unwritable_output_reason(const std::string& output) {
   return "";
 }
 
-BuildResult build_program(const std::string& source_path, const std::string& output, bool cuda) {
+BuildResult build_program(const std::string& source_path, const std::string& output, bool cuda,
+                          const std::vector<std::string>& include_dirs) {
   const char* cxx = std::getenv("FSDPGEN_CXX");
   std::vector<std::string> args = {cxx && *cxx ? cxx : kBuildCompiler};
+  for (const std::string& d : include_dirs)
+    args.push_back("-I" + d);
   for (const std::string& f : split(kBuildCompileFlags))
     args.push_back(f);
   if (cuda)

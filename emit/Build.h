@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace fsdpgen {
 
@@ -20,7 +21,9 @@ std::string unwritable_output_reason(const std::string& output);
 
 // Compiles source_path (a generated train.cpp) into the executable `output`,
 // linked with the CUDA runtime (runtime/cuda/, NCCL, cuBLASLt) when cuda;
-// the compiler's diagnostics go to stderr.
-BuildResult build_program(const std::string& source_path, const std::string& output, bool cuda);
+// the compiler's diagnostics go to stderr. `include_dirs` come first on the
+// include path (a custom layer header's directory).
+BuildResult build_program(const std::string& source_path, const std::string& output, bool cuda,
+                          const std::vector<std::string>& include_dirs = {});
 
 }  // namespace fsdpgen

@@ -275,6 +275,8 @@ class Writer {
                     "#include \"runtime/{}.h\"\n#include \"runtime/program.h\"\n"
                     "#include \"runtime/step.h\"\n",
                     fam());
+    if (custom_model())  // the custom layers' header; its directory is on the include path
+      v["includes"] += fmt::format("#include \"{}\"\n", header_name());
     v["main"] =
         fmt::format("int main(int argc, char** argv) {{ return {}(kProgram, argc, argv); }}\n",
                     cuda_ ? "cuda_train_main" : "train_main");
@@ -502,37 +504,169 @@ class Writer {
          gtail());
   }
 
-  // A whole block's first tensor in `buffer`, declared (the carving's base); "" for pieces.
+  // A whole block's first tensor in `buffer`, declared (the carving's base);
+  // "" for pieces, or where custom layers make the block's tensors other
+  // than its family's layout (they are then set by name).
   std::string block_base(Body& b, const Segment& seg, size_t k, int buffer, bool grads) const {
     const LayerId& l = seg.layers[k];
-    if (!l.whole()) return "";
+    if (!l.whole() || custom_model()) return "";
     return let(b, grads ? "dweights" : "weights", grads ? "grad_t" : "param_t",
                {buffer, block_offset(seg.unit, l.block) * (grads ? rbytes_ : pbytes_)});
   }
+
+  // ---- custom layers (DESIGN §9) ----------------------------------------------
+  bool custom_model() const { return !model_.custom.empty(); }
+
+  // What one call of a block's forward or backward covers: a run of its
+  // family's pieces [family_first, family_end), or one custom layer (custom >= 0).
+  struct PieceCall {
+    int family_first = 0, family_end = 0;
+    int custom = -1;
+    int piece = 0;  // its first model piece (dsl/Layers' BlockPiece)
+  };
+  // Layers [k, end) of a segment (a whole block, or a run of its pieces) as
+  // calls in forward order.
+  std::vector<PieceCall> piece_calls(const Segment& seg, size_t k, size_t end) const {
+    const std::vector<BlockPiece> pieces = model_block_pieces(model_);
+    const LayerId& l = seg.layers[k];
+    const int first = l.whole() ? 0 : l.piece;
+    const int last = l.whole() ? static_cast<int>(pieces.size()) : seg.layers[end - 1].piece + 1;
+    std::vector<PieceCall> calls;
+    for (int i = first; i < last; ++i) {
+      const BlockPiece& p = pieces[static_cast<size_t>(i)];
+      if (p.custom < 0 && !calls.empty() && calls.back().custom < 0 &&
+          calls.back().family_end == p.family_first)
+        calls.back().family_end = p.family_end;
+      else
+        calls.push_back({p.family_first, p.family_end, p.custom, i});
+    }
+    return calls;
+  }
+
+  // The custom layer's module, the variable the step names it by.
+  const CustomLayerSpec& custom_spec(int custom) const {
+    return model_.custom[static_cast<size_t>(custom)];
+  }
+
+  // Where row `name` of a layout table starts in its slot (a logic error if absent).
+  int64_t row_offset(const model::Table<model::Field>& t, const std::string& name) const {
+    return model::offset_bytes(t, model::index_of(t, name.c_str()), layout_dims(model_, act_),
+                               N_, pbytes_);
+  }
+
+  // The family's saved struct `saved` over the slot: carved by the family's
+  // runtime (its own layout), or with custom layers set row by row from the
+  // model's layout (planner/Activations.h's block_saved_layout).
+  // `s`: the slot's declared name ("" with custom layers).
+  void block_saved(Body& b, const std::string& s, At slot) const {
+    if (!custom_model()) {
+      call(b, "auto saved = {}_block_saved_at<param_t>({}, kDims);", fam(), s);
+      return;
+    }
+    call(b, "{}_block_saved<param_t> saved{{}};", fam());
+    const LayoutTable layout = block_saved_layout(model_);
+    const model::Table<model::Field> t = layout.table();
+    const model::Dims d = layout_dims(model_, act_);
+    for (const model::Field& f : t) {
+      const std::string name = f.name;
+      if (name.find('.') != std::string::npos || !model::present(f, d)) continue;
+      const At at{slot.buffer, slot.bytes + row_offset(t, name)};
+      call(b, "saved.{} = {};", name,
+           let(b, "saved_" + name, f.elem == model::Elem::Fp32 ? "float" : "param_t", at));
+    }
+  }
+
+  // The custom layer of `custom` as a local named after its module, its
+  // hyper-parameters, parameters (and with `grads` their gradients) and
+  // saved arrays set; with `scratch` (backward) its scratch arrays too.
+  std::string custom_layer_local(Body& b, const Segment& seg, int64_t block, int custom,
+                                 int params, int grads, At slot, int scratch) const {
+    const CustomLayerSpec& c = custom_spec(custom);
+    const std::string var = "layer_" + c.module;
+    call(b, "{}<param_t, grad_t> {}{{}};  // {} (custom, {})", c.layer, var, c.module,
+         header_name());
+    for (const CustomLayerSpec::Hyper& h : c.hyper)
+      call(b, "{}.hyper.{} = {};", var, h.name, h.value);
+    const std::string prefix =
+        fmt::format(fmt::runtime(layout().block_prefix), block) + c.module + ".";
+    for (const CustomTensorSpec& t : c.params) {
+      call(b, "{}.{}.value = {};", var, t.name,
+           let(b, c.module + "_" + t.name, "param_t", param(params, seg.unit, prefix + t.name)));
+      if (grads >= 0)
+        call(b, "{}.{}.grad = {};", var, t.name,
+             let(b, "d" + c.module + "_" + t.name, "grad_t", grad(grads, seg.unit, prefix + t.name)));
+    }
+    const LayoutTable saved = block_saved_layout(model_);
+    for (const CustomArraySpec& a : c.saved)
+      call(b, "{}.{}.data = {};", var, a.name,
+           let(b, c.module + "_" + a.name, a.fp32 ? "float" : "param_t",
+               {slot.buffer, slot.bytes + row_offset(saved.table(), c.module + "." + a.name)}));
+    if (scratch >= 0) {
+      const LayoutTable s = backward_scratch_layout(model_);
+      for (const CustomArraySpec& a : c.scratch)
+        call(b, "{}.{}.data = {};", var, a.name,
+             let(b, c.module + "_" + a.name, a.fp32 ? "float" : "param_t",
+                 {scratch, row_offset(s.table(), c.module + "." + a.name)}));
+    }
+    return var;
+  }
+
+  // The backward scratch's custom_out: where a custom layer writes what is
+  // not wanted (a recompute's output, a backward's d(input) before it is added).
+  At custom_out(int scratch) const {
+    return {scratch, row_offset(backward_scratch_layout(model_).table(), "custom_out")};
+  }
+
+  // The header's name as the step includes it (its directory is on the
+  // compiler's include path: emit/Build.h).
+  std::string header_name() const {
+    const size_t slash = model_.layer_header.rfind('/');
+    return slash == std::string::npos ? model_.layer_header
+                                      : model_.layer_header.substr(slash + 1);
+  }
+
+  // The family module a custom layer stands in for (its input and residual rows).
+  const model::Module& module_of(int custom) const {
+    return *replaceable_module(model_.family, custom_spec(custom).module);
+  }
+
   // A block's tensors in `buffer` (params, or grads when `grads`) as the
-  // family's struct named `var`: carved from `base` for a whole block, else
-  // each of the pieces' tensors set by name (the others null).
-  void block_tensors(Body& b, const Segment& seg, size_t k, size_t end, int buffer, bool grads,
-                     const std::string& var, const std::string& base) const {
+  // family's struct named `var`: carved from `base` for a whole block of its
+  // family's layout, else the tensors of the family pieces in `calls` set
+  // by name (the others null).
+  void block_tensors(Body& b, const Segment& seg, size_t k, const std::vector<PieceCall>& calls,
+                     int buffer, bool grads, const std::string& var,
+                     const std::string& base) const {
     const LayerId& l = seg.layers[k];
     const std::string type = grads ? "grad_t" : "param_t";
     const int64_t elem = grads ? rbytes_ : pbytes_;
     const std::string what = grads ? "grads" : "params";
-    if (l.whole()) {
+    if (!base.empty()) {
       call(b, "auto {} = {}_block_{}_at<{}>({}, kDims);", var, fam(), what, type, base);
       return;
     }
     call(b, "{}_block_{}<{}> {}{{}};", fam(), what, type, var);
     const std::string prefix = fmt::format(fmt::runtime(layout().block_prefix), l.block);
-    for (size_t i = k; i < end; ++i) {
-      const model::Piece& piece = block_piece(model_, seg.layers[i].piece);
-      for (int t = piece.first_tensor; t < piece.first_tensor + piece.tensors; ++t) {
-        const model::Tensor& row = layout().block[static_cast<size_t>(t)];
-        const int64_t at = tensor(seg.unit, prefix + row.hf_name).offset_elems * elem;
-        call(b, "{}.{} = {};", var, row.name,
-             let(b, fmt::format("{}{}", grads ? "d" : "", row.name), type, {buffer, at}));
+    for (const PieceCall& pc : calls) {
+      if (pc.custom >= 0) continue;
+      for (int f = pc.family_first; f < pc.family_end; ++f) {
+        const model::Piece& piece = layout().pieces[static_cast<size_t>(f)];
+        for (int t = piece.first_tensor; t < piece.first_tensor + piece.tensors; ++t) {
+          const model::Tensor& row = layout().block[static_cast<size_t>(t)];
+          const int64_t at = tensor(seg.unit, prefix + row.hf_name).offset_elems * elem;
+          call(b, "{}.{} = {};", var, row.name,
+               let(b, fmt::format("{}{}", grads ? "d" : "", row.name), type, {buffer, at}));
+        }
       }
     }
+  }
+
+  // ", block_pieces{first, end}" for a run of family pieces, "" for a whole
+  // block of a model without custom layers.
+  std::string family_pieces_arg(const Segment& seg, size_t k, size_t end,
+                                const PieceCall& pc) const {
+    if (!custom_model()) return pieces_arg(seg, k, end);
+    return fmt::format(", block_pieces{{{}, {}}}", pc.family_first, pc.family_end);
   }
 
   // Layers [k, end) of the op's segment: a block, or a run of its pieces.
@@ -540,17 +674,59 @@ class Writer {
   void block_forward(Body& b, const Op& op, size_t k, size_t end, int params, At slot, int input,
                      At out) const {
     const Segment& seg = segment(op);
-    const std::string s = let_bytes(b, "slot", slot);
+    const std::vector<PieceCall> calls = piece_calls(seg, k, end);
+    const std::string s = custom_model() ? "" : let_bytes(b, "slot", slot);
     const std::string in = let(b, "input", "param_t", {input, 0});
     const std::string w = block_base(b, seg, k, params, false);
     const std::string dst = let(b, "out", "param_t", out);
-    call(b, "auto saved = {}_block_saved_at<param_t>({}, kDims);", fam(), s);
+    block_saved(b, s, slot);
     if (input >= 0) call(b, "saved.input = {};", in);
-    block_tensors(b, seg, k, end, params, false, "params", w);
+    block_tensors(b, seg, k, calls, params, false, "params", w);
     const std::string rope = rope_arg(b, op);
-    call(b, "{}_block_forward<param_t>({}, params, saved, {}kDims, {}{});", fam(), dst, rope, ws(),
-         pieces_arg(seg, k, end));
+    for (const PieceCall& pc : calls) {
+      if (pc.custom < 0) {
+        const bool writes_out = pc.family_end == block_piece_count_family();
+        call(b, "{}_block_forward<param_t>({}, params, saved, {}kDims, {}{});", fam(),
+             writes_out ? dst : "nullptr", rope, ws(), family_pieces_arg(seg, k, end, pc));
+        continue;
+      }
+      // A custom layer: y = layer(input row); the block's output is y plus
+      // the residual row (a recompute writes y where it is not kept).
+      const std::string layer = custom_layer_local(b, seg, seg.layers[k].block, pc.custom, params,
+                                                   -1, slot, -1);
+      const model::Module& m = module_of(pc.custom);
+      const bool keep = out.buffer >= 0;
+      const std::string y =
+          keep ? dst : let(b, "unused_out", "param_t", custom_out(op.operand(Role::Scratch)));
+      call(b, "{}.forward(saved.{}, {}, kDims.N(), fsdpgen::layer::Cpu{{{}}});", layer, m.input, y,
+           ws());
+      if (keep) call(b, "residual_forward({}, {}, saved.{}, kDims.N() * kDims.C);", y, y,
+                     m.residual);
+    }
   }
+
+  // ", tensor_init::normal, 0.02f" for a custom layer's tensor (its header's
+  // initialisation), "" for the others (initialized by name).
+  std::string tensor_init_fields(const std::string& name) const {
+    for (const CustomLayerSpec& c : model_.custom)
+      for (const CustomTensorSpec& t : c.params) {
+        const std::string leaf = "." + c.module + "." + t.name;
+        if (name.size() < leaf.size() || name.compare(name.size() - leaf.size(), leaf.size(), leaf))
+          continue;
+        switch (t.init) {
+          case CustomTensorSpec::Init::Normal:
+            return fmt::format(", tensor_init::normal, {}f", cpp_double(t.std));
+          case CustomTensorSpec::Init::Ones:
+            return ", tensor_init::ones";
+          case CustomTensorSpec::Init::Zeros:
+            return ", tensor_init::zeros";
+        }
+      }
+    return "";
+  }
+
+  // The family's piece count (a block's output is written by its last).
+  int block_piece_count_family() const { return static_cast<int>(layout().pieces.count); }
 
   void head_forward(Body& b, const Op& op, int params, At slot) const {
     const Segment& seg = segment(op);
@@ -649,17 +825,32 @@ class Writer {
   void block_backward(Body& b, const Op& op, size_t k, size_t end, int params, int grads, At slot,
                       int input) const {
     const Segment& seg = segment(op);
-    const std::string s = let_bytes(b, "slot", slot);
+    const std::vector<PieceCall> calls = piece_calls(seg, k, end);
+    const std::string s = custom_model() ? "" : let_bytes(b, "slot", slot);
     const std::string in = let(b, "input", "param_t", {input, 0});
     const std::string w = block_base(b, seg, k, params, false);
     const std::string dw = block_base(b, seg, k, grads, true);
-    call(b, "auto saved = {}_block_saved_at<param_t>({}, kDims);", fam(), s);
+    block_saved(b, s, slot);
     if (input >= 0) call(b, "saved.input = {};", in);
-    block_tensors(b, seg, k, end, params, false, "params", w);
-    block_tensors(b, seg, k, end, grads, true, "grads", dw);
+    block_tensors(b, seg, k, calls, params, false, "params", w);
+    block_tensors(b, seg, k, calls, grads, true, "grads", dw);
     const std::string rope = rope_arg(b, op);
-    call(b, "{}_block_backward<param_t, grad_t>(grads, params, saved, scratch, {}kDims, {}{});",
-         fam(), rope, ws(), pieces_arg(seg, k, end));
+    for (size_t x = calls.size(); x-- > 0;) {
+      const PieceCall& pc = calls[x];
+      if (pc.custom < 0) {
+        call(b, "{}_block_backward<param_t, grad_t>(grads, params, saved, scratch, {}kDims, {}{});",
+             fam(), rope, ws(), family_pieces_arg(seg, k, end, pc));
+        continue;
+      }
+      // A custom layer: dres holds d(output), which is also d(residual row)'s
+      // share; its backward writes d(input row) to dtmp, where the family's
+      // norm before it reads it.
+      const std::string layer = custom_layer_local(b, seg, seg.layers[k].block, pc.custom, params,
+                                                   grads, slot, op.operand(Role::Scratch));
+      call(b, "{}.backward(saved.{}, scratch.dres, scratch.dtmp, kDims.N(), "
+              "fsdpgen::layer::Cpu{{{}}});",
+           layer, module_of(pc.custom).input, ws());
+    }
   }
 
   void embed_backward(Body& b, const Op& op, int grads) const {
@@ -965,8 +1156,9 @@ class Writer {
       first[static_cast<size_t>(f.index)] = count;
       for (const FlatTensor& ft : f.tensors) {
         out += wrap_line(
-                   fmt::format("    {{{}, {}, {}, {}, {}}},", cpp_string(ft.name), f.index,
-                               ft.offset_elems, ft.shape[0], ft.shape.size() > 1 ? ft.shape[1] : 0),
+                   fmt::format("    {{{}, {}, {}, {}, {}{}}},", cpp_string(ft.name), f.index,
+                               ft.offset_elems, ft.shape[0], ft.shape.size() > 1 ? ft.shape[1] : 0,
+                               tensor_init_fields(ft.name)),
                    "     ") +
                "\n";
         ++count;

@@ -38,22 +38,23 @@ inline constexpr Tensor kGpt2BlockParams[] = {
 
 // What a block's forward saves, per token: the LayerNorm statistics, the
 // stored activations, then the attention's probabilities (over (B, H) then
-// positions) or, with flash attention, their log-sum-exp.
+// positions) or, with flash attention, their log-sum-exp. Each row names the
+// piece (kGpt2BlockPieces) that writes it.
 inline constexpr Field kGpt2BlockSaved[] = {
-    {"ln1_mean", Elem::Fp32, One},
-    {"ln1_rstd", Elem::Fp32, One},
-    {"ln2_mean", Elem::Fp32, One},
-    {"ln2_rstd", Elem::Fp32, One},
+    {"ln1_mean", Elem::Fp32, One, When::Always, 0},
+    {"ln1_rstd", Elem::Fp32, One, When::Always, 0},
+    {"ln2_mean", Elem::Fp32, One, When::Always, 3},
+    {"ln2_rstd", Elem::Fp32, One, When::Always, 3},
     {"input", Elem::Param, C},
-    {"ln1", Elem::Param, C},
-    {"qkv", Elem::Param, 3 * C},
-    {"attn", Elem::Param, C},
-    {"res2", Elem::Param, C},
-    {"ln2", Elem::Param, C},
-    {"fc", Elem::Param, F},
-    {"gelu", Elem::Param, F},
-    {"probs", Elem::Param, Probs, When::Materialized},
-    {"lse", Elem::Fp32, H, When::Flash},
+    {"ln1", Elem::Param, C, When::Always, 0},
+    {"qkv", Elem::Param, 3 * C, When::Always, 1},
+    {"attn", Elem::Param, C, When::Always, 1},
+    {"res2", Elem::Param, C, When::Always, 2},
+    {"ln2", Elem::Param, C, When::Always, 3},
+    {"fc", Elem::Param, F, When::Always, 4},
+    {"gelu", Elem::Param, F, When::Always, 4},
+    {"probs", Elem::Param, Probs, When::Materialized, 1},
+    {"lse", Elem::Fp32, H, When::Flash, 1},
 };
 
 inline constexpr Field kGpt2FinalNormSaved[] = {
@@ -84,8 +85,14 @@ inline constexpr Piece kGpt2BlockPieces[] = {
     {"mlp.c_proj", 10, 2, F, C},
 };
 
-inline constexpr ParamLayout kGpt2Params{"transformer.h.{}.",  kGpt2EmbedParams, kGpt2BlockParams,
-                                         kGpt2FinalNormParams, kGpt2HeadParams,  kGpt2BlockPieces};
+// The modules a custom layer can replace (Module, model/layout.h).
+inline constexpr Module kGpt2Modules[] = {
+    {"mlp", 4, 6, "ln2", "res2"},
+};
+
+inline constexpr ParamLayout kGpt2Params{
+    "transformer.h.{}.", kGpt2EmbedParams, kGpt2BlockParams, kGpt2FinalNormParams,
+    kGpt2HeadParams,     kGpt2BlockPieces, kGpt2Modules};
 
 inline constexpr ActivationLayout kGpt2Activations{kGpt2BlockSaved, kGpt2FinalNormSaved,
                                                    kGpt2BackwardScratch};

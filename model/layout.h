@@ -93,6 +93,10 @@ struct Field {
   Elem elem;
   Extent per_token;  // elements per token
   When when = When::Always;
+  // The block piece (an index into its family's Piece table) whose forward
+  // writes it; -1: none (the block's input, a final norm's or scratch rows).
+  // A custom layer in place of a module drops the rows of its pieces.
+  int piece = -1;
 };
 
 // A table's rows (a constexpr array, or rows read at run time).
@@ -204,6 +208,17 @@ struct Piece {
   constexpr bool linear() const { return in.one + in.c + in.f + in.kv != 0; }
 };
 
+// A module a custom layer can take the place of (DESIGN §9): the run of the
+// block's pieces [first_piece, end_piece) that maps the saved row `input`
+// (tokens, C) to (tokens, C), which is added to the saved row `residual` to
+// give the block's output: the block's last module, its MLP.
+struct Module {
+  const char* name;
+  int first_piece = 0, end_piece = 0;
+  const char* input;
+  const char* residual;
+};
+
 // A family's parameter tensors, layer kind by layer kind. A block's names
 // follow block_prefix (with its index for {}); the others are whole names.
 // A tied head has no tensor of its own (it reads the embedding's).
@@ -213,7 +228,8 @@ struct ParamLayout {
   Table<Tensor> block;
   Table<Tensor> final_norm;
   Table<Tensor> head;
-  Table<Piece> pieces;  // the block's, in forward order
+  Table<Piece> pieces;    // the block's, in forward order
+  Table<Module> modules;  // those a custom layer can replace
 };
 
 }  // namespace fsdpgen::model

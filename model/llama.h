@@ -31,23 +31,24 @@ inline constexpr Tensor kLlamaBlockParams[] = {
 // What a block's forward saves, per token: the RMSNorm statistics, with
 // flash attention the log-sum-exp, the stored activations (q, k, v with
 // grouped-query k and v), the SwiGLU MLP's gate, up and silu(gate) * up, then
-// without flash attention the probabilities.
+// without flash attention the probabilities. Each row names the piece
+// (kLlamaBlockPieces) that writes it.
 inline constexpr Field kLlamaBlockSaved[] = {
-    {"rms1_rstd", Elem::Fp32, One},
-    {"rms2_rstd", Elem::Fp32, One},
-    {"lse", Elem::Fp32, H, When::Flash},
+    {"rms1_rstd", Elem::Fp32, One, When::Always, 0},
+    {"rms2_rstd", Elem::Fp32, One, When::Always, 5},
+    {"lse", Elem::Fp32, H, When::Flash, 3},
     {"input", Elem::Param, C},
-    {"rms1", Elem::Param, C},
-    {"q", Elem::Param, C},
-    {"k", Elem::Param, KV},
-    {"v", Elem::Param, KV},
-    {"attn", Elem::Param, C},
-    {"res2", Elem::Param, C},
-    {"rms2", Elem::Param, C},
-    {"gate", Elem::Param, F},
-    {"up", Elem::Param, F},
-    {"swiglu", Elem::Param, F},
-    {"probs", Elem::Param, Probs, When::Materialized},
+    {"rms1", Elem::Param, C, When::Always, 0},
+    {"q", Elem::Param, C, When::Always, 1},
+    {"k", Elem::Param, KV, When::Always, 2},
+    {"v", Elem::Param, KV, When::Always, 3},
+    {"attn", Elem::Param, C, When::Always, 3},
+    {"res2", Elem::Param, C, When::Always, 4},
+    {"rms2", Elem::Param, C, When::Always, 5},
+    {"gate", Elem::Param, F, When::Always, 6},
+    {"up", Elem::Param, F, When::Always, 7},
+    {"swiglu", Elem::Param, F, When::Always, 7},
+    {"probs", Elem::Param, Probs, When::Materialized, 3},
 };
 
 inline constexpr Field kLlamaFinalNormSaved[] = {
@@ -74,9 +75,14 @@ inline constexpr Piece kLlamaBlockPieces[] = {
     {"mlp.down_proj", 8, 1, F, C},
 };
 
-inline constexpr ParamLayout kLlamaParams{"model.layers.{}.", kLlamaEmbedParams,
-                                          kLlamaBlockParams,  kLlamaFinalNormParams,
-                                          kLlamaHeadParams,   kLlamaBlockPieces};
+// The modules a custom layer can replace (Module, model/layout.h).
+inline constexpr Module kLlamaModules[] = {
+    {"mlp", 6, 9, "rms2", "res2"},
+};
+
+inline constexpr ParamLayout kLlamaParams{
+    "model.layers.{}.", kLlamaEmbedParams, kLlamaBlockParams, kLlamaFinalNormParams,
+    kLlamaHeadParams,   kLlamaBlockPieces, kLlamaModules};
 
 inline constexpr ActivationLayout kLlamaActivations{kLlamaBlockSaved, kLlamaFinalNormSaved,
                                                     kLlamaBackwardScratch};

@@ -4,6 +4,7 @@
 
 #include "model/gpt2.h"
 #include "model/llama.h"
+#include "dsl/Layers.h"
 
 namespace fsdpgen {
 namespace {
@@ -12,13 +13,24 @@ const model::ActivationLayout& activation_layout(const ModelSpec& m) {
   return m.family == Family::Gpt2 ? model::kGpt2Activations : model::kLlamaActivations;
 }
 
+bool replaced_by_custom_layer(const ModelSpec& m, int family_piece) {
+  for (const model::Module& x : param_layout(m.family).modules)
+    if (family_piece >= x.first_piece && family_piece < x.end_piece && custom_layer(m, x.name))
+      return true;
+  return false;
+}
+
+model::Elem elem_of(const CustomArraySpec& a) {
+  return a.fp32 ? model::Elem::Fp32 : model::Elem::Param;
+}
+
 // The layer's saved arrays; none for the embedding and the head.
-model::Table<model::Field> saved_table(const ModelSpec& m, const LayerId& l) {
+LayoutTable saved_layout(const ModelSpec& m, const LayerId& l) {
   switch (l.kind) {
     case LayerId::Kind::Block:
-      return activation_layout(m).block;
+      return block_saved_layout(m);
     case LayerId::Kind::FinalNorm:
-      return activation_layout(m).final_norm;
+      return LayoutTable(activation_layout(m).final_norm);
     case LayerId::Kind::Embed:
     case LayerId::Kind::Head:
       break;
@@ -28,6 +40,44 @@ model::Table<model::Field> saved_table(const ModelSpec& m, const LayerId& l) {
 
 }  // namespace
 
+void LayoutTable::add(std::string name, model::Elem elem, int64_t per_token) {
+  names_.push_back(std::make_unique<std::string>(std::move(name)));
+  rows_.push_back({names_.back()->c_str(), elem, model::Linear{per_token}});
+}
+
+model::Table<model::Field> LayoutTable::table() const {
+  if (rows_.empty()) return family_;
+  model::Table<model::Field> t;
+  t.rows = rows_.data();
+  t.count = rows_.size();
+  return t;
+}
+
+LayoutTable block_saved_layout(const ModelSpec& m) {
+  const model::Table<model::Field> family = activation_layout(m).block;
+  if (m.custom.empty()) return LayoutTable(family);
+  LayoutTable t;
+  for (const model::Field& f : family)
+    if (f.piece < 0 || !replaced_by_custom_layer(m, f.piece)) t.add(f);
+  for (const CustomLayerSpec& c : m.custom)
+    for (const CustomArraySpec& a : c.saved)
+      t.add(c.module + "." + a.name, elem_of(a), a.per_token);
+  return t;
+}
+
+LayoutTable backward_scratch_layout(const ModelSpec& m) {
+  const model::Table<model::Field> family = activation_layout(m).backward_scratch;
+  if (m.custom.empty()) return LayoutTable(family);
+  LayoutTable t;
+  for (const model::Field& f : family)
+    t.add(f);
+  t.add("custom_out", model::Elem::Param, m.width);
+  for (const CustomLayerSpec& c : m.custom)
+    for (const CustomArraySpec& a : c.scratch)
+      t.add(c.module + "." + a.name, elem_of(a), a.per_token);
+  return t;
+}
+
 model::Dims layout_dims(const ModelSpec& m, const ActivationShape& a) {
   model::Dims d = model_dims(m);
   d.flash = a.flash_attention;
@@ -36,7 +86,7 @@ model::Dims layout_dims(const ModelSpec& m, const ActivationShape& a) {
 
 int64_t layer_saved_bytes(const ModelSpec& m, const LayerId& l, const ActivationShape& a) {
   if (l.kind == LayerId::Kind::Block && l.piece > 0) return 0;  // in its first piece's slot
-  return model::slot_bytes(saved_table(m, l), layout_dims(m, a), a.tokens, a.act_bytes);
+  return model::slot_bytes(saved_layout(m, l).table(), layout_dims(m, a), a.tokens, a.act_bytes);
 }
 
 int64_t group_saved_bytes(const Units& u, int g, const ActivationShape& a) {
@@ -48,7 +98,8 @@ int64_t group_saved_bytes(const Units& u, int g, const ActivationShape& a) {
 
 int64_t saved_field_offset_bytes(const ModelSpec& m, const LayerId& l, const ActivationShape& a,
                                  const char* field) {
-  const model::Table<model::Field> t = saved_table(m, l);
+  const LayoutTable layout = saved_layout(m, l);
+  const model::Table<model::Field> t = layout.table();
   return model::offset_bytes(t, model::index_of(t, field), layout_dims(m, a), a.tokens,
                              a.act_bytes);
 }
@@ -81,7 +132,7 @@ int64_t inputs_bytes(const ActivationShape& a) {
 }
 
 int64_t backward_scratch_bytes(const ModelSpec& m, const ActivationShape& a) {
-  return model::slot_bytes(activation_layout(m).backward_scratch, layout_dims(m, a), a.tokens,
+  return model::slot_bytes(backward_scratch_layout(m).table(), layout_dims(m, a), a.tokens,
                            a.act_bytes);
 }
 

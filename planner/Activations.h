@@ -10,11 +10,39 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "model/layout.h"
 #include "planner/Lower.h"
 
 namespace fsdpgen {
+
+// A layout table (model/layout.h) that owns its rows: a block's saved arrays
+// or the backward scratch of a model with custom layers (DESIGN §9), its
+// family's rows less those the pieces a custom layer replaces write, then
+// each custom layer's members, named "<module>.<member>" (the scratch also
+// gets "custom_out", (N, C): where a custom layer writes its output when the
+// block's output is not wanted, in a recompute). Move-only: the rows point at
+// the names.
+class LayoutTable {
+ public:
+  LayoutTable() = default;
+  explicit LayoutTable(model::Table<model::Field> family) : family_(family) {}
+  LayoutTable(LayoutTable&&) = default;
+  LayoutTable& operator=(LayoutTable&&) = default;
+  LayoutTable(const LayoutTable&) = delete;
+  LayoutTable& operator=(const LayoutTable&) = delete;
+  void add(const model::Field& f) { rows_.push_back(f); }
+  void add(std::string name, model::Elem elem, int64_t per_token);
+  model::Table<model::Field> table() const;
+
+ private:
+  model::Table<model::Field> family_;  // used as it is while no row is added
+  std::vector<std::unique_ptr<std::string>> names_;
+  std::vector<model::Field> rows_;
+};
 
 struct ActivationShape {
   int64_t tokens = 0;     // N = micro_batch * context
@@ -24,6 +52,10 @@ struct ActivationShape {
 
 // The dimensions the layout tables are written in.
 model::Dims layout_dims(const ModelSpec& m, const ActivationShape& a);
+
+// The arrays a block saves, and the backward scratch, of this model.
+LayoutTable block_saved_layout(const ModelSpec& m);
+LayoutTable backward_scratch_layout(const ModelSpec& m);
 
 // Bytes one layer's forward saves; a segment saves its layers' slots in
 // order. A split block's slot is its first piece's; the other pieces save

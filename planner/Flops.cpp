@@ -5,17 +5,20 @@ namespace fsdpgen {
 namespace {
 
 // Multiply-adds per token of a layer's matrix multiplies (its weight
-// matrices), the head's with V vocabulary rows.
+// matrices; a custom layer's Flops count as half as many), the head's with V
+// vocabulary rows.
 double layer_matmul_macs(const ModelSpec& m, const LayerId& l, double V) {
   const double C = m.width, F = m.ffn_hidden;
   switch (l.kind) {
     case LayerId::Kind::Embed:
       return 0;
     case LayerId::Kind::Block:
-      if (!l.whole()) {
-        const model::Piece& p = block_piece(m, l.piece);
-        const model::Dims d = model_dims(m);
-        return static_cast<double>(p.in(d)) * static_cast<double>(p.out(d));
+      if (!l.whole()) return block_piece(m, l.piece).forward_flops_per_token / 2;
+      if (!m.custom.empty()) {
+        double macs = 0;
+        for (const BlockPiece& p : model_block_pieces(m))
+          macs += p.forward_flops_per_token / 2;
+        return macs;
       }
       if (m.family == Family::Gpt2) return 4 * C * C + 2 * C * F;
       return 2 * C * C + 2 * C * (m.kv_heads * m.head_dim()) + 3 * C * F;

@@ -297,8 +297,7 @@ class Builder {
   bool recompute_rebuilds(int i) const {
     const Segment& seg = segments()[i];
     const LayerId& l = seg.layers.front();
-    return !(last_of_group(i) && seg.layers.size() == 1 && !l.whole() &&
-             writes_block_output(spec_.model, l));
+    return !(last_of_group(i) && seg.layers.size() == 1 && writes_only_block_output(spec_.model, l));
   }
 
   void forward(int mb) {
@@ -419,7 +418,9 @@ class Builder {
     return uses;
   }
 
-  void recompute(int j, int mb, int rscratch) {
+  // A custom layer writes its output even when recomputed (into the backward
+  // scratch's custom_out, planner/Activations.h).
+  void recompute(int j, int mb, int rscratch, int scratch) {
     const Segment& seg = segments()[j];
     const int u = seg.unit, g = seg.group;
     Op r = make_op(OpKind::Recompute, StreamId::Compute, u, j, mb);
@@ -428,6 +429,7 @@ class Builder {
                   {Role::Saved, acts_[g]},
                   {Role::RecomputeScratch, rscratch},
                   {Role::Workspace, workspace_}};
+    if (!spec_.model.custom.empty()) r.operands.push_back({Role::Scratch, scratch});
     if (rope_ >= 0) r.operands.push_back({Role::RopeTables, rope_});
     r.deps = {gather_op_[u]};
     if (fetch_op_[g] >= 0) r.deps.push_back(fetch_op_[g]);
@@ -463,7 +465,7 @@ class Builder {
                           fmt::format("recompute.s{}.mb{}", g, mb),
                           group_saved_bytes(s_.units, g, act_), u, mb, false);
       if (uses[k].recompute) {
-        recompute(i, mb, rscratch);
+        recompute(i, mb, rscratch, scratch);
         // Gathered again for its backward; this group's last segment's runs next.
         if (free_after_forward_ && u != 0 && !last_of_group(i)) release_params(u);
         continue;

@@ -66,6 +66,21 @@ void check_slot_alignment(const Spec& spec, Reasons& out) {
         "params)");
 }
 
+// A custom layer runs on the CPU through its forward and backward; the CUDA
+// target needs its forward_cuda and backward_cuda (layers/fsdpgen_layer.h).
+void check_custom_layers(const Spec& spec, const Hardware& hw, Reasons& out) {
+  if (!hw.gpu) return;
+  for (const CustomLayerSpec& c : spec.model.custom)
+    out.push_back(
+        c.cuda ? fmt::format("custom layer {} (the blocks' {}): the CUDA step does not call "
+                             "custom layers' forward_cuda and backward_cuda yet",
+                             c.layer, c.module)
+               : fmt::format("custom layer {} (the blocks' {}) in {} declares no forward_cuda "
+                             "and backward_cuda: the CUDA target needs both "
+                             "(layers/fsdpgen_layer.h)",
+                             c.layer, c.module, spec.model.layer_header));
+}
+
 }  // namespace
 
 std::string_view backend_name(const Hardware& hw) {
@@ -80,6 +95,7 @@ std::vector<std::string> unsupported_features(const Spec& spec, const Hardware& 
   check_master(spec, out);
   check_final_norm_with_head(spec, out);
   check_slot_alignment(spec, out);
+  check_custom_layers(spec, hw, out);
   return out;
 }
 

@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/program.h"
+
 namespace {
 
 // splitmix64's finalizer: a bijective 64-bit mix.
@@ -60,12 +62,11 @@ init_rule init_gpt2_rule(std::string_view name, int64_t n_layer) {
   return {init_kind::normal, 0.02f};
 }
 
-void init_gpt2_range(float* out, std::string_view name, int64_t n_layer, uint64_t seed,
-                     int64_t begin, int64_t end) {
+void init_range(float* out, std::string_view name, init_rule rule, uint64_t seed, int64_t begin,
+                int64_t end) {
   if (begin < 0 || end < begin)
     throw std::runtime_error(
         fmt::format("init: bad element range [{}, {}) of tensor '{}'", begin, end, name));
-  const init_rule rule = init_gpt2_rule(name, n_layer);
   const int64_t n = end - begin;
   if (rule.kind != init_kind::normal) {
     std::fill(out, out + n, rule.kind == init_kind::ones ? 1.0f : 0.0f);
@@ -78,6 +79,32 @@ void init_gpt2_range(float* out, std::string_view name, int64_t n_layer, uint64_
     out[i] = static_cast<float>(sigma * normal_at(key, begin + i));
 }
 
+void init_gpt2_range(float* out, std::string_view name, int64_t n_layer, uint64_t seed,
+                     int64_t begin, int64_t end) {
+  if (begin < 0 || end < begin)
+    throw std::runtime_error(
+        fmt::format("init: bad element range [{}, {}) of tensor '{}'", begin, end, name));
+  init_range(out, name, init_gpt2_rule(name, n_layer), seed, begin, end);
+}
+
 bool init_weight_decays(std::string_view name) {
   return init_gpt2_rule(name, 1).kind == init_kind::normal;
+}
+
+init_rule init_tensor_rule(const program_tensor& t, int64_t n_layer) {
+  switch (t.init) {
+    case tensor_init::by_name:
+      break;
+    case tensor_init::zeros:
+      return {init_kind::zeros, 0};
+    case tensor_init::ones:
+      return {init_kind::ones, 0};
+    case tensor_init::normal:
+      return {init_kind::normal, t.init_std};
+  }
+  return init_gpt2_rule(t.name, n_layer);
+}
+
+bool init_tensor_decays(const program_tensor& t) {
+  return init_tensor_rule(t, 1).kind == init_kind::normal;
 }

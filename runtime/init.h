@@ -29,6 +29,17 @@ init_rule init_gpt2_rule(std::string_view tensor_name, int64_t n_layer);
 void init_gpt2_range(float* out, std::string_view tensor_name, int64_t n_layer, uint64_t seed,
                      int64_t begin, int64_t end);
 
+// out[0, end - begin) = elements [begin, end) of tensor `name` under `rule`
+// (normal values drawn as init_gpt2_range draws them).
+void init_range(float* out, std::string_view tensor_name, init_rule rule, uint64_t seed,
+                int64_t begin, int64_t end);
+
 // AdamW weight decay applies to the randomly initialized tensors (matrices and
 // embeddings: every tensor with >= 2 dims in GPT-2), not to biases or norms.
 bool init_weight_decays(std::string_view tensor_name);
+
+struct program_tensor;
+// A program's tensor's rule: its own (a custom layer's) or init_gpt2_rule's;
+// and whether weight decay applies to it (the randomly initialized ones).
+init_rule init_tensor_rule(const program_tensor& t, int64_t n_layer);
+bool init_tensor_decays(const program_tensor& t);

@@ -75,7 +75,7 @@ optimizer_decay_table optimizer_decay_ranges(const program& p, int64_t shard_ran
   d.ranges.resize(static_cast<size_t>(p.unit_count));
   for (int i = 0; i < p.tensor_count; ++i) {
     const program_tensor& t = p.tensors[i];
-    if (!init_weight_decays(t.name)) continue;
+    if (!init_tensor_decays(t)) continue;
     shard_piece piece;
     if (!shard_piece_of(t, p.units[t.unit].shard_elems, shard_rank, piece)) continue;
     std::vector<int64_t>& r = d.ranges[static_cast<size_t>(t.unit)];

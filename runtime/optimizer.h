@@ -28,7 +28,7 @@ std::string optimizer_lr_describe(const program& p, int64_t total_steps);
 std::string optimizer_steps_problem(const program& p, int64_t steps);
 
 // Per unit, the element ranges of shard `shard_rank`'s flat shard that weight
-// decay applies to (init_weight_decays: weights of two or more dims), as
+// decay applies to (init_tensor_decays: the randomly initialized tensors), as
 // [begin, end) pairs in shard order; pointers/counts view ranges for the
 // step context.
 struct optimizer_decay_table {

@@ -41,12 +41,18 @@ struct program_buffer {
   bool persistent;
 };
 
+// How a tensor is initialized: by its name (GPT-2's rule, runtime/init.h),
+// or as a custom layer's header declares it (DESIGN §9).
+enum class tensor_init : int { by_name, zeros, ones, normal };
+
 // One tensor of a unit's flat parameter (Hugging Face name and global shape).
 struct program_tensor {
   const char* name;
   int unit;
   int64_t offset_elems;  // in the unit's unsharded flat parameter
   int64_t rows, cols;    // shape (cols = 0 for a vector)
+  tensor_init init = tensor_init::by_name;
+  float init_std = 0;  // tensor_init::normal's
   int64_t elems() const { return cols > 0 ? rows * cols : rows; }
   std::vector<int64_t> shape() const {
     return cols > 0 ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows};

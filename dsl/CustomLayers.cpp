@@ -1,0 +1,297 @@
+// CustomLayers: the model's layers block; see CustomLayers.h.
+#include "dsl/CustomLayers.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "dsl/Layers.h"
+#include "dsl/Values.h"
+#include "layers/ReadLayers.h"
+#include "suggest/Suggest.h"
+
+namespace fsdpgen {
+
+std::string layer_reader_path() {
+  if (const char* r = std::getenv("FSDPGEN_LAYER_READER"); r && *r) return r;
+  return FSDPGEN_DEFAULT_LAYER_READER;
+}
+
+namespace {
+
+constexpr int64_t kMaxHyper = int64_t{1} << 30;
+
+// The model values a hyper-parameter can be bound to by name.
+std::vector<std::pair<std::string_view, int64_t>> model_values(const ModelSpec& m) {
+  return {{"width", m.width},       {"ffn_hidden", m.ffn_hidden}, {"heads", m.heads},
+          {"kv_heads", m.kv_heads}, {"head_dim", m.head_dim()},   {"context", m.context},
+          {"vocab", m.vocab},       {"layers", m.layers}};
+}
+
+std::vector<std::string_view> names_of(const std::vector<std::string>& v) {
+  return {v.begin(), v.end()};
+}
+
+class CustomLayerReader {
+ public:
+  explicit CustomLayerReader(CheckContext& ctx) : d_(ctx.diags), v_(ctx.diags), m_(ctx.spec.model) {}
+
+  void read(const ast::Section& section, const std::string& spec_dir) {
+    const ast::Entry* import = nullptr;
+    std::vector<const ast::Entry*> modules;
+    for (const ast::Entry& e : section.entries) {
+      if (e.kind == ast::Entry::Kind::Error) continue;  // reported by the parser
+      if (e.key == "import") {
+        if (import) {
+          Diagnostic& x = d_.error(e.key_span, "duplicate key 'import' in section 'layers'");
+          Diagnostics::note(x, import->key_span, "previous definition is here");
+          continue;
+        }
+        import = &e;
+      } else {
+        modules.push_back(&e);
+      }
+    }
+    if (!import) {
+      Diagnostic& x = d_.error(section.kind_span, "section 'layers' names no header");
+      Diagnostics::note(x, "write 'import = \"my_layers.h\"' in it: the C++ header that declares "
+                           "the layers (layers/fsdpgen_layer.h)");
+      return;
+    }
+    if (!read_header(*import, spec_dir)) return;
+    std::map<std::string, const ast::Entry*> seen;
+    for (const ast::Entry* e : modules) {
+      auto [it, fresh] = seen.emplace(e->key, e);
+      if (!fresh) {
+        Diagnostic& x = d_.error(e->key_span, fmt::format("duplicate key '{}' in section 'layers'", e->key));
+        Diagnostics::note(x, it->second->key_span, "previous definition is here");
+        continue;
+      }
+      read_module(*e);
+    }
+    // In block order, as the planner walks them.
+    std::sort(m_.custom.begin(), m_.custom.end(), [&](const auto& a, const auto& b) {
+      return replaceable_module(m_.family, a.module)->first_piece <
+             replaceable_module(m_.family, b.module)->first_piece;
+    });
+  }
+
+ private:
+  bool read_header(const ast::Entry& import, const std::string& spec_dir) {
+    if (import.kind != ast::Entry::Kind::Assign) {
+      d_.error(import.key_span, "'import' takes a header's path: write 'import = \"my_layers.h\"'");
+      return false;
+    }
+    std::optional<std::string> path = v_.as_string(import.value, "import");
+    if (!path) return false;
+    written_ = *path;
+    std::filesystem::path p(*path);
+    if (p.is_relative() && !spec_dir.empty()) p = std::filesystem::path(spec_dir) / p;
+    m_.layer_header = p.lexically_normal().string();
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(m_.layer_header, ec)) {
+      Diagnostic& x = d_.error(
+          import.value.span,
+          fmt::format("layer header '{}' {}", written_,
+                      std::filesystem::exists(m_.layer_header, ec) ? "is not a regular file"
+                                                                   : "does not exist"));
+      if (p.is_relative())
+        Diagnostics::note(x, "a relative path is found from the spec's directory");
+      return false;
+    }
+    layers::ReadResult r = layers::read_layers(layer_reader_path(), m_.layer_header,
+                                               layers::default_layer_cache_dir());
+    if (!r.layers) {
+      Diagnostic& x = d_.error(import.value.span,
+                               fmt::format("cannot read the layers of '{}'", written_));
+      std::string said = r.diagnostics;
+      while (!said.empty() && said.back() == '\n')
+        said.pop_back();
+      Diagnostics::note(x, said);
+      return false;
+    }
+    decls_ = std::move(*r.layers);
+    return true;
+  }
+
+  // `module = Layer(hyper = value, ...)`
+  void read_module(const ast::Entry& e) {
+    const model::Module* module = replaceable_module(m_.family, e.key);
+    if (!module) {
+      unknown_module(e);
+      return;
+    }
+    if (e.kind != ast::Entry::Kind::Assign ||
+        (e.value.kind != ast::Value::Kind::Call && e.value.kind != ast::Value::Kind::Ident)) {
+      Diagnostic& x = d_.error(e.kind == ast::Entry::Kind::Assign ? e.value.span : e.key_span,
+                               fmt::format("'{}' takes a layer of the header", e.key));
+      Diagnostics::note(x, fmt::format("write e.g. '{} = {}(d_model = width)'", e.key,
+                                       decls_.empty() ? "MyLayer" : decls_.front().name));
+      return;
+    }
+    const layers::LayerDecl* decl = find_layer(e.value);
+    if (!decl) return;
+    CustomLayerSpec c;
+    c.module = e.key;
+    c.layer = decl->name;
+    std::map<std::string, int64_t> values;
+    std::map<std::string, std::string> from;
+    bool ok = true;
+    for (const ast::Arg& a : e.value.args)
+      ok &= read_hyper(*decl, a, values, from);
+    if (!ok) return;
+    std::vector<std::string_view> missing;
+    for (const std::string& h : decl->hyper)
+      if (!values.count(h)) missing.push_back(h);
+    if (!missing.empty()) {
+      Diagnostic& x =
+          d_.error(e.value.span, fmt::format("layer '{}' needs a value for {}", decl->name,
+                                             quoted_choices(missing, " and ")));
+      Diagnostics::note(x, fmt::format("bind each to a model value or a number, e.g. '{} = width'",
+                                       missing.front()));
+      return;
+    }
+    std::string error;
+    std::optional<layers::BoundLayer> bound = layers::bind_layer(*decl, values, &error);
+    if (!bound) {
+      d_.error(e.value.span, error);
+      return;
+    }
+    for (const std::string& h : decl->hyper)
+      c.hyper.push_back({h, values.at(h), from[h]});
+    for (const layers::BoundLayer::Tensor& t : bound->tensors)
+      c.params.push_back({t.name, t.shape, tensor_init(t.init.kind), t.init.std});
+    for (size_t i = 0; i < decl->saved.size(); ++i)
+      c.saved.push_back({decl->saved[i].name, bound->saved_per_token[i], decl->saved[i].fp32});
+    for (size_t i = 0; i < decl->scratch.size(); ++i)
+      c.scratch.push_back(
+          {decl->scratch[i].name, bound->scratch_per_token[i], decl->scratch[i].fp32});
+    c.flops_per_token = bound->flops_per_token;
+    c.cuda = decl->cuda;
+    m_.custom.push_back(std::move(c));
+  }
+
+  static CustomTensorSpec::Init tensor_init(layers::Init::Kind k) {
+    switch (k) {
+      case layers::Init::Kind::Normal:
+        return CustomTensorSpec::Init::Normal;
+      case layers::Init::Kind::Ones:
+        return CustomTensorSpec::Init::Ones;
+      case layers::Init::Kind::Zeros:
+        return CustomTensorSpec::Init::Zeros;
+    }
+    return CustomTensorSpec::Init::Normal;
+  }
+
+  void unknown_module(const ast::Entry& e) {
+    const model::ParamLayout& p = param_layout(m_.family);
+    std::vector<std::string> replaceable, others;
+    for (const model::Module& x : p.modules)
+      replaceable.push_back(x.name);
+    for (const model::Piece& x : p.pieces) {
+      std::string name = x.name;
+      others.push_back(name.substr(0, name.find('.')));
+    }
+    const std::vector<std::string_view> choices = names_of(replaceable);
+    if (std::find(others.begin(), others.end(), e.key) != others.end()) {
+      Diagnostic& x = d_.error(
+          e.key_span, fmt::format("a custom layer cannot replace a {} block's '{}' yet",
+                                  to_string(m_.family), e.key));
+      Diagnostics::note(x, fmt::format("the modules a custom layer can replace: {}",
+                                       quoted_choices(choices, " and ")));
+      return;
+    }
+    Diagnostic& x = d_.error(e.key_span, fmt::format("unknown module '{}' of a {} block", e.key,
+                                                     to_string(m_.family)));
+    const std::string m = closest_match(e.key, choices);
+    if (!m.empty()) x.message += fmt::format("; did you mean '{}'?", m);
+    Diagnostics::note(x, fmt::format("the modules a custom layer can replace: {}",
+                                     quoted_choices(choices, " and ")));
+  }
+
+  const layers::LayerDecl* find_layer(const ast::Value& v) {
+    for (const layers::LayerDecl& d : decls_)
+      if (d.name == v.text) return &d;
+    std::vector<std::string> names;
+    for (const layers::LayerDecl& d : decls_)
+      names.push_back(d.name);
+    const Span at{v.span.begin, v.span.begin + static_cast<uint32_t>(v.text.size())};
+    Diagnostic& x =
+        d_.error(at, fmt::format("no layer '{}' in '{}'", v.text, written_));
+    const std::string m = closest_match(v.text, names_of(names));
+    if (!m.empty())
+      x.message += fmt::format("; did you mean '{}'?", m);
+    else
+      Diagnostics::note(x, names.empty() ? std::string("the header declares no layer")
+                                         : fmt::format("the header declares {}",
+                                                       quoted_choices(names_of(names), " and ")));
+    return nullptr;
+  }
+
+  // `name = width` or `name = 1024`.
+  bool read_hyper(const layers::LayerDecl& decl, const ast::Arg& a,
+                  std::map<std::string, int64_t>& values, std::map<std::string, std::string>& from) {
+    const std::vector<std::string_view> hyper = names_of(decl.hyper);
+    if (a.name.empty()) {
+      Diagnostic& x = d_.error(a.value.span, "a layer's hyper-parameters are given by name");
+      Diagnostics::note(x, fmt::format("layer '{}' takes {}", decl.name,
+                                       quoted_choices(hyper, " and ")));
+      return false;
+    }
+    if (std::find(hyper.begin(), hyper.end(), a.name) == hyper.end()) {
+      Diagnostic& x = d_.error(a.name_span, fmt::format("layer '{}' has no hyper-parameter '{}'",
+                                                        decl.name, a.name));
+      const std::string m = closest_match(a.name, hyper);
+      if (!m.empty())
+        x.message += fmt::format("; did you mean '{}'?", m);
+      else
+        Diagnostics::note(x, fmt::format("its hyper-parameters are {}",
+                                         quoted_choices(hyper, " and ")));
+      return false;
+    }
+    if (values.count(a.name)) {
+      d_.error(a.name_span, fmt::format("hyper-parameter '{}' is given twice", a.name));
+      return false;
+    }
+    if (a.value.kind == ast::Value::Kind::Ident) {
+      std::vector<std::string_view> keys;
+      for (const auto& [key, value] : model_values(m_)) {
+        keys.push_back(key);
+        if (key == a.value.text) {
+          values[a.name] = value;
+          from[a.name] = a.value.text;
+          return true;
+        }
+      }
+      Diagnostic& x = d_.error(a.value.span, fmt::format("unknown model value '{}'", a.value.text));
+      const std::string m = closest_match(a.value.text, keys);
+      if (!m.empty()) x.message += fmt::format("; did you mean '{}'?", m);
+      Diagnostics::note(x, fmt::format("a hyper-parameter takes a number or one of {}",
+                                       quoted_choices(keys, " or ")));
+      return false;
+    }
+    std::optional<int64_t> v = v_.as_int(a.value, a.name, 1, kMaxHyper);
+    if (!v) return false;
+    values[a.name] = *v;
+    return true;
+  }
+
+  Diagnostics& d_;
+  ValueReader v_;
+  ModelSpec& m_;
+  std::vector<layers::LayerDecl> decls_;
+  std::string written_;  // the header's path as the spec writes it
+};
+
+}  // namespace
+
+void resolve_custom_layers(const ast::Section& layers, CheckContext& ctx) {
+  CustomLayerReader(ctx).read(layers, ctx.spec_dir);
+}
+
+}  // namespace fsdpgen
