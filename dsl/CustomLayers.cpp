@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <regex>
+#include <sstream>
 #include <vector>
 
 #include <fmt/format.h>
@@ -37,15 +39,66 @@ std::vector<std::string_view> names_of(const std::vector<std::string>& v) {
   return {v.begin(), v.end()};
 }
 
+CustomTensorSpec::Init tensor_init(layers::Init::Kind k) {
+  switch (k) {
+    case layers::Init::Kind::Normal:
+      return CustomTensorSpec::Init::Normal;
+    case layers::Init::Kind::Ones:
+      return CustomTensorSpec::Init::Ones;
+    case layers::Init::Kind::Zeros:
+      return CustomTensorSpec::Init::Zeros;
+  }
+  return CustomTensorSpec::Init::Normal;
+}
+
+// The reader's output as notes, one per Clang diagnostic with its source
+// lines (a note is cut at a few hundred bytes; Clang's output is as long as it
+// is), the header's absolute path as Clang writes it shown as the spec's
+// directory resolves it, without Clang's closing count (fsdpgen counts its own).
+std::vector<std::string> reader_notes(std::string said, const std::string& header) {
+  std::error_code ec;
+  const std::string absolute = std::filesystem::absolute(header, ec).string();
+  if (!ec && !absolute.empty() && absolute != header)
+    for (size_t at = 0; (at = said.find(absolute, at)) != std::string::npos; at += header.size())
+      said.replace(at, absolute.size(), header);
+  static const std::regex located(R"(^\S.*:\d+:\d+: (fatal error|error|warning|note|remark): )");
+  static const std::regex summary(
+      R"(^(\d+ (error|warning)s? (and \d+ (error|warning)s? )?generated\.|Error while processing .*\.)$)");
+  const std::string_view included = "In file included from ";
+  std::vector<std::string> notes;
+  bool includes_only = false;  // the last note is an include stack awaiting its diagnostic
+  std::istringstream in(said);
+  for (std::string line; std::getline(in, line);) {
+    if (std::regex_match(line, summary)) continue;
+    const bool include = line.rfind(included, 0) == 0;
+    const bool starts = include || std::regex_search(line, located);
+    if (notes.empty() || (starts && !includes_only)) {
+      notes.push_back(line);
+    } else {
+      notes.back() += "\n" + line;
+    }
+    if (starts) includes_only = include;
+  }
+  for (std::string& n : notes)
+    while (!n.empty() && n.back() == '\n')
+      n.pop_back();
+  std::erase_if(notes, [](const std::string& n) { return n.empty(); });
+  return notes;
+}
+
 class CustomLayerReader {
  public:
   explicit CustomLayerReader(CheckContext& ctx) : d_(ctx.diags), v_(ctx.diags), m_(ctx.spec.model) {}
 
   void read(const ast::Section& section, const std::string& spec_dir) {
     const ast::Entry* import = nullptr;
+    bool unreadable_import = false;  // given, but its value did not parse
     std::vector<const ast::Entry*> modules;
     for (const ast::Entry& e : section.entries) {
-      if (e.kind == ast::Entry::Kind::Error) continue;  // reported by the parser
+      if (e.kind == ast::Entry::Kind::Error) {  // reported by the parser
+        unreadable_import |= e.key == "import";
+        continue;
+      }
       if (e.key == "import") {
         if (import) {
           Diagnostic& x = d_.error(e.key_span, "duplicate key 'import' in section 'layers'");
@@ -58,6 +111,7 @@ class CustomLayerReader {
       }
     }
     if (!import) {
+      if (unreadable_import) return;  // no header to check the modules against
       Diagnostic& x = d_.error(section.kind_span, "section 'layers' names no header");
       Diagnostics::note(x, "write 'import = \"my_layers.h\"' in it: the C++ header that declares "
                            "the layers (layers/fsdpgen_layer.h)");
@@ -74,6 +128,9 @@ class CustomLayerReader {
       }
       read_module(*e);
     }
+    // A header that replaces no module is read (and checked) but not kept:
+    // a spec without custom layers prints no layers section.
+    if (m_.custom.empty()) m_.layer_header.clear();
     // In block order, as the planner walks them.
     std::sort(m_.custom.begin(), m_.custom.end(), [&](const auto& a, const auto& b) {
       return replaceable_module(m_.family, a.module)->first_piece <
@@ -109,10 +166,12 @@ class CustomLayerReader {
     if (!r.layers) {
       Diagnostic& x = d_.error(import.value.span,
                                fmt::format("cannot read the layers of '{}'", written_));
-      std::string said = r.diagnostics;
-      while (!said.empty() && said.back() == '\n')
-        said.pop_back();
-      Diagnostics::note(x, said);
+      std::vector<std::string> notes = reader_notes(r.diagnostics, m_.layer_header);
+      if (notes.empty())  // e.g. killed by a signal before writing anything
+        notes.push_back(
+            fmt::format("the layer reader {} failed without a message", layer_reader_path()));
+      for (std::string& n : notes)
+        Diagnostics::note(x, std::move(n));
       return false;
     }
     decls_ = std::move(*r.layers);
@@ -136,9 +195,6 @@ class CustomLayerReader {
     }
     const layers::LayerDecl* decl = find_layer(e.value);
     if (!decl) return;
-    CustomLayerSpec c;
-    c.module = e.key;
-    c.layer = decl->name;
     std::map<std::string, int64_t> values;
     std::map<std::string, std::string> from;
     bool ok = true;
@@ -157,35 +213,12 @@ class CustomLayerReader {
       return;
     }
     std::string error;
-    std::optional<layers::BoundLayer> bound = layers::bind_layer(*decl, values, &error);
-    if (!bound) {
+    std::optional<CustomLayerSpec> c = bind_custom_layer(e.key, *decl, values, from, &error);
+    if (!c) {
       d_.error(e.value.span, error);
       return;
     }
-    for (const std::string& h : decl->hyper)
-      c.hyper.push_back({h, values.at(h), from[h]});
-    for (const layers::BoundLayer::Tensor& t : bound->tensors)
-      c.params.push_back({t.name, t.shape, tensor_init(t.init.kind), t.init.std});
-    for (size_t i = 0; i < decl->saved.size(); ++i)
-      c.saved.push_back({decl->saved[i].name, bound->saved_per_token[i], decl->saved[i].fp32});
-    for (size_t i = 0; i < decl->scratch.size(); ++i)
-      c.scratch.push_back(
-          {decl->scratch[i].name, bound->scratch_per_token[i], decl->scratch[i].fp32});
-    c.flops_per_token = bound->flops_per_token;
-    c.cuda = decl->cuda;
-    m_.custom.push_back(std::move(c));
-  }
-
-  static CustomTensorSpec::Init tensor_init(layers::Init::Kind k) {
-    switch (k) {
-      case layers::Init::Kind::Normal:
-        return CustomTensorSpec::Init::Normal;
-      case layers::Init::Kind::Ones:
-        return CustomTensorSpec::Init::Ones;
-      case layers::Init::Kind::Zeros:
-        return CustomTensorSpec::Init::Zeros;
-    }
-    return CustomTensorSpec::Init::Normal;
+    m_.custom.push_back(std::move(*c));
   }
 
   void unknown_module(const ast::Entry& e) {
@@ -289,6 +322,31 @@ class CustomLayerReader {
 };
 
 }  // namespace
+
+std::optional<CustomLayerSpec> bind_custom_layer(const std::string& module,
+                                                 const layers::LayerDecl& decl,
+                                                 const std::map<std::string, int64_t>& values,
+                                                 const std::map<std::string, std::string>& from,
+                                                 std::string* error) {
+  std::optional<layers::BoundLayer> bound = layers::bind_layer(decl, values, error);
+  if (!bound) return std::nullopt;
+  CustomLayerSpec c;
+  c.module = module;
+  c.layer = decl.name;
+  for (const std::string& h : decl.hyper) {
+    auto f = from.find(h);
+    c.hyper.push_back({h, values.at(h), f == from.end() ? "" : f->second});
+  }
+  for (const layers::BoundLayer::Tensor& t : bound->tensors)
+    c.params.push_back({t.name, t.shape, tensor_init(t.init.kind), t.init.std});
+  for (size_t i = 0; i < decl.saved.size(); ++i)
+    c.saved.push_back({decl.saved[i].name, bound->saved_per_token[i], decl.saved[i].fp32});
+  for (size_t i = 0; i < decl.scratch.size(); ++i)
+    c.scratch.push_back({decl.scratch[i].name, bound->scratch_per_token[i], decl.scratch[i].fp32});
+  c.flops_per_token = bound->flops_per_token;
+  c.cuda = decl.cuda;
+  return c;
+}
 
 void resolve_custom_layers(const ast::Section& layers, CheckContext& ctx) {
   CustomLayerReader(ctx).read(layers, ctx.spec_dir);

@@ -6,16 +6,30 @@
 // diagnostics (in Clang's format, at the header's line) follow as notes.
 #pragma once
 
+#include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "dsl/Ast.h"
 #include "dsl/Fields.h"
+#include "dsl/Spec.h"
+#include "layers/LayerDecl.h"
 
 namespace fsdpgen {
 
 // The reader fsdpgen runs: $FSDPGEN_LAYER_READER, else the one built with
 // fsdpgen ("" where Clang 19 was not found).
 std::string layer_reader_path();
+
+// The spec of `decl` bound to `values` (each hyper-parameter's value and the
+// model key it came from, "" for a number) in place of `module`; nullopt with
+// `error` saying what is wrong (layers/LayerDecl.h's bind_layer).
+std::optional<CustomLayerSpec> bind_custom_layer(const std::string& module,
+                                                 const layers::LayerDecl& decl,
+                                                 const std::map<std::string, int64_t>& values,
+                                                 const std::map<std::string, std::string>& from,
+                                                 std::string* error);
 
 // Precondition: the model's keys are read and their defaults filled. A
 // relative header path is found from ctx.spec_dir.

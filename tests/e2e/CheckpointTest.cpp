@@ -209,6 +209,17 @@ TEST(Checkpoint, ResumeIsBitExactLlama) {
   expect_resume_bit_exact("llama", c, 2);
 }
 
+// A custom layer's tensors are checkpointed and resumed like any others.
+TEST(Checkpoint, ResumeIsBitExactWithACustomLayer) {
+  if (std::string(FSDPGEN_LAYER_READER).empty())
+    GTEST_SKIP() << "the layer reader (fsdpgen-layers) is not built here: Clang 19 was not found "
+                    "(bash tools/setup.sh deps installs it)";
+  E2eConfig c = steps(E2eConfig{}, 4);
+  c.layers = example_layers("swiglu_mlp.h", "mlp = SwiGluMlp(d_model = width, d_ff = 88)");
+  c.recompute = "block";
+  expect_resume_bit_exact("custom_layer", c, 2);
+}
+
 TEST(Checkpoint, ResumeIsBitExactSgdWithMomentum) {
   E2eConfig c = steps(E2eConfig{}, 5);
   c.sharding = "shard_grad_op";

@@ -57,11 +57,12 @@ struct E2eConfig {
   int steps = 4;
   std::string clip = "1.0";  // a global norm, or none
   std::string train_extra;   // more lines of the train section (e.g. validation)
+  std::string layers;        // a layers section's lines (custom layers), or none
 
   std::string spec() const {
     return fmt::format(
         "model e2e {{\n  family = {}\n  vocab = {}\n  context = 16\n  width = 32\n{}"
-        "  layers = 3\n  tie_embeddings = {}\n{}}}\n"
+        "  layers = 3\n  tie_embeddings = {}\n{}}}\n{}"
         "units {{\n  {}\n}}\n"
         "parallel {{\n  world = {}\n  sharding = {}\n{}"
         "  precision {{ param = {}  reduce = {}  master = fp32 }}\n"
@@ -73,7 +74,8 @@ struct E2eConfig {
         "  data = synthetic(seed = 7)\n  log_every = 1\n{}}}\n",
         family, vocab,
         family == "llama" ? "  heads = 4\n  kv_heads = 2\n  ffn_hidden = 88\n" : "  heads = 2\n",
-        tied, pad_vocab_to ? fmt::format("  pad_vocab_to = {}\n", pad_vocab_to) : "", units, world,
+        tied, pad_vocab_to ? fmt::format("  pad_vocab_to = {}\n", pad_vocab_to) : "",
+        layers.empty() ? "" : fmt::format("layers {{\n{}}}\n", layers), units, world,
         sharding, shard_group ? fmt::format("  shard_group = {}\n", shard_group) : "", param,
         reduce_dtype, forward_prefetch, backward, max_inflight, recompute,
         offload_activations ? fmt::format("offload {{ params = {}  activations = cpu }}", offload)
@@ -102,11 +104,21 @@ struct E2eConfig {
     if (vocab != 64) n += fmt::format("_vocab{}", vocab);
     if (pad_vocab_to) n += fmt::format("_pad{}", pad_vocab_to);
     if (family != "gpt2") n += "_" + family;
+    if (!layers.empty())
+      n += fmt::format("_layers{:08x}", std::hash<std::string>{}(layers)&0xffffffffu);
     if (!train_extra.empty())
       n += fmt::format("_train{:08x}", std::hash<std::string>{}(train_extra)&0xffffffffu);
     return n;
   }
 };
+
+// A layers section (E2eConfig::layers) importing an example layer
+// (examples/layers/HEADER) with one module line, e.g.
+// "mlp = GeluMlp(d_model = width, d_ff = ffn_hidden)".
+inline std::string example_layers(const std::string& header, const std::string& module) {
+  return fmt::format("  import = \"{}/examples/layers/{}\"\n  {}\n", FSDPGEN_SOURCE_DIR, header,
+                     module);
+}
 
 inline void PrintTo(const E2eConfig& c, std::ostream* os) {
   *os << c.name();

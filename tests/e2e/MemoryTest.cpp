@@ -127,6 +127,23 @@ TEST(Memory, WithPerLinearUnitsAndActivationOffloadArenasAreResidentAsPlanned) {
   EXPECT_EQ(memory_problems(m.run, m.metrics, m.arena_in_pages), std::vector<std::string>{});
 }
 
+// A custom layer's saved arrays and scratch are planned like the built-in
+// ones: per-linear units, recompute (its output into custom_out) and its
+// input on the host.
+TEST(Memory, WithACustomLayerArenasAreResidentAsPlanned) {
+  if (std::string(FSDPGEN_LAYER_READER).empty())
+    GTEST_SKIP() << "the layer reader (fsdpgen-layers) is not built here: Clang 19 was not found "
+                    "(bash tools/setup.sh deps installs it)";
+  E2eConfig c;
+  c.layers = example_layers("swiglu_mlp.h", "mlp = SwiGluMlp(d_model = width, d_ff = 88)");
+  c.units = "each linear";
+  c.recompute = "block";
+  c.offload_activations = true;
+  Measured m = measure("memory_custom_layer", c, "--steps 4");
+  ASSERT_GT(m.arena_in_pages, 0);
+  EXPECT_EQ(memory_problems(m.run, m.metrics, m.arena_in_pages), std::vector<std::string>{});
+}
+
 TEST(Memory, WithOffloadBothArenasAreResidentAsPlanned) {
   E2eConfig c;
   c.offload = "cpu";
