@@ -222,29 +222,17 @@ class CustomLayerReader {
   }
 
   void unknown_module(const ast::Entry& e) {
-    const model::ParamLayout& p = param_layout(m_.family);
-    std::vector<std::string> replaceable, others;
-    for (const model::Module& x : p.modules)
-      replaceable.push_back(x.name);
-    for (const model::Piece& x : p.pieces) {
-      std::string name = x.name;
-      others.push_back(name.substr(0, name.find('.')));
-    }
-    const std::vector<std::string_view> choices = names_of(replaceable);
-    if (std::find(others.begin(), others.end(), e.key) != others.end()) {
-      Diagnostic& x = d_.error(
-          e.key_span, fmt::format("a custom layer cannot replace a {} block's '{}' yet",
-                                  to_string(m_.family), e.key));
-      Diagnostics::note(x, fmt::format("the modules a custom layer can replace: {}",
-                                       quoted_choices(choices, " and ")));
-      return;
-    }
+    std::vector<std::string> names;
+    for (const model::Module& x : param_layout(m_.family).modules)
+      names.push_back(x.name);
+    const std::vector<std::string_view> choices = names_of(names);
     Diagnostic& x = d_.error(e.key_span, fmt::format("unknown module '{}' of a {} block", e.key,
                                                      to_string(m_.family)));
     const std::string m = closest_match(e.key, choices);
     if (!m.empty()) x.message += fmt::format("; did you mean '{}'?", m);
-    Diagnostics::note(x, fmt::format("the modules a custom layer can replace: {}",
-                                     quoted_choices(choices, " and ")));
+    Diagnostics::note(x, fmt::format("a custom layer replaces {}, or is added as {}",
+                                     quoted_choices({choices.begin(), choices.end() - 1}, " or "),
+                                     quoted_choices({choices.back()})));
   }
 
   const layers::LayerDecl* find_layer(const ast::Value& v) {

@@ -128,42 +128,63 @@ const CustomLayerSpec* custom_layer(const ModelSpec& m, std::string_view module)
   return nullptr;
 }
 
+namespace {
+
+// A custom layer's piece, in place of `module`'s family pieces (or added).
+BlockPiece custom_piece(const ModelSpec& m, const model::Module& module) {
+  const CustomLayerSpec& c = *custom_layer(m, module.name);
+  BlockPiece b;
+  b.name = c.module;
+  b.tensors = static_cast<int>(c.params.size());
+  b.family_first = module.first_piece;
+  b.family_end = module.end_piece;
+  b.custom = static_cast<int>(&c - m.custom.data());
+  for (const CustomTensorSpec& t : c.params)
+    b.has_matrix |= t.shape.size() == 2;
+  b.forward_flops_per_token = static_cast<double>(c.flops_per_token);
+  return b;
+}
+
+}  // namespace
+
 std::vector<BlockPiece> model_block_pieces(const ModelSpec& m) {
   const model::ParamLayout& p = param_layout(m.family);
   const model::Dims d = model_dims(m);
   std::vector<BlockPiece> out;
   int tensor = 0;
-  for (int i = 0; i < static_cast<int>(p.pieces.count);) {
-    const model::Module* replaced = nullptr;
-    for (const model::Module& x : p.modules)
-      if (x.first_piece == i && custom_layer(m, x.name)) replaced = &x;
-    BlockPiece b;
+  auto push = [&](BlockPiece b) {
     b.first_tensor = tensor;
-    if (replaced) {
-      const CustomLayerSpec& c = *custom_layer(m, replaced->name);
-      b.name = c.module;
-      b.tensors = static_cast<int>(c.params.size());
-      b.family_first = replaced->first_piece;
-      b.family_end = replaced->end_piece;
-      b.custom = static_cast<int>(&c - m.custom.data());
-      for (const CustomTensorSpec& t : c.params)
-        b.has_matrix |= t.shape.size() == 2;
-      b.forward_flops_per_token = static_cast<double>(c.flops_per_token);
-      i = replaced->end_piece;
-    } else {
-      const model::Piece& fp = p.pieces[static_cast<size_t>(i)];
-      b.name = fp.name;
-      b.tensors = fp.tensors;
-      b.family_first = i;
-      b.family_end = i + 1;
-      b.attention = fp.attention;
-      b.has_matrix = fp.linear();
-      b.forward_flops_per_token =
-          2.0 * static_cast<double>(fp.in(d)) * static_cast<double>(fp.out(d));
-      ++i;
-    }
     tensor += b.tensors;
     out.push_back(std::move(b));
+  };
+  const int pieces = static_cast<int>(p.pieces.count);
+  for (int i = 0; i <= pieces;) {
+    const model::Module* replaced = nullptr;
+    for (const model::Module& x : p.modules)
+      if (x.first_piece == i && custom_layer(m, x.name)) {
+        if (x.added())
+          push(custom_piece(m, x));
+        else
+          replaced = &x;
+      }
+    if (i == pieces) break;
+    if (replaced) {
+      push(custom_piece(m, *replaced));
+      i = replaced->end_piece;
+      continue;
+    }
+    const model::Piece& fp = p.pieces[static_cast<size_t>(i)];
+    BlockPiece b;
+    b.name = fp.name;
+    b.tensors = fp.tensors;
+    b.family_first = i;
+    b.family_end = i + 1;
+    b.attention = fp.attention;
+    b.has_matrix = fp.linear();
+    b.forward_flops_per_token =
+        2.0 * static_cast<double>(fp.in(d)) * static_cast<double>(fp.out(d));
+    push(std::move(b));
+    ++i;
   }
   return out;
 }

@@ -37,8 +37,9 @@ std::vector<TensorDecl> layer_tensors(const ModelSpec& m, const LayerId& layer);
 
 // A piece of a model's block (LayerId::piece indexes these): one of its
 // family's pieces (model/layout.h's Piece), or a custom layer (ModelSpec::
-// custom) in place of the family pieces of the module it replaces. A model
-// without custom layers has its family's pieces.
+// custom) in place of the family pieces of the module it replaces, or added
+// (model/layout.h's Module). A model without custom layers has its family's
+// pieces.
 struct BlockPiece {
   std::string name;                      // "attn.c_attn"; a custom layer's module: "mlp"
   int first_tensor = 0, tensors = 0;     // its rows of the block's tensors (layer_tensors)
@@ -60,7 +61,7 @@ std::vector<int> pieces_named(const ModelSpec& m, std::string_view name);
 std::vector<LayerId> block_pieces(const ModelSpec& m, int64_t block);
 // The custom layer in place of `module` (ModelSpec::custom), or null.
 const CustomLayerSpec* custom_layer(const ModelSpec& m, std::string_view module);
-// The family module a custom layer can replace, named `name`, or null.
+// The family module named `name` a custom layer can replace or be added as, or null.
 const model::Module* replaceable_module(Family f, std::string_view name);
 // Whether a block layer's forward writes the block's output: a whole block,
 // or its last piece (gpt2's mlp.c_proj, llama's mlp.down_proj).

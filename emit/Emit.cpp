@@ -685,24 +685,57 @@ class Writer {
     const std::string rope = rope_arg(b, op);
     for (const PieceCall& pc : calls) {
       if (pc.custom < 0) {
-        const bool writes_out = pc.family_end == block_piece_count_family();
-        call(b, "{}_block_forward<param_t>({}, params, saved, {}kDims, {}{});", fam(),
-             writes_out ? dst : "nullptr", rope, ws(), family_pieces_arg(seg, k, end, pc));
+        // The family's last piece writes the block's output, or the input
+        // row of a layer added after it.
+        const bool last = pc.family_end == block_piece_count_family();
+        const int added = added_custom_layer();
+        const std::string family_out = !last ? "nullptr"
+                                       : added < 0
+                                           ? dst
+                                           : added_input(b, added, slot);
+        call(b, "{}_block_forward<param_t>({}, params, saved, {}kDims, {}{});", fam(), family_out,
+             rope, ws(), family_pieces_arg(seg, k, end, pc));
         continue;
       }
-      // A custom layer: y = layer(input row); the block's output is y plus
-      // the residual row (a recompute writes y where it is not kept).
-      const std::string layer = custom_layer_local(b, seg, seg.layers[k].block, pc.custom, params,
-                                                   -1, slot, -1);
-      const model::Module& m = module_of(pc.custom);
-      const bool keep = out.buffer >= 0;
-      const std::string y =
-          keep ? dst : let(b, "unused_out", "param_t", custom_out(op.operand(Role::Scratch)));
-      call(b, "{}.forward(saved.{}, {}, kDims.N(), fsdpgen::layer::Cpu{{{}}});", layer, m.input, y,
-           ws());
-      if (keep) call(b, "residual_forward({}, {}, saved.{}, kDims.N() * kDims.C);", y, y,
-                     m.residual);
+      custom_forward(b, op, seg.layers[k].block, pc.custom, params, slot, out.buffer >= 0 ? dst : "");
     }
+  }
+
+  // A custom layer's forward: y = layer(x) into its output (a saved row, or
+  // the block's output `dst`; "" in a recompute, which keeps only the saved
+  // rows), then a residual branch adds its residual row.
+  void custom_forward(Body& b, const Op& op, int64_t block, int custom, int params, At slot,
+                      const std::string& dst) const {
+    const Segment& seg = segment(op);
+    const std::string layer = custom_layer_local(b, seg, block, custom, params, -1, slot, -1);
+    const model::Module& m = module_of(custom);
+    const std::string x = m.added() ? added_input(b, custom, slot) : "saved." + std::string(m.input);
+    const bool kept = m.output || !dst.empty();
+    const std::string y =
+        m.output ? "saved." + std::string(m.output)
+        : kept   ? dst
+                 : let(b, "unused_out", "param_t", custom_out(op.operand(Role::Scratch)));
+    call(b, "{}.forward({}, {}, kDims.N(), fsdpgen::layer::Cpu{{{}}});", layer, x, y, ws());
+    if (!kept) return;
+    if (m.residual)
+      call(b, "residual_forward({}, {}, saved.{}, kDims.N() * kDims.C);", y, y, m.residual);
+    else if (m.added())
+      call(b, "residual_forward({}, {}, {}, kDims.N() * kDims.C);", y, y, x);
+  }
+
+  // The model's added custom layer (model/layout.h's Module::added), or -1.
+  int added_custom_layer() const {
+    for (size_t i = 0; i < model_.custom.size(); ++i)
+      if (module_of(static_cast<int>(i)).added()) return static_cast<int>(i);
+    return -1;
+  }
+
+  // An added layer's input row in the slot, declared.
+  std::string added_input(Body& b, int custom, At slot) const {
+    const std::string module = custom_spec(custom).module;
+    const LayoutTable saved = block_saved_layout(model_);
+    return let(b, module + "_x", "param_t",
+               {slot.buffer, slot.bytes + row_offset(saved.table(), module + ".x")});
   }
 
   // ", tensor_init::normal, 0.02f" for a custom layer's tensor (its header's
@@ -842,15 +875,28 @@ class Writer {
              fam(), rope, ws(), family_pieces_arg(seg, k, end, pc));
         continue;
       }
-      // A custom layer: dres holds d(output), which is also d(residual row)'s
-      // share; its backward writes d(input row) to dtmp, where the family's
-      // norm before it reads it.
-      const std::string layer = custom_layer_local(b, seg, seg.layers[k].block, pc.custom, params,
-                                                   grads, slot, op.operand(Role::Scratch));
-      call(b, "{}.backward(saved.{}, scratch.dres, scratch.dtmp, kDims.N(), "
-              "fsdpgen::layer::Cpu{{{}}});",
-           layer, module_of(pc.custom).input, ws());
+      custom_backward(b, op, seg.layers[k].block, pc.custom, params, grads, slot);
     }
+  }
+
+  // A custom layer's backward: d(output) is in dres (a residual branch's,
+  // which is also its residual row's share) or dtmp (a norm's); d(input) goes
+  // to dtmp for the norm before it, or through custom_out into dres.
+  void custom_backward(Body& b, const Op& op, int64_t block, int custom, int params, int grads,
+                       At slot) const {
+    const Segment& seg = segment(op);
+    const int scratch = op.operand(Role::Scratch);
+    const std::string layer =
+        custom_layer_local(b, seg, block, custom, params, grads, slot, scratch);
+    const model::Module& m = module_of(custom);
+    const std::string x = m.added() ? added_input(b, custom, slot) : "saved." + std::string(m.input);
+    const std::string dy = m.residual || m.added() ? "scratch.dres" : "scratch.dtmp";
+    const std::string dx =
+        m.dinput_in_dtmp ? "scratch.dtmp" : let(b, "custom_out", "param_t", custom_out(scratch));
+    call(b, "{}.backward({}, {}, {}, kDims.N(), fsdpgen::layer::Cpu{{{}}});", layer, x, dy, dx,
+         ws());
+    if (!m.dinput_in_dtmp)
+      call(b, "residual_forward(scratch.dres, scratch.dres, {}, kDims.N() * kDims.C);", dx);
   }
 
   void embed_backward(Body& b, const Op& op, int grads) const {

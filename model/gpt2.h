@@ -87,7 +87,11 @@ inline constexpr Piece kGpt2BlockPieces[] = {
 
 // The modules a custom layer can replace (Module, model/layout.h).
 inline constexpr Module kGpt2Modules[] = {
-    {"mlp", 4, 6, "ln2", "res2"},
+    {"ln_1", 0, 1, "input", "ln1", nullptr, false},
+    {"attn", 1, 3, "ln1", "res2", "input", true},
+    {"ln_2", 3, 4, "res2", "ln2", nullptr, false},
+    {"mlp", 4, 6, "ln2", nullptr, "res2", true},
+    {"after_mlp", 6, 6, nullptr, nullptr, nullptr, false},
 };
 
 inline constexpr ParamLayout kGpt2Params{

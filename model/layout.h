@@ -208,15 +208,24 @@ struct Piece {
   constexpr bool linear() const { return in.one + in.c + in.f + in.kv != 0; }
 };
 
-// A module a custom layer can take the place of (DESIGN §9): the run of the
-// block's pieces [first_piece, end_piece) that maps the saved row `input`
-// (tokens, C) to (tokens, C), which is added to the saved row `residual` to
-// give the block's output: the block's last module, its MLP.
+// A module a custom layer can take the place of, or be added as (DESIGN §9).
+// It replaces the block's pieces [first_piece, end_piece) (none: a layer
+// added there). Its forward reads the saved row `input` (tokens, C) and
+// writes (tokens, C) to the saved row `output`, or to the block's output
+// where null; a residual branch (`residual` set) then adds that saved row.
+// An added layer is a residual branch on the block's output so far, which
+// the family's pieces write to a saved row of the layer's own, "<name>.x".
+// Backward: the layer reads d(output) in the backward scratch's dres (a
+// residual branch) or dtmp (a norm), and leaves d(input) in dtmp, where the
+// norm before it reads it (`dinput_in_dtmp`), or adds it to dres.
 struct Module {
   const char* name;
   int first_piece = 0, end_piece = 0;
-  const char* input;
-  const char* residual;
+  const char* input;     // null: an added layer's own row
+  const char* output;    // null: the block's output
+  const char* residual;  // null: none (a norm), or an added layer's own row
+  bool dinput_in_dtmp = false;
+  constexpr bool added() const { return first_piece == end_piece; }
 };
 
 // A family's parameter tensors, layer kind by layer kind. A block's names

@@ -77,7 +77,11 @@ inline constexpr Piece kLlamaBlockPieces[] = {
 
 // The modules a custom layer can replace (Module, model/layout.h).
 inline constexpr Module kLlamaModules[] = {
-    {"mlp", 6, 9, "rms2", "res2"},
+    {"input_layernorm", 0, 1, "input", "rms1", nullptr, false},
+    {"self_attn", 1, 5, "rms1", "res2", "input", true},
+    {"post_attention_layernorm", 5, 6, "res2", "rms2", nullptr, false},
+    {"mlp", 6, 9, "rms2", nullptr, "res2", true},
+    {"after_mlp", 9, 9, nullptr, nullptr, nullptr, false},
 };
 
 inline constexpr ParamLayout kLlamaParams{

@@ -13,9 +13,12 @@ const model::ActivationLayout& activation_layout(const ModelSpec& m) {
   return m.family == Family::Gpt2 ? model::kGpt2Activations : model::kLlamaActivations;
 }
 
-bool replaced_by_custom_layer(const ModelSpec& m, int family_piece) {
+// Whether a custom layer replaces the piece that writes family row f, so
+// the row is not kept (unless it is the layer's output, which it writes).
+bool replaced_by_custom_layer(const ModelSpec& m, const model::Field& f) {
   for (const model::Module& x : param_layout(m.family).modules)
-    if (family_piece >= x.first_piece && family_piece < x.end_piece && custom_layer(m, x.name))
+    if (f.piece >= x.first_piece && f.piece < x.end_piece && custom_layer(m, x.name) &&
+        !(x.output && model::same_name(x.output, f.name)))
       return true;
   return false;
 }
@@ -58,10 +61,13 @@ LayoutTable block_saved_layout(const ModelSpec& m) {
   if (m.custom.empty()) return LayoutTable(family);
   LayoutTable t;
   for (const model::Field& f : family)
-    if (f.piece < 0 || !replaced_by_custom_layer(m, f.piece)) t.add(f);
-  for (const CustomLayerSpec& c : m.custom)
+    if (f.piece < 0 || !replaced_by_custom_layer(m, f)) t.add(f);
+  for (const CustomLayerSpec& c : m.custom) {
+    if (replaceable_module(m.family, c.module)->added())
+      t.add(c.module + ".x", model::Elem::Param, m.width);  // its input, the block's output so far
     for (const CustomArraySpec& a : c.saved)
       t.add(c.module + "." + a.name, elem_of(a), a.per_token);
+  }
   return t;
 }
 

@@ -21,11 +21,12 @@ namespace fsdpgen {
 
 // A layout table (model/layout.h) that owns its rows: a block's saved arrays
 // or the backward scratch of a model with custom layers (DESIGN §9), its
-// family's rows less those the pieces a custom layer replaces write, then
-// each custom layer's members, named "<module>.<member>" (the scratch also
-// gets "custom_out", (N, C): where a custom layer writes its output when the
-// block's output is not wanted, in a recompute). Move-only: the rows point at
-// the names.
+// family's rows less those the pieces a custom layer replaces write (but
+// the layer's output row), then each custom layer's members, named
+// "<module>.<member>" (an added layer's input first, "<module>.x"); the
+// scratch also gets "custom_out", (N, C): where a custom layer writes what
+// is not kept (a recompute's block output, a d(input) added to dres).
+// Move-only: the rows point at the names.
 class LayoutTable {
  public:
   LayoutTable() = default;

@@ -30,10 +30,17 @@ double layer_matmul_macs(const ModelSpec& m, const LayerId& l, double V) {
   return 0;
 }
 
+// The attention core's (its two matrix products per head), with the piece
+// it runs with; a custom layer in its place counts it in its own Flops.
 double layer_attention_flops(const ModelSpec& m, const LayerId& l) {
-  if (l.kind != LayerId::Kind::Block || (!l.whole() && !block_piece(m, l.piece).attention))
-    return 0;
-  return 4.0 * m.context * m.width;
+  if (l.kind != LayerId::Kind::Block) return 0;
+  bool attends = false;
+  if (!l.whole())
+    attends = block_piece(m, l.piece).attention;
+  else
+    for (const BlockPiece& p : model_block_pieces(m))
+      attends |= p.attention;
+  return attends ? 4.0 * m.context * m.width : 0;
 }
 
 }  // namespace
