@@ -481,17 +481,17 @@ Failure build_pass(const Common& c, const EmitTarget& target, const std::string&
   const std::string src = (*dir / "train.cpp").string();
   if (!write_output(src, p.source)) return Failure::User;
   const bool cuda = target.kind == EmitTarget::Kind::Cuda;
-  const std::string& header = p.spec->model.layer_header;
+  const std::vector<std::string>& headers = p.spec->model.layer_headers;
   std::vector<std::string> includes;
-  if (!header.empty())
-    includes.push_back(std::filesystem::absolute(header).parent_path().lexically_normal().string());
+  for (const std::string& h : headers)
+    includes.push_back(std::filesystem::absolute(h).parent_path().lexically_normal().string());
   BuildResult r = build_program(src, output, cuda, includes);
   if (sources_dir.empty()) std::filesystem::remove_all(*dir);
-  if (!r.ok && !header.empty()) {  // the layers' code is the user's: so are its errors
+  if (!r.ok && !headers.empty()) {  // the layers' code is the user's: so are its errors
     std::fputs(fmt::format("fsdpgen: error: compiling the generated program with the custom "
                            "layers of {} failed (the compiler's errors above):\n  {}\n"
                            "(run with --sources DIR to keep the source)\n",
-                           header, r.command)
+                           fmt::join(headers, " and "), r.command)
                    .c_str(),
                stderr);
     return Failure::User;

@@ -87,6 +87,12 @@ std::vector<std::string> reader_notes(std::string said, const std::string& heade
 }
 
 class CustomLayerReader {
+  // The layers of the imported headers, each with its header's index.
+  struct Declared {
+    layers::LayerDecl decl;
+    size_t header = 0;
+  };
+
  public:
   explicit CustomLayerReader(CheckContext& ctx) : d_(ctx.diags), v_(ctx.diags), m_(ctx.spec.model) {}
 
@@ -130,7 +136,7 @@ class CustomLayerReader {
     }
     // A header that replaces no module is read (and checked) but not kept:
     // a spec without custom layers prints no layers section.
-    if (m_.custom.empty()) m_.layer_header.clear();
+    if (m_.custom.empty()) m_.layer_headers.clear();
     // In block order, as the planner walks them.
     std::sort(m_.custom.begin(), m_.custom.end(), [&](const auto& a, const auto& b) {
       return replaceable_module(m_.family, a.module)->first_piece <
@@ -139,34 +145,51 @@ class CustomLayerReader {
   }
 
  private:
+  // import = "x.h" | ["x.h", "y.h"]
   bool read_header(const ast::Entry& import, const std::string& spec_dir) {
     if (import.kind != ast::Entry::Kind::Assign) {
       d_.error(import.key_span, "'import' takes a header's path: write 'import = \"my_layers.h\"'");
       return false;
     }
-    std::optional<std::string> path = v_.as_string(import.value, "import");
+    std::vector<const ast::Value*> paths = {&import.value};
+    if (import.value.kind == ast::Value::Kind::List) {
+      paths.clear();
+      for (const ast::Value& v : import.value.items)
+        paths.push_back(&v);
+      if (paths.empty()) {
+        d_.error(import.value.span, "'import' names no header");
+        return false;
+      }
+    }
+    bool ok = true;
+    for (const ast::Value* v : paths)
+      ok &= read_one_header(*v, spec_dir);
+    return ok && distinct_names(import.value.span);
+  }
+
+  bool read_one_header(const ast::Value& value, const std::string& spec_dir) {
+    std::optional<std::string> path = v_.as_string(value, "import");
     if (!path) return false;
-    written_ = *path;
+    const std::string written = *path;
     std::filesystem::path p(*path);
     if (p.is_relative() && !spec_dir.empty()) p = std::filesystem::path(spec_dir) / p;
-    m_.layer_header = p.lexically_normal().string();
+    const std::string header = p.lexically_normal().string();
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(m_.layer_header, ec)) {
+    if (!std::filesystem::is_regular_file(header, ec)) {
       Diagnostic& x = d_.error(
-          import.value.span,
-          fmt::format("layer header '{}' {}", written_,
-                      std::filesystem::exists(m_.layer_header, ec) ? "is not a regular file"
-                                                                   : "does not exist"));
+          value.span, fmt::format("layer header '{}' {}", written,
+                                  std::filesystem::exists(header, ec) ? "is not a regular file"
+                                                                      : "does not exist"));
       if (p.is_relative())
         Diagnostics::note(x, "a relative path is found from the spec's directory");
       return false;
     }
-    layers::ReadResult r = layers::read_layers(layer_reader_path(), m_.layer_header,
-                                               layers::default_layer_cache_dir());
+    layers::ReadResult r =
+        layers::read_layers(layer_reader_path(), header, layers::default_layer_cache_dir());
     if (!r.layers) {
-      Diagnostic& x = d_.error(import.value.span,
-                               fmt::format("cannot read the layers of '{}'", written_));
-      std::vector<std::string> notes = reader_notes(r.diagnostics, m_.layer_header);
+      Diagnostic& x =
+          d_.error(value.span, fmt::format("cannot read the layers of '{}'", written));
+      std::vector<std::string> notes = reader_notes(r.diagnostics, header);
       if (notes.empty())  // e.g. killed by a signal before writing anything
         notes.push_back(
             fmt::format("the layer reader {} failed without a message", layer_reader_path()));
@@ -174,7 +197,32 @@ class CustomLayerReader {
         Diagnostics::note(x, std::move(n));
       return false;
     }
-    decls_ = std::move(*r.layers);
+    for (layers::LayerDecl& d : *r.layers) {
+      for (const Declared& other : decls_)
+        if (other.decl.name == d.name) {
+          d_.error(value.span, fmt::format("layer '{}' is declared in both '{}' and '{}'", d.name,
+                                           written_[other.header], written));
+          return false;
+        }
+      decls_.push_back({std::move(d), m_.layer_headers.size()});
+    }
+    m_.layer_headers.push_back(header);
+    written_.push_back(written);
+    return true;
+  }
+
+  // The generated program includes each header by its file name.
+  bool distinct_names(Span at) {
+    std::map<std::string, std::string> seen;
+    for (size_t i = 0; i < m_.layer_headers.size(); ++i) {
+      const std::string name = std::filesystem::path(m_.layer_headers[i]).filename().string();
+      auto [it, fresh] = seen.emplace(name, written_[i]);
+      if (fresh) continue;
+      Diagnostic& x = d_.error(at, fmt::format("'{}' and '{}' have the same file name", it->second,
+                                               written_[i]));
+      Diagnostics::note(x, "the generated program includes each header by its file name: rename one");
+      return false;
+    }
     return true;
   }
 
@@ -190,11 +238,12 @@ class CustomLayerReader {
       Diagnostic& x = d_.error(e.kind == ast::Entry::Kind::Assign ? e.value.span : e.key_span,
                                fmt::format("'{}' takes a layer of the header", e.key));
       Diagnostics::note(x, fmt::format("write e.g. '{} = {}(d_model = width)'", e.key,
-                                       decls_.empty() ? "MyLayer" : decls_.front().name));
+                                       decls_.empty() ? "MyLayer" : decls_.front().decl.name));
       return;
     }
-    const layers::LayerDecl* decl = find_layer(e.value);
-    if (!decl) return;
+    const Declared* found = find_layer(e.value);
+    if (!found) return;
+    const layers::LayerDecl* decl = &found->decl;
     std::map<std::string, int64_t> values;
     std::map<std::string, std::string> from;
     bool ok = true;
@@ -218,6 +267,7 @@ class CustomLayerReader {
       d_.error(e.value.span, error);
       return;
     }
+    c->header = m_.layer_headers[found->header];
     m_.custom.push_back(std::move(*c));
   }
 
@@ -235,15 +285,18 @@ class CustomLayerReader {
                                      quoted_choices({choices.back()})));
   }
 
-  const layers::LayerDecl* find_layer(const ast::Value& v) {
-    for (const layers::LayerDecl& d : decls_)
-      if (d.name == v.text) return &d;
+  const Declared* find_layer(const ast::Value& v) {
+    for (const Declared& d : decls_)
+      if (d.decl.name == v.text) return &d;
     std::vector<std::string> names;
-    for (const layers::LayerDecl& d : decls_)
-      names.push_back(d.name);
+    for (const Declared& d : decls_)
+      names.push_back(d.decl.name);
+    std::vector<std::string> quoted;
+    for (const std::string& w : written_)
+      quoted.push_back("'" + w + "'");
     const Span at{v.span.begin, v.span.begin + static_cast<uint32_t>(v.text.size())};
-    Diagnostic& x =
-        d_.error(at, fmt::format("no layer '{}' in '{}'", v.text, written_));
+    Diagnostic& x = d_.error(at, fmt::format("no layer '{}' in {}", v.text,
+                                             fmt::join(quoted, " or ")));
     const std::string m = closest_match(v.text, names_of(names));
     if (!m.empty())
       x.message += fmt::format("; did you mean '{}'?", m);
@@ -305,8 +358,8 @@ class CustomLayerReader {
   Diagnostics& d_;
   ValueReader v_;
   ModelSpec& m_;
-  std::vector<layers::LayerDecl> decls_;
-  std::string written_;  // the header's path as the spec writes it
+  std::vector<Declared> decls_;
+  std::vector<std::string> written_;  // each header's path as the spec writes it
 };
 
 }  // namespace

@@ -68,7 +68,12 @@ void print_model(const ModelSpec& m, std::string& out) {
 
 void print_layers(const ModelSpec& m, std::string& out) {
   if (m.custom.empty()) return;
-  out += fmt::format("layers {{\n  import = {}\n", quoted(m.layer_header));
+  std::vector<std::string> headers;
+  for (const std::string& h : m.layer_headers)
+    headers.push_back(quoted(h));
+  out += fmt::format("layers {{\n  import = {}\n",
+                     headers.size() == 1 ? headers[0]
+                                         : fmt::format("[{}]", fmt::join(headers, ", ")));
   for (const CustomLayerSpec& c : m.custom) {
     std::vector<std::string> args;
     for (const CustomLayerSpec::Hyper& h : c.hyper)

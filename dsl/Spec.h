@@ -134,8 +134,9 @@ struct CustomArraySpec {
   bool operator==(const CustomArraySpec&) const = default;
 };
 struct CustomLayerSpec {
-  std::string module;  // the block module it replaces, e.g. mlp
-  std::string layer;   // the class template's name in the header
+  std::string module;  // the block module it replaces (or is added as), e.g. mlp
+  std::string layer;   // the class template's name in its header
+  std::string header;  // that header, one of ModelSpec::layer_headers
   // Its hyper-parameters in the Hyper struct's order: the value, and the
   // model key it was bound to as written ("" for a number).
   struct Hyper {
@@ -171,9 +172,9 @@ struct ModelSpec {
   // GEMMs with aligned kernels only then). The padded rows are zero, take no
   // part in the softmax or the loss and are never written out; 1: no padding.
   int64_t pad_vocab_to = 128;
-  // Custom layers: the header they are declared in (as the spec's directory
-  // resolves it; "" for none) and the modules they replace, in block order.
-  std::string layer_header;
+  // Custom layers: the headers they are declared in (as the spec's directory
+  // resolves them) and the modules they replace or are added as, in block order.
+  std::vector<std::string> layer_headers;
   std::vector<CustomLayerSpec> custom;
 
   int64_t head_dim() const { return width / heads; }

@@ -275,8 +275,8 @@ class Writer {
                     "#include \"runtime/{}.h\"\n#include \"runtime/program.h\"\n"
                     "#include \"runtime/step.h\"\n",
                     fam());
-    if (custom_model())  // the custom layers' header; its directory is on the include path
-      v["includes"] += fmt::format("#include \"{}\"\n", header_name());
+    for (const std::string& h : model_.layer_headers)  // their directories are on the include path
+      v["includes"] += fmt::format("#include \"{}\"\n", header_name(h));
     v["main"] =
         fmt::format("int main(int argc, char** argv) {{ return {}(kProgram, argc, argv); }}\n",
                     cuda_ ? "cuda_train_main" : "train_main");
@@ -584,7 +584,7 @@ class Writer {
     const CustomLayerSpec& c = custom_spec(custom);
     const std::string var = "layer_" + c.module;
     call(b, "{}<param_t, grad_t> {}{{}};  // {} (custom, {})", c.layer, var, c.module,
-         header_name());
+         header_name(c.header));
     for (const CustomLayerSpec::Hyper& h : c.hyper)
       call(b, "{}.hyper.{} = {};", var, h.name, h.value);
     const std::string prefix =
@@ -617,12 +617,11 @@ class Writer {
     return {scratch, row_offset(backward_scratch_layout(model_).table(), "custom_out")};
   }
 
-  // The header's name as the step includes it (its directory is on the
+  // A header's name as the step includes it (its directory is on the
   // compiler's include path: emit/Build.h).
-  std::string header_name() const {
-    const size_t slash = model_.layer_header.rfind('/');
-    return slash == std::string::npos ? model_.layer_header
-                                      : model_.layer_header.substr(slash + 1);
+  static std::string header_name(const std::string& header) {
+    const size_t slash = header.rfind('/');
+    return slash == std::string::npos ? header : header.substr(slash + 1);
   }
 
   // The family module a custom layer stands in for (its input and residual rows).
@@ -730,11 +729,13 @@ class Writer {
     return -1;
   }
 
-  // An added layer's input row in the slot, declared.
+  // An added layer's input row in the slot, declared once in a body.
   std::string added_input(Body& b, int custom, At slot) const {
     const std::string module = custom_spec(custom).module;
+    const std::string name = module + "_x";
+    if (b.decls.find(" " + name + " = ") != std::string::npos) return name;
     const LayoutTable saved = block_saved_layout(model_);
-    return let(b, module + "_x", "param_t",
+    return let(b, name, "param_t",
                {slot.buffer, slot.bytes + row_offset(saved.table(), module + ".x")});
   }
 
@@ -892,7 +893,9 @@ class Writer {
     const std::string x = m.added() ? added_input(b, custom, slot) : "saved." + std::string(m.input);
     const std::string dy = m.residual || m.added() ? "scratch.dres" : "scratch.dtmp";
     const std::string dx =
-        m.dinput_in_dtmp ? "scratch.dtmp" : let(b, "custom_out", "param_t", custom_out(scratch));
+        m.dinput_in_dtmp
+            ? "scratch.dtmp"
+            : let(b, custom_spec(custom).module + "_dx", "param_t", custom_out(scratch));
     call(b, "{}.backward({}, {}, {}, kDims.N(), fsdpgen::layer::Cpu{{{}}});", layer, x, dy, dx,
          ws());
     if (!m.dinput_in_dtmp)

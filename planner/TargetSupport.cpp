@@ -78,7 +78,7 @@ void check_custom_layers(const Spec& spec, const Hardware& hw, Reasons& out) {
                : fmt::format("custom layer {} (the blocks' {}) in {} declares no forward_cuda "
                              "and backward_cuda: the CUDA target needs both "
                              "(layers/fsdpgen_layer.h)",
-                             c.layer, c.module, spec.model.layer_header));
+                             c.layer, c.module, c.header));
 }
 
 }  // namespace

@@ -214,7 +214,7 @@ TEST(CustomLayers, PrintedSectionNamesTheResolvedHeaderAndTheBoundValues) {
   FrontendResult r =
       load_spec_file((fs::path(kSpecs) / "good_gpt2_swiglu.fsdp").string());  // d_ff = 344
   ASSERT_TRUE(r.spec) << r.diagnostics;
-  EXPECT_EQ(r.spec->model.layer_header, "examples/layers/swiglu_mlp.h");
+  EXPECT_EQ(r.spec->model.layer_headers, std::vector<std::string>{"examples/layers/swiglu_mlp.h"});
   EXPECT_NE(print_spec(*r.spec).find("layers {\n"
                                      "  import = \"examples/layers/swiglu_mlp.h\"\n"
                                      "  mlp = SwiGluMlp(d_model = width, d_ff = 344)\n"
@@ -231,7 +231,7 @@ TEST(CustomLayers, AnImportAloneLeavesTheModelAsItIs) {
   const std::string text = with_model(std::string("layers { import = \"") + kGelu + "\" }");
   Spec s = load_ok(text);
   EXPECT_TRUE(s.model.custom.empty());
-  EXPECT_EQ(s.model.layer_header, "");
+  EXPECT_TRUE(s.model.layer_headers.empty());
   EXPECT_EQ(print_spec(s).find("layers {"), std::string::npos) << print_spec(s);
   expect_round_trip("import_only.fsdp", text);
   // A header the reader rejects is still an error.

@@ -1,5 +1,6 @@
-// The example custom layers (examples/layers) against finite differences of
-// their own forward, and GeluMlp against the built-in gpt2 block's MLP
+// The example custom layers (examples/layers) and the tests' own
+// (tests/layers/custom: LayerNorm, RmsNorm, CausalSelfAttention) against
+// finite differences of their own forward, and GeluMlp against the built-in gpt2 block's MLP
 // pieces, which it must equal bit for bit (the same kernels in the same
 // order). Every member is a view into buffers the test owns, as the planner's
 // arena would be.
@@ -11,9 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "examples/layers/adapter.h"
 #include "examples/layers/gelu_mlp.h"
 #include "examples/layers/swiglu_mlp.h"
 #include "runtime/gpt2.h"
+#include "tests/layers/custom/causal_attention.h"
+#include "tests/layers/custom/layer_norm.h"
+#include "tests/layers/custom/rms_norm.h"
 
 namespace {
 
@@ -130,6 +135,63 @@ TEST(ExampleLayers, SwiGluMlpBackwardMatchesFiniteDifferences) {
   Buffers b;
   SwiGluMlp<float, float> m = swiglu_mlp(b, rng);
   check_gradients("SwiGluMlp", m, b, rng);
+}
+
+TEST(ExampleLayers, AdapterBackwardMatchesFiniteDifferences) {
+  std::mt19937 rng(8);
+  Buffers b;
+  Adapter<float, float> m;
+  m.hyper = {kModel, 3};
+  m.down_w.value = b.param(kModel * 3, rng), m.down_w.grad = b.grad();
+  m.down_b.value = b.param(3, rng), m.down_b.grad = b.grad();
+  m.up_w.value = b.param(3 * kModel, rng), m.up_w.grad = b.grad();  // random here, not zero
+  m.up_b.value = b.param(kModel, rng), m.up_b.grad = b.grad();
+  m.pre.data = b.array(kTokens * 3);
+  m.act.data = b.array(kTokens * 3);
+  m.dact.data = b.array(kTokens * 3);
+  check_gradients("Adapter", m, b, rng);
+}
+
+TEST(TestLayers, LayerNormBackwardMatchesFiniteDifferences) {
+  std::mt19937 rng(9);
+  Buffers b;
+  LayerNorm<float, float> m;
+  m.hyper = {kModel};
+  m.w.value = b.param(kModel, rng), m.w.grad = b.grad();
+  m.b.value = b.param(kModel, rng), m.b.grad = b.grad();
+  m.mean.data = b.array(kTokens);
+  m.rstd.data = b.array(kTokens);
+  check_gradients("LayerNorm", m, b, rng);
+}
+
+TEST(TestLayers, RmsNormBackwardMatchesFiniteDifferences) {
+  std::mt19937 rng(10);
+  Buffers b;
+  RmsNorm<float, float> m;
+  m.hyper = {kModel};
+  m.w.value = b.param(kModel, rng), m.w.grad = b.grad();
+  m.rstd.data = b.array(kTokens);
+  check_gradients("RmsNorm", m, b, rng);
+}
+
+// Two sequences of 3 tokens, 2 heads of 4.
+TEST(TestLayers, CausalSelfAttentionBackwardMatchesFiniteDifferences) {
+  std::mt19937 rng(11);
+  Buffers b;
+  constexpr int64_t kHeads = 2, kContext = 3;
+  CausalSelfAttention<float, float> m;
+  m.hyper = {kModel, kHeads, kContext};
+  m.qkv_w.value = b.param(kModel * 3 * kModel, rng), m.qkv_w.grad = b.grad();
+  m.qkv_b.value = b.param(3 * kModel, rng), m.qkv_b.grad = b.grad();
+  m.proj_w.value = b.param(kModel * kModel, rng), m.proj_w.grad = b.grad();
+  m.proj_b.value = b.param(kModel, rng), m.proj_b.grad = b.grad();
+  m.qkv.data = b.array(kTokens * 3 * kModel);
+  m.att.data = b.array(kTokens * kModel);
+  m.probs.data = b.array(kTokens * kHeads * kContext);
+  m.datt.data = b.array(kTokens * kModel);
+  m.dqkv.data = b.array(kTokens * 3 * kModel);
+  m.dprobs.data = b.array(kTokens * kHeads * kContext);
+  check_gradients("CausalSelfAttention", m, b, rng);
 }
 
 // GeluMlp is the built-in block's mlp.c_fc and mlp.c_proj pieces: run on the

@@ -148,8 +148,9 @@ Spec make_spec(const Knobs& k, Layer layer) {
                         {{"d_model", "width"}, {"d_ff", ""}}, &error);
   EXPECT_TRUE(c.has_value()) << error;
   if (!c) return spec;
+  spec.model.layer_headers = {layer == Layer::Gelu ? "gelu_mlp.h" : "swiglu_mlp.h"};
+  c->header = spec.model.layer_headers.front();
   spec.model.custom.push_back(*c);
-  spec.model.layer_header = layer == Layer::Gelu ? "gelu_mlp.h" : "swiglu_mlp.h";
   const UnitsSpec units = policy_units(spec.model, policy);
   spec.units.units = units.units;
   spec.units.policy = units.policy;
