@@ -30,6 +30,7 @@
 #include "cli/Calibrate.h"
 #include "dsl/Layers.h"
 #include "dsl/Print.h"
+#include "dsl/Values.h"
 #include "emit/Build.h"
 #include "emit/BuildConfig.h"
 #include "emit/Emit.h"
@@ -251,6 +252,30 @@ std::optional<Hardware> plan_hardware(const Common& c, const PlanTarget& target)
 
 // check's target is what a build here targets (as plan's without --gpu):
 // target support warns of what that backend cannot build yet.
+// "custom layer: mlp = SwiGluMlp(d_model = 128, d_ff = 344) from swiglu_mlp.h
+// in every block: ..." for the plan's summary.
+std::string custom_layer_line(const CustomLayerSpec& c) {
+  std::vector<std::string> hyper;
+  for (const CustomLayerSpec::Hyper& h : c.hyper)
+    hyper.push_back(fmt::format("{} = {}", h.name, h.value));
+  int64_t params = 0, saved = 0, scratch = 0;
+  for (const CustomTensorSpec& t : c.params) {
+    int64_t n = 1;
+    for (int64_t d : t.shape)
+      n *= d;
+    params += n;
+  }
+  for (const CustomArraySpec& a : c.saved)
+    saved += a.per_token;
+  for (const CustomArraySpec& a : c.scratch)
+    scratch += a.per_token;
+  return fmt::format(
+      "custom layer: {} = {}({}) from {} in every block: {} parameters; {} saved and {} scratch "
+      "elements and {} forward FLOPs per token\n",
+      c.module, c.layer, fmt::join(hyper, ", "), c.header, grouped(params), grouped(saved),
+      grouped(scratch), grouped(c.flops_per_token));
+}
+
 int run_check(const Common& c, bool print_resolved) {
   std::optional<Pass> dump;
   if (!c.dump_pass(dump)) return kExitUsage;
@@ -319,6 +344,8 @@ int run_plan(const Common& c) {
       p.units->units.size(), to_string(par.sharding), par.shard_group, par.replicas(),
       par.replicas() == 1 ? "" : "s", par.accumulate.micro_batches,
       par.accumulate.micro_batches == 1 ? "" : "es", p.schedule->micro_batch, s.model.context));
+  for (const CustomLayerSpec& c : s.model.custom)
+    out(custom_layer_line(c));
   out(print_memory_plan(*p.schedule, *p.memory));
   const int64_t peak = p.memory->device_arena_bytes, usable = usable_bytes(*hw);
   const int64_t host = p.memory->host_arena_bytes;

@@ -174,6 +174,11 @@ class CustomLayerReader {
     std::filesystem::path p(*path);
     if (p.is_relative() && !spec_dir.empty()) p = std::filesystem::path(spec_dir) / p;
     const std::string header = p.lexically_normal().string();
+    if (std::find(m_.layer_headers.begin(), m_.layer_headers.end(), header) !=
+        m_.layer_headers.end()) {
+      d_.error(value.span, fmt::format("'{}' is imported twice", written));
+      return false;
+    }
     std::error_code ec;
     if (!std::filesystem::is_regular_file(header, ec)) {
       Diagnostic& x = d_.error(

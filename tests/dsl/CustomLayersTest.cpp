@@ -146,6 +146,11 @@ TEST(CustomLayerSpecs, CoverEveryErrorOfTheSection) {
   }
   for (const char* message : {
            "error: section 'layers' names no header",
+           "error: 'import' names no header",
+           "error: '../custom/layer_norm.h' is imported twice",
+           "error: layer 'LayerNorm' is declared in both '../custom/layer_norm.h' and "
+           "'again/norms.h'",
+           "error: '../custom/layer_norm.h' and 'again/layer_norm.h' have the same file name",
            "error: duplicate key 'import' in section 'layers'",
            "error: expected a string for 'import', got 'gelu_mlp'",
            "error: 'import' takes a header's path",
