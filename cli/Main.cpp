@@ -512,7 +512,7 @@ Failure build_pass(const Common& c, const EmitTarget& target, const std::string&
   std::vector<std::string> includes;
   for (const std::string& h : headers)
     includes.push_back(std::filesystem::absolute(h).parent_path().lexically_normal().string());
-  BuildResult r = build_program(src, output, cuda, includes);
+  BuildResult r = build_program(src, output, cuda, includes, p.spec->model.layer_cuda_sources);
   if (sources_dir.empty()) std::filesystem::remove_all(*dir);
   if (!r.ok && !headers.empty()) {  // the layers' code is the user's: so are its errors
     std::fputs(fmt::format("fsdpgen: error: compiling the generated program with the custom "

@@ -132,11 +132,14 @@ class CustomLayerReader {
         Diagnostics::note(x, it->second->key_span, "previous definition is here");
         continue;
       }
-      read_module(*e);
+      if (e->key == "cuda")
+        read_cuda_sources(*e, spec_dir);
+      else
+        read_module(*e);
     }
     // A header that replaces no module is read (and checked) but not kept:
     // a spec without custom layers prints no layers section.
-    if (m_.custom.empty()) m_.layer_headers.clear();
+    if (m_.custom.empty()) m_.layer_headers.clear(), m_.layer_cuda_sources.clear();
     // In block order, as the planner walks them.
     std::sort(m_.custom.begin(), m_.custom.end(), [&](const auto& a, const auto& b) {
       return replaceable_module(m_.family, a.module)->first_piece <
@@ -145,48 +148,80 @@ class CustomLayerReader {
   }
 
  private:
+  // The values of `key = "a"` or `key = ["a", "b"]`; none (reported) for an
+  // empty list or a block.
+  std::vector<const ast::Value*> paths_of(const ast::Entry& e, std::string_view example) {
+    if (e.kind != ast::Entry::Kind::Assign) {
+      d_.error(e.key_span,
+               fmt::format("'{}' takes a file's path: write '{} = \"{}\"'", e.key, e.key, example));
+      return {};
+    }
+    std::vector<const ast::Value*> paths = {&e.value};
+    if (e.value.kind == ast::Value::Kind::List) {
+      paths.clear();
+      for (const ast::Value& v : e.value.items)
+        paths.push_back(&v);
+      if (paths.empty()) d_.error(e.value.span, fmt::format("'{}' names no file", e.key));
+    }
+    return paths;
+  }
+
+  // The path a string value names, resolved from the spec's directory, if
+  // it is a regular file (else reported: `what` names the kind of file).
+  std::optional<std::string> existing_file(const ast::Value& value, const std::string& key,
+                                           const std::string& spec_dir, std::string_view what) {
+    std::optional<std::string> path = v_.as_string(value, key);
+    if (!path) return std::nullopt;
+    std::filesystem::path p(*path);
+    if (p.is_relative() && !spec_dir.empty()) p = std::filesystem::path(spec_dir) / p;
+    const std::string file = p.lexically_normal().string();
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(file, ec)) return file;
+    Diagnostic& x = d_.error(value.span, fmt::format("{} '{}' {}", what, *path,
+                                                     std::filesystem::exists(file, ec)
+                                                         ? "is not a regular file"
+                                                         : "does not exist"));
+    if (p.is_relative()) Diagnostics::note(x, "a relative path is found from the spec's directory");
+    return std::nullopt;
+  }
+
   // import = "x.h" | ["x.h", "y.h"]
   bool read_header(const ast::Entry& import, const std::string& spec_dir) {
-    if (import.kind != ast::Entry::Kind::Assign) {
-      d_.error(import.key_span, "'import' takes a header's path: write 'import = \"my_layers.h\"'");
-      return false;
-    }
-    std::vector<const ast::Value*> paths = {&import.value};
-    if (import.value.kind == ast::Value::Kind::List) {
-      paths.clear();
-      for (const ast::Value& v : import.value.items)
-        paths.push_back(&v);
-      if (paths.empty()) {
-        d_.error(import.value.span, "'import' names no header");
-        return false;
-      }
-    }
-    bool ok = true;
+    const std::vector<const ast::Value*> paths = paths_of(import, "my_layers.h");
+    bool ok = !paths.empty();
     for (const ast::Value* v : paths)
       ok &= read_one_header(*v, spec_dir);
     return ok && distinct_names(import.value.span);
   }
 
+  // cuda = "x.cu" | ["x.cu", "y.cu"]: the layers' CUDA entry points, compiled
+  // by nvcc into a CUDA program (emit/Build.h).
+  void read_cuda_sources(const ast::Entry& e, const std::string& spec_dir) {
+    for (const ast::Value* v : paths_of(e, "my_layers.cu")) {
+      std::optional<std::string> file = existing_file(*v, "cuda", spec_dir, "CUDA source");
+      if (!file) continue;
+      if (std::filesystem::path(*file).extension() != ".cu") {
+        Diagnostic& x = d_.error(v->span, fmt::format("'{}' is not a CUDA source", v->text));
+        Diagnostics::note(x, "nvcc compiles the files 'cuda' names: their names end in '.cu'");
+        continue;
+      }
+      if (std::find(m_.layer_cuda_sources.begin(), m_.layer_cuda_sources.end(), *file) !=
+          m_.layer_cuda_sources.end()) {
+        d_.error(v->span, fmt::format("'{}' is named twice", v->text));
+        continue;
+      }
+      m_.layer_cuda_sources.push_back(*file);
+    }
+  }
+
   bool read_one_header(const ast::Value& value, const std::string& spec_dir) {
-    std::optional<std::string> path = v_.as_string(value, "import");
-    if (!path) return false;
-    const std::string written = *path;
-    std::filesystem::path p(*path);
-    if (p.is_relative() && !spec_dir.empty()) p = std::filesystem::path(spec_dir) / p;
-    const std::string header = p.lexically_normal().string();
+    const std::optional<std::string> found = existing_file(value, "import", spec_dir, "layer header");
+    if (!found) return false;
+    const std::string written = value.text;
+    const std::string header = *found;
     if (std::find(m_.layer_headers.begin(), m_.layer_headers.end(), header) !=
         m_.layer_headers.end()) {
       d_.error(value.span, fmt::format("'{}' is imported twice", written));
-      return false;
-    }
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(header, ec)) {
-      Diagnostic& x = d_.error(
-          value.span, fmt::format("layer header '{}' {}", written,
-                                  std::filesystem::exists(header, ec) ? "is not a regular file"
-                                                                      : "does not exist"));
-      if (p.is_relative())
-        Diagnostics::note(x, "a relative path is found from the spec's directory");
       return false;
     }
     layers::ReadResult r =

@@ -74,6 +74,13 @@ void print_layers(const ModelSpec& m, std::string& out) {
   out += fmt::format("layers {{\n  import = {}\n",
                      headers.size() == 1 ? headers[0]
                                          : fmt::format("[{}]", fmt::join(headers, ", ")));
+  std::vector<std::string> sources;
+  for (const std::string& s : m.layer_cuda_sources)
+    sources.push_back(quoted(s));
+  if (!sources.empty())
+    out += fmt::format("  cuda = {}\n", sources.size() == 1
+                                            ? sources[0]
+                                            : fmt::format("[{}]", fmt::join(sources, ", ")));
   for (const CustomLayerSpec& c : m.custom) {
     std::vector<std::string> args;
     for (const CustomLayerSpec::Hyper& h : c.hyper)

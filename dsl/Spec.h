@@ -175,6 +175,7 @@ struct ModelSpec {
   // Custom layers: the headers they are declared in (as the spec's directory
   // resolves them) and the modules they replace or are added as, in block order.
   std::vector<std::string> layer_headers;
+  std::vector<std::string> layer_cuda_sources;  // their CUDA entry points (.cu), for --target cuda
   std::vector<CustomLayerSpec> custom;
 
   int64_t head_dim() const { return width / heads; }

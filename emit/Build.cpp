@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 #include <vector>
 
@@ -48,8 +49,48 @@ std::string unwritable_output_reason(const std::string& output) {
   return "";
 }
 
+namespace {
+
+// Runs argv; fills r.command, r.ok and adds to r.seconds.
+void run_command(std::vector<std::string> args, BuildResult& r) {
+  r.command.clear();
+  for (const std::string& a : args)
+    r.command += (r.command.empty() ? "" : " ") + a;
+  std::vector<char*> argv;
+  for (std::string& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  auto start = std::chrono::steady_clock::now();
+  pid_t pid;
+  r.ok = false;
+  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+}  // namespace
+
 BuildResult build_program(const std::string& source_path, const std::string& output, bool cuda,
-                          const std::vector<std::string>& include_dirs) {
+                          const std::vector<std::string>& include_dirs,
+                          const std::vector<std::string>& cuda_sources) {
+  BuildResult r;
+  std::vector<std::string> objects;
+  if (cuda)
+    for (const std::string& src : cuda_sources) {
+      const std::filesystem::path object = std::filesystem::path(source_path).parent_path() /
+                                           (std::filesystem::path(src).stem().string() + ".o");
+      std::vector<std::string> args = {kBuildNvcc};
+      for (const std::string& f : split(kBuildNvccFlags))
+        args.push_back(f);
+      for (const std::string& d : include_dirs)
+        args.push_back("-I" + d);
+      args.insert(args.end(), {"-c", src, "-o", object.string()});
+      run_command(std::move(args), r);
+      if (!r.ok) return r;
+      objects.push_back(object.string());
+    }
   const char* cxx = std::getenv("FSDPGEN_CXX");
   std::vector<std::string> args = {cxx && *cxx ? cxx : kBuildCompiler};
   for (const std::string& d : include_dirs)
@@ -60,6 +101,7 @@ BuildResult build_program(const std::string& source_path, const std::string& out
     for (const std::string& f : split(kBuildCudaCompileFlags))
       args.push_back(f);
   args.push_back(source_path);
+  args.insert(args.end(), objects.begin(), objects.end());
   args.push_back("-o");
   args.push_back(output);
   // The CUDA runtime library first: it calls into the CPU runtime's.
@@ -71,21 +113,7 @@ BuildResult build_program(const std::string& source_path, const std::string& out
   if (cuda)
     for (const std::string& f : split(kBuildCudaSystemLibraries))
       args.push_back(f);
-
-  BuildResult r;
-  for (const std::string& a : args)
-    r.command += (r.command.empty() ? "" : " ") + a;
-  std::vector<char*> argv;
-  for (std::string& a : args)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  auto start = std::chrono::steady_clock::now();
-  pid_t pid;
-  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return r;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  r.ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  run_command(std::move(args), r);
   return r;
 }
 

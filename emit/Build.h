@@ -22,8 +22,11 @@ std::string unwritable_output_reason(const std::string& output);
 // Compiles source_path (a generated train.cpp) into the executable `output`,
 // linked with the CUDA runtime (runtime/cuda/, NCCL, cuBLASLt) when cuda;
 // the compiler's diagnostics go to stderr. `include_dirs` come first on the
-// include path (a custom layer header's directory).
+// include path (custom layer headers' directories). With cuda, each of
+// `cuda_sources` (custom layers' CUDA entry points) is first compiled by
+// nvcc into an object beside source_path and linked in.
 BuildResult build_program(const std::string& source_path, const std::string& output, bool cuda,
-                          const std::vector<std::string>& include_dirs = {});
+                          const std::vector<std::string>& include_dirs = {},
+                          const std::vector<std::string>& cuda_sources = {});
 
 }  // namespace fsdpgen

@@ -275,6 +275,7 @@ class Writer {
                     "#include \"runtime/{}.h\"\n#include \"runtime/program.h\"\n"
                     "#include \"runtime/step.h\"\n",
                     fam());
+    if (custom_model() && cuda_) v["includes"] += "#include \"layers/fsdpgen_layer_cuda.h\"\n";
     for (const std::string& h : model_.layer_headers)  // their directories are on the include path
       v["includes"] += fmt::format("#include \"{}\"\n", header_name(h));
     v["main"] =
@@ -714,12 +715,23 @@ class Writer {
         m.output ? "saved." + std::string(m.output)
         : kept   ? dst
                  : let(b, "unused_out", "param_t", custom_out(op.operand(Role::Scratch)));
-    call(b, "{}.forward({}, {}, kDims.N(), fsdpgen::layer::Cpu{{{}}});", layer, x, y, ws());
+    call(b, "{}.{}({}, {}, kDims.N(), {});", layer, entry_point("forward"), x, y, layer_context());
     if (!kept) return;
     if (m.residual)
-      call(b, "residual_forward({}, {}, saved.{}, kDims.N() * kDims.C);", y, y, m.residual);
+      call(b, "residual_forward({}, {}, saved.{}, kDims.N() * kDims.C{});", y, y, m.residual,
+           gtail());
     else if (m.added())
-      call(b, "residual_forward({}, {}, {}, kDims.N() * kDims.C);", y, y, x);
+      call(b, "residual_forward({}, {}, {}, kDims.N() * kDims.C{});", y, y, x, gtail());
+  }
+
+  // A custom layer's entry point for the target: forward, or forward_cuda.
+  std::string entry_point(const std::string& name) const {
+    return on_gpu() ? name + "_cuda" : name;
+  }
+  // What it gets last (layers/fsdpgen_layer.h, layers/fsdpgen_layer_cuda.h).
+  std::string layer_context() const {
+    return on_gpu() ? fmt::format("fsdpgen::layer::Cuda{{{}}}", gpu_exec())
+                    : fmt::format("fsdpgen::layer::Cpu{{{}}}", ws());
   }
 
   // The model's added custom layer (model/layout.h's Module::added), or -1.
@@ -896,10 +908,11 @@ class Writer {
         m.dinput_in_dtmp
             ? "scratch.dtmp"
             : let(b, custom_spec(custom).module + "_dx", "param_t", custom_out(scratch));
-    call(b, "{}.backward({}, {}, {}, kDims.N(), fsdpgen::layer::Cpu{{{}}});", layer, x, dy, dx,
-         ws());
+    call(b, "{}.{}({}, {}, {}, kDims.N(), {});", layer, entry_point("backward"), x, dy, dx,
+         layer_context());
     if (!m.dinput_in_dtmp)
-      call(b, "residual_forward(scratch.dres, scratch.dres, {}, kDims.N() * kDims.C);", dx);
+      call(b, "residual_forward(scratch.dres, scratch.dres, {}, kDims.N() * kDims.C{});", dx,
+           gtail());
   }
 
   void embed_backward(Body& b, const Op& op, int grads) const {

@@ -67,18 +67,22 @@ void check_slot_alignment(const Spec& spec, Reasons& out) {
 }
 
 // A custom layer runs on the CPU through its forward and backward; the CUDA
-// target needs its forward_cuda and backward_cuda (layers/fsdpgen_layer.h).
+// target needs its forward_cuda and backward_cuda (layers/fsdpgen_layer.h),
+// defined in the CUDA sources the layers section names.
 void check_custom_layers(const Spec& spec, const Hardware& hw, Reasons& out) {
   if (!hw.gpu) return;
-  for (const CustomLayerSpec& c : spec.model.custom)
-    out.push_back(
-        c.cuda ? fmt::format("custom layer {} (the blocks' {}): the CUDA step does not call "
-                             "custom layers' forward_cuda and backward_cuda yet",
-                             c.layer, c.module)
-               : fmt::format("custom layer {} (the blocks' {}) in {} declares no forward_cuda "
-                             "and backward_cuda: the CUDA target needs both "
-                             "(layers/fsdpgen_layer.h)",
-                             c.layer, c.module, c.header));
+  for (const CustomLayerSpec& c : spec.model.custom) {
+    if (!c.cuda)
+      out.push_back(fmt::format(
+          "custom layer {} (the blocks' {}) in {} declares no forward_cuda and backward_cuda: "
+          "the CUDA target needs both (layers/fsdpgen_layer.h)",
+          c.layer, c.module, c.header));
+    else if (spec.model.layer_cuda_sources.empty())
+      out.push_back(fmt::format(
+          "custom layer {} (the blocks' {}) declares forward_cuda and backward_cuda, but the "
+          "layers section names no CUDA source that defines them (cuda = \"my_layers.cu\")",
+          c.layer, c.module));
+  }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // swiglu_mlp: Llama's gated MLP as a custom layer for any family
 // (layers/fsdpgen_layer.h): y = (silu(x @ gate_w^T) * (x @ up_w^T)) @ down_w^T,
-// nn.Linear weights (out, in), no biases.
+// nn.Linear weights (out, in), no biases. Its CUDA twins are in swiglu_mlp.cu.
 #pragma once
 
 #include <cstdint>
@@ -61,4 +61,9 @@ struct SwiGluMlp {
     gemm(true, false, F, C, tokens, 1.0f, static_cast<const T*>(dup), F, x, C, 1.0f, up_w.grad, C,
          cpu.ws);
   }
+
+  // The same on the GPU (swiglu_mlp.cu), for --target cuda.
+  void forward_cuda(const T* x, T* y, int64_t tokens, const fsdpgen::layer::Cuda& cuda) const;
+  void backward_cuda(const T* x, const T* dy, T* dx, int64_t tokens,
+                     const fsdpgen::layer::Cuda& cuda) const;
 };

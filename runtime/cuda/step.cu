@@ -176,6 +176,14 @@ void tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, 
   check_launch();
 }
 
+template <class T>
+void residual_forward(T* out, const T* a, const T* b, int64_t n, gpu_exec& g) {
+  residual_forward(out, a, b, n, g.stream);
+}
+template void residual_forward<float>(float*, const float*, const float*, int64_t, gpu_exec&);
+template void residual_forward<bf16>(bf16*, const bf16*, const bf16*, int64_t, gpu_exec&);
+template void residual_forward<fp16>(fp16*, const fp16*, const fp16*, int64_t, gpu_exec&);
+
 void tensor_zero(void* dst, int64_t bytes, gpu_exec& g) {
   CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), g.stream));
 }

@@ -57,6 +57,10 @@ void tensor_narrow_in_place(void* data, int64_t n, dtype_id to, gpu_exec& g);
 void tensor_widen_in_place(void* data, int64_t n, dtype_id from, gpu_exec& g);
 // Device-to-device, host-to-device or device-to-host copy on g.stream.
 void cuda_copy(void* dst, const void* src, int64_t bytes, gpu_exec& g);
+// out = a + b over n values (out may alias a or b): the residual add the
+// step does after a custom layer, as runtime/kernels.h's on the CPU.
+template <class T>
+void residual_forward(T* out, const T* a, const T* b, int64_t n, gpu_exec& g);
 
 // Adds the sum of squares of a gradient shard to scalars->norm_sq.
 void step_add_grad_norm(step_context& c, const void* grad, dtype_id t, int64_t n, gpu_exec& g);

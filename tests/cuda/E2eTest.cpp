@@ -120,6 +120,39 @@ TEST(CudaBuild, UnsupportedSpecsAreErrors) {
       << r.out;
 }
 
+// A custom layer with CUDA entry points builds for the GPU wherever nvcc is
+// (its .cu compiled by nvcc, linked in); one without them, or without the
+// .cu that defines them, is refused naming the layer.
+TEST(CudaBuild, CustomLayersBuildWithTheirCudaSources) {
+  if (std::string(FSDPGEN_LAYER_READER).empty())
+    GTEST_SKIP() << "the layer reader (fsdpgen-layers) is not built here: Clang 19 was not found "
+                    "(bash tools/setup.sh deps installs it)";
+  const std::filesystem::path dir = e2e_dir("custom_layer_build");
+  CmdResult b = run_command(fmt::format("cd {} && {} examples/layers/gpt2-swiglu.fsdp --target cuda -o {}",
+                                        FSDPGEN_SOURCE_DIR, FSDPGEN_BIN, (dir / "train").string()));
+  ASSERT_EQ(b.status, 0) << b.out;
+  CmdResult printed = run_command((dir / "train").string() + " --print-schedule");
+  ASSERT_EQ(printed.status, 0) << printed.out;
+  EXPECT_NE(printed.out.find("transformer.h.0.mlp.gate_w (344, 128)"), std::string::npos)
+      << printed.out;
+  auto refused = [](const std::string& name, const std::string& layers, const std::string& what) {
+    E2eConfig c;
+    c.layers = layers;
+    const std::filesystem::path d = e2e_dir(name);
+    std::ofstream(d / "e2e.fsdp") << c.spec();
+    CmdResult r = run_command(
+        fmt::format("cd {} && {} e2e.fsdp --target cuda -o train 2>&1", d.string(), FSDPGEN_BIN));
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find(what), std::string::npos) << r.out;
+  };
+  refused("custom_layer_no_cuda_entry",
+          example_layers("gelu_mlp.h", "mlp = GeluMlp(d_model = width, d_ff = ffn_hidden)"),
+          "custom layer GeluMlp (the blocks' mlp) in");
+  refused("custom_layer_no_cuda_source",
+          example_layers("swiglu_mlp.h", "mlp = SwiGluMlp(d_model = width, d_ff = 88)"),
+          "names no CUDA source that defines them");
+}
+
 TEST(CudaBuild, CommAndProfileStepFlagsAreChecked) {
   E2eConfig c;
   c.world = 1;
@@ -340,6 +373,39 @@ std::vector<E2eConfig> llama_configs() {
   }
   return out;
 }
+
+// A custom layer (examples/layers/swiglu_mlp.h) with its CUDA entry points
+// (swiglu_mlp.cu, compiled by nvcc into the program): the CUDA binary's
+// losses equal the CPU binary's, which runs the layer's CPU entry points.
+std::string swiglu_layers() {
+  return example_layers("swiglu_mlp.h", "mlp = SwiGluMlp(d_model = width, d_ff = 88)") +
+         fmt::format("  cuda = \"{}/examples/layers/swiglu_mlp.cu\"\n", FSDPGEN_SOURCE_DIR);
+}
+
+std::vector<E2eConfig> custom_layer_configs() {
+  std::vector<E2eConfig> out;
+  E2eConfig c;  // full_shard on 2 ranks, recomputed
+  c.layers = swiglu_layers();
+  c.recompute = "block";
+  out.push_back(c);
+  c = {};
+  c.layers = swiglu_layers();
+  c.world = 1;
+  c.param = c.reduce_dtype = "bf16";
+  c.units = "each linear";
+  out.push_back(c);
+  c = {};
+  c.family = "llama";
+  c.layers = swiglu_layers();
+  c.sharding = "hybrid_shard";
+  c.world = 4;
+  c.shard_group = 2;
+  out.push_back(c);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(CustomLayer, CudaTraining, ::testing::ValuesIn(custom_layer_configs()),
+                         [](const auto& info) { return info.param.name(); });
 
 INSTANTIATE_TEST_SUITE_P(Llama, CudaTraining, ::testing::ValuesIn(llama_configs()),
                          [](const auto& info) { return info.param.name(); });

@@ -146,14 +146,14 @@ TEST(CustomLayerSpecs, CoverEveryErrorOfTheSection) {
   }
   for (const char* message : {
            "error: section 'layers' names no header",
-           "error: 'import' names no header",
+           "error: 'import' names no file",
            "error: '../custom/layer_norm.h' is imported twice",
            "error: layer 'LayerNorm' is declared in both '../custom/layer_norm.h' and "
            "'again/norms.h'",
            "error: '../custom/layer_norm.h' and 'again/layer_norm.h' have the same file name",
            "error: duplicate key 'import' in section 'layers'",
            "error: expected a string for 'import', got 'gelu_mlp'",
-           "error: 'import' takes a header's path",
+           "error: 'import' takes a file's path",
            "error: layer header 'gelu_mlp.h' does not exist",
            "note: a relative path is found from the spec's directory",
            "error: layer header '../../../examples/layers' is not a regular file",
@@ -322,7 +322,7 @@ TEST(CustomLayers, SwiGluMlpChangesTheParameterCountByItsOwnShapes) {
                          {"gate", 344, false}, {"up", 344, false}, {"hidden", 344, false}}));
   EXPECT_EQ(c.scratch, (std::vector<CustomArraySpec>{{"dgate_up", 2 * 344, false}}));
   EXPECT_EQ(c.flops_per_token, 6 * 64 * 344);
-  EXPECT_FALSE(c.cuda);
+  EXPECT_TRUE(c.cuda);  // swiglu_mlp.h declares forward_cuda and backward_cuda
 
   // By hand, C = 64, F = 256: the built-in block is 12 C^2 + 13 C = 49,984;
   // its mlp (c_fc C x F + F, c_proj F x C + C) is 2 x 64 x 256 + 256 + 64 =
@@ -475,7 +475,9 @@ TEST(CustomLayers, CheckAcceptsTheExampleSpecsAndDumpsTheirLayers) {
   ASSERT_EQ(r.status, 0) << r.out;
   const std::string header =
       (source_dir() / "examples/layers/swiglu_mlp.h").lexically_normal().string();
-  EXPECT_NE(r.out.find("layers {\n  import = \"" + header +
+  const std::string cuda =
+      (source_dir() / "examples/layers/swiglu_mlp.cu").lexically_normal().string();
+  EXPECT_NE(r.out.find("layers {\n  import = \"" + header + "\"\n  cuda = \"" + cuda +
                        "\"\n  mlp = SwiGluMlp(d_model = width, d_ff = 344)\n}\n"),
             std::string::npos)
       << r.out;

@@ -30,7 +30,7 @@ TEST(LayerDecl, TheExamplesGoldensBindToTheirShapes) {
   const LayerDecl& d = (*layers)[0];
   EXPECT_EQ(d.name, "SwiGluMlp");
   EXPECT_EQ(d.hyper, (std::vector<std::string>{"d_model", "d_ff"}));
-  EXPECT_FALSE(d.cuda);
+  EXPECT_TRUE(d.cuda);  // forward_cuda and backward_cuda (swiglu_mlp.cu)
   auto b = bind_layer(d, {{"d_model", 64}, {"d_ff", 176}}, &error);
   ASSERT_TRUE(b) << error;
   ASSERT_EQ(b->tensors.size(), 3u);
