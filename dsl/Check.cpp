@@ -50,8 +50,8 @@ bool check_model(const ast::Section* model, const ast::Section* layers, CheckCon
 
 }  // namespace
 
-std::optional<Spec> check(const ast::File& file, Diagnostics& diags,
-                          const SpecOverrides& overrides, const std::string& spec_dir) {
+std::optional<Spec> check(const ast::File& file, Diagnostics& diags, const SpecOverrides& overrides,
+                          const std::string& spec_dir) {
   CheckContext ctx(diags);
   ctx.spec_dir = spec_dir;
   std::map<std::string, const ast::Section*> sections = sections_of(file, diags);

@@ -94,7 +94,8 @@ class CustomLayerReader {
   };
 
  public:
-  explicit CustomLayerReader(CheckContext& ctx) : d_(ctx.diags), v_(ctx.diags), m_(ctx.spec.model) {}
+  explicit CustomLayerReader(CheckContext& ctx)
+      : d_(ctx.diags), v_(ctx.diags), m_(ctx.spec.model) {}
 
   void read(const ast::Section& section, const std::string& spec_dir) {
     const ast::Entry* import = nullptr;
@@ -119,8 +120,9 @@ class CustomLayerReader {
     if (!import) {
       if (unreadable_import) return;  // no header to check the modules against
       Diagnostic& x = d_.error(section.kind_span, "section 'layers' names no header");
-      Diagnostics::note(x, "write 'import = \"my_layers.h\"' in it: the C++ header that declares "
-                           "the layers (layers/fsdpgen_layer.h)");
+      Diagnostics::note(x,
+                        "write 'import = \"my_layers.h\"' in it: the C++ header that declares "
+                        "the layers (layers/fsdpgen_layer.h)");
       return;
     }
     if (!read_header(*import, spec_dir)) return;
@@ -128,7 +130,8 @@ class CustomLayerReader {
     for (const ast::Entry* e : modules) {
       auto [it, fresh] = seen.emplace(e->key, e);
       if (!fresh) {
-        Diagnostic& x = d_.error(e->key_span, fmt::format("duplicate key '{}' in section 'layers'", e->key));
+        Diagnostic& x =
+            d_.error(e->key_span, fmt::format("duplicate key '{}' in section 'layers'", e->key));
         Diagnostics::note(x, it->second->key_span, "previous definition is here");
         continue;
       }
@@ -177,10 +180,10 @@ class CustomLayerReader {
     const std::string file = p.lexically_normal().string();
     std::error_code ec;
     if (std::filesystem::is_regular_file(file, ec)) return file;
-    Diagnostic& x = d_.error(value.span, fmt::format("{} '{}' {}", what, *path,
-                                                     std::filesystem::exists(file, ec)
-                                                         ? "is not a regular file"
-                                                         : "does not exist"));
+    Diagnostic& x =
+        d_.error(value.span, fmt::format("{} '{}' {}", what, *path,
+                                         std::filesystem::exists(file, ec) ? "is not a regular file"
+                                                                           : "does not exist"));
     if (p.is_relative()) Diagnostics::note(x, "a relative path is found from the spec's directory");
     return std::nullopt;
   }
@@ -215,7 +218,8 @@ class CustomLayerReader {
   }
 
   bool read_one_header(const ast::Value& value, const std::string& spec_dir) {
-    const std::optional<std::string> found = existing_file(value, "import", spec_dir, "layer header");
+    const std::optional<std::string> found =
+        existing_file(value, "import", spec_dir, "layer header");
     if (!found) return false;
     const std::string written = value.text;
     const std::string header = *found;
@@ -227,8 +231,7 @@ class CustomLayerReader {
     layers::ReadResult r =
         layers::read_layers(layer_reader_path(), header, layers::default_layer_cache_dir());
     if (!r.layers) {
-      Diagnostic& x =
-          d_.error(value.span, fmt::format("cannot read the layers of '{}'", written));
+      Diagnostic& x = d_.error(value.span, fmt::format("cannot read the layers of '{}'", written));
       std::vector<std::string> notes = reader_notes(r.diagnostics, header);
       if (notes.empty())  // e.g. killed by a signal before writing anything
         notes.push_back(
@@ -258,9 +261,10 @@ class CustomLayerReader {
       const std::string name = std::filesystem::path(m_.layer_headers[i]).filename().string();
       auto [it, fresh] = seen.emplace(name, written_[i]);
       if (fresh) continue;
-      Diagnostic& x = d_.error(at, fmt::format("'{}' and '{}' have the same file name", it->second,
-                                               written_[i]));
-      Diagnostics::note(x, "the generated program includes each header by its file name: rename one");
+      Diagnostic& x = d_.error(
+          at, fmt::format("'{}' and '{}' have the same file name", it->second, written_[i]));
+      Diagnostics::note(x,
+                        "the generated program includes each header by its file name: rename one");
       return false;
     }
     return true;
@@ -316,8 +320,8 @@ class CustomLayerReader {
     for (const model::Module& x : param_layout(m_.family).modules)
       names.push_back(x.name);
     const std::vector<std::string_view> choices = names_of(names);
-    Diagnostic& x = d_.error(e.key_span, fmt::format("unknown module '{}' of a {} block", e.key,
-                                                     to_string(m_.family)));
+    Diagnostic& x = d_.error(
+        e.key_span, fmt::format("unknown module '{}' of a {} block", e.key, to_string(m_.family)));
     const std::string m = closest_match(e.key, choices);
     if (!m.empty()) x.message += fmt::format("; did you mean '{}'?", m);
     Diagnostics::note(x, fmt::format("a custom layer replaces {}, or is added as {}",
@@ -335,8 +339,8 @@ class CustomLayerReader {
     for (const std::string& w : written_)
       quoted.push_back("'" + w + "'");
     const Span at{v.span.begin, v.span.begin + static_cast<uint32_t>(v.text.size())};
-    Diagnostic& x = d_.error(at, fmt::format("no layer '{}' in {}", v.text,
-                                             fmt::join(quoted, " or ")));
+    Diagnostic& x =
+        d_.error(at, fmt::format("no layer '{}' in {}", v.text, fmt::join(quoted, " or ")));
     const std::string m = closest_match(v.text, names_of(names));
     if (!m.empty())
       x.message += fmt::format("; did you mean '{}'?", m);
@@ -349,23 +353,24 @@ class CustomLayerReader {
 
   // `name = width` or `name = 1024`.
   bool read_hyper(const layers::LayerDecl& decl, const ast::Arg& a,
-                  std::map<std::string, int64_t>& values, std::map<std::string, std::string>& from) {
+                  std::map<std::string, int64_t>& values,
+                  std::map<std::string, std::string>& from) {
     const std::vector<std::string_view> hyper = names_of(decl.hyper);
     if (a.name.empty()) {
       Diagnostic& x = d_.error(a.value.span, "a layer's hyper-parameters are given by name");
-      Diagnostics::note(x, fmt::format("layer '{}' takes {}", decl.name,
-                                       quoted_choices(hyper, " and ")));
+      Diagnostics::note(
+          x, fmt::format("layer '{}' takes {}", decl.name, quoted_choices(hyper, " and ")));
       return false;
     }
     if (std::find(hyper.begin(), hyper.end(), a.name) == hyper.end()) {
-      Diagnostic& x = d_.error(a.name_span, fmt::format("layer '{}' has no hyper-parameter '{}'",
-                                                        decl.name, a.name));
+      Diagnostic& x = d_.error(
+          a.name_span, fmt::format("layer '{}' has no hyper-parameter '{}'", decl.name, a.name));
       const std::string m = closest_match(a.name, hyper);
       if (!m.empty())
         x.message += fmt::format("; did you mean '{}'?", m);
       else
-        Diagnostics::note(x, fmt::format("its hyper-parameters are {}",
-                                         quoted_choices(hyper, " and ")));
+        Diagnostics::note(
+            x, fmt::format("its hyper-parameters are {}", quoted_choices(hyper, " and ")));
       return false;
     }
     if (values.count(a.name)) {

@@ -71,9 +71,9 @@ void print_layers(const ModelSpec& m, std::string& out) {
   std::vector<std::string> headers;
   for (const std::string& h : m.layer_headers)
     headers.push_back(quoted(h));
-  out += fmt::format("layers {{\n  import = {}\n",
-                     headers.size() == 1 ? headers[0]
-                                         : fmt::format("[{}]", fmt::join(headers, ", ")));
+  out +=
+      fmt::format("layers {{\n  import = {}\n",
+                  headers.size() == 1 ? headers[0] : fmt::format("[{}]", fmt::join(headers, ", ")));
   std::vector<std::string> sources;
   for (const std::string& s : m.layer_cuda_sources)
     sources.push_back(quoted(s));
@@ -153,7 +153,6 @@ void print_parallel(const ParallelSpec& p, std::string& out) {
                      p.accumulate.micro_batches, to_string(p.accumulate.reduce));
   out += "}\n";
 }
-
 
 // synthetic(seed = 7), text("input.txt"), tokens("a_*.bin", "b.bin")
 std::string data_source(const DataSpec& d) {

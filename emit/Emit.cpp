@@ -551,8 +551,8 @@ class Writer {
 
   // Where row `name` of a layout table starts in its slot (a logic error if absent).
   int64_t row_offset(const model::Table<model::Field>& t, const std::string& name) const {
-    return model::offset_bytes(t, model::index_of(t, name.c_str()), layout_dims(model_, act_),
-                               N_, pbytes_);
+    return model::offset_bytes(t, model::index_of(t, name.c_str()), layout_dims(model_, act_), N_,
+                               pbytes_);
   }
 
   // The family's saved struct `saved` over the slot: carved by the family's
@@ -580,8 +580,8 @@ class Writer {
   // The custom layer of `custom` as a local named after its module, its
   // hyper-parameters, parameters (and with `grads` their gradients) and
   // saved arrays set; with `scratch` (backward) its scratch arrays too.
-  std::string custom_layer_local(Body& b, const Segment& seg, int64_t block, int custom,
-                                 int params, int grads, At slot, int scratch) const {
+  std::string custom_layer_local(Body& b, const Segment& seg, int64_t block, int custom, int params,
+                                 int grads, At slot, int scratch) const {
     const CustomLayerSpec& c = custom_spec(custom);
     const std::string var = "layer_" + c.module;
     call(b, "{}<param_t, grad_t> {}{{}};  // {} (custom, {})", c.layer, var, c.module,
@@ -595,7 +595,8 @@ class Writer {
            let(b, c.module + "_" + t.name, "param_t", param(params, seg.unit, prefix + t.name)));
       if (grads >= 0)
         call(b, "{}.{}.grad = {};", var, t.name,
-             let(b, "d" + c.module + "_" + t.name, "grad_t", grad(grads, seg.unit, prefix + t.name)));
+             let(b, "d" + c.module + "_" + t.name, "grad_t",
+                 grad(grads, seg.unit, prefix + t.name)));
     }
     const LayoutTable saved = block_saved_layout(model_);
     for (const CustomArraySpec& a : c.saved)
@@ -689,15 +690,15 @@ class Writer {
         // row of a layer added after it.
         const bool last = pc.family_end == block_piece_count_family();
         const int added = added_custom_layer();
-        const std::string family_out = !last ? "nullptr"
-                                       : added < 0
-                                           ? dst
-                                           : added_input(b, added, slot);
+        const std::string family_out = !last       ? "nullptr"
+                                       : added < 0 ? dst
+                                                   : added_input(b, added, slot);
         call(b, "{}_block_forward<param_t>({}, params, saved, {}kDims, {}{});", fam(), family_out,
              rope, ws(), family_pieces_arg(seg, k, end, pc));
         continue;
       }
-      custom_forward(b, op, seg.layers[k].block, pc.custom, params, slot, out.buffer >= 0 ? dst : "");
+      custom_forward(b, op, seg.layers[k].block, pc.custom, params, slot,
+                     out.buffer >= 0 ? dst : "");
     }
   }
 
@@ -709,7 +710,8 @@ class Writer {
     const Segment& seg = segment(op);
     const std::string layer = custom_layer_local(b, seg, block, custom, params, -1, slot, -1);
     const model::Module& m = module_of(custom);
-    const std::string x = m.added() ? added_input(b, custom, slot) : "saved." + std::string(m.input);
+    const std::string x =
+        m.added() ? added_input(b, custom, slot) : "saved." + std::string(m.input);
     const bool kept = m.output || !dst.empty();
     const std::string y =
         m.output ? "saved." + std::string(m.output)
@@ -902,12 +904,12 @@ class Writer {
     const std::string layer =
         custom_layer_local(b, seg, block, custom, params, grads, slot, scratch);
     const model::Module& m = module_of(custom);
-    const std::string x = m.added() ? added_input(b, custom, slot) : "saved." + std::string(m.input);
+    const std::string x =
+        m.added() ? added_input(b, custom, slot) : "saved." + std::string(m.input);
     const std::string dy = m.residual || m.added() ? "scratch.dres" : "scratch.dtmp";
-    const std::string dx =
-        m.dinput_in_dtmp
-            ? "scratch.dtmp"
-            : let(b, custom_spec(custom).module + "_dx", "param_t", custom_out(scratch));
+    const std::string dx = m.dinput_in_dtmp ? "scratch.dtmp"
+                                            : let(b, custom_spec(custom).module + "_dx", "param_t",
+                                                  custom_out(scratch));
     call(b, "{}.{}({}, {}, {}, kDims.N(), {});", layer, entry_point("backward"), x, dy, dx,
          layer_context());
     if (!m.dinput_in_dtmp)

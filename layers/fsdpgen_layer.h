@@ -15,7 +15,7 @@
 //     fsdpgen::layer::Param<T, G, "d_model, d_ff", "normal(0.02)"> fc_w;
 //     fsdpgen::layer::Param<T, G, "d_ff", "zeros"> fc_b;
 //     fsdpgen::layer::Saved<T, "d_ff"> pre;          // kept from forward for backward
-//     fsdpgen::layer::Scratch<T, "d_ff"> dpre;       // live during one call only
+//     fsdpgen::layer::Scratch<T, "d_ff"> dpre;       // live during one backward call
 //     static constexpr fsdpgen::layer::Flops<"4 * d_model * d_ff"> flops{};
 //     void forward(const T* x, T* y, int64_t tokens, const fsdpgen::layer::Cpu& cpu) const;
 //     void backward(const T* x, const T* dy, T* dx, int64_t tokens,
@@ -34,16 +34,18 @@
 // Param's value (the gathered parameter) and grad (its unsharded gradient,
 // to which backward adds), a Saved array (tokens x extent, in the block's
 // saved activations: written by forward, read by backward, rebuilt by a
-// recompute), a Scratch array (tokens x extent, live during one call). A
-// layer allocates nothing and keeps no state between calls.
+// recompute), a Scratch array (tokens x extent, in the backward scratch:
+// set for backward calls only, so forward keeps all it needs in Saved
+// arrays). A layer allocates nothing and keeps no state between calls.
 //
 // Entry points, on the CPU: forward reads x (tokens, d_in) and writes y
 // (tokens, d_out), overwriting it; backward reads x and dy (tokens, d_out),
 // writes dx (tokens, d_in), overwriting it, and adds every parameter's
 // gradient. Rows are tokens in sequence order. A layer may also declare
 // forward_cuda and backward_cuda with the same parameters and a
-// `const fsdpgen::layer::Cuda&` last (defined in a .cu file; this header stays
-// free of CUDA); `--target cuda` needs them.
+// `const fsdpgen::layer::Cuda&` last (layers/fsdpgen_layer_cuda.h; defined in
+// a .cu file the spec's layers section names, as `cuda = "x.cu"`; this header
+// stays free of CUDA); `--target cuda` needs them.
 #pragma once
 
 #include <cstddef>
@@ -81,7 +83,7 @@ struct SavedF32 {
   float* data = nullptr;
 };
 
-// An array one call uses and drops: (tokens, PerToken) of T, or of fp32.
+// An array one backward call uses and drops: (tokens, PerToken) of T, or of fp32.
 template <class T, Text PerToken>
 struct Scratch {
   T* data = nullptr;
@@ -101,7 +103,7 @@ struct Cpu {
   gemm_workspace ws;
 };
 
-// The CUDA entry points' counterpart (defined by the CUDA runtime).
+// The CUDA entry points' counterpart (layers/fsdpgen_layer_cuda.h).
 struct Cuda;
 
 }  // namespace fsdpgen::layer

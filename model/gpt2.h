@@ -94,9 +94,9 @@ inline constexpr Module kGpt2Modules[] = {
     {"after_mlp", 6, 6, nullptr, nullptr, nullptr, false},
 };
 
-inline constexpr ParamLayout kGpt2Params{
-    "transformer.h.{}.", kGpt2EmbedParams, kGpt2BlockParams, kGpt2FinalNormParams,
-    kGpt2HeadParams,     kGpt2BlockPieces, kGpt2Modules};
+inline constexpr ParamLayout kGpt2Params{"transformer.h.{}.",  kGpt2EmbedParams, kGpt2BlockParams,
+                                         kGpt2FinalNormParams, kGpt2HeadParams,  kGpt2BlockPieces,
+                                         kGpt2Modules};
 
 inline constexpr ActivationLayout kGpt2Activations{kGpt2BlockSaved, kGpt2FinalNormSaved,
                                                    kGpt2BackwardScratch};

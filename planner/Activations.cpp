@@ -2,9 +2,9 @@
 // totalled from the families' layout tables.
 #include "planner/Activations.h"
 
+#include "dsl/Layers.h"
 #include "model/gpt2.h"
 #include "model/llama.h"
-#include "dsl/Layers.h"
 
 namespace fsdpgen {
 namespace {

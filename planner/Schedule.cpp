@@ -297,7 +297,8 @@ class Builder {
   bool recompute_rebuilds(int i) const {
     const Segment& seg = segments()[i];
     const LayerId& l = seg.layers.front();
-    return !(last_of_group(i) && seg.layers.size() == 1 && writes_only_block_output(spec_.model, l));
+    return !(last_of_group(i) && seg.layers.size() == 1 &&
+             writes_only_block_output(spec_.model, l));
   }
 
   void forward(int mb) {

@@ -45,7 +45,7 @@ struct Adapter {
                     up_w.value, tokens, R, C, cpu.ws);
     gelu_backward(dact.data, static_cast<const T*>(pre.data), static_cast<const T*>(dact.data),
                   tokens * R);
-    matmul_backward(dx, down_w.grad, down_b.grad, static_cast<const T*>(dact.data), x,
-                    down_w.value, tokens, C, R, cpu.ws);
+    matmul_backward(dx, down_w.grad, down_b.grad, static_cast<const T*>(dact.data), x, down_w.value,
+                    tokens, C, R, cpu.ws);
   }
 };

@@ -16,8 +16,8 @@ void SwiGluMlp<T, G>::forward_cuda(const T* x, T* y, int64_t tokens,
   cuda_gemm(false, true, tokens, F, C, 1.0f, x, C, up_w.value, C, 0.0f, up.data, F, cuda.g);
   swiglu_forward(hidden.data, static_cast<const T*>(gate.data), static_cast<const T*>(up.data),
                  tokens * F, cuda.g.stream);
-  cuda_gemm(false, true, tokens, C, F, 1.0f, static_cast<const T*>(hidden.data), F, down_w.value,
-            F, 0.0f, y, C, cuda.g);
+  cuda_gemm(false, true, tokens, C, F, 1.0f, static_cast<const T*>(hidden.data), F, down_w.value, F,
+            0.0f, y, C, cuda.g);
 }
 
 template <class T, class G>

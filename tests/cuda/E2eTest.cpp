@@ -124,12 +124,11 @@ TEST(CudaBuild, UnsupportedSpecsAreErrors) {
 // (its .cu compiled by nvcc, linked in); one without them, or without the
 // .cu that defines them, is refused naming the layer.
 TEST(CudaBuild, CustomLayersBuildWithTheirCudaSources) {
-  if (std::string(FSDPGEN_LAYER_READER).empty())
-    GTEST_SKIP() << "the layer reader (fsdpgen-layers) is not built here: Clang 19 was not found "
-                    "(bash tools/setup.sh deps installs it)";
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
   const std::filesystem::path dir = e2e_dir("custom_layer_build");
-  CmdResult b = run_command(fmt::format("cd {} && {} examples/layers/gpt2-swiglu.fsdp --target cuda -o {}",
-                                        FSDPGEN_SOURCE_DIR, FSDPGEN_BIN, (dir / "train").string()));
+  CmdResult b =
+      run_command(fmt::format("cd {} && {} examples/layers/gpt2-swiglu.fsdp --target cuda -o {}",
+                              FSDPGEN_SOURCE_DIR, FSDPGEN_BIN, (dir / "train").string()));
   ASSERT_EQ(b.status, 0) << b.out;
   CmdResult printed = run_command((dir / "train").string() + " --print-schedule");
   ASSERT_EQ(printed.status, 0) << printed.out;

@@ -211,9 +211,7 @@ TEST(Checkpoint, ResumeIsBitExactLlama) {
 
 // A custom layer's tensors are checkpointed and resumed like any others.
 TEST(Checkpoint, ResumeIsBitExactWithACustomLayer) {
-  if (std::string(FSDPGEN_LAYER_READER).empty())
-    GTEST_SKIP() << "the layer reader (fsdpgen-layers) is not built here: Clang 19 was not found "
-                    "(bash tools/setup.sh deps installs it)";
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
   E2eConfig c = steps(E2eConfig{}, 4);
   c.layers = example_layers("swiglu_mlp.h", "mlp = SwiGluMlp(d_model = width, d_ff = 88)");
   c.recompute = "block";

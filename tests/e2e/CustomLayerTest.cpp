@@ -126,8 +126,8 @@ void expect_same_steps(const Pair& p, int steps, Tolerance tolerance) {
       const double want = p.builtin[s].at(key).get<double>();
       const double got = p.custom[s].at(key).get<double>();
       const double rel = std::abs(got - want) / std::abs(want);
-      std::printf("step %zu %s: built-in %.9g, custom %.9g, relative %.2e\n", s + 1, key, want,
-                  got, rel);
+      std::printf("step %zu %s: built-in %.9g, custom %.9g, relative %.2e\n", s + 1, key, want, got,
+                  rel);
       const double limit = std::string(key) == "loss" ? tolerance.loss : tolerance.grad_norm;
       if (limit == 0 || (s == 0 && std::string(key) == "loss"))
         EXPECT_EQ(got, want) << key << " of step " << s + 1;
@@ -144,9 +144,7 @@ class GeluMlpEqualsBuiltin : public ::testing::TestWithParam<E2eConfig> {};
 // GeluMlp runs the built-in MLP's kernels in the same order on the same
 // flat layout, so nothing may differ: bit for bit.
 TEST_P(GeluMlpEqualsBuiltin, StepForStep) {
-  if (std::string(FSDPGEN_LAYER_READER).empty())
-    GTEST_SKIP() << "the layer reader (fsdpgen-layers) is not built here: Clang 19 was not found "
-                    "(bash tools/setup.sh deps installs it)";
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
   const E2eConfig& c = GetParam();
   expect_same_steps(train_both(c.name(), c, gelu_layers(), mlp_renames("gpt2")), c.steps, {});
 }
@@ -198,9 +196,7 @@ INSTANTIATE_TEST_SUITE_P(Strategies, GeluMlpEqualsBuiltin, ::testing::ValuesIn(g
 // projection adds the residual as it writes): the same GEMMs and rounding,
 // so bit for bit as well (measured).
 TEST(SwiGluMlp, EqualsBuiltinLlama) {
-  if (std::string(FSDPGEN_LAYER_READER).empty())
-    GTEST_SKIP() << "the layer reader (fsdpgen-layers) is not built here: Clang 19 was not found "
-                    "(bash tools/setup.sh deps installs it)";
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
   E2eConfig c;
   c.family = "llama";
   c.recompute = "block";
@@ -222,9 +218,7 @@ constexpr Tolerance kNormTolerance = {2.5e-6, 4e-5};
 class WholeCustomBlock : public ::testing::TestWithParam<E2eConfig> {};
 
 TEST_P(WholeCustomBlock, EqualsTheBuiltinBlock) {
-  if (std::string(FSDPGEN_LAYER_READER).empty())
-    GTEST_SKIP() << "the layer reader (fsdpgen-layers) is not built here: Clang 19 was not found "
-                    "(bash tools/setup.sh deps installs it)";
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
   const E2eConfig& c = GetParam();
   const std::string layers = fmt::format(
       "  import = [\"{}\", \"{}\", \"{}/examples/layers/gelu_mlp.h\"]\n"
@@ -248,9 +242,7 @@ TEST_P(WholeCustomBlock, EqualsTheBuiltinBlock) {
 // The attention module alone (a residual branch whose output is a saved
 // row, not the block's): bit for bit, recomputed under per-linear units.
 TEST(CustomAttention, EqualsTheBuiltinAttention) {
-  if (std::string(FSDPGEN_LAYER_READER).empty())
-    GTEST_SKIP() << "the layer reader (fsdpgen-layers) is not built here: Clang 19 was not found "
-                    "(bash tools/setup.sh deps installs it)";
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
   E2eConfig c;
   c.recompute = "block";
   c.units = "unit [block 1.attn] unit [block 2.ln_1, block 2.attn]";
@@ -290,9 +282,7 @@ INSTANTIATE_TEST_SUITE_P(Gpt2, WholeCustomBlock, ::testing::ValuesIn(whole_block
 // llama's norms as custom RMSNorms and its MLP as SwiGluMlp: within
 // kNormTolerance, for the same reason.
 TEST(CustomNorms, EqualBuiltinLlama) {
-  if (std::string(FSDPGEN_LAYER_READER).empty())
-    GTEST_SKIP() << "the layer reader (fsdpgen-layers) is not built here: Clang 19 was not found "
-                    "(bash tools/setup.sh deps installs it)";
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
   E2eConfig c;
   c.family = "llama";
   c.sharding = "hybrid_shard";
@@ -317,9 +307,7 @@ TEST(CustomNorms, EqualBuiltinLlama) {
 // steps differ. Sharded with per-linear units and recompute, it equals the
 // single-rank run within the e2e tests' fp32 tolerance (2.5e-6).
 TEST(AddedLayer, StartsAsTheModelWithoutItAndShardsLikeAnyLayer) {
-  if (std::string(FSDPGEN_LAYER_READER).empty())
-    GTEST_SKIP() << "the layer reader (fsdpgen-layers) is not built here: Clang 19 was not found "
-                    "(bash tools/setup.sh deps installs it)";
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
   const std::string adapter =
       example_layers("adapter.h", "after_mlp = Adapter(d_model = width, rank = 8)");
   auto metrics = [](const std::string& name, const E2eConfig& c) {
@@ -359,15 +347,13 @@ TEST(AddedLayer, StartsAsTheModelWithoutItAndShardsLikeAnyLayer) {
 // --target cuda with a layer that has no CUDA entry points stops at
 // generation time naming the layer and what it lacks.
 TEST(CustomLayer, CudaTargetNeedsTheLayersCudaEntryPoints) {
-  if (std::string(FSDPGEN_LAYER_READER).empty())
-    GTEST_SKIP() << "the layer reader (fsdpgen-layers) is not built here: Clang 19 was not found "
-                    "(bash tools/setup.sh deps installs it)";
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
   const fs::path dir = e2e_dir("custom_cuda_refused");
   E2eConfig c;
   c.layers = gelu_layers();
   std::ofstream(dir / "e2e.fsdp") << c.spec();
-  CmdResult r = run_command(fmt::format("cd {} && {} e2e.fsdp -o train --target cuda 2>&1",
-                                        dir.string(), FSDPGEN_BIN));
+  CmdResult r = run_command(
+      fmt::format("cd {} && {} e2e.fsdp -o train --target cuda 2>&1", dir.string(), FSDPGEN_BIN));
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("custom layer GeluMlp"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("forward_cuda and backward_cuda"), std::string::npos) << r.out;
@@ -376,9 +362,7 @@ TEST(CustomLayer, CudaTargetNeedsTheLayersCudaEntryPoints) {
 
 // A layer whose C++ does not compile is the user's error, said as such.
 TEST(CustomLayer, ALayerThatDoesNotCompileIsTheUsersError) {
-  if (std::string(FSDPGEN_LAYER_READER).empty())
-    GTEST_SKIP() << "the layer reader (fsdpgen-layers) is not built here: Clang 19 was not found "
-                    "(bash tools/setup.sh deps installs it)";
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
   const fs::path dir = e2e_dir("custom_compile_error");
   // GeluMlp with a misspelt kernel in forward: the reader reads declarations
   // only, the compiler of the generated program finds it.
@@ -391,8 +375,8 @@ TEST(CustomLayer, ALayerThatDoesNotCompileIsTheUsersError) {
   E2eConfig c;
   c.layers = "  import = \"broken_mlp.h\"\n  mlp = GeluMlp(d_model = width, d_ff = ffn_hidden)\n";
   std::ofstream(dir / "e2e.fsdp") << c.spec();
-  CmdResult r = run_command(
-      fmt::format("cd {} && {} e2e.fsdp -o train 2>&1", dir.string(), FSDPGEN_BIN));
+  CmdResult r =
+      run_command(fmt::format("cd {} && {} e2e.fsdp -o train 2>&1", dir.string(), FSDPGEN_BIN));
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("gelu_forwrd"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("error: compiling the generated program with the custom layers of"),
@@ -403,13 +387,10 @@ TEST(CustomLayer, ALayerThatDoesNotCompileIsTheUsersError) {
 
 // The example spec trains: SwiGLU in a gpt2 block, 2 ranks.
 TEST(CustomLayer, TheSwiGluExampleTrains) {
-  if (std::string(FSDPGEN_LAYER_READER).empty())
-    GTEST_SKIP() << "the layer reader (fsdpgen-layers) is not built here: Clang 19 was not found "
-                    "(bash tools/setup.sh deps installs it)";
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
   const fs::path dir = e2e_dir("custom_swiglu_example");
-  CmdResult r = run_command(fmt::format(
-      "cd {} && {} examples/layers/gpt2-swiglu.fsdp -o {} 2>&1", FSDPGEN_SOURCE_DIR, FSDPGEN_BIN,
-      (dir / "train").string()));
+  CmdResult r = run_command(fmt::format("cd {} && {} examples/layers/gpt2-swiglu.fsdp -o {} 2>&1",
+                                        FSDPGEN_SOURCE_DIR, FSDPGEN_BIN, (dir / "train").string()));
   ASSERT_EQ(r.status, 0) << r.out;
   r = run_binary(2, dir / "train", "--steps 30 --metrics metrics.jsonl");
   ASSERT_EQ(r.status, 0) << r.out;

@@ -75,9 +75,9 @@ struct E2eConfig {
         family, vocab,
         family == "llama" ? "  heads = 4\n  kv_heads = 2\n  ffn_hidden = 88\n" : "  heads = 2\n",
         tied, pad_vocab_to ? fmt::format("  pad_vocab_to = {}\n", pad_vocab_to) : "",
-        layers.empty() ? "" : fmt::format("layers {{\n{}}}\n", layers), units, world,
-        sharding, shard_group ? fmt::format("  shard_group = {}\n", shard_group) : "", param,
-        reduce_dtype, forward_prefetch, backward, max_inflight, recompute,
+        layers.empty() ? "" : fmt::format("layers {{\n{}}}\n", layers), units, world, sharding,
+        shard_group ? fmt::format("  shard_group = {}\n", shard_group) : "", param, reduce_dtype,
+        forward_prefetch, backward, max_inflight, recompute,
         offload_activations ? fmt::format("offload {{ params = {}  activations = cpu }}", offload)
                             : fmt::format("offload = {}", offload),
         micro_batches, reduce, optimizer, micro_batch, steps, clip, train_extra);
@@ -119,6 +119,13 @@ inline std::string example_layers(const std::string& header, const std::string& 
   return fmt::format("  import = \"{}/examples/layers/{}\"\n  {}\n", FSDPGEN_SOURCE_DIR, header,
                      module);
 }
+
+// Skips a test of custom layers, saying why, where the layer reader
+// (fsdpgen-layers) was not built.
+#define FSDPGEN_SKIP_WITHOUT_LAYER_READER()                                                \
+  if (std::string(FSDPGEN_LAYER_READER).empty())                                           \
+  GTEST_SKIP() << "the layer reader (fsdpgen-layers) is not built here: Clang 19 was not " \
+                  "found (bash tools/setup.sh deps installs it)"
 
 inline void PrintTo(const E2eConfig& c, std::ostream* os) {
   *os << c.name();

@@ -131,9 +131,7 @@ TEST(Memory, WithPerLinearUnitsAndActivationOffloadArenasAreResidentAsPlanned) {
 // ones: per-linear units, recompute (its output into custom_out) and its
 // input on the host.
 TEST(Memory, WithACustomLayerArenasAreResidentAsPlanned) {
-  if (std::string(FSDPGEN_LAYER_READER).empty())
-    GTEST_SKIP() << "the layer reader (fsdpgen-layers) is not built here: Clang 19 was not found "
-                    "(bash tools/setup.sh deps installs it)";
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
   E2eConfig c;
   c.layers = example_layers("swiglu_mlp.h", "mlp = SwiGluMlp(d_model = width, d_ff = 88)");
   c.units = "each linear";

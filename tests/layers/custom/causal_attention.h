@@ -36,8 +36,8 @@ struct CausalSelfAttention {
   void forward(const T* x, T* y, int64_t tokens, const fsdpgen::layer::Cpu& cpu) const {
     const int64_t C = hyper.d_model, T_ = hyper.context, B = tokens / T_;
     matmul_forward(qkv.data, x, qkv_w.value, qkv_b.value, tokens, C, 3 * C, cpu.ws);
-    attention_forward(att.data, probs.data, static_cast<const T*>(qkv.data), B, T_, C,
-                      hyper.heads, cpu.ws);
+    attention_forward(att.data, probs.data, static_cast<const T*>(qkv.data), B, T_, C, hyper.heads,
+                      cpu.ws);
     matmul_forward(y, static_cast<const T*>(att.data), proj_w.value, proj_b.value, tokens, C, C,
                    cpu.ws);
   }
@@ -48,9 +48,9 @@ struct CausalSelfAttention {
     matmul_backward(datt.data, proj_w.grad, proj_b.grad, dy, static_cast<const T*>(att.data),
                     proj_w.value, tokens, C, C, cpu.ws);
     attention_backward(dqkv.data, dprobs.data, static_cast<const T*>(datt.data),
-                       static_cast<const T*>(qkv.data), static_cast<const T*>(probs.data), B, T_,
-                       C, hyper.heads, cpu.ws);
-    matmul_backward(dx, qkv_w.grad, qkv_b.grad, static_cast<const T*>(dqkv.data), x,
-                    qkv_w.value, tokens, C, 3 * C, cpu.ws);
+                       static_cast<const T*>(qkv.data), static_cast<const T*>(probs.data), B, T_, C,
+                       hyper.heads, cpu.ws);
+    matmul_backward(dx, qkv_w.grad, qkv_b.grad, static_cast<const T*>(dqkv.data), x, qkv_w.value,
+                    tokens, C, 3 * C, cpu.ws);
   }
 };

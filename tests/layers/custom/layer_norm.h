@@ -26,8 +26,7 @@ struct LayerNorm {
     layernorm_forward(y, mean.data, rstd.data, x, w.value, b.value, tokens, hyper.d_model);
   }
 
-  void backward(const T* x, const T* dy, T* dx, int64_t tokens,
-                const fsdpgen::layer::Cpu&) const {
+  void backward(const T* x, const T* dy, T* dx, int64_t tokens, const fsdpgen::layer::Cpu&) const {
     layernorm_backward(dx, w.grad, b.grad, dy, x, w.value, static_cast<const float*>(mean.data),
                        static_cast<const float*>(rstd.data), tokens, hyper.d_model, false);
   }

@@ -25,8 +25,7 @@ struct RmsNorm {
     rmsnorm_forward(y, rstd.data, x, w.value, tokens, hyper.d_model, 1e-5f);
   }
 
-  void backward(const T* x, const T* dy, T* dx, int64_t tokens,
-                const fsdpgen::layer::Cpu&) const {
+  void backward(const T* x, const T* dy, T* dx, int64_t tokens, const fsdpgen::layer::Cpu&) const {
     rmsnorm_backward(dx, w.grad, dy, x, w.value, static_cast<const float*>(rstd.data), tokens,
                      hyper.d_model, false);
   }
