@@ -305,6 +305,7 @@ class CustomLayerReader {
                                        missing.front()));
       return;
     }
+    if (!width_matches(e, *decl, values)) return;
     std::string error;
     std::optional<CustomLayerSpec> c = bind_custom_layer(e.key, *decl, values, from, &error);
     if (!c) {
@@ -313,6 +314,25 @@ class CustomLayerReader {
     }
     c->header = m_.layer_headers[found->header];
     m_.custom.push_back(std::move(*c));
+  }
+
+  // A module's layer maps (tokens, width) to (tokens, width): its d_model,
+  // the layer API's name for that width, is the model's.
+  bool width_matches(const ast::Entry& e, const layers::LayerDecl& decl,
+                     const std::map<std::string, int64_t>& values) {
+    auto d_model = values.find("d_model");
+    if (d_model == values.end() || d_model->second == m_.width) return true;
+    Span at = e.value.span;
+    for (const ast::Arg& a : e.value.args)
+      if (a.name == "d_model") at = a.value.span;
+    Diagnostic& x = d_.error(
+        at, fmt::format("layer '{}' in place of the blocks' '{}' has d_model = {}, but the model's "
+                        "width is {}",
+                        decl.name, e.key, d_model->second, m_.width));
+    Diagnostics::note(x,
+                      "a block's module maps (tokens, width) to (tokens, width): write "
+                      "'d_model = width'");
+    return false;
   }
 
   void unknown_module(const ast::Entry& e) {

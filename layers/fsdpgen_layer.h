@@ -39,7 +39,8 @@
 // arrays). A layer allocates nothing and keeps no state between calls.
 //
 // Entry points, on the CPU: forward reads x (tokens, d_in) and writes y
-// (tokens, d_out), overwriting it; backward reads x and dy (tokens, d_out),
+// (tokens, d_out), overwriting it (in a block both are the model's width,
+// which a hyper-parameter named d_model must then equal); backward reads x and dy (tokens, d_out),
 // writes dx (tokens, d_in), overwriting it, and adds every parameter's
 // gradient. Rows are tokens in sequence order. A layer may also declare
 // forward_cuda and backward_cuda with the same parameters and a

@@ -147,6 +147,8 @@ TEST(CustomLayerSpecs, CoverEveryErrorOfTheSection) {
   for (const char* message : {
            "error: section 'layers' names no header",
            "error: 'import' names no file",
+           "error: layer 'GeluMlp' in place of the blocks' 'mlp' has d_model = 128, but the "
+           "model's width is 64",
            "error: '../custom/layer_norm.h' is imported twice",
            "error: layer 'LayerNorm' is declared in both '../custom/layer_norm.h' and "
            "'again/norms.h'",
