@@ -257,6 +257,43 @@ TEST(CustomAttention, EqualsTheBuiltinAttention) {
   expect_same_steps(train_both("attention", c, layers, renames), c.steps, {});
 }
 
+// llama's attention replaced (here by GPT-2's, without rotary positions):
+// the module's glue in the other family (its output row res2, its d(input)
+// for the RMSNorm before it) shards like any layer: two ranks with
+// per-linear units and recompute equal the single-rank run within the e2e
+// tests' fp32 tolerance (2.5e-6), and the loss moves.
+TEST(CustomAttention, InALlamaBlockShardsLikeAnyLayer) {
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
+  const std::string layers = fmt::format(
+      "  import = \"{}\"\n"
+      "  self_attn = CausalSelfAttention(d_model = width, heads = heads, context = context)\n",
+      test_header("causal_attention.h"));
+  auto metrics = [&](const std::string& name, E2eConfig c) {
+    c.family = "llama";
+    c.layers = layers;
+    const fs::path dir = e2e_dir("custom_llama_attention_" + name);
+    CmdResult r = run_binary(c.world, build_binary(dir, c.spec()), "--metrics metrics.jsonl");
+    EXPECT_EQ(r.status, 0) << r.out;
+    return read_losses(dir / "metrics.jsonl");
+  };
+  E2eConfig single;
+  single.world = 1;
+  single.sharding = "no_shard";
+  single.micro_batch = 4;
+  E2eConfig sharded;
+  sharded.units = "each linear";
+  sharded.recompute = "block";
+  const std::vector<double> a = metrics("single", single), b = metrics("sharded", sharded);
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    std::printf("step %zu loss: single rank %.9g, 2 ranks %.9g, relative %.2e\n", i + 1, a[i], b[i],
+                std::abs(b[i] - a[i]) / a[i]);
+    EXPECT_LE(std::abs(b[i] - a[i]) / a[i], 2.5e-6) << "step " << i + 1;
+  }
+  EXPECT_GT(std::abs(a.back() - a.front()) / a.front(), 1e-3) << "the loss should move";
+}
+
 std::vector<E2eConfig> whole_block_configs() {
   std::vector<E2eConfig> out;
   E2eConfig c;
