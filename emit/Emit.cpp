@@ -5,7 +5,8 @@
 // and parameters follow the family's layout tables (model/gpt2.h,
 // model/llama.h: runtime/gpt2.h and runtime/llama.h carve them,
 // planner/Activations.h totals them), and each layer is a call of the
-// family's runtime (gpt2_block_forward, llama_block_forward, ...).
+// family's runtime (gpt2_block_forward, llama_block_forward, ...) or of a
+// custom layer's entry points (DESIGN §9), its members pointed into the arena.
 #include "emit/Emit.h"
 
 #include <algorithm>
@@ -544,7 +545,7 @@ class Writer {
     return calls;
   }
 
-  // The custom layer's module, the variable the step names it by.
+  // ModelSpec::custom's entry `custom`.
   const CustomLayerSpec& custom_spec(int custom) const {
     return model_.custom[static_cast<size_t>(custom)];
   }
