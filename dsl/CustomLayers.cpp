@@ -1,4 +1,4 @@
-// CustomLayers: the model's layers block; see CustomLayers.h.
+// CustomLayers: the spec's layers section; see CustomLayers.h.
 #include "dsl/CustomLayers.h"
 
 #include <algorithm>
@@ -281,8 +281,7 @@ class CustomLayerReader {
         (e.value.kind != ast::Value::Kind::Call && e.value.kind != ast::Value::Kind::Ident)) {
       Diagnostic& x = d_.error(e.kind == ast::Entry::Kind::Assign ? e.value.span : e.key_span,
                                fmt::format("'{}' takes a layer of the header", e.key));
-      Diagnostics::note(x, fmt::format("write e.g. '{} = {}(d_model = width)'", e.key,
-                                       decls_.empty() ? "MyLayer" : decls_.front().decl.name));
+      Diagnostics::note(x, fmt::format("write e.g. '{} = {}'", e.key, example_call()));
       return;
     }
     const Declared* found = find_layer(e.value);
@@ -333,6 +332,16 @@ class CustomLayerReader {
                       "a block's module maps (tokens, width) to (tokens, width): write "
                       "'d_model = width'");
     return false;
+  }
+
+  // "GeluMlp(d_model = width, d_ff = ...)": the header's first layer with
+  // each hyper-parameter (d_model bound to the width, the others to fill in).
+  std::string example_call() const {
+    if (decls_.empty()) return "MyLayer(d_model = width)";
+    std::vector<std::string> args;
+    for (const std::string& h : decls_.front().decl.hyper)
+      args.push_back(h + (h == "d_model" ? " = width" : " = ..."));
+    return fmt::format("{}({})", decls_.front().decl.name, fmt::join(args, ", "));
   }
 
   void unknown_module(const ast::Entry& e) {

@@ -130,12 +130,12 @@ std::optional<BoundLayer> bind_layer(const LayerDecl& decl,
                                      std::string* error) {
   for (const auto& [name, v] : values)
     if (std::find(decl.hyper.begin(), decl.hyper.end(), name) == decl.hyper.end()) {
-      *error = "layer " + decl.name + " has no hyper-parameter '" + name + "'";
+      *error = "layer '" + decl.name + "' has no hyper-parameter '" + name + "'";
       return std::nullopt;
     }
   for (const std::string& h : decl.hyper)
     if (!values.count(h)) {
-      *error = "layer " + decl.name + " needs a value for its hyper-parameter '" + h + "'";
+      *error = "layer '" + decl.name + "' needs a value for its hyper-parameter '" + h + "'";
       return std::nullopt;
     }
   BoundLayer b;
@@ -145,12 +145,12 @@ std::optional<BoundLayer> bind_layer(const LayerDecl& decl,
     std::string e;
     auto v = x.eval(values, &e);
     if (!v) {
-      *error = "layer " + decl.name + ", " + what + " \"" + x.text + "\": " + e;
+      *error = "layer '" + decl.name + "', " + what + " \"" + x.text + "\": " + e;
       return std::nullopt;
     }
     if (*v < 1) {
-      *error = "layer " + decl.name + ", " + what + " \"" + x.text + "\" is " + std::to_string(*v) +
-               ", not at least 1";
+      *error = "layer '" + decl.name + "', " + what + " \"" + x.text + "\" is " +
+               std::to_string(*v) + ", not at least 1";
       return std::nullopt;
     }
     return v;

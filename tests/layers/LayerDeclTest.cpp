@@ -50,11 +50,11 @@ TEST(LayerDecl, BindingErrorsNameTheLayerAndTheMember) {
   ASSERT_TRUE(layers) << error;
   const LayerDecl& d = (*layers)[0];
   EXPECT_FALSE(bind_layer(d, {{"d_model", 64}}, &error));
-  EXPECT_EQ(error, "layer GeluMlp needs a value for its hyper-parameter 'd_ff'");
+  EXPECT_EQ(error, "layer 'GeluMlp' needs a value for its hyper-parameter 'd_ff'");
   EXPECT_FALSE(bind_layer(d, {{"d_model", 64}, {"d_ff", 8}, {"heads", 2}}, &error));
-  EXPECT_EQ(error, "layer GeluMlp has no hyper-parameter 'heads'");
+  EXPECT_EQ(error, "layer 'GeluMlp' has no hyper-parameter 'heads'");
   EXPECT_FALSE(bind_layer(d, {{"d_model", 64}, {"d_ff", 0}}, &error));
-  EXPECT_EQ(error, "layer GeluMlp, fc_w's shape \"d_ff\" is 0, not at least 1");
+  EXPECT_EQ(error, "layer 'GeluMlp', fc_w's shape \"d_ff\" is 0, not at least 1");
 }
 
 TEST(LayerDecl, MalformedAnswersAreErrors) {
