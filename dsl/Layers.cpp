@@ -140,7 +140,7 @@ BlockPiece custom_piece(const ModelSpec& m, const model::Module& module) {
   b.family_end = module.end_piece;
   b.custom = static_cast<int>(&c - m.custom.data());
   for (const CustomTensorSpec& t : c.params)
-    b.has_matrix |= t.shape.size() == 2;
+    b.linear |= t.shape.size() == 2;
   b.forward_flops_per_token = static_cast<double>(c.flops_per_token);
   return b;
 }
@@ -180,7 +180,7 @@ std::vector<BlockPiece> model_block_pieces(const ModelSpec& m) {
     b.family_first = i;
     b.family_end = i + 1;
     b.attention = fp.attention;
-    b.has_matrix = fp.linear();
+    b.linear = fp.linear();
     b.forward_flops_per_token =
         2.0 * static_cast<double>(fp.in(d)) * static_cast<double>(fp.out(d));
     push(std::move(b));

@@ -46,9 +46,8 @@ struct BlockPiece {
   int family_first = 0, family_end = 0;  // the family pieces it runs or stands for
   int custom = -1;                       // ModelSpec::custom's index, or -1
   bool attention = false;                // the attention core runs with it
-  bool has_matrix = false;               // a weight matrix: `each linear` gives it a unit
+  bool linear = false;                   // a weight matrix: `each linear` gives it a unit
   double forward_flops_per_token = 0;    // its matrices' (2 per multiply-add) or the layer's Flops
-  bool linear() const { return has_matrix; }
 };
 std::vector<BlockPiece> model_block_pieces(const ModelSpec& m);
 // How many pieces a block has, one of them, and the pieces a spec's name

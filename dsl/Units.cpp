@@ -407,10 +407,10 @@ class UnitResolver {
         flush();
         continue;
       }
-      if (u_.policy == UnitPolicy::EachLinear && (has_linear || !block_piece(m_, p).linear()))
+      if (u_.policy == UnitPolicy::EachLinear && (has_linear || !block_piece(m_, p).linear))
         flush();
       run.push_back(first + p);
-      has_linear |= block_piece(m_, p).linear();
+      has_linear |= block_piece(m_, p).linear;
     }
     flush();
   }

@@ -524,7 +524,6 @@ class Writer {
   struct PieceCall {
     int family_first = 0, family_end = 0;
     int custom = -1;
-    int piece = 0;  // its first model piece (dsl/Layers' BlockPiece)
   };
   // Layers [k, end) of a segment (a whole block, or a run of its pieces) as
   // calls in forward order.
@@ -540,7 +539,7 @@ class Writer {
           calls.back().family_end == p.family_first)
         calls.back().family_end = p.family_end;
       else
-        calls.push_back({p.family_first, p.family_end, p.custom, i});
+        calls.push_back({p.family_first, p.family_end, p.custom});
     }
     return calls;
   }

@@ -298,7 +298,7 @@ TEST(CustomLayers, GeluMlpHasTheBuiltInMlpsShapesUnderItsOwnNames) {
   EXPECT_EQ(mlp.tensors, 4);
   EXPECT_EQ(mlp.family_first, 4);
   EXPECT_EQ(mlp.family_end, 6);
-  EXPECT_TRUE(mlp.linear());
+  EXPECT_TRUE(mlp.linear);
   EXPECT_EQ(mlp.forward_flops_per_token, 4.0 * 64 * 256);  // the header's Flops
   EXPECT_EQ(pieces_named(gelu.model, "mlp"), (std::vector<int>{4}));
   EXPECT_EQ(layer_name(gelu.model, {LayerId::Kind::Block, 2, 4}), "block 2.mlp");

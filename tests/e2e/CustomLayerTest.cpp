@@ -101,14 +101,8 @@ Pair train_both(const std::string& name, E2eConfig c, const std::string& layers,
   const int renamed = rename_tensors(dir / "builtin" / "init.safetensors",
                                      dir / "custom" / "init.safetensors", renames);
   EXPECT_EQ(renamed, 3 * static_cast<int>(renames.size()));  // 3 blocks
-  Pair p;
-  for (const auto& [bin, out] : {std::pair{b, &p.builtin}, std::pair{u, &p.custom}}) {
-    r = run_binary(c.world, bin, "--init-from init.safetensors --metrics metrics.jsonl");
-    EXPECT_EQ(r.status, 0) << r.out;
-    EXPECT_NE(r.out.find(": 0 by fsdpgen"), std::string::npos) << r.out;
-    *out = read_metrics(bin.parent_path() / "metrics.jsonl");
-  }
-  return p;
+  const std::string init = "--init-from init.safetensors";
+  return {run_metrics(c, b, "metrics.jsonl", init), run_metrics(c, u, "metrics.jsonl", init)};
 }
 
 struct Tolerance {
@@ -271,10 +265,7 @@ TEST(CustomAttention, InALlamaBlockShardsLikeAnyLayer) {
   auto metrics = [&](const std::string& name, E2eConfig c) {
     c.family = "llama";
     c.layers = layers;
-    const fs::path dir = e2e_dir("custom_llama_attention_" + name);
-    CmdResult r = run_binary(c.world, build_binary(dir, c.spec()), "--metrics metrics.jsonl");
-    EXPECT_EQ(r.status, 0) << r.out;
-    return read_losses(dir / "metrics.jsonl");
+    return train_losses("custom_llama_attention_" + name, c);
   };
   E2eConfig single;
   single.world = 1;
@@ -347,12 +338,8 @@ TEST(AddedLayer, StartsAsTheModelWithoutItAndShardsLikeAnyLayer) {
   FSDPGEN_SKIP_WITHOUT_LAYER_READER();
   const std::string adapter =
       example_layers("adapter.h", "after_mlp = Adapter(d_model = width, rank = 8)");
-  auto metrics = [](const std::string& name, const E2eConfig& c) {
-    const fs::path dir = e2e_dir("custom_added_" + name);
-    const fs::path bin = build_binary(dir, c.spec());
-    CmdResult r = run_binary(c.world, bin, "--metrics metrics.jsonl");
-    EXPECT_EQ(r.status, 0) << r.out;
-    return read_metrics(dir / "metrics.jsonl");
+  auto losses = [](const std::string& name, const E2eConfig& c) {
+    return train_losses("custom_added_" + name, c);
   };
   E2eConfig plain;
   plain.world = 1;
@@ -364,17 +351,16 @@ TEST(AddedLayer, StartsAsTheModelWithoutItAndShardsLikeAnyLayer) {
   sharded.layers = adapter;
   sharded.units = "each linear";
   sharded.recompute = "block";
-  const std::vector<nlohmann::json> a = metrics("plain", plain), b = metrics("single", single),
-                                    s = metrics("sharded", sharded);
+  const std::vector<double> a = losses("plain", plain), b = losses("single", single),
+                            s = losses("sharded", sharded);
   ASSERT_EQ(a.size(), 4u);
   ASSERT_EQ(b.size(), 4u);
   ASSERT_EQ(s.size(), 4u);
-  EXPECT_EQ(b[0].at("loss"), a[0].at("loss")) << "the adapter starts as the identity";
-  std::printf("step 4 loss: without the adapter %.9g, with it %.9g\n",
-              a[3].at("loss").get<double>(), b[3].at("loss").get<double>());
-  EXPECT_NE(b[3].at("loss"), a[3].at("loss")) << "the adapter trains";
+  EXPECT_EQ(b[0], a[0]) << "the adapter starts as the identity";
+  std::printf("step 4 loss: without the adapter %.9g, with it %.9g\n", a[3], b[3]);
+  EXPECT_NE(b[3], a[3]) << "the adapter trains";
   for (size_t i = 0; i < 4; ++i) {
-    const double want = b[i].at("loss").get<double>(), got = s[i].at("loss").get<double>();
+    const double want = b[i], got = s[i];
     std::printf("step %zu loss: single rank %.9g, 2 ranks per-linear %.9g, relative %.2e\n", i + 1,
                 want, got, std::abs(got - want) / want);
     EXPECT_LE(std::abs(got - want) / want, 2.5e-6) << "step " << i + 1;

@@ -307,6 +307,19 @@ inline std::vector<int32_t> random_token_ids(int64_t n, int32_t vocab, uint32_t 
   return out;
 }
 
+// Runs c's binary `bin` writing --metrics to `file` beside it; returns each
+// step's metrics (empty after a failure); fsdpgen's code must allocate
+// nothing in a step.
+inline std::vector<nlohmann::json> run_metrics(const E2eConfig& c, const std::filesystem::path& bin,
+                                               const std::string& file,
+                                               const std::string& extra = "") {
+  CmdResult r = run_binary(c.world, bin, fmt::format("--metrics {} {}", file, extra));
+  EXPECT_EQ(r.status, 0) << r.out;
+  if (r.status != 0) return {};
+  EXPECT_NE(r.out.find(": 0 by fsdpgen"), std::string::npos) << r.out;
+  return read_metrics(bin.parent_path() / file);
+}
+
 // Builds and trains; returns the per-step losses (empty after a failure).
 inline std::vector<double> train_losses(const std::string& name, const E2eConfig& c,
                                         const std::string& extra = "") {

@@ -241,18 +241,6 @@ E2eConfig reference_of(const E2eConfig& c) {
   return r;
 }
 
-// Runs c's binary (built once per spec and build, in work/NAME) writing
-// --metrics to `file` there; returns each step's metrics (empty after a
-// failure).
-std::vector<nlohmann::json> run_metrics(const E2eConfig& c, const std::filesystem::path& bin,
-                                        const std::string& file, const std::string& extra = "") {
-  CmdResult r = run_binary(c.world, bin, fmt::format("--metrics {} {}", file, extra));
-  EXPECT_EQ(r.status, 0) << r.out;
-  if (r.status != 0) return {};
-  EXPECT_NE(r.out.find(": 0 by fsdpgen"), std::string::npos) << r.out;
-  return read_metrics(bin.parent_path() / file);
-}
-
 // Reference metrics, computed once per reference spec and build and shared by
 // the tests (which CTest may run in parallel processes): guarded by a file
 // lock, and valid while dir/done holds this build's key.

@@ -493,7 +493,7 @@ TEST(CustomLayerPlan, SchedulesVerifyAndRecomputesGetTheScratch) {
                   ++mlp_units;
                   ASSERT_EQ(unit.layers.size(), 2u) << what << " " << unit.name;  // norm, mlp
                   EXPECT_EQ(block_piece(p.spec.model, unit.layers[1].piece).name, "mlp") << what;
-                  EXPECT_FALSE(block_piece(p.spec.model, unit.layers[0].piece).has_matrix)
+                  EXPECT_FALSE(block_piece(p.spec.model, unit.layers[0].piece).linear)
                       << what << " " << unit.name;
                   int mlp_recomputes = 0;
                   for (const Op& op : p.schedule.ops)
@@ -544,7 +544,7 @@ TEST(CustomLayerPlan, AnMlpAloneInItsUnitIsRecomputed) {
           for (const UnitSpec& u : spec.units.units) {
             const bool norm_then_mlp =
                 u.layers.size() == 2 && u.layers[0].kind == LayerId::Kind::Block &&
-                !u.layers[0].whole() && !block_piece(spec.model, u.layers[0].piece).has_matrix &&
+                !u.layers[0].whole() && !block_piece(spec.model, u.layers[0].piece).linear &&
                 block_piece(spec.model, u.layers[1].piece).name.rfind("mlp", 0) == 0;
             if (!norm_then_mlp) {
               units.push_back(u);
