@@ -250,8 +250,6 @@ std::optional<Hardware> plan_hardware(const Common& c, const PlanTarget& target)
   return hw;
 }
 
-// check's target is what a build here targets (as plan's without --gpu):
-// target support warns of what that backend cannot build yet.
 // "custom layer: mlp = SwiGluMlp(d_model = 128, d_ff = 344) from swiglu_mlp.h
 // in every block: ..." for the plan's summary.
 std::string custom_layer_line(const CustomLayerSpec& c) {
@@ -276,6 +274,8 @@ std::string custom_layer_line(const CustomLayerSpec& c) {
       grouped(scratch), grouped(c.flops_per_token));
 }
 
+// check's target is what a build here targets (as plan's without --gpu):
+// target support warns of what that backend cannot build yet.
 int run_check(const Common& c, bool print_resolved) {
   std::optional<Pass> dump;
   if (!c.dump_pass(dump)) return kExitUsage;

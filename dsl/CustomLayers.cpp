@@ -101,21 +101,23 @@ class CustomLayerReader {
     const ast::Entry* import = nullptr;
     bool unreadable_import = false;  // given, but its value did not parse
     std::vector<const ast::Entry*> modules;
+    std::map<std::string, const ast::Entry*> seen;
     for (const ast::Entry& e : section.entries) {
       if (e.kind == ast::Entry::Kind::Error) {  // reported by the parser
         unreadable_import |= e.key == "import";
         continue;
       }
-      if (e.key == "import") {
-        if (import) {
-          Diagnostic& x = d_.error(e.key_span, "duplicate key 'import' in section 'layers'");
-          Diagnostics::note(x, import->key_span, "previous definition is here");
-          continue;
-        }
-        import = &e;
-      } else {
-        modules.push_back(&e);
+      auto [it, fresh] = seen.emplace(e.key, &e);
+      if (!fresh) {
+        Diagnostic& x =
+            d_.error(e.key_span, fmt::format("duplicate key '{}' in section 'layers'", e.key));
+        Diagnostics::note(x, it->second->key_span, "previous definition is here");
+        continue;
       }
+      if (e.key == "import")
+        import = &e;
+      else
+        modules.push_back(&e);
     }
     if (!import) {
       if (unreadable_import) return;  // no header to check the modules against
@@ -126,15 +128,7 @@ class CustomLayerReader {
       return;
     }
     if (!read_header(*import, spec_dir)) return;
-    std::map<std::string, const ast::Entry*> seen;
     for (const ast::Entry* e : modules) {
-      auto [it, fresh] = seen.emplace(e->key, e);
-      if (!fresh) {
-        Diagnostic& x =
-            d_.error(e->key_span, fmt::format("duplicate key '{}' in section 'layers'", e->key));
-        Diagnostics::note(x, it->second->key_span, "previous definition is here");
-        continue;
-      }
       if (e->key == "cuda")
         read_cuda_sources(*e, spec_dir);
       else

@@ -81,9 +81,6 @@ void init_range(float* out, std::string_view name, init_rule rule, uint64_t seed
 
 void init_gpt2_range(float* out, std::string_view name, int64_t n_layer, uint64_t seed,
                      int64_t begin, int64_t end) {
-  if (begin < 0 || end < begin)
-    throw std::runtime_error(
-        fmt::format("init: bad element range [{}, {}) of tensor '{}'", begin, end, name));
   init_range(out, name, init_gpt2_rule(name, n_layer), seed, begin, end);
 }
 
@@ -106,5 +103,5 @@ init_rule init_tensor_rule(const program_tensor& t, int64_t n_layer) {
 }
 
 bool init_tensor_decays(const program_tensor& t) {
-  return init_tensor_rule(t, 1).kind == init_kind::normal;
+  return t.init == tensor_init::by_name ? init_weight_decays(t.name) : t.init == tensor_init::normal;
 }
