@@ -66,21 +66,19 @@ void print_model(const ModelSpec& m, std::string& out) {
   out += fmt::format("}}\n");
 }
 
+// "a.h" for one path, ["a.h", "b.h"] for several.
+std::string path_or_list(const std::vector<std::string>& paths) {
+  std::vector<std::string> q;
+  for (const std::string& p : paths)
+    q.push_back(quoted(p));
+  return q.size() == 1 ? q[0] : fmt::format("[{}]", fmt::join(q, ", "));
+}
+
 void print_layers(const ModelSpec& m, std::string& out) {
   if (m.custom.empty()) return;
-  std::vector<std::string> headers;
-  for (const std::string& h : m.layer_headers)
-    headers.push_back(quoted(h));
-  out +=
-      fmt::format("layers {{\n  import = {}\n",
-                  headers.size() == 1 ? headers[0] : fmt::format("[{}]", fmt::join(headers, ", ")));
-  std::vector<std::string> sources;
-  for (const std::string& s : m.layer_cuda_sources)
-    sources.push_back(quoted(s));
-  if (!sources.empty())
-    out += fmt::format("  cuda = {}\n", sources.size() == 1
-                                            ? sources[0]
-                                            : fmt::format("[{}]", fmt::join(sources, ", ")));
+  out += fmt::format("layers {{\n  import = {}\n", path_or_list(m.layer_headers));
+  if (!m.layer_cuda_sources.empty())
+    out += fmt::format("  cuda = {}\n", path_or_list(m.layer_cuda_sources));
   for (const CustomLayerSpec& c : m.custom) {
     std::vector<std::string> args;
     for (const CustomLayerSpec::Hyper& h : c.hyper)
