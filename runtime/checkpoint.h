@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/files/checkpoint_files.h"
 #include "runtime/loss_scale.h"
 #include "runtime/step.h"
 
@@ -32,8 +33,10 @@ struct checkpoint_state {
   int64_t step = 0;       // steps completed
   int64_t sequences = 0;  // global sequences consumed
   loss_scaler scaler;
-  int64_t seed = 0;  // initialization seed of the run (recorded)
-  std::string data;  // the data source, described (recorded)
+  int64_t seed = 0;     // initialization seed of the run (recorded)
+  std::string data;     // the data source, described (recorded)
+  checkpoint_run run;   // the run as launched (recorded; runtime/run_settings.h)
+  bool has_run = true;  // false: loaded from a checkpoint written before runs were recorded
 };
 
 struct checkpoint_saved {

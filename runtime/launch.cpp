@@ -93,6 +93,9 @@ int run_mpirun(char** args) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// Set in the environment of the ranks a binary started alone re-launched.
+constexpr const char* kRelaunchedVariable = "FSDPGEN_RELAUNCHED";
+
 [[noreturn]] void relaunch_or_explain(const program& p, int argc, char** argv) {
   std::vector<std::string> args = {"mpirun", "-n", std::to_string(p.parallel.world)};
   if (static_cast<unsigned>(p.parallel.world) > std::thread::hardware_concurrency())
@@ -109,7 +112,8 @@ int run_mpirun(char** args) {
   std::fprintf(stderr, "train: %lld ranks needed; re-launching as: %s\n",
                static_cast<long long>(p.parallel.world), command_line(args).c_str());
   std::fflush(stderr);
-  if (geteuid() == 0) {  // Open MPI refuses root unless told
+  setenv(kRelaunchedVariable, "1", 1);  // the ranks' stop message says how it was started
+  if (geteuid() == 0) {                 // Open MPI refuses root unless told
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   }
@@ -162,6 +166,7 @@ launch_info launch_init(const program& p, int argc, char** argv) {
     }
     if (p.parallel.world > 1) relaunch_or_explain(p, argc, argv);
   }
+  info.relaunched = has_env(kRelaunchedVariable);
   info.launcher = has_env("OMPI_COMM_WORLD_SIZE") ? "mpirun"
                   : srun                          ? "srun"
                   : under_mpi_launcher()          ? "pmi"

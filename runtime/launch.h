@@ -15,8 +15,9 @@
 struct launch_info {
   int64_t rank = 0, world = 1;
   int64_t local_rank = 0, local_size = 1;
-  int threads = 1;       // OpenMP and OpenBLAS threads of this rank
-  std::string launcher;  // "single process", "mpirun", "srun"
+  int threads = 1;          // OpenMP and OpenBLAS threads of this rank
+  std::string launcher;     // "single process", "mpirun", "srun"
+  bool relaunched = false;  // started alone, this binary re-launched itself under mpirun
 };
 
 // OpenMP threads spinning beside OpenBLAS's slow GEMMs down several times;

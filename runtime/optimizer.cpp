@@ -9,14 +9,17 @@
 #include "runtime/init.h"
 #include "runtime/optimizer_math.h"
 
+int64_t optimizer_warmup(const program& p, int64_t total_steps) {
+  return std::min(p.train.lr_schedule.warmup, std::max<int64_t>(total_steps, 0));
+}
+
 double optimizer_lr(const program& p, int64_t step, int64_t total_steps) {
-  if (step < p.train.lr_schedule.warmup)
-    return p.train.optimizer.lr * static_cast<double>(step + 1) /
-           static_cast<double>(p.train.lr_schedule.warmup);
+  const int64_t warmup = optimizer_warmup(p, total_steps);
+  if (step < warmup)
+    return p.train.optimizer.lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
   if (p.train.lr_schedule.kind == lr_schedule_kind::constant) return p.train.optimizer.lr;
-  int64_t span = total_steps - 1 - p.train.lr_schedule.warmup;
-  double ratio =
-      span > 0 ? std::min(1.0, static_cast<double>(step - p.train.lr_schedule.warmup) / span) : 1.0;
+  int64_t span = total_steps - 1 - warmup;
+  double ratio = span > 0 ? std::min(1.0, static_cast<double>(step - warmup) / span) : 1.0;
   double coeff = p.train.lr_schedule.kind == lr_schedule_kind::cosine
                      ? 0.5 * (1.0 + std::cos(M_PI * ratio))
                      : 1.0 - ratio;
@@ -24,23 +27,27 @@ double optimizer_lr(const program& p, int64_t step, int64_t total_steps) {
 }
 
 std::string optimizer_lr_describe(const program& p, int64_t total_steps) {
-  const std::string warmup = p.train.lr_schedule.warmup > 0
-                                 ? fmt::format("{} warm-up steps to {:g}",
-                                               p.train.lr_schedule.warmup, p.train.optimizer.lr)
-                                 : fmt::format("{:g}", p.train.optimizer.lr);
-  if (p.train.lr_schedule.warmup >= total_steps) return warmup + ", the whole run";
+  const int64_t steps = optimizer_warmup(p, total_steps);
+  const std::string clamped =
+      steps < p.train.lr_schedule.warmup
+          ? fmt::format(" (the spec's {}, clamped to the run)", p.train.lr_schedule.warmup)
+          : "";
+  const std::string warmup =
+      steps > 0 ? fmt::format("{} warm-up steps{} to {:g}", steps, clamped, p.train.optimizer.lr)
+                : fmt::format("{:g}", p.train.optimizer.lr);
+  if (steps >= total_steps) return warmup + ", the whole run";
   if (p.train.lr_schedule.kind == lr_schedule_kind::constant) return warmup + ", then constant";
   return fmt::format("{}, then {} down to {:g} at step {}, the last", warmup,
                      p.train.lr_schedule.kind == lr_schedule_kind::cosine ? "cosine" : "linear",
                      p.train.lr_schedule.min_lr, total_steps);
 }
 
-std::string optimizer_steps_problem(const program& p, int64_t steps) {
+std::string optimizer_warmup_note(const program& p, int64_t steps) {
   if (steps <= 0 || p.train.lr_schedule.warmup <= steps) return "";
   return fmt::format(
-      "--steps {}: the spec's warmup ({} steps) is longer than the run; pass --steps {} or more, "
-      "or shorten lr_schedule's warmup",
-      steps, p.train.lr_schedule.warmup, p.train.lr_schedule.warmup);
+      "--steps {}: the run is shorter than the spec's warmup ({} steps); the warm-up is clamped "
+      "to the run's {} steps, reaching lr {:g} at its last step",
+      steps, p.train.lr_schedule.warmup, steps, p.train.optimizer.lr);
 }
 
 float optimizer_clip_scale(const program& p, double norm) {

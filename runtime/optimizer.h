@@ -13,19 +13,25 @@
 #include "runtime/dtype.h"
 #include "runtime/program.h"
 
+// The warm-up of a run of `total_steps`: the spec's, clamped to the run (a
+// smoke test shorter than the warm-up warms up over the whole run, as
+// torchtitan does; optimizer_warmup_note says so once).
+int64_t optimizer_warmup(const program& p, int64_t total_steps);
+
 // The learning rate of 0-based `step` of a run of `total_steps` (--steps or
-// the spec's, also when resumed): linear warm-up from 0 over `warmup` steps,
-// then constant, or cosine / linear decay reaching min_lr at step total_steps - 1.
+// the spec's, also when resumed): linear warm-up from 0 over
+// optimizer_warmup steps, then constant, or cosine / linear decay reaching
+// min_lr at step total_steps - 1.
 double optimizer_lr(const program& p, int64_t step, int64_t total_steps);
 
 // The schedule in words for the banner, e.g. "20 warm-up steps to 0.001,
 // then cosine down to 0.0001 at step 30, the last" (steps 1-based, as logged).
 std::string optimizer_lr_describe(const program& p, int64_t total_steps);
 
-// Why `--steps steps` cannot run with the spec's warm-up (the spec check's
-// rule: warmup no longer than the run), or "" when it can. 0 steps train
-// nothing and have no schedule.
-std::string optimizer_steps_problem(const program& p, int64_t steps);
+// The warning for a run of `steps` (--steps) shorter than the spec's warm-up,
+// which is clamped to it, or "" when the warm-up fits. 0 steps train nothing
+// and have no schedule.
+std::string optimizer_warmup_note(const program& p, int64_t steps);
 
 // Per unit, the element ranges of shard `shard_rank`'s flat shard that weight
 // decay applies to (init_tensor_decays: the randomly initialized tensors), as

@@ -3,7 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
 #include <string>
 
 #include "runtime/human.h"
@@ -94,6 +99,34 @@ void run_log_metrics_line(std::FILE* f, const step_record& r) {
       r.skipped ? "true" : "false", r.loss_scale, r.tokens_per_s, static_cast<long long>(r.epoch),
       r.validated ? fmt::format(", \"val_loss\": {}", json_number(r.val_loss)).c_str() : "");
   std::fflush(f);
+}
+
+int64_t run_log_metrics_resume(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return 0;
+  std::string kept, line;
+  int64_t dropped = 0;
+  for (int64_t n = 1; std::getline(in, line); ++n) {
+    long long at = 0;
+    if (std::sscanf(line.c_str(), "{\"step\": %lld,", &at) != 1 || at < 1)
+      throw std::runtime_error(fmt::format(
+          "--metrics {}: line {} is not a metrics line (one JSON object a step, from \"step\"); "
+          "not appending to it: pass another --metrics file",
+          path, n));
+    if (at <= step)
+      kept += line + "\n";
+    else
+      ++dropped;
+  }
+  if (dropped == 0) return 0;
+  const std::string partial = path + ".partial";
+  std::ofstream out(partial, std::ios::trunc);
+  out << kept;
+  out.close();
+  if (!out || std::rename(partial.c_str(), path.c_str()) != 0)
+    throw std::runtime_error(
+        fmt::format("--metrics {}: cannot rewrite it: {}", path, std::strerror(errno)));
+  return dropped;
 }
 
 void run_log_step(const step_record& r, int64_t steps, int64_t tokens_per_step, double eta_seconds,

@@ -66,6 +66,13 @@ void run_log_banner(const program& p, const run_banner& b);
 void run_log_val(const val_record& v, int64_t steps);
 // One JSON line, flushed: whoever follows the file reads whole lines.
 void run_log_metrics_line(std::FILE* f, const step_record& r);
+// A resumed run's metrics file at `path`: keeps the lines of steps 1..step
+// (what the checkpoint holds) and drops those of later steps, which the run
+// trains again, so that the run appends to one file without repeating a
+// step. Returns the lines dropped; nothing to do where there is no file.
+// Throws, naming the file and line, where a line is not a metrics line (the
+// file is left as it was).
+int64_t run_log_metrics_resume(const std::string& path, int64_t step);
 // eta_seconds: the rest of the run at the pace so far; the loss scale is
 // shown when loss scaling is on.
 void run_log_step(const step_record& r, int64_t steps, int64_t tokens_per_step, double eta_seconds,

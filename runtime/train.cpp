@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include <signal.h>
@@ -38,6 +39,7 @@
 #include "runtime/optimizer.h"
 #include "runtime/rope.h"
 #include "runtime/run_log.h"
+#include "runtime/run_settings.h"
 #include "runtime/step.h"
 #include "runtime/trace.h"
 #include "runtime/weights.h"
@@ -65,28 +67,19 @@ void install_stop_handlers() {
 }
 
 struct options {
-  int64_t steps = -1;
-  std::vector<std::string> data;
-  std::vector<std::string> val;
-  int64_t val_every = -1;
-  int64_t val_sequences = -1;
-  std::string shuffle;  // "", "true" or "false"
+  run_flags run;  // what shapes the run (runtime/run_settings.h)
   std::string init_from;
-  std::string save;
   std::string trace;
   int64_t trace_step = -1;
   bool print_schedule = false;
   int64_t seed = -1;
-  int64_t log_every = -1;
-  std::string metrics;
   int64_t inject_overflow = -1;
   int64_t inject_leak_bytes = 0;
   double inject_grad_scale = 1;
   bool resume = false;
   std::string resume_from;  // empty: the newest checkpoint in the checkpoint directory
-  int64_t checkpoint_every = -1;
-  std::string checkpoint_dir;
-  int64_t checkpoint_keep = -1;
+  bool allow_batch_change = false;
+  std::string binary;  // argv[0], for the commands the run prints
   backend_options backend;
 };
 
@@ -123,12 +116,13 @@ data_config data_config_of(const program& p, const program_data& spec,
   return d;
 }
 
-// What --resume names, as rank 0 sees it (collective: every rank loads the same one).
-std::string resume_path(const options& o, const checkpoint_config& cfg, bool lead) {
+// What --resume names, as rank 0 sees it (collective: every rank loads the
+// same one); without a value, the newest checkpoint in `checkpoint_dir`.
+std::string resume_path(const options& o, const std::string& checkpoint_dir, bool lead) {
   std::string path, error;
   if (lead) {
     try {
-      path = checkpoint_resolve(o.resume_from.empty() ? cfg.dir : o.resume_from);
+      path = checkpoint_resolve(o.resume_from.empty() ? checkpoint_dir : o.resume_from);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -164,6 +158,11 @@ std::string output_file_problem(const char* flag, const std::string& path) {
       break;
   }
   return fmt::format("{} {}: cannot write there: {}", flag, path, why);
+}
+
+// The Hugging Face model family whose tensor names --save writes.
+const char* hf_family_name(const program& p) {
+  return p.model.family == model_family::llama ? "Llama" : "GPT-2";
 }
 
 // --inject-leak: heap bytes allocated, touched and never freed, as a step
@@ -212,7 +211,10 @@ std::string gather_and_write_trace(const program& p, const std::string& path, in
 // prints what it did on rank 0.
 class training_run {
  public:
-  training_run(const program& p, const options& o, const launch_info& li);
+  // `run`: the run as launched (run_settings); `resume_from`: the
+  // checkpoint --resume names ("" without --resume).
+  training_run(const program& p, const options& o, const checkpoint_run& run,
+               std::string resume_from, const launch_info& li);
 
   int64_t first_step() const { return start_step_; }
   int64_t steps() const { return steps_; }
@@ -264,6 +266,8 @@ class training_run {
 
   const program& p_;
   const options& o_;
+  const checkpoint_run run_;
+  const std::string resume_from_;
   const launch_info& li_;
   const bool lead_;
   const int64_t steps_;
@@ -297,25 +301,21 @@ class training_run {
   val_record last_val_;
 };
 
-training_run::training_run(const program& p, const options& o, const launch_info& li)
+training_run::training_run(const program& p, const options& o, const checkpoint_run& run,
+                           std::string resume_from, const launch_info& li)
     : p_(p),
       o_(o),
+      run_(run),
+      resume_from_(std::move(resume_from)),
       li_(li),
       lead_(li.rank == 0),
-      steps_(o.steps >= 0 ? o.steps : p.train.steps),
-      ckpt_{o.checkpoint_every >= 0 ? o.checkpoint_every : p.train.checkpoint.every,
-            o.checkpoint_dir.empty() ? p.train.checkpoint.dir : o.checkpoint_dir,
-            o.checkpoint_keep > 0 ? o.checkpoint_keep : p.train.checkpoint.keep},
-      log_every_(o.log_every > 0 ? o.log_every : std::max<int64_t>(1, p.train.log_every)),
+      steps_(run.steps),
+      ckpt_{run.checkpoint_every, run.checkpoint_dir, run.checkpoint_keep},
+      log_every_(run.log_every),
       tokens_per_step_(p.parallel.world * p.parallel.micro_batches * p.parallel.micro_batch *
                        p.model.context),
-      // --val without the spec's val: every 250 steps over 256 sequences.
-      val_every_(o.val_every >= 0                         ? o.val_every
-                 : p.train.val_every > 0 || o.val.empty() ? p.train.val_every
-                                                          : 250),
-      val_sequences_(o.val_sequences > 0         ? o.val_sequences
-                     : p.train.val_sequences > 0 ? p.train.val_sequences
-                                                 : 256) {}
+      val_every_(run.val_every),
+      val_sequences_(run.val_sequences) {}
 
 // Collective: throws agreed_error on every rank when an output cannot be
 // written (checkpoints' directory created when checkpoints are planned; a
@@ -323,14 +323,14 @@ training_run::training_run(const program& p, const options& o, const launch_info
 // by rank 0 alone.
 void training_run::check_outputs() const {
   std::string error;
-  if (!o_.save.empty()) error = output_file_problem("--save", o_.save);
-  if (lead_ && error.empty() && !o_.metrics.empty())
-    error = output_file_problem("--metrics", o_.metrics);
+  if (!run_.save.empty()) error = output_file_problem("--save", run_.save);
+  if (lead_ && error.empty() && !run_.metrics.empty())
+    error = output_file_problem("--metrics", run_.metrics);
   if (lead_ && error.empty() && !o_.trace.empty()) error = output_file_problem("--trace", o_.trace);
   if (error.empty() && steps_ > 0) {
     const std::string why = checkpoint_dir_problem(ckpt_.dir, ckpt_.every > 0);
     if (!why.empty())
-      error = o_.checkpoint_dir.empty()
+      error = ckpt_.dir == p_.train.checkpoint.dir
                   ? fmt::format("the spec's checkpoint directory {}: {}", ckpt_.dir, why)
                   : fmt::format("--checkpoint-dir {}: {}", ckpt_.dir, why);
   }
@@ -360,29 +360,28 @@ void training_run::set_up(const backend_kind& kind) {
 // Collective: the training data and, when validated, the validation data.
 // Nothing is read yet: files are checked and mapped.
 void training_run::open_data() {
-  const bool shuffle = o_.shuffle.empty() ? p_.train.shuffle : o_.shuffle == "true";
   std::string error;
   try {
     const auto t0 = std::chrono::steady_clock::now();
-    data_ = dataloader_open(data_config_of(p_, p_.train.data, o_.data, shuffle, "data"));
+    data_ = dataloader_open(data_config_of(p_, p_.train.data, run_.data, run_.shuffle, "data"));
     data_open_ms_ =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   } catch (const std::exception& e) {
     error = e.what();
-    if (o_.data.empty())
+    if (run_.data.empty())
       error += fmt::format(
           " (the data of {}, found from that spec's directory as fsdpgen was given it: run "
           "where fsdpgen ran, or pass --data FILES)",
           p_.spec_path);
   }
   if (error.empty() && val_every_ > 0) {
-    if (p_.train.val_every == 0 && o_.val.empty())
+    if (p_.train.val_every == 0 && run_.val.empty())
       error =
           fmt::format("--val-every {}: the spec names no validation data; pass --val FILES as well",
                       val_every_);
     try {
       if (error.empty()) {
-        val_ = dataloader_open(data_config_of(p_, p_.train.val, o_.val, false, "val"));
+        val_ = dataloader_open(data_config_of(p_, p_.train.val, run_.val, false, "val"));
         const int64_t have = dataloader_sequences(val_);
         if (have > 0 && have < val_sequences_)
           error = fmt::format(
@@ -430,7 +429,7 @@ void training_run::load_weights() {
 // The weights, the step, the loss scaler, the seed and the data position
 // from a checkpoint.
 void training_run::resume() {
-  const std::string path = resume_path(o_, ckpt_, lead_);
+  const std::string& path = resume_from_;
   checkpoint_state resumed;
   b_->with_host_weights(c_, true, [&] { resumed = checkpoint_load(c_, path); });
   start_step_ = resumed.step;
@@ -464,13 +463,32 @@ void training_run::print_banner() const {
                       val_every_ == 1 ? "step" : fmt::format("{} steps", val_every_));
   run_log_banner(p_, {li_.launcher, b_->describe(), data, val, weights_from_, steps_, start_step_,
                       tokens_per_step_, ckpt_});
+  if (const std::string note = optimizer_warmup_note(p_, steps_); !note.empty())
+    std::printf("warning: %s\n", note.c_str());
 }
 
 void training_run::open_metrics() {
   std::string error;
-  if (lead_ && !o_.metrics.empty()) {
-    metrics_.reset(std::fopen(o_.metrics.c_str(), "w"));
-    if (!metrics_) error = fmt::format("cannot write {}: {}", o_.metrics, std::strerror(errno));
+  if (lead_ && !run_.metrics.empty()) {
+    const char* mode = "w";
+    if (o_.resume) {
+      try {
+        const int64_t dropped = run_log_metrics_resume(run_.metrics, start_step_);
+        mode = "a";
+        if (dropped > 0)
+          std::printf(
+              "metrics: %s keeps its lines of steps 1-%lld; %lld of later steps, "
+              "trained again now, dropped\n",
+              run_.metrics.c_str(), static_cast<long long>(start_step_),
+              static_cast<long long>(dropped));
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    if (error.empty()) {
+      metrics_.reset(std::fopen(run_.metrics.c_str(), mode));
+      if (!metrics_) error = fmt::format("cannot write {}: {}", run_.metrics, std::strerror(errno));
+    }
   }
   agree_on_error(error, "opening --metrics");
 }
@@ -606,7 +624,11 @@ bool training_run::checkpoint_due(int64_t step) const {
 void training_run::save_checkpoint(int64_t step) {
   const checkpoint_state state{step + 1,
                                c_.sequence_base + (step + 1) * checkpoint_sequences_per_step(p_),
-                               scaler_, seed_, dataloader_describe(data_)};
+                               scaler_,
+                               seed_,
+                               dataloader_describe(data_),
+                               run_,
+                               true};
   const auto t = std::chrono::steady_clock::now();
   checkpoint_saved saved;
   b_->with_host_weights(c_, false, [&] { saved = checkpoint_save(c_, ckpt_, state); });
@@ -621,11 +643,12 @@ void training_run::save_checkpoint(int64_t step) {
 void training_run::print_stopped(int64_t step) const {
   if (!lead_) return;
   std::printf(
-      "stopped after step %lld of %lld: asked to by a signal (SIGUSR1 or SIGTERM); "
-      "continue with --resume%s\n",
+      "stopped after step %lld of %lld: asked to by a signal (SIGUSR1 or SIGTERM); continue "
+      "with: %s\n",
       static_cast<long long>(step + 1), static_cast<long long>(steps_),
-      // A plain --resume looks in the spec's directory.
-      ckpt_.dir == p_.train.checkpoint.dir ? "" : (" " + ckpt_.dir).c_str());
+      run_settings_resume_command(li_.launcher, li_.relaunched, p_.parallel.world, o_.binary,
+                                  ckpt_.dir)
+          .c_str());
 }
 
 void training_run::close_metrics() {
@@ -652,20 +675,20 @@ std::string training_run::write_trace() const {
 }
 
 void training_run::save_weights() {
-  if (o_.save.empty()) return;
+  if (run_.save.empty()) return;
   if (stop_) {
     if (lead_)
       std::printf(
           "not writing %s: the run stopped before its last step (the checkpoint has "
           "the weights: fsdpgen merge)\n",
-          o_.save.c_str());
+          run_.save.c_str());
     return;
   }
   b_->with_host_weights(c_, false,
-                        [&] { weights_save(c_, o_.save, start_step_ + totals_.steps_run); });
+                        [&] { weights_save(c_, run_.save, start_step_ + totals_.steps_run); });
   if (lead_)
-    std::printf("saved %s (%s params, F32, Hugging Face GPT-2 names)\n", o_.save.c_str(),
-                with_commas(p_.model.params).c_str());
+    std::printf("saved %s (%s params, F32, Hugging Face %s names)\n", run_.save.c_str(),
+                with_commas(p_.model.params).c_str(), hf_family_name(p_));
 }
 
 void training_run::finish() {
@@ -673,8 +696,49 @@ void training_run::finish() {
   comm_destroy(c_.comms);
 }
 
+// The run as launched: the flags over the spec, or resumed, the checkpoint's
+// record with the flags given over it (collective: the warnings print on
+// rank 0, a changed global batch not allowed is an error on every rank).
+checkpoint_run resolve_run(const program& p, const options& o, const std::string& resume_from,
+                           bool lead) {
+  const checkpoint_run launched = run_settings_of(p, o.run);
+  if (resume_from.empty()) return launched;
+  checkpoint_manifest m;
+  std::string error;
+  try {
+    m = checkpoint_manifest_read(resume_from);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_error(error, "resuming from a checkpoint");
+  if (!m.has_run) {
+    if (lead)
+      std::printf(
+          "note: %s records no run (written before fsdpgen recorded runs): this run's "
+          "flags and the spec's values apply\n",
+          resume_from.c_str());
+    return launched;
+  }
+  const run_resumed r =
+      run_settings_resume(p, o.run, m.run, m.world, m.step, o.allow_batch_change, o.binary);
+  agree_on_error(r.batch_problem.empty() ? "" : fmt::format("{}: {}", resume_from, r.batch_problem),
+                 "resuming from a checkpoint");
+  if (lead) {
+    if (!r.taken.empty())
+      std::printf("resume: the run as launched, from the checkpoint: %s\n",
+                  fmt::format("{}", fmt::join(r.taken, " ")).c_str());
+    for (const std::string& w : r.warnings)
+      std::printf("warning: %s\n", w.c_str());
+  }
+  return r.run;
+}
+
 int run(const program& p, const options& o, const launch_info& li, const backend_kind& kind) {
-  training_run t(p, o, li);
+  const bool lead = li.rank == 0;
+  // Without a value, --resume looks in the checkpoint directory of the flags or the spec.
+  const std::string resume_from =
+      o.resume ? resume_path(o, run_settings_of(p, o.run).checkpoint_dir, lead) : "";
+  training_run t(p, o, resolve_run(p, o, resume_from, lead), resume_from, li);
   t.check_outputs();
   t.set_up(kind);
   t.load_weights();
@@ -708,40 +772,48 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
   launch_prefer_passive_openmp(argv);
   CLI::App app{fmt::format("Trains {} as planned by fsdpgen from {}.", p.model_name, p.spec_path)};
   options o;
-  app.add_option("--steps", o.steps, "training steps (default: the spec's)")
+  app.add_option("--steps", o.run.steps, "training steps (default: the spec's)")
       ->check(whole_number(0));
-  app.add_option("--data", o.data,
+  app.add_option("--data", o.run.data,
                  "synthetic, a text file, or llm.c .bin token files and quoted glob patterns "
                  "(uint16 GPT-2 or uint32 Llama 3 tokens), read as one stream in the order given");
-  app.add_option("--val", o.val, "validation data, as --data (default: the spec's val)");
-  app.add_option("--val-every", o.val_every,
+  app.add_option("--val", o.run.val, "validation data, as --data (default: the spec's val)");
+  app.add_option("--val-every", o.run.val_every,
                  "steps between validations, also run at checkpoints and at the end (0: none; "
                  "default: the spec's val_every)")
       ->check(whole_number(0));
-  app.add_option("--val-sequences", o.val_sequences,
+  app.add_option("--val-sequences", o.run.val_sequences,
                  "sequences each validation reads from the start of the validation data "
                  "(default: the spec's val_sequences)")
       ->check(whole_number(1));
-  app.add_option("--shuffle", o.shuffle,
+  app.add_option("--shuffle", o.run.shuffle,
                  "true: each epoch reads the training sequences in a seeded order; false: in "
                  "file order (default: the spec's shuffle)")
       ->check(CLI::IsMember({"true", "false"}));
   app.add_option("--init-from", o.init_from,
                  "load weights (Hugging Face names) from a .safetensors file, a model directory "
                  "(sharded or not; its config.json is checked) or its index file");
-  app.add_option("--save", o.save, "write the final weights as safetensors (GPT-2 names)");
+  app.add_option("--save", o.run.save,
+                 fmt::format("write the final weights as safetensors (Hugging Face {} names)",
+                             hf_family_name(p)));
   CLI::Option* resume =
       app.add_option("--resume", o.resume_from,
-                     "continue from a checkpoint: a step_N directory, a directory of them (its "
-                     "newest), or without a value the newest in the checkpoint directory")
+                     "continue the run a checkpoint holds (its steps, data, validation, "
+                     "checkpoints and outputs as launched; a flag given overrides one, with a "
+                     "warning where that changes the run): a step_N directory, a directory of "
+                     "them (its newest), or without a value the newest in the checkpoint "
+                     "directory")
           ->expected(0, 1);
-  app.add_option("--checkpoint-every", o.checkpoint_every,
+  app.add_flag("--allow-batch-change", o.allow_batch_change,
+               "with --resume: continue although this binary's global batch (world x "
+               "micro-batch x micro-batches) is not the checkpoint's run's");
+  app.add_option("--checkpoint-every", o.run.checkpoint_every,
                  "steps between checkpoints, also written at the end (0: none; default: the "
                  "spec's checkpoint(every))")
       ->check(whole_number(0));
-  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+  app.add_option("--checkpoint-dir", o.run.checkpoint_dir,
                  "where checkpoints go (default: the spec's)");
-  app.add_option("--checkpoint-keep", o.checkpoint_keep,
+  app.add_option("--checkpoint-keep", o.run.checkpoint_keep,
                  "newest checkpoints kept (default: the spec's keep)")
       ->check(whole_number(1));
   app.add_option("--trace", o.trace, "write the measured timeline of one step (Chrome trace)");
@@ -750,9 +822,9 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
   app.add_flag("--print-schedule", o.print_schedule, "print the static schedule and exit");
   app.add_option("--seed", o.seed, "initialization seed (default: the spec's)")
       ->check(whole_number(0));
-  app.add_option("--log-every", o.log_every, "log every N steps (default: the spec's)")
+  app.add_option("--log-every", o.run.log_every, "log every N steps (default: the spec's)")
       ->check(whole_number(1));
-  app.add_option("--metrics", o.metrics, "write one JSON line per step (rank 0)");
+  app.add_option("--metrics", o.run.metrics, "write one JSON line per step (rank 0)");
   app.add_option("--inject-overflow", o.inject_overflow,
                  "testing aid: make every gradient of this 0-based step non-finite, as an fp16 "
                  "overflow would (the step is skipped and an fp16 loss scale backs off)")
@@ -789,12 +861,13 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
     return 2;
   }
   o.backend.graphs = !no_graph;
+  o.binary = argv[0];
   o.resume = resume->count() > 0;
   if (o.print_schedule) {
     std::fputs(p.schedule_text, stdout);
     return 0;
   }
-  const int64_t run_steps = o.steps >= 0 ? o.steps : p.train.steps;
+  const int64_t run_steps = o.run.steps >= 0 ? o.run.steps : p.train.steps;
   for (auto [flag, step] : {std::pair{"--trace-step", o.trace_step},
                             std::pair{"--profile-step", o.backend.profile_step}})
     if (step >= 0 && step >= run_steps) {
@@ -805,10 +878,6 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
                    run_steps == 1 ? "" : "s");
       return 2;
     }
-  if (const std::string why = optimizer_steps_problem(p, o.steps); !why.empty()) {
-    std::fprintf(stderr, "error: %s\n", why.c_str());
-    return 2;
-  }
   launch_info li = launch_init(p, argc, argv);
   install_stop_handlers();
   try {

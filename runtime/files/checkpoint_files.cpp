@@ -181,6 +181,23 @@ std::string checkpoint_manifest_text(const checkpoint_manifest& m) {
                      {"scale", m.loss_scale},
                      {"finite_steps", m.loss_scale_finite_steps}};
   j["applied_steps"] = m.applied_steps;
+  if (m.has_run) {
+    const checkpoint_run& r = m.run;
+    j["run"] = {{"steps", r.steps},
+                {"data", r.data},
+                {"shuffle", r.shuffle},
+                {"val", r.val},
+                {"val_every", r.val_every},
+                {"val_sequences", r.val_sequences},
+                {"checkpoint_every", r.checkpoint_every},
+                {"checkpoint_dir", r.checkpoint_dir},
+                {"checkpoint_keep", r.checkpoint_keep},
+                {"log_every", r.log_every},
+                {"save", r.save},
+                {"metrics", r.metrics},
+                {"micro_batch", r.micro_batch},
+                {"micro_batches", r.micro_batches}};
+  }
   j["dtype"] = "F32";
   j["units"] = units;
   j["shards"] = shards;
@@ -237,6 +254,36 @@ checkpoint_manifest checkpoint_manifest_read(const std::string& dir) {
       m.applied_steps > m.step)
     fail(fmt::format("{}: bad loss scale {}, finite steps {} or applied steps {}", path,
                      m.loss_scale, m.loss_scale_finite_steps, m.applied_steps));
+
+  if (auto run = j.find("run"); run != j.end()) {
+    const std::string where = path + ": run";
+    if (!run->is_object()) fail(fmt::format("{} must be an object", where));
+    checkpoint_run& r = m.run;
+    m.has_run = true;
+    r.steps = get<int64_t>(*run, "steps", where);
+    r.data = get<std::vector<std::string>>(*run, "data", where);
+    r.shuffle = get<bool>(*run, "shuffle", where);
+    r.val = get<std::vector<std::string>>(*run, "val", where);
+    r.val_every = get<int64_t>(*run, "val_every", where);
+    r.val_sequences = get<int64_t>(*run, "val_sequences", where);
+    r.checkpoint_every = get<int64_t>(*run, "checkpoint_every", where);
+    r.checkpoint_dir = get<std::string>(*run, "checkpoint_dir", where);
+    r.checkpoint_keep = get<int64_t>(*run, "checkpoint_keep", where);
+    r.log_every = get<int64_t>(*run, "log_every", where);
+    r.save = get<std::string>(*run, "save", where);
+    r.metrics = get<std::string>(*run, "metrics", where);
+    r.micro_batch = get<int64_t>(*run, "micro_batch", where);
+    r.micro_batches = get<int64_t>(*run, "micro_batches", where);
+    if (r.steps < m.step || r.val_every < 0 || r.val_sequences < 0 || r.checkpoint_every < 0 ||
+        r.checkpoint_keep < 1 || r.log_every < 1 || r.micro_batch < 1 || r.micro_batches < 1 ||
+        r.micro_batch > (int64_t{1} << 30) || r.micro_batches > (int64_t{1} << 30))
+      fail(fmt::format(
+          "{}: bad steps {} (the checkpoint is at step {}), val_every {}, val_sequences {}, "
+          "checkpoint_every {}, checkpoint_keep {}, log_every {}, micro_batch {} or "
+          "micro_batches {}",
+          where, r.steps, m.step, r.val_every, r.val_sequences, r.checkpoint_every,
+          r.checkpoint_keep, r.log_every, r.micro_batch, r.micro_batches));
+  }
 
   for (const json& ju : array_of(j, "units", path)) {
     const std::string where = fmt::format("{}: unit {}", path, m.units.size());

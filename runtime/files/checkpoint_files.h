@@ -10,9 +10,9 @@
 // buffer), each slice `shard_elems` long with the unit's padding as zeros.
 // The manifest holds what resuming needs besides the data: the model's unit
 // and tensor layout (global shapes), the world it was written by, the step,
-// the data position, the loss scaler, and every section's offset, size and
-// CRC-32. It is written last, so a directory without one is incomplete; the
-// directory is written as step_NNNNNNNN.partial and renamed when every rank
+// the data position, the loss scaler, the run as launched (its flags), and
+// every section's offset, size and CRC-32. It is written last, so a directory without one is
+// incomplete; the directory is written as step_NNNNNNNN.partial and renamed when every rank
 // finished.
 #pragma once
 
@@ -54,6 +54,26 @@ struct checkpoint_shard {
   std::vector<checkpoint_section> sections;
 };
 
+// The run as it was launched (the binary's flags resolved over the spec's
+// values), so that --resume continues the same run (runtime/run_settings.h).
+// A list left empty means the spec's source.
+struct checkpoint_run {
+  int64_t steps = 0;              // the run's length: the lr schedule ends there
+  std::vector<std::string> data;  // --data as given
+  bool shuffle = false;
+  std::vector<std::string> val;  // --val as given
+  int64_t val_every = 0;         // 0: no validation
+  int64_t val_sequences = 0;
+  int64_t checkpoint_every = 0;
+  std::string checkpoint_dir;
+  int64_t checkpoint_keep = 1;
+  int64_t log_every = 1;
+  std::string save, metrics;  // --save and --metrics as given ("" none)
+  // With the manifest's world, the global batch: world x micro_batch x
+  // micro_batches sequences a step.
+  int64_t micro_batch = 1, micro_batches = 1;
+};
+
 struct checkpoint_manifest {
   int version = kCheckpointVersion;
   std::string model, spec;
@@ -68,6 +88,8 @@ struct checkpoint_manifest {
   double loss_scale = 1;
   int64_t loss_scale_finite_steps = 0;
   int64_t applied_steps = 0;  // optimizer updates applied (AdamW's bias correction)
+  bool has_run = false;       // checkpoints written before the run was recorded lack it
+  checkpoint_run run;
   std::vector<checkpoint_unit> units;
   std::vector<checkpoint_shard> shards;  // by shard rank
 };

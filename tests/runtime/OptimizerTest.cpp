@@ -234,14 +234,24 @@ TEST(OptimizerLr, DescribedWithTheRunsSteps) {
             "10 warm-up steps to 0.001, the whole run");
 }
 
-// The spec check's rule (dsl/Check.cpp: warmup no longer than steps) for --steps.
-TEST(OptimizerLr, StepsShorterThanTheWarmupAreAProblemNamingTheFlag) {
+// A run shorter than the spec's warm-up (a smoke test: --steps 5) warms up
+// over the whole run, reaching lr at its last step, and says so once.
+TEST(OptimizerLr, ARunShorterThanTheWarmupClampsItToTheRun) {
   const program p = schedule(lr_schedule_kind::cosine, 10, 200);
-  EXPECT_EQ(optimizer_steps_problem(p, 9),
-            "--steps 9: the spec's warmup (10 steps) is longer than the run; pass --steps 10 or "
-            "more, or shorten lr_schedule's warmup");
-  EXPECT_EQ(optimizer_steps_problem(p, 10), "") << "as long as the warm-up is fine";
-  EXPECT_EQ(optimizer_steps_problem(p, 0), "") << "0 steps train nothing";
+  EXPECT_EQ(optimizer_warmup(p, 5), 5);
+  EXPECT_EQ(optimizer_warmup(p, 10), 10);
+  EXPECT_EQ(optimizer_warmup(p, 200), 10);
+  EXPECT_EQ(optimizer_warmup(p, 0), 0);
+  for (int64_t k = 0; k < 5; ++k)
+    EXPECT_NEAR(optimizer_lr(p, k, 5), kLr * static_cast<double>(k + 1) / 5, kLrTol) << k;
+  EXPECT_NEAR(optimizer_lr(p, 4, 5), kLr, kLrTol) << "the last step reaches lr";
+  EXPECT_EQ(optimizer_lr_describe(p, 5),
+            "5 warm-up steps (the spec's 10, clamped to the run) to 0.001, the whole run");
+  EXPECT_EQ(optimizer_warmup_note(p, 5),
+            "--steps 5: the run is shorter than the spec's warmup (10 steps); the warm-up is "
+            "clamped to the run's 5 steps, reaching lr 0.001 at its last step");
+  EXPECT_EQ(optimizer_warmup_note(p, 10), "") << "as long as the warm-up fits";
+  EXPECT_EQ(optimizer_warmup_note(p, 0), "") << "0 steps train nothing";
 }
 
 }  // namespace
