@@ -41,6 +41,7 @@
 #include "planner/Pipeline.h"
 #include "profile/profile.h"
 #include "runtime/files/checkpoint_merge.h"
+#include "runtime/files/file_io.h"
 #include "runtime/files/hf_config.h"
 #include "suggest/Suggest.h"
 
@@ -640,14 +641,12 @@ int run_merge(const std::string& checkpoint, const std::string& output, const st
 }
 
 std::optional<std::string> read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    std::fputs(fmt::format("fsdpgen: error: cannot read '{}'\n", path).c_str(), stderr);
+  try {
+    return file_read_whole(path, kJsonFileMaxBytes);
+  } catch (const std::exception& e) {
+    std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
     return std::nullopt;
   }
-  std::stringstream text;
-  text << f.rdbuf();
-  return text.str();
 }
 
 int run_compare(const std::string& predicted, const std::string& measured, int rank, int top,

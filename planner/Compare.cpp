@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -94,11 +96,34 @@ void check_same_schedule(const StepTrace& p, const StepTrace& m) {
   }
 }
 
-}  // namespace
+// An event's integer field in [0, 2^31), or `otherwise` where it is absent.
+int event_int(const json& e, const char* key, int otherwise, const std::string& file,
+              size_t index) {
+  if (!e.contains(key)) return otherwise;
+  const json& v = e[key];
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+    fail(file,
+         fmt::format("event {}: \"{}\" is not a whole number from 0 to {}", index, key, INT32_MAX));
+  return static_cast<int>(v.get<int64_t>());
+}
 
-StepTrace read_step_trace(std::string_view text, const std::string& file) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) fail(file, "not JSON");
+// An event's string field, or "" where it is absent.
+std::string event_text(const json& e, const char* key, const std::string& file, size_t index) {
+  if (!e.contains(key)) return "";
+  if (!e[key].is_string()) fail(file, fmt::format("event {}: \"{}\" is not a string", index, key));
+  return e[key].get<std::string>();
+}
+
+// An event's time field in microseconds: a finite number, >= 0 for durations.
+double event_us(const json& e, const char* key, const std::string& file, size_t index) {
+  if (!e.contains(key) || !e[key].is_number() || !std::isfinite(e[key].get<double>()) ||
+      (std::string_view(key) == "dur" && e[key].get<double>() < 0))
+    fail(file, fmt::format("event {}: \"{}\" is missing or not a finite{} number", index, key,
+                           std::string_view(key) == "dur" ? ", non-negative" : ""));
+  return e[key].get<double>();
+}
+
+StepTrace parse_step_trace(const json& j, const std::string& file) {
   if (!j.is_object() || !j.contains("traceEvents") || !j["traceEvents"].is_array())
     fail(file,
          "not a trace (no traceEvents array): write one with `fsdpgen schedule --format "
@@ -111,31 +136,40 @@ StepTrace read_step_trace(std::string_view text, const std::string& file) {
     if (o.contains("world") && o["world"].is_number_integer()) t.world = o["world"];
     if (o.contains("figures") && o["figures"].is_string()) t.figures = o["figures"];
   }
+  const json& events = j["traceEvents"];
+  for (size_t i = 0; i < events.size(); ++i)
+    if (!events[i].is_object()) fail(file, fmt::format("event {} is not a JSON object", i));
   std::map<std::pair<int, int>, std::string> thread_names;
-  for (const json& e : j["traceEvents"])
-    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name")
-      thread_names[{e.value("pid", 0), e.value("tid", 0)}] = e["args"].value("name", "");
+  for (size_t i = 0; i < events.size(); ++i) {
+    const json& e = events[i];
+    if (event_text(e, "ph", file, i) != "M" || event_text(e, "name", file, i) != "thread_name")
+      continue;
+    if (!e.contains("args") || !e["args"].is_object())
+      fail(file, fmt::format("event {}: a thread_name without args", i));
+    thread_names[{event_int(e, "pid", 0, file, i), event_int(e, "tid", 0, file, i)}] =
+        event_text(e["args"], "name", file, i);
+  }
   std::map<int, std::vector<TraceOp>> by_pid;
-  for (const json& e : j["traceEvents"]) {
-    if (e.value("ph", "") != "X") continue;
-    if (!e.contains("args") || !e["args"].is_object() || !e.contains("ts") || !e.contains("dur"))
-      fail(file, "an op event without args, ts or dur");
+  for (size_t i = 0; i < events.size(); ++i) {
+    const json& e = events[i];
+    if (event_text(e, "ph", file, i) != "X") continue;
+    if (!e.contains("args") || !e["args"].is_object())
+      fail(file, fmt::format("event {}: an op event without args", i));
     const json& a = e["args"];
     TraceOp op;
-    if (!a.contains("op") || !a["op"].is_number_integer())
-      fail(file, "an op event without args.op");
-    op.id = a["op"].get<int>();
-    op.label = e.value("name", "");
-    op.kind = a.value("kind", "");
-    const int pid = e.value("pid", 0), tid = e.value("tid", 0);
+    if (!a.contains("op")) fail(file, fmt::format("event {}: an op event without args.op", i));
+    op.id = event_int(a, "op", 0, file, i);
+    op.label = event_text(e, "name", file, i);
+    op.kind = event_text(a, "kind", file, i);
+    const int pid = event_int(e, "pid", 0, file, i), tid = event_int(e, "tid", 0, file, i);
     auto name = thread_names.find({pid, tid});
     op.stream = name != thread_names.end() ? name->second : fmt::format("stream {}", tid);
     op.unit = int_arg(a, "unit", file, op.id);
     op.micro_batch = int_arg(a, "micro_batch", file, op.id);
     op.group_size = int_arg(a, "group_size", file, op.id);
     op.payload_bytes = int_arg(a, "payload_bytes", file, op.id);
-    op.start_ms = e["ts"].get<double>() / 1e3;
-    op.end_ms = op.start_ms + e["dur"].get<double>() / 1e3;
+    op.start_ms = event_us(e, "ts", file, i) / 1e3;
+    op.end_ms = op.start_ms + event_us(e, "dur", file, i) / 1e3;
     by_pid[pid].push_back(op);
   }
   if (by_pid.empty()) fail(file, "the trace holds no ops");
@@ -149,6 +183,18 @@ StepTrace read_step_trace(std::string_view text, const std::string& file) {
     t.ranks.push_back(std::move(ops));
   }
   return t;
+}
+
+}  // namespace
+
+StepTrace read_step_trace(std::string_view text, const std::string& file) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) fail(file, "not JSON");
+  try {
+    return parse_step_trace(j, file);
+  } catch (const json::exception& e) {  // a type the checks above did not foresee
+    fail(file, fmt::format("not a trace of this fsdpgen: {}", e.what()));
+  }
 }
 
 std::string compare_report(const StepTrace& p, const StepTrace& m, const CompareOptions& o) {

@@ -1,5 +1,6 @@
 // profile: JSON out and in, every field checked and every error located.
 #include "profile/profile.h"
+#include "runtime/files/file_io.h"
 
 #include <cmath>
 #include <cstdio>
@@ -235,7 +236,7 @@ Profile from_json(std::string_view text, std::string_view file, bool measured) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e400
     throw ProfileError(fmt::format("{}: not JSON: {}", file, e.what()));
   }
   const Reader r(j, std::string(file), "");
@@ -283,11 +284,13 @@ Profile load(const std::string& path, bool measured) {
   if (!std::filesystem::exists(path, ec))
     throw ProfileError(
         fmt::format("{}: no such profile (write one with `fsdpgen calibrate -o {}`)", path, path));
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream text;
-  text << f.rdbuf();
-  if (!f) throw ProfileError(fmt::format("{}: cannot read it", path));
-  return from_json(text.str(), path, measured);
+  std::string text;
+  try {
+    text = file_read_whole(path, kJsonFileMaxBytes);
+  } catch (const std::exception& e) {
+    throw ProfileError(e.what());
+  }
+  return from_json(text, path, measured);
 }
 
 void save(const Profile& p, const std::string& path) {

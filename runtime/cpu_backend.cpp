@@ -36,7 +36,10 @@ class cpu_backend final : public backend {
 
   std::string describe() const override {
     const int t = omp_get_max_threads();
-    return std::to_string(t) + (t == 1 ? " thread" : " threads") + " per rank";
+    // FSDPGEN_CPU_LEVEL: the CPU code CMake chose (CMakeLists.txt), so that a
+    // SIGILL on an older node has its explanation in the log.
+    return std::to_string(t) + (t == 1 ? " thread" : " threads") + " per rank, code for " +
+           FSDPGEN_CPU_LEVEL;
   }
 
   void with_host_weights(step_context&, bool, const std::function<void()>& fn) override { fn(); }

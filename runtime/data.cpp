@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/files/file_io.h"
 #include "runtime/human.h"
 
 struct data_error_slot {
@@ -159,16 +160,10 @@ struct fd_guard {
 // so that the kernel reads no more than the pages touched, MADV_SEQUENTIAL in
 // file order, so that it reads ahead.
 mapped_file map_file(const std::string& path, int advice) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot open: {}", path, strerror(errno)));
-  const fd_guard guard{fd};
-  struct stat st;
-  if (fstat(fd, &st) != 0)
-    throw std::runtime_error(fmt::format("{}: cannot stat: {}", path, strerror(errno)));
-  if (!S_ISREG(st.st_mode)) throw std::runtime_error(fmt::format("{}: not a regular file", path));
   mapped_file f;
+  const int fd = file_open_regular(path, &f.size);
+  const fd_guard guard{fd};
   f.path = path;
-  f.size = st.st_size;
   if (f.size == 0) return f;
   void* p = mmap(nullptr, static_cast<size_t>(f.size), PROT_READ, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED)

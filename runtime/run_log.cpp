@@ -65,11 +65,15 @@ void run_log_banner(const program& p, const run_banner& b) {
     std::printf("  checkpoints: every %lld steps and at the end, in %s (newest %lld kept)\n",
                 static_cast<long long>(b.ckpt.every), b.ckpt.dir.c_str(),
                 static_cast<long long>(b.ckpt.keep));
-  if (b.start_step >= b.steps)
+  if (b.resumed && b.start_step >= b.steps)
     std::printf(
         "  the checkpoint is at step %lld and the run has %lld steps: nothing to train "
         "(--steps N trains further)\n",
         static_cast<long long>(b.start_step), static_cast<long long>(b.steps));
+  else if (b.steps == 0)
+    std::printf(
+        "  the run has 0 steps: nothing to train (the weights it was given are evaluated "
+        "where validation is on, and written by --save)\n");
   std::printf("  arena %.2f MiB per rank (planned peak %.2f MiB)%s\n",
               mib(p.plan.device_arena_bytes), mib(p.plan.live_peak_bytes),
               p.plan.host_arena_bytes
@@ -161,7 +165,11 @@ void run_log_summary(const run_totals& t, int64_t tokens_per_step, const std::st
       "done: %lld step%s in %.1f s | loss %.4f -> %.4f%s | %.1f ms/step | %s tok/s\n%s",
       static_cast<long long>(t.steps_run), t.steps_run == 1 ? "" : "s", t.total_seconds,
       t.first_loss, t.last_loss,
-      t.validated ? fmt::format(" | val loss {:.4f}", t.last_val_loss).c_str() : "", per_step * 1e3,
+      !t.validated ? ""
+      : t.last_val_step == t.last_step
+          ? fmt::format(" | val loss {:.4f}", t.last_val_loss).c_str()
+          : fmt::format(" | val loss {:.4f} at step {}", t.last_val_loss, t.last_val_step).c_str(),
+      per_step * 1e3,
       with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / per_step)).c_str(),
       memory_lines.c_str());
   if (t.skipped)

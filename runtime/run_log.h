@@ -22,6 +22,7 @@ struct run_banner {
                              // resumed
   int64_t steps = 0;         // the run's step count (the last step, 1-based)
   int64_t start_step = 0;    // steps done before this run (a resumed checkpoint's)
+  bool resumed = false;
   int64_t tokens_per_step = 0;
   checkpoint_config ckpt;
 };
@@ -58,6 +59,8 @@ struct run_totals {
   double first_loss = 0, last_loss = 0;
   bool validated = false;
   double last_val_loss = 0;
+  int64_t last_val_step = 0;  // the steps done when it was measured
+  int64_t last_step = 0;      // the steps done at the end of this run
   double total_seconds = 0, timed_seconds = 0;
 };
 

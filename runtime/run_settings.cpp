@@ -106,17 +106,17 @@ run_resumed run_settings_resume(const program& p, const run_flags& f,
                    "{} come in another order",
                    given.shuffle, recorded.shuffle, step));
   const std::string val_changes =
-      "validation losses from here on are not comparable with earlier "
-      "ones";
+      "validation losses from here on are not comparable with "
+      "earlier ones";
   take(&checkpoint_run::val, !f.val.empty(), fmt::format("--val {}", sources(recorded.val, "")),
        fmt::format("--val {}: the run was launched validating on {}; {}", sources(given.val, ""),
                    sources(recorded.val, "the spec's validation data"), val_changes));
+  take(&checkpoint_run::val_every, f.val_every >= 0,
+       fmt::format("--val-every {}", recorded.val_every), "");
   take(&checkpoint_run::val_sequences, f.val_sequences > 0,
        fmt::format("--val-sequences {}", recorded.val_sequences),
        fmt::format("--val-sequences {}: the run was launched validating on {}; {}",
                    given.val_sequences, sequences(recorded.val_sequences), val_changes));
-  take(&checkpoint_run::val_every, f.val_every >= 0,
-       fmt::format("--val-every {}", recorded.val_every), "");
   take(&checkpoint_run::checkpoint_every, f.checkpoint_every >= 0,
        fmt::format("--checkpoint-every {}", recorded.checkpoint_every), "");
   take(&checkpoint_run::checkpoint_dir, !f.checkpoint_dir.empty(),

@@ -275,7 +275,7 @@ class training_run {
   const int64_t log_every_;
   const int64_t tokens_per_step_;
   const int64_t val_every_;  // 0: no validation
-  const int64_t val_sequences_;
+  int64_t val_sequences_;    // the run's, or all the validation data holds where that is fewer
   arena mem_;
   step_context c_;
   dataloader data_;
@@ -383,12 +383,15 @@ void training_run::open_data() {
       if (error.empty()) {
         val_ = dataloader_open(data_config_of(p_, p_.train.val, run_.val, false, "val"));
         const int64_t have = dataloader_sequences(val_);
-        if (have > 0 && have < val_sequences_)
-          error = fmt::format(
-              "val: {} holds {} sequence{} of {} tokens, fewer than the {} each validation "
-              "reads (val_sequences; --val-sequences N reads fewer)",
-              dataloader_describe(val_), with_commas(have), have == 1 ? "" : "s", p_.model.context,
-              with_commas(val_sequences_));
+        if (have > 0 && have < val_sequences_) {
+          if (lead_)
+            std::printf(
+                "note: val: %s: fewer than the %s sequences of val_sequences; each "
+                "validation reads all %s\n",
+                dataloader_describe(val_).c_str(), with_commas(val_sequences_).c_str(),
+                with_commas(have).c_str());
+          val_sequences_ = have;
+        }
       }
     } catch (const std::exception& e) {
       error = e.what();
@@ -462,7 +465,7 @@ void training_run::print_banner() const {
                       dataloader_describe(val_), with_commas(val_sequences_),
                       val_every_ == 1 ? "step" : fmt::format("{} steps", val_every_));
   run_log_banner(p_, {li_.launcher, b_->describe(), data, val, weights_from_, steps_, start_step_,
-                      tokens_per_step_, ckpt_});
+                      o_.resume, tokens_per_step_, ckpt_});
   if (const std::string note = optimizer_warmup_note(p_, steps_); !note.empty())
     std::printf("warning: %s\n", note.c_str());
 }
@@ -560,6 +563,7 @@ double training_run::agree_on_loss(double loss_sum) {
 
 void training_run::count(const step_record& r) {
   totals_.steps_run = r.step + 1 - start_step_;
+  totals_.last_step = r.step + 1;
   totals_.skipped += r.skipped;
   if (r.step == start_step_) totals_.first_loss = r.loss;
   totals_.last_loss = r.loss;
@@ -608,6 +612,7 @@ val_record training_run::validate(int64_t steps_done) {
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
   totals_.validated = true;
   totals_.last_val_loss = last_val_.loss;
+  totals_.last_val_step = steps_done;
   return last_val_;
 }
 

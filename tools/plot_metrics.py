@@ -6,17 +6,19 @@ the output's extension). Several files are several runs, one colour each:
 training loss as a line (smoothed with --smooth N, a trailing mean of N steps),
 validation loss as points joined by a dashed line. Prints each run's summary.
 
-    python3 tools/plot_metrics.py m.jsonl [other.jsonl ...] -o loss.png
+    python3 tools/plot_metrics.py m.jsonl [other.jsonl ...] [-o loss.png]
         [--title T] [--log-y] [--smooth N]
 
-A line that is not a JSON object with a numeric "step", a "loss", or a step
-not above the line before it is an error naming the file and line; nothing
-is written then. A null loss or val_loss (not finite when it was computed)
-is left out and counted."""
+Without -o (or without matplotlib) it prints the summaries alone. A path that
+is not a regular file (a FIFO, a device, a directory), a line that is not a
+JSON object with a whole-number "step" and a "loss", or a step not above the
+line before it is an error naming the file and line; nothing is written then.
+A null, NaN or infinite loss or val_loss is left out and counted."""
 import argparse
 import json
 import math
 import os
+import stat
 import sys
 
 
@@ -54,46 +56,55 @@ def load_run(path):
     """Reads one metrics file; raises MetricsError naming path:line."""
     run = Run(path)
     try:
+        # Only a regular file: a FIFO would wait for a writer, /dev/zero never end.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise MetricsError(f"{path}: not a regular file")
         with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
+            for number, text in enumerate(f, start=1):
+                load_line(run, f"{path}:{number}", text)
     except OSError as e:
         raise MetricsError(f"{path}: cannot read: {e.strerror}") from e
     except UnicodeDecodeError as e:
         raise MetricsError(f"{path}: not a text file ({e.reason} at byte {e.start})") from e
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            m = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise MetricsError(f"{where}: not JSON: {e.msg} at column {e.colno}") from e
-        if not isinstance(m, dict):
-            raise MetricsError(f"{where}: a line is one JSON object, not {type(m).__name__}")
-        step = m.get("step")
-        if not _number(step) or step != int(step):
-            raise MetricsError(f"{where}: no whole-number \"step\" (got {json.dumps(step)})")
-        step = int(step)
-        if run.last_step is not None and step <= run.last_step:
-            raise MetricsError(
-                f"{where}: step {step} does not follow step {run.last_step}; a metrics file is "
-                "one run (a resumed run writes its own file: pass both)")
-        run.last_step = step
-        if "loss" not in m:
-            raise MetricsError(f"{where}: no \"loss\"")
-        for key, steps, losses in (("loss", run.steps, run.losses),
-                                   ("val_loss", run.val_steps, run.val_losses)):
-            if key not in m:
-                continue
-            value = _loss(m, key, where)
-            if value is None:
-                run.nonfinite += 1
-            else:
-                steps.append(step)
-                losses.append(value)
     if run.last_step is None:
         raise MetricsError(f"{path}: empty: no step to plot")
     return run
+
+
+def load_line(run, where, text):
+    """Adds one line of a metrics file to run; raises MetricsError naming where."""
+    if not text.strip():
+        return
+    try:
+        m = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise MetricsError(f"{where}: not JSON: {e.msg} at column {e.colno}") from e
+    except (ValueError, RecursionError) as e:  # an integer of thousands of digits, deep nesting
+        raise MetricsError(f"{where}: not a metrics line ({type(e).__name__}: {e})") from e
+    if not isinstance(m, dict):
+        raise MetricsError(f"{where}: a line is one JSON object, not {type(m).__name__}")
+    step = m.get("step")
+    if not _number(step) or not math.isfinite(step) or step != int(step) or step < 1:
+        raise MetricsError(f"{where}: no whole-number \"step\" of 1 or more (got "
+                           f"{json.dumps(step)})")
+    step = int(step)
+    if run.last_step is not None and step <= run.last_step:
+        raise MetricsError(
+            f"{where}: step {step} does not follow step {run.last_step}; a metrics file is one "
+            "run (a run resumed into another --metrics file: pass both)")
+    run.last_step = step
+    if "loss" not in m:
+        raise MetricsError(f"{where}: no \"loss\"")
+    for key, steps, losses in (("loss", run.steps, run.losses),
+                               ("val_loss", run.val_steps, run.val_losses)):
+        if key not in m:
+            continue
+        value = _loss(m, key, where)
+        if value is None:
+            run.nonfinite += 1
+        else:
+            steps.append(step)
+            losses.append(value)
 
 
 def smoothed(values, n):
@@ -153,7 +164,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Plot training and validation loss from fsdpgen --metrics files.")
     parser.add_argument("metrics", nargs="+", help="metrics files (one run each)")
-    parser.add_argument("-o", "--output", required=True, help="image to write: .png, .svg or .pdf")
+    parser.add_argument("-o", "--output",
+                        help="image to write: .png, .svg or .pdf (without: the summaries alone)")
     parser.add_argument("--title", help="the plot's title (default: loss)")
     parser.add_argument("--log-y", action="store_true", help="logarithmic loss axis")
     parser.add_argument("--smooth", type=int, default=1, metavar="N",
@@ -162,28 +174,32 @@ def main(argv=None):
     try:
         if args.smooth < 1:
             raise MetricsError(f"--smooth {args.smooth}: must be at least 1")
-        ext = os.path.splitext(args.output)[1].lower()
-        if ext not in (".png", ".svg", ".pdf"):
+        ext = os.path.splitext(args.output or "")[1].lower()
+        if args.output and ext not in (".png", ".svg", ".pdf"):
             raise MetricsError(f"-o {args.output}: the extension chooses the format: .png, .svg "
                                "or .pdf")
-        out_dir = os.path.dirname(os.path.abspath(args.output))
-        if not os.path.isdir(out_dir):
+        out_dir = os.path.dirname(os.path.abspath(args.output or "."))
+        if args.output and not os.path.isdir(out_dir):
             raise MetricsError(f"-o {args.output}: directory {out_dir} does not exist")
         runs = [load_run(p) for p in args.metrics]
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError as e:
-            raise MetricsError("plotting needs matplotlib: apt install python3-matplotlib, or "
-                               "pip install matplotlib") from e
-        fig = figure(runs, args.title, args.log_y, args.smooth)
-        partial = args.output + ".partial" + ext
-        fig.savefig(partial)
-        os.replace(partial, args.output)
     except MetricsError as e:
         print(f"plot_metrics: error: {e}", file=sys.stderr)
         return 2
     for run in runs:
         print(summary(run))
+    if not args.output:
+        return 0
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(f"plot_metrics: error: -o {args.output}: plotting needs matplotlib (apt install "
+              "python3-matplotlib, or pip install matplotlib); the summaries above need nothing",
+              file=sys.stderr)
+        return 2
+    fig = figure(runs, args.title, args.log_y, args.smooth)
+    partial = args.output + ".partial" + ext
+    fig.savefig(partial)
+    os.replace(partial, args.output)
     print(f"wrote {args.output}")
     return 0
 

@@ -76,7 +76,10 @@ cudnn_frontend() {
 build() {
   deps
   cudnn_frontend
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  # FSDPGEN_NATIVE=1: CPU code for this machine alone (CMakeLists.txt says what is portable).
+  local native=OFF
+  [ "${FSDPGEN_NATIVE:-0}" = 1 ] && native=ON
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFSDPGEN_NATIVE=$native >/dev/null
   local targets=()
   for t in "$@"; do targets+=(--target "$t"); done
   cmake --build "$build" -j "$jobs" "${targets[@]}"

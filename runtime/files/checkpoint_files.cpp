@@ -206,17 +206,21 @@ std::string checkpoint_manifest_text(const checkpoint_manifest& m) {
 
 checkpoint_manifest checkpoint_manifest_read(const std::string& dir) {
   const std::string path = (fs::path(dir) / kCheckpointManifest).string();
-  std::ifstream f(path);
-  if (!f)
-    fail(fmt::format("{}: not a checkpoint (cannot read {}: {})", dir, kCheckpointManifest,
-                     std::strerror(errno)));
-  std::stringstream text;
-  text << f.rdbuf();
+  std::string text;
+  try {
+    text = file_read_whole(path, kJsonFileMaxBytes);
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    if (why.rfind(path + ": ", 0) == 0) why.erase(0, path.size() + 2);
+    fail(fmt::format("{}: not a checkpoint (cannot read {}: {})", dir, kCheckpointManifest, why));
+  }
   json j;
   try {
-    j = json::parse(text.str());
+    j = json::parse(text);
   } catch (const json::parse_error& e) {
     fail(fmt::format("{}: not valid JSON (byte {}): {}", path, e.byte, e.what()));
+  } catch (const json::exception& e) {  // out_of_range: a number such as 1e400
+    fail(fmt::format("{}: not valid JSON: {}", path, e.what()));
   }
   if (!j.is_object()) fail(fmt::format("{}: not a JSON object", path));
   if (get<std::string>(j, "format", path) != "fsdpgen-checkpoint")
@@ -399,8 +403,7 @@ const std::vector<float>& checkpoint_reader::section(int shard, int unit, const 
   if (!x)
     fail(fmt::format("{}: no {} section for unit {}", path, what,
                      m_.units[static_cast<size_t>(unit)].name));
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) fail(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  const int fd = file_open_regular(path);
   std::vector<float> values(static_cast<size_t>(x->bytes / 4));
   try {
     struct stat st {};

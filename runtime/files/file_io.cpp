@@ -1,6 +1,8 @@
 // file_io: pread/pwrite loops, and the output check.
 #include "runtime/files/file_io.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,6 +12,53 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+
+namespace {
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a plain file";
+}
+
+}  // namespace
+
+int file_open_regular(const std::string& path, int64_t* size_bytes) {
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
+    throw std::runtime_error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const std::string why = S_ISREG(st.st_mode) ? std::strerror(errno) : file_kind(st.st_mode);
+    ::close(fd);
+    throw std::runtime_error(fmt::format("{}: not a regular file ({})", path, why));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  if (size_bytes) *size_bytes = static_cast<int64_t>(st.st_size);
+  return fd;
+}
+
+std::string file_read_whole(const std::string& path, int64_t max_bytes) {
+  int64_t size = 0;
+  const int fd = file_open_regular(path, &size);
+  std::string text;
+  try {
+    if (size > max_bytes)
+      throw std::runtime_error(fmt::format("{}: {} bytes, more than the {} bytes this reads whole",
+                                           path, size, max_bytes));
+    text.resize(static_cast<size_t>(size));
+    file_pread_all(fd, path, text.data(), size, 0, "the file");
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return text;
+}
 
 void file_pread_all(int fd, const std::string& path, void* out, int64_t n, int64_t offset,
                     const std::string& what) {

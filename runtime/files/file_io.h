@@ -7,6 +7,21 @@
 #include <cstdint>
 #include <string>
 
+// Opens `path` for reading (O_RDONLY | O_CLOEXEC), refusing before any read
+// could wait or never end whatever is not a regular file: a FIFO (opened
+// without blocking, then refused), a device such as /dev/zero, a directory.
+// Throws std::runtime_error "PATH: cannot open: REASON" or "PATH: not a
+// regular file (a FIFO)". Sets *size_bytes to the file's size when given.
+int file_open_regular(const std::string& path, int64_t* size_bytes = nullptr);
+
+// The whole of the regular file `path` (file_open_regular), at most
+// max_bytes long: a larger one is an error stating the limit, read no further.
+std::string file_read_whole(const std::string& path, int64_t max_bytes);
+
+// Limits of the JSON files read whole (config.json, indexes, manifests,
+// profiles, requests, traces): far above any real one, far below memory.
+inline constexpr int64_t kJsonFileMaxBytes = int64_t{1} << 30;
+
 // Reads exactly n bytes at offset; a file that ends first is an error.
 void file_pread_all(int fd, const std::string& path, void* out, int64_t n, int64_t offset,
                     const std::string& what);

@@ -1,5 +1,6 @@
 // hf_config: config.json's keys against the model, family by family.
 #include "runtime/files/hf_config.h"
+#include "runtime/files/file_io.h"
 
 #include <algorithm>
 #include <cmath>
@@ -206,13 +207,10 @@ std::string hf_config_text(const hf_model& m) {
 }
 
 std::vector<hf_mismatch> hf_config_mismatches(const std::string& path, const hf_model& m) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(fmt::format("{}: cannot be read", path));
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = file_read_whole(path, kJsonFileMaxBytes);
   json config;
   try {
-    config = json::parse(text.str());
+    config = json::parse(text);
   } catch (const json::exception& e) {
     throw std::runtime_error(fmt::format("{}: not JSON: {}", path, e.what()));
   }

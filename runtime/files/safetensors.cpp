@@ -55,9 +55,7 @@ struct fd_guard {
 };
 
 int open_read(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, fmt::format("cannot open: {}", strerror(errno)));
-  return fd;
+  return file_open_regular(path);
 }
 
 // A JSON value that is an integer in [0, 2^63).

@@ -1,5 +1,6 @@
 // safetensors_set: one file, a directory or an index, opened into one view.
 #include "runtime/files/safetensors_set.h"
+#include "runtime/files/file_io.h"
 
 #include <filesystem>
 #include <fstream>
@@ -32,12 +33,9 @@ safetensors_set one_file(const std::string& path) {
 }
 
 nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail(path, "cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = file_read_whole(path, kJsonFileMaxBytes);
   try {
-    return nlohmann::json::parse(text.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail(path, fmt::format("not JSON: {}", e.what()));
   }

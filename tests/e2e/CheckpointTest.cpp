@@ -7,6 +7,7 @@
 // cannot be written, stops every rank with an error that names the problem,
 // and a failed save leaves the earlier checkpoints as they were.
 #include <algorithm>
+#include <tuple>
 
 #include "tests/e2e/E2e.h"
 
@@ -453,7 +454,7 @@ TEST(Checkpoint, DamagedCheckpointsAreErrorsNamingTheFile) {
   const fs::path missing = copy_of(good, w / "missing");
   fs::remove(missing / "shard_00001.bin");
   expect_fails(2, bin, resume(missing),
-               {"cannot open " + (missing / "shard_00001.bin").string(), "No such file"});
+               {(missing / "shard_00001.bin").string() + ": cannot open", "No such file"});
 
   const fs::path not_json = copy_of(good, w / "not_json");
   write_file(not_json / "manifest.json", "step 2, trust me\n");
@@ -610,6 +611,140 @@ TEST(Checkpoint, AFailedResaveKeepsTheCheckpointItWouldReplace) {
       train(2, bin, fmt::format("--steps 3 --resume {} --checkpoint-every 0", ck.string()));
   EXPECT_EQ(resumed.status, 0) << resumed.out;
   EXPECT_TRUE(has(resumed, "(step 2, 8 sequences read)")) << resumed.out;
+}
+
+// A run launched with its own flags (--steps, token data, validation,
+// checkpoints, --save, --metrics) and resumed with a plain --resume is the
+// same run: the same lr schedule, data and validation, its metrics file
+// continued (the checkpoint's steps kept, later ones trained again), its
+// --save written, bit for bit as the uninterrupted run. A flag given then
+// overrides the record with a warning naming the effect; a checkpoint
+// written before runs were recorded resumes with this run's flags.
+TEST(Checkpoint, APlainResumeIsTheRunAsLaunched) {
+  const fs::path w = work("as_launched");
+  const std::vector<int32_t> tokens = random_token_ids(40 * 16 + 1, 64, 5);
+  write_token_file(w / "train.bin", tokens);
+  write_token_file(w / "val.bin", random_token_ids(8 * 16 + 1, 64, 6));
+  const fs::path bin = binary("as_launched", steps(E2eConfig{}, 4).spec());
+  const std::string launched = fmt::format(
+      "--steps 6 --data {0}/train.bin --val {0}/val.bin --val-every 2 --val-sequences 8 "
+      "--checkpoint-every 3 --checkpoint-keep 5 --checkpoint-dir {0}/ck --save {0}/s.safetensors "
+      "--metrics {0}/m.jsonl",
+      w.string());
+  train(2, bin, launched);
+  fs::copy_file(w / "m.jsonl", w / "straight.jsonl");
+  fs::rename(w / "s.safetensors", w / "straight.safetensors");
+
+  const std::string ck3 = (w / "ck" / "step_00000003").string();
+  CmdResult resumed = train(2, bin, "--resume " + ck3);
+  EXPECT_TRUE(has(resumed, "resume: the run as launched, from the checkpoint: " +
+                               launched.substr(0, launched.find(" --checkpoint-every")) +
+                               " --checkpoint-every 3 --checkpoint-dir " + (w / "ck").string()))
+      << resumed.out;
+  EXPECT_TRUE(has(resumed, fmt::format("metrics: {}/m.jsonl keeps its lines of steps 1-3; 3 of "
+                                       "later steps, trained again now, dropped",
+                                       w.string())))
+      << resumed.out;
+  EXPECT_FALSE(has(resumed, "warning:")) << resumed.out;
+  const std::vector<nlohmann::json> want = read_metrics(w / "straight.jsonl");
+  const std::vector<nlohmann::json> got = read_metrics(w / "m.jsonl");
+  ASSERT_EQ(want.size(), 6u);
+  ASSERT_EQ(got.size(), 6u);
+  for (size_t s = 0; s < want.size(); ++s) {
+    EXPECT_EQ(got[s].at("step"), s + 1);
+    for (const char* key : {"loss", "grad_norm", "lr", "epoch"})
+      EXPECT_EQ(got[s].at(key), want[s].at(key)) << key << " of step " << s + 1;
+    // Every 2 steps, at the checkpoint (step 3) and at the end.
+    EXPECT_EQ(got[s].contains("val_loss"), (s + 1) % 2 == 0 || s + 1 == 3) << "step " << s + 1;
+    if (got[s].contains("val_loss") && want[s].contains("val_loss")) {
+      EXPECT_EQ(got[s].at("val_loss"), want[s].at("val_loss")) << "step " << s + 1;
+    }
+  }
+  EXPECT_EQ(file_bytes(w / "s.safetensors"), file_bytes(w / "straight.safetensors"));
+  EXPECT_FALSE(file_bytes(w / "straight.safetensors").empty());
+  const nlohmann::json run = manifest_of(w / "ck" / "step_00000006").at("run");
+  EXPECT_EQ(run.at("steps"), 6);
+  EXPECT_EQ(run.at("data"), nlohmann::json::array({(w / "train.bin").string()}));
+  EXPECT_EQ(run.at("micro_batch"), 2);
+
+  // Flags given over the record: each that changes the run warns once.
+  CmdResult changed =
+      train(2, bin,
+            fmt::format(
+                "--resume {} --steps 8 --data {}/train.bin --val-sequences 4 --metrics {}/o.jsonl",
+                ck3, w.string(), w.string()));
+  EXPECT_TRUE(has(changed,
+                  "warning: --steps 8: the run was launched for 6 steps; the lr schedule now ends "
+                  "at step 8, not 6\n"))
+      << changed.out;
+  EXPECT_TRUE(has(changed,
+                  "warning: --val-sequences 4: the run was launched validating on 8 sequences; "
+                  "validation losses from here on are not comparable with earlier ones\n"))
+      << changed.out;
+  EXPECT_FALSE(has(changed, "warning: --data")) << "the launched data, given again";
+  EXPECT_EQ(read_metrics(w / "o.jsonl").size(), 5u);
+  EXPECT_EQ(read_metrics(w / "m.jsonl").size(), 6u) << "another --metrics leaves it alone";
+
+  // Written before runs were recorded: this run's flags and the spec's apply.
+  const fs::path old = copy_of(ck3, w / "old");
+  nlohmann::json m = manifest_of(old);
+  m.erase("run");
+  write_file(old / "manifest.json", m.dump(1));
+  CmdResult before = train(2, bin, fmt::format("--resume {} --checkpoint-every 0", old.string()));
+  EXPECT_TRUE(has(before, "records no run (written before fsdpgen recorded runs)")) << before.out;
+  EXPECT_TRUE(has(before, "step 4/4 | loss")) << "the spec's 4 steps\n" << before.out;
+}
+
+// A binary whose global batch differs from the checkpoint's run (world 2 x
+// 2 sequences) is refused on every rank with the build that keeps it; with
+// --allow-batch-change it continues from the sequence the run reached: the
+// 12th of the token file after 3 steps of 4, whatever it reads per step.
+// Two such binaries (1 rank x 2, 2 ranks x 1) read the same sequences, so
+// their losses agree; the next checkpoint counts the sequences read.
+TEST(Checkpoint, AResumeThatChangesTheGlobalBatchIsRefusedOrContinuesFromTheSequenceReached) {
+  const fs::path w = work("batch_change");
+  write_token_file(w / "train.bin", random_token_ids(40 * 16 + 1, 64, 8));
+  const std::string data = fmt::format("--data {}/train.bin", w.string());
+  train(2, binary("as_launched", steps(E2eConfig{}, 4).spec()),
+        fmt::format("{} --checkpoint-every 3 --checkpoint-dir {}/ck", data, w.string()));
+  const std::string ck3 = (w / "ck" / "step_00000003").string();
+
+  E2eConfig one = steps(E2eConfig{}, 4);
+  one.world = 1;
+  one.sharding = "no_shard";
+  const fs::path one_bin = binary("w1_mb2", one.spec());
+  CmdResult refused = run_binary(1, one_bin, "--resume " + ck3);
+  EXPECT_EQ(refused.status, 1) << refused.out;
+  EXPECT_TRUE(has(refused,
+                  "the global batch changes from 4 sequences (world 2 x micro-batch 2 x 1 "
+                  "micro-batch) to 2 sequences (world 1 x micro-batch 2 x 1 "
+                  "micro-batch): build one that keeps it with `fsdpgen"))
+      << refused.out;
+  EXPECT_TRUE(has(refused, "--world 1 --micro-batch 4 -o")) << refused.out;
+  EXPECT_FALSE(has(refused, "| loss")) << "nothing trained";
+
+  E2eConfig two_by_one = steps(E2eConfig{}, 4);
+  two_by_one.micro_batch = 1;
+  std::vector<std::vector<double>> losses;
+  for (const auto& [name, world, bin] :
+       {std::tuple{"w1", 1, one_bin},
+        std::tuple{"w2_mb1", 2, binary("w2_mb1", two_by_one.spec())}}) {
+    const fs::path metrics = w / fmt::format("{}.jsonl", name);
+    CmdResult r = train(world, bin,
+                        fmt::format("--resume {} --allow-batch-change --checkpoint-dir {}/ck_{} "
+                                    "--metrics {}",
+                                    ck3, w.string(), name, metrics.string()));
+    EXPECT_TRUE(has(r, "warning: --allow-batch-change: the global batch changes from 4 sequences"))
+        << r.out;
+    EXPECT_TRUE(has(r, "epoch 1 from sequence 12 of it")) << r.out;
+    losses.push_back(read_losses(metrics));
+    const nlohmann::json m = manifest_of(w / fmt::format("ck_{}", name) / "step_00000004");
+    EXPECT_EQ(m.at("sequences"), 12 + 2) << name << ": one step of 2 after the checkpoint's 12";
+  }
+  ASSERT_EQ(losses[0].size(), 1u);
+  ASSERT_EQ(losses[1].size(), 1u);
+  EXPECT_NEAR(losses[1][0], losses[0][0], 1e-5 * std::abs(losses[0][0]))
+      << "the same sequences 12 and 13, split over 1 rank or 2";
 }
 
 }  // namespace

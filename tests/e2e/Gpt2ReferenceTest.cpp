@@ -20,7 +20,7 @@
 // 8e-4 in the norm), LayerNorm eps 1e-6 (2e-4, 1e-3), weight decay on biases
 // and norms too (3e-5, 5e-4), a head untied from wte (norm 3e-2 at step 1), no
 // warm-up (1e-2).
-#include "tests/e2e/E2e.h"
+#include "tests/e2e/ReferenceLayouts.h"
 
 namespace fsdpgen::test {
 namespace {
@@ -32,50 +32,15 @@ constexpr double kLossTolerance = 1e-6;
 constexpr double kNormTolerance = 1e-5;
 constexpr double kLrTolerance = 1e-8;
 
-struct layout {
-  const char* name;
-  int world;
-  const char* parallel;  // replaces the spec's world and sharding
-  int micro_batch;       // per rank: 4 sequences per step in all
-};
-constexpr layout kLayouts[] = {
-    {"single", 1, "world     = 1\n  sharding  = no_shard", 4},
-    {"full_shard_w2", 2, "world     = 2\n  sharding  = full_shard", 2},
-    {"hybrid_w4", 4, "world     = 4\n  sharding  = hybrid_shard\n  shard_group = 2", 1},
-};
-
-void PrintTo(const layout& l, std::ostream* os) {
-  *os << l.name;
-}
-
-// The fixture's spec for a layout, its token file named by absolute path.
-std::string spec_for(const layout& l) {
-  std::string s = file_bytes(kFixture / "gpt2.fsdp");
-  auto replace = [&s](const std::string& from, const std::string& to) {
-    const size_t at = s.find(from);
-    EXPECT_NE(at, std::string::npos) << from;
-    if (at != std::string::npos) s.replace(at, from.size(), to);
-  };
-  replace("world     = 1\n  sharding  = no_shard", l.parallel);
-  replace("micro_batch = 4", fmt::format("micro_batch = {}", l.micro_batch));
-  replace("tokens(\"tokens.bin\")",
-          fmt::format("tokens(\"{}\")", (kFixture / "tokens.bin").string()));
-  return s;
-}
-
-double relative(double got, double want) {
-  return std::abs(got - want) / std::abs(want);
-}
-
-class Gpt2Reference : public ::testing::TestWithParam<layout> {};
+class Gpt2Reference : public ::testing::TestWithParam<reference_layout> {};
 
 TEST_P(Gpt2Reference, StepsMatchTransformers) {
-  const layout& l = GetParam();
+  const reference_layout& l = GetParam();
   const nlohmann::json expected = nlohmann::json::parse(file_bytes(kFixture / "expected.json"));
   const std::vector<double> losses = expected.at("losses"), lrs = expected.at("lrs"),
                             norms = expected.at("grad_norms");
   const std::filesystem::path dir = e2e_dir(std::string("gpt2_reference_") + l.name);
-  const std::filesystem::path bin = build_binary(dir, spec_for(l));
+  const std::filesystem::path bin = build_binary(dir, reference_spec(kFixture, "gpt2.fsdp", l));
   const CmdResult r = run_binary(l.world, bin,
                                  fmt::format("--metrics metrics.jsonl --init-from {}",
                                              (kFixture / "model.safetensors").string()));
@@ -98,7 +63,7 @@ TEST_P(Gpt2Reference, StepsMatchTransformers) {
       << "the loss should fall";
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, Gpt2Reference, ::testing::ValuesIn(kLayouts),
+INSTANTIATE_TEST_SUITE_P(Layouts, Gpt2Reference, ::testing::ValuesIn(kReferenceLayouts),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -19,7 +19,7 @@
 #include <cstring>
 #include <map>
 
-#include "tests/e2e/E2e.h"
+#include "tests/e2e/ReferenceLayouts.h"
 
 namespace fsdpgen::test {
 namespace {
@@ -30,49 +30,14 @@ const std::filesystem::path kFixture =
 constexpr double kLossTolerance = 1.5e-6;
 constexpr double kNormTolerance = 2e-5;
 
-struct layout {
-  const char* name;
-  int world;
-  const char* parallel;  // replaces the spec's world and sharding
-  int micro_batch;       // per rank: 4 sequences per step in all
-};
-constexpr layout kLayouts[] = {
-    {"single", 1, "world     = 1\n  sharding  = no_shard", 4},
-    {"full_shard_w2", 2, "world     = 2\n  sharding  = full_shard", 2},
-    {"hybrid_w4", 4, "world     = 4\n  sharding  = hybrid_shard\n  shard_group = 2", 1},
-};
-
-void PrintTo(const layout& l, std::ostream* os) {
-  *os << l.name;
-}
-
-// The fixture's spec for a layout, its token file named by absolute path.
-std::string spec_for(const layout& l) {
-  std::string s = file_bytes(kFixture / "llama.fsdp");
-  auto replace = [&s](const std::string& from, const std::string& to) {
-    const size_t at = s.find(from);
-    EXPECT_NE(at, std::string::npos) << from;
-    if (at != std::string::npos) s.replace(at, from.size(), to);
-  };
-  replace("world     = 1\n  sharding  = no_shard", l.parallel);
-  replace("micro_batch = 4", fmt::format("micro_batch = {}", l.micro_batch));
-  replace("tokens(\"tokens.bin\")",
-          fmt::format("tokens(\"{}\")", (kFixture / "tokens.bin").string()));
-  return s;
-}
-
-double relative(double got, double want) {
-  return std::abs(got - want) / std::abs(want);
-}
-
-class LlamaReference : public ::testing::TestWithParam<layout> {};
+class LlamaReference : public ::testing::TestWithParam<reference_layout> {};
 
 TEST_P(LlamaReference, StepsMatchTransformers) {
-  const layout& l = GetParam();
+  const reference_layout& l = GetParam();
   const nlohmann::json expected = nlohmann::json::parse(file_bytes(kFixture / "expected.json"));
   const std::vector<double> losses = expected.at("losses"), norms = expected.at("grad_norms");
   const std::filesystem::path dir = e2e_dir(std::string("llama_reference_") + l.name);
-  const std::filesystem::path bin = build_binary(dir, spec_for(l));
+  const std::filesystem::path bin = build_binary(dir, reference_spec(kFixture, "llama.fsdp", l));
   const CmdResult r = run_binary(l.world, bin,
                                  fmt::format("--metrics metrics.jsonl --init-from {}",
                                              (kFixture / "model.safetensors").string()));
@@ -100,9 +65,9 @@ TEST_P(LlamaReference, StepsMatchTransformers) {
 TEST(LlamaModelDirectory, TrainsFromTheShardsTransformersSaved) {
   const nlohmann::json expected = nlohmann::json::parse(file_bytes(kFixture / "expected.json"));
   const std::vector<double> losses = expected.at("losses");
-  for (const layout& l : {kLayouts[0], kLayouts[1]}) {
+  for (const reference_layout& l : {kReferenceLayouts[0], kReferenceLayouts[1]}) {
     const std::filesystem::path dir = e2e_dir(std::string("llama_reference_hf_") + l.name);
-    const std::filesystem::path bin = build_binary(dir, spec_for(l));
+    const std::filesystem::path bin = build_binary(dir, reference_spec(kFixture, "llama.fsdp", l));
     const CmdResult r = run_binary(
         l.world, bin,
         fmt::format("--metrics metrics.jsonl --init-from {}", (kFixture / "hf").string()));
@@ -126,7 +91,8 @@ TEST(LlamaModelDirectory, AConfigOfAnotherModelIsAnErrorNamingEachDifference) {
   config["rope_parameters"]["rope_theta"] = 500000.0;
   config["tie_word_embeddings"] = true;
   std::ofstream(dir / "hf" / "config.json") << config.dump(2);
-  const std::filesystem::path bin = build_binary(dir, spec_for(kLayouts[1]));
+  const std::filesystem::path bin =
+      build_binary(dir, reference_spec(kFixture, "llama.fsdp", kReferenceLayouts[1]));
   const CmdResult r = run_binary(2, bin, "--init-from hf");
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("config.json does not describe the model this program was built for (3 "
@@ -165,7 +131,8 @@ std::map<std::string, std::string> tensor_bytes(const std::filesystem::path& pat
 // tensor's bytes unchanged, under the same names.
 TEST(LlamaModelDirectory, WeightsRoundTripExactly) {
   const std::filesystem::path dir = e2e_dir("llama_reference_round_trip");
-  const std::filesystem::path bin = build_binary(dir, spec_for(kLayouts[1]));
+  const std::filesystem::path bin =
+      build_binary(dir, reference_spec(kFixture, "llama.fsdp", kReferenceLayouts[1]));
   std::filesystem::remove(dir / "out.safetensors");
   const CmdResult r = run_binary(2, bin,
                                  fmt::format("--steps 0 --init-from {} --save out.safetensors",
@@ -208,9 +175,10 @@ TEST(LlamaModelDirectory, AnotherModelsFileNamesEveryMismatch) {
        {"9 tensors missing: model.layers.1.", "; and 5 more"}},
   };
   const std::filesystem::path dir = e2e_dir("llama_reference_other_files");
-  const std::filesystem::path bin = build_binary(dir, spec_for(kLayouts[1]));
+  const std::filesystem::path bin =
+      build_binary(dir, reference_spec(kFixture, "llama.fsdp", kReferenceLayouts[1]));
   for (const other& o : others) {
-    std::string spec = spec_for(kLayouts[1]);
+    std::string spec = reference_spec(kFixture, "llama.fsdp", kReferenceLayouts[1]);
     spec.replace(spec.find(o.from), o.from.size(), o.to);
     const std::filesystem::path other_dir = e2e_dir(std::string("llama_other_") + o.name);
     const std::filesystem::path other_bin = build_binary(other_dir, spec);
@@ -225,7 +193,7 @@ TEST(LlamaModelDirectory, AnotherModelsFileNamesEveryMismatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, LlamaReference, ::testing::ValuesIn(kLayouts),
+INSTANTIATE_TEST_SUITE_P(Layouts, LlamaReference, ::testing::ValuesIn(kReferenceLayouts),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -151,6 +151,45 @@ TEST(Compare, FilesThatAreNoTracesNameTheFile) {
   EXPECT_EQ(error(j.dump()), "t.json: op 0: args.payload_bytes is missing or not an integer");
 }
 
+// Events of unexpected types, ids beyond 2^31 and negative durations are
+// errors naming the event, never an abort (they were nlohmann type_errors).
+TEST(Compare, HostileTracesAreErrorsNamingTheEvent) {
+  auto error = [](const json& j) {
+    try {
+      read_step_trace(j.dump(), "t.json");
+    } catch (const CompareError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const json good = json::parse(trace({kPredicted}, 2));
+  auto with = [&](auto change) {
+    json j = good;
+    change(j["traceEvents"]);
+    return error(j);
+  };
+  // Events 0-2 are thread names, 3-5 the ops.
+  EXPECT_EQ(with([](json& e) { e[4] = 7; }), "t.json: event 4 is not a JSON object");
+  EXPECT_EQ(with([](json& e) { e[3]["pid"] = "0"; }),
+            "t.json: event 3: \"pid\" is not a whole number from 0 to 2147483647");
+  EXPECT_EQ(with([](json& e) { e[3]["ts"] = "0"; }),
+            "t.json: event 3: \"ts\" is missing or not a finite number");
+  EXPECT_EQ(with([](json& e) { e[3]["ts"] = nullptr; }),
+            "t.json: event 3: \"ts\" is missing or not a finite number");
+  EXPECT_EQ(with([](json& e) { e[3]["dur"] = -1.0; }),
+            "t.json: event 3: \"dur\" is missing or not a finite, non-negative number");
+  EXPECT_EQ(with([](json& e) { e[0].erase("args"); }),
+            "t.json: event 0: a thread_name without args");
+  EXPECT_EQ(with([](json& e) { e[0]["args"]["name"] = 3; }),
+            "t.json: event 0: \"name\" is not a string");
+  EXPECT_EQ(with([](json& e) { e[3]["ph"] = 1; }), "t.json: event 3: \"ph\" is not a string");
+  EXPECT_EQ(with([](json& e) { e[3]["args"]["op"] = int64_t{1} << 32; }),
+            "t.json: event 3: \"op\" is not a whole number from 0 to 2147483647");
+  EXPECT_EQ(error(json::array()),
+            "t.json: not a trace (no traceEvents array): write one with "
+            "`fsdpgen schedule --format trace` or `./train --trace`");
+}
+
 TEST(Compare, MergedTraceHoldsBothTracksOfEachStream) {
   const json j = json::parse(merged_trace(predicted(), measured(), 1));
   std::map<int, std::string> tracks;

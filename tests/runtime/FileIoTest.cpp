@@ -1,6 +1,9 @@
 // file_write_check: each reason a file cannot be written at a path, the
-// directory it names, and that the check leaves nothing behind.
+// directory it names, and that the check leaves nothing behind. The readers'
+// open: anything but a regular file (a FIFO, /dev/zero, a directory) is
+// refused at once, never waited on or read forever; whole reads are bounded.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -68,6 +71,36 @@ TEST_F(FileWriteCheck, AnExistingFileThisProcessMayNotWriteIsRefused) {
   const file_write_problem p = file_write_check(at("file"));
   EXPECT_EQ(p.what, file_write_problem::cannot_open);
   EXPECT_FALSE(p.error.empty());
+}
+
+// What a reader's error says about `path`.
+std::string open_error(const std::string& path) {
+  try {
+    file_read_whole(path, 1 << 20);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST_F(FileWriteCheck, ReadersRefuseWhatIsNotARegularFileAtOnce) {
+  ASSERT_EQ(::mkfifo(at("fifo").c_str(), 0600), 0);
+  EXPECT_EQ(open_error(at("fifo")), at("fifo") + ": not a regular file (a FIFO)");
+  EXPECT_EQ(open_error("/dev/zero"), "/dev/zero: not a regular file (a character device)");
+  EXPECT_EQ(open_error(at("adir")), at("adir") + ": not a regular file (a directory)");
+  EXPECT_EQ(open_error(at("none")), at("none") + ": cannot open: No such file or directory");
+  EXPECT_EQ(file_read_whole(at("file"), 1 << 20), "a file, not a directory\n");
+  int64_t size = 0;
+  const int fd = file_open_regular(at("file"), &size);
+  EXPECT_EQ(size, 24);
+  ::close(fd);
+  try {
+    file_read_whole(at("file"), 10);
+    ADD_FAILURE() << "a file over the limit was read";
+  } catch (const std::exception& e) {
+    EXPECT_EQ(std::string(e.what()),
+              at("file") + ": 24 bytes, more than the 10 bytes this reads whole");
+  }
 }
 
 }  // namespace

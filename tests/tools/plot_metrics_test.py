@@ -115,6 +115,47 @@ class PlotMetrics(unittest.TestCase):
             self.assertEqual(rc, 2, args)
             self.assertIn(message, err, args)
 
+    def test_hostile_files_are_errors_not_tracebacks_or_waits(self):
+        cases = {
+            "nan_step.jsonl": (['{"step": NaN, "loss": 1.0}'], "nan_step.jsonl:1: no whole-number"),
+            "inf_step.jsonl": (['{"step": Infinity, "loss": 1.0}'], "inf_step.jsonl:1: no whole-number"),
+            "big_step.jsonl": (['{"step": 1e400, "loss": 1.0}'], "big_step.jsonl:1: no whole-number"),
+            "zero_step.jsonl": (['{"step": 0, "loss": 1.0}'], "zero_step.jsonl:1: no whole-number"),
+            "digits.jsonl": (['{"step": ' + "9" * 5000 + ', "loss": 1.0}'],
+                             "digits.jsonl:1: not a metrics line (ValueError"),
+            "deep.jsonl": (["[" * 100000 + "]" * 100000], "deep.jsonl:1: not a metrics line"),
+        }
+        for name, (lines, message) in cases.items():
+            write(self.path(name), lines)
+            rc, _, err = self.run_main([self.path(name)])
+            self.assertEqual(rc, 2, name)
+            self.assertIn(message, err, name)
+        write(self.path("nan_loss.jsonl"), ['{"step": 1, "loss": NaN}', '{"step": 2, "loss": 2.0}'])
+        rc, out, err = self.run_main([self.path("nan_loss.jsonl")])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("1 non-finite loss left out", out)
+        os.mkfifo(self.path("fifo"))
+        for path in (self.path("fifo"), "/dev/zero", self.dir):
+            rc, _, err = self.run_main([path])
+            self.assertEqual(rc, 2, path)
+            self.assertIn(path + ": not a regular file", err)
+
+    def test_summaries_need_no_matplotlib(self):
+        write(self.path("run.jsonl"), steps(4))
+        rc, out, err = self.run_main([self.path("run.jsonl")])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("run: 4 steps, loss 5.0000 (step 1) -> 1.2500 (step 4)", out)
+        saved = sys.modules.get("matplotlib")
+        sys.modules["matplotlib"] = None  # import matplotlib raises ImportError
+        try:
+            rc, out, err = self.run_main([self.path("run.jsonl"), "-o", self.path("x.png")])
+        finally:
+            sys.modules["matplotlib"] = saved
+        self.assertEqual(rc, 2)
+        self.assertIn("run: 4 steps", out, "the summary first")
+        self.assertIn("plotting needs matplotlib", err)
+        self.assertFalse(os.path.exists(self.path("x.png")))
+
 
 if __name__ == "__main__":
     try:
