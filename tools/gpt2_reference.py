@@ -13,15 +13,15 @@ The model and run must match tests/e2e/gpt2_reference/gpt2.fsdp. Regenerate with
   /tmp/hf/bin/python tools/gpt2_reference.py tests/e2e/gpt2_reference
 (checked in; the test suite itself needs neither torch nor transformers).
 """
-import json
 import math
 import os
-import struct
 import sys
 
 import torch
 import transformers
 from safetensors.torch import save_file
+
+import reference_run  # beside this script
 
 VOCAB, CONTEXT, WIDTH, HEADS, LAYERS = 64, 16, 32, 4, 2
 FFN = 4 * WIDTH
@@ -33,14 +33,6 @@ INIT_STD = 0.05
 GLOBAL_BATCH, STEPS, TOKENS, ALPHABET = 4, 6, 1000, 16
 LR, MIN_LR, WARMUP = 1e-2, 1e-3, 2
 BETAS, EPS, WEIGHT_DECAY, CLIP = (0.9, 0.95), 1e-8, 0.1, 1.0
-
-
-def write_tokens(path, tokens):
-    """llm.c's GPT-2 token file: 256 int32 header (magic, version, count), uint16 ids."""
-    header = [20240520, 1, len(tokens)] + [0] * 253
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
 
 
 def lr_at(step):
@@ -86,41 +78,13 @@ def main(out_dir):
     tokens = noise[:2]
     for i in range(2, TOKENS):
         tokens.append((tokens[-1] + 2 * tokens[-2] + 1) % ALPHABET if keep[i] else noise[i])
-    write_tokens(os.path.join(out_dir, "tokens.bin"), tokens)
-    stream = torch.tensor(tokens, dtype=torch.long)
-    windows = (TOKENS - 1) // CONTEXT
-
+    reference_run.write_tokens(os.path.join(out_dir, "tokens.bin"), tokens)
     # fsdpgen decays the normal-initialized weights (runtime/init.cpp): wte
     # (and so the tied head), wpe and the four Conv1D weights, the 2-D ones.
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LR, betas=BETAS, eps=EPS)
-    losses, lrs, norms = [], [], []
-    for step in range(STEPS):
-        # fsdpgen's sequence j is tokens [w T, w T + T + 1), w = j mod windows;
-        # the global batch's loss is the mean over all its tokens.
-        rows = [stream[(j % windows) * CONTEXT:(j % windows) * CONTEXT + CONTEXT + 1]
-                for j in range(step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH)]
-        batch = torch.stack(rows)
-        logits = model(input_ids=batch[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB),
-                                                 batch[:, 1:].reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step)
-        opt.step()
-        losses.append(loss.item())
-        lrs.append(lr_at(step))
-        norms.append(norm.item())
-    with open(os.path.join(out_dir, "expected.json"), "w") as f:
-        json.dump({"torch": torch.__version__, "transformers": transformers.__version__,
-                   "losses": losses, "lrs": lrs, "grad_norms": norms}, f, indent=1)
-        f.write("\n")
-    print(json.dumps({"losses": losses, "lrs": lrs, "grad_norms": norms}))
+    losses, lrs, norms = reference_run.train(model, tokens, CONTEXT, VOCAB, GLOBAL_BATCH, STEPS,
+                                             LR, BETAS, EPS, WEIGHT_DECAY, CLIP, lr_at)
+    reference_run.write_expected(os.path.join(out_dir, "expected.json"),
+                                 {"losses": losses, "lrs": lrs, "grad_norms": norms})
 
 
 if __name__ == "__main__":

@@ -13,14 +13,14 @@ The model and run must match tests/e2e/llama_reference/llama.fsdp. Regenerate wi
   /tmp/hf/bin/python tools/llama_reference.py tests/e2e/llama_reference
 (checked in; the test suite itself needs neither torch nor transformers).
 """
-import json
 import os
-import struct
 import sys
 
 import torch
 import transformers
 from safetensors.torch import save_file
+
+import reference_run  # beside this script
 
 VOCAB, CONTEXT, WIDTH, HEADS, KV_HEADS, FFN, LAYERS = 64, 16, 32, 4, 2, 88, 2
 ROPE_THETA, NORM_EPS = 10000.0, 1e-5
@@ -33,14 +33,6 @@ ROPE_SCALING = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
 MAX_POSITIONS = 256
 GLOBAL_BATCH, STEPS, TOKENS = 4, 6, 4000
 LR, BETAS, EPS, WEIGHT_DECAY, CLIP = 1e-2, (0.9, 0.95), 1e-8, 0.1, 1.0
-
-
-def write_tokens(path, tokens):
-    """llm.c's GPT-2 token file: 256 int32 header (magic, version, count), uint16 ids."""
-    header = [20240520, 1, len(tokens)] + [0] * 253
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
 
 
 def main(out_dir):
@@ -68,35 +60,11 @@ def main(out_dir):
     tokens = [noise[0]]
     for i in range(1, TOKENS):
         tokens.append((5 * tokens[-1] + 3) % VOCAB if keep[i] else noise[i])
-    write_tokens(os.path.join(out_dir, "tokens.bin"), tokens)
-    stream = torch.tensor(tokens, dtype=torch.long)
-    windows = (TOKENS - 1) // CONTEXT
-
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LR, betas=BETAS, eps=EPS)
-    losses, norms = [], []
-    for step in range(STEPS):
-        # fsdpgen's sequence j is tokens [w T, w T + T + 1), w = j mod windows.
-        rows = [stream[(j % windows) * CONTEXT:(j % windows) * CONTEXT + CONTEXT + 1]
-                for j in range(step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH)]
-        batch = torch.stack(rows)
-        logits = model(input_ids=batch[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB),
-                                                 batch[:, 1:].reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-        opt.step()
-        losses.append(loss.item())
-        norms.append(norm.item())
-    with open(os.path.join(out_dir, "expected.json"), "w") as f:
-        json.dump({"torch": torch.__version__, "transformers": transformers.__version__,
-                   "losses": losses, "grad_norms": norms}, f, indent=1)
-        f.write("\n")
-    print(json.dumps({"losses": losses, "grad_norms": norms}))
+    reference_run.write_tokens(os.path.join(out_dir, "tokens.bin"), tokens)
+    losses, _, norms = reference_run.train(model, tokens, CONTEXT, VOCAB, GLOBAL_BATCH, STEPS, LR,
+                                           BETAS, EPS, WEIGHT_DECAY, CLIP)
+    reference_run.write_expected(os.path.join(out_dir, "expected.json"),
+                                 {"losses": losses, "grad_norms": norms})
 
 
 if __name__ == "__main__":

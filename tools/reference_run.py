@@ -1,0 +1,65 @@
+"""reference_run: what the reference fixtures' scripts (tools/gpt2_reference.py,
+tools/llama_reference.py) share: llm.c's token file, AdamW steps over exactly
+the batches an fsdpgen run reads from it, and expected.json. Imported by them;
+torch and transformers only where they run."""
+import json
+import struct
+
+import torch
+import transformers
+
+
+def write_tokens(path, tokens):
+    """llm.c's GPT-2 token file: 256 int32 header (magic, version, count), uint16 ids."""
+    header = [20240520, 1, len(tokens)] + [0] * 253
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+
+
+def train(model, tokens, context, vocab, global_batch, steps, lr, betas, eps, weight_decay,
+          clip, lr_at=None):
+    """torch.optim.AdamW on the model for `steps` steps of `global_batch`
+    sequences of the token stream, as fsdpgen reads them; weight decay on the
+    2-D tensors only (fsdpgen decays the normal-initialized weights,
+    runtime/init.cpp), gradients clipped to `clip`, the learning rate lr or
+    lr_at(step). Returns each step's loss, lr and gradient norm (before
+    clipping)."""
+    stream = torch.tensor(tokens, dtype=torch.long)
+    windows = (len(tokens) - 1) // context
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lr, betas=betas, eps=eps)
+    losses, lrs, norms = [], [], []
+    for step in range(steps):
+        # fsdpgen's sequence j is tokens [w T, w T + T + 1), w = j mod windows;
+        # the global batch's loss is the mean over all its tokens.
+        rows = [stream[(j % windows) * context:(j % windows) * context + context + 1]
+                for j in range(step * global_batch, (step + 1) * global_batch)]
+        batch = torch.stack(rows)
+        logits = model(input_ids=batch[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab),
+                                                 batch[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        step_lr = lr_at(step) if lr_at else lr
+        for group in opt.param_groups:
+            group["lr"] = step_lr
+        opt.step()
+        losses.append(loss.item())
+        lrs.append(step_lr)
+        norms.append(norm.item())
+    return losses, lrs, norms
+
+
+def write_expected(path, figures):
+    """expected.json: the library versions and each step's figures
+    (a dict of lists: losses, grad_norms, and lrs where they vary); printed too."""
+    with open(path, "w") as f:
+        json.dump({"torch": torch.__version__, "transformers": transformers.__version__,
+                   **figures}, f, indent=1)
+        f.write("\n")
+    print(json.dumps(figures))
