@@ -89,7 +89,7 @@ checkpoint_manifest manifest_of(const program& p, const checkpoint_state& s,
   m.optimizer = p.train.optimizer.kind == optimizer_kind::adamw ? "adamw" : "sgd";
   m.seed = s.seed;
   m.data = s.data;
-  m.has_run = s.has_run;
+  m.has_run = true;
   m.run = s.run;
   m.loss_scale_enabled = s.scaler.enabled;
   m.loss_scale = s.scaler.scale;
@@ -330,8 +330,6 @@ checkpoint_state checkpoint_load(step_context& c, const std::string& dir) {
     s.sequences = m.sequences;
     s.seed = m.seed;
     s.data = m.data;
-    s.has_run = m.has_run;
-    s.run = m.run;
     s.scaler = loss_scaler_start(p);
     s.scaler.applied_steps = m.applied_steps;
     if (s.scaler.enabled && s.scaler.dynamic && m.loss_scale_enabled) {  // static: the spec's

@@ -33,10 +33,9 @@ struct checkpoint_state {
   int64_t step = 0;       // steps completed
   int64_t sequences = 0;  // global sequences consumed
   loss_scaler scaler;
-  int64_t seed = 0;     // initialization seed of the run (recorded)
-  std::string data;     // the data source, described (recorded)
-  checkpoint_run run;   // the run as launched (recorded; runtime/run_settings.h)
-  bool has_run = true;  // false: loaded from a checkpoint written before runs were recorded
+  int64_t seed = 0;    // initialization seed of the run (recorded)
+  std::string data;    // the data source, described (recorded)
+  checkpoint_run run;  // the run as launched (saved; runtime/run_settings.h reads it back)
 };
 
 struct checkpoint_saved {

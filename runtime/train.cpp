@@ -632,8 +632,7 @@ void training_run::save_checkpoint(int64_t step) {
                                scaler_,
                                seed_,
                                dataloader_describe(data_),
-                               run_,
-                               true};
+                               run_};
   const auto t = std::chrono::steady_clock::now();
   checkpoint_saved saved;
   b_->with_host_weights(c_, false, [&] { saved = checkpoint_save(c_, ckpt_, state); });
@@ -701,12 +700,12 @@ void training_run::finish() {
   comm_destroy(c_.comms);
 }
 
-// The run as launched: the flags over the spec, or resumed, the checkpoint's
-// record with the flags given over it (collective: the warnings print on
-// rank 0, a changed global batch not allowed is an error on every rank).
-checkpoint_run resolve_run(const program& p, const options& o, const std::string& resume_from,
-                           bool lead) {
-  const checkpoint_run launched = run_settings_of(p, o.run);
+// The run as launched: `launched` (the flags over the spec), or resumed, the
+// checkpoint's record with the flags given over it (collective: the warnings
+// print on rank 0, a changed global batch not allowed is an error on every
+// rank).
+checkpoint_run resolve_run(const program& p, const options& o, const checkpoint_run& launched,
+                           const std::string& resume_from, bool lead) {
   if (resume_from.empty()) return launched;
   checkpoint_manifest m;
   std::string error;
@@ -740,10 +739,10 @@ checkpoint_run resolve_run(const program& p, const options& o, const std::string
 
 int run(const program& p, const options& o, const launch_info& li, const backend_kind& kind) {
   const bool lead = li.rank == 0;
+  const checkpoint_run launched = run_settings_of(p, o.run);
   // Without a value, --resume looks in the checkpoint directory of the flags or the spec.
-  const std::string resume_from =
-      o.resume ? resume_path(o, run_settings_of(p, o.run).checkpoint_dir, lead) : "";
-  training_run t(p, o, resolve_run(p, o, resume_from, lead), resume_from, li);
+  const std::string resume_from = o.resume ? resume_path(o, launched.checkpoint_dir, lead) : "";
+  training_run t(p, o, resolve_run(p, o, launched, resume_from, lead), resume_from, li);
   t.check_outputs();
   t.set_up(kind);
   t.load_weights();

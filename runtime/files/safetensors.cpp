@@ -54,10 +54,6 @@ struct fd_guard {
   ~fd_guard() { ::close(fd); }
 };
 
-int open_read(const std::string& path) {
-  return file_open_regular(path);
-}
-
 // A JSON value that is an integer in [0, 2^63).
 std::optional<int64_t> as_count(const nlohmann::json& j) {
   if (j.is_number_unsigned()) {
@@ -165,7 +161,7 @@ const safetensors_tensor* safetensors_file::find(std::string_view name) const {
 safetensors_file safetensors_open(const std::string& path) {
   safetensors_file file;
   file.path = path;
-  fd_guard fd{open_read(path)};
+  fd_guard fd{file_open_regular(path)};
   struct stat st;
   if (fstat(fd.fd, &st) != 0) fail(path, fmt::format("cannot stat: {}", strerror(errno)));
   if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
@@ -238,7 +234,7 @@ void safetensors_read(const safetensors_file& file, const safetensors_tensor& t,
     fail_tensor(path, t.name,
                 fmt::format("dtype {} cannot be read as float (F32, BF16, F16 can)", t.dtype));
   const int64_t size = *dtype_bytes(t.dtype);
-  fd_guard fd{open_read(path)};
+  fd_guard fd{file_open_regular(path)};
   unsigned char chunk[kChunkBytes];
   const int64_t per_chunk = kChunkBytes / size;
   for (int64_t i = begin; i < end; i += per_chunk) {
