@@ -8,6 +8,7 @@
 //   fsdpgen calibrate [SPEC...] -o profile.json [--target cpu|cuda] [--ranks N] [--world N]
 //                     [--micro-batch B] [--quick]
 //   fsdpgen compare PREDICTED.json MEASURED.json [--rank R] [--top N] [-o merged.json]
+//   fsdpgen check-layer HEADER LAYER --hyper NAME=VALUE... [--dtype bf16|fp16] [--tokens N]
 // Each subcommand but merge runs the pipeline (planner/Pipeline.h) up to its
 // last pass; --dump-after PASS prints a pass's IR and --time-passes times them.
 #include <glob.h>
@@ -28,6 +29,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/Calibrate.h"
+#include "cli/CheckLayer.h"
 #include "dsl/Layers.h"
 #include "dsl/Print.h"
 #include "dsl/Values.h"
@@ -812,6 +814,32 @@ int main(int argc, char** argv) {
                         "write what to measure to this file and stop (run the printed command "
                         "under srun on the cluster)");
 
+  fsdpgen::CheckLayerOptions layer_opts;
+  CLI::App* check_layer = app.add_subcommand(
+      "check-layer",
+      "check a custom layer before it trains: bounds and writes of every member, gradients "
+      "against finite differences, determinism, 16-bit against fp32");
+  check_layer->add_option("header", layer_opts.header, "the layer header")->required();
+  check_layer->add_option("layer", layer_opts.layer, "the layer's class template")->required();
+  check_layer
+      ->add_option("--hyper", layer_opts.hyper,
+                   "each hyper-parameter as name=value (e.g. --hyper d_model=8 d_ff=20)")
+      ->expected(1, -1);
+  check_layer->add_option("--width", layer_opts.width,
+                          "the input's and output's width (default: the value of d_model)");
+  check_layer->add_option("--tokens", layer_opts.tokens,
+                          "rows of the input (default: 2 x context where the layer has a "
+                          "hyper-parameter so named, else 6)");
+  check_layer
+      ->add_option("--dtype", layer_opts.dtype,
+                   "bf16 or fp16: also run the layer in it against the reference (default fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  check_layer->add_option("--keep", layer_opts.keep,
+                          "keep the generated check program in this directory");
+  check_layer->footer(
+      "Exit status: 0 every check passed, 1 a check failed or the layer does not compile, 2 bad "
+      "command line.");
+
   std::string compare_predicted, compare_measured, compare_merged;
   int compare_rank = 0, compare_top = 20;
   CLI::App* compare = app.add_subcommand(
@@ -830,8 +858,8 @@ int main(int argc, char** argv) {
 
   // `fsdpgen spec.fsdp -o train` is `fsdpgen build spec.fsdp -o train`.
   std::vector<std::string> args(argv + 1, argv + argc);
-  const std::vector<std::string_view> commands = {"check", "schedule", "plan",      "emit",
-                                                  "build", "merge",    "calibrate", "compare"};
+  const std::vector<std::string_view> commands = {
+      "check", "schedule", "plan", "emit", "build", "merge", "calibrate", "compare", "check-layer"};
   if (!args.empty() && !args[0].empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
     if (!fsdpgen::looks_like_spec_path(args[0])) {
@@ -860,6 +888,7 @@ int main(int argc, char** argv) {
   if (build->parsed()) return fsdpgen::run_build(build_args, build_target, binary, sources);
   if (merge->parsed()) return fsdpgen::run_merge(merge_in, merge_out, merge_dtype, merge_max_shard);
   if (calibrate->parsed()) return fsdpgen::run_calibrate(calibrate_opts, fsdpgen::gpu_visible());
+  if (check_layer->parsed()) return fsdpgen::run_check_layer(layer_opts);
   if (compare->parsed())
     return fsdpgen::run_compare(compare_predicted, compare_measured, compare_rank, compare_top,
                                 compare_merged);

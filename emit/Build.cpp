@@ -74,7 +74,8 @@ void run_command(std::vector<std::string> args, BuildResult& r) {
 
 BuildResult build_program(const std::string& source_path, const std::string& output, bool cuda,
                           const std::vector<std::string>& include_dirs,
-                          const std::vector<std::string>& cuda_sources) {
+                          const std::vector<std::string>& cuda_sources,
+                          const std::vector<std::string>& extra_flags) {
   BuildResult r;
   std::vector<std::string> objects;
   if (cuda)
@@ -100,6 +101,7 @@ BuildResult build_program(const std::string& source_path, const std::string& out
   if (cuda)
     for (const std::string& f : split(kBuildCudaCompileFlags))
       args.push_back(f);
+  args.insert(args.end(), extra_flags.begin(), extra_flags.end());
   args.push_back(source_path);
   args.insert(args.end(), objects.begin(), objects.end());
   args.push_back("-o");

@@ -24,9 +24,11 @@ std::string unwritable_output_reason(const std::string& output);
 // the compiler's diagnostics go to stderr. `include_dirs` come first on the
 // include path (custom layer headers' directories). With cuda, each of
 // `cuda_sources` (custom layers' CUDA entry points) is first compiled by
-// nvcc into an object beside source_path and linked in.
+// nvcc into an object beside source_path and linked in. `extra_flags` follow
+// the recorded compile flags (e.g. -g).
 BuildResult build_program(const std::string& source_path, const std::string& output, bool cuda,
                           const std::vector<std::string>& include_dirs = {},
-                          const std::vector<std::string>& cuda_sources = {});
+                          const std::vector<std::string>& cuda_sources = {},
+                          const std::vector<std::string>& extra_flags = {});
 
 }  // namespace fsdpgen
