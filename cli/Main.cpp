@@ -56,6 +56,8 @@ constexpr int kExitSpecError = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitInternal = 3;
 constexpr int kExitDoesNotFit = 4;  // plan: the plan, printed whole, exceeds the device
+// build --check: each red zone, one buffer alignment (planner/Memory.h).
+constexpr int64_t kRedZoneBytes = 256;
 
 void out(const std::string& s) {
   std::fputs(s.c_str(), stdout);
@@ -87,6 +89,7 @@ struct Common {
   CLI::Option* hardware_flag = nullptr;
   bool time_passes = false;
   bool no_reuse = false;
+  bool check = false;  // build and emit --check: red zones around every buffer
   std::string dump_after;
   std::string command;          // the subcommand's name
   Pass last_pass = Pass::Cost;  // where it stops
@@ -180,6 +183,7 @@ struct Common {
     o.overrides.micro_batch = micro_batch;
     o.time_passes = time_passes;
     o.memory.reuse = !no_reuse;
+    o.memory.red_zone_bytes = check ? kRedZoneBytes : 0;
     o.emit = std::move(emit);
     o.build = std::move(build);
     return run_pipeline(spec_path, o);
@@ -515,7 +519,10 @@ Failure build_pass(const Common& c, const EmitTarget& target, const std::string&
   std::vector<std::string> includes;
   for (const std::string& h : headers)
     includes.push_back(std::filesystem::absolute(h).parent_path().lexically_normal().string());
-  BuildResult r = build_program(src, output, cuda, includes, p.spec->model.layer_cuda_sources);
+  std::vector<std::string> flags;
+  if (c.check) flags = {"-fsanitize=address", "-fno-omit-frame-pointer", "-g"};
+  BuildResult r =
+      build_program(src, output, cuda, includes, p.spec->model.layer_cuda_sources, flags);
   if (sources_dir.empty()) std::filesystem::remove_all(*dir);
   if (!r.ok && !headers.empty()) {  // the layers' code is the user's: so are its errors
     std::fputs(fmt::format("fsdpgen: error: compiling the generated program with the custom "
@@ -573,6 +580,12 @@ int run_build(const Common& c, const std::string& target_flag, const std::string
   }
   auto target = resolve_target(c, target_flag, true);
   if (!target) return kExitSpecError;
+  if (c.check && target->kind == EmitTarget::Kind::Cuda) {
+    std::fputs("fsdpgen: error: --check builds for the CPU target only (--target cpu): the CUDA "
+               "backend's canaries are not written yet\n",
+               stderr);
+    return kExitUsage;
+  }
   const Hardware hw = *find_hardware(target->hardware);
   const Pipeline p = c.run(
       hw, dump, [&](Pipeline& q) { return emit_pass(c, *target, hw, q); },
@@ -741,6 +754,9 @@ int main(int argc, char** argv) {
   build->add_option("-o,--output", binary, "the executable to write")->required();
   build->add_option("--sources", sources, "keep the generated source in this directory");
   build->add_option("--target", build_target, target_help)->check(CLI::IsMember({"cuda", "cpu"}));
+  build->add_flag("--check", build_args.check,
+                  "for finding memory bugs: a red zone before and after every buffer, checked "
+                  "after every op (ops run one at a time), and AddressSanitizer (CPU target)");
 
   std::string merge_in, merge_out, merge_dtype = "fp32", merge_max_shard;
   CLI::App* merge = app.add_subcommand(

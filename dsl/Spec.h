@@ -177,6 +177,9 @@ struct ModelSpec {
   std::vector<std::string> layer_headers;
   std::vector<std::string> layer_cuda_sources;  // their CUDA entry points (.cu), for --target cuda
   std::vector<CustomLayerSpec> custom;
+  // Not a spec key: `fsdpgen build --check` puts a red zone after each custom
+  // layer's Saved and Scratch array (planner/Activations.h, runtime/red_zones.h).
+  bool custom_red_zones = false;
 
   int64_t head_dim() const { return width / heads; }
   // Rows of the stored embedding and head, and columns of a logits row.

@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -282,6 +284,13 @@ class Writer {
     v["main"] =
         fmt::format("int main(int argc, char** argv) {{ return {}(kProgram, argc, argv); }}\n",
                     cuda_ ? "cuda_train_main" : "train_main");
+    if (m_.red_zone_bytes > 0)  // built with -fsanitize=address (runtime/red_zones.h)
+      v["main"] +=
+          "\n// --check: AddressSanitizer without leak reports (MPI's are not the step's), and\n"
+          "// without alloc-dealloc pairing (runtime/allocations.cpp's operator new is malloc).\n"
+          "extern \"C\" const char* __asan_default_options() {\n"
+          "  return \"detect_leaks=0:alloc_dealloc_mismatch=0\";\n"
+          "}\n";
     v["types"] = fmt::format(
         "using param_t = {};  // params and activations ({})\n"
         "using grad_t = {};   // unsharded gradients ({})\n",
@@ -517,6 +526,9 @@ class Writer {
   }
 
   // ---- custom layers (DESIGN §9) ----------------------------------------------
+  // Red zones after custom arrays (--check), as the op bodies bind them:
+  // buffer, offset, bytes, the array's name.
+  mutable std::set<std::tuple<int, int64_t, int64_t, std::string>> inner_red_zones_;
   bool custom_model() const { return !model_.custom.empty(); }
 
   // What one call of a block's forward or backward covers: a run of its
@@ -599,18 +611,35 @@ class Writer {
                  grad(grads, seg.unit, prefix + t.name)));
     }
     const LayoutTable saved = block_saved_layout(model_);
-    for (const CustomArraySpec& a : c.saved)
+    for (const CustomArraySpec& a : c.saved) {
+      const At at{slot.buffer, slot.bytes + row_offset(saved.table(), c.module + "." + a.name)};
       call(b, "{}.{}.data = {};", var, a.name,
-           let(b, c.module + "_" + a.name, a.fp32 ? "float" : "param_t",
-               {slot.buffer, slot.bytes + row_offset(saved.table(), c.module + "." + a.name)}));
+           let(b, c.module + "_" + a.name, a.fp32 ? "float" : "param_t", at));
+      note_red_zone(saved.table(), slot.buffer, slot.bytes, c.module, a, prefix + a.name);
+    }
     if (scratch >= 0) {
       const LayoutTable s = backward_scratch_layout(model_);
-      for (const CustomArraySpec& a : c.scratch)
+      for (const CustomArraySpec& a : c.scratch) {
         call(b, "{}.{}.data = {};", var, a.name,
              let(b, c.module + "_" + a.name, a.fp32 ? "float" : "param_t",
                  {scratch, row_offset(s.table(), c.module + "." + a.name)}));
+        note_red_zone(s.table(), scratch, 0, c.module, a, c.module + "." + a.name);
+      }
     }
     return var;
+  }
+
+  // With red zones (--check): the zone after a custom array, from its end to
+  // the end of its red_zone row, for the program's table.
+  void note_red_zone(const model::Table<model::Field>& t, int buffer, int64_t base,
+                     const std::string& module, const CustomArraySpec& a,
+                     const std::string& name) const {
+    if (!model_.custom_red_zones) return;
+    const int64_t elem = a.fp32 ? 4 : pbytes_;
+    const int64_t begin = base + row_offset(t, module + "." + a.name) + N_ * a.per_token * elem;
+    const int64_t end =
+        base + row_offset(t, custom_red_zone_row(module, a.name)) + N_ * kCustomRedZonePerToken * elem;
+    inner_red_zones_.insert({buffer, begin, end - begin, name});
   }
 
   // The backward scratch's custom_out: where a custom layer writes what is
@@ -1211,6 +1240,22 @@ class Writer {
                        "     ") +
              "\n";
     out += "};\n\n";
+    if (!inner_red_zones_.empty()) {
+      out += "// Red zones after custom layers' arrays (--check): buffer, offset, bytes, array.\n";
+      out += "constexpr program_red_zone kInnerRedZones[] = {\n";
+      for (const auto& [buffer, offset, bytes, name] : inner_red_zones_)
+        out += fmt::format("    {{{}, {}, {}, {}}},\n", buffer, offset, bytes, cpp_string(name));
+      out += "};\n\n";
+    }
+    if (m_.red_zone_bytes > 0) {  // fsdpgen build --check (runtime/red_zones.h)
+      out += "// Buffers' lives (--check): the issue positions of their first use and Free.\n";
+      out += "constexpr program_buffer_life kBufferLife[] = {\n";
+      for (const Buffer& b : s_.buffers) {
+        const Placement& pl = m_.placements[static_cast<size_t>(b.id)];
+        out += fmt::format("    {{{}, {}}},  // {}\n", pl.first_op, pl.last_op, b.name);
+      }
+      out += "};\n\n";
+    }
 
     out += "// Tensors: Hugging Face name, unit, offset in the unit's flat parameter, shape.\n";
     out += "constexpr program_tensor kTensors[] = {\n";
@@ -1387,9 +1432,15 @@ class Writer {
       train.push_back({"val_sequences", i(t.val_sequences)});
     }
     fields_of("plan").push_back({"validation_op_count", i(validation_pass(s_).op_count)});
+    if (m_.red_zone_bytes > 0) fields_of("plan").push_back({"red_zone_bytes", i(m_.red_zone_bytes)});
     if (!host_ops.empty()) {
       all.push_back({"host_ops", "kHostOps"});
       all.push_back({"host_op_count", i(static_cast<int64_t>(host_ops.size()))});
+    }
+    if (m_.red_zone_bytes > 0) all.push_back({"buffer_life", "kBufferLife"});
+    if (!inner_red_zones_.empty()) {
+      all.push_back({"inner_red_zones", "kInnerRedZones"});
+      all.push_back({"inner_red_zone_count", i(static_cast<int64_t>(inner_red_zones_.size()))});
     }
     out += "const program kProgram = {\n";
     for (const Init& f : all)

@@ -65,10 +65,17 @@ LayoutTable block_saved_layout(const ModelSpec& m) {
   for (const CustomLayerSpec& c : m.custom) {
     if (replaceable_module(m.family, c.module)->added())
       t.add(c.module + ".x", model::Elem::Param, m.width);  // its input, the block's output so far
-    for (const CustomArraySpec& a : c.saved)
+    for (const CustomArraySpec& a : c.saved) {
       t.add(c.module + "." + a.name, elem_of(a), a.per_token);
+      if (m.custom_red_zones)
+        t.add(custom_red_zone_row(c.module, a.name), elem_of(a), kCustomRedZonePerToken);
+    }
   }
   return t;
+}
+
+std::string custom_red_zone_row(const std::string& module, const std::string& member) {
+  return module + "." + member + ".red_zone";
 }
 
 LayoutTable backward_scratch_layout(const ModelSpec& m) {
@@ -79,8 +86,11 @@ LayoutTable backward_scratch_layout(const ModelSpec& m) {
     t.add(f);
   t.add("custom_out", model::Elem::Param, m.width);
   for (const CustomLayerSpec& c : m.custom)
-    for (const CustomArraySpec& a : c.scratch)
+    for (const CustomArraySpec& a : c.scratch) {
       t.add(c.module + "." + a.name, elem_of(a), a.per_token);
+      if (m.custom_red_zones)
+        t.add(custom_red_zone_row(c.module, a.name), elem_of(a), kCustomRedZonePerToken);
+    }
   return t;
 }
 

@@ -51,6 +51,11 @@ struct ActivationShape {
   bool flash_attention = false;
 };
 
+// With ModelSpec::custom_red_zones, each custom array's row is followed by
+// one of this many elements per token named "<module>.<member>.red_zone".
+inline constexpr int64_t kCustomRedZonePerToken = 16;
+std::string custom_red_zone_row(const std::string& module, const std::string& member);
+
 // The dimensions the layout tables are written in.
 model::Dims layout_dims(const ModelSpec& m, const ActivationShape& a);
 

@@ -27,10 +27,13 @@ int64_t place(const Schedule& s, MemSpace space, const std::vector<Interval>& li
     if (b.space != space) continue;
     (b.persistent ? persistent : transient).push_back(b.id);
   }
+  const int64_t red = opt.red_zone_bytes;
+  // The bytes a buffer takes: its data, aligned, between its red zones.
+  auto footprint = [&](int id) { return align_up(s.buffers[id].bytes, opt.alignment) + 2 * red; };
   int64_t top = 0;
   for (int id : persistent) {
-    out[id].offset = top;
-    top = align_up(top + s.buffers[id].bytes, opt.alignment);
+    out[id].offset = top + red;
+    top += footprint(id);
   }
   const int64_t base = top;
   // Largest first, then earliest: the classic greedy-by-size order.
@@ -42,14 +45,13 @@ int64_t place(const Schedule& s, MemSpace space, const std::vector<Interval>& li
   std::vector<int> placed;
   int64_t arena = base;
   for (int id : transient) {
-    const int64_t size = align_up(s.buffers[id].bytes, opt.alignment);
+    const int64_t size = footprint(id);
     int64_t offset = base;
     if (opt.reuse) {
       std::vector<std::pair<int64_t, int64_t>> busy;  // [begin, end) of conflicting placed buffers
       for (int q : placed)
         if (life[q].overlaps(life[id]))
-          busy.push_back(
-              {out[q].offset, out[q].offset + align_up(s.buffers[q].bytes, opt.alignment)});
+          busy.push_back({out[q].offset - red, out[q].offset - red + footprint(q)});
       std::sort(busy.begin(), busy.end());
       for (auto [b, e] : busy) {
         if (offset + size <= b) break;
@@ -58,7 +60,7 @@ int64_t place(const Schedule& s, MemSpace space, const std::vector<Interval>& li
     } else {
       offset = arena;
     }
-    out[id].offset = offset;
+    out[id].offset = offset + red;
     arena = std::max(arena, offset + size);
     placed.push_back(id);
   }
@@ -97,6 +99,7 @@ MemoryPlan plan_memory(const Schedule& s, const MemoryOptions& options) {
     if (!freed[b.id]) l.last = last_pos;  // never freed: lives to the end of the step
   }
   MemoryPlan m;
+  m.red_zone_bytes = options.red_zone_bytes;
   m.placements.resize(s.buffers.size());
   for (const Buffer& b : s.buffers)
     m.placements[b.id] = {b.id, 0, life[b.id].first, life[b.id].last};
@@ -142,6 +145,9 @@ std::string print_memory_plan(const Schedule& s, const MemoryPlan& m) {
   if (m.host_arena_bytes > 0)
     out += fmt::format("host arena (offload): {} ({} B)\n", size_text(m.host_arena_bytes),
                        m.host_arena_bytes);
+  if (m.red_zone_bytes > 0)
+    out += fmt::format("red zones (--check): {} B before and after every buffer, included above\n",
+                       m.red_zone_bytes);
   return out;
 }
 

@@ -31,11 +31,16 @@ struct MemoryPlan {
   // Device bytes of each kind summed over buffers (no reuse), for the report.
   std::vector<int64_t> total_by_kind;
   int64_t live_peak_bytes = 0;  // max over positions of live device bytes (<= arena size)
+  int64_t red_zone_bytes = 0;   // MemoryOptions::red_zone_bytes (0: none)
 };
 
 struct MemoryOptions {
   int64_t alignment = 256;  // every buffer offset is a multiple of this
   bool reuse = true;        // off: every buffer gets its own range (for debugging)
+  // For `fsdpgen build --check`: every buffer sits between two red zones of
+  // this many bytes (a multiple of alignment) that no other buffer live at
+  // the same time overlaps; a placement's offset is its data's. 0: none.
+  int64_t red_zone_bytes = 0;
 };
 
 MemoryPlan plan_memory(const Schedule& s, const MemoryOptions& options = {});

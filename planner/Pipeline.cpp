@@ -38,6 +38,7 @@ Failure frontend(const std::string& spec_path, const PipelineOptions& o, Pipelin
   FrontendResult r = load_spec_file(spec_path, o.overrides);
   err(with_program_name(r.diagnostics));
   p.spec = std::move(r.spec);
+  if (p.spec && o.memory.red_zone_bytes > 0) p.spec->model.custom_red_zones = true;
   return p.spec ? Failure::None : Failure::User;
 }
 

@@ -3,7 +3,9 @@
 // calling glibc's own (__libc_*). An executable that links this file
 // resolves every library's malloc to these (the dynamic linker binds the
 // executable's definitions first); free and operator delete stay glibc's and
-// libstdc++'s, which free what __libc_* returned.
+// libstdc++'s, which free what __libc_* returned. In a binary built with
+// AddressSanitizer (`fsdpgen build --check`) they call its allocator instead
+// (__interceptor_*, whose free and delete then stand in front of glibc's).
 #include "runtime/allocations.h"
 
 #include <dlfcn.h>
@@ -23,6 +25,13 @@ void* __libc_realloc(void* p, size_t bytes);
 void* __libc_memalign(size_t alignment, size_t bytes);
 void* __libc_valloc(size_t bytes);
 void* __libc_pvalloc(size_t bytes);
+// AddressSanitizer's allocator, where the binary links it (else null).
+void* __interceptor_malloc(size_t bytes) __attribute__((weak));
+void* __interceptor_calloc(size_t count, size_t bytes) __attribute__((weak));
+void* __interceptor_realloc(void* p, size_t bytes) __attribute__((weak));
+void* __interceptor_memalign(size_t alignment, size_t bytes) __attribute__((weak));
+void* __interceptor_valloc(size_t bytes) __attribute__((weak));
+void* __interceptor_pvalloc(size_t bytes) __attribute__((weak));
 }
 // This executable's code, as the linker lays it out.
 extern "C" const char __executable_start[];
@@ -57,6 +66,27 @@ inline void note(const void* caller) {
 }
 
 #define CALLER __builtin_return_address(0)
+
+// The allocator behind the counting: AddressSanitizer's where linked, else glibc's.
+void* real_malloc(size_t bytes) {
+  return __interceptor_malloc ? __interceptor_malloc(bytes) : __libc_malloc(bytes);
+}
+void* real_calloc(size_t count, size_t bytes) {
+  return __interceptor_calloc ? __interceptor_calloc(count, bytes) : __libc_calloc(count, bytes);
+}
+void* real_realloc(void* p, size_t bytes) {
+  return __interceptor_realloc ? __interceptor_realloc(p, bytes) : __libc_realloc(p, bytes);
+}
+void* real_memalign(size_t alignment, size_t bytes) {
+  return __interceptor_memalign ? __interceptor_memalign(alignment, bytes)
+                                : __libc_memalign(alignment, bytes);
+}
+void* real_valloc(size_t bytes) {
+  return __interceptor_valloc ? __interceptor_valloc(bytes) : __libc_valloc(bytes);
+}
+void* real_pvalloc(size_t bytes) {
+  return __interceptor_pvalloc ? __interceptor_pvalloc(bytes) : __libc_pvalloc(bytes);
+}
 
 bool valid_alignment(size_t alignment) {
   return alignment >= sizeof(void*) && (alignment & (alignment - 1)) == 0;
@@ -96,33 +126,33 @@ extern "C" {
 
 void* malloc(size_t bytes) noexcept {
   note(CALLER);
-  return __libc_malloc(bytes);
+  return real_malloc(bytes);
 }
 
 void* calloc(size_t count, size_t bytes) noexcept {
   note(CALLER);
-  return __libc_calloc(count, bytes);
+  return real_calloc(count, bytes);
 }
 
 void* realloc(void* p, size_t bytes) noexcept {
   note(CALLER);
-  return __libc_realloc(p, bytes);
+  return real_realloc(p, bytes);
 }
 
 void* memalign(size_t alignment, size_t bytes) noexcept {
   note(CALLER);
-  return __libc_memalign(alignment, bytes);
+  return real_memalign(alignment, bytes);
 }
 
 void* aligned_alloc(size_t alignment, size_t bytes) noexcept {
   note(CALLER);
-  return __libc_memalign(alignment, bytes);
+  return real_memalign(alignment, bytes);
 }
 
 int posix_memalign(void** out, size_t alignment, size_t bytes) noexcept {
   if (!valid_alignment(alignment)) return EINVAL;
   note(CALLER);
-  void* p = __libc_memalign(alignment, bytes);
+  void* p = real_memalign(alignment, bytes);
   if (!p) return ENOMEM;
   *out = p;
   return 0;
@@ -130,12 +160,12 @@ int posix_memalign(void** out, size_t alignment, size_t bytes) noexcept {
 
 void* valloc(size_t bytes) noexcept {
   note(CALLER);
-  return __libc_valloc(bytes);
+  return real_valloc(bytes);
 }
 
 void* pvalloc(size_t bytes) noexcept {
   note(CALLER);
-  return __libc_pvalloc(bytes);
+  return real_pvalloc(bytes);
 }
 
 }  // extern "C"
@@ -144,33 +174,33 @@ void* pvalloc(size_t bytes) noexcept {
 // that made them rather than to libstdc++.
 void* operator new(size_t bytes) {
   note(CALLER);
-  return new_or_throw(__libc_malloc(bytes ? bytes : 1));
+  return new_or_throw(real_malloc(bytes ? bytes : 1));
 }
 void* operator new[](size_t bytes) {
   note(CALLER);
-  return new_or_throw(__libc_malloc(bytes ? bytes : 1));
+  return new_or_throw(real_malloc(bytes ? bytes : 1));
 }
 void* operator new(size_t bytes, const std::nothrow_t&) noexcept {
   note(CALLER);
-  return __libc_malloc(bytes ? bytes : 1);
+  return real_malloc(bytes ? bytes : 1);
 }
 void* operator new[](size_t bytes, const std::nothrow_t&) noexcept {
   note(CALLER);
-  return __libc_malloc(bytes ? bytes : 1);
+  return real_malloc(bytes ? bytes : 1);
 }
 void* operator new(size_t bytes, std::align_val_t a) {
   note(CALLER);
-  return new_or_throw(__libc_memalign(static_cast<size_t>(a), bytes ? bytes : 1));
+  return new_or_throw(real_memalign(static_cast<size_t>(a), bytes ? bytes : 1));
 }
 void* operator new[](size_t bytes, std::align_val_t a) {
   note(CALLER);
-  return new_or_throw(__libc_memalign(static_cast<size_t>(a), bytes ? bytes : 1));
+  return new_or_throw(real_memalign(static_cast<size_t>(a), bytes ? bytes : 1));
 }
 void* operator new(size_t bytes, std::align_val_t a, const std::nothrow_t&) noexcept {
   note(CALLER);
-  return __libc_memalign(static_cast<size_t>(a), bytes ? bytes : 1);
+  return real_memalign(static_cast<size_t>(a), bytes ? bytes : 1);
 }
 void* operator new[](size_t bytes, std::align_val_t a, const std::nothrow_t&) noexcept {
   note(CALLER);
-  return __libc_memalign(static_cast<size_t>(a), bytes ? bytes : 1);
+  return real_memalign(static_cast<size_t>(a), bytes ? bytes : 1);
 }

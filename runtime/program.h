@@ -202,6 +202,23 @@ struct program_plan {
   // The validation pass: the step's first ops (planner/Validation.h), which
   // gather and run the forward of micro-batch 0 and nothing else.
   int64_t validation_op_count = 0;
+  // `fsdpgen build --check`: bytes of red zone before and after every buffer
+  // (runtime/red_zones.h), 0 in a normal build.
+  int64_t red_zone_bytes = 0;
+};
+
+// When a buffer is live: from the op at issue position first_op to the one
+// at last_op (its Free), both included.
+struct program_buffer_life {
+  int first_op, last_op;
+};
+
+// A red zone inside a buffer (--check): after a custom layer's Saved or
+// Scratch array `name`, `bytes` from `offset` into buffer `buffer`.
+struct program_red_zone {
+  int buffer;
+  int64_t offset, bytes;
+  const char* name;
 };
 
 struct program {
@@ -230,6 +247,10 @@ struct program {
   // in issue order. CPU programs run every op on the host and leave it empty.
   const int* host_ops = nullptr;
   int host_op_count = 0;
+  // With red zones: each buffer's life, by buffer id (null otherwise).
+  const program_buffer_life* buffer_life = nullptr;
+  const program_red_zone* inner_red_zones = nullptr;
+  int inner_red_zone_count = 0;
 };
 
 // Whether a GPU program runs op `id` on the host (program::host_ops).

@@ -79,6 +79,12 @@ void run_log_banner(const program& p, const run_banner& b) {
               p.plan.host_arena_bytes
                   ? fmt::format(", host {:.2f} MiB", mib(p.plan.host_arena_bytes)).c_str()
                   : "");
+  if (p.plan.red_zone_bytes > 0)
+    std::printf(
+        "  built with --check: %lld-byte red zones around every buffer and after every custom "
+        "layer array, checked after each op; ops run one at a time, under AddressSanitizer "
+        "(slower: for finding memory bugs, not for training)\n",
+        static_cast<long long>(p.plan.red_zone_bytes));
   std::fflush(stdout);
 }
 

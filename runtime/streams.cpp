@@ -6,6 +6,8 @@
 #include <climits>
 
 #include "runtime/check.h"
+#include "runtime/red_zones.h"
+#include "runtime/step.h"
 #include "runtime/trace.h"
 
 namespace {
@@ -50,9 +52,12 @@ void run_op(stream_executor& e, int id, int64_t step) {
   const program_op& op = e.p->ops[id];
   for (int i = 0; i < op.dep_count; ++i)
     wait_for(e.done[op.deps[i]], step, e);
+  const bool red = red_zones_enabled(*e.p);
+  if (red) red_zones_arm(*e.p, e.ctx->device, e.ctx->host, id);
   e.start_ns[id] = trace_clock_ns() - e.step_start_ns;
   op.run(*e.ctx);
   e.end_ns[id] = trace_clock_ns() - e.step_start_ns;
+  if (red) red_zones_check(*e.p, e.ctx->device, e.ctx->host, id);
   // Raise, never lower: a failure may already have released this event.
   int64_t cur = e.done[id].load(std::memory_order_relaxed);
   while (cur < step && !e.done[id].compare_exchange_weak(cur, step, std::memory_order_release)) {
@@ -90,9 +95,13 @@ void streams_start(stream_executor& e, const program& p, step_context& ctx) {
   e.p = &p;
   e.ctx = &ctx;
   e.done = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(p.op_count));
+  // With red zones (--check) every op runs on this thread in issue order, so
+  // that a changed zone is the op's that just ran.
+  const bool serial = red_zones_enabled(p);
   for (int i = 0; i < p.op_count; ++i) {
     e.done[i] = -1;
-    e.ops_of[static_cast<int>(p.ops[i].stream)].push_back(i);
+    e.ops_of[serial ? static_cast<int>(stream_id::compute) : static_cast<int>(p.ops[i].stream)]
+        .push_back(i);
   }
   e.start_ns.assign(static_cast<size_t>(p.op_count), 0);
   e.end_ns.assign(static_cast<size_t>(p.op_count), 0);

@@ -3,7 +3,8 @@
 // thread that runs its ops in issue order. An op first waits for its deps
 // (events are per-op completion counters holding the last step that op
 // finished), then runs, then records its event. A failure on any stream stops
-// every stream and is rethrown by streams_run_step.
+// every stream and is rethrown by streams_run_step. A program built with red
+// zones (runtime/red_zones.h) runs every op on the calling thread, checked.
 #pragma once
 
 #include <atomic>

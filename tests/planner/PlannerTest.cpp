@@ -210,6 +210,34 @@ TEST(Memory, ArenaIsCloseToThePeakAndReuseSaves) {
   EXPECT_GE(off.device_arena_bytes, p.memory.naive_bytes);
 }
 
+// build --check: every buffer between two red zones that no buffer live at
+// the same time overlaps, its offset its data's, aligned as before.
+TEST(Memory, RedZonesAreEachBuffersOwnWhileItLives) {
+  Planned p = plan_text(model(4, "offload = cpu"));
+  constexpr int64_t kRed = 256;
+  for (bool reuse : {true, false}) {
+    const MemoryPlan m = plan_memory(p.schedule, {256, reuse, kRed});
+    EXPECT_EQ(m.red_zone_bytes, kRed);
+    EXPECT_GT(m.device_arena_bytes, p.memory.device_arena_bytes);
+    const std::vector<Buffer>& bufs = p.schedule.buffers;
+    for (const Buffer& a : bufs) {
+      const Placement& pa = m.placements[static_cast<size_t>(a.id)];
+      EXPECT_EQ(pa.offset % 256, 0) << a.name;
+      EXPECT_GE(pa.offset, kRed) << a.name;
+      const int64_t arena = a.space == MemSpace::Device ? m.device_arena_bytes : m.host_arena_bytes;
+      EXPECT_LE(pa.offset + a.bytes + kRed, arena) << a.name;
+      for (const Buffer& b : bufs) {
+        if (b.id <= a.id || b.space != a.space) continue;
+        const Placement& pb = m.placements[static_cast<size_t>(b.id)];
+        if (pa.last_op < pb.first_op || pb.last_op < pa.first_op) continue;  // never both live
+        const bool apart = pa.offset + a.bytes + kRed <= pb.offset - kRed ||
+                           pb.offset + b.bytes + kRed <= pa.offset - kRed;
+        EXPECT_TRUE(apart) << a.name << " and " << b.name << " share a red zone";
+      }
+    }
+  }
+}
+
 int64_t peak_of(const Planned& p, BufferKind k) {
   return p.memory.peak_by_kind[static_cast<int>(k)];
 }

@@ -1,0 +1,98 @@
+// `fsdpgen build --check`: a binary whose buffers and custom layers' arrays
+// sit between red zones. A correct layer trains bit for bit as without
+// --check; the example GeluMlp with its Saved `pre` declared d_ff / 2 (a
+// user's bug of 2026-11-25 that trained silently) stops at the header's line
+// under AddressSanitizer, and, with AddressSanitizer's poisoning off (what
+// uninstrumented code such as the runtime's kernels amounts to), at the op
+// and the array by the canaries; every rank exits, none hangs.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "tests/e2e/E2e.h"
+
+namespace fsdpgen::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Builds dir/train from the gelu config, with `layers_header` as its MLP.
+fs::path build_gelu(const fs::path& dir, const std::string& header_text, bool check) {
+  std::ofstream(dir / "gelu_mlp.h") << header_text;
+  E2eConfig c;
+  c.layers = "  import = \"gelu_mlp.h\"\n  mlp = GeluMlp(d_model = width, d_ff = ffn_hidden)\n";
+  std::ofstream(dir / "e2e.fsdp") << c.spec();
+  const CmdResult r = run_command(fmt::format("cd {} && {} e2e.fsdp -o train --target cpu{} 2>&1",
+                                              dir.string(), FSDPGEN_BIN,
+                                              check ? " --check" : ""));
+  EXPECT_EQ(r.status, 0) << r.out;
+  return dir / "train";
+}
+
+std::string gelu_header() {
+  return file_bytes(fs::path(FSDPGEN_SOURCE_DIR) / "examples" / "layers" / "gelu_mlp.h");
+}
+
+TEST(BuildCheck, ACorrectLayerTrainsAsWithout) {
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
+  const fs::path dir = e2e_dir("check_build_ok");
+  fs::create_directories(dir / "plain");
+  fs::create_directories(dir / "check");
+  const fs::path plain = build_gelu(dir / "plain", gelu_header(), false);
+  const fs::path check = build_gelu(dir / "check", gelu_header(), true);
+  CmdResult a = run_binary(2, plain, "--steps 4 --metrics metrics.jsonl");
+  ASSERT_EQ(a.status, 0) << a.out;
+  CmdResult b = run_binary(2, check, "--steps 4 --metrics metrics.jsonl");
+  ASSERT_EQ(b.status, 0) << b.out;
+  EXPECT_NE(b.out.find("built with --check: 256-byte red zones around every buffer"),
+            std::string::npos)
+      << b.out;
+  EXPECT_EQ(a.out.find("built with --check"), std::string::npos) << a.out;
+  const std::vector<double> want = read_losses(dir / "plain" / "metrics.jsonl");
+  const std::vector<double> got = read_losses(dir / "check" / "metrics.jsonl");
+  ASSERT_EQ(want.size(), 4u);
+  EXPECT_EQ(got, want) << "the same ops in the same order: bit for bit";
+}
+
+TEST(BuildCheck, ASavedArrayDeclaredTooSmallStopsTheRun) {
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
+  const fs::path dir = e2e_dir("check_build_saved_small");
+  std::string header = gelu_header();
+  const std::string decl = "Saved<T, \"d_ff\"> pre;";
+  ASSERT_NE(header.find(decl), std::string::npos);
+  header.replace(header.find(decl), decl.size(), "Saved<T, \"d_ff / 2\"> pre;");
+  const fs::path train = build_gelu(dir, header, true);
+
+  // AddressSanitizer: the write into the poisoned zone, at the header's line.
+  CmdResult r = run_binary(2, train, "--steps 2");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.status, 124) << "timed out: a rank hung";
+  EXPECT_NE(r.out.find("AddressSanitizer: use-after-poison"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gelu_mlp.h:34"), std::string::npos) << r.out;
+
+  // Without it, the canaries after the op.
+  setenv("ASAN_OPTIONS", "allow_user_poisoning=0", 1);
+  r = run_binary(2, train, "--steps 2");
+  unsetenv("ASAN_OPTIONS");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.status, 124) << "timed out: a rank hung";
+  EXPECT_NE(r.out.find("error: --check: op "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("wrote past the end of the custom layer array 'transformer.h.0.mlp.pre' "
+                       "(in buffer 'acts."),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(BuildCheck, CpuTargetOnly) {
+  const fs::path dir = e2e_dir("check_build_cuda");
+  std::ofstream(dir / "e2e.fsdp") << E2eConfig{}.spec();
+  const CmdResult r = run_command(fmt::format(
+      "cd {} && {} e2e.fsdp -o train --target cuda --check 2>&1", dir.string(), FSDPGEN_BIN));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--check builds for the CPU target only"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "train"));
+}
+
+}  // namespace
+}  // namespace fsdpgen::test
