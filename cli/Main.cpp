@@ -1,5 +1,5 @@
 // The fsdpgen command line: subcommands over the compiler's passes.
-//   fsdpgen check spec.fsdp [--dump]
+//   fsdpgen check spec.fsdp [--dump | --hf DIR]
 //   fsdpgen schedule spec.fsdp [--world N] [--micro-batch B] [--format text|json|trace] [-o FILE]
 //   fsdpgen plan spec.fsdp [--world N] [--micro-batch B] [--gpu KIND] [--hardware PROFILE]
 //   fsdpgen emit spec.fsdp -o DIR [--target cuda|cpu] [--world N] [--micro-batch B] [--gpu KIND]
@@ -9,7 +9,8 @@
 //                     [--micro-batch B] [--quick]
 //   fsdpgen compare PREDICTED.json MEASURED.json [--rank R] [--top N] [-o merged.json]
 //   fsdpgen check-layer HEADER LAYER --hyper NAME=VALUE... [--dtype bf16|fp16] [--tokens N]
-// Each subcommand but merge runs the pipeline (planner/Pipeline.h) up to its
+//   fsdpgen import-hf DIR|config.json [-o spec.fsdp]
+// Each subcommand but merge and import-hf runs the pipeline (planner/Pipeline.h) up to its
 // last pass; --dump-after PASS prints a pass's IR and --time-passes times them.
 #include <glob.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@
 
 #include "cli/Calibrate.h"
 #include "cli/CheckLayer.h"
+#include "cli/HfSpec.h"
 #include "dsl/Layers.h"
 #include "dsl/Print.h"
 #include "dsl/Values.h"
@@ -282,8 +284,9 @@ std::string custom_layer_line(const CustomLayerSpec& c) {
 }
 
 // check's target is what a build here targets (as plan's without --gpu):
-// target support warns of what that backend cannot build yet.
-int run_check(const Common& c, bool print_resolved) {
+// target support warns of what that backend cannot build yet. With --hf
+// DIR it compares the model with DIR's config.json instead of summing it up.
+int run_check(const Common& c, bool print_resolved, const std::string& hf) {
   std::optional<Pass> dump;
   if (!c.dump_pass(dump)) return kExitUsage;
   const Hardware hw = *find_hardware(plan_target(c).hardware);
@@ -295,6 +298,7 @@ int run_check(const Common& c, bool print_resolved) {
     out(print_spec(s));
     return 0;
   }
+  if (!hf.empty()) return run_check_hf(c.spec_path, s, hf);
   const ParallelSpec& par = s.parallel;
   std::string groups = is_hybrid(par.sharding)
                            ? fmt::format(" ({} groups of {})", par.replicas(), par.shard_group)
@@ -595,29 +599,6 @@ int run_build(const Common& c, const std::string& target_flag, const std::string
   return 0;
 }
 
-// The spec's model as a config.json states it.
-hf_model hf_model_of(const ModelSpec& m) {
-  hf_model h;
-  h.llama = m.family == Family::Llama;
-  h.vocab = m.vocab;
-  h.context = m.context;
-  h.width = m.width;
-  h.heads = m.heads;
-  h.kv_heads = m.kv_heads;
-  h.layers = m.layers;
-  h.ffn_hidden = m.ffn_hidden;
-  h.tied = m.tie_embeddings;
-  h.norm_eps = m.norm_eps;
-  h.rope_theta = m.rope_theta;
-  if (m.rope_scaling.enabled) {
-    h.rope_factor = m.rope_scaling.factor;
-    h.rope_low_freq = m.rope_scaling.low_freq;
-    h.rope_high_freq = m.rope_scaling.high_freq;
-    h.rope_original_context = m.rope_scaling.original_context;
-  }
-  return h;
-}
-
 // A merged model directory's config.json, from the spec the checkpoint names
 // (a note instead when it cannot be read there).
 void write_hf_config(const std::string& dir, const std::string& spec) {
@@ -716,8 +697,14 @@ int main(int argc, char** argv) {
   CLI::App* check =
       app.add_subcommand("check", "parse and check a spec; with --dump print it fully resolved");
   check_args.add_to(check, fsdpgen::Pass::Support, false);
-  check->add_flag("--dump", dump,
-                  "print the resolved spec (every default filled in) in the spec language");
+  CLI::Option* dump_flag = check->add_flag(
+      "--dump", dump, "print the resolved spec (every default filled in) in the spec language");
+  std::string check_hf;
+  check
+      ->add_option("--hf", check_hf,
+                   "compare the model with a Hugging Face model directory's config.json (or "
+                   "that file): every difference at the spec's key; exit 1 when any")
+      ->excludes(dump_flag);
 
   std::string format = "text", output;
   CLI::App* schedule =
@@ -872,10 +859,24 @@ int main(int argc, char** argv) {
                       "also write both steps as one Perfetto trace, each stream's predicted track "
                       "above its measured one");
 
+  std::string import_source, import_output;
+  CLI::App* import_hf = app.add_subcommand(
+      "import-hf",
+      "write the spec of a Hugging Face model (GPT2LMHeadModel or LlamaForCausalLM) from its "
+      "config.json, with default units, parallel and train sections to edit");
+  import_hf
+      ->add_option("source", import_source, "a Hugging Face model directory, or its config.json")
+      ->required();
+  import_hf->add_option("-o,--output", import_output, "the spec to write (default: stdout)");
+  import_hf->footer(
+      "Exit status: 0 written, 1 the config cannot be read or has keys no spec represents (all "
+      "named) or the spec cannot be written, 2 bad command line.");
+
   // `fsdpgen spec.fsdp -o train` is `fsdpgen build spec.fsdp -o train`.
   std::vector<std::string> args(argv + 1, argv + argc);
-  const std::vector<std::string_view> commands = {
-      "check", "schedule", "plan", "emit", "build", "merge", "calibrate", "compare", "check-layer"};
+  const std::vector<std::string_view> commands = {"check",       "schedule", "plan",      "emit",
+                                                  "build",       "merge",    "calibrate", "compare",
+                                                  "check-layer", "import-hf"};
   if (!args.empty() && !args[0].empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
     if (!fsdpgen::looks_like_spec_path(args[0])) {
@@ -897,7 +898,7 @@ int main(int argc, char** argv) {
         stderr);
     return fsdpgen::kExitUsage;
   }
-  if (check->parsed()) return fsdpgen::run_check(check_args, dump);
+  if (check->parsed()) return fsdpgen::run_check(check_args, dump, check_hf);
   if (schedule->parsed()) return fsdpgen::run_schedule(schedule_args, format, output);
   if (plan->parsed()) return fsdpgen::run_plan(plan_args);
   if (emit->parsed()) return fsdpgen::run_emit(emit_args, emit_target, emit_dir);
@@ -905,6 +906,7 @@ int main(int argc, char** argv) {
   if (merge->parsed()) return fsdpgen::run_merge(merge_in, merge_out, merge_dtype, merge_max_shard);
   if (calibrate->parsed()) return fsdpgen::run_calibrate(calibrate_opts, fsdpgen::gpu_visible());
   if (check_layer->parsed()) return fsdpgen::run_check_layer(layer_opts);
+  if (import_hf->parsed()) return fsdpgen::run_import_hf(import_source, import_output);
   if (compare->parsed())
     return fsdpgen::run_compare(compare_predicted, compare_measured, compare_rank, compare_top,
                                 compare_merged);

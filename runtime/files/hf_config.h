@@ -1,7 +1,8 @@
 // hf_config: a Hugging Face config.json checked against the model a program
 // was built for, so that --init-from a model directory of another shape (or
 // with features fsdpgen does not build: biases, sliding windows, another
-// activation) stops with every difference named, before any weight is read.
+// activation) stops with every difference named, before any weight is read;
+// and read into a model, for `fsdpgen import-hf` to write a spec of.
 #pragma once
 
 #include <cstdint>
@@ -21,23 +22,45 @@ struct hf_model {
 };
 
 // One difference: the config's key and value, the spec's key and value
-// (values as text, e.g. "8" and "4").
+// (values as text, e.g. "8" and "4"). For a key no spec can match (a bias,
+// another activation, a sliding window) `unbuildable` is set, spec_key says
+// why and spec_value what fsdpgen builds.
 struct hf_mismatch {
   std::string config_key, config_value, spec_key, spec_value;
+  bool unbuildable = false;
 };
 
-// Every difference between the config at `path` and the model; empty when it
-// matches. Keys: gpt2's n_embd, n_head, n_layer, n_inner (null: 4 x n_embd),
-// vocab_size, n_positions (at least the spec's context), layer_norm_epsilon,
-// activation_function (gelu_new), tie_word_embeddings; llama's hidden_size,
-// num_attention_heads, num_key_value_heads (absent: heads), head_dim (absent:
-// hidden_size / heads; fsdpgen's heads are that wide), intermediate_size,
-// num_hidden_layers, vocab_size, max_position_embeddings (at least the
-// context), rms_norm_eps, hidden_act (silu), rope_theta and rope_scaling
-// (or transformers 5's rope_parameters), tie_word_embeddings, and no
-// attention_bias or mlp_bias. model_type must name the family. Floats agree
-// within 1e-6 relative. Throws std::runtime_error naming the file (and the
-// key) when it cannot be read, is not a JSON object or a key has a wrong type.
+// A key of a config.json that no fsdpgen model holds: the key ("rope_scaling.
+// rope_type" inside an object), its value as written ("absent" for a key the
+// family needs that is missing) and why.
+struct hf_problem {
+  std::string key, value, why;
+};
+
+// The keys each family reads, with transformers' defaults where one is absent:
+// gpt2's n_embd, n_head, n_layer, n_inner (null: 4 x n_embd), vocab_size,
+// n_positions (1024), layer_norm_epsilon (1e-5), activation_function
+// (gelu_new), tie_word_embeddings (true), and no scale_attn_by_inverse_layer_idx
+// or add_cross_attention; llama's hidden_size, num_attention_heads,
+// num_key_value_heads (heads), head_dim (hidden_size / heads, fsdpgen's only
+// head size), intermediate_size, num_hidden_layers, vocab_size,
+// max_position_embeddings (2048), rms_norm_eps (1e-6), hidden_act (silu),
+// rope_theta (10000) and rope_scaling (none or llama3's factor,
+// low_freq_factor, high_freq_factor, original_max_position_embeddings), or
+// transformers 5's rope_parameters for both, tie_word_embeddings (false), and
+// no attention_bias, mlp_bias or sliding_window. model_type must name the
+// family and architectures, when given, hold its LM class. A config that
+// cannot be read, is not a JSON object or has a key of a wrong type (or an
+// integer below 1) throws std::runtime_error naming the file and the key.
+
+// The model the config at `path` describes, of the family its model_type (or
+// architectures) names; its positions are the context. Every key it cannot
+// represent is appended to *problems, all of them (the model is then partial).
+hf_model hf_model_of_config(const std::string& path, std::vector<hf_problem>* problems);
+
+// Every difference between the config at `path` and the model, read as the
+// model's family; empty when it matches. The config's positions must be at
+// least the model's context; floats agree within 1e-6 relative.
 std::vector<hf_mismatch> hf_config_mismatches(const std::string& path, const hf_model& m);
 
 // The config.json of the model, for transformers' LlamaForCausalLM or

@@ -1,0 +1,31 @@
+// HfSpec: a spec's model and a Hugging Face config.json, each from or against
+// the other: `fsdpgen import-hf` writes the spec a config.json describes, and
+// `fsdpgen check SPEC --hf DIR` names, at the spec's keys, where they differ.
+#pragma once
+
+#include <string>
+
+#include "dsl/Spec.h"
+#include "runtime/files/hf_config.h"
+
+namespace fsdpgen {
+
+// The spec's model as a config.json states it: what `fsdpgen merge` writes
+// beside the weights and what check --hf and import-hf compare.
+hf_model hf_model_of(const ModelSpec& m);
+
+// `fsdpgen import-hf SOURCE [-o OUTPUT]`: SOURCE is a model directory (its
+// config.json) or a config.json; OUTPUT empty or "-" is stdout. The spec
+// written checks and matches the config. Returns the exit status: 0; 1 when
+// the config cannot be read, has keys no spec represents (each named, all at
+// once) or OUTPUT cannot be written or is the config itself; 3 when the spec
+// written does not match the config (a bug).
+int run_import_hf(const std::string& source, const std::string& output);
+
+// `fsdpgen check SPEC --hf SOURCE` for the checked `spec` read from
+// spec_path: one line when its model matches the config, else every
+// difference as an error at the spec's key (at the model's name where the
+// spec leaves the key to its default) and exit status 1.
+int run_check_hf(const std::string& spec_path, const Spec& spec, const std::string& source);
+
+}  // namespace fsdpgen
