@@ -37,8 +37,8 @@ int64_t arena_mapped_bytes(int64_t bytes) {
   return (bytes + kArenaGuardBytes + page - 1) / page * page;
 }
 
-void arena_create(arena& a, const program& p) {
-  a.device_bytes = p.plan.device_arena_bytes;
+void arena_create(arena& a, const program& p, int64_t extra_bytes) {
+  a.device_bytes = p.plan.device_arena_bytes + extra_bytes;
   a.host_bytes = p.plan.host_arena_bytes;
   a.device = allocate(a.device_bytes, "device");
   if (a.host_bytes > 0) a.host = allocate(a.host_bytes, "host");

@@ -17,8 +17,9 @@ struct arena {
   int64_t device_bytes = 0, host_bytes = 0;
 };
 
-// The CPU's arenas (the CUDA backend allocates its own).
-void arena_create(arena& a, const program& p);
+// The CPU's arenas (the CUDA backend allocates its own); the device arena
+// extra_bytes larger than planned (--inject-arena-bytes, a testing aid).
+void arena_create(arena& a, const program& p, int64_t extra_bytes);
 void arena_destroy(arena& a);
 // Bytes an arena of `bytes` occupies with its guard, in whole pages.
 int64_t arena_mapped_bytes(int64_t bytes);

@@ -17,10 +17,12 @@
 
 // Flags only some backends read.
 struct backend_options {
-  std::string comm = "nccl";  // CUDA: nccl, or mpi-test (ranks sharing one GPU)
-  bool graphs = true;         // CUDA: capture the step as a CUDA graph
-  int64_t profile_step = -1;  // CUDA: the 0-based step bracketed by cudaProfilerStart/Stop
-                              // (for `ncu --profile-from-start off`); -1: none
+  std::string comm = "nccl";      // CUDA: nccl, or mpi-test (ranks sharing one GPU)
+  bool graphs = true;             // CUDA: capture the step as a CUDA graph
+  int64_t profile_step = -1;      // CUDA: the 0-based step bracketed by cudaProfilerStart/Stop
+                                  // (for `ncu --profile-from-start off`); -1: none
+  int64_t arena_extra_bytes = 0;  // CPU: --inject-arena-bytes (a testing aid): the arena this
+                                  // much larger than planned
 };
 
 // This process's memory as the machine counts it now (the kernel,

@@ -19,10 +19,10 @@ class cpu_backend final : public backend {
   // After a failure (an exception unwinding the loop): stop the stream threads.
   ~cpu_backend() override { stop(); }
 
-  void start(step_context& c, arena& mem, const backend_options&) override {
+  void start(step_context& c, arena& mem, const backend_options& o) override {
     c_ = &c;
     const int64_t before = host_resident_bytes_exact();
-    arena_create(mem, p_);
+    arena_create(mem, p_, o.arena_extra_bytes);
     arena_growth_ = host_resident_bytes_exact() - before;
     c.device = mem.device;
     c.host = mem.host;

@@ -291,10 +291,12 @@ int64_t stream_token(const dataloader& d, size_t k, int64_t i) {
   }
 }
 
-// Tokens [from, from + n) of the stream into out (as int32), checked < vocab.
-void read_window(const dataloader& d, int64_t from, int64_t n, int64_t sequence, int32_t* out) {
+// Tokens [from, from + n) of the stream into out (as int32), checked < vocab;
+// returns the file that holds token `from`.
+size_t read_window(const dataloader& d, int64_t from, int64_t n, int64_t sequence, int32_t* out) {
   size_t k = static_cast<size_t>(std::upper_bound(d.starts.begin(), d.starts.end(), from) -
                                  d.starts.begin() - 1);
+  const size_t first_file = k;
   for (int64_t i = from; i < from + n; ++i) {
     while (i >= d.starts[k + 1])
       ++k;
@@ -311,6 +313,40 @@ void read_window(const dataloader& d, int64_t from, int64_t n, int64_t sequence,
     }
     out[i - from] = static_cast<int32_t>(v);
   }
+  return first_file;
+}
+
+// Records the first error of a fill (a bad token id, a failed trace write).
+void record_error(const dataloader& d, fmt::string_view what) {
+  std::lock_guard<std::mutex> lock(d.error->mutex);
+  if (d.error->first.empty()) d.error->first.assign(what.data(), what.size());
+}
+
+// The --trace-data line of sequence j (row: its T tokens, then `last`), read
+// from `offset` of file `file` (-1: the synthetic stream). No allocation:
+// the line is formatted on the stack.
+void trace_sequence(const dataloader& d, const data_trace& t, int64_t j, const int32_t* row,
+                    int32_t last, int64_t offset, int64_t file) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  auto mix = [&hash](int32_t id) {
+    for (int b = 0; b < 4; ++b)
+      hash = (hash ^ ((static_cast<uint32_t>(id) >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
+  };
+  for (int64_t i = 0; i < d.config.context; ++i)
+    mix(row[i]);
+  mix(last);
+  char line[4608];
+  const auto head = fmt::format_to_n(line, sizeof line, "{} {} {} {} {} {:016x} {} ", t.pass,
+                                     t.index, t.rank, t.micro, j, hash, offset);
+  const size_t used = std::min(head.size, sizeof line);
+  const auto end = file < 0 ? fmt::format_to_n(head.out, sizeof line - used, "synthetic(seed={})\n",
+                                               d.config.seed)
+                            : fmt::format_to_n(head.out, sizeof line - used, "{}\n",
+                                               d.files[static_cast<size_t>(file)].path);
+  const size_t n = used + end.size;
+  if (n > sizeof line || ::write(t.fd, line, n) != static_cast<ssize_t>(n))
+    record_error(d, n > sizeof line ? "--trace-data: a line is longer than 4608 bytes"
+                                    : "--trace-data: cannot append a line to the file");
 }
 
 uint64_t mix64(uint64_t z) {
@@ -375,7 +411,7 @@ dataloader dataloader_open(const data_config& config) {
 }
 
 void dataloader_fill(const dataloader& d, int64_t first_sequence, int64_t count, int32_t* tokens,
-                     int32_t* targets) {
+                     int32_t* targets, const data_trace* trace) {
   if (first_sequence < 0 || count < 0)
     throw std::runtime_error(fmt::format("dataloader_fill: bad sequence range first {} count {}",
                                          first_sequence, count));
@@ -387,15 +423,19 @@ void dataloader_fill(const dataloader& d, int64_t first_sequence, int64_t count,
     if (d.config.kind == data_kind::synthetic) {
       fill_synthetic(d, j, tok, tgt + T - 1);
       std::copy(tok + 1, tok + T, tgt);
+      if (trace) trace_sequence(d, *trace, j, tok, tgt[T - 1], j, -1);
       continue;
     }
     const int64_t epoch = j / d.windows, position = j % d.windows;
     const int64_t w = d.config.shuffle
                           ? data_shuffle(d.config.shuffle_seed, epoch, position, d.windows)
                           : position;
-    read_window(d, w * T, T, j, tok);
+    const size_t file = read_window(d, w * T, T, j, tok);
     read_window(d, w * T + T, 1, j, tgt + T - 1);
     std::copy(tok + 1, tok + T, tgt);
+    if (trace)
+      trace_sequence(d, *trace, j, tok, tgt[T - 1], w * T - d.starts[file],
+                     static_cast<int64_t>(file));
   }
 }
 

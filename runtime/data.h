@@ -64,16 +64,31 @@ struct dataloader {
 // reads no token. Throws std::runtime_error naming the file and the problem.
 dataloader dataloader_open(const data_config& config);
 
+// --trace-data (a testing aid): where a fill read each sequence, as one line
+// appended to fd in one write(2):
+//   PASS INDEX RANK MICRO SEQUENCE HASH OFFSET SOURCE
+// PASS: train or val; INDEX: the 0-based step, or the validation pass;
+// SEQUENCE: the global sequence index filled; HASH: FNV-1a 64 (16 hex
+// digits) of its T + 1 token ids as read (int32, little-endian); OFFSET and
+// SOURCE: a synthetic stream's sequence as its generator was given it and
+// "synthetic(seed=S)", or the token offset of a window's first token in the
+// file SOURCE that holds it.
+struct data_trace {
+  int fd = -1;
+  const char* pass = "train";
+  int64_t index = 0, rank = 0, micro = 0;
+};
+
 // Sequence j is T+1 consecutive tokens of the stream; tokens gets its first
 // T and targets its last T. Fills rows 0..count-1 of tokens and targets,
 // both (count, T), with the global sequences first_sequence.. on. A file
 // source of W windows: sequence j is window perm_e(j mod W) of epoch e = j /
 // W, window w being tokens [w*T, w*T + T + 1) of the files in order (it may
 // span two); perm_e is the identity unless shuffled. A token >= vocab is
-// written as 0 and the first such recorded (dataloader_take_error). Does not
-// allocate; one thread at a time.
+// written as 0 and the first such recorded (dataloader_take_error), as is a
+// failed trace write. Does not allocate; one thread at a time.
 void dataloader_fill(const dataloader& loader, int64_t first_sequence, int64_t count,
-                     int32_t* tokens, int32_t* targets);
+                     int32_t* tokens, int32_t* targets, const data_trace* trace = nullptr);
 
 // W, the sequences of one epoch (synthetic: 0, an endless stream).
 int64_t dataloader_sequences(const dataloader& loader);

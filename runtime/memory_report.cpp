@@ -23,6 +23,26 @@ std::string bytes_added(int64_t bytes) {
   return bytes <= 0 ? "nothing" : fmt::format("{} B ({})", bytes, in_mib(bytes));
 }
 
+// What allocating the CPU's arenas (in_pages: the plan's in whole pages with
+// the guards) grew the process by, and why that exceeds the plan's bytes:
+// each arena is its own mapping of whole pages with a guard after it.
+std::string arena_growth_text(const program& p, int64_t growth, int64_t in_pages) {
+  const bool both = p.plan.host_arena_bytes > 0;
+  const std::string planned =
+      both ? fmt::format("the plan's {} + {} B", with_commas(p.plan.device_arena_bytes),
+                         with_commas(p.plan.host_arena_bytes))
+           : fmt::format("the plan's {} B", with_commas(p.plan.device_arena_bytes));
+  const std::string why =
+      fmt::format("{} rounded up to whole {} KiB pages with a {} KiB guard after {}", planned,
+                  host_page_bytes() / 1024, kArenaGuardBytes / 1024, both ? "each" : "it");
+  const int64_t over = in_pages - p.plan.device_arena_bytes - p.plan.host_arena_bytes;
+  if (growth == in_pages)
+    return fmt::format("allocating the arena{} grew the process by {} B: {} ({} B more)",
+                       both ? "s" : "", with_commas(growth), why, with_commas(over));
+  return fmt::format("allocating the arena{} grew the process by {} B, not the {} B expected: {}",
+                     both ? "s" : "", with_commas(growth), with_commas(in_pages), why);
+}
+
 }  // namespace
 
 void memory_watch_step(memory_watch& w, const memory_reading& now) {
@@ -79,10 +99,8 @@ std::string memory_report(const memory_watch& w, const program& p, int64_t warmu
         settle.empty() ? "" : fmt::format(", {} {}", settle, bytes_added(host_growth)));
   } else {
     out += fmt::format(
-        "allocating the arena{} grew the process by {} B ({} B planned in whole pages with the "
-        "guard{}), {} of it resident now | process {} resident at most{}\n",
-        p.plan.host_arena_bytes > 0 ? "s" : "", with_commas(arena_growth),
-        with_commas(host_arenas_in_pages), p.plan.host_arena_bytes > 0 ? "s" : "", in_mib(least),
+        "{}; {} B of it resident now | process {} resident at most{}\n",
+        arena_growth_text(p, arena_growth, host_arenas_in_pages), with_commas(least),
         in_mib(host_peak),
         settle.empty() ? "" : fmt::format(" | {} {}", settle, bytes_added(host_growth)));
   }

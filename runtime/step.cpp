@@ -8,14 +8,18 @@
 
 void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets) {
   const program& p = *c.p;
-  if (c.validation_pass >= 0) {
+  const bool validation = c.validation_pass >= 0;
+  const data_trace trace{c.data_trace_fd, validation ? "val" : "train",
+                         validation ? c.validation_pass : c.step, c.comms.rank, mb};
+  const data_trace* traced = c.data_trace_fd >= 0 ? &trace : nullptr;
+  if (validation) {
     // Synthetic validation data: the same stream's sequences from 2^60 on,
     // which no run trains on (they hold the same statistics, unseen).
     constexpr int64_t kSyntheticHeldOut = int64_t{1} << 60;
     const int64_t first =
         (c.validation_pass * p.parallel.world + c.comms.rank) * p.parallel.micro_batch +
         (c.val->config.kind == data_kind::synthetic ? kSyntheticHeldOut : 0);
-    dataloader_fill(*c.val, first, p.parallel.micro_batch, tokens, targets);
+    dataloader_fill(*c.val, first, p.parallel.micro_batch, tokens, targets, traced);
     return;
   }
   // The step's global batch is world * micro_batches * micro_batch sequences;
@@ -24,7 +28,7 @@ void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* tar
   int64_t slice = c.comms.rank * p.parallel.micro_batches + mb;
   int64_t first = c.sequence_base + (c.step * p.parallel.world * p.parallel.micro_batches + slice) *
                                         p.parallel.micro_batch;
-  dataloader_fill(*c.data, first, p.parallel.micro_batch, tokens, targets);
+  dataloader_fill(*c.data, first, p.parallel.micro_batch, tokens, targets, traced);
 }
 
 void step_add_losses(step_context& c, const float* losses, int64_t n) {

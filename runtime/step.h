@@ -28,6 +28,7 @@ struct step_context {
   const dataloader* val = nullptr;
   int64_t validation_pass = -1;
   int64_t loss_rows = 0;
+  int data_trace_fd = -1;  // --trace-data (a testing aid): where fills append their lines; -1: off
   gemm_workspace ws;
   int64_t step = 0;  // 0-based step being run
   // Global sequences before step 0's: step s reads from sequence_base + s *

@@ -71,6 +71,7 @@ struct options {
   std::string init_from;
   std::string trace;
   int64_t trace_step = -1;
+  std::string trace_data;
   bool print_schedule = false;
   int64_t seed = -1;
   int64_t inject_overflow = -1;
@@ -290,6 +291,7 @@ class training_run {
   loss_scaler scaler_;
   std::string weights_from_;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> metrics_{nullptr, std::fclose};
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> data_trace_{nullptr, std::fclose};
   std::chrono::steady_clock::time_point run_start_;  // the first step's start
   std::vector<int64_t> trace_start_ns_, trace_end_ns_;
   double trace_loss_ = 0;
@@ -396,6 +398,14 @@ void training_run::open_data() {
     } catch (const std::exception& e) {
       error = e.what();
     }
+  }
+  if (error.empty() && !o_.trace_data.empty()) {
+    data_trace_.reset(std::fopen(o_.trace_data.c_str(), "a"));  // every rank appends whole lines
+    if (!data_trace_)
+      error = fmt::format("--trace-data {}: cannot write there: {}", o_.trace_data,
+                          std::strerror(errno));
+    else
+      c_.data_trace_fd = fileno(data_trace_.get());
   }
   agree_on_error(error, "opening the data");
 }
@@ -841,6 +851,10 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
                  "testing aid: at world > 1, multiply every gradient by this factor unknown to "
                  "the optimizer, as a wrong average across ranks would")
       ->check(positive_number());
+  app.add_option("--trace-data", o.trace_data,
+                 "testing aid: every rank appends to this file one line per sequence it reads, "
+                 "training or validating: where it came from and a hash of its tokens "
+                 "(runtime/data.h data_trace)");
   bool no_graph = false;
   if (kind.cuda_flags) {
     app.add_option("--comm", o.backend.comm,
@@ -851,6 +865,11 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
     app.add_option("--profile-step", o.backend.profile_step,
                    "bracket this 0-based step with cudaProfilerStart/Stop, so that `ncu "
                    "--profile-from-start off` measures exactly one step's kernels")
+        ->check(whole_number(0));
+  } else {
+    app.add_option("--inject-arena-bytes", o.backend.arena_extra_bytes,
+                   "testing aid: allocate the arena this many bytes larger than planned, which "
+                   "the memory report and the memory tests must show")
         ->check(whole_number(0));
   }
   // The weights (and the seed that made them) come from the checkpoint.

@@ -4,9 +4,18 @@
 // equal the bytes `fsdpgen plan` printed for the spec, in whole pages with
 // the guard; the process's resident set stays
 // put after the first step; and fsdpgen's code allocates nothing inside a
-// step. A binary told to leak (--inject-leak) must fail the same checks,
-// so the checks can fail.
+// step. A binary told to leak (--inject-leak) or to allocate its arena
+// 64 KiB larger than planned (--inject-arena-bytes) must fail the same
+// checks, so the checks can fail. Read from outside while a run runs, each
+// rank's /proc/PID/smaps_rollup agrees with what the run reports.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <map>
+#include <thread>
 
 #include "tests/e2e/E2e.h"
 
@@ -64,17 +73,23 @@ struct Measured {
   int64_t arena_in_pages = 0;
 };
 
-Measured measure(const std::string& name, const E2eConfig& c, const std::string& args) {
-  const std::filesystem::path dir = e2e_dir(name);
-  const std::filesystem::path bin = build_binary(dir, c.spec());
+// Runs bin (c's, built in its directory) with --metrics `metrics` there.
+Measured measure_binary(const std::filesystem::path& bin, const E2eConfig& c,
+                        const std::string& args, const std::string& metrics = "metrics.jsonl") {
+  const std::filesystem::path dir = bin.parent_path();
   Measured m;
   const planned_arena_bytes planned = planned_arenas(dir, "cpu");
   m.arena_in_pages = arena_in_pages(planned.device) + arena_in_pages(planned.host);
-  m.run = run_binary(c.world, bin, "--metrics metrics.jsonl " + args);
+  std::filesystem::remove(dir / metrics);
+  m.run = run_binary(c.world, bin, fmt::format("--metrics {} {}", metrics, args));
   EXPECT_EQ(m.run.status, 0) << m.run.out;
-  m.metrics = read_metrics(dir / "metrics.jsonl");
+  m.metrics = read_metrics(dir / metrics);
   std::printf("%s", m.run.out.c_str());
   return m;
+}
+
+Measured measure(const std::string& name, const E2eConfig& c, const std::string& args) {
+  return measure_binary(build_binary(e2e_dir(name), c.spec()), c, args);
 }
 
 TEST(Memory, TheMachineCountsThePlannedArenaAndStepsAddNothing) {
@@ -167,6 +182,211 @@ TEST(Memory, ALeakingStepIsCaught) {
   EXPECT_GE(m.metrics.back().at("host_resident_bytes").get<int64_t>() -
                 m.metrics.front().at("host_resident_bytes").get<int64_t>(),
             3 * 4000000 - kStepGrowthBoundBytes);
+}
+
+// The world-1 binary the next two tests share.
+std::filesystem::path world1_binary(const E2eConfig& c) {
+  return shared_binary(e2e_dir("memory_world1"), c.spec());
+}
+
+// The number in a with_commas figure ("59,682,816").
+int64_t without_commas(std::string s) {
+  s.erase(std::remove(s.begin(), s.end(), ','), s.end());
+  return std::stoll(s);
+}
+
+// The report says why the arena the kernel counts is more than the plan's
+// bytes (a user saw 56.92 MiB resident beside a planned 56.91 MiB for
+// specs/tiny.fsdp at world 1): the plan's exact bytes, rounded up to whole
+// pages with the guard, and how many bytes that adds.
+TEST(Memory, TheReportSaysWhyTheArenaExceedsThePlan) {
+  E2eConfig c;
+  c.world = 1;
+  const Measured m = measure_binary(world1_binary(c), c, "--steps 3", "explained.jsonl");
+  EXPECT_EQ(memory_problems(m.run, m.metrics, m.arena_in_pages), std::vector<std::string>{});
+  const planned_arena_bytes planned = planned_arenas(e2e_dir("memory_world1"), "cpu");
+  std::smatch line;
+  ASSERT_TRUE(std::regex_search(
+      m.run.out, line,
+      std::regex(R"(allocating the arena grew the process by ([0-9,]+) B: the plan's ([0-9,]+) B )"
+                 R"(rounded up to whole 4 KiB pages with a 4 KiB guard after it \(([0-9,]+) B )"
+                 R"(more\); ([0-9,]+) B of it resident now)")))
+      << m.run.out;
+  EXPECT_EQ(without_commas(line[1]), m.arena_in_pages);
+  EXPECT_EQ(without_commas(line[2]), planned.device);
+  EXPECT_EQ(without_commas(line[3]), m.arena_in_pages - planned.device);
+  EXPECT_GT(without_commas(line[3]), 0);
+  EXPECT_EQ(without_commas(line[4]), m.arena_in_pages);
+}
+
+// The README's "an arena allocated 64 KiB larger fails": the memory checks
+// catch it, and the report says the growth is not what was expected.
+TEST(Memory, AnArenaAllocated64KiBLargerIsCaught) {
+  E2eConfig c;
+  c.world = 1;
+  const Measured m =
+      measure_binary(world1_binary(c), c, "--steps 3 --inject-arena-bytes 65536", "larger.jsonl");
+  const std::vector<std::string> problems = memory_problems(m.run, m.metrics, m.arena_in_pages);
+  auto mentions = [&](const std::string& what) {
+    return std::any_of(problems.begin(), problems.end(),
+                       [&](const std::string& p) { return p.find(what) != std::string::npos; });
+  };
+  EXPECT_TRUE(mentions(
+      fmt::format("allocating the arenas grew the process by {} B", m.arena_in_pages + 65536)))
+      << fmt::format("{}", fmt::join(problems, "\n"));
+  EXPECT_TRUE(mentions("the kernel counts")) << fmt::format("{}", fmt::join(problems, "\n"));
+  std::smatch line;
+  ASSERT_TRUE(std::regex_search(
+      m.run.out, line,
+      std::regex(R"(grew the process by ([0-9,]+) B, not the ([0-9,]+) B expected)")))
+      << m.run.out;
+  EXPECT_EQ(without_commas(line[1]), m.arena_in_pages + 65536);
+  EXPECT_EQ(without_commas(line[2]), m.arena_in_pages);
+}
+// A process's /proc/PID/smaps_rollup in bytes by field (Rss, Pss,
+// Anonymous, ...): the kernel's exact walk of its pages; empty if it is gone.
+std::map<std::string, int64_t> smaps_rollup(pid_t pid) {
+  std::map<std::string, int64_t> out;
+  std::ifstream in(fmt::format("/proc/{}/smaps_rollup", pid));
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string key, unit;
+    int64_t kib = 0;
+    if (fields >> key >> kib >> unit && unit == "kB" && key.back() == ':')
+      out[key.substr(0, key.size() - 1)] = kib * 1024;
+  }
+  return out;
+}
+
+// The processes running `bin`, by the rank Open MPI gave each
+// (OMPI_COMM_WORLD_RANK in its environment).
+std::map<int, pid_t> ranks_running(const std::filesystem::path& bin) {
+  std::map<int, pid_t> out;
+  const std::filesystem::path want = std::filesystem::canonical(bin);
+  const std::string key = "OMPI_COMM_WORLD_RANK=";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (std::filesystem::read_symlink(e.path() / "exe", ec) != want || ec) continue;
+    std::istringstream env(file_bytes(e.path() / "environ"));
+    for (std::string var; std::getline(env, var, '\0');)
+      if (var.rfind(key, 0) == 0) out[std::stoi(var.substr(key.size()))] = std::stoi(name);
+  }
+  return out;
+}
+
+// Read from outside, what may lie between the kernel's figures and the
+// run's (measured for specs/tiny.fsdp on 2 ranks: rank 0's Rss equal to its
+// last --metrics reading; the reported peak 0.1 MiB above the largest Rss
+// read; 6.3 MiB of private memory beside the 53 MiB arena; 15.6 MiB of
+// mapped pages):
+// - rank 0's Rss against its last statm reading in --metrics (the kernel
+//   sums statm lazily, and a step may run between the two readings);
+constexpr int64_t kOutsideLagBytes = 1 << 20;
+// - the reported peak (the kernel's high-water mark, printed in MiB with
+//   two decimals) above the largest Rss (set-up and the stop's checkpoint
+//   may hold more for a moment);
+constexpr int64_t kPeakAboveNowBoundBytes = 8 << 20;
+// - a rank's private (anonymous) memory beside the plan's arena: its heap,
+//   stacks and Open MPI's and OpenBLAS's buffers;
+constexpr int64_t kPrivateBesideArenaBoundBytes = 32 << 20;
+// - its mapped pages (Rss less anonymous): shared libraries and Open MPI's
+//   shared-memory segments.
+constexpr int64_t kMappedBoundBytes = 64 << 20;
+
+// The last complete line of a metrics file another process is appending to
+// (null while there are fewer than `at_least`).
+nlohmann::json last_metrics(const std::filesystem::path& p, size_t at_least) {
+  const std::string text = file_bytes(p);
+  std::vector<std::string> lines;
+  for (size_t start = 0, end; (end = text.find('\n', start)) != std::string::npos; start = end + 1)
+    lines.push_back(text.substr(start, end - start));
+  return lines.size() < at_least ? nlohmann::json() : nlohmann::json::parse(lines.back());
+}
+
+// Each rank's memory as the kernel counts it from outside
+// (/proc/PID/smaps_rollup of the process, read by this test while the run
+// steps) against what the run reports: rank 0's resident set in --metrics
+// (the binary's own statm reading) and its arena's resident pages, the
+// report's arena pages and peak, and the plan's arena, which the process's
+// private memory holds whole. specs/tiny.fsdp on 2 ranks (the README's
+// first run), whose 53 MiB arena is most of a rank.
+TEST(Memory, EachRanksMemoryReadFromOutsideIsWhatTheRunReports) {
+  using namespace std::chrono_literals;
+  allow_mpi_as_root();
+  const std::filesystem::path dir = e2e_dir("memory_outside");
+  const std::filesystem::path bin =
+      shared_binary(dir, file_bytes(std::filesystem::path(FSDPGEN_SOURCE_DIR) / "specs/tiny.fsdp"));
+  const int64_t in_pages = arena_in_pages(planned_arenas(dir, "cpu").device);
+  std::filesystem::remove(dir / "outside.jsonl");
+  std::filesystem::remove_all(dir / "outside_ck");
+  const pid_t launcher = fork();
+  if (launcher == 0) {
+    const std::string line = fmt::format(
+        "cd {} && exec {} --steps 1000000 --metrics outside.jsonl --checkpoint-every 0 "
+        "--checkpoint-dir outside_ck > outside.out 2>&1",
+        dir.string(), launch(2, bin));
+    execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  std::map<int, pid_t> ranks;
+  while (
+      std::chrono::steady_clock::now() < deadline &&
+      (last_metrics(dir / "outside.jsonl", 3).is_null() || (ranks = ranks_running(bin)).size() < 2))
+    std::this_thread::sleep_for(20ms);
+  std::map<int, std::map<std::string, int64_t>> outside;
+  nlohmann::json reported;
+  for (const auto& [rank, pid] : ranks) {
+    outside[rank] = smaps_rollup(pid);
+    if (rank == 0) reported = last_metrics(dir / "outside.jsonl", 3);
+  }
+  kill(launcher, SIGUSR1);
+  int status = 0;
+  while (waitpid(launcher, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  if (std::chrono::steady_clock::now() >= deadline) {
+    kill(launcher, SIGKILL);
+    waitpid(launcher, &status, 0);
+  }
+  const std::string out = file_bytes(dir / "outside.out");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  ASSERT_EQ(ranks.size(), 2u) << out;
+  ASSERT_FALSE(reported.is_null()) << out;
+
+  std::smatch arena, peak;
+  ASSERT_TRUE(std::regex_search(out, arena, std::regex(R"(; ([0-9,]+) B of it resident now)")))
+      << out;
+  ASSERT_TRUE(std::regex_search(out, peak, std::regex(R"(process ([0-9.]+) MiB resident at most)")))
+      << out;
+  const int64_t arena_resident = without_commas(arena[1]);
+  const double peak_bytes = std::stod(peak[1]) * (1 << 20);
+  EXPECT_EQ(arena_resident, in_pages) << out;
+  EXPECT_EQ(reported.at("arena_resident_bytes").get<int64_t>(), in_pages) << reported;
+  const int64_t rank0_statm = reported.at("host_resident_bytes").get<int64_t>();
+  int64_t most_rss = 0;
+  for (auto& [rank, m] : outside) {
+    ASSERT_TRUE(m.count("Rss") && m.count("Pss") && m.count("Anonymous")) << "rank " << rank;
+    const int64_t rss = m["Rss"], pss = m["Pss"], anonymous = m["Anonymous"];
+    const int64_t mapped = rss - anonymous;
+    most_rss = std::max(most_rss, rss);
+    std::printf(
+        "rank %d (pid %d) from outside: Rss %lld B, Pss %lld B, anonymous %lld B, mapped %lld B; "
+        "the plan's arena %lld B in pages; reported peak %.0f B%s\n",
+        rank, ranks[rank], static_cast<long long>(rss), static_cast<long long>(pss),
+        static_cast<long long>(anonymous), static_cast<long long>(mapped),
+        static_cast<long long>(in_pages), peak_bytes,
+        rank == 0 ? fmt::format(", resident in --metrics {} B", rank0_statm).c_str() : "");
+    // The arena is private memory, resident whole: all of it in Pss too.
+    EXPECT_GE(anonymous, in_pages) << "rank " << rank;
+    EXPECT_GE(pss, in_pages) << "rank " << rank;
+    EXPECT_LE(anonymous - in_pages, kPrivateBesideArenaBoundBytes) << "rank " << rank;
+    EXPECT_LE(mapped, kMappedBoundBytes) << "rank " << rank;
+    EXPECT_LE(static_cast<double>(rss), peak_bytes + 0.005 * (1 << 20)) << "rank " << rank;
+    if (rank == 0) EXPECT_LE(std::abs(rss - rank0_statm), kOutsideLagBytes);
+  }
+  EXPECT_LE(peak_bytes - static_cast<double>(most_rss), kPeakAboveNowBoundBytes) << out;
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 // here again in double from the weights it saved; it is the same at every
 // strategy, accumulation and world size; it runs at val_every, at
 // checkpoints and at the end; and validation data that cannot serve is
-// refused on every rank.
+// refused on every rank; and it never reads a sequence that training reads,
+// as the binary's --trace-data shows, at every world size and after resumes
+// on others.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -14,6 +16,8 @@
 #include <map>
 #include <random>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -224,6 +228,205 @@ TEST(Validation, AShortValidationSetIsReadWholeAndMissingDataRefused) {
   EXPECT_NE(no_val.status, 0) << no_val.out;
   EXPECT_NE(no_val.out.find("--val-every 5: the spec names no validation data"), std::string::npos)
       << no_val.out;
+}
+
+// One line of a --trace-data file (runtime/data.h data_trace): a sequence a
+// rank read, training or validating.
+struct sequence_read {
+  std::string pass;  // train or val
+  int64_t index = 0, rank = 0, micro = 0, sequence = 0;
+  std::string hash;  // FNV-1a 64 of its T + 1 token ids
+  int64_t offset = 0;
+  std::string source;  // synthetic(seed=S), or the file holding the window's first token
+  std::string line;
+};
+
+std::vector<sequence_read> read_data_trace(const fs::path& p) {
+  std::vector<sequence_read> out;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);) {
+    sequence_read r;
+    std::istringstream fields(line);
+    fields >> r.pass >> r.index >> r.rank >> r.micro >> r.sequence >> r.hash >> r.offset >> std::ws;
+    std::getline(fields, r.source);
+    EXPECT_TRUE((r.pass == "train" || r.pass == "val") && !fields.fail() && !r.source.empty())
+        << p << ": " << line;
+    r.line = line;
+    out.push_back(r);
+  }
+  return out;
+}
+
+// FNV-1a 64 of token ids as int32 little-endian bytes, in 16 hex digits (as
+// data_trace writes it).
+std::string fnv1a64_of_ids(const int32_t* ids, int64_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int64_t i = 0; i < n; ++i)
+    for (int b = 0; b < 4; ++b)
+      h = (h ^ ((static_cast<uint32_t>(ids[i]) >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
+  return fmt::format("{:016x}", h);
+}
+
+// What contradicts "validation read nothing training read": a window (a
+// source and offset) or, for token files, the same T + 1 tokens read by both;
+// also a line whose hash is not that of the tokens at its offset in the file
+// the test wrote (`files`: path -> tokens), or a window read with two
+// different hashes. Empty when all holds.
+std::vector<std::string> validation_overlaps(
+    const std::vector<sequence_read>& reads,
+    const std::map<std::string, std::vector<int32_t>>& files) {
+  std::vector<std::string> problems;
+  std::map<std::pair<std::string, int64_t>, std::string> train_windows, hashes;
+  std::set<std::string> train_token_hashes;
+  for (const sequence_read& r : reads) {
+    const auto window = std::make_pair(r.source, r.offset);
+    if (auto [at, fresh] = hashes.emplace(window, r.hash); !fresh && at->second != r.hash)
+      problems.push_back(fmt::format("{} read with hash {} and {}", r.line, at->second, r.hash));
+    if (const auto file = files.find(r.source); file != files.end()) {
+      const std::vector<int32_t>& tokens = file->second;
+      if (r.offset < 0 || r.offset + kT + 1 > static_cast<int64_t>(tokens.size()))
+        problems.push_back(fmt::format("{}: offset outside {}", r.line, r.source));
+      else if (fnv1a64_of_ids(tokens.data() + r.offset, kT + 1) != r.hash)
+        problems.push_back(fmt::format("{}: not the hash of the tokens at that offset", r.line));
+    } else if (r.source.rfind("synthetic(", 0) != 0) {
+      problems.push_back(fmt::format("{}: a file the test did not write", r.line));
+    }
+    if (r.pass != "train") continue;
+    train_windows.emplace(window, r.line);
+    if (files.count(r.source)) train_token_hashes.insert(r.hash);
+  }
+  for (const sequence_read& r : reads) {
+    if (r.pass != "val") continue;
+    if (const auto t = train_windows.find({r.source, r.offset}); t != train_windows.end())
+      problems.push_back(
+          fmt::format("validation read [{}], training read [{}]", r.line, t->second));
+    else if (files.count(r.source) && train_token_hashes.count(r.hash))
+      problems.push_back(fmt::format("validation read [{}]: tokens training read", r.line));
+  }
+  return problems;
+}
+
+// How many lines of a pass each rank wrote.
+std::map<int64_t, int64_t> lines_per_rank(const std::vector<sequence_read>& reads,
+                                          const std::string& pass) {
+  std::map<int64_t, int64_t> out;
+  for (const sequence_read& r : reads)
+    out[r.rank] += r.pass == pass;
+  return out;
+}
+
+// The validated binaries: world 1, 2 (micro-batch 2), hybrid 2 x 2
+// (micro-batch 2: a global batch of 8) and world 4 with micro-batch 1 (the
+// global batch of 4 that world 2 has). The first three are those of
+// SameAtEveryStrategyAndWorldSize, built once for both.
+struct validated_binary {
+  E2eConfig config;
+  fs::path path;
+};
+
+std::vector<validated_binary> validated_binaries() {
+  E2eConfig hybrid = validated(4);
+  hybrid.sharding = "hybrid_shard";
+  hybrid.shard_group = 2;
+  E2eConfig world4 = validated(4);
+  world4.micro_batch = 1;
+  std::vector<validated_binary> out;
+  for (const E2eConfig& c : {validated(1), validated(2), hybrid, world4})
+    out.push_back({c, shared_binary(e2e_dir("validation_" + c.name()), c.spec())});
+  return out;
+}
+
+// Runs `b` with args and --trace-data trace (appended to), expecting success
+// and no allocation by fsdpgen in a step; returns the output.
+std::string traced_run(const validated_binary& b, const fs::path& trace, const std::string& args) {
+  CmdResult r =
+      run_binary(b.config.world, b.path, fmt::format("{} --trace-data {}", args, trace.string()));
+  EXPECT_EQ(r.status, 0) << b.config.name() << "\n" << r.out;
+  EXPECT_NE(r.out.find(": 0 by fsdpgen"), std::string::npos) << r.out;
+  return r.out;
+}
+
+// Every run's validation reads are disjoint from its training reads: fresh
+// at worlds 1, 2, hybrid 2 x 2 and 4, and resumed from a world-2 checkpoint
+// at worlds 4 (the same global batch), 1 and hybrid 2 x 2 (both with
+// --allow-batch-change), where the run is the checkpoint's steps and the
+// resumed ones. `data`: the data flags of every run; `files`: the token
+// files they name (path -> tokens). Validation reads its 7 sequences every
+// 2 steps, in passes of world x micro-batch.
+void expect_validation_disjoint(const std::string& name, const std::string& data,
+                                const std::map<std::string, std::vector<int32_t>>& files) {
+  const std::vector<validated_binary> bins = validated_binaries();
+  const fs::path work = e2e_dir("validation_disjoint_" + name);
+  const fs::path ck = work / "ck";
+  fs::remove_all(ck);
+  for (const validated_binary& b : bins) {
+    const fs::path trace = work / fmt::format("{}.trace", b.config.name());
+    fs::remove(trace);
+    const bool checkpointed = b.config.world == 2;
+    traced_run(b, trace,
+               fmt::format("--steps 4 {}{}", data,
+                           checkpointed ? " --checkpoint-every 2 --checkpoint-dir " + ck.string()
+                                        : std::string()));
+    const std::vector<sequence_read> reads = read_data_trace(trace);
+    const int64_t world = b.config.world, B = b.config.micro_batch;
+    const int64_t passes = (7 + world * B - 1) / (world * B);
+    for (int64_t rank = 0; rank < world; ++rank) {
+      EXPECT_EQ(lines_per_rank(reads, "train")[rank], 4 * B) << b.config.name() << " rank " << rank;
+      EXPECT_EQ(lines_per_rank(reads, "val")[rank], 2 * passes * B)
+          << b.config.name() << " rank " << rank;
+    }
+    EXPECT_EQ(validation_overlaps(reads, files), std::vector<std::string>{}) << b.config.name();
+  }
+  const fs::path step2 = ck / "step_00000002";
+  ASSERT_TRUE(fs::exists(step2 / "manifest.json"));
+  const std::vector<sequence_read> checkpointed =
+      read_data_trace(work / fmt::format("{}.trace", bins[1].config.name()));
+  for (const validated_binary& b : bins) {
+    if (b.config.world == 2) continue;
+    const fs::path trace = work / fmt::format("resumed_{}.trace", b.config.name());
+    fs::remove(trace);
+    const bool same_batch = b.config.world * b.config.micro_batch == 4;
+    const std::string out =
+        traced_run(b, trace,
+                   fmt::format("--resume {} --steps 6 --checkpoint-every 0{}", step2.string(),
+                               same_batch ? "" : " --allow-batch-change"));
+    EXPECT_EQ(val_losses(out).count(6), 1u) << out;
+    std::vector<sequence_read> reads = read_data_trace(trace);
+    EXPECT_EQ(lines_per_rank(reads, "train")[0], 4 * b.config.micro_batch) << b.config.name();
+    reads.insert(reads.end(), checkpointed.begin(), checkpointed.end());
+    EXPECT_EQ(validation_overlaps(reads, files), std::vector<std::string>{})
+        << "resumed on " << b.config.name();
+  }
+}
+
+// Synthetic validation data (the spec's val = synthetic(seed = 7), the
+// training stream's own seed) is that stream's held-out sequences.
+TEST(Validation, NeverReadsASyntheticSequenceTrainingReads) {
+  expect_validation_disjoint("synthetic", "", {});
+}
+
+// Token files: training on 20 windows (in a shuffled order, wrapping into a
+// second epoch), validating on another file's first 7. The test of the test:
+// validating on the training file itself is caught.
+TEST(Validation, NeverReadsATokenWindowTrainingReads) {
+  const fs::path work = e2e_dir("validation_disjoint_tokens");
+  const fs::path train = work / "train.bin", val = work / "val.bin";
+  const std::vector<int32_t> train_tokens = random_token_ids(20 * kT + 1, kV, 21);
+  const std::vector<int32_t> val_tokens = random_token_ids(12 * kT + 1, kV, 22);
+  write_token_file(train, train_tokens);
+  write_token_file(val, val_tokens);
+  const std::map<std::string, std::vector<int32_t>> files = {{train.string(), train_tokens},
+                                                             {val.string(), val_tokens}};
+  expect_validation_disjoint(
+      "tokens", fmt::format("--data {} --val {}", train.string(), val.string()), files);
+
+  const validated_binary world2 = validated_binaries()[1];
+  const fs::path trace = work / "same_file.trace";
+  fs::remove(trace);
+  traced_run(world2, trace,
+             fmt::format("--steps 4 --data {} --val {}", train.string(), train.string()));
+  const std::vector<std::string> caught = validation_overlaps(read_data_trace(trace), files);
+  EXPECT_FALSE(caught.empty()) << "validating on the training file went unnoticed";
 }
 
 }  // namespace
