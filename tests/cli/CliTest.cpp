@@ -290,7 +290,8 @@ TEST(CliErrors, UnknownSubcommandIsNamed) {
   EXPECT_TRUE(has(typo, "fsdpgen: error: unknown subcommand 'plna'; did you mean 'plan'?"))
       << typo.out;
   EXPECT_TRUE(
-      has(typo, "'check', 'schedule', 'plan', 'emit', 'build', 'merge', 'calibrate' or 'compare'"))
+      has(typo, "'check', 'schedule', 'plan', 'emit', 'build', 'merge', 'calibrate', 'compare', "
+                      "'check-layer' or 'import-hf'"))
       << typo.out;
   EXPECT_FALSE(has(typo, "--output is required")) << typo.out;
   CmdResult train = run("train " + spec("tiny.fsdp") + " -o " + dir + "/x");

@@ -42,7 +42,7 @@ fsdpgen::test::CmdResult check_mutant(const std::string& name, const fs::path& h
   const size_t at = text.find(from);
   EXPECT_NE(at, std::string::npos) << from;
   if (at != std::string::npos) text.replace(at, from.size(), to);
-  const fs::path dir = fs::current_path() / "check-layer-work" / name;
+  const fs::path dir = fs::temp_directory_path() / "fsdpgen-check-layer-tests" / name;
   fs::create_directories(dir);
   std::ofstream(dir / (name + ".h")) << text;
   return fsdpgen::test::run_command("cd " + dir.string() + " && " + FSDPGEN_BIN + " check-layer " +
