@@ -20,6 +20,7 @@
 #include "calibrate/sweep.h"
 #include "calibrate/target.h"
 #include "profile/profile.h"
+#include "runtime/files/file_io.h"
 #include "runtime/launch.h"
 
 #ifndef FSDPGEN_GIT_REVISION
@@ -88,7 +89,9 @@ profile::Profile load_request(const flags& f) {
           f.request));
     p = profile::load(f.request, false);
     const std::filesystem::path dir = std::filesystem::absolute(f.output).parent_path();
-    if (!std::filesystem::is_directory(dir))
+    if (const std::string overlap = file_output_overlap(f.output, {f.request}); !overlap.empty())
+      error = overlap + ": the profile would overwrite the request it is measured from";
+    else if (!std::filesystem::is_directory(dir))
       error = fmt::format("{}: cannot write the profile there: no directory {}", f.output,
                           dir.string());
   } catch (const profile::ProfileError& e) {
@@ -183,7 +186,16 @@ int main(int argc, char** argv) {
   launch_prefer_passive_openmp(argv);  // as a training binary runs its kernels
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  const int status = run(argc, argv, provided);
+  int status = 1;  // a failed calibration's status
+  try {            // what escapes the steps' own handlers: one line, never std::terminate
+    status = run(argc, argv, provided);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fsdpgen-calibrate: internal error: %s\n", e.what());
+    MPI_Abort(MPI_COMM_WORLD, status);
+  } catch (...) {
+    std::fprintf(stderr, "fsdpgen-calibrate: internal error: an exception of unknown type\n");
+    MPI_Abort(MPI_COMM_WORLD, status);
+  }
   MPI_Finalize();
   return status;
 }

@@ -22,6 +22,7 @@
 #include "planner/Fit.h"
 #include "planner/Pipeline.h"
 #include "profile/profile.h"
+#include "runtime/files/file_io.h"
 
 extern char** environ;
 
@@ -166,6 +167,12 @@ int run_calibrate(const CalibrateOptions& o, bool gpu_visible) {
       8, target == "cuda" ? std::max<int64_t>(1, gpus_visible())
                           : std::max<int64_t>(1, std::thread::hardware_concurrency()));
   int64_t ranks = o.ranks > 0 ? o.ranks : o.specs.empty() ? slots : 0;
+  const std::string request_path = o.request.empty() ? o.output + ".request.json" : o.request;
+  for (const std::string& written : {request_path, o.output})
+    if (const std::string overlap = file_output_overlap(written, o.specs); !overlap.empty()) {
+      error(overlap + ": calibrate would overwrite a spec it reads; name another file");
+      return 2;
+    }
   auto schedules = plan_specs(o, *base, ranks);
   if (!schedules) return 1;
   if (o.ranks == 0) ranks = std::clamp<int64_t>(ranks, 1, slots);
@@ -176,7 +183,6 @@ int run_calibrate(const CalibrateOptions& o, bool gpu_visible) {
       calibration_request(*schedules, *base, ranks, sweep.empty() ? "standard" : sweep);
 
   const fs::path binary = calibration_binary();
-  const std::string request_path = o.request.empty() ? o.output + ".request.json" : o.request;
   try {
     profile::save(request, request_path);
   } catch (const profile::ProfileError& e) {

@@ -649,6 +649,14 @@ int run_compare(const std::string& predicted, const std::string& measured, int r
                 const std::string& merged) {
   const auto p = read_text(predicted), m = read_text(measured);
   if (!p || !m) return kExitSpecError;
+  if (const std::string overlap = file_output_overlap(merged, {predicted, measured});
+      !merged.empty() && !overlap.empty()) {
+    std::fputs(
+        fmt::format("fsdpgen: error: {}: compare -o would overwrite a trace it reads\n", overlap)
+            .c_str(),
+        stderr);
+    return kExitSpecError;
+  }
   try {
     const StepTrace pt = read_step_trace(*p, predicted), mt = read_step_trace(*m, measured);
     out(compare_report(pt, mt, {rank, top}));
@@ -687,7 +695,8 @@ std::string unknown_subcommand_error(const std::string& word,
 }  // namespace
 }  // namespace fsdpgen
 
-int main(int argc, char** argv) {
+// The command line and its subcommand; main below catches what escapes.
+static int run_fsdpgen(int argc, char** argv) {
   using fsdpgen::Common;
   CLI::App app{"fsdpgen: compiles a .fsdp spec into a specialized FSDP training binary", "fsdpgen"};
   app.require_subcommand(1);
@@ -911,4 +920,17 @@ int main(int argc, char** argv) {
     return fsdpgen::run_compare(compare_predicted, compare_measured, compare_rank, compare_top,
                                 compare_merged);
   return fsdpgen::kExitUsage;
+}
+
+// What a reader throws past the subcommands' own handlers is an internal
+// error, said in one line: never std::terminate's abort.
+int main(int argc, char** argv) {
+  try {
+    return run_fsdpgen(argc, argv);
+  } catch (const std::exception& e) {
+    std::fputs(fmt::format("fsdpgen: internal error: {}\n", e.what()).c_str(), stderr);
+  } catch (...) {
+    std::fputs("fsdpgen: internal error: an exception of unknown type\n", stderr);
+  }
+  return fsdpgen::kExitInternal;
 }

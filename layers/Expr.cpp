@@ -1,6 +1,7 @@
 // Expr: a recursive-descent parser and evaluator; see Expr.h.
 #include "layers/Expr.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
@@ -14,11 +15,16 @@ struct ExprNode {
   int64_t number = 0;
   std::string name;
   std::shared_ptr<const ExprNode> a, b;
+  int depth = 1;  // of the tree under it, at most kMaxDepth
 };
 
 namespace {
 
 using Node = std::shared_ptr<const ExprNode>;
+
+// The deepest an expression may nest (parentheses, negations, operators in a
+// row): evaluating and freeing it recurse once per level.
+constexpr int kMaxDepth = 256;
 
 bool name_start(char c) {
   return std::isalpha(static_cast<unsigned char>(c)) || c == '_';
@@ -53,34 +59,53 @@ class Parser {
   void fail(size_t at, std::string message) {
     if (error_.message.empty()) error_ = {base_ + at, std::move(message)};
   }
-  static Node make(ExprNode n) { return std::make_shared<const ExprNode>(std::move(n)); }
+  // A node over `a` and `b`; nullptr past kMaxDepth, failing at `at`.
+  Node make(ExprNode n, size_t at) {
+    n.depth = 1 + std::max(n.a ? n.a->depth : 0, n.b ? n.b->depth : 0);
+    if (n.depth > kMaxDepth) {
+      fail(at, "the expression nests deeper than " + std::to_string(kMaxDepth) + " levels");
+      return nullptr;
+    }
+    return std::make_shared<const ExprNode>(std::move(n));
+  }
+  // Whether one more level of recursion (a '(' or a '-') at `at` fits.
+  bool enter(size_t at) {
+    if (nesting_ < kMaxDepth) return true;
+    fail(at, "the expression nests deeper than " + std::to_string(kMaxDepth) + " levels");
+    return false;
+  }
 
   Node expr() {
     Node n = term();
     for (skip(); n && pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-'); skip()) {
+      const size_t at = pos_;
       const bool add = s_[pos_++] == '+';
       Node r = term();
       if (!r) return nullptr;
-      n = make({add ? ExprNode::Kind::Add : ExprNode::Kind::Sub, 0, "", n, r});
+      n = make({add ? ExprNode::Kind::Add : ExprNode::Kind::Sub, 0, "", n, r}, at);
     }
     return n;
   }
   Node term() {
     Node n = unary();
     for (skip(); n && pos_ < s_.size() && (s_[pos_] == '*' || s_[pos_] == '/'); skip()) {
+      const size_t at = pos_;
       const bool mul = s_[pos_++] == '*';
       Node r = unary();
       if (!r) return nullptr;
-      n = make({mul ? ExprNode::Kind::Mul : ExprNode::Kind::Div, 0, "", n, r});
+      n = make({mul ? ExprNode::Kind::Mul : ExprNode::Kind::Div, 0, "", n, r}, at);
     }
     return n;
   }
   Node unary() {
     skip();
     if (pos_ < s_.size() && s_[pos_] == '-') {
-      ++pos_;
+      const size_t at = pos_++;
+      if (!enter(at)) return nullptr;
+      ++nesting_;
       Node a = unary();
-      return a ? make({ExprNode::Kind::Neg, 0, "", a, nullptr}) : nullptr;
+      --nesting_;
+      return a ? make({ExprNode::Kind::Neg, 0, "", a, nullptr}, at) : nullptr;
     }
     return primary();
   }
@@ -105,17 +130,21 @@ class Parser {
         fail(b, "number out of range");
         return nullptr;
       }
-      return make({ExprNode::Kind::Number, v, "", nullptr, nullptr});
+      return make({ExprNode::Kind::Number, v, "", nullptr, nullptr}, b);
     }
     if (name_start(c)) {
       const size_t b = pos_;
       while (pos_ < s_.size() && name_char(s_[pos_]))
         ++pos_;
-      return make({ExprNode::Kind::Name, 0, std::string(s_.substr(b, pos_ - b)), nullptr, nullptr});
+      return make({ExprNode::Kind::Name, 0, std::string(s_.substr(b, pos_ - b)), nullptr, nullptr},
+                  b);
     }
     if (c == '(') {
       const size_t open = pos_++;
+      if (!enter(open)) return nullptr;
+      ++nesting_;
       Node n = expr();
+      --nesting_;
       skip();
       if (!n) return nullptr;
       if (pos_ >= s_.size() || s_[pos_] != ')') {
@@ -132,6 +161,7 @@ class Parser {
   std::string_view s_;
   size_t base_;
   size_t pos_ = 0;
+  int nesting_ = 0;  // '(' and '-' being parsed
   ExprError error_;
 };
 
@@ -146,6 +176,13 @@ void collect(const ExprNode* n, std::vector<std::string>& out) {
   collect(n->b.get(), out);
 }
 
+// "A OP B overflows 64 bits", with the operands' values.
+std::string overflows(int64_t a, const char* op, int64_t b) {
+  return std::to_string(a) + " " + op + " " + std::to_string(b) + " overflows 64 bits";
+}
+
+// Every operation checked: a sum, difference, product, quotient or negation
+// outside int64 is an error, never a wrapped value or a trap.
 std::optional<int64_t> evaluate(const ExprNode* n, const std::map<std::string, int64_t>& values,
                                 std::string* error) {
   auto fail = [&](std::string m) -> std::optional<int64_t> {
@@ -163,26 +200,33 @@ std::optional<int64_t> evaluate(const ExprNode* n, const std::map<std::string, i
     case ExprNode::Kind::Neg: {
       auto a = evaluate(n->a.get(), values, error);
       if (!a) return a;
-      return -*a;
+      int64_t r = 0;
+      if (__builtin_sub_overflow(int64_t{0}, *a, &r))
+        return fail("-(" + std::to_string(*a) + ") overflows 64 bits");
+      return r;
     }
     default:
       break;
   }
-  auto a = evaluate(n->a.get(), values, error), b = evaluate(n->b.get(), values, error);
-  if (!a || !b) return std::nullopt;
+  auto a = evaluate(n->a.get(), values, error);
+  if (!a) return std::nullopt;
+  auto b = evaluate(n->b.get(), values, error);
+  if (!b) return std::nullopt;
   int64_t r = 0;
   switch (n->kind) {
     case ExprNode::Kind::Add:
-      if (__builtin_add_overflow(*a, *b, &r)) return fail("the value overflows 64 bits");
+      if (__builtin_add_overflow(*a, *b, &r)) return fail(overflows(*a, "+", *b));
       return r;
     case ExprNode::Kind::Sub:
-      if (__builtin_sub_overflow(*a, *b, &r)) return fail("the value overflows 64 bits");
+      if (__builtin_sub_overflow(*a, *b, &r)) return fail(overflows(*a, "-", *b));
       return r;
     case ExprNode::Kind::Mul:
-      if (__builtin_mul_overflow(*a, *b, &r)) return fail("the value overflows 64 bits");
+      if (__builtin_mul_overflow(*a, *b, &r)) return fail(overflows(*a, "*", *b));
       return r;
     case ExprNode::Kind::Div:
-      if (*b == 0) return fail("division by zero");
+      if (*b == 0) return fail(std::to_string(*a) + " / 0: division by zero");
+      if (*b == -1 && *a == std::numeric_limits<int64_t>::min())
+        return fail(overflows(*a, "/", *b));
       if (*a % *b != 0)
         return fail(std::to_string(*a) + " / " + std::to_string(*b) + " is not a whole number");
       return *a / *b;

@@ -82,6 +82,53 @@ std::optional<LayerDecl> layer_of(const json& j, std::string* error) {
   return d;
 }
 
+// "(4096, 1024)".
+std::string dims_text(const std::vector<int64_t>& shape) {
+  std::string out;
+  for (int64_t d : shape)
+    out += (out.empty() ? "(" : ", ") + std::to_string(d);
+  return out + ")";
+}
+
+// The bound layer's sizes in checked arithmetic: its tensors' elements
+// together, and its saved and scratch arrays' extents together, at most
+// kMaxLayerElems; false with `error` naming the member that goes past it.
+bool within_limits(const BoundLayer& b, std::string* error) {
+  const std::string at = "layer '" + b.decl->name + "', ";
+  const std::string limit = std::to_string(kMaxLayerElems) + " (2^40)";
+  int64_t total = 0;
+  for (const BoundLayer::Tensor& t : b.tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.shape)
+      if (__builtin_mul_overflow(n, d, &n)) {
+        *error = at + t.name + "'s shape " + dims_text(t.shape) +
+                 ": its element count overflows 64 bits";
+        return false;
+      }
+    const bool alone = n > kMaxLayerElems;
+    if (!alone) total += n;  // both at most kMaxLayerElems: no overflow
+    if (alone || total > kMaxLayerElems) {
+      *error = at + t.name + "'s shape " + dims_text(t.shape) + " has " + std::to_string(n) +
+               " elements" +
+               (alone ? "" : ", which bring the layer's parameters to " + std::to_string(total)) +
+               "; a layer's parameters hold at most " + limit;
+      return false;
+    }
+  }
+  int64_t per_token = 0;
+  auto add = [&](const std::vector<LayerArrayDecl>& arrays, const std::vector<int64_t>& extents) {
+    for (size_t i = 0; i < arrays.size(); ++i)
+      if (__builtin_add_overflow(per_token, extents[i], &per_token) || per_token > kMaxLayerElems) {
+        *error = at + arrays[i].name + "'s extent is " + std::to_string(extents[i]) +
+                 " elements per token; a layer's saved and scratch arrays hold at most " + limit +
+                 " per token";
+        return false;
+      }
+    return true;
+  };
+  return add(b.decl->saved, b.saved_per_token) && add(b.decl->scratch, b.scratch_per_token);
+}
+
 }  // namespace
 
 int64_t BoundLayer::Tensor::elems() const {
@@ -174,6 +221,7 @@ std::optional<BoundLayer> bind_layer(const LayerDecl& decl,
     if (!v) return std::nullopt;
     b.scratch_per_token.push_back(*v);
   }
+  if (!within_limits(b, error)) return std::nullopt;
   auto f = value(decl.flops, "flops");
   if (!f) return std::nullopt;
   b.flops_per_token = *f;

@@ -44,6 +44,12 @@ struct LayerDecl {
 // naming what is missing or malformed.
 std::optional<std::vector<LayerDecl>> parse_layer_json(std::string_view json, std::string* error);
 
+// The most elements a bound layer's parameter tensors hold together, and its
+// saved and scratch arrays per token: far past any real layer, and small
+// enough that the planner's byte counts (times layers, tokens and bytes per
+// element) stay far from int64 overflow.
+constexpr int64_t kMaxLayerElems = int64_t{1} << 40;  // its messages say 2^40
+
 // A layer with a value for each of its hyper-parameters.
 struct BoundLayer {
   const LayerDecl* decl = nullptr;
@@ -62,8 +68,10 @@ struct BoundLayer {
 };
 
 // Binds `decl` to `values` (every hyper-parameter needs one; others are
-// errors): shapes, extents and FLOPs evaluated, each dimension and extent at
-// least 1. nullopt with `error` naming the member and what is wrong.
+// errors): shapes, extents and FLOPs evaluated in checked arithmetic, each
+// dimension and extent at least 1, the tensors' elements and the extents'
+// sum at most kMaxLayerElems. nullopt with `error` naming the member and what
+// is wrong.
 std::optional<BoundLayer> bind_layer(const LayerDecl& decl,
                                      const std::map<std::string, int64_t>& values,
                                      std::string* error);

@@ -2,6 +2,8 @@
 // totalled from the families' layout tables.
 #include "planner/Activations.h"
 
+#include <fmt/format.h>
+
 #include "dsl/Layers.h"
 #include "model/gpt2.h"
 #include "model/llama.h"
@@ -161,6 +163,28 @@ int64_t cudnn_attention_workspace_bytes(const ModelSpec& m, const ActivationShap
   const int64_t grouped_kv =
       m.family == Family::Llama ? 2 * m.kv_heads * m.head_dim() : 0;  // fp32 dK and dV
   return 4 * a.tokens * (m.width + m.heads + grouped_kv) + kCudnnAttentionEngineSlackBytes;
+}
+
+std::string activations_size_error(const Spec& spec, bool flash_attention) {
+  const ModelSpec& m = spec.model;
+  const ActivationShape token{1, dtype_bytes(spec.parallel.precision.param), flash_attention};
+  const LayerId block{LayerId::Kind::Block, 0, -1};
+  const LayerId final_norm{LayerId::Kind::FinalNorm, 0, -1};
+  const double per_token =
+      static_cast<double>(layer_saved_bytes(m, block, token)) * static_cast<double>(m.layers) +
+      static_cast<double>(layer_saved_bytes(m, final_norm, token) + logits_bytes(m, token) +
+                          backward_scratch_bytes(m, token) + inputs_bytes(token));
+  const int64_t tokens = spec.train.micro_batch * m.context;
+  const double bytes = per_token * static_cast<double>(tokens) *
+                       static_cast<double>(spec.parallel.accumulate.micro_batches);
+  if (bytes <= static_cast<double>(kMaxActivationBytes)) return "";
+  return fmt::format(
+      "the activations of {} micro-batch{} of {} tokens (train.micro_batch {} x model.context {}) "
+      "take {:.3g} bytes at {:.4g} bytes per token, past the planner's limit of 2^60 ({}): use a "
+      "smaller micro_batch or context",
+      spec.parallel.accumulate.micro_batches,
+      spec.parallel.accumulate.micro_batches == 1 ? "" : "es", tokens, spec.train.micro_batch,
+      m.context, bytes, per_token, kMaxActivationBytes);
 }
 
 }  // namespace fsdpgen

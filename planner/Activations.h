@@ -106,4 +106,17 @@ int64_t rope_tables_bytes(const ModelSpec& m);
 inline constexpr int64_t kCudnnAttentionEngineSlackBytes = int64_t{1} << 20;
 int64_t cudnn_attention_workspace_bytes(const ModelSpec& m, const ActivationShape& a);
 
+// The most bytes a plan's activations may take: one micro-batch's saved
+// arrays (every layer's), logits, backward scratch and inputs, times the
+// micro-batches accumulated. Below it every byte count the planner adds up
+// stays far from int64 overflow (custom layers keep to layers/LayerDecl.h's
+// kMaxLayerElems per token).
+inline constexpr int64_t kMaxActivationBytes = int64_t{1} << 60;
+
+// Why `spec`'s activations cannot be planned: their bytes past
+// kMaxActivationBytes, with the keys that set the tokens
+// (train.micro_batch, model.context); "" when they fit. Sized per token
+// and scaled in floating point, so it cannot overflow itself.
+std::string activations_size_error(const Spec& spec, bool flash_attention);
+
 }  // namespace fsdpgen

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "planner/Activations.h"
+
 namespace fsdpgen {
 
 int64_t reserved_bytes(const Hardware& hw) {
@@ -127,6 +129,7 @@ std::vector<Alternative> fitting_alternatives(const Spec& spec, const Hardware& 
   }
   std::vector<Alternative> out;
   for (auto& [change, s] : tries) {
+    if (!activations_size_error(s, schedule_options_for(hw, s).flash_attention).empty()) continue;
     PlanResult r = plan_for(s, hw);
     if (!r.fits) continue;
     out.push_back({change, r.memory.device_arena_bytes, r.memory.host_arena_bytes,

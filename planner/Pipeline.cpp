@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "dsl/Print.h"
+#include "planner/Activations.h"
 #include "planner/Fit.h"
 #include "planner/TargetSupport.h"
 #include "planner/Verify.h"
@@ -158,6 +159,12 @@ Pipeline run_pipeline(const std::string& spec_path, const PipelineOptions& o) {
   run(Pass::Frontend, [&] { return frontend(spec_path, o, p); });
   run(Pass::Support, [&] { return support(spec_path, o, p); });
   run(Pass::Lower, [&] {
+    const std::string too_large =
+        activations_size_error(*p.spec, schedule_options_for(*o.target, *p.spec).flash_attention);
+    if (!too_large.empty()) {
+      err(fmt::format("fsdpgen: error: {}: {}\n", spec_path, too_large));
+      return Failure::User;
+    }
     p.units = lower(*p.spec);
     return Failure::None;
   });

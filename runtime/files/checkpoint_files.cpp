@@ -30,6 +30,20 @@ constexpr const char* kStepPrefix = "step_";
   throw std::runtime_error(what);
 }
 
+// The most steps and sequences a manifest may record: far past any run, and
+// small enough that the data position's arithmetic stays in int64.
+constexpr int64_t kMaxSteps = int64_t{1} << 40;
+constexpr int64_t kMaxSequences = int64_t{1} << 48;
+
+// a * b, or an error naming `what` (the manifest and field) when the product
+// overflows int64.
+int64_t checked_mul(int64_t a, int64_t b, const std::string& what) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r))
+    fail(fmt::format("{}: {} x {} overflows 64 bits", what, a, b));
+  return r;
+}
+
 // Parses "step_NNNNNNNN" (exactly); -1 otherwise.
 int64_t step_of_name(const std::string& name) {
   const size_t n = std::strlen(kStepPrefix);
@@ -61,6 +75,8 @@ const json& array_of(const json& j, const char* key, const std::string& where) {
   return *it;
 }
 
+// Elements of a unit's section: its weights, or its state planes (the
+// product is checked when the unit is read).
 int64_t section_elems(const checkpoint_unit& u, const std::string& what) {
   return what == "weights" ? u.shard_elems : u.state_planes * u.shard_elems;
 }
@@ -241,8 +257,8 @@ checkpoint_manifest checkpoint_manifest_read(const std::string& dir) {
   m.optimizer = get<std::string>(j, "optimizer", path);
   m.seed = get<int64_t>(j, "seed", path);
   m.data = get<std::string>(j, "data", path);
-  if (m.step < 0 || m.sequences < 0 || m.world < 1 || m.shard_group < 1 ||
-      m.world % m.shard_group != 0)
+  if (m.step < 0 || m.step > kMaxSteps || m.sequences < 0 || m.sequences > kMaxSequences ||
+      m.world < 1 || m.shard_group < 1 || m.world % m.shard_group != 0)
     fail(fmt::format("{}: bad step {}, sequences {}, world {} or shard group {}", path, m.step,
                      m.sequences, m.world, m.shard_group));
   if (m.optimizer != "adamw" && m.optimizer != "sgd")
@@ -278,9 +294,10 @@ checkpoint_manifest checkpoint_manifest_read(const std::string& dir) {
     r.metrics = get<std::string>(*run, "metrics", where);
     r.micro_batch = get<int64_t>(*run, "micro_batch", where);
     r.micro_batches = get<int64_t>(*run, "micro_batches", where);
-    if (r.steps < m.step || r.val_every < 0 || r.val_sequences < 0 || r.checkpoint_every < 0 ||
-        r.checkpoint_keep < 1 || r.log_every < 1 || r.micro_batch < 1 || r.micro_batches < 1 ||
-        r.micro_batch > (int64_t{1} << 30) || r.micro_batches > (int64_t{1} << 30))
+    if (r.steps < m.step || r.steps > kMaxSteps || r.val_every < 0 || r.val_sequences < 0 ||
+        r.checkpoint_every < 0 || r.checkpoint_keep < 1 || r.log_every < 1 || r.micro_batch < 1 ||
+        r.micro_batches < 1 || r.micro_batch > (int64_t{1} << 30) ||
+        r.micro_batches > (int64_t{1} << 30))
       fail(fmt::format(
           "{}: bad steps {} (the checkpoint is at step {}), val_every {}, val_sequences {}, "
           "checkpoint_every {}, checkpoint_keep {}, log_every {}, micro_batch {} or "
@@ -296,8 +313,13 @@ checkpoint_manifest checkpoint_manifest_read(const std::string& dir) {
     u.param_elems = get<int64_t>(ju, "param_elems", where);
     u.shard_elems = get<int64_t>(ju, "shard_elems", where);
     u.state_planes = get<int64_t>(ju, "state_planes", where);
-    if (u.param_elems < 0 || u.shard_elems < 0 || u.shard_elems * m.shard_group < u.param_elems ||
-        u.state_planes < 0 || u.state_planes > 2)
+    if (u.param_elems < 0 || u.shard_elems < 0 || u.state_planes < 0 || u.state_planes > 2)
+      fail(fmt::format("{}: bad sizes (param_elems {}, shard_elems {} x {} ranks, {} state planes)",
+                       where, u.param_elems, u.shard_elems, m.shard_group, u.state_planes));
+    // The unit's flat parameter and its sections' bytes fit int64.
+    const int64_t flat_elems = checked_mul(u.shard_elems, m.shard_group, where + ": shard_elems");
+    checked_mul(4 * (1 + u.state_planes), u.shard_elems, where + ": shard_elems");
+    if (flat_elems < u.param_elems)
       fail(fmt::format("{}: bad sizes (param_elems {}, shard_elems {} x {} ranks, {} state planes)",
                        where, u.param_elems, u.shard_elems, m.shard_group, u.state_planes));
     for (const json& jt : array_of(ju, "tensors", where)) {
@@ -308,12 +330,19 @@ checkpoint_manifest checkpoint_manifest_read(const std::string& dir) {
       if (t.shape.empty() || std::any_of(t.shape.begin(), t.shape.end(),
                                          [](int64_t d) { return d < 1 || d > (1LL << 40); }))
         fail(fmt::format("{} tensor {}: bad shape", where, t.name));
+      int64_t elems = 1;
+      for (int64_t d : t.shape)
+        elems = checked_mul(elems, d, fmt::format("{} tensor {}: shape", where, t.name));
       // Inside the flat parameter, which holds alignment gaps, the zero rows of
       // a padded vocabulary and shard padding besides the param_elems.
-      const int64_t flat_elems = u.shard_elems * m.shard_group;
-      if (t.offset < 0 || t.offset + t.elems() > flat_elems)
-        fail(fmt::format("{} tensor {}: elements [{}, {}) outside the unit's flat {}", where,
-                         t.name, t.offset, t.offset + t.elems(), flat_elems));
+      if (t.offset < 0 || t.offset > flat_elems || elems > flat_elems - t.offset) {
+        int64_t end = 0;
+        fail(fmt::format(
+            "{} tensor {}: elements [{}, {}) outside the unit's flat {}", where, t.name, t.offset,
+            __builtin_add_overflow(t.offset, elems, &end) ? std::string("2^63 and past")
+                                                          : std::to_string(end),
+            flat_elems));
+      }
       u.tensors.push_back(std::move(t));
     }
     m.units.push_back(std::move(u));
@@ -344,11 +373,20 @@ checkpoint_manifest checkpoint_manifest_read(const std::string& dir) {
                         "layout (expected byte {}, {} bytes)",
                         where, x.what, x.unit, x.offset, x.bytes, at,
                         4 * section_elems(m.units[static_cast<size_t>(x.unit)], x.what)));
-      at += x.bytes;
+      if (__builtin_add_overflow(at, x.bytes, &at))
+        fail(fmt::format("{}: its sections' bytes overflow 64 bits", where));
       s.sections.push_back(std::move(x));
     }
     if (at != s.bytes)
       fail(fmt::format("{}: sections cover {} bytes of the file's {}", where, at, s.bytes));
+    // The file as it is, before a reader allocates for a section of it.
+    std::error_code ec;
+    const fs::path file = fs::path(dir) / s.file;
+    const uintmax_t size = fs::file_size(file, ec);
+    if (ec) fail(fmt::format("{}: \"file\" {}: {}", where, file.string(), ec.message()));
+    if (size != static_cast<uintmax_t>(s.bytes))
+      fail(fmt::format("{}: \"bytes\" is {}, but {} has {} bytes (truncated or replaced?)", where,
+                       s.bytes, file.string(), size));
     m.shards.push_back(std::move(s));
   }
   if (static_cast<int64_t>(m.shards.size()) != m.shard_group)
@@ -404,12 +442,13 @@ const std::vector<float>& checkpoint_reader::section(int shard, int unit, const 
     fail(fmt::format("{}: no {} section for unit {}", path, what,
                      m_.units[static_cast<size_t>(unit)].name));
   const int fd = file_open_regular(path);
-  std::vector<float> values(static_cast<size_t>(x->bytes / 4));
+  std::vector<float> values;
   try {
     struct stat st {};
     if (::fstat(fd, &st) != 0 || st.st_size != s.bytes)
       fail(fmt::format("{}: {} bytes, the manifest says {} (truncated or replaced?)", path,
                        static_cast<int64_t>(st.st_size), s.bytes));
+    values.resize(static_cast<size_t>(x->bytes / 4));  // the file holds them: checked above
     file_pread_all(fd, path, values.data(), x->bytes, x->offset,
                    fmt::format("{} of unit {}", what, m_.units[static_cast<size_t>(unit)].name));
   } catch (...) {

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/files/checkpoint_files.h"
+#include "runtime/files/file_io.h"
 #include "runtime/files/safetensors.h"
 
 namespace {
@@ -114,6 +115,10 @@ checkpoint_merged checkpoint_merge(const std::string& checkpoint, const std::str
     throw std::runtime_error(fmt::format("unknown dtype {} (F32, BF16 or F16)", dtype));
   checkpoint_merged r;
   r.checkpoint = checkpoint_resolve(checkpoint);
+  if (const std::string overlap = file_output_overlap(out, {}, r.checkpoint); !overlap.empty())
+    throw std::runtime_error(fmt::format(
+        "{}: merge writes nothing into the checkpoint it reads; name an output outside it",
+        overlap));
   checkpoint_reader reader(r.checkpoint, checkpoint_manifest_read(r.checkpoint));
   const checkpoint_manifest& m = reader.manifest();
   r.step = m.step;

@@ -121,3 +121,23 @@ file_write_problem file_write_check(const std::string& path) {
     return {problem::cannot_open, dir, std::strerror(errno)};
   return {problem::none, dir, ""};
 }
+
+std::string file_output_overlap(const std::string& output, const std::vector<std::string>& inputs,
+                                const std::string& input_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const std::string& input : inputs)
+    if (fs::exists(output, ec) && fs::equivalent(output, input, ec))
+      return fmt::format("{} is {}", output, input);
+  if (input_dir.empty()) return "";
+  const fs::path out = fs::weakly_canonical(fs::absolute(output, ec), ec);
+  const fs::path dir = fs::weakly_canonical(fs::absolute(input_dir, ec), ec);
+  if (out.empty() || dir.empty()) return "";
+  // Inside: dir's components are the first of out's.
+  auto o = out.begin();
+  for (const fs::path& part : dir) {
+    if (o == out.end() || *o != part) return "";
+    ++o;
+  }
+  return fmt::format("{} is inside {}", output, input_dir);
+}

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 // Opens `path` for reading (O_RDONLY | O_CLOEXEC), refusing before any read
 // could wait or never end whatever is not a regular file: a FIFO (opened
@@ -47,3 +48,12 @@ struct file_write_problem {
 // file of another name in its directory, since permission bits do not bind
 // root and read-only or special file systems (/proc) refuse only the creation.
 file_write_problem file_write_check(const std::string& path);
+
+// Whether writing `output` would overwrite what a command reads: the same
+// file as one of `inputs` (the same inode, whatever the names, links or
+// symlinks), or a path at or inside the directory `input_dir` (unless it is
+// empty). An output that does not exist yet is placed by its existing
+// parent's real path. "" when it overlaps nothing, else why: "OUTPUT is
+// INPUT" or "OUTPUT is inside DIR".
+std::string file_output_overlap(const std::string& output, const std::vector<std::string>& inputs,
+                                const std::string& input_dir = "");

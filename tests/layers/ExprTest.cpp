@@ -2,6 +2,9 @@
 // byte of each error, evaluation, initialisations.
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <tuple>
+
 #include "layers/Expr.h"
 
 namespace fsdpgen::layers {
@@ -55,13 +58,59 @@ TEST(LayerExpr, EvaluationErrorsAreNamed) {
   ExprError e;
   std::string error;
   EXPECT_FALSE(parse_expr("a / 0", &e)->eval({{"a", 1}}, &error));
-  EXPECT_EQ(error, "division by zero");
+  EXPECT_EQ(error, "1 / 0: division by zero");
   EXPECT_FALSE(parse_expr("a / 3", &e)->eval({{"a", 7}}, &error));
   EXPECT_EQ(error, "7 / 3 is not a whole number");
   EXPECT_FALSE(parse_expr("b", &e)->eval({{"a", 7}}, &error));
   EXPECT_EQ(error, "'b' has no value");
   EXPECT_FALSE(parse_expr("a * a", &e)->eval({{"a", int64_t{1} << 40}}, &error));
-  EXPECT_EQ(error, "the value overflows 64 bits");
+  EXPECT_EQ(error, "1099511627776 * 1099511627776 overflows 64 bits");
+}
+
+// INT64_MIN / -1 and -INT64_MIN trap or wrap in plain int64 arithmetic: each
+// is an error naming the operation, as is every other overflow.
+TEST(LayerExpr, EveryOperationIsChecked) {
+  const int64_t min = std::numeric_limits<int64_t>::min();
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  for (auto [text, values, message] :
+       {std::tuple{"(-9223372036854775807 - 1) / -1", std::map<std::string, int64_t>{},
+                   "-9223372036854775808 / -1 overflows 64 bits"},
+        {"a / b", {{"a", min}, {"b", -1}}, "-9223372036854775808 / -1 overflows 64 bits"},
+        {"-a", {{"a", min}}, "-(-9223372036854775808) overflows 64 bits"},
+        {"a + 1", {{"a", max}}, "9223372036854775807 + 1 overflows 64 bits"},
+        {"-2 - a", {{"a", max}}, "-2 - 9223372036854775807 overflows 64 bits"},
+        {"a * -2", {{"a", min / 2 - 1}}, "-4611686018427387905 * -2 overflows 64 bits"},
+        {"a / (b - b)", {{"a", min}, {"b", 3}}, "-9223372036854775808 / 0: division by zero"}}) {
+    ExprError e;
+    auto x = parse_expr(text, &e);
+    ASSERT_TRUE(x) << text << ": " << e.message;
+    std::string error;
+    EXPECT_FALSE(x->eval(values, &error)) << text;
+    EXPECT_EQ(error, message) << text;
+  }
+  EXPECT_EQ(value("a / -1", {{"a", min + 1}}), max);
+  EXPECT_EQ(value("-a", {{"a", max}}), min + 1);
+}
+
+// Nesting is bounded (evaluating and freeing a tree recurse once per level):
+// a deep expression is a located error, never a stack overflow.
+TEST(LayerExpr, DeepNestingIsAnError) {
+  const std::string parens = std::string(100000, '(') + "1" + std::string(100000, ')');
+  std::string sum = "1";
+  for (int i = 0; i < 100000; ++i)
+    sum += " + 1";
+  std::string negations(100000, '-');
+  negations += "1";
+  for (const std::string& text : {parens, sum, negations}) {
+    ExprError e;
+    EXPECT_FALSE(parse_expr(text, &e)) << text.substr(0, 20);
+    EXPECT_NE(e.message.find("nests deeper than 256 levels"), std::string::npos) << e.message;
+    EXPECT_LT(e.offset, 3000u) << text.substr(0, 20);
+  }
+  ExprError e;
+  EXPECT_FALSE(parse_expr_list("d, " + parens, &e));
+  EXPECT_EQ(e.offset, 3u + 256u);
+  EXPECT_EQ(value((std::string(200, '(') + "7" + std::string(200, ')')).c_str()), 7);
 }
 
 TEST(LayerExpr, Initialisations) {

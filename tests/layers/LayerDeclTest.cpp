@@ -57,6 +57,27 @@ TEST(LayerDecl, BindingErrorsNameTheLayerAndTheMember) {
   EXPECT_EQ(error, "layer 'GeluMlp', fc_w's shape \"d_ff\" is 0, not at least 1");
 }
 
+// A bound layer's tensors hold at most kMaxLayerElems (2^40) elements
+// together, counted in checked arithmetic: the planner multiplies them by
+// layers and bytes without overflowing.
+TEST(LayerDecl, SizesPastTheLimitNameTheMember) {
+  std::string error;
+  auto layers = parse_layer_json(golden("gelu_mlp.json"), &error);
+  ASSERT_TRUE(layers) << error;
+  const LayerDecl& d = (*layers)[0];
+  const int64_t k = int64_t{1} << 20;
+  EXPECT_TRUE(bind_layer(d, {{"d_model", k / 4}, {"d_ff", k}}, &error)) << error;
+  EXPECT_FALSE(bind_layer(d, {{"d_model", k}, {"d_ff", 2 * k}}, &error));
+  EXPECT_EQ(error,
+            "layer 'GeluMlp', fc_w's shape (1048576, 2097152) has 2199023255552 elements; a "
+            "layer's parameters hold at most 1099511627776 (2^40)");
+  EXPECT_FALSE(bind_layer(d, {{"d_model", k}, {"d_ff", k}}, &error));
+  EXPECT_EQ(error,
+            "layer 'GeluMlp', fc_b's shape (1048576) has 1048576 elements, which bring the "
+            "layer's parameters to 1099512676352; a layer's parameters hold at most "
+            "1099511627776 (2^40)");
+}
+
 TEST(LayerDecl, MalformedAnswersAreErrors) {
   std::string error;
   EXPECT_FALSE(parse_layer_json("[1, 2]", &error));

@@ -19,7 +19,8 @@
 //      is still recomputed, where a built-in block's last piece is skipped;
 //   5. the memory plan's peak grows by exactly the hand-computed bytes from
 //      GeluMlp to SwiGluMlp (parameters and their state, saved arrays,
-//      backward scratch).
+//      backward scratch);
+//   6. activations past 2^60 bytes are an error naming micro_batch and context.
 // Every expectation is written from the dimensions, not by the function
 // under test.
 #include <gtest/gtest.h>
@@ -640,6 +641,42 @@ TEST(CustomLayerPlan, PeakGrowsByTheHandComputedDelta) {
     // fp32: 1,152 * 16 + 2,048 + 45,056 = 65,536; bf16: 1,152 * 18 + 1,024 + 22,528 = 44,288.
     EXPECT_EQ(params * per_param + saved + scratch, bf16 ? 44288 : 65536);
   }
+}
+
+// ---- 6. sizes past 64-bit byte counts ----------------------------------------
+
+// A GeluMlp of d_ff 2^30 saves 2^31 elements per token per block (a bound
+// layer's limit is 2^40): at 64 tokens its activations are planned; at the
+// largest micro_batch and context the DSL takes (2^20 x 2^22 tokens) they
+// would be ~2^76 bytes, which int64 byte counts wrap, so the planner refuses
+// them naming the keys, before it lays anything out.
+TEST(CustomLayerPlan, ActivationsPastTheLimitAreAnError) {
+  Spec spec = make_spec({}, Layer::None);
+  std::string error;
+  std::optional<CustomLayerSpec> c =
+      bind_custom_layer("mlp", golden_decl(Layer::Gelu),
+                        {{"d_model", spec.model.width}, {"d_ff", int64_t{1} << 30}}, {}, &error);
+  ASSERT_TRUE(c.has_value()) << error;
+  spec.model.custom.push_back(*c);
+  for (bool flash : {false, true}) {
+    EXPECT_EQ(activations_size_error(spec, flash), "") << flash;
+    Spec big = spec;
+    big.train.micro_batch = int64_t{1} << 20;
+    big.model.context = int64_t{1} << 22;
+    const std::string e = activations_size_error(big, flash);
+    EXPECT_NE(e.find("4398046511104 tokens (train.micro_batch 1048576 x model.context 4194304)"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("past the planner's limit of 2^60"), std::string::npos) << e;
+  }
+  // Accumulated micro-batches count: 2^16 of them at 2^20 x 2^4 tokens of
+  // 2^33 bytes per block x 3 blocks are past 2^60 bytes, one is not.
+  Spec many = spec;
+  many.train.micro_batch = int64_t{1} << 20;
+  many.model.context = 16;
+  EXPECT_EQ(activations_size_error(many, true), "");
+  many.parallel.accumulate.micro_batches = 65536;
+  EXPECT_NE(activations_size_error(many, true).find("65536 micro-batches"), std::string::npos);
 }
 
 }  // namespace

@@ -18,6 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/files/checkpoint_files.h"
+#include "runtime/files/checkpoint_merge.h"
+#include "runtime/files/file_io.h"
 #include "tests/common/ExpectError.h"
 
 namespace fs = std::filesystem;
@@ -352,6 +354,93 @@ TEST_F(CheckpointFiles, ManifestValidationNamesTheFileAndTheProblem) {
   fs::remove(d / "manifest.json");
   expect_error([&] { checkpoint_manifest_read(d.string()); },
                {d.string(), "not a checkpoint (cannot read manifest.json"});
+}
+
+// Sizes are checked in 64-bit arithmetic and against the shard files on disk
+// when the manifest is read, before a reader allocates anything: a shape
+// whose product wraps to 0, counts past any run, and shards larger than
+// their files are errors naming the manifest and the field.
+TEST_F(CheckpointFiles, ManifestSizesAreCheckedBeforeAnythingIsAllocated) {
+  const fs::path d = root_ / "step_00000012";
+  const int64_t k32 = int64_t{1} << 32, k40 = int64_t{1} << 40;
+  expect_manifest_error(d,
+                        [&](json& j) {
+                          j["units"][0]["tensors"][0]["shape"] = {k32, k32};
+                        },
+                        {"unit 0 tensor a: shape: 4294967296 x 4294967296 overflows 64 bits"});
+  expect_manifest_error(
+      d, [&](json& j) { j["units"][0]["tensors"][1]["offset"] = INT64_MAX - 2; },
+      {"unit 0 tensor b: elements [9223372036854775805, 2^63 and past) outside the unit's flat "
+       "10"});
+  expect_manifest_error(d, [](json& j) { j["sequences"] = INT64_MAX; },
+                        {"bad step 12, sequences 9223372036854775807, world 4 or shard group 2"});
+  expect_manifest_error(d, [](json& j) { j["step"] = INT64_MAX; },
+                        {"bad step 9223372036854775807"});
+  expect_manifest_error(d, [](json& j) { j["units"][1]["shard_elems"] = int64_t{1} << 62; },
+                        {"unit 1: shard_elems: 4611686018427387904 x 2 overflows 64 bits"});
+  expect_manifest_error(d, [](json& j) { j["units"][1]["shard_elems"] = int64_t{1} << 61; },
+                        {"unit 1: shard_elems: 12 x 2305843009213693952 overflows 64 bits"});
+  // A consistent manifest of 2^40-element shards over files of 108 bytes:
+  // refused when read, not a bad_alloc when a section is.
+  expect_manifest_error(
+      d,
+      [&](json& j) {
+        j["units"][1]["shard_elems"] = k40;
+        for (json& shard : j["shards"]) {
+          int64_t at = 0;
+          for (json& x : shard["sections"]) {
+            const int64_t planes = x["what"] == "weights" ? 1 : 2;
+            if (x["unit"] == 1) x["bytes"] = 4 * planes * k40;
+            x["offset"] = at;
+            at += x["bytes"].get<int64_t>();
+          }
+          shard["bytes"] = at;
+        }
+      },
+      {"shard 0: \"bytes\" is 13194139533372, but", "shard_00000.bin has 108 bytes"});
+  write_checkpoint(d);
+  fs::remove(d / "shard_00001.bin");
+  expect_error([&] { checkpoint_manifest_read(d.string()); },
+               {(d / "manifest.json").string(), "shard 1: \"file\"",
+                (d / "shard_00001.bin").string(), "No such file"});
+}
+
+// An output is refused when it is one of the inputs (the same inode by any
+// name) or lies inside the input directory, existing or not; a sibling whose
+// name merely starts with the directory's is not inside it.
+TEST_F(CheckpointFiles, OutputOverlapIsTheSameFileOrInsideTheDirectory) {
+  const fs::path d = root_ / "step_00000012";
+  write_checkpoint(d);
+  const std::string shard = (d / "shard_00000.bin").string();
+  fs::create_hard_link(shard, root_ / "linked.bin");
+  fs::create_directory_symlink(d, root_ / "latest");
+  EXPECT_EQ(file_output_overlap((root_ / "linked.bin").string(), {shard}),
+            (root_ / "linked.bin").string() + " is " + shard);
+  EXPECT_EQ(file_output_overlap((root_ / "other.bin").string(), {shard}), "");
+  for (const fs::path& inside : {d / "shard_00000.bin", d / "new.safetensors", d / "sub/x", d,
+                                 root_ / "latest/new.safetensors", d / "../step_00000012/y"})
+    EXPECT_EQ(file_output_overlap(inside.string(), {}, d.string()),
+              inside.string() + " is inside " + d.string());
+  for (const fs::path& outside : {root_ / "step_00000012x", root_ / "model.safetensors", root_})
+    EXPECT_EQ(file_output_overlap(outside.string(), {}, d.string()), "") << outside;
+}
+
+// fsdpgen merge never writes into the checkpoint it reads: the shard named as
+// its output is refused and left as it was, before anything is written.
+TEST_F(CheckpointFiles, MergeRefusesAnOutputInsideItsCheckpoint) {
+  const fs::path d = root_ / "step_00000012";
+  write_checkpoint(d);
+  const std::string before = slurp(d / "shard_00000.bin");
+  expect_error([&] { checkpoint_merge(d.string(), (d / "shard_00000.bin").string(), "F32", 0); },
+               {(d / "shard_00000.bin").string() + " is inside " + d.string(),
+                "merge writes nothing into the checkpoint it reads"});
+  expect_error([&] { checkpoint_merge(root_.string(), (d / "hf").string(), "F32", 1 << 20); },
+               {(d / "hf").string() + " is inside " + d.string()});
+  EXPECT_EQ(slurp(d / "shard_00000.bin"), before);
+  EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator()), 3);
+  const checkpoint_merged m =
+      checkpoint_merge(d.string(), (root_ / "model.safetensors").string(), "F32", 0);
+  EXPECT_EQ(m.tensors, 3);
 }
 
 TEST_F(CheckpointFiles, ListHasCompleteCheckpointsInStepOrder) {
