@@ -17,7 +17,7 @@ packages=(
   libopenmpi-dev openmpi-bin libopenblas-dev               # runtime: MPI, BLAS
   libgtest-dev                                             # tests
   slurm-wlm munge                                          # tests: a local Slurm cluster
-  clang libclang-rt-14-dev                                 # parser fuzzing (libFuzzer, sanitizers)
+  clang libclang-rt-14-dev                                 # fuzzing (libFuzzer, sanitizers): tests/fuzz
   clang-19 libclang-19-dev libclang-cpp19-dev llvm-19-dev  # custom layers: fsdpgen-layers (LibTooling)
   python3-pip                                              # tests: CMake 4 from PyPI (cmake4_check)
   python3-matplotlib                                       # tools/plot_metrics.py and its test

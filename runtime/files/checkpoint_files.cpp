@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -61,6 +62,11 @@ template <class T>
 T get(const json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end()) fail(fmt::format("{}: missing \"{}\"", where, key));
+  // A whole-number field must be written as one: nlohmann converts 1e19 to
+  // int64_t by a cast out of range (undefined behaviour).
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    if (it->is_number_float())
+      fail(fmt::format("{}: \"{}\" must be a whole number, not {}", where, key, it->dump()));
   try {
     return it->get<T>();
   } catch (const json::exception&) {

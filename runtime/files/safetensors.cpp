@@ -146,6 +146,8 @@ void check_range(const std::string& path, const safetensors_tensor& t, int64_t b
 }  // namespace
 
 int64_t safetensors_tensor::elems() const {
+  // A zero first: the dimensions before a 0 may multiply past 2^63.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t n = 1;
   for (int64_t d : shape)
     n *= d;
@@ -182,7 +184,7 @@ safetensors_file safetensors_open(const std::string& path) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e400
     fail(path, fmt::format("header is not valid JSON: {}", e.what()));
   }
   if (!header.is_object()) fail(path, "header is not a JSON object");

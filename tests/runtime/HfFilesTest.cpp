@@ -242,6 +242,29 @@ TEST(HfConfig, Gpt2) {
   EXPECT_EQ(mismatches(gpt2, m).at(0).config_key, "model_type") << "a gpt2 config, a llama model";
 }
 
+// Found by tests/fuzz/HfConfigFuzz.cpp: an n_embd beyond 2^61 has no 4 x
+// n_embd for n_inner's default (n_inner is then missing), and a llama3
+// original context beyond 2^62 writes the largest max_position_embeddings
+// (both were signed overflows).
+TEST(HfConfig, HugeValuesMakeNoOverflowingDefaults) {
+  const fs::path d = fresh_dir("huge");
+  const std::string path = (d / "config.json").string();
+  const json config = {{"model_type", "gpt2"},
+                       {"n_embd", int64_t{1} << 62},
+                       {"n_head", 1},
+                       {"n_layer", 1},
+                       {"vocab_size", 5}};
+  std::ofstream(path) << config.dump();
+  std::vector<hf_problem> problems;
+  hf_model_of_config(path, &problems);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].key, "n_inner");
+  EXPECT_EQ(problems[0].value, "absent");
+  hf_model m = llama_1b();
+  m.rope_original_context = INT64_MAX;
+  EXPECT_EQ(json::parse(hf_config_text(m))["max_position_embeddings"], INT64_MAX);
+}
+
 TEST(HfConfig, MalformedConfigsAreErrorsNamingFileAndKey) {
   const fs::path d = fresh_dir("malformed");
   const std::string path = (d / "config.json").string();

@@ -242,6 +242,7 @@ TEST(Safetensors, HostileFilesGetNamedErrors) {
       {raw_file("{}", "", 200'000'000), {"header length 200000000 exceeds", "100000000"}},
       {raw_file("", ""), {"not valid JSON"}},
       {raw_file(R"({"a":{"dtype":"F32")", ""), {"not valid JSON"}},
+      {raw_file(R"({"a":{"dtype":"F32","shape":[1e400]}})", ""), {"not valid JSON", "1e400"}},
       {raw_file("[1, 2]", ""), {"not a JSON object"}},
       {raw_file(std::string(100'000, '[') + std::string(100'000, ']'), ""), {"not a JSON object"}},
       {raw_file(R"({"w":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})", eight),
