@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 
@@ -278,23 +280,186 @@ std::optional<std::vector<Expr>> parse_expr_list(std::string_view text, ExprErro
   return out;
 }
 
+namespace {
+
+// The standard deviation's expression, parsed and (with `values`) evaluated
+// in one pass:
+// real = rterm { ("+" | "-") rterm } ; rterm = runary { ("*" | "/") runary } ;
+// runary = "-" runary | rprimary ;
+// rprimary = NUMBER | NAME | "sqrt" "(" real ")" | "(" real ")"
+class RealParser {
+ public:
+  RealParser(std::string_view s, size_t base, const std::map<std::string, int64_t>* values)
+      : s_(s), base_(base), values_(values) {}
+
+  // The value (0 when only parsing); nullopt with error_ set.
+  std::optional<double> all() {
+    const double v = real();
+    skip();
+    if (error_.message.empty() && pos_ != s_.size())
+      fail(pos_, std::string("unexpected '") + s_[pos_] + "'; expected an operator (+ - * /)");
+    if (!error_.message.empty()) return std::nullopt;
+    return v;
+  }
+  ExprError error_;
+  std::vector<std::string> names_;
+
+ private:
+  void skip() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t'))
+      ++pos_;
+  }
+  void fail(size_t at, std::string message) {
+    if (error_.message.empty()) error_ = {base_ + at, std::move(message)};
+  }
+  bool enter(size_t at) {
+    if (++depth_ <= kMaxDepth) return true;
+    fail(at, "the expression nests deeper than " + std::to_string(kMaxDepth) + " levels");
+    return false;
+  }
+  double real() {
+    double v = rterm();
+    for (skip(); error_.message.empty() && pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-');
+         skip()) {
+      const char op = s_[pos_++];
+      const double w = rterm();
+      v = op == '+' ? v + w : v - w;
+    }
+    return v;
+  }
+  double rterm() {
+    double v = runary();
+    for (skip(); error_.message.empty() && pos_ < s_.size() && (s_[pos_] == '*' || s_[pos_] == '/');
+         skip()) {
+      const size_t at = pos_;
+      const char op = s_[pos_++];
+      const double w = runary();
+      if (op == '/' && values_ && w == 0 && error_.message.empty()) fail(at, "division by zero");
+      v = op == '*' ? v * w : (w == 0 ? 0 : v / w);
+    }
+    return v;
+  }
+  double runary() {
+    skip();
+    if (pos_ < s_.size() && s_[pos_] == '-') {
+      if (!enter(pos_)) return 0;
+      ++pos_;
+      const double v = -runary();
+      --depth_;
+      return v;
+    }
+    return rprimary();
+  }
+  double rprimary() {
+    skip();
+    if (pos_ >= s_.size()) {
+      fail(pos_, "expected a number, a name, sqrt( or '('");
+      return 0;
+    }
+    const size_t at = pos_;
+    if (s_[pos_] == '(' || s_.substr(pos_, 5) == "sqrt(") {
+      const bool root = s_[pos_] != '(';
+      if (!enter(at)) return 0;
+      pos_ += root ? 5 : 1;
+      double v = real();
+      skip();
+      if (pos_ >= s_.size() || s_[pos_] != ')') {
+        fail(pos_, "expected ')'");
+        return 0;
+      }
+      ++pos_;
+      --depth_;
+      if (root) {
+        if (values_ && v < 0 && error_.message.empty())
+          fail(at, "the square root of a negative number");
+        v = v < 0 ? 0 : std::sqrt(v);
+      }
+      return v;
+    }
+    if (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '.') {
+      const std::string rest(s_.substr(pos_));
+      char* end = nullptr;
+      const double v = std::strtod(rest.c_str(), &end);
+      if (end == rest.c_str() || !std::isfinite(v)) {
+        fail(at, "not a finite number");
+        return 0;
+      }
+      pos_ += static_cast<size_t>(end - rest.c_str());
+      return v;
+    }
+    if (name_start(s_[pos_])) {
+      size_t e = pos_;
+      while (e < s_.size() && name_char(s_[e]))
+        ++e;
+      const std::string name(s_.substr(pos_, e - pos_));
+      pos_ = e;
+      if (std::find(names_.begin(), names_.end(), name) == names_.end()) names_.push_back(name);
+      if (!values_) return 0;
+      const auto it = values_->find(name);
+      if (it == values_->end()) {
+        fail(at, "'" + name + "' has no value");
+        return 0;
+      }
+      return static_cast<double>(it->second);
+    }
+    fail(at, std::string("unexpected '") + s_[pos_] + "'; expected a number, a name, sqrt( or '('");
+    return 0;
+  }
+
+  std::string_view s_;
+  size_t base_;
+  const std::map<std::string, int64_t>* values_;
+  size_t pos_ = 0;
+  int depth_ = 0;
+};
+
+}  // namespace
+
 std::optional<Init> parse_init(std::string_view text, ExprError* error) {
   auto fail = [&](size_t at, std::string m) -> std::optional<Init> {
     if (error) *error = {at, std::move(m)};
     return std::nullopt;
   };
-  if (text == "ones") return Init{Init::Kind::Ones, 0};
-  if (text == "zeros") return Init{Init::Kind::Zeros, 0};
+  if (text == "ones") return Init{Init::Kind::Ones, 0, "", {}};
+  if (text == "zeros") return Init{Init::Kind::Zeros, 0, "", {}};
   const std::string_view prefix = "normal(";
   if (text.substr(0, prefix.size()) != prefix || text.empty() || text.back() != ')')
     return fail(0, "an initialisation is 'normal(STD)', 'ones' or 'zeros'");
-  const std::string number(text.substr(prefix.size(), text.size() - prefix.size() - 1));
-  char* end = nullptr;
-  const double std = std::strtod(number.c_str(), &end);
-  if (number.empty() || end != number.c_str() + number.size() || !(std >= 0) ||
-      std > std::numeric_limits<double>::max())
-    return fail(prefix.size(), "normal's standard deviation is a number of at least 0");
-  return Init{Init::Kind::Normal, std};
+  const std::string_view inner = text.substr(prefix.size(), text.size() - prefix.size() - 1);
+  RealParser syntax(inner, prefix.size(), nullptr);
+  if (!syntax.all()) {
+    if (error) *error = syntax.error_;
+    return std::nullopt;
+  }
+  Init init{Init::Kind::Normal, 0, std::string(inner), syntax.names_};
+  if (init.names.empty()) {  // a constant: its value now
+    std::string why;
+    const std::optional<double> v = init_std(init, {}, &why);
+    if (!v) return fail(prefix.size(), why);
+    init.std = *v;
+  }
+  return init;
+}
+
+std::optional<double> init_std(const Init& init, const std::map<std::string, int64_t>& values,
+                               std::string* error) {
+  if (init.kind != Init::Kind::Normal) return 0.0;
+  RealParser p(init.std_text, 0, &values);
+  const std::optional<double> v = p.all();
+  if (!v) {
+    if (error) *error = p.error_.message;
+    return std::nullopt;
+  }
+  if (!(*v >= 0) || !std::isfinite(*v)) {
+    if (error) {
+      char value[32];
+      std::snprintf(value, sizeof value, "%g", *v);
+      *error = std::string("normal's standard deviation is ") + value +
+               ", not a finite number of at least 0";
+    }
+    return std::nullopt;
+  }
+  return v;
 }
 
 }  // namespace fsdpgen::layers

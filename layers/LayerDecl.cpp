@@ -11,7 +11,7 @@ namespace {
 using nlohmann::json;
 
 // The reader's output this code reads (fsdpgen-layers' kReaderVersion).
-constexpr int kReaderFormat = 1;
+constexpr int kReaderFormat = 2;
 
 std::optional<Expr> expr_of(const json& j, const std::string& what, std::string* error) {
   if (!j.is_string()) {
@@ -62,6 +62,15 @@ std::optional<LayerDecl> layer_of(const json& j, std::string* error) {
                       : kind == "zeros" ? Init::Kind::Zeros
                                         : Init::Kind::Normal;
     param.init.std = p["init"].value("std", 0.0);
+    if (kind == "normal" && p["init"].contains("std_text")) {  // an expression: read again
+      ExprError e;
+      auto init = parse_init("normal(" + p["init"].value("std_text", "") + ")", &e);
+      if (!init) {
+        *error = at + "." + param.name + ".init: " + e.message;
+        return std::nullopt;
+      }
+      param.init = *init;
+    }
     if (kind != "ones" && kind != "zeros" && kind != "normal") {
       *error = at + "." + param.name + ": unknown init '" + kind + "'";
       return std::nullopt;
@@ -204,6 +213,16 @@ std::optional<BoundLayer> bind_layer(const LayerDecl& decl,
   };
   for (const LayerParamDecl& p : decl.params) {
     BoundLayer::Tensor t{p.name, {}, p.init};
+    if (!p.init.names.empty()) {
+      std::string why;
+      const std::optional<double> std = init_std(p.init, values, &why);
+      if (!std) {
+        *error = "layer '" + decl.name + "', " + p.name + "'s init \"normal(" + p.init.std_text +
+                 ")\": " + why;
+        return std::nullopt;
+      }
+      t.init.std = *std;
+    }
     for (const Expr& d : p.shape) {
       auto v = value(d, p.name + "'s shape");
       if (!v) return std::nullopt;

@@ -25,7 +25,11 @@
 // Shapes and extents are expressions over the Hyper fields: integers, the
 // field names, + - * / and parentheses ("d_ff, d_model" is a matrix of d_ff
 // rows of d_model, row-major; "3 * d_model" a vector). Initialisations are
-// "normal(STD)" with STD a number, "ones" or "zeros". Flops is the forward's
+// "normal(STD)", "ones" or "zeros", STD a number or a real expression over
+// the Hyper fields with sqrt ("normal(0.02 / sqrt(2 * n_layer))"). Element-
+// wise code for bf16 and fp16 converts with to_float(x) and from_float<T>(f)
+// (runtime/dtype.h). `fsdpgen check-layer HEADER LAYER --hyper ...` checks a
+// layer's bounds, writes and gradients before it trains. Flops is the forward's
 // floating-point operations per token (2 per multiply-add), an expression
 // too; backward is taken to cost twice as much, as for built-in layers.
 //

@@ -6,8 +6,10 @@
 #include <numbers>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "runtime/program.h"
 
@@ -104,4 +106,28 @@ init_rule init_tensor_rule(const program_tensor& t, int64_t n_layer) {
 
 bool init_tensor_decays(const program_tensor& t) {
   return t.init == tensor_init::by_name ? init_weight_decays(t.name) : t.init == tensor_init::normal;
+}
+
+std::string init_describe(const program& p) {
+  std::string out = p.model.family == model_family::llama ? "Llama init" : "GPT-2 init";
+  std::vector<std::string> seen;
+  for (int i = 0; i < p.tensor_count; ++i) {
+    const program_tensor& t = p.tensors[i];
+    if (t.init == tensor_init::by_name) continue;
+    // "transformer.h.3.mlp.fc_w" -> "mlp.fc_w": the module and the member.
+    const std::string_view name = t.name;
+    const size_t member = name.rfind('.');
+    const size_t module = member == std::string_view::npos || member == 0
+                              ? std::string_view::npos
+                              : name.rfind('.', member - 1);
+    const std::string what = fmt::format(
+        "{} {}", name.substr(module == std::string_view::npos ? 0 : module + 1),
+        t.init == tensor_init::zeros  ? std::string("zeros")
+        : t.init == tensor_init::ones ? std::string("ones")
+                                      : fmt::format("normal({:g})", t.init_std));
+    if (std::find(seen.begin(), seen.end(), what) == seen.end()) seen.push_back(what);
+  }
+  if (!seen.empty())
+    out += fmt::format("; custom layers as their headers declare: {}", fmt::join(seen, ", "));
+  return out;
 }

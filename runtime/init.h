@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 // Hugging Face GPT2PreTrainedModel._init_weights, by tensor name:
@@ -43,3 +44,10 @@ struct program_tensor;
 // and whether weight decay applies to it (the randomly initialized ones).
 init_rule init_tensor_rule(const program_tensor& t, int64_t n_layer);
 bool init_tensor_decays(const program_tensor& t);
+
+struct program;
+// What initializes the program's weights, for the banner: "GPT-2 init"
+// ("Llama init"), and where custom layers declare their own, each of their
+// tensors once by module and member: "GPT-2 init; custom layers as their
+// headers declare: mlp.fc_w normal(0.0125), mlp.fc_b zeros".
+std::string init_describe(const program& p);

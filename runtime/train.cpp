@@ -428,8 +428,7 @@ void training_run::load_weights() {
   // The data's order is the run's seed's (a resumed run's: its checkpoint's).
   dataloader_set_shuffle_seed(data_, static_cast<uint64_t>(seed_));
   scaler_ = loss_scaler_start(p_);
-  const char* init = p_.model.family == model_family::llama ? "Llama init" : "GPT-2 init";
-  weights_from_ = o_.init_from.empty() ? init : o_.init_from;
+  weights_from_ = o_.init_from.empty() ? init_describe(p_) : o_.init_from;
   if (o_.resume) return resume();
   b_->with_host_weights(c_, true, [&] {
     if (o_.init_from.empty())

@@ -43,7 +43,7 @@ namespace {
 using namespace clang;
 namespace json = llvm::json;
 
-constexpr int kReaderVersion = 1;
+constexpr int kReaderVersion = 2;
 constexpr uint64_t kMaxHeaderBytes = 4'000'000;  // the header itself, not what it includes
 
 // The API's member kinds (layers/fsdpgen_layer.h).
@@ -266,32 +266,39 @@ class LayerReader {
       starts = {0};
     }
     bool ok = true;
-    std::vector<std::string_view> known(hyper_.begin(), hyper_.end());
     for (size_t i = 0; i < exprs.size(); ++i)
-      for (const std::string& n : exprs[i].names()) {
-        if (std::find(hyper_.begin(), hyper_.end(), n) != hyper_.end()) continue;
-        ok = false;
-        // The name's first use in this expression, from its start.
-        size_t at = starts[i];
-        for (size_t k = t.text.find(n, starts[i]); k != std::string::npos;
-             k = t.text.find(n, k + 1)) {
-          const bool left = k == 0 || !(std::isalnum(static_cast<unsigned char>(t.text[k - 1])) ||
-                                        t.text[k - 1] == '_');
-          const size_t e2 = k + n.size();
-          const bool right =
-              e2 >= t.text.size() ||
-              !(std::isalnum(static_cast<unsigned char>(t.text[e2])) || t.text[e2] == '_');
-          if (left && right) {
-            at = k;
-            break;
-          }
+      ok &= known_names(t, exprs[i].names(), starts[i]);
+    return ok;
+  }
+
+  // Whether every name (used in t.text from `start` on) is a hyper-parameter;
+  // else an error at each unknown one's first use.
+  bool known_names(const TextArg& t, const std::vector<std::string>& names, size_t start) {
+    bool ok = true;
+    std::vector<std::string_view> known(hyper_.begin(), hyper_.end());
+    for (const std::string& n : names) {
+      if (std::find(hyper_.begin(), hyper_.end(), n) != hyper_.end()) continue;
+      ok = false;
+      // The name's first use in this expression, from its start.
+      size_t at = start;
+      for (size_t k = t.text.find(n, start); k != std::string::npos; k = t.text.find(n, k + 1)) {
+        const bool left = k == 0 || !(std::isalnum(static_cast<unsigned char>(t.text[k - 1])) ||
+                                      t.text[k - 1] == '_');
+        const size_t e2 = k + n.size();
+        const bool right =
+            e2 >= t.text.size() ||
+            !(std::isalnum(static_cast<unsigned char>(t.text[e2])) || t.text[e2] == '_');
+        if (left && right) {
+          at = k;
+          break;
         }
-        std::string m = "unknown hyper-parameter '" + n + "'";
-        const std::string near = fsdpgen::closest_match(n, known);
-        if (!near.empty()) m += "; did you mean '" + near + "'?";
-        error(byte(t, at), m);
-        if (near.empty()) note(layer_->getLocation(), hyper_note());
       }
+      std::string m = "unknown hyper-parameter '" + n + "'";
+      const std::string near = fsdpgen::closest_match(n, known);
+      if (!near.empty()) m += "; did you mean '" + near + "'?";
+      error(byte(t, at), m);
+      if (near.empty()) note(layer_->getLocation(), hyper_note());
+    }
     return ok;
   }
 
@@ -314,6 +321,8 @@ class LayerReader {
     if (!parsed) {
       error(byte(*init, e.offset), e.message);
       ok = false;
+    } else {
+      ok &= known_names(*init, parsed->names, 0);
     }
     if (!ok) return std::nullopt;
     json::Array dims;
@@ -324,7 +333,8 @@ class LayerReader {
     json::Object j{{"name", member->getNameAsString()},
                    {"shape", std::move(dims)},
                    {"init", json::Object{{"kind", kinds[static_cast<int>(parsed->kind)]},
-                                         {"std", parsed->std}}}};
+                                         {"std", parsed->std},
+                                         {"std_text", parsed->std_text}}}};
     return j;
   }
 

@@ -3,6 +3,7 @@
 // tensors, pieces and units, and a layer reader that cannot run.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
@@ -178,8 +179,8 @@ TEST(CustomLayerSpecs, CoverEveryErrorOfTheSection) {
            "error: cannot read the layers of '../bad/cpp_error.h'",
            "note: ../bad/cpp_error.h:15:51: error: expected ';' at end of declaration list",
            "note: ../bad/missing_include.h:2:10: fatal error: 'no_such_layer_api.h' file not found",
-           "note: ../bad/bad_init.h:14:47: error: normal's standard deviation is a number of at "
-           "least 0\n"
+           "note: ../bad/bad_init.h:14:47: error: normal's standard deviation is -1, not a finite "
+           "number of at least 0\n"
            "   14 |   fsdpgen::layer::Param<T, G, \"d_ff\", \"normal(-1)\"> b;\n",
            "error: duplicate key 'mlp' in section 'layers'",
        })
@@ -302,6 +303,24 @@ TEST(CustomLayers, GeluMlpHasTheBuiltInMlpsShapesUnderItsOwnNames) {
   EXPECT_EQ(mlp.forward_flops_per_token, 4.0 * 64 * 256);  // the header's Flops
   EXPECT_EQ(pieces_named(gelu.model, "mlp"), (std::vector<int>{4}));
   EXPECT_EQ(layer_name(gelu.model, {LayerId::Kind::Block, 2, 4}), "block 2.mlp");
+}
+
+// An init over a hyper-parameter bound to a model value: GPT-2's scaled
+// projection, 0.02 / sqrt(2 * layers), evaluated in double when bound.
+TEST(CustomLayers, InitExpressionsAreEvaluatedWithTheBoundValues) {
+  SKIP_WITHOUT_READER();
+  InSpecsDir here;
+  const Spec s =
+      load_ok(gpt2_with("scaled_mlp.h", "ScaledMlp(d_model = width, d_ff = ffn_hidden, n_layer = layers)"));
+  ASSERT_EQ(s.model.custom.size(), 1u);
+  const CustomLayerSpec& c = s.model.custom[0];
+  ASSERT_EQ(c.params.size(), 2u);
+  EXPECT_EQ(c.params[0].std, 0.02);
+  EXPECT_EQ(c.params[1].std, 0.02 / std::sqrt(2.0 * static_cast<double>(s.model.layers)));
+  EXPECT_EQ(s.model.layers, 4);
+  // Bound to a number instead, the same expression gives that number's value.
+  const Spec t = load_ok(gpt2_with("scaled_mlp.h", "ScaledMlp(d_model = width, d_ff = ffn_hidden, n_layer = 50)"));
+  EXPECT_EQ(t.model.custom[0].params[1].std, 0.02 / std::sqrt(100.0));
 }
 
 TEST(CustomLayers, SwiGluMlpChangesTheParameterCountByItsOwnShapes) {

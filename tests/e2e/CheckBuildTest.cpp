@@ -49,6 +49,11 @@ TEST(BuildCheck, ACorrectLayerTrainsAsWithout) {
             std::string::npos)
       << b.out;
   EXPECT_EQ(a.out.find("built with --check"), std::string::npos) << a.out;
+  // The banner names the inits truly: the family's rule, and the layer's own.
+  EXPECT_NE(a.out.find("weights: GPT-2 init; custom layers as their headers declare: mlp.fc_w "
+                       "normal(0.02), mlp.fc_b zeros, mlp.proj_w normal(0.02), mlp.proj_b zeros"),
+            std::string::npos)
+      << a.out;
   const std::vector<double> want = read_losses(dir / "plain" / "metrics.jsonl");
   const std::vector<double> got = read_losses(dir / "check" / "metrics.jsonl");
   ASSERT_EQ(want.size(), 4u);

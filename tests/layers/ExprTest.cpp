@@ -2,6 +2,8 @@
 // byte of each error, evaluation, initialisations.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <limits>
 #include <tuple>
 
@@ -123,6 +125,34 @@ TEST(LayerExpr, Initialisations) {
   EXPECT_EQ(e.offset, 7u);
   EXPECT_FALSE(parse_init("uniform(1)", &e));
   EXPECT_EQ(e.offset, 0u);
+}
+
+// STD as an expression over hyper-parameters, evaluated in double when bound.
+TEST(LayerExpr, InitialisationExpressions) {
+  ExprError e;
+  const std::optional<Init> scaled = parse_init("normal(0.02 / sqrt(2 * n_layer))", &e);
+  ASSERT_TRUE(scaled) << e.message;
+  EXPECT_EQ(scaled->std_text, "0.02 / sqrt(2 * n_layer)");
+  EXPECT_EQ(scaled->names, std::vector<std::string>{"n_layer"});
+  std::string why;
+  EXPECT_EQ(init_std(*scaled, {{"n_layer", 12}}, &why), 0.02 / std::sqrt(24.0));
+  EXPECT_FALSE(init_std(*scaled, {}, &why));
+  EXPECT_EQ(why, "'n_layer' has no value");
+  EXPECT_DOUBLE_EQ(*init_std(*parse_init("normal(1e-3 * (d - 2) / -(-4))", &e), {{"d", 6}}, &why),
+                   1e-3);
+  const std::optional<Init> bad = parse_init("normal(1 / (n - 3))", &e);
+  ASSERT_TRUE(bad);
+  EXPECT_FALSE(init_std(*bad, {{"n", 3}}, &why));
+  EXPECT_EQ(why, "division by zero");
+  EXPECT_FALSE(init_std(*parse_init("normal(sqrt(1 - n))", &e), {{"n", 5}}, &why));
+  EXPECT_EQ(why, "the square root of a negative number");
+  EXPECT_FALSE(init_std(*parse_init("normal(0.5 - n)", &e), {{"n", 1}}, &why));
+  EXPECT_EQ(why, "normal's standard deviation is -0.5, not a finite number of at least 0");
+  EXPECT_FALSE(parse_init("normal(0.02 / sqrt(2 * n)", &e));
+  EXPECT_FALSE(parse_init("normal(0.02 $ 2)", &e));
+  EXPECT_EQ(e.offset, 12u);
+  EXPECT_FALSE(parse_init("normal(" + std::string(300, '(') + "1" + std::string(300, ')') + ")", &e));
+  EXPECT_NE(e.message.find("nests deeper than 256"), std::string::npos) << e.message;
 }
 
 }  // namespace

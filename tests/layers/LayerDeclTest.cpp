@@ -83,9 +83,9 @@ TEST(LayerDecl, MalformedAnswersAreErrors) {
   EXPECT_FALSE(parse_layer_json("[1, 2]", &error));
   EXPECT_EQ(error, "not a JSON object");
   EXPECT_FALSE(parse_layer_json(R"({"reader": 7, "layers": []})", &error));
-  EXPECT_EQ(error, "written by reader format 7, not 1");
+  EXPECT_EQ(error, "written by reader format 7, not 2");
   EXPECT_FALSE(parse_layer_json(
-      R"({"reader": 1, "layers": [{"name": "L", "flops": "2 * (", "hyper": []}]})", &error));
+      R"({"reader": 2, "layers": [{"name": "L", "flops": "2 * (", "hyper": []}]})", &error));
   EXPECT_NE(error.find("layer L.flops"), std::string::npos) << error;
 }
 
