@@ -227,7 +227,7 @@ class CustomLayerReader {
     if (!r.layers) {
       Diagnostic& x = d_.error(value.span, fmt::format("cannot read the layers of '{}'", written));
       std::vector<std::string> notes = reader_notes(r.diagnostics, header);
-      if (notes.empty())  // e.g. killed by a signal before writing anything
+      if (notes.empty())  // it printed no more than Clang's closing count
         notes.push_back(
             fmt::format("the layer reader {} failed without a message", layer_reader_path()));
       for (std::string& n : notes)

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -39,9 +40,15 @@ uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull) {
   return h;
 }
 
-// Runs argv with stdout and stderr into `out_file`; the exit status, -1 when
-// it could not start, -2 when it ran past kReaderSeconds (then killed).
-int run(std::vector<std::string> args, const std::string& out_file) {
+// How a run of the reader ended.
+struct Ended {
+  enum { exited, killed, not_started, timed_out } how = not_started;
+  int code = 0;  // the exit status (exited) or the signal (killed)
+  bool ok() const { return how == exited && code == 0; }
+};
+
+// Runs argv with stdout and stderr into `out_file`; killed past kReaderSeconds.
+Ended run(std::vector<std::string> args, const std::string& out_file) {
   std::vector<char*> argv;
   for (std::string& a : args)
     argv.push_back(a.data());
@@ -53,21 +60,47 @@ int run(std::vector<std::string> args, const std::string& out_file) {
   pid_t pid;
   const int err = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
-  if (err != 0) return -1;
+  if (err != 0) return {};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kReaderSeconds);
   int status = 0;
   for (auto wait = std::chrono::milliseconds(1);; wait = std::min(wait * 2, decltype(wait)(50))) {
     const pid_t r = waitpid(pid, &status, WNOHANG);
     if (r == pid) break;
-    if (r < 0) return -1;
+    if (r < 0) return {};
     if (std::chrono::steady_clock::now() > deadline) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
-      return -2;
+      return {Ended::timed_out};
     }
     std::this_thread::sleep_for(wait);
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (WIFSIGNALED(status)) return {Ended::killed, WTERMSIG(status)};
+  return {Ended::exited, WEXITSTATUS(status)};
+}
+
+// What a reader run on `header` that did not answer said: what it printed,
+// after a line saying how it ended where that line is news (a signal, a
+// silent exit status).
+std::string failure(const Ended& e, const std::string& said, const std::string& reader,
+                    const std::string& header) {
+  const bool silent = said.find_first_not_of(" \t\r\n") == std::string::npos;
+  switch (e.how) {
+    case Ended::not_started:
+      return "cannot run the layer reader " + reader;
+    case Ended::timed_out:
+      return "the layer reader " + reader + " ran past " + std::to_string(kReaderSeconds) +
+             " s reading " + header + " and was stopped";
+    case Ended::killed: {
+      const char* name = strsignal(e.code);
+      return "the layer reader " + reader + " was killed by signal " + std::to_string(e.code) +
+             " (" + (name ? name : "unknown") + ") reading " + header + (silent ? "" : "\n" + said);
+    }
+    case Ended::exited:
+      break;
+  }
+  if (!silent) return said;
+  return "the layer reader " + reader + " exited with status " + std::to_string(e.code) +
+         " reading " + header + " without a message";
 }
 
 }  // namespace
@@ -102,9 +135,9 @@ ReadResult read_layers(const std::string& reader, const std::string& header,
   // The key: the header, the reader's version line and the flags it is run with.
   std::error_code ec;
   const fs::path tmp = fs::temp_directory_path(ec) / ("fsdpgen-layers-" + std::to_string(getpid()));
-  const int v = run({reader, "--version"}, tmp.string());
-  const std::string version = v == 0 ? slurp(tmp).value_or("") : "";
-  if (v != 0 || version.empty()) {
+  const Ended v = run({reader, "--version"}, tmp.string());
+  const std::string version = v.ok() ? slurp(tmp).value_or("") : "";
+  if (!v.ok() || version.empty()) {
     fs::remove(tmp, ec);
     r.diagnostics = "cannot run the layer reader " + reader;
     return r;
@@ -123,15 +156,12 @@ ReadResult read_layers(const std::string& reader, const std::string& header,
   }
   if (json.empty()) {
     const fs::path out = tmp.string() + ".json";
-    const int status = run({reader, header, "-o", out.string()}, tmp.string());
+    const Ended ended = run({reader, header, "-o", out.string()}, tmp.string());
     const std::string said = slurp(tmp).value_or("");
     fs::remove(tmp, ec);
-    if (status != 0) {
+    if (!ended.ok()) {
       fs::remove(out, ec);
-      r.diagnostics = status == -2 ? "the layer reader ran past " + std::to_string(kReaderSeconds) +
-                                         " s on " + header
-                      : status == -1 ? "cannot run the layer reader " + reader
-                                     : said;
+      r.diagnostics = failure(ended, said, reader, header);
       return r;
     }
     json = slurp(out).value_or("");

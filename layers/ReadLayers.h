@@ -14,8 +14,11 @@ namespace fsdpgen::layers {
 
 struct ReadResult {
   std::optional<std::vector<LayerDecl>> layers;  // nullopt: see diagnostics
-  std::string diagnostics;  // the reader's (Clang's format), or one line saying what failed
-  bool cached = false;      // the answer came from the cache
+  // The reader's (Clang's format), or one line saying what failed: the reader
+  // could not run, ran too long, was killed by a signal (its output, if any,
+  // follows) or exited non-zero without a word.
+  std::string diagnostics;
+  bool cached = false;  // the answer came from the cache
 };
 
 // `reader`: the reader's path, "" where it was not built (the result then

@@ -137,8 +137,11 @@ std::string resume_path(const options& o, const std::string& checkpoint_dir, boo
 }
 
 // Why the file `path` (given with `flag`) could not be written, or "".
-// Creates nothing that stays.
+// Creates nothing that stays. A FIFO would wait for a reader, at the end of
+// the run or forever, and a device such as /dev/zero would keep nothing.
 std::string output_file_problem(const char* flag, const std::string& path) {
+  if (const std::string kind = file_special_kind(path); !kind.empty())
+    return fmt::format("{} {}: cannot write there: it is {}, not a regular file", flag, path, kind);
   const file_write_problem p = file_write_check(path);
   std::string why;
   switch (p.what) {
@@ -322,13 +325,15 @@ training_run::training_run(const program& p, const options& o, const checkpoint_
 // Collective: throws agreed_error on every rank when an output cannot be
 // written (checkpoints' directory created when checkpoints are planned; a
 // stop signal's checkpoint needs it too). --metrics and --trace are written
-// by rank 0 alone.
+// by rank 0 alone, --trace-data by every rank.
 void training_run::check_outputs() const {
   std::string error;
   if (!run_.save.empty()) error = output_file_problem("--save", run_.save);
   if (lead_ && error.empty() && !run_.metrics.empty())
     error = output_file_problem("--metrics", run_.metrics);
   if (lead_ && error.empty() && !o_.trace.empty()) error = output_file_problem("--trace", o_.trace);
+  if (error.empty() && !o_.trace_data.empty())
+    error = output_file_problem("--trace-data", o_.trace_data);
   if (error.empty() && steps_ > 0) {
     const std::string why = checkpoint_dir_problem(ckpt_.dir, ckpt_.every > 0);
     if (!why.empty())
@@ -779,9 +784,31 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   return 0;
 }
 
-}  // namespace
+// What escaped train() (`what`, nullptr for no std::exception), as one line
+// with "rank N: " once MPI is up; with several ranks MPI_Abort, so that none
+// waits in a collective for this one. The exit status. Allocates nothing.
+int escaped(const char* what) {
+  int initialized = 0, finalized = 0, rank = -1, world = 1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  const bool mpi = initialized && !finalized;
+  if (mpi) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    std::fprintf(stderr, "rank %d: ", rank);
+  }
+  if (what)
+    std::fprintf(stderr, "error: %s\n", what);
+  else
+    std::fprintf(stderr, "internal error: an exception that is not a std::exception\n");
+  std::fflush(stderr);
+  if (mpi && world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (mpi) MPI_Finalize();
+  return 1;
+}
 
-int train_main(const program& p, int argc, char** argv, const backend_kind& kind) {
+// The flags, the launch and the run; train_main catches what escapes.
+int train(const program& p, int argc, char** argv, const backend_kind& kind) {
   launch_prefer_passive_openmp(argv);
   CLI::App app{fmt::format("Trains {} as planned by fsdpgen from {}.", p.model_name, p.spec_path)};
   options o;
@@ -918,4 +945,16 @@ int train_main(const program& p, int argc, char** argv, const backend_kind& kind
   }
   launch_finalize();
   return 0;
+}
+
+}  // namespace
+
+int train_main(const program& p, int argc, char** argv, const backend_kind& kind) {
+  try {
+    return train(p, argc, argv, kind);
+  } catch (const std::exception& e) {
+    return escaped(e.what());
+  } catch (...) {
+    return escaped(nullptr);
+  }
 }

@@ -9,9 +9,18 @@
 //
 // Exit 0 with the JSON; 1 with diagnostics; 2 for bad arguments. Nothing
 // thrown crosses LLVM's frames: errors go through Clang's DiagnosticsEngine.
+// A header nested deeper than the reader's stack, and an include of a FIFO or
+// device, are errors too (exit 1), never a crash or a wait.
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstring>
+#include <exception>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +42,7 @@
 #include <llvm/Config/llvm-config.h>
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/JSON.h>
+#include <llvm/Support/VirtualFileSystem.h>
 #include <llvm/Support/raw_ostream.h>
 
 #include "layers/Expr.h"
@@ -45,6 +55,7 @@ namespace json = llvm::json;
 
 constexpr int kReaderVersion = 2;
 constexpr uint64_t kMaxHeaderBytes = 4'000'000;  // the header itself, not what it includes
+constexpr int kMaxArgDepth = 64;                 // a member's template argument, in its AST
 
 // The API's member kinds (layers/fsdpgen_layer.h).
 enum class Member { None, Param, Saved, SavedF32, Scratch, ScratchF32, Flops };
@@ -80,11 +91,13 @@ std::optional<TemplateSpecializationTypeLoc> specialization(TypeSourceInfo* tsi)
   return std::nullopt;
 }
 
-const StringLiteral* find_string(const Stmt* s) {
-  if (!s) return nullptr;
+// The first string literal in `s` (a template argument: a literal, perhaps in
+// parentheses or a conversion), looked for at most kMaxArgDepth levels down.
+const StringLiteral* find_string(const Stmt* s, int depth = 0) {
+  if (!s || depth > kMaxArgDepth) return nullptr;
   if (const auto* lit = dyn_cast<StringLiteral>(s)) return lit;
   for (const Stmt* child : s->children())
-    if (const StringLiteral* lit = find_string(child)) return lit;
+    if (const StringLiteral* lit = find_string(child, depth + 1)) return lit;
   return nullptr;
 }
 
@@ -440,28 +453,75 @@ class LayerReader {
   std::vector<std::string> hyper_;
 };
 
-// Every class template of the main file (and of namespaces in it).
+// Every class template of the main file (and of namespaces in it, however
+// deep: `namespace a::b::...` nests without braces), in the order written.
 class Consumer : public ASTConsumer {
  public:
   explicit Consumer(json::Array& out) : out_(out) {}
   void HandleTranslationUnit(ASTContext& ctx) override {
-    if (ctx.getDiagnostics().hasErrorOccurred()) return;  // C++ errors first, alone
-    LayerReader reader(ctx);
-    visit(ctx.getTranslationUnitDecl(), ctx, reader);
-    for (json::Value& v : reader.layers)
-      out_.push_back(std::move(v));
+    DiagnosticsEngine& diags = ctx.getDiagnostics();
+    if (diags.hasErrorOccurred()) return;  // C++ errors first, alone
+    try {
+      LayerReader reader(ctx);
+      visit(ctx, reader);
+      for (json::Value& v : reader.layers)
+        out_.push_back(std::move(v));
+    } catch (const std::exception& e) {  // the reader's own, caught before Clang's frames
+      diags.Report(diags.getCustomDiagID(DiagnosticsEngine::Error, "internal error: %0"))
+          << e.what();
+    }
   }
 
  private:
-  void visit(const DeclContext* dc, ASTContext& ctx, LayerReader& reader) {
+  static void visit(ASTContext& ctx, LayerReader& reader) {
     const SourceManager& sm = ctx.getSourceManager();
-    for (const Decl* d : dc->decls()) {
+    const DeclContext* tu = ctx.getTranslationUnitDecl();
+    std::vector<std::pair<DeclContext::decl_iterator, DeclContext::decl_iterator>> open = {
+        {tu->decls_begin(), tu->decls_end()}};
+    while (!open.empty()) {
+      if (open.back().first == open.back().second) {
+        open.pop_back();
+        continue;
+      }
+      const Decl* d = *open.back().first++;
       if (!sm.isInMainFile(sm.getExpansionLoc(d->getLocation()))) continue;
-      if (const auto* ns = dyn_cast<NamespaceDecl>(d)) visit(ns, ctx, reader);
+      if (const auto* ns = dyn_cast<NamespaceDecl>(d))
+        open.emplace_back(ns->decls_begin(), ns->decls_end());
       if (const auto* t = dyn_cast<ClassTemplateDecl>(d)) reader.read(t);
     }
   }
   json::Array& out_;
+};
+
+// What Clang opens that is neither a regular file nor a directory (a FIFO,
+// whose open waits for a writer; a device) reads as an empty file instead, so
+// that IncludeGuard names it where it is included.
+class NoSpecialFiles : public llvm::vfs::ProxyFileSystem {
+ public:
+  explicit NoSpecialFiles(IntrusiveRefCntPtr<llvm::vfs::FileSystem> fs)
+      : ProxyFileSystem(std::move(fs)) {}
+  llvm::ErrorOr<std::unique_ptr<llvm::vfs::File>> openFileForRead(const Twine& path) override {
+    llvm::ErrorOr<llvm::vfs::Status> st = status(path);
+    if (!st || st->isRegularFile() || st->isDirectory())
+      return ProxyFileSystem::openFileForRead(path);
+    return std::unique_ptr<llvm::vfs::File>(
+        new Empty(llvm::vfs::Status::copyWithNewName(*st, path)));
+  }
+
+ private:
+  class Empty : public llvm::vfs::File {
+   public:
+    explicit Empty(llvm::vfs::Status st) : st_(std::move(st)) {}
+    llvm::ErrorOr<llvm::vfs::Status> status() override { return st_; }
+    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> getBuffer(const Twine& name, int64_t, bool,
+                                                                 bool) override {
+      return llvm::MemoryBuffer::getMemBuffer("", name.str());
+    }
+    std::error_code close() override { return {}; }
+
+   private:
+    llvm::vfs::Status st_;
+  };
 };
 
 // An #include of something that is not a regular file (/dev/zero, a FIFO)
@@ -507,35 +567,15 @@ class Factory : public tooling::FrontendActionFactory {
   json::Array& out_;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// What the command line asks for.
+struct Options {
   std::string header, output;
   std::vector<std::string> includes;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if ((a == "-o" || a == "-I") && i + 1 < argc) {
-      (a == "-o" ? output : (includes.emplace_back(), includes.back())) = argv[++i];
-    } else if (a.rfind("-I", 0) == 0 && a.size() > 2) {
-      includes.push_back(a.substr(2));
-    } else if (a == "--version") {
-      std::printf("fsdpgen-layers %d (LLVM %s)\n", kReaderVersion, LLVM_VERSION_STRING);
-      return 0;
-    } else if (a.empty() || a[0] == '-' || !header.empty()) {
-      std::fprintf(stderr,
-                   "fsdpgen-layers: %s '%s'\nusage: fsdpgen-layers HEADER [-o OUT.json] "
-                   "[-I DIR]...\n",
-                   a.empty() || a[0] == '-' ? "unknown option" : "one header at a time, not also",
-                   a.c_str());
-      return 2;
-    } else {
-      header = a;
-    }
-  }
-  if (header.empty()) {
-    std::fprintf(stderr, "usage: fsdpgen-layers HEADER [-o OUT.json] [-I DIR]...\n");
-    return 2;
-  }
+};
+
+// Reads o.header and writes its JSON; the exit status.
+int read_header(const Options& o) {
+  const std::string& header = o.header;
   if (!llvm::sys::fs::is_regular_file(header)) {
     std::fprintf(stderr, "fsdpgen-layers: %s: %s\n", header.c_str(),
                  llvm::sys::fs::exists(header) ? "not a regular file" : "no such file");
@@ -551,15 +591,19 @@ int main(int argc, char** argv) {
   }
   // The header alone, as its own translation unit, C++20, with the API's
   // directory and Clang's own headers (-resource-dir: stddef.h and the like).
+  // Clang's warning of a stack nearly spent is for its own 8 MiB stack.
   std::vector<std::string> args = {
       "-xc++-header",          "-std=c++20",
       "-fsyntax-only",         "-resource-dir=" FSDPGEN_CLANG_RESOURCE_DIR,
-      "-I" FSDPGEN_SOURCE_DIR, "-ftemplate-depth=256",
+      "-I" FSDPGEN_SOURCE_DIR, "-fbracket-depth=256",
+      "-ftemplate-depth=256",  "-Wno-stack-exhausted",
       "-ferror-limit=20"};
-  for (const std::string& dir : includes)
+  for (const std::string& dir : o.includes)
     args.push_back("-I" + dir);
   tooling::FixedCompilationDatabase db(".", args);
-  tooling::ClangTool tool(db, {header});
+  tooling::ClangTool tool(
+      db, {header}, std::make_shared<PCHContainerOperations>(),
+      llvm::makeIntrusiveRefCnt<NoSpecialFiles>(llvm::vfs::getRealFileSystem()));
   json::Array layers;
   Factory factory(layers);
   const int status = tool.run(&factory);
@@ -569,17 +613,144 @@ int main(int argc, char** argv) {
   llvm::raw_string_ostream os(text);
   os << llvm::formatv("{0:2}", json::Value(std::move(doc))) << "\n";
   os.flush();
-  if (output.empty()) {
+  if (o.output.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
   }
   std::error_code ec;
-  llvm::raw_fd_ostream f(output, ec);
+  llvm::raw_fd_ostream f(o.output, ec);
   if (ec) {
-    std::fprintf(stderr, "fsdpgen-layers: cannot write %s: %s\n", output.c_str(),
+    std::fprintf(stderr, "fsdpgen-layers: cannot write %s: %s\n", o.output.c_str(),
                  ec.message().c_str());
     return 1;
   }
   f << text;
   return 0;
+}
+
+// Clang's parser recurses once per level of nesting it reads, and
+// -fbracket-depth bounds parentheses, brackets and braces but not template
+// arguments (W<W<...>>): the reading runs on a thread with a kStackBytes stack
+// of its own above a guard region, and a fault in the guard is reported as
+// nesting too deep, not as a crash.
+constexpr size_t kStackBytes = size_t{512} << 20;
+constexpr size_t kGuardBytes = size_t{1} << 20;
+
+char* g_guard = nullptr;        // the reading thread's guard region
+char g_overflow_message[1024];  // written as it is: a signal handler allocates nothing
+size_t g_overflow_bytes = 0;
+alignas(16) char g_signal_stack[64 << 10];  // where on_fault runs, the thread's stack being spent
+
+// Not instrumented: AddressSanitizer would warn of _exit called on another stack.
+__attribute__((no_sanitize("address"))) void on_fault(int sig, siginfo_t* info, void*) {
+  const char* at = static_cast<const char*>(info->si_addr);
+  if (g_guard && at >= g_guard && at < g_guard + kGuardBytes) {
+    (void)!write(STDERR_FILENO, g_overflow_message, g_overflow_bytes);
+    _exit(1);
+  }
+  signal(sig, SIG_DFL);  // another fault: it recurs on return, with the default action
+}
+
+// read_header(o), whatever it throws caught, on the calling thread; the
+// thread gets a signal stack unless it has one (AddressSanitizer gives one).
+int read_header_caught(const Options& o) {
+  stack_t old{};
+  if (sigaltstack(nullptr, &old) == 0 && (old.ss_flags & SS_DISABLE)) {
+    stack_t alt{};
+    alt.ss_sp = g_signal_stack;
+    alt.ss_size = sizeof g_signal_stack;
+    sigaltstack(&alt, nullptr);
+  }
+  try {
+    return read_header(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fsdpgen-layers: error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "fsdpgen-layers: internal error\n");
+  }
+  return 1;
+}
+
+// read_header_caught(o) on a thread with a kStackBytes stack; its exit status.
+int read_header_on_deep_stack(const Options& o) {
+  void* base = mmap(nullptr, kGuardBytes + kStackBytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (base == MAP_FAILED || mprotect(base, kGuardBytes, PROT_NONE) != 0) {
+    std::fprintf(stderr, "fsdpgen-layers: cannot map a %zu MiB stack to read with: %s\n",
+                 kStackBytes >> 20, std::strerror(errno));
+    return 1;
+  }
+  g_guard = static_cast<char*>(base);
+  const int n = std::snprintf(
+      g_overflow_message, sizeof g_overflow_message,
+      "fsdpgen-layers: error: %s: nested too deeply to read: Clang ran past the reader's %zu MiB "
+      "stack (a layer header nests parentheses, brackets and template arguments a few "
+      "levels deep)\n",
+      o.header.c_str(), kStackBytes >> 20);
+  g_overflow_bytes = std::min(static_cast<size_t>(std::max(n, 0)), sizeof g_overflow_message - 1);
+  struct sigaction sa{};
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, nullptr);
+  struct Job {
+    const Options* o;
+    int status;
+  } job{&o, 1};
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstack(&attr, g_guard + kGuardBytes, kStackBytes);
+  pthread_t thread;
+  const int err = pthread_create(
+      &thread, &attr,
+      [](void* j) -> void* {
+        static_cast<Job*>(j)->status = read_header_caught(*static_cast<Job*>(j)->o);
+        return nullptr;
+      },
+      &job);
+  pthread_attr_destroy(&attr);
+  if (err != 0) {
+    std::fprintf(stderr, "fsdpgen-layers: cannot start the reading thread: %s\n",
+                 std::strerror(err));
+    return 1;
+  }
+  pthread_join(thread, nullptr);
+  return job.status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "-o" || a == "-I") && i + 1 < argc) {
+      (a == "-o" ? o.output : (o.includes.emplace_back(), o.includes.back())) = argv[++i];
+    } else if (a.rfind("-I", 0) == 0 && a.size() > 2) {
+      o.includes.push_back(a.substr(2));
+    } else if (a == "--version") {
+      std::printf("fsdpgen-layers %d (LLVM %s)\n", kReaderVersion, LLVM_VERSION_STRING);
+      return 0;
+    } else if (a.empty() || a[0] == '-' || !o.header.empty()) {
+      std::fprintf(stderr,
+                   "fsdpgen-layers: %s '%s'\nusage: fsdpgen-layers HEADER [-o OUT.json] "
+                   "[-I DIR]...\n",
+                   a.empty() || a[0] == '-' ? "unknown option" : "one header at a time, not also",
+                   a.c_str());
+      return 2;
+    } else {
+      o.header = a;
+    }
+  }
+  if (o.header.empty()) {
+    std::fprintf(stderr, "usage: fsdpgen-layers HEADER [-o OUT.json] [-I DIR]...\n");
+    return 2;
+  }
+  return read_header_on_deep_stack(o);
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "fsdpgen-layers: error: %s\n", e.what());
+  return 1;
+} catch (...) {
+  std::fprintf(stderr, "fsdpgen-layers: internal error\n");
+  return 1;
 }

@@ -1,4 +1,4 @@
-// file_io: pread/pwrite loops, and the output check.
+// file_io: pread/pwrite loops, and the output checks.
 #include "runtime/files/file_io.h"
 
 #include <fcntl.h>
@@ -120,6 +120,12 @@ file_write_problem file_write_check(const std::string& path) {
   if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
     return {problem::cannot_open, dir, std::strerror(errno)};
   return {problem::none, dir, ""};
+}
+
+std::string file_special_kind(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) return "";
+  return file_kind(st.st_mode);
 }
 
 std::string file_output_overlap(const std::string& output, const std::vector<std::string>& inputs,

@@ -49,6 +49,12 @@ struct file_write_problem {
 // root and read-only or special file systems (/proc) refuse only the creation.
 file_write_problem file_write_check(const std::string& path);
 
+// What is at `path` when it exists and is neither a regular file nor a
+// directory (through symlinks): "a FIFO", "a character device" (/dev/zero),
+// "a block device" or "a socket", where a write would wait for a reader
+// forever or go nowhere; "" otherwise.
+std::string file_special_kind(const std::string& path);
+
 // Whether writing `output` would overwrite what a command reads: the same
 // file as one of `inputs` (the same inode, whatever the names, links or
 // symlinks), or a path at or inside the directory `input_dir` (unless it is

@@ -151,7 +151,8 @@ TEST(LayerExpr, InitialisationExpressions) {
   EXPECT_FALSE(parse_init("normal(0.02 / sqrt(2 * n)", &e));
   EXPECT_FALSE(parse_init("normal(0.02 $ 2)", &e));
   EXPECT_EQ(e.offset, 12u);
-  EXPECT_FALSE(parse_init("normal(" + std::string(300, '(') + "1" + std::string(300, ')') + ")", &e));
+  EXPECT_FALSE(
+      parse_init("normal(" + std::string(300, '(') + "1" + std::string(300, ')') + ")", &e));
   EXPECT_NE(e.message.find("nests deeper than 256"), std::string::npos) << e.message;
 }
 

@@ -6,6 +6,8 @@
 // seconds. Skipped, saying why, where the reader is not built (no Clang 19).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -118,6 +120,58 @@ TEST(LayerReader, HostileInputsAreClearErrors) {
   r = fsdpgen::test::run_command(std::string(FSDPGEN_LAYER_READER) + " --frobnicate");
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("usage: fsdpgen-layers"), std::string::npos) << r.out;
+}
+
+// Nesting past any stack, made on the fly: a hundred thousand parentheses in
+// a function body stop at the bracket depth; a million nested template
+// arguments or unary minuses, which no bracket depth bounds, run past the
+// reader's stack and say so. Each is exit 1 within seconds, never a crash.
+TEST(LayerReader, DeepNestingIsANamedErrorWithinSeconds) {
+  SKIP_WITHOUT_READER();
+  const fs::path dir = fs::path(testing::TempDir()) / "deep_layers";
+  fs::create_directories(dir);
+  auto repeat = [](const std::string& s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i)
+      out += s;
+    return out;
+  };
+  std::ofstream(dir / "parentheses.h")
+      << "inline int f() { return " << repeat("(", 100000) << "1" << repeat(")", 100000) << "; }\n";
+  std::ofstream(dir / "template_arguments.h")
+      << "template <class T>\nstruct W {};\ninline void f() { " << repeat("W<", 1000000) << "int"
+      << repeat(">", 1000000) << " w; }\n";
+  std::ofstream(dir / "unary.h") << "inline int f() { return " << repeat("- ", 1000000) << "1; }\n";
+  for (const auto& [name, said] :
+       {std::pair{"parentheses.h", "fatal error: bracket nesting level exceeded maximum of 256"},
+        std::pair{"template_arguments.h",
+                  "fsdpgen-layers: error: template_arguments.h: nested too deeply to read"},
+        std::pair{"unary.h", "fsdpgen-layers: error: unary.h: nested too deeply to read"}}) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto r = read_header(dir / name);
+    EXPECT_EQ(r.status, 1) << name << ":\n" << r.out.substr(0, 2000);
+    EXPECT_NE(r.out.find(said), std::string::npos) << name << ":\n" << r.out.substr(0, 2000);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0)
+        << name;
+  }
+}
+
+// An #include of a FIFO names it where it is included; opening it (which
+// waits for a writer that never comes) is not tried.
+TEST(LayerReader, IncludedFifoIsANamedErrorWithinSeconds) {
+  SKIP_WITHOUT_READER();
+  const fs::path dir = fs::path(testing::TempDir()) / "fifo_layers";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ASSERT_EQ(mkfifo((dir / "pipe.h").c_str(), 0644), 0);
+  std::ofstream(dir / "includes_fifo.h") << "// a FIFO included\n#include \"pipe.h\"\n";
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = read_header(dir / "includes_fifo.h");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("includes_fifo.h:2:10: fatal error: 'pipe.h' is not a regular file"),
+            std::string::npos)
+      << r.out;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
 }
 
 }  // namespace

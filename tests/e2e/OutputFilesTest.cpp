@@ -1,0 +1,46 @@
+// Outputs that are not regular files: --metrics, --save, --trace and
+// --trace-data given a FIFO (whose open would wait for a reader forever),
+// /dev/zero (which keeps nothing) or a directory stop every rank that writes
+// it with the flag, the path and what is there, before the first step.
+#include <sys/stat.h>
+
+#include "tests/e2e/E2e.h"
+
+namespace fsdpgen::test {
+namespace {
+
+TEST(OutputFiles, FifosDevicesAndDirectoriesAreRefusedBeforeTheFirstStep) {
+  const E2eConfig two_ranks;
+  const std::filesystem::path bin = shared_binary(e2e_dir("output_files"), two_ranks.spec());
+  const std::filesystem::path dir = bin.parent_path();
+  const std::filesystem::path fifo = dir / "fifo";
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  std::filesystem::create_directories(dir / "adir");
+  allow_mpi_as_root();
+  struct Output {
+    std::string flag;
+    std::vector<int> ranks;  // the ranks that write it, each of which names it
+  };
+  for (const Output& out : {Output{"--metrics", {0}}, Output{"--save", {0, 1}},
+                            Output{"--trace", {0}}, Output{"--trace-data", {0, 1}}})
+    for (const auto& [path, what] :
+         {std::pair{fifo.string(), "it is a FIFO, not a regular file"},
+          std::pair{std::string("/dev/zero"), "it is a character device, not a regular file"},
+          std::pair{(dir / "adir").string(), "it is a directory"}}) {
+      const CmdResult r = run_command(fmt::format("cd {} && timeout 60 {} --steps 2 {} {}",
+                                                  dir.string(), launch(2, bin), out.flag, path));
+      SCOPED_TRACE(out.flag + " " + path);
+      EXPECT_EQ(r.status, 1) << (r.status == 124 ? "timed out: a rank waited\n" : "") << r.out;
+      for (int rank : out.ranks)
+        EXPECT_NE(r.out.find(fmt::format("rank {}: error: {} {}: cannot write there: {}", rank,
+                                         out.flag, path, what)),
+                  std::string::npos)
+            << r.out;
+      EXPECT_EQ(r.out.find("step 1/2"), std::string::npos) << "trained first:\n" << r.out;
+    }
+  std::filesystem::remove(fifo);
+}
+
+}  // namespace
+}  // namespace fsdpgen::test
