@@ -33,7 +33,8 @@ std::string optimizer_lr_describe(const program& p, int64_t total_steps) {
           ? fmt::format(" (the spec's {}, clamped to the run)", p.train.lr_schedule.warmup)
           : "";
   const std::string warmup =
-      steps > 0 ? fmt::format("{} warm-up steps{} to {:g}", steps, clamped, p.train.optimizer.lr)
+      steps > 0 ? fmt::format("{} warm-up step{}{} to {:g}", steps, steps == 1 ? "" : "s", clamped,
+                              p.train.optimizer.lr)
                 : fmt::format("{:g}", p.train.optimizer.lr);
   if (steps >= total_steps) return warmup + ", the whole run";
   if (p.train.lr_schedule.kind == lr_schedule_kind::constant) return warmup + ", then constant";

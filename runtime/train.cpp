@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -262,6 +263,7 @@ class training_run {
  private:
   void resume();
   void open_data();
+  void warn_if_val_is_trained_on() const;
   void scale_gradients(int64_t step);
   double agree_on_loss(double loss_sum);
   void count(const step_record& r);
@@ -399,6 +401,7 @@ void training_run::open_data() {
                 with_commas(have).c_str());
           val_sequences_ = have;
         }
+        warn_if_val_is_trained_on();
       }
     } catch (const std::exception& e) {
       error = e.what();
@@ -413,6 +416,21 @@ void training_run::open_data() {
       c_.data_trace_fd = fileno(data_trace_.get());
   }
   agree_on_error(error, "opening the data");
+}
+
+// A validation file that is also a training file is not held out: said once.
+void training_run::warn_if_val_is_trained_on() const {
+  if (!lead_) return;
+  for (const mapped_file& v : val_.files)
+    for (const mapped_file& t : data_.files) {
+      std::error_code ec;
+      if (!std::filesystem::equivalent(v.path, t.path, ec)) continue;
+      std::printf(
+          "warning: val: %s is also a training file: validation reads sequences the run trains "
+          "on, so its loss is not a held-out loss\n",
+          v.path.c_str());
+      break;
+    }
 }
 
 // llama: the rotary tables, computed once into the plan's buffer.

@@ -407,7 +407,7 @@ TEST(Validation, NeverReadsASyntheticSequenceTrainingReads) {
 
 // Token files: training on 20 windows (in a shuffled order, wrapping into a
 // second epoch), validating on another file's first 7. The test of the test:
-// validating on the training file itself is caught.
+// validating on the training file itself is caught, and warned of.
 TEST(Validation, NeverReadsATokenWindowTrainingReads) {
   const fs::path work = e2e_dir("validation_disjoint_tokens");
   const fs::path train = work / "train.bin", val = work / "val.bin";
@@ -423,10 +423,16 @@ TEST(Validation, NeverReadsATokenWindowTrainingReads) {
   const validated_binary world2 = validated_binaries()[1];
   const fs::path trace = work / "same_file.trace";
   fs::remove(trace);
-  traced_run(world2, trace,
-             fmt::format("--steps 4 --data {} --val {}", train.string(), train.string()));
+  const std::string out = traced_run(
+      world2, trace, fmt::format("--steps 4 --data {} --val {}", train.string(), train.string()));
   const std::vector<std::string> caught = validation_overlaps(read_data_trace(trace), files);
   EXPECT_FALSE(caught.empty()) << "validating on the training file went unnoticed";
+  // ... by the test, and by the binary, which says so once.
+  EXPECT_NE(out.find(fmt::format("warning: val: {} is also a training file: validation reads "
+                                 "sequences the run trains on",
+                                 train.string())),
+            std::string::npos)
+      << out;
 }
 
 }  // namespace
