@@ -2,13 +2,9 @@
 #include "cli/CheckLayer.h"
 
 #include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,7 +12,6 @@
 #include <fstream>
 #include <map>
 #include <sstream>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -24,9 +19,8 @@
 #include "emit/Build.h"
 #include "layers/LayerDecl.h"
 #include "layers/ReadLayers.h"
+#include "layers/Subprocess.h"
 #include "suggest/Suggest.h"
-
-extern char** environ;
 
 namespace fsdpgen {
 namespace {
@@ -172,32 +166,18 @@ std::string program_text(const layers::BoundLayer& bound, const std::string& hea
 // the signal when killed by one, -1 when it could not start, -2 when it ran
 // past kRunSeconds (then killed).
 int run_program(std::vector<std::string> args, const std::string& out_file) {
-  std::vector<char*> argv;
-  for (std::string& a : args)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid;
-  const int err = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (err != 0) return -1;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kRunSeconds);
-  int status = 0;
-  for (;;) {
-    const pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    if (r < 0) return -1;
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
+  const layers::ProcessEnd e = layers::run_to_file(std::move(args), out_file, kRunSeconds);
+  switch (e.how) {
+    case layers::ProcessEnd::exited:
+      return e.code;
+    case layers::ProcessEnd::killed:
+      return 128 + e.code;
+    case layers::ProcessEnd::timed_out:
       return -2;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    case layers::ProcessEnd::not_started:
+      break;
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return -1;
 }
 
 // A function's name without its arguments: "GeluMlp<float, float>::forward".

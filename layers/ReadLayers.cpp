@@ -1,10 +1,6 @@
 // ReadLayers: running the reader, with a timeout, and its cache; see ReadLayers.h.
 #include "layers/ReadLayers.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -14,9 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
-extern char** environ;
+#include "layers/Subprocess.h"
 
 namespace fsdpgen::layers {
 namespace {
@@ -40,62 +35,24 @@ uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull) {
   return h;
 }
 
-// How a run of the reader ended.
-struct Ended {
-  enum { exited, killed, not_started, timed_out } how = not_started;
-  int code = 0;  // the exit status (exited) or the signal (killed)
-  bool ok() const { return how == exited && code == 0; }
-};
-
-// Runs argv with stdout and stderr into `out_file`; killed past kReaderSeconds.
-Ended run(std::vector<std::string> args, const std::string& out_file) {
-  std::vector<char*> argv;
-  for (std::string& a : args)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid;
-  const int err = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (err != 0) return {};
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kReaderSeconds);
-  int status = 0;
-  for (auto wait = std::chrono::milliseconds(1);; wait = std::min(wait * 2, decltype(wait)(50))) {
-    const pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    if (r < 0) return {};
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return {Ended::timed_out};
-    }
-    std::this_thread::sleep_for(wait);
-  }
-  if (WIFSIGNALED(status)) return {Ended::killed, WTERMSIG(status)};
-  return {Ended::exited, WEXITSTATUS(status)};
-}
-
 // What a reader run on `header` that did not answer said: what it printed,
 // after a line saying how it ended where that line is news (a signal, a
 // silent exit status).
-std::string failure(const Ended& e, const std::string& said, const std::string& reader,
+std::string failure(const ProcessEnd& e, const std::string& said, const std::string& reader,
                     const std::string& header) {
   const bool silent = said.find_first_not_of(" \t\r\n") == std::string::npos;
   switch (e.how) {
-    case Ended::not_started:
+    case ProcessEnd::not_started:
       return "cannot run the layer reader " + reader;
-    case Ended::timed_out:
+    case ProcessEnd::timed_out:
       return "the layer reader " + reader + " ran past " + std::to_string(kReaderSeconds) +
              " s reading " + header + " and was stopped";
-    case Ended::killed: {
+    case ProcessEnd::killed: {
       const char* name = strsignal(e.code);
       return "the layer reader " + reader + " was killed by signal " + std::to_string(e.code) +
              " (" + (name ? name : "unknown") + ") reading " + header + (silent ? "" : "\n" + said);
     }
-    case Ended::exited:
+    case ProcessEnd::exited:
       break;
   }
   if (!silent) return said;
@@ -135,7 +92,7 @@ ReadResult read_layers(const std::string& reader, const std::string& header,
   // The key: the header, the reader's version line and the flags it is run with.
   std::error_code ec;
   const fs::path tmp = fs::temp_directory_path(ec) / ("fsdpgen-layers-" + std::to_string(getpid()));
-  const Ended v = run({reader, "--version"}, tmp.string());
+  const ProcessEnd v = run_to_file({reader, "--version"}, tmp.string(), kReaderSeconds);
   const std::string version = v.ok() ? slurp(tmp).value_or("") : "";
   if (!v.ok() || version.empty()) {
     fs::remove(tmp, ec);
@@ -156,7 +113,8 @@ ReadResult read_layers(const std::string& reader, const std::string& header,
   }
   if (json.empty()) {
     const fs::path out = tmp.string() + ".json";
-    const Ended ended = run({reader, header, "-o", out.string()}, tmp.string());
+    const ProcessEnd ended =
+        run_to_file({reader, header, "-o", out.string()}, tmp.string(), kReaderSeconds);
     const std::string said = slurp(tmp).value_or("");
     fs::remove(tmp, ec);
     if (!ended.ok()) {
