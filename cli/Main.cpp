@@ -10,6 +10,8 @@
 //   fsdpgen compare PREDICTED.json MEASURED.json [--rank R] [--top N] [-o merged.json]
 //   fsdpgen check-layer HEADER LAYER --hyper NAME=VALUE... [--dtype bf16|fp16] [--tokens N]
 //   fsdpgen import-hf DIR|config.json [-o spec.fsdp]
+//   fsdpgen tune spec.fsdp [--world N | --worlds 8,16,32] [--gpu KIND | --hardware PROFILE]
+//                [-o tuned.fsdp] [--top K] [--keep KNOB...] [--allow-batch-change]
 // Each subcommand but merge and import-hf runs the pipeline (planner/Pipeline.h) up to its
 // last pass; --dump-after PASS prints a pass's IR and --time-passes times them.
 #include <glob.h>
@@ -32,6 +34,7 @@
 #include "cli/Calibrate.h"
 #include "cli/CheckLayer.h"
 #include "cli/HfSpec.h"
+#include "cli/Tune.h"
 #include "dsl/Layers.h"
 #include "dsl/Print.h"
 #include "dsl/Values.h"
@@ -881,11 +884,40 @@ static int run_fsdpgen(int argc, char** argv) {
       "Exit status: 0 written, 1 the config cannot be read or has keys no spec represents (all "
       "named) or the spec cannot be written, 2 bad command line.");
 
+  fsdpgen::TuneCliOptions tune_opts;
+  CLI::App* tune = app.add_subcommand(
+      "tune",
+      "the fastest configuration that fits: every sharding, units, recompute, offload, "
+      "micro-batch x accumulation (same global batch), reduce and prefetch choice planned and "
+      "timed, ranked");
+  tune->add_option("spec", tune_opts.spec, "the .fsdp spec file")->required();
+  tune->add_option("--world", tune_opts.world, "number of ranks (replaces parallel.world)");
+  tune->add_option("--worlds", tune_opts.worlds,
+                   "sweep these worlds instead (e.g. 8,16,32), the global batch kept");
+  tune->add_option("--gpu", tune_opts.gpu,
+                   "built-in hardware to tune for (default: h100-sxm where a GPU is visible, "
+                   "else cpu)");
+  tune->add_option("--hardware", tune_opts.hardware,
+                   "a hardware profile `fsdpgen calibrate` measured (.json), or a built-in name");
+  tune->add_option("-o,--output", tune_opts.output,
+                   "write the winner: the spec with only the changed keys rewritten");
+  tune->add_option("--top", tune_opts.top, "rows in the ranked table (default 10)");
+  tune->add_option("--keep", tune_opts.keep,
+                   "knobs kept as written: sharding, units, recompute, offload, micro_batch, "
+                   "reduce, prefetch, precision")
+      ->expected(1, -1);
+  tune->add_flag("--allow-batch-change", tune_opts.allow_batch_change,
+                 "also try other global batches (each such row says so)");
+  tune->add_flag("--time-passes", tune_opts.time_passes, "print where the search's time went");
+  tune->footer(
+      "Exit status: 0 something fits (ranked; -o written), 4 nothing fits (the smallest world "
+      "that would is named), 1 the spec has errors or -o cannot be written, 2 bad command line.");
+
   // `fsdpgen spec.fsdp -o train` is `fsdpgen build spec.fsdp -o train`.
   std::vector<std::string> args(argv + 1, argv + argc);
-  const std::vector<std::string_view> commands = {"check",       "schedule", "plan",      "emit",
-                                                  "build",       "merge",    "calibrate", "compare",
-                                                  "check-layer", "import-hf"};
+  const std::vector<std::string_view> commands = {
+      "check",     "schedule", "plan",        "emit",      "build", "merge",
+      "calibrate", "compare",  "check-layer", "import-hf", "tune"};
   if (!args.empty() && !args[0].empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
     if (!fsdpgen::looks_like_spec_path(args[0])) {
@@ -916,6 +948,7 @@ static int run_fsdpgen(int argc, char** argv) {
   if (calibrate->parsed()) return fsdpgen::run_calibrate(calibrate_opts, fsdpgen::gpu_visible());
   if (check_layer->parsed()) return fsdpgen::run_check_layer(layer_opts);
   if (import_hf->parsed()) return fsdpgen::run_import_hf(import_source, import_output);
+  if (tune->parsed()) return fsdpgen::run_tune(tune_opts, fsdpgen::gpu_visible());
   if (compare->parsed())
     return fsdpgen::run_compare(compare_predicted, compare_measured, compare_rank, compare_top,
                                 compare_merged);

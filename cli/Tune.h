@@ -1,0 +1,32 @@
+// Tune: `fsdpgen tune SPEC`, the fastest configuration of a spec that fits,
+// chosen by the planner and the cost model (planner/Tune.h): a ranked table,
+// the spec's own rank, the Pareto front of memory against time, the best
+// candidate that does not fit, and with -o the winner written as a spec.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fsdpgen {
+
+struct TuneCliOptions {
+  std::string spec;
+  std::optional<int64_t> world;  // replaces parallel.world
+  std::string gpu;               // --gpu KIND (empty: not given)
+  std::string hardware;          // --hardware PROFILE|NAME (empty: not given)
+  std::string output;            // -o: the winner as a spec
+  int64_t top = 10;
+  std::vector<std::string> keep;  // knobs pinned (planner/Tune.h's kTuneKnobs)
+  bool allow_batch_change = false;
+  std::string worlds;  // "8,16,32": a sweep
+  bool time_passes = false;
+};
+
+// Returns the exit status: 0 something fits (and -o was written), 4 nothing
+// fits (the smallest world that would is named), 1 the spec has errors or
+// the output cannot be written, 2 a bad command line.
+int run_tune(const TuneCliOptions& options, bool gpu_visible);
+
+}  // namespace fsdpgen

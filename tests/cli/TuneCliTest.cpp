@@ -1,0 +1,129 @@
+// fsdpgen tune from the command line: the table's shape, the spec's own
+// rank, -o round-tripping through check --dump, exit codes and bad flags.
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/common/Command.h"
+
+namespace {
+
+using fsdpgen::test::CmdResult;
+using fsdpgen::test::run;
+
+std::string spec(const std::string& name) {
+  return std::string(FSDPGEN_SOURCE_DIR) + "/specs/" + name;
+}
+
+bool has(const CmdResult& r, const std::string& s) {
+  return r.out.find(s) != std::string::npos;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = std::string(FSDPGEN_E2E_WORK_ROOT) + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Rows of the ranked table: "    1      150.9 ..." (a '*' marks the spec's own).
+int ranked_rows(const std::string& out) {
+  static const std::regex row(R"(\n +(\*|\*?[0-9]+) +[0-9.]+ +[0-9]+ +[0-9.]+% )");
+  return static_cast<int>(
+      std::distance(std::sregex_iterator(out.begin(), out.end(), row), std::sregex_iterator()));
+}
+
+TEST(CliTune, TinyTableAndOwnRank) {
+  CmdResult r = run("tune " + spec("tiny.fsdp") + " --gpu cpu --top 4");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(has(r, "tune of tiny on 2 x cpu")) << r.out;
+  EXPECT_TRUE(has(r, "figures: built-in figures for 'cpu'")) << r.out;
+  EXPECT_TRUE(has(r, "global batch: 16 sequences")) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("[0-9]+ candidates: [0-9]+ planned in full")))
+      << r.out;
+  EXPECT_TRUE(has(r, "the 4 fastest that fit:")) << r.out;
+  EXPECT_TRUE(has(r, "rank     step ms   tok/s/GPU     MFU")) << r.out;
+  EXPECT_EQ(ranked_rows(r.out), 4 + (has(r, "ranks") ? 0 : 1)) << r.out;
+  EXPECT_TRUE(has(r, "the spec as written (*)")) << r.out;
+  EXPECT_TRUE(has(r, "Pareto front")) << r.out;
+}
+
+TEST(CliTune, Gpt2XlOnEightA100sDropsRecompute) {
+  const std::string dir = fresh_dir("cli-tune-gpt2-1.5b");
+  CmdResult r = run("tune " + spec("gpt2-1.5b.fsdp") + " --world 8 --gpu a100-40g --top 3 -o " +
+                    dir + "/tuned.fsdp --keep prefetch");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(ranked_rows(r.out), 3 + 1) << r.out;  // the top 3 and the spec's own row
+  EXPECT_TRUE(has(r, "recompute = none")) << r.out;
+  EXPECT_TRUE(has(r, "is not in the top 3; the winner is")) << r.out;
+  EXPECT_TRUE(has(r, "kept as written: prefetch")) << r.out;
+  EXPECT_TRUE(has(r, "wrote " + dir + "/tuned.fsdp")) << r.out;
+  // The written spec keeps the comments and reads back; check --dump round-trips it.
+  const std::string tuned = read_file(dir + "/tuned.fsdp");
+  EXPECT_NE(tuned.find("# gpt2-1.5b: GPT-2 XL"), std::string::npos) << tuned;
+  EXPECT_NE(tuned.find("recompute = none"), std::string::npos) << tuned;
+  CmdResult dump = run("check --dump " + dir + "/tuned.fsdp");
+  ASSERT_EQ(dump.status, 0) << dump.out;
+  {
+    std::ofstream f(dir + "/dumped.fsdp");
+    f << dump.out.substr(dump.out.find('\n') + 1);
+  }
+  CmdResult again = run("check --dump " + dir + "/dumped.fsdp");
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_EQ(again.out.substr(again.out.find('\n') + 1), dump.out.substr(dump.out.find('\n') + 1));
+  // Tuning the tuned spec finds it first.
+  CmdResult twice =
+      run("tune " + dir + "/tuned.fsdp --world 8 --gpu a100-40g --top 3 --keep prefetch");
+  ASSERT_EQ(twice.status, 0) << twice.out;
+  EXPECT_TRUE(has(twice, "the spec as written (*) ranks 1 of the 3")) << twice.out;
+}
+
+TEST(CliTune, NothingFitsExitsFourNamingTheWorld) {
+  CmdResult r =
+      run("tune " + spec("llama3-8b.fsdp") + " --world 1 --gpu cpu --keep units prefetch");
+  EXPECT_EQ(r.status, 4) << r.out;
+  EXPECT_TRUE(has(r, "nothing fits on 1 x cpu")) << r.out;
+  EXPECT_TRUE(has(r, "lacks")) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("the smallest world that fits: [0-9]+ ranks")))
+      << r.out;
+}
+
+TEST(CliTune, BadFlagsAreNamed) {
+  CmdResult r = run("tune " + spec("tiny.fsdp") + " --keep prefech");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_TRUE(has(r, "--keep prefech: no such knob (did you mean 'prefetch'?)")) << r.out;
+  r = run("tune " + spec("tiny.fsdp") + " --worlds 2,x");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_TRUE(has(r, "--worlds 2,x: 'x' is not a world size")) << r.out;
+  r = run("tune " + spec("tiny.fsdp") + " --worlds 2 --world 4");
+  EXPECT_EQ(r.status, 2) << r.out;
+  r = run("tune " + spec("tiny.fsdp") + " --top 0");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_TRUE(has(r, "--top 0: must be at least 1")) << r.out;
+  r = run("tune " + spec("tiny.fsdp") + " --gpu a100");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_TRUE(has(r, "unknown hardware 'a100'")) << r.out;
+  r = run("tune " + spec("tiny.fsdp") + " --world 0");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r, "--world 0")) << r.out;
+}
+
+TEST(CliTune, WorldsSweepNamesSkippedWorlds) {
+  CmdResult r = run("tune " + spec("tiny.fsdp") + " --gpu cpu --worlds 1,2,3 --top 2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(has(r, "tune of tiny on {1,2,3} x cpu")) << r.out;
+  EXPECT_TRUE(has(r, "note: world 3: ranks_per_node 2 does not divide it")) << r.out;
+}
+
+}  // namespace

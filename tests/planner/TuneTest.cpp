@@ -1,0 +1,246 @@
+// tune (planner/Tune.h): the global batch kept, the spec's own configuration
+// ranked, pruning that never changes the top, sound lower bounds, a winner
+// that fits, and the spec rewrite that reads back as the winner.
+#include <string>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "dsl/Frontend.h"
+#include "dsl/Source.h"
+#include "dsl/Units.h"
+#include "planner/Fit.h"
+#include "planner/Tune.h"
+
+namespace fsdpgen {
+namespace {
+
+std::string spec_path(const std::string& name) {
+  return std::string(FSDPGEN_SOURCE_DIR) + "/specs/" + name;
+}
+
+Spec load(const std::string& name, std::optional<int64_t> world = std::nullopt) {
+  SpecOverrides o;
+  o.world = world;
+  FrontendResult r = load_spec_file(spec_path(name), o);
+  EXPECT_TRUE(r.spec) << r.diagnostics;
+  return *r.spec;
+}
+
+std::string text_of(const std::string& name) {
+  std::string text, why;
+  EXPECT_TRUE(read_file(spec_path(name), text, why)) << why;
+  return text;
+}
+
+int64_t global_batch(const Spec& s) {
+  return s.parallel.world * s.train.micro_batch * s.parallel.accumulate.micro_batches;
+}
+
+TEST(Tune, GlobalBatchKeptAndOwnConfigurationRanked) {
+  const Spec spec = load("tiny.fsdp");
+  const Hardware hw = *find_hardware("cpu");
+  TuneOptions o;
+  o.top = 1 << 20;  // every fitting candidate ranked
+  o.prune = false;
+  TuneResult r = tune(spec, hw, o);
+  ASSERT_GT(r.planned, 100);
+  EXPECT_EQ(r.planned, r.candidates);
+  EXPECT_EQ(r.pruned_memory + r.pruned_time, 0);
+  int own = 0;
+  bool varied_batch = false;
+  for (const TuneCandidate& c : r.all_planned) {
+    EXPECT_EQ(global_batch(c.spec), global_batch(spec))
+        << fmt::format("{}", fmt::join(c.changes, ", "));
+    EXPECT_FALSE(c.batch_changed);
+    EXPECT_EQ(c.spec.model, spec.model);
+    EXPECT_EQ(c.spec.train.optimizer, spec.train.optimizer);
+    EXPECT_EQ(c.spec.parallel.precision.param, spec.parallel.precision.param);
+    varied_batch = varied_batch || c.spec.train.micro_batch != spec.train.micro_batch;
+    own += c.own;
+  }
+  EXPECT_TRUE(varied_batch);
+  EXPECT_EQ(own, 1);
+  ASSERT_TRUE(r.own);
+  EXPECT_TRUE(r.own->changes.empty());
+  ASSERT_GT(r.own_rank, 0);
+  EXPECT_TRUE(r.top[r.own_rank - 1].own);
+  EXPECT_DOUBLE_EQ(r.top[r.own_rank - 1].step_ms, plan_for(spec, hw).timeline.step_ms);
+  for (size_t i = 1; i < r.top.size(); ++i)
+    EXPECT_LE(r.top[i - 1].step_ms, r.top[i].step_ms);
+}
+
+// Pruned and unpruned searches rank the same top; every bound the search
+// used is below what the full plan found.
+void expect_pruning_keeps_the_top(const Spec& spec, const Hardware& hw, TuneOptions o) {
+  o.prune = false;
+  const TuneResult full = tune(spec, hw, o);
+  o.prune = true;
+  const TuneResult pruned = tune(spec, hw, o);
+  EXPECT_LT(pruned.planned, full.planned);
+  EXPECT_EQ(pruned.candidates, full.candidates);
+  EXPECT_EQ(pruned.planned + pruned.pruned_memory + pruned.pruned_time, pruned.candidates);
+  ASSERT_EQ(pruned.top.size(), full.top.size());
+  for (size_t i = 0; i < full.top.size(); ++i)
+    EXPECT_DOUBLE_EQ(pruned.top[i].step_ms, full.top[i].step_ms) << i;
+  for (const TuneCandidate& c : full.all_planned) {
+    if (c.own) continue;  // planned before any bound
+    EXPECT_LE(c.step_lower_bound_ms, c.step_ms * (1 + 1e-9))
+        << fmt::format("{}", fmt::join(c.changes, ", "));
+    EXPECT_LE(c.device_lower_bound_bytes, c.device_bytes)
+        << fmt::format("{}", fmt::join(c.changes, ", "));
+  }
+}
+
+TEST(Tune, PruningNeverDropsABetterCandidateTiny) {
+  TuneOptions o;
+  o.top = 5;
+  expect_pruning_keeps_the_top(load("tiny.fsdp"), *find_hardware("cpu"), o);
+}
+
+TEST(Tune, PruningNeverDropsABetterCandidateOnAGpu) {
+  // gpt2-124m over 8 A100-40GB, where memory prunes and fits both happen.
+  TuneOptions o;
+  o.top = 3;
+  o.keep = {"prefetch"};
+  expect_pruning_keeps_the_top(load("gpt2-124m.fsdp"), *find_hardware("a100-40g"), o);
+}
+
+TEST(Tune, WinnerFitsAndBeatsTheSpec) {
+  const Spec spec = load("gpt2-1.5b.fsdp", 8);
+  const Hardware hw = *find_hardware("a100-40g");
+  TuneOptions o;
+  o.top = 3;
+  o.keep = {"prefetch"};
+  TuneResult r = tune(spec, hw, o);
+  ASSERT_FALSE(r.top.empty());
+  const TuneCandidate& w = r.top.front();
+  EXPECT_TRUE(w.fits);
+  PlanResult again = plan_for(w.spec, hw);
+  EXPECT_TRUE(again.fits);
+  EXPECT_DOUBLE_EQ(again.timeline.step_ms, w.step_ms);
+  ASSERT_TRUE(r.own);
+  EXPECT_LT(w.step_ms, r.own->step_ms);  // the spec recomputes at 17% of the device
+  EXPECT_GT(r.pruned_memory + r.pruned_time, 0);
+}
+
+TEST(Tune, KeepPinsKnobs) {
+  const Spec spec = load("tiny.fsdp");
+  TuneOptions o;
+  o.top = 1 << 20;
+  o.prune = false;
+  o.keep = {"sharding", "units", "prefetch", "micro_batch"};
+  TuneResult r = tune(spec, *find_hardware("cpu"), o);
+  for (const TuneCandidate& c : r.all_planned) {
+    EXPECT_EQ(c.spec.parallel.sharding, spec.parallel.sharding);
+    EXPECT_EQ(c.spec.units, spec.units);
+    EXPECT_EQ(c.spec.parallel.prefetch, spec.parallel.prefetch);
+    EXPECT_EQ(c.spec.train.micro_batch, spec.train.micro_batch);
+  }
+  EXPECT_EQ(unknown_knob_error({"units", "prefech"}),
+            "--keep prefech: no such knob (did you mean 'prefetch'?); tune's knobs are "
+            "'sharding', 'units', 'recompute', 'offload', 'micro_batch', 'reduce', 'prefetch' and "
+            "'precision'");
+  EXPECT_EQ(unknown_knob_error({"units"}), "");
+}
+
+TEST(Tune, WorldsSweepAndBatchChange) {
+  const Spec spec = load("tiny.fsdp");
+  TuneOptions o;
+  o.top = 3;
+  o.worlds = {1, 2, 4, 3};
+  TuneResult r = tune(spec, *find_hardware("cpu"), o);
+  ASSERT_EQ(r.notes.size(), 1u);  // 16 sequences do not split over 3 ranks
+  EXPECT_NE(r.notes[0].find("world 3"), std::string::npos) << r.notes[0];
+  for (const TuneCandidate& c : r.all_planned)
+    EXPECT_EQ(global_batch(c.spec), global_batch(spec));
+  o.worlds = {};
+  o.allow_batch_change = true;
+  o.prune = false;
+  o.keep = {"sharding", "units", "prefetch"};
+  r = tune(spec, *find_hardware("cpu"), o);
+  bool flagged = false;
+  for (const TuneCandidate& c : r.all_planned) {
+    EXPECT_EQ(c.batch_changed, global_batch(c.spec) != global_batch(spec));
+    flagged = flagged || c.batch_changed;
+  }
+  EXPECT_TRUE(flagged);
+}
+
+// The rewrite keeps comments and layout and reads back as the target.
+TEST(Tune, RewriteChangesOnlyTheKnobs) {
+  const std::string name = spec_path("gpt2-1.5b.fsdp");
+  const std::string text = text_of("gpt2-1.5b.fsdp");
+  const Spec from = load("gpt2-1.5b.fsdp");
+  Spec to = from;
+  ParallelSpec& p = to.parallel;
+  p.sharding = Sharding::FullShard;
+  p.shard_group = p.world;
+  p.precision.reduce = DType::BF16;
+  p.prefetch = {false, BackwardPrefetch::Post, 3};
+  p.recompute = Recompute::Block;
+  p.offload = Offload::Cpu;
+  p.offload_activations = true;
+  p.accumulate = {2, AccumulateReduce::Last};
+  to.train.micro_batch = 16;
+  to.units = policy_units(from.model, UnitPolicy::EachLinear);
+  const std::string out = rewrite_spec_text(name, text, from, to);
+  FrontendResult back = load_spec_text(name, out);
+  ASSERT_TRUE(back.spec) << back.diagnostics << out;
+  EXPECT_EQ(back.spec->parallel, to.parallel);
+  EXPECT_EQ(back.spec->train.micro_batch, 16);
+  EXPECT_EQ(back.spec->model, from.model);
+  EXPECT_EQ(back.spec->units, to.units);
+  // Comments and untouched lines stay; shard_group went with hybrid sharding.
+  EXPECT_NE(out.find("# Two nodes of eight GPUs with hybrid sharding"), std::string::npos);
+  EXPECT_NE(out.find("  ranks_per_node = 8\n"), std::string::npos);
+  EXPECT_NE(out.find("  sharding       = full_shard\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("shard_group"), std::string::npos) << out;
+  EXPECT_NE(out.find("  checkpoint(every = 1000"), std::string::npos);
+  // No change: the text as it was.
+  EXPECT_EQ(rewrite_spec_text(name, text, from, from), text);
+}
+
+TEST(Tune, RewriteAddsWhatTheSpecLeftOut) {
+  // gpt-1t has no accumulate and writes offload as a block; tiny writes offload = none.
+  for (const char* file : {"gpt-1t.fsdp", "tiny.fsdp"}) {
+    const std::string name = spec_path(file);
+    const Spec from = load(file);
+    Spec to = from;
+    to.parallel.accumulate = {2, AccumulateReduce::Last};
+    to.train.micro_batch = from.train.micro_batch / 2;
+    to.parallel.offload_activations = !from.parallel.offload_activations;
+    to.parallel.recompute = Recompute::Block;
+    to.parallel.sharding = Sharding::HybridShard;
+    to.parallel.shard_group = 2;
+    const std::string out = rewrite_spec_text(name, text_of(file), from, to);
+    FrontendResult back = load_spec_text(name, out);
+    ASSERT_TRUE(back.spec) << back.diagnostics << out;
+    EXPECT_EQ(back.spec->parallel, to.parallel) << out;
+    EXPECT_EQ(back.spec->train.micro_batch, to.train.micro_batch);
+  }
+}
+
+TEST(Tune, RewriteChangesTheUnitsPolicy) {
+  const std::string name = spec_path("tiny.fsdp");
+  const Spec from = load("tiny.fsdp");
+  TuneOptions o;
+  o.top = 1 << 20;
+  o.prune = false;
+  o.keep = {"sharding", "recompute", "offload", "micro_batch", "reduce", "prefetch"};
+  TuneResult r = tune(from, *find_hardware("cpu"), o);
+  int units_changed = 0;
+  for (const TuneCandidate& c : r.all_planned) {
+    if (c.spec.units == from.units) continue;
+    ++units_changed;
+    const std::string out = rewrite_spec_text(name, text_of("tiny.fsdp"), from, c.spec);
+    FrontendResult back = load_spec_text(name, out);
+    ASSERT_TRUE(back.spec) << back.diagnostics << out;
+    EXPECT_EQ(back.spec->units, c.spec.units) << out;
+    EXPECT_NE(out.find("# one wrap unit per transformer block"), std::string::npos) << out;
+  }
+  EXPECT_GE(units_changed, 2);  // each linear, group 2 blocks
+}
+
+}  // namespace
+}  // namespace fsdpgen
