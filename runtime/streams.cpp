@@ -3,7 +3,9 @@
 
 #include <sys/prctl.h>
 
+#include <chrono>
 #include <climits>
+#include <thread>
 
 #include "runtime/check.h"
 #include "runtime/red_zones.h"
@@ -48,14 +50,20 @@ void fail(stream_executor& e) {
   release_all(e);
 }
 
-void run_op(stream_executor& e, int id, int64_t step) {
+void run_op(stream_executor& e, int stream, int id, int64_t step, bool stall) {
   const program_op& op = e.p->ops[id];
   for (int i = 0; i < op.dep_count; ++i)
     wait_for(e.done[op.deps[i]], step, e);
   const bool red = red_zones_enabled(*e.p);
   if (red) red_zones_arm(*e.p, e.ctx->device, e.ctx->host, id);
-  e.start_ns[id] = trace_clock_ns() - e.step_start_ns;
+  const int64_t start = trace_clock_ns();
+  e.start_ns[id] = start - e.step_start_ns;
+  watch_stream_slot& slot = e.watch->streams[stream];
+  watch_enter(slot, id, start);
+  if (stall)
+    std::this_thread::sleep_for(std::chrono::duration<double>(e.watch->inject_stall_seconds));
   op.run(*e.ctx);
+  watch_leave(slot);
   e.end_ns[id] = trace_clock_ns() - e.step_start_ns;
   if (red) red_zones_check(*e.p, e.ctx->device, e.ctx->host, id);
   // Raise, never lower: a failure may already have released this event.
@@ -67,9 +75,11 @@ void run_op(stream_executor& e, int id, int64_t step) {
 
 void run_stream(stream_executor& e, int stream, int64_t step) {
   const int limit = e.limit.load(std::memory_order_relaxed);  // ordered by go's release
+  bool stall = stream == static_cast<int>(stream_id::compute) && e.stall_first_op;
   for (int id : e.ops_of[stream]) {
     if (id >= limit) break;  // issue order: the rest lie beyond too
-    run_op(e, id, step);
+    run_op(e, stream, id, step, stall);
+    stall = false;
   }
 }
 
@@ -94,6 +104,7 @@ void streams_start(stream_executor& e, const program& p, step_context& ctx) {
   prctl(PR_SET_TIMERSLACK, 1000UL);
   e.p = &p;
   e.ctx = &ctx;
+  e.watch = &watch_process_status();
   e.done = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(p.op_count));
   // With red zones (--check) every op runs on this thread in issue order, so
   // that a changed zone is the op's that just ran.
@@ -111,6 +122,10 @@ void streams_start(stream_executor& e, const program& p, step_context& ctx) {
 
 void streams_run_step(stream_executor& e, int64_t step, int op_count) {
   const int limit = op_count < 0 ? e.p->op_count : op_count;
+  const bool validation = e.ctx->validation_pass >= 0;
+  e.watch->step.store(e.ctx->step, std::memory_order_relaxed);
+  e.watch->validation_pass.store(e.ctx->validation_pass, std::memory_order_relaxed);
+  e.stall_first_op = !validation && e.ctx->step == e.watch->inject_stall_step;
   e.step_start_ns = trace_clock_ns();
   e.limit.store(limit, std::memory_order_relaxed);
   e.go.store(step, std::memory_order_release);

@@ -5,6 +5,7 @@
 // finished), then runs, then records its event. A failure on any stream stops
 // every stream and is rethrown by streams_run_step. A program built with red
 // zones (runtime/red_zones.h) runs every op on the calling thread, checked.
+// Each stream tells the watchdog (runtime/watchdog.h) which op it runs.
 #pragma once
 
 #include <atomic>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "runtime/program.h"
+#include "runtime/watchdog.h"
 
 struct stream_executor {
   const program* p = nullptr;
@@ -31,6 +33,8 @@ struct stream_executor {
   std::vector<std::thread> workers;
   int64_t step_start_ns = 0;
   std::vector<int64_t> start_ns, end_ns;  // per op, this step, from step start
+  watch_status* watch = nullptr;          // the process's (watch_process_status)
+  bool stall_first_op = false;            // --inject-stall: this step's first compute op sleeps
 };
 
 void streams_start(stream_executor& e, const program& p, step_context& ctx);

@@ -43,6 +43,7 @@
 #include "runtime/run_settings.h"
 #include "runtime/step.h"
 #include "runtime/trace.h"
+#include "runtime/watchdog.h"
 #include "runtime/weights.h"
 
 namespace {
@@ -78,6 +79,8 @@ struct options {
   int64_t inject_overflow = -1;
   int64_t inject_leak_bytes = 0;
   double inject_grad_scale = 1;
+  std::string inject_stall;  // RANK:STEP:SECONDS (runtime/watchdog.h)
+  watchdog_options watch;
   bool resume = false;
   std::string resume_from;  // empty: the newest checkpoint in the checkpoint directory
   bool allow_batch_change = false;
@@ -587,7 +590,10 @@ double training_run::agree_on_loss(double loss_sum) {
   const bool bad = !data_error_text_.empty();
   const double mine[3] = {loss_sum, g_stop_signal.load() ? 1.0 : 0.0, bad ? 1.0 : 0.0};
   double all[3] = {0, 0, 0};
+  watch_stream_slot& watched = watch_process_status().streams[static_cast<int>(stream_id::compute)];
+  watch_enter(watched, kWatchLossAllReduce, trace_clock_ns());
   MPI_CHECK(MPI_Allreduce(mine, all, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  watch_leave(watched);
   stop_ = all[1] > 0;
   data_error_ = all[2] > 0;
   return all[0];
@@ -774,9 +780,15 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   const checkpoint_run launched = run_settings_of(p, o.run);
   // Without a value, --resume looks in the checkpoint directory of the flags or the spec.
   const std::string resume_from = o.resume ? resume_path(o, launched.checkpoint_dir, lead) : "";
-  training_run t(p, o, resolve_run(p, o, launched, resume_from, lead), resume_from, li);
+  const checkpoint_run settled = resolve_run(p, o, launched, resume_from, lead);
+  training_run t(p, o, settled, resume_from, li);
   t.check_outputs();
   t.set_up(kind);
+  // After the arena is made: its thread's first pages are not the arena's
+  // growth the memory report measures.
+  const std::unique_ptr<watchdog> watch =
+      watchdog_start(p, o.watch, li.rank, li.world, li.local_size, settled.checkpoint_dir,
+                     settled.checkpoint_every > 0);
   t.load_weights();
   t.print_banner();
   t.open_metrics();
@@ -895,6 +907,18 @@ int train(const program& p, int argc, char** argv, const backend_kind& kind) {
                  "testing aid: at world > 1, multiply every gradient by this factor unknown to "
                  "the optimizer, as a wrong average across ranks would")
       ->check(positive_number());
+  app.add_option("--inject-stall", o.inject_stall,
+                 "testing aid: RANK:STEP:SECONDS: that rank sleeps this long in its first compute "
+                 "op of this 0-based step, as a stuck rank would (the watchdog reports it past "
+                 "--stall-timeout)");
+  app.add_option("--stall-timeout", o.watch.stall_timeout_s,
+                 "seconds an op may run before the watchdog reports a stall, naming the rank, "
+                 "op and step, and every rank exits with code 3 (default 60)")
+      ->check(positive_number());
+  app.add_option("--watch-dir", o.watch.watch_dir,
+                 "where the watchdog makes the job's directory of rank records, visible to every "
+                 "rank (default: /dev/shm when every rank is on this node, else the checkpoint "
+                 "directory's parent)");
   app.add_option("--trace-data", o.trace_data,
                  "testing aid: every rank appends to this file one line per sequence it reads, "
                  "training or validating: where it came from and a hash of its tokens "
@@ -945,8 +969,20 @@ int train(const program& p, int argc, char** argv, const backend_kind& kind) {
                    run_steps == 1 ? "" : "s");
       return 2;
     }
+  watch_injected_stall stall;
+  if (!o.inject_stall.empty()) {
+    const std::string why = watch_parse_injected_stall(o.inject_stall, p.parallel.world, stall);
+    if (!why.empty()) {
+      std::fprintf(stderr, "error: --inject-stall: %s (--help lists the flags)\n", why.c_str());
+      return 2;
+    }
+  }
   launch_info li = launch_init(p, argc, argv);
   install_stop_handlers();
+  if (li.rank == stall.rank) {
+    watch_process_status().inject_stall_step = stall.step;
+    watch_process_status().inject_stall_seconds = stall.seconds;
+  }
   try {
     run(p, o, li, kind);
   } catch (const agreed_error& e) {

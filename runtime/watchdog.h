@@ -1,0 +1,109 @@
+// watchdog: never a silent hang. Each stream says which op it runs (relaxed
+// atomic stores, nothing allocated); a monitor thread per rank publishes
+// that, with a heartbeat, to a small file in a job-shared watch directory (a
+// side channel beside the blocked communicators), and when one of its ops
+// outlasts the stall timeout composes one report from every rank's file,
+// printed by the first rank to claim it, and ends the rank with exit code 3.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/program.h"
+
+// A rank that stalled exits with this status (0: done, 1: an error, 2: the
+// flags or the launch are wrong).
+inline constexpr int kStalledExitCode = 3;
+
+// Where one stream of this process is: the op it runs (-1: none; between ops
+// it may be waiting for deps) and when that op started (trace_clock_ns).
+struct watch_stream_slot {
+  std::atomic<int32_t> op{-1};
+  std::atomic<int64_t> entered_ns{0};
+};
+
+// What the executor (runtime/streams.h) tells the monitor, and the
+// --inject-stall testing aid it acts on.
+struct watch_status {
+  watch_stream_slot streams[kStreamCount];
+  std::atomic<int64_t> step{-1};             // the 0-based training step last run
+  std::atomic<int64_t> validation_pass{-1};  // >= 0 while a validation pass runs
+  int64_t inject_stall_step = -1;            // this rank sleeps in its first compute op
+  double inject_stall_seconds = 0;           // ...of this 0-based step, this long
+};
+watch_status& watch_process_status();
+
+inline void watch_enter(watch_stream_slot& s, int op, int64_t now_ns) {
+  s.entered_ns.store(now_ns, std::memory_order_relaxed);
+  s.op.store(op, std::memory_order_release);
+}
+inline void watch_leave(watch_stream_slot& s) {
+  s.op.store(-1, std::memory_order_relaxed);
+}
+// The op a rank's compute slot names while its main thread waits in the
+// loss all-reduce after a step's ops (a collective outside the schedule).
+inline constexpr int kWatchLossAllReduce = -2;
+
+// One rank's published state: a fixed-size record in <watch dir>/rank_N,
+// rewritten whole at every tick. Times are wall-clock ns (CLOCK_REALTIME).
+struct watch_record {
+  uint64_t magic = 0;
+  int64_t sequence = 0;  // also in sequence_end: a record read torn has them differ
+  int64_t rank = -1, pid = 0;
+  char host[64] = {};
+  int64_t step = -1, validation_pass = -1;
+  int64_t heartbeat_ns = 0;
+  int32_t op[kStreamCount] = {-1, -1, -1, -1, -1, -1};
+  int64_t entered_ns[kStreamCount] = {};
+  int64_t sequence_end = 0;
+};
+inline constexpr uint64_t kWatchRecordMagic = 0x3130686374617766ull;  // "fwatch01", little-endian
+
+// How the reporter sees a rank: its monitor answers (a fresh heartbeat),
+// stopped answering (a stale one: a stopped or wedged process), its process
+// is gone (same host, no such pid), or it never wrote a record.
+enum class watch_liveness { answering, silent, dead, missing };
+
+struct watch_view {
+  watch_record record;
+  watch_liveness liveness = watch_liveness::missing;
+};
+
+// The stall report (several lines, each ending in a newline) from every
+// rank's view at wall-clock time now_ns: which rank holds the others up and
+// in which op of which step, where the others wait, then one line per rank.
+// The rank held up is a dead one, else a silent one, else the one whose
+// oldest running op is not a collective (else the oldest running op).
+std::string watch_report(const program& p, const std::vector<watch_view>& ranks, int64_t now_ns,
+                         double timeout_s);
+
+struct watchdog_options {
+  double stall_timeout_s = 60;
+  std::string watch_dir;  // --watch-dir: the directory to create the job's in ("": chosen)
+};
+
+// Collective over MPI_COMM_WORLD: rank 0 creates the job's watch directory
+// (under o.watch_dir; else /dev/shm when every rank is on this node, else
+// the checkpoint directory's parent when checkpoints are written, else
+// $TMPDIR, noted) and tells the others; every rank starts its monitor. A
+// directory that cannot be made is an agreed error naming it. The watchdog
+// stops (and rank 0 removes the directory) when destroyed.
+class watchdog {
+ public:
+  virtual ~watchdog() = default;
+};
+std::unique_ptr<watchdog> watchdog_start(const program& p, const watchdog_options& o, int64_t rank,
+                                         int64_t world, int64_t local_size,
+                                         const std::string& checkpoint_dir, bool checkpoints);
+
+// --inject-stall RANK:STEP:SECONDS, checked against the world; "" when it
+// reads, else why not.
+struct watch_injected_stall {
+  int64_t rank = -1, step = -1;
+  double seconds = 0;
+};
+std::string watch_parse_injected_stall(const std::string& text, int64_t world,
+                                       watch_injected_stall& out);

@@ -1,0 +1,159 @@
+// Watchdog: the stall report composed from every rank's record (which rank
+// holds the others up, in which op and step, where the others wait), the
+// records' layout and --inject-stall's parsing.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/watchdog.h"
+
+namespace {
+
+constexpr int64_t kNow = 1'000'000'000'000;  // wall-clock ns
+constexpr int64_t kSecond = 1'000'000'000;
+
+// Four ops: AG u0 (all-gather stream), F u0 (compute), AG u1, F u1.
+const program_op kOps[] = {
+    {.id = 0, .stream = stream_id::allgather, .kind = op_kind::all_gather, .label = "AG u0 mb0"},
+    {.id = 1, .stream = stream_id::compute, .kind = op_kind::forward, .label = "F u0 s0 mb0"},
+    {.id = 2, .stream = stream_id::allgather, .kind = op_kind::all_gather, .label = "AG u1 mb0"},
+    {.id = 3, .stream = stream_id::compute, .kind = op_kind::forward, .label = "F u1 s1 mb0"},
+};
+
+program four_ops() {
+  program p{};
+  p.ops = kOps;
+  p.op_count = 4;
+  return p;
+}
+
+// A rank at 0-based step 1040 whose heartbeat is `beat_ago` old, in `op` on
+// `stream` for `for_s` seconds (op -1: none).
+watch_view rank_in(int64_t rank, int op, stream_id stream, double for_s,
+                   watch_liveness l = watch_liveness::answering, int64_t beat_ago = 0) {
+  watch_view v;
+  v.liveness = l;
+  v.record.magic = kWatchRecordMagic;
+  v.record.rank = rank;
+  v.record.pid = 1000 + rank;
+  std::snprintf(v.record.host, sizeof v.record.host, "node1");
+  v.record.step = 1040;
+  v.record.heartbeat_ns = kNow - beat_ago;
+  const int s = static_cast<int>(stream);
+  v.record.op[s] = op;
+  v.record.entered_ns[s] = kNow - static_cast<int64_t>(for_s * 1e9);
+  return v;
+}
+
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
+
+TEST(Watchdog, NamesTheRankInAComputeOpAndWhereTheOthersWait) {
+  const program p = four_ops();
+  std::vector<watch_view> ranks;
+  for (int64_t r = 0; r < 8; ++r)
+    ranks.push_back(r == 3 ? rank_in(r, 1, stream_id::compute, 94)
+                           : rank_in(r, 2, stream_id::allgather, 93.5));
+  const std::string report = watch_report(p, ranks, kNow, 60);
+  EXPECT_EQ(first_line(report),
+            "stall at step 1041: rank 3 has been in op 1 (F u0 s0 mb0: forward, compute stream) "
+            "for 94.0 s; ranks 0-2 and 4-7 wait in op 2 (AG u1 mb0: all-gather, all-gather stream) "
+            "for rank 3 (stall timeout 60 s)")
+      << report;
+  EXPECT_NE(report.find("  rank 3 (pid 1003 on node1): step 1041, answering; in op 1"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("exit code 3 (stalled)"), std::string::npos) << report;
+}
+
+TEST(Watchdog, AComputeOpOutranksAnOlderCollective) {
+  // Rank 0 entered its all-gather before rank 1 began the forward it sleeps
+  // in: the forward is what the all-gather waits for.
+  const program p = four_ops();
+  const std::vector<watch_view> ranks = {rank_in(0, 2, stream_id::allgather, 5.2),
+                                         rank_in(1, 3, stream_id::compute, 5.0)};
+  EXPECT_EQ(first_line(watch_report(p, ranks, kNow, 2))
+                .rfind("stall at step 1041: rank 1 has been in op 3 (F u1", 0),
+            0u);
+}
+
+TEST(Watchdog, ARankBetweenOpsHoldsUpRanksInCollectives) {
+  const program p = four_ops();
+  std::vector<watch_view> ranks = {rank_in(0, 0, stream_id::allgather, 3),
+                                   rank_in(1, -1, stream_id::compute, 0),
+                                   rank_in(2, kWatchLossAllReduce, stream_id::compute, 3)};
+  const std::string line = first_line(watch_report(p, ranks, kNow, 2));
+  EXPECT_EQ(line.rfind("stall at step 1041: rank 1 has been running no op of the step; ", 0), 0u)
+      << line;
+  EXPECT_NE(line.find("rank 0 waits in op 0 (AG u0 mb0: all-gather, all-gather stream)"),
+            std::string::npos)
+      << line;
+  EXPECT_NE(line.find("rank 2 waits in the loss all-reduce after the step's ops"),
+            std::string::npos)
+      << line;
+}
+
+TEST(Watchdog, ASilentRankIsNamedAsStoppedAnswering) {
+  const program p = four_ops();
+  std::vector<watch_view> ranks = {
+      rank_in(0, 2, stream_id::allgather, 4), rank_in(1, 2, stream_id::allgather, 4),
+      rank_in(2, 1, stream_id::compute, 12, watch_liveness::silent, 7 * kSecond),
+      rank_in(3, 2, stream_id::allgather, 4)};
+  ranks[2].record.step = 9;
+  const std::string report = watch_report(p, ranks, kNow, 2);
+  EXPECT_EQ(first_line(report),
+            "stall at step 1041: rank 2 stopped answering 7.0 s ago (a stopped or wedged process), "
+            "last in op 1 (F u0 s0 mb0: forward, compute stream) for 12.0 s; ranks 0-1 and 3 "
+            "wait in op 2 (AG u1 mb0: all-gather, all-gather stream) for rank 2 (stall timeout "
+            "2 s)")
+      << report;
+  // The step is where the ranks that answer are; the silent one's record is older.
+  EXPECT_NE(
+      report.find("  rank 2 (pid 1002 on node1): step 10, stopped answering 7.0 s ago; in op 1"),
+      std::string::npos)
+      << report;
+}
+
+TEST(Watchdog, ADeadRankIsNamedAsDeadNotStalled) {
+  const program p = four_ops();
+  // Rank 0 is silent too (its heartbeat stale), but the dead one comes first.
+  const std::vector<watch_view> ranks = {
+      rank_in(0, 2, stream_id::allgather, 4, watch_liveness::silent, 5 * kSecond),
+      rank_in(1, 3, stream_id::compute, 4, watch_liveness::dead, 5 * kSecond)};
+  const std::string line = first_line(watch_report(p, ranks, kNow, 2));
+  EXPECT_EQ(line.rfind("stall at step 1041: rank 1 (pid 1001) is dead (its process is gone), last "
+                       "in op 3 (F u1 s1 mb0: forward, compute stream)",
+                       0),
+            0u)
+      << line;
+  EXPECT_EQ(line.find("stalled"), std::string::npos) << line;
+}
+
+TEST(Watchdog, NamesValidationAndRanksWithoutRecords) {
+  const program p = four_ops();
+  std::vector<watch_view> ranks = {rank_in(0, 1, stream_id::compute, 70), watch_view{}};
+  ranks[0].record.validation_pass = 2;
+  ranks[1].record.rank = 1;
+  const std::string report = watch_report(p, ranks, kNow, 60);
+  EXPECT_EQ(
+      first_line(report).rfind("stall at the validation after step 1041 (pass 3): rank 0 ", 0), 0u)
+      << report;
+  EXPECT_NE(report.find("  rank 1: no record"), std::string::npos) << report;
+}
+
+TEST(Watchdog, ParsesInjectedStall) {
+  watch_injected_stall s;
+  EXPECT_EQ(watch_parse_injected_stall("3:1041:2.5", 8, s), "");
+  EXPECT_EQ(s.rank, 3);
+  EXPECT_EQ(s.step, 1041);
+  EXPECT_EQ(s.seconds, 2.5);
+  for (const char* bad : {"3:1041", "3:1041:0", "-1:2:3", "1:2:3x", "a:b:c", "1:2:inf"})
+    EXPECT_NE(watch_parse_injected_stall(bad, 8, s).find("expected RANK:STEP:SECONDS"),
+              std::string::npos)
+        << bad;
+  EXPECT_EQ(watch_parse_injected_stall("8:1:1", 8, s), "rank 8 is not below the world of 8 ranks");
+}
+
+}  // namespace
