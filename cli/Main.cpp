@@ -385,13 +385,21 @@ int run_plan(const Common& c) {
   if (!fits) {
     auto alts = fitting_alternatives(s, *hw);
     if (alts.empty()) {
-      out("nothing tried fits (recompute, micro-batch down to 1, up to 8x the ranks, CPU offload "
-          "of the parameters and activations); a larger device or a smaller model is needed\n");
+      out(fmt::format(
+          "nothing fits on {} x {}, with the global batch kept or changed (tune's search: "
+          "sharding, units, recompute, offload, micro-batch and accumulation); "
+          "`fsdpgen tune` names the smallest world that fits\n",
+          par.world, hw->name));
     } else {
-      out("changes that fit, fastest first:\n");
+      out(
+          fmt::format("changes that fit on {} x {} (tune's search), the global batch kept unless "
+                      "a row says so, fastest per token per GPU first:\n",
+                      par.world, hw->name));
       for (const Alternative& a : alts)
-        out(fmt::format("  {:<48} peak {:>10}  step {:9.1f} ms  {:12.0f} tokens/s\n", a.change,
-                        gib(a.peak_bytes), a.step_ms, a.tokens_per_s));
+        out(fmt::format(
+            "  step {:9.1f} ms {:9.0f} tok/s/GPU  peak {:>10}  {}{}\n", a.step_ms,
+            a.tokens_per_s_per_gpu, gib(a.peak_bytes), a.change,
+            a.batch_changed ? fmt::format(" [global batch {} sequences]", a.global_batch) : ""));
     }
   }
   double ms =

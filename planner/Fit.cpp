@@ -1,15 +1,20 @@
-// Fit: device capacity checks and the search over single changes.
+// Fit: device capacity checks, and the alternatives tune's search finds.
 #include "planner/Fit.h"
-
-#include "dsl/Units.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "planner/Activations.h"
+#include "planner/Tune.h"
 
 namespace fsdpgen {
+namespace {
+
+// Candidates fitting_alternatives takes from each search, before it drops
+// those that only add changes to one it gave.
+constexpr int64_t kAlternativesSearched = 2 * kAlternatives;
+
+}  // namespace
 
 int64_t reserved_bytes(const Hardware& hw) {
   return hw.gpu ? int64_t{2} << 30 : 0;
@@ -59,86 +64,36 @@ PlanResult plan_for(const Spec& spec, const Hardware& hw) {
   return r;
 }
 
-namespace {
-
-Spec with_world(Spec s, int64_t world) {
-  ParallelSpec& p = s.parallel;
-  int64_t nodes_of = p.ranks_per_node;
-  p.world = world;
-  p.ranks_per_node = std::min(nodes_of, world);
-  if (!is_hybrid(p.sharding)) p.shard_group = non_hybrid_shard_group(p.sharding, world);
-  return s;
-}
-
-}  // namespace
-
 std::vector<Alternative> fitting_alternatives(const Spec& spec, const Hardware& hw) {
-  std::vector<std::pair<std::string, Spec>> tries;
-  auto add = [&](std::string change, Spec s) {
-    tries.push_back({std::move(change), std::move(s)});
-  };
-  const bool recomputing = spec.parallel.recompute == Recompute::Block;
-  std::vector<std::pair<std::string, Spec>> bases = {{"", spec}};
-  if (!recomputing) {
-    Spec s = spec;
-    s.parallel.recompute = Recompute::Block;
-    add("recompute = block", s);
-    bases.push_back({"recompute = block, ", s});
-  }
-  for (auto& [prefix, base] : bases) {
-    for (int64_t b = base.train.micro_batch / 2; b >= 1; b /= 2) {
-      Spec s = base;
-      s.train.micro_batch = b;
-      add(fmt::format("{}micro_batch = {}", prefix, b), s);
-    }
-    if (!is_hybrid(base.parallel.sharding) && base.parallel.sharding != Sharding::NoShard)
-      for (int64_t w = base.parallel.world * 2; w <= base.parallel.world * 8; w *= 2)
-        add(fmt::format("{}world = {}", prefix, w), with_world(base, w));
-    if (base.parallel.offload == Offload::None && base.parallel.sharding != Sharding::NoShard) {
-      Spec s = base;
-      s.parallel.offload = Offload::Cpu;
-      add(fmt::format("{}offload = cpu", prefix), s);
-    }
-    // Sub-block units: one linear gathered at a time instead of a block,
-    // alone and with everything the 1T blog offloaded.
-    if (base.units.policy != UnitPolicy::EachLinear &&
-        base.parallel.sharding != Sharding::NoShard) {
-      Spec s = base;
-      s.units = policy_units(s.model, UnitPolicy::EachLinear);
-      add(fmt::format("{}units {{ each linear }}", prefix), s);
-      if (s.parallel.recompute == Recompute::Block) {
-        s.parallel.offload = Offload::Cpu;
-        s.parallel.offload_activations = true;
-        add(fmt::format("{}units {{ each linear }}, offload {{ params = cpu  activations = cpu }}",
-                        prefix),
-            s);
-      }
-    }
-    // The checkpointed activations wait on the host (with recompute only).
-    if (base.parallel.recompute == Recompute::Block && !base.parallel.offload_activations) {
-      Spec s = base;
-      s.parallel.offload_activations = true;
-      add(fmt::format("{}offload {{ params = {}  activations = cpu }}", prefix,
-                      to_string(s.parallel.offload)),
-          s);
-      if (s.parallel.offload == Offload::None && s.parallel.sharding != Sharding::NoShard) {
-        s.parallel.offload = Offload::Cpu;
-        add(fmt::format("{}offload {{ params = cpu  activations = cpu }}", prefix), s);
-      }
-    }
-  }
+  const ParallelSpec& p = spec.parallel;
+  const int64_t global = p.world * spec.train.micro_batch * p.accumulate.micro_batches;
   std::vector<Alternative> out;
-  for (auto& [change, s] : tries) {
-    if (!activations_size_error(s, schedule_options_for(hw, s).flash_attention).empty()) continue;
-    PlanResult r = plan_for(s, hw);
-    if (!r.fits) continue;
-    out.push_back({change, r.memory.device_arena_bytes, r.memory.host_arena_bytes,
-                   r.timeline.step_ms, r.timeline.tokens_per_s, true});
+  std::vector<std::vector<std::string>> given;  // each row's changes, sorted
+  // A candidate that only adds changes to a row already given (as fast or
+  // faster) is not another piece of advice.
+  auto add = [&](const TuneCandidate& c) {
+    std::vector<std::string> changes = c.changes;
+    std::sort(changes.begin(), changes.end());
+    for (const auto& g : given)
+      if (std::includes(changes.begin(), changes.end(), g.begin(), g.end())) return;
+    given.push_back(changes);
+    const int64_t batch =
+        c.spec.parallel.world * c.spec.train.micro_batch * c.spec.parallel.accumulate.micro_batches;
+    out.push_back({fmt::format("{}", fmt::join(c.changes, ", ")), c.device_bytes, c.host_bytes,
+                   c.step_ms, c.tokens_per_s_per_gpu, batch, batch != global});
+  };
+  TuneOptions o;
+  o.top = kAlternativesSearched;
+  // The reduce dtype is a numerics choice and prefetch a speed one: neither
+  // is how a plan is made to fit (tune varies them).
+  o.keep = {"precision", "prefetch"};
+  for (const TuneCandidate& c : tune(spec, hw, o).top)
+    if (out.size() < static_cast<size_t>(kAlternatives)) add(c);
+  if (out.empty()) {
+    o.allow_batch_change = true;
+    for (const TuneCandidate& c : tune(spec, hw, o).top)
+      if (c.batch_changed && out.size() < static_cast<size_t>(kAlternatives)) add(c);
   }
-  std::stable_sort(out.begin(), out.end(), [](const Alternative& a, const Alternative& b) {
-    return a.tokens_per_s > b.tokens_per_s;
-  });
-  if (out.size() > 6) out.resize(6);
   return out;
 }
 

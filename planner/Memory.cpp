@@ -19,6 +19,29 @@ struct Interval {
   bool overlaps(const Interval& o) const { return first <= o.last && o.first <= last; }
 };
 
+// Each buffer's issue positions from its first use to its Free; persistent
+// buffers, and buffers never used or never freed, to the end of the step.
+std::vector<Interval> lifetimes(const Schedule& s) {
+  const int last_pos = std::max(0, static_cast<int>(s.ops.size()) - 1);
+  std::vector<Interval> life(s.buffers.size(), Interval{last_pos + 1, -1});
+  std::vector<bool> freed(s.buffers.size(), false);
+  for (const Op& op : s.ops) {
+    for (int b : op.uses) {
+      life[b].first = std::min(life[b].first, op.id);
+      life[b].last = std::max(life[b].last, op.id);
+    }
+    for (int b : op.frees)
+      life[b].last = std::max(life[b].last, op.id), freed[b] = true;
+  }
+  for (const Buffer& b : s.buffers) {
+    Interval& l = life[b.id];
+    if (b.persistent || l.last < 0) l = {0, last_pos};
+    if (l.first > l.last) l.first = l.last;
+    if (!freed[b.id]) l.last = last_pos;  // never freed: lives to the end of the step
+  }
+  return life;
+}
+
 // Places the buffers of one space; returns the arena size.
 int64_t place(const Schedule& s, MemSpace space, const std::vector<Interval>& life,
               const MemoryOptions& opt, std::vector<Placement>& out) {
@@ -81,23 +104,7 @@ std::string size_text(int64_t bytes) {
 
 MemoryPlan plan_memory(const Schedule& s, const MemoryOptions& options) {
   const int n_ops = static_cast<int>(s.ops.size());
-  const int last_pos = std::max(0, n_ops - 1);
-  std::vector<Interval> life(s.buffers.size(), Interval{last_pos + 1, -1});
-  std::vector<bool> freed(s.buffers.size(), false);
-  for (const Op& op : s.ops) {
-    for (int b : op.uses) {
-      life[b].first = std::min(life[b].first, op.id);
-      life[b].last = std::max(life[b].last, op.id);
-    }
-    for (int b : op.frees)
-      life[b].last = std::max(life[b].last, op.id), freed[b] = true;
-  }
-  for (const Buffer& b : s.buffers) {
-    Interval& l = life[b.id];
-    if (b.persistent || l.last < 0) l = {0, last_pos};
-    if (l.first > l.last) l.first = l.last;
-    if (!freed[b.id]) l.last = last_pos;  // never freed: lives to the end of the step
-  }
+  const std::vector<Interval> life = lifetimes(s);
   MemoryPlan m;
   m.red_zone_bytes = options.red_zone_bytes;
   m.placements.resize(s.buffers.size());
@@ -126,6 +133,29 @@ MemoryPlan plan_memory(const Schedule& s, const MemoryOptions& options) {
         m.peak_op <= life[b.id].last)
       m.peak_by_kind[static_cast<int>(b.kind)] += b.bytes;
   return m;
+}
+
+LivePeaks live_peaks(const Schedule& s, const MemoryOptions& options) {
+  const std::vector<Interval> life = lifetimes(s);
+  const int positions = std::max(1, static_cast<int>(s.ops.size()));
+  // Footprints (as place() counts them) live at each position, per space
+  // (difference arrays).
+  std::vector<int64_t> device(positions + 1, 0), host(positions + 1, 0);
+  for (const Buffer& b : s.buffers) {
+    std::vector<int64_t>& live = b.space == MemSpace::Device ? device : host;
+    const int64_t footprint = align_up(b.bytes, options.alignment) + 2 * options.red_zone_bytes;
+    live[life[b.id].first] += footprint;
+    live[life[b.id].last + 1] -= footprint;
+  }
+  LivePeaks p;
+  int64_t on_device = 0, on_host = 0;
+  for (int pos = 0; pos < positions; ++pos) {
+    on_device += device[pos];
+    on_host += host[pos];
+    p.device_bytes = std::max(p.device_bytes, on_device);
+    p.host_bytes = std::max(p.host_bytes, on_host);
+  }
+  return p;
 }
 
 std::string print_memory_plan(const Schedule& s, const MemoryPlan& m) {

@@ -45,6 +45,16 @@ struct MemoryOptions {
 
 MemoryPlan plan_memory(const Schedule& s, const MemoryOptions& options = {});
 
+// The most bytes live at one issue position in each space, each buffer
+// counted as the arena places it (aligned, between its red zones): what
+// plan_memory(s, options)'s arenas hold at once, so never more than their
+// sizes; found without placing anything.
+struct LivePeaks {
+  int64_t device_bytes = 0;
+  int64_t host_bytes = 0;
+};
+LivePeaks live_peaks(const Schedule& s, const MemoryOptions& options = {});
+
 std::string print_memory_plan(const Schedule& s, const MemoryPlan& m);
 
 }  // namespace fsdpgen

@@ -224,6 +224,14 @@ std::vector<std::string> changes_between(const Spec& from, const Spec& to) {
   return out;
 }
 
+// Milliseconds per token each rank trains: `ms` over the step's tokens per
+// rank. What the search ranks by: at a fixed world and global batch, the
+// step's order; where the batch changes, not fooled by a smaller one.
+double per_token(const Spec& s, double ms) {
+  return ms / static_cast<double>(s.train.micro_batch * s.parallel.accumulate.micro_batches *
+                                  s.model.context);
+}
+
 bool same_configuration(const Spec& a, const Spec& b) {
   return a.parallel == b.parallel && a.units == b.units &&
          a.train.micro_batch == b.train.micro_batch;
@@ -335,7 +343,7 @@ class Search {
 
   TuneResult run() {
     Clock::time_point t0 = Clock::now();
-    TuneCandidate own = plan(spec_, units_for(spec_), 0, 0);
+    TuneCandidate own = plan(spec_, schedule_of(spec_, units_for(spec_)));
     own.own = true;
     r_.own = own;
     r_.source = source_;
@@ -345,27 +353,46 @@ class Search {
     const int64_t variants = static_cast<int64_t>(prefetch_.size());
     for (size_t i = 0; i < structures.size(); ++i) {
       Structure& st = structures[i];
-      if (o_.prune && st.compute_bound_ms >= slowest_top()) {
+      if (o_.prune && per_token(st.spec, st.compute_bound_ms) >= slowest_top()) {
         for (size_t j = i; j < structures.size(); ++j)
           r_.pruned_time += variants - own_in(structures[j].spec);
         break;
       }
       Clock::time_point b = Clock::now();
       const Units& u = *st.units;
-      Units with = u;
-      with.spec = st.spec;
-      const double bound =
-          stream_bound_ms(build_schedule(with, schedule_options_for(hw_, st.spec)), hw_, false);
+      const Schedule own_prefetch = schedule_of(st.spec, u);
+      const double bound = stream_bound_ms(own_prefetch, hw_, false);
       r_.bound_s += seconds_since(b);
       for (const PrefetchSpec& f : prefetch_) {
         Spec s = st.spec;
         s.parallel.prefetch = f;
         if (same_configuration(s, spec_)) continue;
-        if (o_.prune && bound >= slowest_top()) {
+        if (o_.prune && per_token(s, bound) >= slowest_top()) {
           ++r_.pruned_time;
           continue;
         }
-        record(plan(s, u, st.memory.device, bound));
+        b = Clock::now();
+        std::optional<Schedule> other;
+        if (f != st.spec.parallel.prefetch) other = schedule_of(s, u);
+        const Schedule& sched = other ? *other : own_prefetch;
+        const LivePeaks live = live_peaks(sched);
+        // Over the room at its live peak, it cannot fit: it is planned in
+        // full only when it is the fastest that does not fit so far.
+        std::optional<Timeline> timeline;
+        if (o_.prune && !bound_fits({live.device_bytes, live.host_bytes}, hw_))
+          timeline = predict(sched, hw_);
+        r_.bound_s += seconds_since(b);
+        if (timeline && r_.best_unfit &&
+            per_token(s, timeline->step_ms) >= r_.best_unfit->ms_per_token) {
+          ++r_.pruned_memory;
+          continue;
+        }
+        TuneCandidate c = plan(s, sched, std::move(timeline));
+        c.device_lower_bound_bytes = st.memory.device;
+        c.device_live_bytes = live.device_bytes;
+        c.host_live_bytes = live.host_bytes;
+        c.step_lower_bound_ms = bound;
+        record(std::move(c));
       }
     }
     finish();
@@ -458,7 +485,7 @@ class Search {
                 }
     }
     std::stable_sort(out.begin(), out.end(), [](const Structure& a, const Structure& b) {
-      return a.compute_bound_ms < b.compute_bound_ms;
+      return per_token(a.spec, a.compute_bound_ms) < per_token(b.spec, b.compute_bound_ms);
     });
     ++r_.candidates;  // the own configuration
     return out;
@@ -480,21 +507,23 @@ class Search {
                                q.accumulate.micro_batches, static_cast<int>(q.recompute));
     auto it = compute_bounds_.find(key);
     if (it != compute_bounds_.end()) return it->second;
-    Units with = *st.units;
-    with.spec = st.spec;
-    const double ms =
-        stream_bound_ms(build_schedule(with, schedule_options_for(hw_, st.spec)), hw_, true);
+    const double ms = stream_bound_ms(schedule_of(st.spec, *st.units), hw_, true);
     compute_bounds_.emplace(key, ms);
     return ms;
   }
 
-  TuneCandidate plan(const Spec& s, const Units& lowered, int64_t device_bound, double bound) {
-    Clock::time_point t = Clock::now();
+  Schedule schedule_of(const Spec& s, const Units& lowered) const {
     Units u = lowered;
     u.spec = s;
-    const Schedule sched = build_schedule(u, schedule_options_for(hw_, s));
+    return build_schedule(u, schedule_options_for(hw_, s));
+  }
+
+  // `predicted`: predict(sched, hw_) where the search already has it.
+  TuneCandidate plan(const Spec& s, const Schedule& sched,
+                     std::optional<Timeline> predicted = std::nullopt) {
+    Clock::time_point t = Clock::now();
     const MemoryPlan m = plan_memory(sched);
-    const Timeline tl = predict(sched, hw_);
+    const Timeline tl = predicted ? std::move(*predicted) : predict(sched, hw_);
     TuneCandidate c;
     c.spec = s;
     c.changes = changes_between(spec_, s);
@@ -505,12 +534,11 @@ class Search {
     c.device_bytes = m.device_arena_bytes;
     c.host_bytes = m.host_arena_bytes;
     c.step_ms = tl.step_ms;
+    c.ms_per_token = per_token(s, tl.step_ms);
     c.tokens_per_s_per_gpu = tl.tokens_per_s / static_cast<double>(b.world);
     c.mfu = tl.mfu;
     c.exposed_comm_ms = tl.exposed_comm_ms;
     c.ops_estimated = hw_.profile ? tl.ops_estimated : 0;
-    c.device_lower_bound_bytes = device_bound;
-    c.step_lower_bound_ms = bound;
     if (source_.empty()) source_ = timeline_source(tl);
     ++r_.planned;
     r_.fitting += c.fits;
@@ -520,16 +548,17 @@ class Search {
 
   double slowest_top() const {
     return static_cast<int64_t>(top_.size()) < o_.top ? std::numeric_limits<double>::infinity()
-                                                      : top_.back().step_ms;
+                                                      : top_.back().ms_per_token;
   }
 
   void record(TuneCandidate c) {
     if (c.fits) {
-      auto at = std::upper_bound(top_.begin(), top_.end(), c.step_ms,
-                                 [](double ms, const TuneCandidate& x) { return ms < x.step_ms; });
+      auto at =
+          std::upper_bound(top_.begin(), top_.end(), c.ms_per_token,
+                           [](double ms, const TuneCandidate& x) { return ms < x.ms_per_token; });
       top_.insert(at, c);
       if (static_cast<int64_t>(top_.size()) > o_.top) top_.pop_back();
-    } else if (!r_.best_unfit || c.step_ms < r_.best_unfit->step_ms) {
+    } else if (!r_.best_unfit || c.ms_per_token < r_.best_unfit->ms_per_token) {
       r_.best_unfit = c;
     }
     r_.all_planned.push_back(std::move(c));
@@ -546,7 +575,8 @@ class Search {
     for (const TuneCandidate& c : r_.all_planned)
       if (c.fits) fitting.push_back(&c);
     std::stable_sort(fitting.begin(), fitting.end(), [](const auto* a, const auto* b) {
-      return a->step_ms != b->step_ms ? a->step_ms < b->step_ms : a->device_bytes < b->device_bytes;
+      return a->ms_per_token != b->ms_per_token ? a->ms_per_token < b->ms_per_token
+                                                : a->device_bytes < b->device_bytes;
     });
     int64_t smallest = std::numeric_limits<int64_t>::max();
     for (const TuneCandidate* c : fitting)

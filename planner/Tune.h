@@ -45,26 +45,33 @@ struct TuneCandidate {
   int64_t device_bytes = 0;  // the plan's device arena
   int64_t host_bytes = 0;    // its host arena
   double step_ms = 0;
+  double ms_per_token = 0;  // step_ms per token a rank trains in it: the ranking's key
   double tokens_per_s_per_gpu = 0;
   double mfu = 0;
   double exposed_comm_ms = 0;
   int ops_estimated = 0;  // with a profile: ops it had no measured figure for
-  // Lower bounds the search used: memory (device) and time (the busiest stream).
+  // Lower bounds the search used: memory from the units alone (device), the
+  // most bytes the schedule holds live at once (device and host: prefetch's
+  // gathered units included) and time (the busiest stream).
   int64_t device_lower_bound_bytes = 0;
+  int64_t device_live_bytes = 0;
+  int64_t host_live_bytes = 0;
   double step_lower_bound_ms = 0;
 };
 
 struct TuneResult {
-  std::vector<TuneCandidate> top;           // fitting, fastest first, at most TuneOptions::top
+  std::vector<TuneCandidate> top;           // fitting, least ms_per_token first, at most
+                                            // TuneOptions::top (one batch: fastest step first)
   std::optional<TuneCandidate> own;         // the spec's configuration, planned in full
   int own_rank = 0;                         // 1-based in `top`; 0 when not in it
   std::vector<TuneCandidate> pareto;        // planned and fitting: none both faster and smaller
-  std::optional<TuneCandidate> best_unfit;  // the fastest planned candidate that does not fit
+  std::optional<TuneCandidate> best_unfit;  // the fastest (per token) planned that does not fit
   std::string source;                       // the figures used (timeline_source)
   int64_t candidates = 0;                   // valid candidates in the space
   int64_t planned = 0;                      // planned in full
   int64_t fitting = 0;                      // of them, those that fit
   int64_t pruned_memory = 0;                // device or host lower bound over the hardware's room
+                                            // (a live peak over it: unless it is best_unfit)
   int64_t pruned_time = 0;                  // time lower bound at or over the top's slowest
   std::vector<std::string> notes;           // worlds skipped and why
   // Seconds spent: enumerating and bounding, and planning in full.
@@ -83,9 +90,10 @@ std::string unknown_knob_error(const std::vector<std::string>& keep);
 // above (and the world, where options.worlds sweeps it); the global batch
 // world x micro_batch x micro_batches stays the spec's unless
 // options.allow_batch_change. With options.prune, a candidate whose device or
-// host lower bound exceeds the hardware's room, or whose time lower bound is
-// at least the top's slowest step once the top is full, is not planned:
-// `top` is the same as without pruning.
+// host lower bound exceeds the hardware's room (from its units; or its
+// schedule's live peak, unless its predicted step would make it best_unfit),
+// or whose time lower bound per token is at least the top's slowest once the
+// top is full, is not planned: `top` is the same as without pruning.
 TuneResult tune(const Spec& spec, const Hardware& hw, const TuneOptions& options);
 
 // `text` (the spec file `name`, which check() read as `from`) with only the

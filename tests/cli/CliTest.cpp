@@ -90,8 +90,9 @@ TEST(CliPlan, ReportsMemoryFitAndTime) {
 }
 
 TEST(CliPlan, SaysWhatWouldFit) {
-  // GPT-2 1.5B without recompute on one 40 GB device does not fit; smaller
-  // micro-batches, recompute or more ranks do.
+  // GPT-2 1.5B without recompute on one 40 GB device does not fit; at the
+  // spec's world, accumulation at the same global batch does (tune's rules:
+  // no "more ranks" advice, no silent batch change).
   CmdResult r =
       run("plan " + spec("gpt2-1.5b.fsdp") + " --world 1 --micro-batch 64 --gpu a100-40g");
   EXPECT_EQ(r.status, 1)
@@ -99,7 +100,10 @@ TEST(CliPlan, SaysWhatWouldFit) {
   r = run("plan " + spec("gpt2-350m.fsdp") + " --micro-batch 64 --gpu a100-40g");
   ASSERT_EQ(r.status, 4) << r.out;  // does not fit
   EXPECT_TRUE(has(r, "fits: NO")) << r.out;
-  EXPECT_TRUE(has(r, "changes that fit")) << r.out;
+  EXPECT_TRUE(has(r, "changes that fit on 8 x a100-40g (tune's search)")) << r.out;
+  EXPECT_TRUE(has(r, "micro_batch = 32, micro_batches = 2")) << r.out;
+  EXPECT_FALSE(has(r, "world =")) << r.out;
+  EXPECT_FALSE(has(r, "[global batch")) << r.out;
 }
 
 TEST(CliPlan, UnknownHardwareNamesTheChoices) {

@@ -490,8 +490,9 @@ TEST(Planner, Llama3_8bFitsOnEightH100s) {
 }
 
 // A deep model at 16K tokens whose checkpointed block inputs (240 x 128 MiB)
-// overflow an A100-40GB: offloading them is among the changes that fit, and
-// it cuts the device peak by more than half.
+// overflow an A100-40GB: offloading them is among the changes that fit (with
+// each linear its own unit, tune's search finds), and it cuts the device
+// peak by more than half.
 TEST(Planner, ActivationOffloadIsSuggestedWhenBlockInputsOverflow) {
   FrontendResult r = load_spec_text(
       "deep.fsdp",
@@ -505,7 +506,7 @@ TEST(Planner, ActivationOffloadIsSuggestedWhenBlockInputsOverflow) {
   EXPECT_FALSE(plain.fits);
   const std::vector<Alternative> alts = fitting_alternatives(*r.spec, hw);
   auto offloaded = std::find_if(alts.begin(), alts.end(), [](const Alternative& a) {
-    return a.change == "offload { params = none  activations = cpu }";
+    return a.change == "units { each linear }, offload { params = none  activations = cpu }";
   });
   ASSERT_NE(offloaded, alts.end());
   EXPECT_LT(offloaded->peak_bytes * 2, plain.memory.device_arena_bytes);

@@ -1,6 +1,7 @@
 // tune (planner/Tune.h): the global batch kept, the spec's own configuration
 // ranked, pruning that never changes the top, sound lower bounds, a winner
 // that fits, and the spec rewrite that reads back as the winner.
+#include <set>
 #include <string>
 
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include "dsl/Source.h"
 #include "dsl/Units.h"
 #include "planner/Fit.h"
+#include "planner/Memory.h"
 #include "planner/Tune.h"
 
 namespace fsdpgen {
@@ -92,6 +94,58 @@ void expect_pruning_keeps_the_top(const Spec& spec, const Hardware& hw, TuneOpti
   }
 }
 
+// The live peak bound (planner/Memory.h's live_peaks, which counts the units
+// prefetch keeps gathered at once) never exceeds the arenas of the full plan,
+// over every sharding, units, recompute, offload, micro-batch and prefetch
+// candidate; and it is tighter than the bound from the units alone.
+void expect_live_peaks_below_the_arenas(const Spec& spec, const Hardware& hw,
+                                        const std::vector<std::string>& keep) {
+  TuneOptions o;
+  o.top = 1;
+  o.prune = false;
+  o.keep = keep;
+  const TuneResult r = tune(spec, hw, o);
+  ASSERT_GT(r.all_planned.size(), 100u);
+  int tighter = 0;
+  std::set<int64_t> prefetch_peaks;
+  for (const TuneCandidate& c : r.all_planned) {
+    if (c.own) continue;  // planned before any bound
+    const std::string what = fmt::format("{}", fmt::join(c.changes, ", "));
+    EXPECT_GT(c.device_live_bytes, 0) << what;
+    EXPECT_LE(c.device_live_bytes, c.device_bytes) << what;
+    EXPECT_LE(c.host_live_bytes, c.host_bytes) << what;
+    tighter += c.device_live_bytes > c.device_lower_bound_bytes;
+    Spec same_but_prefetch = c.spec;
+    same_but_prefetch.parallel.prefetch = spec.parallel.prefetch;
+    if (same_but_prefetch.parallel == spec.parallel && same_but_prefetch.units == spec.units &&
+        c.spec.train.micro_batch == spec.train.micro_batch)
+      prefetch_peaks.insert(c.device_live_bytes);
+  }
+  EXPECT_GT(tighter, static_cast<int>(r.all_planned.size()) / 2);
+  EXPECT_GT(prefetch_peaks.size(), 1u);  // what prefetch holds gathered shows in the bound
+}
+
+TEST(Tune, LivePeakBoundNeverExceedsThePlanTiny) {
+  expect_live_peaks_below_the_arenas(load("tiny.fsdp"), *find_hardware("cpu"), {});
+}
+
+TEST(Tune, LivePeakBoundNeverExceedsThePlanOnAGpu) {
+  // gpt2-124m over 8 A100-40GB with host offload among the candidates.
+  expect_live_peaks_below_the_arenas(load("gpt2-124m.fsdp"), *find_hardware("a100-40g"),
+                                     {"precision", "reduce", "sharding", "micro_batch"});
+}
+
+TEST(Tune, LivePeaksBoundTheArenasWithRedZones) {
+  const PlanResult p = plan_for(load("tiny.fsdp"), *find_hardware("cpu"));
+  for (const MemoryOptions& mo : {MemoryOptions{}, MemoryOptions{256, true, 4096}}) {
+    const MemoryPlan m = plan_memory(p.schedule, mo);
+    const LivePeaks live = live_peaks(p.schedule, mo);
+    EXPECT_GE(live.device_bytes, m.live_peak_bytes);
+    EXPECT_LE(live.device_bytes, m.device_arena_bytes);
+    EXPECT_LE(live.host_bytes, m.host_arena_bytes);
+  }
+}
+
 TEST(Tune, PruningNeverDropsABetterCandidateTiny) {
   TuneOptions o;
   o.top = 5;
@@ -165,6 +219,38 @@ TEST(Tune, WorldsSweepAndBatchChange) {
     flagged = flagged || c.batch_changed;
   }
   EXPECT_TRUE(flagged);
+}
+
+// plan's alternatives for a spec that does not fit are tune's candidates: at
+// the spec's world and global batch (micro_batch 64 becomes 32 x 2
+// micro-batches, not a halved batch or 8x the ranks), fastest per token per
+// GPU first, each one that fits when planned again.
+TEST(Tune, PlanAlternativesKeepTheWorldAndTheGlobalBatch) {
+  Spec spec = load("gpt2-350m.fsdp");
+  spec.train.micro_batch = 64;
+  const Hardware hw = *find_hardware("a100-40g");
+  ASSERT_FALSE(plan_for(spec, hw).fits);
+  const std::vector<Alternative> alts = fitting_alternatives(spec, hw);
+  ASSERT_FALSE(alts.empty());
+  EXPECT_LE(alts.size(), static_cast<size_t>(kAlternatives));
+  for (size_t i = 0; i < alts.size(); ++i) {
+    const Alternative& a = alts[i];
+    EXPECT_FALSE(a.batch_changed) << a.change;
+    EXPECT_EQ(a.global_batch, global_batch(spec)) << a.change;
+    EXPECT_EQ(a.change.find("world"), std::string::npos) << a.change;
+    EXPECT_NE(a.change.find("micro_batches = "), std::string::npos) << a.change;
+    if (i > 0) EXPECT_GE(alts[i - 1].tokens_per_s_per_gpu, a.tokens_per_s_per_gpu) << a.change;
+  }
+  // The first matches tune's winner with the same knobs kept.
+  TuneOptions o;
+  o.top = 1;
+  o.keep = {"precision", "prefetch"};
+  const TuneResult r = tune(spec, hw, o);
+  ASSERT_EQ(r.top.size(), 1u);
+  EXPECT_DOUBLE_EQ(alts[0].step_ms, r.top[0].step_ms);
+  const PlanResult again = plan_for(r.top[0].spec, hw);
+  EXPECT_TRUE(again.fits);
+  EXPECT_EQ(again.memory.device_arena_bytes, alts[0].peak_bytes);
 }
 
 // The rewrite keeps comments and layout and reads back as the target.
