@@ -57,16 +57,27 @@ int64_t step_of_name(const std::string& name) {
   return v;
 }
 
+// Whether T is read from JSON whole numbers: an integer, or a vector of them.
+template <class T>
+struct whole_numbers : std::bool_constant<std::is_integral_v<T> && !std::is_same_v<T, bool>> {};
+template <class T>
+struct whole_numbers<std::vector<T>> : whole_numbers<T> {};
+
 // Field `key` of object j as T, or an error naming the file and the key.
 template <class T>
 T get(const json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end()) fail(fmt::format("{}: missing \"{}\"", where, key));
-  // A whole-number field must be written as one: nlohmann converts 1e19 to
-  // int64_t by a cast out of range (undefined behaviour).
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
-    if (it->is_number_float())
-      fail(fmt::format("{}: \"{}\" must be a whole number, not {}", where, key, it->dump()));
+  // A whole-number field (or list of them) must be written as one: nlohmann
+  // converts 1e19 to int64_t by a cast out of range (undefined behaviour).
+  if constexpr (whole_numbers<T>::value) {
+    const bool floats = it->is_number_float() ||
+                        (it->is_array() && std::any_of(it->begin(), it->end(), [](const json& x) {
+                           return x.is_number_float();
+                         }));
+    if (floats)
+      fail(fmt::format("{}: \"{}\" must be whole numbers, not {}", where, key, it->dump()));
+  }
   try {
     return it->get<T>();
   } catch (const json::exception&) {

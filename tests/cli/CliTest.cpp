@@ -13,35 +13,17 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/cli/CliHelpers.h"
 #include "tests/common/Command.h"
 
 namespace {
 
 using fsdpgen::test::CmdResult;
+using fsdpgen::test::fresh_dir;
+using fsdpgen::test::has;
+using fsdpgen::test::read_file;
 using fsdpgen::test::run;
-
-std::string spec(const std::string& name) {
-  return std::string(FSDPGEN_SOURCE_DIR) + "/specs/" + name;
-}
-
-bool has(const CmdResult& r, const std::string& s) {
-  return r.out.find(s) != std::string::npos;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// A fresh, empty directory for one test.
-std::string fresh_dir(const std::string& name) {
-  const std::string dir = std::string(FSDPGEN_E2E_WORK_ROOT) + "/" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+using fsdpgen::test::spec;
 
 TEST(CliSchedule, TextListsEveryStream) {
   CmdResult r = run("schedule " + spec("tiny.fsdp"));
@@ -293,9 +275,9 @@ TEST(CliErrors, UnknownSubcommandIsNamed) {
   EXPECT_EQ(typo.status, 2) << typo.out;
   EXPECT_TRUE(has(typo, "fsdpgen: error: unknown subcommand 'plna'; did you mean 'plan'?"))
       << typo.out;
-  EXPECT_TRUE(
-      has(typo, "'check', 'schedule', 'plan', 'emit', 'build', 'merge', 'calibrate', 'compare', "
-                      "'check-layer', 'import-hf' or 'tune'"))
+  EXPECT_TRUE(has(typo,
+                  "'check', 'schedule', 'plan', 'emit', 'build', 'merge', 'calibrate', 'compare', "
+                  "'check-layer', 'import-hf' or 'tune'"))
       << typo.out;
   EXPECT_FALSE(has(typo, "--output is required")) << typo.out;
   CmdResult train = run("train " + spec("tiny.fsdp") + " -o " + dir + "/x");

@@ -12,36 +12,23 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/cli/CliHelpers.h"
 #include "tests/common/Command.h"
 
 namespace {
 
 using fsdpgen::test::CmdResult;
+using fsdpgen::test::fresh_dir;
+using fsdpgen::test::has;
+using fsdpgen::test::read_file;
 using fsdpgen::test::run;
+using fsdpgen::test::spec;
 
 const std::string kSource = FSDPGEN_SOURCE_DIR;
 
 // fsdpgen run in the source tree, so that the paths it prints are relative.
 CmdResult run_in_source(const std::string& args) {
   return fsdpgen::test::run_command(fmt::format("cd {} && {} {}", kSource, FSDPGEN_BIN, args));
-}
-
-bool has(const CmdResult& r, const std::string& s) {
-  return r.out.find(s) != std::string::npos;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string fresh_dir(const std::string& name) {
-  const std::string dir = std::string(FSDPGEN_E2E_WORK_ROOT) + "/" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
 }
 
 // A config.json in a fresh directory of that name.

@@ -8,34 +8,17 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/cli/CliHelpers.h"
 #include "tests/common/Command.h"
 
 namespace {
 
 using fsdpgen::test::CmdResult;
+using fsdpgen::test::fresh_dir;
+using fsdpgen::test::has;
+using fsdpgen::test::read_file;
 using fsdpgen::test::run;
-
-std::string spec(const std::string& name) {
-  return std::string(FSDPGEN_SOURCE_DIR) + "/specs/" + name;
-}
-
-bool has(const CmdResult& r, const std::string& s) {
-  return r.out.find(s) != std::string::npos;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string fresh_dir(const std::string& name) {
-  const std::string dir = std::string(FSDPGEN_E2E_WORK_ROOT) + "/" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+using fsdpgen::test::spec;
 
 // Rows of the ranked table: "    1      150.9 ..." (a '*' marks the spec's own).
 int ranked_rows(const std::string& out) {

@@ -49,13 +49,27 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
-// The watch directories a run left in /dev/shm.
-std::set<std::string> watch_dirs() {
-  std::set<std::string> out;
+// A copy of `bin` of this test's own, in e2e_dir(name): tests that find
+// their ranks by executable, or signal them, never touch another test's
+// (CTest runs them in parallel), and their outputs stay apart.
+fs::path own_copy(const fs::path& bin, const std::string& name) {
+  const fs::path dir = e2e_dir(name);
+  fs::copy_file(bin, dir / "train", fs::copy_options::overwrite_existing);
+  return dir / "train";
+}
+
+// The test's own --watch-dir (empty at start), so that what a run leaves
+// there is its own.
+fs::path watch_root(const fs::path& bin) {
+  const fs::path dir = bin.parent_path() / "watch";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+bool holds_nothing(const fs::path& dir) {
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/dev/shm", ec))
-    if (e.path().filename().string().rfind("fsdpgen-watch-", 0) == 0) out.insert(e.path());
-  return out;
+  return fs::directory_iterator(dir, ec) == fs::directory_iterator();
 }
 
 class InjectedStall : public ::testing::TestWithParam<int> {};
@@ -65,13 +79,15 @@ class InjectedStall : public ::testing::TestWithParam<int> {};
 // rank exits by itself with code 3.
 TEST_P(InjectedStall, IsReportedAndEveryRankExits) {
   const int world = GetParam();
-  const fs::path bin = stall_binary(world);
+  const fs::path bin = own_copy(stall_binary(world), fmt::format("stall_injected_w{}", world));
   const auto [op, label] = first_compute_op(bin);
   ASSERT_GE(op, 0);
-  const std::set<std::string> dirs_before = watch_dirs();
+  const fs::path watch = watch_root(bin);
   const auto t0 = clock_type::now();
-  CmdResult r = run_binary(
-      world, bin, fmt::format("--steps 6 --stall-timeout 2 --inject-stall {}:2:100", world - 1));
+  CmdResult r = run_binary(world, bin,
+                           fmt::format("--steps 6 --stall-timeout 2 --inject-stall {}:2:100 "
+                                       "--watch-dir {}",
+                                       world - 1, watch.string()));
   const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
   std::printf("%s(%.1f s)\n", r.out.c_str(), seconds);
   EXPECT_EQ(r.status, kStalledExitCode) << r.out;
@@ -89,8 +105,7 @@ TEST_P(InjectedStall, IsReportedAndEveryRankExits) {
   // Every other rank sees the report claimed and stops by itself (before any
   // rank exits, so that mpirun's teardown cuts no line).
   EXPECT_EQ(count(r.out, "stopping: rank "), world - 1) << r.out;
-  for (const std::string& d : watch_dirs())
-    EXPECT_TRUE(dirs_before.count(d)) << d << ": the reporter removes the watch directory";
+  EXPECT_TRUE(holds_nothing(watch)) << watch << ": the reporter removes the watch directory";
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, InjectedStall, ::testing::Values(2, 4));
@@ -98,15 +113,15 @@ INSTANTIATE_TEST_SUITE_P(Worlds, InjectedStall, ::testing::Values(2, 4));
 // A stall shorter than the timeout is no stall: the run completes and
 // removes its watch directory.
 TEST(Stall, AShortPauseIsNotReported) {
-  const fs::path bin = stall_binary(2);
-  const std::set<std::string> dirs_before = watch_dirs();
-  CmdResult r = run_binary(2, bin, "--steps 4 --stall-timeout 3 --inject-stall 0:1:1");
+  const fs::path bin = own_copy(stall_binary(2), "stall_short_pause");
+  const fs::path watch = watch_root(bin);
+  CmdResult r = run_binary(
+      2, bin, "--steps 4 --stall-timeout 3 --inject-stall 0:1:1 --watch-dir " + watch.string());
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.find("stall"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(": 0 by fsdpgen"), std::string::npos) << "no allocation in steps:\n"
                                                              << r.out;
-  for (const std::string& d : watch_dirs())
-    EXPECT_TRUE(dirs_before.count(d)) << d << ": rank 0 removes the watch directory at the end";
+  EXPECT_TRUE(holds_nothing(watch)) << watch << ": rank 0 removes the watch directory at the end";
 }
 
 TEST(Stall, InjectStallIsChecked) {
@@ -136,6 +151,15 @@ std::map<int, pid_t> ranks_running(const fs::path& bin) {
   return out;
 }
 
+// Whether no process runs `bin` any more, allowing a rank torn down with the
+// launcher up to 5 s to be reaped.
+bool all_ended(const fs::path& bin) {
+  const auto t0 = clock_type::now();
+  while (!ranks_running(bin).empty() && clock_type::now() - t0 < 5s)
+    std::this_thread::sleep_for(50ms);
+  return ranks_running(bin).empty();
+}
+
 struct signalled_run {
   int status = -1;     // the launcher's exit status (128 + signal), -1: it had to be killed
   double seconds = 0;  // from the signal to the launcher's exit
@@ -153,9 +177,10 @@ signalled_run signal_rank_1(const fs::path& bin, int sig) {
   fs::remove(metrics);
   const pid_t launcher = fork();
   if (launcher == 0) {
-    const std::string line =
-        fmt::format("cd {} && exec {} --steps 1000000 --stall-timeout 2 --metrics {} > {} 2>&1",
-                    dir.string(), launch(2, bin), metrics.string(), out.string());
+    const std::string line = fmt::format(
+        "cd {} && exec {} --steps 1000000 --stall-timeout 2 --metrics {} "
+        "--watch-dir {} > {} 2>&1",
+        dir.string(), launch(2, bin), metrics.string(), watch_root(bin).string(), out.string());
     execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -192,7 +217,7 @@ signalled_run signal_rank_1(const fs::path& bin, int sig) {
 // answering: the other rank's watchdog names it and the job ends, the
 // stopped process included.
 TEST(Stall, AStoppedRankIsReportedAndTheJobEnds) {
-  const fs::path bin = stall_binary(2);
+  const fs::path bin = own_copy(stall_binary(2), "stall_stopped");
   const signalled_run s = signal_rank_1(bin, SIGSTOP);
   ASSERT_NE(s.victim, 0) << s.out;
   ASSERT_NE(s.status, -1) << "the job did not end within 60 s of SIGSTOP:\n" << s.out;
@@ -201,12 +226,12 @@ TEST(Stall, AStoppedRankIsReportedAndTheJobEnds) {
   EXPECT_NE(s.out.find(": rank 1 stopped answering "), std::string::npos) << s.out;
   EXPECT_EQ(count(s.out, "stall at step "), 1) << "one report, at a step:\n" << s.out;
   EXPECT_NE(s.out.find(fmt::format("rank 1 (pid {} on ", s.victim)), std::string::npos) << s.out;
-  EXPECT_TRUE(ranks_running(bin).empty()) << "every rank ended, the stopped one too";
+  EXPECT_TRUE(all_ended(bin)) << "every rank ended, the stopped one too";
 }
 
 // A killed rank: Open MPI's mpirun ends the job at once and names it.
 TEST(Stall, AKilledRankEndsTheJobAndIsNamed) {
-  const fs::path bin = stall_binary(2);
+  const fs::path bin = own_copy(stall_binary(2), "stall_killed");
   const signalled_run s = signal_rank_1(bin, SIGKILL);
   ASSERT_NE(s.victim, 0) << s.out;
   ASSERT_NE(s.status, -1) << "the job did not end within 60 s of SIGKILL:\n" << s.out;
@@ -219,7 +244,7 @@ TEST(Stall, AKilledRankEndsTheJobAndIsNamed) {
           R"(process rank 1 with PID \d+ on node \S+ exited on signal 9|rank 1 \(pid {}\) is dead)",
           s.victim))))
       << s.out;
-  EXPECT_TRUE(ranks_running(bin).empty()) << "every rank ended";
+  EXPECT_TRUE(all_ended(bin)) << "every rank ended";
 }
 
 }  // namespace

@@ -379,9 +379,14 @@ TEST_F(CheckpointFiles, ManifestSizesAreCheckedBeforeAnythingIsAllocated) {
   // A whole number written as a float (found by runtime_fuzz_manifest):
   // an error, not a cast out of range.
   expect_manifest_error(d, [](json& j) { j["step"] = 1e19; },
-                        {"\"step\" must be a whole number, not 1e+19"});
+                        {"\"step\" must be whole numbers, not 1e+19"});
   expect_manifest_error(d, [](json& j) { j["units"][0]["shard_elems"] = 2.5; },
-                        {"\"shard_elems\" must be a whole number, not 2.5"});
+                        {"\"shard_elems\" must be whole numbers, not 2.5"});
+  expect_manifest_error(d,
+                        [](json& j) {
+                          j["units"][0]["tensors"][0]["shape"] = {2, 5.5e48};
+                        },
+                        {"\"shape\" must be whole numbers, not [2,5.5e+48]"});
   expect_manifest_error(d, [](json& j) { j["units"][1]["shard_elems"] = int64_t{1} << 62; },
                         {"unit 1: shard_elems: 4611686018427387904 x 2 overflows 64 bits"});
   expect_manifest_error(d, [](json& j) { j["units"][1]["shard_elems"] = int64_t{1} << 61; },
