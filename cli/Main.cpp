@@ -596,9 +596,10 @@ int run_build(const Common& c, const std::string& target_flag, const std::string
   auto target = resolve_target(c, target_flag, true);
   if (!target) return kExitSpecError;
   if (c.check && target->kind == EmitTarget::Kind::Cuda) {
-    std::fputs("fsdpgen: error: --check builds for the CPU target only (--target cpu): the CUDA "
-               "backend's canaries are not written yet\n",
-               stderr);
+    std::fputs(
+        "fsdpgen: error: --check builds for the CPU target only (--target cpu): the CUDA "
+        "backend's canaries are not written yet\n",
+        stderr);
     return kExitUsage;
   }
   const Hardware hw = *find_hardware(target->hardware);

@@ -637,8 +637,8 @@ class Writer {
     if (!model_.custom_red_zones) return;
     const int64_t elem = a.fp32 ? 4 : pbytes_;
     const int64_t begin = base + row_offset(t, module + "." + a.name) + N_ * a.per_token * elem;
-    const int64_t end =
-        base + row_offset(t, custom_red_zone_row(module, a.name)) + N_ * kCustomRedZonePerToken * elem;
+    const int64_t end = base + row_offset(t, custom_red_zone_row(module, a.name)) +
+                        N_ * kCustomRedZonePerToken * elem;
     inner_red_zones_.insert({buffer, begin, end - begin, name});
   }
 
@@ -1432,7 +1432,8 @@ class Writer {
       train.push_back({"val_sequences", i(t.val_sequences)});
     }
     fields_of("plan").push_back({"validation_op_count", i(validation_pass(s_).op_count)});
-    if (m_.red_zone_bytes > 0) fields_of("plan").push_back({"red_zone_bytes", i(m_.red_zone_bytes)});
+    if (m_.red_zone_bytes > 0)
+      fields_of("plan").push_back({"red_zone_bytes", i(m_.red_zone_bytes)});
     if (!host_ops.empty()) {
       all.push_back({"host_ops", "kHostOps"});
       all.push_back({"host_op_count", i(static_cast<int64_t>(host_ops.size()))});

@@ -50,8 +50,8 @@ std::optional<std::vector<Expr>> parse_expr_list(std::string_view text, ExprErro
 struct Init {
   enum class Kind { Normal, Ones, Zeros };
   Kind kind = Kind::Normal;
-  double std = 0;             // its value: a number's, or the expression's once bound
-  std::string std_text;       // the expression as written ("" for ones and zeros)
+  double std = 0;                  // its value: a number's, or the expression's once bound
+  std::string std_text;            // the expression as written ("" for ones and zeros)
   std::vector<std::string> names;  // the hyper-parameters it uses, in order of first use
 };
 std::optional<Init> parse_init(std::string_view text, ExprError* error);

@@ -105,7 +105,8 @@ init_rule init_tensor_rule(const program_tensor& t, int64_t n_layer) {
 }
 
 bool init_tensor_decays(const program_tensor& t) {
-  return t.init == tensor_init::by_name ? init_weight_decays(t.name) : t.init == tensor_init::normal;
+  return t.init == tensor_init::by_name ? init_weight_decays(t.name)
+                                        : t.init == tensor_init::normal;
 }
 
 std::string init_describe(const program& p) {
@@ -120,11 +121,11 @@ std::string init_describe(const program& p) {
     const size_t module = member == std::string_view::npos || member == 0
                               ? std::string_view::npos
                               : name.rfind('.', member - 1);
-    const std::string what = fmt::format(
-        "{} {}", name.substr(module == std::string_view::npos ? 0 : module + 1),
-        t.init == tensor_init::zeros  ? std::string("zeros")
-        : t.init == tensor_init::ones ? std::string("ones")
-                                      : fmt::format("normal({:g})", t.init_std));
+    const std::string what =
+        fmt::format("{} {}", name.substr(module == std::string_view::npos ? 0 : module + 1),
+                    t.init == tensor_init::zeros  ? std::string("zeros")
+                    : t.init == tensor_init::ones ? std::string("ones")
+                                                  : fmt::format("normal({:g})", t.init_std));
     if (std::find(seen.begin(), seen.end(), what) == seen.end()) seen.push_back(what);
   }
   if (!seen.empty())

@@ -32,10 +32,10 @@ std::string optimizer_lr_describe(const program& p, int64_t total_steps) {
       steps < p.train.lr_schedule.warmup
           ? fmt::format(" (the spec's {}, clamped to the run)", p.train.lr_schedule.warmup)
           : "";
-  const std::string warmup =
-      steps > 0 ? fmt::format("{} warm-up step{}{} to {:g}", steps, steps == 1 ? "" : "s", clamped,
-                              p.train.optimizer.lr)
-                : fmt::format("{:g}", p.train.optimizer.lr);
+  const std::string warmup = steps > 0
+                                 ? fmt::format("{} warm-up step{}{} to {:g}", steps,
+                                               steps == 1 ? "" : "s", clamped, p.train.optimizer.lr)
+                                 : fmt::format("{:g}", p.train.optimizer.lr);
   if (steps >= total_steps) return warmup + ", the whole run";
   if (p.train.lr_schedule.kind == lr_schedule_kind::constant) return warmup + ", then constant";
   return fmt::format("{}, then {} down to {:g} at step {}, the last", warmup,

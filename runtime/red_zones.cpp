@@ -83,7 +83,8 @@ void red_zones_check(const program& p, std::byte* device, std::byte* host, int o
           "'{}'): byte {} of the red zone after it changed; is the array declared smaller than "
           "the layer writes it? `fsdpgen check-layer` names the line",
           op, p.ops[op].label, r.name, b.name, c));
-    if (op == life.last_op) poison(base_of(b, device, host) + r.offset, static_cast<size_t>(r.bytes), false);
+    if (op == life.last_op)
+      poison(base_of(b, device, host) + r.offset, static_cast<size_t>(r.bytes), false);
   }
   for (int id = 0; id < p.buffer_count; ++id) {
     const program_buffer_life& life = p.buffer_life[id];

@@ -688,7 +688,7 @@ int read_header_on_deep_stack(const Options& o) {
       "levels deep)\n",
       o.header.c_str(), kStackBytes >> 20);
   g_overflow_bytes = std::min(static_cast<size_t>(std::max(n, 0)), sizeof g_overflow_message - 1);
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_sigaction = on_fault;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);

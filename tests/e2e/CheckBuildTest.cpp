@@ -24,8 +24,7 @@ fs::path build_gelu(const fs::path& dir, const std::string& header_text, bool ch
   c.layers = "  import = \"gelu_mlp.h\"\n  mlp = GeluMlp(d_model = width, d_ff = ffn_hidden)\n";
   std::ofstream(dir / "e2e.fsdp") << c.spec();
   const CmdResult r = run_command(fmt::format("cd {} && {} e2e.fsdp -o train --target cpu{} 2>&1",
-                                              dir.string(), FSDPGEN_BIN,
-                                              check ? " --check" : ""));
+                                              dir.string(), FSDPGEN_BIN, check ? " --check" : ""));
   EXPECT_EQ(r.status, 0) << r.out;
   return dir / "train";
 }
