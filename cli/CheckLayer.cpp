@@ -162,24 +162,6 @@ std::string program_text(const layers::BoundLayer& bound, const std::string& hea
       fmt::arg("narrow_type", narrow_type));
 }
 
-// Runs argv with stdout and stderr into `out_file`: the exit status, 128 +
-// the signal when killed by one, -1 when it could not start, -2 when it ran
-// past kRunSeconds (then killed).
-int run_program(std::vector<std::string> args, const std::string& out_file) {
-  const layers::ProcessEnd e = layers::run_to_file(std::move(args), out_file, kRunSeconds);
-  switch (e.how) {
-    case layers::ProcessEnd::exited:
-      return e.code;
-    case layers::ProcessEnd::killed:
-      return 128 + e.code;
-    case layers::ProcessEnd::timed_out:
-      return -2;
-    case layers::ProcessEnd::not_started:
-      break;
-  }
-  return -1;
-}
-
 // A function's name without its arguments: "GeluMlp<float, float>::forward".
 std::string function_name(const std::string& f) {
   int depth = 0;
@@ -208,7 +190,9 @@ std::vector<std::string> symbolized(const std::string& frames_line, const std::s
       continue;
     }
     const std::string where = (work / "addr2line.txt").string();
-    if (run_program({"addr2line", "-C", "-f", "-p", "-e", program, offset}, where) != 0) {
+    if (!layers::run_to_file({"addr2line", "-C", "-f", "-p", "-e", program, offset}, where,
+                             kRunSeconds)
+             .ok()) {
       out.push_back("at " + offset + " in the check program (addr2line did not run)");
       continue;
     }
@@ -356,7 +340,7 @@ int run_check_layer(const CheckLayerOptions& o) {
   }
   const std::string program = (work / "check_layer").string();
   const std::string log = (work / "report.txt").string();
-  const int status = run_program({program}, log);
+  const layers::ProcessEnd ran = layers::run_to_file({program}, log, kRunSeconds);
   std::ifstream report(log);
   for (std::string line; std::getline(report, line);) {
     if (line.rfind("@frames", 0) != 0) {
@@ -367,20 +351,23 @@ int run_check_layer(const CheckLayerOptions& o) {
       std::printf("      %s\n", at.c_str());
   }
   std::fflush(stdout);
-  int exit = status;
-  if (status == -2) {
-    error(fmt::format("the check program did not finish in {} s: does a call of {} never return?",
-                      kRunSeconds, decl->name));
-    exit = kExitFailed;
-  } else if (status > 128) {
-    error(fmt::format("the check program was killed by signal {} ({})", status - 128,
-                      strsignal(status - 128)));
-    exit = kExitFailed;
-  } else if (status < 0) {
-    error(fmt::format("cannot run {}", program));
-    exit = kExitFailed;
-  } else if (status > 1) {
-    exit = kExitFailed;
+  // The program's own status is the checks' (0 or 1); anything else failed.
+  int exit = kExitFailed;
+  switch (ran.how) {
+    case layers::ProcessEnd::exited:
+      if (ran.code == 0) exit = 0;
+      break;
+    case layers::ProcessEnd::timed_out:
+      error(fmt::format("the check program did not finish in {} s: does a call of {} never return?",
+                        kRunSeconds, decl->name));
+      break;
+    case layers::ProcessEnd::killed:
+      error(fmt::format("the check program was killed by signal {} ({})", ran.code,
+                        strsignal(ran.code)));
+      break;
+    case layers::ProcessEnd::not_started:
+      error(fmt::format("cannot run {}", program));
+      break;
   }
   if (temporary) fs::remove_all(work, ec);
   return exit;

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "tests/common/Command.h"
+#include "tests/layers/ReaderTests.h"
 
 namespace fs = std::filesystem;
 
@@ -23,18 +24,7 @@ namespace {
 
 const fs::path kSource = FSDPGEN_SOURCE_DIR;
 
-#define SKIP_WITHOUT_READER()                                                                \
-  if (std::string(FSDPGEN_LAYER_READER).empty())                                             \
-  GTEST_SKIP() << "fsdpgen-layers is not built: CMake found no Clang 19.1 package (Debian: " \
-                  "clang-19 libclang-19-dev libclang-cpp19-dev llvm-19-dev; tools/setup.sh " \
-                  "installs them)"
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using fsdpgen::test::read;
 
 // The reader on `header`, run from its directory; its output with that
 // directory's absolute path taken out of file names.
