@@ -160,9 +160,9 @@ int64_t rope_tables_bytes(const ModelSpec& m) {
 }
 
 int64_t cudnn_attention_workspace_bytes(const ModelSpec& m, const ActivationShape& a) {
-  const int64_t grouped_kv =
-      m.family == Family::Llama ? 2 * m.kv_heads * m.head_dim() : 0;  // fp32 dK and dV
-  return 4 * a.tokens * (m.width + m.heads + grouped_kv) + kCudnnAttentionEngineSlackBytes;
+  const bool grouped = m.family == Family::Llama && m.kv_heads < m.heads;
+  const int64_t full_head_dk_dv = grouped ? 2 * m.width * a.act_bytes : 0;  // per token
+  return a.tokens * (4 * (m.width + m.heads) + full_head_dk_dv) + kCudnnAttentionEngineSlackBytes;
 }
 
 std::string activations_size_error(const Spec& spec, bool flash_attention) {

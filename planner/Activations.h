@@ -97,9 +97,14 @@ int64_t rope_tables_bytes(const ModelSpec& m);
 // fp32 dQ accumulator (hs per head and token: C per token) and fp32 softmax
 // sum dO.O (H per token), as cudnn_frontend's SDPA backward node sizes them,
 // plus kCudnnAttentionEngineSlackBytes for scratch of cuDNN's engines
-// themselves (16 bytes seen on Hopper); for llama's grouped-query attention
-// also fp32 dK and dV (2 KV per token: an allowance, not yet measured). The plan's workspace buffer
-// ("gemm_workspace", Schedule.h) is the larger of this and cuBLASLt's share:
+// themselves (256 bytes seen on an H100); for llama's grouped-query attention
+// (fewer key/value heads than query heads) also dK and dV expanded to every
+// query head in the params' dtype before their reduction to the key/value
+// heads (the node's dK_fullhead and dV_fullhead: 2 C per token). cuDNN 9.19
+// asked for exactly these arrays and 256 bytes more at llama-1b's B=4 T=2048
+// H=32 KV=8 bf16 on an H100 (2026-11-26: 135,266,560 bytes). The plan's
+// workspace buffer ("gemm_workspace", Schedule.h) is the larger of this and
+// cuBLASLt's share:
 // cuBLASLt and cuDNN use it in turn on the compute stream. The runtime
 // checks cuDNN's own request against the buffer at start and stops, naming
 // both sizes, if it is larger.

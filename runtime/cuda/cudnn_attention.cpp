@@ -20,7 +20,7 @@
 #endif
 
 attention_choice choose_attention(bool flash_plan, dtype_id param, int64_t head_size,
-                                  bool cudnn_built, const char* forced) {
+                                  int64_t context, bool cudnn_built, const char* forced) {
   const std::string f = forced ? forced : "";
   if (!f.empty() && f != "auto" && f != "flash" && f != "cudnn")
     throw std::runtime_error(
@@ -43,6 +43,8 @@ attention_choice choose_attention(bool flash_plan, dtype_id param, int64_t head_
            head_size > kCudnnAttentionMaxHeadSize)
     why_not = fmt::format("head size {} is not a multiple of {} up to {}", head_size,
                           kCudnnAttentionHeadSizeMultiple, kCudnnAttentionMaxHeadSize);
+  else if (context == 1)
+    why_not = "context 1 (cuDNN's fused attention refuses a single key)";
   if (why_not.empty()) return {attention_kernels::cudnn, "cuDNN fused attention"};
   if (f == "cudnn") throw std::runtime_error("FSDPGEN_ATTENTION=cudnn, but " + why_not);
   return {attention_kernels::flash, "flash kernels (not cuDNN: " + why_not + ")"};

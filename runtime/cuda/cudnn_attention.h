@@ -52,8 +52,9 @@ struct attention_choice {
 // or "auto": cuDNN where it applies, else the flash kernels; "flash": the
 // hand-written kernels; "cudnn": cuDNN, or std::runtime_error saying why it
 // cannot; anything else: std::runtime_error naming the variable).
+// context: the sequence length (cuDNN refuses one key: s_q = s_kv = 1).
 attention_choice choose_attention(bool flash_plan, dtype_id param, int64_t head_size,
-                                  bool cudnn_built, const char* forced);
+                                  int64_t context, bool cudnn_built, const char* forced);
 
 // One graph pair's shape; also the cache's key.
 struct cudnn_attention_shape {

@@ -206,6 +206,7 @@ class CudaTraining : public ::testing::TestWithParam<E2eConfig> {
 
 TEST_P(CudaTraining, LossesEqualTheCpuBinarys) {
   const E2eConfig c = GetParam();
+  if (!c.layers.empty()) FSDPGEN_SKIP_WITHOUT_LAYER_READER();
   const std::string name = "cuda_" + c.name();
   std::vector<double> cpu = train_losses("cpu_" + c.name(), c);
   std::vector<double> gpu = cuda_losses(name, c);
@@ -627,16 +628,18 @@ TEST_F(CudaBinary, ResumesAnOffloadedRunBitExactly) {
 }
 
 // Device memory as the driver counts it (cudaMemGetInfo: the whole GPU, so
-// no other process may use it meanwhile): the arena takes what `fsdpgen
-// plan` says, rounded up to the driver's 2 MiB pages; the steps after the
-// warm-up (GEMM algorithm choice, then graph capture) add nothing on the GPU;
-// with offload, pinning the host arena grows the process by its planned
-// pages and they stay resident; and
+// no other process may use it meanwhile: ctest runs this test alone, see
+// tests/CMakeLists.txt): the arena takes what `fsdpgen plan` says, rounded up
+// to the driver's 2 MiB pages; the steps after the warm-up (GEMM algorithm
+// choice, then graph capture) add nothing on the GPU; with offload, pinning
+// the host arena grows the process by its planned pages (and the driver's
+// records of them) and they stay resident; and
 // fsdpgen's code allocates nothing inside a step.
 TEST_F(CudaBinary, DeviceMemoryIsThePlannedArenaAndStepsAddNothing) {
   constexpr int64_t kGuardBytes = 4096, kDriverPageBytes = 2 << 20;
   // The host's resident-set counters lag by up to 64 pages per CPU.
   constexpr int64_t kHostLagBytes = 8 << 20;
+  constexpr int64_t kPinRecordBytes = 4 << 20;
   for (const std::string offload : {"none", "cpu"}) {
     SCOPED_TRACE("offload = " + offload);
     E2eConfig c;
@@ -658,7 +661,13 @@ TEST_F(CudaBinary, DeviceMemoryIsThePlannedArenaAndStepsAddNothing) {
       EXPECT_LT(arena, planned.device + kGuardBytes + kDriverPageBytes) << "step " << s + 1;
       EXPECT_EQ(m[s].at("arena_resident_bytes").get<int64_t>(), arena_in_pages(planned.host))
           << "step " << s + 1;
-      EXPECT_EQ(m[s].at("arena_growth_bytes").get<int64_t>(), arena_in_pages(planned.host))
+      // Pinning also grows the process by the driver's own records of the
+      // pinned range: 1,540,096 bytes for this 0.7 MB arena on an H100
+      // (driver 580, 2026-11-26).
+      const int64_t growth = m[s].at("arena_growth_bytes").get<int64_t>();
+      EXPECT_GE(growth, arena_in_pages(planned.host))
+          << "step " << s + 1 << ": what pinning the host arena added to the process";
+      EXPECT_LE(growth, arena_in_pages(planned.host) + kPinRecordBytes)
           << "step " << s + 1 << ": what pinning the host arena added to the process";
       if (s < warmup) continue;
       EXPECT_EQ(m[s].at("device_used_bytes").get<int64_t>(),

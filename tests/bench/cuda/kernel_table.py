@@ -17,7 +17,9 @@ import re
 import sys
 from collections import defaultdict
 
-SECONDS_PER_UNIT = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0}
+# Nsight Compute 2025+ prints "ns", "us", "ms", "s"; older releases "nsecond" and so on.
+SECONDS_PER_UNIT = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0,
+                    "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
 def short_name(kernel):

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""kernel_table.py on a hand-written ncu CSV: times in three units summed by
-kernel name (template arguments and parameter lists dropped), shares of the
-step, the rows beyond --top summed, and an error for a file without kernels."""
+"""kernel_table.py on a hand-written ncu CSV: times in three units (long and
+short names) summed by kernel name (template arguments and parameter lists
+dropped), shares of the step, the rows beyond --top summed, and an error for a
+file without kernels."""
 import os
 import subprocess
 import sys
@@ -58,6 +59,14 @@ class KernelTable(unittest.TestCase):
         r = run(SAMPLE, "--top", "1")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("| 2 others | 2 | 4.00 | 50.0% |", r.stdout)
+
+    def test_short_units_of_newer_ncu(self):
+        # Nsight Compute 2025 (CUDA 13, H100, 2026-11-26) writes "ns", "us", "ms".
+        short = SAMPLE.replace('"msecond"', '"ms"').replace('"usecond"', '"us"').replace(
+            '"nsecond"', '"ns"')
+        r = run(short)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, run(SAMPLE).stdout)
 
     def test_a_file_without_kernels_is_an_error(self):
         r = run("==PROF== No kernels were profiled.\n")
