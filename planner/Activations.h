@@ -100,14 +100,13 @@ int64_t rope_tables_bytes(const ModelSpec& m);
 // themselves (256 bytes seen on an H100); for llama's grouped-query attention
 // (fewer key/value heads than query heads) also dK and dV expanded to every
 // query head in the params' dtype before their reduction to the key/value
-// heads (the node's dK_fullhead and dV_fullhead: 2 C per token). cuDNN 9.19
-// asked for exactly these arrays and 256 bytes more at llama-1b's B=4 T=2048
-// H=32 KV=8 bf16 on an H100 (2026-11-26: 135,266,560 bytes). The plan's
+// heads (the node's dK_fullhead and dV_fullhead: 2 C per token). On an H100
+// (2026-11-26) cuDNN 9 asked for exactly these arrays and 256 bytes more at
+// llama-1b's B=4 T=2048 H=32 KV=8 bf16: 135,266,560 bytes. The plan's
 // workspace buffer ("gemm_workspace", Schedule.h) is the larger of this and
-// cuBLASLt's share:
-// cuBLASLt and cuDNN use it in turn on the compute stream. The runtime
-// checks cuDNN's own request against the buffer at start and stops, naming
-// both sizes, if it is larger.
+// cuBLASLt's share: cuBLASLt and cuDNN use it in turn on the compute stream.
+// The runtime checks cuDNN's own request against the buffer at start and
+// stops, naming both sizes, if it is larger.
 inline constexpr int64_t kCudnnAttentionEngineSlackBytes = int64_t{1} << 20;
 int64_t cudnn_attention_workspace_bytes(const ModelSpec& m, const ActivationShape& a);
 

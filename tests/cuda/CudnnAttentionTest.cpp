@@ -132,8 +132,8 @@ TEST(CudnnAttentionBuild, WithoutCudnnPreparingSaysSo) {
 // (and, in the backward, dS) to the storage type before the P.V, P^T.dO,
 // dS.K and dS^T.Q products, where the reference keeps them fp32; outputs are
 // rounded once. An output that cancels (a small dq from terms of unit size)
-// errs by the terms' ulps, not its own: on an H100 (cuDNN 9.19, 2026-11-26)
-// the largest difference over every shape here was exactly one ulp at unit
+// errs by the terms' ulps, not its own: on an H100 (cuDNN 9, 2026-11-26) the
+// largest difference over every shape here was exactly one ulp at unit
 // scale (7.81e-3 bf16, 9.77e-4 fp16), in a few values of ~0.005 among
 // millions, so a bound relative to each value or to the rms fails them.
 //  - tol, relative: bf16 2e-2, the hand-written attention's bf16 tolerance
