@@ -102,6 +102,41 @@ TEST(CliTune, BadFlagsAreNamed) {
   EXPECT_TRUE(has(r, "--world 0")) << r.out;
 }
 
+// A profile calibrate measured here is used and named on the figures line;
+// one from another device (a CPU's measurements claiming a GPU's figures),
+// a file that is not JSON, or a profile beside --gpu is refused naming it.
+TEST(CliTune, AProfileIsUsedAndAForeignOrBrokenOneRefused) {
+  const std::string dir = fresh_dir("tune_profiles");
+  CmdResult cal =
+      run("calibrate " + spec("tiny.fsdp") + " --target cpu --quick -o " + dir + "/good.json");
+  ASSERT_EQ(cal.status, 0) << cal.out;
+  CmdResult good = run("tune " + spec("tiny.fsdp") + " --hardware " + dir + "/good.json --top 2");
+  ASSERT_EQ(good.status, 0) << good.out;
+  EXPECT_TRUE(has(good, "figures: hardware profile " + dir + "/good.json (")) << good.out;
+  EXPECT_TRUE(has(good, "ops measured")) << good.out;
+
+  std::string text = read_file(dir + "/good.json");
+  const size_t base = text.find("\"base\": \"cpu\"");
+  ASSERT_NE(base, std::string::npos) << text.substr(0, 400);
+  text.replace(base, std::string("\"base\": \"cpu\"").size(), "\"base\": \"h100-sxm\"");
+  std::ofstream(dir + "/foreign.json") << text;
+  CmdResult foreign = run("tune " + spec("tiny.fsdp") + " --hardware " + dir + "/foreign.json");
+  EXPECT_EQ(foreign.status, 2) << foreign.out;
+  EXPECT_TRUE(has(foreign, dir + "/foreign.json: device.base: 'h100-sxm' is a GPU, but the "
+                                 "profile measured the cpu runtime"))
+      << foreign.out;
+
+  std::ofstream(dir + "/broken.json") << "{";
+  CmdResult broken = run("tune " + spec("tiny.fsdp") + " --hardware " + dir + "/broken.json");
+  EXPECT_EQ(broken.status, 2) << broken.out;
+  EXPECT_TRUE(has(broken, dir + "/broken.json: not JSON")) << broken.out;
+
+  CmdResult both =
+      run("tune " + spec("tiny.fsdp") + " --hardware " + dir + "/good.json --gpu h100-sxm");
+  EXPECT_EQ(both.status, 2) << both.out;
+  EXPECT_TRUE(has(both, "not --gpu h100-sxm; give one of them")) << both.out;
+}
+
 TEST(CliTune, WorldsSweepNamesSkippedWorlds) {
   CmdResult r = run("tune " + spec("tiny.fsdp") + " --gpu cpu --worlds 1,2,3 --top 2");
   ASSERT_EQ(r.status, 0) << r.out;
