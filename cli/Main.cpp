@@ -12,6 +12,7 @@
 //   fsdpgen import-hf DIR|config.json [-o spec.fsdp]
 //   fsdpgen tune spec.fsdp [--world N | --worlds 8,16,32] [--gpu KIND | --hardware PROFILE]
 //                [-o tuned.fsdp] [--top K] [--keep KNOB...] [--allow-batch-change]
+//                [--write-candidates DIR]
 // Each subcommand but merge and import-hf runs the pipeline (planner/Pipeline.h) up to its
 // last pass; --dump-after PASS prints a pass's IR and --time-passes times them.
 #include <glob.h>
@@ -911,6 +912,10 @@ static int run_fsdpgen(int argc, char** argv) {
   tune->add_option("-o,--output", tune_opts.output,
                    "write the winner: the spec with only the changed keys rewritten");
   tune->add_option("--top", tune_opts.top, "rows in the ranked table (default 10)");
+  tune->add_option("--write-candidates", tune_opts.write_candidates,
+                   "write every planned candidate that fits as a spec into this directory "
+                   "(candidate_NNN.fsdp, fastest first; candidates.tsv lists their predicted "
+                   "steps): what tests/bench/tune/run.sh measures");
   tune->add_option("--keep", tune_opts.keep,
                    "knobs kept as written: sharding, units, recompute, offload, micro_batch, "
                    "reduce, prefetch, precision")

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -265,27 +266,59 @@ int run_tune(const TuneCliOptions& o, bool gpu_visible) {
     out(fmt::format("  it lacks {}\n", lacks(*r.best_unfit, *hw)));
   }
 
-  if (!o.output.empty()) {
-    std::string text, why;
-    if (!read_file(o.spec, text, why)) {
-      error(fmt::format("cannot read spec file '{}': {}", o.spec, why));
-      return kExitSpecError;
-    }
-    // The text says the spec as read without --world's override.
-    const FrontendResult as_written = load_spec_file(o.spec);
-    const std::string rewritten = rewrite_spec_text(
-        o.spec, text, as_written.spec ? *as_written.spec : spec, r.top.front().spec);
-    std::ofstream f(o.output, std::ios::binary);
-    f << rewritten;
+  if (o.output.empty() && o.write_candidates.empty()) return 0;
+  std::string text, why;
+  if (!read_file(o.spec, text, why)) {
+    error(fmt::format("cannot read spec file '{}': {}", o.spec, why));
+    return kExitSpecError;
+  }
+  // The text says the spec as read without --world's override.
+  const FrontendResult as_written = load_spec_file(o.spec);
+  const Spec& from = as_written.spec ? *as_written.spec : spec;
+  auto write = [&](const std::string& path, const Spec& to) {
+    std::ofstream f(path, std::ios::binary);
+    f << rewrite_spec_text(o.spec, text, from, to);
     f.close();
-    if (!f) {
-      error(fmt::format("cannot write '{}'", o.output));
-      return kExitSpecError;
-    }
+    if (!f) error(fmt::format("cannot write '{}'", path));
+    return static_cast<bool>(f);
+  };
+  if (!o.output.empty()) {
+    if (!write(o.output, r.top.front().spec)) return kExitSpecError;
     out(fmt::format("\nwrote {}: {} with {}\n", o.output, o.spec,
                     r.top.front().changes.empty()
                         ? "no change (the spec as written is the fastest)"
                         : fmt::format("{}", fmt::join(r.top.front().changes, ", "))));
+  }
+  if (!o.write_candidates.empty()) {
+    // Every planned candidate that fits, fastest per token first: what a
+    // benchmark measures to check the ranking (tests/bench/tune/run.sh).
+    std::vector<const TuneCandidate*> fit;
+    for (const TuneCandidate& c : r.all_planned)
+      if (c.fits) fit.push_back(&c);
+    std::stable_sort(fit.begin(), fit.end(), [](const TuneCandidate* a, const TuneCandidate* b) {
+      return a->ms_per_token < b->ms_per_token;
+    });
+    std::error_code ec;
+    std::filesystem::create_directories(o.write_candidates, ec);
+    std::string index = "file\trank\tpredicted_step_ms\ttokens_per_s_per_gpu\town\tchanges\n";
+    for (size_t i = 0; i < fit.size(); ++i) {
+      const std::string name = fmt::format("candidate_{:03}.fsdp", i + 1);
+      if (!write(o.write_candidates + "/" + name, fit[i]->spec)) return kExitSpecError;
+      index += fmt::format("{}\t{}\t{:.6g}\t{:.6g}\t{}\t{}\n", name, i + 1, fit[i]->step_ms,
+                           fit[i]->tokens_per_s_per_gpu, fit[i]->own ? "yes" : "no",
+                           fit[i]->changes.empty()
+                               ? "(the spec as written)"
+                               : fmt::format("{}", fmt::join(fit[i]->changes, ", ")));
+    }
+    std::ofstream f(o.write_candidates + "/candidates.tsv", std::ios::binary);
+    f << index;
+    f.close();
+    if (!f) {
+      error(fmt::format("cannot write '{}/candidates.tsv'", o.write_candidates));
+      return kExitSpecError;
+    }
+    out(fmt::format("wrote {} candidates that fit to {}/ (candidates.tsv lists them)\n", fit.size(),
+                    o.write_candidates));
   }
   return 0;
 }

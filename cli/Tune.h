@@ -17,6 +17,9 @@ struct TuneCliOptions {
   std::string gpu;               // --gpu KIND (empty: not given)
   std::string hardware;          // --hardware PROFILE|NAME (empty: not given)
   std::string output;            // -o: the winner as a spec
+  // --write-candidates DIR: every planned candidate that fits as a spec,
+  // DIR/candidate_NNN.fsdp by rank, and DIR/candidates.tsv listing them.
+  std::string write_candidates;
   int64_t top = 10;
   std::vector<std::string> keep;  // knobs pinned (planner/Tune.h's kTuneKnobs)
   bool allow_batch_change = false;

@@ -72,9 +72,17 @@ TEST(CliTune, Gpt2XlOnEightA100sDropsRecompute) {
   EXPECT_TRUE(has(twice, "the spec as written (*) ranks 1 of the 3")) << twice.out;
 }
 
+// Llama 3 8B without its checkpoints: their staging copy (12 B per parameter
+// over the world, in the host arena) leaves no CPU world up to 64 that fits.
 TEST(CliTune, NothingFitsExitsFourNamingTheWorld) {
-  CmdResult r =
-      run("tune " + spec("llama3-8b.fsdp") + " --world 1 --gpu cpu --keep units prefetch");
+  const std::string dir = fresh_dir("cli-tune-nothing-fits");
+  {
+    std::ifstream in(spec("llama3-8b.fsdp"));
+    std::ofstream out(dir + "/llama3-8b.fsdp");
+    for (std::string line; std::getline(in, line);)
+      if (line.find("checkpoint(") == std::string::npos) out << line << "\n";
+  }
+  CmdResult r = run("tune " + dir + "/llama3-8b.fsdp --world 1 --gpu cpu --keep units prefetch");
   EXPECT_EQ(r.status, 4) << r.out;
   EXPECT_TRUE(has(r, "nothing fits on 1 x cpu")) << r.out;
   EXPECT_TRUE(has(r, "lacks")) << r.out;
@@ -135,6 +143,45 @@ TEST(CliTune, AProfileIsUsedAndAForeignOrBrokenOneRefused) {
       run("tune " + spec("tiny.fsdp") + " --hardware " + dir + "/good.json --gpu h100-sxm");
   EXPECT_EQ(both.status, 2) << both.out;
   EXPECT_TRUE(has(both, "not --gpu h100-sxm; give one of them")) << both.out;
+}
+
+// --write-candidates: every planned candidate that fits, as specs ranked
+// fastest first (the first is what -o writes), listed with their predicted
+// steps; the spec as written is among them, marked.
+TEST(CliTune, WritesEveryFittingCandidateRanked) {
+  const std::string dir = fresh_dir("tune_candidates");
+  CmdResult r = run("tune " + spec("tiny.fsdp") + " --gpu cpu --top 3 -o " + dir +
+                    "/tuned.fsdp --write-candidates " + dir + "/all");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("wrote ([0-9]+) candidates that fit to ")))
+      << r.out;
+  const int n = std::stoi(m[1]);
+  EXPECT_GE(n, 3) << r.out;
+  EXPECT_EQ(read_file(dir + "/all/candidate_001.fsdp"), read_file(dir + "/tuned.fsdp"));
+  std::istringstream index(read_file(dir + "/all/candidates.tsv"));
+  std::string line;
+  std::getline(index, line);
+  EXPECT_EQ(line, "file\trank\tpredicted_step_ms\ttokens_per_s_per_gpu\town\tchanges");
+  int rows = 0, own = 0;
+  double last_ms = 0;
+  while (std::getline(index, line)) {
+    ++rows;
+    std::istringstream fields(line);
+    std::string file, rank, ms, tps, mine;
+    std::getline(fields, file, '\t');
+    std::getline(fields, rank, '\t');
+    std::getline(fields, ms, '\t');
+    std::getline(fields, tps, '\t');
+    std::getline(fields, mine, '\t');
+    EXPECT_EQ(rank, std::to_string(rows)) << line;
+    EXPECT_TRUE(std::filesystem::exists(dir + "/all/" + file)) << file;
+    EXPECT_GE(std::stod(ms), last_ms) << line << ": ranked by predicted time per token";
+    last_ms = std::stod(ms);
+    own += mine == "yes";
+  }
+  EXPECT_EQ(rows, n);
+  EXPECT_EQ(own, 1) << "the spec as written fits and is listed once";
 }
 
 TEST(CliTune, WorldsSweepNamesSkippedWorlds) {
