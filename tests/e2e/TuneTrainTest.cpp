@@ -7,8 +7,9 @@
 // llama 1e-5 and 2.5e-4, relative). The cases are chosen so that tune's
 // winners differ among them: the first changes units, recompute and the
 // micro-batch split; --keep pins those in the second, which then changes what
-// remains; a llama spec; a hybrid spec at world 4. A case whose winner is the
-// spec itself would show nothing, so every case asserts that tune changed it.
+// remains; a llama spec; a spec with a custom layer; a hybrid spec at world
+// 4. A case whose winner is the spec itself would show nothing, so every case
+// asserts that tune changed it.
 #include "tests/e2e/E2e.h"
 
 namespace fsdpgen::test {
@@ -32,6 +33,9 @@ std::vector<tune_case> tune_cases() {
   E2eConfig llama = slow;
   llama.family = "llama";
   out.push_back({"llama", llama, ""});
+  E2eConfig custom = slow;  // a custom layer's MLP (the layer reader's)
+  custom.layers = example_layers("swiglu_mlp.h", "mlp = SwiGluMlp(d_model = width, d_ff = 88)");
+  out.push_back({"custom_layer", custom, ""});
   E2eConfig hybrid = slow;
   hybrid.sharding = "hybrid_shard";
   hybrid.world = 4;
@@ -58,6 +62,7 @@ std::string changed_lines(const std::string& a, const std::string& b) {
 TEST_P(TunedSpec, TrainsWithTheSameLossesAsTheSpecAsWritten) {
   const tune_case& t = GetParam();
   const E2eConfig& c = t.config;
+  if (!c.layers.empty()) FSDPGEN_SKIP_WITHOUT_LAYER_READER();
   const fs::path dir = e2e_dir("tune_" + t.name);
   std::ofstream(dir / "e2e.fsdp") << c.spec();
   CmdResult tuned = run_command(
