@@ -8,6 +8,7 @@
 //   fsdpgen calibrate [SPEC...] -o profile.json [--target cpu|cuda] [--ranks N] [--world N]
 //                     [--micro-batch B] [--quick]
 //   fsdpgen compare PREDICTED.json MEASURED.json [--rank R] [--top N] [-o merged.json]
+//   fsdpgen compare MEASURED.json --ranks A,B [--top N]
 //   fsdpgen check-layer HEADER LAYER --hyper NAME=VALUE... [--dtype bf16|fp16] [--tokens N]
 //   fsdpgen import-hf DIR|config.json [-o spec.fsdp]
 //   fsdpgen tune spec.fsdp [--world N | --worlds 8,16,32] [--gpu KIND | --hardware PROFILE]
@@ -20,6 +21,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -27,6 +29,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -658,8 +661,56 @@ std::optional<std::string> read_text(const std::string& path) {
   }
 }
 
+// --ranks A,B: two ranks, or why not.
+std::string parse_rank_pair(const std::string& text, int& a, int& b) {
+  const std::string why =
+      fmt::format("--ranks {}: expected two ranks of the trace as A,B (e.g. --ranks 0,3)", text);
+  const size_t comma = text.find(',');
+  if (comma == std::string::npos) return why;
+  auto rank = [](std::string_view t, int& out) {
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), out);
+    return !t.empty() && ec == std::errc() && end == t.data() + t.size() && out >= 0;
+  };
+  const std::string_view all(text);
+  return rank(all.substr(0, comma), a) && rank(all.substr(comma + 1), b) ? "" : why;
+}
+
+// Two ranks of one measured trace (--ranks A,B), in compare's tables.
+int run_compare_ranks(const std::string& trace, const std::string& ranks, int top) {
+  int a = 0, b = 0;
+  if (const std::string why = parse_rank_pair(ranks, a, b); !why.empty()) {
+    std::fputs(fmt::format("fsdpgen: error: {}\n", why).c_str(), stderr);
+    return kExitUsage;
+  }
+  const auto m = read_text(trace);
+  if (!m) return kExitSpecError;
+  try {
+    out(compare_ranks_report(read_step_trace(*m, trace), a, b, top));
+    return 0;
+  } catch (const CompareError& e) {
+    std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
+    return kExitSpecError;
+  }
+}
+
+// `measured` empty: `predicted` is the one trace of --ranks.
 int run_compare(const std::string& predicted, const std::string& measured, int rank, int top,
-                const std::string& merged) {
+                const std::string& merged, const std::string& ranks) {
+  if (!ranks.empty() && !measured.empty()) {
+    std::fputs(
+        "fsdpgen: error: --ranks compares two ranks of one measured trace: give that trace "
+        "alone, not two\n",
+        stderr);
+    return kExitUsage;
+  }
+  if (!ranks.empty()) return run_compare_ranks(predicted, ranks, top);
+  if (measured.empty()) {
+    std::fputs(
+        "fsdpgen: error: compare needs a predicted and a measured trace, or one measured trace "
+        "and --ranks A,B\n",
+        stderr);
+    return kExitUsage;
+  }
   const auto p = read_text(predicted), m = read_text(measured);
   if (!p || !m) return kExitSpecError;
   if (const std::string overlap = file_output_overlap(merged, {predicted, measured});
@@ -865,21 +916,32 @@ static int run_fsdpgen(int argc, char** argv) {
       "Exit status: 0 every check passed, 1 a check failed or the layer does not compile, 2 bad "
       "command line.");
 
-  std::string compare_predicted, compare_measured, compare_merged;
+  std::string compare_predicted, compare_measured, compare_merged, compare_ranks;
   int compare_rank = 0, compare_top = 20;
   CLI::App* compare = app.add_subcommand(
       "compare",
       "a predicted step (schedule --format trace) against a measured one (./train --trace), op "
-      "by op");
-  compare->add_option("predicted", compare_predicted, "the predicted trace")->required();
-  compare->add_option("measured", compare_measured, "the measured trace")->required();
-  compare->add_option("--rank", compare_rank, "the measured rank compared op by op (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      "by op; or two ranks of one measured step (--ranks A,B)");
+  compare
+      ->add_option("predicted", compare_predicted,
+                   "the predicted trace (with --ranks: the measured one)")
+      ->required();
+  compare->add_option("measured", compare_measured, "the measured trace");
+  CLI::Option* compare_rank_option =
+      compare->add_option("--rank", compare_rank, "the measured rank compared op by op (default 0)")
+          ->check(CLI::NonNegativeNumber);
   compare->add_option("--top", compare_top, "ops listed, largest difference first (0: all)")
       ->check(CLI::NonNegativeNumber);
-  compare->add_option("-o,--output", compare_merged,
-                      "also write both steps as one Perfetto trace, each stream's predicted track "
-                      "above its measured one");
+  CLI::Option* compare_output =
+      compare->add_option("-o,--output", compare_merged,
+                          "also write both steps as one Perfetto trace, each stream's predicted "
+                          "track above its measured one");
+  compare
+      ->add_option("--ranks", compare_ranks,
+                   "A,B: rank B of a measured trace against its rank A, op kind by op kind and op "
+                   "by op (a straggler against a typical rank)")
+      ->excludes(compare_rank_option)
+      ->excludes(compare_output);
 
   std::string import_source, import_output;
   CLI::App* import_hf = app.add_subcommand(
@@ -965,7 +1027,7 @@ static int run_fsdpgen(int argc, char** argv) {
   if (tune->parsed()) return fsdpgen::run_tune(tune_opts, fsdpgen::gpu_visible());
   if (compare->parsed())
     return fsdpgen::run_compare(compare_predicted, compare_measured, compare_rank, compare_top,
-                                compare_merged);
+                                compare_merged, compare_ranks);
   return fsdpgen::kExitUsage;
 }
 

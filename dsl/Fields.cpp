@@ -193,6 +193,10 @@ class SectionReader {
         int_field("val_sequences", t.val_sequences, 1, kMaxCount),
         {"checkpoint", [this](const ast::Entry& e) { read_checkpoint(e); }},
         int_field("log_every", t.log_every, 1, kMaxCount),
+        field("stall_timeout", t.stall_timeout,
+              [this](const ast::Value& v, const std::string& k) {
+                return v_.as_float(v, k, 0, kMaxStallTimeoutSeconds, false);
+              }),
     };
     read_fields(sec.entries, fields, "section 'train'", "train.");
   }

@@ -197,6 +197,8 @@ void print_train(const TrainSpec& t, std::string& out) {
   else
     out += "  checkpoint = none\n";
   out += fmt::format("  log_every = {}\n", t.log_every);
+  if (t.stall_timeout != kDefaultStallTimeoutSeconds)
+    out += fmt::format("  stall_timeout = {}\n", format_real(t.stall_timeout));
   out += "}\n";
 }
 

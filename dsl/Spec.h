@@ -321,6 +321,13 @@ struct CheckpointSpec {
   bool operator==(const CheckpointSpec&) const = default;
 };
 
+// The watchdog's limit on one op where the spec says none: long enough for
+// any op of a healthy step on today's machines, short enough not to burn an
+// allocation (PyTorch's NCCL timeout is 10 minutes).
+inline constexpr double kDefaultStallTimeoutSeconds = 60;
+// The longest stall_timeout a spec may give: a week.
+inline constexpr double kMaxStallTimeoutSeconds = 7 * 24 * 3600;
+
 struct TrainSpec {
   OptimizerSpec optimizer;
   LrScheduleSpec lr_schedule;
@@ -339,6 +346,10 @@ struct TrainSpec {
   int64_t val_sequences = 256;
   CheckpointSpec checkpoint;
   int64_t log_every = 1;
+  // Seconds one op of the step may run before the binary's watchdog reports
+  // a stall and every rank exits (runtime/watchdog.h); --stall-timeout
+  // overrides it.
+  double stall_timeout = kDefaultStallTimeoutSeconds;
   bool operator==(const TrainSpec&) const = default;
 };
 

@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -23,6 +25,8 @@
 #include "emit/Template.h"
 #include "model/layout.h"
 #include "planner/Activations.h"
+#include "planner/Cost.h"
+#include "planner/Hardware.h"
 #include "planner/Validation.h"
 
 namespace fsdpgen {
@@ -235,6 +239,13 @@ std::string one_field(const Init& f, size_t col) {
   return head + braced(f.fields, col + head.size());
 }
 
+// The built-in figures the schedule was planned for (the planner checked the name).
+Hardware hardware_of(const std::string& name) {
+  std::optional<Hardware> h = find_hardware(name);
+  if (!h) throw std::logic_error(unknown_hardware_error(name));
+  return *h;
+}
+
 class Writer {
  public:
   Writer(const std::string& spec_path, const Schedule& s, const MemoryPlan& m, const EmitTarget& t)
@@ -244,6 +255,7 @@ class Writer {
         spec_(s.units.spec),
         model_(spec_.model),
         target_(t),
+        hardware_(hardware_of(t.hardware)),
         cuda_(t.kind == EmitTarget::Kind::Cuda) {
     const ParallelSpec& p = spec_.parallel;
     comm_ = p.shard_group > 1 || p.replicas() > 1;
@@ -1215,6 +1227,8 @@ class Writer {
     add("sent_bytes", op.sent_bytes(), 0);
     add("memory_bytes", op.memory_bytes, 0);
     if (op.flops != 0) f.push_back({"flops", cpp_double(op.flops)});
+    if (const double t = op_seconds(s_, op, hardware_); t > 0)
+      f.push_back({"predicted_s", fmt::format("{:.3e}", t)});
     if (!op.deps.empty()) {
       f.push_back({"deps", fmt::format("kDeps{}", op.id)});
       add("dep_count", static_cast<int64_t>(op.deps.size()), 0);
@@ -1320,10 +1334,11 @@ class Writer {
       out += "// Ops run on the host (offload), by the CUDA executor's host worker.\n" +
              int_array("kHostOps", host_ops) + "\n";
 
-    int workspace = -1, rope = -1;
+    int workspace = -1, rope = -1, staging = -1;
     for (const Buffer& b : s_.buffers) {
       if (b.kind == BufferKind::Workspace) workspace = b.id;
       if (b.kind == BufferKind::RopeTables) rope = b.id;
+      if (b.kind == BufferKind::CheckpointStaging) staging = b.id;
     }
     const OptimizerSpec& o = t.optimizer;
     const LrScheduleSpec& lr = t.lr_schedule;
@@ -1431,9 +1446,11 @@ class Writer {
       train.push_back({"val_every", i(t.val_every)});
       train.push_back({"val_sequences", i(t.val_sequences)});
     }
+    fields_of("train").push_back({"stall_timeout_s", cpp_double(t.stall_timeout)});
     fields_of("plan").push_back({"validation_op_count", i(validation_pass(s_).op_count)});
     if (m_.red_zone_bytes > 0)
       fields_of("plan").push_back({"red_zone_bytes", i(m_.red_zone_bytes)});
+    if (staging >= 0) fields_of("plan").push_back({"checkpoint_staging_buffer", i(staging)});
     if (!host_ops.empty()) {
       all.push_back({"host_ops", "kHostOps"});
       all.push_back({"host_op_count", i(static_cast<int64_t>(host_ops.size()))});
@@ -1494,6 +1511,7 @@ class Writer {
   const Spec& spec_;
   const ModelSpec& model_;
   EmitTarget target_;
+  Hardware hardware_;  // the built-in figures of target_.hardware: the ops' predicted times
   bool cuda_ = false;
   bool host_ = false;                   // the op being written runs on the host (on_gpu)
   mutable bool uses_gpu_exec_ = false;  // the op being written takes `g` (gpu_exec)

@@ -197,6 +197,52 @@ StepTrace read_step_trace(std::string_view text, const std::string& file) {
   }
 }
 
+namespace {
+
+// Two steps of one schedule side by side, `x` against `y` (columns named
+// x_name and y_name, the ratio y/x): the step, exposed communication and busy
+// time per stream, then per op kind and per op, largest difference first.
+// `mean_step_ms` >= 0 adds the mean step over the measured trace's ranks.
+std::string tables(const std::vector<TraceOp>& x, const std::vector<TraceOp>& y,
+                   const std::string& x_name, const std::string& y_name, double mean_step_ms,
+                   int top) {
+  const Totals tx = totals(x), ty = totals(y);
+  std::string out;
+  out += fmt::format("{:<28} {:>13} {:>13} {:>8}\n", "step", x_name, y_name, "ratio");
+  auto line = [&](const std::string& what, double a, double b) {
+    out += fmt::format("{:<28} {:>13.3f} {:>13.3f} {:>8}\n", what, a, b, ratio(b, a));
+  };
+  line("step", tx.step_ms, ty.step_ms);
+  if (mean_step_ms >= 0) line("step, mean over ranks", tx.step_ms, mean_step_ms);
+  line("exposed communication", tx.exposed_comm_ms, ty.exposed_comm_ms);
+  for (const auto& [stream, ms] : tx.stream_ms)
+    line("busy " + stream, ms, ty.stream_ms.count(stream) ? ty.stream_ms.at(stream) : 0);
+
+  out +=
+      fmt::format("\n{:<28} {:>13} {:>13} {:>8}\n", "per op kind (count)", x_name, y_name, "ratio");
+  for (const std::string& k : kKindOrder)
+    if (tx.kind_count.count(k))
+      line(fmt::format("{} ({})", k, tx.kind_count.at(k)), tx.kind_ms.at(k), ty.kind_ms.at(k));
+
+  std::vector<size_t> order;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i].kind != "FREE") order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::abs(y[a].ms() - x[a].ms()) > std::abs(y[b].ms() - x[b].ms());
+  });
+  if (top > 0 && order.size() > static_cast<size_t>(top)) order.resize(top);
+  out += fmt::format("\nper op, largest difference first{}\n",
+                     top > 0 ? fmt::format(" (top {})", top) : "");
+  out += fmt::format("{:>5} {:<16} {:<14} {:>13} {:>13} {:>8}\n", "op", "label", "stream", x_name,
+                     y_name, "ratio");
+  for (size_t i : order)
+    out += fmt::format("{:>5} {:<16} {:<14} {:>13.3f} {:>13.3f} {:>8}\n", x[i].id, x[i].label,
+                       x[i].stream, x[i].ms(), y[i].ms(), ratio(y[i].ms(), x[i].ms()));
+  return out;
+}
+
+}  // namespace
+
 std::string compare_report(const StepTrace& p, const StepTrace& m, const CompareOptions& o) {
   if (p.ranks.size() != 1)
     throw CompareError(
@@ -207,49 +253,40 @@ std::string compare_report(const StepTrace& p, const StepTrace& m, const Compare
   if (o.rank < 0 || o.rank >= static_cast<int>(m.ranks.size()))
     throw CompareError(
         fmt::format("--rank {}: {} holds ranks 0 to {}", o.rank, m.file, m.ranks.size() - 1));
-  const std::vector<TraceOp>& pred = p.ranks[0];
-  const std::vector<TraceOp>& meas = m.ranks[static_cast<size_t>(o.rank)];
-  const Totals tp = totals(pred), tm = totals(meas);
   double mean_step = 0;
   for (const auto& r : m.ranks)
     mean_step += totals(r).step_ms / static_cast<double>(m.ranks.size());
+  return fmt::format("predicted {}{}\nmeasured  {} (rank {} of {})\n\n", p.file,
+                     p.figures.empty() ? "" : " (" + p.figures + ")", m.file, o.rank,
+                     m.ranks.size()) +
+         tables(p.ranks[0], m.ranks[static_cast<size_t>(o.rank)], "predicted ms", "measured ms",
+                m.ranks.size() > 1 ? mean_step : -1, o.top);
+}
 
-  std::string out =
-      fmt::format("predicted {}{}\nmeasured  {} (rank {} of {})\n\n", p.file,
-                  p.figures.empty() ? "" : " (" + p.figures + ")", m.file, o.rank, m.ranks.size());
-  out +=
-      fmt::format("{:<28} {:>13} {:>13} {:>8}\n", "step", "predicted ms", "measured ms", "ratio");
-  auto line = [&](const std::string& what, double a, double b) {
-    out += fmt::format("{:<28} {:>13.3f} {:>13.3f} {:>8}\n", what, a, b, ratio(b, a));
-  };
-  line("step", tp.step_ms, tm.step_ms);
-  if (m.ranks.size() > 1) line("step, mean over ranks", tp.step_ms, mean_step);
-  line("exposed communication", tp.exposed_comm_ms, tm.exposed_comm_ms);
-  for (const auto& [stream, ms] : tp.stream_ms)
-    line("busy " + stream, ms, tm.stream_ms.count(stream) ? tm.stream_ms.at(stream) : 0);
-
-  out += fmt::format("\n{:<28} {:>13} {:>13} {:>8}\n", "per op kind (count)", "predicted ms",
-                     "measured ms", "ratio");
-  for (const std::string& k : kKindOrder)
-    if (tp.kind_count.count(k))
-      line(fmt::format("{} ({})", k, tp.kind_count.at(k)), tp.kind_ms.at(k), tm.kind_ms.at(k));
-
-  std::vector<size_t> order;
-  for (size_t i = 0; i < pred.size(); ++i)
-    if (pred[i].kind != "FREE") order.push_back(i);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return std::abs(meas[a].ms() - pred[a].ms()) > std::abs(meas[b].ms() - pred[b].ms());
-  });
-  if (o.top > 0 && order.size() > static_cast<size_t>(o.top)) order.resize(o.top);
-  out += fmt::format("\nper op, largest difference first{}\n",
-                     o.top > 0 ? fmt::format(" (top {})", o.top) : "");
-  out += fmt::format("{:>5} {:<16} {:<14} {:>13} {:>13} {:>8}\n", "op", "label", "stream",
-                     "predicted ms", "measured ms", "ratio");
-  for (size_t i : order)
-    out +=
-        fmt::format("{:>5} {:<16} {:<14} {:>13.3f} {:>13.3f} {:>8}\n", pred[i].id, pred[i].label,
-                    pred[i].stream, pred[i].ms(), meas[i].ms(), ratio(meas[i].ms(), pred[i].ms()));
-  return out;
+std::string compare_ranks_report(const StepTrace& m, int a, int b, int top) {
+  const int n = static_cast<int>(m.ranks.size());
+  if (n < 2)
+    throw CompareError(fmt::format(
+        "{} holds one rank{}: --ranks compares two ranks of a measured trace of several (`./train "
+        "--trace` under mpirun)",
+        m.file, m.figures.empty() ? "" : " (a predicted trace)"));
+  for (int r : {a, b})
+    if (r < 0 || r >= n)
+      throw CompareError(
+          fmt::format("--ranks {},{}: {} holds ranks 0 to {}, not {}", a, b, m.file, n - 1, r));
+  if (a == b) throw CompareError(fmt::format("--ranks {},{}: name two different ranks", a, b));
+  const std::vector<TraceOp>& x = m.ranks[static_cast<size_t>(a)];
+  const std::vector<TraceOp>& y = m.ranks[static_cast<size_t>(b)];
+  if (x.size() != y.size())
+    throw CompareError(fmt::format("{}: rank {} has {} ops, rank {} {}: not one schedule", m.file,
+                                   a, x.size(), b, y.size()));
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i].label != y[i].label || x[i].kind != y[i].kind)
+      throw CompareError(
+          fmt::format("{}: op {} is '{}' on rank {}, '{}' on rank {}: not one schedule", m.file, i,
+                      x[i].label, a, y[i].label, b));
+  return fmt::format("measured {}: rank {} against rank {} (of {})\n\n", m.file, b, a, n) +
+         tables(x, y, fmt::format("rank {} ms", a), fmt::format("rank {} ms", b), -1, top);
 }
 
 std::string merged_trace(const StepTrace& p, const StepTrace& m, int rank) {

@@ -2,7 +2,8 @@
 // measured one (`./train --trace`), op by op: step totals, exposed
 // communication, busy time per stream, time per op kind and the ops whose
 // times differ most; and one Perfetto trace holding both, each stream's
-// predicted track above its measured one. `fsdpgen compare` prints it.
+// predicted track above its measured one. `fsdpgen compare` prints it. The
+// same tables set two ranks of one measured trace side by side.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +50,12 @@ struct CompareOptions {
 // world where both say) or the rank does not exist.
 std::string compare_report(const StepTrace& predicted, const StepTrace& measured,
                            const CompareOptions& options);
+
+// Two ranks of one measured trace, rank b against rank a, in compare_report's
+// tables (`fsdpgen compare TRACE --ranks A,B`; top as CompareOptions').
+// Throws CompareError where the trace holds one rank, or a or b is not one
+// of its ranks, or they are the same rank.
+std::string compare_ranks_report(const StepTrace& measured, int a, int b, int top);
 
 // Both steps as one Chrome/Perfetto trace: per stream, the predicted track
 // and the measured rank's beneath it.

@@ -172,9 +172,24 @@ std::string print_memory_plan(const Schedule& s, const MemoryPlan& m) {
     out += fmt::format("  {:<18} {:>14} {:>14}\n", kBufferKindNames[k], m.peak_by_kind[k],
                        m.total_by_kind[k]);
   }
+  // The checkpoint staging buffer lives in the host arena for the whole run.
+  bool offload = false, staging = false;
+  for (const Buffer& b : s.buffers) {
+    if (b.space != MemSpace::Host) continue;
+    if (b.kind != BufferKind::CheckpointStaging) {
+      offload = true;
+      continue;
+    }
+    staging = true;
+    out +=
+        fmt::format("  {:<18} {:>14} {:>14} (host arena)\n", to_string(b.kind), b.bytes, b.bytes);
+  }
   if (m.host_arena_bytes > 0)
-    out += fmt::format("host arena (offload): {} ({} B)\n", size_text(m.host_arena_bytes),
-                       m.host_arena_bytes);
+    out += fmt::format("host arena ({}): {} ({} B)\n",
+                       offload && staging ? "offload, checkpoint staging"
+                       : staging          ? "checkpoint staging"
+                                          : "offload",
+                       size_text(m.host_arena_bytes), m.host_arena_bytes);
   if (m.red_zone_bytes > 0)
     out += fmt::format("red zones (--check): {} B before and after every buffer, included above\n",
                        m.red_zone_bytes);

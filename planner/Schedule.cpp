@@ -102,6 +102,11 @@ class Builder {
     return units()[u].shard_elems * elem_bytes;
   }
   bool has_params(int u) const { return units()[u].padded_elems > 0; }
+  // Shard-sized optimizer state buffers per unit: AdamW's m and v, SGD's momentum.
+  int64_t optimizer_states() const {
+    const OptimizerSpec& o = spec_.train.optimizer;
+    return o.kind == OptimizerKind::AdamW ? 2 : (o.momentum > 0 ? 1 : 0);
+  }
   // Params must be brought in before compute: gathered, or copied from the host.
   bool needs_gather(int u) const { return has_params(u) && (sharded_ || offload_); }
 
@@ -171,8 +176,7 @@ class Builder {
       if (p_.precision.master != p_.precision.param)
         master_[i] = buffer(BufferKind::MasterWeights, home, fmt::format("master.u{}", i),
                             shard_bytes(i, mbytes_), i, -1, true);
-      const OptimizerSpec& o = spec_.train.optimizer;
-      int states = o.kind == OptimizerKind::AdamW ? 2 : (o.momentum > 0 ? 1 : 0);
+      const int64_t states = optimizer_states();
       state_[i] = buffer(BufferKind::OptimizerState, home, fmt::format("optimizer.u{}", i),
                          states * shard_bytes(i, mbytes_), i, -1, true);
       if (offload_)
@@ -189,6 +193,22 @@ class Builder {
     if (const int64_t rope_bytes = rope_tables_bytes(spec_.model); rope_bytes > 0)
       rope_ =
           buffer(BufferKind::RopeTables, MemSpace::Device, "rope_tables", rope_bytes, -1, -1, true);
+    checkpoint_staging();
+  }
+
+  // A checkpoint is written from a host copy taken at the step boundary, so
+  // that the next steps run while it is written: per unit the fp32 weights
+  // and optimizer state of this rank's shard, as runtime/checkpoint.cpp's
+  // shard file lays them out (4 bytes per element whatever the dtypes).
+  void checkpoint_staging() {
+    const CheckpointSpec& ck = spec_.train.checkpoint;
+    if (!ck.enabled || ck.every <= 0) return;
+    const int64_t states = optimizer_states();
+    int64_t bytes = 0;
+    for (const FlatUnit& u : units())
+      if (has_params(u.index)) bytes += (1 + states) * shard_bytes(u.index, 4);
+    buffer(BufferKind::CheckpointStaging, MemSpace::Host, "checkpoint_staging", bytes, -1, -1,
+           true);
   }
 
   static Op make_op(OpKind kind, StreamId stream, int unit, int segment, int mb) {
@@ -592,8 +612,7 @@ class Builder {
       ar.deps = {gate};
       gate = emit(ar);
     }
-    const OptimizerSpec& o = spec_.train.optimizer;
-    int states = o.kind == OptimizerKind::AdamW ? 2 : (o.momentum > 0 ? 1 : 0);
+    const int64_t states = optimizer_states();
     for (const FlatUnit& f : units()) {
       if (!has_params(f.index)) continue;
       const int u = f.index;

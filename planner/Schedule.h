@@ -60,27 +60,30 @@ inline std::string_view to_string(CommGroup g) {
 }
 
 enum class BufferKind {
-  ParamShard,        // this rank's shard of a unit, param dtype
-  MasterWeights,     // fp32 (master dtype) copy of the shard, when it differs from the param dtype
-  OptimizerState,    // AdamW m and v / SGD momentum, master dtype, per shard
-  GradShard,         // gradient shard: fp32 when accumulating micro-batches, else the reduce dtype
-  UnshardedParams,   // gathered flat parameter of a unit
-  UnshardedGrads,    // flat gradient of a unit before reduction, reduce dtype
-  Activations,       // what a segment's forward saves for its backward, per micro-batch
-  RecomputeScratch,  // recompute = block: a forward's intermediates, or the activations
-                     // rebuilt for one backward
-  BackwardScratch,   // gradient of the activations flowing through backward
-  CommStaging,       // reduce-dtype shard received by a reduce-scatter before accumulation
-  Workspace,         // GEMM workspace
-  Logits,            // logits and their gradient (B*T*V)
-  Inputs,            // token ids and targets of one micro-batch
-  RopeTables,        // llama: rotary position cos and sin tables, filled once at start
+  ParamShard,         // this rank's shard of a unit, param dtype
+  MasterWeights,      // fp32 (master dtype) copy of the shard, when it differs from the param dtype
+  OptimizerState,     // AdamW m and v / SGD momentum, master dtype, per shard
+  GradShard,          // gradient shard: fp32 when accumulating micro-batches, else the reduce dtype
+  UnshardedParams,    // gathered flat parameter of a unit
+  UnshardedGrads,     // flat gradient of a unit before reduction, reduce dtype
+  Activations,        // what a segment's forward saves for its backward, per micro-batch
+  RecomputeScratch,   // recompute = block: a forward's intermediates, or the activations
+                      // rebuilt for one backward
+  BackwardScratch,    // gradient of the activations flowing through backward
+  CommStaging,        // reduce-dtype shard received by a reduce-scatter before accumulation
+  Workspace,          // GEMM workspace
+  Logits,             // logits and their gradient (B*T*V)
+  Inputs,             // token ids and targets of one micro-batch
+  RopeTables,         // llama: rotary position cos and sin tables, filled once at start
+  CheckpointStaging,  // host: this rank's checkpoint (fp32 weights and optimizer state, in its
+                      // shard file's order), copied at the step boundary and written behind the
+                      // next steps; only when the spec plans checkpoints
 };
-inline constexpr std::array<std::string_view, 14> kBufferKindNames = {
-    "param_shard",      "master_weights",  "optimizer_state", "grad_shard",
-    "unsharded_params", "unsharded_grads", "activations",     "recompute_scratch",
-    "backward_scratch", "comm_staging",    "workspace",       "logits",
-    "inputs",           "rope_tables"};
+inline constexpr std::array<std::string_view, 15> kBufferKindNames = {
+    "param_shard",      "master_weights",  "optimizer_state",   "grad_shard",
+    "unsharded_params", "unsharded_grads", "activations",       "recompute_scratch",
+    "backward_scratch", "comm_staging",    "workspace",         "logits",
+    "inputs",           "rope_tables",     "checkpoint_staging"};
 inline std::string_view to_string(BufferKind k) {
   return kBufferKindNames[static_cast<int>(k)];
 }

@@ -66,6 +66,9 @@ class backend {
   // to the device afterwards when write_back.
   virtual void with_host_weights(step_context& c, bool write_back,
                                  const std::function<void()>& fn) = 0;
+  // Copies persistent buffer `buffer`, all of it, into host memory at `to`,
+  // between steps (a checkpoint's staging copy: runtime/checkpoint.h).
+  virtual void copy_to_host(step_context& c, int buffer, std::byte* to) = 0;
   // Runs training step `step` (0-based; a resumed run starts above 0) at
   // learning rate lr; with timed, records per-op times.
   virtual step_result run_step(int64_t step, double lr, bool timed) = 0;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -41,29 +42,22 @@ void sync_directory(const std::string& path) {
   ::close(fd);
 }
 
-// Writes this rank's shard file; returns per unit the CRC-32 of its weights
-// and state sections.
-std::vector<uint32_t> write_shard_file(step_context& c, const std::string& path) {
-  const program& p = *c.p;
-  std::vector<uint32_t> crcs(2 * static_cast<size_t>(p.unit_count), 0);
+// Writes this rank's shard file: `parts` (checkpoint_parts) from
+// `from`, in order, and sets crcs[2u] and crcs[2u + 1] to the CRC-32 of unit
+// u's weights and state sections. Allocates nothing unless it fails: the
+// writer thread runs it while the steps count allocations.
+void write_shard_file(const std::string& path, const std::vector<checkpoint_part>& parts,
+                      const std::vector<const std::byte*>& from, std::vector<uint32_t>& crcs) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw runtime_error(fmt::format("cannot create {}: {}", path, std::strerror(errno)));
   try {
     int64_t at = 0;
-    for (int i = 0; i < p.unit_count; ++i) {
-      const program_unit& u = p.units[i];
-      if (!has_shard(u)) continue;
-      const float* w = weights_fp32_shard(c, i);
-      file_pwrite_all(fd, path, w, 4 * u.shard_elems, at, "weights of " + std::string(u.name));
-      crcs[2 * static_cast<size_t>(i)] = checkpoint_crc32(0, w, 4 * u.shard_elems);
-      at += 4 * u.shard_elems;
-      if (const int64_t planes = state_planes(p, u)) {
-        const float* s = step_buffer<float>(c, u.optimizer_state);
-        file_pwrite_all(fd, path, s, 4 * planes * u.shard_elems, at,
-                        "optimizer state of " + std::string(u.name));
-        crcs[2 * static_cast<size_t>(i) + 1] = checkpoint_crc32(0, s, 4 * planes * u.shard_elems);
-        at += 4 * planes * u.shard_elems;
-      }
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const checkpoint_part& part = parts[k];
+      file_pwrite_all(fd, path, from[k], part.bytes, at, part.what);
+      crcs[2 * static_cast<size_t>(part.unit) + (part.state ? 1 : 0)] =
+          checkpoint_crc32(0, from[k], part.bytes);
+      at += part.bytes;
     }
     if (::fsync(fd) != 0)
       throw runtime_error(fmt::format("cannot sync {}: {}", path, std::strerror(errno)));
@@ -73,7 +67,6 @@ std::vector<uint32_t> write_shard_file(step_context& c, const std::string& path)
   }
   if (::close(fd) != 0)
     throw runtime_error(fmt::format("cannot close {}: {}", path, std::strerror(errno)));
-  return crcs;
 }
 
 // The manifest of this program's checkpoint, sections in write_shard_file's order.
@@ -186,15 +179,13 @@ located find_tensor(const checkpoint_manifest& m, const std::string& name) {
 
 }  // namespace
 
-checkpoint_saved checkpoint_save(step_context& c, const checkpoint_config& cfg,
-                                 const checkpoint_state& s) {
-  const program& p = *c.p;
-  const bool lead = c.comms.rank == 0;
-  checkpoint_saved out;
-  out.path = checkpoint_step_dir(cfg.dir, s.step);
-  const std::string partial = checkpoint_partial_dir(out.path);
+namespace {
+
+// Collective: rank 0 makes DIR/step_N.partial, empty; returns its path.
+std::string begin_save(step_context& c, const checkpoint_config& cfg, int64_t step) {
+  const std::string partial = checkpoint_partial_dir(checkpoint_step_dir(cfg.dir, step));
   std::string error;
-  if (lead) {
+  if (c.comms.rank == 0) {
     std::error_code ec;
     fs::create_directories(cfg.dir, ec);
     if (!ec) fs::remove_all(partial, ec);
@@ -202,16 +193,30 @@ checkpoint_saved checkpoint_save(step_context& c, const checkpoint_config& cfg,
     if (ec) error = fmt::format("cannot create {}: {}", partial, ec.message());
   }
   agree_on_error(error, "saving a checkpoint");
+  return partial;
+}
 
-  const bool writer = c.comms.replica_rank == 0;  // one copy of each shard
-  std::vector<uint32_t> crcs(2 * static_cast<size_t>(p.unit_count), 0);
-  try {
-    if (writer)
-      crcs =
-          write_shard_file(c, (fs::path(partial) / shard_file_name(c.comms.shard_rank)).string());
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
+// One copy of each shard is written: the first replica's.
+bool writes_shard(const step_context& c) {
+  return c.comms.replica_rank == 0;
+}
+
+std::string shard_path(const step_context& c, const std::string& partial) {
+  return (fs::path(partial) / shard_file_name(c.comms.shard_rank)).string();
+}
+
+// Collective, after every rank wrote its shard file into `partial` (crcs:
+// write_shard_file's, `error` its failure or ""): rank 0 gathers the
+// checksums, writes the manifest, renames the directory to DIR/step_N and
+// prunes to `keep`; a failure anywhere removes `partial` and is an error on
+// every rank.
+checkpoint_saved complete_save(step_context& c, const checkpoint_config& cfg,
+                               const checkpoint_state& s, const std::string& partial,
+                               const std::vector<uint32_t>& crcs, std::string error) {
+  const program& p = *c.p;
+  const bool lead = c.comms.rank == 0;
+  checkpoint_saved out;
+  out.path = checkpoint_step_dir(cfg.dir, s.step);
   std::vector<uint32_t> all(lead ? crcs.size() * static_cast<size_t>(p.parallel.world) : 0);
   MPI_CHECK(MPI_Gather(crcs.data(), static_cast<int>(crcs.size()), MPI_UINT32_T, all.data(),
                        static_cast<int>(crcs.size()), MPI_UINT32_T, 0, MPI_COMM_WORLD));
@@ -260,6 +265,103 @@ checkpoint_saved checkpoint_save(step_context& c, const checkpoint_config& cfg,
     }
   }
   agree_on_error(error, "saving a checkpoint");
+  return out;
+}
+
+}  // namespace
+
+std::vector<checkpoint_part> checkpoint_parts(const program& p) {
+  std::vector<checkpoint_part> out;
+  for (int i = 0; i < p.unit_count; ++i) {
+    const program_unit& u = p.units[i];
+    if (!has_shard(u)) continue;
+    out.push_back({i, u.master >= 0 ? u.master : u.param_shard, 4 * u.shard_elems, false,
+                   "weights of " + std::string(u.name)});
+    if (const int64_t planes = state_planes(p, u))
+      out.push_back({i, u.optimizer_state, 4 * planes * u.shard_elems, true,
+                     "optimizer state of " + std::string(u.name)});
+  }
+  return out;
+}
+
+checkpoint_saved checkpoint_save(step_context& c, const checkpoint_config& cfg,
+                                 const checkpoint_state& s) {
+  const program& p = *c.p;
+  const std::string partial = begin_save(c, cfg, s.step);
+  std::vector<uint32_t> crcs(2 * static_cast<size_t>(p.unit_count), 0);
+  std::string error;
+  try {
+    if (writes_shard(c)) {
+      const std::vector<checkpoint_part> parts = checkpoint_parts(p);
+      std::vector<const std::byte*> from;
+      for (const checkpoint_part& part : parts)
+        from.push_back(step_buffer<std::byte>(c, part.buffer));
+      write_shard_file(shard_path(c, partial), parts, from, crcs);
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  return complete_save(c, cfg, s, partial, crcs, error);
+}
+
+checkpoint_writer::checkpoint_writer(const program& p)
+    : p_(p), parts_(checkpoint_parts(p)), from_(parts_.size(), nullptr) {
+  int64_t bytes = 0;
+  for (const checkpoint_part& part : parts_)
+    bytes += part.bytes;
+  const int64_t planned = p.buffers[p.plan.checkpoint_staging_buffer].bytes;
+  if (bytes != planned)  // every rank's program is the same: every rank throws
+    throw runtime_error(
+        fmt::format("internal error: the plan's checkpoint staging buffer holds {} B, this "
+                    "rank's checkpoint is {} B (the planner and runtime/checkpoint.cpp disagree)",
+                    planned, bytes));
+}
+
+checkpoint_writer::~checkpoint_writer() {
+  if (thread_.joinable()) thread_.join();
+}
+
+bool checkpoint_writer::available(const program& p) {
+  return p.plan.checkpoint_staging_buffer >= 0;
+}
+
+double checkpoint_writer::start(step_context& c, const checkpoint_config& cfg,
+                                const checkpoint_state& s, const copy_to_host& copy) {
+  const auto t0 = std::chrono::steady_clock::now();
+  cfg_ = cfg;
+  state_ = s;
+  partial_ = begin_save(c, cfg, s.step);
+  crcs_.assign(2 * static_cast<size_t>(p_.unit_count), 0);
+  error_.clear();
+  pending_ = true;
+  write_s_ = 0;
+  if (writes_shard(c)) {
+    std::byte* to = step_buffer<std::byte>(c, static_cast<int>(p_.plan.checkpoint_staging_buffer));
+    int64_t at = 0;
+    for (size_t k = 0; k < parts_.size(); ++k) {
+      copy(parts_[k].buffer, to + at);
+      from_[k] = to + at;
+      at += parts_[k].bytes;
+    }
+    const std::string path = shard_path(c, partial_);
+    thread_ = std::thread([this, path] {
+      const auto w0 = std::chrono::steady_clock::now();
+      try {
+        write_shard_file(path, parts_, from_, crcs_);
+      } catch (const std::exception& e) {
+        error_ = e.what();
+      }
+      write_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    });
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+checkpoint_saved checkpoint_writer::finish(step_context& c) {
+  if (thread_.joinable()) thread_.join();
+  pending_ = false;
+  checkpoint_saved out = complete_save(c, cfg_, state_, partial_, crcs_, error_);
+  out.write_s = write_s_;
   return out;
 }
 

@@ -6,7 +6,9 @@
 // their checksums, writes the manifest and renames the directory to
 // DIR/step_N only when every rank succeeded, then removes all but the newest
 // `keep` checkpoints. A failure on any rank leaves earlier checkpoints as they
-// were and is an error on every rank.
+// were and is an error on every rank. checkpoint_save does all of it at once;
+// checkpoint_writer stages the shards in the plan's host buffer and writes
+// them behind the next steps, completing the rest at the next checkpoint.
 //
 // Resuming restores every rank's shards by tensor name and global position,
 // so a checkpoint written by another world size or wrap policy loads as long
@@ -15,8 +17,12 @@
 // Resuming with the same binary continues bit-exactly.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "runtime/files/checkpoint_files.h"
 #include "runtime/loss_scale.h"
@@ -42,13 +48,76 @@ struct checkpoint_saved {
   std::string path;     // DIR/step_N
   int64_t bytes = 0;    // shard files together
   int64_t removed = 0;  // older checkpoints removed (keep)
+  double write_s = 0;   // checkpoint_writer: this rank's writer thread's time on its shard file
 };
+
+// One section of a rank's shard file, in file order: per unit with a shard,
+// its fp32 weights (master, or the params when they are fp32), then its
+// optimizer state if it keeps any; each a whole persistent buffer.
+struct checkpoint_part {
+  int unit;
+  int buffer;
+  int64_t bytes;
+  bool state;
+  std::string what;  // "weights of NAME" or "optimizer state of NAME", for errors
+};
+std::vector<checkpoint_part> checkpoint_parts(const program& p);
 
 // Collective. The persistent buffers must be host-visible behind c.device and
 // c.host (backend::with_host_weights). Throws agreed_error on every rank when
 // any rank failed.
 checkpoint_saved checkpoint_save(step_context& c, const checkpoint_config& cfg,
                                  const checkpoint_state& s);
+
+// Saving behind the steps, where the plan has a checkpoint staging buffer
+// (the spec plans checkpoints). start() copies this rank's parts into the
+// staging buffer at the step boundary, in shard file order, and a thread
+// writes the shard file from there (and its checksums) while the next steps
+// run; finish() joins it and completes the save as checkpoint_save does
+// (checksums gathered to rank 0, manifest, rename, keep). Only the calling
+// thread uses MPI. Until finish() the checkpoint is DIR/step_N.partial, which
+// resume ignores and the next save removes: a process that dies meanwhile
+// keeps the checkpoints completed before. The files are those checkpoint_save
+// writes, byte for byte.
+class checkpoint_writer {
+ public:
+  // Copies persistent buffer `buffer`, all of it, to host memory at `to`
+  // (runtime/backend.h copy_to_host).
+  using copy_to_host = std::function<void(int buffer, std::byte* to)>;
+
+  // Throws (on every rank) if the plan's staging buffer is not exactly this
+  // rank's parts.
+  explicit checkpoint_writer(const program& p);
+  // Waits for a write under way; its checkpoint stays .partial.
+  ~checkpoint_writer();
+  checkpoint_writer(const checkpoint_writer&) = delete;
+  checkpoint_writer& operator=(const checkpoint_writer&) = delete;
+
+  static bool available(const program& p);
+  // Collective. Nothing may be pending (finish() first). Returns the
+  // seconds it took (staging; the write follows behind).
+  double start(step_context& c, const checkpoint_config& cfg, const checkpoint_state& s,
+               const copy_to_host& copy);
+  bool pending() const { return pending_; }
+  int64_t pending_step() const { return state_.step; }
+  // Collective: waits for the pending write and completes it; throws
+  // agreed_error on every rank when any rank failed (the .partial removed).
+  checkpoint_saved finish(step_context& c);
+
+ private:
+  const program& p_;
+  const std::vector<checkpoint_part> parts_;
+  std::vector<const std::byte*> from_;  // each part's place in the staging buffer
+  checkpoint_config cfg_;
+  checkpoint_state state_;
+  std::string partial_;
+  bool pending_ = false;
+  std::thread thread_;
+  // Written by the thread, read after joining it.
+  std::vector<uint32_t> crcs_;
+  std::string error_;
+  double write_s_ = 0;
+};
 
 // Collective: fills this rank's persistent buffers from the checkpoint at dir
 // (a step_N directory) and returns its state, the loss scaler as this program

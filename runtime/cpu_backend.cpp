@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include <cstring>
 #include <string>
 
 #include "runtime/backend.h"
@@ -43,6 +44,11 @@ class cpu_backend final : public backend {
   }
 
   void with_host_weights(step_context&, bool, const std::function<void()>& fn) override { fn(); }
+
+  void copy_to_host(step_context& c, int buffer, std::byte* to) override {
+    std::memcpy(to, step_buffer<std::byte>(c, buffer),
+                static_cast<size_t>(p_.buffers[buffer].bytes));
+  }
 
   step_result run_step(int64_t step, double lr, bool) override {
     c_->step = step;

@@ -28,6 +28,22 @@ enum class op_kind : int {
   grad_norm,
   optimizer_step
 };
+inline constexpr int kOpKindCount = static_cast<int>(op_kind::optimizer_step) + 1;
+
+// An op kind in words, as reports name it ("forward", "all-gather").
+inline const char* op_kind_name(op_kind k) {
+  constexpr const char* kNames[kOpKindCount] = {
+      "all-gather",       "forward",       "recompute",     "backward",
+      "reduce-scatter",   "all-reduce",    "free",          "copy to the device",
+      "copy to the host", "gradient norm", "optimizer step"};
+  return kNames[static_cast<int>(k)];
+}
+
+// A collective's time on one rank includes its wait for the others.
+inline bool op_kind_is_collective(op_kind k) {
+  return k == op_kind::all_gather || k == op_kind::reduce_scatter || k == op_kind::all_reduce;
+}
+
 // Communicators, as the planner's CommGroup.
 enum class comm_group : int { none, shard, replica, world };
 
@@ -84,6 +100,10 @@ struct program_op {
   int64_t sent_bytes = 0;     // by this rank (ring algorithm)
   int64_t memory_bytes = 0;   // read and written by memory-bound ops
   double flops = 0;           // compute on this rank
+  // The cost model's time of the op alone on the hardware it was planned for
+  // (fsdpgen's built-in figures for the target); 0: none. The watchdog allows
+  // an op kWatchPredictedFactor times this when that exceeds its timeout.
+  double predicted_s = 0;
   const int* deps = nullptr;  // ops on other streams that must finish first
   int dep_count = 0;
   void (*run)(step_context&) = nullptr;
@@ -191,6 +211,7 @@ struct program_train {
   program_data val = {data_source::synthetic, 0, ""};
   int64_t val_every = 0;
   int64_t val_sequences = 0;
+  double stall_timeout_s = 0;  // the watchdog's limit on one op (--stall-timeout's default)
 };
 
 // The memory plan's totals.
@@ -205,6 +226,10 @@ struct program_plan {
   // `fsdpgen build --check`: bytes of red zone before and after every buffer
   // (runtime/red_zones.h), 0 in a normal build.
   int64_t red_zone_bytes = 0;
+  // Host copy of this rank's checkpoint, written behind the next steps
+  // (runtime/checkpoint.h checkpoint_writer); -1: none (checkpoints are
+  // written synchronously).
+  int64_t checkpoint_staging_buffer = -1;
 };
 
 // When a buffer is live: from the op at issue position first_op to the one

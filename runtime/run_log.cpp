@@ -36,6 +36,14 @@ std::string json_number(double v) {
   return std::isfinite(v) ? fmt::format("{:.9g}", v) : "null";
 }
 
+// The metrics line's straggler field, after a comma.
+std::string straggler_json(const straggler_report& s) {
+  return fmt::format(
+      ", \"straggler\": {{\"rank\": {}, \"busy_s\": {:.6f}, \"median_rank\": {}, "
+      "\"median_busy_s\": {:.6f}, \"step_s\": {:.6f}, \"op_kind\": \"{}\", \"lost_s\": {:.6f}}}",
+      s.rank, s.busy_s, s.median_rank, s.median_busy_s, s.step_s, op_kind_name(s.kind), s.lost_s);
+}
+
 const char* sharding_of(const program& p) {
   if (p.parallel.shard_group == 1)
     return p.parallel.world == 1 ? "single rank" : "no_shard (replicated)";
@@ -62,9 +70,9 @@ void run_log_banner(const program& p, const run_banner& b) {
   if (!b.val.empty()) std::printf("  val: %s\n", b.val.c_str());
   std::printf("  lr: %s\n", optimizer_lr_describe(p, b.steps).c_str());
   if (b.ckpt.every > 0)
-    std::printf("  checkpoints: every %lld steps and at the end, in %s (newest %lld kept)\n",
+    std::printf("  checkpoints: every %lld steps and at the end, in %s (newest %lld kept), %s\n",
                 static_cast<long long>(b.ckpt.every), b.ckpt.dir.c_str(),
-                static_cast<long long>(b.ckpt.keep));
+                static_cast<long long>(b.ckpt.keep), b.ckpt_written.c_str());
   if (b.resumed && b.start_step >= b.steps)
     std::printf(
         "  the checkpoint is at step %lld and the run has %lld steps: nothing to train "
@@ -96,7 +104,7 @@ void run_log_metrics_line(std::FILE* f, const step_record& r) {
       "%.3f, \"host_resident_bytes\": %lld, \"arena_resident_bytes\": %lld, "
       "\"arena_growth_bytes\": %lld%s, "
       "\"skipped\": %s, \"loss_scale\": %.9g, \"tokens_per_s\": %.1f, \"epoch\": "
-      "%lld%s}\n",
+      "%lld%s%s%s}\n",
       static_cast<long long>(r.step + 1), json_number(r.loss).c_str(), r.lr,
       json_number(r.grad_norm).c_str(), r.seconds * 1e3,
       static_cast<long long>(m.host_resident_bytes), static_cast<long long>(m.arena_resident_bytes),
@@ -107,7 +115,11 @@ void run_log_metrics_line(std::FILE* f, const step_record& r) {
                         m.device_used_bytes, m.device_arena_bytes)
                 .c_str(),
       r.skipped ? "true" : "false", r.loss_scale, r.tokens_per_s, static_cast<long long>(r.epoch),
-      r.validated ? fmt::format(", \"val_loss\": {}", json_number(r.val_loss)).c_str() : "");
+      r.validated ? fmt::format(", \"val_loss\": {}", json_number(r.val_loss)).c_str() : "",
+      r.straggler ? straggler_json(*r.straggler).c_str() : "",
+      r.checkpoint_stall_s >= 0
+          ? fmt::format(", \"checkpoint_stall_s\": {:.6f}", r.checkpoint_stall_s).c_str()
+          : "");
   std::fflush(f);
 }
 
@@ -153,6 +165,17 @@ void run_log_step(const step_record& r, int64_t steps, int64_t tokens_per_step, 
       duration(eta_seconds).c_str(),
       scaler.enabled ? fmt::format(" | scale {:g}", r.loss_scale).c_str() : "",
       r.skipped ? " | skipped (non-finite gradients)" : "");
+  std::fflush(stdout);
+}
+
+void run_log_straggler(const step_record& r) {
+  const straggler_report& s = *r.straggler;
+  std::printf(
+      "straggler at step %lld: rank %lld busy %.1f ms against %.1f ms on the median rank (%lld), "
+      "%.2fx; most of it in %s (+%.1f ms)\n",
+      static_cast<long long>(r.step + 1), static_cast<long long>(s.rank), s.busy_s * 1e3,
+      s.median_busy_s * 1e3, static_cast<long long>(s.median_rank),
+      s.median_busy_s > 0 ? s.busy_s / s.median_busy_s : 0.0, op_kind_name(s.kind), s.lost_s * 1e3);
   std::fflush(stdout);
 }
 

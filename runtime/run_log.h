@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "runtime/backend.h"
 #include "runtime/checkpoint.h"
 #include "runtime/loss_scale.h"
 #include "runtime/program.h"
+#include "runtime/straggler.h"
 
 // What the banner says beyond the program.
 struct run_banner {
@@ -25,6 +27,7 @@ struct run_banner {
   bool resumed = false;
   int64_t tokens_per_step = 0;
   checkpoint_config ckpt;
+  std::string ckpt_written;  // how checkpoints are written, e.g. "behind the next steps"
 };
 
 // One trained step, as logged.
@@ -38,9 +41,11 @@ struct step_record {
   bool skipped = false;   // non-finite gradients: the optimizer skipped it
   int64_t epoch = 0;      // 0-based epoch of the training data the step's first sequence is in
   double tokens_per_s = 0;
-  bool validated = false;  // the validation loss was evaluated after this step
-  double val_loss = 0;     // per token, over val_sequences sequences
+  bool validated = false;          // the validation loss was evaluated after this step
+  double val_loss = 0;             // per token, over val_sequences sequences
+  double checkpoint_stall_s = -1;  // a checkpoint's step: the seconds it held the run up (-1: none)
   memory_reading machine;
+  std::optional<straggler_report> straggler;  // every --straggler-every steps (rank 0)
 };
 
 // One evaluation of the validation loss.
@@ -80,6 +85,9 @@ int64_t run_log_metrics_resume(const std::string& path, int64_t step);
 // shown when loss scaling is on.
 void run_log_step(const step_record& r, int64_t steps, int64_t tokens_per_step, double eta_seconds,
                   const loss_scaler& scaler);
+// The straggler line of a measured step whose busiest rank took notably
+// longer than the median rank (straggler_notable), after the step's line.
+void run_log_straggler(const step_record& r);
 // The "done:" line, the memory report's lines, and the skipped steps if any.
 void run_log_summary(const run_totals& t, int64_t tokens_per_step, const std::string& memory_lines,
                      const loss_scaler& scaler);

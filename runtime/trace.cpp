@@ -34,10 +34,6 @@ nlohmann::ordered_json op_args(const program_op& op) {
           {"deps", std::move(deps)}};
 }
 
-bool is_collective(op_kind k) {
-  return k == op_kind::all_gather || k == op_kind::reduce_scatter || k == op_kind::all_reduce;
-}
-
 }  // namespace
 
 std::string trace_json(const program& p, int64_t step,
@@ -116,7 +112,7 @@ double trace_hidden_comm_fraction(const program& p,
       if (p.ops[i].stream == stream_id::compute && p.ops[i].kind != op_kind::free)
         compute.emplace_back(start_ns[rank][i], end_ns[rank][i]);
     for (int i = 0; i < p.op_count; ++i) {
-      if (!is_collective(p.ops[i].kind)) continue;
+      if (!op_kind_is_collective(p.ops[i].kind)) continue;
       int64_t a = start_ns[rank][i], b = end_ns[rank][i];
       comm += static_cast<double>(b - a);
       for (auto [s, e] : compute)  // compute intervals are disjoint (one stream)

@@ -21,6 +21,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@
 #include "runtime/run_log.h"
 #include "runtime/run_settings.h"
 #include "runtime/step.h"
+#include "runtime/straggler.h"
 #include "runtime/trace.h"
 #include "runtime/watchdog.h"
 #include "runtime/weights.h"
@@ -74,6 +76,7 @@ struct options {
   std::string trace;
   int64_t trace_step = -1;
   std::string trace_data;
+  int64_t straggler_every = 100;  // 0: never
   bool print_schedule = false;
   int64_t seed = -1;
   int64_t inject_overflow = -1;
@@ -81,6 +84,7 @@ struct options {
   double inject_grad_scale = 1;
   std::string inject_stall;  // RANK:STEP:SECONDS (runtime/watchdog.h)
   watchdog_options watch;
+  bool checkpoint_sync = false;  // write each checkpoint before the next step (no staging)
   bool resume = false;
   std::string resume_from;  // empty: the newest checkpoint in the checkpoint directory
   bool allow_batch_change = false;
@@ -248,10 +252,15 @@ class training_run {
   // A run with no step to train evaluates the weights it was given.
   void validate_untrained();
   // The --metrics line of every step, the log line of every log_every-th.
-  void log(const step_record& r) const;
+  void log(const step_record& r);
   // Every checkpoint_every steps, at the end, and when asked to stop.
   bool checkpoint_due(int64_t step) const;
-  void save_checkpoint(int64_t step);
+  // Collective: the checkpoint, if due, and then the log lines of step r
+  // (which carry the checkpoint's stall), then the checkpoint's; r is
+  // logged even when the checkpoint fails.
+  void checkpoint_and_log(int64_t step, step_record& r);
+  // Collective: completes a checkpoint still being written (the end of the run).
+  void finish_checkpoints();
   void print_stopped(int64_t step) const;
   void close_metrics();
   // With the memory report (collective).
@@ -271,7 +280,10 @@ class training_run {
   double agree_on_loss(double loss_sum);
   void count(const step_record& r);
   void run_log_step_if_due(const step_record& r) const;
+  void save_checkpoint(int64_t step, step_record& r);
+  void finish_pending_checkpoint();
   int64_t trace_step() const;
+  bool straggler_due(int64_t step, bool traced) const;
 
   const program& p_;
   const options& o_;
@@ -294,6 +306,12 @@ class training_run {
   // Declared after what it points into, so that it is destroyed (stopping
   // its threads or freeing the device after a failure) before them.
   std::unique_ptr<backend> b_;
+  // Writes checkpoints behind the steps (null: synchronously); after b_,
+  // whose arena it reads, so that it is joined first.
+  std::unique_ptr<checkpoint_writer> ckpt_writer_;
+  double staged_s_ = 0;        // the pending checkpoint's staging (checkpoint_writer::start)
+  double staged_stall_s_ = 0;  // its step's stall: that and completing the one before
+  std::string ckpt_lines_;     // checkpoint lines waiting for their step's line
   int64_t seed_ = 0;
   int64_t start_step_ = 0;
   loss_scaler scaler_;
@@ -303,6 +321,7 @@ class training_run {
   std::chrono::steady_clock::time_point run_start_;  // the first step's start
   std::vector<int64_t> trace_start_ns_, trace_end_ns_;
   double trace_loss_ = 0;
+  std::optional<straggler_gather> stragglers_;  // made at set-up
   memory_watch memory_;
   run_totals totals_;
   bool stop_ = false;
@@ -365,8 +384,15 @@ void training_run::set_up(const backend_kind& kind) {
   } catch (const std::exception& e) {
     error = e.what();
   }
+  try {
+    if (error.empty() && ckpt_.every > 0 && !o_.checkpoint_sync && checkpoint_writer::available(p_))
+      ckpt_writer_ = std::make_unique<checkpoint_writer>(p_);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
   agree_on_error(error, "set-up");
   memory_.settle_steps = std::max<int64_t>(1, b_->warmup_steps());
+  stragglers_.emplace(p_.parallel.world, lead_);
 }
 
 // Collective: the training data and, when validated, the validation data.
@@ -499,8 +525,15 @@ void training_run::print_banner() const {
     val = fmt::format("{}; its first {} sequences every {}, at checkpoints and at the end",
                       dataloader_describe(val_), with_commas(val_sequences_),
                       val_every_ == 1 ? "step" : fmt::format("{} steps", val_every_));
+  std::string written = "written before the next step";
+  if (ckpt_writer_)
+    written = fmt::format(
+        "written behind the next steps from the plan's host staging buffer ({:.2f} MiB)",
+        mib(p_.buffers[p_.plan.checkpoint_staging_buffer].bytes));
+  else if (!o_.checkpoint_sync)
+    written += " (the spec plans no checkpoint, so the plan stages none)";
   run_log_banner(p_, {li_.launcher, b_->describe(), data, val, weights_from_, steps_, start_step_,
-                      o_.resume, tokens_per_step_, ckpt_});
+                      o_.resume, tokens_per_step_, ckpt_, written});
   if (const std::string note = optimizer_warmup_note(p_, steps_); !note.empty())
     std::printf("warning: %s\n", note.c_str());
 }
@@ -539,9 +572,10 @@ step_record training_run::train_step(int64_t step) {
   r.loss_scale = scaler_.scale;
   scale_gradients(step);
   const bool traced = !o_.trace.empty() && step == trace_step();
+  const bool straggler = straggler_due(step, traced);
   const auto t0 = std::chrono::steady_clock::now();
   allocations_count(step - start_step_ >= b_->warmup_steps());
-  const step_result result = b_->run_step(step, r.lr, traced);
+  const step_result result = b_->run_step(step, r.lr, traced || straggler);
   if (o_.inject_leak_bytes > 0) leak(o_.inject_leak_bytes);
   allocations_count(false);
   const double loss_sum = agree_on_loss(result.loss_sum);
@@ -568,7 +602,15 @@ step_record training_run::train_step(int64_t step) {
     trace_start_ns_ = b_->op_start_ns(), trace_end_ns_ = b_->op_end_ns();
     trace_loss_ = r.loss;
   }
+  if (straggler) r.straggler = stragglers_->measure(p_, b_->op_start_ns(), b_->op_end_ns());
   return r;
+}
+
+// Every --straggler-every steps at world > 1, but not the traced step: its
+// times are the trace's alone.
+bool training_run::straggler_due(int64_t step, bool traced) const {
+  return o_.straggler_every > 0 && p_.parallel.world > 1 && (step + 1) % o_.straggler_every == 0 &&
+         !traced;
 }
 
 // The loss scaler's scale for the step's gradients, and the testing aids'.
@@ -609,10 +651,16 @@ void training_run::count(const step_record& r) {
   if (r.step > start_step_) totals_.timed_seconds += r.seconds, ++totals_.timed_steps;
 }
 
-void training_run::log(const step_record& r) const {
+void training_run::log(const step_record& r) {
   if (metrics_) run_log_metrics_line(metrics_.get(), r);
   run_log_step_if_due(r);
+  if (lead_ && r.straggler && straggler_notable(*r.straggler)) run_log_straggler(r);
   if (lead_ && r.validated) run_log_val(last_val_, steps_);
+  if (!ckpt_lines_.empty()) {
+    std::fputs(ckpt_lines_.c_str(), stdout);
+    std::fflush(stdout);
+    ckpt_lines_.clear();
+  }
 }
 
 void training_run::run_log_step_if_due(const step_record& r) const {
@@ -664,7 +712,24 @@ bool training_run::checkpoint_due(int64_t step) const {
   return (ckpt_.every > 0 && ((step + 1) % ckpt_.every == 0 || step + 1 == steps_)) || stop_;
 }
 
-void training_run::save_checkpoint(int64_t step) {
+void training_run::checkpoint_and_log(int64_t step, step_record& r) {
+  if (checkpoint_due(step)) {
+    try {
+      save_checkpoint(step, r);
+    } catch (...) {
+      log(r);
+      throw;
+    }
+  }
+  log(r);
+}
+
+// Behind the next steps where the plan stages checkpoints (not with
+// --checkpoint-sync), except the run's last, written at once: nothing
+// follows it to hide the write behind. The step's stall is all the time
+// spent here: completing the previous checkpoint (waiting for its write
+// first), staging this one or writing it.
+void training_run::save_checkpoint(int64_t step, step_record& r) {
   const checkpoint_state state{step + 1,
                                c_.sequence_base + (step + 1) * checkpoint_sequences_per_step(p_),
                                scaler_,
@@ -672,14 +737,43 @@ void training_run::save_checkpoint(int64_t step) {
                                dataloader_describe(data_),
                                run_};
   const auto t = std::chrono::steady_clock::now();
+  auto since_t = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  finish_pending_checkpoint();
+  const bool last = stop_ || step + 1 == steps_;
+  if (ckpt_writer_ && !last) {
+    staged_s_ = ckpt_writer_->start(
+        c_, ckpt_, state, [&](int buffer, std::byte* to) { b_->copy_to_host(c_, buffer, to); });
+    r.checkpoint_stall_s = staged_stall_s_ = since_t();
+    return;
+  }
   checkpoint_saved saved;
   b_->with_host_weights(c_, false, [&] { saved = checkpoint_save(c_, ckpt_, state); });
+  r.checkpoint_stall_s = since_t();
   if (!lead_) return;
-  std::printf("checkpoint: step %lld written to %s (%.2f MiB in %.2f s%s)\n",
-              static_cast<long long>(step + 1), saved.path.c_str(), mib(saved.bytes),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(),
-              saved.removed ? fmt::format(", {} older removed", saved.removed).c_str() : "");
-  std::fflush(stdout);
+  ckpt_lines_ += fmt::format("checkpoint: step {} written to {} ({:.2f} MiB in {:.2f} s{})\n",
+                             step + 1, saved.path, mib(saved.bytes), r.checkpoint_stall_s,
+                             saved.removed ? fmt::format(", {} older removed", saved.removed) : "");
+}
+
+void training_run::finish_pending_checkpoint() {
+  if (!ckpt_writer_ || !ckpt_writer_->pending()) return;
+  const int64_t step = ckpt_writer_->pending_step();
+  const checkpoint_saved saved = ckpt_writer_->finish(c_);
+  if (!lead_) return;
+  ckpt_lines_ += fmt::format(
+      "checkpoint: step {} written to {} ({:.2f} MiB in {:.2f} s behind the next steps{}; staged "
+      "in {:.3f} s, the step stalled {:.3f} s)\n",
+      step, saved.path, mib(saved.bytes), saved.write_s,
+      saved.removed ? fmt::format(", {} older removed", saved.removed) : "", staged_s_,
+      staged_stall_s_);
+}
+
+void training_run::finish_checkpoints() {
+  finish_pending_checkpoint();
+  if (!ckpt_lines_.empty()) std::fputs(ckpt_lines_.c_str(), stdout);
+  ckpt_lines_.clear();
 }
 
 void training_run::print_stopped(int64_t step) const {
@@ -795,13 +889,13 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   for (int64_t step = t.first_step(); step < t.steps(); ++step) {
     step_record r = t.train_step(step);
     if (t.validation_due(step + 1)) r.validated = true, r.val_loss = t.validate(step + 1).loss;
-    t.log(r);
-    if (t.checkpoint_due(step)) t.save_checkpoint(step);
+    t.checkpoint_and_log(step, r);
     if (t.stop_requested()) {
       t.print_stopped(step);
       break;
     }
   }
+  t.finish_checkpoints();
   t.validate_untrained();
   t.close_metrics();
   t.print_summary();
@@ -886,8 +980,17 @@ int train(const program& p, int argc, char** argv, const backend_kind& kind) {
   app.add_option("--checkpoint-keep", o.run.checkpoint_keep,
                  "newest checkpoints kept (default: the spec's keep)")
       ->check(whole_number(1));
+  app.add_flag("--checkpoint-sync", o.checkpoint_sync,
+               "write each checkpoint before the next step starts (default where the spec plans "
+               "checkpoints: copy it into the plan's checkpoint staging buffer and write it "
+               "behind the next steps; the files are the same)");
   app.add_option("--trace", o.trace, "write the measured timeline of one step (Chrome trace)");
   app.add_option("--trace-step", o.trace_step, "the 0-based step to trace (default 2)")
+      ->check(whole_number(0));
+  app.add_option("--straggler-every", o.straggler_every,
+                 "every N steps (not the traced one), time every op on every rank and name the "
+                 "busiest rank and the op kind where it lost most against the median rank: in "
+                 "--metrics, and in the log where it took 10% longer (0: never; default 100)")
       ->check(whole_number(0));
   app.add_flag("--print-schedule", o.print_schedule, "print the static schedule and exit");
   app.add_option("--seed", o.seed, "initialization seed (default: the spec's)")
@@ -911,9 +1014,12 @@ int train(const program& p, int argc, char** argv, const backend_kind& kind) {
                  "testing aid: RANK:STEP:SECONDS: that rank sleeps this long in its first compute "
                  "op of this 0-based step, as a stuck rank would (the watchdog reports it past "
                  "--stall-timeout)");
+  o.watch.stall_timeout_s = p.train.stall_timeout_s;
   app.add_option("--stall-timeout", o.watch.stall_timeout_s,
-                 "seconds an op may run before the watchdog reports a stall, naming the rank, "
-                 "op and step, and every rank exits with code 3 (default 60)")
+                 fmt::format("seconds an op may run before the watchdog reports a stall, naming "
+                             "the rank, op and step, and every rank exits with code 3 (default: "
+                             "the spec's stall_timeout, {:g})",
+                             p.train.stall_timeout_s))
       ->check(positive_number());
   app.add_option("--watch-dir", o.watch.watch_dir,
                  "where the watchdog makes the job's directory of rank records, visible to every "

@@ -33,38 +33,9 @@ namespace {
 constexpr const char* kStreamNames[kStreamCount] = {"compute",    "all-gather", "reduce-scatter",
                                                     "all-reduce", "copy",       "host"};
 
-const char* kind_name(op_kind k) {
-  switch (k) {
-    case op_kind::all_gather:
-      return "all-gather";
-    case op_kind::forward:
-      return "forward";
-    case op_kind::recompute:
-      return "recompute";
-    case op_kind::backward:
-      return "backward";
-    case op_kind::reduce_scatter:
-      return "reduce-scatter";
-    case op_kind::all_reduce:
-      return "all-reduce";
-    case op_kind::free:
-      return "free";
-    case op_kind::copy_h2d:
-      return "copy to the device";
-    case op_kind::copy_d2h:
-      return "copy to the host";
-    case op_kind::grad_norm:
-      return "gradient norm";
-    case op_kind::optimizer_step:
-      return "optimizer step";
-  }
-  return "op";
-}
-
 bool is_collective(const program& p, int op) {
   if (op == kWatchLossAllReduce) return true;
-  const op_kind k = p.ops[op].kind;
-  return k == op_kind::all_gather || k == op_kind::reduce_scatter || k == op_kind::all_reduce;
+  return op_kind_is_collective(p.ops[op].kind);
 }
 
 // "op 57 (F u12 s0 mb0: forward, compute stream)".
@@ -72,13 +43,24 @@ std::string op_text(const program& p, int op, int stream) {
   if (op == kWatchLossAllReduce) return "the loss all-reduce after the step's ops";
   if (op < 0 || op >= p.op_count) return fmt::format("op {} (not in this program)", op);
   const program_op& o = p.ops[op];
-  return fmt::format("op {} ({}: {}, {} stream)", op, o.label, kind_name(o.kind),
+  return fmt::format("op {} ({}: {}, {} stream)", op, o.label, op_kind_name(o.kind),
                      kStreamNames[stream]);
 }
 
 std::string seconds_text(int64_t ns) {
   const double s = static_cast<double>(ns) / 1e9;
   return s < 100 ? fmt::format("{:.1f} s", s) : fmt::format("{:.0f} s", s);
+}
+
+// A predicted time: "3.1 ms", "250 us", "2.4 s".
+std::string predicted_text(double s) {
+  if (s < 1e-3) return fmt::format("{:.3g} us", s * 1e6);
+  if (s < 1) return fmt::format("{:.3g} ms", s * 1e3);
+  return fmt::format("{:.3g} s", s);
+}
+
+double predicted_seconds(const program& p, int op) {
+  return op >= 0 && op < p.op_count ? p.ops[op].predicted_s : 0;
 }
 
 // "0-2 and 4-7", "0, 2 and 5".
@@ -166,8 +148,10 @@ std::string rank_line(const program& p, const watch_view& v, int64_t now_ns) {
 std::string where_text(const program& p, const watch_record& r, int64_t now_ns) {
   const int s = oldest_stream(r);
   if (s < 0) return "running no op of the step";
-  return fmt::format("in {} for {}", op_text(p, r.op[s], s),
-                     seconds_text(now_ns - r.entered_ns[s]));
+  const double predicted = predicted_seconds(p, r.op[s]);
+  return fmt::format(
+      "in {} for {}{}", op_text(p, r.op[s], s), seconds_text(now_ns - r.entered_ns[s]),
+      predicted > 0 ? fmt::format(" (predicted {})", predicted_text(predicted)) : "");
 }
 
 int64_t wall_ns() {
@@ -248,6 +232,7 @@ class monitor final : public watchdog {
  public:
   monitor(const program& p, const watchdog_options& o, int64_t rank, int64_t world, std::string dir)
       : p_(p), rank_(rank), world_(world), dir_(std::move(dir)), stall_path_(dir_ + "/stall") {
+    timeout_s_ = o.stall_timeout_s;
     timeout_ns_ = static_cast<int64_t>(o.stall_timeout_s * 1e9);
     // At least four looks per timeout, at most one a second.
     tick_ns_ = std::clamp<int64_t>(timeout_ns_ / 4, 50'000'000, 1'000'000'000);
@@ -316,7 +301,8 @@ class monitor final : public watchdog {
   void check() {
     if (::access(stall_path().c_str(), F_OK) == 0) exit_reported_elsewhere();
     for (int s = 0; s < kStreamCount; ++s)
-      if (record_.op[s] != -1 && record_.heartbeat_ns - record_.entered_ns[s] > timeout_ns_)
+      if (record_.op[s] != -1 && record_.heartbeat_ns - record_.entered_ns[s] >
+                                     watch_op_limit_ns(p_, record_.op[s], timeout_s_))
         report_and_exit();
   }
 
@@ -425,6 +411,7 @@ class monitor final : public watchdog {
   const int64_t rank_, world_;
   const std::string dir_;
   const std::string stall_path_;  // made once: a tick allocates nothing
+  double timeout_s_ = 0;
   int64_t timeout_ns_ = 0, tick_ns_ = 0, silent_ns_ = 0;
   int fd_ = -1;
   bool made_here_ = false;  // rank 0, or a rank on a node the directory is not shared with
@@ -436,6 +423,11 @@ class monitor final : public watchdog {
 };
 
 }  // namespace
+
+int64_t watch_op_limit_ns(const program& p, int op, double timeout_s) {
+  return static_cast<int64_t>(
+      std::max(timeout_s, kWatchPredictedFactor * predicted_seconds(p, op)) * 1e9);
+}
 
 watch_status& watch_process_status() {
   static watch_status status;
@@ -486,7 +478,12 @@ std::string watch_report(const program& p, const std::vector<watch_view>& ranks,
                               op_text(p, where.first, where.second));
   }
   if (!waiting.empty()) head += fmt::format(" for rank {}", r.rank);
-  std::string out = head + fmt::format(" (stall timeout {:g} s)\n", timeout_s);
+  const int held_stream = oldest_stream(r);
+  const int64_t limit_ns = held_stream < 0 ? 0 : watch_op_limit_ns(p, r.op[held_stream], timeout_s);
+  std::string out = head + (static_cast<double>(limit_ns) > timeout_s * 1e9
+                                ? fmt::format(" (stall limit {}: {:g} x the op's predicted time)\n",
+                                              seconds_text(limit_ns), kWatchPredictedFactor)
+                                : fmt::format(" (stall timeout {:g} s)\n", timeout_s));
   for (const watch_view& v : ranks)
     out += rank_line(p, v, now_ns);
   out += fmt::format(

@@ -72,6 +72,12 @@ struct watch_view {
   watch_liveness liveness = watch_liveness::missing;
 };
 
+// How long op `op` of p (or kWatchLossAllReduce) may run: the timeout, or
+// kWatchPredictedFactor times the op's predicted time where that is longer
+// (an op the cost model expects to take minutes is not stalled at one).
+inline constexpr double kWatchPredictedFactor = 20;
+int64_t watch_op_limit_ns(const program& p, int op, double timeout_s);
+
 // The stall report (several lines, each ending in a newline) from every
 // rank's view at wall-clock time now_ns: which rank holds the others up and
 // in which op of which step, where the others wait, then one line per rank.
@@ -81,8 +87,8 @@ std::string watch_report(const program& p, const std::vector<watch_view>& ranks,
                          double timeout_s);
 
 struct watchdog_options {
-  double stall_timeout_s = 60;
-  std::string watch_dir;  // --watch-dir: the directory to create the job's in ("": chosen)
+  double stall_timeout_s = 60;  // a binary's: its spec's train.stall_timeout (or the flag's)
+  std::string watch_dir;        // --watch-dir: the directory to create the job's in ("": chosen)
 };
 
 // Collective over MPI_COMM_WORLD: rank 0 creates the job's watch directory

@@ -161,6 +161,18 @@ class cuda_backend final : public backend {
     }
   }
 
+  // Straight from the device arena into the (pinned) staging buffer: no host mirror.
+  void copy_to_host(step_context&, int buffer, std::byte* to) override {
+    const program_buffer& buf = p_.buffers[buffer];
+    if (buf.space == memory_space::host) {
+      std::memcpy(to, mem_->host + buf.offset, static_cast<size_t>(buf.bytes));
+      return;
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());  // the step's last writes (optimizer) on any stream
+    CUDA_CHECK(cudaMemcpy(to, mem_->device + buf.offset, static_cast<size_t>(buf.bytes),
+                          cudaMemcpyDeviceToHost));
+  }
+
   step_result run_step(int64_t step, double lr, bool timed) override {
     step_context& c = *c_;
     c.step = step;
@@ -242,7 +254,8 @@ class cuda_backend final : public backend {
       cudaGetLastError();
       mem.host = nullptr;
       throw runtime_error(fmt::format(
-          "cannot pin the host arena of {:.2f} GiB planned for this rank (offload): "
+          "cannot pin the host arena of {:.2f} GiB planned for this rank (offload, checkpoint "
+          "staging): "
           "cudaHostAlloc failed: {}; pinned memory comes out of the node's RAM (and `ulimit -l`)",
           static_cast<double>(p_.plan.host_arena_bytes) / (1 << 30), cudaGetErrorString(err)));
     }

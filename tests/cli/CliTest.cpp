@@ -560,3 +560,53 @@ TEST(CliPlan, NoReuseGivesEveryBufferItsOwnMemory) {
   EXPECT_LT(std::stoll(with[1]), std::stoll(with[2]));
   EXPECT_GE(std::stoll(without[1]), std::stoll(without[2]));
 }
+
+// compare TRACE --ranks A,B: rank B of a two-rank trace against rank A (here
+// a predicted step copied as rank 1 with its forward ops twice as long), and
+// what the mode refuses.
+TEST(CliCompare, TwoRanksOfOneTrace) {
+  const std::string dir = fresh_dir("cli_compare_ranks");
+  ASSERT_EQ(run(fmt::format("schedule {} --world 2 --gpu cpu --format trace -o {}/p.json",
+                            spec("tiny.fsdp"), dir))
+                .status,
+            0);
+  nlohmann::json two = nlohmann::json::parse(read_file(dir + "/p.json"));
+  two["otherData"].erase("figures");
+  nlohmann::json& events = two["traceEvents"];
+  const size_t n = events.size();
+  int forwards = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (events[i]["ph"] != "X" && events[i]["name"] != "thread_name") continue;
+    nlohmann::json e = events[i];
+    e["pid"] = 1;
+    if (e["ph"] == "X" && e["args"]["kind"] == "F")
+      e["dur"] = 2 * e["dur"].get<double>(), ++forwards;
+    events.push_back(e);
+  }
+  ASSERT_GT(forwards, 0);
+  std::ofstream(dir + "/two.json") << two.dump();
+
+  CmdResult r = run(fmt::format("compare {}/two.json --ranks 0,1 --top 3", dir));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(has(r, "rank 1 against rank 0 (of 2)")) << r.out;
+  EXPECT_TRUE(has(r, "per op kind (count)              rank 0 ms     rank 1 ms    ratio")) << r.out;
+  const std::regex row(fmt::format(R"(\nF \({}\) +[0-9.]+ +[0-9.]+ +2\.00x\n)", forwards));
+  EXPECT_TRUE(std::regex_search(r.out, row)) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nB \(\d+\) +[0-9.]+ +[0-9.]+ +1\.00x\n)")))
+      << r.out;
+  EXPECT_TRUE(has(r, "largest difference first (top 3)")) << r.out;
+
+  auto fails = [&](const std::string& args, int status, const std::string& message) {
+    CmdResult e = run("compare " + args);
+    EXPECT_EQ(e.status, status) << args << "\n" << e.out;
+    EXPECT_TRUE(has(e, message)) << args << "\n" << e.out;
+  };
+  fails(dir + "/p.json --ranks 0,1", 1, "p.json holds one rank (a predicted trace): --ranks");
+  fails(dir + "/two.json --ranks 0,2", 1,
+        "--ranks 0,2: " + dir + "/two.json holds ranks 0 to 1, not 2");
+  fails(dir + "/two.json --ranks 1", 2, "--ranks 1: expected two ranks of the trace as A,B");
+  fails(dir + "/two.json --ranks 0,-1", 2, "--ranks 0,-1: expected two ranks");
+  fails(dir + "/p.json " + dir + "/two.json --ranks 0,1", 2, "give that trace alone, not two");
+  fails(dir + "/two.json", 2, "compare needs a predicted and a measured trace, or one measured");
+  fails(dir + "/two.json --ranks 0,1 -o " + dir + "/m.json", 2, "excludes");
+}

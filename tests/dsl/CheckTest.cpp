@@ -188,6 +188,25 @@ TEST(Check, SemanticErrors) {
             std::string::npos);
 }
 
+// The watchdog's limit: read, printed back only where it is not the default,
+// round-tripped, and a located error where it is not a positive number of
+// seconds up to a week.
+TEST(Check, StallTimeoutIsReadPrintedAndChecked) {
+  const Spec s = load_ok(with_model("train { stall_timeout = 2.5 }"));
+  EXPECT_DOUBLE_EQ(s.train.stall_timeout, 2.5);
+  const std::string printed = print_spec(s);
+  EXPECT_NE(printed.find("  stall_timeout = 2.5\n"), std::string::npos) << printed;
+  EXPECT_EQ(load_ok(printed).train, s.train);
+  EXPECT_DOUBLE_EQ(load_ok(with_model("")).train.stall_timeout, kDefaultStallTimeoutSeconds);
+  EXPECT_EQ(print_spec(load_ok(with_model(""))).find("stall_timeout"), std::string::npos);
+  for (const char* bad : {"0", "-1", "1e9", "fast"}) {
+    const std::string e =
+        load_error(with_model(std::string("train { stall_timeout = ") + bad + " }"));
+    EXPECT_NE(e.find("stall_timeout"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find(":2:"), std::string::npos) << bad << ": the error is located: " << e;
+  }
+}
+
 TEST(Check, AllErrorsAreCollectedAndSorted) {
   std::string out = load_error(
       with_model("parallel { sharding = x  world = 0 }\ntrain { steps = -1  bogus = 1 }"));

@@ -475,7 +475,7 @@ inline planned_arena_bytes planned_arenas(const std::filesystem::path& dir,
   else
     ADD_FAILURE() << "no device arena in: " << plan.out;
   if (std::regex_search(plan.out, host,
-                        std::regex(R"(host arena \(offload\): [0-9.]+ MiB \((\d+) B\))")))
+                        std::regex(R"(host arena \([a-z ,]+\): [0-9.]+ MiB \((\d+) B\))")))
     out.host = std::stoll(host[1]);
   return out;
 }

@@ -165,6 +165,39 @@ TEST(Memory, WithOffloadBothArenasAreResidentAsPlanned) {
   EXPECT_EQ(memory_problems(m.run, m.metrics, m.arena_in_pages), std::vector<std::string>{});
 }
 
+// A spec that plans checkpoints stages them in the host arena: `fsdpgen plan`
+// shows the checkpoint_staging buffer, exactly what a rank's shard file
+// holds; both arenas are resident as planned, and the checkpoints written
+// behind steps 3 and 5 allocate nothing in them.
+TEST(Memory, CheckpointStagingIsPlannedInTheHostArena) {
+  E2eConfig c;
+  c.train_extra = "  checkpoint(every = 2, dir = \"ck\", keep = 2)\n";
+  const std::filesystem::path bin = build_binary(e2e_dir("memory_checkpoint_staging"), c.spec());
+  const std::filesystem::path dir = bin.parent_path();
+  std::filesystem::remove_all(dir / "ck");
+  Measured m = measure_binary(bin, c, "--steps 5");
+  ASSERT_GT(m.arena_in_pages, 0);
+  EXPECT_EQ(memory_problems(m.run, m.metrics, m.arena_in_pages), std::vector<std::string>{});
+  EXPECT_NE(m.run.out.find("checkpoint: step 2 written to ck/step_00000002 ("), std::string::npos)
+      << m.run.out;
+  EXPECT_NE(m.run.out.find("behind the next steps"), std::string::npos) << m.run.out;
+
+  CmdResult plan = run(fmt::format("plan {} --gpu cpu", (dir / "e2e.fsdp").string()));
+  std::smatch row, host;
+  ASSERT_TRUE(std::regex_search(
+      plan.out, row, std::regex(R"(\n  checkpoint_staging +(\d+) +(\d+) \(host arena\)\n)")))
+      << plan.out;
+  ASSERT_TRUE(std::regex_search(
+      plan.out, host, std::regex(R"(host arena \(checkpoint staging\): [0-9.]+ MiB \((\d+) B\))")))
+      << plan.out;
+  for (const char* shard : {"shard_00000.bin", "shard_00001.bin"})
+    EXPECT_EQ(
+        std::stoll(row[1]),
+        static_cast<int64_t>(std::filesystem::file_size(dir / "ck" / "step_00000004" / shard)))
+        << shard;
+  EXPECT_EQ(std::stoll(host[1]), std::stoll(row[1])) << "the host arena holds the staging alone";
+}
+
 // The test of the test: a step that keeps 4 MB of heap shows as fsdpgen's
 // allocations and as growth of the resident set.
 TEST(Memory, ALeakingStepIsCaught) {
@@ -219,7 +252,7 @@ TEST(Memory, TheReportSaysWhyTheArenaExceedsThePlan) {
   EXPECT_EQ(without_commas(line[4]), m.arena_in_pages);
 }
 
-// The README's "an arena allocated 64 KiB larger fails": the memory checks
+// docs/testing.md's "an arena allocated 64 KiB larger fails": the memory checks
 // catch it, and the report says the growth is not what was expected.
 TEST(Memory, AnArenaAllocated64KiBLargerIsCaught) {
   E2eConfig c;

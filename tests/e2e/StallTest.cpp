@@ -110,6 +110,28 @@ TEST_P(InjectedStall, IsReportedAndEveryRankExits) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, InjectedStall, ::testing::Values(2, 4));
 
+// The spec's stall_timeout is the binary's limit (no flag given), and
+// --stall-timeout overrides it.
+TEST(Stall, TheSpecsStallTimeoutIsTheDefault) {
+  E2eConfig c;
+  c.world = 2;
+  c.train_extra = "stall_timeout = 2";
+  const fs::path bin =
+      own_copy(shared_binary(e2e_dir("stall_spec_timeout_build"), c.spec()), "stall_spec_timeout");
+  CmdResult help = run_command(bin.string() + " --help");
+  EXPECT_NE(help.out.find("(default: the spec's stall_timeout, 2)"), std::string::npos) << help.out;
+  const fs::path watch = watch_root(bin);
+  CmdResult r =
+      run_binary(2, bin, "--steps 4 --inject-stall 1:1:100 --watch-dir " + watch.string());
+  EXPECT_EQ(r.status, kStalledExitCode) << r.out;
+  EXPECT_NE(r.out.find("for rank 1 (stall timeout 2 s)"), std::string::npos) << r.out;
+  // A longer limit from the flag lets a 3 s pause pass.
+  CmdResult flag = run_binary(
+      2, bin, "--steps 3 --stall-timeout 30 --inject-stall 1:1:3 --watch-dir " + watch.string());
+  EXPECT_EQ(flag.status, 0) << flag.out;
+  EXPECT_EQ(flag.out.find("stall at "), std::string::npos) << flag.out;
+}
+
 // A stall shorter than the timeout is no stall: the run completes and
 // removes its watch directory.
 TEST(Stall, AShortPauseIsNotReported) {

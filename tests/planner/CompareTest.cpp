@@ -101,6 +101,36 @@ TEST(Compare, TablesComputedByHand) {
   EXPECT_FALSE(has(top1, "    0 AG u1 mb0")) << top1;
 }
 
+// Rank 1 against rank 0 of one measured trace: the same tables, a rank a column.
+TEST(Compare, TwoRanksOfOneTraceSideBySide) {
+  const std::string r = compare_ranks_report(measured(), 0, 1, 20);
+  EXPECT_TRUE(has(r, "measured m.json: rank 1 against rank 0 (of 2)")) << r;
+  EXPECT_TRUE(has(r, "step                             rank 0 ms     rank 1 ms    ratio")) << r;
+  // Rank 1 ends at 16, rank 0 at 15; each op lasts as long on both.
+  EXPECT_TRUE(has(r, "step                                15.000        16.000    1.07x")) << r;
+  EXPECT_FALSE(has(r, "mean over ranks")) << r;
+  EXPECT_TRUE(has(r, "F (1)                               10.000        10.000    1.00x")) << r;
+  EXPECT_TRUE(has(r, "    1 F u1 s1 mb0      compute               10.000        10.000    1.00x"))
+      << r;
+  auto error = [](const StepTrace& m, int a, int b) {
+    try {
+      compare_ranks_report(m, a, b, 20);
+    } catch (const CompareError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(error(measured(), 0, 2), "--ranks 0,2: m.json holds ranks 0 to 1, not 2");
+  EXPECT_EQ(error(measured(), 1, 1), "--ranks 1,1: name two different ranks");
+  EXPECT_EQ(error(read_step_trace(trace({kRank0}, 1), "one.json"), 0, 1),
+            "one.json holds one rank: --ranks compares two ranks of a measured trace of several "
+            "(`./train --trace` under mpirun)");
+  std::vector<Ev> other = kRank1;
+  other[1].label = "F u2 s2 mb0";
+  EXPECT_EQ(error(read_step_trace(trace({kRank0, other}, 2), "m.json"), 0, 1),
+            "m.json: op 1 is 'F u1 s1 mb0' on rank 0, 'F u2 s2 mb0' on rank 1: not one schedule");
+}
+
 std::string error_of(const StepTrace& p, const StepTrace& m, int rank = 0) {
   try {
     compare_report(p, m, {rank, 20});

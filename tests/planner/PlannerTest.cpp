@@ -489,6 +489,51 @@ TEST(Planner, Llama3_8bFitsOnEightH100s) {
   EXPECT_EQ(rope, 2 * 8192 * 64 * 4);
 }
 
+// A spec that plans checkpoints gets one persistent host buffer the size of
+// a rank's shard file (fp32 master weights and AdamW's m and v: 12 bytes per
+// shard element, whatever the param dtype), shown in the memory table; the
+// device arena is unchanged. Without checkpoints there is none.
+TEST(Memory, CheckpointStagingIsAShardFileInTheHostArena) {
+  auto spec_text = [](const std::string& checkpoint) {
+    return "model m { vocab = 256 context = 64 width = 64 heads = 2 layers = 2 }\n"
+           "parallel { world = 4 sharding = full_shard\n"
+           "  precision { param = bf16 reduce = bf16 master = fp32 } }\n"
+           "train { micro_batch = 1\n" +
+           checkpoint + "}\n";
+  };
+  FrontendResult with = load_spec_text("with.fsdp", spec_text("checkpoint(every = 10)\n"));
+  FrontendResult without = load_spec_text("without.fsdp", spec_text(""));
+  ASSERT_TRUE(with.spec) << with.diagnostics;
+  ASSERT_TRUE(without.spec) << without.diagnostics;
+  const Hardware hw = *find_hardware("h100-sxm");
+  const PlanResult a = plan_for(*with.spec, hw), b = plan_for(*without.spec, hw);
+  int64_t shard_elems = 0;
+  for (const FlatUnit& u : a.schedule.units.units)
+    shard_elems += u.padded_elems > 0 ? u.shard_elems : 0;
+  ASSERT_GT(shard_elems, 0);
+  std::vector<Buffer> staging;
+  for (const Buffer& buf : a.schedule.buffers)
+    if (buf.kind == BufferKind::CheckpointStaging) staging.push_back(buf);
+  ASSERT_EQ(staging.size(), 1u);
+  EXPECT_EQ(staging[0].space, MemSpace::Host);
+  EXPECT_TRUE(staging[0].persistent);
+  EXPECT_EQ(staging[0].bytes, 12 * shard_elems);
+  EXPECT_GE(a.memory.host_arena_bytes, staging[0].bytes);
+  EXPECT_EQ(a.memory.device_arena_bytes, b.memory.device_arena_bytes);
+  EXPECT_TRUE(verify_plan(a.schedule, a.memory).empty());
+  const std::string table = print_memory_plan(a.schedule, a.memory);
+  EXPECT_NE(table.find(fmt::format("  checkpoint_staging {:>14} {:>14} (host arena)\n",
+                                   staging[0].bytes, staging[0].bytes)),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("host arena (checkpoint staging): "), std::string::npos) << table;
+
+  for (const Buffer& buf : b.schedule.buffers)
+    EXPECT_NE(buf.kind, BufferKind::CheckpointStaging) << buf.name;
+  EXPECT_EQ(b.memory.host_arena_bytes, 0);
+  EXPECT_EQ(print_memory_plan(b.schedule, b.memory).find("checkpoint_staging"), std::string::npos);
+}
+
 // A deep model at 16K tokens whose checkpointed block inputs (240 x 128 MiB)
 // overflow an A100-40GB: offloading them is among the changes that fit (with
 // each linear its own unit, tune's search finds), and it cuts the device

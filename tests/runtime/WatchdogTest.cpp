@@ -3,6 +3,8 @@
 // records' layout and --inject-stall's parsing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -66,6 +68,32 @@ TEST(Watchdog, NamesTheRankInAComputeOpAndWhereTheOthersWait) {
             std::string::npos)
       << report;
   EXPECT_NE(report.find("exit code 3 (stalled)"), std::string::npos) << report;
+}
+
+// An op predicted to take long is allowed kWatchPredictedFactor times its
+// prediction where that exceeds the timeout, and the report says both.
+TEST(Watchdog, AnOpPredictedLongGetsTwentyTimesItsPrediction) {
+  program_op ops[4];
+  std::copy(std::begin(kOps), std::end(kOps), ops);
+  ops[1].predicted_s = 0.0031;  // 20x: 62 ms, under the 60 s timeout
+  ops[3].predicted_s = 4.5;     // 20x: 90 s
+  program p = four_ops();
+  p.ops = ops;
+  EXPECT_EQ(watch_op_limit_ns(p, 1, 60), 60 * kSecond);
+  EXPECT_EQ(watch_op_limit_ns(p, 3, 60), 90 * kSecond);
+  EXPECT_EQ(watch_op_limit_ns(p, 0, 60), 60 * kSecond);  // none predicted
+  EXPECT_EQ(watch_op_limit_ns(p, kWatchLossAllReduce, 60), 60 * kSecond);
+  std::vector<watch_view> ranks = {rank_in(0, 1, stream_id::compute, 94),
+                                   rank_in(1, 2, stream_id::allgather, 93)};
+  EXPECT_EQ(first_line(watch_report(p, ranks, kNow, 60)),
+            "stall at step 1041: rank 0 has been in op 1 (F u0 s0 mb0: forward, compute stream) "
+            "for 94.0 s (predicted 3.1 ms); rank 1 waits in op 2 (AG u1 mb0: all-gather, "
+            "all-gather stream) for rank 0 (stall timeout 60 s)");
+  ranks = {rank_in(0, 3, stream_id::compute, 95), rank_in(1, 2, stream_id::allgather, 94)};
+  EXPECT_EQ(first_line(watch_report(p, ranks, kNow, 60)),
+            "stall at step 1041: rank 0 has been in op 3 (F u1 s1 mb0: forward, compute stream) "
+            "for 95.0 s (predicted 4.5 s); rank 1 waits in op 2 (AG u1 mb0: all-gather, "
+            "all-gather stream) for rank 0 (stall limit 90.0 s: 20 x the op's predicted time)");
 }
 
 TEST(Watchdog, AComputeOpOutranksAnOlderCollective) {
