@@ -1,5 +1,5 @@
 // profile: a hardware profile, what `fsdpgen calibrate` measured on one
-// machine (the README's "Hardware profiles" documents the JSON): how long
+// machine (docs/calibrate.md, "Hardware profiles", documents the JSON): how long
 // each layer's forward and backward, the optimizer and the other element-wise
 // ops take as the runtime runs them, and the collectives and host copies
 // through the runtime's comm layer. One schema for both sides: the planner

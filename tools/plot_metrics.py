@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """plot_metrics: training and validation loss against step, from the metrics
 files training binaries write (--metrics F: one JSON object per line per step;
-README, "The metrics file"), drawn with matplotlib into a PNG, SVG or PDF (by
-the output's extension). Several files are several runs, one colour each:
+docs/binary.md, "The metrics file"), drawn with matplotlib into a PNG, SVG or
+PDF (by the output's extension). Several files are several runs, one colour each:
 training loss as a line (smoothed with --smooth N, a trailing mean of N steps),
 validation loss as points joined by a dashed line. Prints each run's summary.
 
