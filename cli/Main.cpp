@@ -13,7 +13,7 @@
 //   fsdpgen import-hf DIR|config.json [-o spec.fsdp]
 //   fsdpgen tune spec.fsdp [--world N | --worlds 8,16,32] [--gpu KIND | --hardware PROFILE]
 //                [-o tuned.fsdp] [--top K] [--keep KNOB...] [--allow-batch-change]
-//                [--write-candidates DIR]
+//                [--min-gain PCT] [--write-candidates DIR]
 // Each subcommand but merge and import-hf runs the pipeline (planner/Pipeline.h) up to its
 // last pass; --dump-after PASS prints a pass's IR and --time-passes times them.
 #include <glob.h>
@@ -974,6 +974,10 @@ static int run_fsdpgen(int argc, char** argv) {
   tune->add_option("-o,--output", tune_opts.output,
                    "write the winner: the spec with only the changed keys rewritten");
   tune->add_option("--top", tune_opts.top, "rows in the ranked table (default 10)");
+  tune->add_option("--min-gain", tune_opts.min_gain_pct,
+                   "-o writes the fastest only when it is predicted at least this many percent "
+                   "faster per token than the spec as written, else the spec unchanged (default 5)")
+      ->check(CLI::Range(0.0, 1000.0));
   tune->add_option("--write-candidates", tune_opts.write_candidates,
                    "write every planned candidate that fits as a spec into this directory "
                    "(candidate_NNN.fsdp, fastest first; candidates.tsv lists their predicted "

@@ -283,11 +283,22 @@ int run_tune(const TuneCliOptions& o, bool gpu_visible) {
     return static_cast<bool>(f);
   };
   if (!o.output.empty()) {
-    if (!write(o.output, r.top.front().spec)) return kExitSpecError;
-    out(fmt::format("\nwrote {}: {} with {}\n", o.output, o.spec,
-                    r.top.front().changes.empty()
-                        ? "no change (the spec as written is the fastest)"
-                        : fmt::format("{}", fmt::join(r.top.front().changes, ", "))));
+    const TuneCandidate& best = r.top.front();
+    const double gain_pct =
+        r.own && r.own->fits ? 100 * (r.own->ms_per_token / best.ms_per_token - 1) : 0;
+    const bool keep_own =
+        r.own && r.own->fits && !best.changes.empty() && gain_pct < o.min_gain_pct;
+    if (!write(o.output, keep_own ? r.own->spec : best.spec)) return kExitSpecError;
+    if (keep_own)
+      out(
+          fmt::format("\nwrote {}: {} unchanged: the fastest ({}) is predicted only {:.1f}% "
+                      "faster, under --min-gain {:g}% (within the cost model's error)\n",
+                      o.output, o.spec, fmt::join(best.changes, ", "), gain_pct, o.min_gain_pct));
+    else
+      out(fmt::format("\nwrote {}: {} with {}\n", o.output, o.spec,
+                      best.changes.empty() ? "no change (the spec as written is the fastest)"
+                                           : fmt::format("{} (predicted {:.1f}% faster)",
+                                                         fmt::join(best.changes, ", "), gain_pct)));
   }
   if (!o.write_candidates.empty()) {
     // Every planned candidate that fits, fastest per token first: what a

@@ -150,7 +150,7 @@ TEST(CliTune, AProfileIsUsedAndAForeignOrBrokenOneRefused) {
 // steps; the spec as written is among them, marked.
 TEST(CliTune, WritesEveryFittingCandidateRanked) {
   const std::string dir = fresh_dir("tune_candidates");
-  CmdResult r = run("tune " + spec("tiny.fsdp") + " --gpu cpu --top 3 -o " + dir +
+  CmdResult r = run("tune " + spec("tiny.fsdp") + " --gpu cpu --top 3 --min-gain 0 -o " + dir +
                     "/tuned.fsdp --write-candidates " + dir + "/all");
   ASSERT_EQ(r.status, 0) << r.out;
   std::smatch m;
@@ -182,6 +182,28 @@ TEST(CliTune, WritesEveryFittingCandidateRanked) {
   }
   EXPECT_EQ(rows, n);
   EXPECT_EQ(own, 1) << "the spec as written fits and is listed once";
+}
+
+// -o keeps the spec as written when the fastest is predicted less than
+// --min-gain percent faster (tiny's winner: about 2% on the built-in CPU
+// figures), and writes the winner when the gain is over it.
+TEST(CliTune, ASmallPredictedGainKeepsTheSpecAsWritten) {
+  const std::string dir = fresh_dir("tune_min_gain");
+  CmdResult kept = run("tune " + spec("tiny.fsdp") + " --gpu cpu -o " + dir + "/kept.fsdp");
+  ASSERT_EQ(kept.status, 0) << kept.out;
+  EXPECT_TRUE(std::regex_search(
+      kept.out, std::regex("unchanged: the fastest \\(.*\\) is predicted only [0-9.]+% faster, "
+                           "under --min-gain 5% \\(within the cost model's error\\)")))
+      << kept.out;
+  EXPECT_EQ(read_file(dir + "/kept.fsdp"), read_file(spec("tiny.fsdp")));
+  CmdResult moved =
+      run("tune " + spec("tiny.fsdp") + " --gpu cpu --min-gain 0.5 -o " + dir + "/moved.fsdp");
+  ASSERT_EQ(moved.status, 0) << moved.out;
+  EXPECT_TRUE(std::regex_search(moved.out, std::regex("with .*\\(predicted [0-9.]+% faster\\)")))
+      << moved.out;
+  EXPECT_NE(read_file(dir + "/moved.fsdp"), read_file(spec("tiny.fsdp")));
+  CmdResult bad = run("tune " + spec("tiny.fsdp") + " --min-gain -1");
+  EXPECT_EQ(bad.status, 2) << bad.out;
 }
 
 TEST(CliTune, WorldsSweepNamesSkippedWorlds) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/slurm/run.sh: run an MPI binary on a throwaway one-node Slurm cluster.
 #
-#   bash tests/slurm/run.sh [--expect-training] BINARY [ARGS...]
+#   bash tests/slurm/run.sh [--expect-training | --expect-stall RANK] BINARY [ARGS...]
 #
 # Starts, on this machine and entirely inside a fresh temporary directory:
 #   - munged (only if no working munged answers on the default socket; ours
@@ -14,6 +14,10 @@
 # With --expect-training (BINARY is a generated training binary) it then
 # checks srun's output: the header says NTASKS ranks launched by srun, every
 # step ran, and the loss is finite and falls from the first step to the last.
+# With --expect-stall RANK (ARGS inject a stall into that rank, e.g.
+# --stall-timeout 2 --inject-stall RANK:2:100) srun must end with the
+# watchdog's exit code 3 well before the stall would have, and the output
+# must hold one stall report naming RANK.
 #
 # Exit status: 0 when srun succeeded (and the output passed the checks); 1 on
 # any failure of the cluster, of the binary or of the checks (srun output and
@@ -35,13 +39,14 @@ MUNGED_PID=""    # pid of the munged we started (empty: none started)
 AUTH_INFO=""     # AuthInfo line for a private munge socket
 DAEMONS_STARTED=0
 SRUN_PID=""      # pid of the timeout wrapping srun while it runs
+EXPECT_STALL=""  # --expect-stall RANK: the rank the watchdog must name
 
 say()  { echo "slurm-test: $*"; }
 fail() { echo "slurm-test: FAILED: $*" >&2; dump_logs; exit 1; }
 skip() { echo "slurm-test: SKIPPED: $*"; exit 77; }
 
 usage() {
-    echo "usage: bash tests/slurm/run.sh [--expect-training] BINARY [ARGS...]" >&2
+    echo "usage: bash tests/slurm/run.sh [--expect-training | --expect-stall RANK] BINARY [ARGS...]" >&2
     exit 2
 }
 
@@ -302,6 +307,10 @@ run_srun() {
     SRUN_PID=""
     if ((rc == 124 || rc == 137)); then
         fail "srun timed out after ${RUN_TIMEOUT} s"
+    elif [[ -n $EXPECT_STALL ]]; then
+        ((rc == 3)) || fail "srun exited with status $rc, not the watchdog's 3 (stalled)"
+        say "srun exited with status 3 (stalled), as expected"
+        return
     elif ((rc != 0)); then
         fail "srun exited with status $rc"
     fi
@@ -330,6 +339,21 @@ check_training() {
         fail "the loss did not fall: $first -> $last"
     say "training output checked: $NTASKS ranks launched by srun, $steps of $total steps," \
         "loss $first -> $last"
+}
+
+# The watchdog's report (runtime/watchdog.h): one "stall at step N: rank R
+# has been in op ..." line naming the stalled rank, and every rank stopping.
+check_stall() {
+    local out=$WORK/srun.out reports
+    grep -qE "^  $NTASKS ranks \(.*\), launched by srun, " "$out" ||
+        fail "the header does not say $NTASKS ranks launched by srun"
+    reports=$(grep -cE '^stall at step [0-9]+: ' "$out" || true)
+    ((reports == 1)) || fail "$reports stall reports, not one"
+    grep -qE "^stall at step [0-9]+: rank $EXPECT_STALL has been in op " "$out" ||
+        fail "the report does not name rank $EXPECT_STALL"
+    grep -q "every rank stops with exit code 3 (stalled)" "$out" ||
+        fail "the report does not say every rank stops"
+    say "stall output checked: one report naming rank $EXPECT_STALL, exit code 3"
 }
 
 # --- teardown --------------------------------------------------------------
@@ -376,9 +400,19 @@ main() {
     if [[ ${1:-} == --expect-training ]]; then
         expect_training=1
         shift
+    elif [[ ${1:-} == --expect-stall ]]; then
+        [[ ${2:-} =~ ^[0-9]+$ ]] || usage
+        EXPECT_STALL=$2
+        shift 2
     fi
     (($# >= 1)) || usage
-    if ((expect_training)); then ensure_root --expect-training "$@"; else ensure_root "$@"; fi
+    if ((expect_training)); then
+        ensure_root --expect-training "$@"
+    elif [[ -n $EXPECT_STALL ]]; then
+        ensure_root --expect-stall "$EXPECT_STALL" "$@"
+    else
+        ensure_root "$@"
+    fi
     scrub_environment
     check_tools
     local bin
@@ -404,6 +438,7 @@ main() {
     wait_node_idle
     run_srun "$bin" "$@"
     if ((expect_training)); then check_training; fi
+    if [[ -n $EXPECT_STALL ]]; then check_stall; fi
 }
 
 main "$@"
