@@ -34,13 +34,14 @@ constexpr const char* kStreamNames[kStreamCount] = {"compute",    "all-gather", 
                                                     "all-reduce", "copy",       "host"};
 
 bool is_collective(const program& p, int op) {
-  if (op == kWatchLossAllReduce) return true;
+  if (op == kWatchLossAllReduce || op == kWatchStragglerGather) return true;
   return op_kind_is_collective(p.ops[op].kind);
 }
 
 // "op 57 (F u12 s0 mb0: forward, compute stream)".
 std::string op_text(const program& p, int op, int stream) {
   if (op == kWatchLossAllReduce) return "the loss all-reduce after the step's ops";
+  if (op == kWatchStragglerGather) return "the straggler gather after the step's ops";
   if (op < 0 || op >= p.op_count) return fmt::format("op {} (not in this program)", op);
   const program_op& o = p.ops[op];
   return fmt::format("op {} ({}: {}, {} stream)", op, o.label, op_kind_name(o.kind),

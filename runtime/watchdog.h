@@ -43,9 +43,11 @@ inline void watch_enter(watch_stream_slot& s, int op, int64_t now_ns) {
 inline void watch_leave(watch_stream_slot& s) {
   s.op.store(-1, std::memory_order_relaxed);
 }
-// The op a rank's compute slot names while its main thread waits in the
-// loss all-reduce after a step's ops (a collective outside the schedule).
+// The op a rank's compute slot names while its main thread waits in a
+// collective outside the schedule: the loss all-reduce after a step's ops,
+// the straggler gather after it (--straggler-every).
 inline constexpr int kWatchLossAllReduce = -2;
+inline constexpr int kWatchStragglerGather = -3;
 
 // One rank's published state: a fixed-size record in <watch dir>/rank_N,
 // rewritten whole at every tick. Times are wall-clock ns (CLOCK_REALTIME).

@@ -121,6 +121,14 @@ TEST(Watchdog, ARankBetweenOpsHoldsUpRanksInCollectives) {
   EXPECT_NE(line.find("rank 2 waits in the loss all-reduce after the step's ops"),
             std::string::npos)
       << line;
+  // The straggler gather is a collective outside the schedule too.
+  ranks[2] = rank_in(2, kWatchStragglerGather, stream_id::compute, 3);
+  const std::string gather = first_line(watch_report(p, ranks, kNow, 2));
+  EXPECT_EQ(gather.rfind("stall at step 1041: rank 1 has been running no op of the step; ", 0), 0u)
+      << gather;
+  EXPECT_NE(gather.find("rank 2 waits in the straggler gather after the step's ops"),
+            std::string::npos)
+      << gather;
 }
 
 TEST(Watchdog, ASilentRankIsNamedAsStoppedAnswering) {
