@@ -178,6 +178,58 @@ TEST(Tune, WinnerFitsAndBeatsTheSpec) {
   EXPECT_GT(r.pruned_memory + r.pruned_time, 0);
 }
 
+// Ranking worked out by hand on made-up figures: a machine whose compute is
+// slow and whose links, copies, memory traffic and launches cost nothing, so
+// that a step costs its GEMM FLOPs alone at one rate. Recompute then costs
+// one more forward of every block: tiny's forward per token is 4 blocks x
+// (24 C^2 for the projections + 2 T C for causal attention) + 2 C V for the
+// head = 4 x 425,984 + 65,536 = 1,769,472 FLOPs, a step 3x that, and
+// recompute adds 4 x 425,984: the spec below (recompute, two micro-batches)
+// is 1 + 1,703,936 / 5,308,416 = 1.321x the winner, which recomputes nothing
+// (the micro-batch split and everything else cost nothing here).
+TEST(Tune, SyntheticFiguresRankAsWorkedOutByHand) {
+  Hardware hw = *find_hardware("cpu");
+  hw.name = "synthetic";
+  hw.peak_fp32_flops = hw.peak_bf16_flops = hw.peak_fp16_flops = 1e9;
+  hw.gemm_max_efficiency = 1;
+  hw.gemm_half_flops = 0;
+  hw.memory_bytes = hw.host_memory_bytes = int64_t{1} << 40;
+  hw.memory_bytes_per_s = hw.host_memory_bytes_per_s = hw.host_link_bytes_per_s = 1e18;
+  hw.intra_node = hw.inter_node = Link{1e18, 0};
+  hw.collective_base_latency_s = hw.launch_overhead_s = 0;
+  std::string text = text_of("tiny.fsdp");
+  auto set = [&](const std::string& from, const std::string& to) {
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+  };
+  set("recompute = none", "recompute = block");
+  set("micro_batches = 1", "micro_batches = 2");
+  set("micro_batch = 8 ", "micro_batch = 4 ");
+  FrontendResult fe = load_spec_text("tiny.fsdp", text);
+  ASSERT_TRUE(fe.spec) << fe.diagnostics;
+  TuneOptions o;
+  o.top = 1 << 20;
+  o.prune = false;
+  const TuneResult r = tune(*fe.spec, hw, o);
+  ASSERT_FALSE(r.top.empty());
+  ASSERT_TRUE(r.own && r.own->fits);
+  const TuneCandidate& w = r.top.front();
+  EXPECT_EQ(w.spec.parallel.recompute, Recompute::None)
+      << fmt::format("{}", fmt::join(w.changes, ", "));
+  // Every candidate with the spec's whole-block units that recomputes pays
+  // the same 1.32x (sub-block units recompute per unit and are left out).
+  int recomputing = 0;
+  for (const TuneCandidate& c : r.all_planned)
+    if (c.spec.parallel.recompute == Recompute::Block && c.spec.units == fe.spec->units) {
+      ++recomputing;
+      EXPECT_NEAR(c.step_ms / w.step_ms, 1.0 + 1703936.0 / 5308416.0, 0.01)
+          << fmt::format("{}", fmt::join(c.changes, ", "));
+    }
+  EXPECT_GT(recomputing, 10);
+  EXPECT_NEAR(r.own->step_ms / w.step_ms, 1.0 + 1703936.0 / 5308416.0, 0.01);
+}
+
 TEST(Tune, KeepPinsKnobs) {
   const Spec spec = load("tiny.fsdp");
   TuneOptions o;
