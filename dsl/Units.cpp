@@ -468,18 +468,38 @@ void resolve_units(const ast::Section* sec, CheckContext& ctx) {
   UnitResolver(ctx).resolve(sec);
 }
 
-UnitsSpec policy_units(const ModelSpec& m, UnitPolicy policy) {
+namespace {
+
+// The units a units section of this one item (none: an empty section) gives m.
+UnitsSpec units_of(const ModelSpec& m, const ast::UnitItem* item) {
   const SourceFile none("policy", "");
   Diagnostics diags(none);
   CheckContext ctx(diags);
   ctx.spec.model = m;
   ast::Section sec;
+  if (item) sec.units.push_back(*item);
+  resolve_units(&sec, ctx);
+  return ctx.spec.units;
+}
+
+}  // namespace
+
+UnitsSpec policy_units(const ModelSpec& m, UnitPolicy policy) {
   ast::UnitItem item;
   item.kind = policy == UnitPolicy::EachLinear ? ast::UnitItem::Kind::EachLinear
                                                : ast::UnitItem::Kind::Each;
-  if (policy != UnitPolicy::Explicit) sec.units.push_back(item);
-  resolve_units(&sec, ctx);
-  return ctx.spec.units;
+  return units_of(m, policy != UnitPolicy::Explicit ? &item : nullptr);
+}
+
+UnitsSpec group_units(const ModelSpec& m, int64_t k) {
+  ast::UnitItem item;
+  item.kind = ast::UnitItem::Kind::Group;
+  item.count.kind = ast::Value::Kind::Number;
+  item.count.is_integer = true;
+  item.count.integer = k;
+  item.count.number = static_cast<double>(k);
+  item.count.text = std::to_string(k);
+  return units_of(m, &item);
 }
 
 void check_shardable(CheckContext& ctx) {

@@ -37,6 +37,8 @@ void resolve_units(const ast::Section* sec, CheckContext& ctx);
 // planner's alternatives try, e.g. each linear for a plan whose gathered
 // blocks do not fit.
 UnitsSpec policy_units(const ModelSpec& m, UnitPolicy policy);
+// The units `group k blocks` gives a model (as the units section would).
+UnitsSpec group_units(const ModelSpec& m, int64_t k);
 
 // Every rank of a shard group owns an equal, aligned slice of every unit;
 // reports the first unit smaller than the group, which would leave ranks

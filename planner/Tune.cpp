@@ -39,25 +39,6 @@ bool kept(const TuneOptions& o, std::string_view knob) {
   return std::find(o.keep.begin(), o.keep.end(), knob) != o.keep.end();
 }
 
-// The units `group k blocks` gives a model (as the units section would).
-UnitsSpec group_units(const ModelSpec& m, int64_t k) {
-  const SourceFile none("policy", "");
-  Diagnostics diags(none);
-  CheckContext ctx(diags);
-  ctx.spec.model = m;
-  ast::Section sec;
-  ast::UnitItem item;
-  item.kind = ast::UnitItem::Kind::Group;
-  item.count.kind = ast::Value::Kind::Number;
-  item.count.is_integer = true;
-  item.count.integer = k;
-  item.count.number = static_cast<double>(k);
-  item.count.text = std::to_string(k);
-  sec.units.push_back(item);
-  resolve_units(&sec, ctx);
-  return ctx.spec.units;
-}
-
 // The spec language's words for a units policy: "each linear", "group 2 blocks".
 std::string units_text(const UnitsSpec& u) {
   switch (u.policy) {

@@ -82,11 +82,11 @@ std::optional<straggler_report> straggler_gather::measure(const program& p,
                                                           const std::vector<int64_t>& end_ns) {
   const straggler_times mine = straggler_times_of(p, start_ns, end_ns);
   constexpr int kValues = 1 + kOpKindCount;
-  watch_stream_slot& watched = watch_process_status().streams[static_cast<int>(stream_id::compute)];
-  watch_enter(watched, kWatchStragglerGather, trace_clock_ns());
-  MPI_CHECK(MPI_Gather(&mine, kValues, MPI_INT64_T, lead_ ? all_.data() : nullptr, kValues,
-                       MPI_INT64_T, 0, MPI_COMM_WORLD));
-  watch_leave(watched);
+  {
+    const watch_outside_step watched(kWatchStragglerGather, trace_clock_ns());
+    MPI_CHECK(MPI_Gather(&mine, kValues, MPI_INT64_T, lead_ ? all_.data() : nullptr, kValues,
+                         MPI_INT64_T, 0, MPI_COMM_WORLD));
+  }
   if (!lead_) return std::nullopt;
   return straggler_find(all_);
 }

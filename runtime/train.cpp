@@ -632,10 +632,10 @@ double training_run::agree_on_loss(double loss_sum) {
   const bool bad = !data_error_text_.empty();
   const double mine[3] = {loss_sum, g_stop_signal.load() ? 1.0 : 0.0, bad ? 1.0 : 0.0};
   double all[3] = {0, 0, 0};
-  watch_stream_slot& watched = watch_process_status().streams[static_cast<int>(stream_id::compute)];
-  watch_enter(watched, kWatchLossAllReduce, trace_clock_ns());
-  MPI_CHECK(MPI_Allreduce(mine, all, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-  watch_leave(watched);
+  {
+    const watch_outside_step watched(kWatchLossAllReduce, trace_clock_ns());
+    MPI_CHECK(MPI_Allreduce(mine, all, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  }
   stop_ = all[1] > 0;
   data_error_ = all[2] > 0;
   return all[0];

@@ -49,6 +49,22 @@ inline void watch_leave(watch_stream_slot& s) {
 inline constexpr int kWatchLossAllReduce = -2;
 inline constexpr int kWatchStragglerGather = -3;
 
+// While it lives, this rank's compute slot names `op` (one of the above),
+// entered at now_ns (trace_clock_ns()).
+class watch_outside_step {
+ public:
+  watch_outside_step(int op, int64_t now_ns)
+      : slot_(watch_process_status().streams[static_cast<int>(stream_id::compute)]) {
+    watch_enter(slot_, op, now_ns);
+  }
+  ~watch_outside_step() { watch_leave(slot_); }
+  watch_outside_step(const watch_outside_step&) = delete;
+  watch_outside_step& operator=(const watch_outside_step&) = delete;
+
+ private:
+  watch_stream_slot& slot_;
+};
+
 // One rank's published state: a fixed-size record in <watch dir>/rank_N,
 // rewritten whole at every tick. Times are wall-clock ns (CLOCK_REALTIME).
 struct watch_record {
