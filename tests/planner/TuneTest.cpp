@@ -291,7 +291,9 @@ TEST(Tune, PlanAlternativesKeepTheWorldAndTheGlobalBatch) {
     EXPECT_EQ(a.global_batch, global_batch(spec)) << a.change;
     EXPECT_EQ(a.change.find("world"), std::string::npos) << a.change;
     EXPECT_NE(a.change.find("micro_batches = "), std::string::npos) << a.change;
-    if (i > 0) EXPECT_GE(alts[i - 1].tokens_per_s_per_gpu, a.tokens_per_s_per_gpu) << a.change;
+    if (i > 0) {
+      EXPECT_GE(alts[i - 1].tokens_per_s_per_gpu, a.tokens_per_s_per_gpu) << a.change;
+    }
   }
   // The first matches tune's winner with the same knobs kept.
   TuneOptions o;
