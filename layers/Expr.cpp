@@ -35,25 +35,14 @@ bool name_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
 }
 
-// expr = term { ("+" | "-") term } ; term = unary { ("*" | "/") unary } ;
-// unary = "-" unary | primary ; primary = NUMBER | NAME | "(" expr ")"
-class Parser {
+// What both parsers below share: a position in the expression's text (its
+// offset base in the header's line) and the first error met.
+class ExprCursor {
  public:
-  Parser(std::string_view s, size_t base) : s_(s), base_(base) {}
+  ExprError error_;
 
-  Node parse_all(ExprError* error) {
-    Node n = expr();
-    skip();
-    if (!error_.message.empty() || pos_ != s_.size()) {
-      if (error_.message.empty())
-        fail(pos_, std::string("unexpected '") + s_[pos_] + "'; expected an operator (+ - * /)");
-      if (error) *error = error_;
-      return nullptr;
-    }
-    return n;
-  }
-
- private:
+ protected:
+  ExprCursor(std::string_view s, size_t base) : s_(s), base_(base) {}
   void skip() {
     while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t'))
       ++pos_;
@@ -61,6 +50,36 @@ class Parser {
   void fail(size_t at, std::string message) {
     if (error_.message.empty()) error_ = {base_ + at, std::move(message)};
   }
+  // After the whole expression was read: true when no error was met and no
+  // text is left (what is left is an error).
+  bool ended() {
+    skip();
+    if (error_.message.empty() && pos_ != s_.size())
+      fail(pos_, std::string("unexpected '") + s_[pos_] + "'; expected an operator (+ - * /)");
+    return error_.message.empty();
+  }
+
+  std::string_view s_;
+  size_t base_;
+  size_t pos_ = 0;
+};
+
+// expr = term { ("+" | "-") term } ; term = unary { ("*" | "/") unary } ;
+// unary = "-" unary | primary ; primary = NUMBER | NAME | "(" expr ")"
+class Parser : ExprCursor {
+ public:
+  Parser(std::string_view s, size_t base) : ExprCursor(s, base) {}
+
+  Node parse_all(ExprError* error) {
+    Node n = expr();
+    if (!ended()) {
+      if (error) *error = error_;
+      return nullptr;
+    }
+    return n;
+  }
+
+ private:
   // A node over `a` and `b`; nullptr past kMaxDepth, failing at `at`.
   Node make(ExprNode n, size_t at) {
     n.depth = 1 + std::max(n.a ? n.a->depth : 0, n.b ? n.b->depth : 0);
@@ -160,11 +179,7 @@ class Parser {
     return nullptr;
   }
 
-  std::string_view s_;
-  size_t base_;
-  size_t pos_ = 0;
   int nesting_ = 0;  // '(' and '-' being parsed
-  ExprError error_;
 };
 
 void collect(const ExprNode* n, std::vector<std::string>& out) {
@@ -287,31 +302,20 @@ namespace {
 // real = rterm { ("+" | "-") rterm } ; rterm = runary { ("*" | "/") runary } ;
 // runary = "-" runary | rprimary ;
 // rprimary = NUMBER | NAME | "sqrt" "(" real ")" | "(" real ")"
-class RealParser {
+class RealParser : public ExprCursor {
  public:
   RealParser(std::string_view s, size_t base, const std::map<std::string, int64_t>* values)
-      : s_(s), base_(base), values_(values) {}
+      : ExprCursor(s, base), values_(values) {}
 
   // The value (0 when only parsing); nullopt with error_ set.
   std::optional<double> all() {
     const double v = real();
-    skip();
-    if (error_.message.empty() && pos_ != s_.size())
-      fail(pos_, std::string("unexpected '") + s_[pos_] + "'; expected an operator (+ - * /)");
-    if (!error_.message.empty()) return std::nullopt;
+    if (!ended()) return std::nullopt;
     return v;
   }
-  ExprError error_;
   std::vector<std::string> names_;
 
  private:
-  void skip() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t'))
-      ++pos_;
-  }
-  void fail(size_t at, std::string message) {
-    if (error_.message.empty()) error_ = {base_ + at, std::move(message)};
-  }
   bool enter(size_t at) {
     if (++depth_ <= kMaxDepth) return true;
     fail(at, "the expression nests deeper than " + std::to_string(kMaxDepth) + " levels");
@@ -406,10 +410,7 @@ class RealParser {
     return 0;
   }
 
-  std::string_view s_;
-  size_t base_;
   const std::map<std::string, int64_t>* values_;
-  size_t pos_ = 0;
   int depth_ = 0;
 };
 
