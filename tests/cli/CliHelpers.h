@@ -1,15 +1,14 @@
 // CliHelpers: what the command-line tests of emit_tests share: a spec of
-// specs/ by name, whether output holds a text, a file's bytes, and a fresh
-// work directory (FSDPGEN_SOURCE_DIR and FSDPGEN_E2E_WORK_ROOT come from
-// tests/CMakeLists.txt).
+// specs/ by name, whether output holds a text, and a fresh work directory
+// (FSDPGEN_SOURCE_DIR and FSDPGEN_E2E_WORK_ROOT come from
+// tests/CMakeLists.txt); a file's bytes come from tests/common/Files.h.
 #pragma once
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "tests/common/Command.h"
+#include "tests/common/Files.h"
 
 namespace fsdpgen::test {
 
@@ -19,13 +18,6 @@ inline std::string spec(const std::string& name) {
 
 inline bool has(const CmdResult& r, const std::string& s) {
   return r.out.find(s) != std::string::npos;
-}
-
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // A fresh, empty directory for one test.

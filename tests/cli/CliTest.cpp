@@ -19,9 +19,9 @@
 namespace {
 
 using fsdpgen::test::CmdResult;
+using fsdpgen::test::file_bytes;
 using fsdpgen::test::fresh_dir;
 using fsdpgen::test::has;
-using fsdpgen::test::read_file;
 using fsdpgen::test::run;
 using fsdpgen::test::spec;
 
@@ -104,7 +104,7 @@ TEST(CliEmit, TargetsWriteTheirRuntimesCalls) {
   CmdResult gpu =
       run("emit " + spec("tiny.fsdp") + " --target cuda --gpu h200 -o " + dir + "/cuda");
   ASSERT_EQ(gpu.status, 0) << gpu.out;
-  const std::string c = read_file(dir + "/cpu/train.cpp"), g = read_file(dir + "/cuda/train.cpp");
+  const std::string c = file_bytes(dir + "/cpu/train.cpp"), g = file_bytes(dir + "/cuda/train.cpp");
   EXPECT_NE(c.find("gpt2_block_forward<param_t>("), std::string::npos);
   EXPECT_EQ(c.find("cuda_"), std::string::npos);
   EXPECT_NE(c.find("train_main(kProgram"), std::string::npos);
@@ -134,7 +134,7 @@ TEST(CliEmit, CudaOffloadRunsTheOptimizerOnTheHost) {
     CmdResult r = run(fmt::format("emit {0}/offload.fsdp --target {1} -o {0}/{1}", dir, target));
     ASSERT_EQ(r.status, 0) << r.out;
   }
-  const std::string g = read_file(dir + "/cuda/train.cpp"), c = read_file(dir + "/cpu/train.cpp");
+  const std::string g = file_bytes(dir + "/cuda/train.cpp"), c = file_bytes(dir + "/cpu/train.cpp");
   EXPECT_NE(g.find("constexpr int kHostOps[] = {"), std::string::npos);
   EXPECT_NE(g.find("    .host_ops = kHostOps,\n"), std::string::npos);
   EXPECT_NE(g.find("  std::byte* shard = host<std::byte>(c, "), std::string::npos);
@@ -207,9 +207,9 @@ TEST(CliBuild, SourcesKeepsTheEmittedProgram) {
   EXPECT_TRUE(has(b, "fsdpgen: built " + dir + "/train from")) << b.out;
   CmdResult e = run("emit " + spec("tiny.fsdp") + " --target cpu -o " + dir + "/emitted");
   ASSERT_EQ(e.status, 0) << e.out;
-  const std::string kept = read_file(dir + "/src/train.cpp");
+  const std::string kept = file_bytes(dir + "/src/train.cpp");
   EXPECT_FALSE(kept.empty());
-  EXPECT_TRUE(kept == read_file(dir + "/emitted/train.cpp"))
+  EXPECT_TRUE(kept == file_bytes(dir + "/emitted/train.cpp"))
       << "the kept source differs from `fsdpgen emit`'s";
   CmdResult printed = fsdpgen::test::run_command(dir + "/train --print-schedule");
   ASSERT_EQ(printed.status, 0) << printed.out;
@@ -355,7 +355,7 @@ TEST(CliPlan, HardwareNamesMatchInAnyCase) {
   const std::string dir = std::string(FSDPGEN_E2E_WORK_ROOT) + "/cli-gpu-case";
   CmdResult emit = run("emit " + spec("tiny.fsdp") + " --target cuda --gpu H200 -o " + dir);
   ASSERT_EQ(emit.status, 0) << emit.out;
-  EXPECT_NE(read_file(dir + "/train.cpp").find("--gpu h200"), std::string::npos);
+  EXPECT_NE(file_bytes(dir + "/train.cpp").find("--gpu h200"), std::string::npos);
 }
 
 // The lines of `text` that contain `s`.
@@ -444,7 +444,7 @@ TEST(CliPlan, DefaultHardwareIsWhatABuildHereTargets) {
       fmt::format("({} schedule {} 2>{}/note)", FSDPGEN_BIN, spec("tiny.fsdp"), dir));
   ASSERT_EQ(schedule.status, 0) << schedule.out;
   EXPECT_TRUE(printed.out == schedule.out) << schedule.out.substr(0, 2000);
-  EXPECT_EQ(read_file(dir + "/note"),
+  EXPECT_EQ(file_bytes(dir + "/note"),
             "fsdpgen: note: schedule for cpu (no GPU here: planning for this CPU, which a build "
             "here targets; --gpu h100-sxm plans for a GPU)\n");
 }
@@ -510,15 +510,15 @@ TEST(CliDumpAfter, EachPassPrintsItsIr) {
     CmdResult r = fsdpgen::test::run_command(
         fmt::format("({0} {1} {2}{3} --dump-after {4} 2>{5}/stderr >{5}/stdout)", FSDPGEN_BIN, verb,
                     spec("tiny.fsdp"), command.substr(verb.size()), pass, dir));
-    ASSERT_EQ(r.status, 0) << pass << "\n" << read_file(dir + "/stderr");
-    const std::string err = read_file(dir + "/stderr");
+    ASSERT_EQ(r.status, 0) << pass << "\n" << file_bytes(dir + "/stderr");
+    const std::string err = file_bytes(dir + "/stderr");
     const std::string header = "*** IR after " + pass + " ***\n";
     const size_t at = err.find(header);
     ASSERT_NE(at, std::string::npos) << pass << "\n" << err.substr(0, 2000);
     EXPECT_EQ(err.find(header, at + 1), std::string::npos) << "printed once: " << pass;
     EXPECT_NE(err.find(ir, at), std::string::npos) << pass << "\n" << err.substr(at, 2000);
     if (verb == "plan") {  // the plan is the same but for its planning time
-      EXPECT_EQ(plan_figures(read_file(dir + "/stdout")), plan_figures(plain.out)) << pass;
+      EXPECT_EQ(plan_figures(file_bytes(dir + "/stdout")), plan_figures(plain.out)) << pass;
     }
   }
 }
@@ -570,7 +570,7 @@ TEST(CliCompare, TwoRanksOfOneTrace) {
                             spec("tiny.fsdp"), dir))
                 .status,
             0);
-  nlohmann::json two = nlohmann::json::parse(read_file(dir + "/p.json"));
+  nlohmann::json two = nlohmann::json::parse(file_bytes(dir + "/p.json"));
   two["otherData"].erase("figures");
   nlohmann::json& events = two["traceEvents"];
   const size_t n = events.size();

@@ -18,9 +18,9 @@
 namespace {
 
 using fsdpgen::test::CmdResult;
+using fsdpgen::test::file_bytes;
 using fsdpgen::test::fresh_dir;
 using fsdpgen::test::has;
-using fsdpgen::test::read_file;
 using fsdpgen::test::run;
 using fsdpgen::test::spec;
 
@@ -39,7 +39,7 @@ std::string write_config(const std::string& name, const nlohmann::json& config) 
 }
 
 nlohmann::json fixture(const std::string& model) {
-  return nlohmann::json::parse(read_file(kSource + "/tests/cli/hf/" + model + "/config.json"));
+  return nlohmann::json::parse(file_bytes(kSource + "/tests/cli/hf/" + model + "/config.json"));
 }
 
 // The model's parameter count in `fsdpgen plan`'s output.
@@ -82,7 +82,7 @@ TEST(ImportHf, Gpt2RoundTrip) {
 TEST(ImportHf, Llama32WritesTheExpectedSpec) {
   CmdResult r = run_in_source("import-hf tests/cli/hf/Llama-3.2-1B");
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(r.out, read_file(kSource + "/tests/cli/hf/Llama-3.2-1B.fsdp"));
+  EXPECT_EQ(r.out, file_bytes(kSource + "/tests/cli/hf/Llama-3.2-1B.fsdp"));
   r = run_in_source("check tests/cli/hf/Llama-3.2-1B.fsdp");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(has(r, "(llama, 1235814400 parameters, 16 layers)")) << r.out;
@@ -107,14 +107,14 @@ TEST(ImportHf, TransformersFiveRopeParametersGiveTheSameModel) {
   const CmdResult v5 = run("import-hf " + dir + "/config.json");
   ASSERT_EQ(v5.status, 0) << v5.out;
   EXPECT_EQ(model_section(v5.out),
-            model_section(read_file(kSource + "/tests/cli/hf/Llama-3.2-1B.fsdp")));
+            model_section(file_bytes(kSource + "/tests/cli/hf/Llama-3.2-1B.fsdp")));
 }
 
 // An edited spec: every difference at once, each at the spec's key, and a
 // key the spec leaves to its default at the model's name.
 TEST(CheckHf, EditedSpecNamesEveryDifferenceAtItsKey) {
   const std::string dir = fresh_dir("check-hf-edited");
-  std::string spec = read_file(kSource + "/tests/cli/hf/Llama-3.2-1B.fsdp");
+  std::string spec = file_bytes(kSource + "/tests/cli/hf/Llama-3.2-1B.fsdp");
   spec = std::regex_replace(spec, std::regex("layers     = 16"), "layers     = 8");
   spec = std::regex_replace(spec, std::regex("norm_eps   = 1e-05"), "norm_eps   = 1e-06");
   spec = std::regex_replace(spec, std::regex("  kv_heads   = 8\n"), "");
@@ -144,7 +144,7 @@ TEST(CheckHf, EditedSpecNamesEveryDifferenceAtItsKey) {
 TEST(CheckHf, Gpt2WidthAndNormEps) {
   const std::string dir = fresh_dir("check-hf-gpt2");
   ASSERT_EQ(run("import-hf " + kSource + "/tests/cli/hf/gpt2 -o " + dir + "/gpt2.fsdp").status, 0);
-  std::string spec = read_file(dir + "/gpt2.fsdp");
+  std::string spec = file_bytes(dir + "/gpt2.fsdp");
   spec = std::regex_replace(spec, std::regex("width      = 768"), "width      = 1536");
   spec = std::regex_replace(spec, std::regex("norm_eps   = 1e-05"), "norm_eps   = 1e-06");
   std::ofstream(dir + "/gpt2.fsdp") << spec;
@@ -252,14 +252,14 @@ TEST(ImportHf, UnreadableConfigsAreNamedErrors) {
 // -o naming the config it reads is refused; the config stays as it was.
 TEST(ImportHf, RefusesToOverwriteTheConfig) {
   const std::string dir = write_config("import-hf-overwrite", fixture("gpt2"));
-  const std::string before = read_file(dir + "/config.json");
+  const std::string before = file_bytes(dir + "/config.json");
   const CmdResult r = run("import-hf " + dir + " -o " + dir + "/./config.json");
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_TRUE(has(r, "fsdpgen: error: -o " + dir +
                          "/./config.json: that is the config.json read; write the spec to "
                          "another file"))
       << r.out;
-  EXPECT_EQ(read_file(dir + "/config.json"), before);
+  EXPECT_EQ(file_bytes(dir + "/config.json"), before);
 }
 
 }  // namespace

@@ -14,9 +14,9 @@
 namespace {
 
 using fsdpgen::test::CmdResult;
+using fsdpgen::test::file_bytes;
 using fsdpgen::test::fresh_dir;
 using fsdpgen::test::has;
-using fsdpgen::test::read_file;
 using fsdpgen::test::run;
 using fsdpgen::test::spec;
 
@@ -53,7 +53,7 @@ TEST(CliTune, Gpt2XlOnEightA100sDropsRecompute) {
   EXPECT_TRUE(has(r, "kept as written: prefetch")) << r.out;
   EXPECT_TRUE(has(r, "wrote " + dir + "/tuned.fsdp")) << r.out;
   // The written spec keeps the comments and reads back; check --dump round-trips it.
-  const std::string tuned = read_file(dir + "/tuned.fsdp");
+  const std::string tuned = file_bytes(dir + "/tuned.fsdp");
   EXPECT_NE(tuned.find("# gpt2-1.5b: GPT-2 XL"), std::string::npos) << tuned;
   EXPECT_NE(tuned.find("recompute = none"), std::string::npos) << tuned;
   CmdResult dump = run("check --dump " + dir + "/tuned.fsdp");
@@ -123,7 +123,7 @@ TEST(CliTune, AProfileIsUsedAndAForeignOrBrokenOneRefused) {
   EXPECT_TRUE(has(good, "figures: hardware profile " + dir + "/good.json (")) << good.out;
   EXPECT_TRUE(has(good, "ops measured")) << good.out;
 
-  std::string text = read_file(dir + "/good.json");
+  std::string text = file_bytes(dir + "/good.json");
   const size_t base = text.find("\"base\": \"cpu\"");
   ASSERT_NE(base, std::string::npos) << text.substr(0, 400);
   text.replace(base, std::string("\"base\": \"cpu\"").size(), "\"base\": \"h100-sxm\"");
@@ -158,8 +158,8 @@ TEST(CliTune, WritesEveryFittingCandidateRanked) {
       << r.out;
   const int n = std::stoi(m[1]);
   EXPECT_GE(n, 3) << r.out;
-  EXPECT_EQ(read_file(dir + "/all/candidate_001.fsdp"), read_file(dir + "/tuned.fsdp"));
-  std::istringstream index(read_file(dir + "/all/candidates.tsv"));
+  EXPECT_EQ(file_bytes(dir + "/all/candidate_001.fsdp"), file_bytes(dir + "/tuned.fsdp"));
+  std::istringstream index(file_bytes(dir + "/all/candidates.tsv"));
   std::string line;
   std::getline(index, line);
   EXPECT_EQ(line, "file\trank\tpredicted_step_ms\ttokens_per_s_per_gpu\town\tchanges");
@@ -195,13 +195,13 @@ TEST(CliTune, ASmallPredictedGainKeepsTheSpecAsWritten) {
       kept.out, std::regex("unchanged: the fastest \\(.*\\) is predicted only [0-9.]+% faster, "
                            "under --min-gain 5% \\(within the cost model's error\\)")))
       << kept.out;
-  EXPECT_EQ(read_file(dir + "/kept.fsdp"), read_file(spec("tiny.fsdp")));
+  EXPECT_EQ(file_bytes(dir + "/kept.fsdp"), file_bytes(spec("tiny.fsdp")));
   CmdResult moved =
       run("tune " + spec("tiny.fsdp") + " --gpu cpu --min-gain 0.5 -o " + dir + "/moved.fsdp");
   ASSERT_EQ(moved.status, 0) << moved.out;
   EXPECT_TRUE(std::regex_search(moved.out, std::regex("with .*\\(predicted [0-9.]+% faster\\)")))
       << moved.out;
-  EXPECT_NE(read_file(dir + "/moved.fsdp"), read_file(spec("tiny.fsdp")));
+  EXPECT_NE(file_bytes(dir + "/moved.fsdp"), file_bytes(spec("tiny.fsdp")));
   CmdResult bad = run("tune " + spec("tiny.fsdp") + " --min-gain -1");
   EXPECT_EQ(bad.status, 2) << bad.out;
 }

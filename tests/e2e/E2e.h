@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/common/Command.h"
+#include "tests/common/Files.h"
 
 namespace fsdpgen::test {
 
@@ -145,13 +146,6 @@ inline void allow_mpi_as_root() {
 }
 
 // A whole file's bytes (empty when it is missing).
-inline std::string file_bytes(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // Writes the spec and builds dir/train for target (cpu or cuda); fails the
 // test on error.
 inline std::filesystem::path build_binary(const std::filesystem::path& dir, const std::string& spec,

@@ -417,7 +417,9 @@ TEST(Memory, EachRanksMemoryReadFromOutsideIsWhatTheRunReports) {
     EXPECT_LE(anonymous - in_pages, kPrivateBesideArenaBoundBytes) << "rank " << rank;
     EXPECT_LE(mapped, kMappedBoundBytes) << "rank " << rank;
     EXPECT_LE(static_cast<double>(rss), peak_bytes + 0.005 * (1 << 20)) << "rank " << rank;
-    if (rank == 0) EXPECT_LE(std::abs(rss - rank0_statm), kOutsideLagBytes);
+    if (rank == 0) {
+      EXPECT_LE(std::abs(rss - rank0_statm), kOutsideLagBytes);
+    }
   }
   EXPECT_LE(peak_bytes - static_cast<double>(most_rss), kPeakAboveNowBoundBytes) << out;
 }

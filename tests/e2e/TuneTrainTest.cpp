@@ -75,10 +75,12 @@ TEST_P(TunedSpec, TrainsWithTheSameLossesAsTheSpecAsWritten) {
   ASSERT_FALSE(changed.empty()) << "tune kept the spec as written, so this case shows nothing:\n"
                                 << tuned.out;
   // What --keep pins stays as written: these lines of the spec are unchanged.
-  if (!t.keep.empty())
+  if (!t.keep.empty()) {
     for (const char* line :
-         {"  each block\n", "  recompute = block\n", "  micro_batch = 2\n", "micro_batches = 2"})
+         {"  each block\n", "  recompute = block\n", "  micro_batch = 2\n", "micro_batches = 2"}) {
       EXPECT_NE(tuned_spec.find(line), std::string::npos) << line << " is kept:\n" << tuned_spec;
+    }
+  }
 
   CmdResult built =
       run_command(fmt::format("cd {} && {} e2e.fsdp -o train && {} tuned.fsdp -o tuned_train",

@@ -21,14 +21,14 @@ namespace {
 
 const fs::path kSource = FSDPGEN_SOURCE_DIR;
 
-using fsdpgen::test::read;
+using fsdpgen::test::file_bytes;
 
 // `header` with `from` replaced by `to`, written as DIR/NAME.h in a folder
 // of the test's own; check-layer run there on it.
 fsdpgen::test::CmdResult check_mutant(const std::string& name, const fs::path& header,
                                       const std::string& from, const std::string& to,
                                       const std::string& args) {
-  std::string text = read(header);
+  std::string text = file_bytes(header);
   const size_t at = text.find(from);
   EXPECT_NE(at, std::string::npos) << from;
   if (at != std::string::npos) text.replace(at, from.size(), to);

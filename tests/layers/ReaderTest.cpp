@@ -24,7 +24,7 @@ namespace {
 
 const fs::path kSource = FSDPGEN_SOURCE_DIR;
 
-using fsdpgen::test::read;
+using fsdpgen::test::file_bytes;
 
 // The reader on `header`, run from its directory; its output with that
 // directory's absolute path taken out of file names.
@@ -45,7 +45,7 @@ void expect_golden(const fs::path& golden, const std::string& text) {
   }
   ASSERT_TRUE(fs::exists(golden)) << "missing golden " << golden
                                   << " (run with FSDPGEN_UPDATE_GOLDEN=1)";
-  EXPECT_EQ(text, read(golden)) << golden;
+  EXPECT_EQ(text, file_bytes(golden)) << golden;
 }
 
 TEST(LayerReader, ExampleLayersReadAsTheirGoldens) {
