@@ -382,12 +382,12 @@ std::string checkpoint_dir_problem(const std::string& dir, bool create) {
   return "";
 }
 
-checkpoint_state checkpoint_load(step_context& c, const std::string& dir) {
+checkpoint_state checkpoint_load(step_context& c, const std::string& dir,
+                                 const checkpoint_manifest& m) {
   const program& p = *c.p;
   checkpoint_state s;
   std::string error;
   try {
-    checkpoint_manifest m = checkpoint_manifest_read(dir);
     check_compatible(p, m, dir);
     checkpoint_reader reader(dir, m);
     std::vector<float> values;

@@ -120,11 +120,13 @@ class checkpoint_writer {
 };
 
 // Collective: fills this rank's persistent buffers from the checkpoint at dir
-// (a step_N directory) and returns its state, the loss scaler as this program
+// (a step_N directory) whose manifest is m (checkpoint_manifest_read, read
+// once at start-up) and returns its state, the loss scaler as this program
 // runs it (the saved scale and counts when both use fp16 scaling). Throws
 // agreed_error naming the file and the problem (missing or corrupt files, a
 // different model or optimizer).
-checkpoint_state checkpoint_load(step_context& c, const std::string& dir);
+checkpoint_state checkpoint_load(step_context& c, const std::string& dir,
+                                 const checkpoint_manifest& m);
 
 // Whether checkpoints can be written in dir, checked before the first step:
 // "" when dir is a writable directory (created first when `create`) or,

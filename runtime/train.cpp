@@ -224,9 +224,9 @@ std::string gather_and_write_trace(const program& p, const std::string& path, in
 class training_run {
  public:
   // `run`: the run as launched (run_settings); `resume_from`: the
-  // checkpoint --resume names ("" without --resume).
+  // checkpoint --resume names ("" without --resume), `resumed` its manifest.
   training_run(const program& p, const options& o, const checkpoint_run& run,
-               std::string resume_from, const launch_info& li);
+               std::string resume_from, const checkpoint_manifest& resumed, const launch_info& li);
 
   int64_t first_step() const { return start_step_; }
   int64_t steps() const { return steps_; }
@@ -289,6 +289,7 @@ class training_run {
   const options& o_;
   const checkpoint_run run_;
   const std::string resume_from_;
+  const checkpoint_manifest& resumed_;  // resume_from_'s manifest
   const launch_info& li_;
   const bool lead_;
   const int64_t steps_;
@@ -331,11 +332,13 @@ class training_run {
 };
 
 training_run::training_run(const program& p, const options& o, const checkpoint_run& run,
-                           std::string resume_from, const launch_info& li)
+                           std::string resume_from, const checkpoint_manifest& resumed,
+                           const launch_info& li)
     : p_(p),
       o_(o),
       run_(run),
       resume_from_(std::move(resume_from)),
+      resumed_(resumed),
       li_(li),
       lead_(li.rank == 0),
       steps_(run.steps),
@@ -495,7 +498,7 @@ void training_run::load_weights() {
 void training_run::resume() {
   const std::string& path = resume_from_;
   checkpoint_state resumed;
-  b_->with_host_weights(c_, true, [&] { resumed = checkpoint_load(c_, path); });
+  b_->with_host_weights(c_, true, [&] { resumed = checkpoint_load(c_, path, resumed_); });
   start_step_ = resumed.step;
   scaler_ = resumed.scaler;
   seed_ = resumed.seed;
@@ -832,14 +835,11 @@ void training_run::finish() {
   comm_destroy(c_.comms);
 }
 
-// The run as launched: `launched` (the flags over the spec), or resumed, the
-// checkpoint's record with the flags given over it (collective: the warnings
-// print on rank 0, a changed global batch not allowed is an error on every
-// rank).
-checkpoint_run resolve_run(const program& p, const options& o, const checkpoint_run& launched,
-                           const std::string& resume_from, bool lead) {
-  if (resume_from.empty()) return launched;
+// Collective: the manifest of the checkpoint --resume names (an agreed
+// error when any rank cannot read it); empty without --resume.
+checkpoint_manifest read_resumed_manifest(const std::string& resume_from) {
   checkpoint_manifest m;
+  if (resume_from.empty()) return m;
   std::string error;
   try {
     m = checkpoint_manifest_read(resume_from);
@@ -847,6 +847,17 @@ checkpoint_run resolve_run(const program& p, const options& o, const checkpoint_
     error = e.what();
   }
   agree_on_error(error, "resuming from a checkpoint");
+  return m;
+}
+
+// The run as launched: `launched` (the flags over the spec), or resumed, the
+// checkpoint's record (in its manifest m) with the flags given over it
+// (collective: the warnings print on rank 0, a changed global batch not
+// allowed is an error on every rank).
+checkpoint_run resolve_run(const program& p, const options& o, const checkpoint_run& launched,
+                           const std::string& resume_from, const checkpoint_manifest& m,
+                           bool lead) {
+  if (resume_from.empty()) return launched;
   if (!m.has_run) {
     if (lead)
       std::printf(
@@ -874,8 +885,9 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   const checkpoint_run launched = run_settings_of(p, o.run);
   // Without a value, --resume looks in the checkpoint directory of the flags or the spec.
   const std::string resume_from = o.resume ? resume_path(o, launched.checkpoint_dir, lead) : "";
-  const checkpoint_run settled = resolve_run(p, o, launched, resume_from, lead);
-  training_run t(p, o, settled, resume_from, li);
+  const checkpoint_manifest resumed = read_resumed_manifest(resume_from);
+  const checkpoint_run settled = resolve_run(p, o, launched, resume_from, resumed, lead);
+  training_run t(p, o, settled, resume_from, resumed, li);
   t.check_outputs();
   t.set_up(kind);
   // After the arena is made: its thread's first pages are not the arena's
