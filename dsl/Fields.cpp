@@ -197,6 +197,7 @@ class SectionReader {
               [this](const ast::Value& v, const std::string& k) {
                 return v_.as_float(v, k, 0, kMaxStallTimeoutSeconds, false);
               }),
+        {"guard", [this](const ast::Entry& e) { read_guard(e); }},
     };
     read_fields(sec.entries, fields, "section 'train'", "train.");
   }
@@ -263,6 +264,30 @@ class SectionReader {
   }
 
   // The entries of `key { ... }`; anything else is an error.
+  // guard { loss_z = 6  norm_z = 6  window = 100  max_skips = 5 }, or guard = none.
+  void read_guard(const ast::Entry& e) {
+    GuardSpec& g = s_.train.guard;
+    if (e.kind == ast::Entry::Kind::Assign && e.value.kind == ast::Value::Kind::Ident &&
+        e.value.text == "none") {
+      g = GuardSpec{};
+      return;
+    }
+    const std::vector<ast::Entry>* es = block_of(e, "loss_z = 6  norm_z = 6  window = 100");
+    if (!es) return;
+    auto z = [this](const ast::Value& v, const std::string& k) {
+      return v_.as_float(v, k, 0, kMaxGuardZ, true);
+    };
+    read_fields(*es,
+                {field("loss_z", g.loss_z, z), field("norm_z", g.norm_z, z),
+                 int_field("window", g.window, 2, kMaxGuardWindow),
+                 int_field("max_skips", g.max_skips, 1, kMaxCount)},
+                "'guard'", "train.guard.");
+    if (!keys_.has("train.guard.loss_z") && !keys_.has("train.guard.norm_z") && !syntax_errors_) {
+      Diagnostic& d = d_.error(e.key_span, "'guard' sets neither 'loss_z' nor 'norm_z'");
+      Diagnostics::note(d, "write 'guard { loss_z = 6  norm_z = 6 }', or 'guard = none' for none");
+    }
+  }
+
   const std::vector<ast::Entry>* block_of(const ast::Entry& e, std::string_view example) {
     if (e.kind != ast::Entry::Kind::Block) {
       Diagnostic& d = d_.error(e.span, fmt::format("'{}' is a block, not a value", e.key));

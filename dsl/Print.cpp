@@ -199,6 +199,9 @@ void print_train(const TrainSpec& t, std::string& out) {
   out += fmt::format("  log_every = {}\n", t.log_every);
   if (t.stall_timeout != kDefaultStallTimeoutSeconds)
     out += fmt::format("  stall_timeout = {}\n", format_real(t.stall_timeout));
+  if (const GuardSpec& g = t.guard; g != GuardSpec{})
+    out += fmt::format("  guard {{ loss_z = {}  norm_z = {}  window = {}  max_skips = {} }}\n",
+                       format_real(g.loss_z), format_real(g.norm_z), g.window, g.max_skips);
   out += "}\n";
 }
 

@@ -328,6 +328,23 @@ inline constexpr double kDefaultStallTimeoutSeconds = 60;
 // The longest stall_timeout a spec may give: a week.
 inline constexpr double kMaxStallTimeoutSeconds = 7 * 24 * 3600;
 
+// The loss-spike guard (runtime/guard.h): a step whose mean loss or whose
+// gradient norm lies more than loss_z or norm_z standard deviations above the
+// mean of the last `window` applied steps is not applied (as an fp16
+// overflow's: weights and optimizer state unchanged); after max_skips such
+// steps in a row the run stops with a checkpoint. A z of 0: that check is off;
+// both 0 (the default): no guard.
+struct GuardSpec {
+  double loss_z = 0;
+  double norm_z = 0;
+  int64_t window = 100;
+  int64_t max_skips = 5;
+  bool enabled() const { return loss_z > 0 || norm_z > 0; }
+  bool operator==(const GuardSpec&) const = default;
+};
+inline constexpr double kMaxGuardZ = 1000;
+inline constexpr int64_t kMaxGuardWindow = 100000;
+
 struct TrainSpec {
   OptimizerSpec optimizer;
   LrScheduleSpec lr_schedule;
@@ -350,6 +367,7 @@ struct TrainSpec {
   // a stall and every rank exits (runtime/watchdog.h); --stall-timeout
   // overrides it.
   double stall_timeout = kDefaultStallTimeoutSeconds;
+  GuardSpec guard;
   bool operator==(const TrainSpec&) const = default;
 };
 

@@ -1059,6 +1059,10 @@ class Writer {
   std::string all_reduce(const Op& op) const {
     Body b;
     const std::string c = comm(b, op);
+    if (op.unit < 0 && op.group == CommGroup::World) {  // the step's loss, for the guard
+      call(b, "step_reduce_loss(c, {}{});", c, gtail());
+      return b.text();
+    }
     if (op.unit < 0) {  // the gradient norm's partial sums
       b.decls += fmt::format("  float* partial = {};\n", norm_partial());
       call(b, "comm_all_reduce({}, partial, partial, 1, dtype_id::fp32{});", c, gtail());
@@ -1447,6 +1451,13 @@ class Writer {
       train.push_back({"val_sequences", i(t.val_sequences)});
     }
     fields_of("train").push_back({"stall_timeout_s", cpp_double(t.stall_timeout)});
+    if (const GuardSpec& g = t.guard; g.enabled())
+      fields_of("train").push_back({"guard",
+                                    "",
+                                    {{"loss_z", cpp_double(g.loss_z)},
+                                     {"norm_z", cpp_double(g.norm_z)},
+                                     {"window", i(g.window)},
+                                     {"max_skips", i(g.max_skips)}}});
     fields_of("plan").push_back({"validation_op_count", i(validation_pass(s_).op_count)});
     if (m_.red_zone_bytes > 0)
       fields_of("plan").push_back({"red_zone_bytes", i(m_.red_zone_bytes)});

@@ -368,6 +368,7 @@ class Builder {
       if (rope_ >= 0) f.operands.push_back({Role::RopeTables, rope_});
       f.deps = {gather_op_[u]};
       const int fop = emit(f);
+      if (seg.has_loss) loss_forward_ = fop;
       if (recomputes(i) && last_of_group(i)) {
         free_now({fscratch});
         fscratch = -1;
@@ -612,6 +613,15 @@ class Builder {
       ar.deps = {gate};
       gate = emit(ar);
     }
+    std::vector<int> gates = {gate};
+    if (spec_.train.guard.loss_z > 0) {
+      // The loss-spike guard's gate: the step's loss summed over every rank
+      // (one fp32 per rank), once the last micro-batch's loss is known.
+      Op loss = collective(OpKind::AllReduce, StreamId::AllReduce, -1, -1, CommGroup::World,
+                           p_.world, 4 * p_.world);
+      loss.deps = {loss_forward_};
+      gates.push_back(emit(loss));
+    }
     const int64_t states = optimizer_states();
     for (const FlatUnit& f : units()) {
       if (!has_params(f.index)) continue;
@@ -621,7 +631,8 @@ class Builder {
                       {Role::Master, master_[u]},
                       {Role::OptimizerState, state_[u]},
                       {Role::GradShard, grad_shard_[u]}};
-      opt.deps = {gate, last_reduce_[u]};
+      opt.deps = gates;
+      opt.deps.push_back(last_reduce_[u]);
       // Reads grad, master and state; writes master, state and the param-dtype shard.
       opt.memory_bytes = f.shard_elems * (gbytes_ + 2 * mbytes_ + 2 * states * mbytes_ + pbytes_);
       emit(opt);
@@ -638,6 +649,7 @@ class Builder {
   int64_t pbytes_ = 4, rbytes_ = 4, mbytes_ = 4, gbytes_ = 4;
   ActivationShape act_;
   std::vector<int> shard_, master_, state_, grad_shard_;  // per unit
+  int loss_forward_ = -1;  // the last forward op that computes losses
   std::vector<int> gathered_, gather_op_, grads_, last_reduce_;
   std::vector<std::vector<int>> users_;  // per buffer, ops that used it
   std::vector<int> pending_;             // frees waiting for a gradient reduction

@@ -85,6 +85,16 @@ void check_custom_layers(const Spec& spec, const Hardware& hw, Reasons& out) {
   }
 }
 
+// The loss-spike guard's loss check gates the optimizer on the loss summed
+// on the device; with offload on a GPU the optimizer runs on the host, which
+// does not see it.
+void check_guard(const Spec& spec, const Hardware& hw, Reasons& out) {
+  if (hw.gpu && spec.train.guard.loss_z > 0 && spec.parallel.offload == Offload::Cpu)
+    out.push_back(
+        "guard's loss_z with offload = cpu (the host's optimizer does not see the device's loss; "
+        "norm_z works with offload)");
+}
+
 }  // namespace
 
 std::string_view backend_name(const Hardware& hw) {
@@ -100,6 +110,7 @@ std::vector<std::string> unsupported_features(const Spec& spec, const Hardware& 
   check_final_norm_with_head(spec, out);
   check_slot_alignment(spec, out);
   check_custom_layers(spec, hw, out);
+  check_guard(spec, hw, out);
   return out;
 }
 

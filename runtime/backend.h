@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/arena.h"
+#include "runtime/optimizer_math.h"
 #include "runtime/program.h"
 #include "runtime/step.h"
 
@@ -43,14 +44,18 @@ struct memory_reading {
 struct step_result {
   double loss_sum = 0;   // this rank's per-token losses
   double grad_norm = 0;  // global gradient norm (before clipping)
-  bool skipped = false;  // the optimizer skipped the step (non-finite gradients)
+  bool skipped = false;  // the optimizer skipped the step (optimizer_skips)
+  bool spike = false;    // ...because the loss-spike guard tripped (finite gradients)
 };
 
-// A step's result from this rank's loss sum and the all-reduced sum of
-// squares of its gradients (step_global_norm).
-inline step_result step_result_of(double loss_sum, float norm_sq, float grad_scale) {
-  const double norm = step_global_norm(norm_sq, grad_scale);
-  return {loss_sum, norm, !std::isfinite(norm)};
+// A step's result from this rank's loss sum, the all-reduced sum of squares
+// of its gradients (step_global_norm), and what the optimizer's gate saw:
+// the step's loss over every rank and the guard's limits (c's).
+inline step_result step_result_of(double loss_sum, float norm_sq, const step_context& c,
+                                  float loss_total) {
+  const double norm = step_global_norm(norm_sq, c.grad_scale);
+  const bool skipped = optimizer_skips(norm, loss_total, c.norm_limit, c.loss_total_limit);
+  return {loss_sum, norm, skipped, skipped && std::isfinite(norm)};
 }
 
 class backend {

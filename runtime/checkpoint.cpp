@@ -88,6 +88,9 @@ checkpoint_manifest manifest_of(const program& p, const checkpoint_state& s,
   m.loss_scale = s.scaler.scale;
   m.loss_scale_finite_steps = s.scaler.finite_steps;
   m.applied_steps = s.scaler.applied_steps;
+  m.guard_losses = s.guard_losses;
+  m.guard_norms = s.guard_norms;
+  m.guard_skips_in_row = s.guard_skips_in_row;
   for (int i = 0; i < p.unit_count; ++i) {
     const program_unit& u = p.units[i];
     checkpoint_unit cu{u.name, u.param_elems, u.shard_elems, state_planes(p, u), {}};
@@ -434,6 +437,9 @@ checkpoint_state checkpoint_load(step_context& c, const std::string& dir,
     s.data = m.data;
     s.scaler = loss_scaler_start(p);
     s.scaler.applied_steps = m.applied_steps;
+    s.guard_losses = m.guard_losses;
+    s.guard_norms = m.guard_norms;
+    s.guard_skips_in_row = m.guard_skips_in_row;
     if (s.scaler.enabled && s.scaler.dynamic && m.loss_scale_enabled) {  // static: the spec's
       s.scaler.scale = m.loss_scale;
       s.scaler.finite_steps = m.loss_scale_finite_steps;

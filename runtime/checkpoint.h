@@ -39,6 +39,9 @@ struct checkpoint_state {
   int64_t step = 0;       // steps completed
   int64_t sequences = 0;  // global sequences consumed
   loss_scaler scaler;
+  // The loss-spike guard's window and its spikes in a row (runtime/guard.h).
+  std::vector<double> guard_losses, guard_norms;
+  int64_t guard_skips_in_row = 0;
   int64_t seed = 0;    // initialization seed of the run (recorded)
   std::string data;    // the data source, described (recorded)
   checkpoint_run run;  // the run as launched (saved; runtime/run_settings.h reads it back)

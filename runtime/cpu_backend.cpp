@@ -55,9 +55,10 @@ class cpu_backend final : public backend {
     c_->lr = lr;
     c_->loss_sum = 0;
     c_->grad_norm_partial = 0;
+    c_->loss_total = 0;
     streams_run_step(exec_, runs_++);  // the executor counts its own steps from 0
     arena_check_guards(*mem_);
-    return step_result_of(c_->loss_sum, c_->grad_norm_partial, c_->grad_scale);
+    return step_result_of(c_->loss_sum, c_->grad_norm_partial, *c_, c_->loss_total);
   }
 
   double run_validation(int64_t pass, int64_t rows) override {

@@ -439,6 +439,20 @@ void dataloader_fill(const dataloader& d, int64_t first_sequence, int64_t count,
   }
 }
 
+std::string dataloader_locate(const dataloader& d, int64_t j) {
+  if (d.config.kind == data_kind::synthetic)
+    return fmt::format("synthetic(seed={}) sequence {}", d.config.seed, j);
+  const int64_t T = d.config.context;
+  const int64_t epoch = j / d.windows, position = j % d.windows;
+  const int64_t w =
+      d.config.shuffle ? data_shuffle(d.config.shuffle_seed, epoch, position, d.windows) : position;
+  const int64_t from = w * T;
+  const size_t k = static_cast<size_t>(std::upper_bound(d.starts.begin(), d.starts.end(), from) -
+                                       d.starts.begin() - 1);
+  return fmt::format("{} byte offset {}", d.files[k].path,
+                     d.header_bytes + (from - d.starts[k]) * d.token_bytes);
+}
+
 int64_t dataloader_sequences(const dataloader& d) {
   return d.windows;
 }

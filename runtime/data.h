@@ -90,6 +90,10 @@ struct data_trace {
 void dataloader_fill(const dataloader& loader, int64_t first_sequence, int64_t count,
                      int32_t* tokens, int32_t* targets, const data_trace* trace = nullptr);
 
+// Where global sequence j is read from, for a log line: "train.bin byte
+// offset 4096" (its first token's), or "synthetic(seed=7) sequence 12".
+std::string dataloader_locate(const dataloader& loader, int64_t sequence);
+
 // W, the sequences of one epoch (synthetic: 0, an endless stream).
 int64_t dataloader_sequences(const dataloader& loader);
 // The 0-based epoch global sequence j is in (synthetic: 0).

@@ -7,6 +7,17 @@
 
 #include "runtime/host_device.h"
 
+// Whether the optimizer leaves a step out (nothing changes): its gradients
+// are not finite (an fp16 overflow), or the loss-spike guard (runtime/guard.h)
+// trips on the step's global norm or on its loss summed over every rank
+// (limits +inf: that check is off). One rule for the optimizer's gate on
+// either machine and for the loop that reports it.
+FSDPGEN_HOST_DEVICE bool optimizer_skips(double norm, float loss_total, float norm_limit,
+                                         float loss_total_limit) {
+  using namespace std;  // isfinite: std's on the host, CUDA's on the device
+  return !isfinite(norm) || norm > norm_limit || loss_total > loss_total_limit;
+}
+
 // AdamW (torch.optim.AdamW): g the scaled gradient, c1 and c2 the bias
 // corrections 1 - beta^t, wd 0 where weight decay does not apply (decoupled:
 // the parameter shrinks by lr * wd before the step).

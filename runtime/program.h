@@ -196,6 +196,13 @@ struct program_checkpoint {
 };
 
 // Training, as the spec's train block.
+// The loss-spike guard (runtime/guard.h), as the spec's train.guard: a z of
+// 0 turns its check off; both 0: no guard.
+struct program_guard {
+  double loss_z = 0, norm_z = 0;
+  int64_t window = 0, max_skips = 0;
+};
+
 struct program_train {
   program_optimizer optimizer;
   program_lr_schedule lr_schedule;
@@ -212,6 +219,7 @@ struct program_train {
   int64_t val_every = 0;
   int64_t val_sequences = 0;
   double stall_timeout_s = 0;  // the watchdog's limit on one op (--stall-timeout's default)
+  program_guard guard;
 };
 
 // The memory plan's totals.

@@ -104,7 +104,7 @@ void run_log_metrics_line(std::FILE* f, const step_record& r) {
       "%.3f, \"host_resident_bytes\": %lld, \"arena_resident_bytes\": %lld, "
       "\"arena_growth_bytes\": %lld%s, "
       "\"skipped\": %s, \"loss_scale\": %.9g, \"tokens_per_s\": %.1f, \"epoch\": "
-      "%lld%s%s%s}\n",
+      "%lld%s%s%s%s}\n",
       static_cast<long long>(r.step + 1), json_number(r.loss).c_str(), r.lr,
       json_number(r.grad_norm).c_str(), r.seconds * 1e3,
       static_cast<long long>(m.host_resident_bytes), static_cast<long long>(m.arena_resident_bytes),
@@ -119,7 +119,8 @@ void run_log_metrics_line(std::FILE* f, const step_record& r) {
       r.straggler ? straggler_json(*r.straggler).c_str() : "",
       r.checkpoint_stall_s >= 0
           ? fmt::format(", \"checkpoint_stall_s\": {:.6f}", r.checkpoint_stall_s).c_str()
-          : "");
+          : "",
+      r.skipped_spike >= 0 ? fmt::format(", \"skipped_spike\": {}", r.skipped_spike).c_str() : "");
   std::fflush(f);
 }
 
@@ -164,7 +165,9 @@ void run_log_step(const step_record& r, int64_t steps, int64_t tokens_per_step, 
       mib(m.device_used_bytes < 0 ? m.host_resident_bytes : m.device_used_bytes),
       duration(eta_seconds).c_str(),
       scaler.enabled ? fmt::format(" | scale {:g}", r.loss_scale).c_str() : "",
-      r.skipped ? " | skipped (non-finite gradients)" : "");
+      !r.skipped ? ""
+      : r.spike  ? " | skipped (loss spike)"
+                 : " | skipped (non-finite gradients)");
   std::fflush(stdout);
 }
 
@@ -201,8 +204,11 @@ void run_log_summary(const run_totals& t, int64_t tokens_per_step, const std::st
       per_step * 1e3,
       with_commas(static_cast<int64_t>(static_cast<double>(tokens_per_step) / per_step)).c_str(),
       memory_lines.c_str());
-  if (t.skipped)
-    std::printf("%lld step%s skipped for non-finite gradients%s\n",
-                static_cast<long long>(t.skipped), t.skipped == 1 ? "" : "s",
+  if (const int64_t n = t.skipped - t.skipped_spike; n > 0)
+    std::printf("%lld step%s skipped for non-finite gradients%s\n", static_cast<long long>(n),
+                n == 1 ? "" : "s",
                 scaler.enabled ? fmt::format(" (loss scale now {:g})", scaler.scale).c_str() : "");
+  if (t.skipped_spike > 0)
+    std::printf("%lld step%s left out by the loss-spike guard\n",
+                static_cast<long long>(t.skipped_spike), t.skipped_spike == 1 ? "" : "s");
 }

@@ -35,11 +35,13 @@ struct step_record {
   int64_t step = 0;  // 0-based
   double loss = 0;   // per token, over every rank
   double lr = 0;
-  double grad_norm = 0;   // global, before clipping
-  double seconds = 0;     // the step's wall time, with the loss all-reduce
-  double loss_scale = 1;  // the scale the step ran with
-  bool skipped = false;   // non-finite gradients: the optimizer skipped it
-  int64_t epoch = 0;      // 0-based epoch of the training data the step's first sequence is in
+  double grad_norm = 0;        // global, before clipping
+  double seconds = 0;          // the step's wall time, with the loss all-reduce
+  double loss_scale = 1;       // the scale the step ran with
+  bool skipped = false;        // the optimizer skipped it: non-finite gradients, or a spike
+  bool spike = false;          // ...the loss-spike guard left it out (runtime/guard.h)
+  int64_t skipped_spike = -1;  // steps the guard left out so far (-1: no guard)
+  int64_t epoch = 0;           // 0-based epoch of the training data the step's first sequence is in
   double tokens_per_s = 0;
   bool validated = false;          // the validation loss was evaluated after this step
   double val_loss = 0;             // per token, over val_sequences sequences
@@ -59,8 +61,9 @@ struct val_record {
 // The steps this run trained, summed up.
 struct run_totals {
   int64_t steps_run = 0;
-  int64_t timed_steps = 0;  // steps after this run's first, whose time is its pace
-  int64_t skipped = 0;
+  int64_t timed_steps = 0;    // steps after this run's first, whose time is its pace
+  int64_t skipped = 0;        // with the spikes
+  int64_t skipped_spike = 0;  // the loss-spike guard's
   double first_loss = 0, last_loss = 0;
   bool validated = false;
   double last_val_loss = 0;

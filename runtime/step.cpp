@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "runtime/optimizer.h"
+#include "runtime/optimizer_math.h"
 
 void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets) {
   const program& p = *c.p;
@@ -36,7 +37,7 @@ void step_add_losses(step_context& c, const float* losses, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i)
     s += losses[i];
-  c.loss_sum += s;
+  c.loss_sum += c.validation_pass < 0 ? s * c.inject_loss_factor : s;
 }
 
 void tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, int64_t n,
@@ -81,6 +82,11 @@ void step_add_grad_norm(step_context& c, const void* grad, dtype_id t, int64_t n
   c.grad_norm_partial += static_cast<float>(s);
 }
 
+void step_reduce_loss(step_context& c, MPI_Comm comm) {
+  c.loss_total = static_cast<float>(c.loss_sum);
+  comm_all_reduce(comm, &c.loss_total, &c.loss_total, 1, dtype_id::fp32);
+}
+
 void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
                     const void* grad_shard) {
   const program& p = *c.p;
@@ -88,7 +94,8 @@ void step_optimizer(step_context& c, int unit, void* param_shard, float* master,
   const int64_t n = u.shard_elems;
   float* w = master ? master : static_cast<float*>(param_shard);
   const double norm = step_global_norm(c.grad_norm_partial, c.grad_scale);
-  if (!std::isfinite(norm)) return;  // skipped: nothing changes
+  if (optimizer_skips(norm, c.loss_total, c.norm_limit, c.loss_total_limit))
+    return;  // skipped: nothing changes
   const float scale = static_cast<float>(optimizer_clip_scale(p, norm) / c.grad_scale);
   const float lr = static_cast<float>(c.lr);
   const int64_t* ranges = c.decay_ranges[unit];

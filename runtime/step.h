@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "runtime/comm.h"
 #include "runtime/data.h"
@@ -42,6 +43,15 @@ struct step_context {
   int64_t optimizer_step = 1;   // 1-based count of applied updates, this one included
   double loss_sum = 0;          // this rank's per-token losses, this step
   float grad_norm_partial = 0;  // this rank's sum of squares (all-reduced over the shard group)
+  // The loss-spike guard's limits for this step (runtime/guard.h; +inf: off),
+  // set by the loop, and the step's loss summed over every rank, in the step
+  // (the guard's all-reduce; 0 without one).
+  float norm_limit = std::numeric_limits<float>::infinity();
+  float loss_total_limit = std::numeric_limits<float>::infinity();
+  float loss_total = 0;
+  // --inject-spike (a testing aid): this training step's losses count this
+  // many times (1: as they are).
+  float inject_loss_factor = 1;
   // Per unit: [begin, end) of this rank's shard that AdamW decays, as element
   // ranges (computed once at start from the tensor table).
   const int64_t* const* decay_ranges = nullptr;
@@ -90,6 +100,10 @@ void tensor_widen_in_place(void* data, int64_t n, dtype_id from);
 // the partial sums are all-reduced over the shard group (replicas hold equal
 // shards and count once), step_global_norm of it is the global norm.
 void step_add_grad_norm(step_context& c, const void* grad, dtype_id t, int64_t n);
+
+// The loss-spike guard's all-reduce: c.loss_total = this step's loss summed
+// over every rank (comm: the world's), for the optimizer's gate.
+void step_reduce_loss(step_context& c, MPI_Comm comm);
 
 // The global gradient norm from the all-reduced sum of squares of gradients
 // that hold grad_scale times the average; not finite when they overflowed

@@ -33,6 +33,7 @@
 #include "runtime/files/checkpoint_files.h"
 #include "runtime/files/file_io.h"
 #include "runtime/flags.h"
+#include "runtime/guard.h"
 #include "runtime/human.h"
 #include "runtime/init.h"
 #include "runtime/launch.h"
@@ -80,6 +81,7 @@ struct options {
   bool print_schedule = false;
   int64_t seed = -1;
   int64_t inject_overflow = -1;
+  std::vector<int64_t> inject_spike;  // 0-based steps whose loss gradient is multiplied
   int64_t inject_leak_bytes = 0;
   double inject_grad_scale = 1;
   std::string inject_stall;  // RANK:STEP:SECONDS (runtime/watchdog.h)
@@ -231,6 +233,9 @@ class training_run {
   int64_t first_step() const { return start_step_; }
   int64_t steps() const { return steps_; }
   bool stop_requested() const { return stop_; }
+  // The exit status of a run that ended: 0, or kGuardExitCode when the
+  // loss-spike guard stopped it.
+  int exit_status() const { return guard_stop_.empty() ? 0 : kGuardExitCode; }
 
   // Before any work, every output this rank will write can be written.
   void check_outputs() const;
@@ -277,7 +282,10 @@ class training_run {
   void open_data();
   void warn_if_val_is_trained_on() const;
   void scale_gradients(int64_t step);
-  double agree_on_loss(double loss_sum);
+  double agree_on_loss(double loss_sum, bool skipped);
+  void guard_step(step_record& r, const step_result& result);
+  std::string rows_of_step(int64_t step) const;
+  std::string rows_of_rank(int64_t step, int64_t rank) const;
   void count(const step_record& r);
   void run_log_step_if_due(const step_record& r) const;
   void save_checkpoint(int64_t step, step_record& r);
@@ -312,7 +320,7 @@ class training_run {
   std::unique_ptr<checkpoint_writer> ckpt_writer_;
   double staged_s_ = 0;        // the pending checkpoint's staging (checkpoint_writer::start)
   double staged_stall_s_ = 0;  // its step's stall: that and completing the one before
-  std::string ckpt_lines_;     // checkpoint lines waiting for their step's line
+  std::string ckpt_lines_;     // lines waiting for their step's line (checkpoints, spikes)
   int64_t seed_ = 0;
   int64_t start_step_ = 0;
   loss_scaler scaler_;
@@ -325,7 +333,11 @@ class training_run {
   std::optional<straggler_gather> stragglers_;  // made at set-up
   memory_watch memory_;
   run_totals totals_;
+  spike_guard guard_;
   bool stop_ = false;
+  // Why the run stops early (stop_), for its last line and exit status:
+  // empty for a signal, else the guard's reason (kGuardExitCode).
+  std::string guard_stop_;
   bool data_error_ = false;      // some rank found a bad token id in this step's batch
   std::string data_error_text_;  // ...this one, if it did
   val_record last_val_;
@@ -347,7 +359,8 @@ training_run::training_run(const program& p, const options& o, const checkpoint_
       tokens_per_step_(p.parallel.world * p.parallel.micro_batches * p.parallel.micro_batch *
                        p.model.context),
       val_every_(run.val_every),
-      val_sequences_(run.val_sequences) {}
+      val_sequences_(run.val_sequences),
+      guard_(guard_start(p.train.guard)) {}
 
 // Collective: throws agreed_error on every rank when an output cannot be
 // written (checkpoints' directory created when checkpoints are planned; a
@@ -501,6 +514,7 @@ void training_run::resume() {
   b_->with_host_weights(c_, true, [&] { resumed = checkpoint_load(c_, path, resumed_); });
   start_step_ = resumed.step;
   scaler_ = resumed.scaler;
+  guard_restore(guard_, resumed.guard_losses, resumed.guard_norms, resumed.guard_skips_in_row);
   seed_ = resumed.seed;
   dataloader_set_shuffle_seed(data_, static_cast<uint64_t>(seed_));
   c_.sequence_base = resumed.sequences - start_step_ * checkpoint_sequences_per_step(p_);
@@ -574,6 +588,9 @@ step_record training_run::train_step(int64_t step) {
   r.lr = optimizer_lr(p_, step, steps_);
   r.loss_scale = scaler_.scale;
   scale_gradients(step);
+  const guard_limits limits = guard_limits_of(guard_);
+  c_.norm_limit = static_cast<float>(limits.norm);
+  c_.loss_total_limit = static_cast<float>(limits.loss * static_cast<double>(tokens_per_step_));
   const bool traced = !o_.trace.empty() && step == trace_step();
   const bool straggler = straggler_due(step, traced);
   const auto t0 = std::chrono::steady_clock::now();
@@ -581,7 +598,7 @@ step_record training_run::train_step(int64_t step) {
   const step_result result = b_->run_step(step, r.lr, traced || straggler);
   if (o_.inject_leak_bytes > 0) leak(o_.inject_leak_bytes);
   allocations_count(false);
-  const double loss_sum = agree_on_loss(result.loss_sum);
+  const double loss_sum = agree_on_loss(result.loss_sum, result.skipped);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (data_error_)  // a batch held a token id >= vocab: every rank stops, its finder says where
     agree_on_error(data_error_text_, "reading the training data");
@@ -597,7 +614,9 @@ step_record training_run::train_step(int64_t step) {
                 static_cast<long long>(last_epoch));
   r.grad_norm = result.grad_norm;
   r.skipped = result.skipped;
-  loss_scaler_update(scaler_, r.skipped);
+  // A spike's gradients were finite: the loss scale stays as it was.
+  if (!result.spike) loss_scaler_update(scaler_, r.skipped);
+  guard_step(r, result);
   r.machine = b_->read_memory();
   memory_watch_step(memory_, r.machine);
   count(r);
@@ -625,23 +644,97 @@ void training_run::scale_gradients(int64_t step) {
   if (p_.parallel.world > 1) c_.dloss_scale *= static_cast<float>(o_.inject_grad_scale);
   // As an fp16 overflow would: every gradient of this step becomes non-finite.
   if (step == o_.inject_overflow) c_.dloss_scale = std::numeric_limits<float>::infinity();
+  // As a bad batch would: its gradients (not its loss) many times the others'.
+  const bool spike =
+      std::find(o_.inject_spike.begin(), o_.inject_spike.end(), step) != o_.inject_spike.end();
+  c_.inject_loss_factor = spike ? static_cast<float>(kInjectedSpikeFactor) : 1.0f;
+  if (spike) c_.dloss_scale *= static_cast<float>(kInjectedSpikeFactor);
   c_.optimizer_step = scaler_.applied_steps + 1;
 }
 
 // The loss summed over every rank; with it, how many ranks were asked to
 // stop and how many found a bad token id in their batch.
-double training_run::agree_on_loss(double loss_sum) {
+double training_run::agree_on_loss(double loss_sum, bool skipped) {
   data_error_text_ = dataloader_take_error(data_);
   const bool bad = !data_error_text_.empty();
-  const double mine[3] = {loss_sum, g_stop_signal.load() ? 1.0 : 0.0, bad ? 1.0 : 0.0};
-  double all[3] = {0, 0, 0};
+  const double mine[4] = {loss_sum, g_stop_signal.load() ? 1.0 : 0.0, bad ? 1.0 : 0.0,
+                          skipped ? 1.0 : 0.0};
+  double all[4] = {0, 0, 0, 0};
   {
     const watch_outside_step watched(kWatchLossAllReduce, trace_clock_ns());
-    MPI_CHECK(MPI_Allreduce(mine, all, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allreduce(mine, all, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
   }
   stop_ = all[1] > 0;
   data_error_ = all[2] > 0;
+  // Every rank's gate saw the same all-reduced values; one that did not would
+  // leave the shards of one model at two different steps.
+  if (all[3] > 0 && all[3] < static_cast<double>(p_.parallel.world))
+    throw std::runtime_error(fmt::format(
+        "step {}: {} of {} ranks skipped the optimizer step and the others applied it (the "
+        "ranks' gradient norms or losses differ): the shards would hold two different models",
+        c_.step + 1, all[3], p_.parallel.world));
   return all[0];
+}
+
+// Where each rank's rows of `step` are read from, one rank a line.
+std::string training_run::rows_of_step(int64_t step) const {
+  std::string out;
+  for (int64_t rank = 0; rank < p_.parallel.world; ++rank)
+    out += rows_of_rank(step, rank);
+  return out;
+}
+
+// Rank `rank`'s rows of `step` (step_fill_inputs reads them): one line.
+std::string training_run::rows_of_rank(int64_t step, int64_t rank) const {
+  const int64_t W = p_.parallel.world, M = p_.parallel.micro_batches, B = p_.parallel.micro_batch;
+  const int64_t first = c_.sequence_base + (step * W * M + rank * M) * B;
+  std::string out = fmt::format("  rank {}: sequences {}..{}:", rank, first, first + M * B - 1);
+  for (int64_t j = first; j < first + M * B; ++j)
+    out += (j == first ? " " : "; ") + dataloader_locate(data_, j);
+  return out + "\n";
+}
+
+// The loss-spike guard after a step: a spike is logged with its data and
+// counted; max_skips in a row stop the run with a checkpoint. Outside fp16
+// loss scaling, a loss or norm that is not finite stops the run at once (no
+// checkpoint: the last one stays the newest).
+void training_run::guard_step(step_record& r, const step_result& result) {
+  r.spike = result.spike;
+  if (!scaler_.enabled && (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))) {
+    // The rank whose own rows gave a non-finite loss says so; else rank 0
+    // names every rank's rows.
+    const bool mine = !std::isfinite(result.loss_sum);
+    std::string why;
+    if (mine || lead_)
+      why = fmt::format(
+          "step {}: the {} is not finite ({}) without fp16 loss scaling: the step was not applied "
+          "and the run stops (the last checkpoint is kept as it was); {}",
+          r.step + 1, std::isfinite(r.loss) ? "gradient norm" : "loss",
+          std::isfinite(r.loss) ? r.grad_norm : r.loss,
+          mine ? fmt::format("this rank's loss over its rows is {}:\n{}", result.loss_sum,
+                             rows_of_rank(r.step, li_.rank))
+               : fmt::format("the step's rows:\n{}", rows_of_step(r.step)));
+    agree_on_error(why, "guarding against a non-finite loss");
+  }
+  if (!guard_enabled(guard_)) return;
+  totals_.skipped_spike += r.spike;
+  r.skipped_spike = totals_.skipped_spike;
+  const bool too_many = guard_after_step(guard_, !r.skipped, r.spike, r.loss, r.grad_norm);
+  if (r.spike && lead_) {
+    const guard_limits limits{c_.loss_total_limit / static_cast<double>(tokens_per_step_),
+                              c_.norm_limit};
+    ckpt_lines_ += fmt::format(
+        "spike: step {} not applied (the loss-spike guard): loss {:.6f} (limit {:.6f}), gradient "
+        "norm {:.4f} (limit {:.4f}); {} in a row (max_skips {}). Its rows:\n{}",
+        r.step + 1, r.loss, limits.loss, r.grad_norm, limits.norm, guard_.skips_in_row,
+        guard_.g.max_skips, rows_of_step(r.step));
+  }
+  if (too_many && guard_stop_.empty()) {
+    stop_ = true;
+    guard_stop_ = fmt::format(
+        "the loss-spike guard left out {} steps in a row (steps {} to {}, max_skips {})",
+        guard_.skips_in_row, r.step + 2 - guard_.skips_in_row, r.step + 1, guard_.g.max_skips);
+  }
 }
 
 void training_run::count(const step_record& r) {
@@ -736,6 +829,9 @@ void training_run::save_checkpoint(int64_t step, step_record& r) {
   const checkpoint_state state{step + 1,
                                c_.sequence_base + (step + 1) * checkpoint_sequences_per_step(p_),
                                scaler_,
+                               guard_window_losses(guard_),
+                               guard_window_norms(guard_),
+                               guard_.skips_in_row,
                                seed_,
                                dataloader_describe(data_),
                                run_};
@@ -781,6 +877,17 @@ void training_run::finish_checkpoints() {
 
 void training_run::print_stopped(int64_t step) const {
   if (!lead_) return;
+  if (!guard_stop_.empty()) {
+    std::printf(
+        "stopped after step %lld of %lld: %s; the checkpoint written now holds the weights as "
+        "they were before those steps and resumes after them (the spike lines above name their "
+        "rows); continue with: %s\n",
+        static_cast<long long>(step + 1), static_cast<long long>(steps_), guard_stop_.c_str(),
+        run_settings_resume_command(li_.launcher, li_.relaunched, p_.parallel.world, o_.binary,
+                                    ckpt_.dir)
+            .c_str());
+    return;
+  }
   std::printf(
       "stopped after step %lld of %lld: asked to by a signal (SIGUSR1 or SIGTERM); continue "
       "with: %s\n",
@@ -917,7 +1024,7 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   std::fflush(stdout);
   agree_on_error(trace_error, "writing the trace");
   t.finish();
-  return 0;
+  return t.exit_status();
 }
 
 // What escaped train() (`what`, nullptr for no std::exception), as one line
@@ -1014,6 +1121,12 @@ int train(const program& p, int argc, char** argv, const backend_kind& kind) {
                  "testing aid: make every gradient of this 0-based step non-finite, as an fp16 "
                  "overflow would (the step is skipped and an fp16 loss scale backs off)")
       ->check(whole_number(0));
+  app.add_option("--inject-spike", o.inject_spike,
+                 fmt::format("testing aid: multiply the loss and its gradient in this 0-based "
+                             "step by {:g} on every rank, as a bad batch would (the loss-spike "
+                             "guard leaves the step out); repeat it for more steps",
+                             kInjectedSpikeFactor))
+      ->check(whole_number(0));
   app.add_option("--inject-leak", o.inject_leak_bytes,
                  "testing aid: every step allocates this many bytes on the heap and keeps them, "
                  "which the memory report must show")
@@ -1101,8 +1214,9 @@ int train(const program& p, int argc, char** argv, const backend_kind& kind) {
     watch_process_status().inject_stall_step = stall.step;
     watch_process_status().inject_stall_seconds = stall.seconds;
   }
+  int status = 0;
   try {
-    run(p, o, li, kind);
+    status = run(p, o, li, kind);
   } catch (const agreed_error& e) {
     if (e.own || li.rank == 0)
       std::fprintf(stderr, "rank %lld: error: %s\n", static_cast<long long>(li.rank), e.what());
@@ -1116,7 +1230,7 @@ int train(const program& p, int argc, char** argv, const backend_kind& kind) {
     return 1;
   }
   launch_finalize();
-  return 0;
+  return status;
 }
 
 }  // namespace

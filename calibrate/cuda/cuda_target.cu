@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -93,7 +94,16 @@ class cuda final : public calibrate_target {
     exec_.loss_scratch = reinterpret_cast<float*>(exec_.scalars + 1);
     exec_.norm_scratch = exec_.loss_scratch + kReduceScratchFloats;
     // A step's inputs: learning rate, step 1, a loss scale of 1, a finite norm.
-    const gpu_step_scalars s{1e-4f, 1, 1.0f / 1024, 1, 0, 1};
+    constexpr float kNoLimit = std::numeric_limits<float>::infinity();
+    const gpu_step_scalars s{.lr = 1e-4f,
+                             .t = 1,
+                             .dloss_scale = 1.0f / 1024,
+                             .loss_scale = 1,
+                             .norm_limit = kNoLimit,
+                             .loss_total_limit = kNoLimit,
+                             .loss_sum = 0,
+                             .norm_sq = 1,
+                             .loss_total = 0};
     CUDA_CHECK(cudaMemcpy(exec_.scalars, &s, sizeof s, cudaMemcpyHostToDevice));
   }
   ~cuda() override {

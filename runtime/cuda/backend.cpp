@@ -76,7 +76,7 @@ class cuda_backend final : public backend {
     g.norm_scratch = g.loss_scratch + kReduceScratchFloats;
     CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&gc_.host_scalars), sizeof(gpu_step_scalars),
                              cudaHostAllocDefault));
-    std::memset(gc_.host_scalars, 0, sizeof(gpu_step_scalars));
+    *gc_.host_scalars = gpu_step_scalars{};  // zero, the guard's limits off
     tokens_per_mb_ = p_.parallel.micro_batch * p_.model.context;
     CUDA_CHECK(cudaHostAlloc(
         reinterpret_cast<void**>(&gc_.host_inputs),
@@ -187,6 +187,9 @@ class cuda_backend final : public backend {
     s.t = static_cast<float>(c.optimizer_step);
     s.loss_scale = c.grad_scale;
     s.dloss_scale = c.dloss_scale;
+    s.norm_limit = c.norm_limit;
+    s.loss_total_limit = c.loss_total_limit;
+    s.loss_factor = c.inject_loss_factor;
     const bool profiled = step == profile_step_;
     if (profiled) {  // nothing of the steps before may fall inside the profiled range
       CUDA_CHECK(cudaDeviceSynchronize());
@@ -199,13 +202,15 @@ class cuda_backend final : public backend {
     }
     check_guard();
     // Offload: the norm the host's optimizer used (the device computed none).
-    return step_result_of(s.loss_sum, host_norm_ ? c.grad_norm_partial : s.norm_sq, c.grad_scale);
+    return step_result_of(s.loss_sum, host_norm_ ? c.grad_norm_partial : s.norm_sq, c,
+                          host_norm_ ? c.loss_total : s.loss_total);
   }
 
   double run_validation(int64_t pass, int64_t rows) override {
     step_context& c = *c_;
     c.validation_pass = pass;
     c.loss_rows = rows;
+    gc_.host_scalars->loss_factor = 1;  // a validation pass counts its losses as they are
     step_fill_inputs(c, 0, gc_.host_inputs, gc_.host_inputs + tokens_per_mb_);
     gpu_executor_run_prefix(exec_, static_cast<int>(p_.plan.validation_op_count));
     c.validation_pass = -1;  // a failure above ends the run: nothing to restore

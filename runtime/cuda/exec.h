@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <limits>
 
 struct gpu_gemm_cache;  // runtime/cuda/gemm.cu: cuBLASLt algorithms chosen per shape
 struct gpu_attention;   // runtime/cuda/cudnn_attention.h: cuDNN attention graphs per shape
@@ -25,10 +26,16 @@ struct gpu_step_scalars {
   float dloss_scale;  // d(loss)/d(per-token loss sum): loss_scale / tokens of the global batch
   float loss_scale;   // reduced gradients = loss_scale x the average gradient: fp16's dynamic
                       // scale x its post-divide factor (runtime/loss_scale.h); 1 otherwise
+  // The loss-spike guard's limits (step_context's; +inf: off).
+  float norm_limit = std::numeric_limits<float>::infinity();
+  float loss_total_limit = std::numeric_limits<float>::infinity();
+  // The step's losses count this many times (--inject-spike; 1: as they are).
+  float loss_factor = 1;
   // Outputs (device -> host after it ran).
-  float loss_sum;  // this rank's per-token losses summed over the step
-  float norm_sq;   // gradient sum of squares: this rank's partial, then all-reduced (scaled by
-                   // loss_scale^2); when not finite, the optimizer skipped the step
+  float loss_sum;    // this rank's per-token losses summed over the step
+  float norm_sq;     // gradient sum of squares: this rank's partial, then all-reduced (scaled by
+                     // loss_scale^2); when not finite, the optimizer skipped the step
+  float loss_total;  // the step's loss summed over every rank (the guard's all-reduce; 0: none)
 };
 
 struct gpu_exec {

@@ -18,8 +18,14 @@ constexpr int kReduceThreads = 1024;
 constexpr int kChunkPerThread = 8;
 constexpr int kChunk = kReduceThreads * kChunkPerThread;
 
-__global__ void add_sum_kernel(float* total, const float* x, int64_t n) {
-  block_add_sum(total, x, n);
+// The step's loss sum: plus this micro-batch's losses, times loss_factor
+// (1 but in --inject-spike's step).
+__global__ void add_losses_kernel(gpu_step_scalars* s, const float* x, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    acc += x[i];
+  acc = block_reduce(acc, sum_op{}, 0.0f);
+  if (threadIdx.x == 0) s->loss_sum += acc * s->loss_factor;
 }
 
 __global__ void convert_kernel(void* dst, dtype_id dst_t, const void* src, dtype_id src_t,
@@ -84,7 +90,7 @@ struct grad_scaling {
 };
 __device__ grad_scaling grad_scaling_of(const gpu_step_scalars* s, double clip) {
   const double norm = sqrt(static_cast<double>(s->norm_sq)) / s->loss_scale;
-  if (!isfinite(norm)) return {0.0f, true};
+  if (optimizer_skips(norm, s->loss_total, s->norm_limit, s->loss_total_limit)) return {0.0f, true};
   const float clip_scale = clip > 0 ? static_cast<float>(fmin(1.0, clip / (norm + 1e-6))) : 1.0f;
   return {clip_scale / s->loss_scale, false};
 }
@@ -164,7 +170,7 @@ void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* tar
 
 void step_add_losses(step_context& c, const float* losses, int64_t n, gpu_exec& g) {
   n = step_counted_losses(c, n);  // a validation pass is issued eagerly, never captured
-  add_sum_kernel<<<1, kReduceThreads, 0, g.stream>>>(&g.scalars->loss_sum, losses, n);
+  add_losses_kernel<<<1, kReduceThreads, 0, g.stream>>>(g.scalars, losses, n);
   check_launch();
 }
 
@@ -251,6 +257,12 @@ void step_optimizer(step_context& c, int unit, void* param_shard, float* master,
         p.train.optimizer.kind, w, m, v, grad_shard, u.grad_shard_dtype, span, a, g.scalars, param);
     check_launch();
   }
+}
+
+void step_reduce_loss(step_context&, const gpu_comm& comm, gpu_exec& g) {
+  float* total = &g.scalars->loss_total;
+  cuda_copy(total, &g.scalars->loss_sum, sizeof(float), g);
+  comm_all_reduce(comm, total, total, 1, dtype_id::fp32, g);
 }
 
 void cuda_step_begin(gpu_context& gc, cudaStream_t stream) {

@@ -65,6 +65,10 @@ void residual_forward(T* out, const T* a, const T* b, int64_t n, gpu_exec& g);
 // Adds the sum of squares of a gradient shard to scalars->norm_sq.
 void step_add_grad_norm(step_context& c, const void* grad, dtype_id t, int64_t n, gpu_exec& g);
 
+// As step_reduce_loss: scalars->loss_total = the step's loss summed over
+// every rank (comm: the world's).
+void step_reduce_loss(step_context& c, const gpu_comm& comm, gpu_exec& g);
+
 // One unit's optimizer step on this rank's shard, as step_optimizer: the
 // learning rate, step number and clip factor come from the device scalars;
 // the step is skipped (nothing changes) when the gradient norm is not finite.

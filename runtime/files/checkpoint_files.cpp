@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -214,6 +215,10 @@ std::string checkpoint_manifest_text(const checkpoint_manifest& m) {
                      {"scale", m.loss_scale},
                      {"finite_steps", m.loss_scale_finite_steps}};
   j["applied_steps"] = m.applied_steps;
+  if (!m.guard_losses.empty() || m.guard_skips_in_row > 0)
+    j["guard"] = {{"losses", m.guard_losses},
+                  {"norms", m.guard_norms},
+                  {"skips_in_row", m.guard_skips_in_row}};
   if (m.has_run) {
     const checkpoint_run& r = m.run;
     j["run"] = {{"steps", r.steps},
@@ -291,6 +296,24 @@ checkpoint_manifest checkpoint_manifest_read(const std::string& dir) {
       m.applied_steps > m.step)
     fail(fmt::format("{}: bad loss scale {}, finite steps {} or applied steps {}", path,
                      m.loss_scale, m.loss_scale_finite_steps, m.applied_steps));
+  if (auto g = j.find("guard"); g != j.end()) {
+    const std::string where = path + ": guard";
+    if (!g->is_object()) fail(fmt::format("{} must be an object", where));
+    m.guard_losses = get<std::vector<double>>(*g, "losses", where);
+    m.guard_norms = get<std::vector<double>>(*g, "norms", where);
+    m.guard_skips_in_row = get<int64_t>(*g, "skips_in_row", where);
+    const bool finite = std::all_of(m.guard_losses.begin(), m.guard_losses.end(),
+                                    [](double v) { return std::isfinite(v); }) &&
+                        std::all_of(m.guard_norms.begin(), m.guard_norms.end(),
+                                    [](double v) { return std::isfinite(v); });
+    if (m.guard_losses.size() != m.guard_norms.size() || !finite || m.guard_skips_in_row < 0 ||
+        static_cast<int64_t>(m.guard_losses.size()) > m.applied_steps)
+      fail(fmt::format(
+          "{}: \"losses\" and \"norms\" must be as long as each other ({} and {}), finite, and "
+          "no more than the applied steps ({}), \"skips_in_row\" not negative ({})",
+          where, m.guard_losses.size(), m.guard_norms.size(), m.applied_steps,
+          m.guard_skips_in_row));
+  }
 
   if (auto run = j.find("run"); run != j.end()) {
     const std::string where = path + ": run";

@@ -88,7 +88,12 @@ struct checkpoint_manifest {
   double loss_scale = 1;
   int64_t loss_scale_finite_steps = 0;
   int64_t applied_steps = 0;  // optimizer updates applied (AdamW's bias correction)
-  bool has_run = false;       // checkpoints written before the run was recorded lack it
+  // The loss-spike guard's window (runtime/guard.h), oldest first: the mean
+  // losses and gradient norms of the last applied steps, and the spikes since
+  // the last of them. Empty without a guard (and in older checkpoints).
+  std::vector<double> guard_losses, guard_norms;
+  int64_t guard_skips_in_row = 0;
+  bool has_run = false;  // checkpoints written before the run was recorded lack it
   checkpoint_run run;
   std::vector<checkpoint_unit> units;
   std::vector<checkpoint_shard> shards;  // by shard rank

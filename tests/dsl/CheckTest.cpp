@@ -207,6 +207,26 @@ TEST(Check, StallTimeoutIsReadPrintedAndChecked) {
   }
 }
 
+// The loss-spike guard: read, printed back where it is on (or changed),
+// round-tripped; none by default and with `guard = none`.
+TEST(Check, GuardIsReadPrintedAndRoundTripped) {
+  const Spec s = load_ok(with_model("train { guard { loss_z = 4.5  window = 20 } }"));
+  EXPECT_DOUBLE_EQ(s.train.guard.loss_z, 4.5);
+  EXPECT_DOUBLE_EQ(s.train.guard.norm_z, 0);
+  EXPECT_EQ(s.train.guard.window, 20);
+  EXPECT_EQ(s.train.guard.max_skips, GuardSpec{}.max_skips);
+  const std::string printed = print_spec(s);
+  EXPECT_NE(printed.find("  guard { loss_z = 4.5  norm_z = 0  window = 20  max_skips = 5 }\n"),
+            std::string::npos)
+      << printed;
+  EXPECT_EQ(load_ok(printed).train, s.train);
+  EXPECT_FALSE(load_ok(with_model("")).train.guard.enabled());
+  EXPECT_EQ(print_spec(load_ok(with_model(""))).find("guard"), std::string::npos);
+  EXPECT_EQ(load_ok(with_model("train { guard = none }")).train.guard, GuardSpec{});
+  const std::string e = load_error(with_model("train { guard { norm_z = 6  max_skips = 0 } }"));
+  EXPECT_NE(e.find("'max_skips' must be"), std::string::npos) << e;
+}
+
 TEST(Check, AllErrorsAreCollectedAndSorted) {
   std::string out = load_error(
       with_model("parallel { sharding = x  world = 0 }\ntrain { steps = -1  bogus = 1 }"));

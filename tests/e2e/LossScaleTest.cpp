@@ -2,8 +2,8 @@
 // (injected with the binary's --inject-overflow, which makes every gradient of
 // that step non-finite as an fp16 overflow does) is skipped on every rank:
 // the weights after it are bit for bit those before it, the loss scale halves
-// and training goes on with finite losses. The same guard keeps an fp32 run's
-// weights finite.
+// and training goes on with finite losses. Without fp16 the same non-finite
+// gradients stop the run, naming the step and its rows.
 #include "tests/e2e/E2e.h"
 
 namespace fsdpgen::test {
@@ -19,21 +19,28 @@ TEST(LossScale, Fp16SkipsAnOverflowedStepBacksOffAndRecovers) {
   expect_overflow_skipped_and_recovered(bin, c.world, 6, 2);
 }
 
-TEST(LossScale, Fp32SkipsNonFiniteGradientsWithoutScaling) {
+// Without fp16 loss scaling a non-finite gradient is no overflow to ride out
+// but a broken run: the step is not applied and the run stops at once,
+// naming the step and every rank's rows, with no checkpoint written after it.
+TEST(LossScale, Fp32StopsOnNonFiniteGradientsNamingTheStepAndRows) {
   E2eConfig c;
   c.steps = 4;
   const std::filesystem::path bin = shared_binary(e2e_dir("loss_scale_fp32"), c.spec());
-  CmdResult r = run_binary(c.world, bin, "--metrics m.jsonl --inject-overflow 1");
-  ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("1 step skipped for non-finite gradients\n"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find(" | scale "), std::string::npos) << "fp32 logs no loss scale";
-  const std::vector<nlohmann::json> m = read_metrics(bin.parent_path() / "m.jsonl");
-  ASSERT_EQ(m.size(), 4u);
-  for (size_t s = 0; s < m.size(); ++s) {
-    EXPECT_EQ(m[s].at("skipped").get<bool>(), s == 1) << "step " << s + 1;
-    EXPECT_EQ(m[s].at("loss_scale").get<double>(), 1.0);
-    EXPECT_TRUE(std::isfinite(m[s].at("loss").get<double>())) << "step " << s + 1;
-  }
+  const std::filesystem::path dir = bin.parent_path();
+  std::filesystem::remove_all(dir / "ck");
+  CmdResult r =
+      run_binary(c.world, bin,
+                 "--metrics m.jsonl --inject-overflow 1 --checkpoint-every 1 --checkpoint-dir ck");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("rank 0: error: step 2: the gradient norm is not finite"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("  rank 0: sequences 4..5: synthetic(seed=7) sequence 4; synthetic(seed=7) "
+                       "sequence 5\n  rank 1: sequences 6..7:"),
+            std::string::npos)
+      << r.out;
+  EXPECT_TRUE(std::filesystem::exists(dir / "ck" / "step_00000001"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "ck" / "step_00000002"))
+      << "no checkpoint after the broken step";
 }
 
 // The spec's loss_scale: the scale each step used (metrics) follows its
