@@ -295,8 +295,18 @@ class monitor final : public watchdog {
       record_.op[s] = op;
       record_.entered_ns[s] = op == -1 ? 0 : now_wall - (now - entered);
     }
+    merge_gpu_marks(now_wall, now);
     record_.sequence_end = record_.sequence;
     (void)::pwrite(fd_, &record_, sizeof record_, 0);
+  }
+
+  // The GPU's marks, on a GPU with them (else nothing: the CPU's record as it was).
+  void merge_gpu_marks(int64_t now_wall, int64_t now) {
+    watch_status& w = watch_process_status();
+    std::lock_guard<std::mutex> lock(w.gpu_marks_mutex);
+    if (!w.gpu_marks) return;
+    watch_merge_gpu_marks(gpu_, w.gpu_marks, w.gpu_run.load(std::memory_order_acquire), now,
+                          now_wall, record_);
   }
 
   void check() {
@@ -417,6 +427,7 @@ class monitor final : public watchdog {
   int fd_ = -1;
   bool made_here_ = false;  // rank 0, or a rank on a node the directory is not shared with
   watch_record record_;
+  watch_gpu_view gpu_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;
@@ -433,6 +444,28 @@ int64_t watch_op_limit_ns(const program& p, int op, double timeout_s) {
 watch_status& watch_process_status() {
   static watch_status status;
   return status;
+}
+
+void watch_merge_gpu_marks(watch_gpu_view& v, const volatile int32_t* marks, int64_t run,
+                           int64_t now_ns, int64_t now_wall_ns, watch_record& r) {
+  for (int s = 0; s < kStreamCount; ++s) {
+    const int32_t op = marks[s];
+    if (op != v.op[s] || run != v.run) v.since_ns[s] = now_ns;
+    v.op[s] = op;
+    if (op == -1) continue;
+    const int64_t entered = now_wall_ns - (now_ns - v.since_ns[s]);
+    if (r.op[s] == -1 || entered < r.entered_ns[s]) {
+      r.op[s] = op;
+      r.entered_ns[s] = entered;
+    }
+  }
+  v.run = run;
+}
+
+void watch_attach_gpu_marks(const volatile int32_t* marks) {
+  watch_status& w = watch_process_status();
+  std::lock_guard<std::mutex> lock(w.gpu_marks_mutex);
+  w.gpu_marks = marks;
 }
 
 std::string watch_report(const program& p, const std::vector<watch_view>& ranks, int64_t now_ns,

@@ -1,5 +1,6 @@
 // watchdog: never a silent hang. Each stream says which op it runs (relaxed
-// atomic stores, nothing allocated); a monitor thread per rank publishes
+// atomic stores, nothing allocated; on a GPU the GPU's streams write it
+// themselves, runtime/cuda/executor.h); a monitor thread per rank publishes
 // that, with a heartbeat, to a small file in a job-shared watch directory (a
 // side channel beside the blocked communicators), and when one of its ops
 // outlasts the stall timeout composes one report from every rank's file,
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -31,10 +33,24 @@ struct watch_status {
   watch_stream_slot streams[kStreamCount];
   std::atomic<int64_t> step{-1};             // the 0-based training step last run
   std::atomic<int64_t> validation_pass{-1};  // >= 0 while a validation pass runs
-  int64_t inject_stall_step = -1;            // this rank sleeps in its first compute op
-  double inject_stall_seconds = 0;           // ...of this 0-based step, this long
+  int64_t inject_stall_step = -1;            // this rank stalls its first compute op (CPU:
+  double inject_stall_seconds = 0;           // sleeps in it; GPU: spins) of this step, this long
+  // The CUDA executor's GPU-side marks (runtime/cuda/executor.h): per stream,
+  // the op the GPU runs (-1: none), written by the GPU itself into mapped
+  // pinned memory; null on the CPU and where the GPU cannot write them. Set
+  // and read under gpu_marks_mutex (watch_attach_gpu_marks), so that the
+  // monitor never reads them after the executor freed them.
+  const volatile int32_t* gpu_marks = nullptr;
+  // Raised by the executor before each run it issues (a step, a validation
+  // pass): the same mark in another run is another instance of the op.
+  std::atomic<int64_t> gpu_run{0};
+  std::mutex gpu_marks_mutex;
 };
 watch_status& watch_process_status();
+
+// Points the monitor at the GPU's marks (kStreamCount words), or, with null,
+// withdraws them; once it returns the monitor no longer reads the old ones.
+void watch_attach_gpu_marks(const volatile int32_t* marks);
 
 inline void watch_enter(watch_stream_slot& s, int op, int64_t now_ns) {
   s.entered_ns.store(now_ns, std::memory_order_relaxed);
@@ -43,6 +59,21 @@ inline void watch_enter(watch_stream_slot& s, int op, int64_t now_ns) {
 inline void watch_leave(watch_stream_slot& s) {
   s.op.store(-1, std::memory_order_relaxed);
 }
+// While it lives, slot `s` names op `op` (an op some thread runs to its end
+// or leaves by an exception).
+class watch_op_scope {
+ public:
+  watch_op_scope(watch_stream_slot& s, int op, int64_t now_ns) : slot_(s) {
+    watch_enter(slot_, op, now_ns);
+  }
+  ~watch_op_scope() { watch_leave(slot_); }
+  watch_op_scope(const watch_op_scope&) = delete;
+  watch_op_scope& operator=(const watch_op_scope&) = delete;
+
+ private:
+  watch_stream_slot& slot_;
+};
+
 // The op a rank's compute slot names while its main thread waits in a
 // collective outside the schedule: the loss all-reduce after a step's ops,
 // the straggler gather after it (--straggler-every).
@@ -79,6 +110,25 @@ struct watch_record {
   int64_t sequence_end = 0;
 };
 inline constexpr uint64_t kWatchRecordMagic = 0x3130686374617766ull;  // "fwatch01", little-endian
+
+// The monitor's memory of the GPU's marks (watch_status::gpu_marks) from one
+// tick to the next: each stream's mark, since when (trace_clock_ns) it has
+// been that, and the run (watch_status::gpu_run) it was read in.
+struct watch_gpu_view {
+  int32_t op[kStreamCount] = {-1, -1, -1, -1, -1, -1};
+  int64_t since_ns[kStreamCount] = {};
+  int64_t run = -1;
+};
+
+// One tick's look at the marks of run `run` (kStreamCount words), at now_ns
+// (trace_clock_ns) and now_wall_ns (the record's clock), into r: a stream's
+// mark that changed since the last look, or is of another run (another
+// instance of the op), entered now: tick-granular, as the limits are
+// seconds. Where r already names an op of the stream (the host's side: the
+// host worker's op, a host-synchronous collective) it keeps whichever has run
+// longer, the one a stall would be in.
+void watch_merge_gpu_marks(watch_gpu_view& v, const volatile int32_t* marks, int64_t run,
+                           int64_t now_ns, int64_t now_wall_ns, watch_record& r);
 
 // How the reporter sees a rank: its monitor answers (a fresh heartbeat),
 // stopped answering (a stale one: a stopped or wedged process), its process

@@ -22,12 +22,26 @@
 // the issuing thread issues), when --no-graph is given, or for the step being
 // traced (its per-op timing events are recorded eagerly).
 //
+// Watchdog marks (runtime/watchdog.h): each stream writes, by stream memory
+// operations (cuStreamWriteValue32: no kernel, captured into the graph as
+// memory-operation nodes), an op's index into its word of a small mapped
+// pinned buffer when it reaches the op (after the op's dependency waits) and
+// -1 when the op's work is done; the monitor reads the words. Where the GPU
+// cannot (a note at start says why) or FSDPGEN_GPU_MARKS=0, only the host's
+// side is marked. The collectives the issuing thread runs host-synchronously
+// (the MPI test mode) are marked on the host instead, as a CPU stream marks
+// them: the host first waits for their dependencies, unmarked. With
+// --inject-stall, the stalled step is issued eagerly with a spin kernel
+// (runtime/cuda/spin.h) before its first compute op, after that op's mark.
+//
 // Trace times: GPU ops from CUDA events after the step's start event; host
 // ops from the host clock after the moment that event completed (a traced
 // step waits for it before issuing on), so both share one origin to within
 // microseconds.
 #pragma once
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -56,11 +70,19 @@ struct gpu_executor {
   bool graphs = true;                     // may capture
   cudaGraphExec_t graph = nullptr;        // once captured
   std::vector<int64_t> start_ns, end_ns;  // per op, of the last timed step
+  std::vector<char> host_sync;            // per op: a collective run host-synchronously (mpi-test)
+  int stall_op = -1;                      // the compute stream's first op on the GPU
+  // The watchdog's marks: kStreamCount words (null: not written by the GPU),
+  // their device address, and the driver's cuStreamWriteValue32.
+  int32_t* marks = nullptr;
+  CUdeviceptr marks_device = 0;
+  PFN_cuStreamWriteValue32_v11070 write_value = nullptr;
 };
 
 // use_graphs: whether the step may be captured (the caller decides, by the
 // rules above: never for a program with host ops). Throws when a
-// GPU op depends on a host op, or a communicator would serve both.
+// GPU op depends on a host op, or a communicator would serve both. Sets up
+// the watchdog's marks (see above) and hands them to the monitor.
 void gpu_executor_start(gpu_executor& e, const program& p, step_context& ctx, gpu_context& gc,
                         bool use_graphs);
 // Runs one step and waits for it (the GPU and the host worker); with
@@ -70,7 +92,8 @@ void gpu_executor_run_step(gpu_executor& e, int64_t step, bool timed);
 // Issues ops 0 .. op_count-1 (a prefix with no host op, such as the
 // validation pass) eagerly, untimed, and waits for them.
 void gpu_executor_run_prefix(gpu_executor& e, int op_count);
-// Stops the host worker and frees the streams and events. Returns false when
+// Withdraws the marks from the monitor, stops the host worker and frees the
+// streams, events and marks. Returns false when
 // the host worker could not be stopped (see host_worker_stop; only after a
 // failure, with several ranks): the host memory its ops use must then stay
 // allocated.

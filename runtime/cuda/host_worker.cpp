@@ -17,6 +17,7 @@
 #include "runtime/cuda/check.cuh"
 #include "runtime/poll.h"
 #include "runtime/trace.h"
+#include "runtime/watchdog.h"
 
 struct host_worker_state {
   const program* p = nullptr;
@@ -63,7 +64,11 @@ void run_op(host_worker_state& s, int id, bool timed, int64_t origin_ns) {
   for (int d = 0; d < op.dep_count; ++d)
     if (!s.on_host[static_cast<size_t>(op.deps[d])])
       wait_for_gpu(s, s.done[static_cast<size_t>(op.deps[d])]);
-  if (timed) s.start_ns[static_cast<size_t>(id)] = trace_clock_ns() - origin_ns;
+  // The watchdog's mark, as a CPU stream's: the op, once its dependencies are done.
+  const int64_t start = trace_clock_ns();
+  const watch_op_scope running(watch_process_status().streams[static_cast<int>(op.stream)], id,
+                               start);
+  if (timed) s.start_ns[static_cast<size_t>(id)] = start - origin_ns;
   op.run(*s.ctx);
   if (timed) s.end_ns[static_cast<size_t>(id)] = trace_clock_ns() - origin_ns;
 }

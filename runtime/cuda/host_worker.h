@@ -8,7 +8,9 @@
 // never gets there), then runs it. Its dependencies that run on the host ran
 // before it on this thread. No GPU op depends on a host op within a step
 // (gpu_executor_start checks), so the issuing thread never waits for the
-// worker and keeps feeding the GPU; a step ends when both are done.
+// worker and keeps feeding the GPU; a step ends when both are done. While it
+// runs an op, the watchdog's slot of the op's stream names it
+// (runtime/watchdog.h), as a CPU stream's would.
 #pragma once
 
 #include <cuda_runtime.h>

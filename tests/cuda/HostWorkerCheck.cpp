@@ -5,8 +5,8 @@
 // flag the test sets when its GPU op would have finished. Checks that host
 // ops run in issue order, each only after its GPU dependencies; that a
 // failure reaches the issuing thread; that stopping ends a wait for the GPU
-// and leaves a stuck op running instead of waiting for it; timing; and the
-// start-up checks of a program's host ops.
+// and leaves a stuck op running instead of waiting for it; timing; the
+// watchdog's marks; and the start-up checks of a program's host ops.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -21,6 +21,7 @@
 
 #include "runtime/cuda/host_worker.h"
 #include "runtime/step.h"
+#include "runtime/watchdog.h"
 
 // A stub event: done once the test says its GPU op finished.
 struct CUevent_st {
@@ -248,6 +249,31 @@ TEST_F(HostWorker, StopLeavesAStuckOpRunning) {
   while (!g_finished)
     std::this_thread::sleep_for(1ms);
   std::this_thread::sleep_for(10ms);
+}
+
+// The watchdog (runtime/watchdog.h) sees a host op as a CPU stream's: the
+// slot of the op's stream names it while it runs, and no op while the worker
+// waits for the GPU or after the op.
+TEST_F(HostWorker, MarksTheWatchdogSlotOfTheOpsStreamWhileItRuns) {
+  f->ops[4].run = block;
+  const watch_stream_slot& host = watch_process_status().streams[static_cast<int>(stream_id::host)];
+  const watch_stream_slot& allreduce =
+      watch_process_status().streams[static_cast<int>(stream_id::allreduce)];
+  start();
+  host_worker_begin_step(w, false, 0);
+  for (int id : {1, 3, 4})
+    host_worker_hand_over(w, id);
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(host.op.load(), -1) << "op 1 waits for GPU op 0: it does not run yet";
+  f->finish_gpu_op(0);
+  f->finish_gpu_op(2);
+  while (!g_blocked)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(allreduce.op.load(), 4);
+  EXPECT_EQ(host.op.load(), -1) << "ops 1 and 3 are done";
+  g_release = true;
+  host_worker_finish_step(w, start_ns, end_ns);
+  EXPECT_EQ(allreduce.op.load(), -1);
 }
 
 TEST_F(HostWorker, HandingOverMoreThanAStepsHostOpsIsAnError) {

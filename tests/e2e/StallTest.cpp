@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/e2e/E2e.h"
+#include "tests/e2e/Stall.h"
 
 namespace fsdpgen::test {
 namespace {
@@ -24,52 +25,10 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
-constexpr int kStalledExitCode = 3;  // runtime/watchdog.h
-
 fs::path stall_binary(int world) {
   E2eConfig c;
   c.world = world;
   return shared_binary(e2e_dir(fmt::format("stall_w{}", world)), c.spec());
-}
-
-// The compute stream's first op in the binary's schedule: its id and label.
-std::pair<int, std::string> first_compute_op(const fs::path& bin) {
-  CmdResult s = run_command(bin.string() + " --print-schedule");
-  std::smatch m;
-  EXPECT_TRUE(std::regex_search(
-      s.out, m, std::regex(R"(stream compute \(\d+ ops\):\n  #(\d+) +(\S+( \S+)*?) {2,})")))
-      << s.out;
-  return m.empty() ? std::pair{-1, std::string()} : std::pair{std::stoi(m[1]), m[2].str()};
-}
-
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-    ++n;
-  return n;
-}
-
-// A copy of `bin` of this test's own, in e2e_dir(name): tests that find
-// their ranks by executable, or signal them, never touch another test's
-// (CTest runs them in parallel), and their outputs stay apart.
-fs::path own_copy(const fs::path& bin, const std::string& name) {
-  const fs::path dir = e2e_dir(name);
-  fs::copy_file(bin, dir / "train", fs::copy_options::overwrite_existing);
-  return dir / "train";
-}
-
-// The test's own --watch-dir (empty at start), so that what a run leaves
-// there is its own.
-fs::path watch_root(const fs::path& bin) {
-  const fs::path dir = bin.parent_path() / "watch";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-bool holds_nothing(const fs::path& dir) {
-  std::error_code ec;
-  return fs::directory_iterator(dir, ec) == fs::directory_iterator();
 }
 
 class InjectedStall : public ::testing::TestWithParam<int> {};

@@ -1,6 +1,7 @@
 // Watchdog: the stall report composed from every rank's record (which rank
 // holds the others up, in which op and step, where the others wait), the
-// records' layout and --inject-stall's parsing.
+// records' layout, the GPU's marks merged into a record and --inject-stall's
+// parsing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -177,6 +178,56 @@ TEST(Watchdog, NamesValidationAndRanksWithoutRecords) {
       first_line(report).rfind("stall at the validation after step 1041 (pass 3): rank 0 ", 0), 0u)
       << report;
   EXPECT_NE(report.find("  rank 1: no record"), std::string::npos) << report;
+}
+
+// The GPU's marks (a GPU stream's op, written by the GPU, runtime/cuda/executor.h)
+// as the monitor merges them into its record at each tick: a mark entered at
+// the tick it first shows, the same op in another run (the next step) entered
+// anew, -1 nothing; the host's own mark of the stream kept where it is older.
+TEST(Watchdog, GpuMarksEnterAtTheTickTheyChangeOrTheRunDoes) {
+  const int c = static_cast<int>(stream_id::compute), ag = static_cast<int>(stream_id::allgather);
+  int32_t marks[kStreamCount] = {-1, -1, -1, -1, -1, -1};
+  watch_gpu_view v;
+  // The record's host-side marks as publish() leaves them: none running.
+  auto look = [&](int64_t run, int64_t tick) {
+    watch_record r;
+    watch_merge_gpu_marks(v, marks, run, tick * kSecond, kNow + tick * kSecond, r);
+    return r;
+  };
+  marks[c] = 1;
+  watch_record r = look(5, 0);
+  EXPECT_EQ(r.op[c], 1);
+  EXPECT_EQ(r.entered_ns[c], kNow);
+  EXPECT_EQ(r.op[ag], -1);
+  r = look(5, 3);  // F u0 runs on: still entered at tick 0
+  EXPECT_EQ(r.op[c], 1);
+  EXPECT_EQ(r.entered_ns[c], kNow);
+  r = look(6, 4);  // F u0 again, but of the next step: another instance
+  EXPECT_EQ(r.op[c], 1);
+  EXPECT_EQ(r.entered_ns[c], kNow + 4 * kSecond);
+  marks[c] = 3;
+  marks[ag] = 2;
+  r = look(6, 5);
+  EXPECT_EQ(r.op[c], 3);
+  EXPECT_EQ(r.entered_ns[c], kNow + 5 * kSecond);
+  EXPECT_EQ(r.op[ag], 2);
+  marks[c] = -1;
+  r = look(6, 6);
+  EXPECT_EQ(r.op[c], -1) << "a stream between ops (or waiting for another's) runs none";
+  EXPECT_EQ(r.op[ag], 2);
+  EXPECT_EQ(r.entered_ns[ag], kNow + 5 * kSecond);
+
+  // The host's mark of a stream (a host-synchronous collective) against the GPU's.
+  watch_record host;
+  host.op[ag] = 0;
+  host.entered_ns[ag] = kNow + 5 * kSecond + kSecond / 2;  // after the GPU's op 2 showed
+  watch_merge_gpu_marks(v, marks, 6, 7 * kSecond, kNow + 7 * kSecond, host);
+  EXPECT_EQ(host.op[ag], 2) << "the GPU's op has run longer";
+  host.op[ag] = 0;
+  host.entered_ns[ag] = kNow;  // before it
+  watch_merge_gpu_marks(v, marks, 6, 8 * kSecond, kNow + 8 * kSecond, host);
+  EXPECT_EQ(host.op[ag], 0) << "the host's op has run longer";
+  EXPECT_EQ(host.entered_ns[ag], kNow);
 }
 
 TEST(Watchdog, ParsesInjectedStall) {
