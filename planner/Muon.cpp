@@ -1,0 +1,126 @@
+// Muon: owners of Muon matrices balanced by Newton-Schulz FLOPs, and each
+// rank's slice of each matrix.
+#include "planner/Muon.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+namespace fsdpgen {
+namespace {
+
+void check_inputs(const std::vector<MuonMatrix>& matrices, int64_t shard_elems, int64_t shard_group,
+                  int64_t ns_steps, const std::vector<double>& prior) {
+  if (shard_group < 1)
+    throw std::invalid_argument(
+        fmt::format("muon owners: shard group of {} ranks (at least 1)", shard_group));
+  if (ns_steps < 0)
+    throw std::invalid_argument(fmt::format("muon owners: ns_steps {} is negative", ns_steps));
+  if (!prior.empty() && static_cast<int64_t>(prior.size()) != shard_group)
+    throw std::invalid_argument(fmt::format(
+        "muon owners: {} prior loads for a shard group of {} ranks", prior.size(), shard_group));
+  const int64_t flat = shard_elems * shard_group;
+  for (const MuonMatrix& m : matrices) {
+    if (m.rows < 1 || m.cols < 1)
+      throw std::invalid_argument(
+          fmt::format("muon owners: matrix {} of shape ({}, {}): both sides must be positive",
+                      m.name, m.rows, m.cols));
+    if (m.offset_elems < 0 || m.offset_elems + m.elems() > flat)
+      throw std::invalid_argument(fmt::format(
+          "muon owners: matrix {} at [{}, {}) lies outside the unit's flat parameter "
+          "of {} elements ({} ranks x {})",
+          m.name, m.offset_elems, m.offset_elems + m.elems(), flat, shard_group, shard_elems));
+  }
+  std::vector<size_t> order(matrices.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return matrices[a].offset_elems < matrices[b].offset_elems;
+  });
+  for (size_t i = 1; i < order.size(); ++i) {
+    const MuonMatrix& a = matrices[order[i - 1]];
+    const MuonMatrix& b = matrices[order[i]];
+    if (a.offset_elems + a.elems() > b.offset_elems)
+      throw std::invalid_argument(fmt::format(
+          "muon owners: matrices {} at [{}, {}) and {} at [{}, {}) overlap", a.name, a.offset_elems,
+          a.offset_elems + a.elems(), b.name, b.offset_elems, b.offset_elems + b.elems()));
+  }
+}
+
+// The ranks whose shards hold part of m, in rank order (check_inputs has
+// made sure that m lies inside the flat parameter, so shard_elems > 0).
+std::vector<MuonSlice> slices_of(const MuonMatrix& m, int64_t shard_elems) {
+  std::vector<MuonSlice> out;
+  const int64_t lo = m.offset_elems, hi = m.offset_elems + m.elems();
+  for (int64_t r = lo / shard_elems; r * shard_elems < hi; ++r) {
+    const int64_t shard_lo = r * shard_elems;
+    const int64_t a = std::max(lo, shard_lo), b = std::min(hi, shard_lo + shard_elems);
+    out.push_back({r, a - lo, b - lo, a - shard_lo});
+  }
+  return out;
+}
+
+int64_t held_by(const std::vector<MuonSlice>& slices, int64_t rank) {
+  for (const MuonSlice& s : slices)
+    if (s.rank == rank) return s.end - s.begin;
+  return 0;
+}
+
+}  // namespace
+
+double muon_ns_flops(int64_t rows, int64_t cols, int64_t ns_steps) {
+  const double m = static_cast<double>(std::min(rows, cols));
+  const double n = static_cast<double>(std::max(rows, cols));
+  return static_cast<double>(ns_steps) * (4.0 * m * m * n + 2.0 * m * m * m);
+}
+
+MuonAssignment assign_muon_owners(const std::vector<MuonMatrix>& matrices, int64_t shard_elems,
+                                  int64_t shard_group, int64_t ns_steps,
+                                  const std::vector<double>& prior_flops) {
+  check_inputs(matrices, shard_elems, shard_group, ns_steps, prior_flops);
+  MuonAssignment a;
+  a.rank_flops = prior_flops.empty() ? std::vector<double>(static_cast<size_t>(shard_group), 0.0)
+                                     : prior_flops;
+  for (const MuonMatrix& m : matrices)
+    a.matrices.push_back({0, muon_ns_flops(m.rows, m.cols, ns_steps), slices_of(m, shard_elems)});
+  // Largest first; equal costs in input order, so that the answer depends
+  // only on the input.
+  std::vector<size_t> order(matrices.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    return a.matrices[x].ns_flops > a.matrices[y].ns_flops;
+  });
+  for (size_t i : order) {
+    MuonOwner& o = a.matrices[i];
+    int64_t best = 0;
+    for (int64_t r = 1; r < shard_group; ++r) {
+      const double lr = a.rank_flops[static_cast<size_t>(r)];
+      const double lb = a.rank_flops[static_cast<size_t>(best)];
+      if (lr < lb || (lr == lb && held_by(o.slices, r) > held_by(o.slices, best))) best = r;
+    }
+    o.owner = best;
+    a.rank_flops[static_cast<size_t>(best)] += o.ns_flops;
+  }
+  return a;
+}
+
+std::string print_muon_assignment(const std::vector<MuonMatrix>& matrices,
+                                  const MuonAssignment& a) {
+  std::string out;
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    const MuonMatrix& m = matrices[i];
+    const MuonOwner& o = a.matrices[i];
+    out += fmt::format("{} ({}, {}) owner {}, {:.3g} GFLOP, slices", m.name, m.rows, m.cols,
+                       o.owner, o.ns_flops / 1e9);
+    for (const MuonSlice& s : o.slices)
+      out += fmt::format(" r{} [{}, {})", s.rank, s.begin, s.end);
+    out += "\n";
+  }
+  out += "Newton-Schulz GFLOP per rank:";
+  for (double f : a.rank_flops)
+    out += fmt::format(" {:.3g}", f / 1e9);
+  return out + "\n";
+}
+
+}  // namespace fsdpgen

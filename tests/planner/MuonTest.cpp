@@ -1,0 +1,273 @@
+// MuonTest: the Muon owner assignment (planner/Muon.h): each matrix's slices
+// cover it exactly once and sit where the flat shards put them (also for
+// lowered specs of every strategy), owners balance Newton-Schulz FLOPs within
+// the largest matrix's, the answer is deterministic and pinned for a case
+// worked out by hand, a shard group of one owns everything, and bad inputs
+// are named.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "planner/Muon.h"
+#include "tests/planner/PlanTestUtil.h"
+
+namespace fsdpgen::test {
+namespace {
+
+// Slices in rank order, contiguous, covering [0, elems) once, each where the
+// flat layout puts it: rank * shard_elems + shard_offset is the flat element
+// offset_elems + begin, inside that rank's shard.
+void expect_slices_tile(const MuonMatrix& m, const MuonOwner& o, int64_t shard_elems,
+                        int64_t shard_group) {
+  SCOPED_TRACE(m.name);
+  ASSERT_FALSE(o.slices.empty());
+  int64_t next = 0, last_rank = -1;
+  for (const MuonSlice& s : o.slices) {
+    EXPECT_GT(s.rank, last_rank);
+    EXPECT_LT(s.rank, shard_group);
+    EXPECT_EQ(s.begin, next);
+    EXPECT_LT(s.begin, s.end);
+    EXPECT_GE(s.shard_offset, 0);
+    EXPECT_LE(s.shard_offset + (s.end - s.begin), shard_elems);
+    EXPECT_EQ(s.rank * shard_elems + s.shard_offset, m.offset_elems + s.begin);
+    next = s.end;
+    last_rank = s.rank;
+  }
+  EXPECT_EQ(next, m.elems());
+  EXPECT_GE(o.owner, 0);
+  EXPECT_LT(o.owner, shard_group);
+}
+
+void expect_balanced(const MuonAssignment& a) {
+  double largest = 0;
+  for (const MuonOwner& o : a.matrices)
+    largest = std::max(largest, o.ns_flops);
+  const auto [lo, hi] = std::minmax_element(a.rank_flops.begin(), a.rank_flops.end());
+  EXPECT_LE(*hi - *lo, largest);
+  double total = 0, per_rank = 0;
+  for (const MuonOwner& o : a.matrices)
+    total += o.ns_flops;
+  for (double f : a.rank_flops)
+    per_rank += f;
+  EXPECT_DOUBLE_EQ(per_rank, total);
+}
+
+// A unit's matrices packed from offset 0 with gaps (biases, norms) between.
+std::vector<MuonMatrix> packed(const std::vector<std::pair<int64_t, int64_t>>& shapes,
+                               int64_t gap) {
+  std::vector<MuonMatrix> out;
+  int64_t offset = gap;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    out.push_back({"m" + std::to_string(i), shapes[i].first, shapes[i].second, offset});
+    offset += out.back().elems() + gap;
+  }
+  return out;
+}
+
+int64_t flat_end(const std::vector<MuonMatrix>& ms) {
+  int64_t end = 0;
+  for (const MuonMatrix& m : ms)
+    end = std::max(end, m.offset_elems + m.elems());
+  return end;
+}
+
+TEST(MuonOwners, NewtonSchulzFlopsByHand) {
+  // m = 4, n = 8: per iteration 4 m^2 n + 2 m^3 = 512 + 128.
+  EXPECT_DOUBLE_EQ(muon_ns_flops(4, 8, 5), 5 * 640.0);
+  EXPECT_DOUBLE_EQ(muon_ns_flops(8, 4, 5), 5 * 640.0);
+  EXPECT_DOUBLE_EQ(muon_ns_flops(3, 3, 1), 4 * 27.0 + 2 * 27.0);
+  EXPECT_DOUBLE_EQ(muon_ns_flops(3, 3, 0), 0.0);
+}
+
+// Many layouts: slices tile every matrix and loads balance.
+TEST(MuonOwners, SlicesCoverEachMatrixOnceAndLoadsBalance) {
+  const std::vector<std::vector<std::pair<int64_t, int64_t>>> units = {
+      {{64, 192}, {64, 64}, {64, 256}, {256, 64}},  // a GPT-2 block, width 64
+      {{3, 7}, {7, 3}, {1, 1}, {5, 5}},
+      {{96, 32}, {32, 96}, {64, 64}, {17, 33}, {33, 17}, {128, 8}},
+      {{1000, 1}},
+  };
+  for (size_t u = 0; u < units.size(); ++u)
+    for (int64_t gap : {0, 13, 64})
+      for (int64_t S : {1, 2, 3, 4, 8, 64}) {
+        SCOPED_TRACE("unit " + std::to_string(u) + " gap " + std::to_string(gap) + " S " +
+                     std::to_string(S));
+        const std::vector<MuonMatrix> ms = packed(units[u], gap);
+        const int64_t shard_elems = (flat_end(ms) + gap + S - 1) / S;
+        const MuonAssignment a = assign_muon_owners(ms, shard_elems, S, 5);
+        ASSERT_EQ(a.matrices.size(), ms.size());
+        ASSERT_EQ(a.rank_flops.size(), static_cast<size_t>(S));
+        for (size_t i = 0; i < ms.size(); ++i)
+          expect_slices_tile(ms[i], a.matrices[i], shard_elems, S);
+        expect_balanced(a);
+      }
+}
+
+// Four shards of 100: a matrix inside rank 0's, one from 90 to 210 across
+// three shards, one inside rank 2's; worked out by hand.
+TEST(MuonOwners, MatricesCrossingShardBoundaries) {
+  const std::vector<MuonMatrix> ms = {{"a", 10, 9, 0}, {"b", 12, 10, 90}, {"c", 4, 5, 250}};
+  const MuonAssignment a = assign_muon_owners(ms, 100, 4, 5);
+  EXPECT_EQ(a.matrices[0].slices, (std::vector<MuonSlice>{{0, 0, 90, 0}}));
+  EXPECT_EQ(a.matrices[1].slices,
+            (std::vector<MuonSlice>{{0, 0, 10, 90}, {1, 10, 110, 0}, {2, 110, 120, 0}}));
+  EXPECT_EQ(a.matrices[2].slices, (std::vector<MuonSlice>{{2, 0, 20, 50}}));
+  // b is the largest: all ranks idle, it goes to rank 1, which holds most of
+  // it; a next to the least loaded rank holding most of a (0); c then has
+  // ranks 2 and 3 idle and goes to 2, which holds it.
+  EXPECT_EQ(a.matrices[1].owner, 1);
+  EXPECT_EQ(a.matrices[0].owner, 0);
+  EXPECT_EQ(a.matrices[2].owner, 2);
+}
+
+// Same input, same answer; and a case pinned by hand: one large matrix
+// across both shards and four small ones, two in each shard.
+TEST(MuonOwners, DeterministicAndPinned) {
+  const std::vector<MuonMatrix> ms = packed({{8, 8}, {8, 8}, {16, 16}, {8, 8}, {8, 8}}, 0);
+  const MuonAssignment a = assign_muon_owners(ms, 256, 2, 5);
+  const MuonAssignment b = assign_muon_owners(ms, 256, 2, 5);
+  for (size_t i = 0; i < ms.size(); ++i)
+    EXPECT_EQ(a.matrices[i].owner, b.matrices[i].owner);
+  EXPECT_EQ(a.rank_flops, b.rank_flops);
+  // m2 (16, 16) goes first and lies at [128, 384), 128 elements on each
+  // rank: the tie goes to rank 0. The small ones follow in input order, each
+  // to rank 1, which stays the less loaded (4 small < 1 large).
+  const double small = muon_ns_flops(8, 8, 5), large = muon_ns_flops(16, 16, 5);
+  EXPECT_EQ(large, 8 * small);
+  EXPECT_EQ(a.matrices[2].owner, 0);
+  EXPECT_EQ(a.matrices[0].owner, 1);
+  EXPECT_EQ(a.matrices[1].owner, 1);
+  EXPECT_EQ(a.matrices[3].owner, 1);
+  EXPECT_EQ(a.matrices[4].owner, 1);
+  EXPECT_EQ(a.rank_flops, (std::vector<double>{large, 4 * small}));
+}
+
+// Equal loads go to the rank that holds most of the matrix.
+TEST(MuonOwners, TiesGoToTheHolder) {
+  const std::vector<MuonMatrix> ms = {{"late", 4, 4, 300}};
+  const MuonAssignment a = assign_muon_owners(ms, 100, 4, 5);
+  EXPECT_EQ(a.matrices[0].owner, 3);
+}
+
+// Loads carried from earlier units steer the next unit's matrices away from
+// the loaded ranks.
+TEST(MuonOwners, PriorLoadsCarryAcrossUnits) {
+  const std::vector<MuonMatrix> ms = packed({{8, 8}, {8, 8}}, 0);
+  const double small = muon_ns_flops(8, 8, 5);
+  const MuonAssignment a = assign_muon_owners(ms, 32, 4, 5, {3 * small, 0, 3 * small, small});
+  EXPECT_EQ(a.matrices[0].owner, 1);
+  // m0 to rank 1, the idle one; then ranks 1 and 3 tie at one small, and
+  // m1 ([64, 128): ranks 2 and 3) goes to rank 3, which holds half of it.
+  EXPECT_EQ(a.matrices[1].owner, 3);
+  EXPECT_EQ(a.rank_flops, (std::vector<double>{3 * small, small, 3 * small, 2 * small}));
+}
+
+TEST(MuonOwners, ShardGroupOfOneOwnsEverythingLocally) {
+  const std::vector<MuonMatrix> ms = packed({{64, 192}, {64, 64}, {256, 64}}, 7);
+  const int64_t flat = flat_end(ms) + 9;
+  const MuonAssignment a = assign_muon_owners(ms, flat, 1, 5);
+  for (size_t i = 0; i < ms.size(); ++i) {
+    EXPECT_EQ(a.matrices[i].owner, 0);
+    EXPECT_EQ(a.matrices[i].slices,
+              (std::vector<MuonSlice>{{0, 0, ms[i].elems(), ms[i].offset_elems}}));
+  }
+}
+
+// The 2-D tensors of each block unit of a lowered spec, as Muon matrices.
+std::vector<MuonMatrix> block_matrices(const FlatUnit& u) {
+  std::vector<MuonMatrix> out;
+  for (const FlatTensor& t : u.tensors)
+    if (t.shape.size() == 2) out.push_back({t.name, t.shape[0], t.shape[1], t.offset_elems});
+  return out;
+}
+
+// Lowered specs of every strategy: slices where Lower's shards put them; a
+// shard group of one (no_shard) owns every matrix on rank 0.
+TEST(MuonOwners, LoweredSpecs) {
+  for (const auto& [sharding, world, group] :
+       std::vector<std::tuple<std::string, int, int>>{{"full_shard", 4, 0},
+                                                      {"shard_grad_op", 2, 0},
+                                                      {"no_shard", 4, 0},
+                                                      {"hybrid_shard", 4, 2},
+                                                      {"full_shard", 8, 0}}) {
+    Config c;
+    c.sharding = sharding;
+    c.world = world;
+    c.shard_group = group;
+    c.width = 96;
+    SCOPED_TRACE(c.name());
+    const Planned p = plan_text(c.text());
+    const int64_t S = p.units.spec.parallel.shard_group;
+    EXPECT_EQ(S, sharding == "no_shard" ? 1 : group ? group : world);
+    std::vector<double> loads;
+    for (const FlatUnit& u : p.units.units) {
+      if (u.index == 0) continue;  // the root: embeddings and head stay with AdamW
+      const std::vector<MuonMatrix> ms = block_matrices(u);
+      ASSERT_EQ(ms.size(), 4u);  // c_attn, c_proj, c_fc, mlp.c_proj
+      const MuonAssignment a = assign_muon_owners(ms, u.shard_elems, S, 5, loads);
+      loads = a.rank_flops;
+      bool crosses = false;
+      for (size_t i = 0; i < ms.size(); ++i) {
+        expect_slices_tile(ms[i], a.matrices[i], u.shard_elems, S);
+        crosses |= a.matrices[i].slices.size() > 1;
+        if (S == 1) {
+          EXPECT_EQ(a.matrices[i].owner, 0);
+        }
+      }
+      EXPECT_EQ(crosses, S > 1);
+    }
+    double largest = muon_ns_flops(96, 4 * 96, 5);
+    const auto [lo, hi] = std::minmax_element(loads.begin(), loads.end());
+    EXPECT_LE(*hi - *lo, largest);
+  }
+}
+
+template <class F>
+void expect_invalid(F f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one containing '" << parts[0] << "'";
+  } catch (const std::invalid_argument& e) {
+    for (const std::string& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+          << "message: " << e.what() << "\nmissing: " << p;
+  }
+}
+
+TEST(MuonOwners, BadInputsNameTheProblem) {
+  expect_invalid(
+      [] {
+        assign_muon_owners({{"q", 4, 4, 0}, {"k", 4, 4, 10}}, 64, 2, 5);
+      },
+      {"matrices q at [0, 16) and k at [10, 26) overlap"});
+  expect_invalid(
+      [] {
+        assign_muon_owners({{"w", 8, 8, 100}}, 64, 2, 5);
+      },
+      {"matrix w at [100, 164)", "outside", "128 elements (2 ranks x 64)"});
+  expect_invalid(
+      [] {
+        assign_muon_owners({{"w", 0, 8, 0}}, 64, 2, 5);
+      },
+      {"matrix w of shape (0, 8)", "positive"});
+  expect_invalid([] { assign_muon_owners({}, 64, 0, 5); }, {"shard group of 0 ranks"});
+  expect_invalid([] { assign_muon_owners({}, 64, 2, -1); }, {"ns_steps -1"});
+  expect_invalid([] { assign_muon_owners({}, 64, 2, 5, {1.0}); },
+                 {"1 prior loads for a shard group of 2 ranks"});
+}
+
+TEST(MuonOwners, PrintsOneMatrixALine) {
+  const std::vector<MuonMatrix> ms = {{"c_attn", 4, 12, 40}};
+  const MuonAssignment a = assign_muon_owners(ms, 50, 2, 5);
+  EXPECT_EQ(print_muon_assignment(ms, a),
+            "c_attn (4, 12) owner 1, 4.48e-06 GFLOP, slices r0 [0, 10) r1 [10, 48)\n"
+            "Newton-Schulz GFLOP per rank: 0 4.48e-06\n");
+}
+
+}  // namespace
+}  // namespace fsdpgen::test
