@@ -15,6 +15,8 @@
 #include "runtime/check.h"
 #include "runtime/files/checkpoint_files.h"
 #include "runtime/files/file_io.h"
+#include "runtime/trace.h"
+#include "runtime/watchdog.h"
 #include "runtime/weights.h"
 
 namespace fs = std::filesystem;
@@ -186,6 +188,7 @@ namespace {
 
 // Collective: rank 0 makes DIR/step_N.partial, empty; returns its path.
 std::string begin_save(step_context& c, const checkpoint_config& cfg, int64_t step) {
+  const watch_outside_step watched(kWatchCheckpointAgree, trace_clock_ns());
   const std::string partial = checkpoint_partial_dir(checkpoint_step_dir(cfg.dir, step));
   std::string error;
   if (c.comms.rank == 0) {
@@ -216,6 +219,7 @@ std::string shard_path(const step_context& c, const std::string& partial) {
 checkpoint_saved complete_save(step_context& c, const checkpoint_config& cfg,
                                const checkpoint_state& s, const std::string& partial,
                                const std::vector<uint32_t>& crcs, std::string error) {
+  const watch_outside_step watched(kWatchCheckpointAgree, trace_clock_ns());
   const program& p = *c.p;
   const bool lead = c.comms.rank == 0;
   checkpoint_saved out;
@@ -295,6 +299,7 @@ checkpoint_saved checkpoint_save(step_context& c, const checkpoint_config& cfg,
   std::string error;
   try {
     if (writes_shard(c)) {
+      const watch_outside_step watched(kWatchCheckpointWrite, trace_clock_ns());
       const std::vector<checkpoint_part> parts = checkpoint_parts(p);
       std::vector<const std::byte*> from;
       for (const checkpoint_part& part : parts)
@@ -361,7 +366,10 @@ double checkpoint_writer::start(step_context& c, const checkpoint_config& cfg,
 }
 
 checkpoint_saved checkpoint_writer::finish(step_context& c) {
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable()) {
+    const watch_outside_step watched(kWatchCheckpointWrite, trace_clock_ns());
+    thread_.join();
+  }
   pending_ = false;
   checkpoint_saved out = complete_save(c, cfg_, state_, partial_, crcs_, error_);
   out.write_s = write_s_;

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "runtime/check.h"
+#include "runtime/checkpoint.h"
 #include "runtime/comm.h"
 #include "runtime/trace.h"
 
@@ -34,7 +35,9 @@ constexpr const char* kStreamNames[kStreamCount] = {"compute",    "all-gather", 
                                                     "all-reduce", "copy",       "host"};
 
 bool is_collective(const program& p, int op) {
-  if (op == kWatchLossAllReduce || op == kWatchStragglerGather) return true;
+  if (op == kWatchLossAllReduce || op == kWatchStragglerGather || op == kWatchCheckpointAgree)
+    return true;
+  if (op == kWatchCheckpointWrite) return false;
   return op_kind_is_collective(p.ops[op].kind);
 }
 
@@ -42,6 +45,9 @@ bool is_collective(const program& p, int op) {
 std::string op_text(const program& p, int op, int stream) {
   if (op == kWatchLossAllReduce) return "the loss all-reduce after the step's ops";
   if (op == kWatchStragglerGather) return "the straggler gather after the step's ops";
+  if (op == kWatchCheckpointWrite) return "writing its checkpoint shard after the step";
+  if (op == kWatchCheckpointAgree)
+    return "the checkpoint's agreement after the step (every rank's shard written)";
   if (op < 0 || op >= p.op_count) return fmt::format("op {} (not in this program)", op);
   const program_op& o = p.ops[op];
   return fmt::format("op {} ({}: {}, {} stream)", op, o.label, op_kind_name(o.kind),
@@ -437,6 +443,13 @@ class monitor final : public watchdog {
 }  // namespace
 
 int64_t watch_op_limit_ns(const program& p, int op, double timeout_s) {
+  if (op == kWatchCheckpointWrite || op == kWatchCheckpointAgree) {
+    int64_t bytes = 0;
+    for (const checkpoint_part& part : checkpoint_parts(p))
+      bytes += part.bytes;
+    return static_cast<int64_t>(
+        std::max(timeout_s, static_cast<double>(bytes) / kWatchCheckpointBytesPerS) * 1e9);
+  }
   return static_cast<int64_t>(
       std::max(timeout_s, kWatchPredictedFactor * predicted_seconds(p, op)) * 1e9);
 }

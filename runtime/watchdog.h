@@ -79,6 +79,15 @@ class watch_op_scope {
 // the straggler gather after it (--straggler-every).
 inline constexpr int kWatchLossAllReduce = -2;
 inline constexpr int kWatchStragglerGather = -3;
+// ...while it writes its checkpoint shard (or waits for its writer thread to
+// finish it), and while it waits in the checkpoint's agreement (the directory
+// made, every shard written, the checksums gathered, the rename): a rank stuck
+// in a file system is named as the one holding the others up.
+inline constexpr int kWatchCheckpointWrite = -4;
+inline constexpr int kWatchCheckpointAgree = -5;
+// A checkpoint's limit: the stall timeout, or this rank's checkpoint bytes at
+// this rate where that is longer (a slow shared file system's per-rank share).
+inline constexpr double kWatchCheckpointBytesPerS = 50e6;
 
 // While it lives, this rank's compute slot names `op` (one of the above),
 // entered at now_ns (trace_clock_ns()).

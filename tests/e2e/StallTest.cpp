@@ -210,6 +210,54 @@ TEST(Stall, AStoppedRankIsReportedAndTheJobEnds) {
   EXPECT_TRUE(all_ended(bin)) << "every rank ended, the stopped one too";
 }
 
+// A rank whose checkpoint shard never gets written (a stuck shared file
+// system: open() of it never returns) is named as writing its shard, while
+// the other waits in the checkpoint's agreement; the job ends with code 3 and
+// the checkpoint before stays complete. Written synchronously, the stall is at
+// the checkpoint's step; written behind the next steps, at the next
+// checkpoint, which waits for the write.
+class CheckpointStall : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CheckpointStall, TheRankStuckWritingIsNamed) {
+  const bool sync = GetParam();
+  // Checkpoints written behind the steps need the spec's checkpoint (its
+  // planned staging buffer); --checkpoint-every alone writes them at once.
+  E2eConfig c;
+  c.train_extra = "  checkpoint(every = 2, dir = \"ck\", keep = 100)\n";
+  const fs::path bin = own_copy(shared_binary(e2e_dir("stall_checkpoint"), c.spec()),
+                                sync ? "stall_checkpoint_sync" : "stall_checkpoint_async");
+  const fs::path dir = bin.parent_path();
+  const fs::path lib = failing_io_library(dir);
+  fs::remove_all(dir / "ck");
+  const auto t0 = clock_type::now();
+  allow_mpi_as_root();
+  const CmdResult r = run_command(fmt::format(
+      "cd {} && FSDPGEN_TEST_HANG_OPEN=step_00000004.partial/shard_00001.bin LD_PRELOAD={} "
+      "timeout 60 mpirun -n 2 --oversubscribe --bind-to none {} --steps 6 --stall-timeout 2 "
+      "--watch-dir {} {}",
+      dir.string(), lib.string(), bin.string(), watch_root(bin).string(),
+      sync ? "--checkpoint-sync" : ""));
+  const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+  EXPECT_EQ(r.status, kStalledExitCode) << r.out;
+  EXPECT_LT(seconds, 30) << r.out;
+  EXPECT_NE(r.out.find(fmt::format("stall at step {}: rank 1 has been in writing its checkpoint "
+                                   "shard after the step for ",
+                                   sync ? 4 : 6)),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("rank 0 waits in the checkpoint's agreement after the step (every rank's "
+                       "shard written)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_TRUE(fs::exists(dir / "ck" / "step_00000002" / "manifest.json")) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "ck" / "step_00000004")) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Writes, CheckpointStall, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "Sync" : "Behind";
+                         });
+
 // A killed rank: Open MPI's mpirun ends the job at once and names it.
 TEST(Stall, AKilledRankEndsTheJobAndIsNamed) {
   const fs::path bin = own_copy(stall_binary(2), "stall_killed");
