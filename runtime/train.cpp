@@ -87,6 +87,7 @@ struct options {
   std::string inject_stall;  // RANK:STEP:SECONDS (runtime/watchdog.h)
   watchdog_options watch;
   bool checkpoint_sync = false;  // write each checkpoint before the next step (no staging)
+  bool no_watchdog = false;      // run without the watchdog (its cost measured against none)
   bool resume = false;
   std::string resume_from;  // empty: the newest checkpoint in the checkpoint directory
   bool allow_batch_change = false;
@@ -1000,8 +1001,9 @@ int run(const program& p, const options& o, const launch_info& li, const backend
   // After the arena is made: its thread's first pages are not the arena's
   // growth the memory report measures.
   const std::unique_ptr<watchdog> watch =
-      watchdog_start(p, o.watch, li.rank, li.world, li.local_size, settled.checkpoint_dir,
-                     settled.checkpoint_every > 0);
+      o.no_watchdog ? nullptr
+                    : watchdog_start(p, o.watch, li.rank, li.world, li.local_size,
+                                     settled.checkpoint_dir, settled.checkpoint_every > 0);
   t.load_weights();
   t.print_banner();
   t.open_metrics();
@@ -1099,6 +1101,9 @@ int train(const program& p, int argc, char** argv, const backend_kind& kind) {
   app.add_option("--checkpoint-keep", o.run.checkpoint_keep,
                  "newest checkpoints kept (default: the spec's keep)")
       ->check(whole_number(1));
+  app.add_flag("--no-watchdog", o.no_watchdog,
+               "run without the watchdog: a stalled rank then hangs the job until the scheduler "
+               "ends it (for measuring the watchdog's cost: tests/bench/reliability/run.sh)");
   app.add_flag("--checkpoint-sync", o.checkpoint_sync,
                "write each checkpoint before the next step starts (default where the spec plans "
                "checkpoints: copy it into the plan's checkpoint staging buffer and write it "

@@ -105,6 +105,22 @@ TEST(Stall, AShortPauseIsNotReported) {
   EXPECT_TRUE(holds_nothing(watch)) << watch << ": rank 0 removes the watch directory at the end";
 }
 
+// --no-watchdog (for measuring the watchdog's cost): a pause past the stall
+// timeout is not reported, the run ends normally, and no watch directory is
+// made.
+TEST(Stall, NoWatchdogMeansNoReport) {
+  const fs::path bin = own_copy(stall_binary(2), "stall_no_watchdog");
+  const fs::path watch = watch_root(bin);
+  CmdResult r = run_binary(2, bin,
+                           "--steps 3 --stall-timeout 1 --inject-stall 1:1:3 --no-watchdog "
+                           "--watch-dir " +
+                               watch.string());
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("stall at"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("done: 3 steps"), std::string::npos) << r.out;
+  EXPECT_TRUE(holds_nothing(watch)) << watch;
+}
+
 TEST(Stall, InjectStallIsChecked) {
   const fs::path bin = stall_binary(2);
   CmdResult r = run_command(bin.string() + " --inject-stall 2:1:5");
