@@ -1059,7 +1059,7 @@ class Writer {
   std::string all_reduce(const Op& op) const {
     Body b;
     const std::string c = comm(b, op);
-    if (op.unit < 0 && op.group == CommGroup::World) {  // the step's loss, for the guard
+    if (op.is_loss_reduce()) {  // the step's loss, for the guard
       call(b, "step_reduce_loss(c, {}{});", c, gtail());
       return b.text();
     }

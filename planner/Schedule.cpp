@@ -38,6 +38,7 @@ std::string Op::label() const {
   if (unit >= 0) s += fmt::format(" u{}", unit);
   if (segment >= 0) s += fmt::format(" s{}", segment);
   if (micro_batch >= 0) s += fmt::format(" mb{}", micro_batch);
+  if (is_loss_reduce()) s += " loss";
   return s;
 }
 

@@ -152,7 +152,12 @@ struct Op {
   // Bytes this rank sends with a ring algorithm: (n-1)/n of the payload for
   // all-gather and reduce-scatter, twice that for all-reduce.
   int64_t sent_bytes() const;
-  std::string label() const;  // "AG u3", "F s2 mb0", "FREE"
+  std::string label() const;  // "AG u3", "F s2 mb0", "FREE", "AR loss"
+  // The loss-spike guard's all-reduce of the step's loss over every rank
+  // (train.guard's loss_z): the only all-reduce of no unit over the world.
+  bool is_loss_reduce() const {
+    return kind == OpKind::AllReduce && unit < 0 && group == CommGroup::World;
+  }
 };
 
 struct ScheduleOptions {

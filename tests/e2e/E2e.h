@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -254,6 +255,16 @@ inline std::vector<double> read_losses(const std::filesystem::path& metrics) {
   for (const nlohmann::json& m : read_metrics(metrics))
     losses.push_back(m.at("loss").get<double>());
   return losses;
+}
+
+// A checkpoint's files but its manifest (which records the step), by name:
+// the shards' weights and optimizer state, to compare two checkpoints' state.
+inline std::map<std::string, std::string> checkpoint_shard_files(const std::filesystem::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const std::filesystem::directory_entry& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename() != "manifest.json")
+      out[e.path().filename().string()] = file_bytes(e.path());
+  return out;
 }
 
 // A safetensors file's tensor data: the bytes after its header (whose

@@ -9,7 +9,6 @@
 // strategy; a run without a spike is the same with the guard as without it. A
 // non-finite loss or norm without fp16 loss scaling stops the run, naming the
 // step and its rows.
-#include <map>
 
 #include "tests/e2e/E2e.h"
 
@@ -23,16 +22,6 @@ E2eConfig guarded(const std::string& guard, int steps = 7) {
   c.steps = steps;
   c.train_extra = "  guard { " + guard + " }\n";
   return c;
-}
-
-// A checkpoint's files but its manifest (which records the step): the
-// shards' weights and optimizer state.
-std::map<std::string, std::string> shard_files(const fs::path& dir) {
-  std::map<std::string, std::string> out;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir))
-    if (e.path().filename() != "manifest.json")
-      out[e.path().filename().string()] = file_bytes(e.path());
-  return out;
 }
 
 TEST(Guard, ASpikeIsLeftOutByteForByteAndItsRowsAreNamed) {
@@ -66,11 +55,11 @@ TEST(Guard, ASpikeIsLeftOutByteForByteAndItsRowsAreNamed) {
   }
   EXPECT_GT(m[4].at("loss").get<double>(), 100 * m[3].at("loss").get<double>())
       << "the injected step's loss counts 1000 times";
-  const auto before = shard_files(dir / "ck" / "step_00000004");
+  const auto before = checkpoint_shard_files(dir / "ck" / "step_00000004");
   ASSERT_FALSE(before.empty());
-  EXPECT_TRUE(shard_files(dir / "ck" / "step_00000005") == before)
+  EXPECT_TRUE(checkpoint_shard_files(dir / "ck" / "step_00000005") == before)
       << "the shards after the left-out step differ from those before it";
-  EXPECT_FALSE(shard_files(dir / "ck" / "step_00000006") == before)
+  EXPECT_FALSE(checkpoint_shard_files(dir / "ck" / "step_00000006") == before)
       << "the step after it is applied";
 }
 
@@ -144,8 +133,8 @@ TEST(Guard, MaxSkipsInARowStopWithACheckpointThatResumesAfterThem) {
                        "row (steps 5 to 6, max_skips 2)"),
             std::string::npos)
       << r.out;
-  EXPECT_TRUE(shard_files(dir / "ck" / "step_00000006") ==
-              shard_files(dir / "ck" / "step_00000004"));
+  EXPECT_TRUE(checkpoint_shard_files(dir / "ck" / "step_00000006") ==
+              checkpoint_shard_files(dir / "ck" / "step_00000004"));
   EXPECT_FALSE(fs::exists(dir / "ck" / "step_00000007"));
   const CmdResult resumed =
       run_binary(c.world, bin, "--resume ck --metrics resumed.jsonl --inject-spike 7");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "planner/Muon.h"
+#include "tests/common/ExpectError.h"
 #include "tests/planner/PlanTestUtil.h"
 
 namespace fsdpgen::test {
@@ -227,38 +228,27 @@ TEST(MuonOwners, LoweredSpecs) {
   }
 }
 
-template <class F>
-void expect_invalid(F f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing '" << parts[0] << "'";
-  } catch (const std::invalid_argument& e) {
-    for (const std::string& p : parts)
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "message: " << e.what() << "\nmissing: " << p;
-  }
-}
-
 TEST(MuonOwners, BadInputsNameTheProblem) {
-  expect_invalid(
+  expect_error<std::invalid_argument>(
       [] {
         assign_muon_owners({{"q", 4, 4, 0}, {"k", 4, 4, 10}}, 64, 2, 5);
       },
       {"matrices q at [0, 16) and k at [10, 26) overlap"});
-  expect_invalid(
+  expect_error<std::invalid_argument>(
       [] {
         assign_muon_owners({{"w", 8, 8, 100}}, 64, 2, 5);
       },
       {"matrix w at [100, 164)", "outside", "128 elements (2 ranks x 64)"});
-  expect_invalid(
+  expect_error<std::invalid_argument>(
       [] {
         assign_muon_owners({{"w", 0, 8, 0}}, 64, 2, 5);
       },
       {"matrix w of shape (0, 8)", "positive"});
-  expect_invalid([] { assign_muon_owners({}, 64, 0, 5); }, {"shard group of 0 ranks"});
-  expect_invalid([] { assign_muon_owners({}, 64, 2, -1); }, {"ns_steps -1"});
-  expect_invalid([] { assign_muon_owners({}, 64, 2, 5, {1.0}); },
-                 {"1 prior loads for a shard group of 2 ranks"});
+  expect_error<std::invalid_argument>([] { assign_muon_owners({}, 64, 0, 5); },
+                                      {"shard group of 0 ranks"});
+  expect_error<std::invalid_argument>([] { assign_muon_owners({}, 64, 2, -1); }, {"ns_steps -1"});
+  expect_error<std::invalid_argument>([] { assign_muon_owners({}, 64, 2, 5, {1.0}); },
+                                      {"1 prior loads for a shard group of 2 ranks"});
 }
 
 TEST(MuonOwners, PrintsOneMatrixALine) {
