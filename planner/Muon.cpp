@@ -8,6 +8,9 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "dsl/Layers.h"
+#include "planner/Lower.h"
+
 namespace fsdpgen {
 namespace {
 
@@ -121,6 +124,62 @@ std::string print_muon_assignment(const std::vector<MuonMatrix>& matrices,
   for (double f : a.rank_flops)
     out += fmt::format(" {:.3g}", f / 1e9);
   return out + "\n";
+}
+
+namespace {
+
+// Whether `name` is `prefix` with "{}" standing for a block index (digits).
+bool is_block_tensor(const std::string& name, std::string_view prefix, std::string_view suffix) {
+  const size_t hole = prefix.find("{}");
+  const std::string_view head = prefix.substr(0, hole), tail = prefix.substr(hole + 2);
+  if (name.size() < head.size() + 1 + tail.size() + suffix.size() ||
+      name.compare(0, head.size(), head) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return false;
+  size_t at = head.size();
+  const size_t digits = at;
+  while (at < name.size() && name[at] >= '0' && name[at] <= '9')
+    ++at;
+  return at > digits && name.compare(at, tail.size(), tail) == 0 &&
+         at + tail.size() + suffix.size() == name.size();
+}
+
+}  // namespace
+
+std::vector<MuonMatrix> muon_matrices(const Units& units, int unit) {
+  const ModelSpec& m = units.spec.model;
+  const model::ParamLayout& layout = param_layout(m.family);
+  const model::Dims d = model_dims(m);
+  std::vector<MuonMatrix> out;
+  for (const FlatTensor& t : units.units[static_cast<size_t>(unit)].tensors) {
+    if (t.shape.size() != 2) continue;
+    for (const model::Piece& piece : layout.pieces) {
+      if (!piece.linear()) continue;
+      const model::Tensor& w = layout.block[piece.first_tensor];
+      if (!is_block_tensor(t.name, layout.block_prefix, w.hf_name)) continue;
+      const int64_t in = piece.in(d), out_features = piece.out(d);
+      out.push_back({t.name, t.shape[0], t.shape[1], t.offset_elems,
+                     in != out_features && t.shape[0] == in && t.shape[1] == out_features});
+      break;
+    }
+  }
+  return out;
+}
+
+MuonPlan plan_muon(const Units& units, int64_t ns_steps) {
+  MuonPlan plan;
+  const size_t n = units.units.size();
+  plan.matrices.resize(n);
+  plan.owners.resize(n);
+  const int64_t S = units.spec.parallel.shard_group;
+  std::vector<double> loads(static_cast<size_t>(S), 0.0);
+  for (size_t k = n; k-- > 0;) {
+    plan.matrices[k] = muon_matrices(units, static_cast<int>(k));
+    plan.owners[k] =
+        assign_muon_owners(plan.matrices[k], units.units[k].shard_elems, S, ns_steps, loads);
+    loads = plan.owners[k].rank_flops;
+  }
+  return plan;
 }
 
 }  // namespace fsdpgen

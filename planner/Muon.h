@@ -11,12 +11,17 @@
 
 namespace fsdpgen {
 
+struct Units;
+
 // One Muon matrix of a unit: a parameter tensor as the flat parameter stores
 // it, row-major (GPT-2's c_attn is one matrix, not three).
 struct MuonMatrix {
   std::string name;
   int64_t rows = 0, cols = 0;
   int64_t offset_elems = 0;  // in the unit's unsharded flat parameter (FlatTensor::offset_elems)
+  // Stored (in, out), as GPT-2's Conv1D weights are; torch's nn.Linear (and
+  // torch.optim.Muon's learning-rate rules) read (out, in).
+  bool stored_transposed = false;
   int64_t elems() const { return rows * cols; }
 };
 
@@ -67,5 +72,22 @@ MuonAssignment assign_muon_owners(const std::vector<MuonMatrix>& matrices, int64
 // The assignment in words, one matrix a line: "c_attn (128, 384) owner 1,
 // 0.31 GFLOP, slices r0 [0, 20000) r1 [20000, 49152)", then the loads.
 std::string print_muon_assignment(const std::vector<MuonMatrix>& matrices, const MuonAssignment& a);
+
+// The Muon matrices of unit `unit`, in flat order: the weights of its
+// blocks' linear pieces (model/layout.h's Piece: the attention and MLP
+// projections, torch.optim.Muon's hidden matrices), with their orientation.
+// Embeddings, the head, norms, biases, and custom layers' parameters stay
+// with AdamW (a custom layer cannot yet declare a matrix for Muon).
+std::vector<MuonMatrix> muon_matrices(const Units& units, int unit);
+
+// Every unit's matrices and their owners among the shard group's ranks,
+// assigned unit by unit in backward order (the order their gradients are
+// reduced), each unit's loads carried into the next so that the balance holds
+// across the model. Indexed by unit; a unit without matrices has none.
+struct MuonPlan {
+  std::vector<std::vector<MuonMatrix>> matrices;
+  std::vector<MuonAssignment> owners;
+};
+MuonPlan plan_muon(const Units& units, int64_t ns_steps);
 
 }  // namespace fsdpgen

@@ -179,14 +179,6 @@ TEST(MuonOwners, ShardGroupOfOneOwnsEverythingLocally) {
   }
 }
 
-// The 2-D tensors of each block unit of a lowered spec, as Muon matrices.
-std::vector<MuonMatrix> block_matrices(const FlatUnit& u) {
-  std::vector<MuonMatrix> out;
-  for (const FlatTensor& t : u.tensors)
-    if (t.shape.size() == 2) out.push_back({t.name, t.shape[0], t.shape[1], t.offset_elems});
-  return out;
-}
-
 // Lowered specs of every strategy: slices where Lower's shards put them; a
 // shard group of one (no_shard) owns every matrix on rank 0.
 TEST(MuonOwners, LoweredSpecs) {
@@ -208,7 +200,7 @@ TEST(MuonOwners, LoweredSpecs) {
     std::vector<double> loads;
     for (const FlatUnit& u : p.units.units) {
       if (u.index == 0) continue;  // the root: embeddings and head stay with AdamW
-      const std::vector<MuonMatrix> ms = block_matrices(u);
+      const std::vector<MuonMatrix> ms = muon_matrices(p.units, u.index);
       ASSERT_EQ(ms.size(), 4u);  // c_attn, c_proj, c_fc, mlp.c_proj
       const MuonAssignment a = assign_muon_owners(ms, u.shard_elems, S, 5, loads);
       loads = a.rank_flops;
@@ -257,6 +249,87 @@ TEST(MuonOwners, PrintsOneMatrixALine) {
   EXPECT_EQ(print_muon_assignment(ms, a),
             "c_attn (4, 12) owner 1, 4.48e-06 GFLOP, slices r0 [0, 10) r1 [10, 48)\n"
             "Newton-Schulz GFLOP per rank: 0 4.48e-06\n");
+}
+
+std::vector<std::string> names_of(const std::vector<MuonMatrix>& ms) {
+  std::vector<std::string> out;
+  for (const MuonMatrix& m : ms)
+    out.push_back(m.name);
+  return out;
+}
+
+// GPT-2: each block's four projections, stored (in, out) as Conv1D keeps
+// them; the root (embeddings, tied head, final norm) has none.
+TEST(MuonMatrices, Gpt2BlocksProjectionsStoredInOut) {
+  Config c;
+  c.width = 64;
+  const Planned p = plan_text(c.text());
+  EXPECT_TRUE(muon_matrices(p.units, 0).empty()) << "embeddings and head stay with AdamW";
+  const std::vector<MuonMatrix> ms = muon_matrices(p.units, 2);
+  EXPECT_EQ(names_of(ms),
+            (std::vector<std::string>{
+                "transformer.h.1.attn.c_attn.weight", "transformer.h.1.attn.c_proj.weight",
+                "transformer.h.1.mlp.c_fc.weight", "transformer.h.1.mlp.c_proj.weight"}));
+  ASSERT_EQ(ms.size(), 4u);
+  EXPECT_EQ(ms[0].rows, 64);
+  EXPECT_EQ(ms[0].cols, 192);
+  EXPECT_TRUE(ms[0].stored_transposed) << "c_attn is (in 64, out 192)";
+  EXPECT_FALSE(ms[1].stored_transposed) << "square: either way";
+  EXPECT_TRUE(ms[2].stored_transposed) << "c_fc is (in 64, out 256)";
+  EXPECT_TRUE(ms[3].stored_transposed) << "mlp.c_proj is (in 256, out 64)";
+  for (const FlatUnit& u : p.units.units)
+    for (const MuonMatrix& m : muon_matrices(p.units, u.index)) {
+      const auto t = std::find_if(u.tensors.begin(), u.tensors.end(),
+                                  [&](const FlatTensor& x) { return x.name == m.name; });
+      ASSERT_NE(t, u.tensors.end());
+      EXPECT_EQ(t->offset_elems, m.offset_elems) << m.name;
+    }
+}
+
+// Llama: seven projections a block, stored (out, in) as nn.Linear keeps them
+// (k_proj and v_proj of grouped-query attention are (kv, width)); an untied
+// head stays with AdamW.
+TEST(MuonMatrices, LlamaBlocksProjectionsStoredOutIn) {
+  const Planned p = plan_text(
+      "model l { family = llama vocab = 256 context = 32 width = 64 heads = 4 kv_heads = 2 "
+      "layers = 2 ffn_hidden = 96 tie_embeddings = false }\n"
+      "units { each block }\nparallel { world = 2 sharding = full_shard }\n"
+      "train { micro_batch = 2 }\n");
+  EXPECT_TRUE(muon_matrices(p.units, 0).empty());
+  const std::vector<MuonMatrix> ms = muon_matrices(p.units, 1);
+  ASSERT_EQ(ms.size(), 7u) << ::testing::PrintToString(names_of(ms));
+  EXPECT_EQ(ms[1].name, "model.layers.0.self_attn.k_proj.weight");
+  EXPECT_EQ(ms[1].rows, 32);
+  EXPECT_EQ(ms[1].cols, 64);
+  for (const MuonMatrix& m : ms)
+    EXPECT_FALSE(m.stored_transposed) << m.name;
+}
+
+// Per-linear units hold one matrix each (and a norm unit none); the plan
+// assigns every unit's matrices in backward order with the loads carried, so
+// that the model's loads end within the largest matrix of each other.
+TEST(MuonMatrices, PlanCoversEveryUnitAndBalancesTheModel) {
+  Config c;
+  c.world = 4;
+  c.units = "each linear";
+  const Planned p = plan_text(c.text());
+  const MuonPlan plan = plan_muon(p.units, 5);
+  ASSERT_EQ(plan.matrices.size(), p.units.units.size());
+  size_t total = 0;
+  double largest = 0;
+  for (size_t u = 0; u < plan.matrices.size(); ++u) {
+    EXPECT_LE(plan.matrices[u].size(), u == 0 ? 0u : 1u) << p.units.units[u].name;
+    EXPECT_EQ(plan.owners[u].matrices.size(), plan.matrices[u].size());
+    total += plan.matrices[u].size();
+    for (const MuonOwner& o : plan.owners[u].matrices)
+      largest = std::max(largest, o.ns_flops);
+  }
+  EXPECT_EQ(total, 4u * static_cast<size_t>(c.layers));
+  const std::vector<double>& loads = plan.owners[0].rank_flops;  // the last assigned: every unit's
+  ASSERT_EQ(loads.size(), 4u);
+  const auto [lo, hi] = std::minmax_element(loads.begin(), loads.end());
+  EXPECT_LE(*hi - *lo, largest);
+  EXPECT_GT(*lo, 0) << "every rank orthogonalizes some matrix";
 }
 
 }  // namespace
