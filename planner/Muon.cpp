@@ -10,6 +10,7 @@
 
 #include "dsl/Layers.h"
 #include "planner/Lower.h"
+#include "runtime/muon_math.h"
 
 namespace fsdpgen {
 namespace {
@@ -180,6 +181,29 @@ MuonPlan plan_muon(const Units& units, int64_t ns_steps) {
     loads = plan.owners[k].rank_flops;
   }
   return plan;
+}
+
+MuonMemory muon_memory(const MuonPlan& plan, int64_t shard_group) {
+  MuonMemory out;
+  std::vector<int64_t> owned(static_cast<size_t>(shard_group), 0), workspace = owned;
+  for (size_t u = 0; u < plan.matrices.size(); ++u) {
+    std::vector<int64_t> unit(static_cast<size_t>(shard_group), 0);
+    for (size_t i = 0; i < plan.matrices[u].size(); ++i) {
+      const MuonMatrix& m = plan.matrices[u][i];
+      const size_t r = static_cast<size_t>(plan.owners[u].matrices[i].owner);
+      unit[r] += m.elems();
+      workspace[r] = std::max(workspace[r], muon_workspace_bytes(m.rows, m.cols));
+    }
+    for (size_t r = 0; r < unit.size(); ++r) {
+      owned[r] += unit[r];
+      out.gathered_bytes = std::max(out.gathered_bytes, 4 * unit[r]);
+    }
+  }
+  for (size_t r = 0; r < owned.size(); ++r) {
+    out.momentum_bytes = std::max(out.momentum_bytes, 4 * owned[r]);
+    out.workspace_bytes = std::max(out.workspace_bytes, workspace[r]);
+  }
+  return out;
 }
 
 }  // namespace fsdpgen

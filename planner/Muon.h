@@ -90,4 +90,17 @@ struct MuonPlan {
 };
 MuonPlan plan_muon(const Units& units, int64_t ns_steps);
 
+// What Muon adds to a rank's memory, the most any rank of the shard group
+// needs (every rank's arena is planned alike): the fp32 momentum of the
+// matrices it owns (persistent), the matrices of one unit it owns gathered
+// whole in fp32 (transient: the reduced gradient in, the update out, per
+// unit at a time), and one Newton-Schulz workspace for its largest matrix
+// (runtime/muon_math.h's muon_workspace_bytes).
+struct MuonMemory {
+  int64_t momentum_bytes = 0;
+  int64_t gathered_bytes = 0;
+  int64_t workspace_bytes = 0;
+};
+MuonMemory muon_memory(const MuonPlan& plan, int64_t shard_group);
+
 }  // namespace fsdpgen

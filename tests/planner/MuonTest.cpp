@@ -332,5 +332,38 @@ TEST(MuonMatrices, PlanCoversEveryUnitAndBalancesTheModel) {
   EXPECT_GT(*lo, 0) << "every rank orthogonalizes some matrix";
 }
 
+// Memory by hand: GPT-2 width 64 (F 256), 2 blocks at world 2. Each
+// block's matrices are c_attn 64x192 (12288), c_proj 64x64 (4096), c_fc and
+// mlp.c_proj 64x256 (16384 each): 49152 elements a block, 98304 in all. A
+// shard group of one owns everything: momentum 98304 x 4 bytes, one block
+// gathered (49152 x 4), the workspace of a 64x256 matrix (2 m n + 2 m m
+// floats, m 64, n 256: 40960 x 4). Two ranks split each block's loads: no
+// rank needs more than one rank alone would, and the two together hold every
+// matrix's momentum once.
+TEST(MuonMatrices, MemoryByHand) {
+  Config c;
+  c.layers = 2;
+  c.world = 1;
+  const Planned one = plan_text(c.text());
+  const MuonMemory m1 = muon_memory(plan_muon(one.units, 5), 1);
+  EXPECT_EQ(m1.momentum_bytes, 98304 * 4);
+  EXPECT_EQ(m1.gathered_bytes, 49152 * 4);
+  EXPECT_EQ(m1.workspace_bytes, 40960 * 4);
+  c.world = 2;
+  const Planned two = plan_text(c.text());
+  const MuonPlan plan = plan_muon(two.units, 5);
+  const MuonMemory m2 = muon_memory(plan, 2);
+  EXPECT_LT(m2.momentum_bytes, m1.momentum_bytes);
+  EXPECT_GE(m2.momentum_bytes, m1.momentum_bytes / 2);
+  EXPECT_LE(m2.gathered_bytes, m1.gathered_bytes);
+  EXPECT_LE(m2.workspace_bytes, m1.workspace_bytes);
+  int64_t owned[2] = {0, 0};
+  for (size_t u = 0; u < plan.matrices.size(); ++u)
+    for (size_t i = 0; i < plan.matrices[u].size(); ++i)
+      owned[plan.owners[u].matrices[i].owner] += plan.matrices[u][i].elems();
+  EXPECT_EQ(owned[0] + owned[1], 98304);
+  EXPECT_EQ(m2.momentum_bytes, 4 * std::max(owned[0], owned[1]));
+}
+
 }  // namespace
 }  // namespace fsdpgen::test
