@@ -7,12 +7,12 @@
 #include <cstring>
 #include <random>
 #include <stdexcept>
-#include <type_traits>
 
 #include <fmt/format.h>
 
 #include "calibrate/buffers.h"
 #include "model/gpt2.h"
+#include "runtime/dtype_pairs.h"
 #include "runtime/gpt2.h"
 
 namespace {
@@ -45,11 +45,6 @@ std::string dims_problem(const LayerTime& l) {
     return fmt::format("dims: padded vocab Vp = {} is below the vocab V = {}", d.at("Vp"),
                        d.at("V"));
   return "";
-}
-
-// The (param, grad) pairs runtime/gpt2.cpp instantiates.
-bool has_kernels(const std::string& dtype, const std::string& grad_dtype) {
-  return grad_dtype == "fp32" || grad_dtype == dtype || dtype == "fp32";
 }
 
 // One layer's buffers with the runtime's sizes, filled like a model's.
@@ -172,13 +167,13 @@ measurement pass_as(const LayerTime& l, const measure_options& o) {
 }
 
 // The gradient type G of a backward (a forward reads none: float). Only the
-// pairs has_kernels() accepts are instantiated.
+// pairs runtime/dtype_pairs.h lists are instantiated.
 template <class T>
 measurement with_grad_type(const LayerTime& l, const measure_options& o) {
   if (l.pass != "backward" || l.grad_dtype == "fp32") return pass_as<T, float>(l, o);
-  if constexpr (!std::is_same_v<T, fp16>)
+  if constexpr (fsdpgen::kHasDtypePair<T, bf16>)
     if (l.grad_dtype == "bf16") return pass_as<T, bf16>(l, o);
-  if constexpr (!std::is_same_v<T, bf16>)
+  if constexpr (fsdpgen::kHasDtypePair<T, fp16>)
     if (l.grad_dtype == "fp16") return pass_as<T, fp16>(l, o);
   throw std::logic_error("calibrate: a layer entry with a dtype pair layer_problem refuses");
 }
@@ -202,7 +197,7 @@ std::string layer_problem(const LayerTime& l) {
     return fmt::format("family: '{}' is not one this calibration measures (known: 'gpt2')",
                        l.family);
   if (const std::string p = dims_problem(l); !p.empty()) return p;
-  if (l.pass == "backward" && !has_kernels(l.dtype, l.grad_dtype))
+  if (l.pass == "backward" && !fsdpgen::has_dtype_pair(l.dtype, l.grad_dtype))
     return fmt::format(
         "dtype {} with grad_dtype {}: the CPU runtime has no kernels for that pair (gradients "
         "are fp32 or the params' dtype)",

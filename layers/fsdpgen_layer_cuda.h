@@ -20,6 +20,7 @@
 #include "layers/fsdpgen_layer.h"
 #include "runtime/cuda/exec.h"
 #include "runtime/dtype.h"
+#include "runtime/dtype_pairs.h"
 
 namespace fsdpgen::layer {
 
@@ -33,18 +34,13 @@ struct Cuda {
 }  // namespace fsdpgen::layer
 
 // Instantiates a layer's CUDA entry points for every parameter and gradient
-// type a plan uses (param fp32, bf16 or fp16; gradients fp32 or the 16-bit
-// type), so that the generated step finds the ones the .cu file defines.
+// type a plan uses (runtime/dtype_pairs.h's pairs: param fp32, bf16 or fp16;
+// gradients fp32 or the 16-bit type), so that the generated step finds the
+// ones the .cu file defines.
 #define FSDPGEN_LAYER_CUDA_INSTANTIATE_TG(Layer, T, G)                                        \
   template void Layer<T, G>::forward_cuda(const T*, T*, int64_t, const fsdpgen::layer::Cuda&) \
       const;                                                                                  \
   template void Layer<T, G>::backward_cuda(const T*, const T*, T*, int64_t,                   \
                                            const fsdpgen::layer::Cuda&) const;
-#define FSDPGEN_LAYER_CUDA_INSTANTIATE(Layer)            \
-  FSDPGEN_LAYER_CUDA_INSTANTIATE_TG(Layer, float, float) \
-  FSDPGEN_LAYER_CUDA_INSTANTIATE_TG(Layer, float, bf16)  \
-  FSDPGEN_LAYER_CUDA_INSTANTIATE_TG(Layer, float, fp16)  \
-  FSDPGEN_LAYER_CUDA_INSTANTIATE_TG(Layer, bf16, float)  \
-  FSDPGEN_LAYER_CUDA_INSTANTIATE_TG(Layer, bf16, bf16)   \
-  FSDPGEN_LAYER_CUDA_INSTANTIATE_TG(Layer, fp16, float)  \
-  FSDPGEN_LAYER_CUDA_INSTANTIATE_TG(Layer, fp16, fp16)
+#define FSDPGEN_LAYER_CUDA_INSTANTIATE(Layer) \
+  FSDPGEN_FOR_EACH_DTYPE_PAIR_OF(FSDPGEN_LAYER_CUDA_INSTANTIATE_TG, Layer)

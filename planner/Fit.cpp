@@ -41,12 +41,12 @@ ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec) {
   // GEMMs over materialized probabilities. llama's grouped-query attention
   // has only the flash form, on both (runtime/attention_gqa.h).
   o.flash_attention = spec.model.family == Family::Llama ||
-                      (hw.gpu && spec.model.head_dim() <= kGpuFlashMaxHeadDim);
+                      (hw.gpu && spec.model.head_dim() <= kCudaAttentionFlashMaxHeadSize);
   // 16-bit flash attention (gpt2's packed, llama's grouped-query) may run on
   // cuDNN (runtime/cuda/cudnn_attention.h), whose backward needs workspace.
   o.cudnn_attention_workspace = o.flash_attention && spec.parallel.precision.param != DType::FP32 &&
-                                spec.model.head_dim() % kGpuCudnnHeadDimMultiple == 0 &&
-                                spec.model.head_dim() <= kGpuCudnnMaxHeadDim;
+                                spec.model.head_dim() % kCudnnAttentionHeadSizeMultiple == 0 &&
+                                spec.model.head_dim() <= kCudnnAttentionMaxHeadSize;
   if (hw.gpu)
     o.gemm_workspace_bytes = int64_t{32} << 20;  // cuBLASLt's recommended workspace on Hopper
   else if (spec.parallel.precision.param != DType::FP32)

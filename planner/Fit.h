@@ -11,6 +11,7 @@
 #include "planner/Hardware.h"
 #include "planner/Memory.h"
 #include "planner/Schedule.h"
+#include "runtime/limits.h"
 
 namespace fsdpgen {
 
@@ -28,26 +29,15 @@ int64_t usable_host_bytes(const Hardware& hw);
 // in usable_bytes().
 bool plan_fits(const MemoryPlan& m, const Hardware& hw);
 
-// GEMM workspace of the CPU runtime when params are 16-bit (it converts
-// tiles to fp32 there; runtime/gemm.h's kCpuGemmWorkspaceBytes).
-inline constexpr int64_t kCpuGemmWorkspaceBytes = int64_t{6} << 20;
-
-// The largest head size the CUDA runtime's flash attention kernels take
-// (runtime/cuda/attention.h's kCudaAttentionFlashMaxHeadSize).
-inline constexpr int64_t kGpuFlashMaxHeadDim = 256;
-// Head sizes cuDNN's fused attention takes are multiples of this, up to the
-// largest (runtime/cuda/cudnn_attention.h's kCudnnAttentionHeadSizeMultiple
-// and kCudnnAttentionMaxHeadSize); larger heads run on the flash kernels.
-inline constexpr int64_t kGpuCudnnHeadDimMultiple = 8;
-inline constexpr int64_t kGpuCudnnMaxHeadDim = 128;
-
-// Schedule options the target implies: a cuBLASLt workspace on GPUs, and
-// flash attention (log-sum-exp saved, not probabilities) where the head size
-// is at most kGpuFlashMaxHeadDim, with room in the workspace for cuDNN's
+// Schedule options the target implies, by the runtime's limits
+// (runtime/limits.h): a cuBLASLt workspace on GPUs, and flash attention
+// (log-sum-exp saved, not probabilities) where the head size is at most
+// kCudaAttentionFlashMaxHeadSize, with room in the workspace for cuDNN's
 // fused attention when params are 16-bit and the head size a multiple of
-// kGpuCudnnHeadDimMultiple up to kGpuCudnnMaxHeadDim (whether or not the runtime was built with
-// cuDNN: the plan does not depend on the machine that plans); on CPUs materialized attention
-// probabilities and a workspace only for 16-bit params.
+// kCudnnAttentionHeadSizeMultiple up to kCudnnAttentionMaxHeadSize (whether
+// or not the runtime was built with cuDNN: the plan does not depend on the
+// machine that plans); on CPUs materialized attention probabilities and
+// kCpuGemmWorkspaceBytes of workspace only for 16-bit params.
 ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec);
 
 struct PlanResult {

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include "planner/Fit.h"
+#include "runtime/dtype_pairs.h"
+#include "runtime/limits.h"
 
 namespace fsdpgen {
 namespace {
@@ -13,14 +15,15 @@ namespace {
 using Reasons = std::vector<std::string>;
 
 // llama's grouped-query attention runs on the CUDA flash kernels, which
-// take heads of at most kGpuFlashMaxHeadDim.
+// take heads of at most kCudaAttentionFlashMaxHeadSize.
 void check_family(const Spec& spec, const Hardware& hw, Reasons& out) {
-  if (spec.model.family == Family::Gpt2 || !hw.gpu || spec.model.head_dim() <= kGpuFlashMaxHeadDim)
+  if (spec.model.family == Family::Gpt2 || !hw.gpu ||
+      spec.model.head_dim() <= kCudaAttentionFlashMaxHeadSize)
     return;
   out.push_back(fmt::format(
       "model family {} with head size {}: the CUDA grouped-query attention kernels take heads of "
       "at most {}",
-      to_string(spec.model.family), spec.model.head_dim(), kGpuFlashMaxHeadDim));
+      to_string(spec.model.family), spec.model.head_dim(), kCudaAttentionFlashMaxHeadSize));
 }
 
 // gpt2's LayerNorm kernels have their epsilon built in; llama's RMSNorm takes the spec's.
@@ -30,10 +33,11 @@ void check_norm_eps(const Spec& spec, Reasons& out) {
         fmt::format("norm_eps = {} (gpt2's LayerNorm kernels use 1e-5)", spec.model.norm_eps));
 }
 
+// The runtimes' kernels take gradients (reduced in `reduce`) of the pairs
+// runtime/dtype_pairs.h lists: fp32 or the params' own type.
 void check_half_mix(const Spec& spec, Reasons& out) {
   const PrecisionSpec& p = spec.parallel.precision;
-  if ((p.param == DType::BF16 && p.reduce == DType::FP16) ||
-      (p.param == DType::FP16 && p.reduce == DType::BF16))
+  if (!has_dtype_pair(to_string(p.param), to_string(p.reduce)))
     out.push_back(fmt::format(
         "param = {} with reduce = {} (mixing bf16 and fp16 is not supported: make reduce fp32 "
         "or the same type as param)",

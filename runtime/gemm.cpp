@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "runtime/dtype_pairs.h"
+
 namespace {
 
 // Tiles smaller than this (per dimension, when the matrix is that large) make
@@ -144,7 +146,8 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 #define GEMM_INSTANTIATE(TA, TB, TC)                                                               \
   template void gemm<TA, TB, TC>(bool, bool, int64_t, int64_t, int64_t, float, const TA*, int64_t, \
                                  const TB*, int64_t, float, TC*, int64_t, const gemm_workspace&);
-// Every combination of fp32 with one 16-bit type (bf16 and fp16 do not mix).
+// Every combination of fp32 with one 16-bit type (bf16 and fp16 do not mix:
+// runtime/dtype_pairs.h).
 #define GEMM_INSTANTIATE_WITH(H)    \
   GEMM_INSTANTIATE(float, float, H) \
   GEMM_INSTANTIATE(float, H, float) \
@@ -154,5 +157,4 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   GEMM_INSTANTIATE(H, H, float)     \
   GEMM_INSTANTIATE(H, H, H)
 GEMM_INSTANTIATE(float, float, float)
-GEMM_INSTANTIATE_WITH(bf16)
-GEMM_INSTANTIATE_WITH(fp16)
+FSDPGEN_FOR_EACH_HALF_DTYPE(GEMM_INSTANTIATE_WITH)

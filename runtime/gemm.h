@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "runtime/dtype.h"
+#include "runtime/limits.h"
 
 // Scratch for 16-bit GEMMs: a slice of the arena's GEMM workspace buffer.
 struct gemm_workspace {
@@ -14,9 +15,7 @@ struct gemm_workspace {
   int64_t floats = 0;
 };
 
-// Bytes of workspace the CPU GEMM needs for bf16 operands (0 when all fp32
-// would do); the planner reserves this as the arena's workspace buffer.
-inline constexpr int64_t kCpuGemmWorkspaceBytes = int64_t{6} << 20;
+// The workspace a 16-bit GEMM needs: runtime/limits.h's kCpuGemmWorkspaceBytes.
 
 // C (M x N, leading dim ldc) = alpha * op(A) * op(B) + beta * C, row-major.
 // op(A) is M x K (A is K x M when trans_a), op(B) is K x N (B is N x K when

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "model/gpt2.h"
+#include "runtime/dtype_pairs.h"
 #include "runtime/kernels.h"
 #include "runtime/layout_carver.h"
 
@@ -213,6 +214,7 @@ void gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const 
 
 #define GPT2_INSTANTIATE_T(T)                                                                      \
   template gpt2_block_params<T> gpt2_block_params_at<T>(const T*, const gpt2_dims&);               \
+  template gpt2_block_grads<T> gpt2_block_grads_at<T>(T*, const gpt2_dims&);                       \
   template gpt2_block_saved<T> gpt2_block_saved_at<T>(std::byte*, const gpt2_dims&);               \
   template gpt2_final_norm_saved<T> gpt2_final_norm_saved_at<T>(std::byte*, const gpt2_dims&);     \
   template gpt2_backward_scratch<T> gpt2_backward_scratch_at<T>(std::byte*, const gpt2_dims&);     \
@@ -233,16 +235,5 @@ void gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const 
       G*, G*, G*, const T*, const T*, const T*, const gpt2_final_norm_saved<T>&,                   \
       const gpt2_backward_scratch<T>&, const gpt2_dims&, const gemm_workspace&);
 
-GPT2_INSTANTIATE_T(float)
-GPT2_INSTANTIATE_T(bf16)
-template gpt2_block_grads<float> gpt2_block_grads_at<float>(float*, const gpt2_dims&);
-template gpt2_block_grads<bf16> gpt2_block_grads_at<bf16>(bf16*, const gpt2_dims&);
-GPT2_INSTANTIATE_TG(float, float)
-GPT2_INSTANTIATE_TG(float, bf16)
-GPT2_INSTANTIATE_TG(bf16, float)
-GPT2_INSTANTIATE_TG(bf16, bf16)
-GPT2_INSTANTIATE_T(fp16)
-template gpt2_block_grads<fp16> gpt2_block_grads_at<fp16>(fp16*, const gpt2_dims&);
-GPT2_INSTANTIATE_TG(float, fp16)
-GPT2_INSTANTIATE_TG(fp16, float)
-GPT2_INSTANTIATE_TG(fp16, fp16)
+FSDPGEN_FOR_EACH_DTYPE(GPT2_INSTANTIATE_T)
+FSDPGEN_FOR_EACH_DTYPE_PAIR(GPT2_INSTANTIATE_TG)

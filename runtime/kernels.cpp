@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/dtype_pairs.h"
 #include "runtime/kernel_math.h"
 
 namespace {
@@ -672,13 +673,5 @@ void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64
   template void lm_head_backward<T, G>(T*, G*, const T*, const T*, const T*, int64_t, int64_t,    \
                                        int64_t, const gemm_workspace&);
 
-KERNELS_INSTANTIATE_T(float)
-KERNELS_INSTANTIATE_T(bf16)
-KERNELS_INSTANTIATE_TG(float, float)
-KERNELS_INSTANTIATE_TG(float, bf16)
-KERNELS_INSTANTIATE_TG(bf16, float)
-KERNELS_INSTANTIATE_TG(bf16, bf16)
-KERNELS_INSTANTIATE_T(fp16)
-KERNELS_INSTANTIATE_TG(float, fp16)
-KERNELS_INSTANTIATE_TG(fp16, float)
-KERNELS_INSTANTIATE_TG(fp16, fp16)
+FSDPGEN_FOR_EACH_DTYPE(KERNELS_INSTANTIATE_T)
+FSDPGEN_FOR_EACH_DTYPE_PAIR(KERNELS_INSTANTIATE_TG)

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "model/llama.h"
+#include "runtime/dtype_pairs.h"
 #include "runtime/kernels.h"
 #include "runtime/layout_carver.h"
 #include "runtime/rope.h"
@@ -252,13 +253,5 @@ void llama_head_backward(G* dnorm_w, G* dhead_w, const T* norm_w, const T* head_
       G*, G*, const T*, const T*, const T*, const llama_final_norm_saved<T>&,                    \
       const llama_backward_scratch<T>&, const llama_dims&, const gemm_workspace&);
 
-LLAMA_INSTANTIATE_T(float)
-LLAMA_INSTANTIATE_T(bf16)
-LLAMA_INSTANTIATE_T(fp16)
-LLAMA_INSTANTIATE_TG(float, float)
-LLAMA_INSTANTIATE_TG(float, bf16)
-LLAMA_INSTANTIATE_TG(bf16, float)
-LLAMA_INSTANTIATE_TG(bf16, bf16)
-LLAMA_INSTANTIATE_TG(float, fp16)
-LLAMA_INSTANTIATE_TG(fp16, float)
-LLAMA_INSTANTIATE_TG(fp16, fp16)
+FSDPGEN_FOR_EACH_DTYPE(LLAMA_INSTANTIATE_T)
+FSDPGEN_FOR_EACH_DTYPE_PAIR(LLAMA_INSTANTIATE_TG)

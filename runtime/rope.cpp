@@ -6,6 +6,7 @@
 #include <string>
 
 #include "runtime/dtype.h"
+#include "runtime/dtype_pairs.h"
 #include "runtime/kernel_math.h"
 
 namespace {
@@ -118,6 +119,4 @@ void rope_backward(T* dx, const float* cos, const float* sin, int64_t N, int64_t
   template void rope_backward<T>(T*, const float*, const float*, int64_t, int64_t, int64_t, \
                                  int64_t);
 
-ROPE_INSTANTIATE(float)
-ROPE_INSTANTIATE(bf16)
-ROPE_INSTANTIATE(fp16)
+FSDPGEN_FOR_EACH_DTYPE(ROPE_INSTANTIATE)

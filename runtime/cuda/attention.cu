@@ -22,6 +22,7 @@
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/device.cuh"
 #include "runtime/cuda/gemm.h"
+#include "runtime/dtype_pairs.h"
 
 namespace {
 
@@ -661,6 +662,4 @@ void cuda_attention_gqa_backward(T* dq, T* dk, T* dv, float* delta, const T* dou
   template void cuda_attention_gqa_backward<T>(T*, T*, T*, float*, const T*, const T*, const T*,   \
                                                const T*, const T*, const float*, int64_t, int64_t, \
                                                int64_t, int64_t, int64_t, gpu_exec&);
-CUDA_ATTENTION_INSTANTIATE(float)
-CUDA_ATTENTION_INSTANTIATE(bf16)
-CUDA_ATTENTION_INSTANTIATE(fp16)
+FSDPGEN_FOR_EACH_DTYPE(CUDA_ATTENTION_INSTANTIATE)

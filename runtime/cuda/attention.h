@@ -17,6 +17,7 @@
 
 #include "runtime/cuda/exec.h"
 #include "runtime/dtype.h"
+#include "runtime/limits.h"
 
 template <class T>
 void cuda_attention_forward(T* out,        // (N, C)
@@ -40,8 +41,8 @@ void cuda_attention_backward(T* dqkv,         // (N, 3C)
 // writes out and lse (B, H, T), fp32, the log-sum-exp of each query's scaled
 // scores. Products on CUDA cores in fp32 (no tensor cores yet). Inputs
 // float, bf16 or fp16; head size C/H at most kCudaAttentionFlashMaxHeadSize
-// (std::invalid_argument otherwise, before anything is enqueued).
-inline constexpr int64_t kCudaAttentionFlashMaxHeadSize = 256;
+// (runtime/limits.h; std::invalid_argument otherwise, before anything is
+// enqueued).
 template <class T>
 void cuda_attention_forward_flash(T* out,        // (N, C)
                                   float* lse,    // (B, H, T)

@@ -8,6 +8,8 @@
 #include <tuple>
 #include <type_traits>
 
+#include "runtime/dtype_pairs.h"
+
 #if FSDPGEN_CUDNN
 #include <cudnn_frontend.h>
 
@@ -430,22 +432,16 @@ void cuda_cudnn_attention_gqa_backward(T*, T*, T*, const T*, const T*, const T*,
 
 #endif
 
-template void cuda_cudnn_attention_forward<bf16>(bf16*, float*, const bf16*, int64_t, int64_t,
-                                                 int64_t, int64_t, gpu_exec&);
-template void cuda_cudnn_attention_forward<fp16>(fp16*, float*, const fp16*, int64_t, int64_t,
-                                                 int64_t, int64_t, gpu_exec&);
-template void cuda_cudnn_attention_backward<bf16>(bf16*, const bf16*, const bf16*, const bf16*,
-                                                  const float*, int64_t, int64_t, int64_t, int64_t,
-                                                  gpu_exec&);
-template void cuda_cudnn_attention_backward<fp16>(fp16*, const fp16*, const fp16*, const fp16*,
-                                                  const float*, int64_t, int64_t, int64_t, int64_t,
-                                                  gpu_exec&);
-#define CUDNN_GQA_INSTANTIATE(T)                                                                 \
+// cuDNN's fused attention takes the 16-bit types (runtime/dtype_pairs.h).
+#define CUDNN_ATTENTION_INSTANTIATE(T)                                                           \
+  template void cuda_cudnn_attention_forward<T>(T*, float*, const T*, int64_t, int64_t, int64_t, \
+                                                int64_t, gpu_exec&);                             \
+  template void cuda_cudnn_attention_backward<T>(T*, const T*, const T*, const T*, const float*, \
+                                                 int64_t, int64_t, int64_t, int64_t, gpu_exec&); \
   template void cuda_cudnn_attention_gqa_forward<T>(T*, float*, const T*, const T*, const T*,    \
                                                     int64_t, int64_t, int64_t, int64_t, int64_t, \
                                                     gpu_exec&);                                  \
   template void cuda_cudnn_attention_gqa_backward<T>(                                            \
       T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const float*, int64_t,       \
       int64_t, int64_t, int64_t, int64_t, gpu_exec&);
-CUDNN_GQA_INSTANTIATE(bf16)
-CUDNN_GQA_INSTANTIATE(fp16)
+FSDPGEN_FOR_EACH_HALF_DTYPE(CUDNN_ATTENTION_INSTANTIATE)

@@ -28,17 +28,15 @@
 
 #include "runtime/cuda/exec.h"
 #include "runtime/dtype.h"
+#include "runtime/limits.h"
 
 // Whether this build has cuDNN attention (CMake found cuDNN, NVRTC and the
 // frontend; FSDPGEN_CUDNN). Without it, gpu_attention_prepare throws.
 bool cudnn_attention_built();
 
-// Head sizes cuDNN's fused attention takes here: multiples of 8 (16-byte
-// rows) up to 128, which every GPU this targets runs; the flash kernels take
-// larger heads, up to kCudaAttentionFlashMaxHeadSize (GPT-1T's 160).
-// planner/Fit.h mirrors both (kGpuCudnnHeadDimMultiple, kGpuCudnnMaxHeadDim).
-inline constexpr int64_t kCudnnAttentionHeadSizeMultiple = 8;
-inline constexpr int64_t kCudnnAttentionMaxHeadSize = 128;
+// Head sizes cuDNN's fused attention takes here: runtime/limits.h's
+// kCudnnAttentionHeadSizeMultiple and kCudnnAttentionMaxHeadSize, which the
+// planner plans with too; larger heads run on the flash kernels.
 
 // Which kernels a program's attention runs on, and why (one line, for the
 // run's header).

@@ -21,6 +21,7 @@
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/device.cuh"
 #include "runtime/cuda/kernels.cuh"
+#include "runtime/dtype_pairs.h"
 
 // Everything a cuBLASLt plan depends on. All int64_t, so that keys compare
 // bytewise (no padding).
@@ -631,7 +632,8 @@ void cuda_gemm_bias_backward(G* dbias, const T* dout, int64_t N, int64_t OC, flo
   template void cuda_gemm<TA, TB, TC>(bool, bool, int64_t, int64_t, int64_t, float, const TA*,     \
                                       int64_t, const TB*, int64_t, float, TC*, int64_t, gpu_exec&, \
                                       const cuda_gemm_extras<TC>&);
-// Every combination of fp32 with one 16-bit type (bf16 and fp16 do not mix).
+// Every combination of fp32 with one 16-bit type (bf16 and fp16 do not mix:
+// runtime/dtype_pairs.h).
 #define CUDA_GEMM_INSTANTIATE_WITH(H)    \
   CUDA_GEMM_INSTANTIATE(float, float, H) \
   CUDA_GEMM_INSTANTIATE(float, H, float) \
@@ -641,16 +643,9 @@ void cuda_gemm_bias_backward(G* dbias, const T* dout, int64_t N, int64_t OC, flo
   CUDA_GEMM_INSTANTIATE(H, H, float)     \
   CUDA_GEMM_INSTANTIATE(H, H, H)
 CUDA_GEMM_INSTANTIATE(float, float, float)
-CUDA_GEMM_INSTANTIATE_WITH(bf16)
-CUDA_GEMM_INSTANTIATE_WITH(fp16)
+FSDPGEN_FOR_EACH_HALF_DTYPE(CUDA_GEMM_INSTANTIATE_WITH)
 
 #define CUDA_GEMM_BIAS_INSTANTIATE(T, G)                                                       \
   template void cuda_gemm_bias_backward<T, G>(G*, const T*, int64_t, int64_t, float*, int64_t, \
                                               cudaStream_t);
-CUDA_GEMM_BIAS_INSTANTIATE(float, float)
-CUDA_GEMM_BIAS_INSTANTIATE(float, bf16)
-CUDA_GEMM_BIAS_INSTANTIATE(bf16, float)
-CUDA_GEMM_BIAS_INSTANTIATE(bf16, bf16)
-CUDA_GEMM_BIAS_INSTANTIATE(float, fp16)
-CUDA_GEMM_BIAS_INSTANTIATE(fp16, float)
-CUDA_GEMM_BIAS_INSTANTIATE(fp16, fp16)
+FSDPGEN_FOR_EACH_DTYPE_PAIR(CUDA_GEMM_BIAS_INSTANTIATE)

@@ -9,6 +9,7 @@
 #include "runtime/cuda/cudnn_attention.h"
 #include "runtime/cuda/gemm.h"
 #include "runtime/cuda/kernels.cuh"
+#include "runtime/dtype_pairs.h"
 
 namespace {
 
@@ -242,13 +243,5 @@ void gpt2_head_backward(G* dlnf_w, G* dlnf_b, G* dhead_w, const T* lnf_w, const 
       G*, G*, G*, const T*, const T*, const T*, const gpt2_final_norm_saved<T>&,                   \
       const gpt2_backward_scratch<T>&, const gpt2_dims&, gpu_exec&);
 
-CUDA_GPT2_INSTANTIATE_T(float)
-CUDA_GPT2_INSTANTIATE_T(bf16)
-CUDA_GPT2_INSTANTIATE_TG(float, float)
-CUDA_GPT2_INSTANTIATE_TG(float, bf16)
-CUDA_GPT2_INSTANTIATE_TG(bf16, float)
-CUDA_GPT2_INSTANTIATE_TG(bf16, bf16)
-CUDA_GPT2_INSTANTIATE_T(fp16)
-CUDA_GPT2_INSTANTIATE_TG(float, fp16)
-CUDA_GPT2_INSTANTIATE_TG(fp16, float)
-CUDA_GPT2_INSTANTIATE_TG(fp16, fp16)
+FSDPGEN_FOR_EACH_DTYPE(CUDA_GPT2_INSTANTIATE_T)
+FSDPGEN_FOR_EACH_DTYPE_PAIR(CUDA_GPT2_INSTANTIATE_TG)

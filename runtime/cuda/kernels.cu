@@ -17,6 +17,7 @@
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/device.cuh"
 #include "runtime/cuda/kernels.cuh"
+#include "runtime/dtype_pairs.h"
 #include "runtime/kernel_math.h"
 #include "runtime/kernels.h"
 #include "runtime/optimizer_math.h"
@@ -915,13 +916,5 @@ void cuda_sum_squares(float* sum, float* scratch, const void* x, dtype_id t, int
   template void rmsnorm_backward<T, G>(T*, G*, const T*, const T*, const T*, const float*,       \
                                        int64_t, int64_t, bool, float*, int64_t, cudaStream_t);
 
-CUDA_KERNELS_INSTANTIATE_T(float)
-CUDA_KERNELS_INSTANTIATE_T(bf16)
-CUDA_KERNELS_INSTANTIATE_TG(float, float)
-CUDA_KERNELS_INSTANTIATE_TG(float, bf16)
-CUDA_KERNELS_INSTANTIATE_TG(bf16, float)
-CUDA_KERNELS_INSTANTIATE_TG(bf16, bf16)
-CUDA_KERNELS_INSTANTIATE_T(fp16)
-CUDA_KERNELS_INSTANTIATE_TG(float, fp16)
-CUDA_KERNELS_INSTANTIATE_TG(fp16, float)
-CUDA_KERNELS_INSTANTIATE_TG(fp16, fp16)
+FSDPGEN_FOR_EACH_DTYPE(CUDA_KERNELS_INSTANTIATE_T)
+FSDPGEN_FOR_EACH_DTYPE_PAIR(CUDA_KERNELS_INSTANTIATE_TG)

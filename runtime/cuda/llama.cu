@@ -9,6 +9,7 @@
 #include "runtime/cuda/cudnn_attention.h"
 #include "runtime/cuda/gemm.h"
 #include "runtime/cuda/kernels.cuh"
+#include "runtime/dtype_pairs.h"
 
 namespace {
 
@@ -219,13 +220,5 @@ void llama_head_backward(G* dnorm_w, G* dhead_w, const T* norm_w, const T* head_
       G*, G*, const T*, const T*, const T*, const llama_final_norm_saved<T>&,                    \
       const llama_backward_scratch<T>&, const llama_dims&, gpu_exec&);
 
-CUDA_LLAMA_INSTANTIATE_T(float)
-CUDA_LLAMA_INSTANTIATE_T(bf16)
-CUDA_LLAMA_INSTANTIATE_T(fp16)
-CUDA_LLAMA_INSTANTIATE_TG(float, float)
-CUDA_LLAMA_INSTANTIATE_TG(float, bf16)
-CUDA_LLAMA_INSTANTIATE_TG(bf16, float)
-CUDA_LLAMA_INSTANTIATE_TG(bf16, bf16)
-CUDA_LLAMA_INSTANTIATE_TG(float, fp16)
-CUDA_LLAMA_INSTANTIATE_TG(fp16, float)
-CUDA_LLAMA_INSTANTIATE_TG(fp16, fp16)
+FSDPGEN_FOR_EACH_DTYPE(CUDA_LLAMA_INSTANTIATE_T)
+FSDPGEN_FOR_EACH_DTYPE_PAIR(CUDA_LLAMA_INSTANTIATE_TG)

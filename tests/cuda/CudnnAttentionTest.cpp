@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "planner/Activations.h"
-#include "planner/Fit.h"
 #include "runtime/cuda/attention.h"
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/cudnn_attention.h"
@@ -31,13 +30,6 @@ using ref::tag;
 using ref::vec;
 
 namespace {
-
-static_assert(kCudnnAttentionHeadSizeMultiple == fsdpgen::kGpuCudnnHeadDimMultiple,
-              "the planner reserves cuDNN's workspace for the head sizes the runtime gives it");
-static_assert(kCudnnAttentionMaxHeadSize == fsdpgen::kGpuCudnnMaxHeadDim &&
-                  kCudnnAttentionMaxHeadSize <= kCudaAttentionFlashMaxHeadSize,
-              "the planner reserves cuDNN's workspace only for heads cuDNN runs; the flash "
-              "kernels take every head cuDNN does");
 
 // ---------------------------------------------------------------- host: the choice
 
