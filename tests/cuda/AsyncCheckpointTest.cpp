@@ -24,13 +24,7 @@ std::map<std::string, std::string> files_of(const fs::path& dir) {
   return out;
 }
 
-class CudaAsyncCheckpoint : public ::testing::TestWithParam<int> {
- protected:
-  void SetUp() override {
-    const std::string reason = no_device_reason();
-    if (!reason.empty()) GTEST_SKIP() << "no CUDA device: " << reason;
-  }
-};
+class CudaAsyncCheckpoint : public NeedsCudaDevice<::testing::TestWithParam<int>> {};
 
 TEST_P(CudaAsyncCheckpoint, FilesAreTheSyncOnesAndResumeIsBitExact) {
   E2eConfig c;

@@ -25,6 +25,17 @@ inline std::string no_device_reason() {
   return "";
 }
 
+// A test fixture (Base: ::testing::Test, or a TestWithParam) whose tests need
+// a device: each skips, saying why, without one.
+template <class Base = ::testing::Test>
+class NeedsCudaDevice : public Base {
+ protected:
+  void SetUp() override {
+    const std::string reason = no_device_reason();
+    if (!reason.empty()) GTEST_SKIP() << "no CUDA device: " << reason;
+  }
+};
+
 // Skips without a device; otherwise runs each test's kernels on its own stream.
 class CudaFixture : public ::testing::Test {
  protected:

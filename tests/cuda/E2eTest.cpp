@@ -196,13 +196,7 @@ double loss_tolerance(const E2eConfig& c) {
   return c.param == "fp32" ? 1e-4 : c.param == "fp16" ? 5e-3 : 2e-2;
 }
 
-class CudaTraining : public ::testing::TestWithParam<E2eConfig> {
- protected:
-  void SetUp() override {
-    const std::string reason = no_device_reason();
-    if (!reason.empty()) GTEST_SKIP() << "no CUDA device: " << reason;
-  }
-};
+class CudaTraining : public NeedsCudaDevice<::testing::TestWithParam<E2eConfig>> {};
 
 TEST_P(CudaTraining, LossesEqualTheCpuBinarys) {
   const E2eConfig c = GetParam();

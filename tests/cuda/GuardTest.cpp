@@ -21,13 +21,7 @@ struct CudaGuardCase {
   int world;
 };
 
-class CudaGuard : public ::testing::TestWithParam<CudaGuardCase> {
- protected:
-  void SetUp() override {
-    const std::string reason = no_device_reason();
-    if (!reason.empty()) GTEST_SKIP() << "no CUDA device: " << reason;
-  }
-};
+class CudaGuard : public NeedsCudaDevice<::testing::TestWithParam<CudaGuardCase>> {};
 
 TEST_P(CudaGuard, ASpikeIsLeftOutOnTheDevice) {
   const CudaGuardCase& g = GetParam();

@@ -43,13 +43,7 @@ std::string comm_flag(int world) {
   return world > 1 ? " --comm mpi-test" : "";
 }
 
-class CudaStall : public ::testing::TestWithParam<int> {
- protected:
-  void SetUp() override {
-    const std::string reason = no_device_reason();
-    if (!reason.empty()) GTEST_SKIP() << "no CUDA device: " << reason;
-  }
-};
+class CudaStall : public NeedsCudaDevice<::testing::TestWithParam<int>> {};
 
 // Rank 0's GPU spins 60 s in its first compute op of step 3: with a 3 s
 // timeout the report names that op (from the GPU's mark) and step within
