@@ -685,13 +685,17 @@ std::string training_run::rows_of_step(int64_t step) const {
   return out;
 }
 
-// Rank `rank`'s rows of `step` (step_fill_inputs reads them): one line.
+// Rank `rank`'s rows of `step` (step_fill_inputs reads them): one line, the
+// first kRowsNamedPerRank located (a large batch's line stays readable; the
+// sequence range names them all).
 std::string training_run::rows_of_rank(int64_t step, int64_t rank) const {
+  constexpr int64_t kRowsNamedPerRank = 8;
   const int64_t W = p_.parallel.world, M = p_.parallel.micro_batches, B = p_.parallel.micro_batch;
-  const int64_t first = c_.sequence_base + (step * W * M + rank * M) * B;
-  std::string out = fmt::format("  rank {}: sequences {}..{}:", rank, first, first + M * B - 1);
-  for (int64_t j = first; j < first + M * B; ++j)
+  const int64_t first = c_.sequence_base + (step * W * M + rank * M) * B, rows = M * B;
+  std::string out = fmt::format("  rank {}: sequences {}..{}:", rank, first, first + rows - 1);
+  for (int64_t j = first; j < first + std::min(rows, kRowsNamedPerRank); ++j)
     out += (j == first ? " " : "; ") + dataloader_locate(data_, j);
+  if (rows > kRowsNamedPerRank) out += fmt::format("; {} more", rows - kRowsNamedPerRank);
   return out + "\n";
 }
 
