@@ -10,6 +10,13 @@
 // non-finite loss or norm without fp16 loss scaling stops the run, naming the
 // step and its rows.
 
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <tuple>
+
 #include "tests/e2e/E2e.h"
 
 namespace fsdpgen::test {
@@ -61,6 +68,47 @@ TEST(Guard, ASpikeIsLeftOutByteForByteAndItsRowsAreNamed) {
       << "the shards after the left-out step differ from those before it";
   EXPECT_FALSE(checkpoint_shard_files(dir / "ck" / "step_00000006") == before)
       << "the step after it is applied";
+}
+
+// The rows a spike's report names are the rows its step read: the byte
+// offsets in a shuffled text file, rank by rank, equal those --trace-data
+// records as the step's fills read them.
+TEST(Guard, TheRowsNamedAreTheRowsTheStepRead) {
+  E2eConfig c = guarded("norm_z = 6  window = 3");
+  c.vocab = 256;  // byte-level text
+  const fs::path bin = shared_binary(e2e_dir("guard_rows"), c.spec());
+  const fs::path dir = bin.parent_path();
+  std::string text;
+  for (int i = 0; i < 3000; ++i)
+    text += static_cast<char>('a' + (i * 7919 + i / 13) % 26);
+  std::ofstream(dir / "text.txt") << text;
+  fs::remove(dir / "td.txt");
+  const CmdResult r =
+      run_binary(c.world, bin, "--data text.txt --inject-spike 4 --trace-data td.txt");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::map<int, std::vector<std::string>> named, read;
+  const std::regex line(R"(\n  rank (\d+): sequences \d+\.\.\d+: ([^\n]*))");
+  const size_t at = r.out.find("spike: step 5 not applied");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string report = r.out.substr(at, r.out.find("\nstep", at) - at);
+  for (std::sregex_iterator m(report.begin(), report.end(), line), end; m != end; ++m) {
+    const std::string rows = (*m)[2];
+    const std::regex offset(R"(text\.txt byte offset (\d+))");
+    for (std::sregex_iterator o(rows.begin(), rows.end(), offset); o != end; ++o)
+      named[std::stoi((*m)[1])].push_back((*o)[1]);
+  }
+  std::istringstream trace(file_bytes(dir / "td.txt"));
+  std::vector<std::tuple<int, int64_t, std::string>> fills;  // rank, sequence, offset
+  for (std::string pass, hash, offset, source; trace >> pass;) {
+    int64_t index = 0, rank = 0, micro = 0, sequence = 0;
+    trace >> index >> rank >> micro >> sequence >> hash >> offset >> source;
+    if (pass == "train" && index == 4) fills.emplace_back(rank, sequence, offset);
+  }
+  std::sort(fills.begin(), fills.end());
+  for (const auto& [rank, sequence, offset] : fills)
+    read[rank].push_back(offset);
+  EXPECT_EQ(named.size(), 2u) << report;
+  EXPECT_EQ(named, read) << report;
 }
 
 // Each check alone trips its gate, under each strategy: the loss one through
