@@ -127,43 +127,30 @@ std::string print_muon_assignment(const std::vector<MuonMatrix>& matrices,
   return out + "\n";
 }
 
-namespace {
-
-// Whether `name` is `prefix` with "{}" standing for a block index (digits).
-bool is_block_tensor(const std::string& name, std::string_view prefix, std::string_view suffix) {
-  const size_t hole = prefix.find("{}");
-  const std::string_view head = prefix.substr(0, hole), tail = prefix.substr(hole + 2);
-  if (name.size() < head.size() + 1 + tail.size() + suffix.size() ||
-      name.compare(0, head.size(), head) != 0 ||
-      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-    return false;
-  size_t at = head.size();
-  const size_t digits = at;
-  while (at < name.size() && name[at] >= '0' && name[at] <= '9')
-    ++at;
-  return at > digits && name.compare(at, tail.size(), tail) == 0 &&
-         at + tail.size() + suffix.size() == name.size();
-}
-
-}  // namespace
-
 std::vector<MuonMatrix> muon_matrices(const Units& units, int unit) {
   const ModelSpec& m = units.spec.model;
   const model::ParamLayout& layout = param_layout(m.family);
   const model::Dims d = model_dims(m);
+  const FlatUnit& u = units.units[static_cast<size_t>(unit)];
   std::vector<MuonMatrix> out;
-  for (const FlatTensor& t : units.units[static_cast<size_t>(unit)].tensors) {
-    if (t.shape.size() != 2) continue;
-    for (const model::Piece& piece : layout.pieces) {
-      if (!piece.linear()) continue;
-      const model::Tensor& w = layout.block[piece.first_tensor];
-      if (!is_block_tensor(t.name, layout.block_prefix, w.hf_name)) continue;
+  for (const LayerId& l : u.layers) {
+    if (l.kind != LayerId::Kind::Block) continue;
+    const std::string prefix = fmt::format(fmt::runtime(layout.block_prefix), l.block);
+    for (size_t k = 0; k < layout.pieces.count; ++k) {
+      const model::Piece& piece = layout.pieces[k];
+      if (!piece.linear() || (l.piece >= 0 && static_cast<size_t>(l.piece) != k)) continue;
+      const std::string name = prefix + layout.block[piece.first_tensor].hf_name;
+      const auto t = std::find_if(u.tensors.begin(), u.tensors.end(),
+                                  [&](const FlatTensor& x) { return x.name == name; });
+      if (t == u.tensors.end()) continue;  // a custom layer took the piece's place
       const int64_t in = piece.in(d), out_features = piece.out(d);
-      out.push_back({t.name, t.shape[0], t.shape[1], t.offset_elems,
-                     in != out_features && t.shape[0] == in && t.shape[1] == out_features});
-      break;
+      out.push_back({t->name, t->shape[0], t->shape[1], t->offset_elems,
+                     in != out_features && t->shape[0] == in && t->shape[1] == out_features});
     }
   }
+  std::sort(out.begin(), out.end(), [](const MuonMatrix& a, const MuonMatrix& b) {
+    return a.offset_elems < b.offset_elems;
+  });
   return out;
 }
 

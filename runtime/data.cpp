@@ -291,11 +291,24 @@ int64_t stream_token(const dataloader& d, size_t k, int64_t i) {
   }
 }
 
+// The file that holds token `i` of the stream.
+size_t file_of(const dataloader& d, int64_t i) {
+  return static_cast<size_t>(std::upper_bound(d.starts.begin(), d.starts.end(), i) -
+                             d.starts.begin() - 1);
+}
+
+// The window a file source's global sequence j reads: perm_e(j mod W) of
+// epoch e = j / W (dataloader_fill).
+int64_t window_of(const dataloader& d, int64_t j) {
+  const int64_t epoch = j / d.windows, position = j % d.windows;
+  return d.config.shuffle ? data_shuffle(d.config.shuffle_seed, epoch, position, d.windows)
+                          : position;
+}
+
 // Tokens [from, from + n) of the stream into out (as int32), checked < vocab;
 // returns the file that holds token `from`.
 size_t read_window(const dataloader& d, int64_t from, int64_t n, int64_t sequence, int32_t* out) {
-  size_t k = static_cast<size_t>(std::upper_bound(d.starts.begin(), d.starts.end(), from) -
-                                 d.starts.begin() - 1);
+  size_t k = file_of(d, from);
   const size_t first_file = k;
   for (int64_t i = from; i < from + n; ++i) {
     while (i >= d.starts[k + 1])
@@ -426,10 +439,7 @@ void dataloader_fill(const dataloader& d, int64_t first_sequence, int64_t count,
       if (trace) trace_sequence(d, *trace, j, tok, tgt[T - 1], j, -1);
       continue;
     }
-    const int64_t epoch = j / d.windows, position = j % d.windows;
-    const int64_t w = d.config.shuffle
-                          ? data_shuffle(d.config.shuffle_seed, epoch, position, d.windows)
-                          : position;
+    const int64_t w = window_of(d, j);
     const size_t file = read_window(d, w * T, T, j, tok);
     read_window(d, w * T + T, 1, j, tgt + T - 1);
     std::copy(tok + 1, tok + T, tgt);
@@ -442,13 +452,8 @@ void dataloader_fill(const dataloader& d, int64_t first_sequence, int64_t count,
 std::string dataloader_locate(const dataloader& d, int64_t j) {
   if (d.config.kind == data_kind::synthetic)
     return fmt::format("synthetic(seed={}) sequence {}", d.config.seed, j);
-  const int64_t T = d.config.context;
-  const int64_t epoch = j / d.windows, position = j % d.windows;
-  const int64_t w =
-      d.config.shuffle ? data_shuffle(d.config.shuffle_seed, epoch, position, d.windows) : position;
-  const int64_t from = w * T;
-  const size_t k = static_cast<size_t>(std::upper_bound(d.starts.begin(), d.starts.end(), from) -
-                                       d.starts.begin() - 1);
+  const int64_t from = window_of(d, j) * d.config.context;
+  const size_t k = file_of(d, from);
   return fmt::format("{} byte offset {}", d.files[k].path,
                      d.header_bytes + (from - d.starts[k]) * d.token_bytes);
 }

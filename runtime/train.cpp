@@ -81,7 +81,7 @@ struct options {
   bool print_schedule = false;
   int64_t seed = -1;
   int64_t inject_overflow = -1;
-  std::vector<int64_t> inject_spike;  // 0-based steps whose loss gradient is multiplied
+  std::vector<int64_t> inject_spike;  // 0-based steps whose losses and gradient are multiplied
   int64_t inject_leak_bytes = 0;
   double inject_grad_scale = 1;
   std::string inject_stall;  // RANK:STEP:SECONDS (runtime/watchdog.h)
@@ -645,7 +645,7 @@ void training_run::scale_gradients(int64_t step) {
   if (p_.parallel.world > 1) c_.dloss_scale *= static_cast<float>(o_.inject_grad_scale);
   // As an fp16 overflow would: every gradient of this step becomes non-finite.
   if (step == o_.inject_overflow) c_.dloss_scale = std::numeric_limits<float>::infinity();
-  // As a bad batch would: its gradients (not its loss) many times the others'.
+  // As a bad batch would: its losses and gradients many times the others'.
   const bool spike =
       std::find(o_.inject_spike.begin(), o_.inject_spike.end(), step) != o_.inject_spike.end();
   c_.inject_loss_factor = spike ? static_cast<float>(kInjectedSpikeFactor) : 1.0f;

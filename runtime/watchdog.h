@@ -91,18 +91,11 @@ inline constexpr double kWatchCheckpointBytesPerS = 50e6;
 
 // While it lives, this rank's compute slot names `op` (one of the above),
 // entered at now_ns (trace_clock_ns()).
-class watch_outside_step {
+class watch_outside_step : public watch_op_scope {
  public:
   watch_outside_step(int op, int64_t now_ns)
-      : slot_(watch_process_status().streams[static_cast<int>(stream_id::compute)]) {
-    watch_enter(slot_, op, now_ns);
-  }
-  ~watch_outside_step() { watch_leave(slot_); }
-  watch_outside_step(const watch_outside_step&) = delete;
-  watch_outside_step& operator=(const watch_outside_step&) = delete;
-
- private:
-  watch_stream_slot& slot_;
+      : watch_op_scope(watch_process_status().streams[static_cast<int>(stream_id::compute)], op,
+                       now_ns) {}
 };
 
 // One rank's published state: a fixed-size record in <watch dir>/rank_N,

@@ -125,14 +125,16 @@ __device__ inline float block_reduce(float v, Op op, float identity) {
   return warp_reduce(v, op);
 }
 
-// *sum += the sum of x[0, n), by a kernel's one block: thread i adds x[i],
-// x[i + blockDim.x], ... in order, then block_reduce; thread 0 writes.
-__device__ inline void block_add_sum(float* sum, const float* x, int64_t n) {
+// *sum += the sum of x[0, n) (times *scale, a device value, where given), by
+// a kernel's one block: thread i adds x[i], x[i + blockDim.x], ... in order,
+// then block_reduce; thread 0 writes.
+__device__ inline void block_add_sum(float* sum, const float* x, int64_t n,
+                                     const float* scale = nullptr) {
   float acc = 0.0f;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
     acc += x[i];
   acc = block_reduce(acc, sum_op{}, 0.0f);
-  if (threadIdx.x == 0) *sum += acc;
+  if (threadIdx.x == 0) *sum += scale ? acc * *scale : acc;
 }
 
 // ---------------------------------------------------------------- launch grids

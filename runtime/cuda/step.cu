@@ -21,11 +21,7 @@ constexpr int kChunk = kReduceThreads * kChunkPerThread;
 // The step's loss sum: plus this micro-batch's losses, times loss_factor
 // (1 but in --inject-spike's step).
 __global__ void add_losses_kernel(gpu_step_scalars* s, const float* x, int64_t n) {
-  float acc = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    acc += x[i];
-  acc = block_reduce(acc, sum_op{}, 0.0f);
-  if (threadIdx.x == 0) s->loss_sum += acc * s->loss_factor;
+  block_add_sum(&s->loss_sum, x, n, &s->loss_factor);
 }
 
 __global__ void convert_kernel(void* dst, dtype_id dst_t, const void* src, dtype_id src_t,
