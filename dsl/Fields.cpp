@@ -325,30 +325,77 @@ class SectionReader {
                  [this](const ast::Value& v, const std::string&) { return v_.as_dtype(v); });
   }
 
+  // adamw(lr, betas, eps, weight_decay) | sgd(lr, momentum, weight_decay) |
+  // muon(lr, momentum, nesterov, ns_steps, ns_dtype, weight_decay, adjust_lr,
+  // adamw = adamw(...)).
   void read_optimizer(const ast::Value& v) {
     OptimizerSpec& o = s_.train.optimizer;
-    auto c = v_.callee(v, "optimizer", kOptimizerNames,
-                       {std::vector<std::string_view>{"lr", "betas", "eps", "weight_decay"},
-                        std::vector<std::string_view>{"lr", "momentum", "weight_decay"}});
+    auto c = v_.callee(
+        v, "optimizer", kOptimizerNames,
+        {std::vector<std::string_view>{"lr", "betas", "eps", "weight_decay"},
+         std::vector<std::string_view>{"lr", "momentum", "weight_decay"},
+         std::vector<std::string_view>{"lr", "momentum", "nesterov", "ns_steps", "ns_dtype",
+                                       "weight_decay", "adjust_lr", "adamw"}});
     if (!c) return;
     auto& [kind, args] = *c;
     o.kind = static_cast<OptimizerKind>(kind);
     if (o.kind == OptimizerKind::Sgd) o.weight_decay = 0;
+    if (o.kind == OptimizerKind::Muon)
+      o.lr = kMuonLr, o.momentum = kMuonMomentum, o.weight_decay = 0;
     if (args[0])
       if (auto lr = v_.as_float(*args[0], "lr", 0, 1e3, false))
         o.lr = *lr, keys_.value_at["train.lr"] = args[0]->span;
     if (o.kind == OptimizerKind::AdamW) {
-      if (args[1]) read_betas(*args[1]);
-      if (args[2])
-        if (auto x = v_.as_float(*args[2], "eps", 0, 1, false)) o.eps = *x;
-      if (args[3])
-        if (auto x = v_.as_float(*args[3], "weight_decay", 0, 1e3, true)) o.weight_decay = *x;
-    } else {
-      if (args[1])
-        if (auto x = v_.as_float(*args[1], "momentum", 0, 0.999999, true)) o.momentum = *x;
-      if (args[2])
-        if (auto x = v_.as_float(*args[2], "weight_decay", 0, 1e3, true)) o.weight_decay = *x;
+      AdamWSpec a{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
+      read_adamw_rest(args, a);
+      o.beta1 = a.beta1, o.beta2 = a.beta2, o.eps = a.eps, o.weight_decay = a.weight_decay;
+      return;
     }
+    const ast::Value* momentum = args[1];
+    const ast::Value* weight_decay = o.kind == OptimizerKind::Sgd ? args[2] : args[5];
+    if (momentum)
+      if (auto x = v_.as_float(*momentum, "momentum", 0, 0.999999, true)) o.momentum = *x;
+    if (weight_decay)
+      if (auto x = v_.as_float(*weight_decay, "weight_decay", 0, 1e3, true)) o.weight_decay = *x;
+    if (o.kind == OptimizerKind::Muon) read_muon(args, o);
+  }
+
+  // adamw(...)'s betas, eps and weight_decay (args 1-3; the caller reads lr).
+  void read_adamw_rest(const std::vector<const ast::Value*>& args, AdamWSpec& a) {
+    if (args[1]) read_betas(*args[1], a);
+    if (args[2])
+      if (auto x = v_.as_float(*args[2], "eps", 0, 1, false)) a.eps = *x;
+    if (args[3])
+      if (auto x = v_.as_float(*args[3], "weight_decay", 0, 1e3, true)) a.weight_decay = *x;
+  }
+
+  // muon(...)'s own arguments after lr and momentum.
+  void read_muon(const std::vector<const ast::Value*>& args, OptimizerSpec& o) {
+    if (args[2])
+      if (auto x = v_.as_bool(*args[2], "nesterov")) o.nesterov = *x;
+    if (args[3])
+      if (auto x = v_.as_int(*args[3], "ns_steps", 0, kMaxMuonNsSteps)) o.ns_steps = *x;
+    if (args[4])
+      if (auto x = v_.as_dtype(*args[4])) {
+        if (*x == DType::FP16) {
+          Diagnostic& d = d_.error(args[4]->span, "'ns_dtype' must be fp32 or bf16, got fp16");
+          Diagnostics::note(d, "Newton-Schulz runs in fp32 (the default) or in bf16, as torch's");
+        } else {
+          o.ns_dtype = *x;
+        }
+      }
+    if (args[6])
+      if (auto x = v_.as_enum<MuonAdjust>(*args[6], "adjust_lr rule", kMuonAdjustNames))
+        o.adjust_lr = *x;
+    if (!args[7]) return;
+    const ast::Value& n = *args[7];
+    auto c = v_.callee(n, "nested optimizer", std::array<std::string_view, 1>{"adamw"},
+                       {std::vector<std::string_view>{"lr", "betas", "eps", "weight_decay"}});
+    if (!c) return;
+    const std::vector<const ast::Value*>& a = c->second;
+    if (a[0])
+      if (auto lr = v_.as_float(*a[0], "lr", 0, 1e3, false)) o.adamw.lr = *lr;
+    read_adamw_rest(a, o.adamw);
   }
 
   // llama3(factor = 32, low_freq = 1, high_freq = 4, original_context = 8192):
@@ -384,7 +431,7 @@ class SectionReader {
     return r;
   }
 
-  void read_betas(const ast::Value& v) {
+  void read_betas(const ast::Value& v, AdamWSpec& a) {
     if (v.kind != ast::Value::Kind::Tuple || v.items.size() != 2) {
       d_.error(v.span,
                fmt::format("'betas' must be a pair such as (0.9, 0.95), got {}", describe(v)));
@@ -392,8 +439,8 @@ class SectionReader {
     }
     auto b1 = v_.as_float(v.items[0], "betas", 0, 0.999999, true);
     auto b2 = v_.as_float(v.items[1], "betas", 0, 0.999999, true);
-    if (b1) s_.train.optimizer.beta1 = *b1;
-    if (b2) s_.train.optimizer.beta2 = *b2;
+    if (b1) a.beta1 = *b1;
+    if (b2) a.beta2 = *b2;
   }
 
   void read_lr_schedule(const ast::Value& v) {

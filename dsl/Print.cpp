@@ -161,17 +161,28 @@ std::string data_source(const DataSpec& d) {
   return fmt::format("{}({})", to_string(d.kind), paths);
 }
 
+// adamw(lr = 0.0003, betas = (0.9, 0.95), eps = 1e-08, weight_decay = 0.1)
+std::string adamw_call(const AdamWSpec& a) {
+  return fmt::format("adamw(lr = {}, betas = ({}, {}), eps = {}, weight_decay = {})",
+                     format_real(a.lr), format_real(a.beta1), format_real(a.beta2),
+                     format_real(a.eps), format_real(a.weight_decay));
+}
+
 void print_train(const TrainSpec& t, std::string& out) {
   const OptimizerSpec& o = t.optimizer;
   out += "train {\n";
   if (o.kind == OptimizerKind::AdamW)
-    out +=
-        fmt::format("  optimizer = adamw(lr = {}, betas = ({}, {}), eps = {}, weight_decay = {})\n",
-                    format_real(o.lr), format_real(o.beta1), format_real(o.beta2),
-                    format_real(o.eps), format_real(o.weight_decay));
-  else
+    out += fmt::format("  optimizer = {}\n",
+                       adamw_call({o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}));
+  else if (o.kind == OptimizerKind::Sgd)
     out += fmt::format("  optimizer = sgd(lr = {}, momentum = {}, weight_decay = {})\n",
                        format_real(o.lr), format_real(o.momentum), format_real(o.weight_decay));
+  else
+    out += fmt::format(
+        "  optimizer = muon(lr = {}, momentum = {}, nesterov = {}, ns_steps = {}, ns_dtype = {}, "
+        "weight_decay = {}, adjust_lr = {},\n                   adamw = {})\n",
+        format_real(o.lr), format_real(o.momentum), o.nesterov, o.ns_steps, to_string(o.ns_dtype),
+        format_real(o.weight_decay), to_string(o.adjust_lr), adamw_call(o.adamw));
   const LrScheduleSpec& l = t.lr_schedule;
   if (l.kind == LrScheduleKind::Constant)
     out += fmt::format("  lr_schedule = constant(warmup = {})\n", l.warmup);

@@ -21,7 +21,10 @@ enum class BackwardPrefetch { Pre, Post, None };
 enum class Recompute { None, Block };
 enum class Offload { None, Cpu };
 enum class AccumulateReduce { Every, Last };
-enum class OptimizerKind { AdamW, Sgd };
+enum class OptimizerKind { AdamW, Sgd, Muon };
+// How Muon scales its learning rate by a matrix's shape (torch.optim.Muon's
+// adjust_lr_fn; runtime/muon_math.h's muon_adjust).
+enum class MuonAdjust { Original, MatchRmsAdamw };
 enum class LrScheduleKind { Constant, Cosine, Linear };
 enum class DataKind { Synthetic, Text, Tokens };
 enum class LossScaleKind { Dynamic, Static };
@@ -35,7 +38,8 @@ inline constexpr std::array<std::string_view, 3> kBackwardPrefetchNames = {"pre"
 inline constexpr std::array<std::string_view, 2> kRecomputeNames = {"none", "block"};
 inline constexpr std::array<std::string_view, 2> kOffloadNames = {"none", "cpu"};
 inline constexpr std::array<std::string_view, 2> kAccumulateReduceNames = {"every", "last"};
-inline constexpr std::array<std::string_view, 2> kOptimizerNames = {"adamw", "sgd"};
+inline constexpr std::array<std::string_view, 3> kOptimizerNames = {"adamw", "sgd", "muon"};
+inline constexpr std::array<std::string_view, 2> kMuonAdjustNames = {"original", "match_rms_adamw"};
 inline constexpr std::array<std::string_view, 3> kLrScheduleNames = {"constant", "cosine",
                                                                      "linear"};
 inline constexpr std::array<std::string_view, 3> kDataNames = {"synthetic", "text", "tokens"};
@@ -77,6 +81,9 @@ inline std::string_view to_string(AccumulateReduce v) {
 }
 inline std::string_view to_string(OptimizerKind v) {
   return kOptimizerNames[static_cast<int>(v)];
+}
+inline std::string_view to_string(MuonAdjust v) {
+  return kMuonAdjustNames[static_cast<int>(v)];
 }
 inline std::string_view to_string(LrScheduleKind v) {
   return kLrScheduleNames[static_cast<int>(v)];
@@ -288,6 +295,20 @@ struct ParallelSpec {
   bool operator==(const ParallelSpec&) const = default;
 };
 
+// AdamW's settings: the optimizer's (adamw), or those of the parameters
+// Muon leaves to AdamW (muon's nested adamw(...)).
+struct AdamWSpec {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  bool operator==(const AdamWSpec&) const = default;
+};
+
+// muon: torch.optim.Muon on the 2-D hidden matrices of every block (lr,
+// momentum, weight_decay are Muon's), the nested adamw on the rest
+// (embeddings, head, norms, biases, custom layers' parameters).
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::AdamW;
   double lr = 3e-4;
@@ -295,9 +316,19 @@ struct OptimizerSpec {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
-  double momentum = 0.9;  // sgd
+  double momentum = 0.9;  // sgd (muon: 0.95)
+  bool nesterov = true;   // muon
+  int64_t ns_steps = 5;   // muon: Newton-Schulz iterations
+  DType ns_dtype = DType::FP32;
+  MuonAdjust adjust_lr = MuonAdjust::Original;
+  AdamWSpec adamw;  // muon: the parameters that are not Muon matrices
   bool operator==(const OptimizerSpec&) const = default;
 };
+// torch.optim.Muon's defaults, except weight_decay (0 here, as Keller Jordan's
+// Muon; torch's is 0.1) and lr (0.02, modded-nanogpt's; torch's is 0.001).
+inline constexpr double kMuonLr = 0.02, kMuonMomentum = 0.95;
+// Newton-Schulz iterations: torch.optim.Muon accepts fewer than 100.
+inline constexpr int64_t kMaxMuonNsSteps = 99;
 
 struct LrScheduleSpec {
   LrScheduleKind kind = LrScheduleKind::Constant;

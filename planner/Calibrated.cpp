@@ -185,7 +185,7 @@ std::vector<profile::ElementwiseTime> op_elementwise(const Schedule& s, const Op
       out.push_back({"grad_norm", grads, u.shard_elems, 0, 0});
   } else if (op.kind == OpKind::OptimizerStep) {
     const FlatUnit& u = s.units.units.at(op.unit);
-    const bool adamw = s.units.spec.train.optimizer.kind == OptimizerKind::AdamW;
+    const bool adamw = s.units.spec.train.optimizer.kind != OptimizerKind::Sgd;
     out.push_back({adamw ? "adamw" : "sgd", grads, u.shard_elems, 0, 0});
     if (op.operand(Role::Master) >= 0)
       out.push_back({"convert", dtype_name(p.precision.param), u.shard_elems, 0, 0});

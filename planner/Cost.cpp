@@ -33,11 +33,12 @@ constexpr size_t kLinks = 5;
 
 bool is_compute(OpKind k) {
   return k == OpKind::Forward || k == OpKind::Recompute || k == OpKind::Backward ||
-         k == OpKind::GradNorm || k == OpKind::OptimizerStep;
+         k == OpKind::GradNorm || k == OpKind::OptimizerStep || k == OpKind::MuonOrthogonalize;
 }
 bool is_comm(OpKind k) {
   return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce ||
-         k == OpKind::CopyH2D || k == OpKind::CopyD2H;
+         k == OpKind::CopyH2D || k == OpKind::CopyD2H || k == OpKind::MuonGather ||
+         k == OpKind::MuonScatter;
 }
 
 // How an op spends its time: `fixed_s`, then `bytes` at `rate` (bytes/s when
@@ -74,6 +75,11 @@ Work collective_work(const Schedule& s, const Op& op, const Hardware& hw) {
     busbw = std::min(busbw, hw.inter_node.busbw_bytes_per_s * std::min(1.0, node_share));
   }
   require(busbw > 0, hw, inter ? "inter-node bus bandwidth" : "intra-node bus bandwidth");
+  if (op.kind == OpKind::MuonGather || op.kind == OpKind::MuonScatter)
+    // Point to point: the busiest rank's bytes (the payload) after one hop.
+    return {hw.collective_base_latency_s +
+                (inter ? hw.inter_node.hop_latency_s : hw.intra_node.hop_latency_s),
+            static_cast<double>(op.payload_bytes), busbw, inter ? Link::Inter : Link::Intra};
   const double ring_bytes = static_cast<double>(op.payload_bytes) * steps / static_cast<double>(n);
   const double passes = op.kind == OpKind::AllReduce ? 2 : 1;  // reduce-scatter then all-gather
   return {hw.collective_base_latency_s + passes * hops_s, passes * ring_bytes, busbw,
@@ -92,6 +98,14 @@ Work compute_work(const Schedule& s, const Op& op, const Hardware& hw) {
               fmt::format("{} compute rate", to_string(d)));
       const double per_gemm = op.flops / (kGemmsPerForward * (op.kind == OpKind::Backward ? 2 : 1));
       w.fixed_s += op.flops / (hw.peak_flops(d) * hw.gemm_efficiency(per_gemm));
+    } else if (op.kind == OpKind::MuonOrthogonalize) {
+      // Newton-Schulz: 3 GEMMs an iteration in ns_dtype, priced as one
+      // matrix's (the busiest owner's FLOPs over its iterations).
+      const OptimizerSpec& o = s.units.spec.train.optimizer;
+      require(hw.peak_flops(o.ns_dtype) > 0 && hw.gemm_max_efficiency > 0, hw,
+              fmt::format("{} compute rate", to_string(o.ns_dtype)));
+      const double per_gemm = op.flops / static_cast<double>(3 * std::max<int64_t>(1, o.ns_steps));
+      w.fixed_s += op.flops / (hw.peak_flops(o.ns_dtype) * hw.gemm_efficiency(per_gemm));
     } else {
       require(hw.peak_fp32_flops > 0, hw, "fp32 compute rate");
       w.fixed_s += op.flops / hw.peak_fp32_flops;
@@ -117,6 +131,8 @@ Work op_work(const Schedule& s, const Op& op, const Hardware& hw) {
     case OpKind::AllGather:
     case OpKind::ReduceScatter:
     case OpKind::AllReduce:
+    case OpKind::MuonGather:
+    case OpKind::MuonScatter:
       return collective_work(s, op, hw);
     case OpKind::CopyH2D:
     case OpKind::CopyD2H:
@@ -126,6 +142,7 @@ Work op_work(const Schedule& s, const Op& op, const Hardware& hw) {
     case OpKind::Backward:
     case OpKind::GradNorm:
     case OpKind::OptimizerStep:
+    case OpKind::MuonOrthogonalize:
       return compute_work(s, op, hw);
     case OpKind::Free:
       return {};
@@ -194,6 +211,12 @@ Calibrated calibrated_work(const Schedule& s, const Op& op, const CalibratedTime
       return c;
     }
     case OpKind::Free:
+      return c;
+    case OpKind::MuonGather:
+    case OpKind::MuonOrthogonalize:
+    case OpKind::MuonScatter:
+      // Not calibrated yet: the built-in figures.
+      c.how = Lookup::Missing;
       return c;
   }
   return c;

@@ -167,10 +167,53 @@ MuonPlan plan_muon(const Units& units, int64_t ns_steps) {
         assign_muon_owners(plan.matrices[k], units.units[k].shard_elems, S, ns_steps, loads);
     loads = plan.owners[k].rank_flops;
   }
+  // Each owner's momentum in unit order, then matrix order; its gathered
+  // matrices of a unit in matrix order.
+  std::vector<int64_t> momentum(static_cast<size_t>(S), 0);
+  for (size_t k = 0; k < n; ++k) {
+    std::vector<int64_t> gathered(static_cast<size_t>(S), 0);
+    for (size_t i = 0; i < plan.matrices[k].size(); ++i) {
+      MuonOwner& o = plan.owners[k].matrices[i];
+      const size_t r = static_cast<size_t>(o.owner);
+      o.momentum_offset = momentum[r];
+      o.gathered_offset = gathered[r];
+      momentum[r] += plan.matrices[k][i].elems();
+      gathered[r] += plan.matrices[k][i].elems();
+    }
+  }
   return plan;
 }
 
-MuonMemory muon_memory(const MuonPlan& plan, int64_t shard_group) {
+MuonUnit muon_unit(const MuonPlan& plan, int unit, int64_t shard_elems, int64_t shard_group) {
+  const size_t S = static_cast<size_t>(shard_group);
+  std::vector<int64_t> owned(S, 0), sent(S, 0), received(S, 0), held(S, 0);
+  MuonUnit out;
+  std::vector<double> flops(S, 0.0);
+  const size_t u = static_cast<size_t>(unit);
+  for (size_t i = 0; i < plan.matrices[u].size(); ++i) {
+    const MuonOwner& o = plan.owners[u].matrices[i];
+    const size_t owner = static_cast<size_t>(o.owner);
+    owned[owner] += plan.matrices[u][i].elems();
+    flops[owner] += o.ns_flops;
+    for (const MuonSlice& sl : o.slices) {
+      const size_t r = static_cast<size_t>(sl.rank);
+      held[r] += sl.end - sl.begin;
+      if (r == owner) continue;
+      sent[r] += sl.end - sl.begin;
+      received[owner] += sl.end - sl.begin;
+    }
+  }
+  out.adamw_elems = shard_group > 0 ? shard_elems - held[0] : 0;
+  for (size_t r = 0; r < S; ++r) {
+    out.gathered_elems = std::max(out.gathered_elems, owned[r]);
+    out.exchanged_elems = std::max({out.exchanged_elems, sent[r], received[r]});
+    out.adamw_elems = std::max(out.adamw_elems, shard_elems - held[r]);
+    out.ns_flops = std::max(out.ns_flops, flops[r]);
+  }
+  return out;
+}
+
+MuonMemory muon_memory(const MuonPlan& plan, int64_t shard_group, int64_t grad_bytes) {
   MuonMemory out;
   std::vector<int64_t> owned(static_cast<size_t>(shard_group), 0), workspace = owned;
   for (size_t u = 0; u < plan.matrices.size(); ++u) {
@@ -183,7 +226,8 @@ MuonMemory muon_memory(const MuonPlan& plan, int64_t shard_group) {
     }
     for (size_t r = 0; r < unit.size(); ++r) {
       owned[r] += unit[r];
-      out.gathered_bytes = std::max(out.gathered_bytes, 4 * unit[r]);
+      if (shard_group > 1)
+        out.gathered_bytes = std::max(out.gathered_bytes, (grad_bytes + 4) * unit[r]);
     }
   }
   for (size_t r = 0; r < owned.size(); ++r) {

@@ -38,6 +38,11 @@ struct MuonOwner {
   int64_t owner = 0;              // rank in the shard group
   double ns_flops = 0;            // muon_ns_flops of the matrix
   std::vector<MuonSlice> slices;  // in rank order, none empty, covering [0, elems) once
+  // Where the owner keeps it (plan_muon): its momentum, in elements into the
+  // owner's momentum of every unit; its gradient and update, in elements
+  // into the owner's gathered matrices of this unit (in matrix order).
+  int64_t momentum_offset = 0;
+  int64_t gathered_offset = 0;
 };
 
 struct MuonAssignment {
@@ -92,15 +97,28 @@ MuonPlan plan_muon(const Units& units, int64_t ns_steps);
 
 // What Muon adds to a rank's memory, the most any rank of the shard group
 // needs (every rank's arena is planned alike): the fp32 momentum of the
-// matrices it owns (persistent), the matrices of one unit it owns gathered
-// whole in fp32 (transient: the reduced gradient in, the update out, per
-// unit at a time), and one Newton-Schulz workspace for its largest matrix
-// (runtime/muon_math.h's muon_workspace_bytes).
+// matrices it owns (persistent), one Newton-Schulz workspace for its largest
+// matrix (runtime/muon_math.h's muon_workspace_bytes), and, when the shard
+// group has more than one rank, the matrices of one unit it owns gathered
+// whole (muon_unit's gathered_elems at grad_bytes + 4 bytes each: the reduced
+// gradient in the grad shard's dtype, then the fp32 update). A shard group of
+// one reads its gradients in place.
 struct MuonMemory {
   int64_t momentum_bytes = 0;
   int64_t gathered_bytes = 0;
   int64_t workspace_bytes = 0;
 };
-MuonMemory muon_memory(const MuonPlan& plan, int64_t shard_group);
+MuonMemory muon_memory(const MuonPlan& plan, int64_t shard_group, int64_t grad_bytes);
+
+// One unit's Muon work, the most any rank of the shard group does (the
+// schedule and the arena are alike on every rank).
+struct MuonUnit {
+  int64_t gathered_elems = 0;   // matrix elements one rank owns
+  int64_t exchanged_elems = 0;  // elements one rank sends or receives in the gather (or scatter)
+  int64_t adamw_elems = 0;      // elements of one rank's shard that are no Muon matrix's: its
+                                // compacted AdamW state (runtime/muon.h's muon_shard_parts)
+  double ns_flops = 0;          // Newton-Schulz FLOPs of the busiest owner
+};
+MuonUnit muon_unit(const MuonPlan& plan, int unit, int64_t shard_elems, int64_t shard_group);
 
 }  // namespace fsdpgen

@@ -24,6 +24,7 @@ int64_t Op::sent_bytes() const {
   int64_t ring = payload_bytes / group_size * (group_size - 1);
   if (kind == OpKind::AllReduce) return 2 * ring;
   if (kind == OpKind::AllGather || kind == OpKind::ReduceScatter) return ring;
+  if (kind == OpKind::MuonGather || kind == OpKind::MuonScatter) return payload_bytes;
   return 0;
 }
 
@@ -81,6 +82,11 @@ class Builder {
     gather_op_.assign(n, -1);
     grads_.assign(n, -1);
     last_reduce_.assign(n, -1);
+    muon_gathered_.assign(n, -1);
+    muon_update_.assign(n, -1);
+    muon_gather_op_.assign(n, -1);
+    muon_ = spec_.train.optimizer.kind == OptimizerKind::Muon;
+    if (muon_) s_.muon = plan_muon(units, spec_.train.optimizer.ns_steps);
   }
 
   Schedule run() {
@@ -103,10 +109,11 @@ class Builder {
     return units()[u].shard_elems * elem_bytes;
   }
   bool has_params(int u) const { return units()[u].padded_elems > 0; }
-  // Shard-sized optimizer state buffers per unit: AdamW's m and v, SGD's momentum.
+  // Shard-sized optimizer state buffers per unit: AdamW's m and v (muon: its
+  // nested AdamW's), SGD's momentum.
   int64_t optimizer_states() const {
     const OptimizerSpec& o = spec_.train.optimizer;
-    return o.kind == OptimizerKind::AdamW ? 2 : (o.momentum > 0 ? 1 : 0);
+    return o.kind != OptimizerKind::Sgd ? 2 : (o.momentum > 0 ? 1 : 0);
   }
   // Params must be brought in before compute: gathered, or copied from the host.
   bool needs_gather(int u) const { return has_params(u) && (sharded_ || offload_); }
@@ -177,9 +184,12 @@ class Builder {
       if (p_.precision.master != p_.precision.param)
         master_[i] = buffer(BufferKind::MasterWeights, home, fmt::format("master.u{}", i),
                             shard_bytes(i, mbytes_), i, -1, true);
-      const int64_t states = optimizer_states();
+      // Muon: AdamW's m and v for the shard's elements that are no Muon
+      // matrix's, compacted (runtime/muon.h's muon_shard_parts).
+      const int64_t state_elems =
+          muon_ ? muon_unit(s_.muon, i, u.shard_elems, S_).adamw_elems : u.shard_elems;
       state_[i] = buffer(BufferKind::OptimizerState, home, fmt::format("optimizer.u{}", i),
-                         states * shard_bytes(i, mbytes_), i, -1, true);
+                         optimizer_states() * state_elems * mbytes_, i, -1, true);
       if (offload_)
         grad_shard_[i] =
             buffer(BufferKind::GradShard, MemSpace::Host, fmt::format("grad_shard.u{}", i),
@@ -191,6 +201,13 @@ class Builder {
           std::max(workspace_bytes, cudnn_attention_workspace_bytes(spec_.model, act_));
     workspace_ = buffer(BufferKind::Workspace, MemSpace::Device, "gemm_workspace", workspace_bytes,
                         -1, -1, true);
+    if (muon_) {
+      const MuonMemory m = muon_memory(s_.muon, S_, gbytes_);
+      muon_momentum_ = buffer(BufferKind::MuonMomentum, MemSpace::Device, "muon_momentum",
+                              m.momentum_bytes, -1, -1, true);
+      muon_workspace_ = buffer(BufferKind::MuonWorkspace, MemSpace::Device, "muon_workspace",
+                               m.workspace_bytes, -1, -1, true);
+    }
     if (const int64_t rope_bytes = rope_tables_bytes(spec_.model); rope_bytes > 0)
       rope_ =
           buffer(BufferKind::RopeTables, MemSpace::Device, "rope_tables", rope_bytes, -1, -1, true);
@@ -592,12 +609,71 @@ class Builder {
     last_reduce_[u] = producer;
   }
 
+  bool has_muon(int u) const { return muon_ && !s_.muon.matrices[u].empty(); }
+
+  // Muon, shard group > 1: unit u's owners gather their matrices' reduced
+  // gradients from the shards that hold them.
+  void muon_gather(int u) {
+    const MuonUnit m = muon_unit(s_.muon, u, units()[u].shard_elems, S_);
+    muon_gathered_[u] =
+        buffer(BufferKind::MuonGathered, MemSpace::Device, fmt::format("muon_gathered.u{}", u),
+               m.gathered_elems * (gbytes_ + 4), u, -1, false);
+    Op g = collective(OpKind::MuonGather, StreamId::AllGather, u, -1, CommGroup::Shard, S_,
+                      m.exchanged_elems * gbytes_);
+    g.operands = {{Role::GradShard, grad_shard_[u]}, {Role::MuonGathered, muon_gathered_[u]}};
+    g.deps = {last_reduce_[u]};
+    muon_gather_op_[u] = emit(g);
+  }
+
+  // Muon: unit u's owners orthogonalize their matrices once the step's gate
+  // (the norm, the guard's loss) is known, and send each shard its updates.
+  // Returns the op the unit's optimizer step waits for.
+  int muon_orthogonalize(int u, const std::vector<int>& gates) {
+    const MuonUnit m = muon_unit(s_.muon, u, units()[u].shard_elems, S_);
+    muon_update_[u] = buffer(BufferKind::MuonUpdate, MemSpace::Device,
+                             fmt::format("muon_update.u{}", u), shard_bytes(u, 4), u, -1, false);
+    Op ns = make_op(OpKind::MuonOrthogonalize, StreamId::Compute, u, -1, -1);
+    if (sharded_)
+      ns.operands = {{Role::MuonGathered, muon_gathered_[u]}};
+    else  // the whole matrices are in the gradient shard; the updates go to their places
+      ns.operands = {{Role::GradShard, grad_shard_[u]}, {Role::MuonUpdate, muon_update_[u]}};
+    ns.operands.push_back({Role::MuonMomentum, muon_momentum_});
+    ns.operands.push_back({Role::Workspace, muon_workspace_});
+    ns.deps = gates;
+    ns.deps.push_back(sharded_ ? muon_gather_op_[u] : last_reduce_[u]);
+    ns.flops = m.ns_flops;
+    // The momentum step reads the gradient and the momentum and writes both
+    // that and the iterate; the update is written once.
+    ns.memory_bytes = m.gathered_elems * (gbytes_ + 4 * 4);
+    const int done = emit(ns);
+    if (!sharded_) return done;
+    Op sc = collective(OpKind::MuonScatter, StreamId::ReduceScatter, u, -1, CommGroup::Shard, S_,
+                       m.exchanged_elems * 4);
+    sc.operands = {{Role::MuonGathered, muon_gathered_[u]}, {Role::MuonUpdate, muon_update_[u]}};
+    sc.deps = {done};
+    const int scattered = emit(sc);
+    free_now({muon_gathered_[u]});
+    return scattered;
+  }
+
   void optimizer() {
     pending_.insert(pending_.end(), gather_pending_.begin(), gather_pending_.end());
     gather_pending_.clear();
     free_now(pending_);
     pending_.clear();
     release_params(0);
+    // Muon's gathers run two units ahead of the Newton-Schulz iterations, so
+    // that at most two units' matrices are gathered at a time; the first two
+    // overlap the norm.
+    std::vector<int> muon_units;
+    for (const FlatUnit& f : units())
+      if (has_params(f.index) && has_muon(f.index)) muon_units.push_back(f.index);
+    size_t next_gather = 0;
+    auto gather_ahead = [&] {
+      if (sharded_ && next_gather < muon_units.size()) muon_gather(muon_units[next_gather++]);
+    };
+    gather_ahead();
+    gather_ahead();
     const StreamId where = offload_ ? StreamId::Host : StreamId::Compute;
     Op norm = make_op(OpKind::GradNorm, where, -1, -1, -1);
     for (const FlatUnit& f : units()) {
@@ -627,17 +703,23 @@ class Builder {
     for (const FlatUnit& f : units()) {
       if (!has_params(f.index)) continue;
       const int u = f.index;
+      const int muon_done = has_muon(u) ? muon_orthogonalize(u, gates) : -1;
+      if (has_muon(u)) gather_ahead();
       Op opt = make_op(OpKind::OptimizerStep, where, u, -1, -1);
       opt.operands = {{Role::Params, shard_[u]},
                       {Role::Master, master_[u]},
                       {Role::OptimizerState, state_[u]},
-                      {Role::GradShard, grad_shard_[u]}};
+                      {Role::GradShard, grad_shard_[u]},
+                      {Role::MuonUpdate, has_muon(u) ? muon_update_[u] : -1}};
       opt.deps = gates;
       opt.deps.push_back(last_reduce_[u]);
+      opt.deps.push_back(muon_done);
       // Reads grad, master and state; writes master, state and the param-dtype shard.
       opt.memory_bytes = f.shard_elems * (gbytes_ + 2 * mbytes_ + 2 * states * mbytes_ + pbytes_);
       emit(opt);
-      if (!s_.buffers[grad_shard_[u]].persistent) free_now({grad_shard_[u]});
+      std::vector<int> done = {has_muon(u) ? muon_update_[u] : -1};
+      if (!s_.buffers[grad_shard_[u]].persistent) done.push_back(grad_shard_[u]);
+      free_now(done);
     }
   }
 
@@ -650,6 +732,9 @@ class Builder {
   int64_t pbytes_ = 4, rbytes_ = 4, mbytes_ = 4, gbytes_ = 4;
   ActivationShape act_;
   std::vector<int> shard_, master_, state_, grad_shard_;  // per unit
+  bool muon_ = false;                                     // optimizer = muon(...)
+  int muon_momentum_ = -1, muon_workspace_ = -1;
+  std::vector<int> muon_gathered_, muon_update_, muon_gather_op_;  // per unit
   int loss_forward_ = -1;  // the last forward op that computes losses
   std::vector<int> gathered_, gather_op_, grads_, last_reduce_;
   std::vector<std::vector<int>> users_;  // per buffer, ops that used it

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/Lower.h"
+#include "planner/Muon.h"
 
 namespace fsdpgen {
 
@@ -45,9 +46,17 @@ enum class OpKind {
   GradNorm,   // sum of squares of this rank's grad shards (the all-reduce of the scalar follows)
   OptimizerStep,  // one unit: clip, update the master shard and optimizer state, cast to param
                   // dtype
+  // Muon (planner/Muon.h): each Muon matrix of a unit has an owner rank in
+  // the shard group, which gathers the matrix's reduced gradient from the
+  // shards that hold it, orthogonalizes its momentum, and scatters the update
+  // back to them; the unit's optimizer step then applies it.
+  MuonGather,         // grad shard slices -> the owners' whole matrices, over the shard group
+  MuonOrthogonalize,  // the owner's momentum step and Newton-Schulz iterations (GEMMs)
+  MuonScatter,        // the owners' updates -> each shard's slices, over the shard group
 };
-inline constexpr std::array<std::string_view, 11> kOpKindNames = {
-    "AG", "F", "RECOMPUTE", "B", "RS", "AR", "FREE", "H2D", "D2H", "GRADNORM", "OPT"};
+inline constexpr std::array<std::string_view, 14> kOpKindNames = {
+    "AG",  "F",   "RECOMPUTE", "B",   "RS",          "AR",      "FREE",
+    "H2D", "D2H", "GRADNORM",  "OPT", "MUON_GATHER", "MUON_NS", "MUON_SCATTER"};
 inline std::string_view to_string(OpKind k) {
   return kOpKindNames[static_cast<int>(k)];
 }
@@ -78,12 +87,18 @@ enum class BufferKind {
   CheckpointStaging,  // host: this rank's checkpoint (fp32 weights and optimizer state, in its
                       // shard file's order), copied at the step boundary and written behind the
                       // next steps; only when the spec plans checkpoints
+  MuonMomentum,       // Muon: fp32 momentum of the matrices this rank owns, every unit's
+  MuonGathered,       // Muon: the matrices of one unit this rank owns, whole: the reduced
+                      // gradient (grad shard dtype), then the fp32 update
+  MuonUpdate,         // Muon: one unit's fp32 updates at their places in this rank's shard
+  MuonWorkspace,      // Muon: Newton-Schulz iterates of the largest matrix
 };
-inline constexpr std::array<std::string_view, 15> kBufferKindNames = {
-    "param_shard",      "master_weights",  "optimizer_state",   "grad_shard",
-    "unsharded_params", "unsharded_grads", "activations",       "recompute_scratch",
-    "backward_scratch", "comm_staging",    "workspace",         "logits",
-    "inputs",           "rope_tables",     "checkpoint_staging"};
+inline constexpr std::array<std::string_view, 19> kBufferKindNames = {
+    "param_shard",      "master_weights",  "optimizer_state",    "grad_shard",
+    "unsharded_params", "unsharded_grads", "activations",        "recompute_scratch",
+    "backward_scratch", "comm_staging",    "workspace",          "logits",
+    "inputs",           "rope_tables",     "checkpoint_staging", "muon_momentum",
+    "muon_gathered",    "muon_update",     "muon_workspace"};
 inline std::string_view to_string(BufferKind k) {
   return kBufferKindNames[static_cast<int>(k)];
 }
@@ -121,6 +136,9 @@ enum class Role {
   Src,               // copies and all-gather: what is read
   Dst,               // copies and all-gather: what is written
   RopeTables,        // llama compute: the rotary position tables
+  MuonMomentum,      // Muon: the owner's momentum (every unit's)
+  MuonGathered,      // Muon: the owner's whole matrices of the unit
+  MuonUpdate,        // Muon: the updates at their places in this rank's shard
 };
 
 struct OpOperand {
@@ -150,7 +168,9 @@ struct Op {
   int operand(Role role) const;
 
   // Bytes this rank sends with a ring algorithm: (n-1)/n of the payload for
-  // all-gather and reduce-scatter, twice that for all-reduce.
+  // all-gather and reduce-scatter, twice that for all-reduce. Muon's gather
+  // and scatter: the payload, which is what the busiest rank sends or
+  // receives.
   int64_t sent_bytes() const;
   std::string label() const;  // "AG u3", "F s2 mb0", "FREE", "AR loss"
   // The loss-spike guard's all-reduce of the step's loss over every rank
@@ -172,6 +192,7 @@ struct ScheduleOptions {
 
 struct Schedule {
   Units units;
+  MuonPlan muon;  // optimizer = muon(...): every unit's matrices and owners; else empty
   ScheduleOptions options;
   int64_t micro_batch = 0;  // resolved
   std::vector<Buffer> buffers;

@@ -99,6 +99,23 @@ void check_guard(const Spec& spec, const Hardware& hw, Reasons& out) {
         "norm_z works with offload)");
 }
 
+// Muon's owner gathers, Newton-Schulz and scatters are written for the CPU
+// backend with the optimizer on the compute stream; the CUDA twin and the
+// host-side optimizer of offload = cpu are not written yet.
+void check_muon(const Spec& spec, const Hardware& hw, Reasons& out) {
+  if (spec.train.optimizer.kind != OptimizerKind::Muon) return;
+  if (!hw.gpu)
+    out.push_back(
+        "optimizer = muon(...) is planned (fsdpgen plan, schedule) but its runtime is "
+        "not built yet");
+  if (hw.gpu)
+    out.push_back("optimizer = muon(...) on GPUs (the CPU target has it; use adamw on GPUs)");
+  if (spec.parallel.offload == Offload::Cpu)
+    out.push_back(
+        "optimizer = muon(...) with offload = cpu (Muon's Newton-Schulz does not run "
+        "in the host's optimizer)");
+}
+
 }  // namespace
 
 std::string_view backend_name(const Hardware& hw) {
@@ -115,6 +132,7 @@ std::vector<std::string> unsupported_features(const Spec& spec, const Hardware& 
   check_slot_alignment(spec, out);
   check_custom_layers(spec, hw, out);
   check_guard(spec, hw, out);
+  check_muon(spec, hw, out);
   return out;
 }
 

@@ -31,6 +31,7 @@ class Verifier {
     hybrid_all_reduce_once();
     device_never_waits_for_the_host();
     validation_is_a_forward_pass();
+    muon_is_planned();
     return errors_;
   }
 
@@ -224,6 +225,95 @@ class Verifier {
           fail("{} (#{}) runs on the device but waits for {} (#{}), which runs on the host",
                op.label(), op.id, s_.ops[d].label(), d);
     }
+  }
+
+  // optimizer = muon(...): every Muon matrix has one owner in the shard
+  // group, its slices cover it once, the owner's momentum and gathered
+  // matrices fit their buffers without overlap, and each unit's ops run in
+  // order: gather (shard group > 1), Newton-Schulz after the step's gate,
+  // scatter, then the unit's optimizer step.
+  void muon_is_planned() {
+    const MuonPlan& plan = s_.muon;
+    if (plan.matrices.empty()) return;
+    const int64_t S = s_.units.spec.parallel.shard_group;
+    auto bytes_of = [&](BufferKind k, int unit) -> int64_t {
+      for (const Buffer& b : s_.buffers)
+        if (b.kind == k && b.unit == unit) return b.bytes;
+      return 0;
+    };
+    std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> momentum;  // per owner
+    for (size_t u = 0; u < plan.matrices.size(); ++u) {
+      std::map<int64_t, int64_t> gathered;  // per owner: elements
+      for (size_t i = 0; i < plan.matrices[u].size(); ++i) {
+        const MuonMatrix& m = plan.matrices[u][i];
+        const MuonOwner& o = plan.owners[u].matrices[i];
+        if (o.owner < 0 || o.owner >= S)
+          fail("Muon matrix {} has owner {}, outside its shard group of {}", m.name, o.owner, S);
+        int64_t covered = 0;
+        for (const MuonSlice& sl : o.slices) {
+          if (sl.begin != covered || sl.end <= sl.begin)
+            fail("Muon matrix {}: rank {}'s slice [{}, {}) does not continue at {}", m.name,
+                 sl.rank, sl.begin, sl.end, covered);
+          covered = sl.end;
+        }
+        if (covered != m.elems())
+          fail("Muon matrix {}: its slices cover {} of its {} elements", m.name, covered,
+               m.elems());
+        momentum[o.owner].push_back({o.momentum_offset, o.momentum_offset + m.elems()});
+        gathered[o.owner] = std::max(gathered[o.owner], o.gathered_offset + m.elems());
+      }
+      const int64_t per_elem = dtype_bytes(grad_shard_dtype(s_.units.spec.parallel)) + 4;
+      if (S > 1)
+        for (const auto& [owner, elems] : gathered)
+          if (elems * per_elem > bytes_of(BufferKind::MuonGathered, static_cast<int>(u)))
+            fail("unit {}: rank {} gathers {} B of Muon matrices into a buffer of {} B", u, owner,
+                 elems * per_elem, bytes_of(BufferKind::MuonGathered, static_cast<int>(u)));
+      if (!plan.matrices[u].empty()) muon_ops_in_order(static_cast<int>(u), S);
+    }
+    const int64_t momentum_bytes = bytes_of(BufferKind::MuonMomentum, -1);
+    for (auto& [owner, ranges] : momentum) {
+      std::sort(ranges.begin(), ranges.end());
+      for (size_t k = 0; k < ranges.size(); ++k) {
+        if (k > 0 && ranges[k].first < ranges[k - 1].second)
+          fail("rank {}'s Muon momentum overlaps at element {}", owner, ranges[k].first);
+        if (ranges[k].second * 4 > momentum_bytes)
+          fail("rank {}'s Muon momentum ends at {} B, past its buffer's {} B", owner,
+               ranges[k].second * 4, momentum_bytes);
+      }
+    }
+  }
+
+  void muon_ops_in_order(int unit, int64_t S) {
+    int gather = -1, ns = -1, scatter = -1, opt = -1, gate = -1;
+    for (const Op& op : s_.ops) {
+      if (op.kind == OpKind::GradNorm || (op.kind == OpKind::AllReduce && op.unit < 0))
+        gate = op.id;  // the last op of the step's gate
+      if (op.unit != unit) continue;
+      if (op.kind == OpKind::MuonGather) gather = op.id;
+      if (op.kind == OpKind::MuonOrthogonalize) ns = op.id;
+      if (op.kind == OpKind::MuonScatter) scatter = op.id;
+      if (op.kind == OpKind::OptimizerStep) opt = op.id;
+    }
+    const bool sharded = S > 1;
+    if (ns < 0 || opt < 0 || (sharded && (gather < 0 || scatter < 0))) {
+      fail(
+          "unit {} has Muon matrices but lacks its Muon ops (gather #{}, Newton-Schulz #{}, "
+          "scatter #{}, optimizer #{})",
+          unit, gather, ns, scatter, opt);
+      return;
+    }
+    const Op& n = s_.ops[ns];
+    if (sharded && !has_dep(n, gather))
+      fail("{} (#{}) does not wait for its gather #{}", n.label(), ns, gather);
+    if (gate >= 0 && !has_dep(n, gate) && s_.ops[gate].stream != n.stream)
+      fail("{} (#{}) does not wait for the step's gate #{}", n.label(), ns, gate);
+    if (gate > ns) fail("{} (#{}) is issued before the step's gate #{}", n.label(), ns, gate);
+    const int applied = sharded ? scatter : ns;
+    if (sharded && !has_dep(s_.ops[scatter], ns))
+      fail("{} (#{}) does not wait for {} (#{})", s_.ops[scatter].label(), scatter, n.label(), ns);
+    if (!has_dep(s_.ops[opt], applied) && s_.ops[applied].stream != s_.ops[opt].stream)
+      fail("{} (#{}) does not wait for #{}, which brings its Muon updates", s_.ops[opt].label(),
+           opt, applied);
   }
 
   const Schedule& s_;

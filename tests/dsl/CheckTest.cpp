@@ -227,6 +227,34 @@ TEST(Check, GuardIsReadPrintedAndRoundTripped) {
   EXPECT_NE(e.find("'max_skips' must be"), std::string::npos) << e;
 }
 
+// muon(...) takes torch.optim.Muon's defaults (lr and weight_decay aside,
+// kMuonLr and 0) and its nested adamw AdamW's; each argument lands in its
+// field, and the nested adamw's do not touch the outer ones.
+TEST(Check, MuonIsReadWithItsDefaults) {
+  const OptimizerSpec d = load_ok(with_model("train { optimizer = muon }")).train.optimizer;
+  EXPECT_EQ(d.kind, OptimizerKind::Muon);
+  EXPECT_DOUBLE_EQ(d.lr, kMuonLr);
+  EXPECT_DOUBLE_EQ(d.momentum, 0.95);
+  EXPECT_DOUBLE_EQ(d.weight_decay, 0);
+  EXPECT_TRUE(d.nesterov);
+  EXPECT_EQ(d.ns_steps, 5);
+  EXPECT_EQ(d.ns_dtype, DType::FP32);
+  EXPECT_EQ(d.adjust_lr, MuonAdjust::Original);
+  EXPECT_EQ(d.adamw, AdamWSpec{});
+  const OptimizerSpec o =
+      load_ok(with_model("train { optimizer = muon(lr = 0.01, ns_steps = 3, adjust_lr = "
+                         "match_rms_adamw, adamw = adamw(lr = 2e-3, betas = (0.8, 0.9))) }"))
+          .train.optimizer;
+  EXPECT_DOUBLE_EQ(o.lr, 0.01);
+  EXPECT_EQ(o.ns_steps, 3);
+  EXPECT_EQ(o.adjust_lr, MuonAdjust::MatchRmsAdamw);
+  EXPECT_DOUBLE_EQ(o.adamw.lr, 2e-3);
+  EXPECT_DOUBLE_EQ(o.adamw.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(o.adamw.beta2, 0.9);
+  EXPECT_DOUBLE_EQ(o.adamw.weight_decay, AdamWSpec{}.weight_decay);
+  EXPECT_DOUBLE_EQ(o.beta1, OptimizerSpec{}.beta1) << "the nested betas are the nested adamw's";
+}
+
 TEST(Check, AllErrorsAreCollectedAndSorted) {
   std::string out = load_error(
       with_model("parallel { sharding = x  world = 0 }\ntrain { steps = -1  bogus = 1 }"));

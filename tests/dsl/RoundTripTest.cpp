@@ -52,6 +52,10 @@ TEST(RoundTrip, Variants) {
       "} }",
       "parallel { precision { param = fp32 reduce = fp16 master = fp32 loss_scale = dynamic(init "
       "= 1024, interval = 50) } }",
+      "train { optimizer = muon }",
+      "train { optimizer = muon(lr = 0.05, momentum = 0.9, nesterov = false, ns_steps = 0, "
+      "ns_dtype = bf16, weight_decay = 0.01, adjust_lr = match_rms_adamw, adamw = adamw(lr = "
+      "1e-3, betas = (0.8, 0.99), eps = 1e-6, weight_decay = 0)) }",
   };
   for (const char* v : variants)
     expect_round_trip(v, with_model(v, "tie_embeddings = false"));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "planner/Muon.h"
+#include "planner/Verify.h"
 #include "tests/common/ExpectError.h"
 #include "tests/planner/PlanTestUtil.h"
 
@@ -335,27 +336,29 @@ TEST(MuonMatrices, PlanCoversEveryUnitAndBalancesTheModel) {
 // Memory by hand: GPT-2 width 64 (F 256), 2 blocks at world 2. Each
 // block's matrices are c_attn 64x192 (12288), c_proj 64x64 (4096), c_fc and
 // mlp.c_proj 64x256 (16384 each): 49152 elements a block, 98304 in all. A
-// shard group of one owns everything: momentum 98304 x 4 bytes, one block
-// gathered (49152 x 4), the workspace of a 64x256 matrix (2 m n + 2 m m
+// shard group of one owns everything: momentum 98304 x 4 bytes, nothing
+// gathered (its gradients are read in place), the workspace of a 64x256 matrix (2 m n + 2 m m
 // floats, m 64, n 256: 40960 x 4). Two ranks split each block's loads: no
-// rank needs more than one rank alone would, and the two together hold every
+// rank gathers more than one block's matrices (fp32 gradient and update,
+// 8 bytes an element), and the two together hold every
 // matrix's momentum once.
 TEST(MuonMatrices, MemoryByHand) {
   Config c;
   c.layers = 2;
   c.world = 1;
   const Planned one = plan_text(c.text());
-  const MuonMemory m1 = muon_memory(plan_muon(one.units, 5), 1);
+  const MuonMemory m1 = muon_memory(plan_muon(one.units, 5), 1, 4);
   EXPECT_EQ(m1.momentum_bytes, 98304 * 4);
-  EXPECT_EQ(m1.gathered_bytes, 49152 * 4);
+  EXPECT_EQ(m1.gathered_bytes, 0);
   EXPECT_EQ(m1.workspace_bytes, 40960 * 4);
   c.world = 2;
   const Planned two = plan_text(c.text());
   const MuonPlan plan = plan_muon(two.units, 5);
-  const MuonMemory m2 = muon_memory(plan, 2);
+  const MuonMemory m2 = muon_memory(plan, 2, 4);
   EXPECT_LT(m2.momentum_bytes, m1.momentum_bytes);
   EXPECT_GE(m2.momentum_bytes, m1.momentum_bytes / 2);
-  EXPECT_LE(m2.gathered_bytes, m1.gathered_bytes);
+  EXPECT_GT(m2.gathered_bytes, 0);
+  EXPECT_LE(m2.gathered_bytes, 49152 * 8);
   EXPECT_LE(m2.workspace_bytes, m1.workspace_bytes);
   int64_t owned[2] = {0, 0};
   for (size_t u = 0; u < plan.matrices.size(); ++u)
@@ -363,6 +366,84 @@ TEST(MuonMatrices, MemoryByHand) {
       owned[plan.owners[u].matrices[i].owner] += plan.matrices[u][i].elems();
   EXPECT_EQ(owned[0] + owned[1], 98304);
   EXPECT_EQ(m2.momentum_bytes, 4 * std::max(owned[0], owned[1]));
+}
+
+std::string with_muon(const Config& c) {
+  std::string t = c.text();
+  const std::string train = "train { micro_batch = 2 }";
+  t.replace(t.find(train), train.size(), "train { micro_batch = 2 optimizer = muon }");
+  return t;
+}
+
+// optimizer = muon(...) under every strategy and knob the planner covers
+// (offload aside: refused): the schedule carries each unit's Muon ops in
+// order and Verify finds nothing wrong with it or its memory plan; the
+// compacted AdamW state and the Muon buffers are what muon_unit and
+// muon_memory say.
+TEST(MuonSchedule, EveryStrategyVerifies) {
+  int planned = 0;
+  for (const Config& c : covering_configs()) {
+    if (c.offload != "none" || c.world > 64) continue;
+    SCOPED_TRACE(c.name());
+    const Planned p = plan_text(with_muon(c));
+    const std::vector<std::string> errors = verify_plan(p.schedule, p.memory);
+    EXPECT_TRUE(errors.empty()) << errors.front();
+    const int64_t S = p.spec.parallel.shard_group;
+    int ns = 0, gathers = 0, scatters = 0;
+    for (const Op& op : p.schedule.ops) {
+      ns += op.kind == OpKind::MuonOrthogonalize;
+      gathers += op.kind == OpKind::MuonGather;
+      scatters += op.kind == OpKind::MuonScatter;
+    }
+    int with_matrices = 0;
+    for (const auto& m : p.schedule.muon.matrices)
+      with_matrices += !m.empty();
+    EXPECT_EQ(ns, with_matrices);
+    EXPECT_EQ(gathers, S > 1 ? with_matrices : 0);
+    EXPECT_EQ(scatters, gathers);
+    for (const Buffer& b : p.schedule.buffers)
+      if (b.kind == BufferKind::OptimizerState)
+        EXPECT_EQ(b.bytes,
+                  2 * 4 *
+                      muon_unit(p.schedule.muon, b.unit, p.units.units[b.unit].shard_elems, S)
+                          .adamw_elems);
+    ++planned;
+  }
+  EXPECT_GT(planned, 100);
+}
+
+// Verify catches a Muon schedule put together wrongly: Newton-Schulz before
+// its gather is waited for, an owner outside the shard group, a slice that
+// leaves a hole.
+TEST(MuonSchedule, VerifyNamesWhatIsWrong) {
+  Config c;
+  c.world = 2;
+  const Planned p = plan_text(with_muon(c));
+  ASSERT_TRUE(verify_plan(p.schedule, p.memory).empty());
+  auto first_error = [&](const Schedule& s) {
+    const std::vector<std::string> e = verify_plan(s, p.memory);
+    return e.empty() ? std::string() : e.front();
+  };
+  Schedule no_wait = p.schedule;
+  for (Op& op : no_wait.ops)
+    if (op.kind == OpKind::MuonOrthogonalize) {
+      op.deps.erase(
+          std::remove_if(op.deps.begin(), op.deps.end(),
+                         [&](int d) { return no_wait.ops[d].kind == OpKind::MuonGather; }),
+          op.deps.end());
+      break;
+    }
+  EXPECT_NE(first_error(no_wait).find("does not wait for its gather"), std::string::npos)
+      << first_error(no_wait);
+  Schedule bad_owner = p.schedule;
+  bad_owner.muon.owners[1].matrices[0].owner = 2;
+  EXPECT_NE(first_error(bad_owner).find("outside its shard group of 2"), std::string::npos)
+      << first_error(bad_owner);
+  Schedule hole = p.schedule;
+  MuonOwner& o = hole.muon.owners[1].matrices[0];
+  ASSERT_FALSE(o.slices.empty());
+  o.slices.back().end -= 1;
+  EXPECT_NE(first_error(hole).find("cover"), std::string::npos) << first_error(hole);
 }
 
 }  // namespace
