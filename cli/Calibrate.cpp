@@ -16,11 +16,11 @@
 
 #include <fmt/format.h>
 
+#include "driver/Pipeline.h"
 #include "dsl/Frontend.h"
 #include "emit/BuildConfig.h"
 #include "planner/Calibrated.h"
 #include "planner/Fit.h"
-#include "planner/Pipeline.h"
 #include "profile/profile.h"
 #include "runtime/files/file_io.h"
 

@@ -4,14 +4,18 @@
 // runtime's kernels and collectives with arena offsets and sizes as
 // constants, and the tables (buffers, units, tensors, ops with their
 // dependencies) the runtime's executor walks. Both targets get the same
-// schedule in the same words; CUDA calls are prefixed cuda_ and take the
-// op's stream (runtime/cuda/step.h). Deterministic: the same spec gives the
-// same bytes.
+// schedule in the same words: the CUDA runtime's calls are the CPU
+// runtime's names with the op's stream last (runtime/cuda/step.h).
+// Deterministic: the same spec gives the same bytes. The writer's rooms:
+// emit/EmitContext.h (what it knows of the program, built once),
+// emit/OpBodies.h (the ops), emit/CustomLayers.h, emit/Tables.h and
+// emit/CppText.h.
 #pragma once
 
 #include <string>
 
 #include "planner/Memory.h"
+#include "planner/Report.h"  // schedule_text, which the program embeds
 #include "planner/Schedule.h"
 
 namespace fsdpgen {
@@ -27,8 +31,5 @@ struct EmitTarget {
 // spec_path is how the header and the binary name the spec.
 std::string emit_program(const std::string& spec_path, const Schedule& schedule,
                          const MemoryPlan& memory, const EmitTarget& target = {});
-
-// What `fsdpgen schedule --gpu cpu` prints, embedded in the binary for --print-schedule.
-std::string schedule_text(const Schedule& schedule);
 
 }  // namespace fsdpgen

@@ -114,6 +114,10 @@ void check_muon(const Spec& spec, const Hardware& hw, Reasons& out) {
     out.push_back(
         "optimizer = muon(...) with offload = cpu (Muon's Newton-Schulz does not run "
         "in the host's optimizer)");
+  if (spec.train.checkpoint.enabled)
+    out.push_back(
+        "optimizer = muon(...) with checkpoint(every = N) (Muon's momentum is not checkpointed "
+        "yet)");
 }
 
 }  // namespace

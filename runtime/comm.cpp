@@ -148,6 +148,15 @@ void comm_all_reduce(MPI_Comm comm, const void* send, void* recv, int64_t count,
   comm_wait(req);
 }
 
+void comm_isend(MPI_Comm comm, const void* data, int64_t bytes, int peer, int tag,
+                MPI_Request& req) {
+  MPI_CHECK(MPI_Isend(data, count_of(bytes, "send"), MPI_BYTE, peer, tag, comm, &req));
+}
+
+void comm_irecv(MPI_Comm comm, void* data, int64_t bytes, int peer, int tag, MPI_Request& req) {
+  MPI_CHECK(MPI_Irecv(data, count_of(bytes, "receive"), MPI_BYTE, peer, tag, comm, &req));
+}
+
 void comm_broadcast(MPI_Comm comm, void* data, int64_t bytes, int root) {
   int n = count_of(bytes, "broadcast");
   MPI_Request req;

@@ -38,6 +38,11 @@ void comm_reduce_scatter(MPI_Comm comm, const void* send, void* recv, int64_t co
 // recv (count) = sum over ranks of send; send == recv reduces in place.
 void comm_all_reduce(MPI_Comm comm, const void* send, void* recv, int64_t count, dtype_id t);
 void comm_broadcast(MPI_Comm comm, void* data, int64_t bytes, int root);
+// Point to point, started and left to the caller to comm_wait (Muon's
+// exchanges of matrix slices); peer is a rank of comm.
+void comm_isend(MPI_Comm comm, const void* data, int64_t bytes, int peer, int tag,
+                MPI_Request& req);
+void comm_irecv(MPI_Comm comm, void* data, int64_t bytes, int peer, int tag, MPI_Request& req);
 
 // Collective over the world: throws agreed_error (check.h) on every rank if
 // `error` is non-empty on any rank, so that no rank waits for one that stopped.

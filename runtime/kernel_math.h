@@ -1,5 +1,5 @@
 // kernel_math: the per-element formulas the CPU kernels (runtime/kernels.cpp)
-// and their CUDA twins (runtime/cuda/kernels.cu) share, one definition for
+// and their CUDA twins (runtime/cuda/kernels.cuh) share, one definition for
 // host and device. Each caller brings its own exp (a vectorizable one on the
 // CPU, expf on the GPU; both named exp_clamped), so these take exp's result.
 #pragma once

@@ -26,22 +26,26 @@ enum class op_kind : int {
   copy_h2d,
   copy_d2h,
   grad_norm,
-  optimizer_step
+  optimizer_step,
+  muon_gather,
+  muon_orthogonalize,
+  muon_scatter
 };
-inline constexpr int kOpKindCount = static_cast<int>(op_kind::optimizer_step) + 1;
+inline constexpr int kOpKindCount = static_cast<int>(op_kind::muon_scatter) + 1;
 
 // An op kind in words, as reports name it ("forward", "all-gather").
 inline const char* op_kind_name(op_kind k) {
   constexpr const char* kNames[kOpKindCount] = {
-      "all-gather",       "forward",       "recompute",     "backward",
-      "reduce-scatter",   "all-reduce",    "free",          "copy to the device",
-      "copy to the host", "gradient norm", "optimizer step"};
+      "all-gather",     "forward",     "recompute",          "backward",         "reduce-scatter",
+      "all-reduce",     "free",        "copy to the device", "copy to the host", "gradient norm",
+      "optimizer step", "Muon gather", "Newton-Schulz",      "Muon scatter"};
   return kNames[static_cast<int>(k)];
 }
 
 // A collective's time on one rank includes its wait for the others.
 inline bool op_kind_is_collective(op_kind k) {
-  return k == op_kind::all_gather || k == op_kind::reduce_scatter || k == op_kind::all_reduce;
+  return k == op_kind::all_gather || k == op_kind::reduce_scatter || k == op_kind::all_reduce ||
+         k == op_kind::muon_gather || k == op_kind::muon_scatter;
 }
 
 // Communicators, as the planner's CommGroup.
@@ -126,7 +130,22 @@ inline bool shard_piece_of(const program_tensor& t, int64_t shard_elems, int64_t
   return true;
 }
 
-enum class optimizer_kind : int { adamw, sgd };
+enum class optimizer_kind : int { adamw, sgd, muon };
+
+// optimizer = muon(...): one Muon matrix (planner/Muon.h's MuonMatrix and
+// MuonOwner), where its unit's flat parameter stores it, row-major, and
+// which rank of the shard group orthogonalizes it and where that rank keeps
+// it. Which part of it each shard holds follows from the flat layout.
+struct program_muon_matrix {
+  int unit;
+  int64_t offset_elems;  // in the unit's unsharded flat parameter
+  int64_t rows, cols;
+  bool stored_transposed;   // (in, out), as GPT-2's Conv1D; else nn.Linear's (out, in)
+  int owner;                // rank in the shard group
+  int64_t momentum_offset;  // elements into the owner's muon_momentum buffer
+  int64_t gathered_offset;  // elements into the owner's gathered matrices of the unit
+  int64_t elems() const { return rows * cols; }
+};
 enum class lr_schedule_kind : int { constant, cosine, linear };
 enum class data_source : int { synthetic, text, tokens };
 
@@ -175,6 +194,14 @@ struct program_parallel {
 struct program_optimizer {
   optimizer_kind kind;
   double lr, beta1, beta2, eps, weight_decay, momentum;
+  // muon: torch.optim.Muon's settings (lr, momentum and weight_decay above
+  // are Muon's), and the nested AdamW's for the parameters that are no Muon
+  // matrix's (its lr follows the schedule in proportion to lr).
+  bool nesterov = true;
+  int64_t ns_steps = 5;
+  dtype_id ns_dtype = dtype_id::fp32;
+  int adjust_lr = 0;  // runtime/muon_math.h's muon_adjust
+  double adamw_lr = 0, adamw_beta1 = 0, adamw_beta2 = 0, adamw_eps = 0, adamw_weight_decay = 0;
 };
 
 struct program_lr_schedule {
@@ -284,6 +311,9 @@ struct program {
   const program_buffer_life* buffer_life = nullptr;
   const program_red_zone* inner_red_zones = nullptr;
   int inner_red_zone_count = 0;
+  // optimizer = muon(...): every unit's Muon matrices, by unit then offset.
+  const program_muon_matrix* muon_matrices = nullptr;
+  int muon_matrix_count = 0;
 };
 
 // Whether a GPU program runs op `id` on the host (program::host_ops).

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/muon_layout.h"
 #include "runtime/optimizer.h"
 #include "runtime/optimizer_math.h"
 
@@ -87,20 +88,18 @@ void step_reduce_loss(step_context& c, MPI_Comm comm) {
   comm_all_reduce(comm, &c.loss_total, &c.loss_total, 1, dtype_id::fp32);
 }
 
-void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
-                    const void* grad_shard) {
+namespace {
+
+// AdamW or SGD over the whole shard w, decayed ranges and undecayed gaps
+// alternating over [0, n).
+void adamw_or_sgd(const step_context& c, int unit, float* w, float* state, const void* grad_shard,
+                  float scale) {
   const program& p = *c.p;
   const program_unit& u = p.units[unit];
   const int64_t n = u.shard_elems;
-  float* w = master ? master : static_cast<float*>(param_shard);
-  const double norm = step_global_norm(c.grad_norm_partial, c.grad_scale);
-  if (optimizer_skips(norm, c.loss_total, c.norm_limit, c.loss_total_limit))
-    return;  // skipped: nothing changes
-  const float scale = static_cast<float>(optimizer_clip_scale(p, norm) / c.grad_scale);
   const float lr = static_cast<float>(c.lr);
   const int64_t* ranges = c.decay_ranges[unit];
   const int count = c.decay_range_counts[unit];
-  // Alternate undecayed gaps and decayed ranges over [0, n).
   int64_t pos = 0;
   for (int r = 0; r <= count; ++r) {
     int64_t begin = r < count ? ranges[2 * r] : n;
@@ -123,6 +122,23 @@ void step_optimizer(step_context& c, int unit, void* param_shard, float* master,
     }
     if (r < count) pos = ranges[2 * r + 1];
   }
+}
+
+}  // namespace
+
+void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
+                    const void* grad_shard, const float* muon_update) {
+  const program& p = *c.p;
+  const int64_t n = p.units[unit].shard_elems;
+  float* w = master ? master : static_cast<float*>(param_shard);
+  const double norm = step_global_norm(c.grad_norm_partial, c.grad_scale);
+  if (optimizer_skips(norm, c.loss_total, c.norm_limit, c.loss_total_limit))
+    return;  // skipped: nothing changes
+  const float scale = static_cast<float>(optimizer_clip_scale(p, norm) / c.grad_scale);
+  if (p.train.optimizer.kind == optimizer_kind::muon)
+    muon_apply_shard(c, unit, w, state, grad_shard, muon_update, scale);
+  else
+    adamw_or_sgd(c, unit, w, state, grad_shard, scale);
   if (master)
     tensor_convert(param_shard, p.parallel.precision.param, master, dtype_id::fp32, n, false);
 }

@@ -15,6 +15,7 @@
 #include "runtime/program.h"
 
 struct gpu_context;  // runtime/cuda/step.h
+struct muon_layout;  // runtime/muon_layout.h
 
 struct step_context {
   const program* p = nullptr;
@@ -57,6 +58,9 @@ struct step_context {
   const int64_t* const* decay_ranges = nullptr;
   const int* decay_range_counts = nullptr;
   gpu_context* gpu = nullptr;  // the CUDA backend's state (null on the CPU)
+  // optimizer = muon(...): this rank's matrices, exchanges and shard parts
+  // (computed once at start; null otherwise).
+  muon_layout* muon = nullptr;
 };
 
 template <class T>
@@ -117,8 +121,30 @@ inline double step_global_norm(float norm_sq, float grad_scale) {
 // param shard itself when params are fp32) and optimizer state, and writes the
 // param-dtype shard. Does nothing when the global norm is not finite (the
 // step is skipped, as an fp16 overflow requires).
+// optimizer = muon(...): muon_update holds, at the places of the unit's
+// Muon matrices' slices in this shard, their orthogonalized updates
+// (step_muon_scatter's), which the step applies to them; AdamW (the
+// nested one's settings, its lr following the schedule in proportion)
+// updates the rest, its m and v compacted in state (runtime/muon_layout.h).
 void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
-                    const void* grad_shard);
+                    const void* grad_shard, const float* muon_update = nullptr);
+
+// optimizer = muon(...), one unit (runtime/muon_layout.h; the planner's
+// MUON_GATHER, MUON_NS, MUON_SCATTER ops). Gather: each matrix's owner
+// receives the slices of its reduced gradient that the other shards hold
+// (comm: the shard group's), into gathered's gradient region, and copies
+// its own. Orthogonalize: the owner's momentum step and Newton-Schulz
+// (runtime/muon.h), from gathered (shard group > 1) or, when a rank holds
+// every matrix whole, from the gradient shard with the updates written to
+// update_shard; nothing when the step is skipped (the optimizer's gate).
+// Scatter: each holder receives its slices of the owners' updates into
+// update_shard.
+void step_muon_gather(step_context& c, int unit, const void* grad_shard, void* gathered,
+                      MPI_Comm comm);
+void step_muon_orthogonalize(step_context& c, int unit, const void* grad_shard, void* gathered,
+                             float* momentum, void* workspace, float* update_shard);
+void step_muon_scatter(step_context& c, int unit, const void* gathered, float* update_shard,
+                       MPI_Comm comm);
 
 // The losses of a micro-batch that count: all n in a training step, the
 // first loss_rows sequences' in a validation pass.

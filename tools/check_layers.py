@@ -26,6 +26,7 @@ LAYERS = [
     "dsl",        # the spec language
     "planner",    # schedule, memory plan, cost model, tune
     "emit",       # the code generator
+    "driver",     # the pipeline: every pass, emit and build too, and the target
     "cli",        # fsdpgen's commands
 ]
 SOURCE = re.compile(r"\.(h|hpp|cpp|cc|cu|cuh)$")

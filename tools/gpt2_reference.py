@@ -45,8 +45,8 @@ def lr_at(step):
     return MIN_LR + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (LR - MIN_LR)
 
 
-def main(out_dir):
-    torch.manual_seed(0)
+def build_model():
+    """The reference GPT2LMHeadModel, freshly initialized (torch's seed as set)."""
     config = transformers.GPT2Config(
         vocab_size=VOCAB, n_positions=CONTEXT, n_embd=WIDTH, n_layer=LAYERS, n_head=HEADS,
         n_inner=FFN, activation_function="gelu_new", layer_norm_epsilon=NORM_EPS,
@@ -56,6 +56,12 @@ def main(out_dir):
     config._attn_implementation = "eager"
     model = transformers.GPT2LMHeadModel(config).float()
     assert model.lm_head.weight is model.transformer.wte.weight
+    return model
+
+
+def main(out_dir):
+    torch.manual_seed(0)
+    model = build_model()
     # GPT-2's initialization leaves every bias 0 and every LayerNorm weight 1;
     # moved off those, each tensor enters the first step's loss, so a tensor
     # loaded into the wrong place (or a Conv1D weight transposed) shows at once.

@@ -35,8 +35,8 @@ GLOBAL_BATCH, STEPS, TOKENS = 4, 6, 4000
 LR, BETAS, EPS, WEIGHT_DECAY, CLIP = 1e-2, (0.9, 0.95), 1e-8, 0.1, 1.0
 
 
-def main(out_dir):
-    torch.manual_seed(0)
+def build_model():
+    """The reference LlamaForCausalLM, freshly initialized (torch's seed as set)."""
     config = transformers.LlamaConfig(
         vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=FFN, num_hidden_layers=LAYERS,
         num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
@@ -44,7 +44,12 @@ def main(out_dir):
         rms_norm_eps=NORM_EPS, tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
         rope_theta=ROPE_THETA, rope_scaling=ROPE_SCALING, torch_dtype=torch.float32)
     config._attn_implementation = "eager"
-    model = transformers.LlamaForCausalLM(config).float()
+    return transformers.LlamaForCausalLM(config).float()
+
+
+def main(out_dir):
+    torch.manual_seed(0)
+    model = build_model()
     print("inv_freq", model.model.rotary_emb.inv_freq.tolist())
     save_file({k: v.contiguous() for k, v in model.state_dict().items()},
               os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})

@@ -17,6 +17,14 @@ def write_tokens(path, tokens):
         f.write(struct.pack(f"<{len(tokens)}H", *tokens))
 
 
+def read_tokens(path):
+    """The ids of a token file write_tokens wrote."""
+    with open(path, "rb") as f:
+        header = struct.unpack("<256i", f.read(1024))
+        assert header[0] == 20240520 and header[1] == 1, path
+        return list(struct.unpack(f"<{header[2]}H", f.read(2 * header[2])))
+
+
 def train(model, tokens, context, vocab, global_batch, steps, lr, betas, eps, weight_decay,
           clip, lr_at=None):
     """torch.optim.AdamW on the model for `steps` steps of `global_batch`

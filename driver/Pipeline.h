@@ -4,18 +4,18 @@
 // command prints the one it needs. Passes report on stderr as they finish
 // (diagnostics, target support, the verifier's findings); `time_passes`
 // times each one and `dump_after` prints one's IR there (LLVM's
-// -print-after). Emit and build live above the planner (fsdpgen_emit): the
-// command supplies them as callbacks.
+// -print-after). The driver (fsdpgen_driver) stands above the planner and
+// the emitter so that every pass, emit and build too, is called from here.
 #pragma once
 
 #include <array>
-#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "dsl/Frontend.h"
+#include "emit/Emit.h"
 #include "planner/Cost.h"
 #include "planner/Hardware.h"
 #include "planner/Lower.h"
@@ -36,11 +36,6 @@ std::optional<Pass> pass_named(std::string_view name);
 // or a bug in fsdpgen (exit 3).
 enum class Failure { None, User, Internal };
 
-struct Pipeline;
-// A pass above the planner: it fills its part of the Pipeline, or prints why
-// not on stderr and says whose fault that was.
-using LaterPass = std::function<Failure(Pipeline&)>;
-
 struct PipelineOptions {
   SpecOverrides overrides;
   // What the plan is for: the schedule options it implies
@@ -53,8 +48,14 @@ struct PipelineOptions {
   MemoryOptions memory;            // reuse off (--no-reuse): every buffer its own range
   std::optional<Pass> dump_after;  // at most stop_after
   bool time_passes = false;
-  LaterPass emit;   // fills `source`; required when stop_after reaches Emit
-  LaterPass build;  // compiles `source`; required when stop_after is Build
+  // emit: the runtime the program is for (driver/Target.h resolves it
+  // together with `target`).
+  EmitTarget emit;
+  // build: the binary to write; the directory the source is compiled in
+  // (empty: a temporary one, removed after); AddressSanitizer on (--check).
+  std::string output;
+  std::string sources_dir;
+  bool sanitize = false;
 };
 
 struct Pipeline {

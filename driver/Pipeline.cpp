@@ -1,5 +1,5 @@
 // Pipeline: the flat list of passes, each timed and dumped the same way.
-#include "planner/Pipeline.h"
+#include "driver/Pipeline.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,6 +9,9 @@
 
 #include <fmt/format.h>
 
+#include "driver/BuildPass.h"
+#include "driver/EmitPass.h"
+#include "driver/Output.h"
 #include "dsl/Print.h"
 #include "planner/Activations.h"
 #include "planner/Fit.h"
@@ -17,10 +20,6 @@
 
 namespace fsdpgen {
 namespace {
-
-void err(const std::string& s) {
-  std::fputs(s.c_str(), stderr);
-}
 
 // Diagnostics with no source location ("error: cannot read spec file ...")
 // get the program's name in front, as clang's do.
@@ -37,7 +36,7 @@ std::string with_program_name(const std::string& diagnostics) {
 
 Failure frontend(const std::string& spec_path, const PipelineOptions& o, Pipeline& p) {
   FrontendResult r = load_spec_file(spec_path, o.overrides);
-  err(with_program_name(r.diagnostics));
+  print_stderr(with_program_name(r.diagnostics));
   p.spec = std::move(r.spec);
   if (p.spec && o.memory.red_zone_bytes > 0) p.spec->model.custom_red_zones = true;
   return p.spec ? Failure::None : Failure::User;
@@ -48,9 +47,9 @@ Failure support(const std::string& spec_path, const PipelineOptions& o, Pipeline
   p.unsupported = unsupported_features(*p.spec, *o.target);
   const bool emitting = o.stop_after >= Pass::Emit;
   for (const std::string& why : p.unsupported)
-    err(fmt::format("fsdpgen: {}: {}: the {} backend cannot build this spec{}: {}\n",
-                    emitting ? "error" : "warning", spec_path, backend_name(*o.target),
-                    emitting ? "" : " yet", why));
+    print_stderr(fmt::format("fsdpgen: {}: {}: the {} backend cannot build this spec{}: {}\n",
+                             emitting ? "error" : "warning", spec_path, backend_name(*o.target),
+                             emitting ? "" : " yet", why));
   return emitting && !p.unsupported.empty() ? Failure::User : Failure::None;
 }
 
@@ -58,9 +57,9 @@ Failure support(const std::string& spec_path, const PipelineOptions& o, Pipeline
 Failure verify(Pipeline& p) {
   p.violations = verify_plan(*p.schedule, *p.memory);
   for (const std::string& e : p.violations)
-    err(fmt::format("fsdpgen: internal error: {}\n", e));
+    print_stderr(fmt::format("fsdpgen: internal error: {}\n", e));
   if (p.violations.empty()) return Failure::None;
-  err("fsdpgen: the plan breaks its invariants; please report this with the spec\n");
+  print_stderr("fsdpgen: the plan breaks its invariants; please report this with the spec\n");
   return Failure::Internal;
 }
 
@@ -71,7 +70,7 @@ Failure cost(const PipelineOptions& o, Pipeline& p) {
     p.timeline = predict(*p.schedule, *o.target);
     return Failure::None;
   } catch (const std::exception& e) {
-    err(fmt::format("fsdpgen: internal error: {}\n", e.what()));
+    print_stderr(fmt::format("fsdpgen: internal error: {}\n", e.what()));
     return Failure::Internal;
   }
 }
@@ -130,12 +129,12 @@ class Runner {
     const auto start = std::chrono::steady_clock::now();
     p_.failure = body();
     if (o_.time_passes)
-      err(fmt::format(
+      print_stderr(fmt::format(
           "pass {:<10} {:8.2f} ms\n", to_string(pass),
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count()));
     if (p_.failure == Failure::None && o_.dump_after == pass)
-      err(fmt::format("*** IR after {} ***\n{}", to_string(pass), ir_after(pass, p_, o_)));
+      print_stderr(fmt::format("*** IR after {} ***\n{}", to_string(pass), ir_after(pass, p_, o_)));
   }
 
   Pipeline& pipeline() { return p_; }
@@ -162,7 +161,7 @@ Pipeline run_pipeline(const std::string& spec_path, const PipelineOptions& o) {
     const std::string too_large =
         activations_size_error(*p.spec, schedule_options_for(*o.target, *p.spec).flash_attention);
     if (!too_large.empty()) {
-      err(fmt::format("fsdpgen: error: {}: {}\n", spec_path, too_large));
+      print_stderr(fmt::format("fsdpgen: error: {}: {}\n", spec_path, too_large));
       return Failure::User;
     }
     p.units = lower(*p.spec);
@@ -178,8 +177,8 @@ Pipeline run_pipeline(const std::string& spec_path, const PipelineOptions& o) {
   });
   run(Pass::Verify, [&] { return verify(p); });
   run(Pass::Cost, [&] { return cost(o, p); });
-  run(Pass::Emit, [&] { return o.emit(p); });
-  run(Pass::Build, [&] { return o.build(p); });
+  run(Pass::Emit, [&] { return emit_pass(spec_path, o, p); });
+  run(Pass::Build, [&] { return build_pass(spec_path, o, p); });
   return std::move(p);
 }
 

@@ -1,0 +1,47 @@
+// train_flags: the generated binary's flags (`--help` lists them) and what
+// they set, train_options; parsed once by train_main (runtime/train.cpp).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/program.h"
+#include "runtime/run_settings.h"
+#include "runtime/watchdog.h"
+
+struct train_options {
+  run_flags run;  // what shapes the run (runtime/run_settings.h)
+  std::string init_from;
+  std::string trace;
+  int64_t trace_step = -1;
+  std::string trace_data;
+  int64_t straggler_every = 100;  // 0: never
+  bool print_schedule = false;
+  int64_t seed = -1;
+  int64_t inject_overflow = -1;
+  std::vector<int64_t> inject_spike;  // 0-based steps whose losses and gradient are multiplied
+  int64_t inject_leak_bytes = 0;
+  double inject_grad_scale = 1;
+  std::string inject_stall;  // RANK:STEP:SECONDS (runtime/watchdog.h)
+  watchdog_options watch;
+  bool checkpoint_sync = false;  // write each checkpoint before the next step (no staging)
+  bool no_watchdog = false;      // run without the watchdog (its cost measured against none)
+  bool resume = false;
+  std::string resume_from;  // empty: the newest checkpoint in the checkpoint directory
+  bool allow_batch_change = false;
+  std::string binary;  // argv[0], for the commands the run prints
+  backend_options backend;
+  watch_injected_stall stall;  // --inject-stall, parsed
+};
+
+// Parses argv into `o`. The exit status when the binary ends here (`--help`:
+// 0, `--print-schedule` prints the schedule: 0, a bad flag: 2 with the
+// error on stderr); nullopt when the run goes on.
+std::optional<int> train_flags_parse(const program& p, int argc, char** argv,
+                                     const backend_kind& kind, train_options& o);
+
+// The Hugging Face model family whose tensor names --save writes.
+const char* hf_family_name(const program& p);

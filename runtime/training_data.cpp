@@ -1,0 +1,126 @@
+// training_data: a run's training and validation data, opened and checked,
+// and where a step's rows were read from (runtime/training_run.h).
+#include "runtime/training_run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "runtime/comm.h"
+#include "runtime/human.h"
+
+namespace {
+
+// A spec's data source (paths one per line), or what a flag gave instead:
+// "synthetic", one text file, or token files and glob patterns (.bin).
+data_config data_config_of(const program& p, const program_data& spec,
+                           const std::vector<std::string>& flag, bool shuffle, const char* role) {
+  data_config d;
+  d.vocab = p.model.vocab;
+  d.context = p.model.context;
+  d.seed = static_cast<uint64_t>(spec.seed);
+  d.kind = spec.source == data_source::synthetic ? data_kind::synthetic
+           : spec.source == data_source::text    ? data_kind::text
+                                                 : data_kind::tokens;
+  for (const char* at = spec.paths; *at;) {
+    const char* end = std::strchr(at, '\n');
+    d.paths.emplace_back(at, end ? end : at + std::strlen(at));
+    at = end ? end + 1 : at + std::strlen(at);
+  }
+  if (!flag.empty()) {
+    d.paths.clear();
+    if (flag.size() == 1 && flag[0] == "synthetic") {
+      d.kind = data_kind::synthetic;
+    } else {
+      auto is_bin = [](const std::string& f) {
+        return f.size() > 4 && f.compare(f.size() - 4, 4, ".bin") == 0;
+      };
+      d.kind = flag.size() == 1 && !is_bin(flag[0]) ? data_kind::text : data_kind::tokens;
+      d.paths = flag;
+    }
+  }
+  d.shuffle = shuffle && d.kind != data_kind::synthetic;
+  d.role = role;
+  return d;
+}
+
+}  // namespace
+
+// Collective: the training data and, when validated, the validation data.
+// Nothing is read yet: files are checked and mapped.
+void training_run::open_data() {
+  std::string error;
+  try {
+    const auto t0 = std::chrono::steady_clock::now();
+    data_ = dataloader_open(data_config_of(p_, p_.train.data, run_.data, run_.shuffle, "data"));
+    data_open_ms_ =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  } catch (const std::exception& e) {
+    error = e.what();
+    if (run_.data.empty())
+      error += fmt::format(
+          " (the data of {}, found from that spec's directory as fsdpgen was given it: run "
+          "where fsdpgen ran, or pass --data FILES)",
+          p_.spec_path);
+  }
+  if (error.empty() && val_every_ > 0) {
+    if (p_.train.val_every == 0 && run_.val.empty())
+      error =
+          fmt::format("--val-every {}: the spec names no validation data; pass --val FILES as well",
+                      val_every_);
+    try {
+      if (error.empty()) {
+        val_ = dataloader_open(data_config_of(p_, p_.train.val, run_.val, false, "val"));
+        const int64_t have = dataloader_sequences(val_);
+        if (have > 0 && have < val_sequences_) {
+          if (lead_)
+            std::printf(
+                "note: val: %s: fewer than the %s sequences of val_sequences; each "
+                "validation reads all %s\n",
+                dataloader_describe(val_).c_str(), with_commas(val_sequences_).c_str(),
+                with_commas(have).c_str());
+          val_sequences_ = have;
+        }
+        warn_if_val_is_trained_on();
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (error.empty() && !o_.trace_data.empty()) {
+    data_trace_.reset(std::fopen(o_.trace_data.c_str(), "a"));  // every rank appends whole lines
+    if (!data_trace_)
+      error = fmt::format("--trace-data {}: cannot write there: {}", o_.trace_data,
+                          std::strerror(errno));
+    else
+      c_.data_trace_fd = fileno(data_trace_.get());
+  }
+  agree_on_error(error, "opening the data");
+}
+
+// Where each rank's rows of `step` are read from, one rank a line.
+std::string training_run::rows_of_step(int64_t step) const {
+  std::string out;
+  for (int64_t rank = 0; rank < p_.parallel.world; ++rank)
+    out += rows_of_rank(step, rank);
+  return out;
+}
+
+// Rank `rank`'s rows of `step` (step_fill_inputs reads them): one line, the
+// first kRowsNamedPerRank located (a large batch's line stays readable; the
+// sequence range names them all).
+std::string training_run::rows_of_rank(int64_t step, int64_t rank) const {
+  constexpr int64_t kRowsNamedPerRank = 8;
+  const int64_t W = p_.parallel.world, M = p_.parallel.micro_batches, B = p_.parallel.micro_batch;
+  const int64_t first = c_.sequence_base + (step * W * M + rank * M) * B, rows = M * B;
+  std::string out = fmt::format("  rank {}: sequences {}..{}:", rank, first, first + rows - 1);
+  for (int64_t j = first; j < first + std::min(rows, kRowsNamedPerRank); ++j)
+    out += (j == first ? " " : "; ") + dataloader_locate(data_, j);
+  if (rows > kRowsNamedPerRank) out += fmt::format("; {} more", rows - kRowsNamedPerRank);
+  return out + "\n";
+}
