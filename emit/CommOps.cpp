@@ -143,6 +143,12 @@ std::string optimizer_op(OpWriter& w) {
   const std::string master = w.let(b, "master", "float", {w.op.operand(Role::Master), 0});
   const std::string state = w.let(b, "state", "float", {w.op.operand(Role::OptimizerState), 0});
   const std::string grads = w.let_bytes(b, "grads", {w.op.operand(Role::GradShard), 0});
+  if (const int update = w.op.operand(Role::MuonUpdate); update >= 0) {  // optimizer = muon(...)
+    const std::string u = w.let(b, "update", "float", {update, 0});
+    call(b, "step_optimizer(c, {}, {}, {}, {}, {}, {}{});", w.op.unit, shard, master, state, grads,
+         u, w.gtail());
+    return b.text();
+  }
   call(b, "step_optimizer(c, {}, {}, {}, {}, {}{});", w.op.unit, shard, master, state, grads,
        w.gtail());
   return b.text();

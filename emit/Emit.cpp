@@ -65,6 +65,15 @@ std::string op_function(const EmitContext& c, ProgramNotes& notes, const Op& op)
     case OpKind::OptimizerStep:
       body = optimizer_op(w);
       break;
+    case OpKind::MuonGather:
+      body = muon_gather_op(w);
+      break;
+    case OpKind::MuonOrthogonalize:
+      body = muon_orthogonalize_op(w);
+      break;
+    case OpKind::MuonScatter:
+      body = muon_scatter_op(w);
+      break;
     case OpKind::Free:
       break;
   }
@@ -161,7 +170,7 @@ std::string emit_program(const std::string& spec_path, const Schedule& schedule,
   v["model"] = model_dims(c);
   v["ops"] = ops;
   v["tables"] = schedule_table(c) + buffer_tables(c, notes) + tensor_table(c) + unit_table(c) +
-                op_table(c) + program_table(c, notes);
+                op_table(c) + muon_table(c) + program_table(c, notes);
   return fill_template("emit/templates/train.cpp", embedded_template("train.cpp"), v);
 }
 

@@ -22,5 +22,9 @@ std::string copy_h2d_op(OpWriter& w);
 std::string copy_d2h_op(OpWriter& w);
 std::string grad_norm_op(OpWriter& w);
 std::string optimizer_op(OpWriter& w);
+// optimizer = muon(...) (MuonOps.cpp).
+std::string muon_gather_op(OpWriter& w);
+std::string muon_orthogonalize_op(OpWriter& w);
+std::string muon_scatter_op(OpWriter& w);
 
 }  // namespace fsdpgen::emit

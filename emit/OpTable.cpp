@@ -3,6 +3,8 @@
 // other streams each waits for, and kHostOps.
 #include <fmt/format.h>
 
+#include <iterator>
+
 #include "emit/CppText.h"
 #include "emit/Tables.h"
 #include "planner/Cost.h"
@@ -14,8 +16,10 @@ namespace {
 // The runtime's stream_id and comm_group enumerators are the planner's names
 // (to_string); its op_kind enumerators are spelled out.
 constexpr std::string_view kOpKindEnum[] = {
-    "all_gather", "forward",  "recompute", "backward",  "reduce_scatter", "all_reduce",
-    "free",       "copy_h2d", "copy_d2h",  "grad_norm", "optimizer_step"};
+    "all_gather",     "forward",     "recompute",          "backward",    "reduce_scatter",
+    "all_reduce",     "free",        "copy_h2d",           "copy_d2h",    "grad_norm",
+    "optimizer_step", "muon_gather", "muon_orthogonalize", "muon_scatter"};
+static_assert(std::size(kOpKindEnum) == kOpKindNames.size());
 
 // One kOps row: the op's fields that differ from program_op's defaults.
 std::string op_row(const EmitContext& c, const Op& op) {

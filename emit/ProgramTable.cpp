@@ -89,32 +89,42 @@ std::vector<Init> train_fields(const EmitContext& c) {
   const TrainSpec& t = c.spec.train;
   const OptimizerSpec& o = t.optimizer;
   const LrScheduleSpec& lr = t.lr_schedule;
-  std::vector<Init> f = {
-      {"optimizer",
-       "",
-       {{"kind", o.kind == OptimizerKind::AdamW ? "optimizer_kind::adamw" : "optimizer_kind::sgd"},
-        {"lr", cpp_double(o.lr)},
-        {"beta1", cpp_double(o.beta1)},
-        {"beta2", cpp_double(o.beta2)},
-        {"eps", cpp_double(o.eps)},
-        {"weight_decay", cpp_double(o.weight_decay)},
-        {"momentum", cpp_double(o.momentum)}}},
-      {"lr_schedule",
-       "",
-       {{"kind", fmt::format("lr_schedule_kind::{}", to_string(lr.kind))},
-        {"warmup", i(lr.warmup)},
-        {"min_lr", cpp_double(lr.min_lr)}}},
-      {"steps", i(t.steps)},
-      {"clip", cpp_double(t.clip)},
-      {"seed", i(t.seed)},
-      {"data", "", data_fields(t.data)},
-      {"log_every", i(t.log_every)},
-      {"checkpoint",
-       "",
-       {{"every", i(t.checkpoint.enabled ? t.checkpoint.every : 0)},
-        {"dir", cpp_string(t.checkpoint.dir)},
-        {"keep", i(t.checkpoint.keep)}}},
-      {"shuffle", b(t.shuffle)}};
+  std::vector<Init> optimizer = {{"kind", fmt::format("optimizer_kind::{}", to_string(o.kind))},
+                                 {"lr", cpp_double(o.lr)},
+                                 {"beta1", cpp_double(o.beta1)},
+                                 {"beta2", cpp_double(o.beta2)},
+                                 {"eps", cpp_double(o.eps)},
+                                 {"weight_decay", cpp_double(o.weight_decay)},
+                                 {"momentum", cpp_double(o.momentum)}};
+  if (o.kind == OptimizerKind::Muon)
+    optimizer.insert(optimizer.end(),
+                     {{"nesterov", b(o.nesterov)},
+                      {"ns_steps", i(o.ns_steps)},
+                      {"ns_dtype", dtype_enum(o.ns_dtype)},
+                      {"adjust_lr", fmt::format("{}  /* {} */", static_cast<int>(o.adjust_lr),
+                                                to_string(o.adjust_lr))},
+                      {"adamw_lr", cpp_double(o.adamw.lr)},
+                      {"adamw_beta1", cpp_double(o.adamw.beta1)},
+                      {"adamw_beta2", cpp_double(o.adamw.beta2)},
+                      {"adamw_eps", cpp_double(o.adamw.eps)},
+                      {"adamw_weight_decay", cpp_double(o.adamw.weight_decay)}});
+  std::vector<Init> f = {{"optimizer", "", optimizer},
+                         {"lr_schedule",
+                          "",
+                          {{"kind", fmt::format("lr_schedule_kind::{}", to_string(lr.kind))},
+                           {"warmup", i(lr.warmup)},
+                           {"min_lr", cpp_double(lr.min_lr)}}},
+                         {"steps", i(t.steps)},
+                         {"clip", cpp_double(t.clip)},
+                         {"seed", i(t.seed)},
+                         {"data", "", data_fields(t.data)},
+                         {"log_every", i(t.log_every)},
+                         {"checkpoint",
+                          "",
+                          {{"every", i(t.checkpoint.enabled ? t.checkpoint.every : 0)},
+                           {"dir", cpp_string(t.checkpoint.dir)},
+                           {"keep", i(t.checkpoint.keep)}}},
+                         {"shuffle", b(t.shuffle)}};
   if (t.val) {
     f.push_back({"val", "", data_fields(*t.val)});
     f.push_back({"val_every", i(t.val_every)});
@@ -178,6 +188,10 @@ std::string program_table(const EmitContext& c, const ProgramNotes& n) {
   if (!n.inner_red_zones.empty()) {
     all.push_back({"inner_red_zones", "kInnerRedZones"});
     all.push_back({"inner_red_zone_count", i(static_cast<int64_t>(n.inner_red_zones.size()))});
+  }
+  if (const int n = muon_matrix_count(c); n > 0) {
+    all.push_back({"muon_matrices", "kMuonMatrices"});
+    all.push_back({"muon_matrix_count", i(n)});
   }
   std::string out = "const program kProgram = {\n";
   for (const Init& f : all)

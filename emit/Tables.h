@@ -15,7 +15,9 @@ std::string schedule_table(const EmitContext& c);                        // kSch
 std::string buffer_tables(const EmitContext& c, const ProgramNotes& n);  // kBuffers, ...
 std::string tensor_table(const EmitContext& c);                          // kTensors
 std::string unit_table(const EmitContext& c);                            // kUnits
-std::string op_table(const EmitContext& c);  // kDeps<op>, kOps, kHostOps
+std::string op_table(const EmitContext& c);    // kDeps<op>, kOps, kHostOps
+std::string muon_table(const EmitContext& c);  // kMuonMatrices (optimizer = muon(...); else "")
+int muon_matrix_count(const EmitContext& c);
 // The ops a CUDA program runs on the host (none on the CPU target).
 std::vector<int> host_ops(const EmitContext& c);
 // kProgram, which names the tables above, and the CPU workspace's check.

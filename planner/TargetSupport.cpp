@@ -104,10 +104,6 @@ void check_guard(const Spec& spec, const Hardware& hw, Reasons& out) {
 // host-side optimizer of offload = cpu are not written yet.
 void check_muon(const Spec& spec, const Hardware& hw, Reasons& out) {
   if (spec.train.optimizer.kind != OptimizerKind::Muon) return;
-  if (!hw.gpu)
-    out.push_back(
-        "optimizer = muon(...) is planned (fsdpgen plan, schedule) but its runtime is "
-        "not built yet");
   if (hw.gpu)
     out.push_back("optimizer = muon(...) on GPUs (the CPU target has it; use adamw on GPUs)");
   if (spec.parallel.offload == Offload::Cpu)

@@ -105,7 +105,8 @@ muon_layout muon_layout_of(const program& p, int64_t shard_rank,
           unit.name, p.buffers[unit.optimizer_state].bytes, 8 * l.state_stride, l.state_stride));
     most_requests = std::max(most_requests, l.to_owners.size() + l.from_holders.size());
   }
-  out.requests.assign(most_requests, MPI_REQUEST_NULL);
+  out.gather_requests.assign(most_requests, MPI_REQUEST_NULL);
+  out.scatter_requests.assign(most_requests, MPI_REQUEST_NULL);
   return out;
 }
 

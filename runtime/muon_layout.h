@@ -54,7 +54,9 @@ struct muon_unit_layout {
 
 struct muon_layout {
   std::vector<muon_unit_layout> units;  // per program unit
-  std::vector<MPI_Request> requests;    // enough for any unit's exchange
+  // Enough for any unit's exchange, one array for the gathers and one for
+  // the scatters: they run on different streams at once.
+  std::vector<MPI_Request> gather_requests, scatter_requests;
 };
 
 // This rank's layout (shard_rank in its shard group). decay: the AdamW decay

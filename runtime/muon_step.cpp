@@ -53,17 +53,17 @@ void step_muon_gather(step_context& c, int unit, const void* grad_shard, void* g
   for (const muon_transfer& t : l.from_holders) {
     const program_muon_matrix& m = p.muon_matrices[t.matrix];
     comm_irecv(comm, at(gathered_grad(gathered, l, m, g), t.matrix_begin, g), t.elems * g, t.peer,
-               t.matrix, c.muon->requests[n++]);
+               t.matrix, c.muon->gather_requests[n++]);
   }
   for (const muon_transfer& t : l.to_owners)
     comm_isend(comm, at(grad_shard, t.shard_offset, g), t.elems * g, t.peer, t.matrix,
-               c.muon->requests[n++]);
+               c.muon->gather_requests[n++]);
   for (const muon_transfer& t : l.local) {
     const program_muon_matrix& m = p.muon_matrices[t.matrix];
     std::memcpy(at(gathered_grad(gathered, l, m, g), t.matrix_begin, g),
                 at(grad_shard, t.shard_offset, g), static_cast<size_t>(t.elems * g));
   }
-  wait_all(c.muon->requests, n);
+  wait_all(c.muon->gather_requests, n);
 }
 
 void step_muon_orthogonalize(step_context& c, int unit, const void* grad_shard, void* gathered,
@@ -94,11 +94,11 @@ void step_muon_scatter(step_context& c, int unit, const void* gathered, float* u
   size_t n = 0;
   for (const muon_transfer& t : l.to_owners)
     comm_irecv(comm, update_shard + t.shard_offset, t.elems * 4, t.peer, t.matrix,
-               c.muon->requests[n++]);
+               c.muon->scatter_requests[n++]);
   for (const muon_transfer& t : l.from_holders) {
     const program_muon_matrix& m = p.muon_matrices[t.matrix];
     comm_isend(comm, gathered_update(const_cast<void*>(gathered), m) + t.matrix_begin, t.elems * 4,
-               t.peer, t.matrix, c.muon->requests[n++]);
+               t.peer, t.matrix, c.muon->scatter_requests[n++]);
   }
   for (const muon_transfer& t : l.local) {
     const program_muon_matrix& m = p.muon_matrices[t.matrix];
@@ -106,7 +106,7 @@ void step_muon_scatter(step_context& c, int unit, const void* gathered, float* u
                 gathered_update(const_cast<void*>(gathered), m) + t.matrix_begin,
                 static_cast<size_t>(t.elems * 4));
   }
-  wait_all(c.muon->requests, n);
+  wait_all(c.muon->scatter_requests, n);
 }
 
 void muon_apply_shard(const step_context& c, int unit, float* w, float* state,
