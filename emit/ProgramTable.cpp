@@ -153,6 +153,8 @@ std::vector<Init> plan_fields(const EmitContext& c) {
   if (c.m.red_zone_bytes > 0) f.push_back({"red_zone_bytes", i(c.m.red_zone_bytes)});
   if (const int staging = buffer_of(c, BufferKind::CheckpointStaging); staging >= 0)
     f.push_back({"checkpoint_staging_buffer", i(staging)});
+  if (const int momentum = buffer_of(c, BufferKind::MuonMomentum); momentum >= 0)
+    f.push_back({"muon_momentum_buffer", i(momentum)});
   return f;
 }
 

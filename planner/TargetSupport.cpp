@@ -100,8 +100,8 @@ void check_guard(const Spec& spec, const Hardware& hw, Reasons& out) {
 }
 
 // Muon's owner gathers, Newton-Schulz and scatters are written for the CPU
-// backend with the optimizer on the compute stream; the CUDA twin and the
-// host-side optimizer of offload = cpu are not written yet.
+// backend with the optimizer on the compute stream; the CUDA twin has not
+// run on a GPU yet, and the host-side optimizer of offload = cpu has none.
 void check_muon(const Spec& spec, const Hardware& hw, Reasons& out) {
   if (spec.train.optimizer.kind != OptimizerKind::Muon) return;
   if (hw.gpu)
@@ -110,10 +110,6 @@ void check_muon(const Spec& spec, const Hardware& hw, Reasons& out) {
     out.push_back(
         "optimizer = muon(...) with offload = cpu (Muon's Newton-Schulz does not run "
         "in the host's optimizer)");
-  if (spec.train.checkpoint.enabled)
-    out.push_back(
-        "optimizer = muon(...) with checkpoint(every = N) (Muon's momentum is not checkpointed "
-        "yet)");
 }
 
 }  // namespace

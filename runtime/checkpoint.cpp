@@ -15,6 +15,7 @@
 #include "runtime/check.h"
 #include "runtime/files/checkpoint_files.h"
 #include "runtime/files/file_io.h"
+#include "runtime/muon_checkpoint.h"
 #include "runtime/trace.h"
 #include "runtime/watchdog.h"
 #include "runtime/weights.h"
@@ -27,10 +28,35 @@ std::string shard_file_name(int64_t shard_rank) {
   return fmt::format("shard_{:05}.bin", shard_rank);
 }
 
+bool muon(const program& p) {
+  return p.train.optimizer.kind == optimizer_kind::muon;
+}
+
 // Optimizer state slices per shard element of a unit (0 without state).
+// Muon: AdamW's m and v, with the owners' momentum in m's plane at the
+// matrices' elements (runtime/muon_checkpoint.h), whatever the compacted
+// buffer's size.
 int64_t state_planes(const program& p, const program_unit& u) {
+  if (muon(p)) return u.shard_elems > 0 && u.param_shard >= 0 ? 2 : 0;
   if (u.optimizer_state < 0 || u.shard_elems == 0) return 0;
   return p.buffers[u.optimizer_state].bytes / (4 * u.shard_elems);
+}
+
+MPI_Comm muon_comm(step_context& c) {
+  return op_comm(c, stream_id::compute, comm_group::shard);
+}
+
+// The optimizer's name in the manifest.
+std::string optimizer_name(const program& p) {
+  switch (p.train.optimizer.kind) {
+    case optimizer_kind::adamw:
+      return "adamw";
+    case optimizer_kind::sgd:
+      return "sgd";
+    case optimizer_kind::muon:
+      return "muon";
+  }
+  return "adamw";
 }
 
 bool has_shard(const program_unit& u) {
@@ -81,7 +107,7 @@ checkpoint_manifest manifest_of(const program& p, const checkpoint_state& s,
   m.sequences = s.sequences;
   m.world = p.parallel.world;
   m.shard_group = p.parallel.shard_group;
-  m.optimizer = p.train.optimizer.kind == optimizer_kind::adamw ? "adamw" : "sgd";
+  m.optimizer = optimizer_name(p);
   m.seed = s.seed;
   m.data = s.data;
   m.has_run = true;
@@ -154,7 +180,7 @@ int64_t prune(const std::string& dir, int64_t keep, const std::string& just_writ
 
 // Error unless the checkpoint holds exactly this program's tensors and optimizer.
 void check_compatible(const program& p, const checkpoint_manifest& m, const std::string& dir) {
-  const std::string mine = p.train.optimizer.kind == optimizer_kind::adamw ? "adamw" : "sgd";
+  const std::string mine = optimizer_name(p);
   if (m.optimizer != mine)
     throw runtime_error(fmt::format(
         "{}: written with optimizer {}, this binary uses {} (to start a new run from its "
@@ -286,7 +312,7 @@ std::vector<checkpoint_part> checkpoint_parts(const program& p) {
                    "weights of " + std::string(u.name)});
     if (const int64_t planes = state_planes(p, u))
       out.push_back({i, u.optimizer_state, 4 * planes * u.shard_elems, true,
-                     "optimizer state of " + std::string(u.name)});
+                     "optimizer state of " + std::string(u.name), muon(p)});
   }
   return out;
 }
@@ -302,8 +328,16 @@ checkpoint_saved checkpoint_save(step_context& c, const checkpoint_config& cfg,
       const watch_outside_step watched(kWatchCheckpointWrite, trace_clock_ns());
       const std::vector<checkpoint_part> parts = checkpoint_parts(p);
       std::vector<const std::byte*> from;
-      for (const checkpoint_part& part : parts)
-        from.push_back(step_buffer<std::byte>(c, part.buffer));
+      std::vector<std::vector<float>> put_together;  // Muon's state parts
+      for (const checkpoint_part& part : parts) {
+        if (!part.muon) {
+          from.push_back(step_buffer<std::byte>(c, part.buffer));
+          continue;
+        }
+        put_together.emplace_back(static_cast<size_t>(part.bytes / 4));
+        muon_state_to_planes(c, part.unit, put_together.back().data(), muon_comm(c));
+        from.push_back(reinterpret_cast<const std::byte*>(put_together.back().data()));
+      }
       write_shard_file(shard_path(c, partial), parts, from, crcs);
     }
   } catch (const std::exception& e) {
@@ -347,7 +381,10 @@ double checkpoint_writer::start(step_context& c, const checkpoint_config& cfg,
     std::byte* to = step_buffer<std::byte>(c, static_cast<int>(p_.plan.checkpoint_staging_buffer));
     int64_t at = 0;
     for (size_t k = 0; k < parts_.size(); ++k) {
-      copy(parts_[k].buffer, to + at);
+      if (parts_[k].muon)
+        muon_state_to_planes(c, parts_[k].unit, reinterpret_cast<float*>(to + at), muon_comm(c));
+      else
+        copy(parts_[k].buffer, to + at);
       from_[k] = to + at;
       at += parts_[k].bytes;
     }
@@ -435,7 +472,9 @@ checkpoint_state checkpoint_load(step_context& c, const std::string& dir,
                        values.data() + (1 + k) * u.shard_elems + piece.shard_offset);
       }
       weights_store(c, i, 0, values.data(), u.shard_elems);
-      if (planes)
+      if (planes && muon(p))
+        muon_state_from_planes(c, i, values.data() + u.shard_elems, muon_comm(c));
+      else if (planes)
         std::memcpy(step_buffer<float>(c, u.optimizer_state), values.data() + u.shard_elems,
                     static_cast<size_t>(planes * u.shard_elems) * 4);
     }

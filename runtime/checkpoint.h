@@ -63,6 +63,9 @@ struct checkpoint_part {
   int64_t bytes;
   bool state;
   std::string what;  // "weights of NAME" or "optimizer state of NAME", for errors
+  // optimizer = muon(...): the state is put together, not a buffer
+  // (runtime/muon_checkpoint.h; buffer: the compacted AdamW state, or -1).
+  bool muon = false;
 };
 std::vector<checkpoint_part> checkpoint_parts(const program& p);
 

@@ -265,6 +265,8 @@ struct program_plan {
   // (runtime/checkpoint.h checkpoint_writer); -1: none (checkpoints are
   // written synchronously).
   int64_t checkpoint_staging_buffer = -1;
+  // optimizer = muon(...): the owners' momentum (-1: none).
+  int64_t muon_momentum_buffer = -1;
 };
 
 // When a buffer is live: from the op at issue position first_op to the one

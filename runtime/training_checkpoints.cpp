@@ -116,11 +116,6 @@ void training_run::checkpoint_and_log(int64_t step, step_record& r) {
 // spent here: completing the previous checkpoint (waiting for its write
 // first), staging this one or writing it.
 void training_run::save_checkpoint(int64_t step, step_record& r) {
-  if (p_.train.optimizer.kind == optimizer_kind::muon)
-    throw std::runtime_error(fmt::format(
-        "stopped after step {}: optimizer = muon(...) writes no checkpoint yet, so none is "
-        "written now",
-        step + 1));
   const checkpoint_state state{step + 1,
                                c_.sequence_base + (step + 1) * checkpoint_sequences_per_step(p_),
                                scaler_,

@@ -50,10 +50,6 @@ void training_run::set_up(const backend_kind& kind) {
     if (p_.train.optimizer.kind == optimizer_kind::muon) {
       muon_ = muon_layout_of(p_, c_.comms.shard_rank, decay_);
       c_.muon = &muon_;
-      if (ckpt_.every > 0 || o_.resume)
-        throw std::runtime_error(
-            "optimizer = muon(...) does not write or read checkpoints yet (its momentum lives "
-            "with each matrix's owner rank): train without checkpoint(every = N) and --resume");
     }
     b_->start(c_, mem_, o_.backend);
   } catch (const std::exception& e) {

@@ -283,7 +283,7 @@ checkpoint_manifest checkpoint_manifest_read(const std::string& dir) {
       m.world < 1 || m.shard_group < 1 || m.world % m.shard_group != 0)
     fail(fmt::format("{}: bad step {}, sequences {}, world {} or shard group {}", path, m.step,
                      m.sequences, m.world, m.shard_group));
-  if (m.optimizer != "adamw" && m.optimizer != "sgd")
+  if (m.optimizer != "adamw" && m.optimizer != "sgd" && m.optimizer != "muon")
     fail(fmt::format("{}: unknown optimizer \"{}\"", path, m.optimizer));
   auto ls = j.find("loss_scale");
   if (ls == j.end() || !ls->is_object())
