@@ -108,6 +108,16 @@ TEST(Memory, LlamaCountsThePlannedArenaToo) {
   EXPECT_EQ(memory_problems(m.run, m.metrics, m.arena_in_pages), std::vector<std::string>{});
 }
 
+// optimizer = muon(...): the owners' momentum, the gathered matrices, the
+// updates and the Newton-Schulz workspace are buffers of the plan; the
+// gathers and scatters allocate nothing of fsdpgen's in the step.
+TEST(Memory, MuonRunsInThePlannedArena) {
+  E2eConfig c;
+  c.optimizer = "muon";
+  Measured m = measure("memory_muon", c, "--steps 5");
+  EXPECT_EQ(memory_problems(m.run, m.metrics, m.arena_in_pages), std::vector<std::string>{});
+}
+
 // Validation after every step runs in the planned arena too (its pass is the
 // step's own prefix) and adds nothing to the process.
 TEST(Memory, ValidationRunsInThePlannedArena) {
