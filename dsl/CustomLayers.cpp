@@ -447,7 +447,10 @@ std::optional<CustomLayerSpec> bind_custom_layer(const std::string& module,
     c.hyper.push_back({h, values.at(h), f == from.end() ? "" : f->second});
   }
   for (const layers::BoundLayer::Tensor& t : bound->tensors)
-    c.params.push_back({t.name, t.shape, tensor_init(t.init.kind), t.init.std});
+    c.params.push_back({t.name, t.shape, tensor_init(t.init.kind), t.init.std,
+                        t.muon == layers::MuonRole::OutIn   ? CustomTensorSpec::Muon::OutIn
+                        : t.muon == layers::MuonRole::InOut ? CustomTensorSpec::Muon::InOut
+                                                            : CustomTensorSpec::Muon::None});
   for (size_t i = 0; i < decl.saved.size(); ++i)
     c.saved.push_back({decl.saved[i].name, bound->saved_per_token[i], decl.saved[i].fp32});
   for (size_t i = 0; i < decl.scratch.size(); ++i)

@@ -131,6 +131,9 @@ struct CustomTensorSpec {
   std::vector<int64_t> shape;  // one or two dimensions, row-major
   enum class Init { Normal, Ones, Zeros } init = Init::Normal;
   double std = 0;  // Normal's standard deviation
+  // What optimizer = muon(...) gives it (its Param's Optimizer): the nested
+  // AdamW, or Muon with its rows the outputs (OutIn) or the inputs (InOut).
+  enum class Muon { None, OutIn, InOut } muon = Muon::None;
   bool operator==(const CustomTensorSpec&) const = default;
 };
 // A Saved or Scratch member: `per_token` elements a token, of the param dtype or fp32.

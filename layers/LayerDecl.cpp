@@ -75,6 +75,18 @@ std::optional<LayerDecl> layer_of(const json& j, std::string* error) {
       *error = at + "." + param.name + ": unknown init '" + kind + "'";
       return std::nullopt;
     }
+    const std::string muon = p.value("muon", "");
+    if (!muon.empty() && muon != "out_in" && muon != "in_out") {
+      *error = at + "." + param.name + ": unknown muon orientation '" + muon + "'";
+      return std::nullopt;
+    }
+    if (!muon.empty() && param.shape.size() != 2) {
+      *error = at + "." + param.name + ": muon applies to a matrix, not to this 1-D parameter";
+      return std::nullopt;
+    }
+    param.muon = muon == "out_in"   ? MuonRole::OutIn
+                 : muon == "in_out" ? MuonRole::InOut
+                                    : MuonRole::None;
     d.params.push_back(std::move(param));
   }
   for (const char* kind : {"saved", "scratch"})
@@ -212,7 +224,7 @@ std::optional<BoundLayer> bind_layer(const LayerDecl& decl,
     return v;
   };
   for (const LayerParamDecl& p : decl.params) {
-    BoundLayer::Tensor t{p.name, {}, p.init};
+    BoundLayer::Tensor t{p.name, {}, p.init, p.muon};
     if (!p.init.names.empty()) {
       std::string why;
       const std::optional<double> std = init_std(p.init, values, &why);

@@ -16,10 +16,15 @@
 
 namespace fsdpgen::layers {
 
+// Which optimizer = muon(...) gives a parameter (Param's Optimizer): the
+// nested AdamW, or Muon with the matrix's rows its outputs or its inputs.
+enum class MuonRole { None, OutIn, InOut };
+
 struct LayerParamDecl {
   std::string name;         // the member's name
   std::vector<Expr> shape;  // one or two dimensions, row-major
   Init init;
+  MuonRole muon = MuonRole::None;
 };
 
 // A Saved or Scratch member: (tokens, per_token) elements of the parameter
@@ -58,6 +63,7 @@ struct BoundLayer {
     std::string name;
     std::vector<int64_t> shape;
     Init init;
+    MuonRole muon = MuonRole::None;
     int64_t elems() const;
   };
   std::vector<Tensor> tensors;

@@ -12,7 +12,7 @@
 //       int64_t d_ff;
 //     };
 //     Hyper hyper;
-//     fsdpgen::layer::Param<T, G, "d_model, d_ff", "normal(0.02)"> fc_w;
+//     fsdpgen::layer::Param<T, G, "d_model, d_ff", "normal(0.02)", "muon(in, out)"> fc_w;
 //     fsdpgen::layer::Param<T, G, "d_ff", "zeros"> fc_b;
 //     fsdpgen::layer::Saved<T, "d_ff"> pre;          // kept from forward for backward
 //     fsdpgen::layer::Scratch<T, "d_ff"> dpre;       // live during one backward call
@@ -71,8 +71,13 @@ struct Text {
 };
 
 // A parameter tensor: Shape "rows, cols" or "n", Init "normal(STD)", "ones"
-// or "zeros".
-template <class T, class G, Text Shape, Text Init>
+// or "zeros". Optimizer says which optimizer = muon(...) gives a matrix:
+// "adamw" (the default: the nested AdamW, as for every vector), or
+// "muon(out, in)" (Muon; its rows are the outputs, as nn.Linear stores a
+// weight) or "muon(in, out)" (Muon; its rows are the inputs, as GPT-2's
+// Conv1D: x (tokens, rows) times it). Muon's learning rate reads the
+// orientation; other optimizers ignore it.
+template <class T, class G, Text Shape, Text Init, Text Optimizer = "adamw">
 struct Param {
   const T* value = nullptr;  // the parameter, gathered
   G* grad = nullptr;         // its gradient: backward adds to it

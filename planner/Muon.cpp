@@ -147,6 +147,17 @@ std::vector<MuonMatrix> muon_matrices(const Units& units, int unit) {
       out.push_back({t->name, t->shape[0], t->shape[1], t->offset_elems,
                      in != out_features && t->shape[0] == in && t->shape[1] == out_features});
     }
+    // Custom layers' matrices that their headers give Muon (Param's Optimizer).
+    for (const CustomLayerSpec& c : m.custom)
+      for (const CustomTensorSpec& p : c.params) {
+        if (p.muon == CustomTensorSpec::Muon::None) continue;
+        const std::string name = prefix + c.module + "." + p.name;
+        const auto t = std::find_if(u.tensors.begin(), u.tensors.end(),
+                                    [&](const FlatTensor& x) { return x.name == name; });
+        if (t == u.tensors.end() || t->shape.size() != 2) continue;  // in another unit
+        out.push_back({t->name, t->shape[0], t->shape[1], t->offset_elems,
+                       p.muon == CustomTensorSpec::Muon::InOut});
+      }
   }
   std::sort(out.begin(), out.end(), [](const MuonMatrix& a, const MuonMatrix& b) {
     return a.offset_elems < b.offset_elems;

@@ -81,8 +81,9 @@ std::string print_muon_assignment(const std::vector<MuonMatrix>& matrices, const
 // The Muon matrices of unit `unit`, in flat order: the weights of its
 // blocks' linear pieces (model/layout.h's Piece: the attention and MLP
 // projections, torch.optim.Muon's hidden matrices), with their orientation.
-// Embeddings, the head, norms, biases, and custom layers' parameters stay
-// with AdamW (a custom layer cannot yet declare a matrix for Muon).
+// Embeddings, the head, norms and biases stay with AdamW, and so do custom
+// layers' parameters but the matrices their headers give Muon (Param's
+// Optimizer "muon(out, in)" or "muon(in, out)", layers/fsdpgen_layer.h).
 std::vector<MuonMatrix> muon_matrices(const Units& units, int unit);
 
 // Every unit's matrices and their owners among the shard group's ranks,

@@ -17,9 +17,10 @@ struct Adapter {
   };
   Hyper hyper;
 
-  fsdpgen::layer::Param<T, G, "d_model, rank", "normal(0.02)"> down_w;  // (in, out)
+  fsdpgen::layer::Param<T, G, "d_model, rank", "normal(0.02)", "muon(in, out)">
+      down_w;  // (in, out)
   fsdpgen::layer::Param<T, G, "rank", "zeros"> down_b;
-  fsdpgen::layer::Param<T, G, "rank, d_model", "zeros"> up_w;
+  fsdpgen::layer::Param<T, G, "rank, d_model", "zeros", "muon(in, out)"> up_w;
   fsdpgen::layer::Param<T, G, "d_model", "zeros"> up_b;
 
   fsdpgen::layer::Saved<T, "rank"> pre;  // down(h)

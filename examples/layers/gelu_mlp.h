@@ -17,9 +17,10 @@ struct GeluMlp {
   };
   Hyper hyper;
 
-  fsdpgen::layer::Param<T, G, "d_model, d_ff", "normal(0.02)"> fc_w;  // GPT-2's Conv1D: (in, out)
+  // GPT-2's Conv1D: (in, out); Muon's matrices under optimizer = muon(...).
+  fsdpgen::layer::Param<T, G, "d_model, d_ff", "normal(0.02)", "muon(in, out)"> fc_w;
   fsdpgen::layer::Param<T, G, "d_ff", "zeros"> fc_b;
-  fsdpgen::layer::Param<T, G, "d_ff, d_model", "normal(0.02)"> proj_w;
+  fsdpgen::layer::Param<T, G, "d_ff, d_model", "normal(0.02)", "muon(in, out)"> proj_w;
   fsdpgen::layer::Param<T, G, "d_model", "zeros"> proj_b;
 
   fsdpgen::layer::Saved<T, "d_ff"> pre;  // x @ fc_w + fc_b, GELU's input

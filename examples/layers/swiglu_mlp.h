@@ -17,9 +17,10 @@ struct SwiGluMlp {
   };
   Hyper hyper;
 
-  fsdpgen::layer::Param<T, G, "d_ff, d_model", "normal(0.02)"> gate_w;
-  fsdpgen::layer::Param<T, G, "d_ff, d_model", "normal(0.02)"> up_w;
-  fsdpgen::layer::Param<T, G, "d_model, d_ff", "normal(0.02)"> down_w;
+  // nn.Linear's (out, in), as llama's; Muon's matrices under optimizer = muon(...).
+  fsdpgen::layer::Param<T, G, "d_ff, d_model", "normal(0.02)", "muon(out, in)"> gate_w;
+  fsdpgen::layer::Param<T, G, "d_ff, d_model", "normal(0.02)", "muon(out, in)"> up_w;
+  fsdpgen::layer::Param<T, G, "d_model, d_ff", "normal(0.02)", "muon(out, in)"> down_w;
 
   fsdpgen::layer::Saved<T, "d_ff"> gate;    // x @ gate_w^T
   fsdpgen::layer::Saved<T, "d_ff"> up;      // x @ up_w^T

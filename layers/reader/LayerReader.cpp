@@ -314,11 +314,33 @@ class LayerReader {
     for (const fsdpgen::layers::Expr& d : *exprs)
       dims.push_back(d.text);
     const char* kinds[] = {"normal", "ones", "zeros"};
+    const size_t rank = dims.size();
     json::Object j{{"name", member->getNameAsString()},
                    {"shape", std::move(dims)},
                    {"init", json::Object{{"kind", kinds[static_cast<int>(parsed->kind)]},
                                          {"std", parsed->std},
                                          {"std_text", parsed->std_text}}}};
+    if (spec.getNumArgs() > 4) {  // Optimizer: "adamw" (the default) or "muon(out, in)" ...
+      auto opt = text_arg(spec, 4, member);
+      if (!opt) return std::nullopt;
+      std::string words;
+      for (char ch : opt->text)
+        if (ch != ' ' && ch != '\t') words += ch;
+      if (words == "muon(out,in)" || words == "muon(in,out)") {
+        if (rank != 2) {
+          error(byte(*opt, 0), "'" + member->getNameAsString() +
+                                   "' is not a matrix: Muon orthogonalizes 2-D parameters only");
+          return std::nullopt;
+        }
+        j["muon"] = words == "muon(out,in)" ? "out_in" : "in_out";
+      } else if (words != "adamw") {
+        error(byte(*opt, 0), "unknown optimizer \"" + opt->text +
+                                 "\": write \"adamw\", \"muon(out, in)\" (rows are outputs, "
+                                 "as nn.Linear) or \"muon(in, out)\" (rows are inputs, as "
+                                 "GPT-2's Conv1D)");
+        return std::nullopt;
+      }
+    }
     return j;
   }
 

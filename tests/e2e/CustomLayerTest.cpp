@@ -199,6 +199,32 @@ TEST(SwiGluMlp, EqualsBuiltinLlama) {
                     {});
 }
 
+// Under optimizer = muon(...) the examples' matrices are Muon's as the
+// built-in MLP's are (their headers say "muon(in, out)" for GeluMlp's
+// Conv1D-like weights, "muon(out, in)" for SwiGluMlp's nn.Linear ones): the
+// same matrices at the same places, the same owners and learning rates, so
+// bit for bit again; an orientation written the other way round changes
+// GeluMlp's lr (sqrt(4) for one of its two matrices) and fails it.
+TEST(CustomLayerMuon, GeluMlpEqualsBuiltinGpt2) {
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
+  E2eConfig c;
+  c.optimizer = "muon(lr = 0.02, weight_decay = 0.01, adamw = adamw(lr = 1e-2))";
+  expect_same_steps(train_both("muon_gelu", c, gelu_layers(), mlp_renames("gpt2")), c.steps, {});
+}
+
+TEST(CustomLayerMuon, SwiGluMlpEqualsBuiltinLlamaHybrid) {
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
+  E2eConfig c;
+  c.family = "llama";
+  c.optimizer = "muon(lr = 0.02, adjust_lr = match_rms_adamw, adamw = adamw(lr = 1e-2))";
+  c.sharding = "hybrid_shard";
+  c.world = 4;
+  c.shard_group = 2;
+  c.micro_batch = 1;
+  expect_same_steps(train_both("muon_swiglu", c, swiglu_layers(), mlp_renames("llama")), c.steps,
+                    {});
+}
+
 // Every module of a gpt2 block custom (test layers reimplementing LayerNorm
 // and the attention module, and GeluMlp), from three headers: the built-in
 // model's steps within the e2e tests' fp32 tolerances (EquivalenceTest:

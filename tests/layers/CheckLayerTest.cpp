@@ -210,7 +210,7 @@ TEST(CheckLayer, ExampleGeluMlpInFloatAndBf16) {
                          "\"d_ff / 2\" = 10 per token x 6 tokens = 60 elements, 240 bytes)"),
             std::string::npos)
       << bad.out;
-  EXPECT_NE(bad.out.find("      at gelu_small.h:34 in GeluMlp<float, float>::forward"),
+  EXPECT_NE(bad.out.find("      at gelu_small.h:35 in GeluMlp<float, float>::forward"),
             std::string::npos)
       << bad.out;
 }
