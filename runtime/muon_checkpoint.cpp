@@ -39,47 +39,30 @@ void adamw_parts(step_context& c, int unit, float* planes, bool to_planes) {
 void muon_state_to_planes(step_context& c, int unit, float* planes, MPI_Comm comm) {
   const program& p = *c.p;
   const program_unit& u = p.units[unit];
-  muon_unit_layout& l = c.muon->units[static_cast<size_t>(unit)];
+  const muon_unit_layout& l = c.muon->units[static_cast<size_t>(unit)];
   std::fill(planes, planes + 2 * u.shard_elems, 0.0f);
   adamw_parts(c, unit, planes, true);
-  const float* momentum = momentum_of(c);
-  size_t n = 0;
-  for (const muon_transfer& t : l.to_owners)
-    comm_irecv(comm, planes + t.shard_offset, t.elems * 4, t.peer, t.matrix,
-               c.muon->scatter_requests[n++]);
-  for (const muon_transfer& t : l.from_holders) {
-    const program_muon_matrix& m = p.muon_matrices[t.matrix];
-    comm_isend(comm, momentum + m.momentum_offset + t.matrix_begin, t.elems * 4, t.peer, t.matrix,
-               c.muon->scatter_requests[n++]);
-  }
-  for (const muon_transfer& t : l.local) {
-    const program_muon_matrix& m = p.muon_matrices[t.matrix];
-    std::memcpy(planes + t.shard_offset, momentum + m.momentum_offset + t.matrix_begin,
-                static_cast<size_t>(t.elems) * 4);
-  }
-  for (size_t i = 0; i < n; ++i)
-    comm_wait(c.muon->scatter_requests[i]);
+  float* momentum = momentum_of(c);
+  muon_exchange(
+      l, comm, c.muon->scatter_requests, 4, false,
+      [&](const muon_transfer& t) { return static_cast<void*>(planes + t.shard_offset); },
+      [&](const muon_transfer& t) {
+        return static_cast<void*>(momentum + p.muon_matrices[t.matrix].momentum_offset +
+                                  t.matrix_begin);
+      });
 }
 
 void muon_state_from_planes(step_context& c, int unit, const float* planes, MPI_Comm comm) {
   const program& p = *c.p;
-  muon_unit_layout& l = c.muon->units[static_cast<size_t>(unit)];
-  adamw_parts(c, unit, const_cast<float*>(planes), false);
+  const muon_unit_layout& l = c.muon->units[static_cast<size_t>(unit)];
+  float* flat = const_cast<float*>(planes);
+  adamw_parts(c, unit, flat, false);
   float* momentum = momentum_of(c);
-  size_t n = 0;
-  for (const muon_transfer& t : l.from_holders) {
-    const program_muon_matrix& m = p.muon_matrices[t.matrix];
-    comm_irecv(comm, momentum + m.momentum_offset + t.matrix_begin, t.elems * 4, t.peer, t.matrix,
-               c.muon->gather_requests[n++]);
-  }
-  for (const muon_transfer& t : l.to_owners)
-    comm_isend(comm, planes + t.shard_offset, t.elems * 4, t.peer, t.matrix,
-               c.muon->gather_requests[n++]);
-  for (const muon_transfer& t : l.local) {
-    const program_muon_matrix& m = p.muon_matrices[t.matrix];
-    std::memcpy(momentum + m.momentum_offset + t.matrix_begin, planes + t.shard_offset,
-                static_cast<size_t>(t.elems) * 4);
-  }
-  for (size_t i = 0; i < n; ++i)
-    comm_wait(c.muon->gather_requests[i]);
+  muon_exchange(
+      l, comm, c.muon->gather_requests, 4, true,
+      [&](const muon_transfer& t) { return static_cast<void*>(flat + t.shard_offset); },
+      [&](const muon_transfer& t) {
+        return static_cast<void*>(momentum + p.muon_matrices[t.matrix].momentum_offset +
+                                  t.matrix_begin);
+      });
 }

@@ -9,9 +9,12 @@
 
 #include <mpi.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "runtime/comm.h"
 #include "runtime/muon.h"
 #include "runtime/optimizer.h"
 #include "runtime/program.h"
@@ -65,6 +68,46 @@ struct muon_layout {
 // compacted state or gathered buffer of another size than planned).
 muon_layout muon_layout_of(const program& p, int64_t shard_rank,
                            const optimizer_decay_table& decay);
+
+// Element `elems` of an array of elem_bytes-byte elements.
+inline const std::byte* muon_at(const void* base, int64_t elems, int64_t elem_bytes) {
+  return static_cast<const std::byte*>(base) + elems * elem_bytes;
+}
+inline std::byte* muon_at(void* base, int64_t elems, int64_t elem_bytes) {
+  return static_cast<std::byte*>(base) + elems * elem_bytes;
+}
+// Where the owner keeps matrix m in its gathered buffer of the unit: its
+// fp32 update, and its gradient (grad_bytes an element) after the updates.
+inline float* muon_gathered_update(void* gathered, const program_muon_matrix& m) {
+  return static_cast<float*>(gathered) + m.gathered_offset;
+}
+inline void* muon_gathered_grad(void* gathered, const muon_unit_layout& l,
+                                const program_muon_matrix& m, int64_t grad_bytes) {
+  return muon_at(muon_at(gathered, l.gathered_elems, 4), m.gathered_offset, grad_bytes);
+}
+
+// Moves every slice of a unit's matrices between the shard that holds it and
+// the matrix's owner, elem_bytes an element: towards the owners (to_owner)
+// or back to the holders; holder(t) and owner(t) are where slice t lies on
+// either side (on this rank: a holder's for to_owners and local, an owner's
+// for from_holders and local). Point to point over comm (a shard group's),
+// tagged with the matrix; waits for all.
+template <class Holder, class Owner>
+void muon_exchange(const muon_unit_layout& l, MPI_Comm comm, std::vector<MPI_Request>& requests,
+                   int64_t elem_bytes, bool to_owner, Holder holder, Owner owner) {
+  size_t n = 0;
+  for (const muon_transfer& t : to_owner ? l.from_holders : l.to_owners)
+    comm_irecv(comm, to_owner ? owner(t) : holder(t), t.elems * elem_bytes, t.peer, t.matrix,
+               requests[n++]);
+  for (const muon_transfer& t : to_owner ? l.to_owners : l.from_holders)
+    comm_isend(comm, to_owner ? holder(t) : owner(t), t.elems * elem_bytes, t.peer, t.matrix,
+               requests[n++]);
+  for (const muon_transfer& t : l.local)
+    std::memcpy(to_owner ? owner(t) : holder(t), to_owner ? holder(t) : owner(t),
+                static_cast<size_t>(t.elems * elem_bytes));
+  for (size_t i = 0; i < n; ++i)
+    comm_wait(requests[i]);
+}
 
 struct step_context;
 

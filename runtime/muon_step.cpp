@@ -11,23 +11,6 @@
 
 namespace {
 
-const std::byte* at(const void* base, int64_t elems, int64_t elem_bytes) {
-  return static_cast<const std::byte*>(base) + elems * elem_bytes;
-}
-std::byte* at(void* base, int64_t elems, int64_t elem_bytes) {
-  return static_cast<std::byte*>(base) + elems * elem_bytes;
-}
-
-// Where the owner keeps matrix k's gradient in the gathered buffer: after
-// the unit's fp32 updates (runtime/muon_layout.h).
-void* gathered_grad(void* gathered, const muon_unit_layout& l, const program_muon_matrix& m,
-                    int64_t grad_bytes) {
-  return at(at(gathered, l.gathered_elems, 4), m.gathered_offset, grad_bytes);
-}
-float* gathered_update(void* gathered, const program_muon_matrix& m) {
-  return static_cast<float*>(gathered) + m.gathered_offset;
-}
-
 // Whether the optimizer's gate leaves this step out (runtime/step.cpp's
 // step_optimizer decides alike), and the gradients' factor when it does not.
 bool skipped(const step_context& c, float& grad_scale) {
@@ -37,33 +20,22 @@ bool skipped(const step_context& c, float& grad_scale) {
   return false;
 }
 
-void wait_all(std::vector<MPI_Request>& requests, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    comm_wait(requests[i]);
-}
-
 }  // namespace
 
 void step_muon_gather(step_context& c, int unit, const void* grad_shard, void* gathered,
                       MPI_Comm comm) {
   const program& p = *c.p;
-  muon_unit_layout& l = c.muon->units[static_cast<size_t>(unit)];
+  const muon_unit_layout& l = c.muon->units[static_cast<size_t>(unit)];
   const int64_t g = dtype_size(p.units[unit].grad_shard_dtype);
-  size_t n = 0;
-  for (const muon_transfer& t : l.from_holders) {
-    const program_muon_matrix& m = p.muon_matrices[t.matrix];
-    comm_irecv(comm, at(gathered_grad(gathered, l, m, g), t.matrix_begin, g), t.elems * g, t.peer,
-               t.matrix, c.muon->gather_requests[n++]);
-  }
-  for (const muon_transfer& t : l.to_owners)
-    comm_isend(comm, at(grad_shard, t.shard_offset, g), t.elems * g, t.peer, t.matrix,
-               c.muon->gather_requests[n++]);
-  for (const muon_transfer& t : l.local) {
-    const program_muon_matrix& m = p.muon_matrices[t.matrix];
-    std::memcpy(at(gathered_grad(gathered, l, m, g), t.matrix_begin, g),
-                at(grad_shard, t.shard_offset, g), static_cast<size_t>(t.elems * g));
-  }
-  wait_all(c.muon->gather_requests, n);
+  muon_exchange(
+      l, comm, c.muon->gather_requests, g, true,
+      [&](const muon_transfer& t) {
+        return static_cast<void*>(muon_at(const_cast<void*>(grad_shard), t.shard_offset, g));
+      },
+      [&](const muon_transfer& t) {
+        return static_cast<void*>(muon_at(
+            muon_gathered_grad(gathered, l, p.muon_matrices[t.matrix], g), t.matrix_begin, g));
+      });
 }
 
 void step_muon_orthogonalize(step_context& c, int unit, const void* grad_shard, void* gathered,
@@ -79,9 +51,9 @@ void step_muon_orthogonalize(step_context& c, int unit, const void* grad_shard, 
     const program_muon_matrix& m = p.muon_matrices[k];
     const muon_matrix mm = muon_matrix_of(m);
     // Held whole (a shard group of one): the shard is the flat parameter.
-    const void* grad =
-        gathered ? gathered_grad(gathered, l, m, g) : at(grad_shard, m.offset_elems, g);
-    float* update = gathered ? gathered_update(gathered, m) : update_shard + m.offset_elems;
+    const void* grad = gathered ? muon_gathered_grad(gathered, l, m, g)
+                                : static_cast<const void*>(muon_at(grad_shard, m.offset_elems, g));
+    float* update = gathered ? muon_gathered_update(gathered, m) : update_shard + m.offset_elems;
     muon_orthogonalize(mm, s, momentum + m.momentum_offset, grad, gt, grad_scale, update, workspace,
                        muon_workspace_bytes(m.rows, m.cols));
   }
@@ -90,23 +62,15 @@ void step_muon_orthogonalize(step_context& c, int unit, const void* grad_shard, 
 void step_muon_scatter(step_context& c, int unit, const void* gathered, float* update_shard,
                        MPI_Comm comm) {
   const program& p = *c.p;
-  muon_unit_layout& l = c.muon->units[static_cast<size_t>(unit)];
-  size_t n = 0;
-  for (const muon_transfer& t : l.to_owners)
-    comm_irecv(comm, update_shard + t.shard_offset, t.elems * 4, t.peer, t.matrix,
-               c.muon->scatter_requests[n++]);
-  for (const muon_transfer& t : l.from_holders) {
-    const program_muon_matrix& m = p.muon_matrices[t.matrix];
-    comm_isend(comm, gathered_update(const_cast<void*>(gathered), m) + t.matrix_begin, t.elems * 4,
-               t.peer, t.matrix, c.muon->scatter_requests[n++]);
-  }
-  for (const muon_transfer& t : l.local) {
-    const program_muon_matrix& m = p.muon_matrices[t.matrix];
-    std::memcpy(update_shard + t.shard_offset,
-                gathered_update(const_cast<void*>(gathered), m) + t.matrix_begin,
-                static_cast<size_t>(t.elems * 4));
-  }
-  wait_all(c.muon->scatter_requests, n);
+  const muon_unit_layout& l = c.muon->units[static_cast<size_t>(unit)];
+  muon_exchange(
+      l, comm, c.muon->scatter_requests, 4, false,
+      [&](const muon_transfer& t) { return static_cast<void*>(update_shard + t.shard_offset); },
+      [&](const muon_transfer& t) {
+        return static_cast<void*>(
+            muon_gathered_update(const_cast<void*>(gathered), p.muon_matrices[t.matrix]) +
+            t.matrix_begin);
+      });
 }
 
 void muon_apply_shard(const step_context& c, int unit, float* w, float* state,
@@ -125,7 +89,7 @@ void muon_apply_shard(const step_context& c, int unit, float* w, float* state,
     const int64_t n = part.end - part.begin;
     if (part.matrix < 0) {
       optimizer_adamw(w + part.begin, m1 + part.state_offset, m2 + part.state_offset,
-                      at(grad_shard, part.begin, g), gt, 0, n, adamw_lr,
+                      muon_at(grad_shard, part.begin, g), gt, 0, n, adamw_lr,
                       static_cast<float>(o.adamw_beta1), static_cast<float>(o.adamw_beta2),
                       static_cast<float>(o.adamw_eps), static_cast<float>(o.adamw_weight_decay),
                       part.decayed, c.optimizer_step, grad_scale);
