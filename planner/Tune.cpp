@@ -181,6 +181,9 @@ class Search {
                   q.accumulate = {bc.micro_batches, ar};
                   q.precision.reduce = rd;
                   if (q.offload == Offload::Cpu && q.sharding == Sharding::NoShard) continue;
+                  // Muon's Newton-Schulz has no host-side optimizer (TargetSupport).
+                  if (q.offload == Offload::Cpu && s.train.optimizer.kind == OptimizerKind::Muon)
+                    continue;
                   if (!activations_size_error(s, schedule_options_for(hw_, s).flash_attention)
                            .empty())
                     continue;
