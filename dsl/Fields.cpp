@@ -1,14 +1,17 @@
-// Fields: the table of keys of each section and the defaults and overrides
-// of keys; see Fields.h.
+// Fields: reading sections against their key tables (KeyTable.cpp), the
+// complex values' readers, and the defaults and overrides of keys; see
+// Fields.h.
 #include "dsl/Fields.h"
 
 #include <algorithm>
 #include <functional>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "dsl/KeyTable.h"
 #include "dsl/Print.h"
 #include "dsl/Values.h"
 #include "suggest/Suggest.h"
@@ -35,527 +38,326 @@ bool Keys::rejected_under(std::string_view prefix) const {
                      [&](const std::string& k) { return k.starts_with(prefix); });
 }
 
-namespace {
-
-// Reads the entries of a section into the Spec against a table of its keys.
-class SectionReader {
- public:
-  explicit SectionReader(CheckContext& ctx)
-      : d_(ctx.diags),
-        v_(ctx.diags),
-        s_(ctx.spec),
-        keys_(ctx.keys),
-        syntax_errors_(ctx.after_syntax_errors) {}
-
-  // The model's table; kv_heads, ffn_hidden, tie_embeddings and rope_theta
-  // default from other keys (fill_model_defaults).
-  bool read_model(const ast::Section& sec) {
-    ModelSpec& m = s_.model;
-    m.name = sec.name;
-    std::vector<Field> fields = {
-        enum_field("family", m.family, "model family", kFamilyNames),
-        int_field("vocab", m.vocab, 1, kMaxVocab),
-        int_field("context", m.context, 1, kMaxContext),
-        int_field("width", m.width, 1, kMaxWidth),
-        int_field("heads", m.heads, 1, kMaxWidth),
-        int_field("kv_heads", m.kv_heads, 1, kMaxWidth),
-        int_field("layers", m.layers, 1, kMaxLayers),
-        int_field("ffn_hidden", m.ffn_hidden, 1, kMaxFfn),
-        bool_field("tie_embeddings", m.tie_embeddings),
-        int_field("pad_vocab_to", m.pad_vocab_to, 1, kMaxPadVocabTo),
-        field("norm_eps", m.norm_eps,
-              [this](const ast::Value& v, const std::string& k) {
-                return v_.as_float(v, k, 0, 0.5, false);
-              }),
-        field("rope_theta", m.rope_theta,
-              [this](const ast::Value& v, const std::string& k) {
-                return v_.as_float(v, k, 0, 1e12, false);
-              }),
-        field("rope_scaling", m.rope_scaling,
-              [this](const ast::Value& v, const std::string&) { return read_rope_scaling(v); }),
-    };
-    std::string section = m.name.empty() ? "section 'model'" : fmt::format("model '{}'", m.name);
-    read_fields(sec.entries, fields, section, "model.");
-    std::vector<std::string_view> missing;
-    for (std::string_view k : {"vocab", "context", "width", "heads", "layers"})
-      if (!keys_.has(fmt::format("model.{}", k))) missing.push_back(k);
-    if (missing.empty()) return true;
-    if (!syntax_errors_) {
-      Diagnostic& e =
-          d_.error(sec.name.empty() ? sec.kind_span : sec.name_span,
-                   fmt::format("{} is missing {}", section, quoted_choices(missing, " and ")));
-      Diagnostics::note(e, "a model must set 'vocab', 'context', 'width', 'heads' and 'layers'");
+void FieldReader::read_entries(const std::vector<ast::Entry>& entries,
+                               const std::vector<std::string_view>& names,
+                               const std::function<void(size_t, const ast::Entry&)>& read,
+                               const std::string& section, const std::string& prefix) {
+  std::string outer = std::exchange(this->prefix, prefix);
+  std::map<std::string, const ast::Entry*> seen;
+  for (const ast::Entry& e : entries) {
+    if (e.kind == ast::Entry::Kind::Error) {
+      // Already reported by the parser: the key is given, its value unknown.
+      keys.value_at[prefix + e.key] = e.key_span;
+      keys.rejected.insert(prefix + e.key);
+      continue;
     }
-    return false;
+    auto [it, fresh] = seen.emplace(e.key, &e);
+    if (!fresh) {
+      Diagnostic& x =
+          diags.error(e.key_span, fmt::format("duplicate key '{}' in {}", e.key, section));
+      Diagnostics::note(x, it->second->key_span, "previous definition is here");
+      continue;
+    }
+    auto f = std::find(names.begin(), names.end(), e.key);
+    if (f == names.end()) {
+      Diagnostic& x =
+          diags.error(e.key_span, fmt::format("unknown key '{}' in {}", e.key, section));
+      std::string m = closest_match(e.key, names);
+      if (!m.empty())
+        x.message += fmt::format("; did you mean '{}'?", m);
+      else
+        Diagnostics::note(x, fmt::format("valid keys are {}", quoted_choices(names, " and ")));
+      continue;
+    }
+    keys.value_at[prefix + e.key] = e.kind == ast::Entry::Kind::Assign ? e.value.span : e.span;
+    keys.entry_at[prefix + e.key] = e.span;
+    size_t errors_before = diags.error_count();
+    read(static_cast<size_t>(f - names.begin()), e);
+    if (diags.error_count() != errors_before) keys.rejected.insert(prefix + e.key);
   }
+  this->prefix = outer;
+}
 
-  void read_parallel(const ast::Section& sec) {
-    ParallelSpec& p = s_.parallel;
-    std::vector<Field> fields = {
-        int_field("world", p.world, 1, kMaxWorld),
-        enum_field("sharding", p.sharding, "sharding strategy", kShardingNames),
-        int_field("shard_group", p.shard_group, 1, kMaxWorld),
-        int_field("ranks_per_node", p.ranks_per_node, 1, kMaxWorld),
-        int_field("shard_align", p.shard_align_bytes, 4, 65536),
-        {"precision",
-         [this, &p](const ast::Entry& e) {
-           if (auto* es = block_of(e, "param = bf16  reduce = fp32  master = fp32"))
-             read_fields(*es,
-                         {dtype_field("param", p.precision.param),
-                          dtype_field("reduce", p.precision.reduce),
-                          dtype_field("master", p.precision.master),
-                          {"loss_scale",
-                           [this, &p](const ast::Entry& e) {
-                             if (auto* v = value_of(e)) read_loss_scale(*v, p.precision.loss_scale);
-                           }}},
-                         "'precision'", "parallel.precision.");
-         }},
-        {"prefetch",
-         [this, &p](const ast::Entry& e) {
-           if (auto* es = block_of(e, "forward = true  backward = pre  max_inflight = 2"))
-             read_fields(*es,
-                         {bool_field("forward", p.prefetch.forward),
-                          enum_field("backward", p.prefetch.backward, "backward prefetch mode",
-                                     kBackwardPrefetchNames),
-                          int_field("max_inflight", p.prefetch.max_inflight, 1, kMaxLayers + 1)},
-                         "'prefetch'", "parallel.prefetch.");
-         }},
-        enum_field("recompute", p.recompute, "recompute mode", kRecomputeNames),
-        {"offload",
-         [this, &p](const ast::Entry& e) {
-           // offload = cpu (the parameters' state), or offload { params = cpu  activations = cpu }
-           if (e.kind == ast::Entry::Kind::Assign) {
-             if (auto o = v_.as_enum<Offload>(e.value, "offload mode", kOffloadNames))
-               p.offload = *o;
-             return;
-           }
-           Offload activations = Offload::None;
-           if (auto* es = block_of(e, "params = cpu  activations = cpu"))
-             read_fields(*es,
-                         {enum_field("params", p.offload, "offload mode", kOffloadNames),
-                          enum_field("activations", activations, "offload mode", kOffloadNames)},
-                         "'offload'", "parallel.offload.");
-           p.offload_activations = activations == Offload::Cpu;
-         }},
-        {"accumulate",
-         [this, &p](const ast::Entry& e) {
-           if (auto* es = block_of(e, "micro_batches = 4  reduce = every"))
-             read_fields(*es,
-                         {int_field("micro_batches", p.accumulate.micro_batches, 1, 65536),
-                          enum_field("reduce", p.accumulate.reduce, "accumulation reduce mode",
-                                     kAccumulateReduceNames)},
-                         "'accumulate'", "parallel.accumulate.");
-         }},
-    };
-    read_fields(sec.entries, fields, "section 'parallel'", "parallel.");
+const ast::Value* FieldReader::value_of(const ast::Entry& e) {
+  if (e.kind == ast::Entry::Kind::Block) {
+    diags.error(e.key_span,
+                fmt::format("'{}' takes a value, not a block; write '{} = ...'", e.key, e.key));
+    return nullptr;
   }
-
-  void read_train(const ast::Section& sec) {
-    TrainSpec& t = s_.train;
-    std::vector<Field> fields = {
-        {"optimizer",
-         [this](const ast::Entry& e) {
-           if (auto* v = value_of(e)) read_optimizer(*v);
-         }},
-        {"lr_schedule",
-         [this](const ast::Entry& e) {
-           if (auto* v = value_of(e)) read_lr_schedule(*v);
-         }},
-        int_field("micro_batch", t.micro_batch, 1, kMaxMicroBatch),
-        int_field("steps", t.steps, 1, kMaxCount),
-        {"clip",
-         [this, &t](const ast::Entry& e) {
-           const ast::Value* v = value_of(e);
-           if (!v) return;
-           if (v->kind == ast::Value::Kind::Ident && v->text == "none")
-             t.clip = 0;
-           else if (auto c = v_.as_float(*v, "clip", 0, 1e30, true))
-             t.clip = *c;
-         }},
-        int_field("seed", t.seed, 0, kMaxCount),
-        {"data",
-         [this, &t](const ast::Entry& e) {
-           if (auto* v = value_of(e)) read_data(*v, t.data, "data");
-         }},
-        bool_field("shuffle", t.shuffle),
-        {"val",
-         [this, &t](const ast::Entry& e) {
-           const ast::Value* v = value_of(e);
-           if (!v) return;
-           if (v->kind == ast::Value::Kind::Ident && v->text == "none") {
-             t.val.reset();
-             return;
-           }
-           t.val.emplace();
-           read_data(*v, *t.val, "val");
-         }},
-        int_field("val_every", t.val_every, 1, kMaxCount),
-        int_field("val_sequences", t.val_sequences, 1, kMaxCount),
-        {"checkpoint", [this](const ast::Entry& e) { read_checkpoint(e); }},
-        int_field("log_every", t.log_every, 1, kMaxCount),
-        field("stall_timeout", t.stall_timeout,
-              [this](const ast::Value& v, const std::string& k) {
-                return v_.as_float(v, k, 0, kMaxStallTimeoutSeconds, false);
-              }),
-        {"guard", [this](const ast::Entry& e) { read_guard(e); }},
-    };
-    read_fields(sec.entries, fields, "section 'train'", "train.");
+  if (e.kind == ast::Entry::Kind::Call) {
+    diags.error(e.key_span,
+                fmt::format("'{}' takes a value, not arguments; write '{} = ...'", e.key, e.key));
+    return nullptr;
   }
+  return &e.value;
+}
 
- private:
-  struct Field {
-    std::string_view key;
-    std::function<void(const ast::Entry&)> read;
-  };
+const std::vector<ast::Entry>* FieldReader::block_of(const ast::Entry& e,
+                                                     std::string_view example) {
+  if (e.kind != ast::Entry::Kind::Block) {
+    Diagnostic& x = diags.error(e.span, fmt::format("'{}' is a block, not a value", e.key));
+    Diagnostics::note(x, fmt::format("write '{} {{ {} }}'", e.key, example));
+    return nullptr;
+  }
+  return &e.entries;
+}
 
-  // Reads entries against a table of fields; reports duplicates and unknown keys.
-  void read_fields(const std::vector<ast::Entry>& entries, const std::vector<Field>& fields,
-                   const std::string& section, const std::string& prefix) {
-    std::map<std::string, const ast::Entry*> seen;
-    std::vector<std::string_view> keys;
-    for (const Field& f : fields)
-      keys.push_back(f.key);
-    for (const ast::Entry& e : entries) {
-      if (e.kind == ast::Entry::Kind::Error) {
-        // Already reported by the parser: the key is given, its value unknown.
-        keys_.value_at[prefix + e.key] = e.key_span;
-        keys_.rejected.insert(prefix + e.key);
-        continue;
+// guard { loss_z = 6  norm_z = 6  window = 100  max_skips = 5 }, or guard = none.
+void FieldReader::read_guard(const ast::Entry& e) {
+  GuardSpec& g = spec.train.guard;
+  if (e.kind == ast::Entry::Kind::Assign && e.value.kind == ast::Value::Kind::Ident &&
+      e.value.text == "none") {
+    g = GuardSpec{};
+    return;
+  }
+  const std::vector<ast::Entry>* es = block_of(e, "loss_z = 6  norm_z = 6  window = 100");
+  if (!es) return;
+  read_fields(*es, guard_keys(), g, "'guard'", "train.guard.");
+  if (!keys.has("train.guard.loss_z") && !keys.has("train.guard.norm_z") && !syntax_errors) {
+    Diagnostic& x = diags.error(e.key_span, "'guard' sets neither 'loss_z' nor 'norm_z'");
+    Diagnostics::note(x, "write 'guard { loss_z = 6  norm_z = 6 }', or 'guard = none' for none");
+  }
+}
+
+// offload = cpu (the parameters' state), or offload { params = cpu  activations = cpu }
+void FieldReader::read_offload(const ast::Entry& e, ParallelSpec& p) {
+  if (e.kind == ast::Entry::Kind::Assign) {
+    if (auto o = vals.as_enum<Offload>(e.value, "offload mode", kOffloadNames)) p.offload = *o;
+    return;
+  }
+  OffloadBlock b{p.offload, Offload::None};
+  if (auto* es = block_of(e, "params = cpu  activations = cpu"))
+    read_fields(*es, offload_keys(), b, "'offload'", "parallel.offload.");
+  p.offload = b.params;
+  p.offload_activations = b.activations == Offload::Cpu;
+}
+
+// adamw(lr, betas, eps, weight_decay) | sgd(lr, momentum, weight_decay) |
+// muon(lr, momentum, nesterov, ns_steps, ns_dtype, weight_decay, adjust_lr,
+// adamw = adamw(...)).
+void FieldReader::read_optimizer(const ast::Value& v) {
+  OptimizerSpec& o = spec.train.optimizer;
+  auto c = vals.callee(
+      v, "optimizer", kOptimizerNames,
+      {std::vector<std::string_view>{"lr", "betas", "eps", "weight_decay"},
+       std::vector<std::string_view>{"lr", "momentum", "weight_decay"},
+       std::vector<std::string_view>{"lr", "momentum", "nesterov", "ns_steps", "ns_dtype",
+                                     "weight_decay", "adjust_lr", "adamw"}});
+  if (!c) return;
+  auto& [kind, args] = *c;
+  o.kind = static_cast<OptimizerKind>(kind);
+  if (o.kind == OptimizerKind::Sgd) o.weight_decay = 0;
+  if (o.kind == OptimizerKind::Muon) o.lr = kMuonLr, o.momentum = kMuonMomentum, o.weight_decay = 0;
+  if (args[0])
+    if (auto lr = vals.as_float(*args[0], "lr", 0, 1e3, false))
+      o.lr = *lr, keys.value_at["train.lr"] = args[0]->span;
+  if (o.kind == OptimizerKind::AdamW) {
+    AdamWSpec a{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
+    read_adamw_rest(args, a);
+    o.beta1 = a.beta1, o.beta2 = a.beta2, o.eps = a.eps, o.weight_decay = a.weight_decay;
+    return;
+  }
+  const ast::Value* momentum = args[1];
+  const ast::Value* weight_decay = o.kind == OptimizerKind::Sgd ? args[2] : args[5];
+  if (momentum)
+    if (auto x = vals.as_float(*momentum, "momentum", 0, 0.999999, true)) o.momentum = *x;
+  if (weight_decay)
+    if (auto x = vals.as_float(*weight_decay, "weight_decay", 0, 1e3, true)) o.weight_decay = *x;
+  if (o.kind == OptimizerKind::Muon) read_muon(args, o);
+}
+
+// adamw(...)'s betas, eps and weight_decay (args 1-3; the caller reads lr).
+void FieldReader::read_adamw_rest(const std::vector<const ast::Value*>& args, AdamWSpec& a) {
+  if (args[1]) read_betas(*args[1], a);
+  if (args[2])
+    if (auto x = vals.as_float(*args[2], "eps", 0, 1, false)) a.eps = *x;
+  if (args[3])
+    if (auto x = vals.as_float(*args[3], "weight_decay", 0, 1e3, true)) a.weight_decay = *x;
+}
+
+// muon(...)'s own arguments after lr and momentum.
+void FieldReader::read_muon(const std::vector<const ast::Value*>& args, OptimizerSpec& o) {
+  if (args[2])
+    if (auto x = vals.as_bool(*args[2], "nesterov")) o.nesterov = *x;
+  if (args[3])
+    if (auto x = vals.as_int(*args[3], "ns_steps", 0, kMaxMuonNsSteps)) o.ns_steps = *x;
+  if (args[4])
+    if (auto x = vals.as_dtype(*args[4])) {
+      if (*x == DType::FP16) {
+        Diagnostic& d = diags.error(args[4]->span, "'ns_dtype' must be fp32 or bf16, got fp16");
+        Diagnostics::note(d, "Newton-Schulz runs in fp32 (the default) or in bf16, as torch's");
+      } else {
+        o.ns_dtype = *x;
       }
-      auto [it, fresh] = seen.emplace(e.key, &e);
-      if (!fresh) {
-        Diagnostic& d =
-            d_.error(e.key_span, fmt::format("duplicate key '{}' in {}", e.key, section));
-        Diagnostics::note(d, it->second->key_span, "previous definition is here");
-        continue;
-      }
-      auto f = std::find_if(fields.begin(), fields.end(),
-                            [&](const Field& x) { return x.key == e.key; });
-      if (f == fields.end()) {
-        Diagnostic& d = d_.error(e.key_span, fmt::format("unknown key '{}' in {}", e.key, section));
-        std::string m = closest_match(e.key, keys);
-        if (!m.empty())
-          d.message += fmt::format("; did you mean '{}'?", m);
-        else
-          Diagnostics::note(d, fmt::format("valid keys are {}", quoted_choices(keys, " and ")));
-        continue;
-      }
-      keys_.value_at[prefix + e.key] = e.kind == ast::Entry::Kind::Assign ? e.value.span : e.span;
-      keys_.entry_at[prefix + e.key] = e.span;
-      size_t errors_before = d_.error_count();
-      f->read(e);
-      if (d_.error_count() != errors_before) keys_.rejected.insert(prefix + e.key);
     }
-  }
-
-  // The value of `key = value`; a block given instead is an error.
-  const ast::Value* value_of(const ast::Entry& e) {
-    if (e.kind == ast::Entry::Kind::Block) {
-      d_.error(e.key_span,
-               fmt::format("'{}' takes a value, not a block; write '{} = ...'", e.key, e.key));
-      return nullptr;
-    }
-    if (e.kind == ast::Entry::Kind::Call) {
-      d_.error(e.key_span,
-               fmt::format("'{}' takes a value, not arguments; write '{} = ...'", e.key, e.key));
-      return nullptr;
-    }
-    return &e.value;
-  }
-
-  // The entries of `key { ... }`; anything else is an error.
-  // guard { loss_z = 6  norm_z = 6  window = 100  max_skips = 5 }, or guard = none.
-  void read_guard(const ast::Entry& e) {
-    GuardSpec& g = s_.train.guard;
-    if (e.kind == ast::Entry::Kind::Assign && e.value.kind == ast::Value::Kind::Ident &&
-        e.value.text == "none") {
-      g = GuardSpec{};
-      return;
-    }
-    const std::vector<ast::Entry>* es = block_of(e, "loss_z = 6  norm_z = 6  window = 100");
-    if (!es) return;
-    auto z = [this](const ast::Value& v, const std::string& k) {
-      return v_.as_float(v, k, 0, kMaxGuardZ, true);
-    };
-    read_fields(*es,
-                {field("loss_z", g.loss_z, z), field("norm_z", g.norm_z, z),
-                 int_field("window", g.window, 2, kMaxGuardWindow),
-                 int_field("max_skips", g.max_skips, 1, kMaxCount)},
-                "'guard'", "train.guard.");
-    if (!keys_.has("train.guard.loss_z") && !keys_.has("train.guard.norm_z") && !syntax_errors_) {
-      Diagnostic& d = d_.error(e.key_span, "'guard' sets neither 'loss_z' nor 'norm_z'");
-      Diagnostics::note(d, "write 'guard { loss_z = 6  norm_z = 6 }', or 'guard = none' for none");
-    }
-  }
-
-  const std::vector<ast::Entry>* block_of(const ast::Entry& e, std::string_view example) {
-    if (e.kind != ast::Entry::Kind::Block) {
-      Diagnostic& d = d_.error(e.span, fmt::format("'{}' is a block, not a value", e.key));
-      Diagnostics::note(d, fmt::format("write '{} {{ {} }}'", e.key, example));
-      return nullptr;
-    }
-    return &e.entries;
-  }
-
-  template <class T, class F>
-  Field field(std::string_view key, T& out, F reader) {
-    return {key, [this, &out, reader](const ast::Entry& e) {
-              if (const ast::Value* v = value_of(e))
-                if (auto r = reader(*v, e.key)) out = *r;
-            }};
-  }
-  Field int_field(std::string_view key, int64_t& out, int64_t lo, int64_t hi) {
-    return field(key, out, [this, lo, hi](const ast::Value& v, const std::string& k) {
-      return v_.as_int(v, k, lo, hi);
-    });
-  }
-  Field bool_field(std::string_view key, bool& out) {
-    return field(key, out,
-                 [this](const ast::Value& v, const std::string& k) { return v_.as_bool(v, k); });
-  }
-  template <class E, size_t N>
-  Field enum_field(std::string_view key, E& out, std::string_view what,
-                   const std::array<std::string_view, N>& names) {
-    return field(key, out, [this, what, &names](const ast::Value& v, const std::string&) {
-      return v_.as_enum<E>(v, what, names);
-    });
-  }
-  Field dtype_field(std::string_view key, DType& out) {
-    return field(key, out,
-                 [this](const ast::Value& v, const std::string&) { return v_.as_dtype(v); });
-  }
-
-  // adamw(lr, betas, eps, weight_decay) | sgd(lr, momentum, weight_decay) |
-  // muon(lr, momentum, nesterov, ns_steps, ns_dtype, weight_decay, adjust_lr,
-  // adamw = adamw(...)).
-  void read_optimizer(const ast::Value& v) {
-    OptimizerSpec& o = s_.train.optimizer;
-    auto c = v_.callee(
-        v, "optimizer", kOptimizerNames,
-        {std::vector<std::string_view>{"lr", "betas", "eps", "weight_decay"},
-         std::vector<std::string_view>{"lr", "momentum", "weight_decay"},
-         std::vector<std::string_view>{"lr", "momentum", "nesterov", "ns_steps", "ns_dtype",
-                                       "weight_decay", "adjust_lr", "adamw"}});
-    if (!c) return;
-    auto& [kind, args] = *c;
-    o.kind = static_cast<OptimizerKind>(kind);
-    if (o.kind == OptimizerKind::Sgd) o.weight_decay = 0;
-    if (o.kind == OptimizerKind::Muon)
-      o.lr = kMuonLr, o.momentum = kMuonMomentum, o.weight_decay = 0;
-    if (args[0])
-      if (auto lr = v_.as_float(*args[0], "lr", 0, 1e3, false))
-        o.lr = *lr, keys_.value_at["train.lr"] = args[0]->span;
-    if (o.kind == OptimizerKind::AdamW) {
-      AdamWSpec a{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
-      read_adamw_rest(args, a);
-      o.beta1 = a.beta1, o.beta2 = a.beta2, o.eps = a.eps, o.weight_decay = a.weight_decay;
-      return;
-    }
-    const ast::Value* momentum = args[1];
-    const ast::Value* weight_decay = o.kind == OptimizerKind::Sgd ? args[2] : args[5];
-    if (momentum)
-      if (auto x = v_.as_float(*momentum, "momentum", 0, 0.999999, true)) o.momentum = *x;
-    if (weight_decay)
-      if (auto x = v_.as_float(*weight_decay, "weight_decay", 0, 1e3, true)) o.weight_decay = *x;
-    if (o.kind == OptimizerKind::Muon) read_muon(args, o);
-  }
-
-  // adamw(...)'s betas, eps and weight_decay (args 1-3; the caller reads lr).
-  void read_adamw_rest(const std::vector<const ast::Value*>& args, AdamWSpec& a) {
-    if (args[1]) read_betas(*args[1], a);
-    if (args[2])
-      if (auto x = v_.as_float(*args[2], "eps", 0, 1, false)) a.eps = *x;
-    if (args[3])
-      if (auto x = v_.as_float(*args[3], "weight_decay", 0, 1e3, true)) a.weight_decay = *x;
-  }
-
-  // muon(...)'s own arguments after lr and momentum.
-  void read_muon(const std::vector<const ast::Value*>& args, OptimizerSpec& o) {
-    if (args[2])
-      if (auto x = v_.as_bool(*args[2], "nesterov")) o.nesterov = *x;
-    if (args[3])
-      if (auto x = v_.as_int(*args[3], "ns_steps", 0, kMaxMuonNsSteps)) o.ns_steps = *x;
-    if (args[4])
-      if (auto x = v_.as_dtype(*args[4])) {
-        if (*x == DType::FP16) {
-          Diagnostic& d = d_.error(args[4]->span, "'ns_dtype' must be fp32 or bf16, got fp16");
-          Diagnostics::note(d, "Newton-Schulz runs in fp32 (the default) or in bf16, as torch's");
-        } else {
-          o.ns_dtype = *x;
-        }
-      }
-    if (args[6])
-      if (auto x = v_.as_enum<MuonAdjust>(*args[6], "adjust_lr rule", kMuonAdjustNames))
-        o.adjust_lr = *x;
-    if (!args[7]) return;
-    const ast::Value& n = *args[7];
-    auto c = v_.callee(n, "nested optimizer", std::array<std::string_view, 1>{"adamw"},
+  if (args[6])
+    if (auto x = vals.as_enum<MuonAdjust>(*args[6], "adjust_lr rule", kMuonAdjustNames))
+      o.adjust_lr = *x;
+  if (!args[7]) return;
+  const ast::Value& n = *args[7];
+  auto c = vals.callee(n, "nested optimizer", std::array<std::string_view, 1>{"adamw"},
                        {std::vector<std::string_view>{"lr", "betas", "eps", "weight_decay"}});
-    if (!c) return;
-    const std::vector<const ast::Value*>& a = c->second;
-    if (a[0])
-      if (auto lr = v_.as_float(*a[0], "lr", 0, 1e3, false)) o.adamw.lr = *lr;
-    read_adamw_rest(a, o.adamw);
-  }
+  if (!c) return;
+  const std::vector<const ast::Value*>& a = c->second;
+  if (a[0])
+    if (auto lr = vals.as_float(*a[0], "lr", 0, 1e3, false)) o.adamw.lr = *lr;
+  read_adamw_rest(a, o.adamw);
+}
 
-  // llama3(factor = 32, low_freq = 1, high_freq = 4, original_context = 8192):
-  // every argument required.
-  std::optional<RopeScalingSpec> read_rope_scaling(const ast::Value& v) {
-    auto c = v_.callee(
-        v, "rope scaling", kRopeScalingNames,
-        {std::vector<std::string_view>{"factor", "low_freq", "high_freq", "original_context"}});
-    if (!c) return std::nullopt;
-    const std::vector<const ast::Value*>& args = c->second;
-    RopeScalingSpec r;
-    r.enabled = true;
-    bool ok = true;
-    const char* names[] = {"factor", "low_freq", "high_freq", "original_context"};
-    for (size_t i = 0; i < 4; ++i)
-      ok = v_.require(args[i], v, names[i]) && ok;
-    if (!ok) return std::nullopt;
-    auto factor = v_.as_float(*args[0], "factor", 1, 1e6, true);
-    auto low = v_.as_float(*args[1], "low_freq", 0, 1e6, false);
-    auto high = v_.as_float(*args[2], "high_freq", 0, 1e6, false);
-    auto original = v_.as_int(*args[3], "original_context", 1, kMaxContext);
-    if (!factor || !low || !high || !original) return std::nullopt;
-    if (*low >= *high) {
-      d_.error(args[1]->span,
-               fmt::format("rope scaling's low_freq ({}) must be below high_freq ({})",
-                           format_real(*low), format_real(*high)));
-      return std::nullopt;
-    }
-    r.factor = *factor;
-    r.low_freq = *low;
-    r.high_freq = *high;
-    r.original_context = *original;
-    return r;
+// llama3(factor = 32, low_freq = 1, high_freq = 4, original_context = 8192):
+// every argument required.
+std::optional<RopeScalingSpec> FieldReader::read_rope_scaling(const ast::Value& v) {
+  auto c = vals.callee(
+      v, "rope scaling", kRopeScalingNames,
+      {std::vector<std::string_view>{"factor", "low_freq", "high_freq", "original_context"}});
+  if (!c) return std::nullopt;
+  const std::vector<const ast::Value*>& args = c->second;
+  RopeScalingSpec r;
+  r.enabled = true;
+  bool ok = true;
+  const char* names[] = {"factor", "low_freq", "high_freq", "original_context"};
+  for (size_t i = 0; i < 4; ++i)
+    ok = vals.require(args[i], v, names[i]) && ok;
+  if (!ok) return std::nullopt;
+  auto factor = vals.as_float(*args[0], "factor", 1, 1e6, true);
+  auto low = vals.as_float(*args[1], "low_freq", 0, 1e6, false);
+  auto high = vals.as_float(*args[2], "high_freq", 0, 1e6, false);
+  auto original = vals.as_int(*args[3], "original_context", 1, kMaxContext);
+  if (!factor || !low || !high || !original) return std::nullopt;
+  if (*low >= *high) {
+    diags.error(args[1]->span,
+                fmt::format("rope scaling's low_freq ({}) must be below high_freq ({})",
+                            format_real(*low), format_real(*high)));
+    return std::nullopt;
   }
+  r.factor = *factor;
+  r.low_freq = *low;
+  r.high_freq = *high;
+  r.original_context = *original;
+  return r;
+}
 
-  void read_betas(const ast::Value& v, AdamWSpec& a) {
-    if (v.kind != ast::Value::Kind::Tuple || v.items.size() != 2) {
-      d_.error(v.span,
-               fmt::format("'betas' must be a pair such as (0.9, 0.95), got {}", describe(v)));
-      return;
-    }
-    auto b1 = v_.as_float(v.items[0], "betas", 0, 0.999999, true);
-    auto b2 = v_.as_float(v.items[1], "betas", 0, 0.999999, true);
-    if (b1) a.beta1 = *b1;
-    if (b2) a.beta2 = *b2;
+void FieldReader::read_betas(const ast::Value& v, AdamWSpec& a) {
+  if (v.kind != ast::Value::Kind::Tuple || v.items.size() != 2) {
+    diags.error(v.span,
+                fmt::format("'betas' must be a pair such as (0.9, 0.95), got {}", describe(v)));
+    return;
   }
+  auto b1 = vals.as_float(v.items[0], "betas", 0, 0.999999, true);
+  auto b2 = vals.as_float(v.items[1], "betas", 0, 0.999999, true);
+  if (b1) a.beta1 = *b1;
+  if (b2) a.beta2 = *b2;
+}
 
-  void read_lr_schedule(const ast::Value& v) {
-    LrScheduleSpec& l = s_.train.lr_schedule;
-    auto c = v_.callee(
-        v, "lr schedule", kLrScheduleNames,
-        {std::vector<std::string_view>{"warmup"}, std::vector<std::string_view>{"warmup", "min"},
-         std::vector<std::string_view>{"warmup", "min"}});
-    if (!c) return;
-    auto& [kind, args] = *c;
-    l.kind = static_cast<LrScheduleKind>(kind);
-    if (args[0])
-      if (auto w = v_.as_int(*args[0], "warmup", 0, kMaxCount))
-        l.warmup = *w, keys_.value_at["train.warmup"] = args[0]->span;
-    if (args.size() > 1 && args[1])
-      if (auto m = v_.as_float(*args[1], "min", 0, 1e3, true))
-        l.min_lr = *m, keys_.value_at["train.min_lr"] = args[1]->span;
-  }
+void FieldReader::read_lr_schedule(const ast::Value& v) {
+  LrScheduleSpec& l = spec.train.lr_schedule;
+  auto c = vals.callee(
+      v, "lr schedule", kLrScheduleNames,
+      {std::vector<std::string_view>{"warmup"}, std::vector<std::string_view>{"warmup", "min"},
+       std::vector<std::string_view>{"warmup", "min"}});
+  if (!c) return;
+  auto& [kind, args] = *c;
+  l.kind = static_cast<LrScheduleKind>(kind);
+  if (args[0])
+    if (auto w = vals.as_int(*args[0], "warmup", 0, kMaxCount))
+      l.warmup = *w, keys.value_at["train.warmup"] = args[0]->span;
+  if (args.size() > 1 && args[1])
+    if (auto m = vals.as_float(*args[1], "min", 0, 1e3, true))
+      l.min_lr = *m, keys.value_at["train.min_lr"] = args[1]->span;
+}
 
-  // synthetic | synthetic(seed = 7) | text("input.txt") | tokens("train_*.bin", "more.bin")
-  // (or tokens(["a.bin", "b.bin"])): files and glob patterns, read in the order given.
-  void read_data(const ast::Value& v, DataSpec& d, std::string_view key) {
-    const bool files = v.kind == ast::Value::Kind::Call && (v.text == "text" || v.text == "tokens");
-    if (!files) {
-      auto c =
-          v_.callee(v, "data source", kDataNames,
+// synthetic | synthetic(seed = 7) | text("input.txt") | tokens("train_*.bin", "more.bin")
+// (or tokens(["a.bin", "b.bin"])): files and glob patterns, read in the order given.
+void FieldReader::read_data(const ast::Value& v, DataSpec& d, std::string_view key) {
+  const bool files = v.kind == ast::Value::Kind::Call && (v.text == "text" || v.text == "tokens");
+  if (!files) {
+    auto c =
+        vals.callee(v, "data source", kDataNames,
                     {std::vector<std::string_view>{"seed"}, std::vector<std::string_view>{"path"},
                      std::vector<std::string_view>{"path"}});
-      if (!c) return;
-      auto& [kind, args] = *c;
-      d.kind = static_cast<DataKind>(kind);
-      if (d.kind == DataKind::Synthetic) {
-        if (args[0])
-          if (auto s = v_.as_int(*args[0], "seed", 0, kMaxCount)) d.seed = *s;
-        return;
-      }
-      d_.error(v.span, fmt::format("data source '{}' needs a file: {} = {}(\"path\")", v.text, key,
-                                   v.text));
-      return;
-    }
-    d.kind = v.text == "text" ? DataKind::Text : DataKind::Tokens;
-    d.paths.clear();
-    for (const ast::Arg& a : v.args) {
-      if (!a.name.empty() && a.name != "path") {
-        Diagnostic& e =
-            d_.error(a.name_span, fmt::format("unknown argument '{}' of '{}'", a.name, v.text));
-        Diagnostics::note(e, fmt::format("'{}' takes file paths or glob patterns, e.g. "
-                                         "{}(\"fineweb_train_*.bin\")",
-                                         v.text, v.text));
-        continue;
-      }
-      if (a.value.kind == ast::Value::Kind::List) {
-        for (const ast::Value& item : a.value.items)
-          if (auto p = v_.as_string(item, "path")) d.paths.push_back(*p);
-      } else if (auto p = v_.as_string(a.value, "path")) {
-        d.paths.push_back(*p);
-      }
-    }
-    if (v.args.empty())
-      d_.error(v.span, fmt::format("data source '{}' needs a file: {} = {}(\"path\")", v.text, key,
-                                   v.text));
-    else if (d.kind == DataKind::Text && d.paths.size() > 1)
-      d_.error(v.span, fmt::format("text data is one file; {} paths given (token files can be "
-                                   "many: tokens(\"a.bin\", \"b.bin\"))",
-                                   d.paths.size()));
-  }
-
-  // dynamic | dynamic(init = 65536, interval = 2000) | static(1024)
-  void read_loss_scale(const ast::Value& v, LossScaleSpec& l) {
-    auto c = v_.callee(v, "loss scale", kLossScaleNames,
-                       {std::vector<std::string_view>{"init", "interval"},
-                        std::vector<std::string_view>{"scale"}});
     if (!c) return;
     auto& [kind, args] = *c;
-    l.kind = static_cast<LossScaleKind>(kind);
-    if (l.kind == LossScaleKind::Static && !v_.require(args[0], v, "scale")) return;
-    if (args[0])
-      if (auto s = v_.as_float(*args[0], l.kind == LossScaleKind::Static ? "scale" : "init", 1,
+    d.kind = static_cast<DataKind>(kind);
+    if (d.kind == DataKind::Synthetic) {
+      if (args[0])
+        if (auto s = vals.as_int(*args[0], "seed", 0, kMaxCount)) d.seed = *s;
+      return;
+    }
+    diags.error(v.span, fmt::format("data source '{}' needs a file: {} = {}(\"path\")", v.text, key,
+                                    v.text));
+    return;
+  }
+  d.kind = v.text == "text" ? DataKind::Text : DataKind::Tokens;
+  d.paths.clear();
+  for (const ast::Arg& a : v.args) {
+    if (!a.name.empty() && a.name != "path") {
+      Diagnostic& e =
+          diags.error(a.name_span, fmt::format("unknown argument '{}' of '{}'", a.name, v.text));
+      Diagnostics::note(e, fmt::format("'{}' takes file paths or glob patterns, e.g. "
+                                       "{}(\"fineweb_train_*.bin\")",
+                                       v.text, v.text));
+      continue;
+    }
+    if (a.value.kind == ast::Value::Kind::List) {
+      for (const ast::Value& item : a.value.items)
+        if (auto p = vals.as_string(item, "path")) d.paths.push_back(*p);
+    } else if (auto p = vals.as_string(a.value, "path")) {
+      d.paths.push_back(*p);
+    }
+  }
+  if (v.args.empty())
+    diags.error(v.span, fmt::format("data source '{}' needs a file: {} = {}(\"path\")", v.text, key,
+                                    v.text));
+  else if (d.kind == DataKind::Text && d.paths.size() > 1)
+    diags.error(v.span, fmt::format("text data is one file; {} paths given (token files can be "
+                                    "many: tokens(\"a.bin\", \"b.bin\"))",
+                                    d.paths.size()));
+}
+
+// dynamic | dynamic(init = 65536, interval = 2000) | static(1024)
+void FieldReader::read_loss_scale(const ast::Value& v, LossScaleSpec& l) {
+  auto c = vals.callee(
+      v, "loss scale", kLossScaleNames,
+      {std::vector<std::string_view>{"init", "interval"}, std::vector<std::string_view>{"scale"}});
+  if (!c) return;
+  auto& [kind, args] = *c;
+  l.kind = static_cast<LossScaleKind>(kind);
+  if (l.kind == LossScaleKind::Static && !vals.require(args[0], v, "scale")) return;
+  if (args[0])
+    if (auto s = vals.as_float(*args[0], l.kind == LossScaleKind::Static ? "scale" : "init", 1,
                                4294967296.0, true))
-        l.init = *s;
-    if (args.size() > 1 && args[1])
-      if (auto n = v_.as_int(*args[1], "interval", 1, kMaxCount)) l.interval = *n;
-  }
+      l.init = *s;
+  if (args.size() > 1 && args[1])
+    if (auto n = vals.as_int(*args[1], "interval", 1, kMaxCount)) l.interval = *n;
+}
 
-  // checkpoint(every = N, dir = "ckpt", keep = 2) | checkpoint = none
-  void read_checkpoint(const ast::Entry& e) {
-    CheckpointSpec& c = s_.train.checkpoint;
-    if (e.kind == ast::Entry::Kind::Assign && e.value.kind == ast::Value::Kind::Ident &&
-        e.value.text == "none") {
-      c.enabled = false;
-      return;
-    }
-    if (e.kind != ast::Entry::Kind::Call) {
-      d_.error(e.span,
-               "expected 'checkpoint(every = N, dir = \"ckpt\", keep = 2)' or 'checkpoint = none'");
-      return;
-    }
-    auto args = v_.bind(e.value, {"every", "dir", "keep"});
-    if (!args) return;
-    if (!v_.require((*args)[0], e.value, "every")) return;
-    c.enabled = true;
-    if (auto n = v_.as_int(*(*args)[0], "every", 1, kMaxCount))
-      c.every = *n, keys_.value_at["train.checkpoint.every"] = (*args)[0]->span;
-    if ((*args)[1])
-      if (auto d = v_.as_string(*(*args)[1], "dir")) c.dir = *d;
-    if ((*args)[2])
-      if (auto k = v_.as_int(*(*args)[2], "keep", 1, 1 << 20)) c.keep = *k;
+// checkpoint(every = N, dir = "ckpt", keep = 2) | checkpoint = none
+void FieldReader::read_checkpoint(const ast::Entry& e) {
+  CheckpointSpec& c = spec.train.checkpoint;
+  if (e.kind == ast::Entry::Kind::Assign && e.value.kind == ast::Value::Kind::Ident &&
+      e.value.text == "none") {
+    c.enabled = false;
+    return;
   }
+  if (e.kind != ast::Entry::Kind::Call) {
+    diags.error(
+        e.span,
+        "expected 'checkpoint(every = N, dir = \"ckpt\", keep = 2)' or 'checkpoint = none'");
+    return;
+  }
+  auto args = vals.bind(e.value, {"every", "dir", "keep"});
+  if (!args) return;
+  if (!vals.require((*args)[0], e.value, "every")) return;
+  c.enabled = true;
+  if (auto n = vals.as_int(*(*args)[0], "every", 1, kMaxCount))
+    c.every = *n, keys.value_at["train.checkpoint.every"] = (*args)[0]->span;
+  if ((*args)[1])
+    if (auto d = vals.as_string(*(*args)[1], "dir")) c.dir = *d;
+  if ((*args)[2])
+    if (auto k = vals.as_int(*(*args)[2], "keep", 1, 1 << 20)) c.keep = *k;
+}
 
-  Diagnostics& d_;
-  ValueReader v_;
-  Spec& s_;
-  Keys& keys_;
-  bool syntax_errors_;
-};
+namespace {
 
 // A value given on the command line replaces the spec's `key`.
 void override_int(CheckContext& ctx, const char* flag, int64_t v, int64_t lo, int64_t hi,
@@ -578,15 +380,31 @@ void override_int(CheckContext& ctx, const char* flag, int64_t v, int64_t lo, in
 }  // namespace
 
 bool read_model(const ast::Section& sec, CheckContext& ctx) {
-  return SectionReader(ctx).read_model(sec);
+  ModelSpec& m = ctx.spec.model;
+  m.name = sec.name;
+  std::string section = m.name.empty() ? "section 'model'" : fmt::format("model '{}'", m.name);
+  FieldReader(ctx).read_fields(sec.entries, model_keys(), m, section, "model.");
+  std::vector<std::string_view> missing;
+  for (std::string_view k : {"vocab", "context", "width", "heads", "layers"})
+    if (!ctx.keys.has(fmt::format("model.{}", k))) missing.push_back(k);
+  if (missing.empty()) return true;
+  if (!ctx.after_syntax_errors) {
+    Diagnostic& e =
+        ctx.diags.error(sec.name.empty() ? sec.kind_span : sec.name_span,
+                        fmt::format("{} is missing {}", section, quoted_choices(missing, " and ")));
+    Diagnostics::note(e, "a model must set 'vocab', 'context', 'width', 'heads' and 'layers'");
+  }
+  return false;
 }
 
 void read_parallel(const ast::Section& sec, CheckContext& ctx) {
-  SectionReader(ctx).read_parallel(sec);
+  FieldReader(ctx).read_fields(sec.entries, parallel_keys(), ctx.spec.parallel,
+                               "section 'parallel'", "parallel.");
 }
 
 void read_train(const ast::Section& sec, CheckContext& ctx) {
-  SectionReader(ctx).read_train(sec);
+  FieldReader(ctx).read_fields(sec.entries, train_keys(), ctx.spec.train, "section 'train'",
+                               "train.");
 }
 
 void fill_model_defaults(CheckContext& ctx) {

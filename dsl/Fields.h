@@ -1,5 +1,5 @@
-// Fields: the keys of each section (one table per section: a key, how its
-// value is read, where it goes in the Spec), the defaults that follow from
+// Fields: reading each section against its table of keys (KeyTable.h: a
+// key, how its value is read and printed), the defaults that follow from
 // other keys, the command-line values that replace keys, and Keys, the record
 // of where each key was written that later checks report at.
 #pragma once
