@@ -1,6 +1,6 @@
 // copies: host <-> device copies of offload. On the CPU runtime both memory
 // spaces are host memory and a copy is a memcpy between two host buffers (the
-// emitter's copy_h2d; emit/Emit.cpp).
+// emitter's copy_h2d_op; emit/CommOps.cpp).
 #pragma once
 
 #include "calibrate/measure.h"

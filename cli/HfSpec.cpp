@@ -138,28 +138,6 @@ const ast::Value* value_of(const ast::Section& model, const std::string& spec_ke
 
 }  // namespace
 
-hf_model hf_model_of(const ModelSpec& m) {
-  hf_model h;
-  h.llama = m.family == Family::Llama;
-  h.vocab = m.vocab;
-  h.context = m.context;
-  h.width = m.width;
-  h.heads = m.heads;
-  h.kv_heads = m.kv_heads;
-  h.layers = m.layers;
-  h.ffn_hidden = m.ffn_hidden;
-  h.tied = m.tie_embeddings;
-  h.norm_eps = m.norm_eps;
-  h.rope_theta = m.rope_theta;
-  if (m.rope_scaling.enabled) {
-    h.rope_factor = m.rope_scaling.factor;
-    h.rope_low_freq = m.rope_scaling.low_freq;
-    h.rope_high_freq = m.rope_scaling.high_freq;
-    h.rope_original_context = m.rope_scaling.original_context;
-  }
-  return h;
-}
-
 int run_import_hf(const std::string& source, const std::string& output) {
   const std::string config = config_path_of(source);
   const bool to_stdout = output.empty() || output == "-";

@@ -6,13 +6,9 @@
 #include <string>
 
 #include "dsl/Spec.h"
-#include "runtime/files/hf_config.h"
+#include "runtime/files/hf_model_of.h"  // hf_model_of(spec.model), for check --hf and merge
 
 namespace fsdpgen {
-
-// The spec's model as a config.json states it: what `fsdpgen merge` writes
-// beside the weights and what check --hf and import-hf compare.
-hf_model hf_model_of(const ModelSpec& m);
 
 // `fsdpgen import-hf SOURCE [-o OUTPUT]`: SOURCE is a model directory (its
 // config.json) or a config.json; OUTPUT empty or "-" is stdout. The spec

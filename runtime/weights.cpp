@@ -20,7 +20,7 @@
 
 #include "runtime/arena.h"
 #include "runtime/check.h"
-#include "runtime/files/hf_config.h"
+#include "runtime/files/hf_model_of.h"
 #include "runtime/files/safetensors.h"
 #include "runtime/files/safetensors_set.h"
 #include "runtime/init.h"
@@ -49,26 +49,6 @@ std::string spec_line_of(const std::string& spec_path, const std::string& key) {
     if (std::regex_search(line, assign)) return fmt::format("{}:{}", spec_path, line_no);
   }
   return spec_path;
-}
-
-hf_model hf_model_of(const program_model& m) {
-  hf_model h;
-  h.llama = m.family == model_family::llama;
-  h.vocab = m.vocab;
-  h.context = m.context;
-  h.width = m.width;
-  h.heads = m.heads;
-  h.kv_heads = m.kv_heads > 0 ? m.kv_heads : m.heads;
-  h.layers = m.layers;
-  h.ffn_hidden = m.ffn_hidden;
-  h.tied = m.tied;
-  h.norm_eps = m.norm_eps;
-  h.rope_theta = m.rope.theta;
-  h.rope_factor = m.rope.factor;
-  h.rope_low_freq = m.rope.low_freq;
-  h.rope_high_freq = m.rope.high_freq;
-  h.rope_original_context = m.rope.original_context;
-  return h;
 }
 
 // A model directory's config.json against the program's model: every

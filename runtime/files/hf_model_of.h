@@ -1,0 +1,45 @@
+// hf_model_of: the one mapping of a model to what its Hugging Face
+// config.json states. Two holders of a model use it: the spec's model
+// (dsl/Spec.h's ModelSpec: `fsdpgen import-hf`, `check --hf` and the
+// config.json `fsdpgen merge` writes) and the program's (runtime/program.h's
+// program_model, which the emitter writes from the spec's: --init-from a
+// model directory). It is a template over the two so that the runtime needs
+// no spec and the spec no program (no include climbs); the facts both hold
+// under one name are copied once, and the three each holds its own way (the
+// family, tied embeddings, rotary positions) are read side by side below.
+#pragma once
+
+#include "runtime/files/hf_config.h"
+
+template <class Model>
+hf_model hf_model_of(const Model& m) {
+  hf_model h;
+  h.vocab = m.vocab;
+  h.context = m.context;
+  h.width = m.width;
+  h.heads = m.heads;
+  h.kv_heads = m.kv_heads > 0 ? m.kv_heads : m.heads;  // a program's 0: one per head
+  h.layers = m.layers;
+  h.ffn_hidden = m.ffn_hidden;
+  h.norm_eps = m.norm_eps;
+  if constexpr (requires { m.rope_scaling; }) {  // the spec's model
+    h.llama = m.family == decltype(m.family)::Llama;
+    h.tied = m.tie_embeddings;
+    h.rope_theta = m.rope_theta;
+    if (m.rope_scaling.enabled) {
+      h.rope_factor = m.rope_scaling.factor;
+      h.rope_low_freq = m.rope_scaling.low_freq;
+      h.rope_high_freq = m.rope_scaling.high_freq;
+      h.rope_original_context = m.rope_scaling.original_context;
+    }
+  } else {  // the program's: its rope's factor is 0 (and the rest with it) when unscaled
+    h.llama = m.family == decltype(m.family)::llama;
+    h.tied = m.tied;
+    h.rope_theta = m.rope.theta;
+    h.rope_factor = m.rope.factor;
+    h.rope_low_freq = m.rope.low_freq;
+    h.rope_high_freq = m.rope.high_freq;
+    h.rope_original_context = m.rope.original_context;
+  }
+  return h;
+}
