@@ -1,6 +1,8 @@
-// Golden schedules and memory plans of the tiny model under every strategy x
-// backward prefetch x recompute x accumulation combination:
-// tests/planner/golden/NAME.txt. FSDPGEN_UPDATE_GOLDEN=1 rewrites them.
+// Five full schedules and memory plans of the tiny model, kept as readable
+// examples of what the planner produces (tests/planner/golden/README.md says
+// what to look at in each). The rules each strategy, prefetch, recompute,
+// offload and accumulation setting must follow are checked over every
+// combination by StrategyRulesTest. FSDPGEN_UPDATE_GOLDEN=1 rewrites them.
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -19,41 +21,35 @@ struct GoldenCase {
   std::string file;
 };
 
+Config tiny(const char* sharding) {
+  Config c;
+  c.sharding = sharding;
+  c.world = c.sharding.rfind("hybrid", 0) == 0 ? 4 : 2;
+  c.shard_group = c.world == 4 ? 2 : 0;
+  c.layers = 2;
+  return c;
+}
+
 std::vector<GoldenCase> golden_cases() {
   std::vector<GoldenCase> out;
-  for (const char* st :
-       {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"})
-    for (const char* bwd : {"pre", "post", "none"})
-      for (const char* rc : {"none", "block"})
-        for (auto [mb, red] :
-             {std::pair{1, "every"}, std::pair{4, "every"}, std::pair{4, "last"}}) {
-          Config c;
-          c.sharding = st;
-          c.world = c.sharding.rfind("hybrid", 0) == 0 ? 4 : 2;
-          c.shard_group = c.world == 4 ? 2 : 0;
-          c.backward = bwd;
-          c.recompute = rc;
-          c.micro_batches = mb;
-          c.reduce = red;
-          c.layers = 2;
-          out.push_back({c, fmt::format("{}-bwd_{}-recompute_{}-mb{}_{}", st, bwd, rc, mb, red)});
-        }
-  // Per-linear units (sub-block): every strategy, with and without recompute
-  // (which rebuilds a block from its four units) and activation offload.
-  for (const char* st :
-       {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"})
-    for (const char* rc : {"none", "block", "block+offload"}) {
-      Config c;
-      c.sharding = st;
-      c.world = c.sharding.rfind("hybrid", 0) == 0 ? 4 : 2;
-      c.shard_group = c.world == 4 ? 2 : 0;
-      c.recompute = std::string(rc) == "none" ? "none" : "block";
-      c.offload_activations = std::string(rc) == "block+offload";
-      c.units = "each linear";
-      c.layers = 2;
-      out.push_back({c, fmt::format("{}-each_linear-recompute_{}", st,
-                                    c.offload_activations ? "block_offload_acts" : rc)});
-    }
+  Config c = tiny("full_shard");  // FSDP: gather, free after forward, gather again
+  out.push_back({c, "full_shard-bwd_pre-recompute_none-mb1_every"});
+  c = tiny("shard_grad_op");  // ZeRO-2, accumulating: reduce once, after the last micro-batch
+  c.backward = "post";
+  c.micro_batches = 4;
+  c.reduce = "last";
+  out.push_back({c, "shard_grad_op-bwd_post-recompute_none-mb4_last"});
+  c = tiny("hybrid_shard");  // shard-group reduce-scatter, then replica all-reduce
+  c.micro_batches = 4;
+  out.push_back({c, "hybrid_shard-bwd_pre-recompute_none-mb4_every"});
+  c = tiny("full_shard");  // recompute: RECOMPUTE before each block's backward
+  c.recompute = "block";
+  out.push_back({c, "full_shard-bwd_pre-recompute_block-mb1_every"});
+  c = tiny("full_shard");  // per-linear units, recompute and activation offload
+  c.recompute = "block";
+  c.offload_activations = true;
+  c.units = "each linear";
+  out.push_back({c, "full_shard-each_linear-recompute_block_offload_acts"});
   return out;
 }
 
