@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdint>
 #include <ctime>
+#include <stdexcept>
 #include <thread>
 
 #include "runtime/check.h"
@@ -110,8 +111,7 @@ void run_op(stream_executor& e, int stream, int id, int64_t step, bool stall) {
   futex_wake_all(e.done[id]);
 }
 
-void run_stream(stream_executor& e, int stream, int64_t step) {
-  const int limit = e.limit.load(std::memory_order_relaxed);  // ordered by go's release
+void run_stream(stream_executor& e, int stream, int64_t step, int limit) {
   bool stall = stream == static_cast<int>(stream_id::compute) && e.stall_first_op;
   for (int id : e.ops_of[stream]) {
     if (id >= limit) break;  // issue order: the rest lie beyond too
@@ -120,12 +120,23 @@ void run_stream(stream_executor& e, int stream, int64_t step) {
   }
 }
 
+// A worker runs run `step` once go has reached it. go may be past it: the
+// runs between were finished without this worker, so none had an op of its
+// stream (the calling thread waits for every op of a run before the next),
+// and it goes straight to go's run. It takes the op count from the same
+// word: a count read apart from its run could be the next run's (a
+// validation pass's worker, late, once ran the next step's ops with the
+// pass's run number and then again with the step's, and its collectives
+// no longer matched the other ranks').
 void worker(stream_executor& e, int stream) {
   prctl(PR_SET_TIMERSLACK, 1000UL);
+  constexpr int64_t kLimitMask = (int64_t{1} << kStreamsLimitBits) - 1;
   for (int64_t step = 0;; ++step) {
     try {
-      wait_for(e.go, step, e);
-      run_stream(e, stream, step);
+      wait_for(e.go, step << kStreamsLimitBits, e);
+      const int64_t go = e.go.load(std::memory_order_acquire);
+      step = go >> kStreamsLimitBits;
+      run_stream(e, stream, step, static_cast<int>(go & kLimitMask));
     } catch (const stopped&) {
       return;
     } catch (...) {
@@ -146,6 +157,8 @@ void streams_start(stream_executor& e, const program& p, step_context& ctx) {
   // With red zones (--check) every op runs on this thread in issue order, so
   // that a changed zone is the op's that just ran.
   const bool serial = red_zones_enabled(p);
+  if (p.op_count >= (1 << kStreamsLimitBits))
+    throw std::runtime_error("the program has 2^24 ops or more; the executor counts fewer");
   for (int i = 0; i < p.op_count; ++i) {
     e.done[i] = -1;
     e.ops_of[serial ? static_cast<int>(stream_id::compute) : static_cast<int>(p.ops[i].stream)]
@@ -164,11 +177,10 @@ void streams_run_step(stream_executor& e, int64_t step, int op_count) {
   e.watch->validation_pass.store(e.ctx->validation_pass, std::memory_order_relaxed);
   e.stall_first_op = !validation && e.ctx->step == e.watch->inject_stall_step;
   e.step_start_ns = trace_clock_ns();
-  e.limit.store(limit, std::memory_order_relaxed);
-  e.go.store(step, std::memory_order_release);
+  e.go.store(step << kStreamsLimitBits | limit, std::memory_order_release);
   futex_wake_all(e.go);
   try {
-    run_stream(e, static_cast<int>(stream_id::compute), step);
+    run_stream(e, static_cast<int>(stream_id::compute), step, limit);
     for (int i = 0; i < limit; ++i)
       wait_for(e.done[i], step, e);
   } catch (const stopped&) {

@@ -24,8 +24,10 @@ struct stream_executor {
   step_context* ctx = nullptr;
   std::vector<int> ops_of[kStreamCount];         // op ids per stream, issue order
   std::unique_ptr<std::atomic<int64_t>[]> done;  // per op: last step finished
-  std::atomic<int64_t> go{-1};                   // the step workers may run
-  std::atomic<int> limit{0};                     // ...and its op count (set before go)
+  // The run the workers may run and its op count, in one word (run <<
+  // kStreamsLimitBits | op count), so that a worker never pairs a run with
+  // another run's count.
+  std::atomic<int64_t> go{-1};
   std::atomic<bool> stopping{false};
   std::atomic<bool> failed{false};
   std::mutex error_mutex;
@@ -36,6 +38,8 @@ struct stream_executor {
   watch_status* watch = nullptr;          // the process's (watch_process_status)
   bool stall_first_op = false;            // --inject-stall: this step's first compute op sleeps
 };
+
+inline constexpr int kStreamsLimitBits = 24;  // a program has fewer than 2^24 ops
 
 void streams_start(stream_executor& e, const program& p, step_context& ctx);
 // Runs ops 0 .. op_count-1 of the step (-1: every op; a prefix closed under
