@@ -1,4 +1,4 @@
-// kernel_math: the per-element formulas the CPU kernels (runtime/kernels.cpp)
+// kernel_math: the per-element formulas the CPU kernels (runtime/kernels_*.cpp)
 // and their CUDA twins (runtime/cuda/kernels.cuh) share, one definition for
 // host and device. Each caller brings its own exp (a vectorizable one on the
 // CPU, expf on the GPU; both named exp_clamped), so these take exp's result.
