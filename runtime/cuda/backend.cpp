@@ -110,6 +110,16 @@ class cuda_backend final : public backend {
     comms_created_ = true;
     gc_.decay_ranges = c.decay_ranges;
     gc_.decay_range_counts = c.decay_range_counts;
+    // optimizer = muon(...): the shard parts the optimizer kernel reads,
+    // from the layout the run built (c.muon), on the device once.
+    if (c.muon) {
+      muon_tables_ = gpu_muon_tables_create(p_, *c.muon);
+      gc_.muon_units = muon_tables_.units.data();
+    } else if (p_.train.optimizer.kind == optimizer_kind::muon) {
+      throw runtime_error(
+          "optimizer = muon(...): the CUDA backend started without the Muon layout (the training "
+          "run builds it before the backend starts)");
+    }
     c.gpu = &gc_;
     mode_ = mode;
     // No graph in the test mode (its collectives are host-synchronous), nor
@@ -309,6 +319,8 @@ class cuda_backend final : public backend {
     if (gc_.host_scalars) cudaFreeHost(gc_.host_scalars);
     gc_.host_inputs = nullptr;
     gc_.host_scalars = nullptr;
+    gpu_muon_tables_destroy(muon_tables_);
+    gc_.muon_units = nullptr;
     if (small_) cudaFree(small_);
     small_ = nullptr;
     if (mem_ && mem_->device) cudaFree(mem_->device);
@@ -332,6 +344,7 @@ class cuda_backend final : public backend {
   attention_choice attention_;
   int64_t arena_used_bytes_ = 0, host_arena_growth_ = 0, tokens_per_mb_ = 0;
   void* small_ = nullptr;
+  gpu_muon_tables muon_tables_;
 };
 
 }  // namespace

@@ -3,9 +3,12 @@
 // that losses and norms are the same from run to run.
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/device.cuh"
+#include "runtime/cuda/grad_scaling.cuh"
 #include "runtime/cuda/kernels.cuh"
 #include "runtime/cuda/step.h"
 #include "runtime/optimizer_math.h"
@@ -75,20 +78,6 @@ __global__ void widen_in_place_kernel(void* data, int64_t n) {
     }
     __syncthreads();
   }
-}
-
-// The gradient's scale as the optimizer reads it: the clip factor
-// (optimizer_clip_scale) over the loss scale; 0 when the norm is not finite
-// (the step is skipped).
-struct grad_scaling {
-  float scale;
-  bool skip;
-};
-__device__ grad_scaling grad_scaling_of(const gpu_step_scalars* s, double clip) {
-  const double norm = sqrt(static_cast<double>(s->norm_sq)) / s->loss_scale;
-  if (optimizer_skips(norm, s->loss_total, s->norm_limit, s->loss_total_limit)) return {0.0f, true};
-  const float clip_scale = clip > 0 ? static_cast<float>(fmin(1.0, clip / (norm + 1e-6))) : 1.0f;
-  return {clip_scale / s->loss_scale, false};
 }
 
 struct optimizer_args {
@@ -220,6 +209,9 @@ void step_add_grad_norm(step_context& c, const void* grad, dtype_id t, int64_t n
 void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
                     const void* grad_shard, gpu_exec& g) {
   const program& p = *c.p;
+  // muon(...): a unit without Muon matrices (the root) is all nested AdamW.
+  if (p.train.optimizer.kind == optimizer_kind::muon)
+    return step_optimizer(c, unit, param_shard, master, state, grad_shard, nullptr, g);
   const program_unit& u = p.units[unit];
   const int64_t n = u.shard_elems;
   float* w = master ? master : static_cast<float*>(param_shard);
@@ -253,6 +245,26 @@ void step_optimizer(step_context& c, int unit, void* param_shard, float* master,
         p.train.optimizer.kind, w, m, v, grad_shard, u.grad_shard_dtype, span, a, g.scalars, param);
     check_launch();
   }
+}
+
+void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
+                    const void* grad_shard, const float* muon_update, gpu_exec& g) {
+  const program& p = *c.p;
+  if (p.train.optimizer.kind != optimizer_kind::muon || c.gpu->muon_units == nullptr)
+    throw std::runtime_error("unit " + std::string(p.units[unit].name) +
+                             ": the optimizer step got Muon's updates, but the program's optimizer "
+                             "is not muon or the CUDA set-up uploaded no Muon tables");
+  const program_unit& u = p.units[unit];
+  if (muon_update == nullptr && c.muon)
+    for (const muon_shard_part& part : c.muon->units[static_cast<size_t>(unit)].parts)
+      if (part.matrix >= 0)
+        throw std::runtime_error("unit " + std::string(u.name) +
+                                 ": its shard holds Muon matrices but the optimizer step got no "
+                                 "updates for them");
+  float* w = master ? master : static_cast<float*>(param_shard);
+  cuda_muon_apply_shard(c.gpu->muon_units[unit], u.shard_elems, w, state, grad_shard,
+                        u.grad_shard_dtype, muon_update, master ? param_shard : nullptr,
+                        p.parallel.precision.param, gpu_muon_apply_args_of(p), g);
 }
 
 void step_reduce_loss(step_context&, const gpu_comm& comm, gpu_exec& g) {

@@ -14,6 +14,7 @@
 #include "runtime/cuda/comm.h"
 #include "runtime/cuda/exec.h"
 #include "runtime/cuda/gpt2.h"
+#include "runtime/cuda/muon.h"
 #include "runtime/step.h"
 
 // The GPU side of a step_context (step_context::gpu).
@@ -25,6 +26,9 @@ struct gpu_context {
   // Per unit, this rank's AdamW decay ranges (as step_context::decay_ranges).
   const int64_t* const* decay_ranges = nullptr;
   const int* decay_range_counts = nullptr;
+  // optimizer = muon(...): per unit, this rank's shard parts on the device
+  // (runtime/cuda/muon.h, uploaded at set-up from step_context::muon).
+  const gpu_muon_unit* muon_units = nullptr;
 };
 
 inline gpu_exec& gpu(step_context& c) {
@@ -74,6 +78,27 @@ void step_reduce_loss(step_context& c, const gpu_comm& comm, gpu_exec& g);
 // the step is skipped (nothing changes) when the gradient norm is not finite.
 void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
                     const void* grad_shard, gpu_exec& g);
+
+// optimizer = muon(...): as runtime/step.h's step_optimizer with muon_update
+// (Muon's updates on the unit's matrices' slices, the nested AdamW on the
+// rest), from c.gpu->muon_units and the device scalars. The call without
+// muon_update above takes this path too under muon(...) (a unit without
+// matrices, whose shard is all AdamW's).
+void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
+                    const void* grad_shard, const float* muon_update, gpu_exec& g);
+
+// optimizer = muon(...), one unit, as runtime/step.h's step_muon_*, on the
+// device (runtime/cuda/muon_step.cpp). Gather and scatter: NCCL
+// point-to-point in one group per op (ncclSend and ncclRecv per slice),
+// the owner's own slices copied device to device, all on g.stream; the
+// test mode (mpi_test) stages them through the communicator's pinned host
+// memory, waiting. Orthogonalize: cuda_muon_orthogonalize per owned matrix.
+void step_muon_gather(step_context& c, int unit, const void* grad_shard, void* gathered,
+                      const gpu_comm& comm, gpu_exec& g);
+void step_muon_orthogonalize(step_context& c, int unit, const void* grad_shard, void* gathered,
+                             float* momentum, void* workspace, float* update_shard, gpu_exec& g);
+void step_muon_scatter(step_context& c, int unit, const void* gathered, float* update_shard,
+                       const gpu_comm& comm, gpu_exec& g);
 
 // Zeroes the step's outputs and uploads its inputs (first on the compute
 // stream), and downloads the outputs (last), both on `stream`.
