@@ -28,93 +28,25 @@
 #include "runtime/muon_layout.h"
 #include "runtime/optimizer.h"
 #include "tests/common/Command.h"
+#include "tests/common/MuonFixture.h"
 #include "tests/cuda/Device.h"
 
 namespace {
 
-// Tolerances, as tests/runtime/MuonTest.cpp measures them (max |w - w_torch|
-// over the largest |w_torch - w0| of the matrix; the momentum's over max
-// |b_torch|), times a margin of 2 for the device's other summation order
-// (cuBLASLt's fp32 GEMMs without TF32, FMA contraction in the kernels).
-// They are expectations to be measured on a GPU: MuonTest's CPU figures are
-// 1.6e-6 (fp32), 1.0e-6 (bf16), 0 (momentum).
+using namespace muon_fixture;
+
+// The device's tolerances: the CPU's (tests/common/MuonFixture.h, measured
+// by tests/runtime/MuonTest.cpp: 1.6e-6 fp32, 1.0e-6 bf16, 0 momentum) times
+// a margin of 2 for the device's other summation order (cuBLASLt's fp32
+// GEMMs without TF32, FMA contraction in the kernels). They are expectations
+// to be measured on a GPU. kBf16Gap (a bf16 run this far at least from the
+// fp64 iteration) holds as on the CPU: the device's bf16 rounding is there.
 constexpr double kMargin = 2;
-constexpr double kFp32Tol = 5e-6 * kMargin;
-constexpr double kBf16Tol = 2e-3 * kMargin;
-constexpr double kMomentumTol = 1e-6 * kMargin;
-// A bf16 run is this far at least from the fp64 iteration's weights
-// (MuonTest's kBf16Gap; measured 5.6e-2 on the CPU): the device's bf16
-// rounding is there, not just fp32 within a loose tolerance.
-constexpr double kBf16Gap = 2e-2;
+constexpr double kDeviceFp32Tol = kFp32Tol * kMargin;
+constexpr double kDeviceBf16Tol = kBf16Tol * kMargin;
+constexpr double kDeviceMomentumTol = kMomentumTol * kMargin;
 
 constexpr int64_t kLtWorkspaceBytes = int64_t{32} << 20;
-
-struct fixture_matrix {
-  std::string name;
-  int64_t rows, cols;
-};
-
-// The fixture as MuonTest.cpp's reader reads it: matrices, steps and the
-// settings of one configuration.
-struct fixture {
-  safetensors_file file;
-  std::vector<fixture_matrix> matrices;
-  nlohmann::json configs;
-  int steps = 0;
-  muon_settings base;
-
-  std::vector<float> tensor(const std::string& name) const {
-    const safetensors_tensor* t = file.find(name);
-    if (t == nullptr) throw std::runtime_error(file.path + ": no tensor " + name);
-    std::vector<float> out(static_cast<size_t>(t->elems()));
-    safetensors_read(file, *t, 0, t->elems(), out.data());
-    return out;
-  }
-  muon_settings settings(const std::string& config) const {
-    for (const auto& c : configs)
-      if (c["name"] == config) {
-        muon_settings s = base;
-        s.nesterov = c["nesterov"].get<bool>();
-        s.adjust =
-            c["adjust_lr_fn"] == "original" ? muon_adjust::original : muon_adjust::match_rms_adamw;
-        s.ns_dtype = c["ns"] == "bf16" ? dtype_id::bf16 : dtype_id::fp32;
-        return s;
-      }
-    throw std::runtime_error(file.path + ": no configuration " + config);
-  }
-};
-
-const fixture& reference() {
-  static const fixture f = [] {
-    fixture r;
-    r.file = safetensors_open(std::string(FSDPGEN_SOURCE_DIR) +
-                              "/tests/data/muon_reference.safetensors");
-    const auto& md = r.file.metadata;
-    for (const auto& m : nlohmann::json::parse(md.at("matrices")))
-      r.matrices.push_back({m[0].get<std::string>(), m[1].get<int64_t>(), m[2].get<int64_t>()});
-    r.configs = nlohmann::json::parse(md.at("configs"));
-    r.steps = std::stoi(md.at("steps"));
-    r.base.lr = std::stod(md.at("lr"));
-    r.base.momentum = std::stod(md.at("momentum"));
-    r.base.weight_decay = std::stod(md.at("weight_decay"));
-    r.base.ns_steps = std::stoi(md.at("ns_steps"));
-    return r;
-  }();
-  return f;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
-  return d;
-}
-double max_abs(const std::vector<float>& a) {
-  double d = 0;
-  for (float v : a)
-    d = std::max(d, std::fabs(static_cast<double>(v)));
-  return d;
-}
 
 // A stream, cuBLASLt (handle, workspace, plan cache) and the step's scalars,
 // as the CUDA backend sets them up; skips without a device.
@@ -209,10 +141,10 @@ TEST_F(CudaMuon, Fp32MatchesTorchAndTheCpu) {
   const fixture& f = reference();
   for (const char* name : {"nesterov_original", "plain_match_rms"}) {
     SCOPED_TRACE(name);
-    const run_error e = run_against(f, f.settings(name), name, g);
-    EXPECT_LE(e.weights, kFp32Tol) << e.worst;
-    EXPECT_LE(e.cpu, kFp32Tol);
-    EXPECT_LE(e.momentum, kMomentumTol);
+    const run_error e = run_against(f, f.settings(f.config(name)), name, g);
+    EXPECT_LE(e.weights, kDeviceFp32Tol) << e.worst;
+    EXPECT_LE(e.cpu, kDeviceFp32Tol);
+    EXPECT_LE(e.momentum, kDeviceMomentumTol);
   }
 }
 
@@ -220,11 +152,11 @@ TEST_F(CudaMuon, Fp32MatchesTorchAndTheCpu) {
 // the device rounds where torch does.
 TEST_F(CudaMuon, Bf16MatchesTorchAsShipped) {
   const fixture& f = reference();
-  const muon_settings s = f.settings("nesterov_original_bf16");
+  const muon_settings s = f.settings(f.config("nesterov_original_bf16"));
   const run_error e = run_against(f, s, "nesterov_original_bf16", g);
-  EXPECT_LE(e.weights, kBf16Tol) << e.worst;
-  EXPECT_LE(e.cpu, kBf16Tol);
-  EXPECT_LE(e.momentum, kMomentumTol);
+  EXPECT_LE(e.weights, kDeviceBf16Tol) << e.worst;
+  EXPECT_LE(e.cpu, kDeviceBf16Tol);
+  EXPECT_LE(e.momentum, kDeviceMomentumTol);
   EXPECT_GE(run_against(f, s, "nesterov_original", g).weights, kBf16Gap);
 }
 
@@ -258,8 +190,8 @@ TEST_F(CudaMuon, GradientScaleDtypeAndSkip) {
   const std::vector<float> momentum_before = momentum;
   muon_orthogonalize(m, s, momentum.data(), grad.data(), dtype_id::bf16, 0.25f, update.data(),
                      ws.data(), ws_floats * 4);
-  EXPECT_LE(max_abs_diff(update_d.download(), update) / max_abs(update), kFp32Tol);
-  EXPECT_LE(max_abs_diff(momentum_d.download(), momentum) / max_abs(momentum), kMomentumTol);
+  EXPECT_LE(max_abs_diff(update_d.download(), update) / max_abs(update), kDeviceFp32Tol);
+  EXPECT_LE(max_abs_diff(momentum_d.download(), momentum) / max_abs(momentum), kDeviceMomentumTol);
   EXPECT_GT(max_abs_diff(momentum, momentum_before), 0.0);  // the step did move it
 
   // Skipped (the norm is not finite): the momentum stays, bit for bit.
@@ -446,7 +378,8 @@ TEST_F(CudaMuon, StepFunctionsMatchTheCpu) {
     const std::vector<float> got = w_d.download();
     for (int64_t i = 0; i < n; ++i)
       EXPECT_NEAR(got[i], w[i], 1e-6) << "step " << t << ", element " << i;
-    EXPECT_LE(max_abs_diff(momentum_d.download(), momentum), kMomentumTol * max_abs(momentum));
+    EXPECT_LE(max_abs_diff(momentum_d.download(), momentum),
+              kDeviceMomentumTol * max_abs(momentum));
     EXPECT_LE(max_abs_diff(state_d.download(), state), 1e-6);
   }
   gpu_muon_tables_destroy(tables);

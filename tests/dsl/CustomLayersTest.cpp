@@ -336,9 +336,11 @@ TEST(CustomLayers, SwiGluMlpChangesTheParameterCountByItsOwnShapes) {
   EXPECT_EQ(c.hyper,
             (std::vector<CustomLayerSpec::Hyper>{{"d_model", 64, "width"}, {"d_ff", 344, ""}}));
   ASSERT_EQ(c.params.size(), 3u);
-  EXPECT_EQ(c.params[0],
-            (CustomTensorSpec{"gate_w", {344, 64}, CustomTensorSpec::Init::Normal, 0.02,
-                              CustomTensorSpec::Muon::OutIn}));
+  EXPECT_EQ(c.params[0], (CustomTensorSpec{"gate_w",
+                                           {344, 64},
+                                           CustomTensorSpec::Init::Normal,
+                                           0.02,
+                                           CustomTensorSpec::Muon::OutIn}));
   EXPECT_EQ(c.params[1].shape, (std::vector<int64_t>{344, 64}));
   EXPECT_EQ(c.params[2].shape, (std::vector<int64_t>{64, 344}));
   EXPECT_EQ(c.saved, (std::vector<CustomArraySpec>{

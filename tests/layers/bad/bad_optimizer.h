@@ -1,4 +1,4 @@
-// a parameter's optimizer that is not "adamw", "muon(out, in)" or "muon(in, out)", and Muon on a vector
+// an optimizer that is not "adamw", "muon(out, in)" or "muon(in, out)"; Muon on a vector
 #include <cstdint>
 
 #include "layers/fsdpgen_layer.h"
