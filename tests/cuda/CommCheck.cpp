@@ -25,6 +25,7 @@
 #include "runtime/cuda/comm.h"
 #include "runtime/dtype.h"
 #include "runtime/program.h"
+#include "tests/cuda/CheckMain.h"
 #include "tests/cuda/Device.h"
 
 namespace {
@@ -594,17 +595,5 @@ int run() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  int status = 1;
-  try {
-    status = run();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: error: %s\n", rank, e.what());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);  // another rank may be waiting in a collective
-  }
-  MPI_Finalize();
-  return status;
+  return mpi_check_main(argc, argv, run);
 }

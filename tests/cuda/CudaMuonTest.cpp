@@ -30,6 +30,7 @@
 #include "tests/common/Command.h"
 #include "tests/common/MuonFixture.h"
 #include "tests/cuda/Device.h"
+#include "tests/cuda/GemmExec.h"
 
 namespace {
 
@@ -46,29 +47,19 @@ constexpr double kDeviceFp32Tol = kFp32Tol * kMargin;
 constexpr double kDeviceBf16Tol = kBf16Tol * kMargin;
 constexpr double kDeviceMomentumTol = kMomentumTol * kMargin;
 
-constexpr int64_t kLtWorkspaceBytes = int64_t{32} << 20;
-
 // A stream, cuBLASLt (handle, workspace, plan cache) and the step's scalars,
 // as the CUDA backend sets them up; skips without a device.
-class CudaMuon : public ::testing::Test {
+class CudaMuon : public CudaGemmFixture {
  protected:
   void SetUp() override {
-    const std::string reason = no_device_reason();
-    if (!reason.empty()) GTEST_SKIP() << "no CUDA device: " << reason;
-    CUDA_CHECK(cudaStreamCreate(&g.stream));
-    CUBLAS_CHECK(cublasLtCreate(&g.lt));
-    CUDA_CHECK(cudaMalloc(&g.lt_workspace, kLtWorkspaceBytes));
-    g.lt_workspace_bytes = kLtWorkspaceBytes;
-    g.gemms = gpu_gemm_cache_create();
+    CudaGemmFixture::SetUp();
+    if (IsSkipped()) return;
     CUDA_CHECK(cudaMalloc(&g.scalars, sizeof(gpu_step_scalars)));
     set_scalars(1.0f, 1.0f);
   }
   void TearDown() override {
     if (g.scalars) cudaFree(g.scalars);
-    if (g.gemms) gpu_gemm_cache_destroy(g.gemms);
-    if (g.lt_workspace) cudaFree(g.lt_workspace);
-    if (g.lt) cublasLtDestroy(g.lt);
-    if (g.stream) cudaStreamDestroy(g.stream);
+    CudaGemmFixture::TearDown();
   }
   // The step's values the kernels read: the gradients' loss scale, their
   // (all-reduced) sum of squares (not finite: the step is skipped), lr, t.
@@ -80,9 +71,6 @@ class CudaMuon : public ::testing::Test {
     s.t = t;
     CUDA_CHECK(cudaMemcpy(g.scalars, &s, sizeof(s), cudaMemcpyHostToDevice));
   }
-  void sync() { CUDA_CHECK(cudaStreamSynchronize(g.stream)); }
-
-  gpu_exec g;
 };
 
 struct run_error {

@@ -31,6 +31,7 @@
 #include "runtime/gpt2.h"
 #include "runtime/kernels.h"
 #include "tests/cuda/Device.h"
+#include "tests/cuda/GemmExec.h"
 
 using ref::block_flat;
 using ref::block_flat_elems;
@@ -129,31 +130,9 @@ gemm_workspace cpu_workspace() {
   return gemm_workspace{buf.data(), static_cast<int64_t>(buf.size())};
 }
 
-constexpr int64_t kLtWorkspaceBytes = int64_t{32} << 20;
-
 // Skips without a device; otherwise gives each test a stream, a cuBLASLt
 // handle, workspace and plan cache in g.
-class Gpt2Fixture : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string reason = no_device_reason();
-    if (!reason.empty()) GTEST_SKIP() << "no CUDA device: " << reason;
-    CUDA_CHECK(cudaStreamCreate(&g.stream));
-    CUBLAS_CHECK(cublasLtCreate(&g.lt));
-    CUDA_CHECK(cudaMalloc(&g.lt_workspace, kLtWorkspaceBytes));
-    g.lt_workspace_bytes = kLtWorkspaceBytes;
-    g.gemms = gpu_gemm_cache_create();
-  }
-  void TearDown() override {
-    if (g.gemms) gpu_gemm_cache_destroy(g.gemms);
-    if (g.lt_workspace) cudaFree(g.lt_workspace);
-    if (g.lt) cublasLtDestroy(g.lt);
-    if (g.stream) cudaStreamDestroy(g.stream);
-  }
-  void sync() { CUDA_CHECK(cudaStreamSynchronize(g.stream)); }
-
-  gpu_exec g;
-};
+using Gpt2Fixture = CudaGemmFixture;
 
 using StorageTypes = ::testing::Types<float, bf16>;
 class CudaGemm : public Gpt2Fixture {};
