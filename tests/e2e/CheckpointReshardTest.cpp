@@ -10,14 +10,39 @@
 namespace fsdpgen::test {
 namespace {
 
-// Each of `others` (a name and a binary's config) resumed from ck's step 2
-// of a 5-step run: steps 3 to 5 lose at most 1e-5 (relative) against the
-// uninterrupted run's losses `want`.
-void expect_resumed_like_straight(const fs::path& w, const std::string& ck,
-                                  const std::vector<double>& want,
-                                  const std::vector<std::pair<std::string, E2eConfig>>& others) {
+// A config of 2 ranks on 1 rank, and on 4 with two blocks a unit: the same
+// global batch of 4 sequences.
+E2eConfig on_one_rank(E2eConfig c) {
+  c.sharding = "no_shard";
+  c.world = 1;
+  c.micro_batch = 4;
+  return c;
+}
+E2eConfig on_four_ranks_two_blocks_a_unit(E2eConfig c) {
+  c.world = 4;
+  c.micro_batch = 1;
+  c.units = "group 2 blocks";
+  return c;
+}
+
+// `two` (2 ranks, 5 steps) run straight, and again with a checkpoint at
+// step 2, which binaries for 4 ranks with two blocks a unit, for 1 rank and
+// for each of `more` (a name and a config) resume: steps 3 to 5 lose at most
+// 1e-5 (relative) against the uninterrupted run's.
+void expect_resumes_elsewhere(const std::string& tag, const E2eConfig& two,
+                              const std::vector<std::pair<std::string, E2eConfig>>& more = {}) {
+  const fs::path bin = binary(tag + "_w2", two.spec());
+  const fs::path w = work(tag);
+  const std::string ck = (w / "ck").string();
+  train(2, bin, fmt::format("--metrics {}", (w / "straight.jsonl").string()));
+  train(2, bin, fmt::format("--checkpoint-every 2 --checkpoint-keep 10 --checkpoint-dir {}", ck));
+  const std::vector<double> want = read_losses(w / "straight.jsonl");
+  ASSERT_EQ(want.size(), 5u);
+  std::vector<std::pair<std::string, E2eConfig>> others = {
+      {"w4_group2", on_four_ranks_two_blocks_a_unit(two)}, {"w1", on_one_rank(two)}};
+  others.insert(others.end(), more.begin(), more.end());
   for (const auto& [name, c] : others) {
-    const fs::path other = binary(name, c.spec());
+    const fs::path other = binary(tag + "_" + name, c.spec());
     const fs::path metrics = w / (name + ".jsonl");
     CmdResult r =
         train(c.world, other,
@@ -27,9 +52,9 @@ void expect_resumed_like_straight(const fs::path& w, const std::string& ck,
     ASSERT_EQ(got.size(), 3u) << name;
     for (size_t s = 0; s < got.size(); ++s) {
       const double rel = std::abs(got[s] - want[s + 2]) / std::abs(want[s + 2]);
-      std::printf("%s step %zu: loss %.9f, uninterrupted %.9f, relative difference %.2e\n",
-                  name.c_str(), s + 3, got[s], want[s + 2], rel);
-      EXPECT_LE(rel, 1e-5) << name << " step " << s + 3;
+      std::printf("%s %s step %zu: loss %.9f, uninterrupted %.9f, relative difference %.2e\n",
+                  tag.c_str(), name.c_str(), s + 3, got[s], want[s + 2], rel);
+      EXPECT_LE(rel, 1e-5) << tag << " " << name << " step " << s + 3;
     }
   }
 }
@@ -41,22 +66,7 @@ void expect_resumed_like_straight(const fs::path& w, const std::string& ck,
 TEST(Checkpoint, MuonResumesOnAnotherWorldSize) {
   E2eConfig two = steps(E2eConfig{}, 5);
   two.optimizer = kMuon;
-  const fs::path bin = binary("muon_w2", two.spec());
-  const fs::path w = work("muon_reshard");
-  const std::string ck = (w / "ck").string();
-  train(2, bin, fmt::format("--metrics {}", (w / "straight.jsonl").string()));
-  train(2, bin, fmt::format("--checkpoint-every 2 --checkpoint-keep 10 --checkpoint-dir {}", ck));
-  const std::vector<double> want = read_losses(w / "straight.jsonl");
-  ASSERT_EQ(want.size(), 5u);
-  E2eConfig four = two;
-  four.world = 4;
-  four.micro_batch = 1;
-  four.units = "group 2 blocks";
-  E2eConfig one = two;
-  one.sharding = "no_shard";
-  one.world = 1;
-  one.micro_batch = 4;
-  expect_resumed_like_straight(w, ck, want, {{"muon_w4_group2", four}, {"muon_w1", one}});
+  expect_resumes_elsewhere("muon_reshard", two);
 }
 
 // Written by 2 ranks with a unit per block, resumed by binaries of the same
@@ -66,27 +76,10 @@ TEST(Checkpoint, MuonResumesOnAnotherWorldSize) {
 // order of summation differs).
 TEST(Checkpoint, ResumesOnAnotherWorldSizeAndWrapPolicy) {
   const E2eConfig two = steps(E2eConfig{}, 5);
-  const fs::path bin = binary("fp32", two.spec());
-  const fs::path w = work("reshard");
-  const std::string ck = (w / "ck").string();
-  train(2, bin, fmt::format("--metrics {}", (w / "straight.jsonl").string()));
-  train(2, bin, fmt::format("--checkpoint-every 2 --checkpoint-keep 10 --checkpoint-dir {}", ck));
-  const std::vector<double> want = read_losses(w / "straight.jsonl");
-  ASSERT_EQ(want.size(), 5u);
-
-  E2eConfig four = two;
-  four.world = 4;
-  four.micro_batch = 1;
-  four.units = "group 2 blocks";
-  E2eConfig one = two;
-  one.sharding = "no_shard";
-  one.world = 1;
-  one.micro_batch = 4;
   E2eConfig linear = two;  // block units to per-linear units (sub-block), with recompute
   linear.units = "each linear";
   linear.recompute = "block";
-  expect_resumed_like_straight(w, ck, want,
-                               {{"w4_group2", four}, {"w1", one}, {"w2_each_linear", linear}});
+  expect_resumes_elsewhere("reshard", two, {{"w2_each_linear", linear}});
 }
 
 // Shuffled token files (20 windows in 2 files: step 6 of 4 sequences begins
@@ -106,14 +99,8 @@ TEST(Checkpoint, ShuffledTokenFilesResumeExactlyAndOnAnotherWorldSize) {
   const fs::path w = expect_resume_bit_exact("tokens", two, 3, args);
   const std::vector<double> want = read_losses(w / "straight.jsonl");
   ASSERT_EQ(want.size(), 7u);
-  E2eConfig one = two;
-  one.sharding = "no_shard";
-  one.world = 1;
-  one.micro_batch = 4;
-  E2eConfig four = two;
-  four.world = 4;
-  four.micro_batch = 1;
-  four.units = "group 2 blocks";
+  const E2eConfig one = on_one_rank(two);
+  const E2eConfig four = on_four_ranks_two_blocks_a_unit(two);
   for (const auto& [name, c] : {std::pair{"w1", one}, std::pair{"w4_group2", four}}) {
     const fs::path metrics = w / fmt::format("{}.jsonl", name);
     CmdResult r = train(c.world, binary(fmt::format("tokens_{}", name), c.spec()),
