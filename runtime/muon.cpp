@@ -90,14 +90,7 @@ void muon_orthogonalize(const muon_matrix& mat, const muon_settings& s, float* m
                         void* workspace, int64_t workspace_bytes) {
   check(mat, s, workspace_bytes);
   const int64_t rows = mat.rows, cols = mat.cols;
-  // Tall matrices are orthogonalized as their transpose (torch's .T), so the
-  // Gram matrix is the smaller (m, m) one.
-  const bool tall = rows > cols;
-  const int64_t m = tall ? cols : rows, n = tall ? rows : cols;
-  float* x = static_cast<float*>(workspace);
-  float* xn = x + m * n;
-  float* a = xn + m * n;
-  float* b = a + m * m;
+  const auto [tall, m, n, x, xn, a, b] = muon_ns_shape_of(rows, cols, workspace);
   const bool bf16 = s.ns_dtype == dtype_id::bf16;
   const float w_buf = static_cast<float>(1.0 - s.momentum);
   const float w_nesterov = static_cast<float>(s.momentum);

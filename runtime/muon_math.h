@@ -69,3 +69,24 @@ FSDPGEN_HOST_DEVICE int64_t muon_workspace_floats(int64_t rows, int64_t cols) {
 inline int64_t muon_workspace_bytes(int64_t rows, int64_t cols) {
   return muon_workspace_floats(rows, cols) * static_cast<int64_t>(sizeof(float));
 }
+
+// How Newton-Schulz runs on a (rows, cols) matrix, the CPU's and the
+// device's alike: a tall one as its transpose (torch's .T), so that the Gram
+// matrix is the smaller (m, m) one; the workspace (muon_workspace_floats)
+// holds the iterates x and xn (m, n), then a and b (m, m).
+struct muon_ns_shape {
+  bool tall = false;
+  int64_t m = 0, n = 0;
+  float *x = nullptr, *xn = nullptr, *a = nullptr, *b = nullptr;
+};
+inline muon_ns_shape muon_ns_shape_of(int64_t rows, int64_t cols, void* workspace) {
+  muon_ns_shape s;
+  s.tall = rows > cols;
+  s.m = s.tall ? cols : rows;
+  s.n = s.tall ? rows : cols;
+  s.x = static_cast<float*>(workspace);
+  s.xn = s.x + s.m * s.n;
+  s.a = s.xn + s.m * s.n;
+  s.b = s.a + s.m * s.m;
+  return s;
+}

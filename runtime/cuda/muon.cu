@@ -166,13 +166,7 @@ void cuda_muon_orthogonalize(const muon_matrix& mat, const muon_settings& s, dou
                              void* workspace, int64_t workspace_bytes, gpu_exec& g) {
   check(mat, s, workspace_bytes);
   const int64_t rows = mat.rows, cols = mat.cols, elems = rows * cols;
-  // Tall matrices as their transpose, as runtime/muon.cpp (torch's .T).
-  const bool tall = rows > cols;
-  const int64_t m = tall ? cols : rows, n = tall ? rows : cols;
-  float* x = static_cast<float*>(workspace);
-  float* xn = x + m * n;
-  float* a = xn + m * n;
-  float* b = a + m * m;
+  auto [tall, m, n, x, xn, a, b] = muon_ns_shape_of(rows, cols, workspace);
   const bool bf16 = s.ns_dtype == dtype_id::bf16;
   momentum_kernel<<<blocks_for(elems), kThreads, 0, g.stream>>>(
       x, momentum, grad, gt, rows, cols, tall, static_cast<float>(1.0 - s.momentum),
