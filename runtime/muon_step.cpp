@@ -6,21 +6,7 @@
 
 #include "runtime/muon_layout.h"
 #include "runtime/optimizer.h"
-#include "runtime/optimizer_math.h"
 #include "runtime/step.h"
-
-namespace {
-
-// Whether the optimizer's gate leaves this step out (runtime/step.cpp's
-// step_optimizer decides alike), and the gradients' factor when it does not.
-bool skipped(const step_context& c, float& grad_scale) {
-  const double norm = step_global_norm(c.grad_norm_partial, c.grad_scale);
-  if (optimizer_skips(norm, c.loss_total, c.norm_limit, c.loss_total_limit)) return true;
-  grad_scale = static_cast<float>(optimizer_clip_scale(*c.p, norm) / c.grad_scale);
-  return false;
-}
-
-}  // namespace
 
 void step_muon_gather(step_context& c, int unit, const void* grad_shard, void* gathered,
                       MPI_Comm comm) {
@@ -42,7 +28,7 @@ void step_muon_orthogonalize(step_context& c, int unit, const void* grad_shard, 
                              float* momentum, void* workspace, float* update_shard) {
   const program& p = *c.p;
   float grad_scale = 1;
-  if (skipped(c, grad_scale)) return;
+  if (step_skips(c, grad_scale)) return;
   const muon_unit_layout& l = c.muon->units[static_cast<size_t>(unit)];
   const dtype_id gt = p.units[unit].grad_shard_dtype;
   const int64_t g = dtype_size(gt);

@@ -126,15 +126,20 @@ void adamw_or_sgd(const step_context& c, int unit, float* w, float* state, const
 
 }  // namespace
 
+bool step_skips(const step_context& c, float& grad_scale) {
+  const double norm = step_global_norm(c.grad_norm_partial, c.grad_scale);
+  if (optimizer_skips(norm, c.loss_total, c.norm_limit, c.loss_total_limit)) return true;
+  grad_scale = static_cast<float>(optimizer_clip_scale(*c.p, norm) / c.grad_scale);
+  return false;
+}
+
 void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
                     const void* grad_shard, const float* muon_update) {
   const program& p = *c.p;
   const int64_t n = p.units[unit].shard_elems;
   float* w = master ? master : static_cast<float*>(param_shard);
-  const double norm = step_global_norm(c.grad_norm_partial, c.grad_scale);
-  if (optimizer_skips(norm, c.loss_total, c.norm_limit, c.loss_total_limit))
-    return;  // skipped: nothing changes
-  const float scale = static_cast<float>(optimizer_clip_scale(p, norm) / c.grad_scale);
+  float scale = 1;
+  if (step_skips(c, scale)) return;  // skipped: nothing changes
   if (p.train.optimizer.kind == optimizer_kind::muon)
     muon_apply_shard(c, unit, w, state, grad_shard, muon_update, scale);
   else

@@ -116,6 +116,12 @@ inline double step_global_norm(float norm_sq, float grad_scale) {
   return std::sqrt(static_cast<double>(norm_sq)) / grad_scale;
 }
 
+// The optimizer's gate: whether this step is left out (the global norm not
+// finite, or over the loss-spike guard's limits, or the loss over its own),
+// and otherwise the factor the gradients are read with (the clip factor over
+// the loss scale). step_optimizer and Muon's step functions decide alike.
+bool step_skips(const step_context& c, float& grad_scale);
+
 // One unit's optimizer step on this rank's shard: reads the gradient shard
 // (divided by c.grad_scale and clipped), updates master weights (fp32; the
 // param shard itself when params are fp32) and optimizer state, and writes the
