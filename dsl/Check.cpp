@@ -14,7 +14,7 @@
 #include "dsl/Rules.h"
 #include "dsl/Units.h"
 #include "dsl/Values.h"
-#include "suggest/Suggest.h"
+#include "dsl/suggest/Suggest.h"
 
 namespace fsdpgen {
 namespace {

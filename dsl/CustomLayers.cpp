@@ -14,8 +14,8 @@
 
 #include "dsl/Layers.h"
 #include "dsl/Values.h"
-#include "layers/ReadLayers.h"
-#include "suggest/Suggest.h"
+#include "dsl/layer_reader/ReadLayers.h"
+#include "dsl/suggest/Suggest.h"
 
 namespace fsdpgen {
 
@@ -192,7 +192,7 @@ class CustomLayerReader {
   }
 
   // cuda = "x.cu" | ["x.cu", "y.cu"]: the layers' CUDA entry points, compiled
-  // by nvcc into a CUDA program (emit/Build.h).
+  // by nvcc into a CUDA program (codegen/emit/Build.h).
   void read_cuda_sources(const ast::Entry& e, const std::string& spec_dir) {
     for (const ast::Value* v : paths_of(e, "my_layers.cu")) {
       std::optional<std::string> file = existing_file(*v, "cuda", spec_dir, "CUDA source");

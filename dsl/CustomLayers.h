@@ -14,7 +14,7 @@
 #include "dsl/Ast.h"
 #include "dsl/Fields.h"
 #include "dsl/Spec.h"
-#include "layers/LayerDecl.h"
+#include "dsl/layer_reader/LayerDecl.h"
 
 namespace fsdpgen {
 

@@ -14,7 +14,7 @@
 #include "dsl/KeyTable.h"
 #include "dsl/Print.h"
 #include "dsl/Values.h"
-#include "suggest/Suggest.h"
+#include "dsl/suggest/Suggest.h"
 
 namespace fsdpgen {
 

@@ -3,8 +3,8 @@
 
 #include <fmt/format.h>
 
-#include "model/gpt2.h"
-#include "model/llama.h"
+#include "runtime/model/gpt2.h"
+#include "runtime/model/llama.h"
 
 namespace fsdpgen {
 

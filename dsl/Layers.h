@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "dsl/Spec.h"
-#include "model/layout.h"
+#include "runtime/model/layout.h"
 
 namespace fsdpgen {
 
@@ -24,21 +24,21 @@ struct TensorDecl {
   int64_t stored_elems(const ModelSpec& m) const;
 };
 
-// The model's dimensions as the layout tables (model/layout.h) write them;
+// The model's dimensions as the layout tables (runtime/model/layout.h) write them;
 // attention's layout (flash) is the plan's, not the model's.
 model::Dims model_dims(const ModelSpec& m);
-// The family's parameter tables (model/gpt2.h, model/llama.h).
+// The family's parameter tables (runtime/model/gpt2.h, runtime/model/llama.h).
 const model::ParamLayout& param_layout(Family f);
 
 // Tensors of one layer, in their fixed flat-parameter order (a block's from
-// its family's layout table, model/gpt2.h and model/llama.h; a piece's are
+// its family's layout table, runtime/model/gpt2.h and runtime/model/llama.h; a piece's are
 // its rows of that table).
 std::vector<TensorDecl> layer_tensors(const ModelSpec& m, const LayerId& layer);
 
 // A piece of a model's block (LayerId::piece indexes these): one of its
-// family's pieces (model/layout.h's Piece), or a custom layer (ModelSpec::
+// family's pieces (runtime/model/layout.h's Piece), or a custom layer (ModelSpec::
 // custom) in place of the family pieces of the module it replaces, or added
-// (model/layout.h's Module). A model without custom layers has its family's
+// (runtime/model/layout.h's Module). A model without custom layers has its family's
 // pieces.
 struct BlockPiece {
   std::string name;                      // "attn.c_attn"; a custom layer's module: "mlp"

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "dsl/Lexer.h"
-#include "suggest/Suggest.h"
+#include "dsl/suggest/Suggest.h"
 
 namespace fsdpgen {
 namespace {

@@ -188,7 +188,7 @@ struct ModelSpec {
   std::vector<std::string> layer_cuda_sources;  // their CUDA entry points (.cu), for --target cuda
   std::vector<CustomLayerSpec> custom;
   // Not a spec key: `fsdpgen build --check` puts a red zone after each custom
-  // layer's Saved and Scratch array (planner/Activations.h, runtime/red_zones.h).
+  // layer's Saved and Scratch array (codegen/planner/Activations.h, runtime/red_zones.h).
   bool custom_red_zones = false;
 
   int64_t head_dim() const { return width / heads; }
@@ -203,7 +203,7 @@ struct LayerId {
   Kind kind = Kind::Block;
   int64_t block = 0;  // Block only
   // Block only: one piece of the block (an index into its family's piece
-  // table, model/layout.h's Piece), or -1 for the whole block.
+  // table, runtime/model/layout.h's Piece), or -1 for the whole block.
   int piece = -1;
 
   // Position in forward order (embed = 0, block i = 1 + i, final_norm = L + 1, head = L + 2).

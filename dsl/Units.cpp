@@ -9,7 +9,7 @@
 
 #include "dsl/Layers.h"
 #include "dsl/Values.h"
-#include "suggest/Suggest.h"
+#include "dsl/suggest/Suggest.h"
 
 namespace fsdpgen {
 
@@ -49,7 +49,7 @@ std::string auto_unit_name(const ModelSpec& m, const std::vector<LayerId>& layer
 namespace {
 
 // The resolver owns layers piece by piece: a block is P slots (its family's
-// pieces, model/layout.h), the embedding, final norm and head one each.
+// pieces, runtime/model/layout.h), the embedding, final norm and head one each.
 // Slot index: embed 0, block b piece p 1 + b * P + p, final_norm 1 + L * P,
 // head 2 + L * P. A unit that owns all of a block's slots holds the block
 // whole; one that owns some holds those pieces.

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "suggest/Suggest.h"
+#include "dsl/suggest/Suggest.h"
 
 namespace fsdpgen {
 namespace {

@@ -1,4 +1,4 @@
-// block_pieces: which of a block's pieces (model/layout.h's Piece, in its
+// block_pieces: which of a block's pieces (runtime/model/layout.h's Piece, in its
 // family's forward order) one forward or backward call runs. Sub-block wrap
 // units hold some pieces of a block each, and each unit's compute op runs its
 // range; a whole block is the default. Between the calls of one block, what

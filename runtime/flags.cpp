@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "suggest/Suggest.h"
+#include "dsl/suggest/Suggest.h"
 
 #include <algorithm>
 #include <charconv>

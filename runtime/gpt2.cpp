@@ -1,14 +1,14 @@
 // gpt2: pointers into the saved-activation, parameter and scratch layouts of
-// model/gpt2.h and the per-layer forward/backward that compose kernels.h over them.
+// runtime/model/gpt2.h and the per-layer forward/backward that compose kernels.h over them.
 #include "runtime/gpt2.h"
 
 #include <iterator>
 #include <type_traits>
 
-#include "model/gpt2.h"
 #include "runtime/dtype_pairs.h"
 #include "runtime/kernels.h"
 #include "runtime/layout_carver.h"
+#include "runtime/model/gpt2.h"
 
 namespace {
 
@@ -17,14 +17,14 @@ namespace model = fsdpgen::model;
 static_assert(model::same_name(model::kGpt2BlockPieces[kGpt2Qkv].name, "attn.c_attn") &&
                   model::same_name(model::kGpt2BlockPieces[kGpt2Fc2].name, "mlp.c_proj") &&
                   std::size(model::kGpt2BlockPieces) == kGpt2Pieces,
-              "gpt2_piece follows model/gpt2.h's kGpt2BlockPieces");
+              "gpt2_piece follows runtime/model/gpt2.h's kGpt2BlockPieces");
 
 // gpt2 attends with every head: k and v are C wide.
 model::Dims layout_dims(const gpt2_dims& d) {
   return {d.C, d.F, d.H, d.T, d.C, d.flash};
 }
 
-// The arrays of a slot laid out by one of model/gpt2.h's tables.
+// The arrays of a slot laid out by one of runtime/model/gpt2.h's tables.
 slot_carver gpt2_slot(model::Table<model::Field> table, const gpt2_dims& d, int64_t param_bytes,
                       std::byte* base) {
   return {table, layout_dims(d), d.N(), param_bytes, base};

@@ -1,5 +1,5 @@
 // gpt2: the family's layers composed from kernels, over the saved-activation,
-// parameter and scratch layouts of model/gpt2.h, which the planner totals
+// parameter and scratch layouts of runtime/model/gpt2.h, which the planner totals
 // (the contract that makes measured memory equal planned memory). A
 // generated step calls these with pointers into the arena; nothing here
 // allocates. Each saved array spans the N tokens (probs and lse over (B, H)
@@ -21,7 +21,7 @@ struct gpt2_dims {
   int64_t F = 0;  // MLP hidden
   int64_t V = 0;  // vocab
   // Attention without T x T storage: it saves the log-sum-exp of each query's
-  // scores and backward recomputes the probabilities (planner/Activations.h's
+  // scores and backward recomputes the probabilities (codegen/planner/Activations.h's
   // flash layout, which the plan chooses); otherwise it saves the probabilities.
   bool flash = false;
   // Padded vocab (ModelSpec::padded_vocab(); 0: V, none): rows of the stored
@@ -32,12 +32,12 @@ struct gpt2_dims {
 };
 
 // Bytes of one block's saved slot, of the final norm's and of the backward
-// scratch, for element size a (model/gpt2.h's tables).
+// scratch, for element size a (runtime/model/gpt2.h's tables).
 int64_t gpt2_block_saved_bytes(const gpt2_dims& d, int64_t a);
 int64_t gpt2_final_norm_saved_bytes(const gpt2_dims& d, int64_t a);
 int64_t gpt2_backward_scratch_bytes(const gpt2_dims& d, int64_t a);
 
-// A block's pieces, in the order of model/gpt2.h's kGpt2BlockPieces:
+// A block's pieces, in the order of runtime/model/gpt2.h's kGpt2BlockPieces:
 // ln_1, attn.c_attn (with the attention), attn.c_proj (with the residual),
 // ln_2, mlp.c_fc (with GELU), mlp.c_proj (with the residual).
 enum gpt2_piece : int { kGpt2Ln1, kGpt2Qkv, kGpt2Proj, kGpt2Ln2, kGpt2Fc, kGpt2Fc2, kGpt2Pieces };
@@ -57,7 +57,7 @@ struct gpt2_block_params {
   const T* fc2_w;   // (F, C)
   const T* fc2_b;   // (C)
 };
-// The block's tensors from its first tensor, as model/gpt2.h lays them out.
+// The block's tensors from its first tensor, as runtime/model/gpt2.h lays them out.
 template <class T>
 gpt2_block_params<T> gpt2_block_params_at(const T* base, const gpt2_dims& d);
 
@@ -119,7 +119,7 @@ void gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens, const gpt2_bac
 // One block: reads s.input, fills the rest of s, writes out (N, C) (which may
 // be the next layer's saved input). out == nullptr skips the last projection
 // and residual: a recompute fills s only. `pieces` runs part of the block
-// (model/gpt2.h's kGpt2BlockPieces; only its tensors in p are read): out is
+// (runtime/model/gpt2.h's kGpt2BlockPieces; only its tensors in p are read): out is
 // written by the last piece, mlp.c_proj.
 template <class T>
 void gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_saved<T>& s,

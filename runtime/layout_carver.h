@@ -1,5 +1,5 @@
 // layout_carver: pointers into a slot of saved activations (or scratch) and
-// into a block's flat tensors, as a family's tables in model/layout.h lay
+// into a block's flat tensors, as a family's tables in runtime/model/layout.h lay
 // them out. runtime/gpt2.cpp and runtime/llama.cpp carve with these, the
 // planner totals the same tables.
 #pragma once
@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "model/layout.h"
+#include "runtime/model/layout.h"
 
 // The arrays of a slot over `tokens` tokens: fp32 rows and param-dtype rows.
 struct slot_carver {

@@ -1,5 +1,5 @@
 // limits: sizes the runtimes' kernels are built for, which the planner plans
-// with (planner/Fit.h): one definition for both, so a plan cannot reserve a
+// with (codegen/planner/Fit.h): one definition for both, so a plan cannot reserve a
 // workspace or choose an attention kernel the runtime does not have. Free of
 // MPI and CUDA: the planner and nvcc include it.
 #pragma once

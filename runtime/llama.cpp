@@ -1,4 +1,4 @@
-// llama: pointers into the layouts of model/llama.h and the per-layer
+// llama: pointers into the layouts of runtime/model/llama.h and the per-layer
 // forward/backward composed from the kernels over them (runtime/kernels.h:
 // RMSNorm, SwiGLU, grouped-query flash attention, the head and cross-entropy;
 // runtime/rope.h: rotary positions; nn.Linear GEMMs through runtime/gemm.h).
@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "model/llama.h"
 #include "runtime/dtype_pairs.h"
 #include "runtime/kernels.h"
 #include "runtime/layout_carver.h"
+#include "runtime/model/llama.h"
 #include "runtime/rope.h"
 
 namespace {
@@ -22,7 +22,7 @@ namespace model = fsdpgen::model;
 static_assert(model::same_name(model::kLlamaBlockPieces[kLlamaV].name, "self_attn.v_proj") &&
                   model::same_name(model::kLlamaBlockPieces[kLlamaDown].name, "mlp.down_proj") &&
                   std::size(model::kLlamaBlockPieces) == kLlamaPieces,
-              "llama_piece follows model/llama.h's kLlamaBlockPieces");
+              "llama_piece follows runtime/model/llama.h's kLlamaBlockPieces");
 
 model::Dims layout_dims(const llama_dims& d) {
   return {d.C, d.F, d.H, d.T, d.KV(), d.flash, d.V};

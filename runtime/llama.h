@@ -1,6 +1,6 @@
 // llama: the family's layers composed from kernels (RMSNorm, rotary
 // positions, grouped-query flash attention, SwiGLU, nn.Linear GEMMs) over
-// the saved-activation, parameter and scratch layouts of model/llama.h, which
+// the saved-activation, parameter and scratch layouts of runtime/model/llama.h, which
 // the planner totals. A generated step calls these with pointers into the
 // arena; nothing here allocates. Linear weights are (out, in) as in
 // Hugging Face's nn.Linear, and no layer has a bias.
@@ -51,7 +51,7 @@ struct llama_block_params {
   const T* up_w;    // (F, C)
   const T* down_w;  // (C, F)
 };
-// The block's tensors from its first tensor, as model/llama.h lays them out.
+// The block's tensors from its first tensor, as runtime/model/llama.h lays them out.
 template <class T>
 llama_block_params<T> llama_block_params_at(const T* base, const llama_dims& d);
 
@@ -108,7 +108,7 @@ template <class T, class G>
 void llama_embed_backward(G* dwte, const int32_t* tokens, const llama_backward_scratch<T>& s,
                           const llama_dims& d);
 
-// A block's pieces, in the order of model/llama.h's kLlamaBlockPieces:
+// A block's pieces, in the order of runtime/model/llama.h's kLlamaBlockPieces:
 // input_layernorm, q_proj (with q's rotation), k_proj (with k's), v_proj
 // (with the attention), o_proj (with the residual), post_attention_layernorm,
 // gate_proj, up_proj (with SwiGLU), down_proj (with the residual).

@@ -12,7 +12,7 @@
 
 struct step_context;
 
-// Streams and op kinds, numbered as in planner/Schedule.h.
+// Streams and op kinds, numbered as in codegen/planner/Schedule.h.
 enum class stream_id : int { compute, allgather, reducescatter, allreduce, copy, host };
 inline constexpr int kStreamCount = 6;
 enum class op_kind : int {
@@ -132,7 +132,7 @@ inline bool shard_piece_of(const program_tensor& t, int64_t shard_elems, int64_t
 
 enum class optimizer_kind : int { adamw, sgd, muon };
 
-// optimizer = muon(...): one Muon matrix (planner/Muon.h's MuonMatrix and
+// optimizer = muon(...): one Muon matrix (codegen/planner/Muon.h's MuonMatrix and
 // MuonOwner), where its unit's flat parameter stores it, row-major, and
 // which rank of the shard group orthogonalizes it and where that rank keeps
 // it. Which part of it each shard holds follows from the flat layout.
@@ -255,7 +255,7 @@ struct program_plan {
   int64_t workspace_buffer;  // GEMM workspace buffer (-1: none)
   bool flash_attention;      // attention saves log-sum-exp, not probabilities (gpt2_dims::flash)
   int64_t rope_buffer = -1;  // llama: the rotary position tables, filled at start (-1: none)
-  // The validation pass: the step's first ops (planner/Validation.h), which
+  // The validation pass: the step's first ops (codegen/planner/Validation.h), which
   // gather and run the forward of micro-batch 0 and nothing else.
   int64_t validation_op_count = 0;
   // `fsdpgen build --check`: bytes of red zone before and after every buffer

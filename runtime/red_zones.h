@@ -1,6 +1,6 @@
 // red_zones: the checks of a binary built with `fsdpgen build --check`. The
 // planner put every buffer between two red zones that no buffer live at the
-// same time overlaps (planner/Memory.h); the executor runs the ops one at a
+// same time overlaps (codegen/planner/Memory.h); the executor runs the ops one at a
 // time in issue order, and around each op:
 //   red_zones_arm: the red zones of the buffers the op brings to life get a
 //     canary pattern, and are poisoned for AddressSanitizer (the binary is

@@ -15,7 +15,7 @@ constexpr const char* kKindNames[] = {"AG",   "F",   "RECOMPUTE", "B",        "R
 
 constexpr const char* kGroupNames[] = {"none", "shard", "replica", "world"};
 
-// The op as the planner's JSON (planner/Schedule.h's op_json), from its row.
+// The op as the planner's JSON (codegen/planner/Schedule.h's op_json), from its row.
 nlohmann::ordered_json op_args(const program_op& op) {
   nlohmann::ordered_json deps = nlohmann::ordered_json::array();
   for (int d = 0; d < op.dep_count; ++d)

@@ -1,50 +1,113 @@
 #!/usr/bin/env python3
-"""The source folders are layers: a file includes only from its own folder
-and the folders below it in LAYERS, never from one above (an include that
-climbs) and never by a relative path out of its folder ("../").
+"""The tree is the design card's, and its libraries are layers.
 
     python3 tools/check_layers.py [ROOT]
 
-Prints each violation as FILE:LINE: what it includes and why that climbs,
-and exits 1 if there is any; 0 and one summary line otherwise. tests/,
-examples/, generated/ and tools/ are not layers (tests include what they
-test). The order is the one the CMake libraries link in: a library links
-only libraries below it.
+1. The top level holds the card's folders (dsl, codegen, runtime, templates,
+   specs, generated, tests) and the conventional ones (examples, tools, docs),
+   nothing else: a new library goes in the folder it belongs to.
+2. Each library is a folder under dsl/, runtime/ or codegen/, and an include
+   names a file by its path from the top ("codegen/planner/Schedule.h"; the
+   layer API's "layers/" is runtime/include/layers/). A file includes only
+   from its own library and the libraries below it in LAYERS, never from one
+   above (an include that climbs) and never by a relative path out of its
+   folder ("../").
+
+Prints each violation as FILE:LINE: what it includes and why that climbs (or
+the folder that should not be at the top), and exits 1 if there is any; 0
+and one summary line otherwise. tests/, examples/, generated/ and tools/ are
+not layers (tests include what they test). The order is the one the CMake
+libraries link in: a library links only libraries below it.
 """
 import os
 import re
+import subprocess
 import sys
 
-# Lowest first. Each folder may include itself and any folder before it.
+# Lowest first: (include name, folder). An include names a file by its path
+# from the top ("codegen/planner/Schedule.h"), so a library's include name is
+# its folder; the one exception is the layer API, whose public name
+# "layers/fsdpgen_layer.h" users' headers write (runtime/include/ is its
+# root). Each library may include itself and any library before it. A file
+# belongs to the library of the longest folder that holds it (runtime/model/
+# is model's, runtime/cuda/ is the runtime's).
 LAYERS = [
-    "suggest",    # did-you-mean, used by every front end
-    "model",      # layout tables shared by the planner and the runtime
-    "runtime",    # the CPU and CUDA runtimes and their file formats
-    "profile",    # the hardware profile schema (reads runtime/files)
-    "layers",     # the custom-layer API header and the Clang reader of layer headers
-    "calibrate",  # the calibration program (a runtime client)
-    "dsl",        # the spec language
-    "planner",    # schedule, memory plan, cost model, tune
-    "emit",       # the code generator
-    "driver",     # the pipeline: every pass, emit and build too, and the target
-    "cli",        # fsdpgen's commands
+    ("dsl/suggest", "dsl/suggest"),              # did-you-mean, used by every front end
+    ("runtime/model", "runtime/model"),          # layout tables shared by the planner and the runtime
+    ("runtime", "runtime"),                      # the CPU and CUDA runtimes and their file formats
+    ("layers", "runtime/include/layers"),        # the API custom layers' headers include
+    ("runtime/profile", "runtime/profile"),      # the hardware profile schema (reads runtime/files)
+    ("runtime/calibrate", "runtime/calibrate"),  # the calibration program (a runtime client)
+    ("dsl/layer_reader", "dsl/layer_reader"),    # custom layers' declarations and their Clang reader
+    ("dsl", "dsl"),                              # the spec language
+    ("codegen/planner", "codegen/planner"),      # schedule, memory plan, cost model, tune
+    ("codegen/emit", "codegen/emit"),            # the code generator
+    ("codegen/driver", "codegen/driver"),        # the pipeline: every pass, emit and build, the target
+    ("codegen/cli", "codegen/cli"),              # fsdpgen's commands
 ]
+# The design card's top level, and the conventional folders beside it.
+TOP_LEVEL = ["dsl", "codegen", "runtime", "templates", "specs", "generated", "tests",
+             "examples", "tools", "docs"]
 SOURCE = re.compile(r"\.(h|hpp|cpp|cc|cu|cuh)$")
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
 
+def top_level_folders(root):
+    """The folders at ROOT's top that the repository holds: git's when ROOT is
+    a checkout (a build folder is not the tree's), else what is there. Hidden
+    folders (.ci, .git) are tooling, not the tree."""
+    try:
+        listed = subprocess.run(["git", "-C", root, "ls-files"], capture_output=True, text=True,
+                                check=True).stdout.splitlines()
+        inside = subprocess.run(["git", "-C", root, "rev-parse", "--show-prefix"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        names = {path.split("/", 1)[0] for path in listed if "/" in path} if not inside else None
+    except (OSError, subprocess.CalledProcessError):
+        names = None
+    if names is None:
+        names = {n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n))}
+    return sorted(n for n in names if not n.startswith("."))
+
+
+def owner_of(folder):
+    """The library whose folder is the longest prefix of FOLDER (relative), or None."""
+    best = None
+    for name, path in LAYERS:
+        if folder == path or folder.startswith(path + "/"):
+            if best is None or len(path) > len(best[1]):
+                best = (name, path)
+    return best
+
+
+def library_of_include(target):
+    """The library an include names: the longest include name it starts with."""
+    best = None
+    for name, _ in LAYERS:
+        if target.startswith(name + "/") and (best is None or len(name) > len(best)):
+            best = name
+    return best
+
+
 def violations(root):
-    rank = {name: i for i, name in enumerate(LAYERS)}
+    rank = {name: i for i, (name, _) in enumerate(LAYERS)}
     found, files = [], 0
-    for layer in LAYERS:
-        for folder, _, names in os.walk(os.path.join(root, layer)):
+    for folder in top_level_folders(root):
+        if folder not in TOP_LEVEL:
+            found.append(f"{folder}/: a top-level folder the design card does not name (the top "
+                         f"level is {', '.join(TOP_LEVEL)}); move it under the one it belongs to")
+    seen = set()
+    for layer, path in LAYERS:
+        for folder, _, names in os.walk(os.path.join(root, path)):
+            rel_folder = os.path.relpath(folder, root)
+            if owner_of(rel_folder) != (layer, path) or rel_folder in seen:
+                continue  # a library of its own below this one
+            seen.add(rel_folder)
             for name in sorted(names):
                 if not SOURCE.search(name):
                     continue
-                path = os.path.join(folder, name)
+                rel = os.path.join(rel_folder, name)
                 files += 1
-                rel = os.path.relpath(path, root)
-                with open(path, encoding="utf-8", errors="replace") as f:
+                with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
                     for number, line in enumerate(f, 1):
                         m = INCLUDE.match(line)
                         if not m:
@@ -52,18 +115,18 @@ def violations(root):
                         target = m.group(1)
                         if target.startswith("../"):
                             found.append(f"{rel}:{number}: includes \"{target}\": a relative "
-                                         f"path out of {layer}/ (name the folder instead)")
+                                         f"path out of {path}/ (name the library instead)")
                             continue
-                        top = target.split("/", 1)[0]
-                        if "/" in target and top in rank and rank[top] > rank[layer]:
-                            found.append(f"{rel}:{number}: includes \"{target}\": {top}/ is above "
-                                         f"{layer}/ in tools/check_layers.py's LAYERS")
+                        above = library_of_include(target)
+                        if above is not None and rank[above] > rank[layer]:
+                            found.append(f"{rel}:{number}: includes \"{target}\": {above}/ is "
+                                         f"above {layer}/ in tools/check_layers.py's LAYERS")
     return found, files
 
 
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
-    missing = [layer for layer in LAYERS if not os.path.isdir(os.path.join(root, layer))]
+    missing = [path for _, path in LAYERS if not os.path.isdir(os.path.join(root, path))]
     if missing:
         print(f"check_layers.py: no folder {', '.join(missing)} under {root}", file=sys.stderr)
         return 2
@@ -71,9 +134,10 @@ def main():
     for v in found:
         print(v)
     if found:
-        print(f"check_layers.py: {len(found)} include(s) climb", file=sys.stderr)
+        print(f"check_layers.py: {len(found)} violation(s)", file=sys.stderr)
         return 1
-    print(f"check_layers.py: {files} files in {len(LAYERS)} layers, no include climbs")
+    print(f"check_layers.py: the card's top level; {files} files in {len(LAYERS)} libraries, "
+          f"no include climbs")
     return 0
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""check_layers.py on this repository (no include climbs) and on a made-up
-tree where one include climbs and one leaves its folder by "../"."""
+"""check_layers.py on this repository (the card's top level, no include
+climbs) and on made-up trees: includes that climb (between nested libraries
+too), one that leaves its folder by "../", a folder the card does not name."""
 import os
 import subprocess
 import sys
@@ -25,26 +26,48 @@ class CheckLayers(unittest.TestCase):
 
     def test_a_climbing_include_and_a_relative_one_are_named(self):
         with tempfile.TemporaryDirectory() as root:
-            for layer in LAYERS:
-                os.makedirs(os.path.join(root, layer))
+            for _, path in LAYERS:
+                os.makedirs(os.path.join(root, path), exist_ok=True)
             with open(os.path.join(root, "runtime", "arena.cpp"), "w") as f:
-                f.write('#include "runtime/arena.h"\n#include "model/layout.h"\n'
-                        '#include "planner/Tune.h"\n')
-            with open(os.path.join(root, "model", "layout.h"), "w") as f:
-                f.write('#include <vector>\n#include "../dsl/Spec.h"\n')
+                f.write('#include "runtime/arena.h"\n#include "runtime/model/layout.h"\n'
+                        '#include "codegen/planner/Tune.h"\n')
+            with open(os.path.join(root, "runtime", "model", "layout.h"), "w") as f:
+                f.write('#include <vector>\n#include "../dsl/Spec.h"\n#include "runtime/dtype.h"\n')
+            os.makedirs(os.path.join(root, "runtime", "cuda"))
+            with open(os.path.join(root, "runtime", "cuda", "gemm.cu"), "w") as f:
+                f.write('#include "runtime/cuda/gemm.h"\n#include "dsl/Spec.h"\n')
             r = run(root)
             self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
-            self.assertIn('runtime/arena.cpp:3: includes "planner/Tune.h": planner/ is above '
+            self.assertIn('runtime/arena.cpp:3: includes "codegen/planner/Tune.h": '
+                          'codegen/planner/ is above runtime/', r.stdout)
+            self.assertIn('runtime/model/layout.h:2: includes "../dsl/Spec.h": a relative path '
+                          'out of runtime/model/', r.stdout)
+            # runtime/model/ is a library of its own below runtime/: it may not include
+            # the runtime.
+            self.assertIn('runtime/model/layout.h:3: includes "runtime/dtype.h": runtime/ is '
+                          'above runtime/model/', r.stdout)
+            # runtime/cuda/ is the runtime's own folder, not a library of its own.
+            self.assertIn('runtime/cuda/gemm.cu:2: includes "dsl/Spec.h": dsl/ is above '
                           'runtime/', r.stdout)
-            self.assertIn('model/layout.h:2: includes "../dsl/Spec.h": a relative path out of '
-                          'model/', r.stdout)
-            self.assertEqual(len(r.stdout.splitlines()), 2, r.stdout)
+            self.assertEqual(len(r.stdout.splitlines()), 4, r.stdout)
+
+    def test_a_folder_the_card_does_not_name_is_named(self):
+        with tempfile.TemporaryDirectory() as root:
+            for _, path in LAYERS:
+                os.makedirs(os.path.join(root, path), exist_ok=True)
+            os.makedirs(os.path.join(root, "planner"))
+            os.makedirs(os.path.join(root, ".ci"))  # tooling, hidden: allowed
+            r = run(root)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("planner/: a top-level folder the design card does not name",
+                          r.stdout)
+            self.assertEqual(len(r.stdout.splitlines()), 1, r.stdout)
 
     def test_a_missing_layer_folder_is_an_error(self):
         with tempfile.TemporaryDirectory() as root:
             r = run(root)
             self.assertEqual(r.returncode, 2)
-            self.assertIn("no folder suggest", r.stderr)
+            self.assertIn("no folder dsl/suggest", r.stderr)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def adjusted(rule, out_features, in_features):
 
 def muon_matrices(model, family):
     """(parameter, is_conv1d) of every block's linear weight: what fsdpgen
-    gives Muon (planner/Muon.h muon_matrices)."""
+    gives Muon (codegen/planner/Muon.h muon_matrices)."""
     out = []
     for name, p in model.named_parameters():
         if ".h." in name or ".layers." in name:

@@ -119,7 +119,7 @@ EOT
 # and check that it finds the CUDA backend wherever 3.25 did, with flags that
 # hold no list separator (CMakeLists.txt stops on one).
 cmake4_check() {
-  local config="$build/generated/emit/BuildConfig.h"
+  local config="$build/generated/codegen/emit/BuildConfig.h"
   if ! grep -q "kBuildCudaAvailable = true" "$config"; then
     echo "setup: CMake 4 check skipped: this build has no CUDA backend (no nvcc or NCCL here)"
     return 0
@@ -136,12 +136,12 @@ cmake4_check() {
   "$cmake4" -S "$root" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     >"$dir/configure.log" 2>&1 ||
     { cat "$dir/configure.log" >&2; echo "setup: error: CMake 4 cannot configure" >&2; return 1; }
-  if ! grep -q "kBuildCudaAvailable = true" "$dir/build/generated/emit/BuildConfig.h"; then
+  if ! grep -q "kBuildCudaAvailable = true" "$dir/build/generated/codegen/emit/BuildConfig.h"; then
     grep "CUDA" "$dir/configure.log" >&2
     echo "setup: error: CMake 4 does not find the CUDA backend that $(cmake --version | head -1) finds" >&2
     return 1
   fi
-  if grep -E '(Flags|Libraries) = "[^"]*;' "$dir/build/generated/emit/BuildConfig.h" >&2; then
+  if grep -E '(Flags|Libraries) = "[^"]*;' "$dir/build/generated/codegen/emit/BuildConfig.h" >&2; then
     echo "setup: error: with CMake 4 a generated compile command holds a list separator" >&2
     return 1
   fi

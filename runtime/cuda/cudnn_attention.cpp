@@ -264,7 +264,7 @@ void gpu_attention_prepare(gpu_attention& a, const cudnn_attention_shape& s,
   if (needed > workspace_bytes)
     throw std::runtime_error(fmt::format(
         "cuDNN attention for {} needs a workspace of {} bytes (forward {}, backward {}), but the "
-        "plan's workspace buffer holds {} bytes (planner/Activations.h's "
+        "plan's workspace buffer holds {} bytes (codegen/planner/Activations.h's "
         "cudnn_attention_workspace_bytes underestimates it; FSDPGEN_ATTENTION=flash runs the "
         "hand-written kernels)",
         s.name(), needed, p.forward_workspace_bytes, p.backward_workspace_bytes, workspace_bytes));

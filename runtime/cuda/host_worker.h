@@ -27,7 +27,7 @@ struct step_context;
 struct host_worker_state;  // host_worker.cpp; shared by the handle and the thread
 
 // Per op of p, whether it runs on the host (p.host_ops). Throws
-// runtime_error when what the worker relies on does not hold (planner/Verify
+// runtime_error when what the worker relies on does not hold (codegen/planner/Verify
 // checks the same of every plan): the host ops are op ids in issue order,
 // each issued after its dependencies; no op on the GPU depends on one, so the
 // GPU never waits for the host within a step; and no (stream, group)

@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "profile/profile.h"
+#include "runtime/profile/profile.h"
 #include "tests/common/Command.h"
 
 namespace fsdpgen::test {

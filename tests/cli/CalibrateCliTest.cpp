@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "profile/profile.h"
+#include "runtime/profile/profile.h"
 #include "tests/common/Command.h"
 
 namespace {

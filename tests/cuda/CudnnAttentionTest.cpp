@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/Activations.h"
+#include "codegen/planner/Activations.h"
 #include "runtime/cuda/attention.h"
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/cudnn_attention.h"
@@ -294,7 +294,7 @@ TYPED_TEST(CudnnAttentionTyped, BackwardMatchesTheReferenceAndTheFlashKernels) {
   }
 }
 
-// The planner's reservation (planner/Activations.h) holds what cuDNN asks
+// The planner's reservation (codegen/planner/Activations.h) holds what cuDNN asks
 // for, for these shapes and GPT-2's (124M at B = 4 and 16, T = 1024; 1.5B's
 // 25 heads of 64 at B = 2).
 TYPED_TEST(CudnnAttentionTyped, PlannedWorkspaceHoldsWhatCudnnAsks) {

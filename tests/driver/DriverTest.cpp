@@ -4,9 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include "driver/Pipeline.h"
-#include "driver/Target.h"
-#include "emit/Emit.h"
+#include "codegen/driver/Pipeline.h"
+#include "codegen/driver/Target.h"
+#include "codegen/emit/Emit.h"
 
 namespace fsdpgen {
 namespace {

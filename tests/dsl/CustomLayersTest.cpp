@@ -13,7 +13,7 @@
 #include "dsl/CustomLayers.h"
 #include "dsl/Layers.h"
 #include "dsl/Print.h"
-#include "layers/ReadLayers.h"
+#include "dsl/layer_reader/ReadLayers.h"
 #include "tests/common/Command.h"
 #include "tests/common/TestName.h"
 #include "tests/dsl/TestUtil.h"

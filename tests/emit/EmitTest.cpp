@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "emit/BuildConfig.h"
+#include "codegen/emit/BuildConfig.h"
 #include "tests/common/Command.h"
 
 namespace {

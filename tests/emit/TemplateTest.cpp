@@ -1,7 +1,7 @@
 // Template: the substituter is strict about regions and values.
 #include <gtest/gtest.h>
 
-#include "emit/Template.h"
+#include "codegen/emit/Template.h"
 
 namespace fsdpgen {
 namespace {

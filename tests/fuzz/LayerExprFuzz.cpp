@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "layers/Expr.h"
+#include "dsl/layer_reader/Expr.h"
 #include "tests/fuzz/Fuzz.h"
 
 namespace {

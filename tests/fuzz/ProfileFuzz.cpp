@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "profile/profile.h"
+#include "runtime/profile/profile.h"
 #include "tests/fuzz/Fuzz.h"
 
 namespace {

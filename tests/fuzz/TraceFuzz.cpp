@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/Compare.h"
+#include "codegen/planner/Compare.h"
 #include "tests/fuzz/Fuzz.h"
 
 namespace {

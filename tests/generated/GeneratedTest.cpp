@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "emit/BuildConfig.h"
+#include "codegen/emit/BuildConfig.h"
 #include "tests/common/Command.h"
 
 namespace fsdpgen::test {
@@ -70,7 +70,7 @@ INSTANTIATE_TEST_SUITE_P(Specs, Generated, ::testing::Values("tiny", "gpt2-124m"
                          });
 
 TEST(Template, CompilesOnItsOwn) {
-  CmdResult r = run_command(fmt::format("{} {} -fsyntax-only {}/emit/templates/train.cpp",
+  CmdResult r = run_command(fmt::format("{} {} -fsyntax-only {}/templates/train.cpp",
                                         kBuildCompiler, kBuildCompileFlags, FSDPGEN_SOURCE_DIR));
   EXPECT_EQ(r.status, 0) << r.out;
 }

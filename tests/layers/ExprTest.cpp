@@ -7,7 +7,7 @@
 #include <limits>
 #include <tuple>
 
-#include "layers/Expr.h"
+#include "dsl/layer_reader/Expr.h"
 
 namespace fsdpgen::layers {
 namespace {

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "layers/ReadLayers.h"
+#include "dsl/layer_reader/ReadLayers.h"
 
 namespace fsdpgen::layers {
 namespace {

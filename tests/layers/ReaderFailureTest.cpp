@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-#include "layers/ReadLayers.h"
+#include "dsl/layer_reader/ReadLayers.h"
 
 namespace fsdpgen::layers {
 namespace {

@@ -9,10 +9,10 @@
 
 #include <fmt/format.h>
 
+#include "codegen/planner/Cost.h"
+#include "codegen/planner/Fit.h"
+#include "codegen/planner/Hardware.h"
 #include "dsl/Frontend.h"
-#include "planner/Cost.h"
-#include "planner/Fit.h"
-#include "planner/Hardware.h"
 
 namespace {
 

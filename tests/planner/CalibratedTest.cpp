@@ -1,4 +1,4 @@
-// The cost model on hardware profiles (planner/Calibrated.h): hand-built
+// The cost model on hardware profiles (codegen/planner/Calibrated.h): hand-built
 // schedules whose timelines from a synthetic profile are computed by hand
 // (streams overlapping, dependencies, links shared), the lookups'
 // interpolation, scaling and fallback, the compute section a plan uses, and
@@ -10,9 +10,9 @@
 
 #include <gtest/gtest.h>
 
-#include "planner/Calibrated.h"
-#include "planner/Cost.h"
-#include "planner/Fit.h"
+#include "codegen/planner/Calibrated.h"
+#include "codegen/planner/Cost.h"
+#include "codegen/planner/Fit.h"
 #include "tests/planner/PlanTestUtil.h"
 
 namespace fsdpgen {

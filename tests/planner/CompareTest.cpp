@@ -1,4 +1,4 @@
-// fsdpgen compare's core (planner/Compare.h) on hand-made traces whose
+// fsdpgen compare's core (codegen/planner/Compare.h) on hand-made traces whose
 // tables are computed by hand: step totals, exposed communication, per op
 // kind and per op in order of difference; every mismatch named; the merged
 // trace's tracks.
@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "planner/Compare.h"
+#include "codegen/planner/Compare.h"
 
 namespace fsdpgen {
 namespace {

@@ -8,13 +8,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "codegen/planner/Cost.h"
+#include "codegen/planner/Fit.h"
+#include "codegen/planner/Flops.h"
+#include "codegen/planner/Hardware.h"
+#include "codegen/planner/Lower.h"
+#include "codegen/planner/Schedule.h"
 #include "dsl/Frontend.h"
-#include "planner/Cost.h"
-#include "planner/Fit.h"
-#include "planner/Flops.h"
-#include "planner/Hardware.h"
-#include "planner/Lower.h"
-#include "planner/Schedule.h"
 
 namespace fsdpgen {
 namespace {

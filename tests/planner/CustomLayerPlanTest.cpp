@@ -36,19 +36,19 @@
 
 #include <fmt/format.h>
 
+#include "codegen/planner/Activations.h"
+#include "codegen/planner/Flops.h"
+#include "codegen/planner/Lower.h"
+#include "codegen/planner/Memory.h"
+#include "codegen/planner/Schedule.h"
+#include "codegen/planner/Verify.h"
 #include "dsl/CustomLayers.h"
 #include "dsl/Frontend.h"
 #include "dsl/Layers.h"
 #include "dsl/Units.h"
-#include "layers/LayerDecl.h"
-#include "model/gpt2.h"
-#include "model/llama.h"
-#include "planner/Activations.h"
-#include "planner/Flops.h"
-#include "planner/Lower.h"
-#include "planner/Memory.h"
-#include "planner/Schedule.h"
-#include "planner/Verify.h"
+#include "dsl/layer_reader/LayerDecl.h"
+#include "runtime/model/gpt2.h"
+#include "runtime/model/llama.h"
 
 namespace fsdpgen::test {
 namespace {
@@ -298,7 +298,7 @@ TEST(CustomLayerPlan, InputIsStillFoundAndBuiltInTablesAreUntouched) {
 
   // Without custom layers the block's and the scratch's tables are the
   // family's own arrays (same rows, not copies), so every offset is the one
-  // the runtime carves from model/gpt2.h and model/llama.h.
+  // the runtime carves from runtime/model/gpt2.h and runtime/model/llama.h.
   struct Case {
     Family f;
     model::Table<model::Field> block, scratch;

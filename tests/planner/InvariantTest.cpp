@@ -1,11 +1,11 @@
-// Invariants of every generated schedule and memory plan (planner/Verify.h),
+// Invariants of every generated schedule and memory plan (codegen/planner/Verify.h),
 // over a covering set of configurations at worlds 1 to 512; and proof that
 // the verifier catches broken schedules.
 #include <map>
 
 #include <gtest/gtest.h>
 
-#include "planner/Verify.h"
+#include "codegen/planner/Verify.h"
 #include "tests/planner/PlanTestUtil.h"
 
 namespace fsdpgen::test {

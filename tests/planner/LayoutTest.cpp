@@ -1,4 +1,4 @@
-// LayoutTest: the families' layout tables (model/gpt2.h, model/llama.h),
+// LayoutTest: the families' layout tables (runtime/model/gpt2.h, runtime/model/llama.h),
 // which the planner totals and the runtime carves: every array starts where
 // its element type needs, arrays neither overlap nor leave gaps beyond that
 // alignment, block tensors sit on kTensorAlignElems boundaries, and the
@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "codegen/planner/Activations.h"
 #include "dsl/Layers.h"
-#include "model/gpt2.h"
-#include "model/llama.h"
-#include "planner/Activations.h"
+#include "runtime/model/gpt2.h"
+#include "runtime/model/llama.h"
 
 namespace fsdpgen::test {
 namespace {

@@ -1,4 +1,4 @@
-// MuonTest: the Muon owner assignment (planner/Muon.h): each matrix's slices
+// MuonTest: the Muon owner assignment (codegen/planner/Muon.h): each matrix's slices
 // cover it exactly once and sit where the flat shards put them (also for
 // lowered specs of every strategy), owners balance Newton-Schulz FLOPs within
 // the largest matrix's, the answer is deterministic and pinned for a case
@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "planner/Muon.h"
-#include "planner/Verify.h"
+#include "codegen/planner/Muon.h"
+#include "codegen/planner/Verify.h"
 #include "tests/common/ExpectError.h"
 #include "tests/planner/PlanTestUtil.h"
 

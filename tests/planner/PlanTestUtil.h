@@ -8,10 +8,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "codegen/planner/Lower.h"
+#include "codegen/planner/Memory.h"
+#include "codegen/planner/Schedule.h"
 #include "dsl/Frontend.h"
-#include "planner/Lower.h"
-#include "planner/Memory.h"
-#include "planner/Schedule.h"
 
 namespace fsdpgen::test {
 

@@ -7,11 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include "codegen/planner/Activations.h"
+#include "codegen/planner/Fit.h"
+#include "codegen/planner/Flops.h"
+#include "codegen/planner/Verify.h"
 #include "dsl/Units.h"
-#include "planner/Activations.h"
-#include "planner/Fit.h"
-#include "planner/Flops.h"
-#include "planner/Verify.h"
 #include "tests/planner/PlanTestUtil.h"
 
 namespace fsdpgen::test {

@@ -1,4 +1,4 @@
-// Hardware profile files (profile/profile.h): the JSON round trip, every
+// Hardware profile files (runtime/profile/profile.h): the JSON round trip, every
 // schema error located by file and field, requests with zero times, and
 // loading and saving files.
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "profile/profile.h"
+#include "runtime/profile/profile.h"
 
 namespace fsdpgen::profile {
 namespace {

@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "codegen/planner/Hardware.h"
+#include "codegen/planner/TargetSupport.h"
 #include "dsl/Frontend.h"
-#include "planner/Hardware.h"
-#include "planner/TargetSupport.h"
 
 namespace fsdpgen {
 namespace {

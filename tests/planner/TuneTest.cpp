@@ -1,4 +1,4 @@
-// tune (planner/Tune.h): the global batch kept, the spec's own configuration
+// tune (codegen/planner/Tune.h): the global batch kept, the spec's own configuration
 // ranked, pruning that never changes the top, sound lower bounds, a winner
 // that fits, and the spec rewrite that reads back as the winner.
 #include <set>
@@ -7,12 +7,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "codegen/planner/Fit.h"
+#include "codegen/planner/Memory.h"
+#include "codegen/planner/Tune.h"
 #include "dsl/Frontend.h"
 #include "dsl/Source.h"
 #include "dsl/Units.h"
-#include "planner/Fit.h"
-#include "planner/Memory.h"
-#include "planner/Tune.h"
 
 namespace fsdpgen {
 namespace {
@@ -94,7 +94,7 @@ void expect_pruning_keeps_the_top(const Spec& spec, const Hardware& hw, TuneOpti
   }
 }
 
-// The live peak bound (planner/Memory.h's live_peaks, which counts the units
+// The live peak bound (codegen/planner/Memory.h's live_peaks, which counts the units
 // prefetch keeps gathered at once) never exceeds the arenas of the full plan,
 // over every sharding, units, recompute, offload, micro-batch and prefetch
 // candidate; and it is tighter than the bound from the units alone.

@@ -1,4 +1,4 @@
-// Mutation tests of the verifier (planner/Verify.h): one per failure branch.
+// Mutation tests of the verifier (codegen/planner/Verify.h): one per failure branch.
 // Each plans a small valid spec, checks that verify_plan accepts it, breaks
 // exactly one invariant in the schedule or memory plan, and checks the report.
 #include <algorithm>
@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "planner/Verify.h"
+#include "codegen/planner/Verify.h"
 #include "tests/planner/PlanTestUtil.h"
 
 namespace fsdpgen::test {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "Reference.h"
-#include "model/layout.h"
 #include "runtime/gpt2.h"
+#include "runtime/model/layout.h"
 
 namespace ref {
 

@@ -1,5 +1,5 @@
 // Gpt2Test: runtime/gpt2.h's layouts (sizes and pointers carved from
-// model/gpt2.h, against hand counts) and its block (with materialized and
+// runtime/model/gpt2.h, against hand counts) and its block (with materialized and
 // flash attention), head and a tiny whole model (embed, 2 blocks, tied head)
 // against the double-precision reference of Reference.h, gradients against
 // finite differences of the reference loss.

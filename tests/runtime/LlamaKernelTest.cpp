@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "model/llama.h"
 #include "runtime/kernels.h"
 #include "runtime/llama.h"
+#include "runtime/model/llama.h"
 #include "runtime/rope.h"
 #include "tests/runtime/Reference.h"
 

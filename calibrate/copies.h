@@ -1,9 +1,0 @@
-// copies: host <-> device copies of offload. On the CPU runtime both memory
-// spaces are host memory and a copy is a memcpy between two host buffers (the
-// emitter's copy_h2d_op; emit/CommOps.cpp).
-#pragma once
-
-#include "calibrate/measure.h"
-#include "profile/profile.h"
-
-measurement measure_copy(const fsdpgen::profile::CopyTime& c, const measure_options& o);

@@ -1,0 +1,97 @@
+// Calibrated: a schedule's work in the terms of a hardware profile
+// (runtime/profile/profile.h): the layer passes, element-wise ops, collectives and
+// copies each op runs, looked up in what `fsdpgen calibrate` measured (and
+// interpolated where only the size differs), and the request that asks the
+// calibration binary to measure exactly those.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "codegen/planner/Hardware.h"
+#include "codegen/planner/Schedule.h"
+#include "runtime/profile/profile.h"
+
+namespace fsdpgen {
+
+// The layer passes a compute op (F, RECOMPUTE, B) runs, in order, as profile
+// keys (times zero): one per embedding, block and final-norm-and-head of its
+// segment, at the plan's micro-batch. Other ops run none. A piece of a block
+// (sub-block units) is the block's pass with `share` its part of the block's
+// FLOPs (a norm's share is 0: its time is in the op's overhead).
+struct OpLayerPass {
+  profile::LayerTime key;
+  double share = 1;
+};
+std::vector<OpLayerPass> op_layer_passes(const Schedule& s, const Op& op);
+
+// The element-wise work of an OPT or GRADNORM op, as profile keys.
+std::vector<profile::ElementwiseTime> op_elementwise(const Schedule& s, const Op& op);
+
+// How a duration was found.
+enum class Lookup {
+  Measured,      // this very shape and size was measured
+  Interpolated,  // the same shape at other sizes (micro-batch, bytes, elements) was measured
+  Scaled,        // only other shapes were: the nearest one, scaled by the FLOPs
+  Missing,       // nothing comparable: the caller falls back to the built-in figures
+};
+
+struct Looked {
+  double seconds = 0;
+  Lookup how = Lookup::Missing;
+  double latency_s = 0;  // collectives: the part that does not grow with the size
+};
+
+// Durations from `profile` for plans that run `ranks_per_node` ranks on a
+// node: from the compute section measured with that many ranks computing at
+// once, else the closest one (placement_exact() says which).
+class CalibratedTimes {
+ public:
+  CalibratedTimes(const profile::Profile& profile, int64_t ranks_per_node);
+
+  const profile::Compute& compute() const { return *compute_; }
+  bool placement_exact() const { return exact_; }
+
+  Looked layer(const profile::LayerTime& key) const;
+  Looked elementwise(const profile::ElementwiseTime& key) const;
+  // op is the profile's name ("all_gather", ...); bytes the schedule's payload.
+  Looked collective(std::string_view op, DType dtype, int64_t ranks, int64_t nodes,
+                    int64_t bytes) const;
+  Looked copy(std::string_view op, int64_t bytes) const;
+
+ private:
+  const profile::Profile& profile_;
+  const profile::Compute* compute_ = nullptr;
+  bool exact_ = false;
+};
+
+// The hardware `profile` (read from `path`) describes: its base's figures
+// (profile::Device::base) for what it does not measure, its device's memory,
+// and the profile itself for the cost model. Throws profile::ProfileError
+// when the base is no known hardware.
+Hardware calibrated_hardware(profile::Profile profile, const std::string& path);
+
+// A profile at `path`, or a built-in hardware name: what --hardware names.
+// Throws profile::ProfileError (a file) or std::invalid_argument (a name).
+Hardware hardware_named(const std::string& name_or_path);
+
+// The dtype a collective moves: all-gathers the params', reductions the
+// gradients' (the norm's scalar all-reduce is fp32).
+DType collective_dtype(const Schedule& s, const Op& op);
+
+// The profile name of a collective or copy op kind ("all_gather", "h2d").
+std::string_view profile_op_name(OpKind k);
+
+// The request `fsdpgen calibrate` hands the calibration binary for
+// `schedules` (plans of one target): every layer pass and element-wise op
+// they run, in compute sections for 1 and `ranks_per_node` ranks per node;
+// every collective whose group fits on this node (at most `ranks_per_node`
+// ranks); every copy; and, so that other plans interpolate, a sweep of
+// sizes for each collective group and copy direction. Each entry once, in
+// first-use order. device.base is `base`.
+profile::Profile calibration_request(const std::vector<Schedule>& schedules, const Hardware& base,
+                                     int64_t ranks_per_node, const std::string& sweep);
+
+}  // namespace fsdpgen

@@ -1,0 +1,80 @@
+// collectives: per-rank buffers from the schedule's payload. all_gather sends
+// bytes/ranks per rank into bytes; reduce_scatter reduces bytes (elements of
+// dtype) to bytes/ranks per rank; all_reduce reduces bytes.
+#include "runtime/calibrate/collectives.h"
+
+#include <climits>
+#include <optional>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "runtime/calibrate/buffers.h"
+#include "runtime/comm.h"
+
+namespace {
+
+using fsdpgen::profile::CollectiveTime;
+
+// The elements (bytes for all_gather) one call of the comm layer is given.
+int64_t count_of(const CollectiveTime& c) {
+  const int64_t elem_bytes = c.op == "all_gather" ? 1 : dtype_size(dtype_named(c.dtype));
+  const int64_t elems = c.bytes / elem_bytes;
+  return c.op == "all_reduce" ? elems : elems / c.ranks;
+}
+
+}  // namespace
+
+std::string collective_problem(const CollectiveTime& c, const rank_layout& l) {
+  if (c.ranks > l.world)
+    return fmt::format(
+        "ranks: {} ranks, but the calibration runs on {} (run it with mpirun -n {} "
+        "or more)",
+        c.ranks, l.world, c.ranks);
+  const int nodes = l.nodes_of_first(static_cast<int>(c.ranks));
+  if (nodes != c.nodes)
+    return fmt::format(
+        "nodes: its {} ranks are the first {} ranks of the calibration, which run "
+        "on {} node{}, not {} (place the ranks so that they span {})",
+        c.ranks, c.ranks, nodes, nodes == 1 ? "" : "s", c.nodes, c.nodes);
+  const int64_t count = count_of(c);
+  if (count < 1)
+    return fmt::format("bytes: {} bytes of {} hold less than one element per rank", c.bytes,
+                       c.dtype);
+  if (count > INT_MAX)
+    return fmt::format("bytes: {} elements per call exceed MPI's int count", count);
+  return "";
+}
+
+collective_buffers collective_buffers_of(const CollectiveTime& c) {
+  const int64_t count = count_of(c);
+  const int64_t elem_bytes = c.op == "all_gather" ? 1 : dtype_size(dtype_named(c.dtype));
+  const int64_t gathered = count * c.ranks * elem_bytes, one = count * elem_bytes;
+  return {count, c.op == "reduce_scatter" ? gathered : one, c.op == "all_gather" ? gathered : one};
+}
+
+measurement measure_collective(const CollectiveTime& c, MPI_Comm group, const measure_options& o) {
+  const dtype_id t = dtype_named(c.dtype);
+  const collective_buffers b = collective_buffers_of(c);
+  std::optional<host_buffer> send, recv;
+  ranks_all_or_none(group, [&] {
+    send.emplace(b.send_bytes);
+    recv.emplace(b.recv_bytes);
+  });
+  if (c.op != "all_gather") {
+    std::mt19937 rng(1234);
+    fill_normal(send->data(), t, b.send_bytes / dtype_size(t), 1e-3f, rng);
+  }
+  return measure(o, [&] {
+    ranks_barrier(group);
+    const double s = seconds_of([&] {
+      if (c.op == "all_gather")
+        comm_all_gather(group, send->data(), recv->data(), b.count);
+      else if (c.op == "reduce_scatter")
+        comm_reduce_scatter(group, send->data(), recv->data(), b.count, t);
+      else
+        comm_all_reduce(group, send->data(), recv->data(), b.count, t);
+    });
+    return ranks_max(s, group);
+  });
+}

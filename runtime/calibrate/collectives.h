@@ -1,0 +1,31 @@
+// collectives: all-gather, reduce-scatter and all-reduce through the
+// runtime's comm layer (runtime/comm.h) on the first `ranks` ranks of the
+// world, with the payload counted as the schedule counts it.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "runtime/calibrate/measure.h"
+#include "runtime/calibrate/ranks.h"
+#include "runtime/profile/profile.h"
+
+// Why entry `c` cannot run on these ranks (more ranks than the world, ranks
+// on another number of nodes than it asks, a payload of less than one
+// element per rank or more than MPI's int count), or "" when it can.
+std::string collective_problem(const fsdpgen::profile::CollectiveTime& c, const rank_layout& l);
+
+// One rank's side of entry c: the count the comm layer's call takes (bytes
+// for all_gather, elements of dtype otherwise) and its buffers' bytes.
+struct collective_buffers {
+  int64_t count = 0;
+  int64_t send_bytes = 0, recv_bytes = 0;
+};
+collective_buffers collective_buffers_of(const fsdpgen::profile::CollectiveTime& c);
+
+// Called on every rank of `group` (ranks_first(c.ranks)): each run's time is
+// the slowest rank's (the collective ends when it does), the same on all of
+// them; a barrier before each run starts them together.
+measurement measure_collective(const fsdpgen::profile::CollectiveTime& c, MPI_Comm group,
+                               const measure_options& o);

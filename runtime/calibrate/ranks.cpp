@@ -1,0 +1,116 @@
+// ranks: node discovery, polled collectives, agreed errors.
+#include "runtime/calibrate/ranks.h"
+
+#include <algorithm>
+#include <exception>
+#include <set>
+
+#include "runtime/check.h"
+#include "runtime/comm.h"
+
+namespace {
+
+template <class X>
+X reduce(X x, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+  X out{};
+  MPI_Request req;
+  MPI_CHECK(MPI_Iallreduce(&x, &out, 1, type, op, comm, &req));
+  comm_wait(req);
+  return out;
+}
+
+}  // namespace
+
+int rank_layout::fewest_ranks_on_a_node() const {
+  return *std::min_element(ranks_on_node.begin(), ranks_on_node.end());
+}
+
+int rank_layout::nodes_of_first(int ranks) const {
+  return static_cast<int>(std::set<int>(node_of.begin(), node_of.begin() + ranks).size());
+}
+
+rank_layout ranks_discover() {
+  rank_layout l;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &l.rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &l.world));
+  MPI_Comm local;
+  MPI_CHECK(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, l.rank, MPI_INFO_NULL, &local));
+  MPI_CHECK(MPI_Comm_rank(local, &l.local_rank));
+  MPI_CHECK(MPI_Comm_size(local, &l.local_size));
+  // A node is known by its lowest world rank (local rank 0's).
+  int leader = l.rank;
+  MPI_CHECK(MPI_Bcast(&leader, 1, MPI_INT, 0, local));
+  MPI_CHECK(MPI_Comm_free(&local));
+  std::vector<int> leader_of(static_cast<size_t>(l.world));
+  MPI_CHECK(MPI_Allgather(&leader, 1, MPI_INT, leader_of.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  std::vector<int> leaders;
+  for (int r : leader_of) {
+    auto it = std::find(leaders.begin(), leaders.end(), r);
+    if (it == leaders.end()) {
+      leaders.push_back(r);
+      l.ranks_on_node.push_back(0);
+      it = leaders.end() - 1;
+    }
+    const int node = static_cast<int>(it - leaders.begin());
+    l.node_of.push_back(node);
+    ++l.ranks_on_node[static_cast<size_t>(node)];
+  }
+  return l;
+}
+
+void ranks_barrier(MPI_Comm comm) {
+  MPI_Request req;
+  MPI_CHECK(MPI_Ibarrier(comm, &req));
+  comm_wait(req);
+}
+
+double ranks_sum(double x, MPI_Comm comm) {
+  return reduce(x, MPI_DOUBLE, MPI_SUM, comm);
+}
+
+double ranks_max(double x, MPI_Comm comm) {
+  return reduce(x, MPI_DOUBLE, MPI_MAX, comm);
+}
+
+int64_t ranks_min(int64_t x, MPI_Comm comm) {
+  return reduce(x, MPI_INT64_T, MPI_MIN, comm);
+}
+
+std::string ranks_first_error(const std::string& error) {
+  int world = 1, rank = 0;
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  const int first = reduce(error.empty() ? world : rank, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == world) return "";
+  std::string message = error;
+  int64_t length = static_cast<int64_t>(message.size());
+  MPI_Request req;
+  MPI_CHECK(MPI_Ibcast(&length, 1, MPI_INT64_T, first, MPI_COMM_WORLD, &req));
+  comm_wait(req);
+  message.resize(static_cast<size_t>(length));
+  MPI_CHECK(
+      MPI_Ibcast(message.data(), static_cast<int>(length), MPI_CHAR, first, MPI_COMM_WORLD, &req));
+  comm_wait(req);
+  return message;
+}
+
+void ranks_all_or_none(MPI_Comm comm, const std::function<void()>& f) {
+  std::exception_ptr failure;
+  try {
+    f();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  const int64_t all_ok = ranks_min(failure ? 0 : 1, comm);
+  if (failure) std::rethrow_exception(failure);
+  if (!all_ok) throw peer_failed();
+}
+
+MPI_Comm ranks_first(int ranks) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  MPI_Comm group = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, rank < ranks ? 0 : MPI_UNDEFINED, rank, &group));
+  return group;
+}

@@ -1,0 +1,205 @@
+// sweep: the entries in request order, each after a barrier, with failures
+// agreed by every rank and rank 0's progress lines.
+#include "runtime/calibrate/sweep.h"
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <functional>
+#include <new>
+
+#include "runtime/calibrate/collectives.h"
+
+namespace {
+
+namespace profile = fsdpgen::profile;
+
+std::string seconds_text(double s) {
+  return s < 1e-3 ? fmt::format("{:.2f} us", s * 1e6)
+         : s < 1  ? fmt::format("{:.2f} ms", s * 1e3)
+                  : fmt::format("{:.3f} s", s);
+}
+
+std::string plural(int64_t n, const char* what) {
+  return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s");
+}
+
+std::string layer_text(const profile::LayerTime& l) {
+  std::string dtypes = l.pass == "backward" ? l.dtype + "/" + l.grad_dtype : l.dtype;
+  std::string dims;
+  for (const char* name : {"B", "T", "C", "H", "F", "V", "Vp", "flash"})
+    dims += fmt::format(" {}={}", name, l.dims.at(name));
+  return fmt::format("{} {} {} {}{}", l.layer, l.pass, l.family, dtypes, dims);
+}
+
+// Rank 0's line per completed entry: "[ 7/31] what ... 17.81 ms (60 runs, mean of 5 rounds)".
+class progress {
+ public:
+  progress(int rank, int64_t total) : rank_(rank), total_(total) {}
+  void entry(const std::string& what, const measurement& m, int64_t rounds) {
+    ++done_;
+    if (rank_ != 0) return;
+    const int width = static_cast<int>(std::to_string(total_).size());
+    fmt::print("[{:>{}}/{}] {} ... {} ({} runs{})\n", done_, width, total_, what,
+               seconds_text(m.seconds), m.runs,
+               rounds > 1 ? fmt::format(", mean of {} rounds", rounds) : "");
+    std::fflush(stdout);
+  }
+
+ private:
+  int rank_;
+  int64_t total_;
+  int64_t done_ = 0;
+};
+
+// After a barrier of the world, the `measuring` ranks run `m`; a failure on
+// any rank is thrown on every rank (naming `where`). Returns the slowest
+// measuring rank's mean (a step goes at the pace of its slowest rank: its
+// collectives wait for it) and the fewest runs any of them made.
+measurement across_ranks(bool measuring, const std::string& where,
+                         const std::function<measurement()>& m) {
+  ranks_barrier(MPI_COMM_WORLD);
+  measurement mine;
+  std::string error;
+  if (measuring) {
+    try {
+      mine = m();
+    } catch (const peer_failed&) {
+      // the rank that failed reports it
+    } catch (const std::bad_alloc&) {
+      error = fmt::format("{}: out of memory (this entry's buffers do not fit)", where);
+    } catch (const std::exception& e) {
+      error = fmt::format("{}: {}", where, e.what());
+    }
+  }
+  if (const std::string first = ranks_first_error(error); !first.empty())
+    throw calibrate_error(first);
+  return {ranks_max(measuring ? mine.seconds : 0, MPI_COMM_WORLD),
+          ranks_min(measuring ? mine.runs : INT64_MAX, MPI_COMM_WORLD)};
+}
+
+// One entry of the sweep: its progress text, the compute section it runs in
+// (-1: none), how every rank measures it once (a collective call), and
+// where its result goes.
+struct job {
+  std::string what;
+  int section = -1;
+  std::function<measurement()> measure;
+  std::function<void(const measurement&)> store;
+};
+
+// Local ranks [0, ranks_per_node) of every node compute at once, each with
+// the threads the runtime's launch would give it.
+void add_compute_jobs(std::vector<job>& jobs, profile::Compute& c, int section,
+                      const std::string& where, const rank_layout& l, calibrate_target& t,
+                      const measure_options& o) {
+  const bool measuring = l.local_rank < c.ranks_per_node;
+  const std::string on = fmt::format(", {}/node", plural(c.ranks_per_node, "rank"));
+  jobs.push_back({"op overhead (a stream worker's wake-up)" + on, section,
+                  [&, where, measuring] {
+                    return across_ranks(measuring, where, [&] { return t.op_overhead(o); });
+                  },
+                  [&c](const measurement& m) { c.op_overhead_s = m.seconds; }});
+  for (size_t i = 0; i < c.layers.size(); ++i) {
+    profile::LayerTime& e = c.layers[i];
+    jobs.push_back({layer_text(e) + on, section,
+                    [&, measuring, at = fmt::format("{}.layers[{}]", where, i)] {
+                      return across_ranks(measuring, at, [&] { return t.layer(e, o); });
+                    },
+                    [&e](const measurement& m) { e.seconds = m.seconds, e.runs = m.runs; }});
+  }
+  for (size_t i = 0; i < c.elementwise.size(); ++i) {
+    profile::ElementwiseTime& e = c.elementwise[i];
+    jobs.push_back({fmt::format("{} {} {} elems{}", e.op, e.dtype, e.elems, on), section,
+                    [&, measuring, at = fmt::format("{}.elementwise[{}]", where, i)] {
+                      return across_ranks(measuring, at, [&] { return t.elementwise(e, o); });
+                    },
+                    [&e](const measurement& m) { e.seconds = m.seconds, e.runs = m.runs; }});
+  }
+}
+
+measurement measure_collective(profile::CollectiveTime& c, const std::string& where,
+                               calibrate_target& t, const measure_options& o) {
+  MPI_Comm group = ranks_first(static_cast<int>(c.ranks));
+  const measurement m =
+      across_ranks(group != MPI_COMM_NULL, where, [&] { return t.collective(c, group, o); });
+  if (group != MPI_COMM_NULL) MPI_Comm_free(&group);
+  return m;
+}
+
+}  // namespace
+
+void sweep_check(const profile::Profile& request, const rank_layout& l, const calibrate_target& t,
+                 const std::string& file) {
+  const int per_node = l.fewest_ranks_on_a_node();
+  for (size_t i = 0; i < request.compute.size(); ++i) {
+    const profile::Compute& c = request.compute[i];
+    if (c.ranks_per_node > per_node)
+      throw calibrate_error(fmt::format(
+          "{}: compute[{}].ranks_per_node: {} ranks per node, but the calibration runs {} on {} "
+          "(start it with at least {} ranks on every node)",
+          file, i, c.ranks_per_node, per_node, l.nodes() == 1 ? "this node" : "its smallest node",
+          c.ranks_per_node));
+    for (size_t j = 0; j < c.layers.size(); ++j)
+      if (const std::string p = t.layer_problem(c.layers[j]); !p.empty())
+        throw calibrate_error(fmt::format("{}: compute[{}].layers[{}]: {}", file, i, j, p));
+  }
+  for (size_t i = 0; i < request.collectives.size(); ++i)
+    if (const std::string p = collective_problem(request.collectives[i], l); !p.empty())
+      throw calibrate_error(fmt::format("{}: collectives[{}]: {}", file, i, p));
+}
+
+void sweep_run(profile::Profile& p, const rank_layout& l, calibrate_target& t,
+               const std::string& file, const measure_options& o) {
+  std::vector<job> jobs;
+  for (size_t i = 0; i < p.compute.size(); ++i)
+    add_compute_jobs(jobs, p.compute[i], static_cast<int>(i),
+                     fmt::format("{}: compute[{}]", file, i), l, t, o);
+  for (size_t i = 0; i < p.collectives.size(); ++i) {
+    profile::CollectiveTime& c = p.collectives[i];
+    jobs.push_back({fmt::format("{} {} {} bytes over {} on {}", c.op, c.dtype, c.bytes,
+                                plural(c.ranks, "rank"), plural(c.nodes, "node")),
+                    -1,
+                    [&, where = fmt::format("{}: collectives[{}]", file, i)] {
+                      return measure_collective(c, where, t, o);
+                    },
+                    [&c](const measurement& m) { c.seconds = m.seconds, c.runs = m.runs; }});
+  }
+  for (size_t i = 0; i < p.copies.size(); ++i) {
+    profile::CopyTime& c = p.copies[i];
+    jobs.push_back({fmt::format("{} {} bytes (memcpy)", c.op, c.bytes), -1,
+                    [&, where = fmt::format("{}: copies[{}]", file, i)] {
+                      return across_ranks(l.rank == 0, where, [&] { return t.copy(c, o); });
+                    },
+                    [&c](const measurement& m) { c.seconds = m.seconds, c.runs = m.runs; }});
+  }
+  // Round by round over every entry, so that a machine whose speed drifts
+  // (a shared VM's neighbours) slows every entry alike; each entry's time is
+  // the mean of its rounds' means.
+  progress out(l.rank, static_cast<int64_t>(jobs.size()));
+  std::vector<std::vector<double>> round_seconds(jobs.size());
+  std::vector<int64_t> runs(jobs.size(), 0);
+  for (int64_t round = 0; round < o.rounds; ++round) {
+    int section = -1;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const job& j = jobs[i];
+      if (j.section >= 0 && j.section != section) {
+        section = j.section;
+        profile::Compute& c = p.compute[static_cast<size_t>(section)];
+        c.threads_per_rank = t.enter_compute(c.ranks_per_node, l.local_rank < c.ranks_per_node);
+      }
+      const measurement m = j.measure();
+      round_seconds[i].push_back(m.seconds);
+      runs[i] += m.runs;
+    }
+    if (l.rank == 0 && o.rounds > 1) {
+      fmt::print("round {}/{} measured\n", round + 1, o.rounds);
+      std::fflush(stdout);
+    }
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const measurement m{mean_of(round_seconds[i]), runs[i]};
+    jobs[i].store(m);
+    out.entry(jobs[i].what, m, o.rounds);
+  }
+}
