@@ -194,12 +194,16 @@ int run_calibrate(const CalibrateOptions& o, bool gpu_visible) {
   if (o.quick)
     measure.insert(measure.end(), {"--rounds", "2", "--min-runs", "2", "--min-seconds", "0"});
   if (!o.request.empty()) {
+    // Muon's Newton-Schulz shapes are named only where the optimizer has them.
+    const size_t muon_shapes = request.compute.front().muon_ns.size();
+    const std::string muon =
+        muon_shapes == 0 ? "" : fmt::format(", {} Newton-Schulz shapes", muon_shapes);
     std::fputs(
         fmt::format("fsdpgen: wrote the request {} ({} layer passes, {} collectives, {} "
-                    "copies, {} rank{} per node); measure it on the machine with:\n  "
+                    "copies{}, {} rank{} per node); measure it on the machine with:\n  "
                     "srun -n {} --mpi=pmix {}\n  (or: mpirun -n {} --bind-to none {})\n",
                     request_path, request.compute.front().layers.size(), request.collectives.size(),
-                    request.copies.size(), ranks, ranks == 1 ? "" : "s", ranks,
+                    request.copies.size(), muon, ranks, ranks == 1 ? "" : "s", ranks,
                     shell_quoted(measure), ranks, shell_quoted(measure))
             .c_str(),
         stdout);

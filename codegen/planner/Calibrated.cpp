@@ -10,6 +10,7 @@
 
 #include "codegen/planner/Cost.h"
 #include "codegen/planner/Flops.h"
+#include "codegen/planner/Muon.h"
 
 namespace fsdpgen {
 namespace {
@@ -127,6 +128,13 @@ void add_once(std::vector<profile::ElementwiseTime>& v, const profile::Elementwi
     if (e.op == x.op && e.dtype == x.dtype && e.elems == x.elems) return;
   v.push_back(x);
 }
+void add_once(std::vector<profile::MuonNsTime>& v, const profile::MuonNsTime& x) {
+  for (const profile::MuonNsTime& e : v)
+    if (e.rows == x.rows && e.cols == x.cols && e.ns_steps == x.ns_steps &&
+        e.ns_dtype == x.ns_dtype)
+      return;
+  v.push_back(x);
+}
 void add_once(std::vector<profile::CollectiveTime>& v, const profile::CollectiveTime& x) {
   for (const profile::CollectiveTime& e : v)
     if (e.op == x.op && e.dtype == x.dtype && e.ranks == x.ranks && e.nodes == x.nodes &&
@@ -193,6 +201,19 @@ std::vector<profile::ElementwiseTime> op_elementwise(const Schedule& s, const Op
   return out;
 }
 
+std::vector<OpMuonMatrix> op_muon_ns(const Schedule& s, const Op& op) {
+  if (op.kind != OpKind::MuonOrthogonalize || op.unit < 0) return {};
+  const OptimizerSpec& o = s.units.spec.train.optimizer;
+  const size_t u = static_cast<size_t>(op.unit);
+  std::vector<OpMuonMatrix> out;
+  for (size_t i = 0; i < s.muon.matrices.at(u).size(); ++i) {
+    const MuonMatrix& m = s.muon.matrices[u][i];
+    out.push_back({s.muon.owners.at(u).matrices.at(i).owner,
+                   {m.rows, m.cols, o.ns_steps, dtype_name(o.ns_dtype), 0, 0}});
+  }
+  return out;
+}
+
 DType collective_dtype(const Schedule& s, const Op& op) {
   const ParallelSpec& p = s.units.spec.parallel;
   if (op.kind == OpKind::AllGather) return p.precision.param;
@@ -254,6 +275,26 @@ Looked CalibratedTimes::elementwise(const profile::ElementwiseTime& key) const {
       compute_->elementwise,
       [&](const profile::ElementwiseTime& e) { return e.op == key.op && e.dtype == key.dtype; },
       [](const profile::ElementwiseTime& e) { return e.elems; }, static_cast<double>(key.elems));
+}
+
+Looked CalibratedTimes::muon_ns(const profile::MuonNsTime& key) const {
+  if (!compute_) return {};
+  const auto flops = [](const profile::MuonNsTime& m) {
+    return muon_ns_flops(m.rows, m.cols, m.ns_steps);
+  };
+  const double work = flops(key);
+  const profile::MuonNsTime* nearest = nullptr;
+  double best = std::numeric_limits<double>::infinity();
+  for (const profile::MuonNsTime& m : compute_->muon_ns) {
+    if (m.ns_dtype != key.ns_dtype) continue;
+    if (m.rows == key.rows && m.cols == key.cols && m.ns_steps == key.ns_steps)
+      return {m.seconds, Lookup::Measured};
+    if (work <= 0 || flops(m) <= 0) continue;  // no iterations: nothing to scale by
+    const double d = std::abs(std::log(flops(m) / work));
+    if (d < best) best = d, nearest = &m;
+  }
+  if (!nearest) return {};
+  return {nearest->seconds * work / flops(*nearest), Lookup::Scaled};
 }
 
 Looked CalibratedTimes::collective(std::string_view op, DType dtype, int64_t ranks, int64_t nodes,
@@ -337,6 +378,8 @@ profile::Profile calibration_request(const std::vector<Schedule>& schedules, con
         for (int64_t n : kSweepElems)
           add_once(compute.elementwise, {e.op, e.dtype, n, 0, 0});
       }
+      for (const OpMuonMatrix& m : op_muon_ns(s, op))
+        add_once(compute.muon_ns, m.key);
       const std::string_view name = profile_op_name(op.kind);
       if (name.empty()) continue;
       if (op.kind == OpKind::CopyH2D || op.kind == OpKind::CopyD2H) {

@@ -30,6 +30,16 @@ std::vector<OpLayerPass> op_layer_passes(const Schedule& s, const Op& op);
 // The element-wise work of an OPT or GRADNORM op, as profile keys.
 std::vector<profile::ElementwiseTime> op_elementwise(const Schedule& s, const Op& op);
 
+// The Newton-Schulz work of a MUON_NS op (OpKind::MuonOrthogonalize), as
+// profile keys: each matrix of its unit with its owner in the shard group
+// (codegen/planner/Muon.h's plan), at the optimizer's ns_steps and ns_dtype.
+// The op takes as long as its slowest owner's matrices together.
+struct OpMuonMatrix {
+  int64_t owner = 0;
+  profile::MuonNsTime key;
+};
+std::vector<OpMuonMatrix> op_muon_ns(const Schedule& s, const Op& op);
+
 // How a duration was found.
 enum class Lookup {
   Measured,      // this very shape and size was measured
@@ -56,6 +66,10 @@ class CalibratedTimes {
 
   Looked layer(const profile::LayerTime& key) const;
   Looked elementwise(const profile::ElementwiseTime& key) const;
+  // The same (rows, cols) at its ns_steps and ns_dtype, Measured; else the
+  // nearest measured shape in Newton-Schulz FLOPs (same ns_dtype, ns_steps
+  // above 0), Scaled by the FLOPs.
+  Looked muon_ns(const profile::MuonNsTime& key) const;
   // op is the profile's name ("all_gather", ...); bytes the schedule's payload.
   Looked collective(std::string_view op, DType dtype, int64_t ranks, int64_t nodes,
                     int64_t bytes) const;
@@ -85,8 +99,8 @@ DType collective_dtype(const Schedule& s, const Op& op);
 std::string_view profile_op_name(OpKind k);
 
 // The request `fsdpgen calibrate` hands the calibration binary for
-// `schedules` (plans of one target): every layer pass and element-wise op
-// they run, in compute sections for 1 and `ranks_per_node` ranks per node;
+// `schedules` (plans of one target): every layer pass, element-wise op and
+// Muon matrix shape they run, in compute sections for 1 and `ranks_per_node` ranks per node;
 // every collective whose group fits on this node (at most `ranks_per_node`
 // ranks); every copy; and, so that other plans interpolate, a sweep of
 // sizes for each collective group and copy direction. Each entry once, in

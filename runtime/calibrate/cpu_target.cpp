@@ -1,5 +1,5 @@
 // cpu_target: the CPU runtime's functions, as layers.h, elementwise.h,
-// op_overhead.h, collectives.h and copies.h time them.
+// muon_ns.h, op_overhead.h, collectives.h and copies.h time them.
 #include <omp.h>
 
 #include <cblas.h>
@@ -12,6 +12,7 @@
 #include "runtime/calibrate/device.h"
 #include "runtime/calibrate/elementwise.h"
 #include "runtime/calibrate/layers.h"
+#include "runtime/calibrate/muon_ns.h"
 #include "runtime/calibrate/op_overhead.h"
 #include "runtime/calibrate/target.h"
 
@@ -41,6 +42,9 @@ class cpu final : public calibrate_target {
   }
   measurement elementwise(const profile::ElementwiseTime& e, const measure_options& o) override {
     return measure_elementwise(e, o);
+  }
+  measurement muon_ns(const profile::MuonNsTime& m, const measure_options& o) override {
+    return measure_muon_ns(m, o);
   }
   measurement collective(const profile::CollectiveTime& c, MPI_Comm group,
                          const measure_options& o) override {

@@ -116,6 +116,16 @@ void add_compute_jobs(std::vector<job>& jobs, profile::Compute& c, int section,
                     },
                     [&e](const measurement& m) { e.seconds = m.seconds, e.runs = m.runs; }});
   }
+  for (size_t i = 0; i < c.muon_ns.size(); ++i) {
+    profile::MuonNsTime& e = c.muon_ns[i];
+    jobs.push_back(
+        {fmt::format("muon_ns ({}, {}) {} steps {}{}", e.rows, e.cols, e.ns_steps, e.ns_dtype, on),
+         section,
+         [&, measuring, at = fmt::format("{}.muon_ns[{}]", where, i)] {
+           return across_ranks(measuring, at, [&] { return t.muon_ns(e, o); });
+         },
+         [&e](const measurement& m) { e.seconds = m.seconds, e.runs = m.runs; }});
+  }
 }
 
 measurement measure_collective(profile::CollectiveTime& c, const std::string& where,

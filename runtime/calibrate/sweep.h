@@ -1,8 +1,8 @@
 // sweep: every entry of a request measured on this machine: the compute
-// sections (op overhead, layers, element-wise ops, with ranks_per_node ranks
-// of each node computing at once), then the collectives, then the copies, in
-// several rounds over all of them (measure_options::rounds); an entry's time
-// is the mean of its rounds' means. Rank 0 prints a line per entry.
+// sections (op overhead, layers, element-wise ops, Muon's Newton-Schulz, with
+// ranks_per_node ranks of each node computing at once), then the collectives,
+// then the copies, in several rounds over all of them (measure_options::rounds);
+// an entry's time is the mean of its rounds' means. Rank 0 prints a line per entry.
 #pragma once
 
 #include <stdexcept>

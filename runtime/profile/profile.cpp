@@ -22,6 +22,8 @@ constexpr std::string_view kKinds[] = {"cpu", "cuda"};
 constexpr std::string_view kLayers[] = {"embed", "block", "head"};
 constexpr std::string_view kPasses[] = {"forward", "recompute", "backward"};
 constexpr std::string_view kElementwise[] = {"adamw", "sgd", "grad_norm", "convert"};
+constexpr std::string_view kNsDtypes[] = {"fp32", "bf16"};  // runtime/muon.h's
+constexpr int64_t kMaxNsSteps = 99;                         // torch.optim.Muon's limit
 constexpr std::string_view kCollectives[] = {"all_gather", "reduce_scatter", "all_reduce"};
 constexpr std::string_view kCopies[] = {"h2d", "d2h"};
 
@@ -148,8 +150,23 @@ LayerTime layer_from(const Reader& r, bool measured) {
   return l;
 }
 
+MuonNsTime muon_ns_from(const Reader& r, bool measured) {
+  r.only({"rows", "cols", "ns_steps", "ns_dtype", "seconds", "runs"});
+  MuonNsTime m;
+  m.rows = r.field("rows").integer(1);
+  m.cols = r.field("cols").integer(1);
+  m.ns_steps = r.field("ns_steps").integer(0);
+  if (m.ns_steps > kMaxNsSteps)
+    r.field("ns_steps").fail(fmt::format("must be at most {}, not {}", kMaxNsSteps, m.ns_steps));
+  m.ns_dtype = r.field("ns_dtype").word(kNsDtypes);
+  m.seconds = r.field("seconds").seconds(measured);
+  m.runs = r.field("runs").integer(measured ? 1 : 0);
+  return m;
+}
+
 Compute compute_from(const Reader& r, bool measured) {
-  r.only({"ranks_per_node", "threads_per_rank", "op_overhead_s", "layers", "elementwise"});
+  r.only(
+      {"ranks_per_node", "threads_per_rank", "op_overhead_s", "layers", "elementwise", "muon_ns"});
   Compute c;
   c.ranks_per_node = r.field("ranks_per_node").integer(1);
   c.threads_per_rank = r.field("threads_per_rank").integer(1);
@@ -162,6 +179,9 @@ Compute compute_from(const Reader& r, bool measured) {
                              e.field("elems").integer(1), e.field("seconds").seconds(measured),
                              e.field("runs").integer(measured ? 1 : 0)});
   }
+  if (r.has("muon_ns"))  // profiles of specs without Muon have none
+    for (const Reader& m : r.field("muon_ns").items())
+      c.muon_ns.push_back(muon_ns_from(m, measured));
   return c;
 }
 
@@ -198,11 +218,23 @@ std::string to_json(const Profile& p) {
                              {"elems", e.elems},
                              {"seconds", e.seconds},
                              {"runs", e.runs}});
-    compute.push_back({{"ranks_per_node", c.ranks_per_node},
-                       {"threads_per_rank", c.threads_per_rank},
-                       {"op_overhead_s", c.op_overhead_s},
-                       {"layers", std::move(layers)},
-                       {"elementwise", std::move(elementwise)}});
+    ordered_json section = {{"ranks_per_node", c.ranks_per_node},
+                            {"threads_per_rank", c.threads_per_rank},
+                            {"op_overhead_s", c.op_overhead_s},
+                            {"layers", std::move(layers)},
+                            {"elementwise", std::move(elementwise)}};
+    if (!c.muon_ns.empty()) {
+      ordered_json muon_ns = ordered_json::array();
+      for (const MuonNsTime& m : c.muon_ns)
+        muon_ns.push_back({{"rows", m.rows},
+                           {"cols", m.cols},
+                           {"ns_steps", m.ns_steps},
+                           {"ns_dtype", m.ns_dtype},
+                           {"seconds", m.seconds},
+                           {"runs", m.runs}});
+      section["muon_ns"] = std::move(muon_ns);
+    }
+    compute.push_back(std::move(section));
   }
   ordered_json collectives = ordered_json::array(), copies = ordered_json::array();
   for (const CollectiveTime& c : p.collectives)

@@ -62,6 +62,17 @@ struct ElementwiseTime {
   int64_t runs = 0;
 };
 
+// Muon's owner step on one (rows, cols) matrix as runtime/muon.h's
+// muon_orthogonalize runs it: the momentum step (from an fp32 gradient), then
+// ns_steps Newton-Schulz iterations of 3 GEMMs in ns_dtype ("fp32" or "bf16").
+struct MuonNsTime {
+  int64_t rows = 0, cols = 0;
+  int64_t ns_steps = 0;
+  std::string ns_dtype;
+  double seconds = 0;  // one matrix
+  int64_t runs = 0;
+};
+
 // What one rank computes while `ranks_per_node` ranks compute at once on its
 // node, each with `threads_per_rank` threads (on a CPU they share cores and
 // memory bandwidth; on GPUs one rank per device).
@@ -73,6 +84,7 @@ struct Compute {
   double op_overhead_s = 0;
   std::vector<LayerTime> layers;
   std::vector<ElementwiseTime> elementwise;
+  std::vector<MuonNsTime> muon_ns;  // optional in the JSON: none when absent
 };
 
 // A collective of the step ("all_gather", "reduce_scatter", "all_reduce") over

@@ -1,7 +1,7 @@
 // CalibrateTest: fsdpgen-calibrate run under mpirun on 2 ranks as `fsdpgen
 // calibrate` runs it: a hand-written request with tiny's shapes comes back
-// measured, entry for entry; more work measures longer; bad requests fail
-// on every rank with one located message.
+// measured, entry for entry; more work measures longer; Muon's Newton-Schulz
+// is measured; bad requests fail on every rank with one located message.
 #include <unistd.h>
 
 #include <filesystem>
@@ -55,6 +55,8 @@ std::string identity(const profile::Profile& p) {
       l.seconds = 0, l.runs = 0;
     for (profile::ElementwiseTime& e : c.elementwise)
       e.seconds = 0, e.runs = 0;
+    for (profile::MuonNsTime& m : c.muon_ns)
+      m.seconds = 0, m.runs = 0;
   }
   for (profile::CollectiveTime& c : q.collectives)
     c.seconds = 0, c.runs = 0;
@@ -128,7 +130,7 @@ TEST(Calibrate, MoreWorkMeasuresLonger) {
   profile::Profile request;
   request.sweep = "CalibrateTest";
   request.device = {"cpu", "", "cpu", 1, 1};
-  request.compute.push_back({1, 1, 0, {block_backward(4), block_backward(32)}, {}});
+  request.compute.push_back({1, 1, 0, {block_backward(4), block_backward(32)}, {}, {}});
   request.collectives = {all_gather(4096), all_gather(16 << 20)};
   profile::save(request, (dir / "request.json").string());
   const CmdResult r =
@@ -138,6 +140,37 @@ TEST(Calibrate, MoreWorkMeasuresLonger) {
   const profile::Profile p = profile::load((dir / "profile.json").string());
   EXPECT_GT(p.compute[0].layers[1].seconds, p.compute[0].layers[0].seconds) << r.out;
   EXPECT_GT(p.collectives[1].seconds, p.collectives[0].seconds) << r.out;
+}
+
+// Muon's owner step through the runtime's muon_orthogonalize on both ranks
+// at once: every shape and ns_dtype measured, in request order; a larger matrix
+// and more iterations take longer.
+TEST(Calibrate, MeasuresMuonNewtonSchulz) {
+  const fs::path dir = work_dir("muon");
+  profile::Profile request;
+  request.sweep = "CalibrateTest";
+  request.device = {"cpu", "", "cpu", 1, 1};
+  profile::Compute c{2, 1, 0, {}, {}, {}};
+  c.muon_ns = {{64, 192, 5, "fp32", 0, 0},
+               {256, 768, 5, "fp32", 0, 0},
+               {64, 192, 20, "fp32", 0, 0},
+               {192, 64, 5, "bf16", 0, 0}};
+  request.compute.push_back(c);
+  profile::save(request, (dir / "request.json").string());
+  const CmdResult r =
+      calibrate(2, fmt::format("{} -o {} --min-runs 3 --min-seconds 0 --rounds 1",
+                               (dir / "request.json").string(), (dir / "profile.json").string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const profile::Profile p = profile::load((dir / "profile.json").string());
+  EXPECT_EQ(identity(p), identity(request));
+  const std::vector<profile::MuonNsTime>& m = p.compute[0].muon_ns;
+  ASSERT_EQ(m.size(), 4u);
+  for (const profile::MuonNsTime& e : m)
+    EXPECT_TRUE(e.seconds > 0 && e.runs >= 3) << e.rows << "x" << e.cols << " " << e.ns_dtype;
+  EXPECT_GT(m[1].seconds, m[0].seconds) << r.out;  // 48x the FLOPs
+  EXPECT_GT(m[2].seconds, m[0].seconds) << r.out;  // 4x the iterations
+  EXPECT_NE(r.out.find("muon_ns (192, 64) 5 steps bf16, 2 ranks/node ... "), std::string::npos)
+      << r.out;
 }
 
 // The request edited by `edit`, written to `name` (to_json writes any
@@ -217,6 +250,14 @@ TEST(Calibrate, RefusesCollectivesOnMoreRanksThanItRuns) {
   const std::string path =
       edited_request("ranks.json", [](profile::Profile& p) { p.collectives[3].ranks = 4; });
   expect_refused(path, path + ": collectives[3]: ranks: 4 ranks, but the calibration runs on 2");
+}
+
+TEST(Calibrate, RefusesAMuonDtypeWithoutNewtonSchulz) {
+  const std::string path = edited_request("muon.json", [](profile::Profile& p) {
+    p.compute[1].muon_ns = {{128, 128, 5, "fp16", 0, 0}};
+  });
+  expect_refused(path,
+                 path + ": compute[1].muon_ns[0].ns_dtype: 'fp16' is not one of 'fp32', 'bf16'");
 }
 
 TEST(Calibrate, RefusesBadFlags) {

@@ -1,9 +1,10 @@
 // fsdpgen calibrate and --hardware from the command line: a short calibration
 // of the tiny spec on two ranks whose profile then plans it (every op from
-// measurements), requests for srun, and every way a profile or the flags can
+// measurements), one of a Muon spec, requests for srun, and every way a profile or the flags can
 // be wrong.
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -69,6 +70,56 @@ TEST(CliCalibrate, TinysProfilePlansEveryOpFromMeasurements) {
   EXPECT_FALSE(trace.is_discarded()) << t.out.substr(0, 500);
 }
 
+// The count before `what` on the figures line ("37 ops measured"), 0 if absent.
+int figures_count(const std::string& out, const std::string& what) {
+  std::smatch m;
+  return std::regex_search(out, m, std::regex("(\\d+) " + what)) ? std::stoi(m[1]) : 0;
+}
+
+// A Muon spec calibrated on 2 ranks: its matrices' Newton-Schulz is measured
+// (muon_ns entries), and plan prices its MUON_NS ops (one per block) from
+// them: without them, those ops fall back to the built-in figures.
+TEST(CliCalibrate, MuonsNewtonSchulzIsMeasuredAndPlanned) {
+  const std::string dir = work_dir();
+  const std::string muon_spec = dir + "/muon.fsdp", profile = dir + "/muon.json";
+  std::ofstream(muon_spec) << R"(
+model muon { family = gpt2 vocab = 256 context = 64 width = 64 heads = 4 layers = 2 }
+units { each block }
+parallel { world = 2 sharding = full_shard precision { param = fp32 reduce = fp32 master = fp32 } }
+train { optimizer = muon(lr = 0.02, ns_steps = 5) micro_batch = 4 steps = 10 data = synthetic(seed = 1) }
+)";
+  // The request says how many Newton-Schulz shapes it asks for (an AdamW
+  // spec's, as in RequestOnlyWritesWhatToMeasureAndTheCommand, names none).
+  CmdResult req = run(fmt::format("calibrate {} --request {}/muon-request.json", muon_spec, dir));
+  ASSERT_EQ(req.status, 0) << req.out;
+  EXPECT_TRUE(has(req, "copies, 4 Newton-Schulz shapes, 2 ranks per node)")) << req.out;
+  std::filesystem::remove(profile);
+  CmdResult r = run(fmt::format("calibrate {} --target cpu --quick -o {}", muon_spec, profile));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(has(r, "muon_ns (64, 192) 5 steps fp32, 2 ranks/node")) << r.out;
+  fsdpgen::profile::Profile p = fsdpgen::profile::load(profile);
+  ASSERT_EQ(p.compute.size(), 2u);
+  for (const fsdpgen::profile::Compute& c : p.compute) {
+    EXPECT_EQ(c.muon_ns.size(), 4u);  // c_attn, attn.c_proj, c_fc, mlp.c_proj
+    for (const fsdpgen::profile::MuonNsTime& m : c.muon_ns)
+      EXPECT_TRUE(m.seconds > 0 && m.runs >= 2 && m.ns_steps == 5) << m.rows << "x" << m.cols;
+  }
+  CmdResult with = run(fmt::format("plan {} --hardware {}", muon_spec, profile));
+  ASSERT_EQ(with.status, 0) << with.out;
+  EXPECT_TRUE(has(with, "figures         hardware profile " + profile)) << with.out;
+
+  for (fsdpgen::profile::Compute& c : p.compute)
+    c.muon_ns.clear();
+  fsdpgen::profile::save(p, dir + "/muon-without.json");
+  CmdResult without = run(fmt::format("plan {} --hardware {}/muon-without.json", muon_spec, dir));
+  ASSERT_EQ(without.status, 0) << without.out;
+  EXPECT_EQ(figures_count(with.out, "ops measured"), figures_count(without.out, "ops measured") + 2)
+      << with.out << without.out;
+  EXPECT_EQ(figures_count(without.out, "not in the profile"),
+            figures_count(with.out, "not in the profile") + 2)
+      << with.out << without.out;
+}
+
 TEST(CliCalibrate, AProfileFromAnotherRevisionIsNoted) {
   const std::string dir = work_dir();
   fsdpgen::profile::Profile p = fsdpgen::profile::load(tiny_profile());
@@ -124,6 +175,7 @@ TEST(CliCalibrate, RequestOnlyWritesWhatToMeasureAndTheCommand) {
   CmdResult r = run(fmt::format("calibrate {} --ranks 2 --request {}", spec("tiny.fsdp"), req));
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(has(r, "srun -n 2 --mpi=pmix")) << r.out;
+  EXPECT_FALSE(has(r, "Newton-Schulz")) << r.out;  // AdamW: none asked for
   const fsdpgen::profile::Profile p = fsdpgen::profile::load(req, /*measured=*/false);
   ASSERT_EQ(p.compute.size(), 2u);
   EXPECT_EQ(p.compute[0].layers.size(), 6u);  // embed, block, head: forward and backward

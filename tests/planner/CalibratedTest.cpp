@@ -1,12 +1,14 @@
 // The cost model on hardware profiles (codegen/planner/Calibrated.h): hand-built
 // schedules whose timelines from a synthetic profile are computed by hand
 // (streams overlapping, dependencies, links shared), the lookups'
-// interpolation, scaling and fallback, the compute section a plan uses, and
-// the calibration request of a real plan.
+// interpolation, scaling and fallback, the compute section a plan uses, the
+// calibration request of a real plan, and Muon's Newton-Schulz ops.
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -321,6 +323,154 @@ train { optimizer = adamw(lr = 1e-3) micro_batch = 1 steps = 20 data = synthetic
   profile::Profile r = calibration_request({planned.schedule}, *find_hardware("cpu"), 8, "x");
   for (const profile::CollectiveTime& c : r.collectives)
     EXPECT_LE(c.ranks, 8) << c.op;
+}
+
+// tiny with Muon at `ns` (ns_steps and ns_dtype), on 2 ranks: four matrix
+// shapes a block, owners on both ranks.
+std::string muon_spec(const std::string& ns) {
+  return fmt::format(R"(
+model tiny {{ family = gpt2 vocab = 256 context = 128 width = 128 heads = 4 layers = 4 }}
+units {{ each block }}
+parallel {{ world = 2 sharding = full_shard precision {{ param = fp32 reduce = fp32 master = fp32 }} }}
+train {{ optimizer = muon(lr = 0.02, {}) micro_batch = 8 steps = 20 data = synthetic(seed = 1) }}
+)",
+                     ns);
+}
+
+// The request lists, in each compute section, every (rows, cols) a rank owns
+// in the plan (codegen/planner/Muon.h's plan, made again here), once, at the
+// spec's ns_steps and ns_dtype.
+TEST(Calibrated, RequestListsEveryMatrixARankOwns) {
+  for (const auto& [ns, steps, dtype] : {std::tuple{"ns_steps = 5", 5, "fp32"},
+                                         std::tuple{"ns_steps = 3, ns_dtype = bf16", 3, "bf16"}}) {
+    test::Planned planned = test::plan_text(muon_spec(ns));
+    const MuonPlan plan = plan_muon(planned.units, steps);
+    std::set<std::pair<int64_t, int64_t>> owned;
+    std::set<int64_t> owners;
+    for (size_t u = 0; u < plan.matrices.size(); ++u)
+      for (size_t i = 0; i < plan.matrices[u].size(); ++i) {
+        owned.insert({plan.matrices[u][i].rows, plan.matrices[u][i].cols});
+        owners.insert(plan.owners[u].matrices[i].owner);
+      }
+    ASSERT_EQ(owned.size(), 4u) << ns;  // c_attn, attn.c_proj, c_fc, mlp.c_proj
+    EXPECT_EQ(owners, (std::set<int64_t>{0, 1})) << ns;
+    const profile::Profile r =
+        calibration_request({planned.schedule}, *find_hardware("cpu"), 2, "tiny-muon");
+    ASSERT_EQ(r.compute.size(), 2u);
+    for (const profile::Compute& c : r.compute) {
+      std::set<std::pair<int64_t, int64_t>> requested;
+      for (const profile::MuonNsTime& m : c.muon_ns) {
+        EXPECT_TRUE(requested.insert({m.rows, m.cols}).second) << m.rows << "x" << m.cols;
+        EXPECT_EQ(m.ns_steps, steps);
+        EXPECT_EQ(m.ns_dtype, dtype);
+        EXPECT_EQ(m.seconds, 0);
+      }
+      EXPECT_EQ(requested, owned) << ns;
+    }
+  }
+  // AdamW runs no Newton-Schulz.
+  test::Planned plain = test::plan_text(R"(
+model tiny { family = gpt2 vocab = 256 context = 128 width = 128 heads = 4 layers = 4 }
+units { each block }
+parallel { world = 2 sharding = full_shard }
+train { optimizer = adamw(lr = 1e-3) micro_batch = 8 steps = 20 data = synthetic(seed = 1) }
+)");
+  EXPECT_TRUE(calibration_request({plain.schedule}, *find_hardware("cpu"), 2, "x")
+                  .compute[0]
+                  .muon_ns.empty());
+}
+
+profile::MuonNsTime ns_entry(int64_t rows, int64_t cols, double seconds, int64_t steps = 5,
+                             const std::string& dtype = "fp32") {
+  return {rows, cols, steps, dtype, seconds, 3};
+}
+
+TEST(Calibrated, MuonLookupsAreExactOrScaledByFlops) {
+  profile::Profile p = toy_profile();
+  p.compute[0].muon_ns = {ns_entry(128, 128, 1 * kMs), ns_entry(128, 512, 3 * kMs),
+                          ns_entry(64, 64, 7 * kMs, 5, "bf16")};
+  const CalibratedTimes times(p, 2);
+  const Looked exact = times.muon_ns(ns_entry(128, 512, 0));
+  EXPECT_EQ(exact.how, Lookup::Measured);
+  EXPECT_DOUBLE_EQ(exact.seconds, 3 * kMs);
+  // (128, 384) is nearest (128, 512) in FLOPs: its time times the ratio.
+  const Looked other = times.muon_ns(ns_entry(128, 384, 0));
+  EXPECT_EQ(other.how, Lookup::Scaled);
+  EXPECT_NEAR(other.seconds, 3 * kMs * muon_ns_flops(128, 384, 5) / muon_ns_flops(128, 512, 5),
+              1e-15);
+  // Other iteration counts scale by the FLOPs too; other dtypes are not comparable.
+  const Looked steps = times.muon_ns(ns_entry(128, 128, 0, 10));
+  EXPECT_EQ(steps.how, Lookup::Scaled);
+  EXPECT_NEAR(steps.seconds, 2 * kMs, 1e-15);
+  EXPECT_EQ(times.muon_ns(ns_entry(128, 128, 0, 5, "bf16")).how, Lookup::Scaled);
+  EXPECT_NEAR(times.muon_ns(ns_entry(128, 128, 0, 5, "bf16")).seconds, 7 * kMs * 8, 1e-15);
+  p.compute[0].muon_ns.pop_back();
+  EXPECT_EQ(CalibratedTimes(p, 2).muon_ns(ns_entry(64, 64, 0, 5, "bf16")).how, Lookup::Missing);
+  EXPECT_EQ(CalibratedTimes(p, 2).muon_ns(ns_entry(64, 64, 0, 0)).how, Lookup::Missing);
+}
+
+// A plan's MUON_NS ops take the op overhead plus the slowest owner's
+// matrices from the profile: the hand-written seconds where the shape was
+// measured, FLOP-scaled where only another was; without entries, the built-in figures.
+TEST(Calibrated, MuonOpsTakeTheirOwnersMeasuredTimes) {
+  test::Planned planned = test::plan_text(muon_spec("ns_steps = 5"));
+  const Schedule& s = planned.schedule;
+  const MuonPlan plan = plan_muon(planned.units, 5);
+  const std::map<std::pair<int64_t, int64_t>, double> written = {
+      {{128, 384}, 2 * kMs}, {{128, 128}, 1 * kMs}, {{128, 512}, 3 * kMs}, {{512, 128}, 5 * kMs}};
+  profile::Profile p = toy_profile();
+  p.compute[0].layers.clear();
+  for (const auto& [shape, seconds] : written)
+    p.compute[0].muon_ns.push_back(ns_entry(shape.first, shape.second, seconds));
+  // The slowest owner's sum of `seconds_of` its unit's matrices, in ms.
+  auto expected_ms = [&](int unit, const std::function<double(const MuonMatrix&)>& seconds_of) {
+    std::map<int64_t, double> owner;
+    for (size_t i = 0; i < plan.matrices[unit].size(); ++i)
+      owner[plan.owners[unit].matrices[i].owner] += seconds_of(plan.matrices[unit][i]);
+    double slowest = 0;
+    for (const auto& [r, sec] : owner)
+      slowest = std::max(slowest, sec);
+    return (0.5 * kMs + slowest) / kMs;
+  };
+  const Timeline measured = predict(s, toy_hardware(p));
+  int ns_ops = 0;
+  for (const Op& op : s.ops) {
+    if (op.kind != OpKind::MuonOrthogonalize) continue;
+    ++ns_ops;
+    EXPECT_NEAR(measured.ops[op.id].ms(),
+                expected_ms(op.unit,
+                            [&](const MuonMatrix& m) {
+                              return written.at({m.rows, m.cols});
+                            }),
+                kTol)
+        << op.label();
+  }
+  EXPECT_EQ(ns_ops, 4);
+  // Only (128, 128) measured: the others scaled from it by their FLOPs.
+  profile::Profile one = p;
+  one.compute[0].muon_ns = {ns_entry(128, 128, 1 * kMs)};
+  const Timeline scaled = predict(s, toy_hardware(one));
+  for (const Op& op : s.ops) {
+    if (op.kind != OpKind::MuonOrthogonalize) continue;
+    EXPECT_NEAR(scaled.ops[op.id].ms(),
+                expected_ms(op.unit,
+                            [](const MuonMatrix& m) {
+                              return 1 * kMs * muon_ns_flops(m.rows, m.cols, 5) /
+                                     muon_ns_flops(128, 128, 5);
+                            }),
+                kTol)
+        << op.label();
+  }
+  EXPECT_EQ(scaled.ops_scaled, measured.ops_scaled + ns_ops);
+  // None: the built-in figures, as before Muon was calibrated.
+  profile::Profile none = p;
+  none.compute[0].muon_ns.clear();
+  const Timeline builtin = predict(s, toy_hardware(none));
+  EXPECT_EQ(builtin.ops_estimated, measured.ops_estimated + ns_ops);
+  for (const Op& op : s.ops) {
+    if (op.kind != OpKind::MuonOrthogonalize) continue;
+    EXPECT_NEAR(builtin.ops[op.id].ms(), op_seconds(s, op, *find_hardware("cpu")) / kMs, kTol);
+  }
 }
 
 }  // namespace

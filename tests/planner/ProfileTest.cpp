@@ -28,6 +28,7 @@ Profile sample() {
   one.layers.push_back(
       {"gpt2", "block", "backward", "bf16", "fp32", {{"B", 8}, {"C", 128}}, 0.02, 7});
   one.elementwise.push_back({"adamw", "fp32", 1 << 20, 0.004, 11});
+  one.muon_ns.push_back({128, 384, 5, "bf16", 0.0015, 6});
   Compute two = one;
   two.ranks_per_node = 2;
   two.threads_per_rank = 1;
@@ -104,6 +105,52 @@ TEST(Profile, SchemaErrorsNameTheFileAndTheField) {
             "'pass', 'dtype', 'grad_dtype', 'dims', 'seconds', 'runs')");
   EXPECT_EQ(error_after([](auto& j) { j["collectives"] = nlohmann::json::object(); }),
             "p.json: collectives: must be an array");
+}
+
+TEST(Profile, MuonNewtonSchulzEntriesRoundTripAndAreChecked) {
+  const Profile q = from_json(to_json(sample()), "p.json");
+  ASSERT_EQ(q.compute[1].muon_ns.size(), 1u);
+  const MuonNsTime& m = q.compute[1].muon_ns[0];
+  EXPECT_EQ(m.rows, 128);
+  EXPECT_EQ(m.cols, 384);
+  EXPECT_EQ(m.ns_steps, 5);
+  EXPECT_EQ(m.ns_dtype, "bf16");
+  EXPECT_DOUBLE_EQ(m.seconds, 0.0015);
+  EXPECT_EQ(m.runs, 6);
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][0]["muon_ns"][0]["rows"] = 0; }),
+            "p.json: compute[0].muon_ns[0].rows: must be at least 1, not 0");
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][1]["muon_ns"][0]["cols"] = 2.5; }),
+            "p.json: compute[1].muon_ns[0].cols: must be an integer");
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][0]["muon_ns"][0]["ns_steps"] = 100; }),
+            "p.json: compute[0].muon_ns[0].ns_steps: must be at most 99, not 100");
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][0]["muon_ns"][0]["ns_steps"] = -1; }),
+            "p.json: compute[0].muon_ns[0].ns_steps: must be at least 0, not -1");
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][0]["muon_ns"][0]["ns_dtype"] = "fp16"; }),
+            "p.json: compute[0].muon_ns[0].ns_dtype: 'fp16' is not one of 'fp32', 'bf16'");
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][0]["muon_ns"][0]["seconds"] = 0; }),
+            "p.json: compute[0].muon_ns[0].seconds: must be a positive number of seconds, not 0");
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][0]["muon_ns"][0].erase("ns_steps"); }),
+            "p.json: compute[0].muon_ns[0].ns_steps: missing");
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][0]["muon_ns"][0]["steps"] = 5; }),
+            "p.json: compute[0].muon_ns[0]: unknown field 'steps' (known: 'rows', 'cols', "
+            "'ns_steps', 'ns_dtype', 'seconds', 'runs')");
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][0]["muon_ns"] = 1; }),
+            "p.json: compute[0].muon_ns: must be an array");
+  // In a request the time is still zero.
+  EXPECT_EQ(error_after([](auto& j) { j["compute"][0]["muon_ns"][0]["seconds"] = 0; }, false),
+            "(no error)");
+}
+
+// Profiles of specs without Muon (and those written before it) have no
+// muon_ns: absent reads as none, and none is not written.
+TEST(Profile, MuonNewtonSchulzEntriesAreOptional) {
+  nlohmann::json j = nlohmann::json::parse(to_json(sample()));
+  for (auto& c : j["compute"])
+    c.erase("muon_ns");
+  const Profile q = from_json(j.dump(), "p.json");
+  EXPECT_TRUE(q.compute[0].muon_ns.empty());
+  EXPECT_EQ(to_json(q).find("muon_ns"), std::string::npos);
+  EXPECT_NE(to_json(sample()).find("\"muon_ns\""), std::string::npos);
 }
 
 TEST(Profile, ForeignFilesAndOtherVersionsAreRefused) {

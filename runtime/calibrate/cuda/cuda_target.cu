@@ -1,7 +1,8 @@
 // cuda_target: the CUDA runtime on this rank's GPU: layer passes
 // (cuda_layers.h), the optimizer and other element-wise ops through
-// runtime/cuda/step.h, NCCL collectives through runtime/cuda/comm.h, pinned
-// host <-> device copies, and an empty kernel's launch as an op's hand-off.
+// runtime/cuda/step.h, Muon's owner step through runtime/cuda/muon.h, NCCL collectives through
+// runtime/cuda/comm.h, pinned host <-> device copies, and an empty kernel's launch as an op's
+// hand-off.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -18,11 +19,13 @@
 #include "runtime/calibrate/cuda/cuda_layers.h"
 #include "runtime/calibrate/cuda/gpu.h"
 #include "runtime/calibrate/layers.h"
+#include "runtime/calibrate/muon_ns.h"
 #include "runtime/calibrate/target.h"
 #include "runtime/check.h"
 #include "runtime/cuda/comm.h"
 #include "runtime/cuda/cublas_check.h"
 #include "runtime/cuda/gemm.h"
+#include "runtime/cuda/muon.h"
 #include "runtime/cuda/step.h"
 
 namespace {
@@ -163,6 +166,22 @@ class cuda final : public calibrate_target {
     device_buffer state(2 * n * 4);  // adamw: m then v; sgd: the momentum buffer
     return timed(o, [&] {
       step_optimizer(u.c, 0, master.data(), nullptr, state.as<float>(), grad.data(), g);
+    });
+  }
+
+  // As the CPU's measure_muon_ns; clip 1 with the scalars' norm of 1: a
+  // gradient factor of 1.
+  measurement muon_ns(const profile::MuonNsTime& e, const measure_options& o) override {
+    std::mt19937 rng(1234);
+    const muon_matrix m{e.rows, e.cols, false};
+    const muon_settings s = muon_ns_settings(e);
+    const int64_t workspace_bytes = muon_workspace_bytes(m.rows, m.cols);
+    device_buffer grad(m.elems() * 4), momentum(m.elems() * 4), update(m.elems() * 4),
+        workspace(workspace_bytes);
+    upload_normal(grad.data(), dtype_id::fp32, m.elems(), 1e-3f, rng);
+    return timed(o, [&] {
+      cuda_muon_orthogonalize(m, s, 1.0, momentum.as<float>(), grad.data(), dtype_id::fp32,
+                              update.as<float>(), workspace.data(), workspace_bytes, exec_);
     });
   }
 
