@@ -218,6 +218,8 @@ DType collective_dtype(const Schedule& s, const Op& op) {
   const ParallelSpec& p = s.units.spec.parallel;
   if (op.kind == OpKind::AllGather) return p.precision.param;
   if (op.kind == OpKind::AllReduce && op.unit < 0) return DType::FP32;
+  if (op.kind == OpKind::MuonGather) return grad_shard_dtype(p);
+  if (op.kind == OpKind::MuonScatter) return DType::FP32;  // the updates
   return p.precision.reduce;
 }
 
@@ -229,6 +231,9 @@ std::string_view profile_op_name(OpKind k) {
       return "reduce_scatter";
     case OpKind::AllReduce:
       return "all_reduce";
+    case OpKind::MuonGather:
+    case OpKind::MuonScatter:
+      return "send_recv";
     case OpKind::CopyH2D:
       return "h2d";
     case OpKind::CopyD2H:
@@ -389,7 +394,9 @@ profile::Profile calibration_request(const std::vector<Schedule>& schedules, con
       const GroupPlacement g = group_placement(s.units.spec.parallel, op.group, op.group_size);
       if (op.group_size < 2 || g.nodes > 1 || op.group_size > ranks_per_node) continue;
       const std::string dtype = dtype_name(collective_dtype(s, op));
-      add_once(r.collectives, {std::string(name), dtype, op.group_size, 1, op.payload_bytes, 0, 0});
+      if (op.payload_bytes > 0)  // a Muon exchange of no matrix slices moves nothing
+        add_once(r.collectives,
+                 {std::string(name), dtype, op.group_size, 1, op.payload_bytes, 0, 0});
       for (int64_t bytes : kSweepBytes)
         add_once(r.collectives, {std::string(name), dtype, op.group_size, 1, bytes, 0, 0});
     }

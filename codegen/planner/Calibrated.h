@@ -92,19 +92,22 @@ Hardware calibrated_hardware(profile::Profile profile, const std::string& path);
 Hardware hardware_named(const std::string& name_or_path);
 
 // The dtype a collective moves: all-gathers the params', reductions the
-// gradients' (the norm's scalar all-reduce is fp32).
+// gradients' (the norm's scalar all-reduce is fp32); Muon's gathers the
+// gradient shards', its scatters the fp32 updates.
 DType collective_dtype(const Schedule& s, const Op& op);
 
-// The profile name of a collective or copy op kind ("all_gather", "h2d").
+// The profile name of a collective or copy op kind ("all_gather", "h2d";
+// Muon's point-to-point exchanges, MUON_GATHER and MUON_SCATTER, are
+// "send_recv": the busiest rank's payload after one hop).
 std::string_view profile_op_name(OpKind k);
 
 // The request `fsdpgen calibrate` hands the calibration binary for
 // `schedules` (plans of one target): every layer pass, element-wise op and
 // Muon matrix shape they run, in compute sections for 1 and `ranks_per_node` ranks per node;
-// every collective whose group fits on this node (at most `ranks_per_node`
-// ranks); every copy; and, so that other plans interpolate, a sweep of
-// sizes for each collective group and copy direction. Each entry once, in
-// first-use order. device.base is `base`.
+// every collective (Muon's exchanges as send_recv) whose group fits on this node (at most
+// `ranks_per_node` ranks); every copy; and, so that other plans interpolate, a sweep of sizes for
+// each collective group and copy direction. Each entry once, in first-use order. device.base is
+// `base`.
 profile::Profile calibration_request(const std::vector<Schedule>& schedules, const Hardware& base,
                                      int64_t ranks_per_node, const std::string& sweep);
 

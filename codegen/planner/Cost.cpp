@@ -187,7 +187,9 @@ Calibrated calibrated_work(const Schedule& s, const Op& op, const CalibratedTime
       return c;
     case OpKind::AllGather:
     case OpKind::ReduceScatter:
-    case OpKind::AllReduce: {
+    case OpKind::AllReduce:
+    case OpKind::MuonGather:  // "send_recv"; sent_bytes is the payload
+    case OpKind::MuonScatter: {
       if (op.group_size <= 1) return c;
       const ParallelSpec& p = s.units.spec.parallel;
       const GroupPlacement g = group_placement(p, op.group, op.group_size);
@@ -227,11 +229,6 @@ Calibrated calibrated_work(const Schedule& s, const Op& op, const CalibratedTime
       return c;
     }
     case OpKind::Free:
-      return c;
-    case OpKind::MuonGather:
-    case OpKind::MuonScatter:
-      // Point-to-point exchanges are not calibrated yet: the built-in figures.
-      c.how = Lookup::Missing;
       return c;
   }
   return c;

@@ -1,6 +1,7 @@
 // collectives: per-rank buffers from the schedule's payload. all_gather sends
 // bytes/ranks per rank into bytes; reduce_scatter reduces bytes (elements of
-// dtype) to bytes/ranks per rank; all_reduce reduces bytes.
+// dtype) to bytes/ranks per rank; all_reduce reduces bytes; send_recv sends
+// bytes to the next rank while it receives bytes from the previous one.
 #include "runtime/calibrate/collectives.h"
 
 #include <climits>
@@ -10,17 +11,22 @@
 #include <fmt/format.h>
 
 #include "runtime/calibrate/buffers.h"
+#include "runtime/check.h"
 #include "runtime/comm.h"
 
 namespace {
 
 using fsdpgen::profile::CollectiveTime;
 
-// The elements (bytes for all_gather) one call of the comm layer is given.
+// What entry c moves: bytes (all_gather, send_recv) or elements of dtype.
+int64_t elem_bytes_of(const CollectiveTime& c) {
+  return c.op == "all_gather" || c.op == "send_recv" ? 1 : dtype_size(dtype_named(c.dtype));
+}
+
+// The elements (bytes for all_gather and send_recv) one call is given.
 int64_t count_of(const CollectiveTime& c) {
-  const int64_t elem_bytes = c.op == "all_gather" ? 1 : dtype_size(dtype_named(c.dtype));
-  const int64_t elems = c.bytes / elem_bytes;
-  return c.op == "all_reduce" ? elems : elems / c.ranks;
+  const int64_t elems = c.bytes / elem_bytes_of(c);
+  return c.op == "all_reduce" || c.op == "send_recv" ? elems : elems / c.ranks;
 }
 
 }  // namespace
@@ -48,7 +54,7 @@ std::string collective_problem(const CollectiveTime& c, const rank_layout& l) {
 
 collective_buffers collective_buffers_of(const CollectiveTime& c) {
   const int64_t count = count_of(c);
-  const int64_t elem_bytes = c.op == "all_gather" ? 1 : dtype_size(dtype_named(c.dtype));
+  const int64_t elem_bytes = elem_bytes_of(c);
   const int64_t gathered = count * c.ranks * elem_bytes, one = count * elem_bytes;
   return {count, c.op == "reduce_scatter" ? gathered : one, c.op == "all_gather" ? gathered : one};
 }
@@ -61,14 +67,21 @@ measurement measure_collective(const CollectiveTime& c, MPI_Comm group, const me
     send.emplace(b.send_bytes);
     recv.emplace(b.recv_bytes);
   });
-  if (c.op != "all_gather") {
+  if (collective_reduces(c)) {
     std::mt19937 rng(1234);
     fill_normal(send->data(), t, b.send_bytes / dtype_size(t), 1e-3f, rng);
   }
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(group, &rank));
+  MPI_CHECK(MPI_Comm_size(group, &size));
   return measure(o, [&] {
     ranks_barrier(group);
     const double s = seconds_of([&] {
-      if (c.op == "all_gather")
+      if (c.op == "send_recv")  // as runtime/muon_step.cpp's exchanges: MPI point to point
+        MPI_CHECK(MPI_Sendrecv(send->data(), static_cast<int>(b.count), MPI_BYTE, (rank + 1) % size,
+                               0, recv->data(), static_cast<int>(b.count), MPI_BYTE,
+                               (rank + size - 1) % size, 0, group, MPI_STATUS_IGNORE));
+      else if (c.op == "all_gather")
         comm_all_gather(group, send->data(), recv->data(), b.count);
       else if (c.op == "reduce_scatter")
         comm_reduce_scatter(group, send->data(), recv->data(), b.count, t);

@@ -1,6 +1,8 @@
 // collectives: all-gather, reduce-scatter and all-reduce through the
 // runtime's comm layer (runtime/comm.h) on the first `ranks` ranks of the
-// world, with the payload counted as the schedule counts it.
+// world, with the payload counted as the schedule counts it; and send_recv,
+// Muon's point-to-point exchange, as a ring shift of MPI (NCCL on a GPU)
+// sends and receives.
 #pragma once
 
 #include <mpi.h>
@@ -16,8 +18,15 @@
 // element per rank or more than MPI's int count), or "" when it can.
 std::string collective_problem(const fsdpgen::profile::CollectiveTime& c, const rank_layout& l);
 
+// Whether entry c reduces (its send buffer holds numbers of its dtype): not
+// all_gather or send_recv, which move bytes.
+inline bool collective_reduces(const fsdpgen::profile::CollectiveTime& c) {
+  return c.op == "reduce_scatter" || c.op == "all_reduce";
+}
+
 // One rank's side of entry c: the count the comm layer's call takes (bytes
-// for all_gather, elements of dtype otherwise) and its buffers' bytes.
+// for all_gather and send_recv, elements of dtype otherwise) and its
+// buffers' bytes.
 struct collective_buffers {
   int64_t count = 0;
   int64_t send_bytes = 0, recv_bytes = 0;

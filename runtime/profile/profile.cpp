@@ -24,7 +24,8 @@ constexpr std::string_view kPasses[] = {"forward", "recompute", "backward"};
 constexpr std::string_view kElementwise[] = {"adamw", "sgd", "grad_norm", "convert"};
 constexpr std::string_view kNsDtypes[] = {"fp32", "bf16"};  // runtime/muon.h's
 constexpr int64_t kMaxNsSteps = 99;                         // torch.optim.Muon's limit
-constexpr std::string_view kCollectives[] = {"all_gather", "reduce_scatter", "all_reduce"};
+constexpr std::string_view kCollectives[] = {"all_gather", "reduce_scatter", "all_reduce",
+                                             "send_recv"};
 constexpr std::string_view kCopies[] = {"h2d", "d2h"};
 
 template <size_t N>

@@ -90,7 +90,10 @@ struct Compute {
 // A collective of the step ("all_gather", "reduce_scatter", "all_reduce") over
 // `ranks` ranks on `nodes` nodes; bytes is the payload as the schedule counts
 // it (the whole unsharded tensor; all_reduce: the reduced tensor), dtype the
-// reduction's.
+// reduction's. "send_recv" is Muon's point-to-point exchange (MUON_GATHER,
+// MUON_SCATTER) as a ring shift: every rank sends `bytes` to the next rank
+// while it receives `bytes` from the previous one (the schedule's payload:
+// the busiest rank's bytes); dtype is the exchanged data's, a label.
 struct CollectiveTime {
   std::string op;
   std::string dtype;

@@ -1,7 +1,8 @@
 // CalibrateTest: fsdpgen-calibrate run under mpirun on 2 ranks as `fsdpgen
 // calibrate` runs it: a hand-written request with tiny's shapes comes back
 // measured, entry for entry; more work measures longer; Muon's Newton-Schulz
-// is measured; bad requests fail on every rank with one located message.
+// and its exchanges (send_recv) are measured; bad requests fail on every rank
+// with one located message.
 #include <unistd.h>
 
 #include <filesystem>
@@ -170,6 +171,37 @@ TEST(Calibrate, MeasuresMuonNewtonSchulz) {
   EXPECT_GT(m[1].seconds, m[0].seconds) << r.out;  // 48x the FLOPs
   EXPECT_GT(m[2].seconds, m[0].seconds) << r.out;  // 4x the iterations
   EXPECT_NE(r.out.find("muon_ns (192, 64) 5 steps bf16, 2 ranks/node ... "), std::string::npos)
+      << r.out;
+}
+
+// Muon's point-to-point exchange as a ring shift of MPI sends and receives on
+// both ranks: every entry measured, in request order; 4096x the bytes take
+// longer (3 us against milliseconds here: far beyond the noise), and longer
+// than 16 MiB at 1 TB/s.
+TEST(Calibrate, MeasuresSendRecv) {
+  const fs::path dir = work_dir("send_recv");
+  profile::Profile request;
+  request.sweep = "CalibrateTest";
+  request.device = {"cpu", "", "cpu", 1, 1};
+  request.compute.push_back({2, 1, 0, {}, {}, {}});
+  request.collectives = {all_gather(4096), all_gather(16 << 20), all_gather(81664)};
+  for (profile::CollectiveTime& c : request.collectives)
+    c.op = "send_recv";
+  request.collectives[2].dtype = "bf16";  // a label: the bytes are what moves
+  profile::save(request, (dir / "request.json").string());
+  const CmdResult r =
+      calibrate(2, fmt::format("{} -o {} --min-runs 3 --min-seconds 0 --rounds 1",
+                               (dir / "request.json").string(), (dir / "profile.json").string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const profile::Profile p = profile::load((dir / "profile.json").string());
+  EXPECT_EQ(identity(p), identity(request));
+  ASSERT_EQ(p.collectives.size(), 3u);
+  for (const profile::CollectiveTime& c : p.collectives)
+    EXPECT_TRUE(c.seconds > 0 && c.runs >= 3) << c.bytes;
+  EXPECT_GT(p.collectives[1].seconds, p.collectives[0].seconds) << r.out;
+  // 16 MiB really moved: no machine's ranks exchange it at 1 TB/s.
+  EXPECT_GT(p.collectives[1].seconds, (16 << 20) / 1e12) << r.out;
+  EXPECT_NE(r.out.find("send_recv bf16 81664 bytes over 2 ranks on 1 node ... "), std::string::npos)
       << r.out;
 }
 

@@ -77,8 +77,10 @@ int figures_count(const std::string& out, const std::string& what) {
 }
 
 // A Muon spec calibrated on 2 ranks: its matrices' Newton-Schulz is measured
-// (muon_ns entries), and plan prices its MUON_NS ops (one per block) from
-// them: without them, those ops fall back to the built-in figures.
+// (muon_ns entries) and so are its exchanges (send_recv collectives), and plan
+// prices its MUON_NS ops (one per block) and its MUON_GATHER and MUON_SCATTER
+// ops (one each per block) from them, every op measured: without them, those
+// ops fall back to the built-in figures.
 TEST(CliCalibrate, MuonsNewtonSchulzIsMeasuredAndPlanned) {
   const std::string dir = work_dir();
   const std::string muon_spec = dir + "/muon.fsdp", profile = dir + "/muon.json";
@@ -97,7 +99,15 @@ train { optimizer = muon(lr = 0.02, ns_steps = 5) micro_batch = 4 steps = 10 dat
   CmdResult r = run(fmt::format("calibrate {} --target cpu --quick -o {}", muon_spec, profile));
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(has(r, "muon_ns (64, 192) 5 steps fp32, 2 ranks/node")) << r.out;
+  EXPECT_TRUE(has(r, "send_recv fp32 4096 bytes over 2 ranks on 1 node ... ")) << r.out;
   fsdpgen::profile::Profile p = fsdpgen::profile::load(profile);
+  int send_recv = 0;
+  for (const fsdpgen::profile::CollectiveTime& c : p.collectives)
+    if (c.op == "send_recv") {
+      ++send_recv;
+      EXPECT_TRUE(c.seconds > 0 && c.runs >= 2) << c.bytes;
+    }
+  EXPECT_EQ(send_recv, 6);  // the exchanges' one payload and the 5 sizes of the sweep
   ASSERT_EQ(p.compute.size(), 2u);
   for (const fsdpgen::profile::Compute& c : p.compute) {
     EXPECT_EQ(c.muon_ns.size(), 4u);  // c_attn, attn.c_proj, c_fc, mlp.c_proj
@@ -107,6 +117,19 @@ train { optimizer = muon(lr = 0.02, ns_steps = 5) micro_batch = 4 steps = 10 dat
   CmdResult with = run(fmt::format("plan {} --hardware {}", muon_spec, profile));
   ASSERT_EQ(with.status, 0) << with.out;
   EXPECT_TRUE(has(with, "figures         hardware profile " + profile)) << with.out;
+  EXPECT_FALSE(has(with, "not in the profile")) << with.out;
+
+  // Without the send_recv entries the 4 exchanges take the built-in figures.
+  fsdpgen::profile::Profile no_exchanges = p;
+  std::erase_if(no_exchanges.collectives,
+                [](const fsdpgen::profile::CollectiveTime& c) { return c.op == "send_recv"; });
+  fsdpgen::profile::save(no_exchanges, dir + "/muon-no-exchanges.json");
+  CmdResult builtin_exchanges =
+      run(fmt::format("plan {} --hardware {}/muon-no-exchanges.json", muon_spec, dir));
+  ASSERT_EQ(builtin_exchanges.status, 0) << builtin_exchanges.out;
+  EXPECT_EQ(figures_count(builtin_exchanges.out, "not in the profile"),
+            figures_count(with.out, "not in the profile") + 4)
+      << with.out << builtin_exchanges.out;
 
   for (fsdpgen::profile::Compute& c : p.compute)
     c.muon_ns.clear();

@@ -2,7 +2,8 @@
 // schedules whose timelines from a synthetic profile are computed by hand
 // (streams overlapping, dependencies, links shared), the lookups'
 // interpolation, scaling and fallback, the compute section a plan uses, the
-// calibration request of a real plan, and Muon's Newton-Schulz ops.
+// calibration request of a real plan, and Muon's Newton-Schulz ops and
+// point-to-point exchanges (send_recv).
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -471,6 +472,123 @@ TEST(Calibrated, MuonOpsTakeTheirOwnersMeasuredTimes) {
     if (op.kind != OpKind::MuonOrthogonalize) continue;
     EXPECT_NEAR(builtin.ops[op.id].ms(), op_seconds(s, op, *find_hardware("cpu")) / kMs, kTol);
   }
+}
+
+// The request lists each of a Muon plan's exchanges (MUON_GATHER of the
+// gradient slices, MUON_SCATTER of the fp32 updates) as a send_recv over its
+// shard group at its payload, with the sweep of sizes; AdamW's none.
+TEST(Calibrated, RequestListsMuonsExchangesAsSendRecv) {
+  test::Planned planned = test::plan_text(muon_spec("ns_steps = 5"));
+  const Schedule& s = planned.schedule;
+  const profile::Profile r = calibration_request({s}, *find_hardware("cpu"), 2, "tiny-muon");
+  auto requested = [&](const std::string& dtype, int64_t ranks, int64_t bytes) {
+    return std::count_if(r.collectives.begin(), r.collectives.end(), [&](const auto& c) {
+      return c.op == "send_recv" && c.dtype == dtype && c.ranks == ranks && c.nodes == 1 &&
+             c.bytes == bytes && c.seconds == 0;
+    });
+  };
+  int exchanges = 0;
+  for (const Op& op : s.ops) {
+    if (op.kind != OpKind::MuonGather && op.kind != OpKind::MuonScatter) continue;
+    ++exchanges;
+    EXPECT_EQ(op.group_size, 2) << op.label();
+    ASSERT_GT(op.payload_bytes, 0) << op.label();
+    EXPECT_EQ(requested("fp32", 2, op.payload_bytes), 1) << op.label();
+  }
+  EXPECT_EQ(exchanges, 8);  // a gather and a scatter per block
+  for (int64_t bytes : {int64_t{4} << 10, int64_t{64} << 20})
+    EXPECT_EQ(requested("fp32", 2, bytes), 1) << bytes;
+  // A bf16 gradient shard is gathered in bf16; the updates stay fp32.
+  test::Planned bf16 = test::plan_text(R"(
+model tiny { family = gpt2 vocab = 256 context = 128 width = 128 heads = 4 layers = 4 }
+units { each block }
+parallel { world = 2 sharding = full_shard precision { param = bf16 reduce = bf16 master = fp32 } }
+train { optimizer = muon(lr = 0.02) micro_batch = 8 steps = 20 data = synthetic(seed = 1) }
+)");
+  const profile::Profile rb =
+      calibration_request({bf16.schedule}, *find_hardware("cpu"), 2, "tiny-muon");
+  std::set<std::string> dtypes;
+  for (const profile::CollectiveTime& c : rb.collectives)
+    if (c.op == "send_recv") dtypes.insert(c.dtype);
+  EXPECT_EQ(dtypes, (std::set<std::string>{"bf16", "fp32"}));
+  for (const Op& op : bf16.schedule.ops)
+    if (op.kind == OpKind::MuonGather || op.kind == OpKind::MuonScatter)
+      EXPECT_EQ(std::count_if(rb.collectives.begin(), rb.collectives.end(),
+                              [&](const auto& c) {
+                                return c.op == "send_recv" && c.bytes == op.payload_bytes &&
+                                       c.dtype == (op.kind == OpKind::MuonGather ? "bf16" : "fp32");
+                              }),
+                1)
+          << op.label();
+  test::Planned plain = test::plan_text(R"(
+model tiny { family = gpt2 vocab = 256 context = 128 width = 128 heads = 4 layers = 4 }
+units { each block }
+parallel { world = 2 sharding = full_shard }
+train { optimizer = adamw(lr = 1e-3) micro_batch = 8 steps = 20 data = synthetic(seed = 1) }
+)");
+  for (const profile::CollectiveTime& c :
+       calibration_request({plain.schedule}, *find_hardware("cpu"), 2, "x").collectives)
+    EXPECT_NE(c.op, "send_recv");
+}
+
+// An exchange takes the profile's send_recv time like a collective: its
+// smallest size as the latency, the rest as bytes (interpolated between
+// sizes); another op's entries or another group size are not comparable.
+TEST(Calibrated, MuonExchangesTakeTheProfilesSendRecvTimes) {
+  profile::Profile p = toy_profile();
+  p.collectives = {{"send_recv", "fp32", 2, 1, 4096, 1 * kMs, 5},
+                   {"send_recv", "fp32", 2, 1, 1 << 20, 3 * kMs, 5}};
+  Schedule s = toy_schedule();
+  const int gather = add(s, OpKind::MuonGather, StreamId::AllGather, -1, {}, 1 << 20);
+  const int scatter = add(s, OpKind::MuonScatter, StreamId::ReduceScatter, -1, {gather}, 1 << 19);
+  const Timeline t = predict(s, toy_hardware(p));
+  EXPECT_NEAR(t.ops[gather].ms(), 3, kTol);
+  // Half way in bytes: 1 + (3 - 1) * (512 - 4) / (1024 - 4) ms.
+  EXPECT_NEAR(t.ops[scatter].ms(), 1 + 2.0 * (512 - 4) / (1024 - 4), kTol);
+  EXPECT_EQ(t.ops_measured, 1);
+  EXPECT_EQ(t.ops_interpolated, 1);
+  EXPECT_EQ(t.ops_estimated, 0);
+  for (profile::CollectiveTime& c : p.collectives)
+    c.op = "all_gather";
+  const Timeline builtin = predict(s, toy_hardware(p));
+  EXPECT_EQ(builtin.ops_estimated, 2);
+  EXPECT_NEAR(builtin.ops[gather].ms(), op_seconds(s, s.ops[gather], *find_hardware("cpu")) / kMs,
+              kTol);
+}
+
+// In a real Muon plan every exchange is priced from the profile: with the
+// plan's payloads written, each is Measured; without send_recv entries they
+// take the built-in figures, as before the exchanges were calibrated.
+TEST(Calibrated, MuonPlansExchangesAreMeasured) {
+  test::Planned planned = test::plan_text(muon_spec("ns_steps = 5"));
+  const Schedule& s = planned.schedule;
+  profile::Profile p = toy_profile();
+  p.compute[0].layers.clear();
+  std::map<int64_t, double> written;  // payload -> seconds
+  p.collectives.push_back({"send_recv", "fp32", 2, 1, 4096, 0.01 * kMs, 5});
+  for (const Op& op : s.ops)
+    if (op.kind == OpKind::MuonGather || op.kind == OpKind::MuonScatter)
+      if (written.emplace(op.payload_bytes, (0.1 + 0.01 * written.size()) * kMs).second)
+        p.collectives.push_back(
+            {"send_recv", "fp32", 2, 1, op.payload_bytes, written[op.payload_bytes], 5});
+  ASSERT_FALSE(written.empty());
+  const Timeline measured = predict(s, toy_hardware(p), {.share_links = false});
+  int exchanges = 0;
+  for (const Op& op : s.ops) {
+    if (op.kind != OpKind::MuonGather && op.kind != OpKind::MuonScatter) continue;
+    ++exchanges;
+    EXPECT_NEAR(measured.ops[op.id].ms(), written.at(op.payload_bytes) / kMs, kTol) << op.label();
+  }
+  EXPECT_EQ(exchanges, 8);
+  profile::Profile none = p;
+  std::erase_if(none.collectives, [](const auto& c) { return c.op == "send_recv"; });
+  const Timeline builtin = predict(s, toy_hardware(none), {.share_links = false});
+  EXPECT_EQ(builtin.ops_estimated, measured.ops_estimated + exchanges);
+  EXPECT_EQ(measured.ops_measured, builtin.ops_measured + exchanges);
+  for (const Op& op : s.ops)
+    if (op.kind == OpKind::MuonGather || op.kind == OpKind::MuonScatter)
+      EXPECT_NEAR(builtin.ops[op.id].ms(), op_seconds(s, op, *find_hardware("cpu")) / kMs, kTol)
+          << op.label();
 }
 
 }  // namespace

@@ -90,7 +90,7 @@ TEST(Profile, SchemaErrorsNameTheFileAndTheField) {
             "p.json: collectives[0].nodes: more nodes than its 2 ranks");
   EXPECT_EQ(error_after([](auto& j) { j["collectives"][0]["op"] = "broadcast"; }),
             "p.json: collectives[0].op: 'broadcast' is not one of 'all_gather', "
-            "'reduce_scatter', 'all_reduce'");
+            "'reduce_scatter', 'all_reduce', 'send_recv'");
   EXPECT_EQ(error_after([](auto& j) { j["copies"][0]["bytes"] = 1.5; }),
             "p.json: copies[0].bytes: must be an integer");
   EXPECT_EQ(error_after([](auto& j) { j["device"]["kind"] = "tpu"; }),
@@ -151,6 +151,31 @@ TEST(Profile, MuonNewtonSchulzEntriesAreOptional) {
   EXPECT_TRUE(q.compute[0].muon_ns.empty());
   EXPECT_EQ(to_json(q).find("muon_ns"), std::string::npos);
   EXPECT_NE(to_json(sample()).find("\"muon_ns\""), std::string::npos);
+}
+
+// Muon's point-to-point exchanges are the send_recv collective: it round-trips
+// with the others and is checked like them.
+TEST(Profile, SendRecvCollectivesRoundTripAndAreChecked) {
+  Profile p = sample();
+  p.collectives.push_back({"send_recv", "bf16", 4, 1, 81664, 2.5e-5, 9});
+  const Profile q = from_json(to_json(p), "p.json");
+  ASSERT_EQ(q.collectives.size(), p.collectives.size());
+  const CollectiveTime& c = q.collectives.back();
+  EXPECT_EQ(c.op, "send_recv");
+  EXPECT_EQ(c.dtype, "bf16");
+  EXPECT_EQ(c.ranks, 4);
+  EXPECT_EQ(c.nodes, 1);
+  EXPECT_EQ(c.bytes, 81664);
+  EXPECT_DOUBLE_EQ(c.seconds, 2.5e-5);
+  EXPECT_EQ(c.runs, 9);
+  EXPECT_EQ(error_after([](auto& j) { j["collectives"][0]["op"] = "send"; }),
+            "p.json: collectives[0].op: 'send' is not one of 'all_gather', "
+            "'reduce_scatter', 'all_reduce', 'send_recv'");
+  EXPECT_EQ(error_after([](auto& j) {
+              j["collectives"][0]["op"] = "send_recv";
+              j["collectives"][0]["bytes"] = 0;
+            }),
+            "p.json: collectives[0].bytes: must be at least 1, not 0");
 }
 
 TEST(Profile, ForeignFilesAndOtherVersionsAreRefused) {

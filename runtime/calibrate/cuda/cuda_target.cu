@@ -1,8 +1,8 @@
 // cuda_target: the CUDA runtime on this rank's GPU: layer passes
 // (cuda_layers.h), the optimizer and other element-wise ops through
 // runtime/cuda/step.h, Muon's owner step through runtime/cuda/muon.h, NCCL collectives through
-// runtime/cuda/comm.h, pinned host <-> device copies, and an empty kernel's launch as an op's
-// hand-off.
+// runtime/cuda/comm.h (Muon's send_recv exchange with ncclSend and ncclRecv), pinned host <->
+// device copies, and an empty kernel's launch as an op's hand-off.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -198,14 +198,23 @@ class cuda final : public calibrate_target {
       send.emplace(b.send_bytes);
       recv.emplace(b.recv_bytes);
     });
-    if (c.op != "all_gather") {
+    if (collective_reduces(c)) {
       std::mt19937 rng(1234);
       upload_normal(send->data(), t, b.send_bytes / dtype_size(t), 1e-3f, rng);
     }
     return measure(o, [&] {
       ranks_barrier(group);
       const double s = gpu_seconds_of(exec_.stream, [&] {
-        if (c.op == "all_gather")
+        if (c.op == "send_recv") {  // as runtime/cuda/muon_step.cpp's exchanges
+          const int next = (comm.rank + 1) % comm.size,
+                    prev = (comm.rank + comm.size - 1) % comm.size;
+          NCCL_CHECK(ncclGroupStart());
+          NCCL_CHECK(ncclRecv(recv->data(), static_cast<size_t>(b.count), ncclUint8, prev,
+                              comm.nccl, exec_.stream));
+          NCCL_CHECK(ncclSend(send->data(), static_cast<size_t>(b.count), ncclUint8, next,
+                              comm.nccl, exec_.stream));
+          NCCL_CHECK(ncclGroupEnd());
+        } else if (c.op == "all_gather")
           comm_all_gather(comm, send->data(), recv->data(), b.count, exec_);
         else if (c.op == "reduce_scatter")
           comm_reduce_scatter(comm, send->data(), recv->data(), b.count, t, exec_);
