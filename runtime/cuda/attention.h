@@ -4,7 +4,8 @@
 // products on cuda_gemm (runtime/cuda/gemm.h), softmax and its backward in
 // fp32 kernels, a warp per (T)-row. Flash (fused, nothing of size T x T
 // stored), computing what attention_forward_flash and
-// attention_backward_flash compute. Plain C++; kernels in attention.cu.
+// attention_backward_flash compute. Plain C++; kernels in attention.cu
+// (materialized) and attention_flash.cu (flash).
 //
 // qkv (N, 3C) holds q | k | v, each split into H heads of hs = C/H; probs
 // (B, H, T, T) are the softmax probabilities (row t holds zeros after column

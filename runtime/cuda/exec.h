@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <limits>
 
-struct gpu_gemm_cache;  // runtime/cuda/gemm.cu: cuBLASLt algorithms chosen per shape
+struct gpu_gemm_cache;  // runtime/cuda/gemm_plan.h: cuBLASLt algorithms chosen per shape
 struct gpu_attention;   // runtime/cuda/cudnn_attention.h: cuDNN attention graphs per shape
 
 // Per-step values in device memory (one struct, written by the executor

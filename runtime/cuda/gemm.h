@@ -2,7 +2,8 @@
 // gemm() semantics, through cuBLASLt (fp32 compute, no TF32), plus what
 // cuBLASLt can fuse: a bias epilogue, a separate C input (D = AB + C) and
 // strided batches. The bias's backward (column sums) is here too. Plain C++
-// (included by host code); kernels and cuBLASLt plans live in gemm.cu.
+// (included by host code); kernels live in gemm.cu, cuBLASLt plans in
+// gemm_plan.cpp.
 //
 // Each distinct GEMM (shape, transposes, types, epilogue, batch, pointer
 // alignments) gets a plan the first time it runs: cuBLASLt descriptors and

@@ -129,7 +129,7 @@ TEST(CudnnAttentionBuild, WithoutCudnnPreparingSaysSo) {
 // scale (7.81e-3 bf16, 9.77e-4 fp16), in a few values of ~0.005 among
 // millions, so a bound relative to each value or to the rms fails them.
 //  - tol, relative: bf16 2e-2, the hand-written attention's bf16 tolerance
-//    (Gpt2Test); fp16 5e-3.
+//    (CudaAttentionTest); fp16 5e-3.
 //  - lse (fp32): 1e-4 of (|lse| + rms(lse)), the fp32 tolerance: exact
 //    16-bit products summed in fp32 in another order, and expf against
 //    cuDNN's exp2 with log2(e) folded in (a few ulps).
@@ -169,7 +169,7 @@ constexpr shape kShapes[] = {
     {1, 2, 128, 2}, {2, 7, 128, 2}, {1, 64, 128, 2}, {2, 1000, 128, 2}, {1, 4096, 128, 2},
     {1, 2, 128, 1}, {2, 7, 256, 2}, {1, 64, 128, 1}, {2, 1000, 128, 1}, {1, 4096, 256, 2}};
 // The CPU reference is quadratic in T: above this, cuDNN is compared with the
-// hand-written flash kernels only (themselves checked against the CPU in Gpt2Test).
+// hand-written flash kernels only (themselves checked against the CPU in CudaAttentionTest).
 constexpr int64_t kCpuMaxT = 1000;
 
 template <class T>

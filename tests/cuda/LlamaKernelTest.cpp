@@ -1,8 +1,8 @@
 // LlamaKernelTest (cuda): the llama family's CUDA kernels (RMSNorm, SwiGLU,
 // rotary positions, grouped-query flash attention) against their CPU twins
 // (runtime/kernels.h, runtime/rope.h), which tests/runtime/LlamaKernelTest.cpp
-// checks against double references, on the same random inputs, for fp32,
-// bf16 and fp16 storage. Each test skips, saying why, where no CUDA device
+// and RopeTest.cpp check against double references, on the same random
+// inputs, for fp32, bf16 and fp16 storage. Each test skips, saying why, where no CUDA device
 // is present.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
