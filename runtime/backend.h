@@ -14,7 +14,7 @@
 #include "runtime/arena.h"
 #include "runtime/optimizer_math.h"
 #include "runtime/program.h"
-#include "runtime/step.h"
+#include "runtime/step_context.h"
 
 // Flags only some backends read.
 struct backend_options {

@@ -26,7 +26,7 @@
 
 #include "runtime/files/checkpoint_files.h"
 #include "runtime/loss_scale.h"
-#include "runtime/step.h"
+#include "runtime/step_context.h"
 
 struct checkpoint_config {
   int64_t every = 0;  // steps between checkpoints (0: none)

@@ -11,7 +11,7 @@
 
 #include <mpi.h>
 
-#include "runtime/step.h"
+#include "runtime/step_context.h"
 
 // Unit `unit`'s state as the checkpoint keeps it: planes (2 x shard_elems
 // floats, host memory).

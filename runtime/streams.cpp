@@ -16,7 +16,7 @@
 
 #include "runtime/check.h"
 #include "runtime/red_zones.h"
-#include "runtime/step.h"
+#include "runtime/step_context.h"
 #include "runtime/trace.h"
 
 namespace {

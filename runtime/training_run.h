@@ -27,7 +27,7 @@
 #include "runtime/optimizer.h"
 #include "runtime/program.h"
 #include "runtime/run_log.h"
-#include "runtime/step.h"
+#include "runtime/step_context.h"
 #include "runtime/straggler.h"
 #include "runtime/train_flags.h"
 

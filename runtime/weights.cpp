@@ -24,6 +24,7 @@
 #include "runtime/files/safetensors.h"
 #include "runtime/files/safetensors_set.h"
 #include "runtime/init.h"
+#include "runtime/step.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "runtime/step.h"
+#include "runtime/step_context.h"
 
 // Stores n fp32 weights at shard_offset of this rank's shard of `unit`: into
 // its master weights (when it has them) and, converted, its param shard.

@@ -1,0 +1,91 @@
+// step_context: what a generated op function sees, whichever the backend:
+// the program, the arenas, the communicators, the data, and the step's
+// changing values and outputs. The CPU's vocabulary over it is runtime/step.h,
+// the GPU's runtime/cuda/step.h; the training loop, checkpoints and weights
+// read only this.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "runtime/comm.h"
+#include "runtime/data.h"
+#include "runtime/gemm.h"
+#include "runtime/program.h"
+
+struct gpu_context;  // runtime/cuda/step.h
+struct muon_layout;  // runtime/muon_layout.h
+
+struct step_context {
+  const program* p = nullptr;
+  std::byte* device = nullptr;  // arena bases
+  std::byte* host = nullptr;
+  comm_groups comms;
+  const dataloader* data = nullptr;
+  // The validation pass being run (-1: a training step). Its micro-batch 0
+  // reads val's sequences from (pass * world + rank) * micro_batch on, and
+  // only the first loss_rows of them count towards the loss (the last pass
+  // may run past val_sequences).
+  const dataloader* val = nullptr;
+  int64_t validation_pass = -1;
+  int64_t loss_rows = 0;
+  int data_trace_fd = -1;  // --trace-data (a testing aid): where fills append their lines; -1: off
+  gemm_workspace ws;
+  int64_t step = 0;  // 0-based step being run
+  // Global sequences before step 0's: step s reads from sequence_base + s *
+  // world * micro_batches * micro_batch (non-zero when resumed from a
+  // checkpoint written with another global batch).
+  int64_t sequence_base = 0;
+  double lr = 0;  // this step's learning rate
+  // Set by the loop before each step (runtime/loss_scale.h):
+  float dloss_scale = 0;        // grad_scale / tokens of the global batch
+  float grad_scale = 1;         // reduced gradients = grad_scale x the average (fp16: S x post)
+  int64_t optimizer_step = 1;   // 1-based count of applied updates, this one included
+  double loss_sum = 0;          // this rank's per-token losses, this step
+  float grad_norm_partial = 0;  // this rank's sum of squares (all-reduced over the shard group)
+  // The loss-spike guard's limits for this step (runtime/guard.h; +inf: off),
+  // set by the loop, and the step's loss summed over every rank, in the step
+  // (the guard's all-reduce; 0 without one).
+  float norm_limit = std::numeric_limits<float>::infinity();
+  float loss_total_limit = std::numeric_limits<float>::infinity();
+  float loss_total = 0;
+  // --inject-spike (a testing aid): this training step's losses count this
+  // many times (1: as they are).
+  float inject_loss_factor = 1;
+  // Per unit: [begin, end) of this rank's shard that AdamW decays, as element
+  // ranges (computed once at start from the tensor table).
+  const int64_t* const* decay_ranges = nullptr;
+  const int* decay_range_counts = nullptr;
+  gpu_context* gpu = nullptr;  // the CUDA backend's state (null on the CPU)
+  // optimizer = muon(...): this rank's matrices, exchanges and shard parts
+  // (computed once at start; null otherwise).
+  muon_layout* muon = nullptr;
+};
+
+template <class T>
+inline T* dev(step_context& c, int64_t offset) {
+  return reinterpret_cast<T*>(c.device + offset);
+}
+template <class T>
+inline T* host(step_context& c, int64_t offset) {
+  return reinterpret_cast<T*>(c.host + offset);
+}
+
+// A buffer of the plan, in the arena of its memory space.
+template <class T>
+inline T* step_buffer(step_context& c, int buffer) {
+  const program_buffer& b = c.p->buffers[buffer];
+  return reinterpret_cast<T*>((b.space == memory_space::device ? c.device : c.host) + b.offset);
+}
+
+inline MPI_Comm op_comm(step_context& c, stream_id s, comm_group g) {
+  return c.comms.comm[static_cast<int>(s)][static_cast<int>(g)];
+}
+
+// The global gradient norm from the all-reduced sum of squares of gradients
+// that hold grad_scale times the average; not finite when they overflowed
+// (the optimizer then skips the step).
+inline double step_global_norm(float norm_sq, float grad_scale) {
+  return std::sqrt(static_cast<double>(norm_sq)) / grad_scale;
+}
