@@ -77,11 +77,13 @@ measurement measure_collective(const CollectiveTime& c, MPI_Comm group, const me
   return measure(o, [&] {
     ranks_barrier(group);
     const double s = seconds_of([&] {
-      if (c.op == "send_recv")  // as runtime/muon_step.cpp's exchanges: MPI point to point
-        MPI_CHECK(MPI_Sendrecv(send->data(), static_cast<int>(b.count), MPI_BYTE, (rank + 1) % size,
-                               0, recv->data(), static_cast<int>(b.count), MPI_BYTE,
-                               (rank + size - 1) % size, 0, group, MPI_STATUS_IGNORE));
-      else if (c.op == "all_gather")
+      if (c.op == "send_recv") {  // the comm layer's point to point, as muon_exchange's
+        MPI_Request requests[2];
+        comm_irecv(group, recv->data(), b.count, (rank + size - 1) % size, 0, requests[0]);
+        comm_isend(group, send->data(), b.count, (rank + 1) % size, 0, requests[1]);
+        comm_wait(requests[0]);
+        comm_wait(requests[1]);
+      } else if (c.op == "all_gather")
         comm_all_gather(group, send->data(), recv->data(), b.count);
       else if (c.op == "reduce_scatter")
         comm_reduce_scatter(group, send->data(), recv->data(), b.count, t);

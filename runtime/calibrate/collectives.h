@@ -1,8 +1,8 @@
 // collectives: all-gather, reduce-scatter and all-reduce through the
 // runtime's comm layer (runtime/comm.h) on the first `ranks` ranks of the
 // world, with the payload counted as the schedule counts it; and send_recv,
-// Muon's point-to-point exchange, as a ring shift of MPI (NCCL on a GPU)
-// sends and receives.
+// Muon's point-to-point exchange, as a ring shift of the comm layer's sends
+// and receives (NCCL's on a GPU).
 #pragma once
 
 #include <mpi.h>
