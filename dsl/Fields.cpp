@@ -15,6 +15,7 @@
 #include "dsl/Print.h"
 #include "dsl/Values.h"
 #include "dsl/suggest/Suggest.h"
+#include "runtime/limits.h"
 
 namespace fsdpgen {
 

@@ -330,8 +330,6 @@ struct OptimizerSpec {
 // torch.optim.Muon's defaults, except weight_decay (0 here, as Keller Jordan's
 // Muon; torch's is 0.1) and lr (0.02, modded-nanogpt's; torch's is 0.001).
 inline constexpr double kMuonLr = 0.02, kMuonMomentum = 0.95;
-// Newton-Schulz iterations: torch.optim.Muon accepts fewer than 100.
-inline constexpr int64_t kMaxMuonNsSteps = 99;
 
 struct LrScheduleSpec {
   LrScheduleKind kind = LrScheduleKind::Constant;

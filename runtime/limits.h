@@ -23,6 +23,11 @@ inline constexpr int64_t kCudaAttentionFlashMaxHeadSize = 256;
 // with these heads, whether or not the runtime was built with cuDNN.
 inline constexpr int64_t kCudnnAttentionHeadSizeMultiple = 8;
 inline constexpr int64_t kCudnnAttentionMaxHeadSize = 128;
+// Muon's Newton-Schulz iterations, as torch.optim.Muon accepts them (fewer
+// than 100): the spec's ns_steps and a profile's muon_ns entries are read
+// within it, and runtime/muon.h runs any of them.
+inline constexpr int64_t kMaxMuonNsSteps = 99;
+
 static_assert(kCudnnAttentionMaxHeadSize <= kCudaAttentionFlashMaxHeadSize,
               "the flash kernels take every head cuDNN does (FSDPGEN_ATTENTION=flash, or a build "
               "without cuDNN, runs them instead)");

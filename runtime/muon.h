@@ -14,7 +14,7 @@ struct muon_settings {
   double lr = 0.02;  // this step's, before the shape adjustment
   double momentum = 0.95;
   bool nesterov = true;
-  int ns_steps = 5;                    // Newton-Schulz iterations, 0..99 (torch's limit)
+  int ns_steps = 5;                    // Newton-Schulz iterations, 0..kMaxMuonNsSteps (limits.h)
   dtype_id ns_dtype = dtype_id::fp32;  // fp32, or bf16: iterates rounded as torch does
   double weight_decay = 0.0;           // decoupled, by the unadjusted lr
   muon_adjust adjust = muon_adjust::original;

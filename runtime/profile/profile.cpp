@@ -1,6 +1,7 @@
 // profile: JSON out and in, every field checked and every error located.
 #include "runtime/profile/profile.h"
 #include "runtime/files/file_io.h"
+#include "runtime/limits.h"
 
 #include <cmath>
 #include <cstdio>
@@ -23,7 +24,6 @@ constexpr std::string_view kLayers[] = {"embed", "block", "head"};
 constexpr std::string_view kPasses[] = {"forward", "recompute", "backward"};
 constexpr std::string_view kElementwise[] = {"adamw", "sgd", "grad_norm", "convert"};
 constexpr std::string_view kNsDtypes[] = {"fp32", "bf16"};  // runtime/muon.h's
-constexpr int64_t kMaxNsSteps = 99;                         // torch.optim.Muon's limit
 constexpr std::string_view kCollectives[] = {"all_gather", "reduce_scatter", "all_reduce",
                                              "send_recv"};
 constexpr std::string_view kCopies[] = {"h2d", "d2h"};
@@ -157,8 +157,9 @@ MuonNsTime muon_ns_from(const Reader& r, bool measured) {
   m.rows = r.field("rows").integer(1);
   m.cols = r.field("cols").integer(1);
   m.ns_steps = r.field("ns_steps").integer(0);
-  if (m.ns_steps > kMaxNsSteps)
-    r.field("ns_steps").fail(fmt::format("must be at most {}, not {}", kMaxNsSteps, m.ns_steps));
+  if (m.ns_steps > kMaxMuonNsSteps)
+    r.field("ns_steps")
+        .fail(fmt::format("must be at most {}, not {}", kMaxMuonNsSteps, m.ns_steps));
   m.ns_dtype = r.field("ns_dtype").word(kNsDtypes);
   m.seconds = r.field("seconds").seconds(measured);
   m.runs = r.field("runs").integer(measured ? 1 : 0);
