@@ -88,6 +88,23 @@ struct job {
   std::function<void(const measurement&)> store;
 };
 
+// One job per entry of a compute section's `field` (layers, elementwise,
+// muon_ns): text(e) and `on` name it, run(e) measures it on the ranks that
+// compute (`measuring`), and its seconds and runs are stored in it.
+template <class Entry, class Text, class Run>
+void add_entry_jobs(std::vector<job>& jobs, std::vector<Entry>& entries, std::string_view field,
+                    int section, const std::string& where, const std::string& on, bool measuring,
+                    Text text, Run run) {
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Entry& e = entries[i];
+    jobs.push_back({text(e) + on, section,
+                    [&e, run, measuring, at = fmt::format("{}.{}[{}]", where, field, i)] {
+                      return across_ranks(measuring, at, [&] { return run(e); });
+                    },
+                    [&e](const measurement& m) { e.seconds = m.seconds, e.runs = m.runs; }});
+  }
+}
+
 // Local ranks [0, ranks_per_node) of every node compute at once, each with
 // the threads the runtime's launch would give it.
 void add_compute_jobs(std::vector<job>& jobs, profile::Compute& c, int section,
@@ -100,32 +117,20 @@ void add_compute_jobs(std::vector<job>& jobs, profile::Compute& c, int section,
                     return across_ranks(measuring, where, [&] { return t.op_overhead(o); });
                   },
                   [&c](const measurement& m) { c.op_overhead_s = m.seconds; }});
-  for (size_t i = 0; i < c.layers.size(); ++i) {
-    profile::LayerTime& e = c.layers[i];
-    jobs.push_back({layer_text(e) + on, section,
-                    [&, measuring, at = fmt::format("{}.layers[{}]", where, i)] {
-                      return across_ranks(measuring, at, [&] { return t.layer(e, o); });
-                    },
-                    [&e](const measurement& m) { e.seconds = m.seconds, e.runs = m.runs; }});
-  }
-  for (size_t i = 0; i < c.elementwise.size(); ++i) {
-    profile::ElementwiseTime& e = c.elementwise[i];
-    jobs.push_back({fmt::format("{} {} {} elems{}", e.op, e.dtype, e.elems, on), section,
-                    [&, measuring, at = fmt::format("{}.elementwise[{}]", where, i)] {
-                      return across_ranks(measuring, at, [&] { return t.elementwise(e, o); });
-                    },
-                    [&e](const measurement& m) { e.seconds = m.seconds, e.runs = m.runs; }});
-  }
-  for (size_t i = 0; i < c.muon_ns.size(); ++i) {
-    profile::MuonNsTime& e = c.muon_ns[i];
-    jobs.push_back(
-        {fmt::format("muon_ns ({}, {}) {} steps {}{}", e.rows, e.cols, e.ns_steps, e.ns_dtype, on),
-         section,
-         [&, measuring, at = fmt::format("{}.muon_ns[{}]", where, i)] {
-           return across_ranks(measuring, at, [&] { return t.muon_ns(e, o); });
-         },
-         [&e](const measurement& m) { e.seconds = m.seconds, e.runs = m.runs; }});
-  }
+  add_entry_jobs(jobs, c.layers, "layers", section, where, on, measuring, layer_text,
+                 [&](const profile::LayerTime& e) { return t.layer(e, o); });
+  add_entry_jobs(
+      jobs, c.elementwise, "elementwise", section, where, on, measuring,
+      [](const profile::ElementwiseTime& e) {
+        return fmt::format("{} {} {} elems", e.op, e.dtype, e.elems);
+      },
+      [&](const profile::ElementwiseTime& e) { return t.elementwise(e, o); });
+  add_entry_jobs(
+      jobs, c.muon_ns, "muon_ns", section, where, on, measuring,
+      [](const profile::MuonNsTime& e) {
+        return fmt::format("muon_ns ({}, {}) {} steps {}", e.rows, e.cols, e.ns_steps, e.ns_dtype);
+      },
+      [&](const profile::MuonNsTime& e) { return t.muon_ns(e, o); });
 }
 
 measurement measure_collective(profile::CollectiveTime& c, const std::string& where,
