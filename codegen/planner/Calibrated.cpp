@@ -118,6 +118,23 @@ Looked looked_up(const std::vector<Entry>& entries, Same same, Size size, double
   return {interpolate(std::move(pts), x), Lookup::Interpolated};
 }
 
+// Among the entries `same` keeps, the one nearest to `work` in work (the
+// log of the ratio), its time scaled by the ratio; entries (or a key) of no
+// work have nothing to scale by. Missing when none is left.
+template <class Entry, class Same, class Work>
+Looked scaled_from_nearest(const std::vector<Entry>& entries, Same same, Work work_of,
+                           double work) {
+  const Entry* nearest = nullptr;
+  double best = std::numeric_limits<double>::infinity();
+  for (const Entry& e : entries) {
+    if (!same(e) || !(work > 0) || !(work_of(e) > 0)) continue;
+    const double d = std::abs(std::log(work_of(e) / work));
+    if (d < best) best = d, nearest = &e;
+  }
+  if (!nearest) return {};
+  return {nearest->seconds * work / work_of(*nearest), Lookup::Scaled};
+}
+
 void add_once(std::vector<profile::LayerTime>& v, const profile::LayerTime& l) {
   for (const profile::LayerTime& e : v)
     if (same_kind(e, l) && e.dims == l.dims) return;
@@ -262,16 +279,9 @@ Looked CalibratedTimes::layer(const profile::LayerTime& key) const {
       static_cast<double>(batch(key)));
   if (found.how != Lookup::Missing) return found;
   // Another shape of the same layer pass: the nearest in work, scaled.
-  const double work = layer_pass_work(key);
-  const profile::LayerTime* nearest = nullptr;
-  double best = std::numeric_limits<double>::infinity();
-  for (const profile::LayerTime& l : compute_->layers) {
-    if (!same_kind(l, key)) continue;
-    const double d = std::abs(std::log(layer_pass_work(l) / work));
-    if (d < best) best = d, nearest = &l;
-  }
-  if (!nearest || !std::isfinite(best)) return {};
-  return {nearest->seconds * work / layer_pass_work(*nearest), Lookup::Scaled};
+  return scaled_from_nearest(
+      compute_->layers, [&](const profile::LayerTime& l) { return same_kind(l, key); },
+      layer_pass_work, layer_pass_work(key));
 }
 
 Looked CalibratedTimes::elementwise(const profile::ElementwiseTime& key) const {
@@ -287,19 +297,11 @@ Looked CalibratedTimes::muon_ns(const profile::MuonNsTime& key) const {
   const auto flops = [](const profile::MuonNsTime& m) {
     return muon_ns_flops(m.rows, m.cols, m.ns_steps);
   };
-  const double work = flops(key);
-  const profile::MuonNsTime* nearest = nullptr;
-  double best = std::numeric_limits<double>::infinity();
-  for (const profile::MuonNsTime& m : compute_->muon_ns) {
-    if (m.ns_dtype != key.ns_dtype) continue;
-    if (m.rows == key.rows && m.cols == key.cols && m.ns_steps == key.ns_steps)
+  const auto same_dtype = [&](const profile::MuonNsTime& m) { return m.ns_dtype == key.ns_dtype; };
+  for (const profile::MuonNsTime& m : compute_->muon_ns)
+    if (same_dtype(m) && m.rows == key.rows && m.cols == key.cols && m.ns_steps == key.ns_steps)
       return {m.seconds, Lookup::Measured};
-    if (work <= 0 || flops(m) <= 0) continue;  // no iterations: nothing to scale by
-    const double d = std::abs(std::log(flops(m) / work));
-    if (d < best) best = d, nearest = &m;
-  }
-  if (!nearest) return {};
-  return {nearest->seconds * work / flops(*nearest), Lookup::Scaled};
+  return scaled_from_nearest(compute_->muon_ns, same_dtype, flops, flops(key));
 }
 
 Looked CalibratedTimes::collective(std::string_view op, DType dtype, int64_t ranks, int64_t nodes,
