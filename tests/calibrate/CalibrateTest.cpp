@@ -125,18 +125,31 @@ profile::CollectiveTime all_gather(int64_t bytes) {
   return c;
 }
 
-// 8x the tokens and 4096x the bytes take longer: the times are measured, not made up.
-TEST(Calibrate, MoreWorkMeasuresLonger) {
-  const fs::path dir = work_dir("scaling");
+// A request of this test's own entries on the CPU: its compute section
+// (ranks_per_node, threads 1) and any collectives the caller adds.
+profile::Profile request_of(profile::Compute compute) {
   profile::Profile request;
   request.sweep = "CalibrateTest";
   request.device = {"cpu", "", "cpu", 1, 1};
-  request.compute.push_back({1, 1, 0, {block_backward(4), block_backward(32)}, {}, {}});
-  request.collectives = {all_gather(4096), all_gather(16 << 20)};
+  request.compute.push_back(std::move(compute));
+  return request;
+}
+
+// `request` written to dir/request.json and measured on 2 ranks into
+// dir/profile.json, each entry at least min_runs times.
+CmdResult measure_request(const fs::path& dir, const profile::Profile& request, int min_runs) {
   profile::save(request, (dir / "request.json").string());
-  const CmdResult r =
-      calibrate(2, fmt::format("{} -o {} --min-runs 5 --min-seconds 0 --rounds 1",
-                               (dir / "request.json").string(), (dir / "profile.json").string()));
+  return calibrate(
+      2, fmt::format("{} -o {} --min-runs {} --min-seconds 0 --rounds 1",
+                     (dir / "request.json").string(), (dir / "profile.json").string(), min_runs));
+}
+
+// 8x the tokens and 4096x the bytes take longer: the times are measured, not made up.
+TEST(Calibrate, MoreWorkMeasuresLonger) {
+  const fs::path dir = work_dir("scaling");
+  profile::Profile request = request_of({1, 1, 0, {block_backward(4), block_backward(32)}, {}, {}});
+  request.collectives = {all_gather(4096), all_gather(16 << 20)};
+  const CmdResult r = measure_request(dir, request, 5);
   ASSERT_EQ(r.status, 0) << r.out;
   const profile::Profile p = profile::load((dir / "profile.json").string());
   EXPECT_GT(p.compute[0].layers[1].seconds, p.compute[0].layers[0].seconds) << r.out;
@@ -148,19 +161,13 @@ TEST(Calibrate, MoreWorkMeasuresLonger) {
 // and more iterations take longer.
 TEST(Calibrate, MeasuresMuonNewtonSchulz) {
   const fs::path dir = work_dir("muon");
-  profile::Profile request;
-  request.sweep = "CalibrateTest";
-  request.device = {"cpu", "", "cpu", 1, 1};
   profile::Compute c{2, 1, 0, {}, {}, {}};
   c.muon_ns = {{64, 192, 5, "fp32", 0, 0},
                {256, 768, 5, "fp32", 0, 0},
                {64, 192, 20, "fp32", 0, 0},
                {192, 64, 5, "bf16", 0, 0}};
-  request.compute.push_back(c);
-  profile::save(request, (dir / "request.json").string());
-  const CmdResult r =
-      calibrate(2, fmt::format("{} -o {} --min-runs 3 --min-seconds 0 --rounds 1",
-                               (dir / "request.json").string(), (dir / "profile.json").string()));
+  const profile::Profile request = request_of(c);
+  const CmdResult r = measure_request(dir, request, 3);
   ASSERT_EQ(r.status, 0) << r.out;
   const profile::Profile p = profile::load((dir / "profile.json").string());
   EXPECT_EQ(identity(p), identity(request));
@@ -180,18 +187,12 @@ TEST(Calibrate, MeasuresMuonNewtonSchulz) {
 // than 16 MiB at 1 TB/s.
 TEST(Calibrate, MeasuresSendRecv) {
   const fs::path dir = work_dir("send_recv");
-  profile::Profile request;
-  request.sweep = "CalibrateTest";
-  request.device = {"cpu", "", "cpu", 1, 1};
-  request.compute.push_back({2, 1, 0, {}, {}, {}});
+  profile::Profile request = request_of({2, 1, 0, {}, {}, {}});
   request.collectives = {all_gather(4096), all_gather(16 << 20), all_gather(81664)};
   for (profile::CollectiveTime& c : request.collectives)
     c.op = "send_recv";
   request.collectives[2].dtype = "bf16";  // a label: the bytes are what moves
-  profile::save(request, (dir / "request.json").string());
-  const CmdResult r =
-      calibrate(2, fmt::format("{} -o {} --min-runs 3 --min-seconds 0 --rounds 1",
-                               (dir / "request.json").string(), (dir / "profile.json").string()));
+  const CmdResult r = measure_request(dir, request, 3);
   ASSERT_EQ(r.status, 0) << r.out;
   const profile::Profile p = profile::load((dir / "profile.json").string());
   EXPECT_EQ(identity(p), identity(request));

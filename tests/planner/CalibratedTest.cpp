@@ -512,7 +512,7 @@ train { optimizer = muon(lr = 0.02) micro_batch = 8 steps = 20 data = synthetic(
     if (c.op == "send_recv") dtypes.insert(c.dtype);
   EXPECT_EQ(dtypes, (std::set<std::string>{"bf16", "fp32"}));
   for (const Op& op : bf16.schedule.ops)
-    if (op.kind == OpKind::MuonGather || op.kind == OpKind::MuonScatter)
+    if (op.kind == OpKind::MuonGather || op.kind == OpKind::MuonScatter) {
       EXPECT_EQ(std::count_if(rb.collectives.begin(), rb.collectives.end(),
                               [&](const auto& c) {
                                 return c.op == "send_recv" && c.bytes == op.payload_bytes &&
@@ -520,6 +520,7 @@ train { optimizer = muon(lr = 0.02) micro_batch = 8 steps = 20 data = synthetic(
                               }),
                 1)
           << op.label();
+    }
   test::Planned plain = test::plan_text(R"(
 model tiny { family = gpt2 vocab = 256 context = 128 width = 128 heads = 4 layers = 4 }
 units { each block }
@@ -586,9 +587,10 @@ TEST(Calibrated, MuonPlansExchangesAreMeasured) {
   EXPECT_EQ(builtin.ops_estimated, measured.ops_estimated + exchanges);
   EXPECT_EQ(measured.ops_measured, builtin.ops_measured + exchanges);
   for (const Op& op : s.ops)
-    if (op.kind == OpKind::MuonGather || op.kind == OpKind::MuonScatter)
+    if (op.kind == OpKind::MuonGather || op.kind == OpKind::MuonScatter) {
       EXPECT_NEAR(builtin.ops[op.id].ms(), op_seconds(s, op, *find_hardware("cpu")) / kMs, kTol)
           << op.label();
+    }
 }
 
 }  // namespace
