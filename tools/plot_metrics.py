@@ -9,17 +9,25 @@ validation loss as points joined by a dashed line. Prints each run's summary.
     python3 tools/plot_metrics.py m.jsonl [other.jsonl ...] [-o loss.png]
         [--title T] [--log-y] [--smooth N]
 
-Without -o (or without matplotlib) it prints the summaries alone. A path that
-is not a regular file (a FIFO, a device, a directory), a line that is not a
-JSON object with a whole-number "step" and a "loss", or a step not above the
-line before it is an error naming the file and line; nothing is written then.
-A null, NaN or infinite loss or val_loss is left out and counted."""
+Without -o it prints the summaries alone. With -o under a python that has no
+matplotlib (a pyenv or a venv), it runs itself again with Debian's
+/usr/bin/python3 when that one has it (tools/setup.sh installs
+python3-matplotlib there), saying so; else it prints the summaries and says
+how to install matplotlib. A path that is not a regular file (a FIFO, a
+device, a directory), a line that is not a JSON object with a whole-number
+"step" and a "loss" (a number a float holds), or a step not above the line
+before it is an error naming the file and line; nothing is written then. A
+null, NaN or infinite loss or val_loss is left out and counted."""
 import argparse
 import json
 import math
 import os
 import stat
+import subprocess
 import sys
+
+# The pythons tried for the plot when the one running this has no matplotlib.
+FALLBACK_PYTHONS = ("/usr/bin/python3",)
 
 
 class MetricsError(Exception):
@@ -42,13 +50,26 @@ def _number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _float_range(v):
+    """Whether the JSON integer or float v is within a float's range (an integer
+    of hundreds of digits is not, and math.isfinite raises OverflowError on it)."""
+    try:
+        float(v)
+        return True
+    except OverflowError:
+        return False
+
+
 def _loss(m, key, where):
     """m[key] as a float, None when null or not finite; raises on anything else."""
     v = m[key]
-    if v is None or (_number(v) and not math.isfinite(v)):
-        return None
-    if not _number(v):
+    if not _number(v) and v is not None:
         raise MetricsError(f"{where}: \"{key}\" is not a number (got {json.dumps(v)})")
+    if _number(v) and not _float_range(v):
+        raise MetricsError(f"{where}: \"{key}\" is an integer of {len(str(abs(v)))} digits, "
+                           "beyond a float's range")
+    if v is None or not math.isfinite(v):
+        return None
     return float(v)
 
 
@@ -84,7 +105,8 @@ def load_line(run, where, text):
     if not isinstance(m, dict):
         raise MetricsError(f"{where}: a line is one JSON object, not {type(m).__name__}")
     step = m.get("step")
-    if not _number(step) or not math.isfinite(step) or step != int(step) or step < 1:
+    if (not _number(step) or not _float_range(step) or not math.isfinite(step)
+            or step != int(step) or step < 1):
         raise MetricsError(f"{where}: no whole-number \"step\" of 1 or more (got "
                            f"{json.dumps(step)})")
     step = int(step)
@@ -160,7 +182,33 @@ def figure(runs, title=None, log_y=False, smooth=1):
     return fig
 
 
+def has_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def python_with_matplotlib():
+    """The first of FALLBACK_PYTHONS that imports matplotlib, or None; asked with
+    -E (as it would run), so that this python's PYTHONPATH (a venv's packages,
+    another version's) does not reach it. None once already run again."""
+    if os.environ.get("PLOT_METRICS_REEXEC"):
+        return None
+    for python in FALLBACK_PYTHONS:
+        try:
+            if subprocess.run([python, "-E", "-c", "import matplotlib"], capture_output=True,
+                              timeout=120).returncode == 0:
+                return python
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+    return None
+
+
 def main(argv=None):
+    """The command; argv None: run as a script (sys.argv), which alone may run
+    itself again under another python for matplotlib."""
     parser = argparse.ArgumentParser(
         description="Plot training and validation loss from fsdpgen --metrics files.")
     parser.add_argument("metrics", nargs="+", help="metrics files (one run each)")
@@ -185,16 +233,24 @@ def main(argv=None):
     except MetricsError as e:
         print(f"plot_metrics: error: {e}", file=sys.stderr)
         return 2
+    if args.output and not has_matplotlib() and argv is None:
+        other = python_with_matplotlib()
+        if other:  # run as a script: the same command under a python that can plot
+            print(f"plot_metrics: note: {sys.executable} has no matplotlib; plotting with "
+                  f"{other}, which has it", file=sys.stderr)
+            sys.stderr.flush()
+            os.execve(other, [other, "-E", os.path.abspath(__file__)] + sys.argv[1:],
+                      dict(os.environ, PLOT_METRICS_REEXEC="1"))
     for run in runs:
         print(summary(run))
     if not args.output:
         return 0
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        print(f"plot_metrics: error: -o {args.output}: plotting needs matplotlib (apt install "
-              "python3-matplotlib, or pip install matplotlib); the summaries above need nothing",
-              file=sys.stderr)
+    if not has_matplotlib():
+        others = f", nor has {' or '.join(FALLBACK_PYTHONS)}" if argv is None else ""
+        print(f"plot_metrics: error: -o {args.output}: plotting needs matplotlib, which "
+              f"{sys.executable} lacks{others}: {sys.executable} -m pip install matplotlib, or "
+              "apt install python3-matplotlib (tools/setup.sh does) for /usr/bin/python3, "
+              "which this runs itself with; the summaries above need nothing", file=sys.stderr)
         return 2
     fig = figure(runs, args.title, args.log_y, args.smooth)
     partial = args.output + ".partial" + ext

@@ -20,7 +20,7 @@ packages=(
   clang libclang-rt-14-dev                                 # fuzzing (libFuzzer, sanitizers): tests/fuzz
   clang-19 libclang-19-dev libclang-cpp19-dev llvm-19-dev  # custom layers: fsdpgen-layers (LibTooling)
   python3-pip                                              # tests: CMake 4 from PyPI (cmake4_check)
-  python3-matplotlib                                       # tools/plot_metrics.py and its test
+  python3-matplotlib                                       # tools/plot_metrics.py (any python: it runs itself with this one) and its test
 )
 
 deps() {

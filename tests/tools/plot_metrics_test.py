@@ -7,6 +7,7 @@ file is an error naming the file and line, with no image written. Exits 77
 import io
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -124,6 +125,14 @@ class PlotMetrics(unittest.TestCase):
             "digits.jsonl": (['{"step": ' + "9" * 5000 + ', "loss": 1.0}'],
                              "digits.jsonl:1: not a metrics line (ValueError"),
             "deep.jsonl": (["[" * 100000 + "]" * 100000], "deep.jsonl:1: not a metrics line"),
+            # Integers a float cannot hold (math.isfinite raised OverflowError on them).
+            "long_loss.jsonl": (['{"step": 1, "loss": ' + "9" * 401 + '}'],
+                                "long_loss.jsonl:1: \"loss\" is an integer of 401 digits, "
+                                "beyond a float's range"),
+            "long_val.jsonl": (['{"step": 1, "loss": 1.0, "val_loss": -' + "9" * 401 + '}'],
+                               "long_val.jsonl:1: \"val_loss\" is an integer of 401 digits"),
+            "long_step.jsonl": (['{"step": ' + "9" * 401 + ', "loss": 1.0}'],
+                                "long_step.jsonl:1: no whole-number \"step\""),
         }
         for name, (lines, message) in cases.items():
             write(self.path(name), lines)
@@ -153,7 +162,45 @@ class PlotMetrics(unittest.TestCase):
             sys.modules["matplotlib"] = saved
         self.assertEqual(rc, 2)
         self.assertIn("run: 4 steps", out, "the summary first")
-        self.assertIn("plotting needs matplotlib", err)
+        self.assertIn(f"plotting needs matplotlib, which {sys.executable} lacks: "
+                      f"{sys.executable} -m pip install matplotlib", err)
+        self.assertFalse(os.path.exists(self.path("x.png")))
+
+    def test_a_python_without_matplotlib_plots_with_one_that_has_it(self):
+        """A pyenv or venv python (here: this one, with matplotlib hidden by a
+        PYTHONPATH package that refuses to import) runs the script again with
+        Debian's python, which tools/setup.sh gives matplotlib."""
+        fallback = plot_metrics.python_with_matplotlib()
+        if fallback is None:
+            self.skipTest(f"none of {plot_metrics.FALLBACK_PYTHONS} has matplotlib")
+        hidden = self.path("hidden")
+        os.makedirs(os.path.join(hidden, "matplotlib"))
+        with open(os.path.join(hidden, "matplotlib", "__init__.py"), "w") as f:
+            f.write("raise ImportError('matplotlib hidden by the test')\n")
+        write(self.path("run.jsonl"), steps(4))
+        script = os.path.abspath(plot_metrics.__file__)
+        env = dict(os.environ, PYTHONPATH=hidden)
+        env.pop("PLOT_METRICS_REEXEC", None)
+        lacks = subprocess.run([sys.executable, "-c", "import matplotlib"], env=env,
+                               capture_output=True)
+        self.assertNotEqual(lacks.returncode, 0, "the test's python still has matplotlib")
+        out = self.path("loss.png")
+        r = subprocess.run([sys.executable, script, self.path("run.jsonl"), "-o", out], env=env,
+                           capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"plot_metrics: note: {sys.executable} has no matplotlib; plotting with "
+                      f"{fallback}, which has it", r.stderr)
+        self.assertEqual(r.stdout.count("run: 4 steps"), 1, r.stdout)
+        self.assertIn("wrote " + out, r.stdout)
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        # Without a python to run again with, the error says how to get one.
+        env["PLOT_METRICS_REEXEC"] = "1"
+        r = subprocess.run([sys.executable, script, self.path("run.jsonl"), "-o",
+                            self.path("x.png")], env=env, capture_output=True, text=True,
+                           timeout=600)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"{sys.executable} -m pip install matplotlib", r.stderr)
         self.assertFalse(os.path.exists(self.path("x.png")))
 
 
