@@ -54,19 +54,7 @@ void futex_wake_all(std::atomic<int64_t>& flag) {
 }
 
 void wait_for(const std::atomic<int64_t>& flag, int64_t target, const stream_executor& e) {
-  int64_t v = flag.load(std::memory_order_acquire);
-  for (int spin = 0; spin < 2000 && v < target; ++spin)
-    v = flag.load(std::memory_order_acquire);
-  // Then a few yields (another rank's thread on this core may be the one
-  // about to finish), as libstdc++'s atomic wait does before it sleeps.
-  for (int yield = 0; yield < 12 && v < target; ++yield) {
-    std::this_thread::yield();
-    v = flag.load(std::memory_order_acquire);
-  }
-  while (v < target) {
-    futex_wait(flag, v);
-    v = flag.load(std::memory_order_acquire);
-  }
+  const int64_t v = streams_wait_until(flag, target);
   if (v == kReleased && (e.failed.load() || e.stopping.load())) throw stopped{};
 }
 
@@ -147,6 +135,23 @@ void worker(stream_executor& e, int stream) {
 }
 
 }  // namespace
+
+int64_t streams_wait_until(const std::atomic<int64_t>& flag, int64_t target) {
+  int64_t v = flag.load(std::memory_order_acquire);
+  for (int spin = 0; spin < 2000 && v < target; ++spin)
+    v = flag.load(std::memory_order_acquire);
+  // Then a few yields (another rank's thread on this core may be the one
+  // about to finish), as libstdc++'s atomic wait does before it sleeps.
+  for (int yield = 0; yield < 12 && v < target; ++yield) {
+    std::this_thread::yield();
+    v = flag.load(std::memory_order_acquire);
+  }
+  while (v < target) {
+    futex_wait(flag, v);
+    v = flag.load(std::memory_order_acquire);
+  }
+  return v;
+}
 
 void streams_start(stream_executor& e, const program& p, step_context& ctx) {
   prctl(PR_SET_TIMERSLACK, 1000UL);

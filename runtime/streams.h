@@ -47,3 +47,9 @@ void streams_start(stream_executor& e, const program& p, step_context& ctx);
 // from call to call; returns when all streams finished them.
 void streams_run_step(stream_executor& e, int64_t step, int op_count = -1);
 void streams_stop(stream_executor& e);
+
+// The wait between ops (public for its test, tests/runtime/StreamsTest.cpp):
+// returns the value of `flag` once it is >= target, after a short spin, a few
+// yields and then futex waits each bounded (50 ms), so that a store whose
+// wake-up is lost is seen within one bound, never a hang.
+int64_t streams_wait_until(const std::atomic<int64_t>& flag, int64_t target);
