@@ -407,6 +407,7 @@ Timeline predict(const Schedule& s, const Hardware& hw, const CostOptions& optio
   const auto spans = simulate(s, work, options.share_links);
 
   t.hardware = hw.name;
+  t.accuracy = prediction_accuracy(hw, spec.parallel.world);
   t.dtype = spec.parallel.precision.param;
   t.peak_tflops = hw.peak_flops(t.dtype) / 1e12;
   t.stream_busy_ms.assign(kStreamNames.size(), 0);
@@ -489,6 +490,13 @@ std::string print_timeline(const Schedule& s, const Timeline& t) {
         pct(seconds / (static_cast<double>(train.val_every) * step / 1e3)));
   }
   out += fmt::format("\n  figures         {}\n", timeline_source(t));
+  out += fmt::format("  measured error  {}\n", t.accuracy.text);
+  if (const auto& e = t.accuracy.expected)
+    out += fmt::format(
+        "  expect          a step of {:.1f}-{:.1f} ms, {:.0f}-{:.0f} tokens/s, MFU {}-{} (the "
+        "prediction times the measured {})\n",
+        t.step_ms * e->low, t.step_ms * e->high, t.tokens_per_s / e->high, t.tokens_per_s / e->low,
+        pct(t.mfu / e->high), pct(t.mfu / e->low), ratio_range(*e));
   return out;
 }
 
@@ -549,6 +557,7 @@ std::string trace_json(const Schedule& s, const Timeline& t) {
                     {"world", spec.parallel.world},
                     {"hardware", t.hardware},
                     {"figures", timeline_source(t)},
+                    {"measured_error", t.accuracy.text},
                     {"step_ms", t.step_ms},
                     {"model_tflops", t.model_tflops},
                     {"mfu", t.mfu},

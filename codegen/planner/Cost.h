@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/planner/Accuracy.h"
 #include "codegen/planner/Hardware.h"
 #include "codegen/planner/Schedule.h"
 
@@ -73,6 +74,8 @@ struct Timeline {
   // (codegen/planner/Calibrated.h's Lookup; an op counts by its least direct part).
   std::string source;
   int ops_measured = 0, ops_interpolated = 0, ops_scaled = 0, ops_estimated = 0;
+  // How far such figures were measured from real steps (Accuracy.h).
+  Accuracy accuracy;
 };
 
 struct CostOptions {

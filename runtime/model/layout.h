@@ -4,8 +4,8 @@
 // both totals the bytes (the planner) and carves the pointers (the runtime),
 // as llm.c's fill_in_activation_sizes and malloc_and_point_activations share
 // one list. Header-only, C++17 and free of MPI: the planner, the emitter, the
-// runtime and nvcc all read it. A new family, or a custom layer (DESIGN.md
-// §9), is more tables of these same rows.
+// runtime and nvcc all read it. A new family, or a custom layer
+// (docs/custom-layers.md), is more tables of these same rows.
 #pragma once
 
 #include <cstddef>

@@ -5,8 +5,10 @@
 # time the planner predicts from that profile, the step time measured (the
 # median of the run's steps after the first two), their ratio, tokens/s, the
 # fraction of communication hidden behind compute (from the measured trace
-# of one step) and the arena the process grew by against the plan; the
-# summary gives each configuration's ratios over the repetitions (a shared
+# of one step) and the arena the process grew by against the plan, and the
+# same step predicted from the built-in 'cpu' figures (no calibration) with
+# its ratio; the summary gives each configuration's ratios over the
+# repetitions (a shared
 # VM's speed drifts by tens of percent within a minute: one run says
 # little). Figures come from the runs; nothing is asserted.
 #   bash tests/bench/run.sh [STEPS] [REPEATS] [PROFILE]   (needs a built fsdpgen in build/;
@@ -28,10 +30,11 @@ field() { sed -nE "s#.*$2.*#\1#p" <<<"$1" | head -1; }
 
 repeats="${2:-3}"
 fixed_profile="${3:-}"
-declare -A ratios
+declare -A ratios builtin_ratios
 
-printf '%-4s %-10s %5s %13s %13s %7s %10s %8s %20s\n' rep spec ranks "predicted ms" "measured ms" \
-  ratio tokens/s hidden "arena (plan) MiB"
+row='%-4s %-10s %5s %13s %13s %7s %10s %8s %20s %12s %9s\n'
+printf "$row" rep spec ranks "predicted ms" "measured ms" ratio tokens/s hidden "arena (plan) MiB" \
+  "built-in ms" "ratio b"
 for rep in $(seq 1 "$repeats"); do
   profile="${fixed_profile:-$work/profile.json}"
   if [ -z "$fixed_profile" ]; then
@@ -45,8 +48,13 @@ for rep in $(seq 1 "$repeats"); do
       bin="$work/$spec-$ranks"
       [ -x "$bin" ] || (cd "$root" && "$fsdpgen" "specs/$spec.fsdp" --target cpu --world "$ranks" \
         -o "$bin" >/dev/null)
-      predicted=$(cd "$root" && "$fsdpgen" plan "specs/$spec.fsdp" --world "$ranks" \
-        --hardware "$profile" | sed -nE 's#^predicted step of .* on .*: ([0-9.]+) ms#\1#p')
+      # predicted SOURCE...: the step `fsdpgen plan` predicts with those figures.
+      predicted() {
+        (cd "$root" && "$fsdpgen" plan "specs/$spec.fsdp" --world "$ranks" "$@") |
+          sed -nE 's#^predicted step of .* on .*: ([0-9.]+) ms#\1#p'
+      }
+      predicted=$(predicted --hardware "$profile")
+      builtin=$(predicted --gpu cpu)
       launch=("$bin")
       [ "$ranks" -gt 1 ] && launch=(mpirun -n "$ranks" --bind-to none "$bin")
       out=$("${launch[@]}" --steps "$steps" --log-every 1 --trace "$work/trace.json" \
@@ -60,19 +68,27 @@ for rep in $(seq 1 "$repeats"); do
       arena_line=$(grep '^  arena ' <<<"$out")
       arena="$(field "$arena_line" 'arena ([0-9.]+) MiB') ($(field "$arena_line" 'planned peak ([0-9.]+)'))"
       ratio=$(awk -v m="$measured" -v p="$predicted" 'BEGIN { printf "%.2f", m / p }')
+      builtin_ratio=$(awk -v m="$measured" -v p="$builtin" 'BEGIN { printf "%.2f", m / p }')
       ratios[$spec-$ranks]+="$ratio "
-      printf '%-4s %-10s %5s %13s %13s %7s %10s %8s %20s\n' "$rep" "$spec" "$ranks" "$predicted" \
-        "$measured" "$ratio" "$tokens" "${hidden:-no comm}" "$arena"
+      builtin_ratios[$spec-$ranks]+="$builtin_ratio "
+      printf "$row" "$rep" "$spec" "$ranks" "$predicted" "$measured" "$ratio" "$tokens" \
+        "${hidden:-no comm}" "$arena" "$builtin" "$builtin_ratio"
     done
   done
 done
-echo
-echo "ratio = measured / predicted step time; per configuration over $repeats repetition(s):"
-for spec in "${specs[@]}"; do
-  for ranks in 1 2; do
-    tr ' ' '\n' <<<"${ratios[$spec-$ranks]}" | grep . | sort -g |
-      awk -v s="$spec" -v r="$ranks" '{ v[NR] = $1 } END {
-        m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-        printf "  %-10s %d rank%s  median %.2f  (min %.2f, max %.2f)\n", s, r, (r > 1 ? "s" : " "), m, v[1], v[NR] }'
+# summary TITLE ARRAY: each configuration's median, min and max ratio.
+summary() {
+  local -n all=$2
+  echo "$1, per configuration over $repeats repetition(s):"
+  for spec in "${specs[@]}"; do
+    for ranks in 1 2; do
+      tr ' ' '\n' <<<"${all[$spec-$ranks]}" | grep . | sort -g |
+        awk -v s="$spec" -v r="$ranks" '{ v[NR] = $1 } END {
+          m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+          printf "  %-10s %d rank%s  median %.2f  (min %.2f, max %.2f)\n", s, r, (r > 1 ? "s" : " "), m, v[1], v[NR] }'
+    done
   done
-done
+}
+echo
+summary "ratio = measured / predicted step time, calibrated profile" ratios
+summary "ratio b = measured / predicted step time, built-in 'cpu' figures" builtin_ratios

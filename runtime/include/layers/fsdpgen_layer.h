@@ -1,4 +1,4 @@
-// fsdpgen_layer.h: the API a custom layer is written against (DESIGN.md §9).
+// fsdpgen_layer.h: the API a custom layer is written against (docs/custom-layers.md).
 //
 // A layer is a class template over T, the plan's parameter and activation
 // type (float, bf16 or fp16), and G, its gradient type. Its members say all
