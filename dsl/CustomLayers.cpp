@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "dsl/Layers.h"
 #include "dsl/Values.h"
@@ -300,9 +301,18 @@ class CustomLayerReader {
     }
     if (!width_matches(e, *decl, values)) return;
     std::string error;
-    std::optional<CustomLayerSpec> c = bind_custom_layer(e.key, *decl, values, from, &error);
+    const layers::HeaderAt* at = nullptr;
+    std::optional<CustomLayerSpec> c = bind_custom_layer(e.key, *decl, values, from, &error, &at);
     if (!c) {
-      d_.error(e.value.span, error);
+      Diagnostic& x = d_.error(e.value.span, error);
+      if (at) {  // the member's text in the header, which these values make wrong
+        std::vector<std::string> bound;
+        for (const std::string& h : decl->hyper)
+          bound.push_back(fmt::format("{} = {}", h, values.at(h)));
+        Diagnostics::note(x, layers::header_excerpt(
+                                 m_.layer_headers[found->header], *at,
+                                 fmt::format("written here, with {}", fmt::join(bound, ", "))));
+      }
       return;
     }
     c->header = m_.layer_headers[found->header];
@@ -436,8 +446,8 @@ std::optional<CustomLayerSpec> bind_custom_layer(const std::string& module,
                                                  const layers::LayerDecl& decl,
                                                  const std::map<std::string, int64_t>& values,
                                                  const std::map<std::string, std::string>& from,
-                                                 std::string* error) {
-  std::optional<layers::BoundLayer> bound = layers::bind_layer(decl, values, error);
+                                                 std::string* error, const layers::HeaderAt** at) {
+  std::optional<layers::BoundLayer> bound = layers::bind_layer(decl, values, error, at);
   if (!bound) return std::nullopt;
   CustomLayerSpec c;
   c.module = module;

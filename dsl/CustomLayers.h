@@ -24,12 +24,14 @@ std::string layer_reader_path();
 
 // The spec of `decl` bound to `values` (each hyper-parameter's value and the
 // model key it came from, "" for a number) in place of `module`; nullopt with
-// `error` saying what is wrong (layers/LayerDecl.h's bind_layer).
+// `error` saying what is wrong and *at where in the header (layers/LayerDecl.h's
+// bind_layer).
 std::optional<CustomLayerSpec> bind_custom_layer(const std::string& module,
                                                  const layers::LayerDecl& decl,
                                                  const std::map<std::string, int64_t>& values,
                                                  const std::map<std::string, std::string>& from,
-                                                 std::string* error);
+                                                 std::string* error,
+                                                 const layers::HeaderAt** at = nullptr);
 
 // Precondition: the model's keys are read and their defaults filled. A
 // relative header path is found from ctx.spec_dir.

@@ -11,7 +11,7 @@ namespace {
 using nlohmann::json;
 
 // The reader's output this code reads (fsdpgen-layers' kReaderVersion).
-constexpr int kReaderFormat = 2;
+constexpr int kReaderFormat = 3;
 
 std::optional<Expr> expr_of(const json& j, const std::string& what, std::string* error) {
   if (!j.is_string()) {
@@ -24,6 +24,19 @@ std::optional<Expr> expr_of(const json& j, const std::string& what, std::string*
   return x;
 }
 
+// A member's "at" ({line, column, source}); an absent or malformed one is unknown.
+HeaderAt at_of(const json& j, const char* key = "at") {
+  HeaderAt at;
+  const json a = j.value(key, json::object());
+  if (!a.is_object()) return at;
+  const json line = a.value("line", json()), column = a.value("column", json()),
+             source = a.value("source", json());
+  if (line.is_number_integer() && column.is_number_integer() && source.is_string() &&
+      line.get<int64_t>() > 0 && column.get<int64_t>() > 0)
+    at = {line.get<int64_t>(), column.get<int64_t>(), source.get<std::string>()};
+  return at;
+}
+
 std::optional<LayerArrayDecl> array_of(const json& j, const std::string& what, std::string* error) {
   if (!j.is_object() || !j.contains("name") || !j.contains("per_token")) {
     *error = what + " lacks its name or per_token";
@@ -31,7 +44,7 @@ std::optional<LayerArrayDecl> array_of(const json& j, const std::string& what, s
   }
   auto x = expr_of(j["per_token"], what + ".per_token", error);
   if (!x) return std::nullopt;
-  return LayerArrayDecl{j["name"].get<std::string>(), *x, j.value("fp32", false)};
+  return LayerArrayDecl{j["name"].get<std::string>(), *x, j.value("fp32", false), at_of(j)};
 }
 
 std::optional<LayerDecl> layer_of(const json& j, std::string* error) {
@@ -52,6 +65,7 @@ std::optional<LayerDecl> layer_of(const json& j, std::string* error) {
     }
     LayerParamDecl param;
     param.name = p["name"].get<std::string>();
+    param.at = at_of(p);
     for (const json& dim : p["shape"]) {
       auto x = expr_of(dim, at + "." + param.name + ".shape", error);
       if (!x) return std::nullopt;
@@ -98,6 +112,7 @@ std::optional<LayerDecl> layer_of(const json& j, std::string* error) {
   auto flops = expr_of(j.value("flops", json("")), at + ".flops", error);
   if (!flops) return std::nullopt;
   d.flops = *flops;
+  d.flops_at = at_of(j, "flops_at");
   const json entry = j.value("entry_points", json::object());
   d.cuda = entry.value("forward_cuda", false) && entry.value("backward_cuda", false);
   return d;
@@ -113,12 +128,15 @@ std::string dims_text(const std::vector<int64_t>& shape) {
 
 // The bound layer's sizes in checked arithmetic: its tensors' elements
 // together, and its saved and scratch arrays' extents together, at most
-// kMaxLayerElems; false with `error` naming the member that goes past it.
-bool within_limits(const BoundLayer& b, std::string* error) {
+// kMaxLayerElems; false with `error` naming the member that goes past it and
+// *where its text in the header.
+bool within_limits(const BoundLayer& b, std::string* error, const HeaderAt** where) {
   const std::string at = "layer '" + b.decl->name + "', ";
   const std::string limit = std::to_string(kMaxLayerElems) + " (2^40)";
   int64_t total = 0;
-  for (const BoundLayer::Tensor& t : b.tensors) {
+  for (size_t i = 0; i < b.tensors.size(); ++i) {
+    const BoundLayer::Tensor& t = b.tensors[i];
+    *where = &b.decl->params[i].at;
     int64_t n = 1;
     for (int64_t d : t.shape)
       if (__builtin_mul_overflow(n, d, &n)) {
@@ -138,16 +156,21 @@ bool within_limits(const BoundLayer& b, std::string* error) {
   }
   int64_t per_token = 0;
   auto add = [&](const std::vector<LayerArrayDecl>& arrays, const std::vector<int64_t>& extents) {
-    for (size_t i = 0; i < arrays.size(); ++i)
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      *where = &arrays[i].at;
       if (__builtin_add_overflow(per_token, extents[i], &per_token) || per_token > kMaxLayerElems) {
         *error = at + arrays[i].name + "'s extent is " + std::to_string(extents[i]) +
                  " elements per token; a layer's saved and scratch arrays hold at most " + limit +
                  " per token";
         return false;
       }
+    }
     return true;
   };
-  return add(b.decl->saved, b.saved_per_token) && add(b.decl->scratch, b.scratch_per_token);
+  if (!add(b.decl->saved, b.saved_per_token) || !add(b.decl->scratch, b.scratch_per_token))
+    return false;
+  *where = nullptr;
+  return true;
 }
 
 }  // namespace
@@ -193,9 +216,25 @@ std::optional<std::vector<LayerDecl>> parse_layer_json(std::string_view text, st
   return out;
 }
 
+std::string header_excerpt(const std::string& header, const HeaderAt& at,
+                           const std::string& message) {
+  if (at.line <= 0) return header + ": " + message;
+  std::string number = std::to_string(at.line);
+  if (number.size() < 5) number.insert(0, 5 - number.size(), ' ');  // Clang's gutter
+  std::string caret;
+  for (size_t i = 0; i + 1 < static_cast<size_t>(at.column) && i < at.source.size(); ++i)
+    caret += at.source[i] == '\t' ? '\t' : ' ';
+  return header + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) + ": " + message +
+         "\n" + number + " | " + at.source + "\n" + std::string(number.size(), ' ') + " | " +
+         caret + "^";
+}
+
 std::optional<BoundLayer> bind_layer(const LayerDecl& decl,
                                      const std::map<std::string, int64_t>& values,
-                                     std::string* error) {
+                                     std::string* error, const HeaderAt** at) {
+  const HeaderAt* where = nullptr;
+  if (!at) at = &where;
+  *at = nullptr;
   for (const auto& [name, v] : values)
     if (std::find(decl.hyper.begin(), decl.hyper.end(), name) == decl.hyper.end()) {
       *error = "layer '" + decl.name + "' has no hyper-parameter '" + name + "'";
@@ -209,7 +248,9 @@ std::optional<BoundLayer> bind_layer(const LayerDecl& decl,
   BoundLayer b;
   b.decl = &decl;
   b.hyper = values;
-  auto value = [&](const Expr& x, const std::string& what) -> std::optional<int64_t> {
+  auto value = [&](const Expr& x, const std::string& what,
+                   const HeaderAt& written) -> std::optional<int64_t> {
+    *at = &written;
     std::string e;
     auto v = x.eval(values, &e);
     if (!v) {
@@ -229,6 +270,7 @@ std::optional<BoundLayer> bind_layer(const LayerDecl& decl,
       std::string why;
       const std::optional<double> std = init_std(p.init, values, &why);
       if (!std) {
+        *at = nullptr;  // the init's text, whose place the reader does not give
         *error = "layer '" + decl.name + "', " + p.name + "'s init \"normal(" + p.init.std_text +
                  ")\": " + why;
         return std::nullopt;
@@ -236,25 +278,26 @@ std::optional<BoundLayer> bind_layer(const LayerDecl& decl,
       t.init.std = *std;
     }
     for (const Expr& d : p.shape) {
-      auto v = value(d, p.name + "'s shape");
+      auto v = value(d, p.name + "'s shape", p.at);
       if (!v) return std::nullopt;
       t.shape.push_back(*v);
     }
     b.tensors.push_back(std::move(t));
   }
   for (const LayerArrayDecl& a : decl.saved) {
-    auto v = value(a.per_token, a.name + "'s extent");
+    auto v = value(a.per_token, a.name + "'s extent", a.at);
     if (!v) return std::nullopt;
     b.saved_per_token.push_back(*v);
   }
   for (const LayerArrayDecl& a : decl.scratch) {
-    auto v = value(a.per_token, a.name + "'s extent");
+    auto v = value(a.per_token, a.name + "'s extent", a.at);
     if (!v) return std::nullopt;
     b.scratch_per_token.push_back(*v);
   }
-  if (!within_limits(b, error)) return std::nullopt;
-  auto f = value(decl.flops, "flops");
+  if (!within_limits(b, error, at)) return std::nullopt;
+  auto f = value(decl.flops, "flops", decl.flops_at);
   if (!f) return std::nullopt;
+  *at = nullptr;
   b.flops_per_token = *f;
   return b;
 }

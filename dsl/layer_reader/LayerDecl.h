@@ -20,11 +20,19 @@ namespace fsdpgen::layers {
 // nested AdamW, or Muon with the matrix's rows its outputs or its inputs.
 enum class MuonRole { None, OutIn, InOut };
 
+// Where a member's text (a shape, an extent, the FLOPs) is written in its
+// header, as the reader found it: for messages about its value once bound.
+struct HeaderAt {
+  int64_t line = 0, column = 0;  // 1-based (column in bytes); line 0: unknown
+  std::string source;            // that line of the header
+};
+
 struct LayerParamDecl {
   std::string name;         // the member's name
   std::vector<Expr> shape;  // one or two dimensions, row-major
   Init init;
   MuonRole muon = MuonRole::None;
+  HeaderAt at;  // its shape's text
 };
 
 // A Saved or Scratch member: (tokens, per_token) elements of the parameter
@@ -33,6 +41,7 @@ struct LayerArrayDecl {
   std::string name;
   Expr per_token;
   bool fp32 = false;
+  HeaderAt at;  // its extent's text
 };
 
 struct LayerDecl {
@@ -42,8 +51,15 @@ struct LayerDecl {
   std::vector<LayerParamDecl> params;
   std::vector<LayerArrayDecl> saved, scratch;
   Expr flops;         // forward, per token
+  HeaderAt flops_at;  // its text
   bool cuda = false;  // forward_cuda and backward_cuda are declared
 };
+
+// "HEADER:LINE:COLUMN: MESSAGE", then the line and a caret under the column,
+// as Clang shows a place ("   12 | ..." and "      |   ^"); "HEADER: MESSAGE"
+// when the place is unknown.
+std::string header_excerpt(const std::string& header, const HeaderAt& at,
+                           const std::string& message);
 
 // The layers of one header, from the reader's JSON; nullopt with `error`
 // naming what is missing or malformed.
@@ -77,9 +93,10 @@ struct BoundLayer {
 // errors): shapes, extents and FLOPs evaluated in checked arithmetic, each
 // dimension and extent at least 1, the tensors' elements and the extents'
 // sum at most kMaxLayerElems. nullopt with `error` naming the member and what
-// is wrong.
+// is wrong, and, when `at` is given, *at where that member's text is in the
+// header (nullptr for a problem of the values alone).
 std::optional<BoundLayer> bind_layer(const LayerDecl& decl,
                                      const std::map<std::string, int64_t>& values,
-                                     std::string* error);
+                                     std::string* error, const HeaderAt** at = nullptr);
 
 }  // namespace fsdpgen::layers

@@ -78,14 +78,46 @@ TEST(LayerDecl, SizesPastTheLimitNameTheMember) {
             "1099511627776 (2^40)");
 }
 
+// A binding's error says where in the header the member's text is (the
+// reader's "at"), shown as Clang shows a place; the values alone (a missing
+// hyper-parameter) have no place there.
+TEST(LayerDecl, BindingErrorsPointAtTheHeadersLine) {
+  std::string error;
+  auto layers = parse_layer_json(golden("gelu_mlp.json"), &error);
+  ASSERT_TRUE(layers) << error;
+  const LayerDecl& d = (*layers)[0];
+  const int64_t k = int64_t{1} << 20;
+  const HeaderAt* at = nullptr;
+  EXPECT_FALSE(bind_layer(d, {{"d_model", k}, {"d_ff", 2 * k}}, &error, &at));
+  ASSERT_NE(at, nullptr);
+  EXPECT_EQ(at->line, 21);
+  EXPECT_EQ(at->column, 32);
+  EXPECT_EQ(header_excerpt("gelu_mlp.h", *at, "here"),
+            "gelu_mlp.h:21:32: here\n"
+            "   21 |   fsdpgen::layer::Param<T, G, \"d_model, d_ff\", \"normal(0.02)\", "
+            "\"muon(in, out)\"> fc_w;\n"
+            "      |                                ^");
+  EXPECT_FALSE(bind_layer(d, {{"d_model", 64}, {"d_ff", 0}}, &error, &at));
+  ASSERT_NE(at, nullptr);
+  EXPECT_EQ(at->line, 21) << "fc_w's shape \"d_model, d_ff\"";
+  EXPECT_FALSE(bind_layer(d, {{"d_model", k}, {"d_ff", k}}, &error, &at));
+  ASSERT_NE(at, nullptr);
+  EXPECT_EQ(at->line, 22) << "fc_b, whose elements pass the limit";
+  EXPECT_FALSE(bind_layer(d, {{"d_model", 64}}, &error, &at));
+  EXPECT_EQ(at, nullptr) << error;
+  EXPECT_TRUE(bind_layer(d, {{"d_model", 64}, {"d_ff", 256}}, &error, &at));
+  EXPECT_EQ(at, nullptr);
+  EXPECT_EQ(header_excerpt("x.h", HeaderAt{}, "here"), "x.h: here");
+}
+
 TEST(LayerDecl, MalformedAnswersAreErrors) {
   std::string error;
   EXPECT_FALSE(parse_layer_json("[1, 2]", &error));
   EXPECT_EQ(error, "not a JSON object");
   EXPECT_FALSE(parse_layer_json(R"({"reader": 7, "layers": []})", &error));
-  EXPECT_EQ(error, "written by reader format 7, not 2");
+  EXPECT_EQ(error, "written by reader format 7, not 3");
   EXPECT_FALSE(parse_layer_json(
-      R"({"reader": 2, "layers": [{"name": "L", "flops": "2 * (", "hyper": []}]})", &error));
+      R"({"reader": 3, "layers": [{"name": "L", "flops": "2 * (", "hyper": []}]})", &error));
   EXPECT_NE(error.find("layer L.flops"), std::string::npos) << error;
 }
 

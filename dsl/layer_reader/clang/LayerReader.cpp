@@ -122,7 +122,10 @@ class LayerReader {
           const bool fp32 = kind == Member::SavedF32 || kind == Member::ScratchF32;
           auto extent = text_arg(*spec, fp32 ? 0 : 1, named);
           if (!extent || !check_exprs(*extent, false)) break;
-          json::Object a{{"name", name}, {"per_token", extent->text}, {"fp32", fp32}};
+          json::Object a{{"name", name},
+                         {"per_token", extent->text},
+                         {"fp32", fp32},
+                         {"at", place(byte(*extent, 0))}};
           (kind == Member::Saved || kind == Member::SavedF32 ? saved : scratch)
               .push_back(std::move(a));
           break;
@@ -133,6 +136,7 @@ class LayerReader {
             error(named->getLocation(), "a layer declares its FLOPs once");
           } else if (expr && check_exprs(*expr, false)) {
             flops = expr->text;
+            out["flops_at"] = place(byte(*expr, 0));
           }
           break;
         }
@@ -216,6 +220,27 @@ class LayerReader {
       return std::nullopt;
     }
     return TextArg{lit->getString().str(), lit, arg.getLocation()};
+  }
+
+  // Where `at` is in the header, for fsdpgen's messages about the text there
+  // once bound (LayerDecl's HeaderAt): line, column (bytes) and that line.
+  json::Object place(SourceLocation at) const {
+    const SourceManager& sm = ctx_.getSourceManager();
+    const SourceLocation file_at = sm.getFileLoc(at);
+    const PresumedLoc p = sm.getPresumedLoc(file_at);
+    bool invalid = false;
+    const llvm::StringRef text = sm.getBufferData(sm.getFileID(file_at), &invalid);
+    if (!p.isValid() || invalid) return json::Object{};
+    const size_t offset = sm.getFileOffset(file_at);
+    size_t begin = text.rfind('\n', offset == 0 ? 0 : offset - 1);
+    begin = begin == llvm::StringRef::npos || offset == 0 ? 0 : begin + 1;
+    const size_t end = std::min(text.find('\n', offset), text.size());
+    std::string line = text.slice(begin, end).str();
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!json::isUTF8(line)) line = json::fixUTF8(line);
+    return json::Object{{"line", static_cast<int64_t>(p.getLine())},
+                        {"column", static_cast<int64_t>(p.getColumn())},
+                        {"source", line}};
   }
 
   SourceLocation byte(const TextArg& t, size_t offset) const {
@@ -317,6 +342,7 @@ class LayerReader {
     const size_t rank = dims.size();
     json::Object j{{"name", member->getNameAsString()},
                    {"shape", std::move(dims)},
+                   {"at", place(byte(*shape, 0))},
                    {"init", json::Object{{"kind", kinds[static_cast<int>(parsed->kind)]},
                                          {"std", parsed->std},
                                          {"std_text", parsed->std_text}}}};

@@ -47,7 +47,7 @@ namespace {
 using namespace clang;
 namespace json = llvm::json;
 
-constexpr int kReaderVersion = 2;
+constexpr int kReaderVersion = 3;
 constexpr uint64_t kMaxHeaderBytes = 4'000'000;  // the header itself, not what it includes
 
 // Every layer of the main file (layer_reader/clang/LayerReader.h), after the
