@@ -66,6 +66,7 @@ std::optional<Spec> check(const ast::File& file, Diagnostics& diags, const SpecO
   check_rules(RuleSection::Parallel, ctx);
   if (const ast::Section* t = section("train")) read_train(*t, ctx);
   if (overrides.micro_batch) override_micro_batch(ctx, *overrides.micro_batch);
+  fill_train_defaults(ctx);
   check_rules(RuleSection::Train, ctx);
   if (model_ok) {
     resolve_units(section("units"), ctx);

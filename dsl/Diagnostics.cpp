@@ -130,6 +130,10 @@ Diagnostic& Diagnostics::warning(Span span, std::string message) {
   return add(Severity::Warning, span, std::move(message));
 }
 
+Diagnostic& Diagnostics::remark(Span span, std::string message) {
+  return add(Severity::Note, span, std::move(message));
+}
+
 void Diagnostics::note(Diagnostic& d, Span span, std::string message) {
   d.notes.push_back(DiagNote{true, span, bounded(std::move(message))});
 }

@@ -45,6 +45,9 @@ class Diagnostics {
   // error limit is reached it returns a scratch diagnostic that is dropped.
   Diagnostic& error(Span span, std::string message);
   Diagnostic& warning(Span span, std::string message);
+  // A note of its own (what the compiler chose where the spec left it open):
+  // rendered as `note:`, counted as neither error nor warning.
+  Diagnostic& remark(Span span, std::string message);
   static void note(Diagnostic& d, Span span, std::string message);
   static void note(Diagnostic& d, std::string message);
 

@@ -196,6 +196,7 @@ void FieldReader::read_muon(const std::vector<const ast::Value*>& args, Optimize
       o.adjust_lr = *x;
   if (!args[7]) return;
   const ast::Value& n = *args[7];
+  keys.value_at["train.adamw"] = n.span;
   auto c = vals.callee(n, "nested optimizer", std::array<std::string_view, 1>{"adamw"},
                        {std::vector<std::string_view>{"lr", "betas", "eps", "weight_decay"}});
   if (!c) return;
@@ -250,25 +251,42 @@ void FieldReader::read_betas(const ast::Value& v, AdamWSpec& a) {
   if (b2) a.beta2 = *b2;
 }
 
+// constant(warmup) | cosine(warmup, min | min_ratio) | linear(warmup, min | min_ratio):
+// min is the optimizer's lr at the last step, min_ratio that floor as a
+// fraction of each parameter group's peak lr.
 void FieldReader::read_lr_schedule(const ast::Value& v) {
   LrScheduleSpec& l = spec.train.lr_schedule;
-  auto c = vals.callee(
-      v, "lr schedule", kLrScheduleNames,
-      {std::vector<std::string_view>{"warmup"}, std::vector<std::string_view>{"warmup", "min"},
-       std::vector<std::string_view>{"warmup", "min"}});
+  auto c = vals.callee(v, "lr schedule", kLrScheduleNames,
+                       {std::vector<std::string_view>{"warmup"},
+                        std::vector<std::string_view>{"warmup", "min", "min_ratio"},
+                        std::vector<std::string_view>{"warmup", "min", "min_ratio"}});
   if (!c) return;
   auto& [kind, args] = *c;
   l.kind = static_cast<LrScheduleKind>(kind);
   if (args[0])
     if (auto w = vals.as_int(*args[0], "warmup", 0, kMaxCount))
       l.warmup = *w, keys.value_at["train.warmup"] = args[0]->span;
-  if (args.size() > 1 && args[1])
+  if (args.size() < 3) return;
+  if (args[1] && args[2]) {
+    Diagnostic& e = diags.error(
+        args[2]->span, "'min' and 'min_ratio' both set the schedule's floor; give one of them");
+    Diagnostics::note(e, args[1]->span, "'min' is set here");
+    Diagnostics::note(e,
+                      "min_ratio is a fraction of each parameter group's peak lr (e.g. 0.1); min "
+                      "is an absolute lr");
+    return;
+  }
+  if (args[1])
     if (auto m = vals.as_float(*args[1], "min", 0, 1e3, true))
       l.min_lr = *m, keys.value_at["train.min_lr"] = args[1]->span;
+  if (args[2])
+    if (auto r = vals.as_float(*args[2], "min_ratio", 0, 1, true))
+      l.min_ratio = *r, keys.value_at["train.min_ratio"] = args[2]->span;
 }
 
-// synthetic | synthetic(seed = 7) | text("input.txt") | tokens("train_*.bin", "more.bin")
-// (or tokens(["a.bin", "b.bin"])): files and glob patterns, read in the order given.
+// synthetic | synthetic(seed = 7) | text("input.txt"[, allow_bytes = true]) |
+// tokens("train_*.bin", "more.bin") (or tokens(["a.bin", "b.bin"])): files and glob
+// patterns, read in the order given.
 void FieldReader::read_data(const ast::Value& v, DataSpec& d, std::string_view key) {
   const bool files = v.kind == ast::Value::Kind::Call && (v.text == "text" || v.text == "tokens");
   if (!files) {
@@ -290,13 +308,21 @@ void FieldReader::read_data(const ast::Value& v, DataSpec& d, std::string_view k
   }
   d.kind = v.text == "text" ? DataKind::Text : DataKind::Tokens;
   d.paths.clear();
+  d.allow_bytes = false;
+  size_t paths_given = 0;
   for (const ast::Arg& a : v.args) {
+    if (a.name == "allow_bytes" && d.kind == DataKind::Text) {
+      if (auto b = vals.as_bool(a.value, "allow_bytes")) d.allow_bytes = *b;
+      continue;
+    }
+    ++paths_given;
     if (!a.name.empty() && a.name != "path") {
       Diagnostic& e =
           diags.error(a.name_span, fmt::format("unknown argument '{}' of '{}'", a.name, v.text));
       Diagnostics::note(e, fmt::format("'{}' takes file paths or glob patterns, e.g. "
-                                       "{}(\"fineweb_train_*.bin\")",
-                                       v.text, v.text));
+                                       "{}(\"fineweb_train_*.bin\"){}",
+                                       v.text, v.text,
+                                       d.kind == DataKind::Text ? ", and allow_bytes = true" : ""));
       continue;
     }
     if (a.value.kind == ast::Value::Kind::List) {
@@ -306,7 +332,7 @@ void FieldReader::read_data(const ast::Value& v, DataSpec& d, std::string_view k
       d.paths.push_back(*p);
     }
   }
-  if (v.args.empty())
+  if (paths_given == 0)
     diags.error(v.span, fmt::format("data source '{}' needs a file: {} = {}(\"path\")", v.text, key,
                                     v.text));
   else if (d.kind == DataKind::Text && d.paths.size() > 1)
@@ -430,6 +456,11 @@ void fill_parallel_defaults(CheckContext& ctx) {
     p.shard_group = non_hybrid_shard_group(p.sharding, p.world);
   else if (!keys.has("parallel.shard_group"))
     p.shard_group = p.ranks_per_node;
+}
+
+void fill_train_defaults(CheckContext& ctx) {
+  LrScheduleSpec& l = ctx.spec.train.lr_schedule;
+  if (l.min_ratio) l.min_lr = *l.min_ratio * ctx.spec.train.optimizer.lr;
 }
 
 void override_world(CheckContext& ctx, int64_t world) {

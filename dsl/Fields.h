@@ -69,6 +69,8 @@ void read_train(const ast::Section& sec, CheckContext& ctx);
 // min(world, 8), ...), filled once the section and its overrides are read.
 void fill_model_defaults(CheckContext& ctx);
 void fill_parallel_defaults(CheckContext& ctx);
+// The schedule's min_lr from its min_ratio, once the optimizer's lr is read.
+void fill_train_defaults(CheckContext& ctx);
 
 // --world N and --micro-batch B replace the spec's values; errors about them
 // are the flag's, with a note where the spec sets the value replaced.

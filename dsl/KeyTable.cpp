@@ -31,16 +31,21 @@ std::string lr_schedule_text(const TrainSpec& t) {
   const LrScheduleSpec& l = t.lr_schedule;
   if (l.kind == LrScheduleKind::Constant)
     return fmt::format("lr_schedule = constant(warmup = {})", l.warmup);
+  if (l.min_ratio)
+    return fmt::format("lr_schedule = {}(warmup = {}, min_ratio = {})", to_string(l.kind), l.warmup,
+                       format_real(*l.min_ratio));
   return fmt::format("lr_schedule = {}(warmup = {}, min = {})", to_string(l.kind), l.warmup,
                      format_real(l.min_lr));
 }
 
-// synthetic(seed = 7), text("input.txt"), tokens("a_*.bin", "b.bin")
+// synthetic(seed = 7), text("input.txt"), text("notes.txt", allow_bytes = true),
+// tokens("a_*.bin", "b.bin")
 std::string data_source(const DataSpec& d) {
   if (d.kind == DataKind::Synthetic) return fmt::format("synthetic(seed = {})", d.seed);
   std::string paths;
   for (const std::string& p : d.paths)
     paths += (paths.empty() ? "" : ", ") + quote(p);
+  if (d.allow_bytes) paths += ", allow_bytes = true";
   return fmt::format("{}({})", to_string(d.kind), paths);
 }
 

@@ -8,6 +8,9 @@
 
 #include <fmt/format.h>
 
+#include "dsl/Values.h"
+#include "runtime/limits.h"
+
 namespace fsdpgen {
 namespace {
 
@@ -291,6 +294,69 @@ void min_lr_below_lr(const CheckContext& c) {
     Diagnostics::note(e, fmt::format("the optimizer's lr is {} by default", t.optimizer.lr));
 }
 
+// A learning rate for a message: three significant digits.
+std::string lr_text(double lr) {
+  return fmt::format("{:.3g}", lr);
+}
+
+// Muon's two parameter groups, each from its peak lr to the floor the
+// schedule takes it to (the nested AdamW's lr keeps its ratio to Muon's).
+std::string muon_groups(const TrainSpec& t) {
+  const OptimizerSpec& o = t.optimizer;
+  if (t.lr_schedule.kind == LrScheduleKind::Constant)
+    return fmt::format("Muon's matrices train at lr {} and the other parameters at {}, constant",
+                       lr_text(o.lr), lr_text(o.adamw.lr));
+  const double ratio = t.lr_schedule.min_lr / o.lr;
+  return fmt::format(
+      "Muon's matrices train at lr {} down to {}, the other parameters at {} down to {} ({} of "
+      "each peak)",
+      lr_text(o.lr), lr_text(t.lr_schedule.min_lr), lr_text(o.adamw.lr),
+      lr_text(ratio * o.adamw.lr), lr_text(ratio));
+}
+
+// Under Muon, the spec gives the schedule an absolute floor above 0.
+bool muon_floor_absolute(const CheckContext& c) {
+  const TrainSpec& t = c.spec.train;
+  return t.optimizer.kind == OptimizerKind::Muon && c.keys.has("train.min_lr") &&
+         t.lr_schedule.min_lr > 0 && t.lr_schedule.min_lr <= t.optimizer.lr &&
+         c.keys.usable({"train.lr_schedule", "train.optimizer"});
+}
+
+// A warning: `min` is an absolute lr, and under Muon it is the floor of
+// Muon's lr (0.02 by default): an AdamW-sized floor (1e-4) is a 200x decay,
+// and the nested AdamW's lr decays as much. min_ratio says what is meant.
+void muon_floor_is_absolute(const CheckContext& c) {
+  const TrainSpec& t = c.spec.train;
+  const Keys& k = c.keys;
+  if (!muon_floor_absolute(c)) return;
+  const double ratio = t.lr_schedule.min_lr / t.optimizer.lr;
+  Diagnostic& w = c.diags.warning(
+      k.where("train.min_lr"),
+      fmt::format("'min' is an absolute lr, the floor of Muon's lr: {}", muon_groups(t)));
+  Diagnostics::note(w, fmt::format("give the floor as a fraction of each group's peak lr instead: "
+                                   "min_ratio = {} keeps these floors, min_ratio = 0.1 ends each "
+                                   "group at a tenth of its peak",
+                                   lr_text(ratio)));
+}
+
+// A note: muon() without adamw = adamw(...) gives the parameters that are no
+// Muon matrix adamw()'s own defaults; say so, with both groups' lrs (unless
+// the warning about an absolute floor says them).
+void muon_nested_adamw_chosen(const CheckContext& c) {
+  const TrainSpec& t = c.spec.train;
+  const Keys& k = c.keys;
+  if (t.optimizer.kind != OptimizerKind::Muon || k.has("train.adamw") ||
+      !k.usable({"train.lr_schedule", "train.optimizer"}))
+    return;
+  Diagnostic& n = c.diags.remark(
+      k.where("train.optimizer"),
+      fmt::format("muon() without 'adamw = adamw(...)': the parameters that are no Muon matrix "
+                  "(embeddings, head, norms, biases) get adamw()'s default lr {}{}",
+                  lr_text(t.optimizer.adamw.lr),
+                  muon_floor_absolute(c) ? "" : "; " + muon_groups(t)));
+  Diagnostics::note(n, "to give them an AdamW run's lr, write e.g. muon(adamw = adamw(lr = 1e-3))");
+}
+
 // A warning: only the final checkpoint is written.
 void checkpoint_fires_within_the_run(const CheckContext& c) {
   const TrainSpec& t = c.spec.train;
@@ -318,6 +384,42 @@ void val_settings_need_val(const CheckContext& c) {
   }
 }
 
+// Text is read as bytes (ids 0-255): into a smaller vocabulary they do not
+// fit; into a larger one (a tokenizer's) they are a likely mistake, refused
+// unless the source says allow_bytes = true.
+void text_fits_the_vocabulary(const CheckContext& c) {
+  const TrainSpec& t = c.spec.train;
+  const int64_t vocab = c.spec.model.vocab;
+  if (!c.keys.has("model.vocab") || !c.keys.usable({"model.vocab"}) || vocab == kByteVocab) return;
+  auto check = [&](const DataSpec& d, const std::string& key) {
+    if (d.kind != DataKind::Text || !c.keys.usable({key})) return;
+    if (vocab < kByteVocab) {
+      Diagnostic& e = c.diags.error(
+          c.keys.where(key), fmt::format("text is read as bytes, token ids 0 to 255, which do not "
+                                         "fit this model's vocabulary of {}",
+                                         vocab));
+      Diagnostics::note(e, c.keys.where("model.vocab"), "vocab is set here");
+      Diagnostics::note(e,
+                        "byte-level text needs vocab = 256; other data needs token files, "
+                        "tokens(\"train.bin\") (docs/data.md#token-files)");
+      return;
+    }
+    if (d.allow_bytes) return;
+    Diagnostic& e = c.diags.error(
+        c.keys.where(key),
+        fmt::format("text is read as bytes, token ids 0 to 255, but this model's vocabulary has {} "
+                    "tokens: it would train on raw bytes, not its tokenizer's tokens",
+                    grouped(vocab)));
+    Diagnostics::note(e, c.keys.where("model.vocab"), "vocab is set here");
+    Diagnostics::note(e,
+                      "tokenize the text with the model's tokenizer into llm.c token files and "
+                      "read those: tokens(\"train.bin\") (docs/data.md#token-files); or "
+                      "write text(\"...\", allow_bytes = true) to train on bytes anyway");
+  };
+  check(t.data, "train.data");
+  if (t.val) check(*t.val, "train.val");
+}
+
 struct Rule {
   RuleSection section;
   void (*check)(const CheckContext&);
@@ -343,8 +445,11 @@ constexpr Rule kRules[] = {
     {RuleSection::Parallel, master_as_wide_as_param},
     {RuleSection::Train, warmup_within_the_run},
     {RuleSection::Train, min_lr_below_lr},
+    {RuleSection::Train, muon_floor_is_absolute},
+    {RuleSection::Train, muon_nested_adamw_chosen},
     {RuleSection::Train, checkpoint_fires_within_the_run},
     {RuleSection::Train, val_settings_need_val},
+    {RuleSection::Train, text_fits_the_vocabulary},
 };
 
 }  // namespace

@@ -334,7 +334,11 @@ inline constexpr double kMuonLr = 0.02, kMuonMomentum = 0.95;
 struct LrScheduleSpec {
   LrScheduleKind kind = LrScheduleKind::Constant;
   int64_t warmup = 0;  // steps of linear warm-up from 0
-  double min_lr = 0;   // cosine/linear: value reached at the last step
+  double min_lr = 0;   // cosine/linear: the optimizer's lr reached at the last step
+  // cosine/linear's `min_ratio`: the floor as a fraction of the peak lr, the
+  // same for every parameter group (min_lr is then min_ratio x the
+  // optimizer's lr); unset where the spec wrote `min` (absolute) or neither.
+  std::optional<double> min_ratio;
   bool operator==(const LrScheduleSpec&) const = default;
 };
 
@@ -342,6 +346,9 @@ struct DataSpec {
   DataKind kind = DataKind::Synthetic;
   int64_t seed = 7;                // synthetic
   std::vector<std::string> paths;  // text: one file; tokens: files and glob patterns, in order
+  // text: `allow_bytes = true`, bytes into a model whose vocabulary is larger
+  // than the bytes' 256 (a likely mistake: refused without it).
+  bool allow_bytes = false;
   bool operator==(const DataSpec&) const = default;
 };
 

@@ -21,6 +21,7 @@
 
 #include "runtime/files/file_io.h"
 #include "runtime/human.h"
+#include "runtime/limits.h"
 
 struct data_error_slot {
   std::mutex mutex;
@@ -245,10 +246,17 @@ void open_files(dataloader& d) {
   const data_config& c = d.config;
   const std::vector<std::string> paths = expand(c);
   if (c.kind == data_kind::text) {
-    if (c.vocab < 256)
+    if (c.vocab < kByteVocab)
       throw std::runtime_error(
           fmt::format("{}: text data is byte-level and needs vocab >= 256, but vocab is {}",
                       paths[0], c.vocab));
+    if (c.vocab > kByteVocab && !c.allow_bytes)
+      throw std::runtime_error(fmt::format(
+          "{}: text is read as bytes, token ids 0 to 255, but this model's vocabulary has {} "
+          "tokens: it would train on raw bytes, not its tokenizer's tokens; tokenize the text "
+          "with the model's tokenizer into llm.c token files and pass those (.bin, "
+          "docs/data.md#token-files), or pass --allow-bytes to train on bytes anyway",
+          paths[0], with_commas(c.vocab)));
     if (paths.size() != 1)
       throw std::runtime_error(fmt::format("{}: text data is one file, but {} files are named",
                                            c.paths[0], paths.size()));

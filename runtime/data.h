@@ -24,6 +24,9 @@ struct data_config {
   bool shuffle = false;            // text and tokens: each epoch in a seeded order
   uint64_t shuffle_seed = 0;       // that order's seed (dataloader_set_shuffle_seed)
   std::string role = "data";       // how messages name the source: "data" or "val"
+  // text into a vocabulary larger than the bytes' (kByteVocab): trained on
+  // only when allowed (--allow-bytes, or a spec's text(..., allow_bytes = true)).
+  bool allow_bytes = false;
 };
 
 // One file mapped read-only (unmapped when destroyed).

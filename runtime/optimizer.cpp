@@ -26,7 +26,20 @@ double optimizer_lr(const program& p, int64_t step, int64_t total_steps) {
   return p.train.lr_schedule.min_lr + coeff * (p.train.optimizer.lr - p.train.lr_schedule.min_lr);
 }
 
-std::string optimizer_lr_describe(const program& p, int64_t total_steps) {
+namespace {
+
+// Muon's nested AdamW (the parameters that are no Muon matrix): its peak and
+// floor, in proportion to Muon's; "" for the other optimizers.
+std::string nested_adamw_describe(const program& p, bool decays) {
+  const program_optimizer& o = p.train.optimizer;
+  if (o.kind != optimizer_kind::muon) return "";
+  if (!decays) return fmt::format("; nested AdamW: {:g}", o.adamw_lr);
+  return fmt::format("; nested AdamW: {:g} down to {:g}", o.adamw_lr,
+                     p.train.lr_schedule.min_lr * o.adamw_lr / o.lr);
+}
+
+// The optimizer's own lr (Muon's, under Muon) over the run.
+std::string schedule_describe(const program& p, int64_t total_steps) {
   const int64_t steps = optimizer_warmup(p, total_steps);
   const std::string clamped =
       steps < p.train.lr_schedule.warmup
@@ -41,6 +54,14 @@ std::string optimizer_lr_describe(const program& p, int64_t total_steps) {
   return fmt::format("{}, then {} down to {:g} at step {}, the last", warmup,
                      p.train.lr_schedule.kind == lr_schedule_kind::cosine ? "cosine" : "linear",
                      p.train.lr_schedule.min_lr, total_steps);
+}
+
+}  // namespace
+
+std::string optimizer_lr_describe(const program& p, int64_t total_steps) {
+  const bool decays = optimizer_warmup(p, total_steps) < total_steps &&
+                      p.train.lr_schedule.kind != lr_schedule_kind::constant;
+  return schedule_describe(p, total_steps) + nested_adamw_describe(p, decays);
 }
 
 std::string optimizer_warmup_note(const program& p, int64_t steps) {

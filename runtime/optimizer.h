@@ -25,7 +25,9 @@ int64_t optimizer_warmup(const program& p, int64_t total_steps);
 double optimizer_lr(const program& p, int64_t step, int64_t total_steps);
 
 // The schedule in words for the banner, e.g. "20 warm-up steps to 0.001,
-// then cosine down to 0.0001 at step 30, the last" (steps 1-based, as logged).
+// then cosine down to 0.0001 at step 30, the last" (steps 1-based, as logged);
+// under Muon followed by the nested AdamW's, e.g. "; nested AdamW: 0.0003
+// down to 3e-05".
 std::string optimizer_lr_describe(const program& p, int64_t total_steps);
 
 // The warning for a run of `steps` (--steps) shorter than the spec's warm-up,

@@ -24,6 +24,9 @@ std::optional<int> train_flags_parse(const program& p, int argc, char** argv,
                  "synthetic, a text file, or llm.c .bin token files and quoted glob patterns "
                  "(uint16 GPT-2 or uint32 Llama 3 tokens), read as one stream in the order given");
   app.add_option("--val", o.run.val, "validation data, as --data (default: the spec's val)");
+  app.add_flag("--allow-bytes", o.allow_bytes,
+               "train on a text file's bytes (--data, --val) although the model's vocabulary is "
+               "larger than 256 (a tokenizer's; refused without it)");
   app.add_option("--val-every", o.run.val_every,
                  "steps between validations, also run at checkpoints and at the end (0: none; "
                  "default: the spec's val_every)")

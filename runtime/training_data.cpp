@@ -18,8 +18,14 @@ namespace {
 
 // A spec's data source (paths one per line), or what a flag gave instead:
 // "synthetic", one text file, or token files and glob patterns (.bin).
+// `given`: the flag as given to this launch (not taken back from a checkpoint).
+// Bytes into a larger vocabulary than theirs are allowed when the spec's
+// source is read (fsdpgen refused it unless the spec allowed it), when a
+// checkpoint's run is (its launch was checked), or with --allow-bytes.
 data_config data_config_of(const program& p, const program_data& spec,
-                           const std::vector<std::string>& flag, bool shuffle, const char* role) {
+                           const std::vector<std::string>& flag,
+                           const std::vector<std::string>& given, bool allow_bytes, bool shuffle,
+                           const char* role) {
   data_config d;
   d.vocab = p.model.vocab;
   d.context = p.model.context;
@@ -46,6 +52,7 @@ data_config data_config_of(const program& p, const program_data& spec,
   }
   d.shuffle = shuffle && d.kind != data_kind::synthetic;
   d.role = role;
+  d.allow_bytes = allow_bytes || given.empty();
   return d;
 }
 
@@ -57,7 +64,8 @@ void training_run::open_data() {
   std::string error;
   try {
     const auto t0 = std::chrono::steady_clock::now();
-    data_ = dataloader_open(data_config_of(p_, p_.train.data, run_.data, run_.shuffle, "data"));
+    data_ = dataloader_open(data_config_of(p_, p_.train.data, run_.data, o_.run.data,
+                                           o_.allow_bytes, run_.shuffle, "data"));
     data_open_ms_ =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   } catch (const std::exception& e) {
@@ -75,7 +83,8 @@ void training_run::open_data() {
                       val_every_);
     try {
       if (error.empty()) {
-        val_ = dataloader_open(data_config_of(p_, p_.train.val, run_.val, false, "val"));
+        val_ = dataloader_open(
+            data_config_of(p_, p_.train.val, run_.val, o_.run.val, o_.allow_bytes, false, "val"));
         const int64_t have = dataloader_sequences(val_);
         if (have > 0 && have < val_sequences_) {
           if (lead_)

@@ -255,6 +255,121 @@ TEST(Check, MuonIsReadWithItsDefaults) {
   EXPECT_DOUBLE_EQ(o.beta1, OptimizerSpec{}.beta1) << "the nested betas are the nested adamw's";
 }
 
+// min_ratio is the schedule's floor as a fraction of the peak lr: min_lr is
+// filled from it and the optimizer's lr (wherever each is written), it prints
+// back as written, and it is exclusive with the absolute min.
+TEST(Check, MinRatioIsAFractionOfThePeakLr) {
+  const std::string text = with_model(
+      "train { lr_schedule = cosine(warmup = 2, min_ratio = 0.1)  optimizer = adamw(lr = 2e-3) }");
+  const Spec s = load_ok(text);
+  ASSERT_TRUE(s.train.lr_schedule.min_ratio);
+  EXPECT_DOUBLE_EQ(*s.train.lr_schedule.min_ratio, 0.1);
+  EXPECT_DOUBLE_EQ(s.train.lr_schedule.min_lr, 2e-4);
+  const std::string printed = print_spec(s);
+  EXPECT_NE(printed.find("lr_schedule = cosine(warmup = 2, min_ratio = 0.1)"), std::string::npos)
+      << printed;
+  EXPECT_EQ(load_ok(printed), s);
+  EXPECT_DOUBLE_EQ(load_ok(with_model("train { lr_schedule = linear(warmup = 0, min = 1e-5) }"))
+                       .train.lr_schedule.min_lr,
+                   1e-5);
+
+  std::string e = load_error(
+      with_model("train { lr_schedule = cosine(warmup = 2, min = 1e-4, min_ratio = 0.1) }"));
+  EXPECT_NE(e.find("error: 'min' and 'min_ratio' both set the schedule's floor; give one of them"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("note: 'min' is set here"), std::string::npos) << e;
+  e = load_error(with_model("train { lr_schedule = cosine(min_ratio = 1.5) }"));
+  EXPECT_NE(e.find("min_ratio"), std::string::npos) << e;
+  e = load_error(with_model("train { lr_schedule = constant(min_ratio = 0.1) }"));
+  EXPECT_NE(e.find("min_ratio"), std::string::npos) << e;
+}
+
+// Switching an AdamW spec to muon() keeps its absolute `min` as Muon's
+// floor: a warning says both groups' lrs and the min_ratio that keeps them;
+// a bare muon() says which lr its nested AdamW got. Written with min_ratio
+// and an explicit nested adamw, nothing is said.
+TEST(Check, MuonSaysItsGroupsLearningRates) {
+  FrontendResult r = load_spec_text(
+      "m.fsdp", with_model("train { optimizer = muon()  lr_schedule = cosine(warmup = 2, min = "
+                           "1e-4) }"));
+  ASSERT_TRUE(r.spec) << r.diagnostics;
+  EXPECT_NE(r.diagnostics.find(
+                "warning: 'min' is an absolute lr, the floor of Muon's lr: Muon's matrices train "
+                "at lr 0.02 down to 0.0001, the other parameters at 0.0003 down to 1.5e-06 (0.005 "
+                "of each peak)"),
+            std::string::npos)
+      << r.diagnostics;
+  EXPECT_NE(r.diagnostics.find("min_ratio = 0.005 keeps these floors"), std::string::npos)
+      << r.diagnostics;
+  EXPECT_NE(r.diagnostics.find("note: muon() without 'adamw = adamw(...)': the parameters that are "
+                               "no Muon matrix (embeddings, head, norms, biases) get adamw()'s "
+                               "default lr 0.0003"),
+            std::string::npos)
+      << r.diagnostics;
+  EXPECT_NE(r.diagnostics.find("1 warning generated."), std::string::npos) << r.diagnostics;
+
+  r = load_spec_text("m.fsdp", with_model("train { optimizer = muon  lr_schedule = cosine(warmup "
+                                          "= 2, min_ratio = 0.1) }"));
+  ASSERT_TRUE(r.spec) << r.diagnostics;
+  EXPECT_EQ(r.diagnostics.find("warning"), std::string::npos) << r.diagnostics;
+  EXPECT_NE(r.diagnostics.find("Muon's matrices train at lr 0.02 down to 0.002, the other "
+                               "parameters at 0.0003 down to 3e-05 (0.1 of each peak)"),
+            std::string::npos)
+      << r.diagnostics;
+
+  r = load_spec_text("m.fsdp",
+                     with_model("train { optimizer = muon(adamw = adamw(lr = 1e-3))  lr_schedule "
+                                "= cosine(warmup = 2, min_ratio = 0.1) }"));
+  ASSERT_TRUE(r.spec) << r.diagnostics;
+  EXPECT_EQ(r.diagnostics, "");
+  r = load_spec_text("a.fsdp", with_model("train { optimizer = adamw(lr = 1e-3)  lr_schedule = "
+                                          "cosine(warmup = 2, min = 1e-4) }"));
+  EXPECT_EQ(r.diagnostics, "") << "AdamW's absolute min is what it always was";
+}
+
+// Text is bytes: into a model with a tokenizer's vocabulary it is refused
+// (data and val), naming token files, unless allow_bytes = true; into a
+// vocabulary under 256 always; a byte-level model reads it as ever.
+TEST(Check, TextIntoATokenizersVocabularyIsRefusedUnlessAllowed) {
+  const std::string gpt2 = "vocab = 50257";
+  auto spec = [](const std::string& train, const std::string& vocab) {
+    return "model t { " + vocab + " context = 64 width = 64 heads = 4 layers = 4 }\ntrain { " +
+           train + " }\n";
+  };
+  std::string e = load_error(spec("data = text(\"notes.txt\")", gpt2));
+  EXPECT_NE(e.find("test.fsdp:2:16: error: text is read as bytes, token ids 0 to 255, but this "
+                   "model's vocabulary has 50,257 tokens: it would train on raw bytes, not its "
+                   "tokenizer's tokens"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("test.fsdp:1:19: note: vocab is set here"), std::string::npos) << e;
+  EXPECT_NE(e.find("tokens(\"train.bin\") (docs/data.md#token-files); or write text(\"...\", "
+                   "allow_bytes = true)"),
+            std::string::npos)
+      << e;
+  e = load_error(spec("val = text(\"notes.txt\")", gpt2));
+  EXPECT_NE(e.find("vocabulary has 50,257 tokens"), std::string::npos) << e;
+
+  const Spec allowed = load_ok(spec("data = text(\"notes.txt\", allow_bytes = true)", gpt2));
+  EXPECT_TRUE(allowed.train.data.allow_bytes);
+  const std::string printed = print_spec(allowed);
+  EXPECT_NE(printed.find("data = text(\"notes.txt\", allow_bytes = true)"), std::string::npos)
+      << printed;
+  EXPECT_EQ(load_ok(printed), allowed);
+  EXPECT_FALSE(load_ok(spec("data = text(\"notes.txt\")", "vocab = 256")).train.data.allow_bytes);
+
+  e = load_error(spec("data = text(\"notes.txt\", allow_bytes = true)", "vocab = 64"));
+  EXPECT_NE(e.find("text is read as bytes, token ids 0 to 255, which do not fit this model's "
+                   "vocabulary of 64"),
+            std::string::npos)
+      << e;
+  e = load_error(spec("data = tokens(\"a.bin\", allow_bytes = true)", gpt2));
+  EXPECT_NE(e.find("unknown argument 'allow_bytes' of 'tokens'"), std::string::npos) << e;
+  e = load_error(spec("data = text(\"a.txt\", allow_bytes = 3)", gpt2));
+  EXPECT_NE(e.find("allow_bytes"), std::string::npos) << e;
+}
+
 TEST(Check, AllErrorsAreCollectedAndSorted) {
   std::string out = load_error(
       with_model("parallel { sharding = x  world = 0 }\ntrain { steps = -1  bogus = 1 }"));

@@ -162,6 +162,23 @@ TEST(Data, TextErrors) {
   std::filesystem::remove(path);
 }
 
+// Bytes into a tokenizer's vocabulary (GPT-2's 50,257) are refused, naming
+// token files and --allow-bytes, unless allowed; a byte-level model's text
+// and an allowed larger vocabulary read the same bytes.
+TEST(Data, TextIntoATokenizersVocabularyNeedsAllowBytes) {
+  const std::string path = temp_path("notes.txt");
+  write_bytes(path, {'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd'});
+  data_config c{data_kind::text, 0, {path}, 50257, 4};
+  expect_error([&] { dataloader_open(c); },
+               {path, "vocabulary has 50,257 tokens", "it would train on raw bytes",
+                "llm.c token files", "docs/data.md#token-files", "--allow-bytes"});
+  c.allow_bytes = true;
+  const dataloader allowed = dataloader_open(c);
+  const dataloader bytes = dataloader_open({data_kind::text, 0, {path}, 256, 4});
+  EXPECT_EQ(fill(allowed, 0, 2).tokens, fill(bytes, 0, 2).tokens);
+  std::filesystem::remove(path);
+}
+
 TEST(Data, TokenFileWindows) {
   const std::string path = temp_path("train.bin");
   std::vector<uint16_t> tokens;

@@ -234,6 +234,22 @@ TEST(OptimizerLr, DescribedWithTheRunsSteps) {
             "10 warm-up steps to 0.001, the whole run");
 }
 
+// Under Muon the banner gives the nested AdamW's lr and floor too: the
+// same schedule at its ratio to Muon's lr.
+TEST(OptimizerLr, MuonDescribesTheNestedAdamwsLrAndFloor) {
+  program p = schedule(lr_schedule_kind::cosine, 20, 200);
+  p.train.optimizer.kind = optimizer_kind::muon;
+  p.train.optimizer.lr = 0.02;
+  p.train.optimizer.adamw_lr = 3e-4;
+  p.train.lr_schedule.min_lr = 0.002;
+  EXPECT_EQ(optimizer_lr_describe(p, 200),
+            "20 warm-up steps to 0.02, then cosine down to 0.002 at step 200, the last; nested "
+            "AdamW: 0.0003 down to 3e-05");
+  p.train.lr_schedule.kind = lr_schedule_kind::constant;
+  EXPECT_EQ(optimizer_lr_describe(p, 200),
+            "20 warm-up steps to 0.02, then constant; nested AdamW: 0.0003");
+}
+
 // A run shorter than the spec's warm-up (a smoke test: --steps 5) warms up
 // over the whole run, reaching lr at its last step, and says so once.
 TEST(OptimizerLr, ARunShorterThanTheWarmupClampsItToTheRun) {
