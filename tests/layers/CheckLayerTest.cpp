@@ -175,6 +175,29 @@ TEST(CheckLayer, WrongGradient) {
   EXPECT_EQ(f.find("gradient b.grad"), std::string::npos) << r.out;
 }
 
+// Small gradient errors fail too, not only a doubled gradient: w.grad off by
+// 1e-4 of itself where the layer is checked in double, and dx off by 10% in
+// float (GeluMlp calls fsdpgen's kernels, so it is checked as it trains).
+TEST(CheckLayer, SmallGradientErrorsFail) {
+  SKIP_WITHOUT_READER();
+  const auto in_double =
+      check_tanh("gradient_1e-4", "dpre.data[i] * x[i];", "(1 + 1e-4) * dpre.data[i] * x[i];");
+  EXPECT_EQ(in_double.status, 1) << in_double.out;
+  EXPECT_NE(in_double.out.find("reference instance TanhScale<double, double>"), std::string::npos)
+      << in_double.out;
+  EXPECT_NE(failures(in_double.out).find("FAIL  gradient w.grad: "), std::string::npos)
+      << in_double.out;
+
+  const auto in_float = check_mutant(
+      "gelu_dx_10", kSource / "examples/layers/gelu_mlp.h", "tokens, C, F, cpu.ws);\n  }\n};",
+      "tokens, C, F, cpu.ws);\n    for (int64_t i = 0; i < tokens * C; ++i)\n      dx[i] *= "
+      "1.1f;\n  }\n};",
+      "GeluMlp --hyper d_model=8 d_ff=20");
+  EXPECT_EQ(in_float.status, 1) << in_float.out;
+  EXPECT_NE(in_float.out.find("checked with T = float"), std::string::npos) << in_float.out;
+  EXPECT_NE(failures(in_float.out).find("FAIL  gradient dx: "), std::string::npos) << in_float.out;
+}
+
 TEST(CheckLayer, StateKeptBetweenCalls) {
   SKIP_WITHOUT_READER();
   const auto r =
