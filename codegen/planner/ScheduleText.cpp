@@ -1,6 +1,9 @@
 // ScheduleText: a schedule as text (print_schedule) and as JSON (schedule_json,
 // op_json), for `fsdpgen schedule` and the tools that read it.
+#include <algorithm>
+#include <array>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -12,6 +15,50 @@
 namespace fsdpgen {
 
 namespace {
+
+// What each op kind's label means (kOpKindNames' order), for the legend.
+constexpr std::array<std::string_view, kOpKindNames.size()> kOpKindMeanings = {
+    "all-gather of a unit's parameter shards",
+    "forward",
+    "forward again before the backward (recompute)",
+    "backward",
+    "reduce-scatter of a unit's gradients",
+    "all-reduce",
+    "buffers return to the plan",
+    "copy host to device",
+    "copy device to host",
+    "this rank's part of the gradient norm",
+    "optimizer step",
+    "Muon's gradients to the matrices' owners",
+    "Muon's Newton-Schulz iterations",
+    "Muon's updates back to the shards",
+};
+
+// The legend of the op labels ("F u1 s1 mb0"): the fields, then each op kind
+// the schedule holds, in lines of at most 90 columns.
+std::string legend(const Schedule& s) {
+  std::vector<std::string> items;
+  for (size_t k = 0; k < kOpKindNames.size(); ++k)
+    if (std::any_of(s.ops.begin(), s.ops.end(),
+                    [&](const Op& op) { return static_cast<size_t>(op.kind) == k; }))
+      items.push_back(fmt::format("{} {}", kOpKindNames[k], kOpKindMeanings[k]));
+  if (std::any_of(s.ops.begin(), s.ops.end(), [](const Op& op) { return op.is_loss_reduce(); }))
+    items.push_back("AR loss the step's loss over the world");
+  std::string out =
+      "legend: #N op N (deps: the ops it waits for); uN unit N (u0 the root), sN segment N\n"
+      "  (a run of a unit's layers), mbN micro-batch N;";
+  size_t column = out.size() - out.rfind('\n') - 1;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string item = items[i] + (i + 1 < items.size() ? "," : "\n");
+    if (column + 1 + item.size() > 90) {
+      out += "\n ";
+      column = 1;
+    }
+    out += " " + item;
+    column += 1 + item.size();
+  }
+  return out;
+}
 
 std::string deps_text(const Op& op) {
   if (op.deps.empty()) return "-";
@@ -44,6 +91,7 @@ std::string print_schedule(const Schedule& s) {
       s.ops.size(), s.buffers.size(), s.sent_bytes(OpKind::AllGather),
       s.sent_bytes(OpKind::ReduceScatter), s.sent_bytes(OpKind::AllReduce));
   out += describe_validation_pass(s) + "\n";
+  out += legend(s);
   for (size_t st = 0; st < kStreamNames.size(); ++st) {
     std::vector<const Op*> ops;
     for (const Op& op : s.ops)

@@ -1012,6 +1012,11 @@ constexpr const char* kScheduleText =
     "all-reduce 56\n"
     "validation pass: ops #0-#38 (13 all-gathers, 14 forwards, 12 frees): micro-batch 0's "
     "forward alone, no gradients, reduce-scatters or optimizer\n"
+    "legend: #N op N (deps: the ops it waits for); uN unit N (u0 the root), sN segment N\n"
+    "  (a run of a unit's layers), mbN micro-batch N;\n"
+    "  AG all-gather of a unit's parameter shards, F forward, B backward,\n"
+    "  RS reduce-scatter of a unit's gradients, AR all-reduce, FREE buffers return to the plan,\n"
+    "  GRADNORM this rank's part of the gradient norm, OPT optimizer step\n"
     "stream compute (107 ops):\n"
     "  #2     F u0 s0 mb0                                                       deps #0\n"
     "  #4     F u1 s1 mb0          2.835e+11 flop                               deps #1\n"
@@ -1996,7 +2001,7 @@ const program kProgram = {
     .spec_path = "specs/gpt2-124m.fsdp",
     .model_name = "gpt2_124m",
     .schedule_text = kScheduleText,
-    .hash = 0x0d94a4f013a8acceull,
+    .hash = 0x2b974f82e98080d8ull,
     .model = {.vocab = 50257, .context = 1024, .width = 768, .heads = 12, .layers = 12,
               .ffn_hidden = 3072, .tied = true, .params = 124439808, .padded_vocab = 50304},
     .parallel = {.world = 8, .shard_group = 8, .micro_batches = 1, .micro_batch = 16,

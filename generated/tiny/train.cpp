@@ -420,6 +420,11 @@ constexpr const char* kScheduleText =
     "all-reduce 8\n"
     "validation pass: ops #0-#14 (5 all-gathers, 6 forwards, 4 frees): micro-batch 0's forward "
     "alone, no gradients, reduce-scatters or optimizer\n"
+    "legend: #N op N (deps: the ops it waits for); uN unit N (u0 the root), sN segment N\n"
+    "  (a run of a unit's layers), mbN micro-batch N;\n"
+    "  AG all-gather of a unit's parameter shards, F forward, B backward,\n"
+    "  RS reduce-scatter of a unit's gradients, AR all-reduce, FREE buffers return to the plan,\n"
+    "  GRADNORM this rank's part of the gradient norm, OPT optimizer step\n"
     "stream compute (43 ops):\n"
     "  #2     F u0 s0 mb0                                                       deps #0\n"
     "  #4     F u1 s1 mb0          4.698e+08 flop                               deps #1\n"
@@ -810,7 +815,7 @@ const program kProgram = {
     .spec_path = "specs/tiny.fsdp",
     .model_name = "tiny",
     .schedule_text = kScheduleText,
-    .hash = 0x7ad4956307b0d885ull,
+    .hash = 0xdf10062e0b9c6dbbull,
     .model = {.vocab = 256, .context = 128, .width = 128, .heads = 4, .layers = 4,
               .ffn_hidden = 512, .tied = true, .params = 842496, .padded_vocab = 256},
     .parallel = {.world = 2, .shard_group = 2, .micro_batches = 1, .micro_batch = 8,

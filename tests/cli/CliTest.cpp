@@ -33,6 +33,32 @@ TEST(CliSchedule, TextListsEveryStream) {
     EXPECT_TRUE(has(r, s)) << s << "\n" << r.out.substr(0, 2000);
 }
 
+// The text schedule says once, before its first op, what its labels mean
+// ("F u1 s1 mb0"): the fields and each op kind it holds, and no kind it
+// does not hold (tiny has no recompute); the JSON needs no legend.
+TEST(CliSchedule, TextHasOneLegendOfItsLabels) {
+  CmdResult r = run("schedule " + spec("tiny.fsdp") + " --gpu cpu");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const size_t legend = r.out.find("legend: ");
+  ASSERT_NE(legend, std::string::npos) << r.out.substr(0, 2000);
+  EXPECT_EQ(r.out.find("legend: ", legend + 1), std::string::npos) << "once";
+  EXPECT_LT(legend, r.out.find("stream compute"));
+  const std::string text = r.out.substr(legend, r.out.find("stream compute") - legend);
+  for (const char* s :
+       {"#N op N (deps: the ops it waits for)", "uN unit N (u0 the root)", "sN segment N",
+        "mbN micro-batch N", "AG all-gather of a unit's parameter shards", "F forward",
+        "B backward", "RS reduce-scatter of a unit's gradients", "FREE buffers return to the plan",
+        "OPT optimizer step"})
+    EXPECT_NE(text.find(s), std::string::npos) << s << "\n" << text;
+  EXPECT_EQ(text.find("RECOMPUTE"), std::string::npos) << text;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    EXPECT_LE(line.size(), 90u) << line;
+  CmdResult json = run("schedule " + spec("tiny.fsdp") + " --gpu cpu --format json");
+  ASSERT_EQ(json.status, 0) << json.out;
+  EXPECT_EQ(json.out.find("legend"), std::string::npos);
+}
+
 TEST(CliSchedule, JsonAndTraceParse) {
   std::string dir = testing::TempDir();
   ASSERT_EQ(
