@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 [[noreturn]] void mpi_fail(int code, const char* call, const char* file, int line);
 
@@ -23,8 +24,11 @@ struct runtime_error : std::runtime_error {
 };
 // An error every rank knows about (agreed through a collective), so that
 // ranks can stop cleanly instead of aborting the job. `own` is false on
-// ranks that only learned that another rank failed.
+// ranks that only learned that another rank failed; `report`, on rank 0,
+// is every rank's message said once (runtime/rank_errors.h), "" elsewhere.
 struct agreed_error : runtime_error {
-  agreed_error(const std::string& what, bool own) : runtime_error(what), own(own) {}
+  agreed_error(const std::string& what, bool own, std::string report = "")
+      : runtime_error(what), own(own), report(std::move(report)) {}
   bool own;
+  std::string report;
 };

@@ -7,9 +7,11 @@
 
 #include <chrono>
 #include <climits>
+#include <utility>
 
 #include "runtime/check.h"
 #include "runtime/poll.h"
+#include "runtime/rank_errors.h"
 
 void mpi_fail(int code, const char* call, const char* file, int line) {
   char msg[MPI_MAX_ERROR_STRING];
@@ -22,9 +24,10 @@ void mpi_fail(int code, const char* call, const char* file, int line) {
 void agree_on_error(const std::string& error, const char* what) {
   int bad = error.empty() ? 0 : 1, any = 0;
   MPI_CHECK(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-  if (bad) throw agreed_error(error, true);
-  if (any)
-    throw agreed_error(fmt::format("{} failed on another rank (see its message)", what), false);
+  if (!any) return;
+  std::string report = rank_errors_gather(error);
+  if (bad) throw agreed_error(error, true, std::move(report));
+  throw agreed_error(fmt::format("{} failed on another rank", what), false, std::move(report));
 }
 
 namespace {

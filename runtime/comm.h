@@ -45,5 +45,7 @@ void comm_isend(MPI_Comm comm, const void* data, int64_t bytes, int peer, int ta
 void comm_irecv(MPI_Comm comm, void* data, int64_t bytes, int peer, int tag, MPI_Request& req);
 
 // Collective over the world: throws agreed_error (check.h) on every rank if
-// `error` is non-empty on any rank, so that no rank waits for one that stopped.
+// `error` is non-empty on any rank, so that no rank waits for one that
+// stopped; rank 0's carries every rank's message, each said once
+// (runtime/rank_errors.h), for it to print.
 void agree_on_error(const std::string& error, const char* what);

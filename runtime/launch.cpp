@@ -145,6 +145,10 @@ std::string handshake(const program& p, int64_t world) {
 
 }  // namespace
 
+bool launch_under_mpi_launcher() {
+  return under_mpi_launcher();
+}
+
 void launch_prefer_passive_openmp(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY")) return;
   setenv("OMP_WAIT_POLICY", "passive", 1);
@@ -189,7 +193,7 @@ launch_info launch_init(const program& p, int argc, char** argv) {
 
   std::string mismatch = handshake(p, world);
   if (!mismatch.empty()) {
-    std::fprintf(stderr, "rank %d: error: %s\n", rank, mismatch.c_str());
+    if (rank == 0) std::fprintf(stderr, "error: %s\n", mismatch.c_str());  // the same on every rank
     MPI_Finalize();
     std::exit(2);
   }

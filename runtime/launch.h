@@ -3,8 +3,8 @@
 // alone for a world larger than one (staying as mpirun's parent, so that a
 // SIGTERM to it reaches the ranks as a SIGUSR1: stop with a checkpoint, exit
 // 0), initializes MPI with thread support,
-// agrees on the program hash with every rank (a mismatch is an error on all
-// ranks, never a hang), checks the world size, and sizes the thread pools.
+// agrees on the program hash with every rank (a mismatch stops every rank,
+// said once by rank 0, never a hang), checks the world size, and sizes the thread pools.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,10 @@ struct launch_info {
 // OMP_WAIT_POLICY=passive and starts the process again (from argv), unless
 // the variable is set. Call it first thing in main.
 void launch_prefer_passive_openmp(char** argv);
+
+// Whether a launcher that starts MPI ranks (mpirun, srun --mpi=pmix, another
+// PMI launcher) started this process.
+bool launch_under_mpi_launcher();
 
 // Returns only when this process should train; exits (after printing why) when
 // it re-launched itself or the launch is wrong. argv[0] is used to re-launch.

@@ -90,12 +90,30 @@ int escaped(const char* what) {
 }
 
 // The flags, the launch and the run; train_main catches what escapes.
+// Failures every rank reaches together (bad flags, and the agreed errors of
+// set-up, resume and the steps: runtime/comm.h agree_on_error) are said once
+// by rank 0, and every rank finalizes MPI and exits with the same status;
+// any other failure aborts the job (MPI_Abort), since other ranks may be
+// waiting in a collective.
 int train(const program& p, int argc, char** argv, const backend_kind& kind) {
   launch_prefer_passive_openmp(argv);
   train_options o;
-  if (const std::optional<int> exit_now = train_flags_parse(p, argc, argv, kind, o))
-    return *exit_now;
+  std::string flag_error;
+  if (const std::optional<int> exit_now = train_flags_parse(p, argc, argv, kind, o, flag_error)) {
+    // Ranks an MPI launcher started agree on their flags below, each message said once.
+    if (flag_error.empty() || !launch_under_mpi_launcher()) {
+      if (!flag_error.empty()) std::fprintf(stderr, "error: %s\n", flag_error.c_str());
+      return *exit_now;
+    }
+  }
   launch_info li = launch_init(p, argc, argv);
+  try {
+    agree_on_error(flag_error, "reading the flags");
+  } catch (const agreed_error& e) {
+    std::fputs(e.report.c_str(), stderr);
+    launch_finalize();
+    return 2;
+  }
   stop_signal_install();
   if (li.rank == o.stall.rank) {
     watch_process_status().inject_stall_step = o.stall.step;
@@ -105,8 +123,7 @@ int train(const program& p, int argc, char** argv, const backend_kind& kind) {
   try {
     status = run(p, o, li, kind);
   } catch (const agreed_error& e) {
-    if (e.own || li.rank == 0)
-      std::fprintf(stderr, "rank %lld: error: %s\n", static_cast<long long>(li.rank), e.what());
+    std::fputs(e.report.c_str(), stderr);  // rank 0's: every rank's message, each once
     launch_finalize();
     return 1;
   } catch (const std::exception& e) {

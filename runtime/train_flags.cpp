@@ -16,7 +16,8 @@ const char* hf_family_name(const program& p) {
 }
 
 std::optional<int> train_flags_parse(const program& p, int argc, char** argv,
-                                     const backend_kind& kind, train_options& o) {
+                                     const backend_kind& kind, train_options& o,
+                                     std::string& error) {
   CLI::App app{fmt::format("Trains {} as planned by fsdpgen from {}.", p.model_name, p.spec_path)};
   app.add_option("--steps", o.run.steps, "training steps (default: the spec's)")
       ->check(whole_number(0));
@@ -147,8 +148,7 @@ std::optional<int> train_flags_parse(const program& p, int argc, char** argv,
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "error: %s (--help lists the flags)\n",
-                 flag_error_message(app, e).c_str());
+    error = fmt::format("{} (--help lists the flags)", flag_error_message(app, e));
     return 2;
   }
   o.backend.graphs = !no_graph;
@@ -162,17 +162,15 @@ std::optional<int> train_flags_parse(const program& p, int argc, char** argv,
   for (auto [flag, step] : {std::pair{"--trace-step", o.trace_step},
                             std::pair{"--profile-step", o.backend.profile_step}})
     if (step >= 0 && step >= run_steps) {
-      std::fprintf(stderr,
-                   "error: %s %lld is not below the number of steps: the run has %lld step%s, "
-                   "numbered from 0\n",
-                   flag, static_cast<long long>(step), static_cast<long long>(run_steps),
-                   run_steps == 1 ? "" : "s");
+      error = fmt::format(
+          "{} {} is not below the number of steps: the run has {} step{}, numbered from 0", flag,
+          step, run_steps, run_steps == 1 ? "" : "s");
       return 2;
     }
   if (!o.inject_stall.empty()) {
     const std::string why = watch_parse_injected_stall(o.inject_stall, p.parallel.world, o.stall);
     if (!why.empty()) {
-      std::fprintf(stderr, "error: --inject-stall: %s (--help lists the flags)\n", why.c_str());
+      error = fmt::format("--inject-stall: {} (--help lists the flags)", why);
       return 2;
     }
   }

@@ -40,9 +40,10 @@ struct train_options {
 
 // Parses argv into `o`. The exit status when the binary ends here (`--help`:
 // 0, `--print-schedule` prints the schedule: 0, a bad flag: 2 with the
-// error on stderr); nullopt when the run goes on.
+// message in `error`, for the ranks to say once); nullopt when the run goes on.
 std::optional<int> train_flags_parse(const program& p, int argc, char** argv,
-                                     const backend_kind& kind, train_options& o);
+                                     const backend_kind& kind, train_options& o,
+                                     std::string& error);
 
 // The Hugging Face model family whose tensor names --save writes.
 const char* hf_family_name(const program& p);
