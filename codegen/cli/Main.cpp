@@ -13,7 +13,7 @@
 //   fsdpgen import-hf DIR|config.json [-o spec.fsdp]
 //   fsdpgen tune spec.fsdp [--world N | --worlds 8,16,32] [--gpu KIND | --hardware PROFILE]
 //                [-o tuned.fsdp] [--top K] [--keep KNOB...] [--allow-batch-change]
-//                [--min-gain PCT] [--write-candidates DIR]
+//                [--allow-numerics] [--min-gain PCT] [--write-candidates DIR]
 // Each subcommand but merge and import-hf runs the pipeline (codegen/driver/Pipeline.h) up to its
 // last pass; --dump-after PASS prints a pass's IR and --time-passes times them.
 #include <algorithm>
@@ -264,8 +264,8 @@ static int run_fsdpgen(int argc, char** argv) {
   CLI::App* tune = app.add_subcommand(
       "tune",
       "the fastest configuration that fits: every sharding, units, recompute, offload, "
-      "micro-batch x accumulation (same global batch), reduce and prefetch choice planned and "
-      "timed, ranked");
+      "micro-batch x accumulation (same global batch), reduce and prefetch choice that keeps the "
+      "model's math planned and timed, ranked");
   tune->add_option("spec", tune_opts.spec, "the .fsdp spec file")->required();
   tune->add_option("--world", tune_opts.world, "number of ranks (replaces parallel.world)");
   tune->add_option("--worlds", tune_opts.worlds,
@@ -292,6 +292,10 @@ static int run_fsdpgen(int argc, char** argv) {
       ->expected(1, -1);
   tune->add_flag("--allow-batch-change", tune_opts.allow_batch_change,
                  "also try other global batches (each such row says so)");
+  tune->add_flag("--allow-numerics", tune_opts.allow_numerics,
+                 "also try changes of the numerics: the reduce dtype, and micro-batch gradients "
+                 "summed in a 16-bit reduce dtype (each such row says [numerics: ...]; --keep "
+                 "precision or reduce pins one)");
   tune->add_flag("--time-passes", tune_opts.time_passes, "print where the search's time went");
   tune->footer(
       "Exit status: 0 something fits (ranked; -o written), 4 nothing fits (the smallest world "

@@ -90,11 +90,18 @@ std::string memory_cell(int64_t bytes, int64_t room) {
   return fmt::format("{:.2f} ({:+.2f})", gib(bytes), gib(room - bytes));
 }
 
+// A candidate's changes, and how it changes the numerics where it does.
+std::string changes_text(const TuneCandidate& c) {
+  std::string changes =
+      c.changes.empty() ? "(the spec as written)" : fmt::format("{}", fmt::join(c.changes, ", "));
+  if (!c.numerics.empty()) changes += fmt::format(" [numerics: {}]", fmt::join(c.numerics, "; "));
+  return changes;
+}
+
 // One row of the table: rank, step, tok/s per GPU, MFU, device and host
 // peaks with the room left, exposed communication, and the changes.
 std::string row(const std::string& rank, const TuneCandidate& c, const Hardware& hw) {
-  std::string changes =
-      c.changes.empty() ? "(the spec as written)" : fmt::format("{}", fmt::join(c.changes, ", "));
+  std::string changes = changes_text(c);
   if (c.batch_changed)
     changes += fmt::format(" [global batch {} sequences]",
                            c.spec.parallel.world * c.spec.train.micro_batch *
@@ -157,9 +164,10 @@ std::string smallest_world(const Spec& spec, const Hardware& hw, const TuneOptio
                        c.step_ms);
   }
   return fmt::format(
-      "nothing fits up to {} ranks either (the global batch kept); a larger device, or a "
-      "smaller model or batch (--allow-batch-change) is needed",
-      kLargestWorldFactor * world);
+      "nothing fits up to {} ranks either (the global batch{} kept); a larger device, or a "
+      "smaller model or batch (--allow-batch-change){} is needed",
+      kLargestWorldFactor * world, base.allow_numerics ? "" : " and the numerics",
+      base.allow_numerics ? "" : " or other numerics (--allow-numerics)");
 }
 
 }  // namespace
@@ -179,6 +187,7 @@ int run_tune(const TuneCliOptions& o, bool gpu_visible) {
   options.top = o.top;
   options.keep = o.keep;
   options.allow_batch_change = o.allow_batch_change;
+  options.allow_numerics = o.allow_numerics;
   if (!o.worlds.empty()) {
     if (o.world) {
       error("--world and --worlds: give one of them (--worlds sweeps the world)");
@@ -217,6 +226,16 @@ int run_tune(const TuneCliOptions& o, bool gpu_visible) {
           : fmt::format("global batch: {} sequences (world x micro_batch x micro_batches) in every "
                         "candidate\n",
                         global));
+  const PrecisionSpec& pr = p.precision;
+  if (options.allow_numerics)
+    out("numerics: may change (--allow-numerics); rows that change them say [numerics: ...]\n");
+  else
+    out(fmt::format("numerics: the spec's in every candidate (param {}, reduce {}, master {}){}\n",
+                    to_string(pr.param), to_string(pr.reduce), to_string(pr.master),
+                    r.held_numerics == 0
+                        ? ""
+                        : fmt::format("; {} that change them not searched (--allow-numerics)",
+                                      r.held_numerics)));
   for (const std::string& n : r.notes)
     out(fmt::format("note: {}\n", n));
   if (!o.keep.empty()) out(fmt::format("kept as written: {}\n", fmt::join(o.keep, ", ")));
@@ -298,7 +317,7 @@ int run_tune(const TuneCliOptions& o, bool gpu_visible) {
       out(fmt::format("\nwrote {}: {} with {}\n", o.output, o.spec,
                       best.changes.empty() ? "no change (the spec as written is the fastest)"
                                            : fmt::format("{} (predicted {:.1f}% faster)",
-                                                         fmt::join(best.changes, ", "), gain_pct)));
+                                                         changes_text(best), gain_pct)));
   }
   if (!o.write_candidates.empty()) {
     // Every planned candidate that fits, fastest per token first: what a
@@ -317,9 +336,7 @@ int run_tune(const TuneCliOptions& o, bool gpu_visible) {
       if (!write(o.write_candidates + "/" + name, fit[i]->spec)) return kExitSpecError;
       index += fmt::format("{}\t{}\t{:.6g}\t{:.6g}\t{}\t{}\n", name, i + 1, fit[i]->step_ms,
                            fit[i]->tokens_per_s_per_gpu, fit[i]->own ? "yes" : "no",
-                           fit[i]->changes.empty()
-                               ? "(the spec as written)"
-                               : fmt::format("{}", fmt::join(fit[i]->changes, ", ")));
+                           changes_text(*fit[i]));
     }
     std::ofstream f(o.write_candidates + "/candidates.tsv", std::ios::binary);
     f << index;

@@ -29,7 +29,8 @@ struct TuneCliOptions {
   int64_t top = 10;
   std::vector<std::string> keep;  // knobs pinned (codegen/planner/Tune.h's kTuneKnobs)
   bool allow_batch_change = false;
-  std::string worlds;  // "8,16,32": a sweep
+  bool allow_numerics = false;  // also candidates that change the numerics (dtypes)
+  std::string worlds;           // "8,16,32": a sweep
   bool time_passes = false;
 };
 

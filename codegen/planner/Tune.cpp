@@ -189,6 +189,10 @@ class Search {
                     continue;
                   const Units& u = units_for(s);
                   if (!shardable(u, q.shard_group)) continue;
+                  if (!o_.allow_numerics && !numerics_changes(spec_, s).empty()) {
+                    r_.held_numerics += variants;
+                    continue;
+                  }
                   r_.candidates += variants - own_in(s);
                   Structure st{s, &u, memory_bound(u, s, hw_), 0};
                   if (o_.prune && !bound_fits(st.memory, hw_)) {
@@ -242,6 +246,7 @@ class Search {
     TuneCandidate c;
     c.spec = s;
     c.changes = changes_between(spec_, s);
+    c.numerics = numerics_changes(spec_, s);
     const ParallelSpec &a = spec_.parallel, &b = s.parallel;
     c.batch_changed = a.world * spec_.train.micro_batch * a.accumulate.micro_batches !=
                       b.world * s.train.micro_batch * b.accumulate.micro_batches;

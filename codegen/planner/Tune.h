@@ -1,5 +1,6 @@
 // Tune: the search over every configuration of a spec that leaves the
-// model's math unchanged (DESIGN §11), each candidate planned in full and
+// model's math unchanged (DESIGN §11; with allow_numerics, also those that
+// change its dtypes), each candidate planned in full and
 // timed by the cost model, pruned by lower bounds; and the rewrite of a spec
 // file's text to a chosen configuration, comments and layout kept.
 #pragma once
@@ -16,15 +17,25 @@
 
 namespace fsdpgen {
 
-// The knob groups tune varies; --keep pins one to the spec's value.
-//   sharding    strategy and shard_group (hybrid groups that divide the world)
-//   units       each block, each linear, group k blocks (the spec's own too)
-//   recompute   none or block
-//   offload     params and activations (activations only with recompute)
-//   micro_batch micro_batch x accumulate.micro_batches at the same global batch
-//   reduce      accumulate.reduce: every or last (with micro-batches)
-//   prefetch    forward, backward and max_inflight
-//   precision   the reduce dtype: the param dtype or fp32 (never narrower than the param)
+// The knob groups tune varies; --keep pins one to the spec's value. What
+// each does to the model's math (docs/tune.md's classes):
+//   sharding    strategy and shard_group (hybrid groups that divide the world):
+//               the same sums, over ranks in another order
+//   units       each block, each linear, group k blocks (the spec's own too):
+//               the gradient norm's partial sums in another order
+//   recompute   none or block: the same forward again, on the same inputs
+//   offload     params and activations (activations only with recompute): the
+//               optimizer and gradient norm on the host
+//   micro_batch micro_batch x accumulate.micro_batches at the same global batch:
+//               the same sums over sequences in another order
+//   reduce      accumulate.reduce: every or last (with micro-batches): the
+//               same sums in another order; with a 16-bit reduce dtype, last
+//               sums micro-batches in 16 bits (numerics_changes)
+//   prefetch    forward, backward and max_inflight: all-gathers moved in time
+//   precision   the reduce dtype: the param dtype or fp32 (never narrower than
+//               the param): changes the numerics
+// A candidate that changes the numerics (TuneSpace.h's numerics_changes) is
+// searched only with TuneOptions::allow_numerics.
 inline constexpr std::array<std::string_view, 8> kTuneKnobs = {
     "sharding", "units", "recompute", "offload", "micro_batch", "reduce", "prefetch", "precision"};
 
@@ -32,6 +43,7 @@ struct TuneOptions {
   int64_t top = 10;                 // fitting candidates ranked (>= 1)
   std::vector<std::string> keep;    // knobs of kTuneKnobs pinned to the spec's values
   bool allow_batch_change = false;  // micro_batch x micro_batches free (rows flag the change)
+  bool allow_numerics = false;      // also candidates that change the numerics (rows say how)
   std::vector<int64_t> worlds;      // a sweep over these worlds; empty: the spec's world only
   bool prune = true;                // off: every valid candidate planned in full (for tests)
 };
@@ -41,6 +53,7 @@ struct TuneCandidate {
   std::vector<std::string> changes;  // "sharding = shard_grad_op", ... (empty: the spec as written)
   bool own = false;                  // the spec's own configuration
   bool batch_changed = false;        // its global batch differs from the spec's
+  std::vector<std::string> numerics;  // how it changes the numerics (empty: the spec's math)
   bool fits = false;
   int64_t device_bytes = 0;  // the plan's device arena
   int64_t host_bytes = 0;    // its host arena
@@ -73,6 +86,8 @@ struct TuneResult {
   int64_t pruned_memory = 0;                // device or host lower bound over the hardware's room
                                             // (a live peak over it: unless it is best_unfit)
   int64_t pruned_time = 0;                  // time lower bound at or over the top's slowest
+  int64_t held_numerics = 0;                // not searched: they change the numerics (and
+                                            // allow_numerics is off); not in `candidates`
   std::vector<std::string> notes;           // worlds skipped and why
   // Seconds spent: enumerating and bounding, and planning in full.
   double bound_s = 0, plan_s = 0;
@@ -89,8 +104,8 @@ std::string unknown_knob_error(const std::vector<std::string>& keep);
 // options.worlds is positive. Candidates differ from `spec` only in the knobs
 // above (and the world, where options.worlds sweeps it); the global batch
 // world x micro_batch x micro_batches stays the spec's unless
-// options.allow_batch_change. With options.prune, a candidate whose device or
-// host lower bound exceeds the hardware's room (from its units; or its
+// options.allow_batch_change, and the numerics unless options.allow_numerics. With options.prune, a
+// candidate whose device or host lower bound exceeds the hardware's room (from its units; or its
 // schedule's live peak, unless its predicted step would make it best_unfit),
 // or whose time lower bound per token is at least the top's slowest once the
 // top is full, is not planned: `top` is the same as without pruning.

@@ -3,11 +3,14 @@
 #include "codegen/planner/TuneSpace.h"
 
 #include <algorithm>
+#include <optional>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "codegen/planner/Schedule.h"
 #include "dsl/Units.h"
 
 namespace fsdpgen {
@@ -23,6 +26,17 @@ std::string offload_text(const ParallelSpec& p) {
   return p.offload_activations
              ? fmt::format("offload {{ params = {}  activations = cpu }}", to_string(p.offload))
              : fmt::format("offload = {}", to_string(p.offload));
+}
+
+// The 16-bit dtype micro-batch gradients are summed in, or nullopt (fp32,
+// or a single micro-batch): with reduce = last the unsharded gradients
+// accumulate in the dtype they are communicated in.
+std::optional<DType> sums_in_16_bits(const ParallelSpec& p) {
+  const DType grads = unsharded_grad_dtype(p);
+  if (p.accumulate.micro_batches == 1 || p.accumulate.reduce != AccumulateReduce::Last ||
+      dtype_bytes(grads) == 4)
+    return std::nullopt;
+  return grads;
 }
 
 }  // namespace
@@ -158,6 +172,28 @@ std::vector<std::string> changes_between(const Spec& from, const Spec& to) {
   if (f.max_inflight != g.max_inflight)
     pf.push_back(fmt::format("max_inflight = {}", g.max_inflight));
   if (!pf.empty()) out.push_back(fmt::format("prefetch {{ {} }}", fmt::join(pf, "  ")));
+  return out;
+}
+
+std::vector<std::string> numerics_changes(const Spec& from, const Spec& to) {
+  const PrecisionSpec &a = from.parallel.precision, &b = to.parallel.precision;
+  std::vector<std::string> out;
+  for (auto [name, was, is] :
+       {std::tuple{"param", a.param, b.param}, std::tuple{"reduce", a.reduce, b.reduce},
+        std::tuple{"master", a.master, b.master}})
+    if (was != is)
+      out.push_back(fmt::format("{} dtype {}, not {}", name, to_string(is), to_string(was)));
+  const DType grads_was = unsharded_grad_dtype(from.parallel),
+              grads_is = unsharded_grad_dtype(to.parallel);
+  if (out.empty() && grads_was != grads_is)
+    out.push_back(
+        fmt::format("gradients in {}, not {}", to_string(grads_is), to_string(grads_was)));
+  const std::optional<DType> sum_was = sums_in_16_bits(from.parallel),
+                             sum_is = sums_in_16_bits(to.parallel);
+  if (sum_is && sum_is != sum_was)
+    out.push_back(fmt::format("micro-batch gradients summed in {}", to_string(*sum_is)));
+  else if (sum_was && !sum_is)
+    out.push_back(fmt::format("micro-batch gradients no longer summed in {}", to_string(*sum_was)));
   return out;
 }
 

@@ -56,8 +56,17 @@ std::vector<BatchChoice> batch_choices(const Spec& spec, int64_t per_rank, const
 // prefetch pair that prefetches something, at max_inflight 2 and 3.
 std::vector<PrefetchSpec> prefetch_choices(const Spec& spec, const TuneOptions& o);
 
-// The reduce dtypes that keep the math: the spec's, the param dtype's and fp32.
+// The spec's reduce dtype, then the param dtype's and fp32 (never narrower
+// than the params). Any but the spec's changes the numerics (numerics_changes).
 std::vector<DType> reduce_choices(const Spec& spec, const TuneOptions& o);
+
+// How `to` computes other values than `from`, beyond the order of its sums
+// (docs/tune.md's classes of knobs): another param, reduce or master dtype;
+// gradients communicated in another dtype (the reduce dtype, or fp32 where
+// nothing is communicated); micro-batch gradients summed in a 16-bit dtype
+// (accumulate reduce = last with a 16-bit reduce dtype) where `from` sums
+// them in fp32 or has one micro-batch, or the reverse. Empty: the same math.
+std::vector<std::string> numerics_changes(const Spec& from, const Spec& to);
 
 // What `to` changes of `from`, in the spec language's words.
 std::vector<std::string> changes_between(const Spec& from, const Spec& to);

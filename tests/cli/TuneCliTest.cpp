@@ -1,5 +1,6 @@
 // fsdpgen tune from the command line: the table's shape, the spec's own
-// rank, -o round-tripping through check --dump, exit codes and bad flags.
+// rank, -o round-tripping through check --dump, the numerics kept unless
+// --allow-numerics (and marked), exit codes and bad flags.
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -73,7 +74,8 @@ TEST(CliTune, Gpt2XlOnEightA100sDropsRecompute) {
 }
 
 // Llama 3 8B without its checkpoints: their staging copy (12 B per parameter
-// over the world, in the host arena) leaves no CPU world up to 64 that fits.
+// over the world, in the host arena) leaves no CPU world up to 64 that fits
+// with the spec's numerics; a bf16 reduce (--allow-numerics) fits at 64.
 TEST(CliTune, NothingFitsExitsFourNamingTheWorld) {
   const std::string dir = fresh_dir("cli-tune-nothing-fits");
   {
@@ -82,10 +84,19 @@ TEST(CliTune, NothingFitsExitsFourNamingTheWorld) {
     for (std::string line; std::getline(in, line);)
       if (line.find("checkpoint(") == std::string::npos) out << line << "\n";
   }
-  CmdResult r = run("tune " + dir + "/llama3-8b.fsdp --world 1 --gpu cpu --keep units prefetch");
+  const std::string args =
+      "tune " + dir + "/llama3-8b.fsdp --world 1 --gpu cpu --keep units prefetch";
+  CmdResult r = run(args);
   EXPECT_EQ(r.status, 4) << r.out;
   EXPECT_TRUE(has(r, "nothing fits on 1 x cpu")) << r.out;
   EXPECT_TRUE(has(r, "lacks")) << r.out;
+  EXPECT_TRUE(has(r,
+                  "nothing fits up to 64 ranks either (the global batch and the numerics "
+                  "kept); a larger device, or a smaller model or batch (--allow-batch-change) "
+                  "or other numerics (--allow-numerics) is needed"))
+      << r.out;
+  r = run(args + " --allow-numerics");
+  EXPECT_EQ(r.status, 4) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex("the smallest world that fits: [0-9]+ ranks")))
       << r.out;
 }
@@ -204,6 +215,46 @@ TEST(CliTune, ASmallPredictedGainKeepsTheSpecAsWritten) {
   EXPECT_NE(file_bytes(dir + "/moved.fsdp"), file_bytes(spec("tiny.fsdp")));
   CmdResult bad = run("tune " + spec("tiny.fsdp") + " --min-gain -1");
   EXPECT_EQ(bad.status, 2) << bad.out;
+}
+
+// Llama 3 8B on 8 H100s (spec: bf16 params, fp32 reduce): by default no
+// row changes a dtype and the winner -o writes keeps the spec's precision;
+// --allow-numerics brings back the bf16 reduce, each such row marked, and
+// the winner written says so.
+TEST(CliTune, Llama3On8H100sKeepsTheNumericsUnlessAllowed) {
+  const std::string dir = fresh_dir("cli-tune-numerics");
+  const std::string precision = "precision { param = bf16  reduce = fp32  master = fp32 }";
+  const std::string args = "tune " + spec("llama3-8b.fsdp") + " --world 8 --gpu h100-sxm --top 5";
+  CmdResult kept = run(args + " -o " + dir + "/kept.fsdp");
+  ASSERT_EQ(kept.status, 0) << kept.out;
+  EXPECT_TRUE(std::regex_search(
+      kept.out, std::regex("numerics: the spec's in every candidate \\(param bf16, reduce fp32, "
+                           "master fp32\\); [0-9]+ that change them not searched "
+                           "\\(--allow-numerics\\)")))
+      << kept.out;
+  EXPECT_FALSE(has(kept, "precision")) << kept.out;
+  EXPECT_FALSE(has(kept, "[numerics:")) << kept.out;
+  EXPECT_TRUE(has(kept, "wrote " + dir + "/kept.fsdp")) << kept.out;
+  EXPECT_NE(file_bytes(dir + "/kept.fsdp").find(precision), std::string::npos)
+      << file_bytes(dir + "/kept.fsdp");
+
+  CmdResult allowed = run(args + " --allow-numerics -o " + dir + "/allowed.fsdp");
+  ASSERT_EQ(allowed.status, 0) << allowed.out;
+  EXPECT_TRUE(has(allowed, "numerics: may change (--allow-numerics)")) << allowed.out;
+  static const std::regex marked(
+      R"(\n +\*?[0-9]+ +[0-9.]+ +[0-9]+ +[0-9.]+% .*precision reduce = bf16.* \[numerics: reduce dtype bf16, not fp32\])");
+  EXPECT_TRUE(std::regex_search(allowed.out, marked)) << allowed.out;
+  // Every row that changes the reduce dtype is marked.
+  std::istringstream lines(allowed.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("precision reduce =") != std::string::npos) {
+      EXPECT_NE(line.find("[numerics: reduce dtype"), std::string::npos) << line;
+    }
+  }
+  EXPECT_TRUE(std::regex_search(
+      allowed.out, std::regex("wrote .*/allowed.fsdp: .* \\[numerics: reduce dtype bf16, not "
+                              "fp32\\] \\(predicted [0-9.]+% faster\\)")))
+      << allowed.out;
 }
 
 TEST(CliTune, WorldsSweepNamesSkippedWorlds) {

@@ -1,6 +1,7 @@
 // tune (codegen/planner/Tune.h): the global batch kept, the spec's own configuration
 // ranked, pruning that never changes the top, sound lower bounds, a winner
-// that fits, and the spec rewrite that reads back as the winner.
+// that fits, the numerics kept unless allowed, and the spec rewrite that
+// reads back as the winner.
 #include <set>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include "codegen/planner/Fit.h"
 #include "codegen/planner/Memory.h"
 #include "codegen/planner/Tune.h"
+#include "codegen/planner/TuneSpace.h"
 #include "dsl/Frontend.h"
 #include "dsl/Source.h"
 #include "dsl/Units.h"
@@ -271,6 +273,101 @@ TEST(Tune, WorldsSweepAndBatchChange) {
     flagged = flagged || c.batch_changed;
   }
   EXPECT_TRUE(flagged);
+}
+
+// tiny in bf16 (params and reduce) with two micro-batches of 4.
+Spec tiny_bf16_two_micro_batches() {
+  std::string text = text_of("tiny.fsdp");
+  for (auto [from, to] : {std::pair{"param = fp32  reduce = fp32", "param = bf16  reduce = bf16"},
+                          std::pair{"micro_batches = 1", "micro_batches = 2"},
+                          std::pair{"micro_batch = 8 ", "micro_batch = 4 "}}) {
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, std::string(from).size(), to);
+  }
+  FrontendResult fe = load_spec_text("tiny.fsdp", text);
+  EXPECT_TRUE(fe.spec) << fe.diagnostics;
+  return *fe.spec;
+}
+
+// What changes the numerics: a dtype; gradients communicated in another
+// dtype; micro-batches summed in 16 bits (reduce = last with a 16-bit
+// reduce dtype) or no longer. The order of fp32 sums does not.
+TEST(Tune, NumericsChangesAreDtypesAndSumsIn16Bits) {
+  const Spec fp32 = load("tiny.fsdp");
+  Spec s = fp32;
+  s.parallel.accumulate = {2, AccumulateReduce::Last};  // fp32 sums in another order
+  s.train.micro_batch = 4;
+  s.parallel.sharding = Sharding::NoShard;
+  s.units = policy_units(s.model, UnitPolicy::EachLinear);
+  s.parallel.recompute = Recompute::Block;
+  s.parallel.prefetch = {false, BackwardPrefetch::None, 1};
+  EXPECT_TRUE(numerics_changes(fp32, s).empty());
+  s.parallel.precision.reduce = DType::BF16;
+  EXPECT_EQ(numerics_changes(fp32, s),
+            (std::vector<std::string>{"reduce dtype bf16, not fp32",
+                                      "micro-batch gradients summed in bf16"}));
+
+  const Spec bf16 = tiny_bf16_two_micro_batches();
+  Spec last = bf16;
+  last.parallel.accumulate.reduce = AccumulateReduce::Last;
+  EXPECT_EQ(numerics_changes(bf16, last),
+            std::vector<std::string>{"micro-batch gradients summed in bf16"});
+  EXPECT_EQ(numerics_changes(last, bf16),
+            std::vector<std::string>{"micro-batch gradients no longer summed in bf16"});
+  Spec one = last;  // one micro-batch of 8: nothing is summed
+  one.parallel.accumulate.micro_batches = 1;
+  one.train.micro_batch = 8;
+  EXPECT_TRUE(numerics_changes(bf16, one).empty());
+  Spec world1 = bf16;  // nothing communicated: the gradients stay fp32
+  world1.parallel.world = 1;
+  world1.parallel.shard_group = 1;
+  EXPECT_EQ(numerics_changes(bf16, world1),
+            std::vector<std::string>{"gradients in fp32, not bf16"});
+  Spec param = fp32;
+  param.parallel.precision.param = DType::FP16;
+  param.parallel.precision.master = DType::BF16;
+  EXPECT_EQ(
+      numerics_changes(fp32, param),
+      (std::vector<std::string>{"param dtype fp16, not fp32", "master dtype bf16, not fp32"}));
+}
+
+// By default every candidate keeps the spec's numerics, and those held back
+// are counted; allow_numerics searches them, and each says how it differs.
+TEST(Tune, NumericsKeptUnlessAllowed) {
+  const Spec spec = tiny_bf16_two_micro_batches();
+  const Hardware hw = *find_hardware("cpu");
+  TuneOptions o;
+  o.top = 1 << 20;
+  o.prune = false;
+  const TuneResult kept = tune(spec, hw, o);
+  EXPECT_GT(kept.held_numerics, 0);
+  EXPECT_EQ(kept.planned, kept.candidates);
+  int summed_in_fp32 = 0;
+  for (const TuneCandidate& c : kept.all_planned) {
+    const std::string what = fmt::format("{}", fmt::join(c.changes, ", "));
+    EXPECT_TRUE(c.numerics.empty()) << what;
+    EXPECT_EQ(c.spec.parallel.precision, spec.parallel.precision) << what;
+    EXPECT_FALSE(c.spec.parallel.accumulate.micro_batches > 1 &&
+                 c.spec.parallel.accumulate.reduce == AccumulateReduce::Last)
+        << what;
+    summed_in_fp32 += c.spec.parallel.accumulate.micro_batches > 1;
+  }
+  EXPECT_GT(summed_in_fp32, 0);
+
+  o.allow_numerics = true;
+  const TuneResult allowed = tune(spec, hw, o);
+  EXPECT_EQ(allowed.held_numerics, 0);
+  EXPECT_EQ(allowed.candidates, kept.candidates + kept.held_numerics);
+  int reduce_fp32 = 0, summed_in_bf16 = 0;
+  for (const TuneCandidate& c : allowed.all_planned) {
+    const std::string what = fmt::format("{}", fmt::join(c.changes, ", "));
+    EXPECT_EQ(c.numerics, numerics_changes(spec, c.spec)) << what;
+    reduce_fp32 += c.spec.parallel.precision.reduce == DType::FP32;
+    summed_in_bf16 += !c.numerics.empty() && c.spec.parallel.precision.reduce == DType::BF16;
+  }
+  EXPECT_GT(reduce_fp32, 0);
+  EXPECT_GT(summed_in_bf16, 0);
 }
 
 // plan's alternatives for a spec that does not fit are tune's candidates: at
