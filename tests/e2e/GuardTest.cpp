@@ -3,12 +3,12 @@
 // binary's --inject-spike, which multiplies one step's losses and loss
 // gradient on every rank) is not applied: the shards and optimizer state after
 // it are byte for byte those before it, the log names the step's rows on every
-// rank, the metrics count it, and max_skips spikes in a row stop the run with a
-// checkpoint that resumes after them. Each check trips alone (the loss check
-// through the schedule's all-reduce of the loss over every rank), under every
-// strategy; a run without a spike is the same with the guard as without it. A
-// non-finite loss or norm without fp16 loss scaling stops the run, naming the
-// step and its rows.
+// rank, the metrics count it, a left-out step is not counted as applied
+// (AdamW's bias correction, fp16's scale growth), and max_skips spikes in a
+// row stop the run with a checkpoint that resumes after them. Each check trips alone (the loss
+// check through the schedule's all-reduce of the loss over every rank), under every strategy; a run
+// without a spike is the same with the guard as without it. A non-finite loss or norm without fp16
+// loss scaling stops the run, naming the step and its rows.
 
 #include <algorithm>
 #include <fstream>
@@ -162,6 +162,100 @@ TEST(Guard, ARunWithoutSpikesIsTheSameWithTheGuard) {
   for (const nlohmann::json& s : read_metrics(b.parent_path() / "m.jsonl"))
     EXPECT_FALSE(s.at("skipped").get<bool>()) << s.dump();
 }
+
+// A left-out step does not count as applied: AdamW's bias correction and
+// fp16's loss-scale growth go on from the steps applied. After a spike at
+// step 5 the manifests say 4 applied steps at step 5 and 5 at step 6, and
+// step 6's checkpoint (shards, loss scale, guard window) is byte for byte
+// step 5's of a run that never saw the spiked batch: the same token file, read
+// in file order, without that batch's windows (its first token kept, as the
+// window before ends on it), on a constant lr so that step 6 and step 5 get
+// the same.
+struct LeftOutCase {
+  std::string name, param, loss_scale;
+};
+
+void PrintTo(const LeftOutCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
+class GuardLeftOut : public ::testing::TestWithParam<LeftOutCase> {};
+
+TEST_P(GuardLeftOut, AStepLeftOutIsNotCountedAsApplied) {
+  const LeftOutCase& g = GetParam();
+  E2eConfig c = guarded("loss_z = 6  window = 3", 6);
+  c.param = g.param;
+  std::string spec = c.spec();
+  const std::string cosine = "cosine(warmup = 1, min = 1e-3)", master = "master = fp32 }";
+  spec.replace(spec.find(cosine), cosine.size(), "constant(warmup = 1)");
+  if (!g.loss_scale.empty())
+    spec.replace(spec.find(master), master.size(),
+                 "master = fp32  loss_scale = " + g.loss_scale + " }");
+  const fs::path bin = shared_binary(e2e_dir("guard_left_out_" + g.name), spec);
+  const fs::path dir = bin.parent_path();
+  // world 2 x micro_batch 2: step s (0-based) reads windows 4s..4s+3 of 16 tokens.
+  const int64_t T = 16, batch = 4 * T, spiked = 4;
+  const std::vector<int32_t> without = random_token_ids(5 * batch + 1, 64, 11);
+  std::vector<int32_t> with(without.begin(), without.begin() + spiked * batch);
+  std::vector<int32_t> extra = random_token_ids(batch, 64, 12);
+  extra[0] = without[spiked * batch];
+  with.insert(with.end(), extra.begin(), extra.end());
+  with.insert(with.end(), without.begin() + spiked * batch, without.end());
+  write_token_file(dir / "with.bin", with);
+  write_token_file(dir / "without.bin", without);
+  fs::remove_all(dir / "ck_with");
+  fs::remove_all(dir / "ck_without");
+  const std::string every = "--checkpoint-every 1 --checkpoint-keep 10";
+  const CmdResult a = run_binary(
+      c.world, bin,
+      fmt::format(
+          "--data with.bin --shuffle false --steps 6 --inject-spike {} {} --checkpoint-dir ck_with "
+          "--metrics with.jsonl",
+          spiked, every));
+  ASSERT_EQ(a.status, 0) << a.out;
+  const CmdResult b = run_binary(
+      c.world, bin,
+      fmt::format(
+          "--data without.bin --shuffle false --steps 5 {} --checkpoint-dir ck_without --metrics "
+          "without.jsonl",
+          every));
+  ASSERT_EQ(b.status, 0) << b.out;
+  const std::vector<nlohmann::json> ma = read_metrics(dir / "with.jsonl"),
+                                    mb = read_metrics(dir / "without.jsonl");
+  ASSERT_EQ(ma.size(), 6u);
+  ASSERT_EQ(mb.size(), 5u);
+  for (size_t s = 0; s < ma.size(); ++s)
+    EXPECT_EQ(ma[s].at("skipped").get<bool>(), s == 4) << "step " << s + 1 << "\n" << a.out;
+  for (size_t s = 0; s < mb.size(); ++s)
+    EXPECT_FALSE(mb[s].at("skipped").get<bool>()) << "step " << s + 1 << "\n" << b.out;
+
+  auto manifest = [&](const std::string& ck, int step) {
+    return nlohmann::json::parse(
+        file_bytes(dir / ck / fmt::format("step_{:08}", step) / "manifest.json"));
+  };
+  const nlohmann::json a4 = manifest("ck_with", 4), a5 = manifest("ck_with", 5),
+                       a6 = manifest("ck_with", 6), b5 = manifest("ck_without", 5);
+  EXPECT_EQ(a4.at("applied_steps"), 4);
+  EXPECT_EQ(a5.at("applied_steps"), 4) << "the left-out step 5 counted as applied";
+  EXPECT_EQ(a6.at("applied_steps"), 5);
+  EXPECT_EQ(b5.at("applied_steps"), 5);
+  EXPECT_EQ(a5.at("loss_scale"), a4.at("loss_scale")) << "the left-out step moved the loss scale";
+  for (const char* key : {"loss_scale", "applied_steps", "guard"})
+    EXPECT_EQ(a6.at(key), b5.at(key)) << key;
+  const auto shards = checkpoint_shard_files(dir / "ck_without" / "step_00000005");
+  ASSERT_FALSE(shards.empty());
+  EXPECT_TRUE(checkpoint_shard_files(dir / "ck_with" / "step_00000006") == shards)
+      << "the weights and optimizer state after step 6 are not those of the run that never saw "
+         "step 5's batch";
+}
+
+// fp16 from a small scale that doubles every 2 finite steps: a spike counted
+// as one would double it at step 5.
+INSTANTIATE_TEST_SUITE_P(
+    Precisions, GuardLeftOut,
+    ::testing::Values(LeftOutCase{"fp32", "fp32", ""},
+                      LeftOutCase{"fp16", "fp16", "dynamic(init = 16, interval = 2)"}),
+    [](const ::testing::TestParamInfo<LeftOutCase>& i) { return i.param.name; });
 
 // max_skips spikes in a row: the run stops (exit status 4) with a checkpoint
 // whose shards are those before the spikes, and which resumes after them. The
