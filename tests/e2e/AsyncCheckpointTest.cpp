@@ -1,7 +1,8 @@
 // Asynchronous checkpoints (a spec with checkpoint(every = N)): each is
 // copied into the plan's host staging buffer at the step boundary and written
 // behind the next steps. Its files are byte for byte those --checkpoint-sync
-// writes, a run resumed from it continues bit-exactly, a run that dies while
+// writes (also when its writes are slowed so that the next steps run during
+// them), a run resumed from it continues bit-exactly, a run that dies while
 // one is still pending keeps the checkpoints completed before (the pending
 // one stays .partial, which resume ignores), a stop signal completes the
 // pending one and writes its own, and the log and metrics report each
@@ -135,6 +136,45 @@ TEST(AsyncCheckpoint, FilesAreTheSyncOnesAndResumeIsBitExact) {
   const std::string straight = file_bytes(a / "final.safetensors");
   EXPECT_FALSE(straight.empty());
   EXPECT_TRUE(file_bytes(a / "resumed.safetensors") == straight) << "the final weights differ";
+}
+
+// A checkpoint written behind the steps holds its own step's state, not the
+// later steps': with every shard file's open slowed by a second (an
+// LD_PRELOAD shim), steps 3 and 4 run while step 2's checkpoint is written,
+// and steps 5 and 6 while step 4's is; their files are still byte for byte
+// those --checkpoint-sync writes.
+TEST(AsyncCheckpoint, ACheckpointWrittenBehindTheStepsHoldsItsOwnStep) {
+  const E2eConfig c = checkpointed(6);
+  const fs::path async_bin = own_binary(c, "slow"), sync_bin = own_binary(c, "slow_sync");
+  const fs::path a = async_bin.parent_path(), s = sync_bin.parent_path();
+  const fs::path lib = failing_io_library(a);
+  allow_mpi_as_root();
+  const CmdResult slow = run_command(fmt::format(
+      "cd {} && FSDPGEN_TEST_SLOW_OPEN=.partial/shard_ LD_PRELOAD={} timeout 300 {} --metrics "
+      "m.jsonl",
+      a.string(), lib.string(), launch(2, async_bin)));
+  ASSERT_EQ(slow.status, 0) << slow.out;
+  train(sync_bin, "--metrics m.jsonl --checkpoint-sync");
+  for (int step : {2, 4}) {
+    // Written in a second or more, while the next steps ran: each took far less.
+    const std::regex line(fmt::format(
+        R"(checkpoint: step {} written to ck/step_{:08} \([0-9.]+ MiB in ([0-9.]+) s behind the )"
+        R"(next steps)",
+        step, step));
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(slow.out, m, line)) << slow.out;
+    EXPECT_GE(std::stod(m[1]), 1.0) << slow.out;
+  }
+  ASSERT_EQ(read_metrics(a / "m.jsonl").size(), 6u);
+  for (int step : {2, 4, 6}) {
+    const std::string name = fmt::format("step_{:08}", step);
+    const std::map<std::string, std::string> af = files_of(a / "ck" / name),
+                                             sf = files_of(s / "ck" / name);
+    EXPECT_EQ(af.size(), 3u) << name;
+    EXPECT_TRUE(af == sf) << name
+                          << ": the checkpoint written behind the steps differs from the "
+                             "synchronous one";
+  }
 }
 
 // Rank 1 stalls in step 5, while the checkpoint of step 4 is still pending

@@ -343,7 +343,8 @@ inline std::vector<double> train_losses(const std::string& name, const E2eConfig
 // rename() to one containing $FSDPGEN_TEST_FAIL_RENAME (or of a .partial
 // directory to one ending in $FSDPGEN_TEST_FAIL_RENAME_END) fail, so that a
 // chosen save fails even for root, who may write anywhere; open() of a path
-// containing $FSDPGEN_TEST_HANG_OPEN never returns (a stuck file system).
+// containing $FSDPGEN_TEST_HANG_OPEN never returns (a stuck file system), and
+// one containing $FSDPGEN_TEST_SLOW_OPEN returns after a second (a slow one).
 inline std::filesystem::path failing_io_library(const std::filesystem::path& dir) {
   std::ofstream(dir / "fail.c") << R"(#define _GNU_SOURCE
 #include <dlfcn.h>
@@ -364,6 +365,7 @@ typedef int (*open_fn)(const char*, int, ...);
 static int open_unless_told(const char* real_name, const char* path, int flags, int mode) {
   if (matches("FSDPGEN_TEST_HANG_OPEN", path))
     for (;;) sleep(1);
+  if (matches("FSDPGEN_TEST_SLOW_OPEN", path)) sleep(1);
   if (matches("FSDPGEN_TEST_FAIL_OPEN", path) ||
       (matches("FSDPGEN_TEST_FAIL_REOPEN", path) && !(flags & O_CREAT))) {
     errno = EIO;
