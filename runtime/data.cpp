@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "runtime/files/file_io.h"
+#include "runtime/files/token_manifest.h"
 #include "runtime/human.h"
 #include "runtime/limits.h"
 
@@ -421,6 +422,12 @@ dataloader dataloader_open(const data_config& config) {
     return d;
   }
   open_files(d);
+  if (config.kind == data_kind::tokens) {  // a set `fsdpgen prepare` wrote: against its manifest
+    std::vector<token_file> files;
+    for (size_t k = 0; k < d.files.size(); ++k)
+      files.push_back({d.files[k].path, d.starts[k + 1] - d.starts[k]});
+    token_manifest_check(files, d.token_bytes, config.vocab);
+  }
   const int64_t n = d.starts.back(), T = config.context;
   if (n < T + 1)
     throw std::runtime_error(fmt::format(

@@ -3,7 +3,8 @@
 #   bash tools/setup.sh main   # install what is missing, build, run the main job
 #   bash tools/setup.sh test   # install what is missing, build, run every test
 # Other verbs: deps (install only), build (deps + build), cmake4 (the CMake 4
-# configure check `test` runs, on an existing build).
+# configure check `test` runs, on an existing build), python (the venv of
+# `fsdpgen prepare`).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,6 +22,7 @@ packages=(
   clang-19 libclang-19-dev libclang-cpp19-dev llvm-19-dev  # custom layers: fsdpgen-layers (LibTooling)
   python3-pip                                              # tests: CMake 4 from PyPI (cmake4_check)
   python3-matplotlib                                       # tools/plot_metrics.py (any python: it runs itself with this one) and its test
+  python3-venv                                             # fsdpgen prepare: a venv with tokenizers (python_env)
 )
 
 deps() {
@@ -68,6 +70,27 @@ cudnn_frontend() {
   else
     echo "setup: note: cannot download the cuDNN frontend (nvidia-cudnn-frontend from PyPI);" \
       "attention will run on the hand-written kernels" >&2
+  fi
+}
+
+# The python of `fsdpgen prepare` (tools/prepare.py): a venv in the build
+# directory, made from Debian's python3, with the tokenizer library and
+# pyarrow pinned by tools/requirements-prepare.txt; fsdpgen runs
+# $build/python/bin/python (or $FSDPGEN_PYTHON). Made again when the pins
+# change. Without PyPI it says so and the tests that need it skip.
+python_env() {
+  local venv="$build/python" pins="$root/tools/requirements-prepare.txt"
+  cmp -s "$pins" "$venv/requirements.txt" 2>/dev/null && return 0
+  rm -rf "$venv"
+  if /usr/bin/python3 -m venv "$venv" &&
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$pins"; then
+    cp "$pins" "$venv/requirements.txt"
+    echo "setup: fsdpgen prepare's python in $venv ($("$venv/bin/python" -c \
+      'import tokenizers, pyarrow; print("tokenizers", tokenizers.__version__, "pyarrow", pyarrow.__version__)'))"
+  else
+    rm -rf "$venv"
+    echo "setup: note: cannot install tokenizers and pyarrow from PyPI into $venv;" \
+      "fsdpgen prepare and its tests need them (bash tools/setup.sh python)" >&2
   fi
 }
 
@@ -150,6 +173,7 @@ cmake4_check() {
 
 test_all() {
   build
+  python_env
   cmake4_check
   allow_mpi_as_root
   cd "$build"
@@ -162,5 +186,6 @@ case "${1:-}" in
   main) main_job ;;
   test) test_all ;;
   cmake4) cmake4_check ;;
-  *) echo "usage: bash tools/setup.sh main|test|build|deps|cmake4" >&2; exit 2 ;;
+  python) deps && python_env ;;
+  *) echo "usage: bash tools/setup.sh main|test|build|deps|cmake4|python" >&2; exit 2 ;;
 esac

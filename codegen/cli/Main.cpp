@@ -11,6 +11,7 @@
 //   fsdpgen compare MEASURED.json --ranks A,B [--top N]
 //   fsdpgen check-layer HEADER LAYER --hyper NAME=VALUE... [--dtype bf16|fp16] [--tokens N]
 //   fsdpgen import-hf DIR|config.json [-o spec.fsdp]
+//   fsdpgen prepare INPUT... -o DIR --tokenizer TOKENIZER ...   (tools/prepare.py's flags)
 //   fsdpgen tune spec.fsdp [--world N | --worlds 8,16,32] [--gpu KIND | --hardware PROFILE]
 //                [-o tuned.fsdp] [--top K] [--keep KNOB...] [--allow-batch-change]
 //                [--allow-numerics] [--min-gain PCT] [--write-candidates DIR]
@@ -33,6 +34,7 @@
 #include "codegen/cli/HfSpec.h"
 #include "codegen/cli/Merge.h"
 #include "codegen/cli/Plan.h"
+#include "codegen/cli/Prepare.h"
 #include "codegen/cli/Tune.h"
 #include "dsl/Spec.h"
 #include "dsl/suggest/Suggest.h"
@@ -260,6 +262,14 @@ static int run_fsdpgen(int argc, char** argv) {
       "Exit status: 0 written, 1 the config cannot be read or has keys no spec represents (all "
       "named) or the spec cannot be written, 2 bad command line.");
 
+  CLI::App* prepare = app.add_subcommand(
+      "prepare",
+      "text, JSON lines, Parquet or a saved Hugging Face dataset into llm.c token files through "
+      "the model's tokenizer, sharded, with a validation split and manifest.json (fsdpgen "
+      "prepare --help: tools/prepare.py's flags)");
+  prepare->prefix_command();  // every word after `prepare` is the tool's, --help included
+  prepare->set_help_flag();
+
   fsdpgen::TuneCliOptions tune_opts;
   CLI::App* tune = app.add_subcommand(
       "tune",
@@ -305,7 +315,7 @@ static int run_fsdpgen(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   const std::vector<std::string_view> commands = {
       "check",     "schedule", "plan",        "emit",      "build", "merge",
-      "calibrate", "compare",  "check-layer", "import-hf", "tune"};
+      "calibrate", "compare",  "check-layer", "import-hf", "tune", "prepare"};
   if (!args.empty() && !args[0].empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
     if (!fsdpgen::looks_like_spec_path(args[0])) {
@@ -336,6 +346,7 @@ static int run_fsdpgen(int argc, char** argv) {
   if (calibrate->parsed()) return fsdpgen::run_calibrate(calibrate_opts, fsdpgen::gpu_visible());
   if (check_layer->parsed()) return fsdpgen::run_check_layer(layer_opts);
   if (import_hf->parsed()) return fsdpgen::run_import_hf(import_source, import_output);
+  if (prepare->parsed()) return fsdpgen::run_prepare(prepare->remaining());
   if (tune->parsed()) return fsdpgen::run_tune(tune_opts, fsdpgen::gpu_visible());
   if (compare->parsed())
     return fsdpgen::run_compare(compare_predicted, compare_measured, compare_rank, compare_top,

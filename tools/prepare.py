@@ -1,0 +1,798 @@
+#!/usr/bin/env python3
+"""prepare: text corpora into llm.c token files through a model's own
+tokenizer (Hugging Face `tokenizers`), what `fsdpgen prepare` runs
+(docs/prepare.md).
+
+    fsdpgen prepare INPUT... -o DIR --tokenizer TOKENIZER [--field text]
+        [--text-docs file|paragraph|line] [--hf-split train] [--val-fraction 0.01]
+        [--shard-tokens 100000000] [--dtype auto|uint16|uint32] [--eot TOKEN]
+        [--bos | --no-bos] [--jobs N] [--overwrite] [--quiet]
+
+INPUT: text files, JSON lines (.jsonl, .json, .ndjson: one object a line, its
+--field the document), Parquet files (.parquet), Arrow files (.arrow), glob
+patterns of these (each pattern's matches sorted), and directories: a saved
+Hugging Face dataset (save_to_disk: dataset_dict.json or state.json with its
+.arrow files) or a directory of Parquet files in the Hub's layout (the files
+of --hf-split). TOKENIZER: a tokenizer.json, or a Hugging Face model
+directory (tokenizer.json, or GPT-2's vocab.json and merges.txt).
+
+Each document is its tokens (special-token strings in the text are text),
+then the end-of-text token; it begins with BOS where the tokenizer's own
+post-processor adds one (Llama 3). Documents whose hash falls below
+--val-fraction go to the validation split. Output in DIR: train_NNNNNN.bin
+and val_NNNNNN.bin, llm.c token files of --shard-tokens tokens each (the last
+of a split shorter), and manifest.json. The output is a function of the
+inputs and flags only (not of --jobs). A run stopped part way resumes from its
+last whole shard when run again with the same inputs and flags; a finished
+one is left as it is."""
+import argparse
+import bisect
+import glob
+import hashlib
+import json
+import mmap
+import os
+import re
+import sys
+import time
+from array import array
+from fractions import Fraction
+
+INSTALL_HINT = "bash tools/setup.sh python (a venv in build/python with the pinned tokenizers and pyarrow)"
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "fsdpgen-tokens/1"
+HEADER_INTS = 256  # llm.c's header: 256 int32 (magic, version, token count, unused)
+FORMATS = {"uint16": (20240520, 1, "H"), "uint32": (20240801, 7, "I")}
+SPLITS = ("train", "val")
+JSON_LINES = (".jsonl", ".json", ".ndjson")
+DEFAULT_CHUNK_BYTES = 4 << 20  # text and JSON lines are read in pieces of about this size
+EOT_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>")
+
+
+class PrepareError(Exception):
+    """Bad input, a bad flag or an output that cannot be written: the message
+    names the file (and the line or row) and the problem."""
+
+
+# ---------------------------------------------------------------------------
+# The tokenizer
+
+
+class TokenizerInfo:
+    """The loaded tokenizer and what the manifest says of it."""
+
+    def __init__(self, tok, name, path, sha256, files, config):
+        self.tok = tok
+        self.name = name
+        self.path = path
+        self.sha256 = sha256
+        self.files = files
+        self.config = config  # tokenizer_config.json, {} when none
+        vocab = tok.get_vocab(with_added_tokens=True)
+        self.vocab_size = max(vocab.values()) + 1 if vocab else 0
+        self.special = {t.content: i for i, t in sorted(tok.get_added_tokens_decoder().items())
+                        if t.special}
+
+
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise PrepareError(f"{path}: cannot read it as JSON: {e}") from None
+
+
+def _token_text(v):
+    """A tokenizer_config.json token entry: a string or {"content": ...}."""
+    if isinstance(v, dict):
+        v = v.get("content")
+    return v if isinstance(v, str) else None
+
+
+def load_tokenizer(path):
+    """A tokenizer.json, or a model directory with one (or GPT-2's vocab.json
+    and merges.txt, built as transformers' GPT2TokenizerFast builds them)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    if not os.path.exists(path):
+        raise PrepareError(f"{path}: no such tokenizer file or model directory")
+    directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    config_path = os.path.join(directory, "tokenizer_config.json")
+    config = _read_json(config_path) if os.path.isfile(config_path) else {}
+    if not isinstance(config, dict):
+        raise PrepareError(f"{config_path}: not a JSON object")
+    tj = path if os.path.isfile(path) else os.path.join(path, "tokenizer.json")
+    vocab, merges = os.path.join(directory, "vocab.json"), os.path.join(directory, "merges.txt")
+    if os.path.isfile(tj):
+        files = [tj]
+        try:
+            tok = Tokenizer.from_file(tj)
+        except Exception as e:  # the library's own parse error
+            raise PrepareError(f"{tj}: not a tokenizers tokenizer.json: {e}") from None
+    elif os.path.isfile(vocab) and os.path.isfile(merges):
+        files = [vocab, merges]
+        try:
+            tok = Tokenizer(models.BPE.from_file(vocab, merges))
+        except Exception as e:
+            raise PrepareError(f"{directory}: vocab.json and merges.txt are not a BPE: {e}") from None
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        eos = _token_text(config.get("eos_token")) or "<|endoftext|>"
+        if tok.token_to_id(eos) is not None:
+            tok.add_special_tokens([eos])
+    else:
+        raise PrepareError(f"{path}: a model directory needs tokenizer.json (or GPT-2's vocab.json "
+                           "and merges.txt); none is there")
+    digest = hashlib.sha256()
+    for f in files:
+        with open(f, "rb") as fh:
+            digest.update(fh.read())
+    name = config.get("name_or_path") if isinstance(config.get("name_or_path"), str) else ""
+    if not name:
+        name = os.path.basename(os.path.normpath(directory)) if os.path.basename(tj) == "tokenizer.json" \
+            else os.path.splitext(os.path.basename(tj))[0]
+    tok.encode_special_tokens = True  # "<|endoftext|>" in a document is text, as tiktoken's encode_ordinary
+    return TokenizerInfo(tok, name, os.path.abspath(path), digest.hexdigest(), files, config)
+
+
+def special_id(info, text, flag):
+    tid = info.tok.token_to_id(text)
+    if tid is None:
+        raise PrepareError(f"{flag} {text}: not a token of the tokenizer {info.path}")
+    return tid
+
+
+def end_of_text(info, given):
+    """The token each document ends with: --eot, tokenizer_config.json's
+    eos_token, or the first special token with a usual end-of-text name."""
+    if given:
+        return given, special_id(info, given, "--eot")
+    eos = _token_text(info.config.get("eos_token"))
+    if eos and info.tok.token_to_id(eos) is not None:
+        return eos, info.tok.token_to_id(eos)
+    for name in EOT_NAMES:
+        if name in info.special:
+            return name, info.special[name]
+    raise PrepareError(f"{info.path}: no end-of-text token found (no eos_token in "
+                       f"tokenizer_config.json, no special token of {', '.join(EOT_NAMES)}): name "
+                       "one with --eot TOKEN")
+
+
+def begin_of_text(info, flag):
+    """The BOS each document begins with: the one the tokenizer's own
+    post-processor puts before a text (Llama 3's <|begin_of_text|>), or none;
+    --bos requires one, --no-bos drops it."""
+    tok = info.tok
+    bare = tok.encode("a", add_special_tokens=False).ids
+    full = tok.encode("a", add_special_tokens=True).ids
+    at = next((i for i in range(len(full) - len(bare) + 1) if full[i:i + len(bare)] == bare), 0)
+    prefix = full[:at]
+    if flag is False:
+        return None
+    if len(prefix) == 1:
+        return tok.id_to_token(prefix[0]), prefix[0]
+    bos = _token_text(info.config.get("bos_token"))
+    if flag and bos and tok.token_to_id(bos) is not None:
+        return bos, tok.token_to_id(bos)
+    if flag:
+        raise PrepareError(f"--bos: the tokenizer {info.path} adds no BOS token and its "
+                           "tokenizer_config.json names none")
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Sources and their tasks (pieces tokenized by one worker each)
+
+
+class Source:
+    def __init__(self, path, kind, given):
+        self.path, self.kind, self.given = path, kind, given
+
+    def record(self):
+        st = os.stat(self.path)
+        return {"path": self.path, "format": self.kind, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _kind_of(path):
+    low = path.lower()
+    if low.endswith(JSON_LINES):
+        return "jsonl"
+    if low.endswith(".parquet"):
+        return "parquet"
+    if low.endswith(".arrow"):
+        return "arrow"
+    return "text"
+
+
+def _dataset_dir(path, split):
+    """The files of a saved Hugging Face dataset or a Hub-layout Parquet directory."""
+    dd = os.path.join(path, "dataset_dict.json")
+    if os.path.isfile(dd):
+        splits = _read_json(dd).get("splits", [])
+        if split not in splits:
+            raise PrepareError(f"{path}: a saved DatasetDict without the split '{split}' "
+                               f"(--hf-split); it has {', '.join(map(str, splits)) or 'none'}")
+        return _dataset_dir(os.path.join(path, split), split)
+    state = os.path.join(path, "state.json")
+    if os.path.isfile(state):
+        files = _read_json(state).get("_data_files")
+        if not isinstance(files, list) or not files:
+            raise PrepareError(f"{state}: no _data_files: not a saved Hugging Face dataset")
+        return [Source(os.path.join(path, f["filename"]), "arrow", path) for f in files]
+    parquet = sorted(os.path.relpath(os.path.join(d, f), path)
+                     for d, _, fs in os.walk(path) for f in fs if f.endswith(".parquet"))
+    if not parquet:
+        raise PrepareError(f"{path}: a directory that is neither a saved Hugging Face dataset "
+                           "(dataset_dict.json or state.json) nor holds Parquet files")
+
+    def split_of(rel):  # data/train-00000-of-00002.parquet, train/0000.parquet, ...
+        parts = rel.split(os.sep)
+        return parts[-2] if len(parts) > 1 and parts[-2] != "data" else re.split(r"[-_.]", parts[-1])[0]
+
+    chosen = [r for r in parquet if split_of(r) == split]
+    if not chosen:
+        found = sorted({split_of(r) for r in parquet})
+        raise PrepareError(f"{path}: no Parquet file of the split '{split}' (--hf-split); "
+                           f"splits found: {', '.join(found)}")
+    return [Source(os.path.join(path, r), "parquet", path) for r in chosen]
+
+
+def expand_inputs(inputs, split):
+    out, seen = [], set()
+    for given in inputs:
+        if any(c in given for c in "*?["):
+            matches = sorted(glob.glob(given))
+            if not matches:
+                raise PrepareError(f"{given}: no file matches this pattern")
+        else:
+            matches = [given]
+        for m in matches:
+            if os.path.isdir(m):
+                found = _dataset_dir(m, split)
+            elif os.path.isfile(m):
+                found = [Source(m, _kind_of(m), given)]
+            else:
+                raise PrepareError(f"{m}: no such file or directory")
+            for s in found:
+                real = os.path.realpath(s.path)
+                if real in seen:
+                    raise PrepareError(f"{s.path}: named twice (by {given}); each input is read once")
+                seen.add(real)
+                out.append(s)
+    return out
+
+
+def _line_pieces(path, chunk_bytes, separator):
+    """Byte ranges of about chunk_bytes, each ending after a run of newlines
+    at least `separator` long (1: a line's end, 2: a blank line), with the
+    line each starts on."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return []
+    pieces, start, line = [], 0, 1
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        while start < size:
+            end = start + chunk_bytes
+            at = mm.find(b"\n" * separator, end - separator + 1) if end < size else -1
+            if at < 0:
+                end = size
+            else:
+                end = at + separator
+                while end < size and mm[end] == 10:
+                    end += 1
+            pieces.append((start, end, line))
+            line += mm[start:end].count(b"\n")
+            start = end
+    return pieces
+
+
+def make_tasks(sources, args):
+    """Every piece of work in input order, (source, first, end, first line or
+    row): a whole text file, a byte range of lines, a Parquet row group, a
+    range of Arrow record batches; and each one's share of the input's bytes
+    (what the progress line counts)."""
+    if any(s.kind in ("parquet", "arrow") for s in sources):
+        pa, pq = _pyarrow(sources)
+    tasks, weights = [], []
+    for i, s in enumerate(sources):
+        size = os.path.getsize(s.path)
+        if s.kind == "text" and args.text_docs == "file":
+            tasks.append((i, 0, size, 1))
+            weights.append(size)
+        elif s.kind in ("text", "jsonl"):
+            sep = 2 if s.kind == "text" and args.text_docs == "paragraph" else 1
+            for a, b, line in _line_pieces(s.path, args.chunk_bytes, sep):
+                tasks.append((i, a, b, line))
+                weights.append(b - a)
+        elif s.kind == "parquet":
+            try:
+                meta = pq.ParquetFile(s.path).metadata
+            except Exception as e:
+                raise PrepareError(f"{s.path}: not a Parquet file: {e}") from None
+            row = 0
+            for g in range(meta.num_row_groups):
+                tasks.append((i, g, g + 1, row))
+                weights.append(size * meta.row_group(g).num_rows // max(meta.num_rows, 1))
+                row += meta.row_group(g).num_rows
+        else:
+            batches = _arrow_batches(pa, s.path)
+            first, first_row, row, nbytes = 0, 0, 0, 0
+            for b, batch in enumerate(batches):
+                nbytes += batch.nbytes
+                row += batch.num_rows
+                if nbytes >= args.chunk_bytes or b == len(batches) - 1:
+                    tasks.append((i, first, b + 1, first_row))
+                    weights.append(nbytes)
+                    first, first_row, nbytes = b + 1, row, 0
+    return tasks, weights
+
+
+def _pyarrow(sources):
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        s = next(s for s in sources if s.kind in ("parquet", "arrow"))
+        raise PrepareError(f"{s.path}: reading {s.kind} needs pyarrow, which this python "
+                           f"({sys.executable}) lacks; install it with {INSTALL_HINT}") from None
+    return pa, pq
+
+
+def _arrow_batches(pa, path):
+    """An Arrow file's record batches: the stream format save_to_disk writes,
+    or the random-access file format."""
+    try:
+        source = pa.memory_map(path)
+        try:
+            reader = pa.ipc.open_stream(source)
+        except pa.ArrowInvalid:
+            reader = pa.ipc.open_file(source)
+            return [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        return list(reader)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise PrepareError(f"{path}: not an Arrow file: {e}") from None
+
+
+# ---------------------------------------------------------------------------
+# Tokenizing one task (in a worker process)
+
+_W = {}  # the worker's settings, set before the pool forks
+
+
+def _documents(task):
+    """The task's documents in order, as (text, where) pairs; "" is an empty
+    document (skipped, and counted)."""
+    i, a, b, first = task
+    s, args = _W["sources"][i], _W["args"]
+    if s.kind in ("text", "jsonl"):
+        with open(s.path, "rb") as f:
+            f.seek(a)
+            raw = f.read(b - a)
+        if s.kind == "text":
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise PrepareError(f"{s.path}: byte offset {a + e.start} is not UTF-8 text "
+                                   "(a text input is read as UTF-8)") from None
+            if args.text_docs == "file":
+                return [(text, s.path)]
+            sep = r"\n\n+" if args.text_docs == "paragraph" else r"\n"
+            return [(d, s.path) for d in re.split(sep, text) if d]
+        docs = []
+        for n, line in enumerate(raw.split(b"\n")):
+            if not line.strip():
+                continue
+            where = f"{s.path}:{first + n}"
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise PrepareError(f"{where}: not a JSON object ({e}); a {os.path.splitext(s.path)[1]} "
+                                   "input is JSON lines, one object a line") from None
+            if not isinstance(obj, dict):
+                raise PrepareError(f"{where}: a JSON {type(obj).__name__}, not an object")
+            if args.field not in obj:
+                raise PrepareError(f"{where}: no field '{args.field}' (--field); its fields: "
+                                   f"{', '.join(sorted(obj)) or 'none'}")
+            v = obj[args.field]
+            if not isinstance(v, str):
+                raise PrepareError(f"{where}: field '{args.field}' is {json.dumps(v)[:40]}, not a string")
+            docs.append((v, where))
+        return docs
+    pa, pq = _pyarrow([s])
+    if s.kind == "parquet":
+        pf = pq.ParquetFile(s.path)
+        names = pf.schema_arrow.names
+        if args.field not in names:
+            raise PrepareError(f"{s.path}: no column '{args.field}' (--field); its columns: {', '.join(names)}")
+        column = pf.read_row_group(a, columns=[args.field]).column(0)
+    else:
+        batches = _arrow_batches(pa, s.path)[a:b]
+        names = batches[0].schema.names if batches else []
+        if batches and args.field not in names:
+            raise PrepareError(f"{s.path}: no column '{args.field}' (--field); its columns: {', '.join(names)}")
+        column = pa.chunked_array([x.column(args.field) for x in batches]) if batches else pa.chunked_array([], pa.string())
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise PrepareError(f"{s.path}: column '{args.field}' holds {column.type}, not strings")
+    values = column.to_pylist()
+    for n, v in enumerate(values):
+        if v is None:
+            raise PrepareError(f"{s.path} row {first + n}: column '{args.field}' is null")
+    return [(v, f"{s.path} row {first + n}") for n, v in enumerate(values)]
+
+
+def in_val(text, fraction):
+    """Whether a document is held out: its hash, read as a number in [0, 1),
+    is below the fraction (so duplicates share a split, whatever the order)."""
+    if fraction == 0:
+        return False
+    h = int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+    return h * fraction.denominator < fraction.numerator << 64
+
+
+def tokenize_task(task):
+    """Train and val token blobs of the task's documents (BOS, ids, EOT each),
+    with each document's cumulative end in tokens; the task's documents;
+    the empty ones among them and where the first is."""
+    docs = _documents(task)
+    tok, bos, eot, code = _W["tok"], _W["bos"], _W["eot"], _W["code"]
+    fraction = _W["fraction"]
+    kept = [(d, w) for d, w in docs if d]
+    empty = len(docs) - len(kept)
+    first_empty = next((w for d, w in docs if not d), None)
+    encodings = tok.encode_batch_fast([d for d, _ in kept], add_special_tokens=False) if kept else []
+    out = {s: (array(code), array("Q")) for s in SPLITS}
+    for (text, _), enc in zip(kept, encodings):
+        ids, ends = out["val" if in_val(text, fraction) else "train"]
+        if bos is not None:
+            ids.append(bos)
+        ids.extend(enc.ids)
+        ids.append(eot)
+        ends.append(len(ids))
+    if sys.byteorder != "little":
+        for ids, _ in out.values():
+            ids.byteswap()
+    return {s: (out[s][0].tobytes(), out[s][1]) for s in SPLITS}, len(docs), empty, first_empty
+
+
+# ---------------------------------------------------------------------------
+# Writing shards
+
+
+class Split:
+    """One split's shards: whole ones named in `shards`, the one being
+    written as NAME.bin.partial (appended to, its header's count written when
+    it closes)."""
+
+    def __init__(self, out, name, dtype, shard_tokens, state=None):
+        self.out, self.name, self.dtype, self.shard_tokens = out, name, dtype, shard_tokens
+        self.magic, self.version, code = FORMATS[dtype]
+        self.itemsize = array(code).itemsize
+        self.shards = list(state["shards"]) if state else []
+        self.tokens = state["current"]["tokens"] if state else 0
+        self.documents = state["current"]["documents"] if state else 0
+        self.fh = None
+        if state:
+            self._reopen()
+
+    def file(self, n=None):
+        return f"{self.name}_{len(self.shards) if n is None else n:06d}.bin"
+
+    def _path(self, partial=True):
+        return os.path.join(self.out, self.file() + (".partial" if partial else ""))
+
+    def _reopen(self):
+        part, whole = self._path(), self._path(False)
+        if not os.path.exists(part) and os.path.exists(whole):
+            os.replace(whole, part)  # closed, but stopped before the manifest said so
+        if self.tokens == 0:
+            if os.path.exists(part):
+                os.remove(part)
+            return
+        want = HEADER_INTS * 4 + self.tokens * self.itemsize
+        if not os.path.exists(part) or os.path.getsize(part) < want:
+            raise PrepareError(f"{part}: shorter than the {self.tokens} tokens {MANIFEST} records; "
+                               "pass --overwrite to start again")
+        self.fh = open(part, "r+b")
+        self.fh.truncate(want)
+        self.fh.seek(want)
+
+    def append(self, blob, ends, skip, on_close):
+        """Appends blob's tokens from `skip` on; on_close(position) after each
+        shard it fills, position being the tokens of blob consumed."""
+        n = len(blob) // self.itemsize
+        pos = skip
+        while pos < n:
+            if self.fh is None:
+                self.fh = open(self._path(), "wb")
+                self.fh.write(bytes(HEADER_INTS * 4))
+            take = min(self.shard_tokens - self.tokens, n - pos)
+            self.fh.write(blob[pos * self.itemsize:(pos + take) * self.itemsize])
+            self.documents += bisect.bisect_right(ends, pos + take) - bisect.bisect_right(ends, pos)
+            self.tokens += take
+            pos += take
+            if self.tokens == self.shard_tokens:
+                self.close()
+                on_close(pos)
+
+    def close(self):
+        """Writes the header, names the shard and records it."""
+        if self.fh is None:
+            return
+        self.fh.seek(0)
+        self.fh.write(array("i", [self.magic, self.version, self.tokens] + [0] * (HEADER_INTS - 3)).tobytes())
+        self.fh.close()
+        self.fh = None
+        os.replace(self._path(), self._path(False))
+        digest = hashlib.sha256()
+        with open(self._path(False), "rb") as f:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                digest.update(block)
+        self.shards.append({"file": self.file(), "tokens": self.tokens, "documents": self.documents,
+                            "sha256": digest.hexdigest()})
+        self.tokens = self.documents = 0
+
+    def state(self):
+        return {"shards": self.shards, "current": {"tokens": self.tokens, "documents": self.documents}}
+
+
+# ---------------------------------------------------------------------------
+# The run
+
+
+class Progress:
+    """One line on stderr: bytes read of the total, tokens, tokens/s, ETA;
+    redrawn on a terminal, else printed every 30 s."""
+
+    def __init__(self, total_bytes, quiet):
+        self.total, self.quiet = max(total_bytes, 1), quiet
+        self.tty = sys.stderr.isatty()
+        self.start = self.last = time.monotonic()
+        self.bytes = self.tokens = 0
+
+    def update(self, nbytes, ntokens, final=False):
+        self.bytes += nbytes
+        self.tokens += ntokens
+        now = time.monotonic()
+        if self.quiet or (not final and now - self.last < (0.5 if self.tty else 30)):
+            return
+        self.last = now
+        elapsed = max(now - self.start, 1e-9)
+        done = min(self.bytes / self.total, 1.0)
+        eta = elapsed * (1 - done) / done if done > 0 else 0
+        line = (f"prepare: {100 * done:5.1f}% | {self.tokens:,} tokens | {self.tokens / elapsed:,.0f} tok/s"
+                f" | {'done in' if final else 'ETA'} {_clock(elapsed if final else eta)}")
+        sys.stderr.write(("\r" + line + ("\n" if final else "")) if self.tty else line + "\n")
+        sys.stderr.flush()
+
+
+def _clock(s):
+    s = int(s + 0.5)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def settings_of(args, info, eot, bos, dtype, sources):
+    return {
+        "tokenizer": {"name": info.name, "path": info.path, "sha256": info.sha256,
+                      "vocab_size": info.vocab_size, "special_tokens": info.special,
+                      "eot": {"token": eot[0], "id": eot[1]},
+                      "bos": {"token": bos[0], "id": bos[1]} if bos else None},
+        "dtype": dtype, "magic": FORMATS[dtype][0], "version": FORMATS[dtype][1],
+        "shard_tokens": args.shard_tokens, "val_fraction": float(args.val_fraction),
+        "field": args.field, "text_docs": args.text_docs, "hf_split": args.hf_split,
+        "sources": [s.record() for s in sources],
+    }
+
+
+def write_manifest(out, manifest):
+    tmp = os.path.join(out, MANIFEST + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, os.path.join(out, MANIFEST))
+
+
+def open_output(args, settings):
+    """The resume state of a run stopped in DIR with the same settings, None
+    to start afresh, or "done"; refuses another preparation's directory."""
+    os.makedirs(args.output, exist_ok=True)
+    path = os.path.join(args.output, MANIFEST)
+    ours = [f for f in os.listdir(args.output)
+            if re.fullmatch(r"(train|val)_\d{6}\.bin(\.partial)?|manifest\.json(\.tmp)?", f)]
+    if args.overwrite:
+        for f in ours:
+            os.remove(os.path.join(args.output, f))
+        return None
+    if not os.path.exists(path):
+        if ours:
+            raise PrepareError(f"{args.output}: holds token files but no {MANIFEST}; pass --overwrite "
+                               "to replace them, or write elsewhere")
+        return None
+    old = _read_json(path)
+    if old.get("format") != MANIFEST_FORMAT:
+        raise PrepareError(f"{path}: not a manifest of fsdpgen prepare; write elsewhere")
+    changed = [k for k in settings if old.get(k) != settings[k]]
+    if changed:
+        raise PrepareError(f"{args.output}: prepared with other {', '.join(changed)}; pass --overwrite "
+                           "to prepare it again, or write elsewhere")
+    if old.get("complete"):
+        return "done"
+    resume = old.get("resume", {})
+    if resume.get("chunk_bytes") != args.chunk_bytes:
+        raise PrepareError(f"{args.output}: stopped with --chunk-bytes {resume.get('chunk_bytes')}; "
+                           "resume with the same, or pass --overwrite")
+    return old
+
+
+def run(args):
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # parallel over processes, not threads
+    try:
+        import tokenizers  # noqa: F401
+    except ImportError:
+        raise PrepareError(f"the Hugging Face tokenizers library is not installed for {sys.executable}; "
+                           f"install it with {INSTALL_HINT}") from None
+    info = load_tokenizer(args.tokenizer)
+    eot = end_of_text(info, args.eot)
+    bos = begin_of_text(info, args.bos)
+    dtype = args.dtype
+    if dtype == "auto":
+        dtype = "uint16" if info.vocab_size <= 1 << 16 else "uint32"
+    if dtype == "uint16" and info.vocab_size > 1 << 16:
+        raise PrepareError(f"--dtype uint16: the tokenizer {info.path} has {info.vocab_size:,} tokens, "
+                           "ids above uint16's 65,535; use --dtype uint32 (or auto)")
+    sources = expand_inputs(args.inputs, args.hf_split)
+    settings = settings_of(args, info, eot, bos, dtype, sources)
+    old = open_output(args, settings)
+    if old == "done":
+        print(f"prepare: {args.output} already holds this preparation ({MANIFEST} complete); nothing to do")
+        return 0
+    tasks, weights = make_tasks(sources, args)
+    resume = old["resume"] if old else None
+    splits = {s: Split(args.output, s, dtype, args.shard_tokens, resume["splits"][s] if resume else None)
+              for s in SPLITS}
+    counts = dict(resume["counts"]) if resume else {"documents": 0, "empty_documents": 0}
+    first_task = resume["task"] if resume else 0
+    skip = dict(resume["skip"]) if resume else {s: 0 for s in SPLITS}
+    if resume:
+        print(f"prepare: resuming in {args.output} at piece {first_task} of {len(tasks)} "
+              f"({sum(len(splits[s].shards) for s in SPLITS)} shards written)", file=sys.stderr)
+    manifest = dict(format=MANIFEST_FORMAT, **settings)
+
+    def save(task, position, before):
+        """The state a run stopped after this point resumes from: task `task`
+        run again, each split's first position[split] tokens of it skipped."""
+        manifest["resume"] = {"chunk_bytes": args.chunk_bytes, "task": task, "skip": position,
+                              "counts": before, "splits": {s: splits[s].state() for s in SPLITS}}
+        write_manifest(args.output, manifest)
+
+    _W.update(sources=sources, args=args, tok=info.tok, bos=bos[1] if bos else None, eot=eot[1],
+              code=FORMATS[dtype][2], fraction=args.val_fraction)
+    progress = Progress(sum(weights), args.quiet)
+    progress.update(sum(weights[:first_task]), 0)
+    first_empty = None
+    for t, (blobs, ndocs, empty, where) in enumerate(_results(tasks[first_task:], args.jobs), first_task):
+        before = dict(counts)
+        length = {s: len(blobs[s][0]) // splits[s].itemsize for s in SPLITS}
+        for k, s in enumerate(SPLITS):  # train's tokens, then val's
+            # when s closes a shard at `position`: the splits before it are
+            # all written, those after it no further than where they began
+            def closed(position, k=k, s=s):
+                at = {x: length[x] if j < k else skip[x] for j, x in enumerate(SPLITS)}
+                save(t, dict(at, **{s: position}), before)
+
+            splits[s].append(blobs[s][0], blobs[s][1], skip[s], closed)
+        skip = {s: 0 for s in SPLITS}
+        counts = {"documents": before["documents"] + ndocs,
+                  "empty_documents": before["empty_documents"] + empty}
+        first_empty = first_empty or where
+        progress.update(weights[t], sum(length.values()))
+    for s in SPLITS:
+        splits[s].close()
+    progress.update(0, 0, final=True)
+    manifest.pop("resume", None)
+    manifest["complete"] = True
+    manifest["documents"] = counts["documents"]
+    manifest["empty_documents"] = counts["empty_documents"]
+    manifest["splits"] = {s: {"documents": sum(x["documents"] for x in splits[s].shards),
+                              "tokens": sum(x["tokens"] for x in splits[s].shards),
+                              "shards": splits[s].shards} for s in SPLITS}
+    write_manifest(args.output, manifest)
+    if counts["empty_documents"]:
+        print(f"prepare: warning: skipped {counts['empty_documents']} empty documents"
+              f"{f' (the first: {first_empty})' if first_empty else ''}", file=sys.stderr)
+    if args.val_fraction > 0 and not splits["val"].shards:
+        print(f"prepare: warning: no document fell into the validation split (--val-fraction "
+              f"{args.val_fraction} of {counts['documents']} documents); raise it for a val_*.bin",
+              file=sys.stderr)
+    for s in SPLITS:
+        m = manifest["splits"][s]
+        print(f"prepare: {s}: {m['documents']:,} documents, {m['tokens']:,} tokens ({dtype}) in "
+              f"{len(m['shards'])} shards: {os.path.join(args.output, s + '_*.bin')}")
+    return 0
+
+
+def _results(tasks, jobs):
+    """tokenize_task over the tasks in order: in this process, or in `jobs`
+    forked workers."""
+    if jobs <= 1 or len(tasks) <= 1:
+        yield from map(tokenize_task, tasks)
+        return
+    import multiprocessing
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        yield from pool.imap(tokenize_task, tasks)
+
+
+def _fraction(text):
+    try:
+        f = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not 0 <= f < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not in [0, 1)")
+    return f
+
+
+def _positive(text):
+    try:
+        n = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not positive")
+    return n
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="fsdpgen prepare", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Text, JSON lines, Parquet and saved Hugging Face datasets into llm.c token "
+                    "files through a model's own tokenizer: sharded, with a validation split and "
+                    "manifest.json (docs/prepare.md).",
+        epilog="\n\n".join(__doc__.split("\n\n")[2:]))
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="text, JSON lines, Parquet or Arrow files, glob patterns, or dataset directories")
+    p.add_argument("-o", "--output", required=True, help="the directory of the shards and manifest.json")
+    p.add_argument("--tokenizer", required=True, help="a tokenizer.json, or a Hugging Face model directory")
+    p.add_argument("--field", default="text", help="JSON lines, Parquet, Arrow: the document's field (default text)")
+    p.add_argument("--text-docs", choices=("file", "paragraph", "line"), default="file",
+                   help="text files: a document is the whole file (default), a paragraph (blank lines "
+                        "between), or a line")
+    p.add_argument("--hf-split", default="train", help="dataset directories: the split read (default train)")
+    p.add_argument("--val-fraction", type=_fraction, default=Fraction(1, 100),
+                   help="about this fraction of the documents (by a hash of their text) form the "
+                        "validation split (default 0.01; 0: none)")
+    p.add_argument("--shard-tokens", type=_positive, default=100_000_000,
+                   help="tokens per shard, the last of a split fewer (default 100,000,000)")
+    p.add_argument("--dtype", choices=("auto", "uint16", "uint32"), default="auto",
+                   help="token width: auto (uint16 when the vocabulary fits, else uint32)")
+    p.add_argument("--eot", help="the end-of-text token (default: tokenizer_config.json's eos_token, "
+                                 "else " + ", ".join(EOT_NAMES[:2]) + ", ...)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--bos", dest="bos", action="store_true", default=None,
+                   help="begin each document with BOS (default: when the tokenizer adds one)")
+    g.add_argument("--no-bos", dest="bos", action="store_false")
+    p.add_argument("--jobs", type=_positive, default=os.cpu_count() or 1,
+                   help="tokenizing processes (default: the CPUs)")
+    p.add_argument("--chunk-bytes", type=_positive, default=DEFAULT_CHUNK_BYTES, help=argparse.SUPPRESS)
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a preparation in the directory instead of resuming or keeping it")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    args = p.parse_args(argv)
+    if args.shard_tokens >= 1 << 31:
+        p.error(f"--shard-tokens {args.shard_tokens}: the header's count is an int32; at most 2,147,483,647")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return run(args)
+    except PrepareError as e:
+        print(f"fsdpgen prepare: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("fsdpgen prepare: stopped; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
