@@ -31,6 +31,8 @@ struct backend_options {
 // up: what a run reports beside the plan.
 struct memory_reading {
   int64_t host_resident_bytes = 0;   // the process's resident set
+  int64_t host_anonymous_bytes = 0;  // the part of it no file backs (heap, stacks, arenas), which
+                                     // mapped token files and shared memory do not grow
   int64_t arena_resident_bytes = 0;  // resident pages of the arenas in host memory (CPU: both
                                      // arenas; GPU: the pinned host arena of offload)
   int64_t arena_growth_bytes = 0;    // how much the process's resident set (exact) grew when

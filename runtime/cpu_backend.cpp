@@ -77,6 +77,7 @@ class cpu_backend final : public backend {
   memory_reading read_memory() const override {
     memory_reading m;
     m.host_resident_bytes = host_resident_bytes();
+    m.host_anonymous_bytes = host_anonymous_resident_bytes();
     m.arena_resident_bytes =
         host_resident_bytes_in(mem_->device, arena_mapped_bytes(mem_->device_bytes));
     if (mem_->host)

@@ -34,13 +34,31 @@ int64_t host_page_bytes() {
   return static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
 }
 
-int64_t host_resident_bytes() {
+namespace {
+
+// /proc/self/statm's resident and shared (file-backed and shared memory) pages.
+void statm_resident_and_shared(int64_t& resident, int64_t& shared) {
   char buf[256];
   read_proc_self("statm", buf, sizeof buf);
   // size resident shared text lib data dt, in pages
   char* rest = nullptr;
   std::strtoll(buf, &rest, 10);
-  return std::strtoll(rest, nullptr, 10) * host_page_bytes();
+  resident = std::strtoll(rest, &rest, 10);
+  shared = std::strtoll(rest, nullptr, 10);
+}
+
+}  // namespace
+
+int64_t host_resident_bytes() {
+  int64_t resident = 0, shared = 0;
+  statm_resident_and_shared(resident, shared);
+  return resident * host_page_bytes();
+}
+
+int64_t host_anonymous_resident_bytes() {
+  int64_t resident = 0, shared = 0;
+  statm_resident_and_shared(resident, shared);
+  return (resident - shared) * host_page_bytes();
 }
 
 int64_t host_resident_bytes_exact() {

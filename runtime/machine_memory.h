@@ -9,7 +9,11 @@
 // This process's resident set now (/proc/self/statm). The kernel sums its
 // per-CPU counters lazily, so a reading may lag by a few pages per CPU.
 int64_t host_resident_bytes();
-// The same, exact: the kernel walks every mapping's pages
+// The part of it that is anonymous memory (heap, stacks, the arenas): not
+// the page cache of files mapped (token data) or shared memory (MPI's
+// transport); /proc/self/statm's resident less its shared, so RssAnon.
+int64_t host_anonymous_resident_bytes();
+// The resident set, exact: the kernel walks every mapping's pages
 // (/proc/self/smaps_rollup), which takes time in proportion to the memory
 // mapped; for readings around an allocation.
 int64_t host_resident_bytes_exact();

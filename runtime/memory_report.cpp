@@ -50,7 +50,7 @@ void memory_watch_step(memory_watch& w, const memory_reading& now) {
   if (w.steps == w.settle_steps) w.settled = now;
   if (w.steps > w.settle_steps) {
     w.host_growth_bytes =
-        std::max(w.host_growth_bytes, now.host_resident_bytes - w.settled.host_resident_bytes);
+        std::max(w.host_growth_bytes, now.host_anonymous_bytes - w.settled.host_anonymous_bytes);
     w.device_growth_bytes =
         std::max(w.device_growth_bytes, now.device_used_bytes - w.settled.device_used_bytes);
   }

@@ -16,7 +16,9 @@ struct memory_watch {
   int64_t settle_steps = 1;  // steps after which nothing may grow: max(1, warm-up steps)
   int64_t steps = 0;         // steps seen
   memory_reading settled;    // the reading after settle_steps
-  int64_t host_growth_bytes = 0, device_growth_bytes = 0;  // most either grew since settled
+  // The most either grew since settled: on the host its anonymous memory,
+  // as pages of mapped token files that a step reads are not its growth.
+  int64_t host_growth_bytes = 0, device_growth_bytes = 0;
   int64_t arena_resident_min_bytes = std::numeric_limits<int64_t>::max();
   int64_t device_peak_bytes = -1;
   int64_t device_arena_bytes = -1;

@@ -14,6 +14,7 @@
 #include "runtime/init.h"
 #include "runtime/rope.h"
 #include "runtime/run_settings.h"
+#include "runtime/stop_signal.h"
 #include "runtime/weights.h"
 
 training_run::training_run(const program& p, const train_options& o, const checkpoint_run& run,
@@ -137,10 +138,13 @@ void training_run::print_stopped(int64_t step) const {
             .c_str());
     return;
   }
+  // Rank 0 names the signal it received; the ranks agree only that one came.
+  const std::string signal = *stop_signal_name()
+                                 ? fmt::format("asked to by {}", stop_signal_name())
+                                 : std::string("asked to by a stop signal to another rank");
   std::printf(
-      "stopped after step %lld of %lld: asked to by a signal (SIGUSR1 or SIGTERM); continue "
-      "with: %s\n",
-      static_cast<long long>(step + 1), static_cast<long long>(steps_),
+      "stopped after step %lld of %lld: %s; continue with: %s\n",
+      static_cast<long long>(step + 1), static_cast<long long>(steps_), signal.c_str(),
       run_settings_resume_command(li_.launcher, li_.relaunched, p_.parallel.world, o_.binary,
                                   ckpt_.dir)
           .c_str());

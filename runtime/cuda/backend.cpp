@@ -236,6 +236,7 @@ class cuda_backend final : public backend {
   memory_reading read_memory() const override {
     memory_reading m;
     m.host_resident_bytes = host_resident_bytes();
+    m.host_anonymous_bytes = host_anonymous_resident_bytes();
     if (mem_->host)
       m.arena_resident_bytes =
           host_resident_bytes_in(mem_->host, p_.plan.host_arena_bytes + kArenaGuardBytes);

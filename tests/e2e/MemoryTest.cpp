@@ -227,6 +227,46 @@ TEST(Memory, ALeakingStepIsCaught) {
             3 * 4000000 - kStepGrowthBoundBytes);
 }
 
+// A step reads token files through a read-only mapping: the file's pages it
+// maps count in the process's resident set, but they are the page cache's,
+// not the step's growth, which the report counts in anonymous memory (a user
+// saw "the steps after the first added 6.35 MiB" reading token files).
+TEST(Memory, MappedTokenFilePagesAreNotAStepsGrowth) {
+  E2eConfig c;
+  c.world = 1;
+  c.micro_batch = 64;  // 64 windows of 17 tokens a step, each on its own page of the file
+  const std::filesystem::path bin = shared_binary(e2e_dir("memory_token_file"), c.spec());
+  const std::filesystem::path dir = bin.parent_path();
+  {
+    // llm.c's token file: 256 int32 header (magic, version 1, count), uint16 tokens.
+    // 64 MiB of tokens: the first step maps much of a smaller file (the
+    // kernel maps the cached pages around each page read), leaving the next
+    // steps nothing new to map.
+    const int32_t count = 32 << 20;
+    std::vector<uint16_t> tokens(static_cast<size_t>(count));
+    for (size_t i = 0; i < tokens.size(); ++i)
+      tokens[i] = static_cast<uint16_t>((i * 2654435761u >> 7) % 64);
+    int32_t header[256] = {20240520, 1, count};
+    std::ofstream out(dir / "tokens.bin", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header), sizeof header);
+    out.write(reinterpret_cast<const char*>(tokens.data()),
+              static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
+  }
+  const Measured m = measure_binary(bin, c, "--steps 8 --data tokens.bin", "tokens.jsonl");
+  ASSERT_EQ(m.metrics.size(), 8u);
+  const int64_t resident_growth = m.metrics.back().at("host_resident_bytes").get<int64_t>() -
+                                  m.metrics.front().at("host_resident_bytes").get<int64_t>();
+  EXPECT_GT(resident_growth, kStepGrowthBoundBytes)
+      << "the steps did not map more of the file than the bound: the test shows nothing";
+  std::filesystem::remove(dir / "tokens.bin");
+  std::smatch added;
+  ASSERT_TRUE(std::regex_search(m.run.out, added,
+                                std::regex(R"(the steps after the first added (nothing|(\d+) B))")))
+      << m.run.out;
+  const int64_t growth = added[1] == "nothing" ? 0 : std::stoll(added[2]);
+  EXPECT_LE(growth, kStepGrowthBoundBytes) << m.run.out;
+}
+
 // The world-1 binary the next two tests share.
 std::filesystem::path world1_binary(const E2eConfig& c) {
   return shared_binary(e2e_dir("memory_world1"), c.spec());

@@ -1,6 +1,7 @@
 // Preemption: SIGUSR1 (forwarded by mpirun; Slurm sends it with
-// --signal) or SIGTERM (to a rank, or to a binary that re-launched itself)
-// stops every rank after the same step with a checkpoint, and the command
+// --signal), SIGTERM (to a rank, or to a binary that re-launched itself) or
+// SIGINT (Ctrl-C) stops every rank after the same step with a checkpoint,
+// saying which signal arrived, and the command
 // the stop prints (--resume and nothing else) continues as if the run had
 // never stopped.
 #include <signal.h>
@@ -69,10 +70,10 @@ int complete_lines(const fs::path& p) {
 }
 
 // Runs `world` ranks for (practically) ever, signals them once `after` steps
-// are logged, and checks the stop, the checkpoint (in ckpt_dir, given with
-// --checkpoint-dir unless it is the spec's "ckpt") and the run resumed with
-// the command the stop names.
-void expect_stop_and_resume(const std::string& name, int world, int sig,
+// are logged, and checks the stop (naming the signal the ranks received:
+// `arrived`), the checkpoint (in ckpt_dir, given with --checkpoint-dir unless
+// it is the spec's "ckpt") and the run resumed with the command the stop names.
+void expect_stop_and_resume(const std::string& name, int world, int sig, const std::string& arrived,
                             const std::string& ckpt_dir, bool started_alone = false) {
   allow_mpi_as_root();
   E2eConfig c;
@@ -100,7 +101,9 @@ void expect_stop_and_resume(const std::string& name, int world, int sig,
   const int64_t n = static_cast<int64_t>(stopped.size());
   ASSERT_GE(n, 3) << out;
   ASSERT_LT(n, 1000000) << out;
-  EXPECT_NE(out.find(fmt::format("stopped after step {} of 1000000", n)), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("stopped after step {} of 1000000: asked to by {}; ", n, arrived)),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("not writing never.safetensors"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "never.safetensors"));
   // The command the stop prints needs nothing else: the binary started as
@@ -135,18 +138,24 @@ void expect_stop_and_resume(const std::string& name, int world, int sig,
 }
 
 TEST(Preemption, Sigusr1StopsEveryRankWithACheckpoint) {
-  expect_stop_and_resume("preempt_usr1", 2, SIGUSR1, "pre");
+  expect_stop_and_resume("preempt_usr1", 2, SIGUSR1, "SIGUSR1", "pre");
 }
 
 TEST(Preemption, SigtermStopsASingleRankWithACheckpoint) {
-  expect_stop_and_resume("preempt_term", 1, SIGTERM, "ckpt");
+  expect_stop_and_resume("preempt_term", 1, SIGTERM, "SIGTERM", "ckpt");
+}
+
+// Ctrl-C (SIGINT) stops a run like a preemption, and says so; a second one
+// would end the process at once.
+TEST(Preemption, SigintStopsASingleRankWithACheckpoint) {
+  expect_stop_and_resume("preempt_int", 1, SIGINT, "SIGINT (Ctrl-C)", "ckpt");
 }
 
 // Started alone for world 2, the binary runs mpirun as its child: a SIGTERM to
 // the process the user started reaches the ranks as a SIGUSR1 (a SIGTERM to
 // mpirun would kill them, exit 1), and the job exits 0 with a checkpoint.
 TEST(Preemption, SigtermToABinaryThatRelaunchedItselfStopsEveryRankWithACheckpoint) {
-  expect_stop_and_resume("preempt_term_alone", 2, SIGTERM, "ckpt", true);
+  expect_stop_and_resume("preempt_term_alone", 2, SIGTERM, "SIGUSR1", "ckpt", true);
 }
 
 }  // namespace

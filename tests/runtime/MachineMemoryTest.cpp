@@ -1,11 +1,16 @@
 // machine_memory: the kernel's counts against pages this test touches
 // itself: mincore sees exactly the touched pages of a fresh mapping, and the
-// resident set and its high-water mark grow by them.
+// resident set and its high-water mark grow by them; pages of a file mapped
+// read-only grow the resident set but not its anonymous part.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "runtime/machine_memory.h"
 
@@ -60,6 +65,40 @@ TEST(MachineMemory, TheResidentSetGrowsByTheTouchedBytes) {
               static_cast<double>(kLagBytes));
   EXPECT_GE(host_peak_resident_bytes(), after - kLagBytes);
   EXPECT_GT(before, 0);
+}
+
+// Token files are read through a read-only mapping: their pages are the page
+// cache's, which the resident set counts but its anonymous part does not,
+// while anonymous pages touched count in both.
+TEST(MachineMemory, MappedFilePagesAreNotAnonymous) {
+  const int64_t bytes = 64 << 20;
+  char path[] = "/tmp/machine_memory_XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::unlink(path);
+  ASSERT_EQ(::ftruncate(fd, bytes), 0);
+  void* file = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(file, MAP_FAILED);
+  const int64_t resident = host_resident_bytes(), anonymous = host_anonymous_resident_bytes();
+  EXPECT_GT(anonymous, 0);
+  EXPECT_LE(anonymous, resident);
+  int64_t sum = 0;
+  for (int64_t i = 0; i < bytes; i += 4096)
+    sum += static_cast<const volatile char*>(file)[i];
+  EXPECT_EQ(sum, 0);
+  EXPECT_NEAR(static_cast<double>(host_resident_bytes() - resident), static_cast<double>(bytes),
+              static_cast<double>(kLagBytes));
+  EXPECT_NEAR(static_cast<double>(host_anonymous_resident_bytes() - anonymous), 0.0,
+              static_cast<double>(kLagBytes));
+  ::munmap(file, static_cast<size_t>(bytes));
+
+  const int64_t before = host_anonymous_resident_bytes();
+  mapping m(bytes);
+  ASSERT_NE(m.p, MAP_FAILED);
+  std::memset(m.p, 1, static_cast<size_t>(bytes));
+  EXPECT_NEAR(static_cast<double>(host_anonymous_resident_bytes() - before),
+              static_cast<double>(bytes), static_cast<double>(kLagBytes));
 }
 
 }  // namespace
