@@ -4,7 +4,8 @@
 //   fsdpgen plan spec.fsdp [--world N] [--micro-batch B] [--gpu KIND] [--hardware PROFILE]
 //   fsdpgen emit spec.fsdp -o DIR [--target cuda|cpu] [--world N] [--micro-batch B] [--gpu KIND]
 //   fsdpgen spec.fsdp -o train [--target cuda|cpu] [--sources DIR] ...   (= fsdpgen build)
-//   fsdpgen merge CHECKPOINT -o model.safetensors [--dtype fp32|bf16|fp16] [--max-shard-size 5GB]
+//   fsdpgen merge CHECKPOINT -o model.safetensors [--dtype fp32|bf16|fp16]
+//                [--max-shard-size 5GB [--spec spec.fsdp]]
 //   fsdpgen calibrate [SPEC...] -o profile.json [--target cpu|cuda] [--ranks N] [--world N]
 //                     [--micro-batch B] [--quick]
 //   fsdpgen compare PREDICTED.json MEASURED.json [--rank R] [--top N] [-o merged.json]
@@ -151,6 +152,10 @@ static int run_fsdpgen(int argc, char** argv) {
                              size);
           },
           "SIZE"));
+  merge->add_option("--spec", merge_spec,
+                    "with --max-shard-size: the spec whose config.json the model directory gets "
+                    "(default: the one the checkpoint names, found from its run's directory or "
+                    "from here)");
   merge
       ->add_option("--dtype", merge_dtype,
                    "fp32 (default), bf16 or fp16; also spelled f32, f16, float32, bfloat16, "
@@ -342,7 +347,8 @@ static int run_fsdpgen(int argc, char** argv) {
   if (plan->parsed()) return fsdpgen::run_plan(plan_args);
   if (emit->parsed()) return fsdpgen::run_emit(emit_args, emit_target, emit_dir);
   if (build->parsed()) return fsdpgen::run_build(build_args, build_target, binary, sources);
-  if (merge->parsed()) return fsdpgen::run_merge(merge_in, merge_out, merge_dtype, merge_max_shard);
+  if (merge->parsed())
+    return fsdpgen::run_merge(merge_in, merge_out, merge_dtype, merge_max_shard, merge_spec);
   if (calibrate->parsed()) return fsdpgen::run_calibrate(calibrate_opts, fsdpgen::gpu_visible());
   if (check_layer->parsed()) return fsdpgen::run_check_layer(layer_opts);
   if (import_hf->parsed()) return fsdpgen::run_import_hf(import_source, import_output);

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/files/file_io.h"
+#include "runtime/files/safetensors.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -346,6 +347,9 @@ checkpoint_manifest checkpoint_manifest_read(const std::string& dir) {
           r.checkpoint_keep, r.log_every, r.micro_batch, r.micro_batches));
   }
 
+  // Each tensor's name is a safetensors name (merge and --save write them as
+  // such), once in the checkpoint: where it was first seen, for the message.
+  std::map<std::string, std::string> named;
   for (const json& ju : array_of(j, "units", path)) {
     const std::string where = fmt::format("{}: unit {}", path, m.units.size());
     checkpoint_unit u;
@@ -365,6 +369,12 @@ checkpoint_manifest checkpoint_manifest_read(const std::string& dir) {
     for (const json& jt : array_of(ju, "tensors", where)) {
       checkpoint_tensor t;
       t.name = get<std::string>(jt, "name", where);
+      const std::string tensor_at = fmt::format("{} tensor {}", where, u.tensors.size());
+      if (const std::string problem = safetensors_name_problem(t.name); !problem.empty())
+        fail(fmt::format("{}: \"name\" \"{}\" is {}", tensor_at, t.name, problem));
+      if (auto [it, fresh] = named.emplace(t.name, tensor_at); !fresh)
+        fail(fmt::format("{}: \"name\" \"{}\" is repeated ({} has it)", tensor_at, t.name,
+                         it->second.substr(path.size() + 2)));
       t.offset = get<int64_t>(jt, "offset", where + " tensor " + t.name);
       t.shape = get<std::vector<int64_t>>(jt, "shape", where + " tensor " + t.name);
       if (t.shape.empty() || std::any_of(t.shape.begin(), t.shape.end(),

@@ -69,6 +69,14 @@ int64_t write_file(const std::string& path, const std::vector<tensor_ref>& tenso
   return layout.file_bytes;
 }
 
+// A small file of the model directory, written whole or an error.
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.flush();
+  if (!f) throw std::runtime_error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+}
+
 int64_t dtype_bytes_of(const std::string& dtype) {
   return dtype == "F32" ? 4 : 2;
 }
@@ -110,7 +118,8 @@ std::optional<int64_t> shard_size_bytes(const std::string& text) {
 }
 
 checkpoint_merged checkpoint_merge(const std::string& checkpoint, const std::string& out,
-                                   const std::string& dtype, int64_t max_shard_bytes) {
+                                   const std::string& dtype, int64_t max_shard_bytes,
+                                   const std::string& config_json) {
   if (dtype != "F32" && dtype != "BF16" && dtype != "F16")
     throw std::runtime_error(fmt::format("unknown dtype {} (F32, BF16 or F16)", dtype));
   checkpoint_merged r;
@@ -166,8 +175,9 @@ checkpoint_merged checkpoint_merge(const std::string& checkpoint, const std::str
     if (shards.size() > 1) {
       const nlohmann::json index = {{"metadata", {{"total_size", tensor_bytes}}},
                                     {"weight_map", weight_map}};
-      std::ofstream(partial / "model.safetensors.index.json") << index.dump(2) << "\n";
+      write_text((partial / "model.safetensors.index.json").string(), index.dump(2) + "\n");
     }
+    if (!config_json.empty()) write_text((partial / "config.json").string(), config_json);
     if (fs::exists(out, ec)) fs::remove(out, ec);  // the empty directory checked above
     fs::rename(partial, out);
   } catch (...) {

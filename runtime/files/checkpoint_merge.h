@@ -28,7 +28,10 @@ std::optional<int64_t> shard_size_bytes(const std::string& text);
 // complete. With max_shard_bytes > 0, out is a new (or empty) directory: the
 // tensors in order in files of at most that many bytes of data each (a
 // larger tensor alone in one), model-0000k-of-0000n.safetensors and
-// model.safetensors.index.json, or model.safetensors when one file holds all.
-// Throws std::runtime_error naming the file and the problem.
+// model.safetensors.index.json, or model.safetensors when one file holds all,
+// and `config_json` as config.json when it is not empty. Nothing is left at
+// out (nor out.partial) when it fails. Throws std::runtime_error naming the
+// file and the problem.
 checkpoint_merged checkpoint_merge(const std::string& checkpoint, const std::string& out,
-                                   const std::string& dtype, int64_t max_shard_bytes = 0);
+                                   const std::string& dtype, int64_t max_shard_bytes = 0,
+                                   const std::string& config_json = "");

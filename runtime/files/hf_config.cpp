@@ -345,7 +345,15 @@ int64_t twice_saturated(int64_t n) {
 
 }  // namespace
 
+// GPT-2's tokenizer's <|endoftext|>, its bos and eos.
+constexpr int64_t kGpt2EndOfText = 50256;
+
 std::string hf_config_text(const hf_model& m) {
+  // bos and eos: <|endoftext|> for a gpt2 model with GPT-2's vocabulary (or
+  // one padded past it), else null: a spec names no tokenizer, and the
+  // family defaults transformers would fill in (GPT-2's 50256, Llama's 1 and
+  // 2) lie outside a byte-level vocabulary of 256 or name ordinary tokens.
+  const json end_of_text = !m.llama && m.vocab > kGpt2EndOfText ? json(kGpt2EndOfText) : json();
   json c;
   if (m.llama) {
     c = {{"architectures", {"LlamaForCausalLM"}},
@@ -367,6 +375,8 @@ std::string hf_config_text(const hf_model& m) {
          {"tie_word_embeddings", m.tied},
          {"attention_bias", false},
          {"mlp_bias", false},
+         {"bos_token_id", end_of_text},
+         {"eos_token_id", end_of_text},
          {"torch_dtype", "float32"}};
     if (m.rope_factor > 0)
       c["rope_scaling"] = {{"rope_type", "llama3"},
@@ -386,6 +396,8 @@ std::string hf_config_text(const hf_model& m) {
          {"layer_norm_epsilon", m.norm_eps},
          {"activation_function", "gelu_new"},
          {"tie_word_embeddings", m.tied},
+         {"bos_token_id", end_of_text},
+         {"eos_token_id", end_of_text},
          {"torch_dtype", "float32"}};
   }
   return c.dump(2) + "\n";

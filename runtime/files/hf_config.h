@@ -66,4 +66,7 @@ std::vector<hf_mismatch> hf_config_mismatches(const std::string& path, const hf_
 // The config.json of the model, for transformers' LlamaForCausalLM or
 // GPT2LMHeadModel (fp32 weights): what hf_config_mismatches reads, so that
 // a directory with it and the weights loads with from_pretrained as it is.
+// bos_token_id and eos_token_id are GPT-2's <|endoftext|> (50256) for a gpt2
+// model of 50257 tokens or more, else null (no special token: a spec names
+// no tokenizer), never an id outside the vocabulary.
 std::string hf_config_text(const hf_model& m);

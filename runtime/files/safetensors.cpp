@@ -247,6 +247,12 @@ void safetensors_read(const safetensors_file& file, const safetensors_tensor& t,
   }
 }
 
+std::string safetensors_name_problem(std::string_view name) {
+  if (name.empty()) return "empty";
+  if (name == "__metadata__") return "reserved (the key of the header's metadata)";
+  return "";
+}
+
 safetensors_layout safetensors_plan(const std::vector<safetensors_entry>& entries,
                                     const std::string& dtype,
                                     const std::map<std::string, std::string>& metadata) {
@@ -260,9 +266,11 @@ safetensors_layout safetensors_plan(const std::vector<safetensors_entry>& entrie
   std::set<std::string> names;
   int64_t data_bytes = 0;
   for (const safetensors_entry& e : entries) {
-    if (e.name.empty() || e.name == "__metadata__" || !names.insert(e.name).second)
+    std::string problem = safetensors_name_problem(e.name);
+    if (problem.empty() && !names.insert(e.name).second) problem = "repeated";
+    if (!problem.empty())
       throw std::runtime_error(
-          fmt::format("safetensors_plan: tensor name '{}' is empty, reserved or repeated", e.name));
+          fmt::format("safetensors_plan: tensor name '{}' is {}", e.name, problem));
     safetensors_tensor t{e.name, dtype, e.shape, data_bytes, 0};
     for (int64_t d : e.shape)
       if (d < 0)

@@ -54,6 +54,11 @@ struct safetensors_layout {
   int64_t file_bytes = 0;
 };
 
+// Why `name` cannot name a tensor of a safetensors header: "empty", or
+// "reserved (...)" for __metadata__, the header's metadata key; "" when it
+// can. A header also holds each name once.
+std::string safetensors_name_problem(std::string_view name);
+
 // dtype is "F32", "BF16" or "F16". Deterministic: the JSON lists "__metadata__" and
 // then the entries in order. Hugging Face transformers expects metadata
 // {"format": "pt"}.

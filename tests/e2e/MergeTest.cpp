@@ -1,11 +1,16 @@
 // `fsdpgen merge`: a checkpoint's shards as one safetensors file, the same
 // file --save writes at that step, from any world that wrote it.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -88,7 +93,8 @@ TEST(Merge, ShardsIntoAModelDirectoryThatLoadsBackExactly) {
   }
   EXPECT_EQ(tensors, 30) << "every tensor once: 3 blocks of 9, embedding, norm, head";
   EXPECT_GE(files.size(), 4u);
-  EXPECT_NE(m.out.find(fmt::format("({} files)", files.size())), std::string::npos) << m.out;
+  EXPECT_NE(m.out.find(fmt::format("({} files and config.json)", files.size())), std::string::npos)
+      << m.out;
   for (const std::string& f : files)
     EXPECT_LE(fs::file_size(dir / "hf" / f), 20000u + 4096u) << f;  // data within the limit
   EXPECT_EQ(index.at("metadata").at("total_size"),
@@ -155,6 +161,133 @@ TEST(Merge, Bf16HalvesTheFileAndBadInputIsAnError) {
   EXPECT_EQ(bad_dtype.status, 2) << bad_dtype.out;
   EXPECT_NE(bad_dtype.out.find("unknown dtype 'fp8': fp32, bf16 or fp16"), std::string::npos)
       << bad_dtype.out;
+}
+
+// merge run from another directory than the run's: the model directory gets
+// the config.json of the spec the manifest names (written relative to the
+// run's directory, and found from there), with bos and eos null for a
+// vocabulary of 64 (GPT-2's 50256 is no id of it); --spec names a spec.
+TEST(Merge, FromAnotherDirectoryTheModelDirectoryGetsItsConfig) {
+  const fs::path dir = one_step_checkpoint("merge_elsewhere");
+  const fs::path elsewhere = e2e_dir("merge_elsewhere_cwd");
+  for (const char* out : {"hf", "hf_spec"})
+    fs::remove_all(elsewhere / out);
+  CmdResult m =
+      merge(elsewhere, fmt::format("{} -o hf --max-shard-size 5GB", (dir / "ckpt").string()));
+  ASSERT_EQ(m.status, 0) << m.out;
+  EXPECT_NE(m.out.find("(1 file and config.json)"), std::string::npos) << m.out;
+  ASSERT_TRUE(fs::exists(elsewhere / "hf" / "config.json")) << m.out;
+  const nlohmann::json config = nlohmann::json::parse(file_bytes(elsewhere / "hf/config.json"));
+  EXPECT_EQ(config.at("vocab_size"), 64);
+  EXPECT_EQ(config.at("n_embd"), 32);
+  EXPECT_TRUE(config.at("bos_token_id").is_null()) << config.dump();
+  EXPECT_TRUE(config.at("eos_token_id").is_null()) << config.dump();
+  CmdResult named =
+      merge(elsewhere, fmt::format("{} -o hf_spec --max-shard-size 5GB --spec {}",
+                                   (dir / "ckpt").string(), (dir / "e2e.fsdp").string()));
+  ASSERT_EQ(named.status, 0) << named.out;
+  EXPECT_EQ(file_bytes(elsewhere / "hf_spec/config.json"),
+            file_bytes(elsewhere / "hf/config.json"));
+}
+
+// A copy of dir's checkpoint in `name`/ckpt whose manifest's spec is `spec`,
+// and no spec file beside it; returns the copy's directory.
+fs::path checkpoint_copy(const fs::path& dir, const std::string& name, const std::string& spec) {
+  const fs::path copy = e2e_dir(name);
+  fs::remove_all(copy);
+  fs::create_directories(copy);
+  fs::copy(dir / "ckpt", copy / "ckpt", fs::copy_options::recursive);
+  const fs::path manifest = copy / "ckpt/step_00000001/manifest.json";
+  nlohmann::json j = nlohmann::json::parse(file_bytes(manifest));
+  j["spec"] = spec;
+  std::ofstream(manifest, std::ios::trunc) << j.dump(1);
+  return copy;
+}
+
+// The hostile spec files a manifest may name, and a spec that cannot be found
+// or is another model's: each is an error naming the manifest's field (or
+// --spec) and the problem, within seconds, before anything is written (no
+// half-made model directory, no .partial). timeout(1) turns a regression
+// into a failure, not a hung suite.
+TEST(Merge, AModelDirectorysSpecIsARegularFileOfThisModel) {
+  const fs::path dir = one_step_checkpoint("merge_hostile_spec");
+  const fs::path fifo = checkpoint_copy(dir, "merge_spec_fifo", "e2e.fsdp");
+  ASSERT_EQ(::mkfifo((fifo / "e2e.fsdp").c_str(), 0644), 0);
+  const fs::path big = checkpoint_copy(dir, "merge_spec_big", "e2e.fsdp");
+  std::ofstream(big / "e2e.fsdp").close();
+  fs::resize_file(big / "e2e.fsdp", int64_t{17} << 20);  // sparse
+  const fs::path other = checkpoint_copy(dir, "merge_spec_other", "e2e.fsdp");
+  std::string wide = file_bytes(dir / "e2e.fsdp");
+  wide.replace(wide.find("width = 32"), 10, "width = 64");
+  std::ofstream(other / "e2e.fsdp") << wide;
+  struct Case {
+    fs::path copy;
+    std::string extra;
+    std::vector<std::string> said;
+  };
+  const std::string manifest = "ckpt/step_00000001/manifest.json: \"spec\" names ";
+  const std::vector<Case> cases = {
+      {fifo, "", {manifest + "e2e.fsdp", "e2e.fsdp: not a regular file (a FIFO)", "--spec FILE"}},
+      {checkpoint_copy(dir, "merge_spec_zero", "/dev/zero"),
+       "",
+       {manifest + "/dev/zero", "/dev/zero: not a regular file (a character device)"}},
+      {big, "", {"e2e.fsdp: 17825792 bytes, more than the 16777216"}},
+      {checkpoint_copy(dir, "merge_spec_missing", "specs/gone.fsdp"),
+       "",
+       {manifest + "specs/gone.fsdp, which is not at", "name the spec with --spec FILE"}},
+      {other, "", {"e2e.fsdp is not the spec of this checkpoint (model 'e2e'): its tensor"}},
+      {checkpoint_copy(dir, "merge_spec_flag", "e2e.fsdp"),
+       "--spec /dev/zero",
+       {"--spec /dev/zero: /dev/zero: not a regular file (a character device)"}},
+  };
+  for (const Case& c : cases) {
+    const fs::path out = c.copy / "hf";
+    CmdResult bounded =
+        run_command(fmt::format("cd {} && timeout 60 {} merge ckpt -o hf "
+                                "--max-shard-size 5GB {}",
+                                c.copy.string(), FSDPGEN_BIN, c.extra));
+    EXPECT_EQ(bounded.status, 1) << c.copy << "\n" << bounded.out;
+    for (const std::string& s : c.said)
+      EXPECT_NE(bounded.out.find(s), std::string::npos) << c.copy << ": " << s << "\n"
+                                                        << bounded.out;
+    EXPECT_FALSE(fs::exists(out)) << out;
+    EXPECT_FALSE(fs::exists(c.copy / "hf.partial")) << c.copy;
+  }
+  // A spec only a model directory needs: --spec without one is refused.
+  CmdResult one_file = merge(dir, "ckpt -o one.safetensors --spec e2e.fsdp");
+  EXPECT_EQ(one_file.status, 1) << one_file.out;
+  EXPECT_NE(one_file.out.find("one .safetensors file has none"), std::string::npos) << one_file.out;
+}
+
+// Tensor names a safetensors file cannot hold (empty, __metadata__, twice)
+// are the manifest's errors, named there, not the safetensors writer's.
+TEST(Merge, TensorNamesAreCheckedInTheManifest) {
+  const fs::path dir = one_step_checkpoint("merge_bad_names");
+  for (auto [edit, said] :
+       {std::pair<std::function<void(nlohmann::json&)>, std::string>{
+            [](nlohmann::json& j) { j["units"][1]["tensors"][0]["name"] = ""; },
+            "unit 1 tensor 0: \"name\" \"\" is empty"},
+        {[](nlohmann::json& j) {
+           j["units"][1]["tensors"][1]["name"] = j["units"][1]["tensors"][0]["name"];
+         },
+         "unit 1 tensor 1: \"name\""},
+        {[](nlohmann::json& j) { j["units"][0]["tensors"][0]["name"] = "__metadata__"; },
+         "unit 0 tensor 0: \"name\" \"__metadata__\" is reserved"}}) {
+    const fs::path copy = checkpoint_copy(dir, "merge_bad_name", "e2e.fsdp");
+    const fs::path manifest = copy / "ckpt/step_00000001/manifest.json";
+    nlohmann::json j = nlohmann::json::parse(file_bytes(manifest));
+    edit(j);
+    std::ofstream(manifest, std::ios::trunc) << j.dump(1);
+    CmdResult m = merge(copy, "ckpt -o x.safetensors");
+    EXPECT_EQ(m.status, 1) << m.out;
+    EXPECT_NE(m.out.find("ckpt/step_00000001/manifest.json: unit"), std::string::npos) << m.out;
+    EXPECT_NE(m.out.find(said), std::string::npos) << m.out;
+    if (said.ends_with("\"name\"")) {
+      EXPECT_NE(m.out.find("is repeated (unit 1 tensor 0 has it)"), std::string::npos) << m.out;
+    }
+    EXPECT_EQ(m.out.find("safetensors_plan"), std::string::npos) << m.out;
+    EXPECT_FALSE(fs::exists(copy / "x.safetensors"));
+  }
 }
 
 // Decodes IEEE half precision (written here, apart from runtime/dtype.h).

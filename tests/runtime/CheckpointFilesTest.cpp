@@ -323,6 +323,16 @@ TEST_F(CheckpointFiles, ManifestValidationNamesTheFileAndTheProblem) {
                         {"tensor a: elements [-1, 5) outside the unit's flat 10"});
   expect_manifest_error(d, [](json& j) { j["units"][0]["tensors"][0]["shape"] = json::array(); },
                         {"unit 0 tensor a: bad shape"});
+  // Tensor names are safetensors names, each once in the checkpoint: named
+  // here, not by the safetensors writer merge would reach.
+  expect_manifest_error(d, [](json& j) { j["units"][0]["tensors"][1]["name"] = ""; },
+                        {"unit 0 tensor 1: \"name\" \"\" is empty"});
+  expect_manifest_error(
+      d, [](json& j) { j["units"][1]["tensors"][0]["name"] = "__metadata__"; },
+      {"unit 1 tensor 0: \"name\" \"__metadata__\" is reserved (the key of the header's "
+       "metadata)"});
+  expect_manifest_error(d, [](json& j) { j["units"][1]["tensors"][0]["name"] = "a"; },
+                        {"unit 1 tensor 0: \"name\" \"a\" is repeated (unit 0 tensor 0 has it)"});
   // Sections must follow the layout: in order, each as long as its unit says.
   expect_manifest_error(
       d, [](json& j) { j["shards"][1]["sections"][1]["offset"] = 24; },

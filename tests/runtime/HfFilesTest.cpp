@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -240,6 +241,33 @@ TEST(HfConfig, Gpt2) {
   EXPECT_EQ(keys_of(mismatches(gpt2, m)), std::vector<std::string>{});
   m.llama = true;
   EXPECT_EQ(mismatches(gpt2, m).at(0).config_key, "model_type") << "a gpt2 config, a llama model";
+}
+
+// config.json's bos and eos are ids of the vocabulary or null, never
+// transformers' family defaults beyond it: GPT-2's <|endoftext|> for GPT-2's
+// vocabulary (and one padded past it), null for a byte-level 256 and for
+// llama (whose tokenizer a spec does not name); each config still matches.
+TEST(HfConfig, BosAndEosAreInTheVocabularyOrNull) {
+  hf_model m;
+  m.context = 64;
+  m.width = 64;
+  m.heads = 4;
+  m.kv_heads = 4;
+  m.layers = 2;
+  m.ffn_hidden = 256;
+  for (auto [llama, vocab, id] : {std::tuple{false, 50257, json(50256)},
+                                  {false, 50304, json(50256)},
+                                  {false, 256, json()},
+                                  {false, 50256, json()},
+                                  {true, 256, json()},
+                                  {true, 128256, json()}}) {
+    m.llama = llama;
+    m.vocab = vocab;
+    const json c = json::parse(hf_config_text(m));
+    EXPECT_EQ(c.at("bos_token_id"), id) << vocab;
+    EXPECT_EQ(c.at("eos_token_id"), id) << vocab;
+    EXPECT_EQ(keys_of(mismatches(c, m)), std::vector<std::string>{}) << vocab;
+  }
 }
 
 // Found by tests/fuzz/HfConfigFuzz.cpp: an n_embd beyond 2^61 has no 4 x
