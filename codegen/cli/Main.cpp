@@ -125,7 +125,7 @@ static int run_fsdpgen(int argc, char** argv) {
                   "for finding memory bugs: a red zone before and after every buffer, checked "
                   "after every op (ops run one at a time), and AddressSanitizer (CPU target)");
 
-  std::string merge_in, merge_out, merge_dtype = "fp32", merge_max_shard;
+  std::string merge_in, merge_out, merge_dtype = "fp32", merge_max_shard, merge_spec;
   CLI::App* merge = app.add_subcommand(
       "merge",
       "write a checkpoint's weights with Hugging Face names: one safetensors file, or with "
