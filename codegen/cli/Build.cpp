@@ -1,5 +1,6 @@
 // Build: emit and build, the pipeline to its emit and build passes
-// (codegen/driver/EmitPass.h, codegen/driver/BuildPass.h), and where their output goes.
+// (codegen/driver/EmitPass.h, codegen/driver/BuildPass.h), and where their output goes;
+// a build's custom layers are then checked (CheckLayer.h's check_spec_layers).
 #include "codegen/cli/Build.h"
 
 #include <cstdio>
@@ -7,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/cli/CheckLayer.h"
 #include "codegen/driver/Output.h"
 #include "codegen/emit/Build.h"
 
@@ -57,6 +59,13 @@ int run_build(const Common& c, const std::string& target_flag, const std::string
   o.sources_dir = sources_dir;
   const Pipeline p = run_pipeline(c.spec_path, o);
   if (p.failure != Failure::None) return exit_status(p.failure);
+  // The layers are checked once the program compiles: a layer that does not
+  // is reported by the compile, in the program it trains in.
+  if (!c.no_layer_check && !check_spec_layers(*p.spec)) {
+    std::error_code ec;
+    std::filesystem::remove(output, ec);
+    return kExitSpecError;
+  }
   out(p.build_report);
   return 0;
 }

@@ -5,13 +5,16 @@
 // a guarded mapping of its own; bounds, writes, coverage, gradients against
 // finite differences, determinism, 16-bit against the reference), compiles
 // it as fsdpgen compiles a training program, runs it, and prints its report
-// with each fault's file and line.
+// with each fault's file and line. A build runs the same checks on a spec's
+// layers (check_spec_layers).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "dsl/Spec.h"
 
 namespace fsdpgen {
 
@@ -29,5 +32,15 @@ struct CheckLayerOptions {
 // Returns the exit status: 0 every check passed, 1 a check failed or the
 // layer does not compile or run, 2 a bad command line.
 int run_check_layer(const CheckLayerOptions& options);
+
+// The build's check of a spec's custom layers (`fsdpgen SPEC -o train`, off
+// with --no-layer-check): check-layer's checks (bounds, overwrite and
+// accumulate, gradients against finite differences, determinism; fp32) on
+// each distinct layer of spec.model.custom at the spec's values (its bound
+// hyper-parameters, the model's width, check-layer's default tokens). A
+// layer that passed is kept in the layer cache under its header's bytes and
+// those values, so a rebuild checks it no more. Prints a line per layer; for
+// one that fails, check-layer's report and the error, and returns false.
+bool check_spec_layers(const Spec& spec);
 
 }  // namespace fsdpgen

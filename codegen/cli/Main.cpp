@@ -124,6 +124,9 @@ static int run_fsdpgen(int argc, char** argv) {
   build->add_flag("--check", build_args.check,
                   "for finding memory bugs: a red zone before and after every buffer, checked "
                   "after every op (ops run one at a time), and AddressSanitizer (CPU target)");
+  build->add_flag("--no-layer-check", build_args.no_layer_check,
+                  "build without running check-layer's checks on the spec's custom layers (run "
+                  "once per header and values, then cached)");
 
   std::string merge_in, merge_out, merge_dtype = "fp32", merge_max_shard, merge_spec;
   CLI::App* merge = app.add_subcommand(

@@ -29,12 +29,6 @@ std::optional<std::string> slurp(const fs::path& p) {
   return s.str();
 }
 
-uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s)
-    h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 // What a reader run on `header` that did not answer said: what it printed,
 // after a line saying how it ended where that line is news (a signal, a
 // silent exit status).
@@ -68,6 +62,36 @@ std::string reader_missing_message() {
          "and configure again";
 }
 
+std::string layer_cache_key(std::string_view bytes, std::string_view context) {
+  auto fnv1a = [](std::string_view s, uint64_t h) {
+    for (unsigned char c : s)
+      h = (h ^ c) * 1099511628211ull;
+    return h;
+  };
+  char key[17];
+  std::snprintf(
+      key, sizeof key, "%016llx",
+      static_cast<unsigned long long>(fnv1a(bytes, fnv1a(context, 1469598103934665603ull))));
+  return key;
+}
+
+std::optional<std::string> layer_cache_load(const std::string& cache_dir, const std::string& name) {
+  if (cache_dir.empty()) return std::nullopt;
+  return slurp(fs::path(cache_dir) / name);
+}
+
+void layer_cache_store(const std::string& cache_dir, const std::string& name,
+                       const std::string& text) {
+  if (cache_dir.empty()) return;
+  std::error_code ec;
+  fs::create_directories(cache_dir, ec);
+  const fs::path kept = fs::path(cache_dir) / name;
+  const fs::path part = kept.string() + ".part" + std::to_string(getpid());
+  std::ofstream(part, std::ios::binary) << text;
+  fs::rename(part, kept, ec);
+  if (ec) fs::remove(part, ec);
+}
+
 std::string default_layer_cache_dir() {
   if (const char* d = std::getenv("FSDPGEN_CACHE_DIR"); d && *d) return fs::path(d) / "layers";
   if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d)
@@ -99,17 +123,11 @@ ReadResult read_layers(const std::string& reader, const std::string& header,
     r.diagnostics = "cannot run the layer reader " + reader;
     return r;
   }
-  char key[17];
-  std::snprintf(key, sizeof key, "%016llx",
-                static_cast<unsigned long long>(fnv1a(*bytes, fnv1a(version + "|" + header))));
-  const fs::path cached =
-      cache_dir.empty() ? fs::path() : fs::path(cache_dir) / (std::string(key) + ".json");
+  const std::string cached = layer_cache_key(*bytes, version + "|" + header) + ".json";
   std::string json;
-  if (!cache_dir.empty()) {
-    if (auto c = slurp(cached)) {
-      json = *c;
-      r.cached = true;
-    }
+  if (auto c = layer_cache_load(cache_dir, cached)) {
+    json = *c;
+    r.cached = true;
   }
   if (json.empty()) {
     const fs::path out = tmp.string() + ".json";
@@ -124,13 +142,7 @@ ReadResult read_layers(const std::string& reader, const std::string& header,
     }
     json = slurp(out).value_or("");
     fs::remove(out, ec);
-    if (!cache_dir.empty()) {  // written whole, then renamed: a reader never sees half of it
-      fs::create_directories(cache_dir, ec);
-      const fs::path part = cached.string() + ".part" + std::to_string(getpid());
-      std::ofstream(part, std::ios::binary) << json;
-      fs::rename(part, cached, ec);
-      if (ec) fs::remove(part, ec);
-    }
+    layer_cache_store(cache_dir, cached, json);
   }
   fs::remove(tmp, ec);
   std::string error;

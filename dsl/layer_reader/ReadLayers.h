@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dsl/layer_reader/LayerDecl.h"
@@ -29,6 +30,17 @@ ReadResult read_layers(const std::string& reader, const std::string& header,
 // FSDPGEN_CACHE_DIR, else $XDG_CACHE_HOME/fsdpgen, else ~/.cache/fsdpgen; its
 // "layers" folder.
 std::string default_layer_cache_dir();
+
+// The key the layer cache keeps an answer under: FNV-1a 64 of `bytes` (a
+// header's) after `context` (what else the answer depends on), 16 hex digits.
+std::string layer_cache_key(std::string_view bytes, std::string_view context);
+
+// The layer cache's file `name` in `cache_dir`: read (nullopt when absent),
+// and stored whole (written, then renamed: a reader never sees half of it;
+// a failure to store is no error, the answer is only not kept).
+std::optional<std::string> layer_cache_load(const std::string& cache_dir, const std::string& name);
+void layer_cache_store(const std::string& cache_dir, const std::string& name,
+                       const std::string& text);
 
 // The one line for a spec that imports a header where no reader was built.
 std::string reader_missing_message();

@@ -483,6 +483,59 @@ TEST(Binary, FlagErrorsNameTheFlagTheExpectedFormAndTheNearestFlag) {
   EXPECT_EQ(far.find("did you mean"), std::string::npos) << far;
 }
 
+// Text is bytes: a GPT-2-sized vocabulary (50,257) fed a text file trains on
+// raw bytes, which fsdpgen refuses for a spec's text(...) and the binary for
+// --data, each naming token files; text(..., allow_bytes = true) builds and
+// --allow-bytes trains.
+TEST(Binary, TextIntoATokenizersVocabularyIsRefusedUnlessAllowed) {
+  E2eConfig c = two_ranks();
+  c.vocab = 50257;
+  const std::filesystem::path dir = e2e_dir("binary_text_into_bpe");
+  std::string text;
+  for (int i = 0; i < 20; ++i)
+    text += "notes taken as bytes, not as a tokenizer's tokens. ";
+  std::ofstream(dir / "notes.txt") << text;
+
+  std::string spec = c.spec();
+  spec.replace(spec.find("synthetic(seed = 7)"), 19, "text(\"notes.txt\")");
+  std::ofstream(dir / "text.fsdp") << spec;
+  CmdResult refused = run_command(
+      fmt::format("cd {} && {} text.fsdp -o text_train 2>&1", dir.string(), FSDPGEN_BIN));
+  EXPECT_EQ(refused.status, 1) << refused.out;
+  EXPECT_NE(refused.out.find("error: text is read as bytes, token ids 0 to 255, but this model's "
+                             "vocabulary has 50,257 tokens"),
+            std::string::npos)
+      << refused.out;
+  EXPECT_NE(refused.out.find("allow_bytes = true"), std::string::npos) << refused.out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "text_train"));
+  spec.replace(spec.find("text(\"notes.txt\")"), 17, "text(\"notes.txt\", allow_bytes = true)");
+  std::ofstream(dir / "text.fsdp") << spec;
+  CmdResult check =
+      run_command(fmt::format("{} check {}", FSDPGEN_BIN, (dir / "text.fsdp").string()));
+  EXPECT_EQ(check.status, 0) << check.out;
+
+  const std::filesystem::path bin = binary("vocab50257", c);
+  CmdResult flag =
+      run_binary(2, bin, fmt::format("--steps 1 --data {}", (dir / "notes.txt").string()));
+  EXPECT_EQ(flag.status, 1) << flag.out;
+  EXPECT_NE(flag.out.find("notes.txt: text is read as bytes, token ids 0 to 255, but this model's "
+                          "vocabulary has 50,257 tokens"),
+            std::string::npos)
+      << flag.out;
+  EXPECT_NE(flag.out.find("llm.c token files"), std::string::npos) << flag.out;
+  EXPECT_NE(flag.out.find("--allow-bytes"), std::string::npos) << flag.out;
+  CmdResult val =
+      run_binary(2, bin, fmt::format("--steps 1 --val {}", (dir / "notes.txt").string()));
+  EXPECT_EQ(val.status, 1) << val.out;
+  EXPECT_NE(val.out.find("vocabulary has 50,257 tokens"), std::string::npos) << val.out;
+
+  CmdResult allowed = run_binary(
+      2, bin, fmt::format("--steps 1 --allow-bytes --data {}", (dir / "notes.txt").string()));
+  EXPECT_EQ(allowed.status, 0) << allowed.out;
+  EXPECT_NE(allowed.out.find("data: text " + (dir / "notes.txt").string()), std::string::npos)
+      << allowed.out;
+}
+
 // A text file named .bin: the error says how .bin is read and how to pass text.
 TEST(Binary, TextNamedBinSaysHowToPassText) {
   auto bin = binary("default", two_ranks());

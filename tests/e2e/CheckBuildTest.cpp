@@ -17,16 +17,34 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Builds dir/train from the gelu config, with `layers_header` as its MLP.
-fs::path build_gelu(const fs::path& dir, const std::string& header_text, bool check) {
+// fsdpgen building dir/train from the gelu config, with `header_text` as its
+// MLP, with `flags`.
+CmdResult build_gelu_with(const fs::path& dir, const std::string& header_text,
+                          const std::string& flags) {
   std::ofstream(dir / "gelu_mlp.h") << header_text;
   E2eConfig c;
   c.layers = "  import = \"gelu_mlp.h\"\n  mlp = GeluMlp(d_model = width, d_ff = ffn_hidden)\n";
   std::ofstream(dir / "e2e.fsdp") << c.spec();
-  const CmdResult r = run_command(fmt::format("cd {} && {} e2e.fsdp -o train --target cpu{} 2>&1",
-                                              dir.string(), FSDPGEN_BIN, check ? " --check" : ""));
+  return run_command(fmt::format("cd {} && {} e2e.fsdp -o train --target cpu {} 2>&1", dir.string(),
+                                 FSDPGEN_BIN, flags));
+}
+
+// Builds dir/train (with --check: red zones); fails the test on error.
+fs::path build_gelu(const fs::path& dir, const std::string& header_text, bool check,
+                    const std::string& flags = "") {
+  const CmdResult r = build_gelu_with(dir, header_text, (check ? "--check " : "") + flags);
   EXPECT_EQ(r.status, 0) << r.out;
   return dir / "train";
+}
+
+// The example GeluMlp with its Saved `pre` declared half its size.
+std::string gelu_saved_too_small(const std::string& header) {
+  std::string h = header;
+  const std::string decl = "Saved<T, \"d_ff\"> pre;";
+  EXPECT_NE(h.find(decl), std::string::npos);
+  if (h.find(decl) != std::string::npos)
+    h.replace(h.find(decl), decl.size(), "Saved<T, \"d_ff / 2\"> pre;");
+  return h;
 }
 
 std::string gelu_header() {
@@ -62,11 +80,9 @@ TEST(BuildCheck, ACorrectLayerTrainsAsWithout) {
 TEST(BuildCheck, ASavedArrayDeclaredTooSmallStopsTheRun) {
   FSDPGEN_SKIP_WITHOUT_LAYER_READER();
   const fs::path dir = e2e_dir("check_build_saved_small");
-  std::string header = gelu_header();
-  const std::string decl = "Saved<T, \"d_ff\"> pre;";
-  ASSERT_NE(header.find(decl), std::string::npos);
-  header.replace(header.find(decl), decl.size(), "Saved<T, \"d_ff / 2\"> pre;");
-  const fs::path train = build_gelu(dir, header, true);
+  // The build's own layer check would refuse it (LayerCheckAtBuild below).
+  const fs::path train =
+      build_gelu(dir, gelu_saved_too_small(gelu_header()), true, "--no-layer-check");
 
   // AddressSanitizer: the write into the poisoned zone, at the header's line.
   CmdResult r = run_binary(2, train, "--steps 2");
@@ -86,6 +102,61 @@ TEST(BuildCheck, ASavedArrayDeclaredTooSmallStopsTheRun) {
                        "(in buffer 'acts."),
             std::string::npos)
       << r.out;
+}
+
+// A build runs check-layer's checks on the spec's layers at its shapes: the
+// overrunning GeluMlp stops the build with check-layer's message and leaves
+// no binary; --no-layer-check builds it. A layer that passes is checked once:
+// the cache keeps the pass, and a rebuild says so instead of checking again.
+TEST(LayerCheckAtBuild, AnOverrunningLayerIsRefusedAndAPassIsCached) {
+  FSDPGEN_SKIP_WITHOUT_LAYER_READER();
+  const fs::path dir = e2e_dir("layer_check_at_build");
+  fs::remove_all(dir / "cache");
+  setenv("FSDPGEN_CACHE_DIR", (dir / "cache").c_str(), 1);
+  auto checks_cached = [&] {
+    int n = 0;
+    if (fs::exists(dir / "cache" / "layers"))
+      for (const fs::directory_entry& e : fs::directory_iterator(dir / "cache" / "layers"))
+        n += e.path().filename().string().rfind("check-", 0) == 0;
+    return n;
+  };
+
+  fs::remove(dir / "train");
+  CmdResult r = build_gelu_with(dir, gelu_saved_too_small(gelu_header()), "");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("FAIL  memory: forward wrote past the end of 'pre' (a Saved array, \"d_ff "
+                       "/ 2\" = 64 per token x 6 tokens = 384 elements"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("at gelu_mlp.h:35 in GeluMlp<"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fsdpgen: error: custom layer mlp = GeluMlp(d_model = 32, d_ff = 128) from "
+                       "gelu_mlp.h fails check-layer's checks at the spec's shapes (above); "
+                       "`fsdpgen check-layer gelu_mlp.h GeluMlp --width 32 --hyper d_model=32 "
+                       "d_ff=128` runs them again; --no-layer-check builds without them"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(dir / "train")) << "a refused layer leaves no binary";
+  EXPECT_EQ(checks_cached(), 0) << "a failure is not kept";
+
+  r = build_gelu_with(dir, gelu_saved_too_small(gelu_header()), "--no-layer-check");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("check-layer"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(dir / "train"));
+
+  r = build_gelu_with(dir, gelu_header(), "");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("fsdpgen: custom layer mlp = GeluMlp(d_model = 32, d_ff = 128) from "
+                       "gelu_mlp.h: check-layer's checks passed ("),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(checks_cached(), 1);
+  r = build_gelu_with(dir, gelu_header(), "");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("gelu_mlp.h: check-layer's checks passed before (cached in "),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(checks_cached(), 1);
+  unsetenv("FSDPGEN_CACHE_DIR");
 }
 
 TEST(BuildCheck, CpuTargetOnly) {
