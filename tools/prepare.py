@@ -27,10 +27,8 @@ last whole shard when run again with the same inputs and flags; a finished
 one is left as it is."""
 import argparse
 import bisect
-import glob
 import hashlib
 import json
-import mmap
 import os
 import re
 import sys
@@ -38,386 +36,21 @@ import time
 from array import array
 from fractions import Fraction
 
-INSTALL_HINT = "bash tools/setup.sh python (a venv in build/python with the pinned tokenizers and pyarrow)"
+from prepare_inputs import INSTALL_HINT, PrepareError, documents, expand_inputs, make_tasks, read_json
+from prepare_tokenizer import EOT_NAMES, begin_of_text, end_of_text, load_tokenizer
+
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "fsdpgen-tokens/1"
 HEADER_INTS = 256  # llm.c's header: 256 int32 (magic, version, token count, unused)
 FORMATS = {"uint16": (20240520, 1, "H"), "uint32": (20240801, 7, "I")}
 SPLITS = ("train", "val")
-JSON_LINES = (".jsonl", ".json", ".ndjson")
 DEFAULT_CHUNK_BYTES = 4 << 20  # text and JSON lines are read in pieces of about this size
-EOT_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>")
-
-
-class PrepareError(Exception):
-    """Bad input, a bad flag or an output that cannot be written: the message
-    names the file (and the line or row) and the problem."""
-
-
-# ---------------------------------------------------------------------------
-# The tokenizer
-
-
-class TokenizerInfo:
-    """The loaded tokenizer and what the manifest says of it."""
-
-    def __init__(self, tok, name, path, sha256, files, config):
-        self.tok = tok
-        self.name = name
-        self.path = path
-        self.sha256 = sha256
-        self.files = files
-        self.config = config  # tokenizer_config.json, {} when none
-        vocab = tok.get_vocab(with_added_tokens=True)
-        self.vocab_size = max(vocab.values()) + 1 if vocab else 0
-        self.special = {t.content: i for i, t in sorted(tok.get_added_tokens_decoder().items())
-                        if t.special}
-
-
-def _read_json(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise PrepareError(f"{path}: cannot read it as JSON: {e}") from None
-
-
-def _token_text(v):
-    """A tokenizer_config.json token entry: a string or {"content": ...}."""
-    if isinstance(v, dict):
-        v = v.get("content")
-    return v if isinstance(v, str) else None
-
-
-def load_tokenizer(path):
-    """A tokenizer.json, or a model directory with one (or GPT-2's vocab.json
-    and merges.txt, built as transformers' GPT2TokenizerFast builds them)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    if not os.path.exists(path):
-        raise PrepareError(f"{path}: no such tokenizer file or model directory")
-    directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    config_path = os.path.join(directory, "tokenizer_config.json")
-    config = _read_json(config_path) if os.path.isfile(config_path) else {}
-    if not isinstance(config, dict):
-        raise PrepareError(f"{config_path}: not a JSON object")
-    tj = path if os.path.isfile(path) else os.path.join(path, "tokenizer.json")
-    vocab, merges = os.path.join(directory, "vocab.json"), os.path.join(directory, "merges.txt")
-    if os.path.isfile(tj):
-        files = [tj]
-        try:
-            tok = Tokenizer.from_file(tj)
-        except Exception as e:  # the library's own parse error
-            raise PrepareError(f"{tj}: not a tokenizers tokenizer.json: {e}") from None
-    elif os.path.isfile(vocab) and os.path.isfile(merges):
-        files = [vocab, merges]
-        try:
-            tok = Tokenizer(models.BPE.from_file(vocab, merges))
-        except Exception as e:
-            raise PrepareError(f"{directory}: vocab.json and merges.txt are not a BPE: {e}") from None
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        eos = _token_text(config.get("eos_token")) or "<|endoftext|>"
-        if tok.token_to_id(eos) is not None:
-            tok.add_special_tokens([eos])
-    else:
-        raise PrepareError(f"{path}: a model directory needs tokenizer.json (or GPT-2's vocab.json "
-                           "and merges.txt); none is there")
-    digest = hashlib.sha256()
-    for f in files:
-        with open(f, "rb") as fh:
-            digest.update(fh.read())
-    name = config.get("name_or_path") if isinstance(config.get("name_or_path"), str) else ""
-    if not name:
-        name = os.path.basename(os.path.normpath(directory)) if os.path.basename(tj) == "tokenizer.json" \
-            else os.path.splitext(os.path.basename(tj))[0]
-    tok.encode_special_tokens = True  # "<|endoftext|>" in a document is text, as tiktoken's encode_ordinary
-    return TokenizerInfo(tok, name, os.path.abspath(path), digest.hexdigest(), files, config)
-
-
-def special_id(info, text, flag):
-    tid = info.tok.token_to_id(text)
-    if tid is None:
-        raise PrepareError(f"{flag} {text}: not a token of the tokenizer {info.path}")
-    return tid
-
-
-def end_of_text(info, given):
-    """The token each document ends with: --eot, tokenizer_config.json's
-    eos_token, or the first special token with a usual end-of-text name."""
-    if given:
-        return given, special_id(info, given, "--eot")
-    eos = _token_text(info.config.get("eos_token"))
-    if eos and info.tok.token_to_id(eos) is not None:
-        return eos, info.tok.token_to_id(eos)
-    for name in EOT_NAMES:
-        if name in info.special:
-            return name, info.special[name]
-    raise PrepareError(f"{info.path}: no end-of-text token found (no eos_token in "
-                       f"tokenizer_config.json, no special token of {', '.join(EOT_NAMES)}): name "
-                       "one with --eot TOKEN")
-
-
-def begin_of_text(info, flag):
-    """The BOS each document begins with: the one the tokenizer's own
-    post-processor puts before a text (Llama 3's <|begin_of_text|>), or none;
-    --bos requires one, --no-bos drops it."""
-    tok = info.tok
-    bare = tok.encode("a", add_special_tokens=False).ids
-    full = tok.encode("a", add_special_tokens=True).ids
-    at = next((i for i in range(len(full) - len(bare) + 1) if full[i:i + len(bare)] == bare), 0)
-    prefix = full[:at]
-    if flag is False:
-        return None
-    if len(prefix) == 1:
-        return tok.id_to_token(prefix[0]), prefix[0]
-    bos = _token_text(info.config.get("bos_token"))
-    if flag and bos and tok.token_to_id(bos) is not None:
-        return bos, tok.token_to_id(bos)
-    if flag:
-        raise PrepareError(f"--bos: the tokenizer {info.path} adds no BOS token and its "
-                           "tokenizer_config.json names none")
-    return None
-
-
-# ---------------------------------------------------------------------------
-# Sources and their tasks (pieces tokenized by one worker each)
-
-
-class Source:
-    def __init__(self, path, kind, given):
-        self.path, self.kind, self.given = path, kind, given
-
-    def record(self):
-        st = os.stat(self.path)
-        return {"path": self.path, "format": self.kind, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
-def _kind_of(path):
-    low = path.lower()
-    if low.endswith(JSON_LINES):
-        return "jsonl"
-    if low.endswith(".parquet"):
-        return "parquet"
-    if low.endswith(".arrow"):
-        return "arrow"
-    return "text"
-
-
-def _dataset_dir(path, split):
-    """The files of a saved Hugging Face dataset or a Hub-layout Parquet directory."""
-    dd = os.path.join(path, "dataset_dict.json")
-    if os.path.isfile(dd):
-        splits = _read_json(dd).get("splits", [])
-        if split not in splits:
-            raise PrepareError(f"{path}: a saved DatasetDict without the split '{split}' "
-                               f"(--hf-split); it has {', '.join(map(str, splits)) or 'none'}")
-        return _dataset_dir(os.path.join(path, split), split)
-    state = os.path.join(path, "state.json")
-    if os.path.isfile(state):
-        files = _read_json(state).get("_data_files")
-        if not isinstance(files, list) or not files:
-            raise PrepareError(f"{state}: no _data_files: not a saved Hugging Face dataset")
-        return [Source(os.path.join(path, f["filename"]), "arrow", path) for f in files]
-    parquet = sorted(os.path.relpath(os.path.join(d, f), path)
-                     for d, _, fs in os.walk(path) for f in fs if f.endswith(".parquet"))
-    if not parquet:
-        raise PrepareError(f"{path}: a directory that is neither a saved Hugging Face dataset "
-                           "(dataset_dict.json or state.json) nor holds Parquet files")
-
-    def split_of(rel):  # data/train-00000-of-00002.parquet, train/0000.parquet, ...
-        parts = rel.split(os.sep)
-        return parts[-2] if len(parts) > 1 and parts[-2] != "data" else re.split(r"[-_.]", parts[-1])[0]
-
-    chosen = [r for r in parquet if split_of(r) == split]
-    if not chosen:
-        found = sorted({split_of(r) for r in parquet})
-        raise PrepareError(f"{path}: no Parquet file of the split '{split}' (--hf-split); "
-                           f"splits found: {', '.join(found)}")
-    return [Source(os.path.join(path, r), "parquet", path) for r in chosen]
-
-
-def expand_inputs(inputs, split):
-    out, seen = [], set()
-    for given in inputs:
-        if any(c in given for c in "*?["):
-            matches = sorted(glob.glob(given))
-            if not matches:
-                raise PrepareError(f"{given}: no file matches this pattern")
-        else:
-            matches = [given]
-        for m in matches:
-            if os.path.isdir(m):
-                found = _dataset_dir(m, split)
-            elif os.path.isfile(m):
-                found = [Source(m, _kind_of(m), given)]
-            else:
-                raise PrepareError(f"{m}: no such file or directory")
-            for s in found:
-                real = os.path.realpath(s.path)
-                if real in seen:
-                    raise PrepareError(f"{s.path}: named twice (by {given}); each input is read once")
-                seen.add(real)
-                out.append(s)
-    return out
-
-
-def _line_pieces(path, chunk_bytes, separator):
-    """Byte ranges of about chunk_bytes, each ending after a run of newlines
-    at least `separator` long (1: a line's end, 2: a blank line), with the
-    line each starts on."""
-    size = os.path.getsize(path)
-    if size == 0:
-        return []
-    pieces, start, line = [], 0, 1
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        while start < size:
-            end = start + chunk_bytes
-            at = mm.find(b"\n" * separator, end - separator + 1) if end < size else -1
-            if at < 0:
-                end = size
-            else:
-                end = at + separator
-                while end < size and mm[end] == 10:
-                    end += 1
-            pieces.append((start, end, line))
-            line += mm[start:end].count(b"\n")
-            start = end
-    return pieces
-
-
-def make_tasks(sources, args):
-    """Every piece of work in input order, (source, first, end, first line or
-    row): a whole text file, a byte range of lines, a Parquet row group, a
-    range of Arrow record batches; and each one's share of the input's bytes
-    (what the progress line counts)."""
-    if any(s.kind in ("parquet", "arrow") for s in sources):
-        pa, pq = _pyarrow(sources)
-    tasks, weights = [], []
-    for i, s in enumerate(sources):
-        size = os.path.getsize(s.path)
-        if s.kind == "text" and args.text_docs == "file":
-            tasks.append((i, 0, size, 1))
-            weights.append(size)
-        elif s.kind in ("text", "jsonl"):
-            sep = 2 if s.kind == "text" and args.text_docs == "paragraph" else 1
-            for a, b, line in _line_pieces(s.path, args.chunk_bytes, sep):
-                tasks.append((i, a, b, line))
-                weights.append(b - a)
-        elif s.kind == "parquet":
-            try:
-                meta = pq.ParquetFile(s.path).metadata
-            except Exception as e:
-                raise PrepareError(f"{s.path}: not a Parquet file: {e}") from None
-            row = 0
-            for g in range(meta.num_row_groups):
-                tasks.append((i, g, g + 1, row))
-                weights.append(size * meta.row_group(g).num_rows // max(meta.num_rows, 1))
-                row += meta.row_group(g).num_rows
-        else:
-            batches = _arrow_batches(pa, s.path)
-            first, first_row, row, nbytes = 0, 0, 0, 0
-            for b, batch in enumerate(batches):
-                nbytes += batch.nbytes
-                row += batch.num_rows
-                if nbytes >= args.chunk_bytes or b == len(batches) - 1:
-                    tasks.append((i, first, b + 1, first_row))
-                    weights.append(nbytes)
-                    first, first_row, nbytes = b + 1, row, 0
-    return tasks, weights
-
-
-def _pyarrow(sources):
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        s = next(s for s in sources if s.kind in ("parquet", "arrow"))
-        raise PrepareError(f"{s.path}: reading {s.kind} needs pyarrow, which this python "
-                           f"({sys.executable}) lacks; install it with {INSTALL_HINT}") from None
-    return pa, pq
-
-
-def _arrow_batches(pa, path):
-    """An Arrow file's record batches: the stream format save_to_disk writes,
-    or the random-access file format."""
-    try:
-        source = pa.memory_map(path)
-        try:
-            reader = pa.ipc.open_stream(source)
-        except pa.ArrowInvalid:
-            reader = pa.ipc.open_file(source)
-            return [reader.get_batch(i) for i in range(reader.num_record_batches)]
-        return list(reader)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise PrepareError(f"{path}: not an Arrow file: {e}") from None
 
 
 # ---------------------------------------------------------------------------
 # Tokenizing one task (in a worker process)
 
 _W = {}  # the worker's settings, set before the pool forks
-
-
-def _documents(task):
-    """The task's documents in order, as (text, where) pairs; "" is an empty
-    document (skipped, and counted)."""
-    i, a, b, first = task
-    s, args = _W["sources"][i], _W["args"]
-    if s.kind in ("text", "jsonl"):
-        with open(s.path, "rb") as f:
-            f.seek(a)
-            raw = f.read(b - a)
-        if s.kind == "text":
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise PrepareError(f"{s.path}: byte offset {a + e.start} is not UTF-8 text "
-                                   "(a text input is read as UTF-8)") from None
-            if args.text_docs == "file":
-                return [(text, s.path)]
-            sep = r"\n\n+" if args.text_docs == "paragraph" else r"\n"
-            return [(d, s.path) for d in re.split(sep, text) if d]
-        docs = []
-        for n, line in enumerate(raw.split(b"\n")):
-            if not line.strip():
-                continue
-            where = f"{s.path}:{first + n}"
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise PrepareError(f"{where}: not a JSON object ({e}); a {os.path.splitext(s.path)[1]} "
-                                   "input is JSON lines, one object a line") from None
-            if not isinstance(obj, dict):
-                raise PrepareError(f"{where}: a JSON {type(obj).__name__}, not an object")
-            if args.field not in obj:
-                raise PrepareError(f"{where}: no field '{args.field}' (--field); its fields: "
-                                   f"{', '.join(sorted(obj)) or 'none'}")
-            v = obj[args.field]
-            if not isinstance(v, str):
-                raise PrepareError(f"{where}: field '{args.field}' is {json.dumps(v)[:40]}, not a string")
-            docs.append((v, where))
-        return docs
-    pa, pq = _pyarrow([s])
-    if s.kind == "parquet":
-        pf = pq.ParquetFile(s.path)
-        names = pf.schema_arrow.names
-        if args.field not in names:
-            raise PrepareError(f"{s.path}: no column '{args.field}' (--field); its columns: {', '.join(names)}")
-        column = pf.read_row_group(a, columns=[args.field]).column(0)
-    else:
-        batches = _arrow_batches(pa, s.path)[a:b]
-        names = batches[0].schema.names if batches else []
-        if batches and args.field not in names:
-            raise PrepareError(f"{s.path}: no column '{args.field}' (--field); its columns: {', '.join(names)}")
-        column = pa.chunked_array([x.column(args.field) for x in batches]) if batches else pa.chunked_array([], pa.string())
-    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-        raise PrepareError(f"{s.path}: column '{args.field}' holds {column.type}, not strings")
-    values = column.to_pylist()
-    for n, v in enumerate(values):
-        if v is None:
-            raise PrepareError(f"{s.path} row {first + n}: column '{args.field}' is null")
-    return [(v, f"{s.path} row {first + n}") for n, v in enumerate(values)]
 
 
 def in_val(text, fraction):
@@ -433,7 +66,7 @@ def tokenize_task(task):
     """Train and val token blobs of the task's documents (BOS, ids, EOT each),
     with each document's cumulative end in tokens; the task's documents;
     the empty ones among them and where the first is."""
-    docs = _documents(task)
+    docs = documents(_W["sources"][task[0]], task, _W["args"].field, _W["args"].text_docs)
     tok, bos, eot, code = _W["tok"], _W["bos"], _W["eot"], _W["code"]
     fraction = _W["fraction"]
     kept = [(d, w) for d, w in docs if d]
@@ -607,7 +240,7 @@ def open_output(args, settings):
             raise PrepareError(f"{args.output}: holds token files but no {MANIFEST}; pass --overwrite "
                                "to replace them, or write elsewhere")
         return None
-    old = _read_json(path)
+    old = read_json(path)
     if old.get("format") != MANIFEST_FORMAT:
         raise PrepareError(f"{path}: not a manifest of fsdpgen prepare; write elsewhere")
     changed = [k for k in settings if old.get(k) != settings[k]]
