@@ -62,6 +62,21 @@ def in_val(text, fraction):
     return h * fraction.denominator < fraction.numerator << 64
 
 
+def _encode(tok, docs):
+    """The library's batch encode of the (text, where) documents; a document
+    it refuses (a lone surrogate from a JSON escape) is an error naming it."""
+    try:
+        return tok.encode_batch_fast([d for d, _ in docs], add_special_tokens=False) if docs else []
+    except Exception as batch_error:
+        for text, where in docs:
+            try:
+                tok.encode(text, add_special_tokens=False)
+            except Exception as e:
+                raise PrepareError(f"{where}: the tokenizer cannot encode this document ({e}): "
+                                   "not Unicode text (a lone surrogate?)") from None
+        raise PrepareError(f"{docs[0][1]}: the tokenizer failed on these documents: {batch_error}") from None
+
+
 def tokenize_task(task):
     """Train and val token blobs of the task's documents (BOS, ids, EOT each),
     with each document's cumulative end in tokens; the task's documents;
@@ -72,7 +87,7 @@ def tokenize_task(task):
     kept = [(d, w) for d, w in docs if d]
     empty = len(docs) - len(kept)
     first_empty = next((w for d, w in docs if not d), None)
-    encodings = tok.encode_batch_fast([d for d, _ in kept], add_special_tokens=False) if kept else []
+    encodings = _encode(tok, kept)
     out = {s: (array(code), array("Q")) for s in SPLITS}
     for (text, _), enc in zip(kept, encodings):
         ids, ends = out["val" if in_val(text, fraction) else "train"]
@@ -227,7 +242,10 @@ def write_manifest(out, manifest):
 def open_output(args, settings):
     """The resume state of a run stopped in DIR with the same settings, None
     to start afresh, or "done"; refuses another preparation's directory."""
-    os.makedirs(args.output, exist_ok=True)
+    try:
+        os.makedirs(args.output, exist_ok=True)
+    except OSError as e:
+        raise PrepareError(f"-o {args.output}: cannot create the directory: {e.strerror}") from None
     path = os.path.join(args.output, MANIFEST)
     ours = [f for f in os.listdir(args.output)
             if re.fullmatch(r"(train|val)_\d{6}\.bin(\.partial)?|manifest\.json(\.tmp)?", f)]
@@ -421,6 +439,9 @@ def main(argv=None):
         return run(args)
     except PrepareError as e:
         print(f"fsdpgen prepare: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # an output that cannot be written, an input that cannot be read
+        print(f"fsdpgen prepare: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("fsdpgen prepare: stopped; run the same command again to resume", file=sys.stderr)

@@ -364,6 +364,8 @@ class PrepareTest(unittest.TestCase):
             (p("notjson.jsonl", '{"text": "a"}\nhello\n'), "notjson.jsonl:2: not a JSON object"),
             (p("array.jsonl", '[1, 2]\n'), "array.jsonl:1: a JSON list, not an object"),
             (p("number.jsonl", '{"text": 3}\n'), "number.jsonl:1: field 'text' is 3, not a string"),
+            (p("surrogate.jsonl", '{"text": "ok"}\n{"text": "a \\ud800 b"}\n'),
+             "surrogate.jsonl:2: the tokenizer cannot encode this document"),
             (p("bad.parquet", "not parquet"), "bad.parquet: not a Parquet file"),
             (p("bad.arrow", "not arrow"), "bad.arrow: not an Arrow file"),
             (self.path("nothing_*.txt"), "nothing_*.txt: no file matches this pattern"),
@@ -381,6 +383,8 @@ class PrepareTest(unittest.TestCase):
         pq.write_table(pa.table({"body": ["x"]}), self.path("nocol.parquet"))
         err = self.prepare("@nocol.parquet", out="bad", expect=1)
         self.assertIn("nocol.parquet: no column 'text' (--field); its columns: body", err)
+        err = self.prepare("@nocol.parquet", out="/proc/no/such/dir", expect=1)
+        self.assertIn("fsdpgen prepare: error: -o /proc/no/such/dir: cannot create the directory: No such file", err)
 
     def test_empty_documents_are_skipped_and_counted(self):
         self.write_jsonl("docs.jsonl", ["one", "", "two", ""])
