@@ -3,7 +3,8 @@
 // weights bit for bit as the uninterrupted N steps (fp32, bf16 hybrid with
 // micro-batches, fp16 with a skipped step before the cut, SGD with momentum,
 // Muon); old and partial checkpoints are removed; a resume at or past the last
-// step trains nothing; a plain resume is the run as launched. Resuming on other
+// step trains nothing; a plain resume is the run as launched, and each run
+// flag given on a resume changes only its own setting. Resuming on other
 // worlds: CheckpointReshardTest.cpp; failures: CheckpointFailureTest.cpp.
 #include <algorithm>
 #include <tuple>
@@ -270,6 +271,87 @@ TEST(Checkpoint, APlainResumeIsTheRunAsLaunched) {
   CmdResult before = train(2, bin, fmt::format("--resume {} --checkpoint-every 0", old.string()));
   EXPECT_TRUE(has(before, "records no run (written before fsdpgen recorded runs)")) << before.out;
   EXPECT_TRUE(has(before, "step 4/4 | loss")) << "the spec's 4 steps\n" << before.out;
+}
+
+// Each run flag given alone on --resume changes its own setting and nothing
+// else: the newest checkpoint's recorded run is the launched one with that
+// one value changed, and where the flag does not change the training (all
+// but --steps, --data and --shuffle) that checkpoint is otherwise the
+// uninterrupted run's step 6, manifest and shards, and steps 4-6 train to the
+// same losses.
+TEST(Checkpoint, EachFlagOnResumeChangesOnlyItsOwnSetting) {
+  const fs::path w = work("one_flag");
+  write_token_file(w / "train.bin", random_token_ids(40 * 16 + 1, 64, 5));
+  write_token_file(w / "other.bin", random_token_ids(40 * 16 + 1, 64, 7));
+  write_token_file(w / "val.bin", random_token_ids(8 * 16 + 1, 64, 6));
+  write_token_file(w / "val2.bin", random_token_ids(8 * 16 + 1, 64, 8));
+  const fs::path bin = binary("as_launched", steps(E2eConfig{}, 4).spec());
+  const std::string ck = (w / "ck").string();
+  train(2, bin,
+        fmt::format("--steps 6 --data {0}/train.bin --val {0}/val.bin --val-every 2 "
+                    "--val-sequences 8 --checkpoint-every 3 --checkpoint-keep 5 --checkpoint-dir "
+                    "{1} --log-every 1 --save {0}/s.safetensors --metrics {0}/m.jsonl",
+                    w.string(), ck));
+  const nlohmann::json straight = manifest_of(w / "ck" / "step_00000006");
+  const std::vector<nlohmann::json> straight_metrics = read_metrics(w / "m.jsonl");
+  ASSERT_EQ(straight_metrics.size(), 6u);
+  const fs::path cut = copy_of(w / "ck" / "step_00000003", w / "cut");
+  const std::map<std::string, std::string> straight_shards =
+      checkpoint_shard_files(w / "ck" / "step_00000006");
+
+  struct one_flag {
+    std::string flag, key;
+    nlohmann::json value;
+    bool trains_the_same;
+  };
+  const std::string d = w.string();
+  const std::vector<one_flag> flags = {
+      {"--steps 7", "steps", 7, false},
+      {"--data " + d + "/other.bin", "data", nlohmann::json::array({d + "/other.bin"}), false},
+      {"--shuffle false", "shuffle", false, false},
+      {"--val " + d + "/val2.bin", "val", nlohmann::json::array({d + "/val2.bin"}), true},
+      {"--val-every 3", "val_every", 3, true},
+      {"--val-sequences 4", "val_sequences", 4, true},
+      {"--checkpoint-every 2", "checkpoint_every", 2, true},
+      {"--checkpoint-dir " + d + "/ck2", "checkpoint_dir", d + "/ck2", true},
+      {"--checkpoint-keep 3", "checkpoint_keep", 3, true},
+      {"--log-every 2", "log_every", 2, true},
+      {"--save " + d + "/t.safetensors", "save", d + "/t.safetensors", true},
+      {"--metrics " + d + "/n.jsonl", "metrics", d + "/n.jsonl", true},
+  };
+  for (const one_flag& f : flags) {
+    SCOPED_TRACE(f.flag);
+    fs::remove_all(w / "ck");
+    fs::remove_all(w / "ck2");
+    fs::create_directories(w / "ck");
+    fs::copy(cut, w / "ck" / "step_00000003");
+    const CmdResult r = train(2, bin, fmt::format("--resume {}/step_00000003 {}", ck, f.flag));
+    if (r.status != 0) continue;
+    nlohmann::json want = straight.at("run");
+    ASSERT_TRUE(want.contains(f.key));
+    ASSERT_NE(want[f.key], f.value) << "the flag gives the launched value";
+    want[f.key] = f.value;
+    const fs::path dir = f.key == "checkpoint_dir" ? w / "ck2" : w / "ck";
+    const std::vector<std::string> names = names_in(dir);
+    ASSERT_FALSE(names.empty()) << r.out;
+    nlohmann::json newest = manifest_of(dir / names.back());
+    EXPECT_EQ(newest.at("run"), want) << "the recorded run of " << names.back();
+    if (!f.trains_the_same) continue;
+    EXPECT_EQ(newest.at("step"), 6) << r.out;
+    nlohmann::json rest = straight;
+    rest.erase("run");
+    newest.erase("run");
+    EXPECT_EQ(newest, rest) << "the manifest of step 6 beside its run";
+    EXPECT_TRUE(checkpoint_shard_files(dir / "step_00000006") == straight_shards)
+        << "the shards of step 6";
+    const std::vector<nlohmann::json> m =
+        read_metrics(f.key == "metrics" ? w / "n.jsonl" : w / "m.jsonl");
+    ASSERT_GE(m.size(), 3u);
+    for (size_t s = 0; s < 3; ++s)
+      for (const char* key : {"loss", "grad_norm", "lr"})
+        EXPECT_EQ(m[m.size() - 3 + s].at(key), straight_metrics[3 + s].at(key))
+            << key << " of step " << s + 4;
+  }
 }
 
 }  // namespace
