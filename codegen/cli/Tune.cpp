@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/planner/Accuracy.h"
 #include "codegen/planner/Calibrated.h"
 #include "codegen/planner/Fit.h"
 #include "codegen/planner/Tune.h"
@@ -215,6 +216,15 @@ int run_tune(const TuneCliOptions& o, bool gpu_visible) {
                                          : fmt::format("{{{}}}", fmt::join(options.worlds, ",")),
                   hw->name, hw->description));
   out(fmt::format("figures: {}\n", r.source));
+  const int64_t widest = options.worlds.empty()
+                             ? p.world
+                             : *std::max_element(options.worlds.begin(), options.worlds.end());
+  const Accuracy accuracy = prediction_accuracy(*hw, widest);
+  out(fmt::format("measured error: {}\n", accuracy.text));
+  if (accuracy.expected)
+    out(fmt::format(
+        "expect: a real step {} the predicted one in every row (tokens/s and MFU divided alike)\n",
+        ratio_range(*accuracy.expected)));
   out(fmt::format(
       "{} candidates: {} planned in full ({} fit), {} pruned by a memory lower bound over the "
       "{}, {} by a time lower bound at or over the top {}'s slowest; searched in {:.2f} s\n",

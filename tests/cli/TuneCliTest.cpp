@@ -234,6 +234,13 @@ TEST(CliTune, Llama3On8H100sKeepsTheNumericsUnlessAllowed) {
       << kept.out;
   EXPECT_FALSE(has(kept, "precision")) << kept.out;
   EXPECT_FALSE(has(kept, "[numerics:")) << kept.out;
+  // What the figures are worth: the H100's measured range, and links never measured.
+  EXPECT_TRUE(has(kept,
+                  "measured error: the built-in 'h100-sxm' figures: a measured step took "
+                  "1.30-1.51x the predicted time"))
+      << kept.out;
+  EXPECT_TRUE(has(kept, "communication between GPUs")) << kept.out;
+  EXPECT_TRUE(has(kept, "expect: a real step 1.30-1.51x the predicted one")) << kept.out;
   EXPECT_TRUE(has(kept, "wrote " + dir + "/kept.fsdp")) << kept.out;
   EXPECT_NE(file_bytes(dir + "/kept.fsdp").find(precision), std::string::npos)
       << file_bytes(dir + "/kept.fsdp");
