@@ -200,6 +200,16 @@ class PrepareTest(unittest.TestCase):
         self.assertEqual(file_bytes(self.path("whole")), file_bytes(self.path("pieces")))
         self.assertEqual(self.manifest("pieces")["documents"], 600)
 
+    def test_progress_line_gives_tokens_rate_and_time(self):
+        import prepare
+        self.write_jsonl("docs.jsonl", self.lines[:100])
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(prepare.main([self.path("docs.jsonl"), "-o", self.path("out"), "--val-fraction", "0",
+                                           "--tokenizer", self.tok("gpt2")]), 0)
+        tokens = self.manifest()["splits"]["train"]["tokens"]
+        self.assertRegex(err.getvalue(), rf"prepare: 100.0% \| {tokens:,} tokens \| [0-9,]+ tok/s \| done in 0:00:0\d")
+
     # --- split, shards, determinism
 
     def test_split_holds_out_documents_by_hash_and_shards_hold_the_token_count(self):
