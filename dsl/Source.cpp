@@ -2,10 +2,9 @@
 #include "dsl/Source.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
+#include <exception>
+
+#include "runtime/files/file_io.h"
 
 namespace fsdpgen {
 
@@ -39,19 +38,16 @@ std::string_view SourceFile::line_text(uint32_t line) const {
 
 bool read_file(const std::string& path, std::string& out, std::string& error) {
   out.clear();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    error = std::strerror(errno);
+  try {
+    out = file_read_whole(path, kSourceFileMaxBytes);
+    return true;
+  } catch (const std::exception& e) {
+    // file_io's messages start with the path, which the caller names itself.
+    const std::string_view what = e.what();
+    const std::string prefix = path + ": ";
+    error = what.starts_with(prefix) ? what.substr(prefix.size()) : what;
     return false;
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) {
-    error = "read failed";
-    return false;
-  }
-  out = ss.str();
-  return true;
 }
 
 }  // namespace fsdpgen

@@ -45,7 +45,14 @@ class SourceFile {
   std::vector<uint32_t> line_starts_;  // offset of the first byte of each line
 };
 
-// Reads a whole file; returns false (and leaves `out` empty) if it cannot.
+// Spec and header sources are a few kilobytes; this bounds what is read
+// whole (and keeps offsets within SourceFile's 32 bits).
+inline constexpr int64_t kSourceFileMaxBytes = int64_t{16} << 20;
+
+// Reads a whole regular file of at most kSourceFileMaxBytes; returns false
+// (and leaves `out` empty) if it cannot, with `error` saying why: a FIFO,
+// a device such as /dev/zero or a directory is refused before any read
+// could wait or never end.
 bool read_file(const std::string& path, std::string& out, std::string& error);
 
 }  // namespace fsdpgen

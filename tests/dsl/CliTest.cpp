@@ -54,6 +54,23 @@ TEST(Cli, MissingFileAndDirectoryAreErrors) {
   EXPECT_NE(r.out.find("is a directory"), std::string::npos) << r.out;
 }
 
+// A spec path naming a FIFO or a device is refused before any read could
+// wait or never end (with `timeout` around the command, a read that
+// blocks fails as status 124).
+TEST(Cli, FifoAndDeviceSpecsAreRefusedWithoutReading) {
+  const std::string fifo = testing::TempDir() + "/spec.fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(run_command("mkfifo " + fifo).status, 0);
+  for (const std::string& path : {fifo, std::string("/dev/zero")}) {
+    CmdResult r = run_command("timeout 20 " + std::string(FSDPGEN_BIN) + " check " + path);
+    EXPECT_EQ(r.status, 1) << path << "\n" << r.out;
+    EXPECT_NE(r.out.find("cannot read spec file '" + path + "': not a regular file"),
+              std::string::npos)
+        << r.out;
+  }
+  std::remove(fifo.c_str());
+}
+
 TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(run("").status, 2);
   EXPECT_EQ(run("check").status, 2);
