@@ -25,13 +25,17 @@ DATE = re.compile(r"^## (\d{4}-\d{2}-\d{2})")
 
 
 def entries(text):
-    """The results file's entries, oldest first: (heading, lines)."""
-    out = []
+    """The results file's dated entries, oldest first: (heading, lines); a
+    section under another heading (another benchmark's) belongs to none."""
+    out, current = [], None
     for line in text.splitlines():
         if DATE.match(line):
-            out.append((line, []))
-        elif out:
-            out[-1][1].append(line)
+            current = (line, [])
+            out.append(current)
+        elif line.startswith("## "):
+            current = None  # another benchmark's section: no entry of these runs
+        elif current:
+            current[1].append(line)
     return out
 
 
