@@ -17,7 +17,7 @@ constexpr const char* kFormat = "fsdpgen-tokens/1";
 
 // What a manifest says of the set and of each shard it lists.
 struct manifest {
-  std::string path, tokenizer, dtype;
+  std::string path, tokenizer, sha256, dtype;
   int64_t vocab_size = 0;
   std::map<std::string, int64_t> special;  // token -> id
   std::map<std::string, int64_t> shards;   // file name -> tokens
@@ -75,6 +75,8 @@ bool read_manifest(const std::string& path, manifest& m) {
   m.path = path;
   const json& tokenizer = at(j, "tokenizer", path);
   m.tokenizer = at(tokenizer, "name", path).is_string() ? tokenizer["name"].get<std::string>() : "";
+  m.sha256 =
+      at(tokenizer, "sha256", path).is_string() ? tokenizer["sha256"].get<std::string>() : "";
   m.vocab_size = integer(tokenizer, "vocab_size", path);
   const json& special = at(tokenizer, "special_tokens", path);
   if (special.is_object())
@@ -104,6 +106,7 @@ void check_model(const manifest& m, int64_t vocab) {
 
 void token_manifest_check(const std::vector<token_file>& files, int token_bytes, int64_t vocab) {
   std::map<std::string, manifest> seen;  // directory -> its manifest (path "" when none)
+  const manifest* first = nullptr;       // the set's first manifest: the others' tokenizer
   for (const token_file& f : files) {
     const std::filesystem::path file(f.path);
     const std::string dir = file.parent_path().string();
@@ -112,6 +115,13 @@ void token_manifest_check(const std::vector<token_file>& files, int token_bytes,
     if (fresh) {
       if (!read_manifest((file.parent_path() / "manifest.json").string(), m)) continue;
       check_model(m, vocab);
+      if (!first) first = &m;
+      if (first->sha256 != m.sha256)
+        throw std::runtime_error(fmt::format(
+            "{}: made by the tokenizer '{}' (sha256 {}), but {} by '{}' (sha256 {}): a set's "
+            "files are one tokenizer's tokens",
+            m.path, m.tokenizer, m.sha256.substr(0, 12), first->path, first->tokenizer,
+            first->sha256.substr(0, 12)));
     }
     if (m.path.empty()) continue;
     const std::string name = file.filename().string();

@@ -18,6 +18,7 @@ struct token_file {
 // manifest.json, or none, checks nothing): the tokenizer's vocabulary and
 // each special token's id must be < vocab, the model's; the file must be a
 // shard the manifest lists, with the token count it lists and its dtype
-// (token_bytes 2: uint16, 4: uint32). Throws std::runtime_error naming the
-// manifest, the file and the mismatch.
+// (token_bytes 2: uint16, 4: uint32); the manifests of one set must name one
+// tokenizer (its SHA-256). Throws std::runtime_error naming the manifest, the
+// file and the mismatch.
 void token_manifest_check(const std::vector<token_file>& files, int token_bytes, int64_t vocab);

@@ -23,14 +23,16 @@ class TokenManifestTest : public ::testing::Test {
   void SetUp() override {
     dir = fs::temp_directory_path() / ("fsdpgen_manifest_" + std::to_string(getpid()));
     fs::create_directories(dir);
-    manifest = {
-        {"format", "fsdpgen-tokens/1"},
-        {"tokenizer",
-         {{"name", "gpt2"}, {"vocab_size", 50257}, {"special_tokens", {{"<|endoftext|>", 50256}}}}},
-        {"dtype", "uint16"},
-        {"splits",
-         {{"train", {{"shards", {{{"file", "train_000000.bin"}, {"tokens", 100}}}}}},
-          {"val", {{"shards", json::array()}}}}}};
+    manifest = {{"format", "fsdpgen-tokens/1"},
+                {"tokenizer",
+                 {{"name", "gpt2"},
+                  {"sha256", "0123456789abcdef"},
+                  {"vocab_size", 50257},
+                  {"special_tokens", {{"<|endoftext|>", 50256}}}}},
+                {"dtype", "uint16"},
+                {"splits",
+                 {{"train", {{"shards", {{{"file", "train_000000.bin"}, {"tokens", 100}}}}}},
+                  {"val", {{"shards", json::array()}}}}}};
   }
   void TearDown() override { fs::remove_all(dir); }
   void write(const json& j) { std::ofstream(dir / "manifest.json") << j.dump(); }
@@ -72,6 +74,23 @@ TEST_F(TokenManifestTest, AShardItDoesNotListAsItIsIsNamed) {
       {"splits", {{"train", {{"shards", {{{"file", "train_000000.bin"}, {"tokens", 100}}}}}}}}};
   write(manifest);
   check(50257);
+}
+
+TEST_F(TokenManifestTest, OneSetIsOneTokenizers) {
+  write(manifest);
+  fs::create_directories(dir / "more");
+  json other = manifest;
+  std::ofstream(dir / "more" / "manifest.json") << other.dump();
+  const std::vector<token_file> files = {{(dir / "train_000000.bin").string(), 100},
+                                         {(dir / "more" / "train_000000.bin").string(), 100}};
+  token_manifest_check(files, 2, 50257);
+  other["tokenizer"]["name"] = "llama3";
+  other["tokenizer"]["sha256"] = "fedcba9876543210";
+  std::ofstream(dir / "more" / "manifest.json") << other.dump();
+  expect_error(
+      [&] { token_manifest_check(files, 2, 50257); },
+      {(dir / "more" / "manifest.json").string(), "tokenizer 'llama3' (sha256 fedcba987654)",
+       "by 'gpt2' (sha256 0123456789ab)", "one tokenizer's tokens"});
 }
 
 TEST_F(TokenManifestTest, ABadManifestIsNamed) {
