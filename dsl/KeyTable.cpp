@@ -233,7 +233,7 @@ const KeyTable<TrainSpec>& train_keys() {
           [](const TrainSpec& t) {
             return t.val ? fmt::format("val = {}", data_source(*t.val)) : std::string("val = none");
           }),
-      int_key("val_every", &TrainSpec::val_every, 1, kMaxCount).when(has_val),
+      int_key("val_every", &TrainSpec::val_every, 0, kMaxCount).when(has_val),
       int_key("val_sequences", &TrainSpec::val_sequences, 1, kMaxCount).when(has_val),
       custom_key<TrainSpec>(
           "checkpoint",

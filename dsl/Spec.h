@@ -396,7 +396,8 @@ struct TrainSpec {
   // permutation (the train seed's); false: in file order.
   bool shuffle = true;
   // Held-out data: the mean loss over its first val_sequences sequences,
-  // every val_every steps, at checkpoints and at the end (none: no val).
+  // every val_every steps, at checkpoints and at the end (none: no val;
+  // val_every 0: none unless the binary's --val-every asks, as the flag's 0).
   std::optional<DataSpec> val;
   int64_t val_every = 250;
   int64_t val_sequences = 256;

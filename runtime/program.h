@@ -318,6 +318,13 @@ struct program {
   int muon_matrix_count = 0;
 };
 
+// Whether the spec names validation data (val_sequences, at least 1, is
+// written only then; its val_every may be 0: validation only where
+// --val-every asks).
+inline bool program_has_val(const program& p) {
+  return p.train.val_sequences > 0;
+}
+
 // Whether a GPU program runs op `id` on the host (program::host_ops).
 inline bool program_runs_on_host(const program& p, int id) {
   for (int i = 0; i < p.host_op_count; ++i)

@@ -48,9 +48,9 @@ checkpoint_run run_settings_of(const program& p, const run_flags& f) {
   r.shuffle = f.shuffle.empty() ? p.train.shuffle : f.shuffle == "true";
   r.val = f.val;
   // --val without the spec's val: every 250 steps over 256 sequences.
-  r.val_every = f.val_every >= 0                         ? f.val_every
-                : p.train.val_every > 0 || f.val.empty() ? p.train.val_every
-                                                         : 250;
+  r.val_every = f.val_every >= 0                      ? f.val_every
+                : program_has_val(p) || f.val.empty() ? p.train.val_every
+                                                      : 250;
   r.val_sequences = f.val_sequences > 0         ? f.val_sequences
                     : p.train.val_sequences > 0 ? p.train.val_sequences
                                                 : 256;

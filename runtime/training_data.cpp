@@ -77,7 +77,7 @@ void training_run::open_data() {
           p_.spec_path);
   }
   if (error.empty() && val_every_ > 0) {
-    if (p_.train.val_every == 0 && run_.val.empty())
+    if (!program_has_val(p_) && run_.val.empty())
       error =
           fmt::format("--val-every {}: the spec names no validation data; pass --val FILES as well",
                       val_every_);

@@ -477,7 +477,7 @@ std::string print_timeline(const Schedule& s, const Timeline& t) {
   for (size_t st = 0; st < t.stream_busy_ms.size(); ++st)
     if (t.stream_busy_ms[st] > 0)
       out += fmt::format(" {} {:.1f} ms", kStreamNames[st], t.stream_busy_ms[st]);
-  if (const TrainSpec& train = spec.train; train.val) {
+  if (const TrainSpec& train = spec.train; train.val && train.val_every > 0) {
     const int64_t per_pass = p.world * s.micro_batch;
     const int64_t passes = (train.val_sequences + per_pass - 1) / per_pass;
     const double seconds = static_cast<double>(passes) * t.validation_pass_ms / 1e3;

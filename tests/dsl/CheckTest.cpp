@@ -402,6 +402,11 @@ TEST(Check, TokenSetsValidationAndShuffle) {
   EXPECT_EQ(synthetic_val.train.val->seed, 3);
   EXPECT_EQ(synthetic_val.train.val_every, 250);
   EXPECT_EQ(synthetic_val.train.val_sequences, 256);
+  // val_every = 0 validates nothing unless a run asks, as the binary's --val-every 0.
+  const Spec never = load_ok(with_model("train { val = synthetic(seed = 3) val_every = 0 }"));
+  EXPECT_EQ(never.train.val_every, 0);
+  EXPECT_NE(print_spec(never).find("val_every = 0"), std::string::npos) << print_spec(never);
+  EXPECT_EQ(load_ok(print_spec(never)), never);
 
   auto error_of = [](const std::string& train) {
     return load_error(with_model("train { " + train + " }"));

@@ -204,6 +204,23 @@ TEST(Validation, RunsAtItsStepsCheckpointsAndTheEnd) {
   EXPECT_TRUE(val_losses(off.out).empty()) << off.out;
 }
 
+// A spec's val_every = 0 is the flag's 0: its validation data is named but
+// read only where --val-every asks.
+TEST(Validation, ASpecsValEveryZeroValidatesOnlyWhereTheFlagAsks) {
+  E2eConfig c = validated();
+  c.train_extra = "  val = synthetic(seed = 7)\n  val_every = 0\n  val_sequences = 5\n";
+  const fs::path bin = shared_binary(e2e_dir("validation_every_zero"), c.spec());
+  CmdResult never = run_binary(c.world, bin, "--steps 3 --checkpoint-every 2 --checkpoint-dir ck");
+  ASSERT_EQ(never.status, 0) << never.out;
+  EXPECT_TRUE(val_losses(never.out).empty()) << never.out;
+  CmdResult asked = run_binary(c.world, bin, "--steps 3 --val-every 2");
+  ASSERT_EQ(asked.status, 0) << asked.out;
+  std::vector<int> steps;
+  for (const auto& [step, loss] : val_losses(asked.out))
+    steps.push_back(step);
+  EXPECT_EQ(steps, (std::vector<int>{2, 3})) << asked.out;
+}
+
 // A validation set shorter than val_sequences is read whole, with a note
 // (its mean loss over all 3 sequences: 3 sequences of one token repeated);
 // --val-every where the spec names no validation data is refused before

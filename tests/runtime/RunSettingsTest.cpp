@@ -52,6 +52,19 @@ TEST(RunSettings, FlagsOverTheSpec) {
   EXPECT_EQ(run_settings_of(p, val).val_sequences, 256);
 }
 
+// A spec that names validation data with val_every = 0 validates only where
+// --val-every asks, whatever --val names.
+TEST(RunSettings, ASpecsValEveryZeroIsKeptUnlessTheFlagAsks) {
+  program p = spec_program();
+  p.train.val_every = 0;
+  p.train.val_sequences = 32;  // the spec names val
+  run_flags val;
+  val.val = {"other_val.bin"};
+  EXPECT_EQ(run_settings_of(p, val).val_every, 0);
+  val.val_every = 7;
+  EXPECT_EQ(run_settings_of(p, val).val_every, 7);
+}
+
 // A plain --resume is the launched run: its steps (so its lr schedule), data
 // and metrics, said once as the flags a fresh launch would need.
 TEST(RunSettings, APlainResumeIsTheLaunchedRun) {
