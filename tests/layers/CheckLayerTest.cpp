@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -186,6 +187,12 @@ TEST(CheckLayer, SmallGradientErrorsFail) {
   EXPECT_NE(in_double.out.find("reference instance TanhScale<double, double>"), std::string::npos)
       << in_double.out;
   EXPECT_NE(failures(in_double.out).find("FAIL  gradient w.grad: "), std::string::npos)
+      << in_double.out;
+  // The report shows the difference, not two values that print alike.
+  EXPECT_TRUE(std::regex_search(
+      failures(in_double.out),
+      std::regex(
+          R"(is -?[0-9]\.[0-9]{6}e[-+][0-9]+ against -?[0-9]\.[0-9]{6}e[-+][0-9]+: off by [0-9.e+-]+ where [0-9.e+-]+ is allowed)")))
       << in_double.out;
 
   const auto in_float = check_mutant(

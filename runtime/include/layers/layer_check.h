@@ -42,9 +42,9 @@ struct report {
   }
 };
 
-inline std::string sci(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1e", v);
+inline std::string sci(double v, int digits = 1) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.*e", digits, v);
   return buf;
 }
 
@@ -227,10 +227,12 @@ int check_main(const layer_info& info, const Bind& bind) {
       rep.line(true, "gradient " + name + ": " + counted + " elements, max |g - fd| " + sci(worst));
       return;
     }
-    std::string msg =
-        "gradient " + name + ": " + std::to_string(bad) + " of " + std::to_string(at.size()) +
-        " checked elements (of " + std::to_string(g.size()) + ") differ; the worst, [" +
-        std::to_string(worst_i) + "], is " + sci(worst_g) + " against " + sci(worst_fd);
+    std::string msg = "gradient " + name + ": " + std::to_string(bad) + " of " +
+                      std::to_string(at.size()) + " checked elements (of " +
+                      std::to_string(g.size()) + ") differ; the worst, [" +
+                      std::to_string(worst_i) + "], is " + sci(worst_g, 6) + " against " +
+                      sci(worst_fd, 6) + ": off by " + sci(worst) + " where " +
+                      sci(atol + rtol * std::abs(worst_fd)) + " is allowed";
     if (overwrote && is_param) msg += " (backward overwrites this gradient; it must add to it)";
     rep.line(false, msg);
   };
