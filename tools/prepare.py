@@ -27,6 +27,7 @@ last whole shard when run again with the same inputs and flags; a finished
 one is left as it is."""
 import argparse
 import bisect
+import fcntl
 import hashlib
 import json
 import os
@@ -41,6 +42,7 @@ from prepare_tokenizer import EOT_NAMES, begin_of_text, end_of_text, load_tokeni
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "fsdpgen-tokens/1"
+LOCK = ".prepare.lock"  # beside the manifest: one run writes a directory at a time
 HEADER_INTS = 256  # llm.c's header: 256 int32 (magic, version, token count, unused)
 FORMATS = {"uint16": (20240520, 1, "H"), "uint32": (20240801, 7, "I")}
 SPLITS = ("train", "val")
@@ -246,6 +248,13 @@ def open_output(args, settings):
         os.makedirs(args.output, exist_ok=True)
     except OSError as e:
         raise PrepareError(f"-o {args.output}: cannot create the directory: {e.strerror}") from None
+    lock = open(os.path.join(args.output, LOCK), "a")  # held until main returns
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise PrepareError(f"-o {args.output}: another fsdpgen prepare is writing there") from None
+    _W["lock"] = lock
     path = os.path.join(args.output, MANIFEST)
     ours = [f for f in os.listdir(args.output)
             if re.fullmatch(r"(train|val)_\d{6}\.bin(\.partial)?|manifest\.json(\.tmp)?", f)]
@@ -363,12 +372,13 @@ def run(args):
 
 def _results(tasks, jobs):
     """tokenize_task over the tasks in order: in this process, or in `jobs`
-    forked workers."""
+    forked workers (which leave Ctrl-C to this process: it stops them)."""
     if jobs <= 1 or len(tasks) <= 1:
         yield from map(tokenize_task, tasks)
         return
     import multiprocessing
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+    import signal
+    with multiprocessing.get_context("fork").Pool(jobs, signal.signal, (signal.SIGINT, signal.SIG_IGN)) as pool:
         yield from pool.imap(tokenize_task, tasks)
 
 
@@ -446,6 +456,9 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("fsdpgen prepare: stopped; run the same command again to resume", file=sys.stderr)
         return 130
+    finally:
+        if "lock" in _W:  # the output directory's, taken by open_output
+            _W.pop("lock").close()
 
 
 if __name__ == "__main__":

@@ -419,6 +419,13 @@ class PrepareTest(unittest.TestCase):
         self.assertIn("--eot <nope>: not a token of the tokenizer", err)
         err = self.prepare("@a.txt", "--bos", expect=1)
         self.assertIn("--bos: the tokenizer", err)
+        import fcntl
+        os.makedirs(self.path("busy"))
+        with open(self.path("busy", ".prepare.lock"), "a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # another run's
+            err = self.prepare("@a.txt", out="busy", expect=1)
+        self.assertIn("busy: another fsdpgen prepare is writing there", err)
+        self.prepare("@a.txt", out="busy")
         os.makedirs(self.path("foreign"))
         self.write(os.path.join("foreign", "train_000000.bin"), "x")
         err = self.prepare("@a.txt", out="foreign", expect=1)
