@@ -491,12 +491,17 @@ std::string print_timeline(const Schedule& s, const Timeline& t) {
   }
   out += fmt::format("\n  figures         {}\n", timeline_source(t));
   out += fmt::format("  measured error  {}\n", t.accuracy.text);
-  if (const auto& e = t.accuracy.expected)
+  if (const auto& e = t.accuracy.expected) {
+    // An MFU over 100% says the figures' peak is too low: left out.
+    const std::string mfu =
+        t.mfu / e->low <= 1 ? fmt::format(", MFU {}-{}", pct(t.mfu / e->high), pct(t.mfu / e->low))
+                            : "";
     out += fmt::format(
-        "  expect          a step of {:.1f}-{:.1f} ms, {:.0f}-{:.0f} tokens/s, MFU {}-{} (the "
+        "  expect          a step of {:.1f}-{:.1f} ms, {:.0f}-{:.0f} tokens/s{} (the "
         "prediction times the measured {})\n",
         t.step_ms * e->low, t.step_ms * e->high, t.tokens_per_s / e->high, t.tokens_per_s / e->low,
-        pct(t.mfu / e->high), pct(t.mfu / e->low), ratio_range(*e));
+        mfu, ratio_range(*e));
+  }
   return out;
 }
 

@@ -10,7 +10,9 @@
 # its ratio; the summary gives each configuration's ratios over the
 # repetitions (a shared
 # VM's speed drifts by tens of percent within a minute: one run says
-# little). Figures come from the runs; nothing is asserted.
+# little). Exits 1 when a configuration's median calibrated ratio leaves
+# 0.9-1.1, naming it: on a quiet machine, the cost model has drifted from
+# the runtime.
 #   bash tests/bench/run.sh [STEPS] [REPEATS] [PROFILE]   (needs a built fsdpgen in build/;
 #   PROFILE: use this profile in every repetition instead of calibrating)
 set -euo pipefail
@@ -92,3 +94,17 @@ summary() {
 echo
 summary "ratio = measured / predicted step time, calibrated profile" ratios
 summary "ratio b = measured / predicted step time, built-in 'cpu' figures" builtin_ratios
+
+# The calibrated prediction's target: every configuration's median ratio in
+# 0.9-1.1. Exit 1 naming those outside (on a quiet machine, a real drift).
+outside=()
+for key in "${!ratios[@]}"; do
+  median=$(tr ' ' '\n' <<<"${ratios[$key]}" | grep . | sort -g |
+    awk '{ v[NR] = $1 } END { printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+  awk -v m="$median" 'BEGIN { exit !(m < 0.9 || m > 1.1) }' && outside+=("$key $median")
+done
+if [ ${#outside[@]} -gt 0 ]; then
+  echo "check: calibrated median ratio outside 0.9-1.1: ${outside[*]}"
+  exit 1
+fi
+echo "check: every calibrated median ratio within 0.9-1.1"
