@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,9 @@ struct backend_options {
                                   // much larger than planned
 };
 
+// A memory_reading figure nothing measured.
+inline constexpr int64_t kNotMeasuredBytes = std::numeric_limits<int64_t>::min();
+
 // This process's memory as the machine counts it now (the kernel,
 // runtime/machine_memory.h; on a GPU, its driver), not as the plan adds it
 // up: what a run reports beside the plan.
@@ -41,6 +45,11 @@ struct memory_reading {
                                      // process's); -1 on a CPU
   int64_t device_arena_bytes = -1;   // GPU: how much the driver's count grew when the arena was
                                      // allocated; -1 on a CPU
+  // CPU: anonymous memory (heap, thread stacks, library buffers) the process
+  // gained from the backend's creation to the start of its first pass, less
+  // the arenas' resident pages (below 0 if set-up freed more than it took);
+  // kNotMeasuredBytes before that, and on a GPU.
+  int64_t set_up_beside_arena_bytes = kNotMeasuredBytes;
 };
 
 struct step_result {

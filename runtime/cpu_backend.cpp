@@ -16,7 +16,10 @@ namespace {
 
 class cpu_backend final : public backend {
  public:
-  explicit cpu_backend(const program& p) : p_(p) {}
+  // The first thing of a run's set-up (runtime/training_run.cpp): its
+  // anonymous memory now is where set_up_beside_arena_bytes starts.
+  explicit cpu_backend(const program& p)
+      : p_(p), created_anonymous_(host_anonymous_bytes_exact()) {}
   // After a failure (an exception unwinding the loop): stop the stream threads.
   ~cpu_backend() override { stop(); }
 
@@ -51,6 +54,7 @@ class cpu_backend final : public backend {
   }
 
   step_result run_step(int64_t step, double lr, bool) override {
+    if (runs_ == 0) measure_set_up();
     c_->step = step;
     c_->lr = lr;
     c_->loss_sum = 0;
@@ -62,6 +66,7 @@ class cpu_backend final : public backend {
   }
 
   double run_validation(int64_t pass, int64_t rows) override {
+    if (runs_ == 0) measure_set_up();
     c_->validation_pass = pass;
     c_->loss_rows = rows;
     c_->loss_sum = 0;
@@ -78,12 +83,9 @@ class cpu_backend final : public backend {
     memory_reading m;
     m.host_resident_bytes = host_resident_bytes();
     m.host_anonymous_bytes = host_anonymous_resident_bytes();
-    m.arena_resident_bytes =
-        host_resident_bytes_in(mem_->device, arena_mapped_bytes(mem_->device_bytes));
-    if (mem_->host)
-      m.arena_resident_bytes +=
-          host_resident_bytes_in(mem_->host, arena_mapped_bytes(mem_->host_bytes));
+    m.arena_resident_bytes = arenas_resident_bytes();
     m.arena_growth_bytes = arena_growth_;
+    m.set_up_beside_arena_bytes = set_up_beside_arena_;
     return m;
   }
 
@@ -95,12 +97,30 @@ class cpu_backend final : public backend {
   }
 
  private:
+  // The arenas' resident pages (mincore), guards included.
+  int64_t arenas_resident_bytes() const {
+    int64_t bytes = host_resident_bytes_in(mem_->device, arena_mapped_bytes(mem_->device_bytes));
+    if (mem_->host)
+      bytes += host_resident_bytes_in(mem_->host, arena_mapped_bytes(mem_->host_bytes));
+    return bytes;
+  }
+
+  // At the start of the first pass (allocates nothing): what set-up left in
+  // the process beside the arenas: communicators, data, threads' stacks and
+  // heaps, weights, the run's files.
+  void measure_set_up() {
+    set_up_beside_arena_ =
+        host_anonymous_bytes_exact() - created_anonymous_ - arenas_resident_bytes();
+  }
+
   const program& p_;
   step_context* c_ = nullptr;
   arena* mem_ = nullptr;
   stream_executor exec_;
-  int64_t runs_ = 0;          // steps run by this process
-  int64_t arena_growth_ = 0;  // memory_reading::arena_growth_bytes
+  int64_t runs_ = 0;               // steps run by this process
+  int64_t arena_growth_ = 0;       // memory_reading::arena_growth_bytes
+  int64_t created_anonymous_ = 0;  // host_anonymous_bytes_exact() when constructed
+  int64_t set_up_beside_arena_ = kNotMeasuredBytes;  // memory_reading::set_up_beside_arena_bytes
 };
 
 }  // namespace

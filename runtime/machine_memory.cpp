@@ -61,11 +61,24 @@ int64_t host_anonymous_resident_bytes() {
   return (resident - shared) * host_page_bytes();
 }
 
-int64_t host_resident_bytes_exact() {
+namespace {
+
+// The field `key` ("\nRss:") of /proc/self/smaps_rollup in bytes: -1 if absent.
+int64_t smaps_rollup_bytes(const char* key) {
   char buf[2048];
   read_proc_self("smaps_rollup", buf, sizeof buf);
-  const char* line = std::strstr(buf, "\nRss:");
-  return line ? std::strtoll(line + 5, nullptr, 10) * 1024 : -1;  // "Rss:  1234 kB"
+  const char* line = std::strstr(buf, key);
+  return line ? std::strtoll(line + std::strlen(key), nullptr, 10) * 1024 : -1;  // "Rss:  1234 kB"
+}
+
+}  // namespace
+
+int64_t host_resident_bytes_exact() {
+  return smaps_rollup_bytes("\nRss:");
+}
+
+int64_t host_anonymous_bytes_exact() {
+  return smaps_rollup_bytes("\nAnonymous:");
 }
 
 int64_t host_peak_resident_bytes() {

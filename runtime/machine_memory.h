@@ -17,6 +17,9 @@ int64_t host_anonymous_resident_bytes();
 // (/proc/self/smaps_rollup), which takes time in proportion to the memory
 // mapped; for readings around an allocation.
 int64_t host_resident_bytes_exact();
+// The part of it that is anonymous memory, exact (smaps_rollup's Anonymous,
+// the same walk): for readings around set-up, where statm may lag.
+int64_t host_anonymous_bytes_exact();
 // The kernel's high-water mark of the resident set (VmHWM, /proc/self/status).
 int64_t host_peak_resident_bytes();
 // Bytes of the pages that [p, p + bytes) touches that are resident now,

@@ -43,6 +43,15 @@ std::string arena_growth_text(const program& p, int64_t growth, int64_t in_pages
                      both ? "s" : "", with_commas(growth), with_commas(in_pages), why);
 }
 
+// memory_reading::set_up_beside_arena_bytes, the worst rank's, said with what it counts.
+std::string set_up_beside_text(int64_t bytes) {
+  return fmt::format(
+      " | set-up beside the arena: {} B ({}) of anonymous memory gained from the backend's "
+      "creation to the first step (heap, thread stacks, library buffers; the arena's own pages "
+      "left out)",
+      with_commas(bytes), in_mib(bytes));
+}
+
 }  // namespace
 
 void memory_watch_step(memory_watch& w, const memory_reading& now) {
@@ -58,21 +67,22 @@ void memory_watch_step(memory_watch& w, const memory_reading& now) {
   w.device_peak_bytes = std::max(w.device_peak_bytes, now.device_used_bytes);
   w.device_arena_bytes = now.device_arena_bytes;
   w.arena_growth_bytes = now.arena_growth_bytes;
+  w.set_up_beside_arena_bytes = now.set_up_beside_arena_bytes;
 }
 
 std::string memory_report(const memory_watch& w, const program& p, int64_t warmup, bool lead) {
   const allocations_counted counted = allocations_so_far();
-  int64_t most[8] = {host_peak_resident_bytes(), w.host_growth_bytes,  w.device_growth_bytes,
+  int64_t most[9] = {host_peak_resident_bytes(), w.host_growth_bytes,  w.device_growth_bytes,
                      w.device_peak_bytes,        w.device_arena_bytes, counted.own,
-                     counted.libraries,          w.arena_growth_bytes};
+                     counted.libraries,          w.arena_growth_bytes, w.set_up_beside_arena_bytes};
   int64_t least = w.arena_resident_min_bytes;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, most, 8, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, most, 9, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &least, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD));
   const std::string libraries = allocations_library_names();
   if (!lead || w.steps == 0) return "";
   const bool gpu = most[3] >= 0;
   const auto [host_peak, host_growth, device_growth, device_peak, device_arena, own, in_libraries,
-              arena_growth] = most;
+              arena_growth, set_up_beside] = most;
   const int64_t host_arenas_in_pages =
       (p.plan.host_arena_bytes > 0 ? arena_mapped_bytes(p.plan.host_arena_bytes) : 0) +
       (gpu ? 0 : arena_mapped_bytes(p.plan.device_arena_bytes));
@@ -99,8 +109,9 @@ std::string memory_report(const memory_watch& w, const program& p, int64_t warmu
         settle.empty() ? "" : fmt::format(", {} {}", settle, bytes_added(host_growth)));
   } else {
     out += fmt::format(
-        "{}; {} B of it resident now | process {} resident at most{}\n",
+        "{}; {} B of it resident now{} | process {} resident at most{}\n",
         arena_growth_text(p, arena_growth, host_arenas_in_pages), with_commas(least),
+        set_up_beside == kNotMeasuredBytes ? "" : set_up_beside_text(set_up_beside),
         in_mib(host_peak),
         settle.empty() ? "" : fmt::format(" | {} {}", settle, bytes_added(host_growth)));
   }

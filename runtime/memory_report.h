@@ -1,8 +1,9 @@
 // memory_report: a run's memory as the machine counted it (backend.h
 // memory_reading, after every step) and the summary every rank reduces at
 // the end, printed beside the plan: the arena as the kernel or the driver
-// counts it, the process's peak, whether the steps after the warm-up added
-// anything, and the allocations made inside steps (runtime/allocations.h).
+// counts it, what set-up left beside it, the process's peak, whether the
+// steps after the warm-up added anything, and the allocations made inside
+// steps (runtime/allocations.h).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,7 @@ struct memory_watch {
   int64_t device_peak_bytes = -1;
   int64_t device_arena_bytes = -1;
   int64_t arena_growth_bytes = 0;
+  int64_t set_up_beside_arena_bytes = kNotMeasuredBytes;
 };
 
 // After each step.

@@ -102,13 +102,16 @@ void run_log_metrics_line(std::FILE* f, const step_record& r) {
       f,
       "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"ms\": "
       "%.3f, \"host_resident_bytes\": %lld, \"arena_resident_bytes\": %lld, "
-      "\"arena_growth_bytes\": %lld%s, "
+      "\"arena_growth_bytes\": %lld%s%s, "
       "\"skipped\": %s, \"loss_scale\": %.9g, \"tokens_per_s\": %.1f, \"epoch\": "
       "%lld%s%s%s%s}\n",
       static_cast<long long>(r.step + 1), json_number(r.loss).c_str(), r.lr,
       json_number(r.grad_norm).c_str(), r.seconds * 1e3,
       static_cast<long long>(m.host_resident_bytes), static_cast<long long>(m.arena_resident_bytes),
       static_cast<long long>(m.arena_growth_bytes),
+      m.set_up_beside_arena_bytes == kNotMeasuredBytes
+          ? ""
+          : fmt::format(", \"set_up_beside_arena_bytes\": {}", m.set_up_beside_arena_bytes).c_str(),
       m.device_used_bytes < 0
           ? ""
           : fmt::format(", \"device_used_bytes\": {}, \"device_arena_bytes\": {}",

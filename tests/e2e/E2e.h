@@ -344,13 +344,17 @@ inline std::vector<double> train_losses(const std::string& name, const E2eConfig
 // directory to one ending in $FSDPGEN_TEST_FAIL_RENAME_END) fail, so that a
 // chosen save fails even for root, who may write anywhere; open() of a path
 // containing $FSDPGEN_TEST_HANG_OPEN never returns (a stuck file system), and
-// one containing $FSDPGEN_TEST_SLOW_OPEN returns after a second (a slow one).
+// one containing $FSDPGEN_TEST_SLOW_OPEN returns after a second (a slow one);
+// open() or fopen() of one containing $FSDPGEN_TEST_TOUCH_OPEN first mallocs
+// and touches $FSDPGEN_TEST_TOUCH_BYTES bytes, never freed (as a library's
+// buffer taken at that moment would be).
 inline std::filesystem::path failing_io_library(const std::filesystem::path& dir) {
   std::ofstream(dir / "fail.c") << R"(#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -360,9 +364,31 @@ static int matches(const char* var, const char* path) {
   return m && *m && path && strstr(path, m);
 }
 
+static void* volatile touched; /* kept: the bytes stay the process's */
+
+static void touch_if_told(const char* path) {
+  const char* bytes = getenv("FSDPGEN_TEST_TOUCH_BYTES");
+  if (!matches("FSDPGEN_TEST_TOUCH_OPEN", path) || !bytes) return;
+  size_t n = strtoull(bytes, NULL, 10);
+  touched = malloc(n);
+  if (touched) memset(touched, 1, n);
+}
+
 typedef int (*open_fn)(const char*, int, ...);
+typedef FILE* (*fopen_fn)(const char*, const char*);
+
+FILE* fopen(const char* path, const char* mode) {
+  touch_if_told(path);
+  return ((fopen_fn)dlsym(RTLD_NEXT, "fopen"))(path, mode);
+}
+
+FILE* fopen64(const char* path, const char* mode) {
+  touch_if_told(path);
+  return ((fopen_fn)dlsym(RTLD_NEXT, "fopen64"))(path, mode);
+}
 
 static int open_unless_told(const char* real_name, const char* path, int flags, int mode) {
+  touch_if_told(path);
   if (matches("FSDPGEN_TEST_HANG_OPEN", path))
     for (;;) sleep(1);
   if (matches("FSDPGEN_TEST_SLOW_OPEN", path)) sleep(1);

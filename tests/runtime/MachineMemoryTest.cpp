@@ -1,6 +1,7 @@
 // machine_memory: the kernel's counts against pages this test touches
-// itself: mincore sees exactly the touched pages of a fresh mapping, and the
-// resident set and its high-water mark grow by them; pages of a file mapped
+// itself: mincore and smaps_rollup's anonymous pages see exactly the touched
+// pages of a fresh mapping, and the resident set and its high-water mark grow
+// by them; pages of a file mapped
 // read-only grow the resident set but not its anonymous part.
 #include <gtest/gtest.h>
 
@@ -42,6 +43,18 @@ TEST(MachineMemory, MincoreCountsExactlyTheTouchedPages) {
   // A range that starts and ends inside pages counts the pages it touches.
   EXPECT_EQ(host_resident_bytes_in(m.p + page / 2, page), page) << "pages 0 (touched) and 1";
   EXPECT_EQ(host_resident_bytes_in(m.p + page + 1, 10), 0) << "page 1 is not touched";
+}
+
+// smaps_rollup's walk is exact: no lag, just the pages touched.
+TEST(MachineMemory, TheExactAnonymousCountIsThePagesTouched) {
+  const int64_t page = host_page_bytes();
+  mapping m(256 * page);
+  ASSERT_NE(m.p, MAP_FAILED);
+  const int64_t before = host_anonymous_bytes_exact();
+  ASSERT_GT(before, 0);
+  for (int i = 0; i < 256; i += 2)
+    m.p[i * page] = 1;  // every other page
+  EXPECT_EQ(host_anonymous_bytes_exact() - before, 128 * page);
 }
 
 TEST(MachineMemory, AnUnmappedRangeIsMinusOne) {
