@@ -25,6 +25,10 @@ class cpu_backend final : public backend {
 
   void start(step_context& c, arena& mem, const backend_options& o) override {
     c_ = &c;
+    // OpenBLAS's workers still spinning from their start would sleep during
+    // the reading, each touching a stack page (4 KiB more, about one world-1
+    // run in two): let them settle first, for at most a second.
+    host_wait_other_threads_idle(1000);
     const int64_t before = host_resident_bytes_exact();
     arena_create(mem, p_, o.arena_extra_bytes);
     arena_growth_ = host_resident_bytes_exact() - before;

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -105,4 +106,51 @@ int64_t host_resident_bytes_in(const void* p, int64_t bytes) {
       resident += vec[i] & 1;
   }
   return resident * page;
+}
+
+namespace {
+
+// One entry of getdents64 (the raw call: opendir would allocate).
+struct linux_dirent64 {
+  uint64_t d_ino;
+  int64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[1];
+};
+
+// Whether a thread of this process other than `self` is running now.
+bool other_thread_running(long self) {
+  const int dir = ::open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return false;
+  alignas(8) char entries[4096];
+  bool running = false;
+  for (long n; !running && (n = ::syscall(SYS_getdents64, dir, entries, sizeof entries)) > 0;) {
+    for (long at = 0; at < n && !running;) {
+      const auto* d = reinterpret_cast<const linux_dirent64*>(entries + at);
+      at += d->d_reclen;
+      if (d->d_name[0] < '0' || d->d_name[0] > '9' || std::atol(d->d_name) == self) continue;
+      char name[64] = "task/";
+      std::strncat(name, d->d_name, 40);
+      std::strncat(name, "/stat", 6);
+      char stat[512];
+      read_proc_self(name, stat, sizeof stat);
+      // "tid (comm) S ...": the state follows the last ')'.
+      const char* close = std::strrchr(stat, ')');
+      running = close && close[1] == ' ' && close[2] == 'R';
+    }
+  }
+  ::close(dir);
+  return running;
+}
+
+}  // namespace
+
+bool host_wait_other_threads_idle(int limit_ms) {
+  const long self = ::syscall(SYS_gettid);
+  for (int waited_ms = 0;; waited_ms += 2) {
+    if (!other_thread_running(self)) return true;
+    if (waited_ms >= limit_ms) return false;
+    ::usleep(2000);
+  }
 }

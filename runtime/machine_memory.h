@@ -26,3 +26,10 @@ int64_t host_peak_resident_bytes();
 // page by page (mincore): exact; -1 if the range is not mapped.
 int64_t host_resident_bytes_in(const void* p, int64_t bytes);
 int64_t host_page_bytes();
+// Waits, at most limit_ms, until no other thread of this process is running
+// (state R in /proc/self/task/*/stat); true if none is. Libraries' worker
+// threads (OpenBLAS's) spin for a while after they start, then sleep,
+// touching a new stack page as they do: a reading of the resident set
+// around an allocation waits for them first, so that it sees the
+// allocation alone.
+bool host_wait_other_threads_idle(int limit_ms);

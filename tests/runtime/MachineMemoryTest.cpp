@@ -9,9 +9,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "runtime/machine_memory.h"
 
@@ -83,6 +86,38 @@ TEST(MachineMemory, TheResidentSetGrowsByTheTouchedBytes) {
 // Token files are read through a read-only mapping: their pages are the page
 // cache's, which the resident set counts but its anonymous part does not,
 // while anonymous pages touched count in both.
+// A worker that spins, then sleeps (as OpenBLAS's do after they start) is
+// waited for; one that never stops spinning ends the wait at its limit.
+TEST(MachineMemory, WaitingForOtherThreadsToGoIdle) {
+  using clock = std::chrono::steady_clock;
+  std::atomic<bool> spinning{true}, stop{false};
+  std::thread worker([&] {
+    const auto until = clock::now() + std::chrono::milliseconds(200);
+    while (clock::now() < until) {
+    }
+    spinning = false;
+    while (!stop)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  });
+  EXPECT_TRUE(host_wait_other_threads_idle(5000));
+  EXPECT_FALSE(spinning) << "returned while the worker still spun";
+  stop = true;
+  worker.join();
+
+  std::atomic<bool> forever{true};
+  std::thread spinner([&] {
+    while (forever) {
+    }
+  });
+  const auto start = clock::now();
+  EXPECT_FALSE(host_wait_other_threads_idle(300));
+  const double waited_s = std::chrono::duration<double>(clock::now() - start).count();
+  EXPECT_GE(waited_s, 0.25);
+  EXPECT_LT(waited_s, 5.0);
+  forever = false;
+  spinner.join();
+}
+
 TEST(MachineMemory, MappedFilePagesAreNotAnonymous) {
   const int64_t bytes = 64 << 20;
   char path[] = "/tmp/machine_memory_XXXXXX";
