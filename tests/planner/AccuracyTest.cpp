@@ -70,7 +70,9 @@ TEST(Accuracy, EveryKnownHardwareSaysWhatItsFiguresAreWorth) {
   for (std::string_view name : hardware_names()) {
     const Accuracy a = prediction_accuracy(*find_hardware(name), 1);
     EXPECT_NE(a.text.find("figures"), std::string::npos) << name << ": " << a.text;
-    if (a.expected) EXPECT_LE(a.expected->low, a.expected->high) << name;
+    if (a.expected) {
+      EXPECT_LE(a.expected->low, a.expected->high) << name;
+    }
   }
 }
 
