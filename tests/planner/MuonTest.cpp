@@ -401,12 +401,14 @@ TEST(MuonSchedule, EveryStrategyVerifies) {
     EXPECT_EQ(ns, with_matrices);
     EXPECT_EQ(gathers, S > 1 ? with_matrices : 0);
     EXPECT_EQ(scatters, gathers);
-    for (const Buffer& b : p.schedule.buffers)
-      if (b.kind == BufferKind::OptimizerState)
+    for (const Buffer& b : p.schedule.buffers) {
+      if (b.kind == BufferKind::OptimizerState) {
         EXPECT_EQ(b.bytes,
                   2 * 4 *
                       muon_unit(p.schedule.muon, b.unit, p.units.units[b.unit].shard_elems, S)
                           .adamw_elems);
+      }
+    }
     ++planned;
   }
   EXPECT_GT(planned, 100);

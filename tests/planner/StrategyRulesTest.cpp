@@ -164,8 +164,9 @@ TEST_P(StrategyRules, Recompute) {
         << where(s(), r) << ": scratch never freed";
     blocks_recomputed += ro.segment > 0;
   }
-  if (c_.units == "each block")  // both blocks, every micro-batch
+  if (c_.units == "each block") {  // both blocks, every micro-batch
     EXPECT_EQ(blocks_recomputed, c_.layers * c_.micro_batches);
+  }
   // Less saved for backward than without recompute.
   Config none = c_;
   none.recompute = "none";
@@ -249,12 +250,16 @@ TEST_P(StrategyRules, ReduceWhen) {
     const Op& op = s().ops[i];
     if (op.unit < 0) continue;
     ASSERT_GE(op.micro_batch, 0) << where(s(), i);
-    if (c_.reduce == "last") EXPECT_EQ(op.micro_batch, c_.micro_batches - 1) << where(s(), i);
+    if (c_.reduce == "last") {
+      EXPECT_EQ(op.micro_batch, c_.micro_batches - 1) << where(s(), i);
+    }
     // After every backward of its unit in that micro-batch.
-    for (const Op& b : s().ops)
+    for (const Op& b : s().ops) {
       if (b.kind == OpKind::Backward && b.micro_batch == op.micro_batch &&
-          s().units.segments[b.segment].unit == op.unit)
+          s().units.segments[b.segment].unit == op.unit) {
         EXPECT_GT(i, b.id) << where(s(), i) << " before " << where(s(), b.id);
+      }
+    }
   }
 }
 
@@ -296,9 +301,10 @@ TEST_P(StrategyRules, ParamsFreedOrKept) {
           << where(s(), b->id) << " gathers again though the strategy keeps params";
     }
   }
-  if (!reshards(c_))
+  if (!reshards(c_)) {
     for (int u = 1; u < n_units(); ++u)
       EXPECT_EQ(gathers[u], c_.micro_batches) << "unit " << u;
+  }
 }
 
 // Backward prefetch (reshard strategies, one unit per block): 'pre' issues
@@ -329,10 +335,12 @@ TEST_P(PrefetchRules, BackwardPrefetch) {
       EXPECT_LT(g, prev) << where(s(), g) << " not prefetched before " << where(s(), prev);
     } else {
       EXPECT_GT(g, prev) << where(s(), g) << " issued before " << where(s(), prev);
-      if (prev_free >= 0 && c_.backward == "post")
+      if (prev_free >= 0 && c_.backward == "post") {
         EXPECT_LT(g, prev_free) << where(s(), g) << " waits for " << where(s(), prev_free);
-      if (prev_free >= 0 && c_.backward == "none")
+      }
+      if (prev_free >= 0 && c_.backward == "none") {
         EXPECT_GT(g, prev_free) << where(s(), g) << " before " << where(s(), prev_free);
+      }
     }
   }
   EXPECT_EQ(checked, c_.layers * c_.micro_batches);
@@ -365,9 +373,11 @@ TEST_P(StrategyRules, ActivationOffload) {
     ASSERT_GE(host, 0);
     EXPECT_EQ(s().buffers[host].space, MemSpace::Host) << where(s(), d);
     EXPECT_LT(free_of(s(), src, d), up->id) << where(s(), d) << ": device copy kept";
-    for (int r : ops_of(OpKind::Recompute))
-      if (s().ops[r].segment == down.segment && s().ops[r].micro_batch == down.micro_batch)
+    for (int r : ops_of(OpKind::Recompute)) {
+      if (s().ops[r].segment == down.segment && s().ops[r].micro_batch == down.micro_batch) {
         EXPECT_LT(up->id, r) << where(s(), up->id) << " after its reader";
+      }
+    }
   }
 }
 
