@@ -26,12 +26,6 @@ bool has_env(const char* name) {
   return std::getenv(name) != nullptr;
 }
 
-// Set by mpirun / prterun, srun --mpi=pmix, or other PMI launchers.
-bool under_mpi_launcher() {
-  return has_env("OMPI_COMM_WORLD_SIZE") || has_env("PMIX_RANK") || has_env("PMI_RANK") ||
-         has_env("PMI_SIZE");
-}
-
 bool on_path(const char* program) {
   const char* path = std::getenv("PATH");
   if (!path) return false;
@@ -145,8 +139,10 @@ std::string handshake(const program& p, int64_t world) {
 
 }  // namespace
 
+// Set by mpirun / prterun, srun --mpi=pmix, or other PMI launchers.
 bool launch_under_mpi_launcher() {
-  return under_mpi_launcher();
+  return has_env("OMPI_COMM_WORLD_SIZE") || has_env("PMIX_RANK") || has_env("PMI_RANK") ||
+         has_env("PMI_SIZE");
 }
 
 void launch_prefer_passive_openmp(char** argv) {
@@ -158,7 +154,7 @@ void launch_prefer_passive_openmp(char** argv) {
 launch_info launch_init(const program& p, int argc, char** argv) {
   launch_info info;
   const bool srun = has_env("SLURM_PROCID") && has_env("SLURM_STEP_ID");
-  if (!under_mpi_launcher()) {
+  if (!launch_under_mpi_launcher()) {
     const char* ntasks = std::getenv("SLURM_STEP_NUM_TASKS");
     if (srun && ntasks && std::atoll(ntasks) > 1) {
       if (std::string(std::getenv("SLURM_PROCID")) == "0")
@@ -173,7 +169,7 @@ launch_info launch_init(const program& p, int argc, char** argv) {
   info.relaunched = has_env(kRelaunchedVariable);
   info.launcher = has_env("OMPI_COMM_WORLD_SIZE") ? "mpirun"
                   : srun                          ? "srun"
-                  : under_mpi_launcher()          ? "pmi"
+                  : launch_under_mpi_launcher()   ? "pmi"
                                                   : "single process";
   int provided = 0;
   MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));

@@ -33,7 +33,7 @@ struct train_options {
   std::string resume_from;  // empty: the newest checkpoint in the checkpoint directory
   bool allow_batch_change = false;
   bool allow_bytes = false;  // --data/--val: a text file into a vocabulary larger than 256
-  std::string binary;  // argv[0], for the commands the run prints
+  std::string binary;        // argv[0], for the commands the run prints
   backend_options backend;
   watch_injected_stall stall;  // --inject-stall, parsed
 };

@@ -142,12 +142,11 @@ void training_run::print_stopped(int64_t step) const {
   const std::string signal = *stop_signal_name()
                                  ? fmt::format("asked to by {}", stop_signal_name())
                                  : std::string("asked to by a stop signal to another rank");
-  std::printf(
-      "stopped after step %lld of %lld: %s; continue with: %s\n",
-      static_cast<long long>(step + 1), static_cast<long long>(steps_), signal.c_str(),
-      run_settings_resume_command(li_.launcher, li_.relaunched, p_.parallel.world, o_.binary,
-                                  ckpt_.dir)
-          .c_str());
+  std::printf("stopped after step %lld of %lld: %s; continue with: %s\n",
+              static_cast<long long>(step + 1), static_cast<long long>(steps_), signal.c_str(),
+              run_settings_resume_command(li_.launcher, li_.relaunched, p_.parallel.world,
+                                          o_.binary, ckpt_.dir)
+                  .c_str());
 }
 
 void training_run::finish() {

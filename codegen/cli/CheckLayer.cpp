@@ -21,6 +21,7 @@
 #include "codegen/emit/Build.h"
 #include "codegen/emit/BuildConfig.h"
 #include "dsl/CustomLayers.h"
+#include "dsl/Source.h"
 #include "dsl/layer_reader/LayerDecl.h"
 #include "dsl/layer_reader/ReadLayers.h"
 #include "dsl/layer_reader/Subprocess.h"
@@ -419,14 +420,12 @@ std::vector<SpecLayerCheck> spec_layer_checks(const Spec& spec) {
 // The cache's name for a passed check: the header's bytes under everything
 // else the check depends on (fsdpgen's revision, the layer, its values).
 std::optional<std::string> passed_check_name(const SpecLayerCheck& k) {
-  std::ifstream in(k.options.header, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream bytes;
-  bytes << in.rdbuf();
+  std::string bytes, why;
+  if (!read_file(k.options.header, bytes, why)) return std::nullopt;
   const std::string context =
       fmt::format("check-layer|{}|{}|{}|width {}", kBuildRevision, k.options.layer,
                   fmt::join(k.options.hyper, " "), k.options.width.value_or(0));
-  return "check-" + layers::layer_cache_key(bytes.str(), context) + ".txt";
+  return "check-" + layers::layer_cache_key(bytes, context) + ".txt";
 }
 
 // The report's failed checks ("FAIL  ..." lines and the lines under them).

@@ -40,7 +40,7 @@ struct Common {
   CLI::Option* hardware_flag = nullptr;
   bool time_passes = false;
   bool no_reuse = false;
-  bool check = false;  // build and emit --check: red zones around every buffer
+  bool check = false;           // build and emit --check: red zones around every buffer
   bool no_layer_check = false;  // build --no-layer-check: custom layers unchecked (CheckLayer.h)
   std::string dump_after;
   std::string command;          // the subcommand's name

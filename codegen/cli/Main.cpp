@@ -323,7 +323,7 @@ static int run_fsdpgen(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   const std::vector<std::string_view> commands = {
       "check",     "schedule", "plan",        "emit",      "build", "merge",
-      "calibrate", "compare",  "check-layer", "import-hf", "tune", "prepare"};
+      "calibrate", "compare",  "check-layer", "import-hf", "tune",  "prepare"};
   if (!args.empty() && !args[0].empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
     if (!fsdpgen::looks_like_spec_path(args[0])) {

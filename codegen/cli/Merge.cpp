@@ -15,6 +15,7 @@
 #include "codegen/cli/HfSpec.h"
 #include "codegen/planner/Lower.h"
 #include "dsl/Frontend.h"
+#include "dsl/Source.h"
 #include "runtime/files/checkpoint_files.h"
 #include "runtime/files/checkpoint_merge.h"
 #include "runtime/files/file_io.h"
@@ -25,9 +26,6 @@ namespace fsdpgen {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A spec is read whole: far above any real one (specs/ holds files of 2 KiB).
-constexpr int64_t kSpecFileMaxBytes = int64_t{16} << 20;
 
 // Where the manifest's spec may be. An absolute path is itself. A relative
 // one was written from where the run was built and started: tried from that
@@ -56,11 +54,11 @@ std::vector<fs::path> spec_candidates(const std::string& step_dir, const checkpo
   return {from_run, spec};
 }
 
-// The spec at `path`, read as a regular file of at most kSpecFileMaxBytes
+// The spec at `path`, read as a regular file of at most kSourceFileMaxBytes
 // (a FIFO or a device is refused before any read) and checked; throws
 // naming the file with its diagnostics.
 Spec read_spec(const std::string& path) {
-  const FrontendResult r = load_spec_text(path, file_read_whole(path, kSpecFileMaxBytes));
+  const FrontendResult r = load_spec_text(path, file_read_whole(path, kSourceFileMaxBytes));
   if (!r.spec) {
     std::fputs(r.diagnostics.c_str(), stderr);
     throw std::runtime_error(fmt::format("{}: the spec has errors (above)", path));
