@@ -35,7 +35,7 @@
 #include "codegen/cli/HfSpec.h"
 #include "codegen/cli/Merge.h"
 #include "codegen/cli/Plan.h"
-#include "codegen/cli/Prepare.h"
+#include "codegen/cli/PythonTool.h"
 #include "codegen/cli/Tune.h"
 #include "dsl/Spec.h"
 #include "dsl/suggest/Suggest.h"
@@ -355,7 +355,8 @@ static int run_fsdpgen(int argc, char** argv) {
   if (calibrate->parsed()) return fsdpgen::run_calibrate(calibrate_opts, fsdpgen::gpu_visible());
   if (check_layer->parsed()) return fsdpgen::run_check_layer(layer_opts);
   if (import_hf->parsed()) return fsdpgen::run_import_hf(import_source, import_output);
-  if (prepare->parsed()) return fsdpgen::run_prepare(prepare->remaining());
+  if (prepare->parsed())
+    return fsdpgen::run_python_tool("prepare", "prepare.py", prepare->remaining());
   if (tune->parsed()) return fsdpgen::run_tune(tune_opts, fsdpgen::gpu_visible());
   if (compare->parsed())
     return fsdpgen::run_compare(compare_predicted, compare_measured, compare_rank, compare_top,

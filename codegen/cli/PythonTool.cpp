@@ -1,5 +1,5 @@
-// Prepare: `fsdpgen prepare` runs tools/prepare.py with the build's python.
-#include "codegen/cli/Prepare.h"
+// PythonTool: a command that runs a tool of tools/ with the build's python.
+#include "codegen/cli/PythonTool.h"
 
 #include <unistd.h>
 
@@ -25,30 +25,31 @@ std::string python_from_env() {
 
 }  // namespace
 
-std::string prepare_python() {
+std::string tool_python() {
   const std::string given = python_from_env();
-  return given.empty() ? FSDPGEN_PREPARE_PYTHON : given;
+  return given.empty() ? FSDPGEN_TOOLS_PYTHON : given;
 }
 
-int run_prepare(const std::vector<std::string>& args) {
-  const std::string python = prepare_python(), script = FSDPGEN_PREPARE_SCRIPT;
+int run_python_tool(const std::string& command, const std::string& script_name,
+                    const std::vector<std::string>& args) {
+  const std::string python = tool_python(),
+                    script = std::string(FSDPGEN_TOOLS_DIR) + "/" + script_name;
   const bool from_env = !python_from_env().empty();
   std::error_code ec;
   if (!std::filesystem::is_regular_file(python, ec) || ::access(python.c_str(), X_OK) != 0) {
-    std::fputs(
-        fmt::format(
-            "fsdpgen prepare: error: {}: no python there ({}); the tokenizer library is "
-            "installed with: bash tools/setup.sh python\n",
-            python,
-            from_env ? "$FSDPGEN_PYTHON" : "the venv tools/setup.sh makes in the build directory")
-            .c_str(),
-        stderr);
+    std::fputs(fmt::format("fsdpgen {}: error: {}: no python there ({}); the tools' libraries are "
+                           "installed with: bash tools/setup.sh python\n",
+                           command, python,
+                           from_env ? "$FSDPGEN_PYTHON"
+                                    : "the venv tools/setup.sh makes in the build directory")
+                   .c_str(),
+               stderr);
     return kExitSpecError;
   }
   if (!std::filesystem::is_regular_file(script, ec)) {
-    std::fputs(fmt::format("fsdpgen prepare: error: {}: the tool is not there (this fsdpgen was "
+    std::fputs(fmt::format("fsdpgen {}: error: {}: the tool is not there (this fsdpgen was "
                            "built from a source tree that has moved)\n",
-                           script)
+                           command, script)
                    .c_str(),
                stderr);
     return kExitSpecError;
@@ -61,9 +62,9 @@ int run_prepare(const std::vector<std::string>& args) {
   argv.push_back(nullptr);
   std::fflush(stdout);
   ::execv(python.c_str(), argv.data());
-  std::fputs(
-      fmt::format("fsdpgen prepare: error: cannot run {}: {}\n", python, strerror(errno)).c_str(),
-      stderr);
+  std::fputs(fmt::format("fsdpgen {}: error: cannot run {}: {}\n", command, python, strerror(errno))
+                 .c_str(),
+             stderr);
   return kExitSpecError;
 }
 
