@@ -21,7 +21,8 @@ then the end-of-text token; it begins with BOS where the tokenizer's own
 post-processor adds one (Llama 3). Documents whose hash falls below
 --val-fraction go to the validation split. Output in DIR: train_NNNNNN.bin
 and val_NNNNNN.bin, llm.c token files of --shard-tokens tokens each (the last
-of a split shorter), and manifest.json. The output is a function of the
+of a split shorter), manifest.json, and the tokenizer as tokenizer.json (the
+library's serialization) with a tokenizer_config.json for transformers. The output is a function of the
 inputs and flags only (not of --jobs). A run stopped part way resumes from its
 last whole shard when run again with the same inputs and flags; a finished
 one is left as it is."""
@@ -38,7 +39,8 @@ from array import array
 from fractions import Fraction
 
 from prepare_inputs import INSTALL_HINT, PrepareError, documents, expand_inputs, make_tasks, read_json
-from prepare_tokenizer import EOT_NAMES, begin_of_text, end_of_text, load_tokenizer
+from prepare_tokenizer import (EOT_NAMES, TOKENIZER_FILE, begin_of_text, end_of_text, load_tokenizer,
+                               write_tokenizer_files)
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "fsdpgen-tokens/1"
@@ -222,7 +224,7 @@ def _clock(s):
 
 def settings_of(args, info, eot, bos, dtype, sources):
     return {
-        "tokenizer": {"name": info.name, "path": info.path, "sha256": info.sha256,
+        "tokenizer": {"name": info.name, "path": info.path, "sha256": info.sha256, "file": TOKENIZER_FILE,
                       "vocab_size": info.vocab_size, "special_tokens": info.special,
                       "eot": {"token": eot[0], "id": eot[1]},
                       "bos": {"token": bos[0], "id": bos[1]} if bos else None},
@@ -241,9 +243,13 @@ def write_manifest(out, manifest):
     os.replace(tmp, os.path.join(out, MANIFEST))
 
 
-def open_output(args, settings):
+def open_output(args, settings, info):
     """The resume state of a run stopped in DIR with the same settings, None
-    to start afresh, or "done"; refuses another preparation's directory."""
+    to start afresh, or "done"; refuses another preparation's directory, and
+    the tokenizer's own (its files would be replaced)."""
+    if os.path.realpath(args.output) in (os.path.realpath(os.path.dirname(f)) for f in info.files):
+        raise PrepareError(f"-o {args.output}: the tokenizer's own directory; prepare writes its "
+                           f"{TOKENIZER_FILE} there: write elsewhere")
     try:
         os.makedirs(args.output, exist_ok=True)
     except OSError as e:
@@ -301,10 +307,11 @@ def run(args):
                            "ids above uint16's 65,535; use --dtype uint32 (or auto)")
     sources = expand_inputs(args.inputs, args.hf_split)
     settings = settings_of(args, info, eot, bos, dtype, sources)
-    old = open_output(args, settings)
+    old = open_output(args, settings, info)
     if old == "done":
         print(f"prepare: {args.output} already holds this preparation ({MANIFEST} complete); nothing to do")
         return 0
+    write_tokenizer_files(info, args.output, eot, bos)
     tasks, weights = make_tasks(sources, args)
     resume = old["resume"] if old else None
     splits = {s: Split(args.output, s, dtype, args.shard_tokens, resume["splits"][s] if resume else None)

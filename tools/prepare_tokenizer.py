@@ -2,11 +2,14 @@
 Face tokenizers): loaded from a tokenizer.json or a model directory, with
 the end-of-text token each document ends with and the BOS it begins with."""
 import hashlib
+import json
 import os
 
 from prepare_inputs import PrepareError, read_json
 
 EOT_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>")
+TOKENIZER_FILE = "tokenizer.json"  # beside the manifest: the tokenizer the set was made with
+TOKENIZER_CONFIG = "tokenizer_config.json"  # and what transformers' AutoTokenizer reads with it
 
 
 class TokenizerInfo:
@@ -121,3 +124,38 @@ def begin_of_text(info, flag):
         raise PrepareError(f"--bos: the tokenizer {info.path} adds no BOS token and its "
                            "tokenizer_config.json names none")
     return None
+
+
+def tokenizer_config_of(info, eot, bos):
+    """tokenizer_config.json for transformers' AutoTokenizer: the fast
+    tokenizer of tokenizer.json, with the special tokens as the set uses them:
+    eos the end-of-text token each document ends with, bos the token each
+    begins with (the BOS, or without one the end-of-text token, which is what
+    precedes a document in the stream, as GPT-2's config has it). The
+    source's model_max_length, unk_token and pad_token are kept where it
+    names them; the model directory a run writes sets model_max_length to the
+    model's context."""
+    config = {"tokenizer_class": "PreTrainedTokenizerFast",
+              "bos_token": (bos or eot)[0], "eos_token": eot[0],
+              "clean_up_tokenization_spaces": False}
+    for key in ("unk_token", "pad_token"):
+        text = _token_text(info.config.get(key))
+        if text and info.tok.token_to_id(text) is not None:
+            config[key] = text
+    length = info.config.get("model_max_length")
+    if isinstance(length, int) and not isinstance(length, bool) and 0 < length < 1 << 53:
+        config["model_max_length"] = length
+    return config
+
+
+def write_tokenizer_files(info, out, eot, bos):
+    """DIR/tokenizer.json (the library's own serialization of the tokenizer
+    the set is made with, also when it was built from vocab.json and
+    merges.txt) and DIR/tokenizer_config.json, each written whole (through a
+    .tmp file, renamed). Deterministic: the same tokenizer, the same bytes."""
+    for name, text in ((TOKENIZER_FILE, info.tok.to_str(pretty=True)),
+                       (TOKENIZER_CONFIG, json.dumps(tokenizer_config_of(info, eot, bos), indent=1))):
+        path = os.path.join(out, name)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        os.replace(path + ".tmp", path)

@@ -181,6 +181,53 @@ class PrepareTest(unittest.TestCase):
         self.prepare("@docs.jsonl", "--val-fraction", "0", tokenizer="gpt2", out="fast")
         self.assertEqual(split_tokens(self.path("slow"), "train"), split_tokens(self.path("fast"), "train"))
 
+    def test_the_tokenizer_is_written_beside_the_shards_as_the_library_serializes_it(self):
+        from tokenizers import Tokenizer
+        docs = self.lines[:80] + ["café 日本 🙂 <|endoftext|>"]
+        self.write_jsonl("docs.jsonl", docs)
+        src = self.path("llama3-src")  # the fixture with a config naming a length and a pad token
+        shutil.copytree(self.tok("llama3"), src)
+        with open(os.path.join(src, "tokenizer_config.json"), "w") as f:
+            json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>",
+                       "pad_token": "<|end_of_text|>", "unk_token": "<unk-not-a-token>",
+                       "model_max_length": 2048}, f)
+        cases = (("gpt2", self.tok("gpt2"), None, "<|endoftext|>"),
+                 ("slow", self.tok("gpt2-slow"), None, "<|endoftext|>"),
+                 ("llama3", src, "<|begin_of_text|>", "<|end_of_text|>"))
+        for out, tokenizer, bos, eot in cases:
+            import prepare
+            with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+                self.assertEqual(prepare.main([self.path("docs.jsonl"), "-o", self.path(out), "--quiet",
+                                               "--val-fraction", "0", "--tokenizer", tokenizer]), 0)
+            m = self.manifest(out)
+            self.assertEqual(m["tokenizer"]["file"], "tokenizer.json", out)
+            written = Tokenizer.from_file(self.path(out, "tokenizer.json"))
+            written.encode_special_tokens = True
+            ids = []
+            for d in docs:  # the set's tokens are the written tokenizer's encode of each document
+                ids += ([written.token_to_id(bos)] if bos else []) + \
+                    written.encode(d, add_special_tokens=False).ids + [written.token_to_id(eot)]
+            self.assertEqual(split_tokens(self.path(out), "train"), ids, out)
+            self.assertEqual(written.get_vocab_size(), m["tokenizer"]["vocab_size"], out)
+            with open(self.path(out, "tokenizer_config.json")) as f:
+                config = json.load(f)
+            want = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos or eot, "eos_token": eot,
+                    "clean_up_tokenization_spaces": False}
+            if out == "llama3":  # the source's length and pad token kept; an unk that is no token dropped
+                want.update(pad_token="<|end_of_text|>", model_max_length=2048)
+            self.assertEqual(config, want, out)
+        # vocab.json and merges.txt give the tokenizer.json of the same BPE (GPT-2's fast tokenizer)
+        self.assertEqual(Tokenizer.from_file(self.path("slow", "tokenizer.json")).get_vocab(),
+                         Tokenizer.from_file(self.path("gpt2", "tokenizer.json")).get_vocab())
+        with open(self.path("slow", "tokenizer.json"), "rb") as f:
+            first = f.read()
+        self.prepare("@docs.jsonl", "--val-fraction", "0", "--jobs", "2", tokenizer="gpt2-slow", out="slow2")
+        with open(self.path("slow2", "tokenizer.json"), "rb") as f:
+            self.assertEqual(f.read(), first, "the same tokenizer, the same bytes")
+        err = self.prepare("@docs.jsonl", out=os.path.relpath(self.tok("gpt2"), self.dir), expect=1)
+        self.assertIn("the tokenizer's own directory; prepare writes its tokenizer.json there", err)
+        self.assertFalse(os.path.exists(os.path.join(self.tok("gpt2"), "manifest.json")))
+
     def test_text_documents_are_files_paragraphs_or_lines(self):
         self.write("a.txt", "one two\nthree\n\n\nfour five\n")
         self.write("b.txt", "six\n")
