@@ -34,7 +34,11 @@ import sys
 LAYERS = [
     ("dsl/suggest", "dsl/suggest"),              # did-you-mean, used by every front end
     ("runtime/model", "runtime/model"),          # layout tables shared by the planner and the runtime
-    ("runtime", "runtime"),                      # the CPU and CUDA runtimes and their file formats
+    # The CPU and CUDA runtimes, their file formats (files/) and generation
+    # (generate/): files/ and generate/ are CMake libraries without MPI, but
+    # of this layer (they include its headers: kernel_math.h, rope.h; the
+    # training loop includes theirs), so neither is a row of its own.
+    ("runtime", "runtime"),
     ("layers", "runtime/include/layers"),        # the API custom layers' headers include
     ("runtime/profile", "runtime/profile"),      # the hardware profile schema (reads runtime/files)
     ("runtime/calibrate", "runtime/calibrate"),  # the calibration program (a runtime client)
