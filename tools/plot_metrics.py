@@ -60,8 +60,9 @@ def _float_range(v):
         return False
 
 
-def _loss(m, key, where):
-    """m[key] as a float, None when null or not finite; raises on anything else."""
+def metric_number(m, key, where):
+    """m[key] as a float, None when null or not finite; raises MetricsError naming
+    where on anything else (tools/metrics_export.py reads every key with it)."""
     v = m[key]
     if not _number(v) and v is not None:
         raise MetricsError(f"{where}: \"{key}\" is not a number (got {json.dumps(v)})")
@@ -92,10 +93,13 @@ def load_run(path):
     return run
 
 
-def load_line(run, where, text):
-    """Adds one line of a metrics file to run; raises MetricsError naming where."""
+def metrics_line(where, text):
+    """One line of a metrics file as its JSON object with "step" made an int, or
+    None for a blank line; raises MetricsError naming where when the line is not
+    a JSON object with a whole-number "step" of 1 or more. The one reading of a
+    line: this tool's and tools/metrics_export.py's."""
     if not text.strip():
-        return
+        return None
     try:
         m = json.loads(text)
     except json.JSONDecodeError as e:
@@ -109,7 +113,16 @@ def load_line(run, where, text):
             or step != int(step) or step < 1):
         raise MetricsError(f"{where}: no whole-number \"step\" of 1 or more (got "
                            f"{json.dumps(step)})")
-    step = int(step)
+    m["step"] = int(step)
+    return m
+
+
+def load_line(run, where, text):
+    """Adds one line of a metrics file to run; raises MetricsError naming where."""
+    m = metrics_line(where, text)
+    if m is None:
+        return
+    step = m["step"]
     if run.last_step is not None and step <= run.last_step:
         raise MetricsError(
             f"{where}: step {step} does not follow step {run.last_step}; a metrics file is one "
@@ -121,7 +134,7 @@ def load_line(run, where, text):
                                ("val_loss", run.val_steps, run.val_losses)):
         if key not in m:
             continue
-        value = _loss(m, key, where)
+        value = metric_number(m, key, where)
         if value is None:
             run.nonfinite += 1
         else:

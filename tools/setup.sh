@@ -4,7 +4,7 @@
 #   bash tools/setup.sh test   # install what is missing, build, run every test
 # Other verbs: deps (install only), build (deps + build), cmake4 (the CMake 4
 # configure check `test` runs, on an existing build), python (the venv of
-# `fsdpgen prepare`).
+# `fsdpgen prepare` and `fsdpgen metrics`), wandb (W&B into that venv).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -73,24 +73,42 @@ cudnn_frontend() {
   fi
 }
 
-# The python of `fsdpgen prepare` (tools/prepare.py): a venv in the build
-# directory, made from Debian's python3, with the tokenizer library and
-# pyarrow pinned by tools/requirements-prepare.txt; fsdpgen runs
-# $build/python/bin/python (or $FSDPGEN_PYTHON). Made again when the pins
-# change. Without PyPI it says so and the tests that need it skip.
+# The python of the tools fsdpgen runs (tools/prepare.py, tools/metrics_export.py):
+# a venv in the build directory, made from Debian's python3, with the
+# tokenizer library and pyarrow (tools/requirements-prepare.txt) and
+# tensorboardX and tensorboard (tools/requirements-metrics.txt), pinned;
+# fsdpgen runs $build/python/bin/python (or $FSDPGEN_PYTHON). Made again when
+# the pins change. Without PyPI it says so and the tests that need it skip.
 python_env() {
-  local venv="$build/python" pins="$root/tools/requirements-prepare.txt"
-  cmp -s "$pins" "$venv/requirements.txt" 2>/dev/null && return 0
+  local venv="$build/python" pins=("$root/tools/requirements-prepare.txt" "$root/tools/requirements-metrics.txt")
+  cat "${pins[@]}" | cmp -s - "$venv/requirements.txt" 2>/dev/null && return 0
   rm -rf "$venv"
   if /usr/bin/python3 -m venv "$venv" &&
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$pins"; then
-    cp "$pins" "$venv/requirements.txt"
-    echo "setup: fsdpgen prepare's python in $venv ($("$venv/bin/python" -c \
-      'import tokenizers, pyarrow; print("tokenizers", tokenizers.__version__, "pyarrow", pyarrow.__version__)'))"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "${pins[@]/#/-r}"; then
+    cat "${pins[@]}" >"$venv/requirements.txt"
+    echo "setup: the tools' python in $venv ($("$venv/bin/python" -c 'import tokenizers, pyarrow, tensorboardX
+print("tokenizers", tokenizers.__version__, "pyarrow", pyarrow.__version__, "tensorboardX", tensorboardX.__version__)'))"
   else
     rm -rf "$venv"
-    echo "setup: note: cannot install tokenizers and pyarrow from PyPI into $venv;" \
-      "fsdpgen prepare and its tests need them (bash tools/setup.sh python)" >&2
+    echo "setup: note: cannot install tokenizers, pyarrow and tensorboardX from PyPI into $venv;" \
+      "fsdpgen prepare, fsdpgen metrics and their tests need them (bash tools/setup.sh python)" >&2
+  fi
+}
+
+# Weights & Biases (tools/requirements-wandb.txt) into that venv, for
+# `fsdpgen metrics --wandb-offline`: optional, as it is large. Made again with
+# the venv.
+wandb_env() {
+  local venv="$build/python" pins="$root/tools/requirements-wandb.txt"
+  [ -x "$venv/bin/python" ] || return 1
+  cmp -s "$pins" "$venv/requirements-wandb.txt" 2>/dev/null && return 0
+  if "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$pins"; then
+    cp "$pins" "$venv/requirements-wandb.txt"
+    echo "setup: wandb $("$venv/bin/python" -c 'import wandb; print(wandb.__version__)') in $venv"
+  else
+    echo "setup: note: cannot install wandb from PyPI into $venv;" \
+      "fsdpgen metrics --wandb-offline and its tests need it (bash tools/setup.sh wandb)" >&2
+    return 1
   fi
 }
 
@@ -174,6 +192,7 @@ cmake4_check() {
 test_all() {
   build
   python_env
+  wandb_env || true  # its tests skip, saying why
   cmake4_check
   allow_mpi_as_root
   cd "$build"
@@ -187,5 +206,6 @@ case "${1:-}" in
   test) test_all ;;
   cmake4) cmake4_check ;;
   python) deps && python_env ;;
-  *) echo "usage: bash tools/setup.sh main|test|build|deps|cmake4|python" >&2; exit 2 ;;
+  wandb) deps && python_env && wandb_env ;;
+  *) echo "usage: bash tools/setup.sh main|test|build|deps|cmake4|python|wandb" >&2; exit 2 ;;
 esac

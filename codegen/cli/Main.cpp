@@ -13,6 +13,8 @@
 //   fsdpgen check-layer HEADER LAYER --hyper NAME=VALUE... [--dtype bf16|fp16] [--tokens N]
 //   fsdpgen import-hf DIR|config.json [-o spec.fsdp]
 //   fsdpgen prepare INPUT... -o DIR --tokenizer TOKENIZER ...   (tools/prepare.py's flags)
+//   fsdpgen metrics RUN.jsonl --tensorboard DIR [--wandb-offline DIR] [--follow [--pid PID]]
+//                   (tools/metrics_export.py's flags)
 //   fsdpgen train-tokenizer INPUT... -o DIR --vocab N ...  (tools/train_tokenizer.py's flags)
 //   fsdpgen tune spec.fsdp [--world N | --worlds 8,16,32] [--gpu KIND | --hardware PROFILE]
 //                [-o tuned.fsdp] [--top K] [--keep KNOB...] [--allow-batch-change]
@@ -278,6 +280,12 @@ static int run_fsdpgen(int argc, char** argv) {
       "prepare --help: tools/prepare.py's flags)");
   prepare->prefix_command();  // every word after `prepare` is the tool's, --help included
   prepare->set_help_flag();
+  CLI::App* metrics = app.add_subcommand(
+      "metrics",
+      "a run's --metrics file as TensorBoard event files or a W&B offline run, once or live "
+      "beside the run (fsdpgen metrics --help: tools/metrics_export.py's flags)");
+  metrics->prefix_command();
+  metrics->set_help_flag();
   CLI::App* train_tokenizer = app.add_subcommand(
       "train-tokenizer",
       "a byte-level BPE tokenizer (GPT-2's or Llama 3's special tokens) trained on your text with "
@@ -330,8 +338,8 @@ static int run_fsdpgen(int argc, char** argv) {
   // `fsdpgen spec.fsdp -o train` is `fsdpgen build spec.fsdp -o train`.
   std::vector<std::string> args(argv + 1, argv + argc);
   const std::vector<std::string_view> commands = {
-      "check",   "schedule",    "plan",      "emit", "build",   "merge",          "calibrate",
-      "compare", "check-layer", "import-hf", "tune", "prepare", "train-tokenizer"};
+      "check",   "schedule",    "plan",      "emit", "build",   "merge",   "calibrate",
+      "compare", "check-layer", "import-hf", "tune", "prepare", "metrics", "train-tokenizer"};
   if (!args.empty() && !args[0].empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
     if (!fsdpgen::looks_like_spec_path(args[0])) {
@@ -365,6 +373,8 @@ static int run_fsdpgen(int argc, char** argv) {
   if (import_hf->parsed()) return fsdpgen::run_import_hf(import_source, import_output);
   if (prepare->parsed())
     return fsdpgen::run_python_tool("prepare", "prepare.py", prepare->remaining());
+  if (metrics->parsed())
+    return fsdpgen::run_python_tool("metrics", "metrics_export.py", metrics->remaining());
   if (train_tokenizer->parsed())
     return fsdpgen::run_python_tool("train-tokenizer", "train_tokenizer.py",
                                     train_tokenizer->remaining());
