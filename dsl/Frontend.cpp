@@ -46,6 +46,9 @@ FrontendResult load_spec_file(const std::string& path, const SpecOverrides& over
     };
     resolve(r.spec->train.data);
     if (r.spec->train.val) resolve(*r.spec->train.val);
+    if (std::string& eval = r.spec->train.eval;
+        !eval.empty() && std::filesystem::path(eval).is_relative())
+      eval = (dir / eval).lexically_normal().string();
   }
   return r;
 }

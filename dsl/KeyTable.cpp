@@ -181,6 +181,7 @@ const KeyTable<ParallelSpec>& parallel_keys() {
 
 const KeyTable<TrainSpec>& train_keys() {
   auto has_val = [](const TrainSpec& t) { return t.val.has_value(); };
+  auto has_eval = [](const TrainSpec& t) { return !t.eval.empty(); };
   static const KeyTable<TrainSpec> t = {
       custom_key<TrainSpec>(
           "optimizer",
@@ -235,6 +236,20 @@ const KeyTable<TrainSpec>& train_keys() {
           }),
       int_key("val_every", &TrainSpec::val_every, 0, kMaxCount).when(has_val),
       int_key("val_sequences", &TrainSpec::val_sequences, 1, kMaxCount).when(has_val),
+      custom_key<TrainSpec>(
+          "eval",
+          [](FieldReader& r, const ast::Entry& e, TrainSpec& t) {
+            const ast::Value* v = r.value_of(e);
+            if (!v) return;
+            if (v->kind == ast::Value::Kind::Ident && v->text == "none")
+              t.eval.clear();
+            else if (auto path = r.vals.as_string(*v, "eval"))
+              t.eval = *path;
+          },
+          [](const TrainSpec& t) { return fmt::format("eval = {}", quote(t.eval)); })
+          .when(has_eval),
+      int_key("eval_every", &TrainSpec::eval_every, 0, kMaxCount).when(has_eval),
+      int_key("eval_examples", &TrainSpec::eval_examples, 0, kMaxCount).when(has_eval),
       custom_key<TrainSpec>(
           "checkpoint",
           [](FieldReader& r, const ast::Entry& e, TrainSpec&) { r.read_checkpoint(e); },

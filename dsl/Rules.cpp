@@ -384,6 +384,20 @@ void val_settings_need_val(const CheckContext& c) {
   }
 }
 
+// eval_every and eval_examples say how to score an evaluation file the spec names.
+void eval_settings_need_eval(const CheckContext& c) {
+  const TrainSpec& t = c.spec.train;
+  if (!t.eval.empty() || !c.keys.usable({"train.eval"})) return;
+  for (const char* key : {"train.eval_every", "train.eval_examples"}) {
+    if (!c.keys.has(key)) continue;
+    Diagnostic& e = c.diags.error(c.keys.where(key),
+                                  fmt::format("'{}' is set but the spec names no evaluation file",
+                                              std::string_view(key).substr(6)));
+    Diagnostics::note(e,
+                      "add e.g. eval = \"hellaswag_val.bin\" to the train section (docs/eval.md)");
+  }
+}
+
 // Text is read as bytes (ids 0-255): into a smaller vocabulary they do not
 // fit; into a larger one (a tokenizer's) they are a likely mistake, refused
 // unless the source says allow_bytes = true.
@@ -449,6 +463,7 @@ constexpr Rule kRules[] = {
     {RuleSection::Train, muon_nested_adamw_chosen},
     {RuleSection::Train, checkpoint_fires_within_the_run},
     {RuleSection::Train, val_settings_need_val},
+    {RuleSection::Train, eval_settings_need_eval},
     {RuleSection::Train, text_fits_the_vocabulary},
 };
 

@@ -401,6 +401,13 @@ struct TrainSpec {
   std::optional<DataSpec> val;
   int64_t val_every = 250;
   int64_t val_sequences = 256;
+  // Multiple-choice evaluation (docs/eval.md): llm.c's HellaSwag-format file
+  // `eval` ("": none), scored every eval_every steps, at checkpoints and at
+  // the end (0: none unless the binary's --eval-every asks), on its first
+  // eval_examples examples (0: all).
+  std::string eval;
+  int64_t eval_every = 250;
+  int64_t eval_examples = 0;
   CheckpointSpec checkpoint;
   int64_t log_every = 1;
   // Seconds one op of the step may run before the binary's watchdog reports

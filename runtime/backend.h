@@ -92,6 +92,11 @@ class backend {
   // gathers and micro-batch 0's forward) on val's sequences, of which this
   // rank's first `rows` count; returns their per-token losses summed.
   virtual double run_validation(int64_t pass, int64_t rows) = 0;
+  // Runs an evaluation pass (runtime/training_eval.cpp): the validation
+  // pass with micro-batch 0's tokens and targets taken from `inputs` (B*T
+  // int32 each, tokens then targets) instead of val's; writes its
+  // per-position losses (B*T fp32) to `losses`.
+  virtual void run_eval(const int32_t* inputs, float* losses) = 0;
   // Per op, from the start of the last timed step (ns).
   virtual const std::vector<int64_t>& op_start_ns() const = 0;
   virtual const std::vector<int64_t>& op_end_ns() const = 0;

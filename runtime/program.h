@@ -245,6 +245,12 @@ struct program_train {
   program_data val = {data_source::synthetic, 0, ""};
   int64_t val_every = 0;
   int64_t val_sequences = 0;
+  // Multiple-choice evaluation (runtime/eval.h): llm.c's HellaSwag-format
+  // file ("": none), every eval_every steps (0: only where --eval-every
+  // asks), on its first eval_examples examples (0: all).
+  const char* eval = "";
+  int64_t eval_every = 0;
+  int64_t eval_examples = 0;
   double stall_timeout_s = 0;  // the watchdog's limit on one op (--stall-timeout's default)
   program_guard guard;
 };

@@ -104,7 +104,7 @@ void run_log_metrics_line(std::FILE* f, const step_record& r) {
       "%.3f, \"host_resident_bytes\": %lld, \"arena_resident_bytes\": %lld, "
       "\"arena_growth_bytes\": %lld%s%s, "
       "\"skipped\": %s, \"loss_scale\": %.9g, \"tokens_per_s\": %.1f, \"epoch\": "
-      "%lld%s%s%s%s}\n",
+      "%lld%s%s%s%s%s}\n",
       static_cast<long long>(r.step + 1), json_number(r.loss).c_str(), r.lr,
       json_number(r.grad_norm).c_str(), r.seconds * 1e3,
       static_cast<long long>(m.host_resident_bytes), static_cast<long long>(m.arena_resident_bytes),
@@ -123,7 +123,12 @@ void run_log_metrics_line(std::FILE* f, const step_record& r) {
       r.checkpoint_stall_s >= 0
           ? fmt::format(", \"checkpoint_stall_s\": {:.6f}", r.checkpoint_stall_s).c_str()
           : "",
-      r.skipped_spike >= 0 ? fmt::format(", \"skipped_spike\": {}", r.skipped_spike).c_str() : "");
+      r.skipped_spike >= 0 ? fmt::format(", \"skipped_spike\": {}", r.skipped_spike).c_str() : "",
+      r.eval
+          ? fmt::format(", \"eval_acc\": {}, \"eval_acc_norm\": {}, \"eval_examples\": {}",
+                        json_number(r.eval->acc), json_number(r.eval->acc_norm), r.eval->examples)
+                .c_str()
+          : "");
   std::fflush(f);
 }
 
@@ -189,6 +194,14 @@ void run_log_val(const val_record& v, int64_t steps) {
   std::printf("step %*lld/%lld | val loss %.6f | %s sequences in %.2f s\n",
               static_cast<int>(std::to_string(steps).size()), static_cast<long long>(v.step),
               static_cast<long long>(steps), v.loss, with_commas(v.sequences).c_str(), v.seconds);
+  std::fflush(stdout);
+}
+
+void run_log_eval(const eval_record& e, int64_t steps) {
+  std::printf("step %*lld/%lld | %s acc %.4f acc_norm %.4f (%s examples) in %.2f s\n",
+              static_cast<int>(std::to_string(steps).size()), static_cast<long long>(e.step),
+              static_cast<long long>(steps), e.name.c_str(), e.acc, e.acc_norm,
+              with_commas(e.examples).c_str(), e.seconds);
   std::fflush(stdout);
 }
 

@@ -30,6 +30,16 @@ struct run_banner {
   std::string ckpt_written;  // how checkpoints are written, e.g. "behind the next steps"
 };
 
+// One multiple-choice evaluation (runtime/training_eval.cpp).
+struct eval_record {
+  int64_t step = 0;     // steps trained before it
+  std::string name;     // what the log calls it: the file's name up to its first '_' or '.'
+  double acc = 0;       // by each candidate's loss sum
+  double acc_norm = 0;  // by its mean per completion token
+  int64_t examples = 0;
+  double seconds = 0;
+};
+
 // One trained step, as logged.
 struct step_record {
   int64_t step = 0;  // 0-based
@@ -46,6 +56,7 @@ struct step_record {
   bool validated = false;          // the validation loss was evaluated after this step
   double val_loss = 0;             // per token, over val_sequences sequences
   double checkpoint_stall_s = -1;  // a checkpoint's step: the seconds it held the run up (-1: none)
+  std::optional<eval_record> eval;  // the multiple-choice evaluation after this step
   memory_reading machine;
   std::optional<straggler_report> straggler;  // every --straggler-every steps (rank 0)
 };
@@ -75,6 +86,8 @@ struct run_totals {
 void run_log_banner(const program& p, const run_banner& b);
 // The line of a validation (after the step's line, logged or not).
 void run_log_val(const val_record& v, int64_t steps);
+// The line of a multiple-choice evaluation (after the step's line, logged or not).
+void run_log_eval(const eval_record& e, int64_t steps);
 // One JSON line, flushed: whoever follows the file reads whole lines.
 void run_log_metrics_line(std::FILE* f, const step_record& r);
 // A resumed run's metrics file at `path`: keeps the lines of steps 1..step

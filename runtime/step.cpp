@@ -14,6 +14,12 @@ void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* tar
   const data_trace trace{c.data_trace_fd, validation ? "val" : "train",
                          validation ? c.validation_pass : c.step, c.comms.rank, mb};
   const data_trace* traced = c.data_trace_fd >= 0 ? &trace : nullptr;
+  if (c.eval_inputs) {  // an evaluation pass: its rows, untraced
+    const size_t n = static_cast<size_t>(p.parallel.micro_batch * p.model.context);
+    std::memcpy(tokens, c.eval_inputs, n * sizeof(int32_t));
+    std::memcpy(targets, c.eval_inputs + n, n * sizeof(int32_t));
+    return;
+  }
   if (validation) {
     // Synthetic validation data: the same stream's sequences from 2^60 on,
     // which no run trains on (they hold the same statistics, unseen).
@@ -34,6 +40,7 @@ void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* tar
 }
 
 void step_add_losses(step_context& c, const float* losses, int64_t n) {
+  if (c.eval_losses) std::memcpy(c.eval_losses, losses, static_cast<size_t>(n) * sizeof(float));
   n = step_counted_losses(c, n);
   double s = 0;
   for (int64_t i = 0; i < n; ++i)

@@ -13,7 +13,8 @@
 // (in a validation pass, from the validation data).
 void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets);
 // Adds this micro-batch's per-token losses (N fp32) to the step's loss; in a
-// validation pass, those of its first c.loss_rows sequences only.
+// validation pass, those of its first c.loss_rows sequences only; in an
+// evaluation pass, copies all N to c.eval_losses too.
 void step_add_losses(step_context& c, const float* losses, int64_t n);
 
 // dst (n, dst dtype) = src converted (accumulate: dst += src, in fp32).

@@ -30,6 +30,11 @@ struct step_context {
   const dataloader* val = nullptr;
   int64_t validation_pass = -1;
   int64_t loss_rows = 0;
+  // An evaluation pass (backend::run_eval), a validation pass on other rows:
+  // micro-batch 0's tokens then targets (B*T int32 each, host), and where its
+  // per-position losses go (B*T fp32, host); null outside one.
+  const int32_t* eval_inputs = nullptr;
+  float* eval_losses = nullptr;
   int data_trace_fd = -1;  // --trace-data (a testing aid): where fills append their lines; -1: off
   gemm_workspace ws;
   int64_t step = 0;  // 0-based step being run

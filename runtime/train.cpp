@@ -47,6 +47,7 @@ int run(const program& p, const train_options& o, const launch_info& li, const b
   for (int64_t step = t.first_step(); step < t.steps(); ++step) {
     step_record r = t.train_step(step);
     if (t.validation_due(step + 1)) r.validated = true, r.val_loss = t.validate(step + 1).loss;
+    if (t.eval_due(step + 1)) r.eval = t.evaluate(step + 1);
     t.checkpoint_and_log(step, r);
     if (t.stop_requested()) {
       t.print_stopped(step);
@@ -55,6 +56,7 @@ int run(const program& p, const train_options& o, const launch_info& li, const b
   }
   t.finish_checkpoints();
   t.validate_untrained();
+  t.evaluate_untrained();
   t.close_metrics();
   t.print_summary();
   // Agreed on only after the weights are saved, which a failed trace must not prevent.

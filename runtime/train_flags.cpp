@@ -36,6 +36,20 @@ std::optional<int> train_flags_parse(const program& p, int argc, char** argv,
                  "sequences each validation reads from the start of the validation data "
                  "(default: the spec's val_sequences)")
       ->check(whole_number(1));
+  app.add_option("--eval", o.eval,
+                 "llm.c's HellaSwag-format multiple-choice file to score (docs/eval.md; default: "
+                 "the spec's eval)");
+  app.add_option("--eval-every", o.eval_every,
+                 "steps between evaluations, also run at checkpoints and at the end (0: none; "
+                 "default: the spec's eval_every)")
+      ->check(whole_number(0));
+  app.add_option("--eval-examples", o.eval_examples,
+                 "examples each evaluation scores from the start of the file (0: all; default: "
+                 "the spec's eval_examples)")
+      ->check(whole_number(0));
+  app.add_option("--eval-scores", o.eval_scores,
+                 "write each evaluation's per-example scores (each candidate's loss sum and "
+                 "tokens, both predictions) as JSON lines, replaced by the next evaluation");
   app.add_option("--shuffle", o.run.shuffle,
                  "true: each epoch reads the training sequences in a seeded order; false: in "
                  "file order (default: the spec's shuffle)")

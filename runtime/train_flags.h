@@ -15,6 +15,12 @@
 struct train_options {
   run_flags run;  // what shapes the run (runtime/run_settings.h)
   std::string init_from;
+  // Multiple-choice evaluation (runtime/training_eval.cpp): "" or -1 where
+  // not given (the spec's eval, eval_every, eval_examples).
+  std::string eval;
+  int64_t eval_every = -1;
+  int64_t eval_examples = -1;
+  std::string eval_scores;  // each evaluation's per-example scores, JSON lines (rank 0)
   std::string trace;
   int64_t trace_step = -1;
   std::string trace_data;

@@ -98,6 +98,8 @@ void training_run::check_outputs() const {
   if (lead_ && error.empty() && !run_.metrics.empty())
     error = output_file_problem("--metrics", run_.metrics);
   if (lead_ && error.empty() && !o_.trace.empty()) error = output_file_problem("--trace", o_.trace);
+  if (lead_ && error.empty() && !o_.eval_scores.empty())
+    error = output_file_problem("--eval-scores", o_.eval_scores);
   if (error.empty() && !o_.trace_data.empty())
     error = output_file_problem("--trace-data", o_.trace_data);
   if (error.empty() && steps_ > 0) {

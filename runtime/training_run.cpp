@@ -40,6 +40,7 @@ void training_run::set_up(const backend_kind& kind) {
   c_.p = &p_;
   b_ = kind.make(p_);
   open_data();
+  open_eval();
   c_.comms = comm_create(p_.parallel.shard_group);
   c_.data = &data_;
   c_.val = &val_;

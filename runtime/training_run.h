@@ -19,6 +19,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
 #include "runtime/files/checkpoint_files.h"
+#include "runtime/files/eval_file.h"
 #include "runtime/guard.h"
 #include "runtime/launch.h"
 #include "runtime/loss_scale.h"
@@ -67,6 +68,14 @@ class training_run {
   val_record validate(int64_t steps_done);
   // A run with no step to train evaluates the weights it was given.
   void validate_untrained();
+  // Multiple-choice evaluation (runtime/training_eval.cpp): after
+  // `steps_done` steps, every eval_every steps, at checkpoints and at the end.
+  bool eval_due(int64_t steps_done) const;
+  // Collective: acc and acc_norm over the evaluation file's first
+  // eval_examples examples, by the plan's validation pass.
+  eval_record evaluate(int64_t steps_done);
+  // A run with no step to train scores the weights it was given.
+  void evaluate_untrained();
   // The --metrics line of every step, the log line of every log_every-th.
   void log(const step_record& r);
   // Every checkpoint_every steps, at the end, and when asked to stop.
@@ -91,6 +100,8 @@ class training_run {
  private:
   void resume();
   void open_data();
+  void open_eval();
+  void write_eval_scores(const std::vector<double>& loss_sums) const;
   void warn_if_val_is_trained_on() const;
   void scale_gradients(int64_t step);
   double agree_on_loss(double loss_sum, bool skipped);
@@ -153,6 +164,11 @@ class training_run {
   bool data_error_ = false;      // some rank found a bad token id in this step's batch
   std::string data_error_text_;  // ...this one, if it did
   val_record last_val_;
+  // Multiple-choice evaluation: the file (no examples: none), its examples
+  // scored, how often (0: never).
+  eval_file eval_;
+  int64_t eval_examples_ = 0;
+  int64_t eval_every_ = 0;
 };
 
 // Resuming (runtime/training_checkpoints.cpp), before the run is made.

@@ -190,6 +190,7 @@ void training_run::log(const step_record& r) {
   run_log_step_if_due(r);
   if (lead_ && r.straggler && straggler_notable(*r.straggler)) run_log_straggler(r);
   if (lead_ && r.validated) run_log_val(last_val_, steps_);
+  if (lead_ && r.eval) run_log_eval(*r.eval, steps_);
   if (!ckpt_lines_.empty()) {
     std::fputs(ckpt_lines_.c_str(), stdout);
     std::fflush(stdout);

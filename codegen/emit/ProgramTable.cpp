@@ -130,6 +130,11 @@ std::vector<Init> train_fields(const EmitContext& c) {
     f.push_back({"val_every", i(t.val_every)});
     f.push_back({"val_sequences", i(t.val_sequences)});
   }
+  if (!t.eval.empty()) {
+    f.push_back({"eval", cpp_string(t.eval)});
+    f.push_back({"eval_every", i(t.eval_every)});
+    f.push_back({"eval_examples", i(t.eval_examples)});
+  }
   f.push_back({"stall_timeout_s", cpp_double(t.stall_timeout)});
   if (const GuardSpec& g = t.guard; g.enabled())
     f.push_back({"guard",

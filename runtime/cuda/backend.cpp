@@ -82,6 +82,9 @@ class cuda_backend final : public backend {
         reinterpret_cast<void**>(&gc_.host_inputs),
         static_cast<size_t>(p_.parallel.micro_batches * 2 * tokens_per_mb_) * sizeof(int32_t),
         cudaHostAllocDefault));
+    CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&eval_losses_),
+                             static_cast<size_t>(tokens_per_mb_) * sizeof(float),
+                             cudaHostAllocDefault));
 
     // cuBLASLt: the handle, the algorithm cache and the plan's workspace.
     CUBLAS_CHECK(cublasLtCreate(&g.lt));
@@ -228,6 +231,16 @@ class cuda_backend final : public backend {
     return gc_.host_scalars->loss_sum;
   }
 
+  // The losses come back through a pinned buffer (step_add_losses' copy).
+  void run_eval(const int32_t* inputs, float* losses) override {
+    c_->eval_inputs = inputs;
+    c_->eval_losses = eval_losses_;
+    run_validation(0, p_.parallel.micro_batch);
+    c_->eval_inputs = nullptr;  // a failure above ends the run: nothing to restore
+    c_->eval_losses = nullptr;
+    std::memcpy(losses, eval_losses_, static_cast<size_t>(tokens_per_mb_) * sizeof(float));
+  }
+
   const std::vector<int64_t>& op_start_ns() const override { return exec_.start_ns; }
   const std::vector<int64_t>& op_end_ns() const override { return exec_.end_ns; }
   // Step 0 chooses GEMM algorithms; step 1 captures the graph.
@@ -320,6 +333,8 @@ class cuda_backend final : public backend {
     if (gc_.host_scalars) cudaFreeHost(gc_.host_scalars);
     gc_.host_inputs = nullptr;
     gc_.host_scalars = nullptr;
+    if (eval_losses_) cudaFreeHost(eval_losses_);
+    eval_losses_ = nullptr;
     gpu_muon_tables_destroy(muon_tables_);
     gc_.muon_units = nullptr;
     if (small_) cudaFree(small_);
@@ -345,6 +360,7 @@ class cuda_backend final : public backend {
   attention_choice attention_;
   int64_t arena_used_bytes_ = 0, host_arena_growth_ = 0, tokens_per_mb_ = 0;
   void* small_ = nullptr;
+  float* eval_losses_ = nullptr;  // pinned (B*T): an evaluation pass's per-position losses
   gpu_muon_tables muon_tables_;
 };
 

@@ -154,6 +154,9 @@ void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* tar
 }
 
 void step_add_losses(step_context& c, const float* losses, int64_t n, gpu_exec& g) {
+  if (c.eval_losses)  // an evaluation pass: every position's loss to the pinned host buffer
+    CUDA_CHECK(cudaMemcpyAsync(c.eval_losses, losses, static_cast<size_t>(n) * sizeof(float),
+                               cudaMemcpyDeviceToHost, g.stream));
   n = step_counted_losses(c, n);  // a validation pass is issued eagerly, never captured
   add_losses_kernel<<<1, kReduceThreads, 0, g.stream>>>(g.scalars, losses, n);
   check_launch();

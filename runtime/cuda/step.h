@@ -49,7 +49,8 @@ inline const float* cuda_dloss_scale(step_context& c) {
 // Copies micro-batch mb's tokens and targets (B*T int32 each, filled into the
 // pinned host_inputs before the step) to the device.
 void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets, gpu_exec& g);
-// Adds n per-token losses (device fp32) to scalars->loss_sum.
+// Adds n per-token losses (device fp32) to scalars->loss_sum; in an
+// evaluation pass, copies all n to c.eval_losses (pinned host) too.
 void step_add_losses(step_context& c, const float* losses, int64_t n, gpu_exec& g);
 
 // As runtime/step.h's tensor_convert, tensor_zero, tensor_narrow_in_place and
