@@ -13,6 +13,7 @@
 //   fsdpgen check-layer HEADER LAYER --hyper NAME=VALUE... [--dtype bf16|fp16] [--tokens N]
 //   fsdpgen import-hf DIR|config.json [-o spec.fsdp]
 //   fsdpgen prepare INPUT... -o DIR --tokenizer TOKENIZER ...   (tools/prepare.py's flags)
+//   fsdpgen prepare-eval hellaswag_val.jsonl --tokenizer TOKENIZER -o hellaswag_val.bin
 //   fsdpgen metrics RUN.jsonl --tensorboard DIR [--wandb-offline DIR] [--follow [--pid PID]]
 //                   (tools/metrics_export.py's flags)
 //   fsdpgen train-tokenizer INPUT... -o DIR --vocab N ...  (tools/train_tokenizer.py's flags)
@@ -280,6 +281,13 @@ static int run_fsdpgen(int argc, char** argv) {
       "prepare --help: tools/prepare.py's flags)");
   prepare->prefix_command();  // every word after `prepare` is the tool's, --help included
   prepare->set_help_flag();
+  CLI::App* prepare_eval = app.add_subcommand(
+      "prepare-eval",
+      "HellaSwag's JSON lines (ctx, endings, label) into llm.c's multiple-choice evaluation file "
+      "through the model's tokenizer, for the binary's --eval (fsdpgen prepare-eval --help: "
+      "tools/prepare_eval.py's flags)");
+  prepare_eval->prefix_command();
+  prepare_eval->set_help_flag();
   CLI::App* metrics = app.add_subcommand(
       "metrics",
       "a run's --metrics file as TensorBoard event files or a W&B offline run, once or live "
@@ -338,8 +346,9 @@ static int run_fsdpgen(int argc, char** argv) {
   // `fsdpgen spec.fsdp -o train` is `fsdpgen build spec.fsdp -o train`.
   std::vector<std::string> args(argv + 1, argv + argc);
   const std::vector<std::string_view> commands = {
-      "check",   "schedule",    "plan",      "emit", "build",   "merge",   "calibrate",
-      "compare", "check-layer", "import-hf", "tune", "prepare", "metrics", "train-tokenizer"};
+      "check", "schedule",  "plan",         "emit",        "build",
+      "merge", "calibrate", "compare",      "check-layer", "import-hf",
+      "tune",  "prepare",   "prepare-eval", "metrics",     "train-tokenizer"};
   if (!args.empty() && !args[0].empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
     if (!fsdpgen::looks_like_spec_path(args[0])) {
@@ -373,6 +382,8 @@ static int run_fsdpgen(int argc, char** argv) {
   if (import_hf->parsed()) return fsdpgen::run_import_hf(import_source, import_output);
   if (prepare->parsed())
     return fsdpgen::run_python_tool("prepare", "prepare.py", prepare->remaining());
+  if (prepare_eval->parsed())
+    return fsdpgen::run_python_tool("prepare-eval", "prepare_eval.py", prepare_eval->remaining());
   if (metrics->parsed())
     return fsdpgen::run_python_tool("metrics", "metrics_export.py", metrics->remaining());
   if (train_tokenizer->parsed())
