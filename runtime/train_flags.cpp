@@ -58,7 +58,9 @@ std::optional<int> train_flags_parse(const program& p, int argc, char** argv,
                  "load weights (Hugging Face names) from a .safetensors file, a model directory "
                  "(sharded or not; its config.json is checked) or its index file");
   app.add_option("--save", o.run.save,
-                 fmt::format("write the final weights as safetensors (Hugging Face {} names)",
+                 fmt::format("write the final weights with Hugging Face {} names: one "
+                             "safetensors file (x.safetensors), or else a model directory "
+                             "transformers loads (config, tokenizer of the token set)",
                              hf_family_name(p)));
   CLI::Option* resume =
       app.add_option("--resume", o.resume_from,

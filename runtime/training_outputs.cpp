@@ -13,12 +13,15 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "runtime/check.h"
 #include "runtime/comm.h"
 #include "runtime/files/file_io.h"
+#include "runtime/files/hf_directory.h"
+#include "runtime/files/hf_model_of.h"
 #include "runtime/human.h"
 #include "runtime/trace.h"
 #include "runtime/weights.h"
@@ -51,6 +54,26 @@ std::string output_file_problem(const char* flag, const std::string& path) {
       break;
   }
   return fmt::format("{} {}: cannot write there: {}", flag, path, why);
+}
+
+// Why --save cannot write `path`, or "": one safetensors file where it ends
+// in .safetensors, else a model directory (runtime/files/hf_directory.h).
+std::string save_problem(const std::string& path) {
+  if (!hf_output_is_directory(path)) return output_file_problem("--save", path);
+  const std::string why = hf_directory_problem(path);
+  return why.empty()
+             ? ""
+             : fmt::format("--save {}: cannot write a model directory there: {}", path, why);
+}
+
+// A model directory's files besides its weights: config.json from the
+// program's model, and the ids and tokenizer of the token set the run
+// trains on (the manifest beside its first file), when it has one.
+hf_directory_files save_directory_files(const program& p, const dataloader& data) {
+  std::optional<token_set_tokenizer> tokenizer;
+  if (data.config.kind == data_kind::tokens && !data.files.empty())
+    tokenizer = token_set_tokenizer_of(data.files[0].path);
+  return hf_directory_files_of(hf_model_of(p.model), tokenizer, "F32");
 }
 
 // Every rank's op times of the traced step, gathered on rank 0 (collective),
@@ -94,7 +117,7 @@ std::string gather_and_write_trace(const program& p, const std::string& path, in
 // by rank 0 alone, --trace-data by every rank.
 void training_run::check_outputs() const {
   std::string error;
-  if (!run_.save.empty()) error = output_file_problem("--save", run_.save);
+  if (!run_.save.empty()) error = save_problem(run_.save);
   if (lead_ && error.empty() && !run_.metrics.empty())
     error = output_file_problem("--metrics", run_.metrics);
   if (lead_ && error.empty() && !o_.trace.empty()) error = output_file_problem("--trace", o_.trace);
@@ -171,9 +194,27 @@ void training_run::save_weights() {
           run_.save.c_str());
     return;
   }
-  b_->with_host_weights(c_, false,
-                        [&] { weights_save(c_, run_.save, start_step_ + totals_.steps_run); });
-  if (lead_)
-    std::printf("saved %s (%s params, F32, Hugging Face %s names)\n", run_.save.c_str(),
-                with_commas(p_.model.params).c_str(), hf_family_name(p_));
+  const bool directory = hf_output_is_directory(run_.save);
+  hf_directory_files files;
+  if (directory) {
+    std::string error;
+    try {
+      files = save_directory_files(p_, data_);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    agree_on_error(error, "saving weights");
+  }
+  b_->with_host_weights(c_, false, [&] {
+    weights_save(c_, run_.save, start_step_ + totals_.steps_run, directory ? &files : nullptr);
+  });
+  if (!lead_) return;
+  std::printf("saved %s (%s params, F32, Hugging Face %s names)\n", run_.save.c_str(),
+              with_commas(p_.model.params).c_str(), hf_family_name(p_));
+  if (directory)
+    std::printf("saved: a model directory: the weights, %s%s\n",
+                hf_directory_describe(files).c_str(),
+                files.ids_from.empty()
+                    ? "; no tokenizer: the training data is no token set of fsdpgen prepare"
+                    : "");
 }

@@ -12,14 +12,17 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "runtime/arena.h"
 #include "runtime/check.h"
+#include "runtime/files/hf_directory.h"
 #include "runtime/files/hf_model_of.h"
 #include "runtime/files/safetensors.h"
 #include "runtime/files/safetensors_set.h"
@@ -193,57 +196,144 @@ void weights_load(step_context& c, const std::string& path) {
   agree_on_error(error, "loading weights");
 }
 
-void weights_save(step_context& c, const std::string& path, int64_t step) {
-  const program& p = *c.p;
+namespace {
+
+// One safetensors file --save writes: at `partial` while being written,
+// renamed to `path` at the end (a model directory's files are renamed with
+// their directory instead: path empty); which of the program's tensors it
+// holds, in its layout's order.
+struct save_file {
+  std::string partial, path;
+  safetensors_layout layout;
+  std::vector<int> tensors;
+};
+
+// The files of the save: one F32 safetensors file at `path`, or with
+// `directory` the weight files of a model directory in dir.partial.
+std::vector<save_file> save_files_of(const program& p, const std::string& path, int64_t step,
+                                     const hf_directory_files* directory) {
   std::vector<safetensors_entry> entries;
   for (int i = 0; i < p.tensor_count; ++i)
     entries.push_back({p.tensors[i].name, p.tensors[i].shape()});
-  safetensors_layout layout = safetensors_plan(
-      entries, "F32",
-      {{"format", "pt"}, {"fsdpgen_spec", p.spec_path}, {"fsdpgen_step", std::to_string(step)}});
-  const std::string partial = path + ".partial";
+  const std::map<std::string, std::string> metadata = {
+      {"format", "pt"}, {"fsdpgen_spec", p.spec_path}, {"fsdpgen_step", std::to_string(step)}};
+  std::vector<save_file> files;
+  if (!directory) {
+    save_file f{path + ".partial", path, safetensors_plan(entries, "F32", metadata), {}};
+    for (int i = 0; i < p.tensor_count; ++i)
+      f.tensors.push_back(i);
+    files.push_back(std::move(f));
+    return files;
+  }
+  const std::string partial = hf_directory_path(path) + ".partial";
+  for (hf_weight_file& w : hf_weight_files(entries, "F32", metadata, kHfMaxShardBytes)) {
+    save_file f{(std::filesystem::path(partial) / w.name).string(), "", std::move(w.layout), {}};
+    for (size_t i : w.entries)
+      f.tensors.push_back(static_cast<int>(i));
+    files.push_back(std::move(f));
+  }
+  return files;
+}
+
+// This rank's elements of the file's tensors, through `fd` (rank 0's, from
+// the file's creation) or else a descriptor of its own, opened when it has
+// any; synced.
+void write_pieces(step_context& c, const save_file& f, int fd) {
+  const program& p = *c.p;
+  const bool own = fd < 0;
+  try {
+    for (size_t k = 0; k < f.tensors.size(); ++k) {
+      const program_tensor& t = p.tensors[f.tensors[k]];
+      shard_piece piece;
+      if (!piece_of(c, t, piece)) continue;
+      if (fd < 0) fd = ::open(f.partial.c_str(), O_WRONLY);
+      if (fd < 0)
+        throw runtime_error(fmt::format("cannot open {}: {}", f.partial, std::strerror(errno)));
+      const float* m = weights_fp32_shard(c, t.unit) + piece.shard_offset;
+      safetensors_write(fd, f.partial, f.layout.tensors[k], piece.tensor_begin, piece.tensor_end,
+                        m);
+    }
+    if (fd >= 0 && ::fsync(fd) != 0)
+      throw runtime_error(fmt::format("cannot sync {}: {}", f.partial, std::strerror(errno)));
+  } catch (...) {
+    if (own && fd >= 0) ::close(fd);
+    throw;
+  }
+  if (own && fd >= 0) ::close(fd);
+}
+
+}  // namespace
+
+void weights_save(step_context& c, const std::string& path, int64_t step,
+                  const hf_directory_files* directory) {
+  const program& p = *c.p;
+  const std::vector<save_file> files = save_files_of(p, path, step, directory);
+  const bool lead = c.comms.rank == 0;
   const bool writer = c.comms.replica_rank == 0;  // one copy of each shard
+  // Rank 0 creates and sizes every file (in a fresh dir.partial, with the
+  // directory's other files), keeping their descriptors; then each writer
+  // writes its pieces; then rank 0 renames.
+  std::vector<int> fds(files.size(), -1);
+  auto close_all = [&] {
+    for (int& fd : fds)
+      if (fd >= 0) ::close(std::exchange(fd, -1));
+  };
+  auto abandon = [&] {
+    close_all();
+    if (!lead) return;
+    if (directory)
+      hf_directory_abandon(path);
+    else
+      ::unlink(files[0].partial.c_str());  // never a directory of that name
+  };
   std::string error;
-  int fd = -1;
   try {
-    if (c.comms.rank == 0) {
-      fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd < 0)
-        throw runtime_error(fmt::format("cannot create {}: {}", partial, std::strerror(errno)));
-      safetensors_write_header(fd, partial, layout);
-    }
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  agree_on_error(error, "saving weights");
-  try {
-    if (writer && fd < 0) {
-      fd = ::open(partial.c_str(), O_WRONLY);
-      if (fd < 0)
-        throw runtime_error(fmt::format("cannot open {}: {}", partial, std::strerror(errno)));
-    }
-    if (writer) {
-      for (int i = 0; i < p.tensor_count; ++i) {
-        shard_piece piece;
-        if (!piece_of(c, p.tensors[i], piece)) continue;
-        const float* m = weights_fp32_shard(c, p.tensors[i].unit) + piece.shard_offset;
-        safetensors_write(fd, partial, layout.tensors[static_cast<size_t>(i)], piece.tensor_begin,
-                          piece.tensor_end, m);
+    if (lead) {
+      if (directory) hf_directory_begin(path);
+      for (size_t k = 0; k < files.size(); ++k) {
+        fds[k] = ::open(files[k].partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fds[k] < 0)
+          throw runtime_error(
+              fmt::format("cannot create {}: {}", files[k].partial, std::strerror(errno)));
+        safetensors_write_header(fds[k], files[k].partial, files[k].layout);
       }
-      if (::fsync(fd) != 0)
-        throw runtime_error(fmt::format("cannot sync {}: {}", partial, std::strerror(errno)));
+      if (directory) {
+        std::vector<hf_weight_file> index;
+        for (const save_file& f : files)
+          index.push_back({std::filesystem::path(f.partial).filename().string(), {}, f.layout});
+        hf_directory_write_files(hf_directory_path(path) + ".partial", index, *directory);
+      }
     }
   } catch (const std::exception& e) {
     error = e.what();
   }
-  if (fd >= 0) ::close(fd);
+  try {
+    agree_on_error(error, "saving weights");
+    if (writer)
+      for (size_t k = 0; k < files.size(); ++k)
+        write_pieces(c, files[k], fds[k]);
+  } catch (const agreed_error&) {
+    abandon();
+    throw;
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  close_all();
   try {
     agree_on_error(error, "saving weights");
   } catch (...) {
-    if (c.comms.rank == 0) std::remove(partial.c_str());
+    abandon();
     throw;
   }
-  if (c.comms.rank == 0 && std::rename(partial.c_str(), path.c_str()) != 0)
-    error = fmt::format("cannot rename {} to {}: {}", partial, path, std::strerror(errno));
+  try {
+    if (lead && directory)
+      hf_directory_finish(path);
+    else if (lead && std::rename(files[0].partial.c_str(), path.c_str()) != 0)
+      error =
+          fmt::format("cannot rename {} to {}: {}", files[0].partial, path, std::strerror(errno));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!error.empty()) abandon();
   agree_on_error(error, "saving weights");
 }

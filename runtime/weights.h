@@ -2,12 +2,13 @@
 // (GPT-2's rule, independent of sharding), --init-from (a .safetensors file,
 // a Hugging Face model directory, sharded or not, or its index file; a
 // directory's config.json is checked against the model first) and --save
-// model.safetensors with Hugging Face names; each rank reads and writes only
-// the elements of its own shards, and only one replica writes.
+// (model.safetensors, or a model directory) with Hugging Face names; each rank reads and writes
+// only the elements of its own shards, and only one replica writes.
 #pragma once
 
 #include <string>
 
+#include "runtime/files/hf_directory.h"
 #include "runtime/step_context.h"
 
 // Stores n fp32 weights at shard_offset of this rank's shard of `unit`: into
@@ -22,5 +23,10 @@ void weights_init(step_context& c, uint64_t seed);
 // Collective: every rank loads its shards from the file, directory or index
 // (errors agree on all ranks).
 void weights_load(step_context& c, const std::string& path);
-// Collective: writes path.partial in parallel, renamed to path once every rank finished.
-void weights_save(step_context& c, const std::string& path, int64_t step);
+// Collective: writes path.partial in parallel (F32), renamed to path once
+// every rank finished. With `directory`, path is a model directory
+// (runtime/files/hf_directory.h): its weight files, sharded above
+// kHfMaxShardBytes, and `directory`'s files, in path.partial, renamed (a
+// model directory there replaced) once every rank finished.
+void weights_save(step_context& c, const std::string& path, int64_t step,
+                  const hf_directory_files* directory = nullptr);

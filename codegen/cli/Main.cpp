@@ -4,8 +4,8 @@
 //   fsdpgen plan spec.fsdp [--world N] [--micro-batch B] [--gpu KIND] [--hardware PROFILE]
 //   fsdpgen emit spec.fsdp -o DIR [--target cuda|cpu] [--world N] [--micro-batch B] [--gpu KIND]
 //   fsdpgen spec.fsdp -o train [--target cuda|cpu] [--sources DIR] ...   (= fsdpgen build)
-//   fsdpgen merge CHECKPOINT -o model.safetensors [--dtype fp32|bf16|fp16]
-//                [--max-shard-size 5GB [--spec spec.fsdp]]
+//   fsdpgen merge CHECKPOINT -o model.safetensors|DIR [--dtype fp32|bf16|fp16]
+//                [--max-shard-size 5GB] [--spec spec.fsdp]
 //   fsdpgen calibrate [SPEC...] -o profile.json [--target cpu|cuda] [--ranks N] [--world N]
 //                     [--micro-batch B] [--quick]
 //   fsdpgen compare PREDICTED.json MEASURED.json [--rank R] [--top N] [-o merged.json]
@@ -135,20 +135,21 @@ static int run_fsdpgen(int argc, char** argv) {
   std::string merge_in, merge_out, merge_dtype = "fp32", merge_max_shard, merge_spec;
   CLI::App* merge = app.add_subcommand(
       "merge",
-      "write a checkpoint's weights with Hugging Face names: one safetensors file, or with "
-      "--max-shard-size a model directory of shards and their index");
+      "write a checkpoint's weights with Hugging Face names: one safetensors file (-o "
+      "x.safetensors), or a model directory transformers loads (any other -o)");
   merge
       ->add_option("checkpoint", merge_in,
                    "a step_N checkpoint directory, or a directory of them (its newest)")
       ->required();
   merge
       ->add_option("-o,--output", merge_out,
-                   "the safetensors file to write (with --max-shard-size: a new directory)")
+                   "a .safetensors file to write, or else a model directory (new, empty, or a "
+                   "model directory it replaces)")
       ->required();
   merge
       ->add_option("--max-shard-size", merge_max_shard,
-                   "write a model directory of files of at most this size (e.g. 5GB, 500MB, "
-                   "2GiB, bytes), as transformers' save_pretrained")
+                   "a model directory's weight files hold at most this much each (default 5GB; "
+                   "e.g. 500MB, 2GiB, bytes), as transformers' save_pretrained")
       ->check(CLI::Validator(
           [](std::string& size) {
             return shard_size_bytes(size)
@@ -160,7 +161,7 @@ static int run_fsdpgen(int argc, char** argv) {
           },
           "SIZE"));
   merge->add_option("--spec", merge_spec,
-                    "with --max-shard-size: the spec whose config.json the model directory gets "
+                    "the spec whose config.json (and token set) the model directory gets "
                     "(default: the one the checkpoint names, found from its run's directory or "
                     "from here)");
   merge

@@ -1,11 +1,17 @@
 // Merge: checkpoint_merge with the flags' units and, in a model directory,
-// the config.json of the spec the checkpoint was trained from.
+// the config.json of the spec the checkpoint was trained from and the
+// tokenizer of the token set it trained on.
 #include "codegen/cli/Merge.h"
+
+#include <glob.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -20,20 +26,19 @@
 #include "runtime/files/checkpoint_merge.h"
 #include "runtime/files/file_io.h"
 #include "runtime/files/hf_config.h"
+#include "runtime/files/hf_directory.h"
 #include "runtime/files/hf_model_of.h"
+#include "runtime/files/token_manifest.h"
 
 namespace fsdpgen {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Where the manifest's spec may be. An absolute path is itself. A relative
-// one was written from where the run was built and started: tried from that
-// run's directory (the checkpoint's directory less the run's relative
-// checkpoint_dir, or else the checkpoint directory's parent), then from here.
-std::vector<fs::path> spec_candidates(const std::string& step_dir, const checkpoint_manifest& m) {
-  const fs::path spec(m.spec);
-  if (spec.is_absolute()) return {spec};
+// The directory the checkpoint's run was started in: the checkpoint's
+// directory less the run's relative checkpoint_dir, or else the checkpoint
+// directory's parent.
+fs::path run_dir_of(const std::string& step_dir, const checkpoint_manifest& m) {
   std::error_code ec;
   const fs::path dir = fs::absolute(step_dir, ec).lexically_normal().parent_path();
   fs::path run_dir = dir.parent_path();
@@ -49,9 +54,19 @@ std::vector<fs::path> spec_candidates(const std::string& step_dir, const checkpo
     }
     if (ends_with) run_dir = d;
   }
-  const fs::path from_run = (run_dir / spec).lexically_normal();
-  if (fs::absolute(spec, ec).lexically_normal() == from_run) return {spec};
-  return {from_run, spec};
+  return run_dir;
+}
+
+// Where a path the run was given may be now. An absolute path is itself. A
+// relative one was written from where the run was built and started: tried
+// from that run's directory, then from here.
+std::vector<fs::path> run_path_candidates(const fs::path& run_dir, const std::string& given) {
+  const fs::path path(given);
+  if (path.is_absolute()) return {path};
+  std::error_code ec;
+  const fs::path from_run = (run_dir / path).lexically_normal();
+  if (fs::absolute(path, ec).lexically_normal() == from_run) return {path};
+  return {from_run, path};
 }
 
 // The spec at `path`, read as a regular file of at most kSourceFileMaxBytes
@@ -93,15 +108,16 @@ void expect_same_tensors(const Spec& spec, const std::string& spec_path,
         spec_path, m.model, in_spec.size(), in_checkpoint.size()));
 }
 
-// The config.json of a model directory merged from the checkpoint at
-// step_dir: from --spec, else from the spec its manifest names. Throws, before
-// anything is written, when there is none to read or it is another model's.
-std::string config_json_of(const std::string& step_dir, const std::string& spec_flag) {
-  const checkpoint_manifest m = checkpoint_manifest_read(step_dir);
+// The spec of a model directory merged from the checkpoint at step_dir
+// (manifest m), and its path: --spec, else the spec its manifest names.
+// Throws, before anything is written, when there is none to read or it is
+// another model's.
+std::pair<Spec, std::string> spec_of(const std::string& step_dir, const checkpoint_manifest& m,
+                                     const std::string& spec_flag) {
   const std::string manifest = (fs::path(step_dir) / kCheckpointManifest).string();
   std::string path = spec_flag;
   if (path.empty()) {
-    const std::vector<fs::path> candidates = spec_candidates(step_dir, m);
+    const std::vector<fs::path> candidates = run_path_candidates(run_dir_of(step_dir, m), m.spec);
     std::error_code ec;
     for (const fs::path& p : candidates)
       if (path.empty() && fs::exists(fs::symlink_status(p, ec)) && !ec) path = p.string();
@@ -111,8 +127,7 @@ std::string config_json_of(const std::string& step_dir, const std::string& spec_
         tried.push_back(p.string());
       throw std::runtime_error(fmt::format(
           "{}: \"spec\" names {}, which is not at {}: the model directory's config.json comes "
-          "from it; name the spec with --spec FILE (or merge to one .safetensors file, without "
-          "--max-shard-size)",
+          "from it; name the spec with --spec FILE (or merge to one .safetensors file)",
           manifest, m.spec, fmt::join(tried, " nor ")));
     }
   }
@@ -126,10 +141,80 @@ std::string config_json_of(const std::string& step_dir, const std::string& spec_
                                         manifest, m.spec, e.what())
                           : fmt::format("--spec {}: {}", spec_flag, e.what()));
   }
-  return hf_config_text(hf_model_of(spec.model));
+  return {spec, path};
+}
+
+// The first token file of the run's training data: its --data patterns
+// (found from the run's directory, then from here), else the spec's
+// tokens(...) (from the spec's directory); "" when the data is no token
+// files or none is found (*why says which).
+std::string first_token_file(const fs::path& run_dir, const checkpoint_manifest& m,
+                             const Spec& spec, const std::string& spec_path, std::string* why) {
+  std::vector<fs::path> patterns;
+  if (m.has_run && !m.run.data.empty()) {
+    const std::vector<std::string>& data = m.run.data;
+    const bool bin = data.size() > 1 || data[0].ends_with(".bin");
+    if (!bin || data[0] == "synthetic") {
+      *why = fmt::format("the run's --data {} is no token files", data[0]);
+      return "";
+    }
+    for (const std::string& d : data)
+      for (const fs::path& p : run_path_candidates(run_dir, d))
+        patterns.push_back(p);
+  } else if (spec.train.data.kind != DataKind::Tokens) {
+    *why = fmt::format("the spec's data is {}, no token files", to_string(spec.train.data.kind));
+    return "";
+  } else {
+    for (const std::string& d : spec.train.data.paths)
+      patterns.push_back(fs::path(d).is_relative() ? fs::path(spec_path).parent_path() / d
+                                                   : fs::path(d));
+  }
+  for (const fs::path& p : patterns) {
+    glob_t g{};
+    const bool found = ::glob(p.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0;
+    const std::string first = found ? g.gl_pathv[0] : "";
+    ::globfree(&g);
+    if (found) return first;
+  }
+  std::vector<std::string> tried;
+  for (const fs::path& p : patterns)
+    tried.push_back(p.string());
+  *why = fmt::format("no file of the run's training data is at {}", fmt::join(tried, " nor "));
+  return "";
+}
+
+// The tokenizer of the token set the run (its manifest m, at step_dir; an
+// empty manifest: the spec's own data) trained on.
+void find_tokenizer(spec_origin& o, const std::string& step_dir, const checkpoint_manifest& m) {
+  const std::string token_file =
+      first_token_file(run_dir_of(step_dir, m), m, o.spec, o.spec_path, &o.no_tokenizer);
+  if (!token_file.empty()) o.tokenizer = token_set_tokenizer_of(token_file);
+  if (!token_file.empty() && !o.tokenizer)
+    o.no_tokenizer =
+        fmt::format("{} has no manifest.json of fsdpgen prepare beside it", token_file);
 }
 
 }  // namespace
+
+spec_origin checkpoint_spec_origin(const std::string& step_dir, const std::string& spec_flag) {
+  const checkpoint_manifest m = checkpoint_manifest_read(step_dir);
+  spec_origin o;
+  std::tie(o.spec, o.spec_path) = spec_of(step_dir, m, spec_flag);
+  find_tokenizer(o, step_dir, m);
+  return o;
+}
+
+spec_origin spec_origin_of(const std::string& spec_path) {
+  spec_origin o;
+  try {
+    o.spec = read_spec(spec_path);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("--spec {}: {}", spec_path, e.what()));
+  }
+  o.spec_path = spec_path;
+  find_tokenizer(o, spec_path, checkpoint_manifest{});
+  return o;
+}
 
 int run_merge(const std::string& checkpoint, const std::string& output, const std::string& dtype,
               const std::string& max_shard_size, const std::string& spec) {
@@ -138,18 +223,35 @@ int run_merge(const std::string& checkpoint, const std::string& output, const st
   const char* st = t == DType::BF16 ? "BF16" : t == DType::FP16 ? "F16" : "F32";
   const int64_t max_bytes =
       max_shard_size.empty() ? 0 : shard_size_bytes(max_shard_size).value_or(0);
+  const bool directory = hf_output_is_directory(output);
   try {
-    if (!spec.empty() && !max_bytes)
-      throw std::runtime_error(fmt::format(
-          "--spec {}: a spec gives a model directory's config.json; one .safetensors file has "
-          "none (add --max-shard-size, e.g. 5GB, for a model directory)",
-          spec));
-    const std::string config =
-        max_bytes ? config_json_of(checkpoint_resolve(checkpoint), spec) : "";
-    const checkpoint_merged m = checkpoint_merge(checkpoint, output, st, max_bytes, config);
+    for (const auto& [flag, value] :
+         {std::pair{"--spec", spec}, {"--max-shard-size", max_shard_size}})
+      if (!directory && !value.empty())
+        throw std::runtime_error(fmt::format(
+            "{} {}: -o {} names one .safetensors file, which has no config.json and no shards; "
+            "name a directory (any other path) for a model directory",
+            flag, value, output));
+    hf_directory_files files;
+    if (directory) {
+      const spec_origin o = checkpoint_spec_origin(checkpoint_resolve(checkpoint), spec);
+      const std::optional<token_set_tokenizer>& tokenizer = o.tokenizer;
+      const std::string& why = o.no_tokenizer;
+      files = hf_directory_files_of(hf_model_of(o.spec.model), tokenizer, st);
+      if (!tokenizer)
+        std::fputs(fmt::format("fsdpgen: note: no tokenizer for the model directory: {}; "
+                               "config.json's bos and eos by the vocabulary's rule "
+                               "(docs/huggingface.md)\n",
+                               why)
+                       .c_str(),
+                   stderr);
+    }
+    const checkpoint_merged m =
+        checkpoint_merge(checkpoint, output, st, directory ? &files : nullptr, max_bytes);
     out(fmt::format(
         "fsdpgen: wrote {}{} from {} (step {}): {} tensors, {} params, {}, {:.2f} MiB\n", output,
-        max_bytes ? fmt::format(" ({} file{} and config.json)", m.files, m.files == 1 ? "" : "s")
+        directory ? fmt::format(" ({} weight file{}, {})", m.files, m.files == 1 ? "" : "s",
+                                hf_directory_describe(files))
                   : "",
         m.checkpoint, m.step, m.tensors, m.params, st, static_cast<double>(m.bytes) / (1 << 20)));
     return 0;

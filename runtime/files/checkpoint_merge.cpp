@@ -1,5 +1,5 @@
 // checkpoint_merge: checkpoint shards -> one safetensors file, or a Hugging
-// Face model directory of shard files and their index.
+// Face model directory (runtime/files/hf_directory.h).
 #include "runtime/files/checkpoint_merge.h"
 
 #include <fcntl.h>
@@ -9,16 +9,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <stdexcept>
 #include <vector>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
 #include "runtime/files/checkpoint_files.h"
 #include "runtime/files/file_io.h"
+#include "runtime/files/hf_directory.h"
 #include "runtime/files/safetensors.h"
 
 namespace {
@@ -31,15 +29,25 @@ struct tensor_ref {
   const checkpoint_tensor* t;
 };
 
+// The checkpoint's tensors in the manifest's order, unit by unit.
+std::vector<tensor_ref> tensors_of(const checkpoint_manifest& m) {
+  std::vector<tensor_ref> all;
+  for (size_t u = 0; u < m.units.size(); ++u)
+    for (const checkpoint_tensor& t : m.units[u].tensors)
+      all.push_back({static_cast<int>(u), &t});
+  return all;
+}
+
+// Tensor r whole into out (r.t->elems() values), whatever world wrote it.
+void read_tensor(checkpoint_reader& reader, const tensor_ref& r, float* out) {
+  reader.weights(r.unit, r.t->offset, r.t->offset + r.t->elems(), out);
+}
+
 // Writes `tensors` (read through `reader`) into one safetensors file at path
-// (through path.partial, renamed when complete); returns its bytes.
+// (through path.partial, renamed when complete) laid out as `layout`;
+// returns its bytes.
 int64_t write_file(const std::string& path, const std::vector<tensor_ref>& tensors,
-                   const std::string& dtype, const std::map<std::string, std::string>& metadata,
-                   checkpoint_reader& reader) {
-  std::vector<safetensors_entry> entries;
-  for (const tensor_ref& r : tensors)
-    entries.push_back({r.t->name, r.t->shape});
-  const safetensors_layout layout = safetensors_plan(entries, dtype, metadata);
+                   const safetensors_layout& layout, checkpoint_reader& reader) {
   const std::string partial = path + ".partial";
   const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0)
@@ -50,7 +58,7 @@ int64_t write_file(const std::string& path, const std::vector<tensor_ref>& tenso
     for (size_t i = 0; i < tensors.size(); ++i) {
       const checkpoint_tensor& t = *tensors[i].t;
       values.resize(static_cast<size_t>(t.elems()));
-      reader.weights(tensors[i].unit, t.offset, t.offset + t.elems(), values.data());
+      read_tensor(reader, tensors[i], values.data());
       safetensors_write(fd, partial, layout.tensors[i], 0, t.elems(), values.data());
     }
     if (::fsync(fd) != 0)
@@ -67,36 +75,6 @@ int64_t write_file(const std::string& path, const std::vector<tensor_ref>& tenso
     throw std::runtime_error(fmt::format("cannot rename {} to {}: {}", partial, path, why));
   }
   return layout.file_bytes;
-}
-
-// A small file of the model directory, written whole or an error.
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.flush();
-  if (!f) throw std::runtime_error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
-}
-
-int64_t dtype_bytes_of(const std::string& dtype) {
-  return dtype == "F32" ? 4 : 2;
-}
-
-// Tensors in order into shards of at most max_bytes of data each (a larger
-// tensor alone in its own), as transformers' save_pretrained fills them.
-std::vector<std::vector<tensor_ref>> shards_of(const std::vector<tensor_ref>& all,
-                                               int64_t elem_bytes, int64_t max_bytes) {
-  std::vector<std::vector<tensor_ref>> shards(1);
-  int64_t bytes = 0;
-  for (const tensor_ref& r : all) {
-    const int64_t b = r.t->elems() * elem_bytes;
-    if (!shards.back().empty() && bytes + b > max_bytes) {
-      shards.emplace_back();
-      bytes = 0;
-    }
-    shards.back().push_back(r);
-    bytes += b;
-  }
-  return shards;
 }
 
 }  // namespace
@@ -118,8 +96,8 @@ std::optional<int64_t> shard_size_bytes(const std::string& text) {
 }
 
 checkpoint_merged checkpoint_merge(const std::string& checkpoint, const std::string& out,
-                                   const std::string& dtype, int64_t max_shard_bytes,
-                                   const std::string& config_json) {
+                                   const std::string& dtype, const hf_directory_files* directory,
+                                   int64_t max_shard_bytes) {
   if (dtype != "F32" && dtype != "BF16" && dtype != "F16")
     throw std::runtime_error(fmt::format("unknown dtype {} (F32, BF16 or F16)", dtype));
   checkpoint_merged r;
@@ -128,61 +106,61 @@ checkpoint_merged checkpoint_merge(const std::string& checkpoint, const std::str
     throw std::runtime_error(fmt::format(
         "{}: merge writes nothing into the checkpoint it reads; name an output outside it",
         overlap));
+  if (directory)
+    if (const std::string why = hf_directory_problem(out); !why.empty())
+      throw std::runtime_error(
+          fmt::format("{}: cannot write a model directory there: {}", out, why));
   checkpoint_reader reader(r.checkpoint, checkpoint_manifest_read(r.checkpoint));
   const checkpoint_manifest& m = reader.manifest();
   r.step = m.step;
   r.spec = m.spec;
-  std::vector<tensor_ref> all;
-  for (size_t u = 0; u < m.units.size(); ++u)
-    for (const checkpoint_tensor& t : m.units[u].tensors) {
-      all.push_back({static_cast<int>(u), &t});
-      ++r.tensors;
-      r.params += t.elems();
-    }
+  const std::vector<tensor_ref> all = tensors_of(m);
+  std::vector<safetensors_entry> entries;
+  for (const tensor_ref& t : all) {
+    entries.push_back({t.t->name, t.t->shape});
+    ++r.tensors;
+    r.params += t.t->elems();
+  }
   // The metadata --save writes, so that both files are the same at one step.
   const std::map<std::string, std::string> metadata = {
       {"format", "pt"}, {"fsdpgen_spec", m.spec}, {"fsdpgen_step", std::to_string(m.step)}};
-  if (max_shard_bytes <= 0) {
-    r.bytes = write_file(out, all, dtype, metadata, reader);
+  if (!directory) {
+    r.bytes = write_file(out, all, safetensors_plan(entries, dtype, metadata), reader);
     return r;
   }
 
   // A model directory, written as out.partial and renamed when complete.
-  std::error_code ec;
-  if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)))
-    throw std::runtime_error(fmt::format(
-        "{} exists: --max-shard-size writes a model directory there and replaces nothing", out));
-  const fs::path partial = out + ".partial";
-  fs::remove_all(partial, ec);
-  if (!fs::create_directories(partial, ec))
-    throw std::runtime_error(fmt::format("cannot create {}: {}", partial.string(), ec.message()));
+  const std::vector<hf_weight_file> files = hf_weight_files(
+      entries, dtype, metadata, max_shard_bytes > 0 ? max_shard_bytes : kHfMaxShardBytes);
+  const fs::path partial = hf_directory_begin(out);
   try {
-    const std::vector<std::vector<tensor_ref>> shards =
-        shards_of(all, dtype_bytes_of(dtype), max_shard_bytes);
-    nlohmann::json weight_map = nlohmann::json::object();
-    int64_t tensor_bytes = 0;
-    for (size_t k = 0; k < shards.size(); ++k) {
-      const std::string name = shards.size() == 1 ? "model.safetensors"
-                                                  : fmt::format("model-{:05}-of-{:05}.safetensors",
-                                                                k + 1, shards.size());
-      r.bytes += write_file((partial / name).string(), shards[k], dtype, metadata, reader);
-      for (const tensor_ref& t : shards[k]) {
-        weight_map[t.t->name] = name;
-        tensor_bytes += t.t->elems() * dtype_bytes_of(dtype);
-      }
+    for (const hf_weight_file& f : files) {
+      std::vector<tensor_ref> mine;
+      for (size_t i : f.entries)
+        mine.push_back(all[i]);
+      r.bytes += write_file((partial / f.name).string(), mine, f.layout, reader);
     }
-    r.files = static_cast<int64_t>(shards.size());
-    if (shards.size() > 1) {
-      const nlohmann::json index = {{"metadata", {{"total_size", tensor_bytes}}},
-                                    {"weight_map", weight_map}};
-      write_text((partial / "model.safetensors.index.json").string(), index.dump(2) + "\n");
-    }
-    if (!config_json.empty()) write_text((partial / "config.json").string(), config_json);
-    if (fs::exists(out, ec)) fs::remove(out, ec);  // the empty directory checked above
-    fs::rename(partial, out);
+    r.files = static_cast<int64_t>(files.size());
+    hf_directory_write_files(partial.string(), files, *directory);
+    hf_directory_finish(out);
   } catch (...) {
-    fs::remove_all(partial, ec);
+    hf_directory_abandon(out);
     throw;
   }
   return r;
+}
+
+checkpoint_weights checkpoint_weights_read(const std::string& checkpoint) {
+  checkpoint_weights w;
+  w.checkpoint = checkpoint_resolve(checkpoint);
+  checkpoint_reader reader(w.checkpoint, checkpoint_manifest_read(w.checkpoint));
+  w.step = reader.manifest().step;
+  for (const tensor_ref& r : tensors_of(reader.manifest())) {
+    checkpoint_tensor_values& t = w.tensors.emplace_back();
+    t.name = r.t->name;
+    t.shape = r.t->shape;
+    t.values.resize(static_cast<size_t>(r.t->elems()));
+    read_tensor(reader, r, t.values.data());
+  }
+  return w;
 }

@@ -1,14 +1,16 @@
 // checkpoint_merge: `fsdpgen merge`: one model.safetensors with Hugging Face
 // names from a checkpoint's shard files, whatever world wrote them (the same
-// file `--save` writes at that step), or with a maximum shard size a model
-// directory as transformers' save_pretrained writes one (shard files with
-// model.safetensors.index.json). Optimizer state is not merged; a run that
+// file `--save` writes at that step), or the model directory `--save DIR`
+// writes (runtime/files/hf_directory.h). Optimizer state is not merged; a run that
 // needs it resumes from the checkpoint itself, at any world size.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "runtime/files/hf_directory.h"
 
 struct checkpoint_merged {
   std::string checkpoint;  // the step_N directory read
@@ -24,14 +26,32 @@ struct checkpoint_merged {
 std::optional<int64_t> shard_size_bytes(const std::string& text);
 
 // checkpoint: a step_N directory or a directory of them (its newest). dtype
-// "F32", "BF16" or "F16". Writes out.partial and renames it to out when
-// complete. With max_shard_bytes > 0, out is a new (or empty) directory: the
-// tensors in order in files of at most that many bytes of data each (a
-// larger tensor alone in one), model-0000k-of-0000n.safetensors and
-// model.safetensors.index.json, or model.safetensors when one file holds all,
-// and `config_json` as config.json when it is not empty. Nothing is left at
-// out (nor out.partial) when it fails. Throws std::runtime_error naming the
-// file and the problem.
+// "F32", "BF16" or "F16". Without `directory`, out is one safetensors file,
+// written as out.partial and renamed when complete. With it, out is a model
+// directory (runtime/files/hf_directory.h: new, empty, or a model directory
+// it replaces): the tensors in order in files of at most max_shard_bytes
+// of data each (0: kHfMaxShardBytes), their index when there are several,
+// and `directory`'s files, written as out.partial and renamed when
+// complete. Nothing is left at out (nor out.partial) when it fails. Throws
+// std::runtime_error naming the file and the problem.
 checkpoint_merged checkpoint_merge(const std::string& checkpoint, const std::string& out,
-                                   const std::string& dtype, int64_t max_shard_bytes = 0,
-                                   const std::string& config_json = "");
+                                   const std::string& dtype,
+                                   const hf_directory_files* directory = nullptr,
+                                   int64_t max_shard_bytes = 0);
+
+// A checkpoint's tensors, each whole in memory (fp32, Hugging Face names and
+// global shapes, in the manifest's order), as merge writes them: what
+// `fsdpgen sample` generates from.
+struct checkpoint_tensor_values {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+struct checkpoint_weights {
+  std::string checkpoint;  // the step_N directory read
+  int64_t step = 0;
+  std::vector<checkpoint_tensor_values> tensors;
+};
+// checkpoint: a step_N directory or a directory of them (its newest).
+// Throws std::runtime_error naming the file and the problem.
+checkpoint_weights checkpoint_weights_read(const std::string& checkpoint);

@@ -348,12 +348,32 @@ int64_t twice_saturated(int64_t n) {
 // GPT-2's tokenizer's <|endoftext|>, its bos and eos.
 constexpr int64_t kGpt2EndOfText = 50256;
 
+hf_special_ids hf_special_ids_by_vocab(const hf_model& m) {
+  hf_special_ids ids;
+  if (!m.llama && m.vocab > kGpt2EndOfText) ids.bos = ids.eos = kGpt2EndOfText;
+  return ids;
+}
+
+namespace {
+
+// An id as config.json writes it: the number, or null for none.
+json id_or_null(int64_t id, const hf_model* m, const char* key) {
+  if (m && id >= m->vocab)
+    throw std::logic_error(
+        fmt::format("hf_config_text: {} {} is outside the vocabulary of {}", key, id, m->vocab));
+  return id >= 0 ? json(id) : json();
+}
+
+}  // namespace
+
 std::string hf_config_text(const hf_model& m) {
-  // bos and eos: <|endoftext|> for a gpt2 model with GPT-2's vocabulary (or
-  // one padded past it), else null: a spec names no tokenizer, and the
-  // family defaults transformers would fill in (GPT-2's 50256, Llama's 1 and
-  // 2) lie outside a byte-level vocabulary of 256 or name ordinary tokens.
-  const json end_of_text = !m.llama && m.vocab > kGpt2EndOfText ? json(kGpt2EndOfText) : json();
+  return hf_config_text(m, hf_special_ids_by_vocab(m));
+}
+
+std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
+                           const std::string& torch_dtype) {
+  const json bos = id_or_null(ids.bos, &m, "bos_token_id");
+  const json eos = id_or_null(ids.eos, &m, "eos_token_id");
   json c;
   if (m.llama) {
     c = {{"architectures", {"LlamaForCausalLM"}},
@@ -375,9 +395,9 @@ std::string hf_config_text(const hf_model& m) {
          {"tie_word_embeddings", m.tied},
          {"attention_bias", false},
          {"mlp_bias", false},
-         {"bos_token_id", end_of_text},
-         {"eos_token_id", end_of_text},
-         {"torch_dtype", "float32"}};
+         {"bos_token_id", bos},
+         {"eos_token_id", eos},
+         {"torch_dtype", torch_dtype}};
     if (m.rope_factor > 0)
       c["rope_scaling"] = {{"rope_type", "llama3"},
                            {"factor", m.rope_factor},
@@ -396,10 +416,17 @@ std::string hf_config_text(const hf_model& m) {
          {"layer_norm_epsilon", m.norm_eps},
          {"activation_function", "gelu_new"},
          {"tie_word_embeddings", m.tied},
-         {"bos_token_id", end_of_text},
-         {"eos_token_id", end_of_text},
-         {"torch_dtype", "float32"}};
+         {"bos_token_id", bos},
+         {"eos_token_id", eos},
+         {"torch_dtype", torch_dtype}};
   }
+  return c.dump(2) + "\n";
+}
+
+std::string hf_generation_config_text(const hf_special_ids& ids) {
+  const json c = {{"bos_token_id", id_or_null(ids.bos, nullptr, "bos_token_id")},
+                  {"eos_token_id", id_or_null(ids.eos, nullptr, "eos_token_id")},
+                  {"pad_token_id", id_or_null(ids.pad, nullptr, "pad_token_id")}};
   return c.dump(2) + "\n";
 }
 

@@ -63,10 +63,30 @@ hf_model hf_model_of_config(const std::string& path, std::vector<hf_problem>* pr
 // least the model's context; floats agree within 1e-6 relative.
 std::vector<hf_mismatch> hf_config_mismatches(const std::string& path, const hf_model& m);
 
+// The special-token ids of a model's config.json and generation_config.json;
+// -1 where there is none (written null).
+struct hf_special_ids {
+  int64_t bos = -1, eos = -1, pad = -1;
+};
+
+// The ids a model has without a tokenizer to say them (a spec names none):
+// bos and eos GPT-2's <|endoftext|> (50256) for a gpt2 model of 50257
+// tokens or more, else none (the family defaults transformers would fill
+// in, GPT-2's 50256 and Llama's 1 and 2, lie outside a byte-level
+// vocabulary of 256 or name ordinary tokens); no pad.
+hf_special_ids hf_special_ids_by_vocab(const hf_model& m);
+
 // The config.json of the model, for transformers' LlamaForCausalLM or
-// GPT2LMHeadModel (fp32 weights): what hf_config_mismatches reads, so that
-// a directory with it and the weights loads with from_pretrained as it is.
-// bos_token_id and eos_token_id are GPT-2's <|endoftext|> (50256) for a gpt2
-// model of 50257 tokens or more, else null (no special token: a spec names
-// no tokenizer), never an id outside the vocabulary.
+// GPT2LMHeadModel: what hf_config_mismatches reads, so that a directory with
+// it and the weights loads with from_pretrained as it is. bos_token_id and
+// eos_token_id are `ids`' (the tokenizer's, from the token set's manifest),
+// by default hf_special_ids_by_vocab's; an id outside the vocabulary is an
+// internal error. torch_dtype names the weights' dtype ("float32",
+// "bfloat16" or "float16").
 std::string hf_config_text(const hf_model& m);
+std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
+                           const std::string& torch_dtype = "float32");
+
+// generation_config.json as transformers writes one from a model's config:
+// bos_token_id, eos_token_id and pad_token_id (null where there is none).
+std::string hf_generation_config_text(const hf_special_ids& ids);

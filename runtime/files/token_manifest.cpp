@@ -21,6 +21,7 @@ struct manifest {
   int64_t vocab_size = 0;
   std::map<std::string, int64_t> special;  // token -> id
   std::map<std::string, int64_t> shards;   // file name -> tokens
+  json tokenizer_object;                   // the manifest's "tokenizer"
 };
 
 // A manifest key's value, or an error naming the manifest and the key.
@@ -74,6 +75,7 @@ bool read_manifest(const std::string& path, manifest& m) {
         "{}: a token manifest of format '{}'; this binary reads '{}'", path, format, kFormat));
   m.path = path;
   const json& tokenizer = at(j, "tokenizer", path);
+  m.tokenizer_object = tokenizer;
   m.tokenizer = at(tokenizer, "name", path).is_string() ? tokenizer["name"].get<std::string>() : "";
   m.sha256 =
       at(tokenizer, "sha256", path).is_string() ? tokenizer["sha256"].get<std::string>() : "";
@@ -138,4 +140,48 @@ void token_manifest_check(const std::vector<token_file>& files, int token_bytes,
       throw std::runtime_error(
           fmt::format("{}: holds {} tokens, but {} says {}", f.path, dtype, m.path, m.dtype));
   }
+}
+
+namespace {
+
+// The manifest's {"token": ..., "id": ...} of `key` (eot, bos) into *token
+// and *id; absent or null leaves them as they are.
+void special_of(const manifest& m, const char* key, std::string* token, int64_t* id) {
+  const auto it = m.tokenizer_object.find(key);
+  if (it == m.tokenizer_object.end() || it->is_null()) return;
+  const json& t = at(*it, "token", m.path);
+  if (!t.is_string())
+    throw std::runtime_error(
+        fmt::format("{}: tokenizer {}'s 'token' is not a string", m.path, key));
+  *token = t.get<std::string>();
+  *id = integer(*it, "id", m.path);
+}
+
+}  // namespace
+
+std::optional<token_set_tokenizer> token_set_tokenizer_of(const std::string& token_file) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(token_file).parent_path();
+  manifest m;
+  if (!read_manifest((dir / "manifest.json").string(), m)) return std::nullopt;
+  token_set_tokenizer t;
+  t.manifest = m.path;
+  t.name = m.tokenizer;
+  special_of(m, "eot", &t.eot, &t.eot_id);
+  special_of(m, "bos", &t.bos, &t.bos_id);
+  std::error_code ec;
+  if (const auto file = m.tokenizer_object.find("file");
+      file != m.tokenizer_object.end() && !file->is_null()) {
+    const std::string name = file->is_string() ? file->get<std::string>() : "";
+    if (name.empty() || name == "." || name == ".." || fs::path(name).filename() != name)
+      throw std::runtime_error(fmt::format(
+          "{}: tokenizer 'file' is {}, not the name of a file beside it", m.path, file->dump()));
+    t.tokenizer_json = (dir / name).string();
+    if (!fs::is_regular_file(t.tokenizer_json, ec))
+      throw std::runtime_error(
+          fmt::format("{}: names the tokenizer {}, which is not there", m.path, t.tokenizer_json));
+  }
+  if (const fs::path config = dir / "tokenizer_config.json"; fs::is_regular_file(config, ec))
+    t.tokenizer_config = config.string();
+  return t;
 }

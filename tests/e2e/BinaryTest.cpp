@@ -242,9 +242,10 @@ TEST(Binary, UnwritableOutputsStopEveryRankBeforeTheFirstStep) {
                  "--trace /nonexistent/t.json: cannot write there", {0});
   EXPECT_FALSE(std::filesystem::exists(dir / "early.safetensors"));
   expect_refused("--metrics /nonexistent/m.jsonl", "--metrics /nonexistent/m.jsonl", {0});
-  expect_refused(fmt::format("--save {}", dir.string()),
-                 fmt::format("--save {}: cannot write there: it is a directory", dir.string()),
-                 {0, 1});
+  // A file's name (any other is a model directory's: HfDirectoryTest).
+  std::filesystem::create_directories(dir / "dir.safetensors");
+  expect_refused("--save dir.safetensors",
+                 "--save dir.safetensors: cannot write there: it is a directory", {0, 1});
   expect_refused("--checkpoint-every 1 --checkpoint-dir /proc/nope",
                  "--checkpoint-dir /proc/nope: cannot create the directory /proc/nope", {0, 1});
 

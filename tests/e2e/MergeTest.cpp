@@ -72,7 +72,8 @@ TEST(Merge, EqualsTheSavedWeightsOfALlamaRun) {
 // --max-shard-size: a model directory as transformers' save_pretrained
 // writes one (shards in tensor order, their index, config.json), which
 // --init-from reads back to exactly the weights of the single-file merge:
-// the same run's losses from either.
+// the same run's losses from either. Merged again, it replaces the model
+// directory there.
 TEST(Merge, ShardsIntoAModelDirectoryThatLoadsBackExactly) {
   E2eConfig c;
   c.family = "llama";
@@ -93,7 +94,8 @@ TEST(Merge, ShardsIntoAModelDirectoryThatLoadsBackExactly) {
   }
   EXPECT_EQ(tensors, 30) << "every tensor once: 3 blocks of 9, embedding, norm, head";
   EXPECT_GE(files.size(), 4u);
-  EXPECT_NE(m.out.find(fmt::format("({} files and config.json)", files.size())), std::string::npos)
+  EXPECT_NE(m.out.find(fmt::format("({} weight files, config.json", files.size())),
+            std::string::npos)
       << m.out;
   for (const std::string& f : files)
     EXPECT_LE(fs::file_size(dir / "hf" / f), 20000u + 4096u) << f;  // data within the limit
@@ -111,9 +113,14 @@ TEST(Merge, ShardsIntoAModelDirectoryThatLoadsBackExactly) {
         << from;
   EXPECT_EQ(read_losses(dir / "from_merged.jsonl"), read_losses(dir / "from_hf.jsonl"));
   EXPECT_EQ(read_losses(dir / "from_hf.jsonl").size(), 2u);
-  CmdResult again = merge(dir, "ckpt -o hf --max-shard-size 20kB");
-  EXPECT_NE(again.status, 0);
-  EXPECT_NE(again.out.find("hf exists"), std::string::npos) << again.out;
+  const std::string index_text = file_bytes(dir / "hf" / "model.safetensors.index.json");
+  CmdResult again = merge(dir, "ckpt -o hf");  // the default 5GB: one file
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_FALSE(fs::exists(dir / "hf" / "model.safetensors.index.json"));
+  EXPECT_TRUE(file_bytes(dir / "hf" / "model.safetensors") ==
+              file_bytes(dir / "merged.safetensors"));
+  EXPECT_FALSE(fs::exists(dir / "hf.partial"));
+  EXPECT_FALSE(index_text.empty());
 }
 
 // A directory with ckpt/step_00000001 of a one-step run of the default config.
@@ -172,19 +179,18 @@ TEST(Merge, FromAnotherDirectoryTheModelDirectoryGetsItsConfig) {
   const fs::path elsewhere = e2e_dir("merge_elsewhere_cwd");
   for (const char* out : {"hf", "hf_spec"})
     fs::remove_all(elsewhere / out);
-  CmdResult m =
-      merge(elsewhere, fmt::format("{} -o hf --max-shard-size 5GB", (dir / "ckpt").string()));
+  CmdResult m = merge(elsewhere, fmt::format("{} -o hf", (dir / "ckpt").string()));
   ASSERT_EQ(m.status, 0) << m.out;
-  EXPECT_NE(m.out.find("(1 file and config.json)"), std::string::npos) << m.out;
+  EXPECT_NE(m.out.find("(1 weight file, config.json (bos none, eos none)"), std::string::npos)
+      << m.out;
   ASSERT_TRUE(fs::exists(elsewhere / "hf" / "config.json")) << m.out;
   const nlohmann::json config = nlohmann::json::parse(file_bytes(elsewhere / "hf/config.json"));
   EXPECT_EQ(config.at("vocab_size"), 64);
   EXPECT_EQ(config.at("n_embd"), 32);
   EXPECT_TRUE(config.at("bos_token_id").is_null()) << config.dump();
   EXPECT_TRUE(config.at("eos_token_id").is_null()) << config.dump();
-  CmdResult named =
-      merge(elsewhere, fmt::format("{} -o hf_spec --max-shard-size 5GB --spec {}",
-                                   (dir / "ckpt").string(), (dir / "e2e.fsdp").string()));
+  CmdResult named = merge(elsewhere, fmt::format("{} -o hf_spec --spec {}", (dir / "ckpt").string(),
+                                                 (dir / "e2e.fsdp").string()));
   ASSERT_EQ(named.status, 0) << named.out;
   EXPECT_EQ(file_bytes(elsewhere / "hf_spec/config.json"),
             file_bytes(elsewhere / "hf/config.json"));
@@ -242,10 +248,8 @@ TEST(Merge, AModelDirectorysSpecIsARegularFileOfThisModel) {
   };
   for (const Case& c : cases) {
     const fs::path out = c.copy / "hf";
-    CmdResult bounded =
-        run_command(fmt::format("cd {} && timeout 60 {} merge ckpt -o hf "
-                                "--max-shard-size 5GB {}",
-                                c.copy.string(), FSDPGEN_BIN, c.extra));
+    CmdResult bounded = run_command(fmt::format("cd {} && timeout 60 {} merge ckpt -o hf {}",
+                                                c.copy.string(), FSDPGEN_BIN, c.extra));
     EXPECT_EQ(bounded.status, 1) << c.copy << "\n" << bounded.out;
     for (const std::string& s : c.said)
       EXPECT_NE(bounded.out.find(s), std::string::npos) << c.copy << ": " << s << "\n"
@@ -253,10 +257,16 @@ TEST(Merge, AModelDirectorysSpecIsARegularFileOfThisModel) {
     EXPECT_FALSE(fs::exists(out)) << out;
     EXPECT_FALSE(fs::exists(c.copy / "hf.partial")) << c.copy;
   }
-  // A spec only a model directory needs: --spec without one is refused.
-  CmdResult one_file = merge(dir, "ckpt -o one.safetensors --spec e2e.fsdp");
-  EXPECT_EQ(one_file.status, 1) << one_file.out;
-  EXPECT_NE(one_file.out.find("one .safetensors file has none"), std::string::npos) << one_file.out;
+  // A spec only a model directory needs: --spec (and --max-shard-size) with one file is refused.
+  for (const char* flag : {"--spec e2e.fsdp", "--max-shard-size 5GB"}) {
+    CmdResult one_file = merge(dir, fmt::format("ckpt -o one.safetensors {}", flag));
+    EXPECT_EQ(one_file.status, 1) << one_file.out;
+    EXPECT_NE(one_file.out.find(fmt::format("{}: -o one.safetensors names one .safetensors file, "
+                                            "which has no config.json and no shards",
+                                            flag)),
+              std::string::npos)
+        << one_file.out;
+  }
 }
 
 // Tensor names a safetensors file cannot hold (empty, __metadata__, twice)

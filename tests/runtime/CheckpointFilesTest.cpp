@@ -452,15 +452,16 @@ TEST_F(CheckpointFiles, MergeRefusesAnOutputInsideItsCheckpoint) {
   const fs::path d = root_ / "step_00000012";
   write_checkpoint(d);
   const std::string before = slurp(d / "shard_00000.bin");
-  expect_error([&] { checkpoint_merge(d.string(), (d / "shard_00000.bin").string(), "F32", 0); },
+  expect_error([&] { checkpoint_merge(d.string(), (d / "shard_00000.bin").string(), "F32"); },
                {(d / "shard_00000.bin").string() + " is inside " + d.string(),
                 "merge writes nothing into the checkpoint it reads"});
-  expect_error([&] { checkpoint_merge(root_.string(), (d / "hf").string(), "F32", 1 << 20); },
+  const hf_directory_files directory;
+  expect_error([&] { checkpoint_merge(root_.string(), (d / "hf").string(), "F32", &directory); },
                {(d / "hf").string() + " is inside " + d.string()});
   EXPECT_EQ(slurp(d / "shard_00000.bin"), before);
   EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator()), 3);
   const checkpoint_merged m =
-      checkpoint_merge(d.string(), (root_ / "model.safetensors").string(), "F32", 0);
+      checkpoint_merge(d.string(), (root_ / "model.safetensors").string(), "F32");
   EXPECT_EQ(m.tensors, 3);
 }
 
