@@ -182,6 +182,7 @@ const KeyTable<ParallelSpec>& parallel_keys() {
 const KeyTable<TrainSpec>& train_keys() {
   auto has_val = [](const TrainSpec& t) { return t.val.has_value(); };
   auto has_eval = [](const TrainSpec& t) { return !t.eval.empty(); };
+  auto has_samples = [](const TrainSpec& t) { return t.sample_every > 0; };
   static const KeyTable<TrainSpec> t = {
       custom_key<TrainSpec>(
           "optimizer",
@@ -250,6 +251,8 @@ const KeyTable<TrainSpec>& train_keys() {
           .when(has_eval),
       int_key("eval_every", &TrainSpec::eval_every, 0, kMaxCount).when(has_eval),
       int_key("eval_examples", &TrainSpec::eval_examples, 0, kMaxCount).when(has_eval),
+      int_key("sample_every", &TrainSpec::sample_every, 0, kMaxCount).when(has_samples),
+      int_key("sample_tokens", &TrainSpec::sample_tokens, 1, kMaxCount).when(has_samples),
       custom_key<TrainSpec>(
           "checkpoint",
           [](FieldReader& r, const ast::Entry& e, TrainSpec&) { r.read_checkpoint(e); },

@@ -398,6 +398,14 @@ void eval_settings_need_eval(const CheckContext& c) {
   }
 }
 
+// sample_tokens sizes the samples that sample_every asks for.
+void sample_tokens_need_samples(const CheckContext& c) {
+  if (c.spec.train.sample_every > 0 || !c.keys.has("train.sample_tokens")) return;
+  Diagnostic& e = c.diags.error(c.keys.where("train.sample_tokens"),
+                                "'sample_tokens' is set but sample_every is 0 (no samples)");
+  Diagnostics::note(e, "add e.g. sample_every = 100 to the train section (docs/sample.md)");
+}
+
 // Text is read as bytes (ids 0-255): into a smaller vocabulary they do not
 // fit; into a larger one (a tokenizer's) they are a likely mistake, refused
 // unless the source says allow_bytes = true.
@@ -464,6 +472,7 @@ constexpr Rule kRules[] = {
     {RuleSection::Train, checkpoint_fires_within_the_run},
     {RuleSection::Train, val_settings_need_val},
     {RuleSection::Train, eval_settings_need_eval},
+    {RuleSection::Train, sample_tokens_need_samples},
     {RuleSection::Train, text_fits_the_vocabulary},
 };
 

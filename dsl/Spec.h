@@ -408,6 +408,11 @@ struct TrainSpec {
   std::string eval;
   int64_t eval_every = 250;
   int64_t eval_examples = 0;
+  // Samples (docs/sample.md): every sample_every steps (0: none) rank 0
+  // prints a few generations of sample_tokens tokens and adds them to the
+  // --metrics line.
+  int64_t sample_every = 0;
+  int64_t sample_tokens = 64;
   CheckpointSpec checkpoint;
   int64_t log_every = 1;
   // Seconds one op of the step may run before the binary's watchdog reports

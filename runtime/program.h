@@ -251,6 +251,10 @@ struct program_train {
   const char* eval = "";
   int64_t eval_every = 0;
   int64_t eval_examples = 0;
+  // Samples (runtime/training_samples.cpp): every sample_every steps (0:
+  // only where --sample-every asks), generations of sample_tokens tokens.
+  int64_t sample_every = 0;
+  int64_t sample_tokens = 64;
   double stall_timeout_s = 0;  // the watchdog's limit on one op (--stall-timeout's default)
   program_guard guard;
 };

@@ -2,6 +2,7 @@
 #include "runtime/run_log.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <cmath>
@@ -104,7 +105,7 @@ void run_log_metrics_line(std::FILE* f, const step_record& r) {
       "%.3f, \"host_resident_bytes\": %lld, \"arena_resident_bytes\": %lld, "
       "\"arena_growth_bytes\": %lld%s%s, "
       "\"skipped\": %s, \"loss_scale\": %.9g, \"tokens_per_s\": %.1f, \"epoch\": "
-      "%lld%s%s%s%s%s}\n",
+      "%lld%s%s%s%s%s%s}\n",
       static_cast<long long>(r.step + 1), json_number(r.loss).c_str(), r.lr,
       json_number(r.grad_norm).c_str(), r.seconds * 1e3,
       static_cast<long long>(m.host_resident_bytes), static_cast<long long>(m.arena_resident_bytes),
@@ -128,7 +129,10 @@ void run_log_metrics_line(std::FILE* f, const step_record& r) {
           ? fmt::format(", \"eval_acc\": {}, \"eval_acc_norm\": {}, \"eval_examples\": {}",
                         json_number(r.eval->acc), json_number(r.eval->acc_norm), r.eval->examples)
                 .c_str()
-          : "");
+          : "",
+      r.samples.empty()
+          ? ""
+          : fmt::format(", \"samples\": {}", nlohmann::json(r.samples).dump()).c_str());
   std::fflush(f);
 }
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/backend.h"
 #include "runtime/checkpoint.h"
@@ -57,6 +58,7 @@ struct step_record {
   double val_loss = 0;             // per token, over val_sequences sequences
   double checkpoint_stall_s = -1;  // a checkpoint's step: the seconds it held the run up (-1: none)
   std::optional<eval_record> eval;  // the multiple-choice evaluation after this step
+  std::vector<std::string> samples;  // the generations printed after this step (rank 0)
   memory_reading machine;
   std::optional<straggler_report> straggler;  // every --straggler-every steps (rank 0)
 };

@@ -48,6 +48,7 @@ int run(const program& p, const train_options& o, const launch_info& li, const b
     step_record r = t.train_step(step);
     if (t.validation_due(step + 1)) r.validated = true, r.val_loss = t.validate(step + 1).loss;
     if (t.eval_due(step + 1)) r.eval = t.evaluate(step + 1);
+    if (t.samples_due(step + 1)) r.samples = t.sample(step + 1);
     t.checkpoint_and_log(step, r);
     if (t.stop_requested()) {
       t.print_stopped(step);

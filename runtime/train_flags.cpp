@@ -50,6 +50,13 @@ std::optional<int> train_flags_parse(const program& p, int argc, char** argv,
   app.add_option("--eval-scores", o.eval_scores,
                  "write each evaluation's per-example scores (each candidate's loss sum and "
                  "tokens, both predictions) as JSON lines, replaced by the next evaluation");
+  app.add_option("--sample-every", o.sample_every,
+                 "steps between samples: rank 0 prints a few generations from the document "
+                 "start (docs/sample.md; 0: none; default: the spec's sample_every)")
+      ->check(whole_number(0));
+  app.add_option("--sample-tokens", o.sample_tokens,
+                 "tokens each sample generates (default: the spec's sample_tokens)")
+      ->check(whole_number(1));
   app.add_option("--shuffle", o.run.shuffle,
                  "true: each epoch reads the training sequences in a seeded order; false: in "
                  "file order (default: the spec's shuffle)")

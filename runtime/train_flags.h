@@ -21,6 +21,9 @@ struct train_options {
   int64_t eval_every = -1;
   int64_t eval_examples = -1;
   std::string eval_scores;  // each evaluation's per-example scores, JSON lines (rank 0)
+  // Samples (runtime/training_samples.cpp): -1 where not given (the spec's).
+  int64_t sample_every = -1;
+  int64_t sample_tokens = -1;
   std::string trace;
   int64_t trace_step = -1;
   std::string trace_data;

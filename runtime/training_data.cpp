@@ -14,8 +14,6 @@
 #include "runtime/comm.h"
 #include "runtime/human.h"
 
-namespace {
-
 // A spec's data source (paths one per line), or what a flag gave instead:
 // "synthetic", one text file, or token files and glob patterns (.bin).
 // `given`: the flag as given to this launch (not taken back from a checkpoint).
@@ -55,8 +53,6 @@ data_config data_config_of(const program& p, const program_data& spec,
   d.allow_bytes = allow_bytes || given.empty();
   return d;
 }
-
-}  // namespace
 
 // Collective: the training data and, when validated, the validation data.
 // Nothing is read yet: files are checked and mapped.

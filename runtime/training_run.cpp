@@ -38,6 +38,7 @@ training_run::training_run(const program& p, const train_options& o, const check
 
 void training_run::set_up(const backend_kind& kind) {
   c_.p = &p_;
+  open_samples();  // before the backend, so that set-up's memory beside the arena leaves it out
   b_ = kind.make(p_);
   open_data();
   open_eval();
@@ -124,6 +125,7 @@ void training_run::print_banner() const {
                       o_.resume, tokens_per_step_, ckpt_, written});
   if (const std::string note = optimizer_warmup_note(p_, steps_); !note.empty())
     std::printf("warning: %s\n", note.c_str());
+  if (sampler_) std::printf("%s\n", samples_banner().c_str());
 }
 
 void training_run::print_stopped(int64_t step) const {

@@ -32,6 +32,8 @@
 #include "runtime/straggler.h"
 #include "runtime/train_flags.h"
 
+struct training_sampler;  // runtime/training_samples.cpp
+
 // One training run, from its checks to its last outputs. run()
 // (runtime/train.cpp) calls its steps in order; collective steps are called
 // on every rank, and each prints what it did on rank 0.
@@ -76,6 +78,11 @@ class training_run {
   eval_record evaluate(int64_t steps_done);
   // A run with no step to train scores the weights it was given.
   void evaluate_untrained();
+  // Samples (runtime/training_samples.cpp): after `steps_done` steps, every sample_every steps.
+  bool samples_due(int64_t steps_done) const;
+  // Collective: every rank's weights to rank 0, which prints a few
+  // generations from the document start and returns them (empty elsewhere).
+  std::vector<std::string> sample(int64_t steps_done);
   // The --metrics line of every step, the log line of every log_every-th.
   void log(const step_record& r);
   // Every checkpoint_every steps, at the end, and when asked to stop.
@@ -101,6 +108,8 @@ class training_run {
   void resume();
   void open_data();
   void open_eval();
+  void open_samples();
+  std::string samples_banner() const;
   void write_eval_scores(const std::vector<double>& loss_sums) const;
   void warn_if_val_is_trained_on() const;
   void scale_gradients(int64_t step);
@@ -169,7 +178,19 @@ class training_run {
   eval_file eval_;
   int64_t eval_examples_ = 0;
   int64_t eval_every_ = 0;
+  // Samples: every sample_every_ steps (0: none); rank 0's generator and
+  // buffers (null elsewhere), made at set-up before the arena.
+  int64_t sample_every_ = 0;
+  std::shared_ptr<training_sampler> sampler_;
 };
+
+// The training or validation data as the run reads it (runtime/training_data.cpp):
+// the spec's source, or the flag's files (`flag`: the run's, `given`: this
+// launch's), of `role` "data" or "val".
+data_config data_config_of(const program& p, const program_data& spec,
+                           const std::vector<std::string>& flag,
+                           const std::vector<std::string>& given, bool allow_bytes, bool shuffle,
+                           const char* role);
 
 // Resuming (runtime/training_checkpoints.cpp), before the run is made.
 

@@ -17,6 +17,9 @@
 //   fsdpgen metrics RUN.jsonl --tensorboard DIR [--wandb-offline DIR] [--follow [--pid PID]]
 //                   (tools/metrics_export.py's flags)
 //   fsdpgen train-tokenizer INPUT... -o DIR --vocab N ...  (tools/train_tokenizer.py's flags)
+//   fsdpgen sample MODEL [--spec spec.fsdp] [--prompt TEXT | --prompt-ids IDS] [--tokens N]
+//                  [--temperature T] [--top-k K] [--top-p P] [--seed S] [--samples K]
+//                  [--tokenizer tokenizer.json]
 //   fsdpgen tune spec.fsdp [--world N | --worlds 8,16,32] [--gpu KIND | --hardware PROFILE]
 //                [-o tuned.fsdp] [--top K] [--keep KNOB...] [--allow-batch-change]
 //                [--allow-numerics] [--min-gain PCT] [--write-candidates DIR]
@@ -40,6 +43,7 @@
 #include "codegen/cli/Merge.h"
 #include "codegen/cli/Plan.h"
 #include "codegen/cli/PythonTool.h"
+#include "codegen/cli/Sample.h"
 #include "codegen/cli/Tune.h"
 #include "dsl/Spec.h"
 #include "dsl/suggest/Suggest.h"
@@ -303,6 +307,39 @@ static int run_fsdpgen(int argc, char** argv) {
   train_tokenizer->prefix_command();
   train_tokenizer->set_help_flag();
 
+  fsdpgen::SampleOptions sample_opts;
+  CLI::App* sample = app.add_subcommand(
+      "sample",
+      "text generated on the CPU with a KV cache from a checkpoint, a .safetensors file with "
+      "--spec, or a Hugging Face model directory (docs/sample.md)");
+  sample
+      ->add_option("model", sample_opts.model,
+                   "a checkpoint (step_N or a directory of them), a .safetensors file (with "
+                   "--spec) or a Hugging Face model directory (config.json)")
+      ->required();
+  sample->add_option("--spec", sample_opts.spec,
+                     "the spec the weights were trained from (default: a checkpoint's own)");
+  sample->add_option("--prompt", sample_opts.prompt,
+                     "text to continue, encoded by the tokenizer through Hugging Face tokenizers "
+                     "(bytes for a 256-token model)");
+  sample->add_option("--prompt-ids", sample_opts.prompt_ids,
+                     "token ids to continue, e.g. 50256,464 (default: the document-start token)");
+  sample->add_option("--tokens", sample_opts.tokens, "tokens to generate (default 64)");
+  sample->add_option("--temperature", sample_opts.temperature,
+                     "logits divided by it before drawing; 0: greedy (default 1)");
+  sample->add_option("--top-k", sample_opts.top_k,
+                     "draw among the k most likely tokens (default 0: all)");
+  sample->add_option("--top-p", sample_opts.top_p,
+                     "draw among the fewest most likely tokens whose probability reaches p "
+                     "(default 1: all)");
+  sample->add_option("--seed", sample_opts.seed,
+                     "the generator's seed (std::mt19937_64); sample k uses seed + k "
+                     "(default 1337)");
+  sample->add_option("--samples", sample_opts.samples, "samples to print (default 1)");
+  sample->add_option("--tokenizer", sample_opts.tokenizer,
+                     "the tokenizer.json (or its directory) that decodes the ids (default: the "
+                     "model directory's, or the one beside the run's token set's manifest.json)");
+
   fsdpgen::TuneCliOptions tune_opts;
   CLI::App* tune = app.add_subcommand(
       "tune",
@@ -347,9 +384,9 @@ static int run_fsdpgen(int argc, char** argv) {
   // `fsdpgen spec.fsdp -o train` is `fsdpgen build spec.fsdp -o train`.
   std::vector<std::string> args(argv + 1, argv + argc);
   const std::vector<std::string_view> commands = {
-      "check", "schedule",  "plan",         "emit",        "build",
-      "merge", "calibrate", "compare",      "check-layer", "import-hf",
-      "tune",  "prepare",   "prepare-eval", "metrics",     "train-tokenizer"};
+      "check",     "schedule",        "plan",        "emit",        "build", "merge",
+      "calibrate", "compare",         "check-layer", "import-hf",   "tune",  "prepare",
+      "metrics",   "train-tokenizer", "sample",      "prepare-eval"};
   if (!args.empty() && !args[0].empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
     if (!fsdpgen::looks_like_spec_path(args[0])) {
@@ -391,6 +428,7 @@ static int run_fsdpgen(int argc, char** argv) {
     return fsdpgen::run_python_tool("train-tokenizer", "train_tokenizer.py",
                                     train_tokenizer->remaining());
   if (tune->parsed()) return fsdpgen::run_tune(tune_opts, fsdpgen::gpu_visible());
+  if (sample->parsed()) return fsdpgen::run_sample(sample_opts);
   if (compare->parsed())
     return fsdpgen::run_compare(compare_predicted, compare_measured, compare_rank, compare_top,
                                 compare_merged, compare_ranks);

@@ -135,6 +135,10 @@ std::vector<Init> train_fields(const EmitContext& c) {
     f.push_back({"eval_every", i(t.eval_every)});
     f.push_back({"eval_examples", i(t.eval_examples)});
   }
+  if (t.sample_every > 0) {
+    f.push_back({"sample_every", i(t.sample_every)});
+    f.push_back({"sample_tokens", i(t.sample_tokens)});
+  }
   f.push_back({"stall_timeout_s", cpp_double(t.stall_timeout)});
   if (const GuardSpec& g = t.guard; g.enabled())
     f.push_back({"guard",

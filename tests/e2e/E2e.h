@@ -198,7 +198,7 @@ inline uint64_t fnv1a64_of_files(const std::vector<std::filesystem::path>& files
 // built (paths from tests/CMakeLists.txt).
 inline std::vector<std::filesystem::path> build_inputs() {
   std::vector<std::filesystem::path> files = {FSDPGEN_BIN, FSDPGEN_RUNTIME_LIB, FSDPGEN_FILES_LIB,
-                                              FSDPGEN_SUGGEST_LIB};
+                                              FSDPGEN_GENERATE_LIB, FSDPGEN_SUGGEST_LIB};
   if (std::strlen(FSDPGEN_CUDA_LIB) > 0) files.emplace_back(FSDPGEN_CUDA_LIB);
   return files;
 }

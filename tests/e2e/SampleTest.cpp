@@ -1,0 +1,122 @@
+// SampleTest: samples during training (sample_every) and `fsdpgen sample`
+// afterwards. A byte-level model trained 6 steps over 2 ranks (full_shard,
+// so every tensor is split between them) prints 2 samples after steps 3 and
+// 6 and puts them on those steps' --metrics lines; `fsdpgen sample` on the
+// checkpoint of step 6 (its spec found from the manifest) and on the --save
+// file with --spec, with the seed the run used, prints the same text: the
+// weights the run gathered to rank 0 are the checkpoint's, whole.
+#include "tests/e2e/E2e.h"
+
+namespace fsdpgen::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kSpec = R"(model sample_tiny {
+  family = gpt2
+  vocab = 256
+  context = 64
+  width = 64
+  heads = 4
+  layers = 2
+  tie_embeddings = true
+}
+units { each block }
+parallel { world = 2  sharding = full_shard }
+train {
+  optimizer = adamw(lr = 3e-3)
+  micro_batch = 4
+  steps = 6
+  seed = 1337
+  data = text("corpus.txt")
+  checkpoint(every = 6, dir = "ckpt", keep = 1)
+  sample_every = 3
+  sample_tokens = 24
+}
+)";
+
+CmdResult sample(const fs::path& dir, const std::string& args) {
+  return run_command(fmt::format("cd {} && {} sample {}", dir.string(), FSDPGEN_BIN, args));
+}
+
+// The text of sample 1 in `fsdpgen sample`'s output, less the prompt (a newline).
+std::string first_sample(const std::string& out) {
+  const std::string head = "--- sample 1/1 (seed 1349)\n\n";
+  const size_t at = out.find(head);
+  if (at == std::string::npos) return "(no sample in: " + out + ")";
+  const size_t begin = at + head.size();
+  return out.substr(begin, out.rfind('\n') - begin);
+}
+
+TEST(Sample, TrainingSamplesAreTheCheckpointsGenerations) {
+  const fs::path dir = e2e_dir("sample_training");
+  std::string corpus;
+  for (int i = 0; i < 200; ++i)
+    corpus += "the quick brown fox jumps over the lazy dog. ";
+  std::ofstream(dir / "corpus.txt") << corpus;
+  fs::remove_all(dir / "ckpt");
+  const fs::path bin = build_binary(dir, kSpec);
+  const CmdResult r = run_binary(2, bin, "--metrics m.jsonl --save out.safetensors");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("samples: every 3 steps, 2 of 24 tokens from a newline"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("step 6 | samples from a newline:\n--- sample 1/2\n"), std::string::npos)
+      << r.out;
+  const std::vector<nlohmann::json> m = read_metrics(dir / "m.jsonl");
+  ASSERT_EQ(m.size(), 6u);
+  for (size_t s = 0; s < m.size(); ++s)
+    EXPECT_EQ(m[s].contains("samples"), s == 2 || s == 5) << m[s].dump();
+  ASSERT_TRUE(m[5].contains("samples"));
+  const std::vector<std::string> texts = m[5].at("samples");
+  ASSERT_EQ(texts.size(), 2u);
+  EXPECT_NE(texts[0], texts[1]) << "two seeds, two samples";
+
+  // Sample k after step s is drawn with seed 1337 + 2 s + k: 1349 for the first after step 6.
+  const std::string args = "--prompt-ids 10 --tokens 24 --seed 1349";
+  const CmdResult from_checkpoint = sample(dir, "ckpt " + args);
+  ASSERT_EQ(from_checkpoint.status, 0) << from_checkpoint.out;
+  EXPECT_NE(from_checkpoint.out.find("(step 6, spec"), std::string::npos) << from_checkpoint.out;
+  EXPECT_EQ(first_sample(from_checkpoint.out), texts[0]);
+  const CmdResult from_file = sample(dir, "out.safetensors --spec e2e.fsdp " + args);
+  ASSERT_EQ(from_file.status, 0) << from_file.out;
+  EXPECT_EQ(first_sample(from_file.out), texts[0]);
+  // Byte-level: the prompt's text is its bytes, no tokenizer needed.
+  const CmdResult text_prompt = sample(dir, "ckpt --prompt 'the quick' --tokens 8 --temperature 0");
+  ASSERT_EQ(text_prompt.status, 0) << text_prompt.out;
+  EXPECT_NE(text_prompt.out.find("--- sample 1/1 (seed 1337)\nthe quick"), std::string::npos)
+      << text_prompt.out;
+}
+
+TEST(Sample, BadInputsAreNamed) {
+  const fs::path dir = e2e_dir("sample_errors");
+  std::ofstream(dir / "x.txt") << "not weights";
+  const struct {
+    std::string args, error;
+  } cases[] = {
+      {"missing", "missing: no such file or directory"},
+      {"x.txt", "x.txt: not a .safetensors file, a checkpoint or a model directory"},
+      {"--temperature -1 x.txt", "--temperature -1 is not a number >= 0"},
+      {"--top-k -3 x.txt", "--top-k -3 is negative"},
+      {"--tokens 0 x.txt", "--tokens 0 is below 1"},
+      {"--prompt a --prompt-ids 1 x.txt", "--prompt and --prompt-ids: give one of them"},
+      {fmt::format("{}/tests/runtime/generate_reference/gpt2 --prompt-ids 1,64",
+                   FSDPGEN_SOURCE_DIR),
+       "--prompt-ids 1,64: '64' is not a token id of the model (0 to 63)"},
+      {fmt::format("{}/tests/runtime/generate_reference/gpt2", FSDPGEN_SOURCE_DIR),
+       "no prompt, and no document-start token"},
+      {fmt::format("{}/tests/runtime/generate_reference/gpt2 --prompt hello", FSDPGEN_SOURCE_DIR),
+       "--prompt needs a tokenizer to encode it"},
+      {fmt::format("{}/tests/runtime/generate_reference/gpt2 --spec x.fsdp --prompt-ids 1",
+                   FSDPGEN_SOURCE_DIR),
+       "--spec x.fsdp: "},
+  };
+  for (const auto& c : cases) {
+    const CmdResult r = sample(dir, c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find("fsdpgen: error: " + c.error), std::string::npos) << c.args << "\n"
+                                                                           << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace fsdpgen::test
