@@ -87,6 +87,43 @@ TEST(Sample, TrainingSamplesAreTheCheckpointsGenerations) {
       << text_prompt.out;
 }
 
+// A token set `fsdpgen prepare` made with a byte-level BPE: the samples start
+// from its <|endoftext|> and are decoded by the tokenizer.json beside its
+// manifest, in the run and in `fsdpgen sample` (whose --prompt the
+// tokenizers library encodes). Needs the tools' venv (prepare, the prompt).
+TEST(Sample, ATokenSetsTokenizerDecodesAndEncodes) {
+  const fs::path python = fs::path(FSDPGEN_BIN).parent_path() / "python" / "bin" / "python";
+  if (!fs::exists(python))
+    GTEST_SKIP() << "no tools venv at " << python << " (bash tools/setup.sh python)";
+  const fs::path dir = e2e_dir("sample_token_set");
+  std::string corpus;
+  for (int i = 0; i < 300; ++i)
+    corpus += "the river and the market of the city. ";
+  std::ofstream(dir / "corpus.txt") << corpus;
+  fs::remove_all(dir / "ts");
+  fs::remove_all(dir / "ckpt");
+  const std::string tokenizer =
+      (fs::path(FSDPGEN_SOURCE_DIR) / "tests/runtime/decode_reference/gpt2/tokenizer.json")
+          .string();
+  const CmdResult prepared = run_command(fmt::format(
+      "cd {} && {} prepare corpus.txt -o ts --tokenizer {}", dir.string(), FSDPGEN_BIN, tokenizer));
+  ASSERT_EQ(prepared.status, 0) << prepared.out;
+  std::string spec = kSpec;
+  spec.replace(spec.find("vocab = 256"), 11, "vocab = 400");
+  spec.replace(spec.find("text(\"corpus.txt\")"), 18, "tokens(\"ts/train_*.bin\")");
+  const fs::path bin = build_binary(dir, spec);
+  const CmdResult r = run_binary(2, bin, "--steps 3 --checkpoint-every 3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("from <|endoftext|> (temperature 1), decoded by ts/tokenizer.json"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("step 3 | samples from <|endoftext|>:"), std::string::npos) << r.out;
+  const CmdResult s = sample(dir, "ckpt --prompt 'the river' --tokens 4 --temperature 0");
+  ASSERT_EQ(s.status, 0) << s.out;
+  EXPECT_NE(s.out.find("decoded by ts/tokenizer.json"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("--- sample 1/1 (seed 1337)\nthe river"), std::string::npos) << s.out;
+}
+
 TEST(Sample, BadInputsAreNamed) {
   const fs::path dir = e2e_dir("sample_errors");
   std::ofstream(dir / "x.txt") << "not weights";
