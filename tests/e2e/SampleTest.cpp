@@ -1,5 +1,5 @@
 // SampleTest: samples during training (sample_every) and `fsdpgen sample`
-// afterwards. A byte-level model trained 6 steps over 2 ranks (full_shard,
+// afterwards. A byte-level model (GPT-2, and Llama) trained 6 steps over 2 ranks (full_shard,
 // so every tensor is split between them) prints 2 samples after steps 3 and
 // 6 and puts them on those steps' --metrics lines; `fsdpgen sample` on the
 // checkpoint of step 6 (its spec found from the manifest) and on the --save
@@ -48,14 +48,26 @@ std::string first_sample(const std::string& out) {
   return out.substr(begin, out.rfind('\n') - begin);
 }
 
-TEST(Sample, TrainingSamplesAreTheCheckpointsGenerations) {
-  const fs::path dir = e2e_dir("sample_training");
+// GPT-2 as kSpec states it, or Llama (grouped-query attention, rotary
+// positions, an untied head).
+std::string spec_of(const std::string& family) {
+  std::string spec = kSpec;
+  if (family == "llama")
+    spec.replace(spec.find("family = gpt2"), 13, "family = llama\n  kv_heads = 2")
+        .replace(spec.find("tie_embeddings = true"), 21, "tie_embeddings = false");
+  return spec;
+}
+
+class SampleFamily : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SampleFamily, TrainingSamplesAreTheCheckpointsGenerations) {
+  const fs::path dir = e2e_dir(std::string("sample_training_") + GetParam());
   std::string corpus;
   for (int i = 0; i < 200; ++i)
     corpus += "the quick brown fox jumps over the lazy dog. ";
   std::ofstream(dir / "corpus.txt") << corpus;
   fs::remove_all(dir / "ckpt");
-  const fs::path bin = build_binary(dir, kSpec);
+  const fs::path bin = build_binary(dir, spec_of(GetParam()));
   const CmdResult r = run_binary(2, bin, "--metrics m.jsonl --save out.safetensors");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("samples: every 3 steps, 2 of 24 tokens from a newline"), std::string::npos)
@@ -91,6 +103,9 @@ TEST(Sample, TrainingSamplesAreTheCheckpointsGenerations) {
 // from its <|endoftext|> and are decoded by the tokenizer.json beside its
 // manifest, in the run and in `fsdpgen sample` (whose --prompt the
 // tokenizers library encodes). Needs the tools' venv (prepare, the prompt).
+INSTANTIATE_TEST_SUITE_P(Families, SampleFamily, ::testing::Values("gpt2", "llama"),
+                         [](const auto& info) { return std::string(info.param); });
+
 TEST(Sample, ATokenSetsTokenizerDecodesAndEncodes) {
   const fs::path python = fs::path(FSDPGEN_BIN).parent_path() / "python" / "bin" / "python";
   if (!fs::exists(python))
