@@ -5,8 +5,8 @@
 // unit through backend::with_host_weights (the arena itself on the CPU, a
 // host copy on a GPU) to one MPI gather into a buffer rank 0 allocated at
 // set-up, before the arena, with the generator's KV cache and scratch
-// (runtime/generate/generator.h); nothing is allocated at a sample but the
-// texts.
+// (runtime/generate/generator.h); a sample allocates only its ids and texts,
+// and the other ranks wait for rank 0 in the error agreement that ends it.
 #include "runtime/training_run.h"
 
 #include <glob.h>
