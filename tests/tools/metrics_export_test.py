@@ -29,36 +29,8 @@ import unittest
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 TOOL = os.path.join(ROOT, "tools", "metrics_export.py")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-FSDPGEN = os.environ.get("FSDPGEN_BIN", "")
-
-
-def reexec_with_tensorboard():
-    """Runs this script with the python given as --python when this one has no
-    tensorboardX and tensorboard; exits 77 when that one is missing too."""
-    global FSDPGEN
-    args = sys.argv[1:]
-    python = None
-    if "--python" in args:
-        i = args.index("--python")
-        python = args[i + 1]
-        del args[i:i + 2]
-    if "--fsdpgen" in args:
-        i = args.index("--fsdpgen")
-        FSDPGEN = os.environ["FSDPGEN_BIN"] = args[i + 1]
-        del args[i:i + 2]
-    sys.argv[1:] = args
-    try:
-        import tensorboardX  # noqa: F401
-        import tensorboard  # noqa: F401
-        return
-    except ImportError:
-        pass
-    if python and os.path.exists(python) and \
-            os.path.realpath(python) != os.path.realpath(sys.executable):
-        os.execv(python, [python, os.path.abspath(sys.argv[0])] + args)
-    print(f"skipped: no python with tensorboardX and tensorboard ({python or 'no --python'} "
-          "is not there or lacks them); bash tools/setup.sh python installs them in build/python")
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import prepare_test  # noqa: E402  (its re-exec under the venv's python, and FSDPGEN)
 
 
 def has_wandb():
@@ -454,7 +426,7 @@ class FsdpgenMetrics(unittest.TestCase):
     """`fsdpgen metrics` runs the tool with the tools' python."""
 
     def setUp(self):
-        if not FSDPGEN:
+        if not prepare_test.FSDPGEN:
             self.skipTest("no --fsdpgen binary given")
         self.dir = tempfile.mkdtemp()
 
@@ -463,17 +435,20 @@ class FsdpgenMetrics(unittest.TestCase):
 
     def test_the_command_runs_the_tool(self):
         env = dict(os.environ, FSDPGEN_PYTHON=sys.executable)
-        r = subprocess.run([FSDPGEN, "metrics", "--help"], capture_output=True, text=True, env=env)
+        r = subprocess.run([prepare_test.FSDPGEN, "metrics", "--help"], capture_output=True, text=True,
+                           env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("usage: fsdpgen metrics", r.stdout)
         metrics = os.path.join(self.dir, "run.jsonl")
         write(metrics, [step_line(1), step_line(2)])
         tb = os.path.join(self.dir, "tb")
-        r = subprocess.run([FSDPGEN, "metrics", metrics, "--tensorboard", tb], capture_output=True,
+        r = subprocess.run([prepare_test.FSDPGEN, "metrics", metrics, "--tensorboard", tb],
+                           capture_output=True,
                            text=True, env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual([s for s, _ in read_tensorboard(tb)[0]["loss"]], [1, 2])
-        r = subprocess.run([FSDPGEN, "metrics", metrics, "--tensorboard", tb], capture_output=True,
+        r = subprocess.run([prepare_test.FSDPGEN, "metrics", metrics, "--tensorboard", tb],
+                           capture_output=True,
                            text=True, env=dict(os.environ, FSDPGEN_PYTHON="/nonexistent/python"))
         self.assertEqual(r.returncode, 1)
         self.assertIn("fsdpgen metrics: error: /nonexistent/python: no python there", r.stderr)
@@ -481,5 +456,6 @@ class FsdpgenMetrics(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    reexec_with_tensorboard()
+    prepare_test.reexec_with(("tensorboardX", "tensorboard"),
+                             "bash tools/setup.sh python installs them in build/python")
     unittest.main(verbosity=2)

@@ -23,9 +23,11 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 FSDPGEN = os.environ.get("FSDPGEN_BIN", "")
 
 
-def reexec_with_tokenizers():
-    """Runs this script with the python given as --python when this one has
-    no tokenizers; exits 77 when that one is missing too."""
+def reexec_with(modules, hint):
+    """Runs this script with the python given as --python when this one
+    cannot import every module of `modules`; exits 77 (CTest: skipped),
+    saying why, when that one is missing too. Takes --fsdpgen (the binary)
+    out of the arguments into FSDPGEN."""
     global FSDPGEN
     args = sys.argv[1:]
     python = None
@@ -39,16 +41,21 @@ def reexec_with_tokenizers():
         del args[i:i + 2]
     sys.argv[1:] = args
     try:
-        import tokenizers  # noqa: F401
-        import pyarrow  # noqa: F401
+        for m in modules:
+            __import__(m)
         return
     except ImportError:
         pass
     if python and os.path.exists(python) and os.path.realpath(python) != os.path.realpath(sys.executable):
         os.execv(python, [python, os.path.abspath(sys.argv[0])] + args)
-    print(f"skipped: no python with tokenizers and pyarrow ({python or 'no --python'} is not there); "
-          "bash tools/setup.sh python installs them in build/python")
+    print(f"skipped: no python with {' and '.join(modules)} ({python or 'no --python'} is not there "
+          f"or lacks them); {hint}")
     sys.exit(77)
+
+
+def reexec_with_tokenizers():
+    """reexec_with the tokenizers and pyarrow of build/python."""
+    reexec_with(("tokenizers", "pyarrow"), "bash tools/setup.sh python installs them in build/python")
 
 
 def read_tokens(path):
