@@ -11,7 +11,9 @@
 #   - hosts node1..nodeN: their own network, UTS (hostname nodeI) and mount
 #     namespaces, each joined to the bridge by a veth pair (eth0 at
 #     A.B.C.(10+I)), with its own /dev/shm (a tmpfs: shared memory does not
-#     cross hosts, as on real ones) and its own slurmd (slurmd -N nodeI);
+#     cross hosts, as on real ones), its own node-local directory (a tmpfs
+#     on $WORK/local, Slurm's TmpFS, where PMIx keeps its files) and its own
+#     slurmd (slurmd -N nodeI);
 #   - a private /etc/hosts naming them, bind-mounted inside the namespaces
 #     only; munge as run.sh has it (its socket is a file on the shared
 #     filesystem, which every host sees, as a cluster's shared home).
@@ -124,6 +126,7 @@ make_network() {
         echo "$SUBNET.1 head"
         for ((i = 1; i <= HOSTS; i++)); do echo "$SUBNET.$((10 + i)) node$i"; done
     } >"$WORK/hosts"
+    mkdir -p "$WORK/local" "$WORK/spool"
     HEAD_PID=$(new_namespaces)
     host_basics "$HEAD_PID" head
     in_ns "$HEAD_PID" ip link add br0 type bridge
@@ -134,8 +137,11 @@ make_network() {
         pid=$(new_namespaces)
         HOST_PIDS+=("$pid")
         host_basics "$pid" "$name"
-        # Shared memory stays on its host.
+        # Shared memory and node-local files (Slurm's TmpFS: PMIx's
+        # directories) stay on their host.
         in_ns "$pid" mount -t tmpfs -o size=512m,mode=1777 tmpfs /dev/shm
+        in_ns "$pid" mount -t tmpfs -o size=256m,mode=1777 tmpfs "$WORK/local"
+        mkdir -p "$WORK/spool/$name"
         in_ns "$HEAD_PID" ip link add "vh$i" type veth peer name eth0 netns "$pid"
         in_ns "$HEAD_PID" ip link set "vh$i" master br0
         in_ns "$HEAD_PID" ip link set "vh$i" up
@@ -177,6 +183,7 @@ SlurmdPort=6818
 SlurmctldPidFile=$WORK/slurmctld.pid
 SlurmdPidFile=$WORK/slurmd.%n.pid
 SlurmdLogFile=$WORK/log/slurmd.%n.log
+TmpFS=$WORK/local
 EOF
         for ((i = 1; i <= HOSTS; i++)); do
             echo "NodeName=node$i NodeHostname=node$i NodeAddr=$SUBNET.$((10 + i))" \

@@ -61,6 +61,7 @@ scrub_environment() {
     for v in $(compgen -e); do
         case $v in
             PMIX_MCA_*) ;;  # user tuning (e.g. PMIX_MCA_gds=hash) stays
+            SLURM_TEST_*) ;;  # this script's own knobs
             SLURM_*|SRUN_*|SALLOC_*|SBATCH_*|PMIX_*|PMI_*) unset "$v" ;;
         esac
     done

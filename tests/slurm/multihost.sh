@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# tests/slurm/multihost.sh: training runs that cross hosts, on the namespace
+# cluster of tests/slurm/cluster.sh (2 hosts of 4 CPUs each).
+#
+#   bash tests/slurm/multihost.sh CASE FSDPGEN
+#
+# Started outside a cluster it runs itself inside a new one (cluster.sh
+# --hosts 2 --cpus 4); inside, it builds what it needs from
+# tests/slurm/hosts.fsdp with FSDPGEN (world 4, ranks_per_node 2,
+# 2 micro-batches) into the cluster's shared directory and runs CASE:
+#   losses   full_shard, hybrid_shard and hybrid_shard_zero2 under
+#            srun -N 2 --ntasks-per-node 2 --mpi=pmix: the header says srun,
+#            every step's loss equals (bit for bit, the --metrics values) the
+#            one-host run's (mpirun -n 4 on node1), and the host links carried
+#            the inter-host traffic
+#   resume   a checkpoint written by 4 ranks on 2 hosts, resumed on 1 host
+#            with world 4 (losses bit for bit) and with world 2 (resharded;
+#            within 1e-5 relative, as tests/e2e/CheckpointReshardTest)
+#   kill     rank 3 (on node2) killed with SIGKILL in a running job: srun
+#            ends the job within 60 s, non-zero, its first report naming
+#            node2's task 3 killed (the
+#            other ranks, stuck in a collective with the dead one, get
+#            srun's SIGTERM, cannot finish their step, and Slurm kills them
+#            after KillWait)
+#   stall    rank 3 (on node2) stalls: the watchdog, its job directory on the
+#            shared filesystem (checkpoints there; /dev/shm is each host's
+#            own), ends every rank with exit code 3 and one report naming
+#            rank 3 and every rank answering, on both hosts
+# Exit status: 0 pass, 1 fail (the outputs printed), 77 skip (from cluster.sh).
+set -euo pipefail
+
+HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
+
+usage() {
+    echo "usage: bash tests/slurm/multihost.sh losses|resume|kill|stall FSDPGEN" >&2
+    exit 2
+}
+
+(($# == 2)) || usage
+CASE=$1
+FSDPGEN=$(readlink -f "$2")
+case $CASE in losses|resume|kill|stall) ;; *) usage ;; esac
+[[ -x $FSDPGEN ]] || { echo "multihost: $2 is not an executable" >&2; exit 2; }
+
+if [[ -z ${CLUSTER_ON:-} ]]; then
+    exec bash "$HERE/cluster.sh" --hosts 2 --cpus 4 -- bash "$HERE/multihost.sh" "$CASE" "$FSDPGEN"
+fi
+
+S=$CLUSTER_SHARED
+SRUN_TIMEOUT=120
+
+say() { echo "multihost: $*"; }
+fail() {
+    local f
+    echo "multihost: FAILED ($CASE): $1" >&2
+    shift
+    for f in "$@"; do
+        [[ -s $f ]] || continue
+        echo "----- $f (last 40 lines) -----" >&2
+        tail -n 40 "$f" >&2
+    done
+    exit 1
+}
+
+# $1: the binary's name, $2: sharding; the rest: fsdpgen flags.
+build() {
+    local name=$1 sharding=$2
+    shift 2
+    sed -E "s/^( *sharding *= *)hybrid_shard\$/\\1$sharding/" "$HERE/hosts.fsdp" >"$S/$name.fsdp"
+    grep -qE "^ *sharding *= *$sharding\$" "$S/$name.fsdp" || fail "could not set sharding $sharding"
+    "$FSDPGEN" "$S/$name.fsdp" --target cpu -o "$S/$name" "$@" >"$S/$name.build" 2>&1 ||
+        fail "fsdpgen could not build $name" "$S/$name.build"
+}
+
+# $1: output file; the rest: srun's arguments. Prints srun's status.
+srun_to() {
+    local out=$1 rc=0
+    shift
+    timeout -k 10 "$SRUN_TIMEOUT" srun --mpi=pmix --kill-on-bad-exit=1 "$@" >"$out" 2>&1 || rc=$?
+    ((rc != 124 && rc != 137)) || fail "srun $* timed out after $SRUN_TIMEOUT s" "$out"
+    echo "$rc"
+}
+
+# Bytes through the hosts' links (both ways), as the head's bridge ports count them.
+link_bytes() {
+    awk '$1 ~ /^vh[0-9]+:$/ { sum += $2 + $10 } END { printf "%d", sum }' /proc/net/dev
+}
+
+# $1, $2: --metrics files; $3: first step to compare; $4: relative tolerance
+# (0: the same values as written). Prints how many steps matched.
+compare_losses() {
+    python3 - "$@" <<'EOF'
+import json, sys
+a_path, b_path, first, tol = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+def losses(path):
+    with open(path) as f:
+        return {r["step"]: r["loss"] for r in map(json.loads, f) if r["step"] >= first}
+a, b = losses(a_path), losses(b_path)
+if not a or sorted(a) != sorted(b):
+    sys.exit(f"steps differ: {sorted(a)} in {a_path}, {sorted(b)} in {b_path}")
+for s in sorted(a):
+    x, y = a[s], b[s]
+    bad = (x != y) if tol == 0 else (abs(x - y) > tol * abs(x))
+    if bad:
+        sys.exit(f"step {s}: loss {x!r} in {a_path}, {y!r} in {b_path} (tolerance {tol})")
+print(len(a))
+EOF
+}
+
+expect_header() {
+    grep -qE "^  4 ranks \(.*\), launched by $2, " "$1" ||
+        fail "$1: the header does not say 4 ranks launched by $2" "$1"
+}
+
+case_losses() {
+    local sharding before after n rc
+    for sharding in full_shard hybrid_shard hybrid_shard_zero2; do
+        build "$sharding" "$sharding"
+        # One host: every rank on node1, shared memory between them.
+        rc=0
+        timeout -k 10 "$SRUN_TIMEOUT" "$CLUSTER_ON" node1 mpirun -n 4 --oversubscribe \
+            "$S/$sharding" --metrics "$S/$sharding.one.jsonl" >"$S/$sharding.one" 2>&1 || rc=$?
+        ((rc == 0)) || fail "mpirun -n 4 on node1 ($sharding) exited with $rc" "$S/$sharding.one"
+        expect_header "$S/$sharding.one" mpirun
+        before=$(link_bytes)
+        rc=$(srun_to "$S/$sharding.two" -N 2 --ntasks-per-node 2 "$S/$sharding" \
+             --metrics "$S/$sharding.two.jsonl")
+        after=$(link_bytes)
+        ((rc == 0)) || fail "srun -N 2 ($sharding) exited with $rc" "$S/$sharding.two"
+        expect_header "$S/$sharding.two" srun
+        n=$(compare_losses "$S/$sharding.one.jsonl" "$S/$sharding.two.jsonl" 1 0) ||
+            fail "$sharding: the losses across 2 hosts are not the one-host run's" \
+                 "$S/$sharding.one" "$S/$sharding.two"
+        # The parameters alone are 139 kB in fp32: 6 steps of sharded
+        # collectives between the hosts move far more than 100 kB.
+        ((after - before > 100000)) ||
+            fail "$sharding: only $((after - before)) bytes crossed the host links" "$S/$sharding.two"
+        say "$sharding: $n steps, losses across 2 hosts x 2 ranks equal the one-host run's;" \
+            "$((after - before)) bytes crossed the host links"
+    done
+}
+
+case_resume() {
+    local rc n
+    build full_shard full_shard
+    build world2 full_shard --world 2 --micro-batch 4  # the same global batch
+    rc=$(srun_to "$S/written" -N 2 --ntasks-per-node 2 "$S/full_shard" \
+         --checkpoint-every 3 --checkpoint-dir "$S/ckpt" --metrics "$S/written.jsonl")
+    ((rc == 0)) || fail "the run writing checkpoints on 2 hosts exited with $rc" "$S/written"
+    [[ -f $S/ckpt/step_00000003/manifest.json ]] || fail "no checkpoint $S/ckpt/step_00000003" "$S/written"
+    # World 4 on one host: the same binary continues bit for bit.
+    rc=$(srun_to "$S/same" -N 1 -n 4 "$S/full_shard" --resume "$S/ckpt/step_00000003" \
+         --checkpoint-dir "$S/ckpt_same" --metrics "$S/same.jsonl")
+    ((rc == 0)) || fail "resuming with world 4 on 1 host exited with $rc" "$S/same"
+    n=$(compare_losses "$S/written.jsonl" "$S/same.jsonl" 4 0) ||
+        fail "world 4 on 1 host did not continue the 2-host run bit for bit" "$S/written" "$S/same"
+    say "checkpoint of 2 hosts x 2 ranks resumed by 1 host x 4 ranks: $n steps bit for bit"
+    # World 2 on one host: resharded.
+    rc=$(srun_to "$S/world2.out" -N 1 -n 2 "$S/world2" --resume "$S/ckpt/step_00000003" \
+         --checkpoint-dir "$S/ckpt_world2" --metrics "$S/world2.jsonl")
+    ((rc == 0)) || fail "resuming with world 2 on 1 host exited with $rc" "$S/world2.out"
+    n=$(compare_losses "$S/written.jsonl" "$S/world2.jsonl" 4 1e-5) ||
+        fail "world 2 on 1 host strayed from the 2-host run" "$S/written" "$S/world2.out"
+    say "checkpoint of 2 hosts x 2 ranks resumed by 1 host x 2 ranks: $n steps within 1e-5"
+}
+
+# The pid of task $1 of this cluster's job on host $2 (empty while none).
+task_pid() {
+    local rank=$1 net f pid env
+    net=$("$CLUSTER_ON" "$2" readlink /proc/self/ns/net)
+    for f in /proc/[0-9]*/environ; do
+        pid=${f#/proc/}; pid=${pid%/environ}
+        [[ $(readlink "/proc/$pid/ns/net" 2>/dev/null) == "$net" ]] || continue
+        env=$({ tr '\0' '\n' <"$f"; } 2>/dev/null) || continue
+        grep -qxF "SLURM_CONF=$SLURM_CONF" <<<"$env" || continue
+        grep -qxF "SLURM_PROCID=$rank" <<<"$env" || continue
+        [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == "$S/full_shard" ]] || continue
+        echo "$pid"
+        return 0
+    done
+}
+
+case_kill() {
+    local out=$S/killed pid="" srun_pid rc=0 i start
+    build full_shard full_shard
+    timeout -k 10 "$SRUN_TIMEOUT" srun --mpi=pmix --kill-on-bad-exit=1 -N 2 --ntasks-per-node 2 \
+        "$S/full_shard" --steps 100000 --metrics "$S/killed.jsonl" >"$out" 2>&1 &
+    srun_pid=$!
+    # Mid-run: step 3 is in the metrics file (flushed every step; stdout is not).
+    for ((i = 0; i < 300; i++)); do
+        [[ -s $S/killed.jsonl ]] && (($(wc -l <"$S/killed.jsonl") >= 3)) &&
+            pid=$(task_pid 3 node2) && [[ -n $pid ]] && break
+        kill -0 "$srun_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    [[ -n $pid ]] || { kill "$srun_pid" 2>/dev/null; fail "no rank 3 running on node2" "$out"; }
+    start=$SECONDS
+    kill -KILL "$pid"
+    wait "$srun_pid" || rc=$?
+    # srun's own status is 137 when tasks were killed (SIGKILL after KillWait):
+    # the time tells a timeout apart.
+    ((SECONDS - start < 60)) || fail "the job did not end within 60 s of rank 3's death" "$out"
+    ((rc != 0)) || fail "srun exited 0 after rank 3 was killed" "$out"
+    # The first task srun reports is the killed one (Slurm kills the others after it).
+    [[ $(grep -m 1 -E '^srun: error: node[0-9]+: tasks? ' "$out") == \
+       "srun: error: node2: task 3: Killed" ]] ||
+        fail "srun's first report is not node2's task 3 killed" "$out"
+    ! grep -qE '^done: ' "$out" || fail "the run finished although rank 3 was killed" "$out"
+    say "rank 3 (pid $pid on node2) killed: srun exited $rc after $((SECONDS - start)) s," \
+        "naming node2: task 3: Killed"
+}
+
+case_stall() {
+    local out=$S/stalled rc r
+    build full_shard full_shard
+    rc=$(srun_to "$out" -N 2 --ntasks-per-node 2 "$S/full_shard" --steps 8 \
+         --stall-timeout 2 --inject-stall 3:2:100 --checkpoint-every 100 --checkpoint-dir "$S/ckpt")
+    ((rc == 3)) || fail "srun exited with $rc, not the watchdog's 3 (stalled)" "$out"
+    (($(grep -cE '^stall at step [0-9]+: ' "$out") == 1)) || fail "not one stall report" "$out"
+    grep -qE '^stall at step [0-9]+: rank 3 has been in op ' "$out" ||
+        fail "the report does not name rank 3" "$out"
+    for r in 0 1 2 3; do
+        grep -qE "^  rank $r \(pid [0-9]+ on node$((r / 2 + 1))\): step [0-9]+, answering;" "$out" ||
+            fail "the report does not show rank $r answering on node$((r / 2 + 1))" "$out"
+    done
+    say "rank 3 on node2 stalled: one report from the shared job directory naming rank 3," \
+        "ranks 0-3 answering on node1 and node2, exit code 3"
+}
+
+start=$SECONDS
+"case_$CASE"
+say "$CASE passed in $((SECONDS - start)) s"
