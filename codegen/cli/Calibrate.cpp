@@ -19,7 +19,7 @@
 #include "codegen/driver/Pipeline.h"
 #include "codegen/emit/BuildConfig.h"
 #include "codegen/planner/Calibrated.h"
-#include "codegen/planner/Fit.h"
+#include "codegen/planner/Planner.h"
 #include "dsl/Frontend.h"
 #include "runtime/files/file_io.h"
 #include "runtime/profile/profile.h"
@@ -73,7 +73,14 @@ std::optional<std::vector<Schedule>> plan_specs(const CalibrateOptions& o, const
         error("the standard sweep's spec is invalid (a bug):\n" + r.diagnostics);
         return std::nullopt;
       }
-      out.push_back(build_schedule(lower(*r.spec), schedule_options_for(base, *r.spec)));
+      PlanOptions po;
+      po.stop_after = PlanStep::Schedule;
+      Plan plan = make_plan(*r.spec, base, po);
+      if (plan.failure != Failure::None) {
+        error("the standard sweep's spec does not plan (a bug): " + plan.error);
+        return std::nullopt;
+      }
+      out.push_back(std::move(*plan.schedule));
     }
     return out;
   }

@@ -4,18 +4,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <sstream>
-#include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "codegen/driver/BuildPass.h"
 #include "codegen/driver/EmitPass.h"
 #include "codegen/driver/Output.h"
-#include "codegen/planner/Activations.h"
-#include "codegen/planner/Fit.h"
 #include "codegen/planner/TargetSupport.h"
-#include "codegen/planner/Verify.h"
 #include "dsl/Print.h"
 
 namespace fsdpgen {
@@ -53,25 +50,18 @@ Failure support(const std::string& spec_path, const PipelineOptions& o, Pipeline
   return emitting && !p.unsupported.empty() ? Failure::User : Failure::None;
 }
 
-// The planner checks its own output; a violation is a bug in fsdpgen.
-Failure verify(Pipeline& p) {
-  p.violations = verify_plan(*p.schedule, *p.memory);
-  for (const std::string& e : p.violations)
-    print_stderr(fmt::format("fsdpgen: internal error: {}\n", e));
-  if (p.violations.empty()) return Failure::None;
-  print_stderr("fsdpgen: the plan breaks its invariants; please report this with the spec\n");
-  return Failure::Internal;
-}
-
-// The built-in hardware has every figure and a verified schedule no cycle:
-// the cost model's refusals are bugs.
-Failure cost(const PipelineOptions& o, Pipeline& p) {
-  try {
-    p.timeline = predict(*p.schedule, *o.target);
-    return Failure::None;
-  } catch (const std::exception& e) {
-    print_stderr(fmt::format("fsdpgen: internal error: {}\n", e.what()));
-    return Failure::Internal;
+// What a planner step that failed says: the user's error with the spec's
+// path, or the bug.
+void report(PlanStep step, const std::string& spec_path, const Pipeline& p) {
+  if (p.failure == Failure::None) return;
+  if (step == PlanStep::Verify) {
+    for (const std::string& e : p.violations)
+      print_stderr(fmt::format("fsdpgen: internal error: {}\n", e));
+    print_stderr("fsdpgen: the plan breaks its invariants; please report this with the spec\n");
+  } else if (p.failure == Failure::User) {
+    print_stderr(fmt::format("fsdpgen: error: {}: {}\n", spec_path, p.error));
+  } else {
+    print_stderr(fmt::format("fsdpgen: internal error: {}\n", p.error));
   }
 }
 
@@ -157,26 +147,22 @@ Pipeline run_pipeline(const std::string& spec_path, const PipelineOptions& o) {
   Pipeline& p = run.pipeline();
   run(Pass::Frontend, [&] { return frontend(spec_path, o, p); });
   run(Pass::Support, [&] { return support(spec_path, o, p); });
-  run(Pass::Lower, [&] {
-    const std::string too_large =
-        activations_size_error(*p.spec, schedule_options_for(*o.target, *p.spec).flash_attention);
-    if (!too_large.empty()) {
-      print_stderr(fmt::format("fsdpgen: error: {}: {}\n", spec_path, too_large));
-      return Failure::User;
-    }
-    p.units = lower(*p.spec);
-    return Failure::None;
-  });
-  run(Pass::Schedule, [&] {
-    p.schedule = build_schedule(*p.units, schedule_options_for(*o.target, *p.spec));
-    return Failure::None;
-  });
-  run(Pass::Memory, [&] {
-    p.memory = plan_memory(*p.schedule, o.memory);
-    return Failure::None;
-  });
-  run(Pass::Verify, [&] { return verify(p); });
-  run(Pass::Cost, [&] { return cost(o, p); });
+  if (p.failure == Failure::None && o.stop_after >= Pass::Lower) {
+    PlanOptions po;
+    po.memory = o.memory;
+    po.stop_after =
+        o.stop_after >= Pass::Cost
+            ? PlanStep::Cost
+            : static_cast<PlanStep>(static_cast<int>(o.stop_after) - static_cast<int>(Pass::Lower));
+    run_plan(*p.spec, *o.target, po, p, [&](PlanStep step, const std::function<Failure()>& body) {
+      run(pass_of(step), [&] {
+        p.failure = body();
+        report(step, spec_path, p);
+        return p.failure;
+      });
+      return p.failure;
+    });
+  }
   run(Pass::Emit, [&] { return emit_pass(spec_path, o, p); });
   run(Pass::Build, [&] { return build_pass(spec_path, o, p); });
   return std::move(p);

@@ -6,6 +6,8 @@
 // times each one and `dump_after` prints one's IR there (LLVM's
 // -print-after). The driver (fsdpgen_driver) stands above the planner and
 // the emitter so that every pass, emit and build too, is called from here.
+// lower -> cost are the planner's steps (codegen/planner/Planner.h), run by
+// its one entry with a hook that makes each of them a pass.
 #pragma once
 
 #include <array>
@@ -15,11 +17,8 @@
 #include <vector>
 
 #include "codegen/emit/Emit.h"
-#include "codegen/planner/Cost.h"
 #include "codegen/planner/Hardware.h"
-#include "codegen/planner/Lower.h"
-#include "codegen/planner/Memory.h"
-#include "codegen/planner/Schedule.h"
+#include "codegen/planner/Planner.h"
 #include "dsl/Frontend.h"
 
 namespace fsdpgen {
@@ -31,10 +30,15 @@ inline std::string_view to_string(Pass p) {
   return kPassNames[static_cast<int>(p)];
 }
 std::optional<Pass> pass_named(std::string_view name);
+// The planner's steps are the passes from lower to cost, in its order.
+inline constexpr Pass pass_of(PlanStep step) {
+  return static_cast<Pass>(static_cast<int>(Pass::Lower) + static_cast<int>(step));
+}
+static_assert(kPassNames[static_cast<int>(pass_of(PlanStep::Lower))] == kPlanStepNames.front() &&
+              kPassNames[static_cast<int>(pass_of(PlanStep::Cost))] == kPlanStepNames.back() &&
+              kPassNames[static_cast<int>(pass_of(PlanStep::Verify))] == "verify");
 
-// Why a pass stopped the pipeline: the user's spec or surroundings (exit 1),
-// or a bug in fsdpgen (exit 3).
-enum class Failure { None, User, Internal };
+// Why a pass stopped the pipeline: Failure (codegen/planner/Planner.h).
 
 struct PipelineOptions {
   SpecOverrides overrides;
@@ -58,17 +62,13 @@ struct PipelineOptions {
   bool sanitize = false;
 };
 
-struct Pipeline {
+// Each pass's IR: lower to cost's are the Plan's (its units, schedule,
+// memory, violations, timeline), and `failure` is the pipeline's.
+struct Pipeline : Plan {
   std::optional<Spec> spec;              // frontend: empty when the spec has errors
   std::vector<std::string> unsupported;  // support: why the backend cannot build the spec
-  std::optional<Units> units;            // lower
-  std::optional<Schedule> schedule;      // schedule
-  std::optional<MemoryPlan> memory;      // memory
-  std::vector<std::string> violations;   // verify: broken invariants (bugs)
-  std::optional<Timeline> timeline;      // cost
   std::string source;                    // emit: the generated program
   std::string build_report;              // build: what was built, for --dump-after build
-  Failure failure = Failure::None;
 };
 
 // Runs the passes up to options.stop_after, or until one fails.

@@ -54,16 +54,6 @@ ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec) {
   return o;
 }
 
-PlanResult plan_for(const Spec& spec, const Hardware& hw) {
-  PlanResult r;
-  r.units = lower(spec);
-  r.schedule = build_schedule(r.units, schedule_options_for(hw, spec));
-  r.memory = plan_memory(r.schedule);
-  r.timeline = predict(r.schedule, hw);
-  r.fits = plan_fits(r.memory, hw);
-  return r;
-}
-
 std::vector<Alternative> fitting_alternatives(const Spec& spec, const Hardware& hw) {
   const ParallelSpec& p = spec.parallel;
   const int64_t global = p.world * spec.train.micro_batch * p.accumulate.micro_batches;

@@ -40,15 +40,6 @@ bool plan_fits(const MemoryPlan& m, const Hardware& hw);
 // kCpuGemmWorkspaceBytes of workspace only for 16-bit params.
 ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec);
 
-struct PlanResult {
-  Units units;
-  Schedule schedule;
-  MemoryPlan memory;
-  Timeline timeline;
-  bool fits = false;
-};
-PlanResult plan_for(const Spec& spec, const Hardware& hw);
-
 // A configuration of the spec that fits at its world, from tune's search.
 struct Alternative {
   std::string change;  // tune's changes from the spec: "recompute = block, micro_batch = 2, ..."

@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -17,6 +18,7 @@
 #include "codegen/planner/Fit.h"
 #include "codegen/planner/Lower.h"
 #include "codegen/planner/Memory.h"
+#include "codegen/planner/Planner.h"
 #include "codegen/planner/Schedule.h"
 #include "codegen/planner/TuneBounds.h"
 #include "codegen/planner/TuneSpace.h"
@@ -99,7 +101,8 @@ class Search {
           ++r_.pruned_memory;
           continue;
         }
-        TuneCandidate c = plan(s, sched, std::move(timeline));
+        TuneCandidate c = other ? plan(s, std::move(*other), std::move(timeline))
+                                : plan(s, own_prefetch, std::move(timeline));
         c.device_lower_bound_bytes = st.memory.device;
         c.device_live_bytes = live.device_bytes;
         c.host_live_bytes = live.host_bytes;
@@ -231,18 +234,33 @@ class Search {
     return ms;
   }
 
+  // The schedule step of the one entry (codegen/planner/Planner.h) on the
+  // units lowered once for every structure that shares them.
   Schedule schedule_of(const Spec& s, const Units& lowered) const {
-    Units u = lowered;
-    u.spec = s;
-    return build_schedule(u, schedule_options_for(hw_, s));
+    Plan p;
+    p.units = lowered;
+    p.units->spec = s;
+    PlanOptions o;
+    o.stop_after = PlanStep::Schedule;
+    run_plan(s, hw_, o, p);
+    return std::move(*p.schedule);
   }
 
-  // `predicted`: predict(sched, hw_) where the search already has it.
-  TuneCandidate plan(const Spec& s, const Schedule& sched,
+  // The rest of the one entry's steps (memory, verify, cost) on a schedule
+  // of `s`; `predicted`: predict(sched, hw_) where the search already has it.
+  TuneCandidate plan(const Spec& s, Schedule sched,
                      std::optional<Timeline> predicted = std::nullopt) {
     Clock::time_point t = Clock::now();
-    const MemoryPlan m = plan_memory(sched);
-    const Timeline tl = predicted ? std::move(*predicted) : predict(sched, hw_);
+    Plan p;
+    p.schedule = std::move(sched);
+    p.timeline = std::move(predicted);
+    run_plan(s, hw_, {}, p);
+    if (p.failure != Failure::None)
+      throw std::logic_error(fmt::format("tune's candidate ({}) has no plan: {}",
+                                         fmt::join(changes_between(spec_, s), ", "),
+                                         p.violations.empty() ? p.error : p.violations.front()));
+    const MemoryPlan& m = *p.memory;
+    const Timeline& tl = *p.timeline;
     TuneCandidate c;
     c.spec = s;
     c.changes = changes_between(spec_, s);
@@ -250,7 +268,7 @@ class Search {
     const ParallelSpec &a = spec_.parallel, &b = s.parallel;
     c.batch_changed = a.world * spec_.train.micro_batch * a.accumulate.micro_batches !=
                       b.world * s.train.micro_batch * b.accumulate.micro_batches;
-    c.fits = plan_fits(m, hw_);
+    c.fits = p.fits;
     c.device_bytes = m.device_arena_bytes;
     c.host_bytes = m.host_arena_bytes;
     c.step_ms = tl.step_ms;

@@ -3,7 +3,7 @@
 // differs from the description's (tests/paper/compare.sh):
 //   paper_compare SPEC GPU WORLD MICRO_BATCH INTER_BUSBW_GB_PER_S
 // Prints the lines of `fsdpgen plan` that compare.sh reads: the fit line and
-// the predicted timeline, planned exactly as `plan` does (plan_for).
+// the predicted timeline, planned exactly as `plan` does (make_plan).
 #include <cstdio>
 #include <string>
 
@@ -12,6 +12,7 @@
 #include "codegen/planner/Cost.h"
 #include "codegen/planner/Fit.h"
 #include "codegen/planner/Hardware.h"
+#include "codegen/planner/Planner.h"
 #include "dsl/Frontend.h"
 
 namespace {
@@ -47,11 +48,11 @@ int main(int argc, char** argv) {
   FrontendResult r = load_spec_file(argv[1], overrides);
   std::fputs(r.diagnostics.c_str(), stderr);
   if (!r.spec) return 1;
-  const PlanResult plan = plan_for(*r.spec, *hw);
+  const Plan plan = make_plan(*r.spec, *hw);
   std::fputs(fmt::format("fits: {}: peak {} of {} usable\n", plan.fits ? "yes" : "NO",
-                         gib(plan.memory.device_arena_bytes), gib(usable_bytes(*hw)))
+                         gib(plan.memory->device_arena_bytes), gib(usable_bytes(*hw)))
                  .c_str(),
              stdout);
-  std::fputs(print_timeline(plan.schedule, plan.timeline).c_str(), stdout);
+  std::fputs(print_timeline(*plan.schedule, *plan.timeline).c_str(), stdout);
   return 0;
 }

@@ -10,6 +10,7 @@
 #include "codegen/planner/Activations.h"
 #include "codegen/planner/Fit.h"
 #include "codegen/planner/Flops.h"
+#include "codegen/planner/Planner.h"
 #include "codegen/planner/Verify.h"
 #include "dsl/Units.h"
 #include "tests/planner/PlanTestUtil.h"
@@ -293,22 +294,22 @@ TEST(Memory, GpuWorkspaceHoldsCudnnAttentionFor16BitFlash) {
     return *r.spec;
   };
   constexpr int64_t kLt = int64_t{32} << 20;
-  const PlanResult fp32 = plan_for(gpt2("fp32", 12, 16), hw);
-  EXPECT_EQ(workspace_bytes(fp32.schedule), kLt);
+  const Plan fp32 = make_plan(gpt2("fp32", 12, 16), hw);
+  EXPECT_EQ(workspace_bytes(*fp32.schedule), kLt);
   for (const char* half : {"bf16", "fp16"}) {
     SCOPED_TRACE(half);
-    const PlanResult big = plan_for(gpt2(half, 12, 16), hw);
-    ASSERT_TRUE(big.schedule.options.flash_attention);
-    EXPECT_TRUE(big.schedule.options.cudnn_attention_workspace);
+    const Plan big = make_plan(gpt2(half, 12, 16), hw);
+    ASSERT_TRUE(big.schedule->options.flash_attention);
+    EXPECT_TRUE(big.schedule->options.cudnn_attention_workspace);
     const int64_t cudnn = 4 * 16 * 1024 * (768 + 12) + (int64_t{1} << 20);
-    EXPECT_EQ(workspace_bytes(big.schedule), cudnn);
+    EXPECT_EQ(workspace_bytes(*big.schedule), cudnn);
     EXPECT_GT(cudnn, kLt);
     // A micro-batch whose attention needs less than cuBLASLt: cuBLASLt's size.
-    EXPECT_EQ(workspace_bytes(plan_for(gpt2(half, 12, 2), hw).schedule), kLt);
+    EXPECT_EQ(workspace_bytes(*make_plan(gpt2(half, 12, 2), hw).schedule), kLt);
     // Head size 768 / 64 = 12 is not a multiple of 8: cuDNN does not take it.
-    const PlanResult odd = plan_for(gpt2(half, 64, 16), hw);
-    EXPECT_FALSE(odd.schedule.options.cudnn_attention_workspace);
-    EXPECT_EQ(workspace_bytes(odd.schedule), kLt);
+    const Plan odd = make_plan(gpt2(half, 64, 16), hw);
+    EXPECT_FALSE(odd.schedule->options.cudnn_attention_workspace);
+    EXPECT_EQ(workspace_bytes(*odd.schedule), kLt);
   }
   // The same bf16 plan with and without the reservation differ by exactly
   // the workspace's growth in the device arena's peak.
@@ -320,9 +321,9 @@ TEST(Memory, GpuWorkspaceHoldsCudnnAttentionFor16BitFlash) {
   EXPECT_EQ(with.live_peak_bytes - without.live_peak_bytes,
             4 * 16 * 1024 * (768 + 12) + (int64_t{1} << 20) - kLt);
   // CPUs plan no flash attention and keep their workspace.
-  const PlanResult cpu = plan_for(gpt2("bf16", 12, 16), *find_hardware("cpu"));
-  EXPECT_FALSE(cpu.schedule.options.cudnn_attention_workspace);
-  EXPECT_EQ(workspace_bytes(cpu.schedule), kCpuGemmWorkspaceBytes);
+  const Plan cpu = make_plan(gpt2("bf16", 12, 16), *find_hardware("cpu"));
+  EXPECT_FALSE(cpu.schedule->options.cudnn_attention_workspace);
+  EXPECT_EQ(workspace_bytes(*cpu.schedule), kCpuGemmWorkspaceBytes);
 }
 
 TEST(Schedule, ForwardPrefetchIssuesTheNextGatherBeforeTheCurrentForward) {
@@ -408,9 +409,9 @@ TEST(Schedule, Gpt1TAtWorld512Plans) {
   Units u = lower(spec);
   EXPECT_GT(u.total_params, 1000000000000);
   const Hardware hw = *find_hardware("a100-40g");
-  const PlanResult p = plan_for(spec, hw);
-  const Schedule& s = p.schedule;
-  const MemoryPlan& m = p.memory;
+  const Plan p = make_plan(spec, hw);
+  const Schedule& s = *p.schedule;
+  const MemoryPlan& m = *p.memory;
   EXPECT_EQ(verify_plan(s, m), std::vector<std::string>{});
   EXPECT_TRUE(plan_fits(m, hw));
 
@@ -465,11 +466,11 @@ TEST(Fit, Gpt1TWithBlockUnitsIsToldToWrapEachLinearAndOffload) {
   blocks.parallel.offload = Offload::None;
   blocks.parallel.offload_activations = false;
   const Hardware hw = *find_hardware("a100-40g");
-  EXPECT_FALSE(plan_for(blocks, hw).fits);
+  EXPECT_FALSE(make_plan(blocks, hw).fits);
   const std::vector<Alternative> alts = fitting_alternatives(blocks, hw);
   ASSERT_FALSE(alts.empty());
   EXPECT_EQ(alts[0].change, "units { each linear }, offload { params = cpu  activations = cpu }");
-  EXPECT_EQ(alts[0].peak_bytes, plan_for(*r.spec, hw).memory.device_arena_bytes);
+  EXPECT_EQ(alts[0].peak_bytes, make_plan(*r.spec, hw).memory->device_arena_bytes);
 }
 
 // specs/llama3-8b.fsdp (Llama 3.1 8B, 8192 tokens, bf16, recompute) fits on
@@ -479,12 +480,12 @@ TEST(Planner, Llama3_8bFitsOnEightH100s) {
   FrontendResult r = load_spec_file(std::string(FSDPGEN_SOURCE_DIR) + "/specs/llama3-8b.fsdp");
   ASSERT_TRUE(r.spec) << r.diagnostics;
   EXPECT_EQ(r.spec->parallel.world, 8);
-  const PlanResult plan = plan_for(*r.spec, *find_hardware("h100-sxm"));
+  const Plan plan = make_plan(*r.spec, *find_hardware("h100-sxm"));
   EXPECT_TRUE(plan.fits);
-  EXPECT_LT(plan.memory.device_arena_bytes, usable_bytes(*find_hardware("h100-sxm")) / 2);
-  EXPECT_TRUE(verify_plan(plan.schedule, plan.memory).empty());
+  EXPECT_LT(plan.memory->device_arena_bytes, usable_bytes(*find_hardware("h100-sxm")) / 2);
+  EXPECT_TRUE(verify_plan(*plan.schedule, *plan.memory).empty());
   int64_t rope = 0;
-  for (const Buffer& b : plan.schedule.buffers)
+  for (const Buffer& b : plan.schedule->buffers)
     if (b.kind == BufferKind::RopeTables) rope += b.bytes;
   EXPECT_EQ(rope, 2 * 8192 * 64 * 4);
 }
@@ -506,32 +507,33 @@ TEST(Memory, CheckpointStagingIsAShardFileInTheHostArena) {
   ASSERT_TRUE(with.spec) << with.diagnostics;
   ASSERT_TRUE(without.spec) << without.diagnostics;
   const Hardware hw = *find_hardware("h100-sxm");
-  const PlanResult a = plan_for(*with.spec, hw), b = plan_for(*without.spec, hw);
+  const Plan a = make_plan(*with.spec, hw), b = make_plan(*without.spec, hw);
   int64_t shard_elems = 0;
-  for (const FlatUnit& u : a.schedule.units.units)
+  for (const FlatUnit& u : a.schedule->units.units)
     shard_elems += u.padded_elems > 0 ? u.shard_elems : 0;
   ASSERT_GT(shard_elems, 0);
   std::vector<Buffer> staging;
-  for (const Buffer& buf : a.schedule.buffers)
+  for (const Buffer& buf : a.schedule->buffers)
     if (buf.kind == BufferKind::CheckpointStaging) staging.push_back(buf);
   ASSERT_EQ(staging.size(), 1u);
   EXPECT_EQ(staging[0].space, MemSpace::Host);
   EXPECT_TRUE(staging[0].persistent);
   EXPECT_EQ(staging[0].bytes, 12 * shard_elems);
-  EXPECT_GE(a.memory.host_arena_bytes, staging[0].bytes);
-  EXPECT_EQ(a.memory.device_arena_bytes, b.memory.device_arena_bytes);
-  EXPECT_TRUE(verify_plan(a.schedule, a.memory).empty());
-  const std::string table = print_memory_plan(a.schedule, a.memory);
+  EXPECT_GE(a.memory->host_arena_bytes, staging[0].bytes);
+  EXPECT_EQ(a.memory->device_arena_bytes, b.memory->device_arena_bytes);
+  EXPECT_TRUE(verify_plan(*a.schedule, *a.memory).empty());
+  const std::string table = print_memory_plan(*a.schedule, *a.memory);
   EXPECT_NE(table.find(fmt::format("  checkpoint_staging {:>14} {:>14} (host arena)\n",
                                    staging[0].bytes, staging[0].bytes)),
             std::string::npos)
       << table;
   EXPECT_NE(table.find("host arena (checkpoint staging): "), std::string::npos) << table;
 
-  for (const Buffer& buf : b.schedule.buffers)
+  for (const Buffer& buf : b.schedule->buffers)
     EXPECT_NE(buf.kind, BufferKind::CheckpointStaging) << buf.name;
-  EXPECT_EQ(b.memory.host_arena_bytes, 0);
-  EXPECT_EQ(print_memory_plan(b.schedule, b.memory).find("checkpoint_staging"), std::string::npos);
+  EXPECT_EQ(b.memory->host_arena_bytes, 0);
+  EXPECT_EQ(print_memory_plan(*b.schedule, *b.memory).find("checkpoint_staging"),
+            std::string::npos);
 }
 
 // A deep model at 16K tokens whose checkpointed block inputs (240 x 128 MiB)
@@ -547,20 +549,20 @@ TEST(Planner, ActivationOffloadIsSuggestedWhenBlockInputsOverflow) {
       "train { micro_batch = 1 }\n");
   ASSERT_TRUE(r.spec) << r.diagnostics;
   const Hardware hw = *find_hardware("a100-40g");
-  const PlanResult plain = plan_for(*r.spec, hw);
+  const Plan plain = make_plan(*r.spec, hw);
   EXPECT_FALSE(plain.fits);
   const std::vector<Alternative> alts = fitting_alternatives(*r.spec, hw);
   auto offloaded = std::find_if(alts.begin(), alts.end(), [](const Alternative& a) {
     return a.change == "units { each linear }, offload { params = none  activations = cpu }";
   });
   ASSERT_NE(offloaded, alts.end());
-  EXPECT_LT(offloaded->peak_bytes * 2, plain.memory.device_arena_bytes);
+  EXPECT_LT(offloaded->peak_bytes * 2, plain.memory->device_arena_bytes);
   Spec s = *r.spec;
   s.parallel.offload_activations = true;
-  const PlanResult p = plan_for(s, hw);
+  const Plan p = make_plan(s, hw);
   EXPECT_TRUE(p.fits);
-  EXPECT_TRUE(verify_plan(p.schedule, p.memory).empty());
-  EXPECT_GE(p.memory.host_arena_bytes, 240LL * 16384 * 4096 * 2 / 2);  // most block inputs
+  EXPECT_TRUE(verify_plan(*p.schedule, *p.memory).empty());
+  EXPECT_GE(p.memory->host_arena_bytes, 240LL * 16384 * 4096 * 2 / 2);  // most block inputs
 }
 
 // The host arena must fit the rank's share of its node's RAM: GPT-175B with
@@ -576,14 +578,14 @@ TEST(Planner, OffloadMustFitTheHostToo) {
     EXPECT_TRUE(r.spec) << r.diagnostics;
     Spec s = *r.spec;
     s.parallel.offload = Offload::Cpu;
-    return plan_for(s, hw);
+    return make_plan(s, hw);
   };
-  const PlanResult sixteen = offloaded(16);
-  EXPECT_LE(sixteen.memory.device_arena_bytes, usable_bytes(hw));
-  EXPECT_GT(sixteen.memory.host_arena_bytes, usable_host_bytes(hw));
+  const Plan sixteen = offloaded(16);
+  EXPECT_LE(sixteen.memory->device_arena_bytes, usable_bytes(hw));
+  EXPECT_GT(sixteen.memory->host_arena_bytes, usable_host_bytes(hw));
   EXPECT_FALSE(sixteen.fits);
-  const PlanResult thirty_two = offloaded(32);
-  EXPECT_LE(thirty_two.memory.host_arena_bytes, usable_host_bytes(hw));
+  const Plan thirty_two = offloaded(32);
+  EXPECT_LE(thirty_two.memory->host_arena_bytes, usable_host_bytes(hw));
   EXPECT_TRUE(thirty_two.fits);
   // One RAM: a CPU plan fits only if both arenas fit it together.
   MemoryPlan m;
@@ -593,6 +595,54 @@ TEST(Planner, OffloadMustFitTheHostToo) {
   EXPECT_FALSE(plan_fits(m, cpu));
   m.device_arena_bytes -= 1;
   EXPECT_TRUE(plan_fits(m, cpu));
+}
+
+// The one entry to the planner: every step in kPlanSteps' order from
+// nothing, only the steps a plan lacks when it brings some (tune brings
+// schedules), verify always, stop_after honoured, and a spec whose
+// activations are past the limit stopped at lower as the user's.
+TEST(Planner, OneEntryRunsTheStepsAPlanLacks) {
+  FrontendResult r = load_spec_file(std::string(FSDPGEN_SOURCE_DIR) + "/specs/tiny.fsdp");
+  ASSERT_TRUE(r.spec);
+  const Hardware& hw = *find_hardware("cpu");
+  std::vector<PlanStep> ran;
+  const PlanStepHook record = [&](PlanStep step, const std::function<Failure()>& run) {
+    ran.push_back(step);
+    return run();
+  };
+  Plan full;
+  run_plan(*r.spec, hw, {}, full, record);
+  EXPECT_EQ(ran, std::vector<PlanStep>(kPlanSteps.begin(), kPlanSteps.end()));
+  ASSERT_EQ(full.failure, Failure::None);
+  ASSERT_TRUE(full.units && full.schedule && full.memory && full.timeline);
+  EXPECT_TRUE(full.fits);
+  EXPECT_EQ(full.violations, std::vector<std::string>{});
+
+  ran.clear();
+  Plan from_schedule;
+  from_schedule.schedule = *full.schedule;
+  run_plan(*r.spec, hw, {}, from_schedule, record);
+  EXPECT_EQ(ran, (std::vector<PlanStep>{PlanStep::Memory, PlanStep::Verify, PlanStep::Cost}));
+  EXPECT_FALSE(from_schedule.units);
+  EXPECT_EQ(from_schedule.memory->device_arena_bytes, full.memory->device_arena_bytes);
+  EXPECT_EQ(from_schedule.timeline->step_ms, full.timeline->step_ms);
+  EXPECT_EQ(from_schedule.fits, full.fits);
+
+  PlanOptions to_schedule;
+  to_schedule.stop_after = PlanStep::Schedule;
+  const Plan partial = make_plan(*r.spec, hw, to_schedule);
+  EXPECT_TRUE(partial.schedule);
+  EXPECT_FALSE(partial.memory);
+  EXPECT_EQ(print_schedule(*partial.schedule), print_schedule(*full.schedule));
+
+  Spec big = *r.spec;
+  big.train.micro_batch = int64_t{1} << 20;
+  big.model.context = int64_t{1} << 22;
+  const Plan refused = make_plan(big, hw);
+  EXPECT_EQ(refused.failure, Failure::User);
+  EXPECT_EQ(refused.error, activations_size_error(big, false));
+  EXPECT_NE(refused.error, "");
+  EXPECT_FALSE(refused.units);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "codegen/planner/Fit.h"
 #include "codegen/planner/Memory.h"
+#include "codegen/planner/Planner.h"
 #include "codegen/planner/Tune.h"
 #include "codegen/planner/TuneSpace.h"
 #include "dsl/Frontend.h"
@@ -69,7 +70,7 @@ TEST(Tune, GlobalBatchKeptAndOwnConfigurationRanked) {
   EXPECT_TRUE(r.own->changes.empty());
   ASSERT_GT(r.own_rank, 0);
   EXPECT_TRUE(r.top[r.own_rank - 1].own);
-  EXPECT_DOUBLE_EQ(r.top[r.own_rank - 1].step_ms, plan_for(spec, hw).timeline.step_ms);
+  EXPECT_DOUBLE_EQ(r.top[r.own_rank - 1].step_ms, make_plan(spec, hw).timeline->step_ms);
   for (size_t i = 1; i < r.top.size(); ++i)
     EXPECT_LE(r.top[i - 1].step_ms, r.top[i].step_ms);
 }
@@ -138,10 +139,10 @@ TEST(Tune, LivePeakBoundNeverExceedsThePlanOnAGpu) {
 }
 
 TEST(Tune, LivePeaksBoundTheArenasWithRedZones) {
-  const PlanResult p = plan_for(load("tiny.fsdp"), *find_hardware("cpu"));
+  const Plan p = make_plan(load("tiny.fsdp"), *find_hardware("cpu"));
   for (const MemoryOptions& mo : {MemoryOptions{}, MemoryOptions{256, true, 4096}}) {
-    const MemoryPlan m = plan_memory(p.schedule, mo);
-    const LivePeaks live = live_peaks(p.schedule, mo);
+    const MemoryPlan m = plan_memory(*p.schedule, mo);
+    const LivePeaks live = live_peaks(*p.schedule, mo);
     EXPECT_GE(live.device_bytes, m.live_peak_bytes);
     EXPECT_LE(live.device_bytes, m.device_arena_bytes);
     EXPECT_LE(live.host_bytes, m.host_arena_bytes);
@@ -172,9 +173,9 @@ TEST(Tune, WinnerFitsAndBeatsTheSpec) {
   ASSERT_FALSE(r.top.empty());
   const TuneCandidate& w = r.top.front();
   EXPECT_TRUE(w.fits);
-  PlanResult again = plan_for(w.spec, hw);
+  Plan again = make_plan(w.spec, hw);
   EXPECT_TRUE(again.fits);
-  EXPECT_DOUBLE_EQ(again.timeline.step_ms, w.step_ms);
+  EXPECT_DOUBLE_EQ(again.timeline->step_ms, w.step_ms);
   ASSERT_TRUE(r.own);
   EXPECT_LT(w.step_ms, r.own->step_ms);  // the spec recomputes at 17% of the device
   EXPECT_GT(r.pruned_memory + r.pruned_time, 0);
@@ -378,7 +379,7 @@ TEST(Tune, PlanAlternativesKeepTheWorldAndTheGlobalBatch) {
   Spec spec = load("gpt2-350m.fsdp");
   spec.train.micro_batch = 64;
   const Hardware hw = *find_hardware("a100-40g");
-  ASSERT_FALSE(plan_for(spec, hw).fits);
+  ASSERT_FALSE(make_plan(spec, hw).fits);
   const std::vector<Alternative> alts = fitting_alternatives(spec, hw);
   ASSERT_FALSE(alts.empty());
   EXPECT_LE(alts.size(), static_cast<size_t>(kAlternatives));
@@ -399,9 +400,9 @@ TEST(Tune, PlanAlternativesKeepTheWorldAndTheGlobalBatch) {
   const TuneResult r = tune(spec, hw, o);
   ASSERT_EQ(r.top.size(), 1u);
   EXPECT_DOUBLE_EQ(alts[0].step_ms, r.top[0].step_ms);
-  const PlanResult again = plan_for(r.top[0].spec, hw);
+  const Plan again = make_plan(r.top[0].spec, hw);
   EXPECT_TRUE(again.fits);
-  EXPECT_EQ(again.memory.device_arena_bytes, alts[0].peak_bytes);
+  EXPECT_EQ(again.memory->device_arena_bytes, alts[0].peak_bytes);
 }
 
 // The rewrite keeps comments and layout and reads back as the target.
