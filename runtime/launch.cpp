@@ -206,6 +206,7 @@ launch_info launch_init(const program& p, int argc, char** argv) {
     std::exit(2);
   }
 
+  info.where = placement_gather();
   int local_rank = 0, local_size = 1;
   launch_local_rank(local_rank, local_size);
   info.local_rank = local_rank;
@@ -220,6 +221,10 @@ launch_info launch_init(const program& p, int argc, char** argv) {
 
 void launch_finalize() {
   MPI_Finalize();
+}
+
+placement_plan launch_plan(const program& p) {
+  return {p.parallel.world, p.parallel.shard_group, p.parallel.ranks_per_node};
 }
 
 void launch_local_rank(int& local_rank, int& local_size) {

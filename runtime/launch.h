@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/placement.h"
 #include "runtime/program.h"
 
 struct launch_info {
@@ -18,6 +19,7 @@ struct launch_info {
   int threads = 1;          // OpenMP and OpenBLAS threads of this rank
   std::string launcher;     // "single process", "mpirun", "srun"
   bool relaunched = false;  // started alone, this binary re-launched itself under mpirun
+  rank_placement where;     // each rank's host (runtime/placement.h)
 };
 
 // OpenMP threads spinning beside OpenBLAS's slow GEMMs down several times;
@@ -34,6 +36,8 @@ bool launch_under_mpi_launcher();
 // it re-launched itself or the launch is wrong. argv[0] is used to re-launch.
 launch_info launch_init(const program& p, int argc, char** argv);
 void launch_finalize();
+// The plan's placement of `p`: its world, shard group and ranks per node.
+placement_plan launch_plan(const program& p);
 // This rank's position among the ranks on its node, and their number
 // (MPI_COMM_TYPE_SHARED; collective over MPI_COMM_WORLD).
 void launch_local_rank(int& local_rank, int& local_size);

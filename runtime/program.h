@@ -189,6 +189,9 @@ struct program_precision {
 struct program_parallel {
   int64_t world, shard_group, micro_batches, micro_batch;
   program_precision precision;
+  // Ranks the plan puts on each node; the launch checks a run that spans
+  // hosts against it (runtime/placement.h).
+  int64_t ranks_per_node = 1;
 };
 
 struct program_optimizer {

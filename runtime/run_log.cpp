@@ -60,6 +60,7 @@ void run_log_banner(const program& p, const run_banner& b) {
               static_cast<long long>(p.parallel.world), p.parallel.world == 1 ? "" : "s",
               sharding_of(p), static_cast<long long>(p.parallel.shard_group), b.launcher.c_str(),
               b.backend.c_str());
+  if (p.parallel.world > 1) std::printf("  placement: %s\n", b.placement.c_str());
   std::printf(
       "  params %s, reduce %s, master %s | %lld micro-batch%s of %lld x %lld tokens | "
       "%s tokens per step\n",

@@ -29,6 +29,7 @@ struct run_banner {
   int64_t tokens_per_step = 0;
   checkpoint_config ckpt;
   std::string ckpt_written;  // how checkpoints are written, e.g. "behind the next steps"
+  std::string placement;     // placement_banner: hosts x ranks per host
 };
 
 // One multiple-choice evaluation (runtime/training_eval.cpp).
@@ -57,7 +58,7 @@ struct step_record {
   bool validated = false;          // the validation loss was evaluated after this step
   double val_loss = 0;             // per token, over val_sequences sequences
   double checkpoint_stall_s = -1;  // a checkpoint's step: the seconds it held the run up (-1: none)
-  std::optional<eval_record> eval;  // the multiple-choice evaluation after this step
+  std::optional<eval_record> eval;   // the multiple-choice evaluation after this step
   std::vector<std::string> samples;  // the generations printed after this step (rank 0)
   memory_reading machine;
   std::optional<straggler_report> straggler;  // every --straggler-every steps (rank 0)

@@ -117,6 +117,17 @@ int train(const program& p, int argc, char** argv, const backend_kind& kind) {
     launch_finalize();
     return 2;
   }
+  // The same verdict on every rank (the placement is gathered), said once.
+  if (const std::string why = placement_check(li.where, launch_plan(p), o.binary); !why.empty()) {
+    if (!o.allow_placement) {
+      if (li.rank == 0)
+        std::fprintf(stderr, "error: %s; --allow-placement runs it as placed\n", why.c_str());
+      launch_finalize();
+      return 2;
+    }
+    if (li.rank == 0)
+      std::fprintf(stderr, "warning: %s; running as placed (--allow-placement)\n", why.c_str());
+  }
   stop_signal_install();
   if (li.rank == o.stall.rank) {
     watch_process_status().inject_stall_step = o.stall.step;

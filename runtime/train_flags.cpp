@@ -89,6 +89,9 @@ std::optional<int> train_flags_parse(const program& p, int argc, char** argv,
   app.add_option("--checkpoint-keep", o.run.checkpoint_keep,
                  "newest checkpoints kept (default: the spec's keep)")
       ->check(whole_number(1));
+  app.add_flag("--allow-placement", o.allow_placement,
+               "run although the ranks span hosts otherwise than the plan's nodes (another "
+               "number of ranks per host, or a shard group across hosts), with a warning");
   app.add_flag("--no-watchdog", o.no_watchdog,
                "run without the watchdog: a stalled rank then hangs the job until the scheduler "
                "ends it (for measuring the watchdog's cost: tests/bench/reliability/run.sh)");

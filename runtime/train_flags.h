@@ -41,8 +41,9 @@ struct train_options {
   bool resume = false;
   std::string resume_from;  // empty: the newest checkpoint in the checkpoint directory
   bool allow_batch_change = false;
-  bool allow_bytes = false;  // --data/--val: a text file into a vocabulary larger than 256
-  std::string binary;        // argv[0], for the commands the run prints
+  bool allow_placement = false;  // run ranks placed on hosts otherwise than the plan's nodes
+  bool allow_bytes = false;      // --data/--val: a text file into a vocabulary larger than 256
+  std::string binary;            // argv[0], for the commands the run prints
   backend_options backend;
   watch_injected_stall stall;  // --inject-stall, parsed
 };

@@ -121,8 +121,9 @@ void training_run::print_banner() const {
         mib(p_.buffers[p_.plan.checkpoint_staging_buffer].bytes));
   else if (!o_.checkpoint_sync)
     written += " (the spec plans no checkpoint, so the plan stages none)";
-  run_log_banner(p_, {li_.launcher, b_->describe(), data, val, weights_from_, steps_, start_step_,
-                      o_.resume, tokens_per_step_, ckpt_, written});
+  run_log_banner(
+      p_, {li_.launcher, b_->describe(), data, val, weights_from_, steps_, start_step_, o_.resume,
+           tokens_per_step_, ckpt_, written, placement_banner(li_.where, launch_plan(p_))});
   if (const std::string note = optimizer_warmup_note(p_, steps_); !note.empty())
     std::printf("warning: %s\n", note.c_str());
   if (sampler_) std::printf("%s\n", samples_banner().c_str());

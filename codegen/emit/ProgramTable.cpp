@@ -82,7 +82,8 @@ std::vector<Init> parallel_fields(const EmitContext& c) {
              "",
              {{"dynamic", b(pr.loss_scale.kind == LossScaleKind::Dynamic)},
               {"init", cpp_double(pr.loss_scale.init)},
-              {"interval", i(pr.loss_scale.interval)}}}}}};
+              {"interval", i(pr.loss_scale.interval)}}}}},
+          {"ranks_per_node", i(par.ranks_per_node)}};
 }
 
 std::vector<Init> train_fields(const EmitContext& c) {

@@ -22,6 +22,12 @@
 #            other ranks, stuck in a collective with the dead one, get
 #            srun's SIGTERM, cannot finish their step, and Slurm kills them
 #            after KillWait)
+#   placement  the placement check (runtime/placement.h): hybrid_shard under
+#            --distribution=cyclic (shard groups across hosts) and full_shard
+#            with 3 + 1 ranks per host stop with exit code 2 before the first
+#            step, naming where each rank runs and the srun flags of the
+#            planned placement; --allow-placement runs the cyclic one with a
+#            warning; the banners of the losses case say the placement
 #   stall    rank 3 (on node2) stalls: the watchdog, its job directory on the
 #            shared filesystem (checkpoints there; /dev/shm is each host's
 #            own), ends every rank with exit code 3 and one report naming
@@ -32,14 +38,14 @@ set -euo pipefail
 HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 
 usage() {
-    echo "usage: bash tests/slurm/multihost.sh losses|resume|kill|stall FSDPGEN" >&2
+    echo "usage: bash tests/slurm/multihost.sh losses|resume|kill|stall|placement FSDPGEN" >&2
     exit 2
 }
 
 (($# == 2)) || usage
 CASE=$1
 FSDPGEN=$(readlink -f "$2")
-case $CASE in losses|resume|kill|stall) ;; *) usage ;; esac
+case $CASE in losses|resume|kill|stall|placement) ;; *) usage ;; esac
 [[ -x $FSDPGEN ]] || { echo "multihost: $2 is not an executable" >&2; exit 2; }
 
 if [[ -z ${CLUSTER_ON:-} ]]; then
@@ -122,12 +128,16 @@ case_losses() {
             "$S/$sharding" --metrics "$S/$sharding.one.jsonl" >"$S/$sharding.one" 2>&1 || rc=$?
         ((rc == 0)) || fail "mpirun -n 4 on node1 ($sharding) exited with $rc" "$S/$sharding.one"
         expect_header "$S/$sharding.one" mpirun
+        grep -qxF "  placement: 1 host x 4 ranks (planned as 2 nodes x 2 ranks)" "$S/$sharding.one" ||
+            fail "$sharding: the one-host banner does not say its placement" "$S/$sharding.one"
         before=$(link_bytes)
         rc=$(srun_to "$S/$sharding.two" -N 2 --ntasks-per-node 2 "$S/$sharding" \
              --metrics "$S/$sharding.two.jsonl")
         after=$(link_bytes)
         ((rc == 0)) || fail "srun -N 2 ($sharding) exited with $rc" "$S/$sharding.two"
         expect_header "$S/$sharding.two" srun
+        grep -qxF "  placement: 2 hosts x 2 ranks" "$S/$sharding.two" ||
+            fail "$sharding: the banner does not say 2 hosts x 2 ranks" "$S/$sharding.two"
         n=$(compare_losses "$S/$sharding.one.jsonl" "$S/$sharding.two.jsonl" 1 0) ||
             fail "$sharding: the losses across 2 hosts are not the one-host run's" \
                  "$S/$sharding.one" "$S/$sharding.two"
@@ -225,6 +235,42 @@ case_stall() {
     done
     say "rank 3 on node2 stalled: one report from the shared job directory naming rank 3," \
         "ranks 0-3 answering on node1 and node2, exit code 3"
+}
+
+# $1: output; $2: the error's expected text (fixed).
+expect_refused() {
+    grep -qF "$2" "$1" || fail "the error does not say: $2" "$1"
+    ! grep -qE '^step 1/' "$1" || fail "a step ran before the placement error" "$1"
+}
+
+case_placement() {
+    local rc out
+    build hybrid_shard hybrid_shard
+    build full_shard full_shard
+    # Shard groups {0, 1} and {2, 3} across node1 and node2.
+    out=$S/cyclic
+    rc=$(srun_to "$out" -N 2 --ntasks-per-node 2 --distribution=cyclic "$S/hybrid_shard" --steps 2)
+    ((rc == 2)) || fail "srun --distribution=cyclic of hybrid_shard exited $rc, not 2" "$out"
+    expect_refused "$out" "error: placement: the ranks run on 2 hosts x 2 ranks (node1: ranks 0, 2; node2: ranks 1, 3), so shard group 0 (ranks 0, 1) spans 2 hosts (node1, node2) where the plan has it on one node (ranks_per_node 2)"
+    expect_refused "$out" "launch with: srun -N 2 --ntasks-per-node 2 --distribution=block --mpi=pmix $S/hybrid_shard, or mpirun -n 4 --map-by ppr:2:node"
+    expect_refused "$out" "; --allow-placement runs it as placed"
+    (($(grep -c 'error: placement' "$out") == 1)) || fail "the error is not said once" "$out"
+    say "hybrid_shard with --distribution=cyclic: refused (exit 2), shard group 0 named across node1 and node2"
+    # Allowed: a warning, and the run goes on.
+    out=$S/cyclic.allowed
+    rc=$(srun_to "$out" -N 2 --ntasks-per-node 2 --distribution=cyclic "$S/hybrid_shard" --steps 2 \
+         --allow-placement)
+    ((rc == 0)) || fail "--allow-placement: srun exited $rc" "$out"
+    grep -qF "warning: placement: the ranks run on 2 hosts x 2 ranks (node1: ranks 0, 2; node2: ranks 1, 3)" "$out" ||
+        fail "--allow-placement: no warning naming the placement" "$out"
+    grep -qE '^done: 2 steps ' "$out" || fail "--allow-placement: the run did not finish" "$out"
+    say "hybrid_shard with --distribution=cyclic --allow-placement: warned, 2 steps ran"
+    # 3 ranks on node1, 1 on node2, for a plan of 2 per node.
+    out=$S/uneven
+    rc=$(srun_to "$out" -N 2 -n 4 --ntasks-per-node 3 "$S/full_shard" --steps 2)
+    ((rc == 2)) || fail "full_shard on 3 + 1 ranks exited $rc, not 2" "$out"
+    expect_refused "$out" "error: placement: the ranks run on 2 hosts (node1: ranks 0-2; node2: rank 3), but the plan puts 2 ranks on each node (ranks_per_node 2)"
+    say "full_shard on 3 + 1 ranks per host: refused (exit 2), the counts named"
 }
 
 start=$SECONDS
