@@ -151,6 +151,7 @@ setup: done in $((SECONDS - start)) s. The training binary is $build/train; try
   mpirun -n 2 $build/train --steps 50 --data README.md --save model.safetensors --trace step.json
   $build/fsdpgen plan specs/gpt2-124m.fsdp --gpu h100-sxm     # memory and step time of GPT-2 on a GPU
   bash tools/setup.sh test                                     # build and run every test
+and docs/walkthrough.md for a real run: your text, a tokenizer, samples, a model transformers loads.
 EOT
 }
 
