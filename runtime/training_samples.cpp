@@ -34,6 +34,7 @@ struct training_sampler {
   token_decoder decoder;
   bool has_decoder = false;  // else the samples are ids
   std::string decoded_by;    // the tokenizer.json, "bytes" or ""
+  std::string as_ids_why;    // why the samples are ids (no decoder)
   int32_t start = 0;         // the document-start token
   std::string start_text;
   int64_t tokens = 0;
@@ -90,9 +91,15 @@ void training_run::open_samples() {
       const std::optional<token_set_tokenizer> tok =
           file.empty() ? std::nullopt : token_set_tokenizer_of(file);
       if (tok && !tok->tokenizer_json.empty()) {
-        s->decoder = token_decoder::from_file(tok->tokenizer_json);
-        s->has_decoder = true;
-        s->decoded_by = tok->tokenizer_json;
+        // A tokenizer the decoder cannot read costs the samples their text,
+        // not the run: they print as ids, and the banner says why.
+        try {
+          s->decoder = token_decoder::from_file(tok->tokenizer_json);
+          s->has_decoder = true;
+          s->decoded_by = tok->tokenizer_json;
+        } catch (const std::exception& e) {
+          s->as_ids_why = e.what();
+        }
         s->start = static_cast<int32_t>(tok->bos_id >= 0 ? tok->bos_id : tok->eot_id);
         s->start_text = tok->bos_id >= 0 ? tok->bos : tok->eot;
       } else if (m.vocab == 256) {
@@ -128,8 +135,9 @@ std::string training_run::samples_banner() const {
       "before it",
       sample_every_, kSamplesPerPoint, s.tokens, s.start_text,
       s.has_decoder ? "decoded by " + s.decoded_by
-                    : "printed as ids (no tokenizer.json beside "
-                      "the training data's manifest)",
+      : s.as_ids_why.empty()
+          ? std::string("printed as ids (no tokenizer.json beside the training data's manifest)")
+          : "printed as ids (" + s.as_ids_why + ")",
       mib(bytes));
 }
 

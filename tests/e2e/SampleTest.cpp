@@ -137,6 +137,18 @@ TEST(Sample, ATokenSetsTokenizerDecodesAndEncodes) {
   ASSERT_EQ(s.status, 0) << s.out;
   EXPECT_NE(s.out.find("decoded by ts/tokenizer.json"), std::string::npos) << s.out;
   EXPECT_NE(s.out.find("--- sample 1/1 (seed 1337)\nthe river"), std::string::npos) << s.out;
+  // A tokenizer.json whose decoder fsdpgen cannot run costs the samples
+  // their text, not the run: they print as ids, and the banner says why.
+  nlohmann::json tj = nlohmann::json::parse(file_bytes(dir / "ts" / "tokenizer.json"));
+  tj["decoder"] = {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}};
+  std::ofstream(dir / "ts" / "tokenizer.json") << tj.dump();
+  const CmdResult ids = run_binary(2, bin, "--steps 1 --sample-every 1");
+  ASSERT_EQ(ids.status, 0) << ids.out;
+  EXPECT_NE(ids.out.find("printed as ids (ts/tokenizer.json: decoder type 'WordPiece' cannot run "
+                         "here"),
+            std::string::npos)
+      << ids.out;
+  EXPECT_NE(ids.out.find("step 1 | samples from <|endoftext|>:"), std::string::npos) << ids.out;
 }
 
 TEST(Sample, BadInputsAreNamed) {
