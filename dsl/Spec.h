@@ -429,6 +429,11 @@ struct Spec {
   ParallelSpec parallel;
   TrainSpec train;
   bool operator==(const Spec&) const = default;
+  // Sequences a step trains over all ranks: world x micro_batch x
+  // micro_batches: the one product fit, tune and tune's report read.
+  int64_t global_batch() const {
+    return parallel.world * train.micro_batch * parallel.accumulate.micro_batches;
+  }
 };
 
 }  // namespace fsdpgen

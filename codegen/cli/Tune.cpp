@@ -145,7 +145,7 @@ std::string lacks(const TuneCandidate& c, const Hardware& hw) {
 std::string smallest_world(const Spec& spec, const Hardware& hw, const TuneOptions& base) {
   const ParallelSpec& p = spec.parallel;
   const int64_t world = p.world;
-  const int64_t global = world * spec.train.micro_batch * p.accumulate.micro_batches;
+  const int64_t global = spec.global_batch();
   for (int64_t w = 2 * world; w <= kLargestWorldFactor * world; w *= 2) {
     if (w % std::min(p.ranks_per_node, w) != 0) continue;
     TuneOptions o = base;
@@ -210,7 +210,7 @@ int run_tune(const TuneCliOptions& o, bool gpu_visible) {
 
   const TuneResult r = tune(spec, *hw, options);
   const ParallelSpec& p = spec.parallel;
-  const int64_t global = p.world * spec.train.micro_batch * p.accumulate.micro_batches;
+  const int64_t global = spec.global_batch();
   out(fmt::format("tune of {} on {} x {}: {}\n", spec.model.name,
                   options.worlds.empty() ? std::to_string(p.world)
                                          : fmt::format("{{{}}}", fmt::join(options.worlds, ",")),

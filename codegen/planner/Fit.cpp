@@ -55,8 +55,7 @@ ScheduleOptions schedule_options_for(const Hardware& hw, const Spec& spec) {
 }
 
 std::vector<Alternative> fitting_alternatives(const Spec& spec, const Hardware& hw) {
-  const ParallelSpec& p = spec.parallel;
-  const int64_t global = p.world * spec.train.micro_batch * p.accumulate.micro_batches;
+  const int64_t global = spec.global_batch();
   std::vector<Alternative> out;
   std::vector<std::vector<std::string>> given;  // each row's changes, sorted
   // A candidate that only adds changes to a row already given (as fast or
@@ -67,8 +66,7 @@ std::vector<Alternative> fitting_alternatives(const Spec& spec, const Hardware& 
     for (const auto& g : given)
       if (std::includes(changes.begin(), changes.end(), g.begin(), g.end())) return;
     given.push_back(changes);
-    const int64_t batch =
-        c.spec.parallel.world * c.spec.train.micro_batch * c.spec.parallel.accumulate.micro_batches;
+    const int64_t batch = c.spec.global_batch();
     out.push_back({fmt::format("{}", fmt::join(c.changes, ", ")), c.device_bytes, c.host_bytes,
                    c.step_ms, c.tokens_per_s_per_gpu, batch, batch != global});
   };

@@ -181,7 +181,6 @@ struct Op {
 };
 
 struct ScheduleOptions {
-  int64_t micro_batch = 0;  // sequences per rank per micro-batch; 0: the spec's
   bool flash_attention =
       false;  // attention saves softmax statistics instead of the T x T probabilities
   int64_t gemm_workspace_bytes = 0;
@@ -194,7 +193,7 @@ struct Schedule {
   Units units;
   MuonPlan muon;  // optimizer = muon(...): every unit's matrices and owners; else empty
   ScheduleOptions options;
-  int64_t micro_batch = 0;  // resolved
+  int64_t micro_batch = 0;  // sequences per rank per micro-batch: the spec's train.micro_batch
   std::vector<Buffer> buffers;
   std::vector<Op> ops;  // issue order
 

@@ -22,7 +22,7 @@ class Builder {
       : spec_(units.spec), p_(units.spec.parallel) {
     s_.units = units;
     s_.options = options;
-    s_.micro_batch = options.micro_batch > 0 ? options.micro_batch : spec_.train.micro_batch;
+    s_.micro_batch = spec_.train.micro_batch;
     S_ = p_.shard_group;
     R_ = p_.replicas();
     M_ = p_.accumulate.micro_batches;

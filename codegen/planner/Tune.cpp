@@ -138,7 +138,7 @@ class Search {
   // Every valid structure whose memory bound fits, fastest compute bound first.
   std::vector<Structure> enumerate() {
     const ParallelSpec& p = spec_.parallel;
-    const int64_t global = p.world * spec_.train.micro_batch * p.accumulate.micro_batches;
+    const int64_t global = spec_.global_batch();
     std::vector<int64_t> worlds = o_.worlds.empty() ? std::vector<int64_t>{p.world} : o_.worlds;
     const std::vector<UnitsSpec> units = units_choices(spec_, o_);
     const std::vector<MemoryChoice> memory = memory_choices(spec_, o_);
@@ -265,15 +265,13 @@ class Search {
     c.spec = s;
     c.changes = changes_between(spec_, s);
     c.numerics = numerics_changes(spec_, s);
-    const ParallelSpec &a = spec_.parallel, &b = s.parallel;
-    c.batch_changed = a.world * spec_.train.micro_batch * a.accumulate.micro_batches !=
-                      b.world * s.train.micro_batch * b.accumulate.micro_batches;
+    c.batch_changed = spec_.global_batch() != s.global_batch();
     c.fits = p.fits;
     c.device_bytes = m.device_arena_bytes;
     c.host_bytes = m.host_arena_bytes;
     c.step_ms = tl.step_ms;
     c.ms_per_token = per_token(s, tl.step_ms);
-    c.tokens_per_s_per_gpu = tl.tokens_per_s / static_cast<double>(b.world);
+    c.tokens_per_s_per_gpu = tl.tokens_per_s / static_cast<double>(s.parallel.world);
     c.mfu = tl.mfu;
     c.exposed_comm_ms = tl.exposed_comm_ms;
     c.ops_estimated = hw_.profile ? tl.ops_estimated : 0;

@@ -264,7 +264,7 @@ TEST(Memory, KnobsMoveThePlanTheRightWay) {
   EXPECT_GT(offload.memory.host_arena_bytes, 0);
   Planned more = plan_text(model(16, ""));
   EXPECT_LT(peak_of(more, BufferKind::OptimizerState), peak_of(base, BufferKind::OptimizerState));
-  Planned flash = plan_text(model(4, ""), {0, true, 0});
+  Planned flash = plan_text(model(4, ""), {.flash_attention = true});
   EXPECT_LT(flash.memory.live_peak_bytes, base.memory.live_peak_bytes);
 }
 
