@@ -21,6 +21,7 @@
 
 #include "runtime/files/file_io.h"
 #include "runtime/files/token_manifest.h"
+#include "runtime/fnv1a.h"
 #include "runtime/human.h"
 #include "runtime/limits.h"
 
@@ -349,14 +350,7 @@ void record_error(const dataloader& d, fmt::string_view what) {
 // the line is formatted on the stack.
 void trace_sequence(const dataloader& d, const data_trace& t, int64_t j, const int32_t* row,
                     int32_t last, int64_t offset, int64_t file) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  auto mix = [&hash](int32_t id) {
-    for (int b = 0; b < 4; ++b)
-      hash = (hash ^ ((static_cast<uint32_t>(id) >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
-  };
-  for (int64_t i = 0; i < d.config.context; ++i)
-    mix(row[i]);
-  mix(last);
+  const uint64_t hash = fnv1a_ids(&last, 1, fnv1a_ids(row, d.config.context));
   char line[4608];
   const auto head = fmt::format_to_n(line, sizeof line, "{} {} {} {} {} {:016x} {} ", t.pass,
                                      t.index, t.rank, t.micro, j, hash, offset);

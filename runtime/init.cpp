@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "runtime/fnv1a.h"
 #include "runtime/program.h"
 
 namespace {
@@ -25,13 +26,6 @@ uint64_t mix64(uint64_t z) {
 // Output n of the splitmix64 stream that starts at key.
 uint64_t stream_at(uint64_t key, uint64_t n) {
   return mix64(key + (n + 1) * 0x9E3779B97F4A7C15ull);
-}
-
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  for (unsigned char c : s)
-    h = (h ^ c) * 0x100000001B3ull;
-  return h;
 }
 
 // A standard normal from two uniforms of element i's own counters.

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "runtime/data.h"
+#include "runtime/fnv1a.h"
 
 namespace {
 
@@ -28,11 +29,7 @@ fs::path temp_path(const std::string& name) {
 
 // FNV-1a 64 over ids as int32 little-endian bytes, as the trace hashes them.
 std::string fnv1a64(const std::vector<int32_t>& ids) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (int32_t id : ids)
-    for (int b = 0; b < 4; ++b)
-      h = (h ^ ((static_cast<uint32_t>(id) >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
-  return fmt::format("{:016x}", h);
+  return fmt::format("{:016x}", fnv1a_ids(ids.data(), std::ssize(ids)));
 }
 
 std::vector<std::string> lines_of(const fs::path& p) {
@@ -60,6 +57,17 @@ fs::path counting_token_file(const std::string& name, int32_t n) {
 // Each line names the pass, step, rank, micro-batch, the sequence, the hash
 // of exactly the T + 1 tokens at OFFSET of the file, and the file; a
 // synthetic stream's names its seed and hashes the rows written.
+// runtime/fnv1a.h against FNV-1a 64's published vectors; token ids hash as
+// their int32 little-endian bytes.
+TEST(DataTrace, Fnv1aIsTheStandardOne) {
+  EXPECT_EQ(fnv1a(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(fnv1a("a"), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(fnv1a("foobar"), 0x85944171f73967e8ull);
+  const int32_t ids[] = {0x61626f66, 0x7261};  // "foba", "ar\0\0"
+  EXPECT_EQ(fnv1a_ids(ids, 2), fnv1a(std::string_view("fobaar\0\0", 8)));
+  EXPECT_EQ(fnv1a_ids(ids + 1, 1, fnv1a_ids(ids, 1)), fnv1a_ids(ids, 2));
+}
+
 TEST(DataTrace, EachLineSaysWhereItsSequenceWasReadAndHashesItsTokens) {
   constexpr int64_t T = 4;
   const fs::path file = counting_token_file("windows.bin", 5 * T + 1);
