@@ -168,6 +168,13 @@ int run_calibrate(const CalibrateOptions& o, bool gpu_visible) {
     error("give -o PROFILE (measure here) or --request FILE (write what to measure and stop)");
     return 2;
   }
+  if (o.nodes > 1 && o.request.empty()) {
+    error(
+        fmt::format("--nodes {} measures across nodes: give --request FILE and run the printed "
+                    "srun line on them",
+                    o.nodes));
+    return 2;
+  }
   // Ranks on this node: --ranks, else as many as the specs put on a node (the
   // standard sweep: all), up to its cores or GPUs and 8.
   const int64_t slots = std::min<int64_t>(
@@ -187,7 +194,7 @@ int run_calibrate(const CalibrateOptions& o, bool gpu_visible) {
   for (const std::string& s : o.specs)
     sweep += (sweep.empty() ? "" : " ") + s;
   profile::Profile request =
-      calibration_request(*schedules, *base, ranks, sweep.empty() ? "standard" : sweep);
+      calibration_request(*schedules, *base, ranks, sweep.empty() ? "standard" : sweep, o.nodes);
 
   const fs::path binary = calibration_binary();
   try {
@@ -205,13 +212,22 @@ int run_calibrate(const CalibrateOptions& o, bool gpu_visible) {
     const size_t muon_shapes = request.compute.front().muon_ns.size();
     const std::string muon =
         muon_shapes == 0 ? "" : fmt::format(", {} Newton-Schulz shapes", muon_shapes);
+    const std::string srun = o.nodes > 1
+                                 ? fmt::format("srun -N {} --ntasks-per-node {}", o.nodes, ranks)
+                                 : fmt::format("srun -n {}", ranks);
+    const std::string mpirun =
+        o.nodes > 1 ? fmt::format("mpirun -n {} --map-by ppr:{}:node --hostfile HOSTS",
+                                  o.nodes * ranks, ranks)
+                    : fmt::format("mpirun -n {}", ranks);
     std::fputs(
         fmt::format("fsdpgen: wrote the request {} ({} layer passes, {} collectives, {} "
-                    "copies{}, {} rank{} per node); measure it on the machine with:\n  "
-                    "srun -n {} --mpi=pmix {}\n  (or: mpirun -n {} --bind-to none {})\n",
+                    "copies{}, {} rank{} per node{}); measure it on the {} with:\n  "
+                    "{} --mpi=pmix {}\n  (or: {} --bind-to none {})\n",
                     request_path, request.compute.front().layers.size(), request.collectives.size(),
-                    request.copies.size(), muon, ranks, ranks == 1 ? "" : "s", ranks,
-                    shell_quoted(measure), ranks, shell_quoted(measure))
+                    request.copies.size(), muon, ranks, ranks == 1 ? "" : "s",
+                    o.nodes > 1 ? fmt::format(" on {} nodes", o.nodes) : "",
+                    o.nodes > 1 ? "nodes" : "machine", srun, shell_quoted(measure), mpirun,
+                    shell_quoted(measure))
             .c_str(),
         stdout);
     return 0;

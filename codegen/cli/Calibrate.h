@@ -21,6 +21,7 @@ struct CalibrateOptions {
   int64_t ranks = 0;    // ranks on this node; 0: as many as the plans use, up to the cores/GPUs
   bool quick = false;   // fewer runs per entry (CI, trying it out)
   std::string request;  // write the request here and stop (to run under srun)
+  int64_t nodes = 1;    // with request: the nodes it runs on, `ranks` on each
   std::optional<int64_t> world;        // replaces each spec's parallel.world
   std::optional<int64_t> micro_batch;  // replaces each spec's train.micro_batch
 };

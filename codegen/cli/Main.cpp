@@ -212,6 +212,11 @@ static int run_fsdpgen(int argc, char** argv) {
   calibrate->add_option("--request", calibrate_opts.request,
                         "write what to measure to this file and stop (run the printed command "
                         "under srun on the cluster)");
+  calibrate
+      ->add_option("--nodes", calibrate_opts.nodes,
+                   "with --request: the nodes the printed command runs on (--ranks on each); "
+                   "collectives whose groups span nodes are then measured across them")
+      ->check(CLI::Range(1, 1024));
 
   fsdpgen::CheckLayerOptions layer_opts;
   CLI::App* check_layer = app.add_subcommand(

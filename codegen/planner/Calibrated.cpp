@@ -370,7 +370,8 @@ Hardware hardware_named(const std::string& name_or_path) {
 }
 
 profile::Profile calibration_request(const std::vector<Schedule>& schedules, const Hardware& base,
-                                     int64_t ranks_per_node, const std::string& sweep) {
+                                     int64_t ranks_per_node, const std::string& sweep,
+                                     int64_t nodes) {
   profile::Profile r;
   r.sweep = sweep;
   r.device.kind = base.gpu ? "cuda" : "cpu";
@@ -394,13 +395,14 @@ profile::Profile calibration_request(const std::vector<Schedule>& schedules, con
         continue;
       }
       const GroupPlacement g = group_placement(s.units.spec.parallel, op.group, op.group_size);
-      if (op.group_size < 2 || g.nodes > 1 || op.group_size > ranks_per_node) continue;
+      if (op.group_size < 2 || g.nodes > nodes || op.group_size > ranks_per_node * g.nodes)
+        continue;
       const std::string dtype = dtype_name(collective_dtype(s, op));
       if (op.payload_bytes > 0)  // a Muon exchange of no matrix slices moves nothing
         add_once(r.collectives,
-                 {std::string(name), dtype, op.group_size, 1, op.payload_bytes, 0, 0});
+                 {std::string(name), dtype, op.group_size, g.nodes, op.payload_bytes, 0, 0});
       for (int64_t bytes : kSweepBytes)
-        add_once(r.collectives, {std::string(name), dtype, op.group_size, 1, bytes, 0, 0});
+        add_once(r.collectives, {std::string(name), dtype, op.group_size, g.nodes, bytes, 0, 0});
     }
   }
   for (const char* dir : {"h2d", "d2h"})

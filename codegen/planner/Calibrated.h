@@ -104,11 +104,13 @@ std::string_view profile_op_name(OpKind k);
 // The request `fsdpgen calibrate` hands the calibration binary for
 // `schedules` (plans of one target): every layer pass, element-wise op and
 // Muon matrix shape they run, in compute sections for 1 and `ranks_per_node` ranks per node;
-// every collective (Muon's exchanges as send_recv) whose group fits on this node (at most
-// `ranks_per_node` ranks); every copy; and, so that other plans interpolate, a sweep of sizes for
-// each collective group and copy direction. Each entry once, in first-use order. device.base is
-// `base`.
+// every collective (Muon's exchanges as send_recv) whose group fits on the calibration's `nodes`
+// nodes of `ranks_per_node` ranks (one node: at most `ranks_per_node` ranks), each entry with
+// the nodes its group spans in the plan (a hybrid replica group: one rank on each of 2 nodes);
+// every copy; and, so that other plans interpolate, a sweep of sizes for each collective group
+// and copy direction. Each entry once, in first-use order. device.base is `base`.
 profile::Profile calibration_request(const std::vector<Schedule>& schedules, const Hardware& base,
-                                     int64_t ranks_per_node, const std::string& sweep);
+                                     int64_t ranks_per_node, const std::string& sweep,
+                                     int64_t nodes = 1);
 
 }  // namespace fsdpgen

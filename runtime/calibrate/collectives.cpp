@@ -37,12 +37,15 @@ std::string collective_problem(const CollectiveTime& c, const rank_layout& l) {
         "ranks: {} ranks, but the calibration runs on {} (run it with mpirun -n {} "
         "or more)",
         c.ranks, l.world, c.ranks);
-  const int nodes = l.nodes_of_first(static_cast<int>(c.ranks));
-  if (nodes != c.nodes)
+  if (l.spanning(static_cast<int>(c.ranks), static_cast<int>(c.nodes)).empty())
     return fmt::format(
-        "nodes: its {} ranks are the first {} ranks of the calibration, which run "
-        "on {} node{}, not {} (place the ranks so that they span {})",
-        c.ranks, c.ranks, nodes, nodes == 1 ? "" : "s", c.nodes, c.nodes);
+        "nodes: its {} ranks span {} node{}, but the calibration runs on {} node{} with {} or "
+        "more ranks on each: run it on {} nodes or more with {} ranks or more on each (srun -N "
+        "{} --ntasks-per-node {})",
+        c.ranks, c.nodes, c.nodes == 1 ? "" : "s", l.nodes(), l.nodes() == 1 ? "" : "s",
+        l.fewest_ranks_on_a_node(), c.nodes,
+        (c.ranks + c.nodes - 1) / std::max<int64_t>(1, c.nodes), c.nodes,
+        (c.ranks + c.nodes - 1) / std::max<int64_t>(1, c.nodes));
   const int64_t count = count_of(c);
   if (count < 1)
     return fmt::format("bytes: {} bytes of {} hold less than one element per rank", c.bytes,

@@ -33,8 +33,8 @@ struct collective_buffers {
 };
 collective_buffers collective_buffers_of(const fsdpgen::profile::CollectiveTime& c);
 
-// Called on every rank of `group` (ranks_first(c.ranks)): each run's time is
-// the slowest rank's (the collective ends when it does), the same on all of
-// them; a barrier before each run starts them together.
+// Called on every rank of `group` (ranks_group of the layout's spanning(c.ranks, c.nodes)): each
+// run's time is the slowest rank's (the collective ends when it does), the same on all of them; a
+// barrier before each run starts them together.
 measurement measure_collective(const fsdpgen::profile::CollectiveTime& c, MPI_Comm group,
                                const measure_options& o);

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <exception>
-#include <set>
 
 #include "runtime/check.h"
 #include "runtime/comm.h"
@@ -23,10 +22,6 @@ X reduce(X x, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
 
 int rank_layout::fewest_ranks_on_a_node() const {
   return *std::min_element(ranks_on_node.begin(), ranks_on_node.end());
-}
-
-int rank_layout::nodes_of_first(int ranks) const {
-  return static_cast<int>(std::set<int>(node_of.begin(), node_of.begin() + ranks).size());
 }
 
 rank_layout ranks_discover() {
@@ -107,10 +102,26 @@ void ranks_all_or_none(MPI_Comm comm, const std::function<void()>& f) {
   if (!all_ok) throw peer_failed();
 }
 
-MPI_Comm ranks_first(int ranks) {
+std::vector<int> rank_layout::spanning(int ranks, int nodes) const {
+  if (nodes < 1 || ranks < nodes || ranks % nodes != 0 || nodes > this->nodes()) return {};
+  const int per_node = ranks / nodes;
+  std::vector<int> members, taken(static_cast<size_t>(nodes), 0);
+  for (int r = 0; r < world; ++r) {
+    const int node = node_of[static_cast<size_t>(r)];
+    if (node < nodes && taken[static_cast<size_t>(node)] < per_node) {
+      members.push_back(r);
+      ++taken[static_cast<size_t>(node)];
+    }
+  }
+  if (static_cast<int>(members.size()) != ranks) return {};
+  return members;
+}
+
+MPI_Comm ranks_group(const std::vector<int>& members) {
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  const bool in = std::find(members.begin(), members.end(), rank) != members.end();
   MPI_Comm group = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, rank < ranks ? 0 : MPI_UNDEFINED, rank, &group));
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, in ? 0 : MPI_UNDEFINED, rank, &group));
   return group;
 }

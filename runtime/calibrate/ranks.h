@@ -19,8 +19,10 @@ struct rank_layout {
 
   int nodes() const { return static_cast<int>(ranks_on_node.size()); }
   int fewest_ranks_on_a_node() const;
-  // Distinct nodes among world ranks [0, ranks).
-  int nodes_of_first(int ranks) const;
+  // A group of `ranks` spanning `nodes` nodes as a plan places it: the first
+  // ranks/nodes world ranks of each of the first `nodes` nodes; empty where
+  // the nodes do not divide the ranks or a node has too few.
+  std::vector<int> spanning(int ranks, int nodes) const;
 };
 
 // Collective over the world.
@@ -47,6 +49,6 @@ struct peer_failed : std::runtime_error {
 // to wait in a collective for one that stopped.
 void ranks_all_or_none(MPI_Comm comm, const std::function<void()>& f);
 
-// Ranks [0, ranks) of the world as a communicator, MPI_COMM_NULL on the
+// These world ranks (ascending) as a communicator, MPI_COMM_NULL on the
 // others (collective over the world).
-MPI_Comm ranks_first(int ranks);
+MPI_Comm ranks_group(const std::vector<int>& members);

@@ -133,9 +133,11 @@ void add_compute_jobs(std::vector<job>& jobs, profile::Compute& c, int section,
       [&](const profile::MuonNsTime& e) { return t.muon_ns(e, o); });
 }
 
-measurement measure_collective(profile::CollectiveTime& c, const std::string& where,
-                               calibrate_target& t, const measure_options& o) {
-  MPI_Comm group = ranks_first(static_cast<int>(c.ranks));
+// On the group its entry names: its ranks spread over its nodes as a plan places them.
+measurement measure_collective(profile::CollectiveTime& c, const rank_layout& l,
+                               const std::string& where, calibrate_target& t,
+                               const measure_options& o) {
+  MPI_Comm group = ranks_group(l.spanning(static_cast<int>(c.ranks), static_cast<int>(c.nodes)));
   const measurement m =
       across_ranks(group != MPI_COMM_NULL, where, [&] { return t.collective(c, group, o); });
   if (group != MPI_COMM_NULL) MPI_Comm_free(&group);
@@ -176,7 +178,7 @@ void sweep_run(profile::Profile& p, const rank_layout& l, calibrate_target& t,
                                 plural(c.ranks, "rank"), plural(c.nodes, "node")),
                     -1,
                     [&, where = fmt::format("{}: collectives[{}]", file, i)] {
-                      return measure_collective(c, where, t, o);
+                      return measure_collective(c, l, where, t, o);
                     },
                     [&c](const measurement& m) { c.seconds = m.seconds, c.runs = m.runs; }});
   }

@@ -275,8 +275,10 @@ TEST(Calibrate, RefusesCollectivesOnMoreNodesThanTheirRanksSpan) {
   const std::string path =
       edited_request("nodes.json", [](profile::Profile& p) { p.collectives[2].nodes = 2; });
   expect_refused(path, path +
-                           ": collectives[2]: nodes: its 2 ranks are the first 2 ranks of the "
-                           "calibration, which run on 1 node, not 2");
+                           ": collectives[2]: nodes: its 2 ranks span 2 nodes, but the "
+                           "calibration runs on 1 node with 2 or more ranks on each: run it on 2 "
+                           "nodes or more with 1 ranks or more on each (srun -N 2 "
+                           "--ntasks-per-node 1)");
 }
 
 TEST(Calibrate, RefusesCollectivesOnMoreRanksThanItRuns) {

@@ -326,6 +326,41 @@ train { optimizer = adamw(lr = 1e-3) micro_batch = 1 steps = 20 data = synthetic
     EXPECT_LE(c.ranks, 8) << c.op;
 }
 
+// A request for 2 nodes of 2 ranks lists the collectives of groups across
+// them with the nodes they span: full_shard's 4 ranks on 2 nodes, and
+// hybrid_shard's replica groups of one rank on each node beside its shard
+// groups of one node; for one node, neither.
+TEST(Calibrated, RequestsForSeveralNodesMeasureGroupsAcrossThem) {
+  auto request = [](const std::string& sharding, int64_t nodes) {
+    test::Planned planned = test::plan_text(fmt::format(R"(
+model tiny {{ family = gpt2 vocab = 256 context = 32 width = 32 heads = 2 layers = 2 }}
+units {{ each block }}
+parallel {{ world = 4 ranks_per_node = 2 sharding = {} }}
+train {{ optimizer = adamw(lr = 1e-3) micro_batch = 2 steps = 20 data = synthetic(seed = 1) }}
+)",
+                                                        sharding));
+    return calibration_request({planned.schedule}, *find_hardware("cpu"), 2, "x", nodes);
+  };
+  auto groups = [](const profile::Profile& r) {
+    std::set<std::tuple<std::string, int64_t, int64_t>> g;
+    for (const profile::CollectiveTime& c : r.collectives)
+      g.insert({c.op, c.ranks, c.nodes});
+    return g;
+  };
+  using G = std::set<std::tuple<std::string, int64_t, int64_t>>;
+  EXPECT_EQ(groups(request("full_shard", 2)),
+            (G{{"all_gather", 4, 2}, {"reduce_scatter", 4, 2}, {"all_reduce", 4, 2}}));
+  // The shard groups' all-gathers, reduce-scatters and norm all-reduce on a
+  // node; the replicas' gradient all-reduce across the 2.
+  EXPECT_EQ(groups(request("hybrid_shard", 2)), (G{{"all_gather", 2, 1},
+                                                   {"reduce_scatter", 2, 1},
+                                                   {"all_reduce", 2, 1},
+                                                   {"all_reduce", 2, 2}}));
+  EXPECT_TRUE(groups(request("full_shard", 1)).empty());
+  EXPECT_EQ(groups(request("hybrid_shard", 1)),
+            (G{{"all_gather", 2, 1}, {"reduce_scatter", 2, 1}, {"all_reduce", 2, 1}}));
+}
+
 // tiny with Muon at `ns` (ns_steps and ns_dtype), on 2 ranks: four matrix
 // shapes a block, owners on both ranks.
 std::string muon_spec(const std::string& ns) {
