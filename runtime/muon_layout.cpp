@@ -123,6 +123,6 @@ muon_settings muon_settings_of(const program& p, double lr) {
   s.ns_steps = static_cast<int>(o.ns_steps);
   s.ns_dtype = o.ns_dtype;
   s.weight_decay = o.weight_decay;
-  s.adjust = static_cast<muon_adjust>(o.adjust_lr);
+  s.adjust = o.adjust_lr;
   return s;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/dtype.h"
+#include "runtime/muon_math.h"
 
 struct step_context;
 
@@ -203,7 +204,7 @@ struct program_optimizer {
   bool nesterov = true;
   int64_t ns_steps = 5;
   dtype_id ns_dtype = dtype_id::fp32;
-  int adjust_lr = 0;  // runtime/muon_math.h's muon_adjust
+  muon_adjust adjust_lr = muon_adjust::original;
   double adamw_lr = 0, adamw_beta1 = 0, adamw_beta2 = 0, adamw_eps = 0, adamw_weight_decay = 0;
 };
 

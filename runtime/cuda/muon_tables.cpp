@@ -15,8 +15,7 @@ std::vector<gpu_muon_part> gpu_muon_parts_of(const program& p, const muon_unit_l
     gpu_muon_part d{part.begin, part.end, part.state_offset, 0.0, part.matrix, part.decayed};
     if (part.matrix >= 0) {
       const muon_matrix m = muon_matrix_of(p.muon_matrices[part.matrix]);
-      d.lr_factor = muon_adjusted_lr(1.0, static_cast<muon_adjust>(p.train.optimizer.adjust_lr),
-                                     m.fan_out(), m.fan_in());
+      d.lr_factor = muon_adjusted_lr(1.0, p.train.optimizer.adjust_lr, m.fan_out(), m.fan_in());
     }
     out.push_back(d);
   }
