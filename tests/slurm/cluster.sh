@@ -210,7 +210,7 @@ wait_nodes_idle() {
     for ((i = 0; i < START_TIMEOUT * 2; i++)); do
         states=$(timeout 10 $SLURM_TEST_HEAD sinfo -h -N -o '%N=%T' 2>/dev/null | sort -u |
                  tr '\n' ' ' || true)
-        idle=$(grep -o '=idle' <<<"$states" | wc -l)
+        idle=$(grep -o '=idle' <<<"$states" | wc -l || true)  # none yet: grep fails
         if ((idle == HOSTS)); then
             say "$HOSTS nodes idle after ~$((i / 2)) s"
             return 0
