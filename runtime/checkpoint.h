@@ -139,8 +139,3 @@ checkpoint_state checkpoint_load(step_context& c, const std::string& dir,
 // without `create`, when it could be created (its nearest existing ancestor is
 // a writable directory); otherwise why not, naming dir.
 std::string checkpoint_dir_problem(const std::string& dir, bool create);
-
-// The sequences consumed by the first `step` steps of this program's run.
-inline int64_t checkpoint_sequences_per_step(const program& p) {
-  return p.parallel.world * p.parallel.micro_batches * p.parallel.micro_batch;
-}

@@ -332,6 +332,13 @@ struct program {
   int muon_matrix_count = 0;
 };
 
+// Sequences a step trains over all ranks: world x micro_batches x
+// micro_batch (fsdpgen's Spec::global_batch), what the data, the checkpoints'
+// sequence counts and the logged tokens per step read.
+inline int64_t program_global_batch(const program& p) {
+  return p.parallel.world * p.parallel.micro_batches * p.parallel.micro_batch;
+}
+
 // Whether the spec names validation data (val_sequences, at least 1, is
 // written only then; its val_every may be 0: validation only where
 // --val-every asks).

@@ -34,8 +34,8 @@ void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* tar
   // rank r's micro-batch m is its (r * micro_batches + m)-th slice, so any
   // world and accumulation see the same sequences in each step.
   int64_t slice = c.comms.rank * p.parallel.micro_batches + mb;
-  int64_t first = c.sequence_base + (c.step * p.parallel.world * p.parallel.micro_batches + slice) *
-                                        p.parallel.micro_batch;
+  int64_t first =
+      c.sequence_base + c.step * program_global_batch(p) + slice * p.parallel.micro_batch;
   dataloader_fill(*c.data, first, p.parallel.micro_batch, tokens, targets, traced);
 }
 

@@ -86,7 +86,7 @@ void training_run::resume() {
   guard_restore(guard_, resumed.guard_losses, resumed.guard_norms, resumed.guard_skips_in_row);
   seed_ = resumed.seed;
   dataloader_set_shuffle_seed(data_, static_cast<uint64_t>(seed_));
-  c_.sequence_base = resumed.sequences - start_step_ * checkpoint_sequences_per_step(p_);
+  c_.sequence_base = resumed.sequences - start_step_ * program_global_batch(p_);
   weights_from_ = fmt::format("resumed from {} (step {}, {} sequences read)", path, start_step_,
                               with_commas(resumed.sequences));
   if (lead_ && resumed.data != dataloader_describe(data_))
@@ -117,7 +117,7 @@ void training_run::checkpoint_and_log(int64_t step, step_record& r) {
 // first), staging this one or writing it.
 void training_run::save_checkpoint(int64_t step, step_record& r) {
   const checkpoint_state state{step + 1,
-                               c_.sequence_base + (step + 1) * checkpoint_sequences_per_step(p_),
+                               c_.sequence_base + (step + 1) * program_global_batch(p_),
                                scaler_,
                                guard_window_losses(guard_),
                                guard_window_norms(guard_),

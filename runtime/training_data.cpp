@@ -121,8 +121,9 @@ std::string training_run::rows_of_step(int64_t step) const {
 // sequence range names them all).
 std::string training_run::rows_of_rank(int64_t step, int64_t rank) const {
   constexpr int64_t kRowsNamedPerRank = 8;
-  const int64_t W = p_.parallel.world, M = p_.parallel.micro_batches, B = p_.parallel.micro_batch;
-  const int64_t first = c_.sequence_base + (step * W * M + rank * M) * B, rows = M * B;
+  const int64_t M = p_.parallel.micro_batches, B = p_.parallel.micro_batch;
+  const int64_t first = c_.sequence_base + step * program_global_batch(p_) + rank * M * B,
+                rows = M * B;
   std::string out = fmt::format("  rank {}: sequences {}..{}:", rank, first, first + rows - 1);
   for (int64_t j = first; j < first + std::min(rows, kRowsNamedPerRank); ++j)
     out += (j == first ? " " : "; ") + dataloader_locate(data_, j);

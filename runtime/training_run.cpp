@@ -30,8 +30,7 @@ training_run::training_run(const program& p, const train_options& o, const check
       steps_(run.steps),
       ckpt_{run.checkpoint_every, run.checkpoint_dir, run.checkpoint_keep},
       log_every_(run.log_every),
-      tokens_per_step_(p.parallel.world * p.parallel.micro_batches * p.parallel.micro_batch *
-                       p.model.context),
+      tokens_per_step_(program_global_batch(p) * p.model.context),
       val_every_(run.val_every),
       val_sequences_(run.val_sequences),
       guard_(guard_start(p.train.guard)) {}
@@ -101,10 +100,9 @@ void training_run::print_banner() const {
   if (!lead_) return;
   std::string data = dataloader_describe(data_);
   if (const int64_t W = dataloader_sequences(data_); W > 0) {
-    const int64_t next = c_.sequence_base + start_step_ * checkpoint_sequences_per_step(p_);
+    const int64_t next = c_.sequence_base + start_step_ * program_global_batch(p_);
     const double epochs = static_cast<double>(steps_ - start_step_) *
-                          static_cast<double>(checkpoint_sequences_per_step(p_)) /
-                          static_cast<double>(W);
+                          static_cast<double>(program_global_batch(p_)) / static_cast<double>(W);
     data += fmt::format("; epoch {} from sequence {} of it, {:.3g} epochs this run",
                         dataloader_epoch(data_, next) + 1, with_commas(next % W), epochs);
     data += fmt::format(" (checked and mapped in {:.1f} ms)", data_open_ms_);

@@ -60,7 +60,7 @@ step_record training_run::train_step(int64_t step) {
     agree_on_error(data_error_text_, "reading the training data");
   r.loss = loss_sum / static_cast<double>(tokens_per_step_);
   r.tokens_per_s = static_cast<double>(tokens_per_step_) / r.seconds;
-  const int64_t per_step = checkpoint_sequences_per_step(p_);
+  const int64_t per_step = program_global_batch(p_);
   const int64_t first = c_.sequence_base + step * per_step;
   r.epoch = dataloader_epoch(data_, first);
   const int64_t last_epoch = dataloader_epoch(data_, first + per_step - 1);
