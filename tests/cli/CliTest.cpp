@@ -303,7 +303,8 @@ TEST(CliErrors, UnknownSubcommandIsNamed) {
       << typo.out;
   EXPECT_TRUE(has(typo,
                   "'check', 'schedule', 'plan', 'emit', 'build', 'merge', 'calibrate', 'compare', "
-                  "'check-layer', 'import-hf', 'tune' or 'prepare'"))
+                  "'check-layer', 'import-hf', 'tune', 'prepare', 'metrics', 'train-tokenizer', "
+                  "'sample' or 'prepare-eval'"))
       << typo.out;
   EXPECT_FALSE(has(typo, "--output is required")) << typo.out;
   CmdResult train = run("train " + spec("tiny.fsdp") + " -o " + dir + "/x");
