@@ -6,6 +6,7 @@
 
 #include "runtime/check.h"
 #include "runtime/comm.h"
+#include "runtime/placement.h"
 
 namespace {
 
@@ -28,29 +29,18 @@ rank_layout ranks_discover() {
   rank_layout l;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &l.rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &l.world));
-  MPI_Comm local;
-  MPI_CHECK(
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, l.rank, MPI_INFO_NULL, &local));
-  MPI_CHECK(MPI_Comm_rank(local, &l.local_rank));
-  MPI_CHECK(MPI_Comm_size(local, &l.local_size));
-  // A node is known by its lowest world rank (local rank 0's).
-  int leader = l.rank;
-  MPI_CHECK(MPI_Bcast(&leader, 1, MPI_INT, 0, local));
-  MPI_CHECK(MPI_Comm_free(&local));
-  std::vector<int> leader_of(static_cast<size_t>(l.world));
-  MPI_CHECK(MPI_Allgather(&leader, 1, MPI_INT, leader_of.data(), 1, MPI_INT, MPI_COMM_WORLD));
-  std::vector<int> leaders;
-  for (int r : leader_of) {
-    auto it = std::find(leaders.begin(), leaders.end(), r);
-    if (it == leaders.end()) {
-      leaders.push_back(r);
-      l.ranks_on_node.push_back(0);
-      it = leaders.end() - 1;
-    }
-    const int node = static_cast<int>(it - leaders.begin());
+  // A node is a host as the training binary's placement check knows one
+  // (runtime/placement.h: Slurm's node name, else the host name, split by
+  // shared-memory domain), numbered by its first rank.
+  const rank_placement pl = placement_gather();
+  l.ranks_on_node.assign(pl.hosts.size(), 0);
+  for (int r = 0; r < l.world; ++r) {
+    const int node = static_cast<int>(pl.host_of_rank[static_cast<size_t>(r)]);
+    if (r == l.rank) l.local_rank = l.ranks_on_node[static_cast<size_t>(node)];
     l.node_of.push_back(node);
     ++l.ranks_on_node[static_cast<size_t>(node)];
   }
+  l.local_size = l.ranks_on_node[static_cast<size_t>(l.node_of[static_cast<size_t>(l.rank)])];
   return l;
 }
 
