@@ -219,7 +219,8 @@ int run_tune(const TuneCliOptions& o, bool gpu_visible) {
   const int64_t widest = options.worlds.empty()
                              ? p.world
                              : *std::max_element(options.worlds.begin(), options.worlds.end());
-  const Accuracy accuracy = prediction_accuracy(*hw, widest);
+  const Accuracy accuracy =
+      prediction_accuracy(*hw, widest, widest / std::max<int64_t>(1, p.ranks_per_node));
   out(fmt::format("measured error: {}\n", accuracy.text));
   if (accuracy.expected)
     out(fmt::format(

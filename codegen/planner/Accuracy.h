@@ -35,8 +35,9 @@ struct Accuracy {
 };
 
 // The accuracy of a prediction made with `hw` (built-in, or calibrated when
-// hw.profile is set) for a job of `world` ranks.
-Accuracy prediction_accuracy(const Hardware& hw, int64_t world);
+// hw.profile is set) for a job of `world` ranks over `nodes` nodes (world /
+// ranks_per_node; more than one: links between hosts in the step).
+Accuracy prediction_accuracy(const Hardware& hw, int64_t world, int64_t nodes);
 
 // "1.30-1.51x" (or "1.08x" when low and high round alike).
 std::string ratio_range(const MeasuredError& e);

@@ -407,7 +407,9 @@ Timeline predict(const Schedule& s, const Hardware& hw, const CostOptions& optio
   const auto spans = simulate(s, work, options.share_links);
 
   t.hardware = hw.name;
-  t.accuracy = prediction_accuracy(hw, spec.parallel.world);
+  t.accuracy =
+      prediction_accuracy(hw, spec.parallel.world,
+                          spec.parallel.world / std::max<int64_t>(1, spec.parallel.ranks_per_node));
   t.dtype = spec.parallel.precision.param;
   t.peak_tflops = hw.peak_flops(t.dtype) / 1e12;
   t.stream_busy_ms.assign(kStreamNames.size(), 0);

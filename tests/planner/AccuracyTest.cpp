@@ -68,7 +68,7 @@ TEST(Accuracy, HardwareNeverMeasuredSaysSoAndExpectsNoRange) {
 
 TEST(Accuracy, EveryKnownHardwareSaysWhatItsFiguresAreWorth) {
   for (std::string_view name : hardware_names()) {
-    const Accuracy a = prediction_accuracy(*find_hardware(name), 1);
+    const Accuracy a = prediction_accuracy(*find_hardware(name), 1, 1);
     EXPECT_NE(a.text.find("figures"), std::string::npos) << name << ": " << a.text;
     if (a.expected) {
       EXPECT_LE(a.expected->low, a.expected->high) << name;
@@ -103,12 +103,31 @@ TEST(Accuracy, CalibratedFiguresCiteTheCalibratedRecordOfTheirBackend) {
   for (const bool gpu : {false, true}) {
     Hardware hw = *find_hardware(gpu ? "h100-sxm" : "cpu");
     hw.profile = std::make_shared<const profile::Profile>();
-    const Accuracy a = prediction_accuracy(hw, 1);
+    const Accuracy a = prediction_accuracy(hw, 1, 1);
     EXPECT_NE(a.text.find(gpu ? "profiles calibrated on a GPU" : "profiles calibrated on a CPU"),
               std::string::npos)
         << a.text;
     ASSERT_TRUE(a.expected);
     EXPECT_EQ(a.expected->where, gpu ? "tests/bench/cuda/RESULTS.md" : "tests/bench/RESULTS.md");
+  }
+}
+
+// Across hosts the single-host ranges do not hold: a CPU plan over several
+// nodes expects the range measured on the namespace-host cluster instead
+// (tests/bench/multihost/RESULTS.md), calibrated or built-in, and says that
+// no real cluster was measured; one node keeps the single-host range.
+TEST(Accuracy, SeveralHostsExpectTheRangeMeasuredAcrossHosts) {
+  for (const bool profile : {false, true}) {
+    Hardware hw = *find_hardware("cpu");
+    if (profile) hw.profile = std::make_shared<const profile::Profile>();
+    const Accuracy one = prediction_accuracy(hw, 4, 1), two = prediction_accuracy(hw, 4, 2);
+    ASSERT_TRUE(one.expected && two.expected);
+    EXPECT_EQ(one.expected->where, "tests/bench/RESULTS.md");
+    EXPECT_EQ(two.expected->where, "tests/bench/multihost/RESULTS.md");
+    EXPECT_EQ(ratio_range(*two.expected), profile ? "1.74-7.50x" : "2.97-10.38x");
+    EXPECT_NE(two.text.find("no real multi-node cluster has been measured"), std::string::npos)
+        << two.text;
+    EXPECT_EQ(one.text.find("across hosts"), std::string::npos) << one.text;
   }
 }
 
