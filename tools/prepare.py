@@ -38,7 +38,8 @@ import time
 from array import array
 from fractions import Fraction
 
-from prepare_inputs import INSTALL_HINT, PrepareError, documents, expand_inputs, make_tasks, read_json
+from prepare_inputs import (INSTALL_HINT, PrepareError, documents, expand_inputs, make_tasks, read_json,
+                            run_tool)
 from prepare_tokenizer import (EOT_NAMES, TOKENIZER_FILE, begin_of_text, end_of_text, load_tokenizer,
                                write_tokenizer_files)
 
@@ -453,16 +454,7 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        return run(args)
-    except PrepareError as e:
-        print(f"fsdpgen prepare: error: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:  # an output that cannot be written, an input that cannot be read
-        print(f"fsdpgen prepare: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("fsdpgen prepare: stopped; run the same command again to resume", file=sys.stderr)
-        return 130
+        return run_tool("prepare", run, args, stopped="stopped; run the same command again to resume")
     finally:
         if "lock" in _W:  # the output directory's, taken by open_output
             _W.pop("lock").close()

@@ -165,15 +165,9 @@ def run(args):
 
 
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        return run(args)
-    except EvalError as e:
-        print(f"fsdpgen prepare-eval: error: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"fsdpgen prepare-eval: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
-        return 1
+    from prepare_inputs import run_tool
+    return run_tool("prepare-eval", run, parse_args(sys.argv[1:] if argv is None else argv),
+                    errors=(EvalError,))
 
 
 if __name__ == "__main__":

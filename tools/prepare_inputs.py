@@ -18,6 +18,23 @@ class PrepareError(Exception):
     names the file (and the line or row) and the problem."""
 
 
+def run_tool(command, run, args, errors=(PrepareError,), stopped="stopped"):
+    """The main of a tool `fsdpgen COMMAND` runs: run(args), with its own
+    errors (`errors`) and an OSError said in one line naming the command
+    (exit 1), and Ctrl-C as `stopped` (exit 130)."""
+    try:
+        return run(args)
+    except errors as e:
+        print(f"fsdpgen {command}: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # an output that cannot be written, an input that cannot be read
+        print(f"fsdpgen {command}: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"fsdpgen {command}: {stopped}", file=sys.stderr)
+        return 130
+
+
 def read_json(path):
     """A JSON file's value, or an error naming the file."""
     try:

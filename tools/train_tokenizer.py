@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from prepare_inputs import INSTALL_HINT, PrepareError, documents, expand_inputs, make_tasks
+from prepare_inputs import INSTALL_HINT, PrepareError, documents, expand_inputs, make_tasks, run_tool
 
 STYLES = {
     # style: (special tokens in id order, bos, eos)
@@ -178,18 +178,8 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        return run(args)
-    except PrepareError as e:
-        print(f"fsdpgen train-tokenizer: error: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"fsdpgen train-tokenizer: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("fsdpgen train-tokenizer: stopped; nothing written", file=sys.stderr)
-        return 130
+    return run_tool("train-tokenizer", run, parse_args(sys.argv[1:] if argv is None else argv),
+                    stopped="stopped; nothing written")
 
 
 if __name__ == "__main__":
