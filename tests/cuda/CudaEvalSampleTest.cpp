@@ -40,24 +40,33 @@ const std::filesystem::path kFixture =
 
 class CudaEvalSample : public NeedsCudaDevice<::testing::TestWithParam<reference_layout>> {};
 
-std::string mpi_test(int world) {
-  return world > 1 ? " --comm mpi-test" : "";
+// The CPU and the CUDA binary of the GPT-2 reference spec in layout l (each
+// built once for both tests), run with `args`: their results and directories.
+struct BothRuns {
+  CmdResult cpu, gpu;
+  std::filesystem::path cpu_dir, gpu_dir;
+};
+
+BothRuns run_both(const reference_layout& l, const std::string& args) {
+  const std::string spec = reference_spec(kGpt2, "gpt2.fsdp", l);
+  const std::filesystem::path cpu =
+      shared_binary(e2e_dir(std::string("cpu_eval_sample_") + l.name), spec);
+  const std::filesystem::path gpu = build_cuda(std::string("cuda_eval_sample_") + l.name, spec);
+  return {run_binary(l.world, cpu, args),
+          run_binary(l.world, gpu, args + (l.world > 1 ? " --comm mpi-test" : "")),
+          cpu.parent_path(), gpu.parent_path()};
 }
 
 TEST_P(CudaEvalSample, ScoresEqualTheCpuBinarys) {
   const reference_layout& l = GetParam();
-  const std::string spec = reference_spec(kGpt2, "gpt2.fsdp", l);
-  const std::string args = fmt::format(
-      "--steps 0 --init-from {} --eval {} --eval-scores scores.jsonl",
-      (kGpt2 / "model.safetensors").string(), (kFixture / "hellaswag_tiny.bin").string());
-  const std::filesystem::path cpu = shared_binary(e2e_dir(std::string("cpu_eval_") + l.name), spec);
-  const std::filesystem::path gpu = build_cuda(std::string("cuda_eval_") + l.name, spec);
-  const CmdResult c = run_binary(l.world, cpu, args);
-  const CmdResult g = run_binary(l.world, gpu, args + mpi_test(l.world));
-  ASSERT_EQ(c.status, 0) << c.out;
-  ASSERT_EQ(g.status, 0) << g.out;
-  const std::vector<nlohmann::json> want = read_metrics(cpu.parent_path() / "scores.jsonl");
-  const std::vector<nlohmann::json> got = read_metrics(gpu.parent_path() / "scores.jsonl");
+  const BothRuns r =
+      run_both(l, fmt::format("--steps 0 --init-from {} --eval {} --eval-scores scores.jsonl",
+                              (kGpt2 / "model.safetensors").string(),
+                              (kFixture / "hellaswag_tiny.bin").string()));
+  ASSERT_EQ(r.cpu.status, 0) << r.cpu.out;
+  ASSERT_EQ(r.gpu.status, 0) << r.gpu.out;
+  const std::vector<nlohmann::json> want = read_metrics(r.cpu_dir / "scores.jsonl");
+  const std::vector<nlohmann::json> got = read_metrics(r.gpu_dir / "scores.jsonl");
   ASSERT_EQ(got.size(), want.size());
   double worst = 0;
   for (size_t e = 0; e < got.size(); ++e) {
@@ -75,26 +84,21 @@ TEST_P(CudaEvalSample, ScoresEqualTheCpuBinarys) {
 }
 
 TEST_P(CudaEvalSample, SamplesEqualTheCpuBinarys) {
-  const reference_layout& l = GetParam();
-  const std::string spec = reference_spec(kGpt2, "gpt2.fsdp", l);
-  const std::string args = fmt::format(
-      "--steps 1 --init-from {} --sample-every 1 --sample-tokens 12 --metrics metrics.jsonl",
-      (kGpt2 / "model.safetensors").string());
-  const std::filesystem::path cpu =
-      shared_binary(e2e_dir(std::string("cpu_sample_") + l.name), spec);
-  const std::filesystem::path gpu = build_cuda(std::string("cuda_sample_") + l.name, spec);
-  const CmdResult c = run_binary(l.world, cpu, args);
-  const CmdResult g = run_binary(l.world, gpu, args + mpi_test(l.world));
-  ASSERT_EQ(c.status, 0) << c.out;
-  ASSERT_EQ(g.status, 0) << g.out;
-  const std::vector<nlohmann::json> want = read_metrics(cpu.parent_path() / "metrics.jsonl");
-  const std::vector<nlohmann::json> got = read_metrics(gpu.parent_path() / "metrics.jsonl");
-  ASSERT_EQ(want.size(), 1u) << c.out;
-  ASSERT_EQ(got.size(), 1u) << g.out;
+  const BothRuns r = run_both(
+      GetParam(),
+      fmt::format(
+          "--steps 1 --init-from {} --sample-every 1 --sample-tokens 12 --metrics metrics.jsonl",
+          (kGpt2 / "model.safetensors").string()));
+  ASSERT_EQ(r.cpu.status, 0) << r.cpu.out;
+  ASSERT_EQ(r.gpu.status, 0) << r.gpu.out;
+  const std::vector<nlohmann::json> want = read_metrics(r.cpu_dir / "metrics.jsonl");
+  const std::vector<nlohmann::json> got = read_metrics(r.gpu_dir / "metrics.jsonl");
+  ASSERT_EQ(want.size(), 1u) << r.cpu.out;
+  ASSERT_EQ(got.size(), 1u) << r.gpu.out;
   ASSERT_TRUE(got[0].contains("samples")) << got[0].dump();
   EXPECT_EQ(got[0].at("samples"), want[0].at("samples")) << "cuda:\n"
-                                                         << g.out << "\ncpu:\n"
-                                                         << c.out;
+                                                         << r.gpu.out << "\ncpu:\n"
+                                                         << r.cpu.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CudaEvalSample,
