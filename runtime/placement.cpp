@@ -13,22 +13,20 @@
 #include <utility>
 
 #include "runtime/check.h"
+#include "runtime/human.h"
 
 namespace {
 
-// "rank 3", "ranks 0-1", "ranks 0, 2", "ranks 0-2, 5" (sorted, distinct ranks).
+// "rank 3", "ranks 0, 1", "ranks 0, 2", "ranks 0-2, 5" (sorted, distinct
+// ranks; two in a row are listed, three or more a range).
 std::string ranks_text(const std::vector<int64_t>& ranks) {
   std::string s;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1)
-      ++j;
-    s += fmt::format("{}{}", s.empty() ? "" : ", ", ranks[i]);
-    if (j == i + 1)
-      s += fmt::format(", {}", ranks[j]);
-    else if (j > i)
-      s += fmt::format("-{}", ranks[j]);
-    i = j + 1;
+  for (const auto& [first, last] : rank_runs(ranks)) {
+    s += fmt::format("{}{}", s.empty() ? "" : ", ", first);
+    if (last == first + 1)
+      s += fmt::format(", {}", last);
+    else if (last > first)
+      s += fmt::format("-{}", last);
   }
   return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", s);
 }

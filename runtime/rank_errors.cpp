@@ -10,19 +10,16 @@
 #include <map>
 
 #include "runtime/check.h"
+#include "runtime/human.h"
 
 namespace {
 
 // "rank 1", "ranks 0-3", "ranks 0, 2-3, 5" for sorted ranks.
 std::string ranks_text(const std::vector<int>& ranks) {
   std::string out;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1)
-      ++j;
-    out += fmt::format("{}{}", out.empty() ? "" : ", ", ranks[i]);
-    if (j > i) out += fmt::format("-{}", ranks[j]);
-    i = j + 1;
+  for (const auto& [first, last] : rank_runs(ranks)) {
+    out += fmt::format("{}{}", out.empty() ? "" : ", ", first);
+    if (last > first) out += fmt::format("-{}", last);
   }
   return fmt::format("rank{} {}", ranks.size() == 1 ? "" : "s", out);
 }

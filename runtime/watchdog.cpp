@@ -27,6 +27,7 @@
 #include "runtime/check.h"
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
+#include "runtime/human.h"
 #include "runtime/trace.h"
 
 namespace {
@@ -73,14 +74,8 @@ double predicted_seconds(const program& p, int op) {
 // "0-2 and 4-7", "0, 2 and 5".
 std::string ranks_text(const std::vector<int64_t>& ranks) {
   std::vector<std::string> parts;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1)
-      ++j;
-    parts.push_back(j == i ? fmt::format("{}", ranks[i])
-                           : fmt::format("{}-{}", ranks[i], ranks[j]));
-    i = j + 1;
-  }
+  for (const auto& [first, last] : rank_runs(ranks))
+    parts.push_back(first == last ? fmt::format("{}", first) : fmt::format("{}-{}", first, last));
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i)
     out += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
