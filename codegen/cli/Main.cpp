@@ -127,7 +127,9 @@ static int run_fsdpgen(int argc, char** argv) {
       "build", "generate and compile the training binary (also: fsdpgen spec.fsdp -o train)");
   build_args.add_to(build, fsdpgen::Pass::Build, true);
   build->add_option("-o,--output", binary, "the executable to write")->required();
-  build->add_option("--sources", sources, "keep the generated source in this directory");
+  build->add_option(
+      "--sources", sources,
+      "keep the generated source in this directory (and the debug information in the binary)");
   build->add_option("--target", build_target, target_help)->check(CLI::IsMember({"cuda", "cpu"}));
   build->add_flag("--check", build_args.check,
                   "for finding memory bugs: a red zone before and after every buffer, checked "

@@ -244,6 +244,31 @@ TEST(CliBuild, SourcesKeepsTheEmittedProgram) {
   EXPECT_TRUE(printed.out == schedule.out) << printed.out.substr(0, 2000);
 }
 
+// A plain build drops the runtime's debug information (55 of 58 MB on tiny;
+// hundreds of test binaries filled a CI disk) and keeps the symbols; with
+// --sources, where the user debugs, the binary keeps it. Both run.
+TEST(CliBuild, DebugInformationOnlyWithSources) {
+  const std::string dir = fresh_dir("cli-build-debug-info");
+  CmdResult plain = run("build " + spec("tiny.fsdp") + " --target cpu -o " + dir + "/plain");
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  CmdResult kept = run("build " + spec("tiny.fsdp") + " --target cpu --sources " + dir +
+                       "/src -o " + dir + "/kept");
+  ASSERT_EQ(kept.status, 0) << kept.out;
+  const std::string plain_bytes = file_bytes(dir + "/plain");
+  const std::string kept_bytes = file_bytes(dir + "/kept");
+  // Section names live in the ELF string table: present only where the section is.
+  EXPECT_EQ(plain_bytes.find(".debug_info"), std::string::npos);
+  EXPECT_NE(kept_bytes.find(".debug_info"), std::string::npos);
+  EXPECT_NE(plain_bytes.find("fsdpgen"), std::string::npos) << "the symbols were stripped too";
+  EXPECT_LT(plain_bytes.size() * 4, kept_bytes.size())
+      << plain_bytes.size() << " B against " << kept_bytes.size() << " B";
+  for (const char* binary : {"/plain", "/kept"}) {
+    CmdResult step = fsdpgen::test::run_command("cd " + dir + " && ." + binary +
+                                                " --steps 1 --checkpoint-every 0");
+    EXPECT_EQ(step.status, 0) << binary << "\n" << step.out;
+  }
+}
+
 // A compiler that fails is fsdpgen's internal error (exit 3): the command is
 // printed, nothing is left behind (neither a binary nor the temporary source).
 TEST(CliBuild, CompilerFailureIsAnInternalError) {
