@@ -25,9 +25,35 @@
 
 namespace {
 
-int run(const program& p, const train_options& o, const launch_info& li, const backend_kind& kind) {
+// --resume-if-exists decided: a --resume of the checkpoint directory where it
+// holds a checkpoint (whose weights and seed then count: --init-from and
+// --seed are not used, with a note), else a fresh run.
+train_options resume_decided(const train_options& given, const checkpoint_run& launched,
+                             bool lead) {
+  train_options o = given;
+  if (!o.resume_if_exists) return o;
+  o.resume = checkpoint_exists_agreed(launched.checkpoint_dir, lead);
+  if (!o.resume) {
+    if (lead)
+      std::printf("--resume-if-exists: no checkpoint in %s, so the run starts afresh\n",
+                  launched.checkpoint_dir.c_str());
+    return o;
+  }
+  if (lead && (!o.init_from.empty() || o.seed >= 0))
+    std::printf(
+        "note: --resume-if-exists resumes from the checkpoint in %s, which holds the weights and "
+        "the seed: --init-from and --seed are not used\n",
+        launched.checkpoint_dir.c_str());
+  o.init_from.clear();
+  o.seed = -1;
+  return o;
+}
+
+int run(const program& p, const train_options& given, const launch_info& li,
+        const backend_kind& kind) {
   const bool lead = li.rank == 0;
-  const checkpoint_run launched = run_settings_of(p, o.run);
+  const checkpoint_run launched = run_settings_of(p, given.run);
+  const train_options o = resume_decided(given, launched, lead);
   // Without a value, --resume looks in the checkpoint directory of the flags or the spec.
   const std::string resume_from = o.resume ? resume_path(o, launched.checkpoint_dir, lead) : "";
   const checkpoint_manifest resumed = read_resumed_manifest(resume_from);

@@ -77,6 +77,11 @@ std::optional<int> train_flags_parse(const program& p, int argc, char** argv,
                      "them (its newest), or without a value the newest in the checkpoint "
                      "directory")
           ->expected(0, 1);
+  app.add_flag("--resume-if-exists", o.resume_if_exists,
+               "resume as --resume does from the newest complete checkpoint in the checkpoint "
+               "directory where it holds one, else start the run afresh (--init-from and "
+               "--seed then apply): the one command of a job that a scheduler may requeue")
+      ->excludes(resume);
   app.add_flag("--allow-batch-change", o.allow_batch_change,
                "with --resume: continue although this binary's global batch (world x "
                "micro-batch x micro-batches) is not the checkpoint's run's");

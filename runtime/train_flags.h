@@ -40,6 +40,9 @@ struct train_options {
   bool no_watchdog = false;      // run without the watchdog (its cost measured against none)
   bool resume = false;
   std::string resume_from;  // empty: the newest checkpoint in the checkpoint directory
+  // --resume-if-exists: resume from the checkpoint directory's newest, where
+  // it holds one; else start afresh (a requeued batch job's one command).
+  bool resume_if_exists = false;
   bool allow_batch_change = false;
   bool allow_placement = false;  // run ranks placed on hosts otherwise than the plan's nodes
   bool allow_bytes = false;      // --data/--val: a text file into a vocabulary larger than 256

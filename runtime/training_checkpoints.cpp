@@ -36,6 +36,12 @@ std::string resume_path(const train_options& o, const std::string& checkpoint_di
   return path;
 }
 
+bool checkpoint_exists_agreed(const std::string& checkpoint_dir, bool lead) {
+  int32_t exists = lead && !checkpoint_list(checkpoint_dir).empty() ? 1 : 0;
+  comm_broadcast(MPI_COMM_WORLD, &exists, sizeof exists, 0);
+  return exists != 0;
+}
+
 checkpoint_manifest read_resumed_manifest(const std::string& resume_from) {
   checkpoint_manifest m;
   if (resume_from.empty()) return m;

@@ -198,6 +198,10 @@ data_config data_config_of(const program& p, const program_data& spec,
 // same one); without a value, the newest checkpoint in `checkpoint_dir`.
 std::string resume_path(const train_options& o, const std::string& checkpoint_dir, bool lead);
 
+// --resume-if-exists: whether `checkpoint_dir` holds a complete checkpoint,
+// as rank 0 sees it (collective: every rank starts the same way).
+bool checkpoint_exists_agreed(const std::string& checkpoint_dir, bool lead);
+
 // Collective: the manifest of the checkpoint --resume names (an agreed
 // error when any rank cannot read it); empty without --resume.
 checkpoint_manifest read_resumed_manifest(const std::string& resume_from);

@@ -158,5 +158,48 @@ TEST(Preemption, SigtermToABinaryThatRelaunchedItselfStopsEveryRankWithACheckpoi
   expect_stop_and_resume("preempt_term_alone", 2, SIGTERM, "SIGUSR1", "ckpt", true);
 }
 
+// --resume-if-exists, the one command of a job a scheduler requeues: with no
+// checkpoint it starts afresh (--seed applies), with one it resumes from the
+// newest (a note says --seed is not used) and trains on bit for bit; with
+// --resume it is refused.
+TEST(Preemption, ResumeIfExistsStartsAfreshThenResumes) {
+  E2eConfig c;
+  c.world = 2;
+  const fs::path dir = e2e_dir("resume_if_exists");
+  fs::remove_all(dir / "ck");
+  fs::remove(dir / "job.jsonl");
+  const fs::path bin = shared_binary(dir, constant_lr_spec(c));
+  const std::string job =
+      "--steps 6 --checkpoint-every 3 --checkpoint-dir ck --resume-if-exists --metrics job.jsonl";
+  CmdResult first = run_binary(2, bin, job + " --seed 1337");
+  ASSERT_EQ(first.status, 0) << first.out;
+  EXPECT_NE(first.out.find("--resume-if-exists: no checkpoint in ck, so the run starts afresh\n"),
+            std::string::npos)
+      << first.out;
+  const std::vector<double> straight = read_losses(dir / "job.jsonl");
+  ASSERT_EQ(straight.size(), 6u) << first.out;
+  CmdResult other_seed = run_binary(2, bin, "--steps 6 --seed 5 --metrics seed5.jsonl");
+  ASSERT_EQ(other_seed.status, 0) << other_seed.out;
+  EXPECT_NE(read_losses(dir / "seed5.jsonl")[0], straight[0]) << "--seed did not apply";
+
+  // As if preempted after step 3: the newest checkpoint is step 3's.
+  fs::remove_all(dir / "ck" / "step_00000006");
+  ASSERT_TRUE(fs::exists(dir / "ck" / "step_00000003" / "manifest.json"));
+  CmdResult again = run_binary(2, bin, job + " --seed 5");
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_NE(again.out.find("note: --resume-if-exists resumes from the checkpoint in ck, which "
+                           "holds the weights and the seed: --init-from and --seed are not used"),
+            std::string::npos)
+      << again.out;
+  const std::vector<double> resumed = read_losses(dir / "job.jsonl");
+  ASSERT_EQ(resumed.size(), 6u) << again.out;
+  for (size_t i = 0; i < straight.size(); ++i)
+    EXPECT_EQ(resumed[i], straight[i]) << "step " << i + 1;
+
+  CmdResult both = run_binary(2, bin, "--resume ck --resume-if-exists");
+  EXPECT_EQ(both.status, 2) << both.out;
+  EXPECT_NE(both.out.find("error: --resume excludes --resume-if-exists"), std::string::npos) << both.out;
+}
+
 }  // namespace
 }  // namespace fsdpgen::test
