@@ -11,6 +11,8 @@
 #include "codegen/cli/CheckLayer.h"
 #include "codegen/driver/Output.h"
 #include "codegen/emit/Build.h"
+#include "codegen/emit/BuildConfig.h"
+#include "codegen/emit/JobScript.h"
 
 namespace fsdpgen {
 
@@ -34,18 +36,52 @@ int run_emit(const Common& c, const std::string& target_flag, const std::string&
              : kExitSpecError;
 }
 
-int run_build(const Common& c, const std::string& target_flag, const std::string& output,
-              const std::string& sources_dir) {
+namespace {
+
+// The job script of a built binary (codegen/emit/JobScript.h).
+bool write_job_script(const Pipeline& p, const PipelineOptions& o, const BuildRequest& r) {
+  const Spec& spec = *p.spec;
+  JobScriptInput in;
+  in.command = r.command;
+  in.revision = kBuildRevision;
+  in.name = spec.model.name;
+  std::error_code ec;
+  in.binary = std::filesystem::absolute(r.output, ec).lexically_normal().string();
+  in.workdir = std::filesystem::current_path(ec).string();
+  in.world = spec.parallel.world;
+  in.ranks_per_node = spec.parallel.ranks_per_node;
+  in.sharding = std::string(to_string(spec.parallel.sharding));
+  in.cuda = o.emit.kind == EmitTarget::Kind::Cuda;
+  in.gpu = o.emit.hardware;
+  in.checkpoint_dir = spec.train.checkpoint.dir;
+  if (!write_output(r.sbatch, job_script(in))) return false;
+  std::filesystem::permissions(r.sbatch, std::filesystem::perms::owner_exec,
+                               std::filesystem::perm_options::add, ec);
+  out(fmt::format("fsdpgen: wrote {}, a Slurm batch script for {} node{} x {} rank{}: sbatch {}\n",
+                  r.sbatch, in.world / in.ranks_per_node,
+                  in.world / in.ranks_per_node == 1 ? "" : "s", in.ranks_per_node,
+                  in.ranks_per_node == 1 ? "" : "s", r.sbatch));
+  return true;
+}
+
+bool writable(const std::string& path, const char* what) {
+  const std::string reason = unwritable_output_reason(path);
+  if (reason.empty()) return true;
+  std::fputs(fmt::format("fsdpgen: error: cannot write {} '{}': {}\n", what, path, reason).c_str(),
+             stderr);
+  return false;
+}
+
+}  // namespace
+
+int run_build(const Common& c, const BuildRequest& request) {
+  const std::string& output = request.output;
   std::optional<Pass> dump;
   if (!c.dump_pass(dump)) return kExitUsage;
-  if (std::string reason = unwritable_output_reason(output); !reason.empty()) {
-    std::fputs(
-        fmt::format("fsdpgen: error: cannot write the binary '{}': {}\n", output, reason).c_str(),
-        stderr);
-    return kExitSpecError;
-  }
+  if (!writable(output, "the binary")) return kExitSpecError;
+  if (!request.sbatch.empty() && !writable(request.sbatch, "the job script")) return kExitSpecError;
   const std::optional<Target> target =
-      resolve_target(c.target_request(TargetFor::Build, target_flag));
+      resolve_target(c.target_request(TargetFor::Build, request.target));
   if (!target) return kExitSpecError;
   if (c.check && target->emit.kind == EmitTarget::Kind::Cuda) {
     std::fputs(
@@ -56,7 +92,7 @@ int run_build(const Common& c, const std::string& target_flag, const std::string
   }
   PipelineOptions o = c.options(*target, dump);
   o.output = output;
-  o.sources_dir = sources_dir;
+  o.sources_dir = request.sources_dir;
   const Pipeline p = run_pipeline(c.spec_path, o);
   if (p.failure != Failure::None) return exit_status(p.failure);
   // The layers are checked once the program compiles: a layer that does not
@@ -67,6 +103,7 @@ int run_build(const Common& c, const std::string& target_flag, const std::string
     return kExitSpecError;
   }
   out(p.build_report);
+  if (!request.sbatch.empty() && !write_job_script(p, o, request)) return kExitSpecError;
   return 0;
 }
 

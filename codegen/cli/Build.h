@@ -12,11 +12,19 @@ namespace fsdpgen {
 // where a GPU is visible, else cpu).
 int run_emit(const Common& c, const std::string& target, const std::string& dir);
 
-// build: compiles the binary `output`, keeping the source in `sources_dir`
+// What build writes beside the plan's checks.
+struct BuildRequest {
+  std::string target;       // --target (empty: cuda where a GPU is visible, else cpu)
+  std::string output;       // the binary
+  std::string sources_dir;  // --sources: where the source stays (empty: nowhere)
+  std::string sbatch;       // --sbatch: the Slurm batch script to write (empty: none)
+  std::string command;      // the fsdpgen command line, for the script's header
+};
+
+// build: compiles the binary r.output, keeping the source in r.sources_dir
 // when it is not empty; then, unless c.no_layer_check, runs check-layer's
-// checks on the spec's custom layers (cached), removing `output` and
-// returning 1 when one fails.
-int run_build(const Common& c, const std::string& target, const std::string& output,
-              const std::string& sources_dir);
+// checks on the spec's custom layers (cached), removing the binary and
+// returning 1 when one fails; then writes the job script (--sbatch).
+int run_build(const Common& c, const BuildRequest& r);
 
 }  // namespace fsdpgen

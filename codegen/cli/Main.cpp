@@ -114,7 +114,7 @@ static int run_fsdpgen(int argc, char** argv) {
       "with changes that fit), 1 the spec has errors, 2 bad command line, 3 internal error.");
 
   Common emit_args, build_args;
-  std::string emit_dir, emit_target, build_target;
+  std::string emit_dir, emit_target;
   const std::string target_help =
       "cuda or cpu (default: cuda when a GPU is visible here, else cpu); cuda plans for --gpu";
   CLI::App* emit = app.add_subcommand("emit", "write the generated training program's C++ source");
@@ -122,15 +122,20 @@ static int run_fsdpgen(int argc, char** argv) {
   emit->add_option("-o,--output", emit_dir, "directory for train.cpp")->required();
   emit->add_option("--target", emit_target, target_help)->check(CLI::IsMember({"cuda", "cpu"}));
 
-  std::string binary, sources;
+  fsdpgen::BuildRequest build_request;
   CLI::App* build = app.add_subcommand(
       "build", "generate and compile the training binary (also: fsdpgen spec.fsdp -o train)");
   build_args.add_to(build, fsdpgen::Pass::Build, true);
-  build->add_option("-o,--output", binary, "the executable to write")->required();
+  build->add_option("-o,--output", build_request.output, "the executable to write")->required();
+  build->add_option("--sbatch", build_request.sbatch,
+                    "also write a Slurm batch script for the binary: the plan's nodes and ranks "
+                    "per node, srun --mpi=pmix, checkpoint and requeue before a time limit or on "
+                    "a preemption (docs/multi-node.md)");
   build->add_option(
-      "--sources", sources,
+      "--sources", build_request.sources_dir,
       "keep the generated source in this directory (and the debug information in the binary)");
-  build->add_option("--target", build_target, target_help)->check(CLI::IsMember({"cuda", "cpu"}));
+  build->add_option("--target", build_request.target, target_help)
+      ->check(CLI::IsMember({"cuda", "cpu"}));
   build->add_flag("--check", build_args.check,
                   "for finding memory bugs: a red zone before and after every buffer, checked "
                   "after every op (ops run one at a time), and AddressSanitizer (CPU target)");
@@ -419,7 +424,12 @@ static int run_fsdpgen(int argc, char** argv) {
   if (schedule->parsed()) return fsdpgen::run_schedule(schedule_args, format, output);
   if (plan->parsed()) return fsdpgen::run_plan(plan_args);
   if (emit->parsed()) return fsdpgen::run_emit(emit_args, emit_target, emit_dir);
-  if (build->parsed()) return fsdpgen::run_build(build_args, build_target, binary, sources);
+  if (build->parsed()) {
+    build_request.command = "fsdpgen";
+    for (int i = 1; i < argc; ++i)
+      build_request.command += " " + std::string(argv[i]);
+    return fsdpgen::run_build(build_args, build_request);
+  }
   if (merge->parsed())
     return fsdpgen::run_merge(merge_in, merge_out, merge_dtype, merge_max_shard, merge_spec);
   if (calibrate->parsed()) return fsdpgen::run_calibrate(calibrate_opts, fsdpgen::gpu_visible());

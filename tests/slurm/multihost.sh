@@ -32,20 +32,26 @@
 #            shared filesystem (checkpoints there; /dev/shm is each host's
 #            own), ends every rank with exit code 3 and one report naming
 #            rank 3 and every rank answering, on both hosts
+#   sbatch   the job script of `fsdpgen SPEC -o train --sbatch job.sh`,
+#            submitted with sbatch, requeued mid-run by `scontrol requeue`
+#            (SIGTERM) and then by its own time-limit signal (SIGUSR1 to the
+#            batch script, as `--signal=B:USR1@120` sends it): the job starts
+#            3 times, each stop writes a checkpoint, each start resumes from
+#            it, and its losses equal an uninterrupted srun run's, bit for bit
 # Exit status: 0 pass, 1 fail (the outputs printed), 77 skip (from cluster.sh).
 set -euo pipefail
 
 HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 
 usage() {
-    echo "usage: bash tests/slurm/multihost.sh losses|resume|kill|stall|placement FSDPGEN" >&2
+    echo "usage: bash tests/slurm/multihost.sh losses|resume|kill|stall|placement|sbatch FSDPGEN" >&2
     exit 2
 }
 
 (($# == 2)) || usage
 CASE=$1
 FSDPGEN=$(readlink -f "$2")
-case $CASE in losses|resume|kill|stall|placement) ;; *) usage ;; esac
+case $CASE in losses|resume|kill|stall|placement|sbatch) ;; *) usage ;; esac
 [[ -x $FSDPGEN ]] || { echo "multihost: $2 is not an executable" >&2; exit 2; }
 
 if [[ -z ${CLUSTER_ON:-} ]]; then
@@ -271,6 +277,99 @@ case_placement() {
     ((rc == 2)) || fail "full_shard on 3 + 1 ranks exited $rc, not 2" "$out"
     expect_refused "$out" "error: placement: the ranks run on 2 hosts (node1: ranks 0-2; node2: rank 3), but the plan puts 2 ranks on each node (ranks_per_node 2)"
     say "full_shard on 3 + 1 ranks per host: refused (exit 2), the counts named"
+}
+
+# $1: a job id, $2: a field of `scontrol show job` (e.g. JobState). Prints its value.
+job_field() {
+    scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
+}
+
+# $1: file, $2: lines it must reach, $3: job id, $4: what for. Waits up to 120 s.
+wait_lines() {
+    local i
+    for ((i = 0; i < 1200; i++)); do
+        [[ -s $1 ]] && (($(wc -l <"$1") >= $2)) && return 0
+        [[ $(job_field "$3" JobState) =~ ^(RUNNING|PENDING|CONFIGURING|REQUEUED|COMPLETING)$ ]] ||
+            fail "job $3 is $(job_field "$3" JobState) while waiting for $4" "$S/hosts-$3.log"
+        sleep 0.1
+    done
+    fail "$1 did not reach $2 lines ($4)" "$S/hosts-$3.log"
+}
+
+# $1: a job id requeued for the $2-th time: once it is pending again, makes it
+# eligible now (Slurm holds a requeued job back for 2 minutes), then waits
+# for start $2 + 1 to run.
+rerun_now() {
+    local job=$1 restarts=$2 log=$S/hosts-$1.log i
+    for ((i = 0; i < 600; i++)); do
+        [[ $(job_field "$job" Restarts) == "$restarts" && $(job_field "$job" JobState) == PENDING ]] &&
+            break
+        sleep 0.1
+    done
+    ((i < 600)) || fail "job $job is not pending after requeue $restarts" "$log"
+    scontrol update jobid="$job" StartTime=now || fail "could not make job $job eligible now" "$log"
+    for ((i = 0; i < 1200; i++)); do
+        [[ $(job_field "$job" JobState) == RUNNING ]] &&
+            grep -q "^fsdpgen job $job: start $((restarts + 1)) " "$log" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    fail "job $job did not start again after requeue $restarts" "$log"
+}
+
+case_sbatch() {
+    local steps=400 job rc i n log lines state
+    sed -E "s/^( *sharding *= *)hybrid_shard\$/\1full_shard/" "$HERE/hosts.fsdp" >"$S/hosts.fsdp"
+    (cd "$S" && "$FSDPGEN" hosts.fsdp --target cpu -o train --sbatch job.sh) >"$S/build.out" 2>&1 ||
+        fail "fsdpgen --sbatch failed" "$S/build.out"
+    grep -qxF "fsdpgen: wrote job.sh, a Slurm batch script for 2 nodes x 2 ranks: sbatch job.sh" \
+        "$S/build.out" || fail "fsdpgen did not say it wrote job.sh" "$S/build.out"
+    # The same run straight through.
+    rc=$(srun_to "$S/straight" -N 2 --ntasks-per-node 2 "$S/train" --steps "$steps" \
+         --metrics "$S/straight.jsonl")
+    ((rc == 0)) || fail "the straight run exited with $rc" "$S/straight"
+    job=$(cd "$S" && sbatch --parsable job.sh --steps "$steps" --metrics job.jsonl) ||
+        fail "sbatch job.sh failed"
+    log=$S/hosts-$job.log
+    # Start 1: preempted by a requeue (SIGTERM to the job's processes).
+    wait_lines "$S/job.jsonl" 5 "$job" "start 1's steps"
+    scontrol requeue "$job" || fail "scontrol requeue $job failed" "$log"
+    # Start 2: stopped by the time-limit signal, which the script turns into a requeue.
+    rerun_now "$job" 1
+    lines=$(wc -l <"$S/job.jsonl")
+    wait_lines "$S/job.jsonl" $((lines + 5)) "$job" "start 2's steps"
+    scancel --batch --signal=USR1 "$job" || fail "scancel --batch --signal=USR1 $job failed" "$log"
+    # Start 3 runs to the end.
+    rerun_now "$job" 2
+    for ((i = 0; i < 1800; i++)); do
+        state=$(job_field "$job" JobState)
+        [[ $state == COMPLETED || $state == FAILED || $state == CANCELLED ]] && break
+        sleep 0.1
+    done
+    [[ $state == COMPLETED ]] || fail "job $job ended $state (restarts $(job_field "$job" Restarts))" "$log"
+    [[ $(job_field "$job" Restarts) == 2 ]] ||
+        fail "job $job restarted $(job_field "$job" Restarts) times, not 2" "$log"
+    for i in 1 2 3; do
+        grep -q "^fsdpgen job $job: start $i on node\[1-2\], " "$log" ||
+            fail "the log does not show start $i on node[1-2]" "$log"
+    done
+    grep -qE "^stopped after step [0-9]+ of $steps: asked to by SIGTERM; " "$log" ||
+        fail "start 1 did not stop with a checkpoint on SIGTERM" "$log"
+    grep -qF "fsdpgen job $job: SIGUSR1 (the time limit is near): the ranks stop with a checkpoint" \
+        "$log" || fail "the script did not say it passed SIGUSR1 on" "$log"
+    grep -qE "^stopped after step [0-9]+ of $steps: asked to by SIGUSR1; " "$log" ||
+        fail "start 2 did not stop with a checkpoint on SIGUSR1" "$log"
+    grep -qF "fsdpgen job $job: stopped with a checkpoint; requeued" "$log" ||
+        fail "the script did not requeue the job" "$log"
+    grep -qF -- "--resume-if-exists: no checkpoint in ckpt, so the run starts afresh" "$log" ||
+        fail "start 1 did not start afresh" "$log"
+    (($(grep -c '^  placement: 2 hosts x 2 ranks$' "$log") == 3)) ||
+        fail "not every start ran on 2 hosts x 2 ranks" "$log"
+    grep -qE "^done: " "$log" || fail "the last start did not finish" "$log"
+    n=$(compare_losses "$S/straight.jsonl" "$S/job.jsonl" 1 0) ||
+        fail "the requeued job's losses are not the straight run's" "$log" "$S/straight"
+    ((n == steps)) || fail "$n steps compared, not $steps" "$log"
+    say "sbatch job.sh: requeued by scontrol (SIGTERM) and by its time-limit signal (SIGUSR1)," \
+        "3 starts on 2 hosts x 2 ranks, $n steps' losses equal the straight run's bit for bit"
 }
 
 start=$SECONDS
