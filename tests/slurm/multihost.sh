@@ -13,6 +13,9 @@
 #            every step's loss equals (bit for bit, the --metrics values) the
 #            one-host run's (mpirun -n 4 on node1), and the host links carried
 #            the inter-host traffic
+#   four     on 4 hosts (a cluster of its own): full_shard and hybrid_shard
+#            planned for 4 nodes of 1 rank (ranks_per_node 1) under srun -N 4
+#            --ntasks-per-node 1: every step's loss equals the one-host run's
 #   resume   a checkpoint written by 4 ranks on 2 hosts, resumed on 1 host
 #            with world 4 (losses bit for bit) and with world 2 (resharded;
 #            within 1e-5 relative, as tests/e2e/CheckpointReshardTest)
@@ -44,17 +47,20 @@ set -euo pipefail
 HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 
 usage() {
-    echo "usage: bash tests/slurm/multihost.sh losses|resume|kill|stall|placement|sbatch FSDPGEN" >&2
+    echo "usage: bash tests/slurm/multihost.sh losses|four|resume|kill|stall|placement|sbatch FSDPGEN" >&2
     exit 2
 }
 
 (($# == 2)) || usage
 CASE=$1
 FSDPGEN=$(readlink -f "$2")
-case $CASE in losses|resume|kill|stall|placement|sbatch) ;; *) usage ;; esac
+case $CASE in losses|four|resume|kill|stall|placement|sbatch) ;; *) usage ;; esac
 [[ -x $FSDPGEN ]] || { echo "multihost: $2 is not an executable" >&2; exit 2; }
 
 if [[ -z ${CLUSTER_ON:-} ]]; then
+    if [[ $CASE == four ]]; then
+        exec bash "$HERE/cluster.sh" --hosts 4 --cpus 2 -- bash "$HERE/multihost.sh" "$CASE" "$FSDPGEN"
+    fi
     exec bash "$HERE/cluster.sh" --hosts 2 --cpus 4 -- bash "$HERE/multihost.sh" "$CASE" "$FSDPGEN"
 fi
 
@@ -153,6 +159,34 @@ case_losses() {
             fail "$sharding: only $((after - before)) bytes crossed the host links" "$S/$sharding.two"
         say "$sharding: $n steps, losses across 2 hosts x 2 ranks equal the one-host run's;" \
             "$((after - before)) bytes crossed the host links"
+    done
+}
+
+case_four() {
+    local sharding rc n
+    for sharding in full_shard hybrid_shard; do
+        sed -E -e "s/^( *sharding *= *)hybrid_shard\$/\1$sharding/" \
+            -e "s/^( *ranks_per_node *= *)2( .*)?\$/\11/" "$HERE/hosts.fsdp" >"$S/four_$sharding.fsdp"
+        grep -qE "^ *ranks_per_node *= *1\$" "$S/four_$sharding.fsdp" ||
+            fail "could not set ranks_per_node 1"
+        "$FSDPGEN" "$S/four_$sharding.fsdp" --target cpu -o "$S/four_$sharding" \
+            >"$S/four_$sharding.build" 2>&1 || fail "fsdpgen could not build four_$sharding" \
+            "$S/four_$sharding.build"
+        rc=0
+        timeout -k 10 "$SRUN_TIMEOUT" "$CLUSTER_ON" node1 mpirun -n 4 --oversubscribe \
+            "$S/four_$sharding" --metrics "$S/four_$sharding.one.jsonl" >"$S/four_$sharding.one" 2>&1 ||
+            rc=$?
+        ((rc == 0)) || fail "mpirun -n 4 on node1 ($sharding) exited with $rc" "$S/four_$sharding.one"
+        rc=$(srun_to "$S/four_$sharding.four" -N 4 --ntasks-per-node 1 "$S/four_$sharding" \
+             --metrics "$S/four_$sharding.four.jsonl")
+        ((rc == 0)) || fail "srun -N 4 ($sharding) exited with $rc" "$S/four_$sharding.four"
+        expect_header "$S/four_$sharding.four" srun
+        grep -qxF "  placement: 4 hosts x 1 rank" "$S/four_$sharding.four" ||
+            fail "$sharding: the banner does not say 4 hosts x 1 rank" "$S/four_$sharding.four"
+        n=$(compare_losses "$S/four_$sharding.one.jsonl" "$S/four_$sharding.four.jsonl" 1 0) ||
+            fail "$sharding: the losses across 4 hosts are not the one-host run's" \
+                 "$S/four_$sharding.one" "$S/four_$sharding.four"
+        say "$sharding: $n steps, losses across 4 hosts x 1 rank equal the one-host run's"
     done
 }
 
