@@ -24,6 +24,9 @@ packages=(
   python3-matplotlib                                       # tools/plot_metrics.py (any python: it runs itself with this one) and its test
   python3-venv                                             # fsdpgen prepare: a venv with tokenizers (python_env)
 )
+# An ssh server for mpirun across the test cluster's hosts (tests/slurm/
+# multihost.sh mpirun): on CI only, as elsewhere installing it may start one.
+[ "${CI:-}" = true ] && packages+=(openssh-server)
 
 deps() {
   local missing=()

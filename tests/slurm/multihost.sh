@@ -16,6 +16,12 @@
 #   four     on 4 hosts (a cluster of its own): full_shard and hybrid_shard
 #            planned for 4 nodes of 1 rank (ranks_per_node 1) under srun -N 4
 #            --ntasks-per-node 1: every step's loss equals the one-host run's
+#   mpirun   without Slurm: an sshd on each host, and full_shard and
+#            hybrid_shard under mpirun -n 4 --hostfile (2 slots each)
+#            --map-by ppr:2:node from node1, as docs/multi-node.md writes it:
+#            the banner says mpirun and 2 hosts x 2 ranks, every step's loss
+#            equals the one-host run's (skipped without sshd: the package
+#            openssh-server, which tools/setup.sh installs only under CI=true)
 #   resume   a checkpoint written by 4 ranks on 2 hosts, resumed on 1 host
 #            with world 4 (losses bit for bit) and with world 2 (resharded;
 #            within 1e-5 relative, as tests/e2e/CheckpointReshardTest)
@@ -47,14 +53,14 @@ set -euo pipefail
 HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 
 usage() {
-    echo "usage: bash tests/slurm/multihost.sh losses|four|resume|kill|stall|placement|sbatch FSDPGEN" >&2
+    echo "usage: bash tests/slurm/multihost.sh losses|four|mpirun|resume|kill|stall|placement|sbatch FSDPGEN" >&2
     exit 2
 }
 
 (($# == 2)) || usage
 CASE=$1
 FSDPGEN=$(readlink -f "$2")
-case $CASE in losses|four|resume|kill|stall|placement|sbatch) ;; *) usage ;; esac
+case $CASE in losses|four|mpirun|resume|kill|stall|placement|sbatch) ;; *) usage ;; esac
 [[ -x $FSDPGEN ]] || { echo "multihost: $2 is not an executable" >&2; exit 2; }
 
 if [[ -z ${CLUSTER_ON:-} ]]; then
@@ -188,6 +194,68 @@ case_four() {
                  "$S/four_$sharding.one" "$S/four_$sharding.four"
         say "$sharding: $n steps, losses across 4 hosts x 1 rank equal the one-host run's"
     done
+}
+
+# An sshd on every host of the cluster, root's login by a key of the test's
+# own (ssh -F $S/ssh/config); stopped by stop_sshd, and by the cluster's
+# teardown after a failure.
+start_sshd() {
+    local h addr
+    [[ -x /usr/sbin/sshd ]] || {
+        echo "multihost: SKIPPED: no /usr/sbin/sshd (the package openssh-server; tools/setup.sh" \
+             "installs it under CI=true only, as elsewhere it may start an ssh server)"
+        exit 77
+    }
+    mkdir -p "$S/ssh" /run/sshd && chmod 700 "$S/ssh"
+    ssh-keygen -q -t ed25519 -N '' -f "$S/ssh/id" >/dev/null
+    ssh-keygen -q -t ed25519 -N '' -f "$S/ssh/host" >/dev/null
+    cp "$S/ssh/id.pub" "$S/ssh/authorized_keys"
+    printf 'Host *\n  IdentityFile %s\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n' \
+        "$S/ssh/id" >"$S/ssh/config"
+    for h in $CLUSTER_HOSTS; do
+        addr=$(getent hosts "$h" | awk '{print $1}')
+        printf '%s\n' "ListenAddress $addr" "HostKey $S/ssh/host" "PidFile $S/ssh/$h.pid" \
+            "AuthorizedKeysFile $S/ssh/authorized_keys" "PermitRootLogin prohibit-password" \
+            "StrictModes no" "UsePAM no" "PasswordAuthentication no" >"$S/ssh/$h.conf"
+        "$CLUSTER_ON" "$h" /usr/sbin/sshd -f "$S/ssh/$h.conf" -E "$S/ssh/$h.log" ||
+            fail "sshd did not start on $h" "$S/ssh/$h.log"
+    done
+    [[ $("$CLUSTER_ON" node1 ssh -F "$S/ssh/config" node2 hostname 2>&1) == node2 ]] ||
+        fail "ssh from node1 to node2 failed" "$S/ssh/node2.log"
+}
+
+stop_sshd() {
+    local h
+    for h in $CLUSTER_HOSTS; do
+        [[ -s $S/ssh/$h.pid ]] && kill "$(cat "$S/ssh/$h.pid")" 2>/dev/null || true
+    done
+}
+
+case_mpirun() {
+    local sharding rc n out
+    start_sshd
+    printf 'node1 slots=2\nnode2 slots=2\n' >"$S/hostfile"
+    for sharding in full_shard hybrid_shard; do
+        build "$sharding" "$sharding"
+        rc=0
+        timeout -k 10 "$SRUN_TIMEOUT" "$CLUSTER_ON" node1 mpirun -n 4 --oversubscribe \
+            "$S/$sharding" --metrics "$S/$sharding.one.jsonl" >"$S/$sharding.one" 2>&1 || rc=$?
+        ((rc == 0)) || fail "mpirun -n 4 on node1 ($sharding) exited with $rc" "$S/$sharding.one"
+        out=$S/$sharding.hostfile
+        rc=0
+        timeout -k 10 "$SRUN_TIMEOUT" "$CLUSTER_ON" node1 mpirun -n 4 --hostfile "$S/hostfile" \
+            --map-by ppr:2:node --mca plm_rsh_args "-F $S/ssh/config" \
+            "$S/$sharding" --metrics "$S/$sharding.hostfile.jsonl" >"$out" 2>&1 || rc=$?
+        ((rc == 0)) || fail "mpirun --hostfile ($sharding) exited with $rc" "$out"
+        expect_header "$out" mpirun
+        grep -qxF "  placement: 2 hosts x 2 ranks" "$out" ||
+            fail "$sharding: the banner does not say 2 hosts x 2 ranks" "$out"
+        n=$(compare_losses "$S/$sharding.one.jsonl" "$S/$sharding.hostfile.jsonl" 1 0) ||
+            fail "$sharding: the losses of mpirun --hostfile are not the one-host run's" \
+                 "$S/$sharding.one" "$out"
+        say "$sharding: $n steps under mpirun --hostfile on 2 hosts x 2 ranks equal the one-host run's"
+    done
+    stop_sshd
 }
 
 case_resume() {
