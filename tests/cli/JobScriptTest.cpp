@@ -101,10 +101,13 @@ TEST(JobScript, QuotesPathsBashMustQuote) {
 // script that cannot be written is refused before the build, leaving no binary.
 TEST(JobScript, BuildWritesItBesideTheBinary) {
   const std::string dir = fresh_dir("job-script-build");
-  CmdResult b =
-      run_command(fmt::format("cd {} && {} {}/tests/slurm/hosts.fsdp --target cpu -o "
-                              "train --sbatch job.sh",
-                              dir, FSDPGEN_BIN, FSDPGEN_SOURCE_DIR));
+  // fsdpgen hosts.fsdp -o BINARY --sbatch SCRIPT, run in dir.
+  auto build = [&](const std::string& binary, const std::string& script) {
+    return run_command(
+        fmt::format("cd {} && {} {}/tests/slurm/hosts.fsdp --target cpu -o {} --sbatch {}", dir,
+                    FSDPGEN_BIN, FSDPGEN_SOURCE_DIR, binary, script));
+  };
+  CmdResult b = build("train", "job.sh");
   ASSERT_EQ(b.status, 0) << b.out;
   EXPECT_TRUE(has(b,
                   "fsdpgen: wrote job.sh, a Slurm batch script for 2 nodes x 2 ranks: sbatch "
@@ -119,10 +122,7 @@ TEST(JobScript, BuildWritesItBesideTheBinary) {
       << script;
   EXPECT_NE(fs::status(dir + "/job.sh").permissions() & fs::perms::owner_exec, fs::perms::none);
 
-  CmdResult bad =
-      run_command(fmt::format("cd {} && {} {}/tests/slurm/hosts.fsdp --target cpu -o "
-                              "train2 --sbatch missing/job.sh",
-                              dir, FSDPGEN_BIN, FSDPGEN_SOURCE_DIR));
+  CmdResult bad = build("train2", "missing/job.sh");
   EXPECT_EQ(bad.status, 1) << bad.out;
   EXPECT_TRUE(has(bad,
                   "fsdpgen: error: cannot write the job script 'missing/job.sh': 'missing' "

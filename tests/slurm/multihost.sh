@@ -136,16 +136,32 @@ expect_header() {
         fail "$1: the header does not say 4 ranks launched by $2" "$1"
 }
 
+# $1: a binary: runs it on 4 ranks of node1 alone (mpirun), its output in
+# $1.one and its metrics in $1.one.jsonl, which expect_as_one_host compares with.
+one_host() {
+    local rc=0
+    timeout -k 10 "$SRUN_TIMEOUT" "$CLUSTER_ON" node1 mpirun -n 4 --oversubscribe \
+        "$1" --metrics "$1.one.jsonl" >"$1.one" 2>&1 || rc=$?
+    ((rc == 0)) || fail "mpirun -n 4 on node1 ($(basename "$1")) exited with $rc" "$1.one"
+    expect_header "$1.one" mpirun
+}
+
+# $1: a binary, $2: a run's output (its metrics in $2.jsonl), $3: its
+# launcher, $4: the banner's placement. Checks the header and the banner, and
+# that every step's loss is one_host's; sets `compared` to the steps compared.
+expect_as_one_host() {
+    expect_header "$2" "$3"
+    grep -qxF "  placement: $4" "$2" || fail "the banner does not say placement: $4" "$2"
+    compared=$(compare_losses "$1.one.jsonl" "$2.jsonl" 1 0) ||
+        fail "the losses of $2 are not the one-host run's" "$1.one" "$2"
+}
+
 case_losses() {
-    local sharding before after n rc
+    local sharding before after rc
     for sharding in full_shard hybrid_shard hybrid_shard_zero2; do
         build "$sharding" "$sharding"
         # One host: every rank on node1, shared memory between them.
-        rc=0
-        timeout -k 10 "$SRUN_TIMEOUT" "$CLUSTER_ON" node1 mpirun -n 4 --oversubscribe \
-            "$S/$sharding" --metrics "$S/$sharding.one.jsonl" >"$S/$sharding.one" 2>&1 || rc=$?
-        ((rc == 0)) || fail "mpirun -n 4 on node1 ($sharding) exited with $rc" "$S/$sharding.one"
-        expect_header "$S/$sharding.one" mpirun
+        one_host "$S/$sharding"
         grep -qxF "  placement: 1 host x 4 ranks (planned as 2 nodes x 2 ranks)" "$S/$sharding.one" ||
             fail "$sharding: the one-host banner does not say its placement" "$S/$sharding.one"
         before=$(link_bytes)
@@ -153,23 +169,18 @@ case_losses() {
              --metrics "$S/$sharding.two.jsonl")
         after=$(link_bytes)
         ((rc == 0)) || fail "srun -N 2 ($sharding) exited with $rc" "$S/$sharding.two"
-        expect_header "$S/$sharding.two" srun
-        grep -qxF "  placement: 2 hosts x 2 ranks" "$S/$sharding.two" ||
-            fail "$sharding: the banner does not say 2 hosts x 2 ranks" "$S/$sharding.two"
-        n=$(compare_losses "$S/$sharding.one.jsonl" "$S/$sharding.two.jsonl" 1 0) ||
-            fail "$sharding: the losses across 2 hosts are not the one-host run's" \
-                 "$S/$sharding.one" "$S/$sharding.two"
+        expect_as_one_host "$S/$sharding" "$S/$sharding.two" srun "2 hosts x 2 ranks"
         # The parameters alone are 139 kB in fp32: 6 steps of sharded
         # collectives between the hosts move far more than 100 kB.
         ((after - before > 100000)) ||
             fail "$sharding: only $((after - before)) bytes crossed the host links" "$S/$sharding.two"
-        say "$sharding: $n steps, losses across 2 hosts x 2 ranks equal the one-host run's;" \
+        say "$sharding: $compared steps, losses across 2 hosts x 2 ranks equal the one-host run's;" \
             "$((after - before)) bytes crossed the host links"
     done
 }
 
 case_four() {
-    local sharding rc n
+    local sharding rc
     for sharding in full_shard hybrid_shard; do
         sed -E -e "s/^( *sharding *= *)hybrid_shard\$/\1$sharding/" \
             -e "s/^( *ranks_per_node *= *)2( .*)?\$/\11/" "$HERE/hosts.fsdp" >"$S/four_$sharding.fsdp"
@@ -178,21 +189,12 @@ case_four() {
         "$FSDPGEN" "$S/four_$sharding.fsdp" --target cpu -o "$S/four_$sharding" \
             >"$S/four_$sharding.build" 2>&1 || fail "fsdpgen could not build four_$sharding" \
             "$S/four_$sharding.build"
-        rc=0
-        timeout -k 10 "$SRUN_TIMEOUT" "$CLUSTER_ON" node1 mpirun -n 4 --oversubscribe \
-            "$S/four_$sharding" --metrics "$S/four_$sharding.one.jsonl" >"$S/four_$sharding.one" 2>&1 ||
-            rc=$?
-        ((rc == 0)) || fail "mpirun -n 4 on node1 ($sharding) exited with $rc" "$S/four_$sharding.one"
+        one_host "$S/four_$sharding"
         rc=$(srun_to "$S/four_$sharding.four" -N 4 --ntasks-per-node 1 "$S/four_$sharding" \
              --metrics "$S/four_$sharding.four.jsonl")
         ((rc == 0)) || fail "srun -N 4 ($sharding) exited with $rc" "$S/four_$sharding.four"
-        expect_header "$S/four_$sharding.four" srun
-        grep -qxF "  placement: 4 hosts x 1 rank" "$S/four_$sharding.four" ||
-            fail "$sharding: the banner does not say 4 hosts x 1 rank" "$S/four_$sharding.four"
-        n=$(compare_losses "$S/four_$sharding.one.jsonl" "$S/four_$sharding.four.jsonl" 1 0) ||
-            fail "$sharding: the losses across 4 hosts are not the one-host run's" \
-                 "$S/four_$sharding.one" "$S/four_$sharding.four"
-        say "$sharding: $n steps, losses across 4 hosts x 1 rank equal the one-host run's"
+        expect_as_one_host "$S/four_$sharding" "$S/four_$sharding.four" srun "4 hosts x 1 rank"
+        say "$sharding: $compared steps, losses across 4 hosts x 1 rank equal the one-host run's"
     done
 }
 
@@ -232,28 +234,20 @@ stop_sshd() {
 }
 
 case_mpirun() {
-    local sharding rc n out
+    local sharding rc out
     start_sshd
     printf 'node1 slots=2\nnode2 slots=2\n' >"$S/hostfile"
     for sharding in full_shard hybrid_shard; do
         build "$sharding" "$sharding"
-        rc=0
-        timeout -k 10 "$SRUN_TIMEOUT" "$CLUSTER_ON" node1 mpirun -n 4 --oversubscribe \
-            "$S/$sharding" --metrics "$S/$sharding.one.jsonl" >"$S/$sharding.one" 2>&1 || rc=$?
-        ((rc == 0)) || fail "mpirun -n 4 on node1 ($sharding) exited with $rc" "$S/$sharding.one"
+        one_host "$S/$sharding"
         out=$S/$sharding.hostfile
         rc=0
         timeout -k 10 "$SRUN_TIMEOUT" "$CLUSTER_ON" node1 mpirun -n 4 --hostfile "$S/hostfile" \
             --map-by ppr:2:node --mca plm_rsh_args "-F $S/ssh/config" \
             "$S/$sharding" --metrics "$S/$sharding.hostfile.jsonl" >"$out" 2>&1 || rc=$?
         ((rc == 0)) || fail "mpirun --hostfile ($sharding) exited with $rc" "$out"
-        expect_header "$out" mpirun
-        grep -qxF "  placement: 2 hosts x 2 ranks" "$out" ||
-            fail "$sharding: the banner does not say 2 hosts x 2 ranks" "$out"
-        n=$(compare_losses "$S/$sharding.one.jsonl" "$S/$sharding.hostfile.jsonl" 1 0) ||
-            fail "$sharding: the losses of mpirun --hostfile are not the one-host run's" \
-                 "$S/$sharding.one" "$out"
-        say "$sharding: $n steps under mpirun --hostfile on 2 hosts x 2 ranks equal the one-host run's"
+        expect_as_one_host "$S/$sharding" "$out" mpirun "2 hosts x 2 ranks"
+        say "$sharding: $compared steps under mpirun --hostfile on 2 hosts x 2 ranks equal the one-host run's"
     done
     stop_sshd
 }
