@@ -11,6 +11,7 @@
 #include "codegen/planner/Lower.h"
 #include "dsl/Layers.h"
 #include "runtime/muon_math.h"
+#include "runtime/program.h"
 
 namespace fsdpgen {
 namespace {
@@ -53,15 +54,16 @@ void check_inputs(const std::vector<MuonMatrix>& matrices, int64_t shard_elems, 
 }
 
 // The ranks whose shards hold part of m, in rank order (check_inputs has
-// made sure that m lies inside the flat parameter, so shard_elems > 0).
+// made sure that m lies inside the flat parameter, so shard_elems > 0). Each
+// part is the runtime's own (runtime/program.h's shard_piece_of, which
+// runtime/muon_layout splits the matrices by): one owner of the split.
 std::vector<MuonSlice> slices_of(const MuonMatrix& m, int64_t shard_elems) {
   std::vector<MuonSlice> out;
-  const int64_t lo = m.offset_elems, hi = m.offset_elems + m.elems();
-  for (int64_t r = lo / shard_elems; r * shard_elems < hi; ++r) {
-    const int64_t shard_lo = r * shard_elems;
-    const int64_t a = std::max(lo, shard_lo), b = std::min(hi, shard_lo + shard_elems);
-    out.push_back({r, a - lo, b - lo, a - shard_lo});
-  }
+  const program_tensor as_tensor{"", 0, m.offset_elems, m.rows, m.cols};
+  shard_piece piece;
+  for (int64_t r = m.offset_elems / shard_elems; r * shard_elems < m.offset_elems + m.elems(); ++r)
+    if (shard_piece_of(as_tensor, shard_elems, r, piece))
+      out.push_back({r, piece.tensor_begin, piece.tensor_end, piece.shard_offset});
   return out;
 }
 
