@@ -317,6 +317,13 @@ std::vector<checkpoint_part> checkpoint_parts(const program& p) {
   return out;
 }
 
+int64_t checkpoint_shard_bytes(const program& p) {
+  int64_t bytes = 0;
+  for (const checkpoint_part& part : checkpoint_parts(p))
+    bytes += part.bytes;
+  return bytes;
+}
+
 checkpoint_saved checkpoint_save(step_context& c, const checkpoint_config& cfg,
                                  const checkpoint_state& s) {
   const program& p = *c.p;
@@ -348,9 +355,7 @@ checkpoint_saved checkpoint_save(step_context& c, const checkpoint_config& cfg,
 
 checkpoint_writer::checkpoint_writer(const program& p)
     : p_(p), parts_(checkpoint_parts(p)), from_(parts_.size(), nullptr) {
-  int64_t bytes = 0;
-  for (const checkpoint_part& part : parts_)
-    bytes += part.bytes;
+  const int64_t bytes = checkpoint_shard_bytes(p);
   const int64_t planned = p.buffers[p.plan.checkpoint_staging_buffer].bytes;
   if (bytes != planned)  // every rank's program is the same: every rank throws
     throw runtime_error(

@@ -68,6 +68,8 @@ struct checkpoint_part {
   bool muon = false;
 };
 std::vector<checkpoint_part> checkpoint_parts(const program& p);
+// The bytes of a rank's shard file's sections: checkpoint_parts summed.
+int64_t checkpoint_shard_bytes(const program& p);
 
 // Collective. The persistent buffers must be host-visible behind c.device and
 // c.host (backend::with_host_weights). Throws agreed_error on every rank when

@@ -15,6 +15,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/check.h"
+#include "runtime/checkpoint.h"
 #include "runtime/comm.h"
 #include "runtime/launch.h"
 #include "runtime/run_settings.h"
@@ -64,9 +65,10 @@ int run(const program& p, const train_options& given, const launch_info& li,
   // After the arena is made: its thread's first pages are not the arena's
   // growth the memory report measures.
   const std::unique_ptr<watchdog> watch =
-      o.no_watchdog ? nullptr
-                    : watchdog_start(p, o.watch, li.rank, li.world, li.local_size,
-                                     settled.checkpoint_dir, settled.checkpoint_every > 0);
+      o.no_watchdog
+          ? nullptr
+          : watchdog_start(p, o.watch, li.rank, li.world, li.local_size, settled.checkpoint_dir,
+                           settled.checkpoint_every > 0, checkpoint_shard_bytes(p));
   t.load_weights();
   t.print_banner();
   t.open_metrics();

@@ -25,7 +25,6 @@
 #include <thread>
 
 #include "runtime/check.h"
-#include "runtime/checkpoint.h"
 #include "runtime/comm.h"
 #include "runtime/human.h"
 #include "runtime/trace.h"
@@ -232,9 +231,10 @@ void remove_abandoned_directories(const std::string& parent) {
 
 class monitor final : public watchdog {
  public:
-  monitor(const program& p, const watchdog_options& o, int64_t rank, int64_t world, std::string dir)
+  monitor(const program& p, const watchdog_options& o, int64_t checkpoint_bytes, int64_t rank,
+          int64_t world, std::string dir)
       : p_(p), rank_(rank), world_(world), dir_(std::move(dir)), stall_path_(dir_ + "/stall") {
-    timeout_s_ = o.stall_timeout_s;
+    limits_ = {o.stall_timeout_s, checkpoint_bytes};
     timeout_ns_ = static_cast<int64_t>(o.stall_timeout_s * 1e9);
     // At least four looks per timeout, at most one a second.
     tick_ns_ = std::clamp<int64_t>(timeout_ns_ / 4, 50'000'000, 1'000'000'000);
@@ -314,7 +314,7 @@ class monitor final : public watchdog {
     if (::access(stall_path().c_str(), F_OK) == 0) exit_reported_elsewhere();
     for (int s = 0; s < kStreamCount; ++s)
       if (record_.op[s] != -1 && record_.heartbeat_ns - record_.entered_ns[s] >
-                                     watch_op_limit_ns(p_, record_.op[s], timeout_s_))
+                                     watch_op_limit_ns(p_, record_.op[s], limits_))
         report_and_exit();
   }
 
@@ -348,7 +348,7 @@ class monitor final : public watchdog {
     std::vector<watch_view> views;
     for (int64_t r = 0; r < world_; ++r)
       views.push_back(read_view(r, now_wall));
-    const std::string report = watch_report(p_, views, now_wall, timeout_ns_ / 1e9);
+    const std::string report = watch_report(p_, views, now_wall, limits_);
     // The claim, with this rank in it, appears at once: written aside, then linked.
     const std::string mine = fmt::format("{}.{}", stall_path(), rank_);
     const int fd = ::open(mine.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
@@ -423,7 +423,7 @@ class monitor final : public watchdog {
   const int64_t rank_, world_;
   const std::string dir_;
   const std::string stall_path_;  // made once: a tick allocates nothing
-  double timeout_s_ = 0;
+  watch_limits limits_;
   int64_t timeout_ns_ = 0, tick_ns_ = 0, silent_ns_ = 0;
   int fd_ = -1;
   bool made_here_ = false;  // rank 0, or a rank on a node the directory is not shared with
@@ -437,16 +437,13 @@ class monitor final : public watchdog {
 
 }  // namespace
 
-int64_t watch_op_limit_ns(const program& p, int op, double timeout_s) {
-  if (op == kWatchCheckpointWrite || op == kWatchCheckpointAgree) {
-    int64_t bytes = 0;
-    for (const checkpoint_part& part : checkpoint_parts(p))
-      bytes += part.bytes;
+int64_t watch_op_limit_ns(const program& p, int op, const watch_limits& l) {
+  if (op == kWatchCheckpointWrite || op == kWatchCheckpointAgree)
     return static_cast<int64_t>(
-        std::max(timeout_s, static_cast<double>(bytes) / kWatchCheckpointBytesPerS) * 1e9);
-  }
+        std::max(l.timeout_s, static_cast<double>(l.checkpoint_bytes) / kWatchCheckpointBytesPerS) *
+        1e9);
   return static_cast<int64_t>(
-      std::max(timeout_s, kWatchPredictedFactor * predicted_seconds(p, op)) * 1e9);
+      std::max(l.timeout_s, kWatchPredictedFactor * predicted_seconds(p, op)) * 1e9);
 }
 
 watch_status& watch_process_status() {
@@ -477,7 +474,7 @@ void watch_attach_gpu_marks(const volatile int32_t* marks) {
 }
 
 std::string watch_report(const program& p, const std::vector<watch_view>& ranks, int64_t now_ns,
-                         double timeout_s) {
+                         const watch_limits& l) {
   if (ranks.empty()) return "stall: no rank's record to report\n";
   const size_t k = held_up_by(p, ranks);
   const watch_view& held = ranks[k];
@@ -521,11 +518,11 @@ std::string watch_report(const program& p, const std::vector<watch_view>& ranks,
   }
   if (!waiting.empty()) head += fmt::format(" for rank {}", r.rank);
   const int held_stream = oldest_stream(r);
-  const int64_t limit_ns = held_stream < 0 ? 0 : watch_op_limit_ns(p, r.op[held_stream], timeout_s);
-  std::string out = head + (static_cast<double>(limit_ns) > timeout_s * 1e9
+  const int64_t limit_ns = held_stream < 0 ? 0 : watch_op_limit_ns(p, r.op[held_stream], l);
+  std::string out = head + (static_cast<double>(limit_ns) > l.timeout_s * 1e9
                                 ? fmt::format(" (stall limit {}: {:g} x the op's predicted time)\n",
                                               seconds_text(limit_ns), kWatchPredictedFactor)
-                                : fmt::format(" (stall timeout {:g} s)\n", timeout_s));
+                                : fmt::format(" (stall timeout {:g} s)\n", l.timeout_s));
   for (const watch_view& v : ranks)
     out += rank_line(p, v, now_ns);
   out += fmt::format(
@@ -536,7 +533,8 @@ std::string watch_report(const program& p, const std::vector<watch_view>& ranks,
 
 std::unique_ptr<watchdog> watchdog_start(const program& p, const watchdog_options& o, int64_t rank,
                                          int64_t world, int64_t local_size,
-                                         const std::string& checkpoint_dir, bool checkpoints) {
+                                         const std::string& checkpoint_dir, bool checkpoints,
+                                         int64_t checkpoint_bytes) {
   std::string error, dir, note;
   if (rank == 0) {
     const std::string parent =
@@ -557,7 +555,7 @@ std::unique_ptr<watchdog> watchdog_start(const program& p, const watchdog_option
   comm_broadcast(MPI_COMM_WORLD, dir.data(), n, 0);
   std::unique_ptr<watchdog> w;
   try {
-    w = std::make_unique<monitor>(p, o, rank, world, dir);
+    w = std::make_unique<monitor>(p, o, checkpoint_bytes, rank, world, dir);
   } catch (const std::exception& e) {
     error = e.what();
   }

@@ -142,11 +142,21 @@ struct watch_view {
   watch_liveness liveness = watch_liveness::missing;
 };
 
+// What the ops' limits are made of: the stall timeout, and the bytes of
+// this rank's checkpoint shard (checkpoint_shard_bytes, summed by the caller:
+// the watchdog includes nothing of checkpoints), which size a checkpoint's.
+struct watch_limits {
+  double timeout_s = 60;
+  int64_t checkpoint_bytes = 0;
+};
+
 // How long op `op` of p (or kWatchLossAllReduce) may run: the timeout, or
 // kWatchPredictedFactor times the op's predicted time where that is longer
-// (an op the cost model expects to take minutes is not stalled at one).
+// (an op the cost model expects to take minutes is not stalled at one); a
+// checkpoint's, the checkpoint bytes at kWatchCheckpointBytesPerS where that
+// is longer.
 inline constexpr double kWatchPredictedFactor = 20;
-int64_t watch_op_limit_ns(const program& p, int op, double timeout_s);
+int64_t watch_op_limit_ns(const program& p, int op, const watch_limits& l);
 
 // The stall report (several lines, each ending in a newline) from every
 // rank's view at wall-clock time now_ns: which rank holds the others up and
@@ -154,7 +164,7 @@ int64_t watch_op_limit_ns(const program& p, int op, double timeout_s);
 // The rank held up is a dead one, else a silent one, else the one whose
 // oldest running op is not a collective (else the oldest running op).
 std::string watch_report(const program& p, const std::vector<watch_view>& ranks, int64_t now_ns,
-                         double timeout_s);
+                         const watch_limits& l);
 
 struct watchdog_options {
   double stall_timeout_s = 60;  // a binary's: its spec's train.stall_timeout (or the flag's)
@@ -164,16 +174,18 @@ struct watchdog_options {
 // Collective over MPI_COMM_WORLD: rank 0 creates the job's watch directory
 // (under o.watch_dir; else /dev/shm when every rank is on this node, else
 // the checkpoint directory's parent when checkpoints are written, else
-// $TMPDIR, noted) and tells the others; every rank starts its monitor. A
-// directory that cannot be made is an agreed error naming it. The watchdog
-// stops (and rank 0 removes the directory) when destroyed.
+// $TMPDIR, noted) and tells the others; every rank starts its monitor, whose
+// checkpoints' limit checkpoint_bytes sizes. A directory that cannot be made
+// is an agreed error naming it. The watchdog stops (and rank 0 removes the
+// directory) when destroyed.
 class watchdog {
  public:
   virtual ~watchdog() = default;
 };
 std::unique_ptr<watchdog> watchdog_start(const program& p, const watchdog_options& o, int64_t rank,
                                          int64_t world, int64_t local_size,
-                                         const std::string& checkpoint_dir, bool checkpoints);
+                                         const std::string& checkpoint_dir, bool checkpoints,
+                                         int64_t checkpoint_bytes);
 
 // --inject-stall RANK:STEP:SECONDS, checked against the world; "" when it
 // reads, else why not.

@@ -59,7 +59,7 @@ TEST(Watchdog, NamesTheRankInAComputeOpAndWhereTheOthersWait) {
   for (int64_t r = 0; r < 8; ++r)
     ranks.push_back(r == 3 ? rank_in(r, 1, stream_id::compute, 94)
                            : rank_in(r, 2, stream_id::allgather, 93.5));
-  const std::string report = watch_report(p, ranks, kNow, 60);
+  const std::string report = watch_report(p, ranks, kNow, {.timeout_s = 60});
   EXPECT_EQ(first_line(report),
             "stall at step 1041: rank 3 has been in op 1 (F u0 s0 mb0: forward, compute stream) "
             "for 94.0 s; ranks 0-2 and 4-7 wait in op 2 (AG u1 mb0: all-gather, all-gather stream) "
@@ -80,21 +80,35 @@ TEST(Watchdog, AnOpPredictedLongGetsTwentyTimesItsPrediction) {
   ops[3].predicted_s = 4.5;     // 20x: 90 s
   program p = four_ops();
   p.ops = ops;
-  EXPECT_EQ(watch_op_limit_ns(p, 1, 60), 60 * kSecond);
-  EXPECT_EQ(watch_op_limit_ns(p, 3, 60), 90 * kSecond);
-  EXPECT_EQ(watch_op_limit_ns(p, 0, 60), 60 * kSecond);  // none predicted
-  EXPECT_EQ(watch_op_limit_ns(p, kWatchLossAllReduce, 60), 60 * kSecond);
+  EXPECT_EQ(watch_op_limit_ns(p, 1, {.timeout_s = 60}), 60 * kSecond);
+  EXPECT_EQ(watch_op_limit_ns(p, 3, {.timeout_s = 60}), 90 * kSecond);
+  EXPECT_EQ(watch_op_limit_ns(p, 0, {.timeout_s = 60}), 60 * kSecond);  // none predicted
+  EXPECT_EQ(watch_op_limit_ns(p, kWatchLossAllReduce, {.timeout_s = 60}), 60 * kSecond);
   std::vector<watch_view> ranks = {rank_in(0, 1, stream_id::compute, 94),
                                    rank_in(1, 2, stream_id::allgather, 93)};
-  EXPECT_EQ(first_line(watch_report(p, ranks, kNow, 60)),
+  EXPECT_EQ(first_line(watch_report(p, ranks, kNow, {.timeout_s = 60})),
             "stall at step 1041: rank 0 has been in op 1 (F u0 s0 mb0: forward, compute stream) "
             "for 94.0 s (predicted 3.1 ms); rank 1 waits in op 2 (AG u1 mb0: all-gather, "
             "all-gather stream) for rank 0 (stall timeout 60 s)");
   ranks = {rank_in(0, 3, stream_id::compute, 95), rank_in(1, 2, stream_id::allgather, 94)};
-  EXPECT_EQ(first_line(watch_report(p, ranks, kNow, 60)),
+  EXPECT_EQ(first_line(watch_report(p, ranks, kNow, {.timeout_s = 60})),
             "stall at step 1041: rank 0 has been in op 3 (F u1 s1 mb0: forward, compute stream) "
             "for 95.0 s (predicted 4.5 s); rank 1 waits in op 2 (AG u1 mb0: all-gather, "
             "all-gather stream) for rank 0 (stall limit 90.0 s: 20 x the op's predicted time)");
+}
+
+// A checkpoint's write and agreement are allowed the caller's checkpoint
+// bytes at kWatchCheckpointBytesPerS where that exceeds the timeout; the
+// step's ops are not.
+TEST(Watchdog, ACheckpointGetsItsBytesAtTheFileSystemsRate) {
+  const program p = four_ops();
+  const watch_limits big{.timeout_s = 60, .checkpoint_bytes = 6'000'000'000};  // 120 s at 50 MB/s
+  EXPECT_EQ(watch_op_limit_ns(p, kWatchCheckpointWrite, big), 120 * kSecond);
+  EXPECT_EQ(watch_op_limit_ns(p, kWatchCheckpointAgree, big), 120 * kSecond);
+  EXPECT_EQ(watch_op_limit_ns(p, 1, big), 60 * kSecond);
+  EXPECT_EQ(watch_op_limit_ns(p, kWatchLossAllReduce, big), 60 * kSecond);
+  const watch_limits small{.timeout_s = 60, .checkpoint_bytes = 1'000'000'000};  // 20 s
+  EXPECT_EQ(watch_op_limit_ns(p, kWatchCheckpointWrite, small), 60 * kSecond);
 }
 
 TEST(Watchdog, AComputeOpOutranksAnOlderCollective) {
@@ -103,7 +117,7 @@ TEST(Watchdog, AComputeOpOutranksAnOlderCollective) {
   const program p = four_ops();
   const std::vector<watch_view> ranks = {rank_in(0, 2, stream_id::allgather, 5.2),
                                          rank_in(1, 3, stream_id::compute, 5.0)};
-  EXPECT_EQ(first_line(watch_report(p, ranks, kNow, 2))
+  EXPECT_EQ(first_line(watch_report(p, ranks, kNow, {.timeout_s = 2}))
                 .rfind("stall at step 1041: rank 1 has been in op 3 (F u1", 0),
             0u);
 }
@@ -113,7 +127,7 @@ TEST(Watchdog, ARankBetweenOpsHoldsUpRanksInCollectives) {
   std::vector<watch_view> ranks = {rank_in(0, 0, stream_id::allgather, 3),
                                    rank_in(1, -1, stream_id::compute, 0),
                                    rank_in(2, kWatchLossAllReduce, stream_id::compute, 3)};
-  const std::string line = first_line(watch_report(p, ranks, kNow, 2));
+  const std::string line = first_line(watch_report(p, ranks, kNow, {.timeout_s = 2}));
   EXPECT_EQ(line.rfind("stall at step 1041: rank 1 has been running no op of the step; ", 0), 0u)
       << line;
   EXPECT_NE(line.find("rank 0 waits in op 0 (AG u0 mb0: all-gather, all-gather stream)"),
@@ -124,7 +138,7 @@ TEST(Watchdog, ARankBetweenOpsHoldsUpRanksInCollectives) {
       << line;
   // The straggler gather is a collective outside the schedule too.
   ranks[2] = rank_in(2, kWatchStragglerGather, stream_id::compute, 3);
-  const std::string gather = first_line(watch_report(p, ranks, kNow, 2));
+  const std::string gather = first_line(watch_report(p, ranks, kNow, {.timeout_s = 2}));
   EXPECT_EQ(gather.rfind("stall at step 1041: rank 1 has been running no op of the step; ", 0), 0u)
       << gather;
   EXPECT_NE(gather.find("rank 2 waits in the straggler gather after the step's ops"),
@@ -139,7 +153,7 @@ TEST(Watchdog, ASilentRankIsNamedAsStoppedAnswering) {
       rank_in(2, 1, stream_id::compute, 12, watch_liveness::silent, 7 * kSecond),
       rank_in(3, 2, stream_id::allgather, 4)};
   ranks[2].record.step = 9;
-  const std::string report = watch_report(p, ranks, kNow, 2);
+  const std::string report = watch_report(p, ranks, kNow, {.timeout_s = 2});
   EXPECT_EQ(first_line(report),
             "stall at step 1041: rank 2 stopped answering 7.0 s ago (a stopped or wedged process), "
             "last in op 1 (F u0 s0 mb0: forward, compute stream) for 12.0 s; ranks 0-1 and 3 "
@@ -159,7 +173,7 @@ TEST(Watchdog, ADeadRankIsNamedAsDeadNotStalled) {
   const std::vector<watch_view> ranks = {
       rank_in(0, 2, stream_id::allgather, 4, watch_liveness::silent, 5 * kSecond),
       rank_in(1, 3, stream_id::compute, 4, watch_liveness::dead, 5 * kSecond)};
-  const std::string line = first_line(watch_report(p, ranks, kNow, 2));
+  const std::string line = first_line(watch_report(p, ranks, kNow, {.timeout_s = 2}));
   EXPECT_EQ(line.rfind("stall at step 1041: rank 1 (pid 1001) is dead (its process is gone), last "
                        "in op 3 (F u1 s1 mb0: forward, compute stream)",
                        0),
@@ -173,7 +187,7 @@ TEST(Watchdog, NamesValidationAndRanksWithoutRecords) {
   std::vector<watch_view> ranks = {rank_in(0, 1, stream_id::compute, 70), watch_view{}};
   ranks[0].record.validation_pass = 2;
   ranks[1].record.rank = 1;
-  const std::string report = watch_report(p, ranks, kNow, 60);
+  const std::string report = watch_report(p, ranks, kNow, {.timeout_s = 60});
   EXPECT_EQ(
       first_line(report).rfind("stall at the validation after step 1041 (pass 3): rank 0 ", 0), 0u)
       << report;
