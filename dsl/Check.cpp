@@ -14,7 +14,7 @@
 #include "dsl/Rules.h"
 #include "dsl/Units.h"
 #include "dsl/Values.h"
-#include "dsl/suggest/Suggest.h"
+#include "runtime/suggest/suggest.h"
 
 namespace fsdpgen {
 namespace {

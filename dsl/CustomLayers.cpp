@@ -16,7 +16,7 @@
 #include "dsl/Layers.h"
 #include "dsl/Values.h"
 #include "dsl/layer_reader/ReadLayers.h"
-#include "dsl/suggest/Suggest.h"
+#include "runtime/suggest/suggest.h"
 
 namespace fsdpgen {
 

@@ -14,8 +14,8 @@
 #include "dsl/KeyTable.h"
 #include "dsl/Print.h"
 #include "dsl/Values.h"
-#include "dsl/suggest/Suggest.h"
 #include "runtime/limits.h"
+#include "runtime/suggest/suggest.h"
 
 namespace fsdpgen {
 

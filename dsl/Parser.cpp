@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "dsl/Lexer.h"
-#include "dsl/suggest/Suggest.h"
+#include "runtime/suggest/suggest.h"
 
 namespace fsdpgen {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "dsl/Layers.h"
 #include "dsl/Values.h"
-#include "dsl/suggest/Suggest.h"
+#include "runtime/suggest/suggest.h"
 
 namespace fsdpgen {
 

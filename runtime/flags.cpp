@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "dsl/suggest/Suggest.h"
+#include "runtime/suggest/suggest.h"
 
 #include <algorithm>
 #include <charconv>

@@ -30,9 +30,11 @@ import sys
 # "layers/fsdpgen_layer.h" users' headers write (runtime/include/ is its
 # root). Each library may include itself and any library before it. A file
 # belongs to the library of the longest folder that holds it (runtime/model/
-# is model's, runtime/cuda/ is the runtime's).
+# is model's, runtime/cuda/ is the runtime's). The lowest libraries live in
+# runtime/, the lowest top-level folder: the front end and the planner read
+# them too.
 LAYERS = [
-    ("dsl/suggest", "dsl/suggest"),              # did-you-mean, used by every front end
+    ("runtime/suggest", "runtime/suggest"),      # did-you-mean, for every front end and flags
     ("runtime/model", "runtime/model"),          # layout tables shared by the planner and the runtime
     # The CPU and CUDA runtimes, their file formats (files/) and generation
     # (generate/): files/ and generate/ are CMake libraries without MPI, but

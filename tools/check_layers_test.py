@@ -67,7 +67,7 @@ class CheckLayers(unittest.TestCase):
         with tempfile.TemporaryDirectory() as root:
             r = run(root)
             self.assertEqual(r.returncode, 2)
-            self.assertIn("no folder dsl/suggest", r.stderr)
+            self.assertIn("no folder runtime/suggest", r.stderr)
 
 
 if __name__ == "__main__":

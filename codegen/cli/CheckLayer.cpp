@@ -25,7 +25,7 @@
 #include "dsl/layer_reader/LayerDecl.h"
 #include "dsl/layer_reader/ReadLayers.h"
 #include "dsl/layer_reader/Subprocess.h"
-#include "dsl/suggest/Suggest.h"
+#include "runtime/suggest/suggest.h"
 
 namespace fsdpgen {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "dsl/suggest/Suggest.h"
+#include "runtime/suggest/suggest.h"
 
 namespace fsdpgen {
 namespace {

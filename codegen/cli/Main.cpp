@@ -46,8 +46,8 @@
 #include "codegen/cli/Sample.h"
 #include "codegen/cli/Tune.h"
 #include "dsl/Spec.h"
-#include "dsl/suggest/Suggest.h"
 #include "runtime/files/checkpoint_merge.h"
+#include "runtime/suggest/suggest.h"
 
 namespace fsdpgen {
 namespace {

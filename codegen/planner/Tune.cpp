@@ -22,7 +22,7 @@
 #include "codegen/planner/Schedule.h"
 #include "codegen/planner/TuneBounds.h"
 #include "codegen/planner/TuneSpace.h"
-#include "dsl/suggest/Suggest.h"
+#include "runtime/suggest/suggest.h"
 
 namespace fsdpgen {
 namespace {

@@ -19,7 +19,7 @@
 #include <clang/Basic/TargetInfo.h>
 
 #include "dsl/layer_reader/Expr.h"
-#include "dsl/suggest/Suggest.h"
+#include "runtime/suggest/suggest.h"
 
 namespace {
 

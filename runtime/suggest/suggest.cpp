@@ -1,5 +1,5 @@
 // Edit-distance suggestions.
-#include "dsl/suggest/Suggest.h"
+#include "runtime/suggest/suggest.h"
 
 #include <algorithm>
 
