@@ -70,8 +70,7 @@ std::string spec_text(const hf_model& m, const std::string& source, const std::s
       "# `fsdpgen import-hf`: the model section is the config's; units, parallel and\n"
       "# train are defaults to edit (8 ranks, synthetic tokens: point data at token\n"
       "# files). Start from the weights with ./train --init-from {}\n",
-      name, m.llama ? "LlamaForCausalLM" : "GPT2LMHeadModel", config,
-      weights.empty() ? "." : weights);
+      name, m.lm_class, config, weights.empty() ? "." : weights);
   s += fmt::format("model {} {{\n", name);
   s += fmt::format("  family     = {}\n", family);
   s += fmt::format("  vocab      = {}\n", m.vocab);

@@ -10,8 +10,10 @@
 #include <stdexcept>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 namespace {
@@ -31,6 +33,7 @@ struct config_key {
     scaling,   // rope scaling: present (llama3) or not, as the model's
     scaled,    // a value of llama3's scaling: compared when both scale
     differs,   // a value fsdpgen does not build, or another family's model_type
+    window,    // sliding_window: none, or at least the model's context
   };
   kind how = kind::equal;
   std::string key{};        // the config's key, e.g. n_embd or factor
@@ -45,6 +48,90 @@ struct config_key {
   std::string qualified() const { return holder.empty() ? key : holder + "." + key; }
 };
 
+// The model_types whose configs are llama's architecture, each with its LM
+// class and transformers' defaults where they are not llama's. The first is
+// llama's own.
+struct llama_type {
+  const char* model_type;
+  const char* lm;
+  int64_t positions;  // max_position_embeddings when absent
+  int64_t kv_heads;   // num_key_value_heads when absent; 0: num_attention_heads
+  int64_t window;     // sliding_window when absent (null is none); 0: none
+};
+constexpr llama_type kLlamaTypes[] = {
+    {"llama", "LlamaForCausalLM", 2048, 0, 0},
+    {"mistral", "MistralForCausalLM", 131072, 8, 4096},
+};
+
+// The families transformers builds that fsdpgen does not (yet), each with
+// what of it fsdpgen cannot represent: one owner, so that a family fsdpgen
+// learns loses its row (or its features) here. A feature is named when the
+// family always has it, or when its key says so.
+struct foreign_feature {
+  enum class when {
+    always,
+    set,            // the key is present and neither null nor false
+    not_head_size,  // the key is a number other than hidden_size / num_attention_heads
+    not_head_dim,   // the key is a number other than head_dim (else the head size)
+  };
+  when applies;
+  const char* key;  // "" for always
+  const char* what;
+};
+struct foreign_family {
+  const char* model_type;
+  const char* lm;
+  std::vector<foreign_feature> features;
+};
+
+const std::vector<foreign_family>& foreign_families() {
+  using w = foreign_feature::when;
+  const foreign_feature qk_norm{w::always, "", "RMSNorm on each head's queries and keys (qk-norm)"};
+  const foreign_feature head_dim{w::not_head_size, "head_dim",
+                                 "head_dim apart from hidden_size / num_attention_heads"};
+  const foreign_feature window{w::set, "use_sliding_window", "sliding-window attention"};
+  const foreign_feature biases{w::set, "attention_bias", "attention biases"};
+  const foreign_feature gemma_embedding{w::always, "", "the embedding scaled by sqrt(hidden_size)"};
+  const foreign_feature one_plus{w::always, "", "RMSNorm scaled by (1 + weight)"};
+  const foreign_feature geglu{w::always, "", "GeGLU (a tanh-approximated GELU gate)"};
+  const foreign_feature sandwich{w::always, "", "norms after each sub-block as well as before"};
+  const foreign_feature local_global{w::set, "sliding_window",
+                                     "alternating sliding-window and global attention layers"};
+  const foreign_feature attn_cap{w::set, "attn_logit_softcapping", "attention logit soft-capping"};
+  const foreign_feature final_cap{w::set, "final_logit_softcapping", "final logit soft-capping"};
+  const foreign_feature query_scale{w::not_head_dim, "query_pre_attn_scalar",
+                                    "queries scaled by 1 / sqrt(query_pre_attn_scalar)"};
+  const foreign_feature local_rope{w::set, "rope_local_base_freq",
+                                   "another rotary base on the sliding-window layers"};
+  static const std::vector<foreign_family> families = {
+      {"qwen2", "Qwen2ForCausalLM", {{w::always, "", "biases on q, k and v"}, window}},
+      {"qwen3", "Qwen3ForCausalLM", {qk_norm, head_dim, biases, window}},
+      {"gemma", "GemmaForCausalLM", {gemma_embedding, one_plus, geglu, head_dim}},
+      {"gemma2",
+       "Gemma2ForCausalLM",
+       {gemma_embedding, one_plus, geglu, sandwich, local_global, attn_cap, final_cap, query_scale,
+        head_dim}},
+      {"gemma3_text",
+       "Gemma3ForCausalLM",
+       {gemma_embedding, one_plus, geglu, sandwich, qk_norm, local_global, local_rope, attn_cap,
+        final_cap, query_scale, head_dim}},
+      {"gemma3",
+       "Gemma3ForConditionalGeneration",
+       {{w::always, "", "a vision tower (its text_config is a gemma3_text model)"},
+        gemma_embedding,
+        one_plus,
+        geglu,
+        sandwich,
+        qk_norm}},
+      {"olmo2",
+       "Olmo2ForCausalLM",
+       {{w::always, "", "norms after attention and after the MLP instead of before (post-norm)"},
+        {w::always, "", "RMSNorm on all of the queries and all of the keys (qk-norm)"},
+        biases}},
+  };
+  return families;
+}
+
 // A config's keys read with their types checked: the model they state and
 // the list of keys, in order.
 class config_reader {
@@ -53,6 +140,7 @@ class config_reader {
 
   hf_model model;
   std::vector<config_key> keys;
+  const llama_type* type = &kLlamaTypes[0];  // llama's: its defaults
 
   const json& config() const { return c_; }
   const json* get(const json& obj, const std::string& key) const {
@@ -151,20 +239,91 @@ class config_reader {
   json c_;
 };
 
-// model_type, and architectures when given, as the family's; false when
-// model_type names another (its keys are then not the family's to read).
+// The row of kLlamaTypes whose model_type is `type`, or whose LM class the
+// architectures list `classes` holds; null when none is.
+const llama_type* llama_type_named(const json& type) {
+  for (const llama_type& t : kLlamaTypes)
+    if (type == t.model_type) return &t;
+  return nullptr;
+}
+const llama_type* llama_type_of_classes(const json& classes) {
+  if (classes.is_array())
+    for (const llama_type& t : kLlamaTypes)
+      if (std::find(classes.begin(), classes.end(), t.lm) != classes.end()) return &t;
+  return nullptr;
+}
+const foreign_family* foreign_family_named(const json& type) {
+  for (const foreign_family& f : foreign_families())
+    if (type == f.model_type) return &f;
+  return nullptr;
+}
+
+// The families fsdpgen imports, for a model_type it does not.
+std::string known_families() {
+  std::string llama_types;
+  for (const llama_type& t : kLlamaTypes)
+    llama_types += fmt::format(", \"{}\" ({})", t.model_type, t.lm);
+  return fmt::format("fsdpgen imports \"gpt2\" (GPT2LMHeadModel){}", llama_types);
+}
+
+// A whole positive integer of the config, or 0.
+int64_t positive_integer(const json& c, const char* key) {
+  const auto it = c.find(key);
+  return it != c.end() && it->is_number_integer() && *it > 0 ? it->get<int64_t>() : 0;
+}
+
+// What of family `f` the config `c` has that fsdpgen cannot represent, in one line.
+std::string foreign_why(const foreign_family& f, const json& c) {
+  using w = foreign_feature::when;
+  const int64_t width = positive_integer(c, "hidden_size");
+  const int64_t heads = positive_integer(c, "num_attention_heads");
+  const int64_t head_size = heads > 0 && width % heads == 0 ? width / heads : 0;
+  const int64_t head_dim = positive_integer(c, "head_dim");
+  std::vector<std::string> named;
+  for (const foreign_feature& x : f.features) {
+    if (x.applies == w::always) {
+      named.push_back(x.what);
+      continue;
+    }
+    const auto it = c.find(x.key);
+    if (it == c.end() || it->is_null() || *it == false) continue;
+    const int64_t head = head_dim > 0 ? head_dim : head_size;
+    if (x.applies == w::set)
+      named.push_back(fmt::format("{} ({} = {})", x.what, x.key, it->dump()));
+    else if (x.applies == w::not_head_size && heads > 0 && !(head_size > 0 && *it == head_size))
+      named.push_back(fmt::format("{} ({}, not {} / {})", x.what, it->dump(), width, heads));
+    else if (x.applies == w::not_head_dim && head > 0 && *it != head)
+      named.push_back(fmt::format("{} ({}, not the head size {})", x.what, it->dump(), head));
+  }
+  return fmt::format("{} is not llama's architecture; not supported yet: {}", f.lm,
+                     fmt::join(named, "; "));
+}
+
+// model_type, and architectures when given, as the family's (for llama: one
+// of kLlamaTypes, whose defaults r.type then holds); false when model_type
+// names another (its keys are then not the family's to read).
 bool read_family(config_reader& r) {
-  const std::string type = r.model.llama ? "llama" : "gpt2";
-  const std::string lm = r.model.llama ? "LlamaForCausalLM" : "GPT2LMHeadModel";
-  if (const json* v = r.get(r.config(), "model_type");
-      v && (!v->is_string() || v->get<std::string>() != type)) {
-    r.differs("model_type", "", v->dump(), "family", type, false);
+  const json& c = r.config();
+  const json* type = r.get(c, "model_type");
+  const json* arch = r.get(c, "architectures");
+  if (r.model.llama && type)
+    r.type = llama_type_named(*type);
+  else if (r.model.llama && arch && llama_type_of_classes(*arch))
+    r.type = llama_type_of_classes(*arch);
+  const std::string family = r.model.llama ? "llama" : "gpt2";
+  if (type && (r.model.llama ? !r.type : *type != "gpt2")) {
+    if (const foreign_family* f = foreign_family_named(*type))
+      r.differs("model_type", "", type->dump(), foreign_why(*f, c), fmt::format("\"{}\"", family));
+    else
+      r.differs("model_type", "", type->dump(), "family", family, false);
     return false;
   }
-  const json* arch = r.get(r.config(), "architectures");
+  const std::string name = r.model.llama ? r.type->model_type : "gpt2";
+  const std::string lm = r.model.llama ? r.type->lm : "GPT2LMHeadModel";
   if (arch && !(arch->is_array() && std::find(arch->begin(), arch->end(), lm) != arch->end()))
-    r.differs("architectures", "", arch->dump(), fmt::format("fsdpgen's {} is {}", type, lm),
+    r.differs("architectures", "", arch->dump(), fmt::format("fsdpgen's {} is {}", name, lm),
               fmt::format("[\"{}\"]", lm));
+  r.model.lm_class = lm;
   return true;
 }
 
@@ -233,7 +392,8 @@ void read_llama(config_reader& r) {
   r.read<int64_t>(c, "", "hidden_size", "width", &hf_model::width, {});
   r.read<int64_t>(c, "", "num_attention_heads", "heads", &hf_model::heads, {});
   if (m.heads > 0 || r.get(c, "num_key_value_heads"))
-    r.read<int64_t>(c, "", "num_key_value_heads", "kv_heads", &hf_model::kv_heads, m.heads);
+    r.read<int64_t>(c, "", "num_key_value_heads", "kv_heads", &hf_model::kv_heads,
+                    r.type->kv_heads > 0 ? r.type->kv_heads : m.heads);
   const json* head_dim = r.get(c, "head_dim");
   if (head_dim && m.heads > 0 && (!head_dim->is_number_integer() || *head_dim != m.width / m.heads))
     r.differs(
@@ -244,16 +404,18 @@ void read_llama(config_reader& r) {
   r.read<int64_t>(c, "", "intermediate_size", "ffn_hidden", &hf_model::ffn_hidden, {});
   r.read<int64_t>(c, "", "num_hidden_layers", "layers", &hf_model::layers, {});
   r.read<int64_t>(c, "", "vocab_size", "vocab", &hf_model::vocab, {});
-  r.read<int64_t>(c, "", "max_position_embeddings", "context", &hf_model::context, 2048,
-                  config_key::kind::at_least);
+  r.read<int64_t>(c, "", "max_position_embeddings", "context", &hf_model::context,
+                  r.type->positions, config_key::kind::at_least);
   r.read<double>(c, "", "rms_norm_eps", "norm_eps", &hf_model::norm_eps, 1e-6);
   r.string_is("hidden_act", "silu", "fsdpgen's llama builds SwiGLU with silu");
   r.read<bool>(c, "", "tie_word_embeddings", "tie_embeddings", &hf_model::tied, false);
   r.off("attention_bias", "fsdpgen's llama has no attention biases");
   r.off("mlp_bias", "fsdpgen's llama has no MLP biases");
-  if (const json* window = r.get(c, "sliding_window"))
-    r.differs("sliding_window", "", window->dump(),
-              "fsdpgen's attention sees the whole context, no sliding window", "null");
+  // null is no window; absent is the type's default (Mistral's 4096).
+  const bool null_window = c.contains("sliding_window") && c["sliding_window"].is_null();
+  if (r.get(c, "sliding_window") || (!null_window && r.type->window > 0))
+    r.read<int64_t>(c, "", "sliding_window", "context", &hf_model::window, r.type->window,
+                    config_key::kind::window);
   read_rope(r);
 }
 
@@ -267,20 +429,33 @@ void read_as_family(config_reader& r) {
 }
 
 // The family a config's model_type (else architectures) names; none after
-// appending why to *problems.
+// appending why to *problems: what fsdpgen cannot represent of a family it
+// knows (foreign_families), else the families it imports.
 std::optional<bool> llama_of(const config_reader& r, std::vector<hf_problem>* problems) {
-  const std::string known =
-      "fsdpgen imports \"gpt2\" (GPT2LMHeadModel) and \"llama\" (LlamaForCausalLM)";
-  if (const json* type = r.get(r.config(), "model_type")) {
-    if (*type == "gpt2" || *type == "llama") return *type == "llama";
-    problems->push_back({"model_type", type->dump(), known});
+  const json& c = r.config();
+  if (const json* type = r.get(c, "model_type")) {
+    if (*type == "gpt2" || llama_type_named(*type)) return *type != "gpt2";
+    const foreign_family* f = foreign_family_named(*type);
+    problems->push_back({"model_type", type->dump(), f ? foreign_why(*f, c) : known_families()});
     return std::nullopt;
   }
-  if (const json* arch = r.get(r.config(), "architectures"); arch && arch->is_array())
-    for (const json& a : *arch)
-      if (a == "GPT2LMHeadModel" || a == "LlamaForCausalLM") return a == "LlamaForCausalLM";
-  problems->push_back({"model_type", "absent", known + ", and architectures names neither"});
+  if (const json* arch = r.get(c, "architectures"); arch && arch->is_array()) {
+    if (std::find(arch->begin(), arch->end(), "GPT2LMHeadModel") != arch->end()) return false;
+    if (llama_type_of_classes(*arch)) return true;
+  }
+  problems->push_back(
+      {"model_type", "absent", known_families() + ", and architectures names none of them"});
   return std::nullopt;
+}
+
+constexpr const char* kNoWindows = "sliding-window attention is not supported yet";
+
+// Why a window shorter than the config's own positions makes no spec.
+std::string window_why(const hf_model& config) {
+  return fmt::format(
+      "{} < max_position_embeddings {}: {}; a spec whose context is at most {} is this model's "
+      "plain causal attention",
+      config.window, config.context, kNoWindows, config.window);
 }
 
 std::string text_of(int64_t v) {
@@ -306,11 +481,13 @@ bool agrees(bool config, bool spec, bool) {
 // The model's value of the key, as the spec states it.
 std::string spec_value(const config_key& k, const hf_model& m) {
   if (k.how == config_key::kind::scaling) return m.rope_factor > 0 ? "llama3(...)" : "none";
+  if (k.how == config_key::kind::window) return text_of(m.context);
   return std::visit([&](auto field) { return text_of(m.*field); }, k.field);
 }
 
 bool agrees(const config_key& k, const hf_model& config, const hf_model& m) {
   if (k.how == config_key::kind::scaling) return (config.rope_factor > 0) == (m.rope_factor > 0);
+  if (k.how == config_key::kind::window) return config.window >= m.context;
   return std::visit(
       [&](auto field) {
         return agrees(config.*field, m.*field, k.how == config_key::kind::at_least);
@@ -443,6 +620,8 @@ hf_model hf_model_of_config(const std::string& path, std::vector<hf_problem>* pr
       else if (k.missing)
         problems->push_back({k.qualified(), "absent",
                              fmt::format("fsdpgen needs it for the spec's {}", k.spec_key)});
+      else if (k.how == config_key::kind::window && !agrees(k, r.model, r.model))
+        problems->push_back({k.qualified(), k.text, window_why(r.model)});
     model = r.model;
   });
   return model;
@@ -461,6 +640,14 @@ std::vector<hf_mismatch> hf_config_mismatches(const std::string& path, const hf_
         continue;
       else if (k.missing)
         out.push_back({k.key, k.text, k.spec_key, spec_value(k, m)});
+      else if (k.how == config_key::kind::window && !agrees(k, r.model, m))
+        out.push_back({k.key,
+                       fmt::format("{} ({}{} < the spec's context {}: {})", r.model.window,
+                                   k.text.starts_with("absent")
+                                       ? fmt::format("{}'s default; ", r.type->model_type)
+                                       : "",
+                                   r.model.window, m.context, kNoWindows),
+                       k.spec_key, spec_value(k, m)});
       else if (!agrees(k, r.model, m))
         out.push_back(
             {k.key,

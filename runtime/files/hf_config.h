@@ -12,6 +12,10 @@
 // The model's facts a config.json states (a program's model, in plain terms).
 struct hf_model {
   bool llama = false;  // else gpt2
+  // The transformers class of the config read ("MistralForCausalLM": a
+  // config of llama's architecture under another name); "" for a model that
+  // a spec or a program states.
+  std::string lm_class;
   int64_t vocab = 0, context = 0, width = 0, heads = 0, kv_heads = 0, layers = 0, ffn_hidden = 0;
   bool tied = true;
   double norm_eps = 1e-5;
@@ -19,6 +23,9 @@ struct hf_model {
   double rope_factor = 0;  // llama3 scaling (0: none)
   double rope_low_freq = 0, rope_high_freq = 0;
   int64_t rope_original_context = 0;
+  // The config's attention window (sliding_window; 0: none). A window at
+  // least the context is plain causal attention; fsdpgen builds no other.
+  int64_t window = 0;
 };
 
 // One difference: the config's key and value, the spec's key and value
@@ -47,20 +54,28 @@ struct hf_problem {
 // max_position_embeddings (2048), rms_norm_eps (1e-6), hidden_act (silu),
 // rope_theta (10000) and rope_scaling (none or llama3's factor,
 // low_freq_factor, high_freq_factor, original_max_position_embeddings), or
-// transformers 5's rope_parameters for both, tie_word_embeddings (false), and
-// no attention_bias, mlp_bias or sliding_window. model_type must name the
-// family and architectures, when given, hold its LM class. A config that
-// cannot be read, is not a JSON object or has a key of a wrong type (or an
-// integer below 1) throws std::runtime_error naming the file and the key.
+// transformers 5's rope_parameters for both, tie_word_embeddings (false),
+// sliding_window (null, or at least the context: plain causal attention),
+// and no attention_bias or mlp_bias. Mistral's config (model_type "mistral",
+// MistralForCausalLM) is llama's architecture with other defaults
+// (num_key_value_heads 8, max_position_embeddings 131072, sliding_window
+// 4096). model_type must name the family and architectures, when given, hold
+// its LM class; a family transformers builds that fsdpgen does not (qwen2,
+// qwen3, gemma, gemma2, gemma3, olmo2) is named with what of it fsdpgen
+// cannot represent. A config that cannot be read, is not a JSON object or has
+// a key of a wrong type (or an integer below 1) throws std::runtime_error
+// naming the file and the key.
 
 // The model the config at `path` describes, of the family its model_type (or
-// architectures) names; its positions are the context. Every key it cannot
-// represent is appended to *problems, all of them (the model is then partial).
+// architectures) names; its positions are the context (a sliding window
+// shorter than them is a problem). Every key it cannot represent is appended
+// to *problems, all of them (the model is then partial).
 hf_model hf_model_of_config(const std::string& path, std::vector<hf_problem>* problems);
 
 // Every difference between the config at `path` and the model, read as the
-// model's family; empty when it matches. The config's positions must be at
-// least the model's context; floats agree within 1e-6 relative.
+// model's family; empty when it matches. The config's positions and its
+// sliding window (when it has one) must be at least the model's context;
+// floats agree within 1e-6 relative.
 std::vector<hf_mismatch> hf_config_mismatches(const std::string& path, const hf_model& m);
 
 // The special-token ids of a model's config.json and generation_config.json;

@@ -1,7 +1,9 @@
 // fsdpgen import-hf and check --hf from the command line: the specs written
-// from GPT-2's and Llama 3.2 1B's config.json (tests/cli/hf/, as transformers
-// wrote them) check and match their configs, an edited spec has each
-// difference named at its key, and keys no spec represents are all named.
+// from the config.json of GPT-2, Llama 3.2 1B and the models of llama's
+// architecture (Mistral 7B v0.3, SmolLM2 135M, TinyLlama 1.1B; tests/cli/hf/,
+// as the Hub has them) check, match their configs and have the published
+// parameter counts, an edited spec has each difference named at its key, and
+// keys and families no spec represents are all named.
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -170,8 +172,9 @@ TEST(ImportHf, UnbuildableKeysAreAllNamed) {
                        c + "hidden_act = \"gelu\": fsdpgen's llama builds SwiGLU with silu\n" + c +
                        "attention_bias = true: fsdpgen's llama has no attention biases\n" + c +
                        "mlp_bias = true: fsdpgen's llama has no MLP biases\n" + c +
-                       "sliding_window = 4096: fsdpgen's attention sees the whole context, no "
-                       "sliding window\n" +
+                       "sliding_window = 4096: 4096 < max_position_embeddings 131072: "
+                       "sliding-window attention is not supported yet; a spec whose context is at "
+                       "most 4096 is this model's plain causal attention\n" +
                        c +
                        "rope_scaling.rope_type = \"yarn\": fsdpgen's rotary positions are "
                        "unscaled or scaled as llama3\n"
@@ -200,16 +203,151 @@ TEST(ImportHf, Gpt2KeysOfAnotherModel) {
                                path));
 }
 
+// A model_type no family of fsdpgen's nor foreign_families knows: the families it imports.
 TEST(ImportHf, AnotherFamilyIsNamed) {
   nlohmann::json c = fixture("Llama-3.2-1B");
-  c["model_type"] = "mistral";
-  const std::string dir = write_config("import-hf-mistral", c);
+  c["model_type"] = "phi3";
+  const std::string dir = write_config("import-hf-phi3", c);
   const CmdResult r = run("import-hf " + dir);
   EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_TRUE(has(r, fmt::format("fsdpgen: error: {}/config.json: model_type = \"mistral\": "
-                                 "fsdpgen imports \"gpt2\" (GPT2LMHeadModel) and \"llama\" "
-                                 "(LlamaForCausalLM)\n",
+  EXPECT_TRUE(has(r, fmt::format("fsdpgen: error: {}/config.json: model_type = \"phi3\": "
+                                 "fsdpgen imports \"gpt2\" (GPT2LMHeadModel), \"llama\" "
+                                 "(LlamaForCausalLM), \"mistral\" (MistralForCausalLM)\n",
                                  dir)))
+      << r.out;
+}
+
+// The configs of llama's architecture as the Hub has them (Mistral's
+// model_type "mistral", sliding_window null): each imports, checks, matches
+// its config, and plans with the parameters its model card publishes.
+TEST(ImportHf, LlamaArchitecturesHaveTheirPublishedParameters) {
+  const std::string dir = fresh_dir("import-hf-llama-shaped");
+  for (const auto& [model, name, params] :
+       {std::tuple{"Mistral-7B-v0.3", "mistral_7b_v0_3", "7248023552"},
+        {"SmolLM2-135M", "smollm2_135m", "134515008"},
+        {"TinyLlama-1.1B-Chat-v1.0", "tinyllama_1_1b_chat_v1_0", "1100048384"}}) {
+    SCOPED_TRACE(model);
+    const std::string config = kSource + "/tests/cli/hf/" + model;
+    const std::string spec = dir + "/" + model + ".fsdp";
+    CmdResult r = run("import-hf " + config + " -o " + spec);
+    ASSERT_EQ(r.status, 0) << r.out;
+    r = run("check " + spec);
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_TRUE(has(r, fmt::format("ok: model {} (llama, {} parameters", name, params))) << r.out;
+    r = run("check " + spec + " --hf " + config);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(r.out, fmt::format("{}: model {} matches {}/config.json\n", spec, name, config));
+    const CmdResult plan = run("plan " + spec + " --gpu h100-sxm");
+    EXPECT_EQ(planned_params(plan), params) << plan.out;
+  }
+  // Mistral's spec, byte for byte: llama's family, MistralForCausalLM named.
+  const CmdResult r = run_in_source("import-hf tests/cli/hf/Mistral-7B-v0.3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, file_bytes(kSource + "/tests/cli/hf/Mistral-7B-v0.3.fsdp"));
+}
+
+// A Mistral window of null or at least the context is plain causal
+// attention: the same spec. Shorter than the config's positions, import-hf
+// refuses it; check --hf compares it with the spec's context, so a spec of
+// at most the window matches and a longer one is named at its context.
+// Mistral's defaults stand in for absent keys: 8 kv heads, a window of 4096.
+TEST(ImportHf, MistralWindowOfAtLeastTheContextIsLlama) {
+  const std::string expected =
+      model_section(file_bytes(kSource + "/tests/cli/hf/Mistral-7B-v0.3.fsdp"));
+  nlohmann::json c = fixture("Mistral-7B-v0.3");
+  c["sliding_window"] = 32768;
+  c.erase("num_key_value_heads");
+  std::string dir = write_config("Mistral-7B-v0.3", c);
+  CmdResult r = run("import-hf " + dir);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(model_section(r.out), expected);
+
+  c["sliding_window"] = 4096;
+  dir = write_config("import-hf-mistral-window", c);
+  r = run("import-hf " + dir);
+  EXPECT_EQ(r.status, 1) << r.out;
+  const std::string line = fmt::format(
+      "fsdpgen: error: {}/config.json: sliding_window = 4096: 4096 < max_position_embeddings "
+      "32768: sliding-window attention is not supported yet; a spec whose context is at most 4096 "
+      "is this model's plain causal attention\n",
+      dir);
+  EXPECT_EQ(r.out, line + fmt::format("fsdpgen: no spec written: 1 key of {}/config.json "
+                                      "describes what fsdpgen does not build\n",
+                                      dir));
+  c.erase("sliding_window");
+  dir = write_config("import-hf-mistral-no-window", c);
+  r = run("import-hf " + dir);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r,
+                  "config.json: sliding_window = absent (4096): 4096 < max_position_embeddings "
+                  "32768: sliding-window attention"))
+      << r.out;
+
+  const std::string spec = kSource + "/tests/cli/hf/Mistral-7B-v0.3.fsdp";
+  r = run("check " + spec + " --hf " + dir);
+  EXPECT_EQ(r.status, 0) << r.out;
+  const std::string longer = fresh_dir("check-hf-mistral-window") + "/longer.fsdp";
+  std::ofstream(longer) << std::regex_replace(
+      file_bytes(spec), std::regex("context    = 2048 .*\n"), "context    = 8192\n");
+  r = run("check " + longer + " --hf " + dir);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r, "error: context = 8192, but " + dir +
+                         "/config.json has sliding_window = 4096 (mistral's default; 4096 < the "
+                         "spec's context 8192: sliding-window attention is not supported yet)\n"))
+      << r.out;
+}
+
+// The families of foreign_families: one line naming what of each fsdpgen
+// cannot represent, from the Hub's configs (Qwen2.5 0.5B, Qwen3 0.6B, Gemma 3
+// 1B) and edited ones (Gemma 2's soft-capping and query scale, OLMo 2);
+// check --hf names the same against a llama spec.
+TEST(ImportHf, OtherFamiliesNameWhatFsdpgenCannotRepresent) {
+  const auto refusal = [](const std::string& dir) {
+    const CmdResult r = run("import-hf " + dir);
+    EXPECT_EQ(r.status, 1) << r.out;
+    const std::string prefix = "model_type = ";
+    const size_t at = r.out.find(prefix), end = r.out.find('\n', at);
+    return at == std::string::npos ? r.out : r.out.substr(at, end - at);
+  };
+  const std::string hf = kSource + "/tests/cli/hf/";
+  EXPECT_EQ(refusal(hf + "Qwen2.5-0.5B"),
+            "model_type = \"qwen2\": Qwen2ForCausalLM is not llama's architecture; not "
+            "supported yet: biases on q, k and v");
+  EXPECT_EQ(refusal(hf + "Qwen3-0.6B"),
+            "model_type = \"qwen3\": Qwen3ForCausalLM is not llama's architecture; not "
+            "supported yet: RMSNorm on each head's queries and keys (qk-norm); head_dim apart "
+            "from hidden_size / num_attention_heads (128, not 1024 / 16)");
+  EXPECT_EQ(refusal(hf + "gemma-3-1b-pt"),
+            "model_type = \"gemma3_text\": Gemma3ForCausalLM is not llama's architecture; not "
+            "supported yet: the embedding scaled by sqrt(hidden_size); RMSNorm scaled by (1 + "
+            "weight); GeGLU (a tanh-approximated GELU gate); norms after each sub-block as well "
+            "as before; RMSNorm on each head's queries and keys (qk-norm); alternating "
+            "sliding-window and global attention layers (sliding_window = 512); another rotary "
+            "base on the sliding-window layers (rope_local_base_freq = 10000); head_dim apart "
+            "from hidden_size / num_attention_heads (256, not 1152 / 4)");
+  nlohmann::json c = fixture("gemma-3-1b-pt");
+  c["model_type"] = "gemma2";
+  c["attn_logit_softcapping"] = 50.0;
+  c["query_pre_attn_scalar"] = 144;
+  c["sliding_window"] = nullptr;
+  c["head_dim"] = 288;
+  EXPECT_EQ(refusal(write_config("import-hf-gemma2", c)),
+            "model_type = \"gemma2\": Gemma2ForCausalLM is not llama's architecture; not "
+            "supported yet: the embedding scaled by sqrt(hidden_size); RMSNorm scaled by (1 + "
+            "weight); GeGLU (a tanh-approximated GELU gate); norms after each sub-block as well "
+            "as before; attention logit soft-capping (attn_logit_softcapping = 50.0); queries "
+            "scaled by 1 / sqrt(query_pre_attn_scalar) (144, not the head size 288)");
+  c = fixture("TinyLlama-1.1B-Chat-v1.0");
+  c["model_type"] = "olmo2";
+  EXPECT_EQ(refusal(write_config("import-hf-olmo2", c)),
+            "model_type = \"olmo2\": Olmo2ForCausalLM is not llama's architecture; not "
+            "supported yet: norms after attention and after the MLP instead of before "
+            "(post-norm); RMSNorm on all of the queries and all of the keys (qk-norm)");
+  const CmdResult r = run("check " + kSource + "/specs/llama-1b.fsdp --hf " + hf + "Qwen2.5-0.5B");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r,
+                  "Qwen2.5-0.5B/config.json has model_type = \"qwen2\": Qwen2ForCausalLM is "
+                  "not llama's architecture; not supported yet: biases on q, k and v\n"))
       << r.out;
 }
 
