@@ -31,7 +31,7 @@ case "$target" in
     seeds=()
     max_len=1024
     dict=layer_expr.dict ;;
-  hf_config) seeds=("$root"/tests/e2e/llama_reference/hf/*.json) ; dict=hf_config.dict ;;
+  hf_config) seeds=("$root"/tests/e2e/llama_reference/hf/*.json "$root"/tests/cli/hf/*/config.json) ; dict=hf_config.dict ;;
   *)
     echo "fuzz: unknown target '$target' (parser, safetensors, manifest, profile, trace," \
       "tokens, layer_expr, hf_config)" >&2
