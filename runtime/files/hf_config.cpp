@@ -308,8 +308,8 @@ bool read_family(config_reader& r) {
   const json* arch = r.get(c, "architectures");
   if (r.model.llama && type)
     r.type = llama_type_named(*type);
-  else if (r.model.llama && arch && llama_type_of_classes(*arch))
-    r.type = llama_type_of_classes(*arch);
+  else if (const llama_type* t = r.model.llama && arch ? llama_type_of_classes(*arch) : nullptr)
+    r.type = t;
   const std::string family = r.model.llama ? "llama" : "gpt2";
   if (type && (r.model.llama ? !r.type : *type != "gpt2")) {
     if (const foreign_family* f = foreign_family_named(*type))
