@@ -11,8 +11,8 @@
 
 #include "dsl/Ast.h"
 #include "dsl/Diagnostics.h"
-#include "dsl/Frontend.h"
 #include "dsl/Spec.h"
+#include "dsl/SpecOverrides.h"
 
 namespace fsdpgen {
 

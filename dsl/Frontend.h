@@ -8,18 +8,13 @@
 #include <string>
 
 #include "dsl/Spec.h"
+#include "dsl/SpecOverrides.h"
 
 namespace fsdpgen {
 
 struct FrontendResult {
   std::optional<Spec> spec;  // set when there are no errors
   std::string diagnostics;   // rendered errors, warnings and notes; empty if none
-};
-
-// Command-line values that replace the spec's, checked like the spec's own.
-struct SpecOverrides {
-  std::optional<int64_t> world;
-  std::optional<int64_t> micro_batch;
 };
 
 // `name` is how diagnostics refer to the file. load_spec_file also finds a

@@ -108,21 +108,6 @@ const KeyTable<AccumulateSpec>& accumulate_keys() {
 
 }  // namespace
 
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out += '\\', out += c;
-    else if (c == '\n')
-      out += "\\n";
-    else if (c == '\t')
-      out += "\\t";
-    else
-      out += c;
-  }
-  return out + "\"";
-}
-
 // kv_heads, ffn_hidden, tie_embeddings and rope_theta default from other keys
 // (fill_model_defaults).
 const KeyTable<ModelSpec>& model_keys() {

@@ -14,8 +14,9 @@
 
 #include <fmt/format.h>
 
-#include "dsl/Fields.h"
-#include "dsl/Print.h"
+#include "dsl/Ast.h"
+#include "dsl/CheckContext.h"
+#include "dsl/Literals.h"
 #include "dsl/Values.h"
 
 namespace fsdpgen {

@@ -5,13 +5,10 @@
 
 #include "dsl/KeyTable.h"
 #include "dsl/Layers.h"
+#include "dsl/Literals.h"
 #include "dsl/Units.h"
 
 namespace fsdpgen {
-
-std::string format_real(double x) {
-  return fmt::format("{}", x);
-}
 
 namespace {
 

@@ -11,10 +11,4 @@ namespace fsdpgen {
 
 std::string print_spec(const Spec& spec);
 
-// Shortest text that reads back as exactly `x` (1e-08, 0.95, 3).
-std::string format_real(double x);
-
-// `s` as a spec-language string literal: "a \"b\".txt".
-std::string quote(const std::string& s);
-
 }  // namespace fsdpgen

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "dsl/Ast.h"
-#include "dsl/Fields.h"
+#include "dsl/CheckContext.h"
 #include "dsl/Spec.h"
 
 namespace fsdpgen {

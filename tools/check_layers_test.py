@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """check_layers.py on this repository (the card's top level, no include
-climbs) and on made-up trees: includes that climb (between nested libraries
-too), one that leaves its folder by "../", a folder the card does not name."""
+climbs, no include cycle) and on made-up trees: includes that climb (between
+nested libraries too), one that leaves its folder by "../", a folder the card
+does not name, concepts that include each other."""
 import os
 import subprocess
 import sys
@@ -50,6 +51,47 @@ class CheckLayers(unittest.TestCase):
             self.assertIn('runtime/cuda/gemm.cu:2: includes "dsl/Spec.h": dsl/ is above '
                           'runtime/', r.stdout)
             self.assertEqual(len(r.stdout.splitlines()), 4, r.stdout)
+
+    def test_concepts_that_include_each_other_are_named(self):
+        def write(root, path, *includes):
+            with open(os.path.join(root, path), "w") as f:
+                f.write("".join(f'#include "{i}"\n' for i in includes))
+
+        with tempfile.TemporaryDirectory() as root:
+            for _, path in LAYERS:
+                os.makedirs(os.path.join(root, path), exist_ok=True)
+            # Two concepts, a header and a source: KeyTable.h needs Fields.h,
+            # Fields.cpp needs KeyTable.h.
+            write(root, "dsl/KeyTable.h", "dsl/Spec.h", "dsl/Fields.h")
+            write(root, "dsl/Fields.h", "dsl/Spec.h")
+            write(root, "dsl/Fields.cpp", "dsl/Fields.h", "dsl/KeyTable.h")
+            write(root, "dsl/Spec.h")
+            write(root, "dsl/Print.cpp", "dsl/KeyTable.h")  # one way only: no cycle
+            # Three concepts around, and one hanging off the cycle.
+            write(root, "runtime/a.h", "runtime/b.h")
+            write(root, "runtime/b.cpp", "runtime/c.h")
+            write(root, "runtime/c.h", "runtime/a.h", "runtime/d.h")
+            write(root, "runtime/d.h", "runtime/c.h")
+            # A library below may be included both ways round by two of this one.
+            write(root, "runtime/model/layout.h")
+            write(root, "runtime/e.h", "runtime/model/layout.h", "runtime/f.h")
+            write(root, "runtime/f.cpp", "runtime/model/layout.h")
+            # A folder still pending is not held to it.
+            write(root, "codegen/emit/Emit.h", "codegen/emit/Tables.h")
+            write(root, "codegen/emit/Tables.cpp", "codegen/emit/Emit.h")
+            r = run(root)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertEqual(r.stdout.splitlines(), [
+                'include cycle: dsl/Fields -> dsl/KeyTable -> dsl/Fields (dsl/Fields.cpp:2 '
+                'includes "dsl/KeyTable.h"; dsl/KeyTable.h:2 includes "dsl/Fields.h"): a concept '
+                'includes one that includes it back; move what both need into a header of its '
+                'own, or pass it in',
+                'include cycle: runtime/a -> runtime/b -> runtime/c -> runtime/a (runtime/a.h:1 '
+                'includes "runtime/b.h"; runtime/b.cpp:1 includes "runtime/c.h"; runtime/c.h:1 '
+                'includes "runtime/a.h"; runtime/d also in the cycle): a concept includes one '
+                'that includes it back; move what both need into a header of its own, or pass '
+                'it in',
+            ])
 
     def test_a_folder_the_card_does_not_name_is_named(self):
         with tempfile.TemporaryDirectory() as root:

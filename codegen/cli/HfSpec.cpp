@@ -14,8 +14,8 @@
 #include "dsl/Ast.h"
 #include "dsl/Diagnostics.h"
 #include "dsl/Frontend.h"
+#include "dsl/Literals.h"
 #include "dsl/Parser.h"
-#include "dsl/Print.h"
 
 namespace fsdpgen {
 namespace {
