@@ -518,11 +518,19 @@ std::string watch_report(const program& p, const std::vector<watch_view>& ranks,
   }
   if (!waiting.empty()) head += fmt::format(" for rank {}", r.rank);
   const int held_stream = oldest_stream(r);
-  const int64_t limit_ns = held_stream < 0 ? 0 : watch_op_limit_ns(p, r.op[held_stream], l);
-  std::string out = head + (static_cast<double>(limit_ns) > l.timeout_s * 1e9
-                                ? fmt::format(" (stall limit {}: {:g} x the op's predicted time)\n",
-                                              seconds_text(limit_ns), kWatchPredictedFactor)
-                                : fmt::format(" (stall timeout {:g} s)\n", l.timeout_s));
+  const int held_op = held_stream < 0 ? 0 : r.op[held_stream];
+  const int64_t limit_ns = held_stream < 0 ? 0 : watch_op_limit_ns(p, held_op, l);
+  // Why the limit is longer than the timeout: a checkpoint's size, or the op's prediction.
+  const bool checkpoint = held_op == kWatchCheckpointWrite || held_op == kWatchCheckpointAgree;
+  const std::string why =
+      checkpoint ? fmt::format("this rank's {:.2f} GB of checkpoint at {:g} MB/s",
+                               static_cast<double>(l.checkpoint_bytes) / 1e9,
+                               kWatchCheckpointBytesPerS / 1e6)
+                 : fmt::format("{:g} x the op's predicted time", kWatchPredictedFactor);
+  std::string out =
+      head + (static_cast<double>(limit_ns) > l.timeout_s * 1e9
+                  ? fmt::format(" (stall limit {}: {})\n", seconds_text(limit_ns), why)
+                  : fmt::format(" (stall timeout {:g} s)\n", l.timeout_s));
   for (const watch_view& v : ranks)
     out += rank_line(p, v, now_ns);
   out += fmt::format(

@@ -109,6 +109,14 @@ TEST(Watchdog, ACheckpointGetsItsBytesAtTheFileSystemsRate) {
   EXPECT_EQ(watch_op_limit_ns(p, kWatchLossAllReduce, big), 60 * kSecond);
   const watch_limits small{.timeout_s = 60, .checkpoint_bytes = 1'000'000'000};  // 20 s
   EXPECT_EQ(watch_op_limit_ns(p, kWatchCheckpointWrite, small), 60 * kSecond);
+  // The report says where a checkpoint's longer limit comes from: its size, not a prediction.
+  const std::vector<watch_view> ranks = {
+      rank_in(0, kWatchCheckpointWrite, stream_id::compute, 121),
+      rank_in(1, kWatchCheckpointAgree, stream_id::compute, 120)};
+  const std::string line = first_line(watch_report(p, ranks, kNow, big));
+  EXPECT_NE(line.find(" (stall limit 120 s: this rank's 6.00 GB of checkpoint at 50 MB/s)"),
+            std::string::npos)
+      << line;
 }
 
 TEST(Watchdog, AComputeOpOutranksAnOlderCollective) {
