@@ -1,10 +1,12 @@
 // Build: emit and build, the pipeline to its emit and build passes
 // (codegen/driver/EmitPass.h, codegen/driver/BuildPass.h), and where their output goes;
-// a build's custom layers are then checked (CheckLayer.h's check_spec_layers).
+// a build's custom layers are then checked (CheckLayer.h's check_spec_layers);
+// and their flags.
 #include "codegen/cli/Build.h"
 
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -105,6 +107,58 @@ int run_build(const Common& c, const BuildRequest& request) {
   out(p.build_report);
   if (!request.sbatch.empty() && !write_job_script(p, o, request)) return kExitSpecError;
   return 0;
+}
+
+namespace {
+
+struct EmitFlags {
+  Common common;
+  std::string target;
+  std::string dir;
+};
+
+struct BuildFlags {
+  Common common;
+  BuildRequest request;
+};
+
+constexpr const char* kTargetHelp =
+    "cuda or cpu (default: cuda when a GPU is visible here, else cpu); cuda plans for --gpu";
+
+}  // namespace
+
+Command add_emit_command(CLI::App& app) {
+  auto f = std::make_shared<EmitFlags>();
+  CLI::App* emit = app.add_subcommand("emit", "write the generated training program's C++ source");
+  f->common.add_to(emit, Pass::Emit, true);
+  emit->add_option("-o,--output", f->dir, "directory for train.cpp")->required();
+  emit->add_option("--target", f->target, kTargetHelp)->check(CLI::IsMember({"cuda", "cpu"}));
+  return {emit, [f] { return run_emit(f->common, f->target, f->dir); }};
+}
+
+Command add_build_command(CLI::App& app, const std::string& command_line) {
+  auto f = std::make_shared<BuildFlags>();
+  f->request.command = command_line;
+  BuildRequest& r = f->request;
+  CLI::App* build = app.add_subcommand(
+      "build", "generate and compile the training binary (also: fsdpgen spec.fsdp -o train)");
+  f->common.add_to(build, Pass::Build, true);
+  build->add_option("-o,--output", r.output, "the executable to write")->required();
+  build->add_option("--sbatch", r.sbatch,
+                    "also write a Slurm batch script for the binary: the plan's nodes and ranks "
+                    "per node, srun --mpi=pmix, checkpoint and requeue before a time limit or on "
+                    "a preemption (docs/multi-node.md)");
+  build->add_option(
+      "--sources", r.sources_dir,
+      "keep the generated source in this directory (and the debug information in the binary)");
+  build->add_option("--target", r.target, kTargetHelp)->check(CLI::IsMember({"cuda", "cpu"}));
+  build->add_flag("--check", f->common.check,
+                  "for finding memory bugs: a red zone before and after every buffer, checked "
+                  "after every op (ops run one at a time), and AddressSanitizer (CPU target)");
+  build->add_flag("--no-layer-check", f->common.no_layer_check,
+                  "build without running check-layer's checks on the spec's custom layers (run "
+                  "once per header and values, then cached)");
+  return {build, [f] { return run_build(f->common, f->request); }};
 }
 
 }  // namespace fsdpgen

@@ -4,9 +4,15 @@
 
 #include <string>
 
+#include "codegen/cli/Command.h"
 #include "codegen/cli/Common.h"
 
 namespace fsdpgen {
+
+// Each adds its subcommand and its flags to `app`; `command_line` is the
+// fsdpgen command line as typed, which build's job script names.
+Command add_emit_command(CLI::App& app);
+Command add_build_command(CLI::App& app, const std::string& command_line);
 
 // emit: writes train.cpp into `dir`, for --target `target` (empty: cuda
 // where a GPU is visible, else cpu).

@@ -76,72 +76,16 @@ std::string unknown_subcommand_error(const std::string& word,
 
 // The command line and its subcommand; main below catches what escapes.
 static int run_fsdpgen(int argc, char** argv) {
-  using fsdpgen::Common;
   CLI::App app{"fsdpgen: compiles a .fsdp spec into a specialized FSDP training binary", "fsdpgen"};
   app.require_subcommand(1);
 
-  Common check_args, schedule_args, plan_args;
-  bool dump = false;
-  CLI::App* check =
-      app.add_subcommand("check", "parse and check a spec; with --dump print it fully resolved");
-  check_args.add_to(check, fsdpgen::Pass::Support, false);
-  CLI::Option* dump_flag = check->add_flag(
-      "--dump", dump, "print the resolved spec (every default filled in) in the spec language");
-  std::string check_hf;
-  check
-      ->add_option("--hf", check_hf,
-                   "compare the model with a Hugging Face model directory's config.json (or "
-                   "that file): every difference at the spec's key; exit 1 when any")
-      ->excludes(dump_flag);
-
-  std::string format = "text", output;
-  CLI::App* schedule =
-      app.add_subcommand("schedule", "print the static schedule of one training step");
-  schedule_args.add_to(schedule, fsdpgen::Pass::Cost, true);
-  schedule
-      ->add_option("--format", format,
-                   "text (per stream), json, or trace (Chrome/Perfetto, predicted times)")
-      ->check(CLI::IsMember({"text", "json", "trace"}));
-  schedule->add_option("-o,--output", output, "write to this file instead of stdout");
-  schedule_args.add_hardware_to(schedule);
-
-  CLI::App* plan =
-      app.add_subcommand("plan", "memory per rank by kind, peak, and predicted step time");
-  plan_args.add_to(plan, fsdpgen::Pass::Cost, true);
-  plan_args.add_hardware_to(plan);
-  plan->footer(
-      "Exit status: 0 the plan fits the device, 4 it does not (the whole plan is still printed, "
-      "with changes that fit), 1 the spec has errors, 2 bad command line, 3 internal error.");
-
-  Common emit_args, build_args;
-  std::string emit_dir, emit_target;
-  const std::string target_help =
-      "cuda or cpu (default: cuda when a GPU is visible here, else cpu); cuda plans for --gpu";
-  CLI::App* emit = app.add_subcommand("emit", "write the generated training program's C++ source");
-  emit_args.add_to(emit, fsdpgen::Pass::Emit, true);
-  emit->add_option("-o,--output", emit_dir, "directory for train.cpp")->required();
-  emit->add_option("--target", emit_target, target_help)->check(CLI::IsMember({"cuda", "cpu"}));
-
-  fsdpgen::BuildRequest build_request;
-  CLI::App* build = app.add_subcommand(
-      "build", "generate and compile the training binary (also: fsdpgen spec.fsdp -o train)");
-  build_args.add_to(build, fsdpgen::Pass::Build, true);
-  build->add_option("-o,--output", build_request.output, "the executable to write")->required();
-  build->add_option("--sbatch", build_request.sbatch,
-                    "also write a Slurm batch script for the binary: the plan's nodes and ranks "
-                    "per node, srun --mpi=pmix, checkpoint and requeue before a time limit or on "
-                    "a preemption (docs/multi-node.md)");
-  build->add_option(
-      "--sources", build_request.sources_dir,
-      "keep the generated source in this directory (and the debug information in the binary)");
-  build->add_option("--target", build_request.target, target_help)
-      ->check(CLI::IsMember({"cuda", "cpu"}));
-  build->add_flag("--check", build_args.check,
-                  "for finding memory bugs: a red zone before and after every buffer, checked "
-                  "after every op (ops run one at a time), and AddressSanitizer (CPU target)");
-  build->add_flag("--no-layer-check", build_args.no_layer_check,
-                  "build without running check-layer's checks on the spec's custom layers (run "
-                  "once per header and values, then cached)");
+  std::string command_line = "fsdpgen";
+  for (int i = 1; i < argc; ++i)
+    command_line += " " + std::string(argv[i]);
+  std::vector<fsdpgen::Command> subcommands = {
+      fsdpgen::add_check_command(app), fsdpgen::add_schedule_command(app),
+      fsdpgen::add_plan_command(app), fsdpgen::add_emit_command(app),
+      fsdpgen::add_build_command(app, command_line)};
 
   std::string merge_in, merge_out, merge_dtype = "fp32", merge_max_shard, merge_spec;
   CLI::App* merge = app.add_subcommand(
@@ -420,16 +364,8 @@ static int run_fsdpgen(int argc, char** argv) {
         stderr);
     return fsdpgen::kExitUsage;
   }
-  if (check->parsed()) return fsdpgen::run_check(check_args, dump, check_hf);
-  if (schedule->parsed()) return fsdpgen::run_schedule(schedule_args, format, output);
-  if (plan->parsed()) return fsdpgen::run_plan(plan_args);
-  if (emit->parsed()) return fsdpgen::run_emit(emit_args, emit_target, emit_dir);
-  if (build->parsed()) {
-    build_request.command = "fsdpgen";
-    for (int i = 1; i < argc; ++i)
-      build_request.command += " " + std::string(argv[i]);
-    return fsdpgen::run_build(build_args, build_request);
-  }
+  for (const fsdpgen::Command& c : subcommands)
+    if (c.app->parsed()) return c.run();
   if (merge->parsed())
     return fsdpgen::run_merge(merge_in, merge_out, merge_dtype, merge_max_shard, merge_spec);
   if (calibrate->parsed()) return fsdpgen::run_calibrate(calibrate_opts, fsdpgen::gpu_visible());

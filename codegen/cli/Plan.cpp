@@ -1,9 +1,10 @@
 // Plan: check, schedule and plan, each the pipeline up to its last pass and
-// a printer of what it left.
+// a printer of what it left, and their flags.
 #include "codegen/cli/Plan.h"
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -81,6 +82,63 @@ int run_plan(const Common& c) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   out(fmt::format("planned in {:.0f} ms\n", ms));
   return plan_fits(*p.memory, hw) ? 0 : kExitDoesNotFit;
+}
+
+namespace {
+
+struct CheckFlags {
+  Common common;
+  bool dump = false;
+  std::string hf;
+};
+
+struct ScheduleFlags {
+  Common common;
+  std::string format = "text";
+  std::string output;
+};
+
+}  // namespace
+
+Command add_check_command(CLI::App& app) {
+  auto f = std::make_shared<CheckFlags>();
+  CLI::App* check =
+      app.add_subcommand("check", "parse and check a spec; with --dump print it fully resolved");
+  f->common.add_to(check, Pass::Support, false);
+  CLI::Option* dump_flag = check->add_flag(
+      "--dump", f->dump, "print the resolved spec (every default filled in) in the spec language");
+  check
+      ->add_option("--hf", f->hf,
+                   "compare the model with a Hugging Face model directory's config.json (or "
+                   "that file): every difference at the spec's key; exit 1 when any")
+      ->excludes(dump_flag);
+  return {check, [f] { return run_check(f->common, f->dump, f->hf); }};
+}
+
+Command add_schedule_command(CLI::App& app) {
+  auto f = std::make_shared<ScheduleFlags>();
+  CLI::App* schedule =
+      app.add_subcommand("schedule", "print the static schedule of one training step");
+  f->common.add_to(schedule, Pass::Cost, true);
+  schedule
+      ->add_option("--format", f->format,
+                   "text (per stream), json, or trace (Chrome/Perfetto, predicted times)")
+      ->check(CLI::IsMember({"text", "json", "trace"}));
+  schedule->add_option("-o,--output", f->output, "write to this file instead of stdout");
+  f->common.add_hardware_to(schedule);
+  return {schedule, [f] { return run_schedule(f->common, f->format, f->output); }};
+}
+
+Command add_plan_command(CLI::App& app) {
+  auto c = std::make_shared<Common>();
+  CLI::App* plan =
+      app.add_subcommand("plan", "memory per rank by kind, peak, and predicted step time");
+  c->add_to(plan, Pass::Cost, true);
+  c->add_hardware_to(plan);
+  plan->footer(
+      "Exit status: 0 the plan fits the device, 4 it does not (the whole plan is still printed, "
+      "with changes that fit), 1 the spec has errors, 2 bad command line, 3 internal error.");
+  return {plan, [c] { return run_plan(*c); }};
 }
 
 }  // namespace fsdpgen

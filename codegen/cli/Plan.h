@@ -4,9 +4,15 @@
 
 #include <string>
 
+#include "codegen/cli/Command.h"
 #include "codegen/cli/Common.h"
 
 namespace fsdpgen {
+
+// Each adds its subcommand and its flags to `app`.
+Command add_check_command(CLI::App& app);
+Command add_schedule_command(CLI::App& app);
+Command add_plan_command(CLI::App& app);
 
 // check: the spec's summary, or with `print_resolved` the spec with every
 // default filled in, or with --hf DIR its differences from DIR's config.json.
