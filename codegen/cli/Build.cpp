@@ -1,7 +1,6 @@
-// Build: emit and build, the pipeline to its emit and build passes
+// Build: emit and build and their flags, the pipeline to its emit and build passes
 // (codegen/driver/EmitPass.h, codegen/driver/BuildPass.h), and where their output goes;
-// a build's custom layers are then checked (CheckLayer.h's check_spec_layers);
-// and their flags.
+// a build's custom layers are then checked (CheckLayer.h's check_spec_layers).
 #include "codegen/cli/Build.h"
 
 #include <cstdio>

@@ -1,5 +1,5 @@
-// Calibrate: plan, write the request, run the calibration binary, check
-// what it wrote.
+// Calibrate: the flags; plan, write the request, run the calibration binary,
+// check what it wrote.
 #include "codegen/cli/Calibrate.h"
 
 #include <spawn.h>
@@ -12,11 +12,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "codegen/driver/Pipeline.h"
+#include "codegen/driver/Target.h"
 #include "codegen/emit/BuildConfig.h"
 #include "codegen/planner/Calibrated.h"
 #include "codegen/planner/Planner.h"
@@ -276,6 +278,44 @@ int run_calibrate(const CalibrateOptions& o, bool gpu_visible) {
     return 1;
   }
   return 0;
+}
+
+Command add_calibrate_command(CLI::App& app) {
+  auto o = std::make_shared<CalibrateOptions>();
+  CLI::App* calibrate = app.add_subcommand(
+      "calibrate",
+      "measure this machine (its layer passes, optimizer, collectives and copies as the runtime "
+      "runs them) into a hardware profile for plan and schedule --hardware");
+  calibrate->add_option("specs", o->specs,
+                        "specs whose steps to measure (default: a standard sweep of shapes)");
+  calibrate->add_option("-o,--output", o->output, "the profile (JSON) to write");
+  calibrate
+      ->add_option("--target", o->target,
+                   "cpu or cuda (default: cuda when a GPU is visible here, else cpu)")
+      ->check(CLI::IsMember({"cuda", "cpu"}));
+  calibrate->add_option("--gpu", o->gpu,
+                        "cuda: the built-in hardware whose figures the profile refines "
+                        "(default: h100-sxm)");
+  calibrate
+      ->add_option("--ranks", o->ranks,
+                   "ranks on this node (default: as many as the specs put on a node, up to "
+                   "its cores or GPUs)")
+      ->check(CLI::Range(1, 1024));
+  calibrate->add_flag("--quick", o->quick, "fewer runs per measurement (seconds)");
+  calibrate->add_option("--world", o->world,
+                        "number of ranks (replaces each spec's parallel.world)");
+  calibrate->add_option(
+      "--micro-batch", o->micro_batch,
+      "sequences per rank per micro-batch (replaces each spec's train.micro_batch)");
+  calibrate->add_option("--request", o->request,
+                        "write what to measure to this file and stop (run the printed command "
+                        "under srun on the cluster)");
+  calibrate
+      ->add_option("--nodes", o->nodes,
+                   "with --request: the nodes the printed command runs on (--ranks on each); "
+                   "collectives whose groups span nodes are then measured across them")
+      ->check(CLI::Range(1, 1024));
+  return {calibrate, [o] { return run_calibrate(*o, gpu_visible()); }};
 }
 
 }  // namespace fsdpgen

@@ -10,8 +10,12 @@
 #include <optional>
 #include <string>
 #include <vector>
+#include "codegen/cli/Command.h"
 
 namespace fsdpgen {
+
+// Adds `calibrate` and its flags to `app`.
+Command add_calibrate_command(CLI::App& app);
 
 struct CalibrateOptions {
   std::vector<std::string> specs;  // none: the standard sweep

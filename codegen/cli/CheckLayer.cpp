@@ -1,4 +1,4 @@
-// CheckLayer: `fsdpgen check-layer`; see CheckLayer.h.
+// CheckLayer: `fsdpgen check-layer` and its flags; see CheckLayer.h.
 #include "codegen/cli/CheckLayer.h"
 
 #include <fcntl.h>
@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -520,6 +521,34 @@ bool check_spec_layers(const Spec& spec) {
   }
   std::fflush(stdout);
   return true;
+}
+
+Command add_check_layer_command(CLI::App& app) {
+  auto o = std::make_shared<CheckLayerOptions>();
+  CLI::App* check_layer = app.add_subcommand(
+      "check-layer",
+      "check a custom layer before it trains: bounds and writes of every member, gradients "
+      "against finite differences, determinism, 16-bit against fp32");
+  check_layer->add_option("header", o->header, "the layer header")->required();
+  check_layer->add_option("layer", o->layer, "the layer's class template")->required();
+  check_layer
+      ->add_option("--hyper", o->hyper,
+                   "each hyper-parameter as name=value (e.g. --hyper d_model=8 d_ff=20)")
+      ->expected(1, -1);
+  check_layer->add_option("--width", o->width,
+                          "the input's and output's width (default: the value of d_model)");
+  check_layer->add_option("--tokens", o->tokens,
+                          "rows of the input (default: 2 x context where the layer has a "
+                          "hyper-parameter so named, else 6)");
+  check_layer
+      ->add_option("--dtype", o->dtype,
+                   "bf16 or fp16: also run the layer in it against the reference (default fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  check_layer->add_option("--keep", o->keep, "keep the generated check program in this directory");
+  check_layer->footer(
+      "Exit status: 0 every check passed, 1 a check failed or the layer does not compile, 2 bad "
+      "command line.");
+  return {check_layer, [o] { return run_check_layer(*o); }};
 }
 
 }  // namespace fsdpgen

@@ -14,9 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cli/Command.h"
 #include "dsl/Spec.h"
 
 namespace fsdpgen {
+
+// Adds `check-layer` and its flags to `app`.
+Command add_check_layer_command(CLI::App& app);
 
 struct CheckLayerOptions {
   std::string header;              // the layer header

@@ -1,8 +1,10 @@
-// Compare: reading the traces, the flags' checks, and the reports' output.
+// Compare: the flags and their checks, reading the traces, and the reports'
+// output.
 #include "codegen/cli/Compare.h"
 
 #include <charconv>
 #include <cstdio>
+#include <memory>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -100,6 +102,46 @@ int run_compare(const std::string& predicted, const std::string& measured, int r
     std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
     return kExitSpecError;
   }
+}
+
+namespace {
+
+struct CompareFlags {
+  std::string predicted, measured, merged, ranks;
+  int rank = 0, top = 20;
+};
+
+}  // namespace
+
+Command add_compare_command(CLI::App& app) {
+  auto f = std::make_shared<CompareFlags>();
+  CLI::App* compare = app.add_subcommand(
+      "compare",
+      "a predicted step (schedule --format trace) against a measured one (./train --trace), op "
+      "by op; or two ranks of one measured step (--ranks A,B)");
+  compare
+      ->add_option("predicted", f->predicted,
+                   "the predicted trace (with --ranks: the measured one)")
+      ->required();
+  compare->add_option("measured", f->measured, "the measured trace");
+  CLI::Option* rank_option =
+      compare->add_option("--rank", f->rank, "the measured rank compared op by op (default 0)")
+          ->check(CLI::NonNegativeNumber);
+  compare->add_option("--top", f->top, "ops listed, largest difference first (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  CLI::Option* output_option =
+      compare->add_option("-o,--output", f->merged,
+                          "also write both steps as one Perfetto trace, each stream's predicted "
+                          "track above its measured one");
+  compare
+      ->add_option("--ranks", f->ranks,
+                   "A,B: rank B of a measured trace against its rank A, op kind by op kind and op "
+                   "by op (a straggler against a typical rank)")
+      ->excludes(rank_option)
+      ->excludes(output_option);
+  return {compare, [f] {
+            return run_compare(f->predicted, f->measured, f->rank, f->top, f->merged, f->ranks);
+          }};
 }
 
 }  // namespace fsdpgen

@@ -3,8 +3,12 @@
 #pragma once
 
 #include <string>
+#include "codegen/cli/Command.h"
 
 namespace fsdpgen {
+
+// Adds `compare` and its flags to `app`.
+Command add_compare_command(CLI::App& app);
 
 // `predicted` against `measured` for measured rank `rank`, the `top` largest
 // differences (0: all), also written as one Perfetto trace to `merged` when

@@ -1,5 +1,6 @@
-// HfSpec: the spec text a config.json's model gets, and the differences
-// between a spec and a config.json as diagnostics at the spec's keys.
+// HfSpec: the spec text a config.json's model gets (import-hf and its flags),
+// and the differences between a spec and a config.json as diagnostics at
+// the spec's keys.
 #include "codegen/cli/HfSpec.h"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -249,6 +251,29 @@ int run_check_hf(const std::string& spec_path, const Spec& spec, const std::stri
   }
   std::fputs(diags.render().c_str(), stderr);
   return 1;
+}
+
+namespace {
+
+struct ImportHfFlags {
+  std::string source, output;
+};
+
+}  // namespace
+
+Command add_import_hf_command(CLI::App& app) {
+  auto f = std::make_shared<ImportHfFlags>();
+  CLI::App* import_hf = app.add_subcommand(
+      "import-hf",
+      "write the spec of a Hugging Face model (GPT2LMHeadModel or LlamaForCausalLM) from its "
+      "config.json, with default units, parallel and train sections to edit");
+  import_hf->add_option("source", f->source, "a Hugging Face model directory, or its config.json")
+      ->required();
+  import_hf->add_option("-o,--output", f->output, "the spec to write (default: stdout)");
+  import_hf->footer(
+      "Exit status: 0 written, 1 the config cannot be read or has keys no spec represents (all "
+      "named) or the spec cannot be written, 2 bad command line.");
+  return {import_hf, [f] { return run_import_hf(f->source, f->output); }};
 }
 
 }  // namespace fsdpgen

@@ -5,10 +5,14 @@
 
 #include <string>
 
+#include "codegen/cli/Command.h"
 #include "dsl/Spec.h"
 #include "runtime/files/hf_model_of.h"  // hf_model_of(spec.model), for check --hf and merge
 
 namespace fsdpgen {
+
+// Adds `import-hf` and its flags to `app`.
+Command add_import_hf_command(CLI::App& app);
 
 // `fsdpgen import-hf SOURCE [-o OUTPUT]`: SOURCE is a model directory (its
 // config.json) or a config.json; OUTPUT empty or "-" is stdout. The spec

@@ -1,6 +1,6 @@
-// Merge: checkpoint_merge with the flags' units and, in a model directory,
-// the config.json of the spec the checkpoint was trained from and the
-// tokenizer of the token set it trained on.
+// Merge: merge's flags, and checkpoint_merge with the flags' units and, in a
+// model directory, the config.json of the spec the checkpoint was trained
+// from and the tokenizer of the token set it trained on.
 #include "codegen/cli/Merge.h"
 
 #include <glob.h>
@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <tuple>
@@ -259,6 +260,65 @@ int run_merge(const std::string& checkpoint, const std::string& output, const st
     std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
     return kExitSpecError;
   }
+}
+
+namespace {
+
+struct MergeFlags {
+  std::string checkpoint, output, dtype = "fp32", max_shard_size, spec;
+};
+
+}  // namespace
+
+Command add_merge_command(CLI::App& app) {
+  auto f = std::make_shared<MergeFlags>();
+  CLI::App* merge = app.add_subcommand(
+      "merge",
+      "write a checkpoint's weights with Hugging Face names: one safetensors file (-o "
+      "x.safetensors), or a model directory transformers loads (any other -o)");
+  merge
+      ->add_option("checkpoint", f->checkpoint,
+                   "a step_N checkpoint directory, or a directory of them (its newest)")
+      ->required();
+  merge
+      ->add_option("-o,--output", f->output,
+                   "a .safetensors file to write, or else a model directory (new, empty, or a "
+                   "model directory it replaces)")
+      ->required();
+  merge
+      ->add_option("--max-shard-size", f->max_shard_size,
+                   "a model directory's weight files hold at most this much each (default 5GB; "
+                   "e.g. 500MB, 2GiB, bytes), as transformers' save_pretrained")
+      ->check(CLI::Validator(
+          [](std::string& size) {
+            return shard_size_bytes(size)
+                       ? std::string()
+                       : fmt::format(
+                             "'{}' is not a size: bytes, or a number with kB, MB, GB, "
+                             "KiB, MiB or GiB (e.g. 5GB)",
+                             size);
+          },
+          "SIZE"));
+  merge->add_option("--spec", f->spec,
+                    "the spec whose config.json (and token set) the model directory gets "
+                    "(default: the one the checkpoint names, found from its run's directory or "
+                    "from here)");
+  merge
+      ->add_option("--dtype", f->dtype,
+                   "fp32 (default), bf16 or fp16; also spelled f32, f16, float32, bfloat16, "
+                   "float16")
+      ->check(CLI::Validator(
+          [](std::string& word) {
+            return dtype_named(word) ? std::string()
+                                     : fmt::format(
+                                           "unknown dtype '{}': fp32, bf16 or fp16 (or f32, f16, "
+                                           "float32, bfloat16, float16)",
+                                           word);
+          },
+          "DTYPE"));
+  return {merge, [f] {
+            return run_merge(f->checkpoint, f->output, f->dtype, f->max_shard_size, f->spec);
+          }};
 }
 
 }  // namespace fsdpgen

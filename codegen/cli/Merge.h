@@ -5,10 +5,14 @@
 #include <optional>
 #include <string>
 
+#include "codegen/cli/Command.h"
 #include "dsl/Spec.h"
 #include "runtime/files/token_manifest.h"
 
 namespace fsdpgen {
+
+// Adds `merge` and its flags to `app`.
+Command add_merge_command(CLI::App& app);
 
 // What a model's weights were trained from: its spec and the path it was
 // read at, and the tokenizer of the token set the run trained on (nullopt:

@@ -1,5 +1,5 @@
-// Plan: check, schedule and plan, each the pipeline up to its last pass and
-// a printer of what it left, and their flags.
+// Plan: check, schedule and plan and their flags, each the pipeline up to its
+// last pass and a printer of what it left.
 #include "codegen/cli/Plan.h"
 
 #include <chrono>

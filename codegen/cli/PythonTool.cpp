@@ -1,4 +1,5 @@
-// PythonTool: a command that runs a tool of tools/ with the build's python.
+// PythonTool: the commands that run a tool of tools/ with the build's python,
+// one table of their names, scripts and descriptions.
 #include "codegen/cli/PythonTool.h"
 
 #include <unistd.h>
@@ -66,6 +67,46 @@ int run_python_tool(const std::string& command, const std::string& script_name,
                  .c_str(),
              stderr);
   return kExitSpecError;
+}
+
+namespace {
+
+struct PythonToolCommand {
+  const char* name;
+  const char* script;  // in tools/
+  const char* description;
+};
+
+constexpr PythonToolCommand kPythonToolCommands[] = {
+    {"prepare", "prepare.py",
+     "text, JSON lines, Parquet or a saved Hugging Face dataset into llm.c token files through "
+     "the model's tokenizer, sharded, with a validation split and manifest.json (fsdpgen "
+     "prepare --help: tools/prepare.py's flags)"},
+    {"prepare-eval", "prepare_eval.py",
+     "HellaSwag's JSON lines (ctx, endings, label) into llm.c's multiple-choice evaluation file "
+     "through the model's tokenizer, for the binary's --eval (fsdpgen prepare-eval --help: "
+     "tools/prepare_eval.py's flags)"},
+    {"metrics", "metrics_export.py",
+     "a run's --metrics file as TensorBoard event files or a W&B offline run, once or live "
+     "beside the run (fsdpgen metrics --help: tools/metrics_export.py's flags)"},
+    {"train-tokenizer", "train_tokenizer.py",
+     "a byte-level BPE tokenizer (GPT-2's or Llama 3's special tokens) trained on your text with "
+     "Hugging Face tokenizers, for prepare and a spec's vocab (fsdpgen train-tokenizer --help: "
+     "tools/train_tokenizer.py's flags)"},
+};
+
+}  // namespace
+
+std::vector<Command> add_python_tool_commands(CLI::App& app) {
+  std::vector<Command> commands;
+  for (const PythonToolCommand& t : kPythonToolCommands) {
+    CLI::App* sub = app.add_subcommand(t.name, t.description);
+    sub->prefix_command();  // every word after the name is the tool's, --help included
+    sub->set_help_flag();
+    commands.push_back(
+        {sub, [t, sub] { return run_python_tool(t.name, t.script, sub->remaining()); }});
+  }
+  return commands;
 }
 
 }  // namespace fsdpgen

@@ -1,11 +1,12 @@
-// Sample: the model, its weights and tokenizer found from MODEL and the
-// flags, the prompt encoded, and the samples printed.
+// Sample: sample's flags; the model, its weights and tokenizer found from
+// MODEL and them, the prompt encoded, and the samples printed.
 #include "codegen/cli/Sample.h"
 
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <vector>
@@ -295,6 +296,41 @@ int run_sample(const SampleOptions& o) {
     std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
     return kExitSpecError;
   }
+}
+
+Command add_sample_command(CLI::App& app) {
+  auto o = std::make_shared<SampleOptions>();
+  CLI::App* sample = app.add_subcommand(
+      "sample",
+      "text generated on the CPU with a KV cache from a checkpoint, a .safetensors file with "
+      "--spec, or a Hugging Face model directory (docs/sample.md)");
+  sample
+      ->add_option("model", o->model,
+                   "a checkpoint (step_N or a directory of them), a .safetensors file (with "
+                   "--spec) or a Hugging Face model directory (config.json)")
+      ->required();
+  sample->add_option("--spec", o->spec,
+                     "the spec the weights were trained from (default: a checkpoint's own)");
+  sample->add_option("--prompt", o->prompt,
+                     "text to continue, encoded by the tokenizer through Hugging Face tokenizers "
+                     "(bytes for a 256-token model)");
+  sample->add_option("--prompt-ids", o->prompt_ids,
+                     "token ids to continue, e.g. 50256,464 (default: the document-start token)");
+  sample->add_option("--tokens", o->tokens, "tokens to generate (default 64)");
+  sample->add_option("--temperature", o->temperature,
+                     "logits divided by it before drawing; 0: greedy (default 1)");
+  sample->add_option("--top-k", o->top_k, "draw among the k most likely tokens (default 0: all)");
+  sample->add_option("--top-p", o->top_p,
+                     "draw among the fewest most likely tokens whose probability reaches p "
+                     "(default 1: all)");
+  sample->add_option("--seed", o->seed,
+                     "the generator's seed (std::mt19937_64); sample k uses seed + k "
+                     "(default 1337)");
+  sample->add_option("--samples", o->samples, "samples to print (default 1)");
+  sample->add_option("--tokenizer", o->tokenizer,
+                     "the tokenizer.json (or its directory) that decodes the ids (default: the "
+                     "model directory's, or the one beside the run's token set's manifest.json)");
+  return {sample, [o] { return run_sample(*o); }};
 }
 
 }  // namespace fsdpgen

@@ -8,8 +8,12 @@
 
 #include <cstdint>
 #include <string>
+#include "codegen/cli/Command.h"
 
 namespace fsdpgen {
+
+// Adds `sample` and its flags to `app`.
+Command add_sample_command(CLI::App& app);
 
 struct SampleOptions {
   std::string model, spec, tokenizer;

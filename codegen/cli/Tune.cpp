@@ -7,9 +7,11 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include <fmt/format.h>
 
+#include "codegen/driver/Target.h"
 #include "codegen/planner/Accuracy.h"
 #include "codegen/planner/Calibrated.h"
 #include "codegen/planner/Fit.h"
@@ -360,6 +362,50 @@ int run_tune(const TuneCliOptions& o, bool gpu_visible) {
                     o.write_candidates));
   }
   return 0;
+}
+
+Command add_tune_command(CLI::App& app) {
+  auto o = std::make_shared<TuneCliOptions>();
+  CLI::App* tune = app.add_subcommand(
+      "tune",
+      "the fastest configuration that fits: every sharding, units, recompute, offload, "
+      "micro-batch x accumulation (same global batch), reduce and prefetch choice that keeps the "
+      "model's math planned and timed, ranked");
+  tune->add_option("spec", o->spec, "the .fsdp spec file")->required();
+  tune->add_option("--world", o->world, "number of ranks (replaces parallel.world)");
+  tune->add_option("--worlds", o->worlds,
+                   "sweep these worlds instead (e.g. 8,16,32), the global batch kept");
+  tune->add_option("--gpu", o->gpu,
+                   "built-in hardware to tune for (default: h100-sxm where a GPU is visible, "
+                   "else cpu)");
+  tune->add_option("--hardware", o->hardware,
+                   "a hardware profile `fsdpgen calibrate` measured (.json), or a built-in name");
+  tune->add_option("-o,--output", o->output,
+                   "write the winner: the spec with only the changed keys rewritten");
+  tune->add_option("--top", o->top, "rows in the ranked table (default 10)");
+  tune->add_option("--min-gain", o->min_gain_pct,
+                   "-o writes the fastest only when it is predicted at least this many percent "
+                   "faster per token than the spec as written, else the spec unchanged (default 5)")
+      ->check(CLI::Range(0.0, 1000.0));
+  tune->add_option("--write-candidates", o->write_candidates,
+                   "write every planned candidate that fits as a spec into this directory "
+                   "(candidate_NNN.fsdp, fastest first; candidates.tsv lists their predicted "
+                   "steps): what tests/bench/tune/run.sh measures");
+  tune->add_option("--keep", o->keep,
+                   "knobs kept as written: sharding, units, recompute, offload, micro_batch, "
+                   "reduce, prefetch, precision")
+      ->expected(1, -1);
+  tune->add_flag("--allow-batch-change", o->allow_batch_change,
+                 "also try other global batches (each such row says so)");
+  tune->add_flag("--allow-numerics", o->allow_numerics,
+                 "also try changes of the numerics: the reduce dtype, and micro-batch gradients "
+                 "summed in a 16-bit reduce dtype (each such row says [numerics: ...]; --keep "
+                 "precision or reduce pins one)");
+  tune->add_flag("--time-passes", o->time_passes, "print where the search's time went");
+  tune->footer(
+      "Exit status: 0 something fits (ranked; -o written), 4 nothing fits (the smallest world "
+      "that would is named), 1 the spec has errors or -o cannot be written, 2 bad command line.");
+  return {tune, [o] { return run_tune(*o, gpu_visible()); }};
 }
 
 }  // namespace fsdpgen

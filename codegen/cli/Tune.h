@@ -8,8 +8,12 @@
 #include <optional>
 #include <string>
 #include <vector>
+#include "codegen/cli/Command.h"
 
 namespace fsdpgen {
+
+// Adds `tune` and its flags to `app`.
+Command add_tune_command(CLI::App& app);
 
 struct TuneCliOptions {
   std::string spec;

@@ -114,6 +114,11 @@ TEST(JobScript, BuildWritesItBesideTheBinary) {
                   "job.sh\n"))
       << b.out;
   const std::string script = file_bytes(dir + "/job.sh");
+  // Its header names the command as typed (the shorthand, not `build`).
+  EXPECT_TRUE(has_line(script, fmt::format("#   fsdpgen {}/tests/slurm/hosts.fsdp --target cpu -o "
+                                           "train --sbatch job.sh",
+                                           FSDPGEN_SOURCE_DIR)))
+      << script;
   EXPECT_TRUE(has_line(script, "#SBATCH --nodes=2")) << script;
   EXPECT_TRUE(has_line(script, "#SBATCH --chdir=" + dir)) << script;
   EXPECT_TRUE(has_line(script, fmt::format("    {}/train --resume-if-exists "
