@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import select
 import shutil
 import signal
 import struct
@@ -225,7 +226,16 @@ class MetricsExport(unittest.TestCase):
         metrics, tb = self.path("run.jsonl"), self.path("tb")
         p = self.start([metrics, "--tensorboard", tb, "--follow", "--pid", str(run.pid),
                         "--interval", "0.05"])
-        time.sleep(0.3)  # the file does not exist yet: the follower waits for it
+        # The file does not exist yet: the follower says it waits for it (read
+        # as it prints: a follower slow to start must not find the file).
+        said, deadline = b"", time.monotonic() + 60
+        while b"to be written" not in said and time.monotonic() < deadline:
+            if select.select([p.stdout], [], [], deadline - time.monotonic())[0]:
+                chunk = os.read(p.stdout.fileno(), 4096)
+                if not chunk:
+                    break
+                said += chunk
+        self.assertIn(f"waiting for {metrics} to be written", said.decode())
         self.assertIsNone(p.poll())
         write(metrics, [step_line(1), step_line(2)])
         wait_for("steps 1-2", lambda: os.path.isdir(tb) and
@@ -243,7 +253,6 @@ class MetricsExport(unittest.TestCase):
         run.wait()
         out, err = p.communicate(timeout=60)
         self.assertEqual(p.returncode, 0, err)
-        self.assertIn(f"waiting for {metrics} to be written", out)
         self.assertIn("4 steps (to step 4) written", out)
         scalars, texts = read_tensorboard(tb)
         self.assertEqual([s for s, _ in scalars["loss"]], [1, 2, 3, 4])
