@@ -410,7 +410,9 @@ TEST(Memory, AMegabyteTouchedBesideTheArenaAtStartUpIsCaught) {
   const std::optional<int64_t> before = set_up_beside_arena(clean.run.out);
   const std::optional<int64_t> after = set_up_beside_arena(touched.run.out);
   ASSERT_TRUE(before && after) << touched.run.out;
-  EXPECT_GE(*after - *before, kTouched);
+  // Each run's own set-up figure varies by a few pages (seen: the clean run
+  // 4 KiB above another's), so the megabyte is told within that noise both ways.
+  EXPECT_GE(*after - *before, kTouched - kSetUpNoiseBytes);
   EXPECT_LE(*after - *before, kTouched + kSetUpNoiseBytes);
 }
 
