@@ -7,6 +7,7 @@ launcher. Runs under the python of `bash tools/setup.sh python`: given as
 --python (with --fsdpgen, the binary), it runs itself again with it; exits
 77 (CTest: skipped) saying why when that python is not there."""
 import contextlib
+import faulthandler
 import glob
 import io
 import json
@@ -29,6 +30,17 @@ def reexec_with(modules, hint):
     saying why, when that one is missing too. Takes --fsdpgen (the binary)
     out of the arguments into FSDPGEN."""
     global FSDPGEN
+    # As fsdpgen prepare runs it (prepare.run sets this before the library's
+    # first use): a test that trains a fixture tokenizer in this process and
+    # then forks prepare's workers must not leave the library's thread pool
+    # behind the fork (a forked child of a threaded parent can deadlock; a
+    # CI run once hung here before any test ended).
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # A hang says where: every thread's stack, then exit 1, before CTest's
+    # timeout (300 s at the least for these tests; their slowest took 60 s
+    # in a CI run) kills the test without a word.
+    faulthandler.dump_traceback_later(float(os.environ.get("FSDPGEN_TEST_STACKS_AFTER", "270")),
+                                      exit=True)
     args = sys.argv[1:]
     python = None
     if "--python" in args:
