@@ -198,7 +198,8 @@ TEST(Preemption, ResumeIfExistsStartsAfreshThenResumes) {
 
   CmdResult both = run_binary(2, bin, "--resume ck --resume-if-exists");
   EXPECT_EQ(both.status, 2) << both.out;
-  EXPECT_NE(both.out.find("error: --resume excludes --resume-if-exists"), std::string::npos) << both.out;
+  EXPECT_NE(both.out.find("error: --resume excludes --resume-if-exists"), std::string::npos)
+      << both.out;
 }
 
 }  // namespace
