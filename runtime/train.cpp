@@ -26,14 +26,14 @@
 
 namespace {
 
-// --resume-if-exists decided: a --resume of the checkpoint directory where it
-// holds a checkpoint (whose weights and seed then count: --init-from and
-// --seed are not used, with a note), else a fresh run.
-train_options resume_decided(const train_options& given, const checkpoint_run& launched,
-                             bool lead) {
+// --resume-if-exists decided by what resume_path found (resume_from): a
+// --resume of that checkpoint (whose weights and seed then count: --init-from
+// and --seed are not used, with a note), or, with none, a fresh run.
+train_options resume_decided(const train_options& given, const std::string& resume_from,
+                             const checkpoint_run& launched, bool lead) {
   train_options o = given;
   if (!o.resume_if_exists) return o;
-  o.resume = checkpoint_exists_agreed(launched.checkpoint_dir, lead);
+  o.resume = !resume_from.empty();
   if (!o.resume) {
     if (lead)
       std::printf("--resume-if-exists: no checkpoint in %s, so the run starts afresh\n",
@@ -54,9 +54,12 @@ int run(const program& p, const train_options& given, const launch_info& li,
         const backend_kind& kind) {
   const bool lead = li.rank == 0;
   const checkpoint_run launched = run_settings_of(p, given.run);
-  const train_options o = resume_decided(given, launched, lead);
-  // Without a value, --resume looks in the checkpoint directory of the flags or the spec.
-  const std::string resume_from = o.resume ? resume_path(o, launched.checkpoint_dir, lead) : "";
+  // Without a value, --resume (and --resume-if-exists) look in the checkpoint
+  // directory of the flags or the spec.
+  const std::string resume_from = given.resume || given.resume_if_exists
+                                      ? resume_path(given, launched.checkpoint_dir, lead)
+                                      : "";
+  const train_options o = resume_decided(given, resume_from, launched, lead);
   const checkpoint_manifest resumed = read_resumed_manifest(resume_from);
   const checkpoint_run settled = resolve_run(p, o, launched, resume_from, resumed, lead);
   training_run t(p, o, settled, resume_from, resumed, li);

@@ -23,7 +23,10 @@ std::string resume_path(const train_options& o, const std::string& checkpoint_di
   std::string path, error;
   if (lead) {
     try {
-      path = checkpoint_resolve(o.resume_from.empty() ? checkpoint_dir : o.resume_from);
+      if (!o.resume_if_exists)
+        path = checkpoint_resolve(o.resume_from.empty() ? checkpoint_dir : o.resume_from);
+      else if (const std::vector<std::string> all = checkpoint_list(checkpoint_dir); !all.empty())
+        path = all.back();
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -34,12 +37,6 @@ std::string resume_path(const train_options& o, const std::string& checkpoint_di
   path.resize(static_cast<size_t>(n));
   comm_broadcast(MPI_COMM_WORLD, path.data(), n, 0);
   return path;
-}
-
-bool checkpoint_exists_agreed(const std::string& checkpoint_dir, bool lead) {
-  int32_t exists = lead && !checkpoint_list(checkpoint_dir).empty() ? 1 : 0;
-  comm_broadcast(MPI_COMM_WORLD, &exists, sizeof exists, 0);
-  return exists != 0;
 }
 
 checkpoint_manifest read_resumed_manifest(const std::string& resume_from) {

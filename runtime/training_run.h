@@ -195,12 +195,9 @@ data_config data_config_of(const program& p, const program_data& spec,
 // Resuming (runtime/training_checkpoints.cpp), before the run is made.
 
 // What --resume names, as rank 0 sees it (collective: every rank loads the
-// same one); without a value, the newest checkpoint in `checkpoint_dir`.
+// same one); without a value, the newest checkpoint in `checkpoint_dir`. With
+// --resume-if-exists that newest one, or "" where there is none (a fresh run).
 std::string resume_path(const train_options& o, const std::string& checkpoint_dir, bool lead);
-
-// --resume-if-exists: whether `checkpoint_dir` holds a complete checkpoint,
-// as rank 0 sees it (collective: every rank starts the same way).
-bool checkpoint_exists_agreed(const std::string& checkpoint_dir, bool lead);
 
 // Collective: the manifest of the checkpoint --resume names (an agreed
 // error when any rank cannot read it); empty without --resume.
