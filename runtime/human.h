@@ -1,5 +1,5 @@
 // human: numbers as the runtime prints them for people: thousands separated
-// by commas, bytes in MiB, runs of ranks.
+// by commas, bytes in MiB, counted words, runs of ranks.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,11 @@ inline std::string with_commas(int64_t v) {
 
 inline double mib(int64_t bytes) {
   return static_cast<double>(bytes) / (1 << 20);
+}
+
+// n and its word, plural where n is not 1: "1 node", "2 ranks".
+inline std::string plural(int64_t n, const char* word) {
+  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
 }
 
 // Sorted, distinct ranks as runs of consecutive ones, each (first, last):

@@ -43,10 +43,6 @@ bool even(const std::vector<std::vector<int64_t>>& by) {
                      [&](const auto& r) { return r.size() == by.front().size(); });
 }
 
-std::string plural(int64_t n, const char* word) {
-  return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
-}
-
 // The launch commands that place `plan` as planned.
 std::string planned_launch(const placement_plan& plan, const std::string& binary) {
   const int64_t nodes = plan.world / plan.ranks_per_node;

@@ -14,6 +14,7 @@
 #include "codegen/emit/Build.h"
 #include "codegen/emit/BuildConfig.h"
 #include "codegen/emit/JobScript.h"
+#include "runtime/human.h"
 
 namespace fsdpgen {
 
@@ -58,10 +59,9 @@ bool write_job_script(const Pipeline& p, const PipelineOptions& o, const BuildRe
   if (!write_output(r.sbatch, job_script(in))) return false;
   std::filesystem::permissions(r.sbatch, std::filesystem::perms::owner_exec,
                                std::filesystem::perm_options::add, ec);
-  out(fmt::format("fsdpgen: wrote {}, a Slurm batch script for {} node{} x {} rank{}: sbatch {}\n",
-                  r.sbatch, in.world / in.ranks_per_node,
-                  in.world / in.ranks_per_node == 1 ? "" : "s", in.ranks_per_node,
-                  in.ranks_per_node == 1 ? "" : "s", r.sbatch));
+  out(fmt::format("fsdpgen: wrote {}, a Slurm batch script for {} x {}: sbatch {}\n", r.sbatch,
+                  plural(in.world / in.ranks_per_node, "node"), plural(in.ranks_per_node, "rank"),
+                  r.sbatch));
   return true;
 }
 

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/human.h"
+
 namespace fsdpgen {
 namespace {
 
@@ -27,7 +29,7 @@ std::string job_script(const JobScriptInput& in) {
       R"sh(#!/bin/bash
 # A Slurm batch script for {binary}, written by
 #   {command}
-# (fsdpgen {revision}). Its plan: world {world} = {nodes} node{nodes_s} x {rpn} rank{rpn_s}
+# (fsdpgen {revision}). Its plan: world {world} = {placement}
 # (ranks_per_node), {sharding}, for {target}.
 #
 #   sbatch JOB [FLAGS]                     FLAGS go to the binary (e.g. --steps 5000)
@@ -46,8 +48,8 @@ std::string job_script(const JobScriptInput& in) {
 )sh",
       fmt::arg("binary", in.binary), fmt::arg("command", in.command),
       fmt::arg("revision", in.revision), fmt::arg("world", in.world), fmt::arg("nodes", nodes),
-      fmt::arg("nodes_s", nodes == 1 ? "" : "s"), fmt::arg("rpn", in.ranks_per_node),
-      fmt::arg("rpn_s", in.ranks_per_node == 1 ? "" : "s"), fmt::arg("sharding", in.sharding),
+      fmt::arg("placement", plural(nodes, "node") + " x " + plural(in.ranks_per_node, "rank")),
+      fmt::arg("rpn", in.ranks_per_node), fmt::arg("sharding", in.sharding),
       fmt::arg("target", target), fmt::arg("signal", in.signal_seconds),
       fmt::arg("ckpt", in.checkpoint_dir), fmt::arg("name", shell_word(in.name)));
   // NCCL gives each rank the GPU of its local rank: every task sees the node's GPUs.

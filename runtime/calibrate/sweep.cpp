@@ -9,6 +9,7 @@
 #include <new>
 
 #include "runtime/calibrate/collectives.h"
+#include "runtime/human.h"
 
 namespace {
 
@@ -18,10 +19,6 @@ std::string seconds_text(double s) {
   return s < 1e-3 ? fmt::format("{:.2f} us", s * 1e6)
          : s < 1  ? fmt::format("{:.2f} ms", s * 1e3)
                   : fmt::format("{:.3f} s", s);
-}
-
-std::string plural(int64_t n, const char* what) {
-  return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s");
 }
 
 std::string layer_text(const profile::LayerTime& l) {
