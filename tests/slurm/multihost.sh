@@ -86,12 +86,15 @@ fail() {
     exit 1
 }
 
-# $1: the binary's name, $2: sharding; the rest: fsdpgen flags.
+# $1: the binary's name, $2: sharding; the rest: fsdpgen flags. RANKS_PER_NODE
+# (default: the spec's 2) replaces the spec's ranks_per_node.
 build() {
-    local name=$1 sharding=$2
+    local name=$1 sharding=$2 rpn=${RANKS_PER_NODE:-2}
     shift 2
-    sed -E "s/^( *sharding *= *)hybrid_shard\$/\\1$sharding/" "$HERE/hosts.fsdp" >"$S/$name.fsdp"
+    sed -E -e "s/^( *sharding *= *)hybrid_shard\$/\\1$sharding/" \
+        -e "s/^( *ranks_per_node *= *)2( .*)?\$/\\1$rpn/" "$HERE/hosts.fsdp" >"$S/$name.fsdp"
     grep -qE "^ *sharding *= *$sharding\$" "$S/$name.fsdp" || fail "could not set sharding $sharding"
+    grep -qE "^ *ranks_per_node *= *$rpn\$" "$S/$name.fsdp" || fail "could not set ranks_per_node $rpn"
     "$FSDPGEN" "$S/$name.fsdp" --target cpu -o "$S/$name" "$@" >"$S/$name.build" 2>&1 ||
         fail "fsdpgen could not build $name" "$S/$name.build"
 }
@@ -182,13 +185,7 @@ case_losses() {
 case_four() {
     local sharding rc
     for sharding in full_shard hybrid_shard; do
-        sed -E -e "s/^( *sharding *= *)hybrid_shard\$/\1$sharding/" \
-            -e "s/^( *ranks_per_node *= *)2( .*)?\$/\11/" "$HERE/hosts.fsdp" >"$S/four_$sharding.fsdp"
-        grep -qE "^ *ranks_per_node *= *1\$" "$S/four_$sharding.fsdp" ||
-            fail "could not set ranks_per_node 1"
-        "$FSDPGEN" "$S/four_$sharding.fsdp" --target cpu -o "$S/four_$sharding" \
-            >"$S/four_$sharding.build" 2>&1 || fail "fsdpgen could not build four_$sharding" \
-            "$S/four_$sharding.build"
+        RANKS_PER_NODE=1 build "four_$sharding" "$sharding"
         one_host "$S/four_$sharding"
         rc=$(srun_to "$S/four_$sharding.four" -N 4 --ntasks-per-node 1 "$S/four_$sharding" \
              --metrics "$S/four_$sharding.four.jsonl")
@@ -414,11 +411,10 @@ rerun_now() {
 
 case_sbatch() {
     local steps=400 job rc i n log lines state
-    sed -E "s/^( *sharding *= *)hybrid_shard\$/\1full_shard/" "$HERE/hosts.fsdp" >"$S/hosts.fsdp"
-    (cd "$S" && "$FSDPGEN" hosts.fsdp --target cpu -o train --sbatch job.sh) >"$S/build.out" 2>&1 ||
-        fail "fsdpgen --sbatch failed" "$S/build.out"
+    # In the shared directory: the script runs (and logs) where fsdpgen ran.
+    (cd "$S" && build train full_shard --sbatch job.sh)
     grep -qxF "fsdpgen: wrote job.sh, a Slurm batch script for 2 nodes x 2 ranks: sbatch job.sh" \
-        "$S/build.out" || fail "fsdpgen did not say it wrote job.sh" "$S/build.out"
+        "$S/train.build" || fail "fsdpgen did not say it wrote job.sh" "$S/train.build"
     # The same run straight through.
     rc=$(srun_to "$S/straight" -N 2 --ntasks-per-node 2 "$S/train" --steps "$steps" \
          --metrics "$S/straight.jsonl")
