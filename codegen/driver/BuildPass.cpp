@@ -42,13 +42,14 @@ std::optional<std::filesystem::path> sources_dir_for(const std::string& sources_
 
 }  // namespace
 
-Failure build_pass(const std::string& spec_path, const PipelineOptions& o, Pipeline& p) {
+Failure build_pass(const std::string& spec_path, const PipelineOptions& o, const ModelSpec& model,
+                   const std::string& source, std::string& report) {
   auto dir = sources_dir_for(o.sources_dir);
   if (!dir) return Failure::User;
   const std::string src = (*dir / "train.cpp").string();
-  if (!write_output(src, p.source)) return Failure::User;
+  if (!write_output(src, source)) return Failure::User;
   const bool cuda = o.emit.kind == EmitTarget::Kind::Cuda;
-  const std::vector<std::string>& headers = p.spec->model.layer_headers;
+  const std::vector<std::string>& headers = model.layer_headers;
   std::vector<std::string> includes;
   for (const std::string& h : headers)
     includes.push_back(std::filesystem::absolute(h).parent_path().lexically_normal().string());
@@ -60,8 +61,7 @@ Failure build_pass(const std::string& spec_path, const PipelineOptions& o, Pipel
     flags = {"-fsanitize=address", "-fno-omit-frame-pointer", "-g"};
   else if (o.sources_dir.empty())
     flags = {"-Wl,--strip-debug"};
-  BuildResult r =
-      build_program(src, o.output, cuda, includes, p.spec->model.layer_cuda_sources, flags);
+  BuildResult r = build_program(src, o.output, cuda, includes, model.layer_cuda_sources, flags);
   if (o.sources_dir.empty()) std::filesystem::remove_all(*dir);
   if (!r.ok && !headers.empty()) {  // the layers' code is the user's: so are its errors
     print_stderr(
@@ -78,9 +78,8 @@ Failure build_pass(const std::string& spec_path, const PipelineOptions& o, Pipel
                     r.command));
     return Failure::Internal;
   }
-  p.build_report =
-      fmt::format("fsdpgen: built {} from {} for {} in {:.1f} s\n", o.output, spec_path,
-                  cuda ? "CUDA (" + o.emit.hardware + ")" : "CPU", r.seconds);
+  report = fmt::format("fsdpgen: built {} from {} for {} in {:.1f} s\n", o.output, spec_path,
+                       cuda ? "CUDA (" + o.emit.hardware + ")" : "CPU", r.seconds);
   return Failure::None;
 }
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "codegen/driver/Output.h"
+#include "codegen/emit/Emit.h"
 #include "codegen/emit/Template.h"
 #include "codegen/planner/Fit.h"
 #include "codegen/planner/Report.h"
@@ -29,7 +30,8 @@ bool data_path_exists(const std::string& pattern) {
 }
 
 // Before emitting: notes on what the program will meet when it runs.
-void note_before_emit(const std::string& spec_path, const PipelineOptions& o, const Pipeline& p) {
+void note_before_emit(const std::string& spec_path, const PipelineOptions& o, const Spec& spec,
+                      const Plan& p) {
   const Hardware& hw = *o.target;
   if (o.emit.kind == EmitTarget::Kind::Cuda && p.memory->device_arena_bytes > usable_bytes(hw))
     print_stderr(
@@ -48,16 +50,17 @@ void note_before_emit(const std::string& spec_path, const PipelineOptions& o, co
                                                                        : "matches no file yet",
                         flag));
   };
-  note_missing(p.spec->train.data, "data", "--data FILES");
-  if (p.spec->train.val) note_missing(*p.spec->train.val, "val", "--val FILES");
+  note_missing(spec.train.data, "data", "--data FILES");
+  if (spec.train.val) note_missing(*spec.train.val, "val", "--val FILES");
 }
 
 }  // namespace
 
-Failure emit_pass(const std::string& spec_path, const PipelineOptions& o, Pipeline& p) {
-  note_before_emit(spec_path, o, p);
+Failure emit_pass(const std::string& spec_path, const PipelineOptions& o, const Spec& spec,
+                  const Plan& p, std::string& source) {
+  note_before_emit(spec_path, o, spec, p);
   try {
-    p.source = emit_program(spec_path, *p.schedule, *p.memory, o.emit);
+    source = emit_program(spec_path, *p.schedule, *p.memory, o.emit);
     return Failure::None;
   } catch (const std::logic_error& e) {  // the emitter's own consistency checks
     print_stderr(fmt::format("fsdpgen: internal error: {}\n", e.what()));

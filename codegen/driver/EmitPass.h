@@ -5,12 +5,16 @@
 
 #include <string>
 
-#include "codegen/driver/Pipeline.h"
+#include "codegen/driver/PipelineOptions.h"
+#include "codegen/planner/Planner.h"
+#include "dsl/Spec.h"
 
 namespace fsdpgen {
 
-// Fills p.source from p.schedule and p.memory; a failure is the emitter's
-// own consistency check (an internal error), printed on stderr.
-Failure emit_pass(const std::string& spec_path, const PipelineOptions& options, Pipeline& p);
+// Precondition: plan holds the schedule and memory plan of `spec`, verified.
+// Fills source from them; a failure is the emitter's own consistency check
+// (an internal error), printed on stderr.
+Failure emit_pass(const std::string& spec_path, const PipelineOptions& options, const Spec& spec,
+                  const Plan& plan, std::string& source);
 
 }  // namespace fsdpgen

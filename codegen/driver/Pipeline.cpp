@@ -136,12 +136,6 @@ class Runner {
 
 }  // namespace
 
-std::optional<Pass> pass_named(std::string_view name) {
-  auto it = std::find(kPassNames.begin(), kPassNames.end(), name);
-  if (it == kPassNames.end()) return std::nullopt;
-  return static_cast<Pass>(it - kPassNames.begin());
-}
-
 Pipeline run_pipeline(const std::string& spec_path, const PipelineOptions& o) {
   Runner run(o);
   Pipeline& p = run.pipeline();
@@ -163,8 +157,9 @@ Pipeline run_pipeline(const std::string& spec_path, const PipelineOptions& o) {
       return p.failure;
     });
   }
-  run(Pass::Emit, [&] { return emit_pass(spec_path, o, p); });
-  run(Pass::Build, [&] { return build_pass(spec_path, o, p); });
+  run(Pass::Emit, [&] { return emit_pass(spec_path, o, *p.spec, p, p.source); });
+  run(Pass::Build,
+      [&] { return build_pass(spec_path, o, p.spec->model, p.source, p.build_report); });
   return std::move(p);
 }
 

@@ -7,61 +7,24 @@
 // -print-after). The driver (fsdpgen_driver) stands above the planner and
 // the emitter so that every pass, emit and build too, is called from here.
 // lower -> cost are the planner's steps (codegen/planner/Planner.h), run by
-// its one entry with a hook that makes each of them a pass.
+// its one entry with a hook that makes each of them a pass. The passes and
+// their names are codegen/driver/Pass.h; what a command asks,
+// codegen/driver/PipelineOptions.h; emit and build are codegen/driver/EmitPass.h
+// and codegen/driver/BuildPass.h, which read the IRs they need as values.
 #pragma once
 
-#include <array>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
-#include "codegen/emit/Emit.h"
-#include "codegen/planner/Hardware.h"
+#include "codegen/driver/Pass.h"
+#include "codegen/driver/PipelineOptions.h"
 #include "codegen/planner/Planner.h"
 #include "dsl/Frontend.h"
 
 namespace fsdpgen {
 
-enum class Pass { Frontend, Support, Lower, Schedule, Memory, Verify, Cost, Emit, Build };
-inline constexpr std::array<std::string_view, 9> kPassNames = {
-    "frontend", "support", "lower", "schedule", "memory", "verify", "cost", "emit", "build"};
-inline std::string_view to_string(Pass p) {
-  return kPassNames[static_cast<int>(p)];
-}
-std::optional<Pass> pass_named(std::string_view name);
-// The planner's steps are the passes from lower to cost, in its order.
-inline constexpr Pass pass_of(PlanStep step) {
-  return static_cast<Pass>(static_cast<int>(Pass::Lower) + static_cast<int>(step));
-}
-static_assert(kPassNames[static_cast<int>(pass_of(PlanStep::Lower))] == kPlanStepNames.front() &&
-              kPassNames[static_cast<int>(pass_of(PlanStep::Cost))] == kPlanStepNames.back() &&
-              kPassNames[static_cast<int>(pass_of(PlanStep::Verify))] == "verify");
-
 // Why a pass stopped the pipeline: Failure (codegen/planner/Planner.h).
-
-struct PipelineOptions {
-  SpecOverrides overrides;
-  // What the plan is for: the schedule options it implies
-  // (schedule_options_for), the backend target support checks, the cost
-  // model's figures. Required beyond the front end.
-  const Hardware* target = nullptr;
-  // Target support's findings are errors when the pipeline goes on to emit,
-  // else warnings (the plan of a spec the backend cannot build yet is still useful).
-  Pass stop_after = Pass::Cost;
-  MemoryOptions memory;            // reuse off (--no-reuse): every buffer its own range
-  std::optional<Pass> dump_after;  // at most stop_after
-  bool time_passes = false;
-  // emit: the runtime the program is for (codegen/driver/Target.h resolves it
-  // together with `target`).
-  EmitTarget emit;
-  // build: the binary to write; the directory the source is compiled in
-  // (empty: a temporary one, removed after); AddressSanitizer on (--check).
-  std::string output;
-  std::string sources_dir;
-  bool sanitize = false;
-};
-
 // Each pass's IR: lower to cost's are the Plan's (its units, schedule,
 // memory, violations, timeline), and `failure` is the pipeline's.
 struct Pipeline : Plan {

@@ -14,17 +14,12 @@
 
 #include <string>
 
+#include "codegen/emit/EmitTarget.h"
 #include "codegen/planner/Memory.h"
 #include "codegen/planner/Report.h"  // schedule_text, which the program embeds
 #include "codegen/planner/Schedule.h"
 
 namespace fsdpgen {
-
-struct EmitTarget {
-  enum class Kind { Cpu, Cuda };
-  Kind kind = Kind::Cpu;
-  std::string hardware = "cpu";  // the --gpu name the schedule was planned for
-};
 
 // Precondition: `memory` was planned from `schedule`, which verify_plan accepts,
 // for a spec the target's backend can build (codegen/planner/TargetSupport.h).

@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include "codegen/emit/Emit.h"
+#include "codegen/emit/EmitTarget.h"
 #include "codegen/planner/Activations.h"
 #include "codegen/planner/Hardware.h"
 #include "codegen/planner/Memory.h"
