@@ -367,7 +367,7 @@ inline constexpr double kDefaultStallTimeoutSeconds = 60;
 // The longest stall_timeout a spec may give: a week.
 inline constexpr double kMaxStallTimeoutSeconds = 7 * 24 * 3600;
 
-// The loss-spike guard (runtime/guard.h): a step whose mean loss or whose
+// The loss-spike guard (runtime/train/guard.h): a step whose mean loss or whose
 // gradient norm lies more than loss_z or norm_z standard deviations above the
 // mean of the last `window` applied steps is not applied (as an fp16
 // overflow's: weights and optimizer state unchanged); after max_skips such

@@ -1,4 +1,4 @@
-// backend: what the training loop (runtime/train.cpp) asks of the machine a
+// backend: what the training loop (runtime/train/train.cpp) asks of the machine a
 // step runs on. The loop (flags, data, logging, metrics, weights files,
 // traces) is the same for every target; a backend owns the arena, runs the
 // planned step and reports what it measured. The CPU backend is
@@ -83,7 +83,7 @@ class backend {
   virtual void with_host_weights(step_context& c, bool write_back,
                                  const std::function<void()>& fn) = 0;
   // Copies persistent buffer `buffer`, all of it, into host memory at `to`,
-  // between steps (a checkpoint's staging copy: runtime/checkpoint.h).
+  // between steps (a checkpoint's staging copy: runtime/train/checkpoint.h).
   virtual void copy_to_host(step_context& c, int buffer, std::byte* to) = 0;
   // Runs training step `step` (0-based; a resumed run starts above 0) at
   // learning rate lr; with timed, records per-op times.
@@ -92,7 +92,7 @@ class backend {
   // gathers and micro-batch 0's forward) on val's sequences, of which this
   // rank's first `rows` count; returns their per-token losses summed.
   virtual double run_validation(int64_t pass, int64_t rows) = 0;
-  // Runs an evaluation pass (runtime/training_eval.cpp): the validation
+  // Runs an evaluation pass (runtime/train/training_eval.cpp): the validation
   // pass with micro-batch 0's tokens and targets taken from `inputs` (B*T
   // int32 each, tokens then targets) instead of val's; writes its
   // per-position losses (B*T fp32) to `losses`.

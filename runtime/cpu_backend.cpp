@@ -16,7 +16,7 @@ namespace {
 
 class cpu_backend final : public backend {
  public:
-  // The first thing of a run's set-up (runtime/training_run.cpp): its
+  // The first thing of a run's set-up (runtime/train/training_run.cpp): its
   // anonymous memory now is where set_up_beside_arena_bytes starts.
   explicit cpu_backend(const program& p)
       : p_(p), created_anonymous_(host_anonymous_bytes_exact()) {}

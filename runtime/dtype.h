@@ -2,7 +2,7 @@
 // (the top half of an IEEE float) and fp16 as IEEE binary16 bits; both are
 // converted to fp32 inside kernels, rounding to nearest even as PyTorch and
 // CUDA do. fp16 overflows to infinity above 65504 (which dynamic loss scaling
-// detects, runtime/loss_scale.h); bf16 has fp32's range.
+// detects, runtime/train/loss_scale.h); bf16 has fp32's range.
 #pragma once
 
 #include <cstdint>

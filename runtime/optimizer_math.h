@@ -8,7 +8,7 @@
 #include "runtime/host_device.h"
 
 // Whether the optimizer leaves a step out (nothing changes): its gradients
-// are not finite (an fp16 overflow), or the loss-spike guard (runtime/guard.h)
+// are not finite (an fp16 overflow), or the loss-spike guard (runtime/train/guard.h)
 // trips on the step's global norm or on its loss summed over every rank
 // (limits +inf: that check is off). One rule for the optimizer's gate on
 // either machine and for the loop that reports it.

@@ -173,7 +173,7 @@ struct program_model {
   program_rope rope = {};
 };
 
-// fp16 loss scaling (runtime/loss_scale.h): dynamic or static, the initial
+// fp16 loss scaling (runtime/train/loss_scale.h): dynamic or static, the initial
 // scale, finite steps between growths.
 struct program_loss_scale {
   bool dynamic;
@@ -227,7 +227,7 @@ struct program_checkpoint {
 };
 
 // Training, as the spec's train block.
-// The loss-spike guard (runtime/guard.h), as the spec's train.guard: a z of
+// The loss-spike guard (runtime/train/guard.h), as the spec's train.guard: a z of
 // 0 turns its check off; both 0: no guard.
 struct program_guard {
   double loss_z = 0, norm_z = 0;
@@ -249,13 +249,13 @@ struct program_train {
   program_data val = {data_source::synthetic, 0, ""};
   int64_t val_every = 0;
   int64_t val_sequences = 0;
-  // Multiple-choice evaluation (runtime/eval.h): llm.c's HellaSwag-format
+  // Multiple-choice evaluation (runtime/train/eval.h): llm.c's HellaSwag-format
   // file ("": none), every eval_every steps (0: only where --eval-every
   // asks), on its first eval_examples examples (0: all).
   const char* eval = "";
   int64_t eval_every = 0;
   int64_t eval_examples = 0;
-  // Samples (runtime/training_samples.cpp): every sample_every steps (0:
+  // Samples (runtime/train/training_samples.cpp): every sample_every steps (0:
   // only where --sample-every asks), generations of sample_tokens tokens.
   int64_t sample_every = 0;
   int64_t sample_tokens = 64;
@@ -276,7 +276,7 @@ struct program_plan {
   // (runtime/red_zones.h), 0 in a normal build.
   int64_t red_zone_bytes = 0;
   // Host copy of this rank's checkpoint, written behind the next steps
-  // (runtime/checkpoint.h checkpoint_writer); -1: none (checkpoints are
+  // (runtime/train/checkpoint.h checkpoint_writer); -1: none (checkpoints are
   // written synchronously).
   int64_t checkpoint_staging_buffer = -1;
   // optimizer = muon(...): the owners' momentum (-1: none).

@@ -2,7 +2,7 @@
 // print: each distinct message once, with the ranks that hit it ("ranks 0,
 // 2-3: error: ..."), or where every rank hit the same one, that message alone
 // ("error: ..."), as one process would say it. Rank 0 prints it; a job ends
-// without MPI_Abort (runtime/comm.h agree_on_error, runtime/train.cpp).
+// without MPI_Abort (runtime/comm.h agree_on_error, runtime/train/train.cpp).
 #pragma once
 
 #include <string>

@@ -43,13 +43,13 @@ struct step_context {
   // checkpoint written with another global batch).
   int64_t sequence_base = 0;
   double lr = 0;  // this step's learning rate
-  // Set by the loop before each step (runtime/loss_scale.h):
+  // Set by the loop before each step (runtime/train/loss_scale.h):
   float dloss_scale = 0;        // grad_scale / tokens of the global batch
   float grad_scale = 1;         // reduced gradients = grad_scale x the average (fp16: S x post)
   int64_t optimizer_step = 1;   // 1-based count of applied updates, this one included
   double loss_sum = 0;          // this rank's per-token losses, this step
   float grad_norm_partial = 0;  // this rank's sum of squares (all-reduced over the shard group)
-  // The loss-spike guard's limits for this step (runtime/guard.h; +inf: off),
+  // The loss-spike guard's limits for this step (runtime/train/guard.h; +inf: off),
   // set by the loop, and the step's loss summed over every rank, in the step
   // (the guard's all-reduce; 0 without one).
   float norm_limit = std::numeric_limits<float>::infinity();

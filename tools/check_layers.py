@@ -42,12 +42,17 @@ import sys
 LAYERS = [
     ("runtime/suggest", "runtime/suggest"),      # did-you-mean, for every front end and flags
     ("runtime/model", "runtime/model"),          # layout tables shared by the planner and the runtime
-    # The CPU and CUDA runtimes, their file formats (files/) and generation
+    # The CPU and CUDA backends, their file formats (files/) and generation
     # (generate/): files/ and generate/ are CMake libraries without MPI, but
     # of this layer (they include its headers: kernel_math.h, rope.h; the
     # training loop includes theirs), so neither is a row of its own.
     ("runtime", "runtime"),
     ("layers", "runtime/include/layers"),        # the API custom layers' headers include
+    # The backend-neutral training loop: the run, its flags and settings,
+    # checkpoints, the watchdog, guard, straggler and log. It drives a backend
+    # (runtime/backend.h); no backend, CPU or CUDA, includes it. It links into
+    # the runtime's CMake library (the backends' train_main enter it).
+    ("runtime/train", "runtime/train"),
     ("runtime/profile", "runtime/profile"),      # the hardware profile schema (reads runtime/files)
     ("runtime/calibrate", "runtime/calibrate"),  # the calibration program (a runtime client)
     ("dsl/layer_reader", "dsl/layer_reader"),    # custom layers' declarations and their Clang reader

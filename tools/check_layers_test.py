@@ -52,6 +52,28 @@ class CheckLayers(unittest.TestCase):
                           'runtime/', r.stdout)
             self.assertEqual(len(r.stdout.splitlines()), 4, r.stdout)
 
+    def test_no_backend_includes_the_training_loop(self):
+        with tempfile.TemporaryDirectory() as root:
+            for _, path in LAYERS:
+                os.makedirs(os.path.join(root, path), exist_ok=True)
+            os.makedirs(os.path.join(root, "runtime", "cuda"))
+            with open(os.path.join(root, "runtime", "streams.cpp"), "w") as f:
+                f.write('#include "runtime/streams.h"\n#include "runtime/train/watchdog.h"\n')
+            with open(os.path.join(root, "runtime", "cuda", "executor.cpp"), "w") as f:
+                f.write('#include "runtime/train/guard.h"\n')
+            # The loop includes the backends' headers: downward.
+            with open(os.path.join(root, "runtime", "train", "train.cpp"), "w") as f:
+                f.write('#include "runtime/train/guard.h"\n#include "runtime/backend.h"\n'
+                        '#include "runtime/files/file_io.h"\n')
+            r = run(root)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertEqual(r.stdout.splitlines(), [
+                'runtime/streams.cpp:2: includes "runtime/train/watchdog.h": runtime/train/ is '
+                "above runtime/ in tools/check_layers.py's LAYERS",
+                'runtime/cuda/executor.cpp:1: includes "runtime/train/guard.h": runtime/train/ '
+                "is above runtime/ in tools/check_layers.py's LAYERS",
+            ])
+
     def test_concepts_that_include_each_other_are_named(self):
         def write(root, path, *includes):
             with open(os.path.join(root, path), "w") as f:

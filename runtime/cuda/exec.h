@@ -25,7 +25,7 @@ struct gpu_step_scalars {
   float t;            // 1-based step number (AdamW bias correction)
   float dloss_scale;  // d(loss)/d(per-token loss sum): loss_scale / tokens of the global batch
   float loss_scale;   // reduced gradients = loss_scale x the average gradient: fp16's dynamic
-                      // scale x its post-divide factor (runtime/loss_scale.h); 1 otherwise
+                      // scale x its post-divide factor (runtime/train/loss_scale.h); 1 otherwise
   // The loss-spike guard's limits (step_context's; +inf: off).
   float norm_limit = std::numeric_limits<float>::infinity();
   float loss_total_limit = std::numeric_limits<float>::infinity();

@@ -55,7 +55,7 @@ struct checkpoint_shard {
 };
 
 // The run as it was launched (the binary's flags resolved over the spec's
-// values), so that --resume continues the same run (runtime/run_settings.h).
+// values), so that --resume continues the same run (runtime/train/run_settings.h).
 // A list left empty means the spec's source.
 struct checkpoint_run {
   int64_t steps = 0;              // the run's length: the lr schedule ends there
@@ -83,12 +83,12 @@ struct checkpoint_manifest {
   std::string optimizer;  // "adamw" or "sgd"
   int64_t seed = 0;       // the run's initialization seed
   std::string data;       // the data source, as the run described it
-  // The loss scaler (runtime/loss_scale.h).
+  // The loss scaler (runtime/train/loss_scale.h).
   bool loss_scale_enabled = false;
   double loss_scale = 1;
   int64_t loss_scale_finite_steps = 0;
   int64_t applied_steps = 0;  // optimizer updates applied (AdamW's bias correction)
-  // The loss-spike guard's window (runtime/guard.h), oldest first: the mean
+  // The loss-spike guard's window (runtime/train/guard.h), oldest first: the mean
   // losses and gradient norms of the last applied steps, and the spikes since
   // the last of them. Empty without a guard (and in older checkpoints).
   std::vector<double> guard_losses, guard_norms;

@@ -1,4 +1,4 @@
-// EvalReferenceTest: multiple-choice evaluation (runtime/eval.h, --eval)
+// EvalReferenceTest: multiple-choice evaluation (runtime/train/eval.h, --eval)
 // scores llm.c's HellaSwag-format file as Hugging Face transformers does on
 // the same weights. tools/eval_reference.py (torch, transformers; not needed
 // here) wrote tests/e2e/eval_reference: a hand-made file of 8 examples over

@@ -1,4 +1,4 @@
-// Guard: the loss-spike guard end to end (runtime/guard.h). A step whose loss
+// Guard: the loss-spike guard end to end (runtime/train/guard.h). A step whose loss
 // or gradient norm jumps far above the last steps' (injected with the
 // binary's --inject-spike, which multiplies one step's losses and loss
 // gradient on every rank) is not applied: the shards and optimizer state after

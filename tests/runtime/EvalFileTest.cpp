@@ -1,6 +1,6 @@
 // EvalFileTest: llm.c's multiple-choice evaluation file (runtime/files/eval_file.h)
 // read back in both versions, every bad file refused with its place named, and
-// the rows and scores of runtime/eval.h.
+// the rows and scores of runtime/train/eval.h.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/eval.h"
 #include "runtime/files/eval_file.h"
+#include "runtime/train/eval.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
-// GuardTest: the loss-spike guard's window and limits (runtime/guard.h),
+// GuardTest: the loss-spike guard's window and limits (runtime/train/guard.h),
 // against mean + z * standard deviation worked out by hand; the gate rule
 // both machines share (optimizer_skips); the window as a checkpoint keeps it.
-#include "runtime/guard.h"
+#include "runtime/train/guard.h"
 
 #include <gtest/gtest.h>
 

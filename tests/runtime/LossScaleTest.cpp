@@ -1,9 +1,9 @@
-// LossScaleTest: the dynamic loss scaler (runtime/loss_scale.h) against
+// LossScaleTest: the dynamic loss scaler (runtime/train/loss_scale.h) against
 // PyTorch GradScaler's rules (init 2^16, x0.5 on a skipped step, x2 after 2000
 // finite steps in a row) and FSDP's pre-divide factors.
 #include <gtest/gtest.h>
 
-#include "runtime/loss_scale.h"
+#include "runtime/train/loss_scale.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/run_log.h"
+#include "runtime/train/run_log.h"
 
 namespace {
 

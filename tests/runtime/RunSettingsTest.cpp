@@ -4,7 +4,7 @@
 // with the build that keeps it.
 #include <gtest/gtest.h>
 
-#include "runtime/run_settings.h"
+#include "runtime/train/run_settings.h"
 
 namespace {
 

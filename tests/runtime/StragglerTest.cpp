@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "runtime/straggler.h"
+#include "runtime/train/straggler.h"
 
 namespace {
 

@@ -134,7 +134,7 @@ run_srun() {
     say "srun succeeded"
 }
 
-# The output of a generated training binary (runtime/train.cpp): its header
+# The output of a generated training binary (runtime/train/train.cpp): its header
 # says "NTASKS ranks (...), launched by srun", the last step "step N/N |" ran
 # and the summary "done: N steps in ... | loss FIRST -> LAST |" has finite
 # losses with LAST below FIRST.

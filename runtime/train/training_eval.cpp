@@ -1,7 +1,7 @@
-// training_eval: multiple-choice evaluation in the loop (runtime/eval.h):
+// training_eval: multiple-choice evaluation in the loop (runtime/train/eval.h):
 // llm.c's HellaSwag-format file scored on the planned forward, its examples
 // split over the ranks, every candidate's loss sum agreed by all of them
-// (runtime/training_run.h).
+// (runtime/train/training_run.h).
 #include <mpi.h>
 
 #include <fmt/format.h>
@@ -18,9 +18,9 @@
 
 #include "runtime/check.h"
 #include "runtime/comm.h"
-#include "runtime/eval.h"
 #include "runtime/human.h"
-#include "runtime/training_run.h"
+#include "runtime/train/eval.h"
+#include "runtime/train/training_run.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 // mpirun forwards SIGUSR1) or SIGINT (Ctrl-C) asks the run to stop after the
 // step in progress, with a checkpoint; a second SIGINT ends the process at
 // once. Ranks learn it from one another with the step's loss all-reduce
-// (runtime/training_step.cpp), so that all stop after the same step.
+// (runtime/train/training_step.cpp), so that all stop after the same step.
 #pragma once
 
 // Makes SIGUSR1, SIGTERM and the first SIGINT ask for a stop instead of

@@ -1,8 +1,8 @@
 // train: the generated binary's main loop, the same for every target. Parses
-// the binary's flags (runtime/train_flags.h), launches, and runs a
-// training_run (runtime/training_run.h): sets up communicators, data, the
+// the binary's flags (runtime/train/train_flags.h), launches, and runs a
+// training_run (runtime/train/training_run.h): sets up communicators, data, the
 // backend (runtime/backend.h: arena and executor) and weights, runs the
-// planned step `steps` times, logs (runtime/run_log.h) and writes
+// planned step `steps` times, logs (runtime/train/run_log.h) and writes
 // checkpoints, weights, metrics and the trace. run() lists a run's steps in
 // order.
 #include <mpi.h>
@@ -15,13 +15,13 @@
 
 #include "runtime/backend.h"
 #include "runtime/check.h"
-#include "runtime/checkpoint.h"
 #include "runtime/comm.h"
 #include "runtime/launch.h"
-#include "runtime/run_settings.h"
-#include "runtime/stop_signal.h"
-#include "runtime/train_flags.h"
-#include "runtime/training_run.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/train/run_settings.h"
+#include "runtime/train/stop_signal.h"
+#include "runtime/train/train_flags.h"
+#include "runtime/train/training_run.h"
 #include "runtime/watchdog.h"
 
 namespace {

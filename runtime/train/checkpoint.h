@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "runtime/files/checkpoint_files.h"
-#include "runtime/loss_scale.h"
 #include "runtime/step_context.h"
+#include "runtime/train/loss_scale.h"
 
 struct checkpoint_config {
   int64_t every = 0;  // steps between checkpoints (0: none)
@@ -39,12 +39,12 @@ struct checkpoint_state {
   int64_t step = 0;       // steps completed
   int64_t sequences = 0;  // global sequences consumed
   loss_scaler scaler;
-  // The loss-spike guard's window and its spikes in a row (runtime/guard.h).
+  // The loss-spike guard's window and its spikes in a row (runtime/train/guard.h).
   std::vector<double> guard_losses, guard_norms;
   int64_t guard_skips_in_row = 0;
   int64_t seed = 0;    // initialization seed of the run (recorded)
   std::string data;    // the data source, described (recorded)
-  checkpoint_run run;  // the run as launched (saved; runtime/run_settings.h reads it back)
+  checkpoint_run run;  // the run as launched (saved; runtime/train/run_settings.h reads it back)
 };
 
 struct checkpoint_saved {
@@ -64,7 +64,7 @@ struct checkpoint_part {
   bool state;
   std::string what;  // "weights of NAME" or "optimizer state of NAME", for errors
   // optimizer = muon(...): the state is put together, not a buffer
-  // (runtime/muon_checkpoint.h; buffer: the compacted AdamW state, or -1).
+  // (runtime/train/muon_checkpoint.h; buffer: the compacted AdamW state, or -1).
   bool muon = false;
 };
 std::vector<checkpoint_part> checkpoint_parts(const program& p);

@@ -1,6 +1,6 @@
 // muon_checkpoint: Muon's compacted AdamW state and owners' momentum to and
-// from the checkpoint's planes (runtime/muon_checkpoint.h).
-#include "runtime/muon_checkpoint.h"
+// from the checkpoint's planes (runtime/train/muon_checkpoint.h).
+#include "runtime/train/muon_checkpoint.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,7 +1,7 @@
 // training_step: one training step as the loop runs it: the gradients'
 // scale, the step, the loss all ranks agree on, the loss-spike guard, and the
-// step's totals and log lines (runtime/training_run.h).
-#include "runtime/training_run.h"
+// step's totals and log lines (runtime/train/training_run.h).
+#include "runtime/train/training_run.h"
 
 #include <mpi.h>
 
@@ -21,8 +21,8 @@
 #include "runtime/allocations.h"
 #include "runtime/check.h"
 #include "runtime/comm.h"
-#include "runtime/stop_signal.h"
 #include "runtime/trace.h"
+#include "runtime/train/stop_signal.h"
 #include "runtime/watchdog.h"
 
 namespace {

@@ -1,5 +1,5 @@
 // guard: the window's statistics and its limits.
-#include "runtime/guard.h"
+#include "runtime/train/guard.h"
 
 #include <algorithm>
 #include <cmath>

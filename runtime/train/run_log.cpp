@@ -1,5 +1,5 @@
 // run_log: the banner, step lines, metrics lines and summary of a training run.
-#include "runtime/run_log.h"
+#include "runtime/train/run_log.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -1,5 +1,5 @@
 // checkpoint: collective save and resume of the training state.
-#include "runtime/checkpoint.h"
+#include "runtime/train/checkpoint.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -15,8 +15,8 @@
 #include "runtime/check.h"
 #include "runtime/files/checkpoint_files.h"
 #include "runtime/files/file_io.h"
-#include "runtime/muon_checkpoint.h"
 #include "runtime/trace.h"
+#include "runtime/train/muon_checkpoint.h"
 #include "runtime/watchdog.h"
 #include "runtime/weights.h"
 
@@ -34,7 +34,7 @@ bool muon(const program& p) {
 
 // Optimizer state slices per shard element of a unit (0 without state).
 // Muon: AdamW's m and v, with the owners' momentum in m's plane at the
-// matrices' elements (runtime/muon_checkpoint.h), whatever the compacted
+// matrices' elements (runtime/train/muon_checkpoint.h), whatever the compacted
 // buffer's size.
 int64_t state_planes(const program& p, const program_unit& u) {
   if (muon(p)) return u.shard_elems > 0 && u.param_shard >= 0 ? 2 : 0;
@@ -358,10 +358,10 @@ checkpoint_writer::checkpoint_writer(const program& p)
   const int64_t bytes = checkpoint_shard_bytes(p);
   const int64_t planned = p.buffers[p.plan.checkpoint_staging_buffer].bytes;
   if (bytes != planned)  // every rank's program is the same: every rank throws
-    throw runtime_error(
-        fmt::format("internal error: the plan's checkpoint staging buffer holds {} B, this "
-                    "rank's checkpoint is {} B (the planner and runtime/checkpoint.cpp disagree)",
-                    planned, bytes));
+    throw runtime_error(fmt::format(
+        "internal error: the plan's checkpoint staging buffer holds {} B, this "
+        "rank's checkpoint is {} B (the planner and runtime/train/checkpoint.cpp disagree)",
+        planned, bytes));
 }
 
 checkpoint_writer::~checkpoint_writer() {

@@ -1,5 +1,5 @@
 // run_settings: a run's flags over the spec, recorded, and taken back on resume.
-#include "runtime/run_settings.h"
+#include "runtime/train/run_settings.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,8 +1,8 @@
 // training_checkpoints: a run's checkpoints: when they are due, their
 // state, written at once or behind the next steps, and resuming from one:
 // which checkpoint, its record of the run and what it restores
-// (runtime/training_run.h).
-#include "runtime/training_run.h"
+// (runtime/train/training_run.h).
+#include "runtime/train/training_run.h"
 
 #include <mpi.h>
 
@@ -17,7 +17,7 @@
 
 #include "runtime/comm.h"
 #include "runtime/human.h"
-#include "runtime/run_settings.h"
+#include "runtime/train/run_settings.h"
 
 std::string resume_path(const train_options& o, const std::string& checkpoint_dir, bool lead) {
   std::string path, error;

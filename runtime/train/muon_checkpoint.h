@@ -1,6 +1,6 @@
 // muon_checkpoint: optimizer = muon(...)'s state in a checkpoint. A
 // checkpoint keeps optimizer state in the shard layout of the weights (two
-// planes over each shard: runtime/checkpoint.h), so that it reshards by
+// planes over each shard: runtime/train/checkpoint.h), so that it reshards by
 // tensor position to any world size. Under Muon a shard's AdamW elements
 // keep their m and v in the compacted state, and a matrix's momentum lives
 // with its owner: saving brings each shard the momentum of the slices it

@@ -7,7 +7,7 @@
 // set-up, before the arena, with the generator's KV cache and scratch
 // (runtime/generate/generator.h); a sample allocates only its ids and texts,
 // and the other ranks wait for rank 0 in the error agreement that ends it.
-#include "runtime/training_run.h"
+#include "runtime/train/training_run.h"
 
 #include <glob.h>
 #include <mpi.h>

@@ -1,7 +1,7 @@
 // training_validation: when a run validates, the validation pass's mean
 // loss over every rank, and the warning when the validation data is trained
-// on (runtime/training_run.h).
-#include "runtime/training_run.h"
+// on (runtime/train/training_run.h).
+#include "runtime/train/training_run.h"
 
 #include <mpi.h>
 

@@ -1,6 +1,6 @@
 // train_flags: the generated binary's flags, read into train_options
-// (runtime/train_flags.h).
-#include "runtime/train_flags.h"
+// (runtime/train/train_flags.h).
+#include "runtime/train/train_flags.h"
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "runtime/flags.h"
-#include "runtime/guard.h"
+#include "runtime/train/guard.h"
 
 const char* hf_family_name(const program& p) {
   return p.model.family == model_family::llama ? "Llama" : "GPT-2";

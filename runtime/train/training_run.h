@@ -1,6 +1,6 @@
 // training_run: one run of the generated binary, from its checks to its last
-// outputs, as the training loop (runtime/train.cpp) calls it. Its members
-// live in the file of their concept: runtime/training_run.cpp (set-up,
+// outputs, as the training loop (runtime/train/train.cpp) calls it. Its members
+// live in the file of their concept: runtime/train/training_run.cpp (set-up,
 // weights, banner, end), training_data.cpp, training_step.cpp,
 // training_validation.cpp, training_checkpoints.cpp (saving and resuming)
 // and training_outputs.cpp (metrics, trace, summary, --save).
@@ -16,26 +16,26 @@
 
 #include "runtime/arena.h"
 #include "runtime/backend.h"
-#include "runtime/checkpoint.h"
 #include "runtime/data.h"
 #include "runtime/files/checkpoint_files.h"
 #include "runtime/files/eval_file.h"
-#include "runtime/guard.h"
 #include "runtime/launch.h"
-#include "runtime/loss_scale.h"
-#include "runtime/memory_report.h"
 #include "runtime/muon_layout.h"
 #include "runtime/optimizer.h"
 #include "runtime/program.h"
-#include "runtime/run_log.h"
 #include "runtime/step_context.h"
-#include "runtime/straggler.h"
-#include "runtime/train_flags.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/train/guard.h"
+#include "runtime/train/loss_scale.h"
+#include "runtime/train/memory_report.h"
+#include "runtime/train/run_log.h"
+#include "runtime/train/straggler.h"
+#include "runtime/train/train_flags.h"
 
-struct training_sampler;  // runtime/training_samples.cpp
+struct training_sampler;  // runtime/train/training_samples.cpp
 
 // One training run, from its checks to its last outputs. run()
-// (runtime/train.cpp) calls its steps in order; collective steps are called
+// (runtime/train/train.cpp) calls its steps in order; collective steps are called
 // on every rank, and each prints what it did on rank 0.
 class training_run {
  public:
@@ -70,7 +70,7 @@ class training_run {
   val_record validate(int64_t steps_done);
   // A run with no step to train evaluates the weights it was given.
   void validate_untrained();
-  // Multiple-choice evaluation (runtime/training_eval.cpp): after
+  // Multiple-choice evaluation (runtime/train/training_eval.cpp): after
   // `steps_done` steps, every eval_every steps, at checkpoints and at the end.
   bool eval_due(int64_t steps_done) const;
   // Collective: acc and acc_norm over the evaluation file's first
@@ -78,7 +78,8 @@ class training_run {
   eval_record evaluate(int64_t steps_done);
   // A run with no step to train scores the weights it was given.
   void evaluate_untrained();
-  // Samples (runtime/training_samples.cpp): after `steps_done` steps, every sample_every steps.
+  // Samples (runtime/train/training_samples.cpp): after `steps_done` steps, every sample_every
+  // steps.
   bool samples_due(int64_t steps_done) const;
   // Collective: every rank's weights to rank 0, which prints a few
   // generations from the document start and returns them (empty elsewhere).
@@ -184,7 +185,7 @@ class training_run {
   std::shared_ptr<training_sampler> sampler_;
 };
 
-// The training or validation data as the run reads it (runtime/training_data.cpp):
+// The training or validation data as the run reads it (runtime/train/training_data.cpp):
 // the spec's source, or the flag's files (`flag`: the run's, `given`: this
 // launch's), of `role` "data" or "val".
 data_config data_config_of(const program& p, const program_data& spec,
@@ -192,7 +193,7 @@ data_config data_config_of(const program& p, const program_data& spec,
                            const std::vector<std::string>& given, bool allow_bytes, bool shuffle,
                            const char* role);
 
-// Resuming (runtime/training_checkpoints.cpp), before the run is made.
+// Resuming (runtime/train/training_checkpoints.cpp), before the run is made.
 
 // What --resume names, as rank 0 sees it (collective: every rank loads the
 // same one); without a value, the newest checkpoint in `checkpoint_dir`. With

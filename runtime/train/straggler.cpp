@@ -1,5 +1,5 @@
 // straggler: per-kind op times, the straggler among ranks, and their gather.
-#include "runtime/straggler.h"
+#include "runtime/train/straggler.h"
 
 #include <mpi.h>
 

@@ -1,6 +1,6 @@
 // training_data: a run's training and validation data, opened and checked,
-// and where a step's rows were read from (runtime/training_run.h).
-#include "runtime/training_run.h"
+// and where a step's rows were read from (runtime/train/training_run.h).
+#include "runtime/train/training_run.h"
 
 #include <fmt/format.h>
 

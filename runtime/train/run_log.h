@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "runtime/backend.h"
-#include "runtime/checkpoint.h"
-#include "runtime/loss_scale.h"
 #include "runtime/program.h"
-#include "runtime/straggler.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/train/loss_scale.h"
+#include "runtime/train/straggler.h"
 
 // What the banner says beyond the program.
 struct run_banner {
@@ -32,7 +32,7 @@ struct run_banner {
   std::string placement;     // placement_banner: hosts x ranks per host
 };
 
-// One multiple-choice evaluation (runtime/training_eval.cpp).
+// One multiple-choice evaluation (runtime/train/training_eval.cpp).
 struct eval_record {
   int64_t step = 0;     // steps trained before it
   std::string name;     // what the log calls it: the file's name up to its first '_' or '.'
@@ -51,7 +51,7 @@ struct step_record {
   double seconds = 0;          // the step's wall time, with the loss all-reduce
   double loss_scale = 1;       // the scale the step ran with
   bool skipped = false;        // the optimizer skipped it: non-finite gradients, or a spike
-  bool spike = false;          // ...the loss-spike guard left it out (runtime/guard.h)
+  bool spike = false;          // ...the loss-spike guard left it out (runtime/train/guard.h)
   int64_t skipped_spike = -1;  // steps the guard left out so far (-1: no guard)
   int64_t epoch = 0;           // 0-based epoch of the training data the step's first sequence is in
   double tokens_per_s = 0;

@@ -1,5 +1,5 @@
 // train_flags: the generated binary's flags (`--help` lists them) and what
-// they set, train_options; parsed once by train_main (runtime/train.cpp).
+// they set, train_options; parsed once by train_main (runtime/train/train.cpp).
 #pragma once
 
 #include <cstdint>
@@ -9,19 +9,19 @@
 
 #include "runtime/backend.h"
 #include "runtime/program.h"
-#include "runtime/run_settings.h"
+#include "runtime/train/run_settings.h"
 #include "runtime/watchdog.h"
 
 struct train_options {
-  run_flags run;  // what shapes the run (runtime/run_settings.h)
+  run_flags run;  // what shapes the run (runtime/train/run_settings.h)
   std::string init_from;
-  // Multiple-choice evaluation (runtime/training_eval.cpp): "" or -1 where
+  // Multiple-choice evaluation (runtime/train/training_eval.cpp): "" or -1 where
   // not given (the spec's eval, eval_every, eval_examples).
   std::string eval;
   int64_t eval_every = -1;
   int64_t eval_examples = -1;
   std::string eval_scores;  // each evaluation's per-example scores, JSON lines (rank 0)
-  // Samples (runtime/training_samples.cpp): -1 where not given (the spec's).
+  // Samples (runtime/train/training_samples.cpp): -1 where not given (the spec's).
   int64_t sample_every = -1;
   int64_t sample_tokens = -1;
   std::string trace;

@@ -1,7 +1,7 @@
 // training_outputs: what a run writes besides checkpoints: outputs checked
 // before any work, --metrics, the trace, the summary and --save
-// (runtime/training_run.h).
-#include "runtime/training_run.h"
+// (runtime/train/training_run.h).
+#include "runtime/train/training_run.h"
 
 #include <mpi.h>
 

@@ -1,6 +1,6 @@
 // stop_signal: the handlers of the signals that ask a run to stop
-// (runtime/stop_signal.h).
-#include "runtime/stop_signal.h"
+// (runtime/train/stop_signal.h).
+#include "runtime/train/stop_signal.h"
 
 #include <signal.h>
 #include <atomic>

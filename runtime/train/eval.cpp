@@ -1,5 +1,5 @@
 // eval: a multiple-choice file's candidates as rows, and their scores.
-#include "runtime/eval.h"
+#include "runtime/train/eval.h"
 
 #include <algorithm>
 

@@ -5,7 +5,7 @@
 // acc_norm those whose lowest mean per completion token is (llm.c's
 // normalization: by tokens, not by characters as lm-evaluation-harness's).
 // The rows here are what the training loop's evaluation pass
-// (runtime/training_eval.cpp) runs through the planned forward.
+// (runtime/train/training_eval.cpp) runs through the planned forward.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // memory_report: per-step tracking and the end-of-run summary.
-#include "runtime/memory_report.h"
+#include "runtime/train/memory_report.h"
 
 #include <mpi.h>
 

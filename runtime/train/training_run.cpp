@@ -1,6 +1,6 @@
 // training_run: a run's set-up, its weights, its banner and its end
-// (runtime/training_run.h).
-#include "runtime/training_run.h"
+// (runtime/train/training_run.h).
+#include "runtime/train/training_run.h"
 
 #include <fmt/format.h>
 
@@ -13,8 +13,8 @@
 #include "runtime/human.h"
 #include "runtime/init.h"
 #include "runtime/rope.h"
-#include "runtime/run_settings.h"
-#include "runtime/stop_signal.h"
+#include "runtime/train/run_settings.h"
+#include "runtime/train/stop_signal.h"
 #include "runtime/weights.h"
 
 training_run::training_run(const program& p, const train_options& o, const checkpoint_run& run,

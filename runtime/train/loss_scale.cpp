@@ -1,5 +1,5 @@
 // loss_scale: the scaler's state machine and the pre/post divide split.
-#include "runtime/loss_scale.h"
+#include "runtime/train/loss_scale.h"
 
 int64_t loss_scale_predivide(int64_t world) {
   int64_t f = 1;
