@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/planner/Alternatives.h"
 #include "codegen/planner/Fit.h"
 #include "dsl/Layers.h"
 #include "dsl/Values.h"

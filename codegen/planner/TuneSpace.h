@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "codegen/planner/Tune.h"
+#include "codegen/planner/TuneOptions.h"
 #include "dsl/Spec.h"
 
 namespace fsdpgen {

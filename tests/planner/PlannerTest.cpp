@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "codegen/planner/Activations.h"
+#include "codegen/planner/Alternatives.h"
 #include "codegen/planner/Fit.h"
 #include "codegen/planner/Flops.h"
 #include "codegen/planner/Planner.h"

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "codegen/planner/Alternatives.h"
 #include "codegen/planner/Fit.h"
 #include "codegen/planner/Memory.h"
 #include "codegen/planner/Planner.h"
