@@ -335,6 +335,26 @@ Looked CalibratedTimes::copy(std::string_view op, int64_t bytes) const {
       [](const profile::CopyTime& c) { return c.bytes; }, static_cast<double>(bytes));
 }
 
+Contention CalibratedTimes::contention(std::string_view op, int64_t ranks) const {
+  const profile::ContentionTime* e = nullptr;
+  for (const profile::ContentionTime& c : profile_.contention)
+    if (c.collective.op == op && c.collective.ranks == ranks && c.collective.nodes == 1) e = &c;
+  if (!e) return {};
+  const profile::CollectiveTime* call = nullptr;
+  for (const profile::CollectiveTime& c : profile_.collectives)
+    if (c.op == e->collective.op && c.dtype == e->collective.dtype && c.ranks == ranks &&
+        c.nodes == 1 && c.bytes == e->collective.bytes)
+      call = &c;
+  const profile::LayerTime* pass = nullptr;
+  for (const profile::Compute& section : profile_.compute)
+    if (section.ranks_per_node == ranks)
+      for (const profile::LayerTime& l : section.layers)
+        if (same_kind(l, e->layer) && l.dims == e->layer.dims) pass = &l;
+  if (!call || !pass) return {};  // a hand-made profile: nothing to compare with
+  return {std::min(1.0, pass->seconds / e->layer.seconds),
+          std::min(1.0, call->seconds / e->collective.seconds)};
+}
+
 Hardware calibrated_hardware(profile::Profile profile, const std::string& path) {
   std::optional<Hardware> base = find_hardware(profile.device.base);
   if (!base)
@@ -377,6 +397,7 @@ profile::Profile calibration_request(const std::vector<Schedule>& schedules, con
   r.device.kind = base.gpu ? "cuda" : "cpu";
   r.device.base = base.name;
   profile::Compute compute;
+  std::vector<profile::CollectiveTime> largest;  // per collective op, for contention entries
   for (const Schedule& s : schedules) {
     for (const Op& op : s.ops) {
       for (const OpLayerPass& l : op_layer_passes(s, op))
@@ -401,6 +422,14 @@ profile::Profile calibration_request(const std::vector<Schedule>& schedules, con
       if (op.payload_bytes > 0)  // a Muon exchange of no matrix slices moves nothing
         add_once(r.collectives,
                  {std::string(name), dtype, op.group_size, g.nodes, op.payload_bytes, 0, 0});
+      if (g.nodes == 1 && op.group_size == ranks_per_node && name != "send_recv") {
+        auto same = std::find_if(largest.begin(), largest.end(),
+                                 [&](const profile::CollectiveTime& c) { return c.op == name; });
+        if (same == largest.end())
+          largest.push_back({std::string(name), dtype, op.group_size, 1, op.payload_bytes, 0, 0});
+        else if (op.payload_bytes > same->bytes)
+          *same = {std::string(name), dtype, op.group_size, 1, op.payload_bytes, 0, 0};
+      }
       for (int64_t bytes : kSweepBytes)
         add_once(r.collectives, {std::string(name), dtype, op.group_size, g.nodes, bytes, 0, 0});
     }
@@ -412,6 +441,14 @@ profile::Profile calibration_request(const std::vector<Schedule>& schedules, con
     if (!r.compute.empty() && r.compute.back().ranks_per_node == k) continue;
     compute.ranks_per_node = k;
     r.compute.push_back(compute);
+  }
+  if (!base.gpu && ranks_per_node > 1 && !compute.layers.empty()) {
+    auto beside = std::find_if(
+        compute.layers.begin(), compute.layers.end(),
+        [](const profile::LayerTime& l) { return l.layer == "block" && l.pass == "backward"; });
+    if (beside == compute.layers.end()) beside = compute.layers.begin();
+    for (const profile::CollectiveTime& c : largest)
+      r.contention.push_back({c, *beside});
   }
   return r;
 }

@@ -48,6 +48,14 @@ enum class Lookup {
   Missing,       // nothing comparable: the caller falls back to the built-in figures
 };
 
+// How fast a collective and the compute go while both run on a rank, each as
+// a fraction of its speed alone (the profile's contention entries: a CPU
+// rank's comm thread and compute thread share its cores).
+struct Contention {
+  double compute_speed = 1;
+  double comm_speed = 1;
+};
+
 struct Looked {
   double seconds = 0;
   Lookup how = Lookup::Missing;
@@ -74,6 +82,11 @@ class CalibratedTimes {
   Looked collective(std::string_view op, DType dtype, int64_t ranks, int64_t nodes,
                     int64_t bytes) const;
   Looked copy(std::string_view op, int64_t bytes) const;
+  // Collective `op` ("all_gather", ...) over `ranks` ranks of one node beside
+  // a layer pass: the contention entry of that op and ranks, each side's time
+  // alone (the profile's entry of the same key) over its time beside the
+  // other, at most 1; {1, 1} when the profile has none (GPU profiles).
+  Contention contention(std::string_view op, int64_t ranks) const;
 
  private:
   const profile::Profile& profile_;
@@ -108,7 +121,9 @@ std::string_view profile_op_name(OpKind k);
 // nodes of `ranks_per_node` ranks (one node: at most `ranks_per_node` ranks), each entry with
 // the nodes its group spans in the plan (a hybrid replica group: one rank on each of 2 nodes);
 // every copy; and, so that other plans interpolate, a sweep of sizes for each collective group
-// and copy direction. Each entry once, in first-use order. device.base is `base`.
+// and copy direction. Each entry once, in first-use order. device.base is `base`. On a CPU,
+// a contention entry for each collective op whose group is `ranks_per_node` ranks of one node:
+// its plans' largest payload beside their first block backward pass (else their first layer pass).
 profile::Profile calibration_request(const std::vector<Schedule>& schedules, const Hardware& base,
                                      int64_t ranks_per_node, const std::string& sweep,
                                      int64_t nodes = 1);

@@ -36,6 +36,9 @@ bool is_compute(OpKind k) {
   return k == OpKind::Forward || k == OpKind::Recompute || k == OpKind::Backward ||
          k == OpKind::GradNorm || k == OpKind::OptimizerStep || k == OpKind::MuonOrthogonalize;
 }
+bool is_collective(OpKind k) {
+  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce;
+}
 bool is_comm(OpKind k) {
   return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce ||
          k == OpKind::CopyH2D || k == OpKind::CopyD2H || k == OpKind::MuonGather ||
@@ -43,12 +46,15 @@ bool is_comm(OpKind k) {
 }
 
 // How an op spends its time: `fixed_s`, then `bytes` at `rate` (bytes/s when
-// alone on `link`).
+// alone on `link`). A compute op (`compute`) and a collective with measured
+// `contention` (a CPU profile's) slow each other while both run.
 struct Work {
   double fixed_s = 0;
   double bytes = 0;
   double rate = 0;
   Link link = Link::None;
+  bool compute = false;
+  std::optional<Contention> contention;
   double seconds() const { return fixed_s + (bytes > 0 ? bytes / rate : 0); }
 };
 
@@ -246,9 +252,13 @@ void check_well_formed(const Schedule& s) {
   }
 }
 
-// Runs the streams; returns each op's [start, end) in seconds.
+// Runs the streams; returns each op's [start, end) in seconds. Each op does
+// its fixed part, then its bytes; between two events every op goes at a
+// constant speed: its link's rate split among the transfers on it and, with
+// `contention`, the measured fractions while collectives and compute ops run
+// at once.
 std::vector<std::pair<double, double>> simulate(const Schedule& s, const std::vector<Work>& work,
-                                                bool share_links) {
+                                                const CostOptions& options) {
   const size_t n = s.ops.size();
   std::vector<std::vector<int>> queue(kStreamNames.size());
   for (const Op& op : s.ops)
@@ -256,7 +266,7 @@ std::vector<std::pair<double, double>> simulate(const Schedule& s, const std::ve
   std::vector<size_t> head(queue.size(), 0);
   std::vector<int> busy(queue.size(), -1);  // op running on each stream
   std::vector<char> done(n, 0);
-  std::vector<double> start(n, 0), end(n, 0), fixed_end(n, 0), left(n, 0);
+  std::vector<double> start(n, 0), end(n, 0), fixed_left(n, 0), left(n, 0);
   std::vector<int> running;
   size_t finished = 0;
   double t = 0;
@@ -272,7 +282,7 @@ std::vector<std::pair<double, double>> simulate(const Schedule& s, const std::ve
         if (busy[st] >= 0 || head[st] == queue[st].size() || !ready(queue[st][head[st]])) continue;
         const int i = queue[st][head[st]++];
         start[i] = t;
-        fixed_end[i] = t + work[i].fixed_s;
+        fixed_left[i] = work[i].fixed_s;
         left[i] = work[i].bytes;
         progress = true;
         if (work[i].fixed_s > 0 || work[i].bytes > 0) {
@@ -292,28 +302,45 @@ std::vector<std::pair<double, double>> simulate(const Schedule& s, const std::ve
           fmt::format("cost: the schedule deadlocks at {} (#{}): a dependency cycle",
                       s.ops[blocked].label(), blocked));
     }
-    // Transfer rates until the next event.
+    // Speeds until the next event.
     std::array<int, kLinks> sharing{};
-    for (int i : running)
-      if (fixed_end[i] <= t && left[i] > 0) ++sharing[static_cast<size_t>(work[i].link)];
+    bool computing = false;
+    double compute_speed = 1;
+    for (int i : running) {
+      if (fixed_left[i] <= 0 && left[i] > 0) ++sharing[static_cast<size_t>(work[i].link)];
+      computing = computing || work[i].compute;
+      if (options.contention && work[i].contention)
+        compute_speed = std::min(compute_speed, work[i].contention->compute_speed);
+    }
+    auto speed = [&](int i) {
+      if (!options.contention) return 1.0;
+      if (work[i].compute) return compute_speed;
+      return computing && work[i].contention ? work[i].contention->comm_speed : 1.0;
+    };
     auto rate = [&](int i) {
       const int k = sharing[static_cast<size_t>(work[i].link)];
-      return share_links && work[i].link != Link::None && k > 1 ? work[i].rate / k : work[i].rate;
+      const double r = options.share_links && work[i].link != Link::None && k > 1 ? work[i].rate / k
+                                                                                  : work[i].rate;
+      return r * speed(i);
     };
     double next = std::numeric_limits<double>::infinity();
     int first = -1;
     for (int i : running) {
-      const double e = fixed_end[i] > t ? fixed_end[i] : t + left[i] / rate(i);
+      const double e = fixed_left[i] > 0 ? t + fixed_left[i] / speed(i) : t + left[i] / rate(i);
       if (e < next) next = e, first = i;
     }
     for (int i : running) {
-      if (fixed_end[i] > t) continue;
+      if (fixed_left[i] > 0) {
+        fixed_left[i] = i == first ? 0 : fixed_left[i] - speed(i) * (next - t);
+        if (fixed_left[i] <= 1e-9 * work[i].fixed_s) fixed_left[i] = 0;
+        continue;
+      }
       left[i] = i == first ? 0 : left[i] - rate(i) * (next - t);
       if (left[i] <= 1e-9 * work[i].bytes) left[i] = 0;
     }
     t = next;
     std::erase_if(running, [&](int i) {
-      if (fixed_end[i] > t || left[i] > 0) return false;
+      if (fixed_left[i] > 0 || left[i] > 0) return false;
       end[i] = t, done[i] = 1, ++finished;
       busy[static_cast<size_t>(s.ops[i].stream)] = -1;
       return true;
@@ -399,12 +426,18 @@ Timeline predict(const Schedule& s, const Hardware& hw, const CostOptions& optio
                                        : t.ops_estimated);
     }
     if (how == Lookup::Missing) work.push_back(op_work(s, op, hw));
-    const Work& w = work.back();
+    Work& w = work.back();
+    w.compute = is_compute(op.kind);
+    if (times && is_collective(op.kind) && op.group_size > 1 &&
+        group_placement(spec.parallel, op.group, op.group_size).nodes == 1)
+      if (const Contention c = times->contention(profile_op_name(op.kind), op.group_size);
+          c.compute_speed < 1 || c.comm_speed < 1)
+        w.contention = c;
     if (!std::isfinite(w.seconds()) || w.fixed_s < 0 || w.bytes < 0)
       throw std::invalid_argument(
           fmt::format("cost: {} (#{}) has no finite duration on '{}'", op.label(), op.id, hw.name));
   }
-  const auto spans = simulate(s, work, options.share_links);
+  const auto spans = simulate(s, work, options);
 
   t.hardware = hw.name;
   t.accuracy =

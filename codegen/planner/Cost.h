@@ -14,7 +14,10 @@
 // inter-node hop latency (NCCL's ring model), and a group spanning nodes
 // gets the inter-node busbw scaled by its share of each node's ranks (its
 // members on a node share the node's NICs with the other groups). Transfers
-// over the same link class at the same time split its bandwidth.
+// over the same link class at the same time split its bandwidth. With a CPU
+// profile's contention entries, a collective and the compute ops running at
+// the same time each go at the measured fraction of their speed alone (the
+// rank's comm thread and compute thread share its cores).
 #pragma once
 
 #include <cstdint>
@@ -82,6 +85,10 @@ struct CostOptions {
   // Concurrent transfers over one link class share its bandwidth. Off: each
   // runs at the full rate, as if alone (for debugging and for comparing).
   bool share_links = true;
+  // A collective and compute at once go at the profile's measured fractions
+  // of their speed alone (CPU profiles' contention entries). Off: each as
+  // if alone (for comparing).
+  bool contention = true;
 };
 
 // Precondition: `s` came from build_schedule() or is equally well formed

@@ -5,12 +5,10 @@
 #include "runtime/calibrate/collectives.h"
 
 #include <climits>
-#include <optional>
 #include <random>
 
 #include <fmt/format.h>
 
-#include "runtime/calibrate/buffers.h"
 #include "runtime/check.h"
 #include "runtime/comm.h"
 
@@ -62,37 +60,42 @@ collective_buffers collective_buffers_of(const CollectiveTime& c) {
   return {count, c.op == "reduce_scatter" ? gathered : one, c.op == "all_gather" ? gathered : one};
 }
 
-measurement measure_collective(const CollectiveTime& c, MPI_Comm group, const measure_options& o) {
-  const dtype_id t = dtype_named(c.dtype);
-  const collective_buffers b = collective_buffers_of(c);
-  std::optional<host_buffer> send, recv;
+collective_call::collective_call(const CollectiveTime& c, MPI_Comm group)
+    : c_(c), group_(group), b_(collective_buffers_of(c)) {
   ranks_all_or_none(group, [&] {
-    send.emplace(b.send_bytes);
-    recv.emplace(b.recv_bytes);
+    send_.emplace(b_.send_bytes);
+    recv_.emplace(b_.recv_bytes);
   });
+  const dtype_id t = dtype_named(c.dtype);
   if (collective_reduces(c)) {
     std::mt19937 rng(1234);
-    fill_normal(send->data(), t, b.send_bytes / dtype_size(t), 1e-3f, rng);
+    fill_normal(send_->data(), t, b_.send_bytes / dtype_size(t), 1e-3f, rng);
   }
-  int rank = 0, size = 1;
-  MPI_CHECK(MPI_Comm_rank(group, &rank));
-  MPI_CHECK(MPI_Comm_size(group, &size));
+  MPI_CHECK(MPI_Comm_rank(group, &rank_));
+  MPI_CHECK(MPI_Comm_size(group, &size_));
+}
+
+void collective_call::run() {
+  const dtype_id t = dtype_named(c_.dtype);
+  if (c_.op == "send_recv") {  // the comm layer's point to point, as muon_exchange's
+    MPI_Request requests[2];
+    comm_irecv(group_, recv_->data(), b_.count, (rank_ + size_ - 1) % size_, 0, requests[0]);
+    comm_isend(group_, send_->data(), b_.count, (rank_ + 1) % size_, 0, requests[1]);
+    comm_wait(requests[0]);
+    comm_wait(requests[1]);
+  } else if (c_.op == "all_gather")
+    comm_all_gather(group_, send_->data(), recv_->data(), b_.count);
+  else if (c_.op == "reduce_scatter")
+    comm_reduce_scatter(group_, send_->data(), recv_->data(), b_.count, t);
+  else
+    comm_all_reduce(group_, send_->data(), recv_->data(), b_.count, t);
+}
+
+measurement measure_collective(const CollectiveTime& c, MPI_Comm group, const measure_options& o) {
+  collective_call call(c, group);
   return measure(o, [&] {
     ranks_barrier(group);
-    const double s = seconds_of([&] {
-      if (c.op == "send_recv") {  // the comm layer's point to point, as muon_exchange's
-        MPI_Request requests[2];
-        comm_irecv(group, recv->data(), b.count, (rank + size - 1) % size, 0, requests[0]);
-        comm_isend(group, send->data(), b.count, (rank + 1) % size, 0, requests[1]);
-        comm_wait(requests[0]);
-        comm_wait(requests[1]);
-      } else if (c.op == "all_gather")
-        comm_all_gather(group, send->data(), recv->data(), b.count);
-      else if (c.op == "reduce_scatter")
-        comm_reduce_scatter(group, send->data(), recv->data(), b.count, t);
-      else
-        comm_all_reduce(group, send->data(), recv->data(), b.count, t);
-    });
+    const double s = seconds_of([&] { call.run(); });
     return ranks_max(s, group);
   });
 }

@@ -7,8 +7,10 @@
 
 #include <mpi.h>
 
+#include <optional>
 #include <string>
 
+#include "runtime/calibrate/buffers.h"
 #include "runtime/calibrate/measure.h"
 #include "runtime/calibrate/ranks.h"
 #include "runtime/profile/profile.h"
@@ -32,6 +34,22 @@ struct collective_buffers {
   int64_t send_bytes = 0, recv_bytes = 0;
 };
 collective_buffers collective_buffers_of(const fsdpgen::profile::CollectiveTime& c);
+
+// Entry c's buffers on one rank of `group` (allocated on every rank of it or
+// none: ranks_all_or_none), and one call of it through the comm layer, as a
+// training step's stream makes it.
+class collective_call {
+ public:
+  collective_call(const fsdpgen::profile::CollectiveTime& c, MPI_Comm group);
+  void run();
+
+ private:
+  fsdpgen::profile::CollectiveTime c_;
+  MPI_Comm group_;
+  collective_buffers b_;
+  int rank_ = 0, size_ = 1;
+  std::optional<host_buffer> send_, recv_;
+};
 
 // Called on every rank of `group` (ranks_group of the layout's spanning(c.ranks, c.nodes)): each
 // run's time is the slowest rank's (the collective ends when it does), the same on all of them; a

@@ -3,6 +3,7 @@
 // kMaxRuns runs once the minimum count is met); the result is the mean.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -12,6 +13,10 @@ struct measure_options {
   int64_t min_runs = 3;       // per entry and round
   double min_seconds = 0.05;  // timed seconds per entry and round
   int64_t rounds = 5;         // passes over every entry (runtime/calibrate/sweep.h)
+  // When set, the runs go on until it is true instead (another thread's work
+  // is being timed beside them, runtime/calibrate/contention.h), and only the
+  // runs that ended before it was are kept: none, when the first did not.
+  const std::atomic<bool>* until = nullptr;
 };
 
 // Runs beyond which an entry stops even short of min_seconds.

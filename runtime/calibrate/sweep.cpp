@@ -9,6 +9,7 @@
 #include <new>
 
 #include "runtime/calibrate/collectives.h"
+#include "runtime/calibrate/contention.h"
 #include "runtime/human.h"
 
 namespace {
@@ -33,12 +34,19 @@ std::string layer_text(const profile::LayerTime& l) {
 class progress {
  public:
   progress(int rank, int64_t total) : rank_(rank), total_(total) {}
-  void entry(const std::string& what, const measurement& m, int64_t rounds) {
+  // A contention entry's two parts: "call 1.20 ms (90 runs), pass 3.10 ms (40 runs)".
+  void entry(const std::string& what, const std::vector<measurement>& parts, int64_t rounds) {
     ++done_;
     if (rank_ != 0) return;
     const int width = static_cast<int>(std::to_string(total_).size());
-    fmt::print("[{:>{}}/{}] {} ... {} ({} runs{})\n", done_, width, total_, what,
-               seconds_text(m.seconds), m.runs,
+    std::string times;
+    for (size_t k = 0; k < parts.size(); ++k)
+      times += fmt::format("{}{}{} ({} runs)", k == 0 ? "" : ", ",
+                           parts.size() == 1 ? ""
+                           : k == 0          ? "call "
+                                             : "pass ",
+                           seconds_text(parts[k].seconds), parts[k].runs);
+    fmt::print("[{:>{}}/{}] {} ... {}{}\n", done_, width, total_, what, times,
                rounds > 1 ? fmt::format(", mean of {} rounds", rounds) : "");
     std::fflush(stdout);
   }
@@ -77,13 +85,21 @@ measurement across_ranks(bool measuring, const std::string& where,
 
 // One entry of the sweep: its progress text, the compute section it runs in
 // (-1: none), how every rank measures it once (a collective call), and
-// where its result goes.
+// where its result goes. A contention entry measures two things at once
+// (`parts` 2: the collective's time, then the layer pass's); the others one.
 struct job {
   std::string what;
   int section = -1;
-  std::function<measurement()> measure;
-  std::function<void(const measurement&)> store;
+  std::function<std::vector<measurement>()> measure;
+  std::function<void(const std::vector<measurement>&)> store;
 };
+
+// A job of one measurement.
+job single(std::string what, int section, std::function<measurement()> m,
+           std::function<void(const measurement&)> store) {
+  return {std::move(what), section, [m = std::move(m)] { return std::vector<measurement>{m()}; },
+          [store = std::move(store)](const std::vector<measurement>& r) { store(r.front()); }};
+}
 
 // One job per entry of a compute section's `field` (layers, elementwise,
 // muon_ns): text(e) and `on` name it, run(e) measures it on the ranks that
@@ -94,11 +110,12 @@ void add_entry_jobs(std::vector<job>& jobs, std::vector<Entry>& entries, std::st
                     Text text, Run run) {
   for (size_t i = 0; i < entries.size(); ++i) {
     Entry& e = entries[i];
-    jobs.push_back({text(e) + on, section,
-                    [&e, run, measuring, at = fmt::format("{}.{}[{}]", where, field, i)] {
-                      return across_ranks(measuring, at, [&] { return run(e); });
-                    },
-                    [&e](const measurement& m) { e.seconds = m.seconds, e.runs = m.runs; }});
+    jobs.push_back(single(
+        text(e) + on, section,
+        [&e, run, measuring, at = fmt::format("{}.{}[{}]", where, field, i)] {
+          return across_ranks(measuring, at, [&] { return run(e); });
+        },
+        [&e](const measurement& m) { e.seconds = m.seconds, e.runs = m.runs; }));
   }
 }
 
@@ -109,11 +126,12 @@ void add_compute_jobs(std::vector<job>& jobs, profile::Compute& c, int section,
                       const measure_options& o) {
   const bool measuring = l.local_rank < c.ranks_per_node;
   const std::string on = fmt::format(", {}/node", plural(c.ranks_per_node, "rank"));
-  jobs.push_back({"op overhead (a stream worker's wake-up)" + on, section,
-                  [&, where, measuring] {
-                    return across_ranks(measuring, where, [&] { return t.op_overhead(o); });
-                  },
-                  [&c](const measurement& m) { c.op_overhead_s = m.seconds; }});
+  jobs.push_back(single(
+      "op overhead (a stream worker's wake-up)" + on, section,
+      [&, where, measuring] {
+        return across_ranks(measuring, where, [&] { return t.op_overhead(o); });
+      },
+      [&c](const measurement& m) { c.op_overhead_s = m.seconds; }));
   add_entry_jobs(jobs, c.layers, "layers", section, where, on, measuring, layer_text,
                  [&](const profile::LayerTime& e) { return t.layer(e, o); });
   add_entry_jobs(
@@ -141,6 +159,42 @@ measurement measure_collective(profile::CollectiveTime& c, const rank_layout& l,
   return m;
 }
 
+std::string collective_text(const profile::CollectiveTime& c) {
+  return fmt::format("{} {} {} bytes over {} on {}", c.op, c.dtype, c.bytes,
+                     plural(c.ranks, "rank"), plural(c.nodes, "node"));
+}
+
+// The compute section whose ranks per node are a contention entry's ranks
+// (sweep_check made sure there is one).
+int contention_section(const profile::Profile& p, const profile::ContentionTime& e) {
+  for (size_t i = 0; i < p.compute.size(); ++i)
+    if (p.compute[i].ranks_per_node == e.collective.ranks) return static_cast<int>(i);
+  return -1;
+}
+
+job contention_job(profile::Profile& p, size_t i, const rank_layout& l, calibrate_target& t,
+                   const std::string& where, const measure_options& o) {
+  profile::ContentionTime& e = p.contention[i];
+  return {fmt::format("{} beside {}", collective_text(e.collective), layer_text(e.layer)),
+          contention_section(p, e),
+          [&e, &l, &t, &o, where] {
+            MPI_Comm group = ranks_group(l.spanning(static_cast<int>(e.collective.ranks), 1));
+            contention_measurement m;
+            const measurement first = across_ranks(group != MPI_COMM_NULL, where, [&] {
+              m = measure_contention(e, group, t, o);
+              return m.collective;
+            });
+            const measurement second =
+                across_ranks(group != MPI_COMM_NULL, where, [&] { return m.layer; });
+            if (group != MPI_COMM_NULL) MPI_Comm_free(&group);
+            return std::vector<measurement>{first, second};
+          },
+          [&e](const std::vector<measurement>& r) {
+            e.collective.seconds = r[0].seconds, e.collective.runs = r[0].runs;
+            e.layer.seconds = r[1].seconds, e.layer.runs = r[1].runs;
+          }};
+}
+
 }  // namespace
 
 void sweep_check(const profile::Profile& request, const rank_layout& l, const calibrate_target& t,
@@ -161,6 +215,22 @@ void sweep_check(const profile::Profile& request, const rank_layout& l, const ca
   for (size_t i = 0; i < request.collectives.size(); ++i)
     if (const std::string p = collective_problem(request.collectives[i], l); !p.empty())
       throw calibrate_error(fmt::format("{}: collectives[{}]: {}", file, i, p));
+  for (size_t i = 0; i < request.contention.size(); ++i) {
+    const profile::ContentionTime& e = request.contention[i];
+    const std::string at = fmt::format("{}: contention[{}]", file, i);
+    if (e.collective.nodes != 1)
+      throw calibrate_error(
+          fmt::format("{}.collective.nodes: must be 1, not {}", at, e.collective.nodes));
+    if (contention_section(request, e) < 0)
+      throw calibrate_error(fmt::format(
+          "{}: no compute section with ranks_per_node {} (its collective's ranks) to run its "
+          "layer pass in",
+          at, e.collective.ranks));
+    if (const std::string p = collective_problem(e.collective, l); !p.empty())
+      throw calibrate_error(fmt::format("{}.collective: {}", at, p));
+    if (const std::string p = t.layer_problem(e.layer); !p.empty())
+      throw calibrate_error(fmt::format("{}.layer: {}", at, p));
+  }
 }
 
 void sweep_run(profile::Profile& p, const rank_layout& l, calibrate_target& t,
@@ -171,28 +241,30 @@ void sweep_run(profile::Profile& p, const rank_layout& l, calibrate_target& t,
                      fmt::format("{}: compute[{}]", file, i), l, t, o);
   for (size_t i = 0; i < p.collectives.size(); ++i) {
     profile::CollectiveTime& c = p.collectives[i];
-    jobs.push_back({fmt::format("{} {} {} bytes over {} on {}", c.op, c.dtype, c.bytes,
-                                plural(c.ranks, "rank"), plural(c.nodes, "node")),
-                    -1,
-                    [&, where = fmt::format("{}: collectives[{}]", file, i)] {
-                      return measure_collective(c, l, where, t, o);
-                    },
-                    [&c](const measurement& m) { c.seconds = m.seconds, c.runs = m.runs; }});
+    jobs.push_back(single(
+        collective_text(c), -1,
+        [&, where = fmt::format("{}: collectives[{}]", file, i)] {
+          return measure_collective(c, l, where, t, o);
+        },
+        [&c](const measurement& m) { c.seconds = m.seconds, c.runs = m.runs; }));
   }
   for (size_t i = 0; i < p.copies.size(); ++i) {
     profile::CopyTime& c = p.copies[i];
-    jobs.push_back({fmt::format("{} {} bytes (memcpy)", c.op, c.bytes), -1,
-                    [&, where = fmt::format("{}: copies[{}]", file, i)] {
-                      return across_ranks(l.rank == 0, where, [&] { return t.copy(c, o); });
-                    },
-                    [&c](const measurement& m) { c.seconds = m.seconds, c.runs = m.runs; }});
+    jobs.push_back(single(
+        fmt::format("{} {} bytes (memcpy)", c.op, c.bytes), -1,
+        [&, where = fmt::format("{}: copies[{}]", file, i)] {
+          return across_ranks(l.rank == 0, where, [&] { return t.copy(c, o); });
+        },
+        [&c](const measurement& m) { c.seconds = m.seconds, c.runs = m.runs; }));
   }
+  for (size_t i = 0; i < p.contention.size(); ++i)
+    jobs.push_back(contention_job(p, i, l, t, fmt::format("{}: contention[{}]", file, i), o));
   // Round by round over every entry, so that a machine whose speed drifts
   // (a shared VM's neighbours) slows every entry alike; each entry's time is
   // the mean of its rounds' means.
   progress out(l.rank, static_cast<int64_t>(jobs.size()));
-  std::vector<std::vector<double>> round_seconds(jobs.size());
-  std::vector<int64_t> runs(jobs.size(), 0);
+  std::vector<std::vector<std::vector<double>>> round_seconds(jobs.size());  // job, part, round
+  std::vector<std::vector<int64_t>> runs(jobs.size());                       // job, part
   for (int64_t round = 0; round < o.rounds; ++round) {
     int section = -1;
     for (size_t i = 0; i < jobs.size(); ++i) {
@@ -202,9 +274,13 @@ void sweep_run(profile::Profile& p, const rank_layout& l, calibrate_target& t,
         profile::Compute& c = p.compute[static_cast<size_t>(section)];
         c.threads_per_rank = t.enter_compute(c.ranks_per_node, l.local_rank < c.ranks_per_node);
       }
-      const measurement m = j.measure();
-      round_seconds[i].push_back(m.seconds);
-      runs[i] += m.runs;
+      const std::vector<measurement> parts = j.measure();
+      round_seconds[i].resize(parts.size());
+      runs[i].resize(parts.size(), 0);
+      for (size_t k = 0; k < parts.size(); ++k) {
+        round_seconds[i][k].push_back(parts[k].seconds);
+        runs[i][k] += parts[k].runs;
+      }
     }
     if (l.rank == 0 && o.rounds > 1) {
       fmt::print("round {}/{} measured\n", round + 1, o.rounds);
@@ -212,8 +288,10 @@ void sweep_run(profile::Profile& p, const rank_layout& l, calibrate_target& t,
     }
   }
   for (size_t i = 0; i < jobs.size(); ++i) {
-    const measurement m{mean_of(round_seconds[i]), runs[i]};
-    jobs[i].store(m);
-    out.entry(jobs[i].what, m, o.rounds);
+    std::vector<measurement> parts;
+    for (size_t k = 0; k < round_seconds[i].size(); ++k)
+      parts.push_back({mean_of(round_seconds[i][k]), runs[i][k]});
+    jobs[i].store(parts);
+    out.entry(jobs[i].what, parts, o.rounds);
   }
 }

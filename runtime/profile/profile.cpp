@@ -187,6 +187,11 @@ Compute compute_from(const Reader& r, bool measured) {
   return c;
 }
 
+ordered_json collective_json(const CollectiveTime& c) {
+  return {{"op", c.op},       {"dtype", c.dtype},     {"ranks", c.ranks}, {"nodes", c.nodes},
+          {"bytes", c.bytes}, {"seconds", c.seconds}, {"runs", c.runs}};
+}
+
 CollectiveTime collective_from(const Reader& r, bool measured) {
   r.only({"op", "dtype", "ranks", "nodes", "bytes", "seconds", "runs"});
   CollectiveTime c;
@@ -199,6 +204,15 @@ CollectiveTime collective_from(const Reader& r, bool measured) {
   c.bytes = r.field("bytes").integer(1);
   c.seconds = r.field("seconds").seconds(measured);
   c.runs = r.field("runs").integer(measured ? 1 : 0);
+  return c;
+}
+
+ContentionTime contention_from(const Reader& r, bool measured) {
+  r.only({"collective", "layer"});
+  ContentionTime c{collective_from(r.field("collective"), measured),
+                   layer_from(r.field("layer"), measured)};
+  if (c.collective.op == "send_recv")
+    r.field("collective").field("op").fail("a contention entry times a collective, not send_recv");
   return c;
 }
 
@@ -240,13 +254,7 @@ std::string to_json(const Profile& p) {
   }
   ordered_json collectives = ordered_json::array(), copies = ordered_json::array();
   for (const CollectiveTime& c : p.collectives)
-    collectives.push_back({{"op", c.op},
-                           {"dtype", c.dtype},
-                           {"ranks", c.ranks},
-                           {"nodes", c.nodes},
-                           {"bytes", c.bytes},
-                           {"seconds", c.seconds},
-                           {"runs", c.runs}});
+    collectives.push_back(collective_json(c));
   for (const CopyTime& c : p.copies)
     copies.push_back({{"op", c.op}, {"bytes", c.bytes}, {"seconds", c.seconds}, {"runs", c.runs}});
   ordered_json j = {{"format", kFormat},
@@ -263,6 +271,13 @@ std::string to_json(const Profile& p) {
                     {"compute", std::move(compute)},
                     {"collectives", std::move(collectives)},
                     {"copies", std::move(copies)}};
+  if (!p.contention.empty()) {
+    ordered_json contention = ordered_json::array();
+    for (const ContentionTime& c : p.contention)
+      contention.push_back(
+          {{"collective", collective_json(c.collective)}, {"layer", layer_json(c.layer)}});
+    j["contention"] = std::move(contention);
+  }
   return j.dump(1) + "\n";
 }
 
@@ -284,7 +299,7 @@ Profile from_json(std::string_view text, std::string_view file, bool measured) {
                     "run `fsdpgen calibrate` again to measure this machine",
                     version, kVersion));
   r.only({"format", "version", "written_by", "created", "sweep", "device", "compute", "collectives",
-          "copies"});
+          "copies", "contention"});
   Profile p;
   p.written_by = r.field("written_by").text();
   p.created = r.field("created").text();
@@ -309,6 +324,14 @@ Profile from_json(std::string_view text, std::string_view file, bool measured) {
     p.copies.push_back({c.field("op").word(kCopies), c.field("bytes").integer(1),
                         c.field("seconds").seconds(measured),
                         c.field("runs").integer(measured ? 1 : 0)});
+  }
+  if (r.has("contention")) {  // CPU profiles only
+    if (p.device.kind != "cpu" && !j["contention"].empty())
+      r.field("contention")
+          .fail(fmt::format("measured on the CPU runtime only, but device.kind is '{}'",
+                            p.device.kind));
+    for (const Reader& c : r.field("contention").items())
+      p.contention.push_back(contention_from(c, measured));
   }
   return p;
 }

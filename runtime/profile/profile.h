@@ -112,6 +112,22 @@ struct CopyTime {
   int64_t runs = 0;
 };
 
+// A collective and a layer pass at once on each rank of the collective's
+// group, as a training step runs them on a CPU: the collective on a stream's
+// worker thread through the comm layer (which progresses when that thread
+// polls), the layer pass on the compute thread, both sharing the rank's
+// cores and memory bandwidth. collective.seconds is the collective's mean
+// time while the layer passes run; layer.seconds the layer pass's mean time
+// while the collectives run (with the compute section of ranks_per_node =
+// collective.ranks). Beside the same entries' times alone (collectives[],
+// compute[].layers[]) they give the cost model each one's speed while the
+// other runs. Measured on the CPU runtime only (a GPU's copy engines and
+// NCCL's kernels share the device otherwise; not measured).
+struct ContentionTime {
+  CollectiveTime collective;
+  LayerTime layer;
+};
+
 struct Profile {
   int version = kVersion;
   std::string written_by;  // "fsdpgen <git revision>": whose kernels were measured
@@ -121,6 +137,7 @@ struct Profile {
   std::vector<Compute> compute;  // by ranks_per_node, ascending
   std::vector<CollectiveTime> collectives;
   std::vector<CopyTime> copies;
+  std::vector<ContentionTime> contention;  // optional in the JSON: none when absent
 };
 
 // Stable, indented JSON (fields in schema order).

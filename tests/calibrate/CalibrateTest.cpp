@@ -63,6 +63,10 @@ std::string identity(const profile::Profile& p) {
     c.seconds = 0, c.runs = 0;
   for (profile::CopyTime& c : q.copies)
     c.seconds = 0, c.runs = 0;
+  for (profile::ContentionTime& c : q.contention) {
+    c.collective.seconds = 0, c.collective.runs = 0;
+    c.layer.seconds = 0, c.layer.runs = 0;
+  }
   q.device = {};
   q.written_by = q.created = "";
   return profile::to_json(q);
@@ -206,6 +210,32 @@ TEST(Calibrate, MeasuresSendRecv) {
       << r.out;
 }
 
+// A collective beside a layer pass (a CPU profile's contention entry): the
+// calls on a worker thread and the passes on the rank's own, both measured,
+// the calls enough for at least two passes to end among them.
+TEST(Calibrate, MeasuresCollectivesBesideALayerPass) {
+  const fs::path dir = work_dir("contention");
+  profile::Profile request = request_of({2, 1, 0, {block_backward(8)}, {}, {}});
+  profile::CollectiveTime ag = all_gather(793088);
+  request.collectives = {ag};
+  request.contention = {{ag, block_backward(8)}};
+  const CmdResult r = measure_request(dir, request, 2);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const profile::Profile p = profile::load((dir / "profile.json").string());
+  EXPECT_EQ(identity(p), identity(request));
+  ASSERT_EQ(p.contention.size(), 1u);
+  const profile::ContentionTime& c = p.contention[0];
+  EXPECT_TRUE(c.collective.seconds > 0 && c.collective.runs >= 3) << r.out;
+  EXPECT_TRUE(c.layer.seconds > 0 && c.layer.runs >= 2) << r.out;
+  // The calls lasted the passes that were kept.
+  EXPECT_GE(c.collective.seconds * c.collective.runs, c.layer.seconds * c.layer.runs) << r.out;
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex(R"(\[4/4\] all_gather fp32 793088 bytes over 2 ranks on 1 node beside )"
+                        R"(block backward gpt2 fp32/fp32 B=8 .* \.\.\. call [0-9.]+ [um]s )"
+                        R"(\([0-9]+ runs\), pass [0-9.]+ ms \([0-9]+ runs\))")))
+      << r.out;
+}
+
 // The request edited by `edit`, written to `name` (to_json writes any
 // values; load is what checks them).
 template <class Edit>
@@ -226,6 +256,18 @@ void expect_refused(const std::string& request, const std::string& message) {
   EXPECT_EQ(count_of(r.out, kPrefix), 1u) << r.out;
   EXPECT_NE(r.out.find(kPrefix + message), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(Calibrate, RefusesContentionWithoutItsComputeSection) {
+  profile::Profile request = request_of({1, 1, 0, {block_backward(8)}, {}, {}});
+  request.collectives = {all_gather(4096)};
+  request.contention = {{all_gather(4096), block_backward(8)}};
+  const fs::path dir = work_dir("bad");
+  const std::string none = (dir / "contention_section.json").string();
+  profile::save(request, none);
+  expect_refused(none, none +
+                           ": contention[0]: no compute section with ranks_per_node 2 (its "
+                           "collective's ranks) to run its layer pass in");
 }
 
 TEST(Calibrate, RefusesMalformedJson) {

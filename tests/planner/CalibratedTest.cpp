@@ -156,6 +156,35 @@ TEST(Calibrated, ConcurrentMeasuredCollectivesShareTheirLink) {
   EXPECT_NEAR(alone.ops[ag].end_ms, 3, kTol);
 }
 
+// With contention entries (a CPU profile), a collective and the compute beside
+// it each go at the measured fraction of their speed alone: here the block's
+// backward (20 ms + 0.5 ms) at 1/2 and the reduce-scatter (2 ms) at 1/4.
+TEST(Calibrated, CollectivesAndComputeAtOnceSlowEachOtherAsMeasured) {
+  profile::Profile p = toy_profile();
+  // Beside each other: the pass takes 40 ms (20 alone), a call 8 ms (2 alone).
+  profile::LayerTime beside = p.compute[0].layers[4];  // block backward
+  beside.seconds = 40 * kMs;
+  p.contention = {{{"reduce_scatter", "fp32", 2, 1, 1 << 20, 8 * kMs, 5}, beside}};
+  Schedule s = toy_schedule();
+  const int rs = add(s, OpKind::ReduceScatter, StreamId::ReduceScatter, -1, {}, 1 << 20);
+  const int b0 = add(s, OpKind::Backward, StreamId::Compute, 1);
+  const int rs2 = add(s, OpKind::ReduceScatter, StreamId::ReduceScatter, -1, {b0}, 1 << 20);
+  const Timeline t = predict(s, toy_hardware(p));
+  // rs 0..8 at a quarter of its speed; b0 does 4 of its 20.5 ms meanwhile,
+  // the other 16.5 alone: 0..24.5; rs2 alone 24.5..26.5.
+  EXPECT_NEAR(t.ops[rs].end_ms, 8, kTol);
+  EXPECT_NEAR(t.ops[b0].end_ms, 24.5, kTol);
+  EXPECT_NEAR(t.ops[rs2].end_ms, 26.5, kTol);
+  const Timeline apart = predict(s, toy_hardware(p), {.contention = false});
+  EXPECT_NEAR(apart.ops[rs].end_ms, 2, kTol);
+  EXPECT_NEAR(apart.ops[b0].end_ms, 20.5, kTol);
+  // A profile without its entries' alone times, or another op's entry, changes nothing.
+  p.contention[0].collective.bytes = 4096;
+  EXPECT_NEAR(predict(s, toy_hardware(p)).ops[b0].end_ms, 20.5, kTol);
+  p.contention[0].collective = {"all_gather", "fp32", 2, 1, 1 << 20, 8 * kMs, 5};
+  EXPECT_NEAR(predict(s, toy_hardware(p)).ops[b0].end_ms, 20.5, kTol);
+}
+
 TEST(Calibrated, LookupsInterpolateScaleAndFallBack) {
   profile::Profile p = toy_profile();
   p.compute[0].layers = {layer("block", "forward", 2 * kMs, 2),
@@ -268,6 +297,23 @@ train { optimizer = adamw(lr = 1e-3) micro_batch = 8 steps = 20 data = synthetic
     if (op.kind != OpKind::AllGather) continue;
     EXPECT_TRUE(seen.count(fmt::format("all_gather 2 {}", op.payload_bytes))) << op.label();
   }
+  // On a CPU, each collective op's largest payload beside the block's backward.
+  std::map<std::string, int64_t> largest;
+  for (const Op& op : s.ops)
+    if (op.kind == OpKind::AllGather || op.kind == OpKind::ReduceScatter ||
+        op.kind == OpKind::AllReduce)
+      largest[std::string(profile_op_name(op.kind))] =
+          std::max(largest[std::string(profile_op_name(op.kind))], op.payload_bytes);
+  ASSERT_EQ(r.contention.size(), 3u);
+  for (const profile::ContentionTime& c : r.contention) {
+    EXPECT_EQ(c.collective.bytes, largest.at(c.collective.op)) << c.collective.op;
+    EXPECT_EQ(c.collective.ranks, 2);
+    EXPECT_TRUE(seen.count(fmt::format("{} 2 {}", c.collective.op, c.collective.bytes)));
+    EXPECT_EQ(c.layer.layer, "block");
+    EXPECT_EQ(c.layer.pass, "backward");
+  }
+  EXPECT_TRUE(calibration_request({s}, cpu, 1, "tiny").contention.empty());  // no group of 1
+  EXPECT_TRUE(calibration_request({s}, *find_hardware("h100-sxm"), 2, "tiny").contention.empty());
   // Answer it with 1 ms per entry: every op is then measured.
   for (profile::Compute& c : r.compute) {
     c.op_overhead_s = 1e-5;

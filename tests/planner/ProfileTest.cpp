@@ -178,6 +178,49 @@ TEST(Profile, SendRecvCollectivesRoundTripAndAreChecked) {
             "p.json: collectives[0].bytes: must be at least 1, not 0");
 }
 
+// A CPU profile's contention entries (a collective beside a layer pass)
+// round-trip, are optional (absent reads as none and none is not written),
+// and are checked like the entries they hold, located inside them.
+TEST(Profile, ContentionEntriesRoundTripAndAreChecked) {
+  Profile p = sample();
+  EXPECT_EQ(to_json(p).find("contention"), std::string::npos);
+  p.contention.push_back({{"all_gather", "fp32", 2, 1, 4096, 9e-5, 40},
+                          {"gpt2", "block", "backward", "bf16", "fp32", {{"B", 8}}, 0.025, 6}});
+  const Profile q = from_json(to_json(p), "p.json");
+  ASSERT_EQ(q.contention.size(), 1u);
+  EXPECT_EQ(to_json(q), to_json(p));
+  EXPECT_EQ(q.contention[0].collective.op, "all_gather");
+  EXPECT_DOUBLE_EQ(q.contention[0].collective.seconds, 9e-5);
+  EXPECT_EQ(q.contention[0].collective.runs, 40);
+  EXPECT_EQ(q.contention[0].layer.grad_dtype, "fp32");
+  EXPECT_DOUBLE_EQ(q.contention[0].layer.seconds, 0.025);
+  nlohmann::json j = nlohmann::json::parse(to_json(p));
+  auto error = [&](auto edit) {
+    nlohmann::json k = j;
+    edit(k);
+    try {
+      from_json(k.dump(), "p.json");
+    } catch (const ProfileError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(error([](auto& k) { k["contention"][0]["layer"]["seconds"] = 0; }),
+            "p.json: contention[0].layer.seconds: must be a positive number of seconds, not 0");
+  EXPECT_EQ(error([](auto& k) { k["contention"][0]["collective"]["op"] = "send_recv"; }),
+            "p.json: contention[0].collective.op: a contention entry times a collective, not "
+            "send_recv");
+  EXPECT_EQ(error([](auto& k) { k["contention"][0]["beside"] = 1; }),
+            "p.json: contention[0]: unknown field 'beside' (known: 'collective', 'layer')");
+  EXPECT_EQ(error([](auto& k) { k["contention"][0].erase("layer"); }),
+            "p.json: contention[0].layer: missing");
+  EXPECT_EQ(error([](auto& k) {
+              k["device"]["kind"] = "cuda";
+              k["device"]["base"] = "h100-sxm";
+            }),
+            "p.json: contention: measured on the CPU runtime only, but device.kind is 'cuda'");
+}
+
 TEST(Profile, ForeignFilesAndOtherVersionsAreRefused) {
   EXPECT_EQ(error_after([](auto& j) { j["version"] = 2; }),
             "p.json: version: this profile has schema version 2; this fsdpgen reads version 1 "
