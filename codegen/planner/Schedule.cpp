@@ -1,13 +1,11 @@
 // Schedule: the planner's step schedule (codegen/planner/Schedule.h): an op's bytes and
-// operands, the gradient dtypes, and build_schedule, which runs the Builder
-// (codegen/planner/ScheduleBuilder.h). Text and JSON forms are in ScheduleText.cpp.
+// operands, the gradient dtypes. build_schedule is the builder's
+// (codegen/planner/ScheduleBuilder.cpp); text and JSON forms are in ScheduleText.cpp.
 #include "codegen/planner/Schedule.h"
 
 #include <string>
 
 #include <fmt/format.h>
-
-#include "codegen/planner/ScheduleBuilder.h"
 
 namespace fsdpgen {
 
@@ -49,10 +47,6 @@ DType unsharded_grad_dtype(const ParallelSpec& p) {
 DType grad_shard_dtype(const ParallelSpec& p) {
   return p.accumulate.micro_batches > 1 || p.offload == Offload::Cpu ? DType::FP32
                                                                      : unsharded_grad_dtype(p);
-}
-
-Schedule build_schedule(const Units& units, const ScheduleOptions& options) {
-  return schedule_builder::Builder(units, options).run();
 }
 
 bool runs_on_host(const Schedule& s, const Op& op) {
