@@ -16,8 +16,8 @@
    concept is a file name without its extension (KeyTable.h and KeyTable.cpp
    are dsl/KeyTable), and when any file of A includes one of B and any file
    of B one of A (or of C, which includes A), one of them cannot be read,
-   built or tested without the other. The folders of CYCLES_PENDING are not
-   held to it yet.
+   built or tested without the other. The folders and concepts of
+   CYCLES_PENDING are not held to it yet.
 
 Prints each violation as FILE:LINE: what it includes and why that climbs (or
 the folder that should not be at the top), and exits 1 if there is any; 0
@@ -62,13 +62,13 @@ LAYERS = [
     ("codegen/driver", "codegen/driver"),        # the pipeline: every pass, emit and build, the target
     ("codegen/cli", "codegen/cli"),              # fsdpgen's commands
 ]
-# The folders whose concepts still include each other in cycles, and the
-# issue taking them apart; every other folder's concepts form no cycle.
+# The folders whose concepts still include each other in cycles, or the one
+# concept of a cycle whose includes are not counted yet, and the issue taking
+# them apart; every other concept is in no cycle.
 CYCLES_PENDING = {
     "runtime/cuda": "issue 48 point 1 (gemm and gemm_plan)",
-    "codegen/planner": "issue 48 points 3 and 5 (Fit, Planner, Tune; Schedule, its builder)",
-    "codegen/emit": "issue 48 point 5 (Emit and its rooms)",
-    "codegen/driver": "issue 48 point 3 (Pipeline and its passes)",
+    "codegen/planner/Cost": "issue 48 (Cost and Calibrated include each other; issue 45 point 9 "
+                            "edits them)",
 }
 # The design card's top level, and the conventional folders beside it.
 TOP_LEVEL = ["dsl", "codegen", "runtime", "templates", "specs", "generated", "tests",
@@ -114,8 +114,8 @@ def library_of_include(target):
 
 
 def cycles_pending(path):
-    """Whether PATH is in a folder of CYCLES_PENDING."""
-    return any(path.startswith(folder + "/") for folder in CYCLES_PENDING)
+    """Whether PATH is in a folder of CYCLES_PENDING, or of its concepts."""
+    return any(path.startswith(name + "/") or concept_of(path) == name for name in CYCLES_PENDING)
 
 
 def concept_of(path):
