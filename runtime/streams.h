@@ -5,7 +5,7 @@
 // finished), then runs, then records its event. A failure on any stream stops
 // every stream and is rethrown by streams_run_step. A program built with red
 // zones (runtime/red_zones.h) runs every op on the calling thread, checked.
-// Each stream tells the watchdog (runtime/watchdog.h) which op it runs.
+// Each stream tells the watchdog (runtime/watch_status.h) which op it runs.
 #pragma once
 
 #include <atomic>
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "runtime/program.h"
-#include "runtime/watchdog.h"
+#include "runtime/watch_status.h"
 
 struct stream_executor {
   const program* p = nullptr;

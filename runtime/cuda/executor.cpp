@@ -18,7 +18,7 @@
 #include "runtime/cuda/spin.h"
 #include "runtime/cuda/step.h"
 #include "runtime/trace.h"
-#include "runtime/watchdog.h"
+#include "runtime/watch_status.h"
 
 namespace {
 

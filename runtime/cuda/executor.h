@@ -22,7 +22,7 @@
 // the issuing thread issues), when --no-graph is given, or for the step being
 // traced (its per-op timing events are recorded eagerly).
 //
-// Watchdog marks (runtime/watchdog.h): each stream writes, by stream memory
+// Watchdog marks (runtime/watch_status.h): each stream writes, by stream memory
 // operations (cuStreamWriteValue32: no kernel, captured into the graph as
 // memory-operation nodes), an op's index into its word of a small mapped
 // pinned buffer when it reaches the op (after the op's dependency waits) and

@@ -17,7 +17,7 @@
 #include "runtime/cuda/check.cuh"
 #include "runtime/poll.h"
 #include "runtime/trace.h"
-#include "runtime/watchdog.h"
+#include "runtime/watch_status.h"
 
 struct host_worker_state {
   const program* p = nullptr;

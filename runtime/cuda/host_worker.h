@@ -10,7 +10,7 @@
 // (gpu_executor_start checks), so the issuing thread never waits for the
 // worker and keeps feeding the GPU; a step ends when both are done. While it
 // runs an op, the watchdog's slot of the op's stream names it
-// (runtime/watchdog.h), as a CPU stream's would.
+// (runtime/watch_status.h), as a CPU stream's would.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
 // spin (CUDA): a kernel that keeps a stream busy for a given time, the GPU's
-// --inject-stall (runtime/watchdog.h): a rank's GPU really stalls in an op,
+// --inject-stall (runtime/train/watchdog.h): a rank's GPU really stalls in an op,
 // as a hung kernel or a collective a peer never joins would leave it.
 #pragma once
 

@@ -17,7 +17,7 @@
 #include "runtime/files/file_io.h"
 #include "runtime/trace.h"
 #include "runtime/train/muon_checkpoint.h"
-#include "runtime/watchdog.h"
+#include "runtime/train/watchdog.h"
 #include "runtime/weights.h"
 
 namespace fs = std::filesystem;

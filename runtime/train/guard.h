@@ -18,7 +18,7 @@
 #include "runtime/program.h"
 
 // A run the guard stopped exits with this status (0: done, 1: an error, 2:
-// the flags or the launch are wrong, 3: stalled, runtime/watchdog.h).
+// the flags or the launch are wrong, 3: stalled, runtime/train/watchdog.h).
 inline constexpr int kGuardExitCode = 4;
 // --inject-spike's factor on a step's losses and loss gradient: its loss and norm are
 // that many times a normal step's, far past any z a spec gives.

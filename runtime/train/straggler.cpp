@@ -8,7 +8,7 @@
 
 #include "runtime/check.h"
 #include "runtime/trace.h"
-#include "runtime/watchdog.h"
+#include "runtime/train/watchdog.h"
 
 static_assert(sizeof(straggler_times) == sizeof(int64_t) * (1 + kOpKindCount),
               "gathered as int64 values");

@@ -22,7 +22,7 @@
 #include "runtime/train/stop_signal.h"
 #include "runtime/train/train_flags.h"
 #include "runtime/train/training_run.h"
-#include "runtime/watchdog.h"
+#include "runtime/train/watchdog.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include "runtime/backend.h"
 #include "runtime/program.h"
 #include "runtime/train/run_settings.h"
-#include "runtime/watchdog.h"
+#include "runtime/train/watchdog.h"
 
 struct train_options {
   run_flags run;  // what shapes the run (runtime/train/run_settings.h)
@@ -34,7 +34,7 @@ struct train_options {
   std::vector<int64_t> inject_spike;  // 0-based steps whose losses and gradient are multiplied
   int64_t inject_leak_bytes = 0;
   double inject_grad_scale = 1;
-  std::string inject_stall;  // RANK:STEP:SECONDS (runtime/watchdog.h)
+  std::string inject_stall;  // RANK:STEP:SECONDS (runtime/train/watchdog.h)
   watchdog_options watch;
   bool checkpoint_sync = false;  // write each checkpoint before the next step (no staging)
   bool no_watchdog = false;      // run without the watchdog (its cost measured against none)

@@ -23,7 +23,7 @@
 #include "runtime/comm.h"
 #include "runtime/trace.h"
 #include "runtime/train/stop_signal.h"
-#include "runtime/watchdog.h"
+#include "runtime/train/watchdog.h"
 
 namespace {
 

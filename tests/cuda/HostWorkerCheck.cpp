@@ -21,7 +21,7 @@
 
 #include "runtime/cuda/host_worker.h"
 #include "runtime/step.h"
-#include "runtime/watchdog.h"
+#include "runtime/watch_status.h"
 
 // A stub event: done once the test says its GPU op finished.
 struct CUevent_st {
@@ -251,7 +251,7 @@ TEST_F(HostWorker, StopLeavesAStuckOpRunning) {
   std::this_thread::sleep_for(10ms);
 }
 
-// The watchdog (runtime/watchdog.h) sees a host op as a CPU stream's: the
+// The watchdog (runtime/train/watchdog.h) sees a host op as a CPU stream's: the
 // slot of the op's stream names it while it runs, and no op while the worker
 // waits for the GPU or after the op.
 TEST_F(HostWorker, MarksTheWatchdogSlotOfTheOpsStreamWhileItRuns) {

@@ -25,7 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-constexpr int kStalledExitCode = 3;  // runtime/watchdog.h
+constexpr int kStalledExitCode = 3;  // runtime/train/watchdog.h
 
 // Checkpoints every 2 steps into "ck", keeping all of them.
 E2eConfig checkpointed(int steps) {

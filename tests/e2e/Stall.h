@@ -16,7 +16,7 @@
 
 namespace fsdpgen::test {
 
-inline constexpr int kStalledExitCode = 3;  // runtime/watchdog.h
+inline constexpr int kStalledExitCode = 3;  // runtime/train/watchdog.h
 
 // The compute stream's first op in the binary's schedule: its id and label.
 inline std::pair<int, std::string> first_compute_op(const std::filesystem::path& bin) {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/watchdog.h"
+#include "runtime/train/watchdog.h"
 
 namespace {
 

@@ -158,7 +158,7 @@ check_training() {
         "loss $first -> $last"
 }
 
-# The watchdog's report (runtime/watchdog.h): one "stall at step N: rank R
+# The watchdog's report (runtime/train/watchdog.h): one "stall at step N: rank R
 # has been in op ..." line naming the stalled rank, and every rank stopping.
 check_stall() {
     local out=$WORK/srun.out reports

@@ -1,6 +1,6 @@
 // watchdog: the per-rank monitor thread, the watch directory and the stall
 // report.
-#include "runtime/watchdog.h"
+#include "runtime/train/watchdog.h"
 
 #include <mpi.h>
 
@@ -446,11 +446,6 @@ int64_t watch_op_limit_ns(const program& p, int op, const watch_limits& l) {
       std::max(l.timeout_s, kWatchPredictedFactor * predicted_seconds(p, op)) * 1e9);
 }
 
-watch_status& watch_process_status() {
-  static watch_status status;
-  return status;
-}
-
 void watch_merge_gpu_marks(watch_gpu_view& v, const volatile int32_t* marks, int64_t run,
                            int64_t now_ns, int64_t now_wall_ns, watch_record& r) {
   for (int s = 0; s < kStreamCount; ++s) {
@@ -465,12 +460,6 @@ void watch_merge_gpu_marks(watch_gpu_view& v, const volatile int32_t* marks, int
     }
   }
   v.run = run;
-}
-
-void watch_attach_gpu_marks(const volatile int32_t* marks) {
-  watch_status& w = watch_process_status();
-  std::lock_guard<std::mutex> lock(w.gpu_marks_mutex);
-  w.gpu_marks = marks;
 }
 
 std::string watch_report(const program& p, const std::vector<watch_view>& ranks, int64_t now_ns,
