@@ -30,7 +30,7 @@ inline constexpr int64_t kMaxMuonNsSteps = 99;
 
 // Text data is read as bytes, token ids 0 to 255: a model of this vocabulary
 // is byte-level. The spec checker (dsl/Rules.cpp) and the data loader
-// (runtime/data.cpp) refuse bytes into a smaller vocabulary always, and into
+// (runtime/train/data.cpp) refuse bytes into a smaller vocabulary always, and into
 // a larger one (a tokenizer's: its tokens are what it should read) unless
 // allowed.
 inline constexpr int64_t kByteVocab = 256;

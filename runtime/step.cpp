@@ -9,34 +9,13 @@
 #include "runtime/optimizer_math.h"
 
 void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets) {
-  const program& p = *c.p;
-  const bool validation = c.validation_pass >= 0;
-  const data_trace trace{c.data_trace_fd, validation ? "val" : "train",
-                         validation ? c.validation_pass : c.step, c.comms.rank, mb};
-  const data_trace* traced = c.data_trace_fd >= 0 ? &trace : nullptr;
   if (c.eval_inputs) {  // an evaluation pass: its rows, untraced
-    const size_t n = static_cast<size_t>(p.parallel.micro_batch * p.model.context);
+    const size_t n = static_cast<size_t>(c.p->parallel.micro_batch * c.p->model.context);
     std::memcpy(tokens, c.eval_inputs, n * sizeof(int32_t));
     std::memcpy(targets, c.eval_inputs + n, n * sizeof(int32_t));
     return;
   }
-  if (validation) {
-    // Synthetic validation data: the same stream's sequences from 2^60 on,
-    // which no run trains on (they hold the same statistics, unseen).
-    constexpr int64_t kSyntheticHeldOut = int64_t{1} << 60;
-    const int64_t first =
-        (c.validation_pass * p.parallel.world + c.comms.rank) * p.parallel.micro_batch +
-        (c.val->config.kind == data_kind::synthetic ? kSyntheticHeldOut : 0);
-    dataloader_fill(*c.val, first, p.parallel.micro_batch, tokens, targets, traced);
-    return;
-  }
-  // The step's global batch is world * micro_batches * micro_batch sequences;
-  // rank r's micro-batch m is its (r * micro_batches + m)-th slice, so any
-  // world and accumulation see the same sequences in each step.
-  int64_t slice = c.comms.rank * p.parallel.micro_batches + mb;
-  int64_t first =
-      c.sequence_base + c.step * program_global_batch(p) + slice * p.parallel.micro_batch;
-  dataloader_fill(*c.data, first, p.parallel.micro_batch, tokens, targets, traced);
+  c.inputs->fill(c, mb, tokens, targets);
 }
 
 void step_add_losses(step_context& c, const float* losses, int64_t n) {

@@ -1,6 +1,6 @@
 // step_context: what a generated op function sees, whichever the backend:
-// the program, the arenas, the communicators, the data, and the step's
-// changing values and outputs. The CPU's vocabulary over it is runtime/step.h,
+// the program, the arenas, the communicators, where its rows come from, and
+// the step's changing values and outputs. The CPU's vocabulary over it is runtime/step.h,
 // the GPU's runtime/cuda/step.h; the training loop, checkpoints and weights
 // read only this.
 #pragma once
@@ -10,24 +10,32 @@
 #include <limits>
 
 #include "runtime/comm.h"
-#include "runtime/data.h"
 #include "runtime/gemm.h"
 #include "runtime/program.h"
 
 struct gpu_context;  // runtime/cuda/step.h
 struct muon_layout;  // runtime/muon_layout.h
+struct step_context;
+
+// Where a step's rows come from: the training loop's data
+// (runtime/train/training_run.h training_inputs). step_fill_inputs asks it
+// for micro-batch mb's tokens and targets (B*T int32 each) of the training
+// step or validation pass c is in.
+struct step_inputs {
+  virtual ~step_inputs() = default;
+  virtual void fill(const step_context& c, int64_t mb, int32_t* tokens, int32_t* targets) const = 0;
+};
 
 struct step_context {
   const program* p = nullptr;
   std::byte* device = nullptr;  // arena bases
   std::byte* host = nullptr;
   comm_groups comms;
-  const dataloader* data = nullptr;
+  const step_inputs* inputs = nullptr;  // set by the loop
   // The validation pass being run (-1: a training step). Its micro-batch 0
-  // reads val's sequences from (pass * world + rank) * micro_batch on, and
-  // only the first loss_rows of them count towards the loss (the last pass
-  // may run past val_sequences).
-  const dataloader* val = nullptr;
+  // reads the validation data's sequences from (pass * world + rank) *
+  // micro_batch on, and only the first loss_rows of them count towards the
+  // loss (the last pass may run past val_sequences).
   int64_t validation_pass = -1;
   int64_t loss_rows = 0;
   // An evaluation pass (backend::run_eval), a validation pass on other rows:
@@ -35,7 +43,6 @@ struct step_context {
   // per-position losses go (B*T fp32, host); null outside one.
   const int32_t* eval_inputs = nullptr;
   float* eval_losses = nullptr;
-  int data_trace_fd = -1;  // --trace-data (a testing aid): where fills append their lines; -1: off
   gemm_workspace ws;
   int64_t step = 0;  // 0-based step being run
   // Global sequences before step 0's: step s reads from sequence_base + s *

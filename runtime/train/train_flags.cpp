@@ -154,7 +154,7 @@ std::optional<int> train_flags_parse(const program& p, int argc, char** argv,
   app.add_option("--trace-data", o.trace_data,
                  "testing aid: every rank appends to this file one line per sequence it reads, "
                  "training or validating: where it came from and a hash of its tokens "
-                 "(runtime/data.h data_trace)");
+                 "(runtime/train/data.h data_trace)");
   bool no_graph = false;
   if (kind.cuda_flags) {
     app.add_option("--comm", o.backend.comm,

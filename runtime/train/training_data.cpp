@@ -1,5 +1,6 @@
 // training_data: a run's training and validation data, opened and checked,
-// and where a step's rows were read from (runtime/train/training_run.h).
+// the rows each step and validation pass reads (training_inputs), and where a
+// step's rows were read from (runtime/train/training_run.h).
 #include "runtime/train/training_run.h"
 
 #include <fmt/format.h>
@@ -103,9 +104,35 @@ void training_run::open_data() {
       error = fmt::format("--trace-data {}: cannot write there: {}", o_.trace_data,
                           std::strerror(errno));
     else
-      c_.data_trace_fd = fileno(data_trace_.get());
+      inputs_.trace_fd = fileno(data_trace_.get());
   }
   agree_on_error(error, "opening the data");
+}
+
+void training_inputs::fill(const step_context& c, int64_t mb, int32_t* tokens,
+                           int32_t* targets) const {
+  const program& p = *c.p;
+  const bool validation = c.validation_pass >= 0;
+  const data_trace trace{trace_fd, validation ? "val" : "train",
+                         validation ? c.validation_pass : c.step, c.comms.rank, mb};
+  const data_trace* traced = trace_fd >= 0 ? &trace : nullptr;
+  if (validation) {
+    // Synthetic validation data: the same stream's sequences from 2^60 on,
+    // which no run trains on (they hold the same statistics, unseen).
+    constexpr int64_t kSyntheticHeldOut = int64_t{1} << 60;
+    const int64_t first =
+        (c.validation_pass * p.parallel.world + c.comms.rank) * p.parallel.micro_batch +
+        (val->config.kind == data_kind::synthetic ? kSyntheticHeldOut : 0);
+    dataloader_fill(*val, first, p.parallel.micro_batch, tokens, targets, traced);
+    return;
+  }
+  // The step's global batch is world * micro_batches * micro_batch sequences;
+  // rank r's micro-batch m is its (r * micro_batches + m)-th slice, so any
+  // world and accumulation see the same sequences in each step.
+  int64_t slice = c.comms.rank * p.parallel.micro_batches + mb;
+  int64_t first =
+      c.sequence_base + c.step * program_global_batch(p) + slice * p.parallel.micro_batch;
+  dataloader_fill(*data, first, p.parallel.micro_batch, tokens, targets, traced);
 }
 
 // Where each rank's rows of `step` are read from, one rank a line.

@@ -42,8 +42,9 @@ void training_run::set_up(const backend_kind& kind) {
   open_data();
   open_eval();
   c_.comms = comm_create(p_.parallel.shard_group);
-  c_.data = &data_;
-  c_.val = &val_;
+  inputs_.data = &data_;
+  inputs_.val = &val_;
+  c_.inputs = &inputs_;
   decay_ = optimizer_decay_ranges(p_, c_.comms.shard_rank);
   c_.decay_ranges = decay_.pointers.data();
   c_.decay_range_counts = decay_.counts.data();

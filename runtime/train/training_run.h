@@ -16,7 +16,6 @@
 
 #include "runtime/arena.h"
 #include "runtime/backend.h"
-#include "runtime/data.h"
 #include "runtime/files/checkpoint_files.h"
 #include "runtime/files/eval_file.h"
 #include "runtime/launch.h"
@@ -25,6 +24,7 @@
 #include "runtime/program.h"
 #include "runtime/step_context.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/data.h"
 #include "runtime/train/guard.h"
 #include "runtime/train/loss_scale.h"
 #include "runtime/train/memory_report.h"
@@ -33,6 +33,18 @@
 #include "runtime/train/train_flags.h"
 
 struct training_sampler;  // runtime/train/training_samples.cpp
+
+// Where a step's rows come from (step_inputs, runtime/step_context.h): rank
+// r's micro-batch m of a training step is the (r * micro_batches + m)-th
+// micro_batch-sized slice of the step's global batch in data; a validation
+// pass's rows are val's. Each fill appends its lines to --trace-data's file
+// (trace_fd; -1: off). Defined in runtime/train/training_data.cpp.
+struct training_inputs final : step_inputs {
+  const dataloader* data = nullptr;
+  const dataloader* val = nullptr;
+  int trace_fd = -1;
+  void fill(const step_context& c, int64_t mb, int32_t* tokens, int32_t* targets) const override;
+};
 
 // One training run, from its checks to its last outputs. run()
 // (runtime/train/train.cpp) calls its steps in order; collective steps are called
@@ -142,6 +154,7 @@ class training_run {
   step_context c_;
   dataloader data_;
   dataloader val_;
+  training_inputs inputs_;   // c_.inputs: data_'s and val_'s rows
   double data_open_ms_ = 0;  // opening the training data: expanding, mapping, checking headers
   optimizer_decay_table decay_;
   muon_layout muon_;  // optimizer = muon(...): this rank's part (empty otherwise)

@@ -57,7 +57,7 @@ TEST(MainJob, TinyLearnsFromAbout5p6ToBelow1p4In200StepsOnTwoRanks) {
   // not averaged over the global batch is far outside.
   EXPECT_NEAR(losses.front(), initial_loss(), 0.03);
   // README: 1.216 after 200 steps; the data's successor table alone allows
-  // about 1.07 (runtime/data.cpp). 1.4 leaves room for the noise of one
+  // about 1.07 (runtime/train/data.cpp). 1.4 leaves room for the noise of one
   // step's batch while a schedule, optimizer or gradient that learns half as
   // fast stays above it.
   EXPECT_LT(losses.back(), 1.4);

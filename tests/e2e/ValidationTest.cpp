@@ -247,7 +247,7 @@ TEST(Validation, AShortValidationSetIsReadWholeAndMissingDataRefused) {
       << no_val.out;
 }
 
-// One line of a --trace-data file (runtime/data.h data_trace): a sequence a
+// One line of a --trace-data file (runtime/train/data.h data_trace): a sequence a
 // rank read, training or validating.
 struct sequence_read {
   std::string pass;  // train or val

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/data.h"
+#include "runtime/train/data.h"
 #include "tests/fuzz/Fuzz.h"
 
 namespace {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/data.h"
+#include "runtime/train/data.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Data traces (--trace-data, runtime/data.h data_trace): one line per
+// Data traces (--trace-data, runtime/train/data.h data_trace): one line per
 // sequence a fill reads, naming where it came from with a hash of the tokens
 // it wrote; a line that cannot be written is the fill's error, never lost.
 #include <gtest/gtest.h>
@@ -16,8 +16,8 @@
 
 #include <fmt/format.h>
 
-#include "runtime/data.h"
 #include "runtime/fnv1a.h"
+#include "runtime/train/data.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // data: synthetic token streams, byte-level text and llm.c token files
 // (mapped and checked at open), filled into (B, T) token and target rows.
-#include "runtime/data.h"
+#include "runtime/train/data.h"
 
 #include <fcntl.h>
 #include <glob.h>
