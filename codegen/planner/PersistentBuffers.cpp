@@ -11,7 +11,7 @@ namespace {
 
 // A checkpoint is written from a host copy taken at the step boundary, so
 // that the next steps run while it is written: per unit the fp32 weights
-// and optimizer state of this rank's shard, as runtime/checkpoint.cpp's
+// and optimizer state of this rank's shard, as runtime/train/checkpoint.cpp's
 // shard file lays them out (4 bytes per element whatever the dtypes).
 void checkpoint_staging(const StepShape& s, IssueOrder& issue) {
   const CheckpointSpec& ck = s.spec.train.checkpoint;
