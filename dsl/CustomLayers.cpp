@@ -140,8 +140,8 @@ class CustomLayerReader {
     if (m_.custom.empty()) m_.layer_headers.clear(), m_.layer_cuda_sources.clear();
     // In block order, as the planner walks them.
     std::sort(m_.custom.begin(), m_.custom.end(), [&](const auto& a, const auto& b) {
-      return replaceable_module(m_.family, a.module)->first_piece <
-             replaceable_module(m_.family, b.module)->first_piece;
+      return replaceable_module(m_, a.module)->first_piece <
+             replaceable_module(m_, b.module)->first_piece;
     });
   }
 
@@ -267,7 +267,7 @@ class CustomLayerReader {
 
   // `module = Layer(hyper = value, ...)`
   void read_module(const ast::Entry& e) {
-    const model::Module* module = replaceable_module(m_.family, e.key);
+    const model::Module* module = replaceable_module(m_, e.key);
     if (!module) {
       unknown_module(e);
       return;
@@ -350,7 +350,7 @@ class CustomLayerReader {
 
   void unknown_module(const ast::Entry& e) {
     std::vector<std::string> names;
-    for (const model::Module& x : param_layout(m_.family).modules)
+    for (const model::Module& x : param_layout(m_).modules)
       names.push_back(x.name);
     const std::vector<std::string_view> choices = names_of(names);
     Diagnostic& x = d_.error(

@@ -132,6 +132,9 @@ const KeyTable<ModelSpec>& model_keys() {
           },
           rope_scaling_text)
           .when([](const ModelSpec& m) { return is_llama(m) && m.rope_scaling.enabled; }),
+      bool_key("qkv_bias", &ModelSpec::qkv_bias).when([](const ModelSpec& m) {
+        return is_llama(m) && m.qkv_bias;
+      }),
   };
   return t;
 }

@@ -57,8 +57,8 @@ std::vector<TensorDecl> table_tensors(const ModelSpec& m, model::Table<model::Te
 
 }  // namespace
 
-const model::ParamLayout& param_layout(Family f) {
-  return f == Family::Gpt2 ? model::kGpt2Params : model::kLlamaParams;
+const model::ParamLayout& param_layout(const ModelSpec& m) {
+  return m.family == Family::Gpt2 ? model::kGpt2Params : model::llama_params(m.qkv_bias);
 }
 
 namespace {
@@ -66,7 +66,7 @@ namespace {
 // A block's tensors, each name after `prefix`: its family's table, a custom
 // layer's members (named after its module) in place of the pieces it replaces.
 std::vector<TensorDecl> block_tensors(const ModelSpec& m, const std::string& prefix) {
-  const model::ParamLayout& p = param_layout(m.family);
+  const model::ParamLayout& p = param_layout(m);
   if (m.custom.empty()) return table_tensors(m, p.block, prefix);
   std::vector<TensorDecl> out;
   for (const BlockPiece& piece : model_block_pieces(m)) {
@@ -89,7 +89,7 @@ std::vector<TensorDecl> block_tensors(const ModelSpec& m, const std::string& pre
 }  // namespace
 
 std::vector<TensorDecl> layer_tensors(const ModelSpec& m, const LayerId& layer) {
-  const model::ParamLayout& p = param_layout(m.family);
+  const model::ParamLayout& p = param_layout(m);
   switch (layer.kind) {
     case LayerId::Kind::Embed:
       return table_tensors(m, p.embed, "");
@@ -116,8 +116,8 @@ int64_t layer_params(const ModelSpec& m, const LayerId& layer) {
   return n;
 }
 
-const model::Module* replaceable_module(Family f, std::string_view name) {
-  for (const model::Module& x : param_layout(f).modules)
+const model::Module* replaceable_module(const ModelSpec& m, std::string_view name) {
+  for (const model::Module& x : param_layout(m).modules)
     if (name == x.name) return &x;
   return nullptr;
 }
@@ -148,7 +148,7 @@ BlockPiece custom_piece(const ModelSpec& m, const model::Module& module) {
 }  // namespace
 
 std::vector<BlockPiece> model_block_pieces(const ModelSpec& m) {
-  const model::ParamLayout& p = param_layout(m.family);
+  const model::ParamLayout& p = param_layout(m);
   const model::Dims d = model_dims(m);
   std::vector<BlockPiece> out;
   int tensor = 0;

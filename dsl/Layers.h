@@ -27,8 +27,9 @@ struct TensorDecl {
 // The model's dimensions as the layout tables (runtime/model/layout.h) write them;
 // attention's layout (flash) is the plan's, not the model's.
 model::Dims model_dims(const ModelSpec& m);
-// The family's parameter tables (runtime/model/gpt2.h, runtime/model/llama.h).
-const model::ParamLayout& param_layout(Family f);
+// The family's parameter tables (runtime/model/gpt2.h, runtime/model/llama.h;
+// llama's with q, k and v biases where qkv_bias).
+const model::ParamLayout& param_layout(const ModelSpec& m);
 
 // Tensors of one layer, in their fixed flat-parameter order (a block's from
 // its family's layout table, runtime/model/gpt2.h and runtime/model/llama.h; a piece's are
@@ -61,7 +62,7 @@ std::vector<LayerId> block_pieces(const ModelSpec& m, int64_t block);
 // The custom layer in place of `module` (ModelSpec::custom), or null.
 const CustomLayerSpec* custom_layer(const ModelSpec& m, std::string_view module);
 // The family module named `name` a custom layer can replace or be added as, or null.
-const model::Module* replaceable_module(Family f, std::string_view name);
+const model::Module* replaceable_module(const ModelSpec& m, std::string_view name);
 // Whether a block layer's forward writes the block's output: a whole block,
 // or its last piece (gpt2's mlp.c_proj, llama's mlp.down_proj).
 bool writes_block_output(const ModelSpec& m, const LayerId& l);

@@ -4,6 +4,7 @@
 #include "dsl/Rules.h"
 
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
@@ -76,28 +77,28 @@ void kv_heads_divide_heads(const CheckContext& c) {
                 fmt::format("kv_heads ({}) must divide heads ({})", m.kv_heads, m.heads));
 }
 
-void rope_theta_only_for_llama(const CheckContext& c) {
+// A llama-only key given to gpt2: an error at the key, with a note saying
+// what gpt2 has instead.
+void only_for_llama(const CheckContext& c, const std::string& key, std::string_view gpt2_has) {
   const Keys& k = c.keys;
-  if (!k.usable({"model.family"}) || !k.has("model.rope_theta") ||
-      c.spec.model.family == Family::Llama)
-    return;
-  Diagnostic& e =
-      c.diags.error(k.where("model.rope_theta"), "rope_theta applies only to family llama");
+  if (!k.usable({"model.family"}) || !k.has(key) || c.spec.model.family == Family::Llama) return;
+  Diagnostic& e = c.diags.error(
+      k.where(key), fmt::format("{} applies only to family llama", key.substr(key.find('.') + 1)));
   Diagnostics::note(e, k.has("model.family")
-                           ? "gpt2 uses learned position embeddings"
-                           : "family is 'gpt2' by default; gpt2 uses learned position embeddings");
+                           ? fmt::format("gpt2 {}", gpt2_has)
+                           : fmt::format("family is 'gpt2' by default; gpt2 {}", gpt2_has));
+}
+
+void rope_theta_only_for_llama(const CheckContext& c) {
+  only_for_llama(c, "model.rope_theta", "uses learned position embeddings");
 }
 
 void rope_scaling_only_for_llama(const CheckContext& c) {
-  const Keys& k = c.keys;
-  if (!k.usable({"model.family"}) || !k.has("model.rope_scaling") ||
-      c.spec.model.family == Family::Llama)
-    return;
-  Diagnostic& e =
-      c.diags.error(k.where("model.rope_scaling"), "rope_scaling applies only to family llama");
-  Diagnostics::note(e, k.has("model.family")
-                           ? "gpt2 uses learned position embeddings"
-                           : "family is 'gpt2' by default; gpt2 uses learned position embeddings");
+  only_for_llama(c, "model.rope_scaling", "uses learned position embeddings");
+}
+
+void qkv_bias_only_for_llama(const CheckContext& c) {
+  only_for_llama(c, "model.qkv_bias", "has biases on q, k, v and every other linear layer");
 }
 
 // ---- parallel ----
@@ -454,6 +455,7 @@ constexpr Rule kRules[] = {
     {RuleSection::Model, kv_heads_divide_heads},
     {RuleSection::Model, rope_theta_only_for_llama},
     {RuleSection::Model, rope_scaling_only_for_llama},
+    {RuleSection::Model, qkv_bias_only_for_llama},
     {RuleSection::Parallel, ranks_per_node_divides_world},
     {RuleSection::Parallel, shard_align_is_a_power_of_two},
     {RuleSection::Parallel, shard_group_divides_world},

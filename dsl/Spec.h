@@ -177,6 +177,7 @@ struct ModelSpec {
   double norm_eps = 1e-5;
   double rope_theta = 10000;     // llama only
   RopeScalingSpec rope_scaling;  // llama only
+  bool qkv_bias = false;         // llama only: q, k and v projections have biases (Qwen2)
   // The token embedding and an untied head are stored with their rows padded
   // to a multiple of this (llm.c's 50257 -> 50304: cuBLASLt runs the LM-head
   // GEMMs with aligned kernels only then). The padded rows are zero, take no

@@ -1,6 +1,7 @@
 // llama: pointers into the layouts of runtime/model/llama.h and the per-layer
 // forward/backward composed from the kernels over them (runtime/kernels.h:
 // RMSNorm, SwiGLU, grouped-query flash attention, the head and cross-entropy;
+// runtime/kernels_shared.h: the q, k and v biases' column sums;
 // runtime/rope.h: rotary positions; nn.Linear GEMMs through runtime/gemm.h).
 #include "runtime/llama.h"
 
@@ -11,6 +12,7 @@
 
 #include "runtime/dtype_pairs.h"
 #include "runtime/kernels.h"
+#include "runtime/kernels_shared.h"
 #include "runtime/layout_carver.h"
 #include "runtime/model/llama.h"
 #include "runtime/rope.h"
@@ -34,31 +36,43 @@ slot_carver llama_slot(model::Table<model::Field> table, const llama_dims& d, in
 }
 
 // out (N, OC) = inp (N, IC) @ w^T for w (OC, IC), nn.Linear's layout; with
-// `residual`, out = residual + that, rounded once.
+// `residual`, out = residual + that, with `bias` (OC) out = that + bias (not
+// both), rounded once.
 template <class T>
 void linear_forward(T* out, const T* inp, const T* w, const T* residual, int64_t N, int64_t IC,
-                    int64_t OC, const gemm_workspace& ws) {
+                    int64_t OC, const gemm_workspace& ws, const T* bias = nullptr) {
   if (residual) std::copy(residual, residual + N * OC, out);
-  gemm(false, true, N, OC, IC, 1.0f, inp, IC, w, IC, residual ? 1.0f : 0.0f, out, OC, ws);
+  if (bias) {
+#pragma omp parallel for if (N * OC >= kParallelElems)
+    for (int64_t n = 0; n < N; n++)
+      std::copy(bias, bias + OC, out + n * OC);
+  }
+  gemm(false, true, N, OC, IC, 1.0f, inp, IC, w, IC, residual || bias ? 1.0f : 0.0f, out, OC, ws);
 }
 
-// dinp (N, IC) = dout @ w (added to dinp with accumulate); dw (OC, IC) += dout^T @ inp.
+// dinp (N, IC) = dout @ w (added to dinp with accumulate); dw (OC, IC) += dout^T @ inp;
+// dbias (OC) += column sums of dout when given.
 template <class T, class G>
 void linear_backward(T* dinp, G* dw, const T* dout, const T* inp, const T* w, int64_t N, int64_t IC,
-                     int64_t OC, bool accumulate, const gemm_workspace& ws) {
+                     int64_t OC, bool accumulate, const gemm_workspace& ws, G* dbias = nullptr) {
   gemm(false, false, N, IC, OC, 1.0f, dout, OC, w, IC, accumulate ? 1.0f : 0.0f, dinp, IC, ws);
   gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC, ws);
+  if (dbias) column_sums_accumulate(dbias, dout, N, OC);
 }
 
 // A block's tensors (params and grads alike).
 template <class Out, class Ptr>
 Out block_tensors_at(Ptr base, const llama_dims& d) {
-  const tensor_carver<std::remove_pointer_t<Ptr>> c{model::kLlamaBlockParams, layout_dims(d), base};
+  const tensor_carver<std::remove_pointer_t<Ptr>> c{model::llama_params(d.qkv_bias).block,
+                                                    layout_dims(d), base};
   Out p;
   p.rms1_w = c.at("rms1_w");
   p.q_w = c.at("q_w");
   p.k_w = c.at("k_w");
   p.v_w = c.at("v_w");
+  p.q_b = d.qkv_bias ? c.at("q_b") : nullptr;
+  p.k_b = d.qkv_bias ? c.at("k_b") : nullptr;
+  p.v_b = d.qkv_bias ? c.at("v_b") : nullptr;
   p.o_w = c.at("o_w");
   p.rms2_w = c.at("rms2_w");
   p.gate_w = c.at("gate_w");
@@ -145,15 +159,15 @@ void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_blo
   if (pieces.has(kLlamaRms1))
     rmsnorm_forward(s.rms1, s.rms1_rstd, s.input, p.rms1_w, N, C, d.norm_eps);
   if (pieces.has(kLlamaQ)) {
-    linear_forward(s.q, s.rms1, p.q_w, none, N, C, C, ws);
+    linear_forward(s.q, s.rms1, p.q_w, none, N, C, C, ws, p.q_b);
     rope_forward(s.q, rope.cos, rope.sin, N, d.T, d.H, d.D());
   }
   if (pieces.has(kLlamaK)) {
-    linear_forward(s.k, s.rms1, p.k_w, none, N, C, KV, ws);
+    linear_forward(s.k, s.rms1, p.k_w, none, N, C, KV, ws, p.k_b);
     rope_forward(s.k, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D());
   }
   if (pieces.has(kLlamaV)) {
-    linear_forward(s.v, s.rms1, p.v_w, none, N, C, KV, ws);
+    linear_forward(s.v, s.rms1, p.v_w, none, N, C, KV, ws, p.v_b);
     attention_gqa_forward(s.attn, s.lse, s.q, s.k, s.v, d.B, d.T, d.H, d.KV_heads, d.D());
   }
   if (pieces.has(kLlamaO))
@@ -202,10 +216,12 @@ void llama_block_backward(const llama_block_grads<G>& g, const llama_block_param
                            d.H, d.KV_heads, d.D());
     rope_backward(dq, rope.cos, rope.sin, N, d.T, d.H, d.D());
     rope_backward(dk, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D());
-    linear_backward(dtmp, g.v_w, dv, s.rms1, p.v_w, N, C, KV, false, ws);
+    linear_backward(dtmp, g.v_w, dv, s.rms1, p.v_w, N, C, KV, false, ws, g.v_b);
   }
-  if (pieces.has(kLlamaK)) linear_backward(dtmp, g.k_w, dk, s.rms1, p.k_w, N, C, KV, true, ws);
-  if (pieces.has(kLlamaQ)) linear_backward(dtmp, g.q_w, dq, s.rms1, p.q_w, N, C, C, true, ws);
+  if (pieces.has(kLlamaK))
+    linear_backward(dtmp, g.k_w, dk, s.rms1, p.k_w, N, C, KV, true, ws, g.k_b);
+  if (pieces.has(kLlamaQ))
+    linear_backward(dtmp, g.q_w, dq, s.rms1, p.q_w, N, C, C, true, ws, g.q_b);
   if (pieces.has(kLlamaRms1))
     rmsnorm_backward(dres, g.rms1_w, dtmp, s.input, p.rms1_w, s.rms1_rstd, N, C, true);
 }

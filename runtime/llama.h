@@ -3,7 +3,8 @@
 // the saved-activation, parameter and scratch layouts of runtime/model/llama.h, which
 // the planner totals. A generated step calls these with pointers into the
 // arena; nothing here allocates. Linear weights are (out, in) as in
-// Hugging Face's nn.Linear, and no layer has a bias.
+// Hugging Face's nn.Linear; only q, k and v have biases, and only with
+// qkv_bias (Qwen2).
 #pragma once
 
 #include <cstddef>
@@ -25,6 +26,7 @@ struct llama_dims {
   bool flash = true;
   int64_t V_padded = 0;    // stored rows of the embedding and head (0: V)
   float norm_eps = 1e-5f;  // RMSNorm's epsilon
+  bool qkv_bias = false;   // q, k and v projections have biases (Qwen2)
   int64_t N() const { return B * T; }
   int64_t D() const { return C / H; }            // head size
   int64_t KV() const { return KV_heads * D(); }  // width of k and of v
@@ -45,6 +47,9 @@ struct llama_block_params {
   const T* q_w;     // (C, C)
   const T* k_w;     // (KV, C)
   const T* v_w;     // (KV, C)
+  const T* q_b;     // (C)   qkv_bias only, else null
+  const T* k_b;     // (KV)  qkv_bias only, else null
+  const T* v_b;     // (KV)  qkv_bias only, else null
   const T* o_w;     // (C, C)
   const T* rms2_w;  // (C)
   const T* gate_w;  // (F, C)
@@ -58,6 +63,7 @@ llama_block_params<T> llama_block_params_at(const T* base, const llama_dims& d);
 template <class G>
 struct llama_block_grads {
   G *rms1_w, *q_w, *k_w, *v_w, *o_w, *rms2_w, *gate_w, *up_w, *down_w;
+  G *q_b, *k_b, *v_b;  // qkv_bias only, else null
 };
 template <class G>
 llama_block_grads<G> llama_block_grads_at(G* base, const llama_dims& d);
@@ -126,14 +132,16 @@ enum llama_piece : int {
 };
 
 // One block: reads s.input, fills the rest of s, writes out (N, C) (which may
-// be the next layer's saved input). out == nullptr skips the down projection
+// be the next layer's saved input). With qkv_bias each of q, k and v adds its
+// bias after its projection and before its rotation. out == nullptr skips the down projection
 // and residual: a recompute fills s only. `pieces` runs part of the block
 // (only its tensors in p are read); out is written by down_proj.
 template <class T>
 void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_block_saved<T>& s,
                          const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws,
                          block_pieces pieces = {});
-// scratch.dres holds d(out) on entry and d(input) on return; grads +=;
+// scratch.dres holds d(out) on entry and d(input) on return; grads += (a
+// bias's: the sum over tokens of its projection's gradient before rotation);
 // scratch.dtmp, big and delta are overwritten. The pieces run in reverse
 // order; between two ranges the scratch holds what flows (after down_proj:
 // big = d(swiglu); after up_proj: big + NF = d(gate), dtmp = its part of

@@ -171,6 +171,7 @@ struct program_model {
   int64_t kv_heads = 0;    // grouped-query attention's k and v heads (0: heads)
   double norm_eps = 1e-5;  // RMSNorm's epsilon
   program_rope rope = {};
+  bool qkv_bias = false;  // q, k and v projections have biases (Qwen2)
 };
 
 // fp16 loss scaling (runtime/train/loss_scale.h): dynamic or static, the initial

@@ -2,9 +2,10 @@
 """generate_reference: the independent reference that tests/runtime/GenerateTest.cpp
 compares fsdpgen's generator (runtime/generate/) against. For each family it builds
 a small random model with Hugging Face transformers (fp32, eager attention): a GPT-2
-with tied embeddings, and a Llama with grouped-query attention (4 heads, 2 for k and
-v), llama3 rope scaling and an untied head. It saves each with save_pretrained
-(config.json and model.safetensors) in OUT/gpt2 and OUT/llama, and writes
+with tied embeddings, a Llama with grouped-query attention (4 heads, 2 for k and
+v), llama3 rope scaling and an untied head, and a Qwen2 (Llama's block with q, k
+and v biases, tied). It saves each with save_pretrained (config.json and
+model.safetensors) in OUT/gpt2, OUT/llama and OUT/qwen2, and writes
 OUT/<family>/expected.json: the prompt's ids, the prefill logits of every prompt
 position, the ids generate(do_sample=False) adds to the prompt, and the logits of
 the whole sequence (prompt and generated ids) in one uncached forward.
@@ -45,6 +46,15 @@ def llama_model():
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
         bos_token_id=None, eos_token_id=None, pad_token_id=None)
     return transformers.LlamaForCausalLM(config)
+
+
+def qwen2_model():
+    config = transformers.Qwen2Config(
+        vocab_size=96, max_position_embeddings=64, hidden_size=32, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=64, num_hidden_layers=2, rms_norm_eps=1e-6,
+        rope_theta=100000.0, tie_word_embeddings=True, initializer_range=INIT_STD,
+        use_sliding_window=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return transformers.Qwen2ForCausalLM(config)
 
 
 def write(model, out_dir, seed):
@@ -88,6 +98,8 @@ def main(out_dir):
     write(gpt2_model(), os.path.join(out_dir, "gpt2"), 1)
     torch.manual_seed(1)
     write(llama_model(), os.path.join(out_dir, "llama"), 2)
+    torch.manual_seed(2)
+    write(qwen2_model(), os.path.join(out_dir, "qwen2"), 3)
 
 
 if __name__ == "__main__":

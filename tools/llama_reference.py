@@ -57,14 +57,7 @@ def main(out_dir):
     # and shards of at most 40 kB with model.safetensors.index.json.
     model.save_pretrained(os.path.join(out_dir, "hf"), max_shard_size="40kB")
 
-    # A learnable stream: each token is (5 * previous + 3) mod VOCAB, one in
-    # five drawn at random instead, so the loss falls within a few steps.
-    g = torch.Generator().manual_seed(1)
-    noise = torch.randint(0, VOCAB, (TOKENS,), generator=g).tolist()
-    keep = (torch.rand(TOKENS, generator=g) < 0.8).tolist()
-    tokens = [noise[0]]
-    for i in range(1, TOKENS):
-        tokens.append((5 * tokens[-1] + 3) % VOCAB if keep[i] else noise[i])
+    tokens = reference_run.learnable_stream(VOCAB, TOKENS)
     reference_run.write_tokens(os.path.join(out_dir, "tokens.bin"), tokens)
     losses, _, norms = reference_run.train(model, tokens, CONTEXT, VOCAB, GLOBAL_BATCH, STEPS, LR,
                                            BETAS, EPS, WEIGHT_DECAY, CLIP)

@@ -1,6 +1,7 @@
 """reference_run: what the reference fixtures' scripts (tools/gpt2_reference.py,
-tools/llama_reference.py) share: llm.c's token file, AdamW steps over exactly
-the batches an fsdpgen run reads from it, and expected.json. Imported by them;
+tools/llama_reference.py, tools/qwen2_reference.py) share: llm.c's token file,
+a learnable token stream, AdamW steps over exactly the batches an fsdpgen run
+reads from it, and expected.json. Imported by them;
 torch and transformers only where they run."""
 import json
 import struct
@@ -23,6 +24,18 @@ def read_tokens(path):
         header = struct.unpack("<256i", f.read(1024))
         assert header[0] == 20240520 and header[1] == 1, path
         return list(struct.unpack(f"<{header[2]}H", f.read(2 * header[2])))
+
+
+def learnable_stream(vocab, n):
+    """A learnable stream of n ids: each is (5 * previous + 3) mod vocab, one
+    in five drawn at random instead, so the loss falls within a few steps."""
+    g = torch.Generator().manual_seed(1)
+    noise = torch.randint(0, vocab, (n,), generator=g).tolist()
+    keep = (torch.rand(n, generator=g) < 0.8).tolist()
+    tokens = [noise[0]]
+    for i in range(1, n):
+        tokens.append((5 * tokens[-1] + 3) % vocab if keep[i] else noise[i])
+    return tokens
 
 
 def train(model, tokens, context, vocab, global_batch, steps, lr, betas, eps, weight_decay,

@@ -93,6 +93,7 @@ std::string spec_text(const hf_model& m, const std::string& source, const std::s
         "{})\n",
         format_real(m.rope_factor), format_real(m.rope_low_freq), format_real(m.rope_high_freq),
         m.rope_original_context);
+  if (m.qkv_bias) s += "  qkv_bias   = true   # biases on q, k and v (Qwen2)\n";
   s += fmt::format("  tie_embeddings = {}\n}}\n", m.tied ? "true" : "false");
   s += fmt::format(
       "\nunits {{\n  each block\n}}\n"

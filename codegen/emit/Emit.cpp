@@ -140,10 +140,11 @@ std::string model_dims(const EmitContext& c) {
     return fmt::format(
         "// B sequences of T tokens, width C, H query heads, KV key/value heads, MLP hidden F,\n"
         "// vocab V; attention saves log-sum-exp; the embedding and head are stored with V\n"
-        "// padded to Vp rows (pad_vocab_to {}); RMSNorm's epsilon.\n"
-        "constexpr llama_dims kDims{{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}f}};\n",
-        m.pad_vocab_to, c.s.micro_batch, m.context, m.width, m.heads, m.kv_heads, m.ffn_hidden,
-        m.vocab, c.act.flash_attention, m.padded_vocab(), cpp_double(m.norm_eps));
+        "// padded to Vp rows (pad_vocab_to {}); RMSNorm's epsilon{}.\n"
+        "constexpr llama_dims kDims{{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}f{}}};\n",
+        m.pad_vocab_to, m.qkv_bias ? "; q, k and v have biases" : "", c.s.micro_batch, m.context,
+        m.width, m.heads, m.kv_heads, m.ffn_hidden, m.vocab, c.act.flash_attention,
+        m.padded_vocab(), cpp_double(m.norm_eps), m.qkv_bias ? ", true" : "");
   return fmt::format(
       "// B sequences of T tokens, width C, H heads, MLP hidden F, vocab V; flash: attention\n"
       "// saves log-sum-exp, not probabilities (the plan's layout, planner/Activations.h);\n"

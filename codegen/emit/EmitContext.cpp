@@ -91,7 +91,7 @@ void resolve_custom_layers(EmitContext& ctx, const TensorIndex& index) {
   for (const CustomLayerSpec& c : ctx.model.custom) {
     CustomGlue g;
     g.spec = &c;
-    g.module = replaceable_module(ctx.model.family, c.module);
+    g.module = replaceable_module(ctx.model, c.module);
     g.var = "layer_" + c.module;
     for (int64_t b = 0; b < ctx.model.layers; ++b) {
       std::vector<TensorAt>& params = g.params.emplace_back();

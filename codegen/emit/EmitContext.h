@@ -107,7 +107,7 @@ struct EmitContext {
   }
   // The family's runtime prefix ("gpt2": gpt2_block_forward, runtime/gpt2.h).
   std::string fam() const { return std::string(to_string(model.family)); }
-  const model::ParamLayout& layout() const { return param_layout(model.family); }
+  const model::ParamLayout& layout() const { return param_layout(model); }
   // A block's tensor names' prefix ("transformer.h.3.").
   std::string block_prefix(int64_t block) const;
 };

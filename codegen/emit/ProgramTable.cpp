@@ -63,6 +63,7 @@ std::vector<Init> model_fields(const EmitContext& c) {
     rope.push_back({"original_context", i(r.original_context)});
   }
   f.push_back({"rope", "", rope});
+  if (m.qkv_bias) f.push_back({"qkv_bias", "true"});
   return f;
 }
 

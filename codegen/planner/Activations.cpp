@@ -18,7 +18,7 @@ const model::ActivationLayout& activation_layout(const ModelSpec& m) {
 // Whether a custom layer replaces the piece that writes family row f, so
 // the row is not kept (unless it is the layer's output, which it writes).
 bool replaced_by_custom_layer(const ModelSpec& m, const model::Field& f) {
-  for (const model::Module& x : param_layout(m.family).modules)
+  for (const model::Module& x : param_layout(m).modules)
     if (f.piece >= x.first_piece && f.piece < x.end_piece && custom_layer(m, x.name) &&
         !(x.output && model::same_name(x.output, f.name)))
       return true;
@@ -65,7 +65,7 @@ LayoutTable block_saved_layout(const ModelSpec& m) {
   for (const model::Field& f : family)
     if (f.piece < 0 || !replaced_by_custom_layer(m, f)) t.add(f);
   for (const CustomLayerSpec& c : m.custom) {
-    if (replaceable_module(m.family, c.module)->added())
+    if (replaceable_module(m, c.module)->added())
       t.add(c.module + ".x", model::Elem::Param, m.width);  // its input, the block's output so far
     for (const CustomArraySpec& a : c.saved) {
       t.add(c.module + "." + a.name, elem_of(a), a.per_token);

@@ -131,7 +131,7 @@ std::string print_muon_assignment(const std::vector<MuonMatrix>& matrices,
 
 std::vector<MuonMatrix> muon_matrices(const Units& units, int unit) {
   const ModelSpec& m = units.spec.model;
-  const model::ParamLayout& layout = param_layout(m.family);
+  const model::ParamLayout& layout = param_layout(m);
   const model::Dims d = model_dims(m);
   const FlatUnit& u = units.units[static_cast<size_t>(unit)];
   std::vector<MuonMatrix> out;

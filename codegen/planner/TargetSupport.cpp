@@ -112,6 +112,14 @@ void check_muon(const Spec& spec, const Hardware& hw, Reasons& out) {
         "in the host's optimizer)");
 }
 
+// Qwen2's q, k and v biases: the CUDA llama block's have not run on a GPU
+// yet (docs/gpu.md, "Waiting for a GPU").
+void check_qkv_bias(const Spec& spec, const Hardware& hw, Reasons& out) {
+  if (hw.gpu && spec.model.qkv_bias)
+    out.push_back(
+        "qkv_bias = true on GPUs (the CPU target has it; its CUDA twin has not run on a GPU yet)");
+}
+
 }  // namespace
 
 std::string_view backend_name(const Hardware& hw) {
@@ -129,6 +137,7 @@ std::vector<std::string> unsupported_features(const Spec& spec, const Hardware& 
   check_custom_layers(spec, hw, out);
   check_guard(spec, hw, out);
   check_muon(spec, hw, out);
+  check_qkv_bias(spec, hw, out);
   return out;
 }
 

@@ -57,10 +57,15 @@ struct llama_type {
   int64_t positions;  // max_position_embeddings when absent
   int64_t kv_heads;   // num_key_value_heads when absent; 0: num_attention_heads
   int64_t window;     // sliding_window when absent (null is none); 0: none
+  // The key that turns the window on (sliding_window is read only where it
+  // is true); null: sliding_window alone says.
+  const char* window_switch = nullptr;
+  bool qkv_bias = false;  // the architecture has biases on q, k and v
 };
 constexpr llama_type kLlamaTypes[] = {
     {"llama", "LlamaForCausalLM", 2048, 0, 0},
     {"mistral", "MistralForCausalLM", 131072, 8, 4096},
+    {"qwen2", "Qwen2ForCausalLM", 32768, 32, 4096, "use_sliding_window", true},
 };
 
 // The families transformers builds that fsdpgen does not (yet), each with
@@ -104,7 +109,6 @@ const std::vector<foreign_family>& foreign_families() {
   const foreign_feature local_rope{w::set, "rope_local_base_freq",
                                    "another rotary base on the sliding-window layers"};
   static const std::vector<foreign_family> families = {
-      {"qwen2", "Qwen2ForCausalLM", {{w::always, "", "biases on q, k and v"}, window}},
       {"qwen3", "Qwen3ForCausalLM", {qk_norm, head_dim, biases, window}},
       {"gemma", "GemmaForCausalLM", {gemma_embedding, one_plus, geglu, head_dim}},
       {"gemma2",
@@ -207,10 +211,14 @@ class config_reader {
     if (v && (!v->is_string() || v->get<std::string>() != want))
       differs(key, "", v->dump(), why, fmt::format("\"{}\"", want));
   }
+  // A boolean key: false where absent.
+  bool flag(const std::string& key) const {
+    const json* v = get(c_, key);
+    return v && value<bool>(*v, key);
+  }
   // A feature fsdpgen does not build must be off (false or absent).
   void off(const std::string& key, const std::string& why) {
-    const json* v = get(c_, key);
-    if (v && value<bool>(*v, key)) differs(key, "", "true", why, "false");
+    if (flag(key)) differs(key, "", "true", why, "false");
   }
 
  private:
@@ -411,9 +419,18 @@ void read_llama(config_reader& r) {
   r.read<bool>(c, "", "tie_word_embeddings", "tie_embeddings", &hf_model::tied, false);
   r.off("attention_bias", "fsdpgen's llama has no attention biases");
   r.off("mlp_bias", "fsdpgen's llama has no MLP biases");
-  // null is no window; absent is the type's default (Mistral's 4096).
+  // The architecture the type names states qkv_bias (Qwen2's biases on q, k and v).
+  m.qkv_bias = r.type->qkv_bias;
+  const json* type = r.get(c, "model_type");
+  r.keys.push_back({.key = "model_type",
+                    .text = type ? type->dump() : fmt::format("absent ({})", r.type->model_type),
+                    .spec_key = "qkv_bias",
+                    .field = &hf_model::qkv_bias});
+  // null is no window; absent is the type's default (Mistral's 4096); off
+  // where the type's switch (Qwen2's use_sliding_window) is not true.
+  const bool switched_on = !r.type->window_switch || r.flag(r.type->window_switch);
   const bool null_window = c.contains("sliding_window") && c["sliding_window"].is_null();
-  if (r.get(c, "sliding_window") || (!null_window && r.type->window > 0))
+  if (switched_on && (r.get(c, "sliding_window") || (!null_window && r.type->window > 0)))
     r.read<int64_t>(c, "", "sliding_window", "context", &hf_model::window, r.type->window,
                     config_key::kind::window);
   read_rope(r);
@@ -575,6 +592,15 @@ std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
          {"bos_token_id", bos},
          {"eos_token_id", eos},
          {"torch_dtype", torch_dtype}};
+    if (m.qkv_bias) {  // Qwen2's architecture: its biases, no window
+      c["architectures"] = {"Qwen2ForCausalLM"};
+      c["model_type"] = "qwen2";
+      c.erase("attention_bias");
+      c.erase("mlp_bias");
+      c["use_sliding_window"] = false;
+      c["sliding_window"] = nullptr;
+      c["max_window_layers"] = m.layers;
+    }
     if (m.rope_factor > 0)
       c["rope_scaling"] = {{"rope_type", "llama3"},
                            {"factor", m.rope_factor},

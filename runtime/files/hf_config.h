@@ -26,6 +26,7 @@ struct hf_model {
   // The config's attention window (sliding_window; 0: none). A window at
   // least the context is plain causal attention; fsdpgen builds no other.
   int64_t window = 0;
+  bool qkv_bias = false;  // llama: q, k and v have biases (Qwen2's architecture)
 };
 
 // One difference: the config's key and value, the spec's key and value
@@ -59,10 +60,14 @@ struct hf_problem {
 // and no attention_bias or mlp_bias. Mistral's config (model_type "mistral",
 // MistralForCausalLM) is llama's architecture with other defaults
 // (num_key_value_heads 8, max_position_embeddings 131072, sliding_window
-// 4096). model_type must name the family and architectures, when given, hold
-// its LM class; a family transformers builds that fsdpgen does not (qwen2,
-// qwen3, gemma, gemma2, gemma3, olmo2) is named with what of it fsdpgen
-// cannot represent. A config that cannot be read, is not a JSON object or has
+// 4096); Qwen2's (model_type "qwen2", Qwen2ForCausalLM) is llama's with
+// biases on q, k and v (qkv_bias) and its defaults (num_key_value_heads 32,
+// max_position_embeddings 32768, tie_word_embeddings false), its
+// sliding_window (4096) read only where use_sliding_window is true (whatever
+// max_window_layers says). model_type must name the family and
+// architectures, when given, hold its LM class; a family transformers builds
+// that fsdpgen does not (qwen3, gemma, gemma2, gemma3, olmo2) is named with
+// what of it fsdpgen cannot represent. A config that cannot be read, is not a JSON object or has
 // a key of a wrong type (or an integer below 1) throws std::runtime_error
 // naming the file and the key.
 
@@ -91,9 +96,9 @@ struct hf_special_ids {
 // vocabulary of 256 or name ordinary tokens); no pad.
 hf_special_ids hf_special_ids_by_vocab(const hf_model& m);
 
-// The config.json of the model, for transformers' LlamaForCausalLM or
-// GPT2LMHeadModel: what hf_config_mismatches reads, so that a directory with
-// it and the weights loads with from_pretrained as it is. bos_token_id and
+// The config.json of the model, for transformers' LlamaForCausalLM (with
+// qkv_bias Qwen2ForCausalLM) or GPT2LMHeadModel: what hf_config_mismatches reads, so that a
+// directory with it and the weights loads with from_pretrained as it is. bos_token_id and
 // eos_token_id are `ids`' (the tokenizer's, from the token set's manifest),
 // by default hf_special_ids_by_vocab's; an id outside the vocabulary is an
 // internal error. torch_dtype names the weights' dtype ("float32",

@@ -5,7 +5,7 @@
 // program_model, which the emitter writes from the spec's: --init-from a
 // model directory). It is a template over the two so that the runtime needs
 // no spec and the spec no program (no include climbs); the facts both hold
-// under one name are copied once, and the three each holds its own way (the
+// under one name (qkv_bias among them) are copied once, and the three each holds its own way (the
 // family, tied embeddings, rotary positions) are read side by side below.
 #pragma once
 
@@ -22,6 +22,7 @@ hf_model hf_model_of(const Model& m) {
   h.layers = m.layers;
   h.ffn_hidden = m.ffn_hidden;
   h.norm_eps = m.norm_eps;
+  h.qkv_bias = m.qkv_bias;
   if constexpr (requires { m.rope_scaling; }) {  // the spec's model
     h.llama = m.family == decltype(m.family)::Llama;
     h.tied = m.tie_embeddings;

@@ -24,7 +24,7 @@ namespace {
 namespace model = fsdpgen::model;
 
 const model::ParamLayout& layout_of(const hf_model& m) {
-  return m.llama ? model::kLlamaParams : model::kGpt2Params;
+  return m.llama ? model::llama_params(m.qkv_bias) : model::kGpt2Params;
 }
 
 model::Dims dims_of(const hf_model& m) {
@@ -51,12 +51,9 @@ std::string block_name(const hf_model& m, int64_t layer, const char* hf_name) {
   return prefix.substr(0, at) + std::to_string(layer) + prefix.substr(at + 2) + hf_name;
 }
 
-// Row `name` of the block table, as a constant.
+// Row `name` of gpt2's block table, as a constant.
 constexpr size_t gpt2_row(const char* name) {
   return model::index_of(model::Table<model::Tensor>(model::kGpt2BlockParams), name);
-}
-constexpr size_t llama_row(const char* name) {
-  return model::index_of(model::Table<model::Tensor>(model::kLlamaBlockParams), name);
 }
 
 // out (n, N) = in (n, K) W, W (K, N) (GPT-2's Conv1D) or, with out_in, W (N, K)
@@ -276,26 +273,33 @@ void generator::block(int64_t layer, int64_t n) {
     return;
   }
   const int64_t half = head_dim_ / 2;
-  norm_rows(x_.data(), n, C, w(llama_row("rms1_w")), nullptr, m_.norm_eps, h_.data());
+  // llama's tensor `name` (q_b, k_b and v_b: null without qkv_bias).
+  auto lw = [&](const char* name) {
+    const model::Table<model::Tensor> table = layout_of(m_).block;
+    for (size_t i = 0; i < table.count; ++i)
+      if (model::same_name(table[i].name, name)) return w(i);
+    return static_cast<const float*>(nullptr);
+  };
+  norm_rows(x_.data(), n, C, lw("rms1_w"), nullptr, m_.norm_eps, h_.data());
   // q (n, C) into qkv_; k and v (n, KV) straight into the cache's rows.
-  linear(h_.data(), n, C, w(llama_row("q_w")), C, true, nullptr, qkv_.data());
-  linear(h_.data(), n, C, w(llama_row("k_w")), kv_width_, true, nullptr, k_rows);
-  linear(h_.data(), n, C, w(llama_row("v_w")), kv_width_, true, nullptr, v_rows);
+  linear(h_.data(), n, C, lw("q_w"), C, true, lw("q_b"), qkv_.data());
+  linear(h_.data(), n, C, lw("k_w"), kv_width_, true, lw("k_b"), k_rows);
+  linear(h_.data(), n, C, lw("v_w"), kv_width_, true, lw("v_b"), v_rows);
   // Rotary positions: row i is position cached_ + i.
   const float* cos = rope_cos_.data() + cached_ * half;
   const float* sin = rope_sin_.data() + cached_ * half;
   rope_forward(qkv_.data(), cos, sin, n, n, m_.heads, head_dim_);
   rope_forward(k_rows, cos, sin, n, n, m_.kv_heads, head_dim_);
   attention(layer, n);
-  linear(attn_.data(), n, C, w(llama_row("o_w")), C, true, nullptr, x_.data(), 1.0f);
-  norm_rows(x_.data(), n, C, w(llama_row("rms2_w")), nullptr, m_.norm_eps, h_.data());
+  linear(attn_.data(), n, C, lw("o_w"), C, true, nullptr, x_.data(), 1.0f);
+  norm_rows(x_.data(), n, C, lw("rms2_w"), nullptr, m_.norm_eps, h_.data());
   float* gate = ffn_.data();
   float* up = ffn_.data() + n * F;
-  linear(h_.data(), n, C, w(llama_row("gate_w")), F, true, nullptr, gate);
-  linear(h_.data(), n, C, w(llama_row("up_w")), F, true, nullptr, up);
+  linear(h_.data(), n, C, lw("gate_w"), F, true, nullptr, gate);
+  linear(h_.data(), n, C, lw("up_w"), F, true, nullptr, up);
   for (int64_t j = 0; j < n * F; ++j)
     gate[j] = swiglu_of(gate[j], up[j], exp_clamped(-gate[j]));
-  linear(gate, n, F, w(llama_row("down_w")), C, true, nullptr, x_.data(), 1.0f);
+  linear(gate, n, F, lw("down_w"), C, true, nullptr, x_.data(), 1.0f);
 }
 
 const float* generator::forward(std::span<const int32_t> ids, float* all_logits) {

@@ -1,7 +1,7 @@
 // llama layout: the llama family's tables (runtime/model/layout.h): a block's
 // parameter tensors and saved arrays, the final norm's and the backward
-// scratch, which the planner totals. Its kernels are not written yet; the
-// fp32 rows come first so that every row is aligned for any shape.
+// scratch, which the planner totals; the fp32 rows come first so that every
+// row is aligned for any shape. With qkv_bias (Qwen2), q, k and v have biases.
 #pragma once
 
 #include "runtime/model/layout.h"
@@ -26,6 +26,23 @@ inline constexpr Tensor kLlamaBlockParams[] = {
     {"o_w", "self_attn.o_proj.weight", {C, C}},  {"rms2_w", "post_attention_layernorm.weight", {C}},
     {"gate_w", "mlp.gate_proj.weight", {F, C}},  {"up_w", "mlp.up_proj.weight", {F, C}},
     {"down_w", "mlp.down_proj.weight", {C, F}},
+};
+
+// Qwen2's block (the spec's qkv_bias): llama's tensors with a bias after each
+// of q's, k's and v's weights (o has none), each bias in its weight's piece.
+inline constexpr Tensor kLlamaQkvBiasBlockParams[] = {
+    kLlamaBlockParams[0],
+    kLlamaBlockParams[1],
+    {"q_b", "self_attn.q_proj.bias", {C}},
+    kLlamaBlockParams[2],
+    {"k_b", "self_attn.k_proj.bias", {KV}},
+    kLlamaBlockParams[3],
+    {"v_b", "self_attn.v_proj.bias", {KV}},
+    kLlamaBlockParams[4],
+    kLlamaBlockParams[5],
+    kLlamaBlockParams[6],
+    kLlamaBlockParams[7],
+    kLlamaBlockParams[8],
 };
 
 // What a block's forward saves, per token: the RMSNorm statistics, with
@@ -75,6 +92,25 @@ inline constexpr Piece kLlamaBlockPieces[] = {
     {"mlp.down_proj", 8, 1, F, C},
 };
 
+// kLlamaBlockPieces over kLlamaQkvBiasBlockParams: the same pieces, q's, k's
+// and v's with their biases.
+constexpr Piece with_tensors(Piece p, int first_tensor, int tensors) {
+  p.first_tensor = first_tensor;
+  p.tensors = tensors;
+  return p;
+}
+inline constexpr Piece kLlamaQkvBiasBlockPieces[] = {
+    kLlamaBlockPieces[0],
+    with_tensors(kLlamaBlockPieces[1], 1, 2),
+    with_tensors(kLlamaBlockPieces[2], 3, 2),
+    with_tensors(kLlamaBlockPieces[3], 5, 2),
+    with_tensors(kLlamaBlockPieces[4], 7, 1),
+    with_tensors(kLlamaBlockPieces[5], 8, 1),
+    with_tensors(kLlamaBlockPieces[6], 9, 1),
+    with_tensors(kLlamaBlockPieces[7], 10, 1),
+    with_tensors(kLlamaBlockPieces[8], 11, 1),
+};
+
 // The modules a custom layer can replace (Module, runtime/model/layout.h).
 inline constexpr Module kLlamaModules[] = {
     {"input_layernorm", 0, 1, "input", "rms1", nullptr, false},
@@ -87,6 +123,16 @@ inline constexpr Module kLlamaModules[] = {
 inline constexpr ParamLayout kLlamaParams{
     "model.layers.{}.", kLlamaEmbedParams, kLlamaBlockParams, kLlamaFinalNormParams,
     kLlamaHeadParams,   kLlamaBlockPieces, kLlamaModules};
+
+inline constexpr ParamLayout kLlamaQkvBiasParams{
+    "model.layers.{}.",    kLlamaEmbedParams, kLlamaQkvBiasBlockParams,
+    kLlamaFinalNormParams, kLlamaHeadParams,  kLlamaQkvBiasBlockPieces,
+    kLlamaModules};
+
+// The family's tensors: Qwen2's with qkv_bias, else Llama's.
+constexpr const ParamLayout& llama_params(bool qkv_bias) {
+  return qkv_bias ? kLlamaQkvBiasParams : kLlamaParams;
+}
 
 inline constexpr ActivationLayout kLlamaActivations{kLlamaBlockSaved, kLlamaFinalNormSaved,
                                                     kLlamaBackwardScratch};

@@ -1,6 +1,7 @@
 // fsdpgen import-hf and check --hf from the command line: the specs written
 // from the config.json of GPT-2, Llama 3.2 1B and the models of llama's
-// architecture (Mistral 7B v0.3, SmolLM2 135M, TinyLlama 1.1B; tests/cli/hf/,
+// architecture (Mistral 7B v0.3, SmolLM2 135M, TinyLlama 1.1B, and Qwen2.5
+// 0.5B with its q, k and v biases; tests/cli/hf/,
 // as the Hub has them) check, match their configs and have the published
 // parameter counts, an edited spec has each difference named at its key, and
 // keys and families no spec represents are all named.
@@ -212,7 +213,8 @@ TEST(ImportHf, AnotherFamilyIsNamed) {
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_TRUE(has(r, fmt::format("fsdpgen: error: {}/config.json: model_type = \"phi3\": "
                                  "fsdpgen imports \"gpt2\" (GPT2LMHeadModel), \"llama\" "
-                                 "(LlamaForCausalLM), \"mistral\" (MistralForCausalLM)\n",
+                                 "(LlamaForCausalLM), \"mistral\" (MistralForCausalLM), \"qwen2\" "
+                                 "(Qwen2ForCausalLM)\n",
                                  dir)))
       << r.out;
 }
@@ -225,7 +227,8 @@ TEST(ImportHf, LlamaArchitecturesHaveTheirPublishedParameters) {
   for (const auto& [model, name, params] :
        {std::tuple{"Mistral-7B-v0.3", "mistral_7b_v0_3", "7248023552"},
         {"SmolLM2-135M", "smollm2_135m", "134515008"},
-        {"TinyLlama-1.1B-Chat-v1.0", "tinyllama_1_1b_chat_v1_0", "1100048384"}}) {
+        {"TinyLlama-1.1B-Chat-v1.0", "tinyllama_1_1b_chat_v1_0", "1100048384"},
+        {"Qwen2.5-0.5B", "qwen2_5_0_5b", "494032768"}}) {
     SCOPED_TRACE(model);
     const std::string config = kSource + "/tests/cli/hf/" + model;
     const std::string spec = dir + "/" + model + ".fsdp";
@@ -244,6 +247,63 @@ TEST(ImportHf, LlamaArchitecturesHaveTheirPublishedParameters) {
   const CmdResult r = run_in_source("import-hf tests/cli/hf/Mistral-7B-v0.3");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out, file_bytes(kSource + "/tests/cli/hf/Mistral-7B-v0.3.fsdp"));
+}
+
+// Qwen2.5's config: llama with qkv_bias (Qwen2ForCausalLM named), its spec
+// byte for byte; a llama spec against it is named at qkv_bias, and the
+// Qwen2 spec against Llama's config too.
+TEST(ImportHf, Qwen2IsLlamaWithQkvBiases) {
+  CmdResult r = run_in_source("import-hf tests/cli/hf/Qwen2.5-0.5B");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, file_bytes(kSource + "/tests/cli/hf/Qwen2.5-0.5B.fsdp"));
+  r = run_in_source("check specs/qwen2.5-0.5b.fsdp --hf tests/cli/hf/Qwen2.5-0.5B");
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = run_in_source("check specs/llama-1b.fsdp --hf tests/cli/hf/Qwen2.5-0.5B");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r,
+                  "specs/llama-1b.fsdp:4:7: error: qkv_bias is false by default, but "
+                  "tests/cli/hf/Qwen2.5-0.5B/config.json has model_type = \"qwen2\"\n"))
+      << r.out;
+  r = run_in_source("check specs/qwen2.5-0.5b.fsdp --hf tests/cli/hf/Llama-3.2-1B");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r,
+                  "error: qkv_bias = true, but tests/cli/hf/Llama-3.2-1B/config.json has "
+                  "model_type = \"llama\"\n"))
+      << r.out;
+}
+
+// Qwen2's window counts only where use_sliding_window is true (as
+// transformers' Qwen2Config reads it): off, any sliding_window is plain
+// causal attention; on, one shorter than the positions is refused by name.
+TEST(ImportHf, Qwen2WindowCountsOnlyWithUseSlidingWindow) {
+  const std::string expected =
+      model_section(file_bytes(kSource + "/tests/cli/hf/Qwen2.5-0.5B.fsdp"));
+  nlohmann::json c = fixture("Qwen2.5-0.5B");
+  c["sliding_window"] = 4096;
+  std::string dir = write_config("Qwen2.5-0.5B", c);
+  CmdResult r = run("import-hf " + dir);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(model_section(r.out), expected);
+
+  c["use_sliding_window"] = true;
+  dir = write_config("import-hf-qwen2-window", c);
+  r = run("import-hf " + dir);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r, fmt::format("fsdpgen: error: {}/config.json: sliding_window = 4096: 4096 < "
+                                 "max_position_embeddings 32768: sliding-window attention is not "
+                                 "supported yet",
+                                 dir)))
+      << r.out;
+  c["sliding_window"] = 32768;
+  dir = write_config("Qwen2.5-0.5B", c);
+  r = run("import-hf " + dir);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(model_section(r.out), expected);
+  c["use_sliding_window"] = 1;
+  dir = write_config("import-hf-qwen2-window-flag", c);
+  r = run("import-hf " + dir);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r, "\"use_sliding_window\" must be true or false, not 1")) << r.out;
 }
 
 // A Mistral window of null or at least the context is plain causal
@@ -298,7 +358,7 @@ TEST(ImportHf, MistralWindowOfAtLeastTheContextIsLlama) {
 }
 
 // The families of foreign_families: one line naming what of each fsdpgen
-// cannot represent, from the Hub's configs (Qwen2.5 0.5B, Qwen3 0.6B, Gemma 3
+// cannot represent, from the Hub's configs (Qwen3 0.6B, Gemma 3
 // 1B) and edited ones (Gemma 2's soft-capping and query scale, OLMo 2);
 // check --hf names the same against a llama spec.
 TEST(ImportHf, OtherFamiliesNameWhatFsdpgenCannotRepresent) {
@@ -310,9 +370,6 @@ TEST(ImportHf, OtherFamiliesNameWhatFsdpgenCannotRepresent) {
     return at == std::string::npos ? r.out : r.out.substr(at, end - at);
   };
   const std::string hf = kSource + "/tests/cli/hf/";
-  EXPECT_EQ(refusal(hf + "Qwen2.5-0.5B"),
-            "model_type = \"qwen2\": Qwen2ForCausalLM is not llama's architecture; not "
-            "supported yet: biases on q, k and v");
   EXPECT_EQ(refusal(hf + "Qwen3-0.6B"),
             "model_type = \"qwen3\": Qwen3ForCausalLM is not llama's architecture; not "
             "supported yet: RMSNorm on each head's queries and keys (qk-norm); head_dim apart "
@@ -343,11 +400,12 @@ TEST(ImportHf, OtherFamiliesNameWhatFsdpgenCannotRepresent) {
             "model_type = \"olmo2\": Olmo2ForCausalLM is not llama's architecture; not "
             "supported yet: norms after attention and after the MLP instead of before "
             "(post-norm); RMSNorm on all of the queries and all of the keys (qk-norm)");
-  const CmdResult r = run("check " + kSource + "/specs/llama-1b.fsdp --hf " + hf + "Qwen2.5-0.5B");
+  const CmdResult r = run("check " + kSource + "/specs/llama-1b.fsdp --hf " + hf + "Qwen3-0.6B");
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_TRUE(has(r,
-                  "Qwen2.5-0.5B/config.json has model_type = \"qwen2\": Qwen2ForCausalLM is "
-                  "not llama's architecture; not supported yet: biases on q, k and v\n"))
+                  "Qwen3-0.6B/config.json has model_type = \"qwen3\": Qwen3ForCausalLM is "
+                  "not llama's architecture; not supported yet: RMSNorm on each head's queries "
+                  "and keys (qk-norm)"))
       << r.out;
 }
 

@@ -16,9 +16,6 @@
 // over the steps, so a wrong learning rate, gradient scale or attention
 // grouping is far outside them, and so is the rotation without the scaling
 // (4e-4 apart by step 6).
-#include <cstring>
-#include <map>
-
 #include "tests/e2e/ReferenceLayouts.h"
 
 namespace fsdpgen::test {
@@ -109,22 +106,6 @@ TEST(LlamaModelDirectory, AConfigOfAnotherModelIsAnErrorNamingEachDifference) {
       << r.out;
   EXPECT_NE(r.out.find("tie_word_embeddings = true, but"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << "no step may run";
-}
-
-// Each tensor's data bytes of a safetensors file, by name (its JSON header read here).
-std::map<std::string, std::string> tensor_bytes(const std::filesystem::path& path) {
-  const std::string all = file_bytes(path);
-  std::map<std::string, std::string> out;
-  if (all.size() < 8) return out;
-  uint64_t n = 0;
-  std::memcpy(&n, all.data(), 8);
-  const nlohmann::json header = nlohmann::json::parse(all.substr(8, n));
-  for (const auto& [name, t] : header.items())
-    if (name != "__metadata__") {
-      const int64_t begin = t.at("data_offsets")[0], end = t.at("data_offsets")[1];
-      out[name] = all.substr(8 + n + static_cast<size_t>(begin), static_cast<size_t>(end - begin));
-    }
-  return out;
 }
 
 // transformers' weights in, fsdpgen's out (F32, no step run, 2 ranks): every

@@ -1,11 +1,13 @@
-// ReferenceLayouts: the layouts in which the reference tests (GPT-2 and llama
-// against Hugging Face transformers) train a fixture's spec: as written (one
-// rank), full_shard over 2 ranks and hybrid_shard over 2x2, each with the
-// fixture's global batch of 4 sequences.
+// ReferenceLayouts: the layouts in which the reference tests (GPT-2, llama and
+// Qwen2 against Hugging Face transformers) train a fixture's spec: as written
+// (one rank), full_shard over 2 ranks and hybrid_shard over 2x2, each with the
+// fixture's global batch of 4 sequences; and a safetensors file's tensors.
 #pragma once
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <ostream>
 #include <string>
 
@@ -48,6 +50,22 @@ inline std::string reference_spec(const std::filesystem::path& fixture, const ch
 
 inline double relative(double got, double want) {
   return std::abs(got - want) / std::abs(want);
+}
+
+// Each tensor's data bytes of a safetensors file, by name (its JSON header read here).
+inline std::map<std::string, std::string> tensor_bytes(const std::filesystem::path& path) {
+  const std::string all = file_bytes(path);
+  std::map<std::string, std::string> out;
+  if (all.size() < 8) return out;
+  uint64_t n = 0;
+  std::memcpy(&n, all.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(all.substr(8, n));
+  for (const auto& [name, t] : header.items())
+    if (name != "__metadata__") {
+      const int64_t begin = t.at("data_offsets")[0], end = t.at("data_offsets")[1];
+      out[name] = all.substr(8 + n + static_cast<size_t>(begin), static_cast<size_t>(end - begin));
+    }
+  return out;
 }
 
 }  // namespace fsdpgen::test

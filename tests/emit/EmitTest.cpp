@@ -53,6 +53,7 @@ const Refusal kRefusals[] = {
      "final_norm and head must be in the same wrap unit"},
     {"OddTokensWith16BitParams", small("", "precision { param = bf16 }", "each block", 33, 1), "",
      "odd micro_batch * context with 16-bit params"},
+    {"Qwen2Biases", "", "qwen2.5-0.5b.fsdp", "qkv_bias = true on GPUs", true},
 };
 
 struct Case {

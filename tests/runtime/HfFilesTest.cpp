@@ -220,6 +220,31 @@ TEST(HfConfig, EachDifferenceIsNamedWithBothValues) {
             std::vector<std::string>{"rope_scaling"});
 }
 
+// The config.json written for a model with qkv_bias is Qwen2's (its class,
+// no window) and reads back as the model; read as Llama's it differs at
+// model_type, which states the biases, and Llama's config differs from it there.
+TEST(HfConfig, Qwen2IsWrittenAndReadAsLlamaWithQkvBias) {
+  hf_model m = llama_1b();
+  m.rope_factor = 0;
+  m.qkv_bias = true;
+  const json c = json::parse(hf_config_text(m));
+  EXPECT_EQ(c["model_type"], "qwen2");
+  EXPECT_EQ(c["architectures"], json::array({"Qwen2ForCausalLM"}));
+  EXPECT_EQ(c["use_sliding_window"], false);
+  EXPECT_FALSE(c.contains("attention_bias"));
+  EXPECT_EQ(keys_of(mismatches(c, m)), std::vector<std::string>{});
+  hf_model plain = m;
+  plain.qkv_bias = false;
+  const std::vector<hf_mismatch> got = mismatches(c, plain);
+  ASSERT_EQ(keys_of(got), std::vector<std::string>{"model_type"});
+  EXPECT_EQ(got[0].spec_key, "qkv_bias");
+  EXPECT_EQ(got[0].config_value, "\"qwen2\"");
+  EXPECT_EQ(got[0].spec_value, "false");
+  json llama = llama_1b_config();
+  llama.erase("rope_scaling");
+  EXPECT_EQ(keys_of(mismatches(llama, m)), std::vector<std::string>{"model_type"});
+}
+
 TEST(HfConfig, Gpt2) {
   hf_model m;
   m.vocab = 50257;

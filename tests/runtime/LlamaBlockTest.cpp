@@ -32,6 +32,7 @@ Out only_llama_pieces(Out all, int first, int end) {
   keep(p.rms1_w, kLlamaRms1), keep(p.q_w, kLlamaQ), keep(p.k_w, kLlamaK), keep(p.v_w, kLlamaV);
   keep(p.o_w, kLlamaO), keep(p.rms2_w, kLlamaRms2), keep(p.gate_w, kLlamaGate);
   keep(p.up_w, kLlamaUp), keep(p.down_w, kLlamaDown);
+  keep(p.q_b, kLlamaQ), keep(p.k_b, kLlamaK), keep(p.v_b, kLlamaV);
   return p;
 }
 
@@ -68,17 +69,11 @@ llama_block_result run_llama_block(const std::vector<float>& params, const std::
   return {out, std::vector<float>(sc.dres, sc.dres + d.N() * d.C), grads};
 }
 
-}  // namespace
-
-// A llama block run piece by piece (each linear its own range, a norm with
-// the linear after it; and every piece alone) equals the whole block bit for
-// bit; and it is a block (d(input) is not zero, every gradient is touched).
-TEST(LlamaBlock, PieceByPieceEqualsTheWholeBlock) {
-  llama_dims d;
-  d.B = 2, d.T = 8, d.C = 32, d.H = 4, d.KV_heads = 2, d.F = 48, d.V = 50;
+// The block of `d` run piece by piece equals it run whole.
+void piece_by_piece_equals_the_whole_block(const llama_dims& d) {
   const model::Dims md{d.C, d.F, d.H, d.T, d.KV(), true};
-  const int64_t n =
-      model::offset_elems(model::kLlamaBlockParams, std::size(model::kLlamaBlockParams), md);
+  const model::Table<model::Tensor> table = model::llama_params(d.qkv_bias).block;
+  const int64_t n = model::offset_elems(table, table.count, md);
   std::mt19937 rng(43);
   std::vector<float> params(n);
   for (float& v : params)
@@ -99,4 +94,20 @@ TEST(LlamaBlock, PieceByPieceEqualsTheWholeBlock) {
   }
   EXPECT_GT(std::count_if(whole.grads.begin(), whole.grads.end(), [](float v) { return v != 0; }),
             n / 2);
+}
+
+}  // namespace
+
+// A llama block run piece by piece (each linear its own range, a norm with
+// the linear after it; and every piece alone) equals the whole block bit for
+// bit; and it is a block (d(input) is not zero, every gradient is touched).
+// Llama's block and Qwen2's (qkv_bias: the biases in q's, k's and v's pieces).
+TEST(LlamaBlock, PieceByPieceEqualsTheWholeBlock) {
+  for (const bool qkv_bias : {false, true}) {
+    SCOPED_TRACE(qkv_bias ? "qkv_bias" : "no biases");
+    llama_dims d;
+    d.B = 2, d.T = 8, d.C = 32, d.H = 4, d.KV_heads = 2, d.F = 48, d.V = 50;
+    d.qkv_bias = qkv_bias;
+    piece_by_piece_equals_the_whole_block(d);
+  }
 }

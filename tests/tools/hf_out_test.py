@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A Hugging Face model out of a run, loaded by transformers with no hand
 work: a corpus prepared with a fixture BPE of 512 tokens (GPT-2's
-vocab.json + merges.txt, and Llama 3's with its BOS), a gpt2 and a llama
-spec trained a few steps on it with `--save DIR`, and DIR loaded by
+vocab.json + merges.txt, and Llama 3's with its BOS), a gpt2, a llama and a
+Qwen2 (llama with qkv_bias, tied) spec trained a few steps on it with `--save DIR`, and DIR loaded by
 AutoModelForCausalLM and AutoTokenizer: the tokenizer encodes a document as
 the token set holds it, the special-token ids are the set's, greedy
 generation gives new tokens, and transformers' loss on the first batch
@@ -28,6 +28,7 @@ CONTEXT, MICRO_BATCH = 32, 4
 MODELS = {
     "gpt2": "family = gpt2\n  tie_embeddings = true",
     "llama": "family = llama\n  kv_heads = 1\n  ffn_hidden = 88\n  tie_embeddings = false",
+    "qwen2": "family = llama\n  kv_heads = 1\n  ffn_hidden = 88\n  qkv_bias = true\n  tie_embeddings = true",
 }
 SPEC = """model hf_out_{family} {{
   {model}
@@ -158,6 +159,9 @@ class HfOutTest(unittest.TestCase):
 
     def test_llama_with_bos(self):
         self.expect_loads_and_matches("llama", "llama3")
+
+    def test_qwen2_with_bos(self):
+        self.expect_loads_and_matches("qwen2", "llama3")
 
 
 if __name__ == "__main__":
