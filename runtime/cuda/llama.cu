@@ -13,19 +13,23 @@
 
 namespace {
 
-// out (N, OC) = inp (N, IC) @ w^T for w (OC, IC) (nn.Linear), plus residual when given.
+// out (N, OC) = inp (N, IC) @ w^T for w (OC, IC) (nn.Linear), plus residual
+// when given, plus bias (OC) when given (cuBLASLt's bias epilogue).
 template <class T>
 void linear_forward(T* out, const T* inp, const T* w, const T* residual, int64_t N, int64_t IC,
-                    int64_t OC, gpu_exec& g) {
+                    int64_t OC, gpu_exec& g, const T* bias = nullptr) {
   cuda_gemm_extras<T> e;
   e.c_in = residual;
+  e.bias = bias;
   cuda_gemm(false, true, N, OC, IC, 1.0f, inp, IC, w, IC, residual ? 1.0f : 0.0f, out, OC, g, e);
 }
 
-// dinp (N, IC) = dout @ w (added to dinp with accumulate); dw (OC, IC) += dout^T @ inp.
+// dinp (N, IC) = dout @ w (added to dinp with accumulate); dw (OC, IC) += dout^T @ inp;
+// dbias (OC) += column sums of dout when given.
 template <class T, class G>
 void linear_backward(T* dinp, G* dw, const T* dout, const T* inp, const T* w, int64_t N, int64_t IC,
-                     int64_t OC, bool accumulate, gpu_exec& g) {
+                     int64_t OC, bool accumulate, gpu_exec& g, G* dbias = nullptr) {
+  if (dbias) cuda_gemm_bias_backward(dbias, dout, N, OC, nullptr, 0, g.stream);
   cuda_gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC, g);
   cuda_gemm(false, false, N, IC, OC, 1.0f, dout, OC, w, IC, accumulate ? 1.0f : 0.0f, dinp, IC, g);
 }
@@ -94,15 +98,15 @@ void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_blo
   if (pieces.has(kLlamaRms1))
     rmsnorm_forward(s.rms1, s.rms1_rstd, s.input, p.rms1_w, N, C, d.norm_eps, g.stream);
   if (pieces.has(kLlamaQ)) {
-    linear_forward(s.q, static_cast<const T*>(s.rms1), p.q_w, none, N, C, C, g);
+    linear_forward(s.q, static_cast<const T*>(s.rms1), p.q_w, none, N, C, C, g, p.q_b);
     rope_forward(s.q, rope.cos, rope.sin, N, d.T, d.H, d.D(), g.stream);
   }
   if (pieces.has(kLlamaK)) {
-    linear_forward(s.k, static_cast<const T*>(s.rms1), p.k_w, none, N, C, KV, g);
+    linear_forward(s.k, static_cast<const T*>(s.rms1), p.k_w, none, N, C, KV, g, p.k_b);
     rope_forward(s.k, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D(), g.stream);
   }
   if (pieces.has(kLlamaV)) {
-    linear_forward(s.v, static_cast<const T*>(s.rms1), p.v_w, none, N, C, KV, g);
+    linear_forward(s.v, static_cast<const T*>(s.rms1), p.v_w, none, N, C, KV, g, p.v_b);
     gqa_forward(s, d, g);
   }
   if (pieces.has(kLlamaO))
@@ -160,12 +164,15 @@ void llama_block_backward(const llama_block_grads<G>& grads, const llama_block_p
     gqa_backward(dq, dk, dv, scratch.delta, static_cast<const T*>(dtmp), s, d, g);
     rope_backward(dq, rope.cos, rope.sin, N, d.T, d.H, d.D(), g.stream);
     rope_backward(dk, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D(), g.stream);
-    linear_backward(dtmp, grads.v_w, static_cast<const T*>(dv), s.rms1, p.v_w, N, C, KV, false, g);
+    linear_backward(dtmp, grads.v_w, static_cast<const T*>(dv), s.rms1, p.v_w, N, C, KV, false, g,
+                    grads.v_b);
   }
   if (pieces.has(kLlamaK))
-    linear_backward(dtmp, grads.k_w, static_cast<const T*>(dk), s.rms1, p.k_w, N, C, KV, true, g);
+    linear_backward(dtmp, grads.k_w, static_cast<const T*>(dk), s.rms1, p.k_w, N, C, KV, true, g,
+                    grads.k_b);
   if (pieces.has(kLlamaQ))
-    linear_backward(dtmp, grads.q_w, static_cast<const T*>(dq), s.rms1, p.q_w, N, C, C, true, g);
+    linear_backward(dtmp, grads.q_w, static_cast<const T*>(dq), s.rms1, p.q_w, N, C, C, true, g,
+                    grads.q_b);
   // d(q), d(k), d(v) are read by now.
   if (pieces.has(kLlamaRms1))
     rmsnorm_backward(dres, grads.rms1_w, static_cast<const T*>(dtmp),
