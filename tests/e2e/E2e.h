@@ -55,6 +55,7 @@ struct E2eConfig {
   bool offload_activations = false;  // recompute = block's saved inputs wait on the host
   std::string units = "each block";
   bool tied = true;
+  bool qkv_bias = false;  // llama only: Qwen2's biases on q, k and v
   std::string optimizer = "adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)";
   int steps = 4;
   std::string clip = "1.0";  // a global norm, or none
@@ -76,7 +77,9 @@ struct E2eConfig {
         "  data = synthetic(seed = 7)\n  log_every = 1\n{}}}\n",
         family, vocab,
         family == "llama" ? "  heads = 4\n  kv_heads = 2\n  ffn_hidden = 88\n" : "  heads = 2\n",
-        tied, pad_vocab_to ? fmt::format("  pad_vocab_to = {}\n", pad_vocab_to) : "",
+        tied,
+        (pad_vocab_to ? fmt::format("  pad_vocab_to = {}\n", pad_vocab_to) : "") +
+            (qkv_bias ? "  qkv_bias = true\n" : ""),
         layers.empty() ? "" : fmt::format("layers {{\n{}}}\n", layers), units, world, sharding,
         shard_group ? fmt::format("  shard_group = {}\n", shard_group) : "", param, reduce_dtype,
         forward_prefetch, backward, max_inflight, recompute,
@@ -106,6 +109,7 @@ struct E2eConfig {
     if (vocab != 64) n += fmt::format("_vocab{}", vocab);
     if (pad_vocab_to) n += fmt::format("_pad{}", pad_vocab_to);
     if (family != "gpt2") n += "_" + family;
+    if (qkv_bias) n += "_qkv_bias";
     if (!layers.empty())
       n += fmt::format("_layers{:08x}", std::hash<std::string>{}(layers)&0xffffffffu);
     if (!train_extra.empty())

@@ -235,6 +235,7 @@ E2eConfig reference_of(const E2eConfig& c) {
   r.micro_batch = c.world * c.micro_batches * c.micro_batch;
   r.param = c.param;
   r.tied = c.tied;
+  r.qkv_bias = c.qkv_bias;
   r.optimizer = c.optimizer;
   r.steps = c.steps;
   r.clip = c.clip;
@@ -387,6 +388,44 @@ std::vector<E2eConfig> llama_set() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Llama, Equivalence, ::testing::ValuesIn(llama_set()),
+                         [](const auto& info) { return info.param.name(); });
+
+// Qwen2 (llama with qkv_bias): the biases sharded with their weights'
+// pieces: each linear a unit (a bias with its weight) with recompute and the
+// input on the host; q and k split from v; hybrid in bf16 with
+// accumulation; offload with SGD without clipping (a wrong gradient scale
+// shows in the loss).
+std::vector<E2eConfig> qwen2_set() {
+  E2eConfig linear;
+  linear.family = "llama";
+  linear.qkv_bias = true;
+  linear.units = "each linear";
+  linear.recompute = "block";
+  linear.offload_activations = true;
+  E2eConfig pieces = linear;
+  pieces.units = "unit a [block 0.self_attn.q_proj, block 0.self_attn.k_proj]  each block";
+  pieces.offload_activations = false;
+  E2eConfig hybrid = pieces;
+  hybrid.units = "each block";
+  hybrid.recompute = "none";
+  hybrid.sharding = "hybrid_shard";
+  hybrid.world = 4;
+  hybrid.shard_group = 2;
+  hybrid.micro_batches = 2;
+  hybrid.param = hybrid.reduce_dtype = "bf16";
+  E2eConfig offload = hybrid;
+  offload.sharding = "shard_grad_op";
+  offload.world = 2;
+  offload.shard_group = 0;
+  offload.micro_batches = 1;
+  offload.param = offload.reduce_dtype = "fp32";
+  offload.offload = "cpu";
+  offload.optimizer = "sgd(lr = 0.5, momentum = 0.9, weight_decay = 0.01)";
+  offload.clip = "none";
+  return {linear, pieces, hybrid, offload};
+}
+
+INSTANTIATE_TEST_SUITE_P(Qwen2, Equivalence, ::testing::ValuesIn(qwen2_set()),
                          [](const auto& info) { return info.param.name(); });
 
 // The comparison sees hybrid replicas counted twice: the hybrid SGD run of
