@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/cli/Common.h"
 #include "codegen/driver/Pipeline.h"
 #include "codegen/driver/Target.h"
 #include "codegen/emit/BuildConfig.h"
@@ -32,10 +33,6 @@ namespace fsdpgen {
 namespace {
 
 namespace fs = std::filesystem;
-
-void error(const std::string& msg) {
-  std::fputs(fmt::format("fsdpgen: error: {}\n", msg).c_str(), stderr);
-}
 
 // The standard sweep: shapes that bracket the shipped specs, so that plans
 // of other models interpolate. CPUs: byte-level models like

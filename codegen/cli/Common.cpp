@@ -35,6 +35,10 @@ void out(const std::string& s) {
   std::fputs(s.c_str(), stdout);
 }
 
+void error(const std::string& s) {
+  std::fputs(fmt::format("fsdpgen: error: {}\n", s).c_str(), stderr);
+}
+
 void Common::add_to(CLI::App* app, Pass last, bool overrides) {
   command = app->get_name();
   last_pass = last;

@@ -29,6 +29,8 @@ int exit_status(Failure f);
 
 // Prints `s` on stdout.
 void out(const std::string& s);
+// Prints "fsdpgen: error: `s`" and a newline on stderr.
+void error(const std::string& s);
 
 struct Common {
   std::string spec_path;

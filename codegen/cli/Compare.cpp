@@ -21,7 +21,7 @@ std::optional<std::string> read_text(const std::string& path) {
   try {
     return file_read_whole(path, kJsonFileMaxBytes);
   } catch (const std::exception& e) {
-    std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
+    error(e.what());
     return std::nullopt;
   }
 }
@@ -44,7 +44,7 @@ std::string parse_rank_pair(const std::string& text, int& a, int& b) {
 int run_compare_ranks(const std::string& trace, const std::string& ranks, int top) {
   int a = 0, b = 0;
   if (const std::string why = parse_rank_pair(ranks, a, b); !why.empty()) {
-    std::fputs(fmt::format("fsdpgen: error: {}\n", why).c_str(), stderr);
+    error(why);
     return kExitUsage;
   }
   const auto m = read_text(trace);
@@ -53,7 +53,7 @@ int run_compare_ranks(const std::string& trace, const std::string& ranks, int to
     out(compare_ranks_report(read_step_trace(*m, trace), a, b, top));
     return 0;
   } catch (const CompareError& e) {
-    std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
+    error(e.what());
     return kExitSpecError;
   }
 }
@@ -99,7 +99,7 @@ int run_compare(const std::string& predicted, const std::string& measured, int r
                       merged));
     return 0;
   } catch (const CompareError& e) {
-    std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
+    error(e.what());
     return kExitSpecError;
   }
 }

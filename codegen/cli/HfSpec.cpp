@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/cli/Common.h"
 #include "codegen/emit/Build.h"
 #include "dsl/Ast.h"
 #include "dsl/Diagnostics.h"
@@ -29,10 +30,6 @@ namespace fs = std::filesystem;
 constexpr int64_t kImportContext = 2048;
 // Tokens per rank per micro-batch of an imported spec.
 constexpr int64_t kImportMicroBatchTokens = 8192;
-
-void error(const std::string& msg) {
-  std::fputs(fmt::format("fsdpgen: error: {}\n", msg).c_str(), stderr);
-}
 
 // SOURCE's config.json: DIR/config.json for a directory, else SOURCE itself.
 std::string config_path_of(const std::string& source) {

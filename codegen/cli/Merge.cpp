@@ -257,7 +257,7 @@ int run_merge(const std::string& checkpoint, const std::string& output, const st
         m.checkpoint, m.step, m.tensors, m.params, st, static_cast<double>(m.bytes) / (1 << 20)));
     return 0;
   } catch (const std::exception& e) {
-    std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
+    error(e.what());
     return kExitSpecError;
   }
 }

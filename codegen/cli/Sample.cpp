@@ -293,7 +293,7 @@ int run_sample(const SampleOptions& o) {
     }
     return 0;
   } catch (const std::exception& e) {
-    std::fputs(fmt::format("fsdpgen: error: {}\n", e.what()).c_str(), stderr);
+    error(e.what());
     return kExitSpecError;
   }
 }

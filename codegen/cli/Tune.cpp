@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/cli/Common.h"
 #include "codegen/driver/Target.h"
 #include "codegen/planner/Accuracy.h"
 #include "codegen/planner/Calibrated.h"
@@ -22,19 +23,8 @@
 namespace fsdpgen {
 namespace {
 
-constexpr int kExitSpecError = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitDoesNotFit = 4;
 // Without a fit at the given world, worlds up to this many times it are tried.
 constexpr int64_t kLargestWorldFactor = 64;
-
-void out(const std::string& s) {
-  std::fputs(s.c_str(), stdout);
-}
-
-void error(const std::string& s) {
-  std::fputs(fmt::format("fsdpgen: error: {}\n", s).c_str(), stderr);
-}
 
 double gib(int64_t bytes) {
   return static_cast<double>(bytes) / (int64_t{1} << 30);
