@@ -7,7 +7,9 @@
 # fraction of communication hidden behind compute (from the measured trace
 # of one step) and the arena the process grew by against the plan, and the
 # same step predicted from the built-in 'cpu' figures (no calibration) with
-# its ratio; the summary gives each configuration's ratios over the
+# its ratio, and from the profile without its contention entries (each
+# collective and layer pass as if alone, docs/calibrate.md) with its ratio;
+# the summary gives each configuration's ratios over the
 # repetitions (a shared
 # VM's speed drifts by tens of percent within a minute: one run says
 # little). Exits 1 when a configuration's median calibrated ratio leaves
@@ -32,11 +34,11 @@ field() { sed -nE "s#.*$2.*#\1#p" <<<"$1" | head -1; }
 
 repeats="${2:-3}"
 fixed_profile="${3:-}"
-declare -A ratios builtin_ratios
+declare -A ratios builtin_ratios alone_ratios
 
-row='%-4s %-10s %5s %13s %13s %7s %10s %8s %20s %12s %9s\n'
+row='%-4s %-10s %5s %13s %13s %7s %10s %8s %20s %12s %9s %10s %9s\n'
 printf "$row" rep spec ranks "predicted ms" "measured ms" ratio tokens/s hidden "arena (plan) MiB" \
-  "built-in ms" "ratio b"
+  "built-in ms" "ratio b" "alone ms" "ratio a"
 for rep in $(seq 1 "$repeats"); do
   profile="${fixed_profile:-$work/profile.json}"
   if [ -z "$fixed_profile" ]; then
@@ -45,6 +47,9 @@ for rep in $(seq 1 "$repeats"); do
     (cd "$root" && "$fsdpgen" calibrate "${paths[@]}" -o "$profile" >"$work/calibrate.log") ||
       { cat "$work/calibrate.log"; exit 1; }
   fi
+  python3 -c 'import json, sys
+p = json.load(open(sys.argv[1])); p.pop("contention", None); json.dump(p, open(sys.argv[2], "w"))' \
+    "$profile" "$work/alone.json"
   for spec in "${specs[@]}"; do
     for ranks in 1 2; do
       bin="$work/$spec-$ranks"
@@ -57,6 +62,7 @@ for rep in $(seq 1 "$repeats"); do
       }
       predicted=$(predicted --hardware "$profile")
       builtin=$(predicted --gpu cpu)
+      alone=$(predicted --hardware "$work/alone.json")
       launch=("$bin")
       [ "$ranks" -gt 1 ] && launch=(mpirun -n "$ranks" --bind-to none "$bin")
       out=$("${launch[@]}" --steps "$steps" --log-every 1 --trace "$work/trace.json" \
@@ -71,10 +77,12 @@ for rep in $(seq 1 "$repeats"); do
       arena="$(field "$arena_line" 'arena ([0-9.]+) MiB') ($(field "$arena_line" 'planned peak ([0-9.]+)'))"
       ratio=$(awk -v m="$measured" -v p="$predicted" 'BEGIN { printf "%.2f", m / p }')
       builtin_ratio=$(awk -v m="$measured" -v p="$builtin" 'BEGIN { printf "%.2f", m / p }')
+      alone_ratio=$(awk -v m="$measured" -v p="$alone" 'BEGIN { printf "%.2f", m / p }')
       ratios[$spec-$ranks]+="$ratio "
       builtin_ratios[$spec-$ranks]+="$builtin_ratio "
+      alone_ratios[$spec-$ranks]+="$alone_ratio "
       printf "$row" "$rep" "$spec" "$ranks" "$predicted" "$measured" "$ratio" "$tokens" \
-        "${hidden:-no comm}" "$arena" "$builtin" "$builtin_ratio"
+        "${hidden:-no comm}" "$arena" "$builtin" "$builtin_ratio" "$alone" "$alone_ratio"
     done
   done
 done
@@ -94,6 +102,8 @@ summary() {
 echo
 summary "ratio = measured / predicted step time, calibrated profile" ratios
 summary "ratio b = measured / predicted step time, built-in 'cpu' figures" builtin_ratios
+summary "ratio a = measured / predicted step time, the profile without its contention entries" \
+  alone_ratios
 
 # The calibrated prediction's target: every configuration's median ratio in
 # 0.9-1.1. Exit 1 naming those outside (on a quiet machine, a real drift).
