@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "codegen/planner/Cost.h"
 #include "codegen/planner/Flops.h"
+#include "codegen/planner/GroupPlacement.h"
 #include "codegen/planner/Muon.h"
 
 namespace fsdpgen {

@@ -46,24 +46,24 @@ bool is_comm(OpKind k) {
 }
 
 // How an op spends its time: `fixed_s`, then `bytes` at `rate` (bytes/s when
-// alone on `link`). A compute op (`compute`) and a collective with measured
-// `contention` (a CPU profile's) slow each other while both run.
+// alone on `link`).
 struct Work {
   double fixed_s = 0;
   double bytes = 0;
   double rate = 0;
   Link link = Link::None;
+  double seconds() const { return fixed_s + (bytes > 0 ? bytes / rate : 0); }
+};
+
+// What slows an op beside others: a compute op (`compute`) and a collective
+// with measured `contention` (a CPU profile's) slow each other while both run.
+struct Sharing {
   bool compute = false;
   std::optional<Contention> contention;
-  double seconds() const { return fixed_s + (bytes > 0 ? bytes / rate : 0); }
 };
 
 void require(bool ok, const Hardware& hw, std::string_view what) {
   if (!ok) throw std::invalid_argument(fmt::format("hardware '{}' has no {}", hw.name, what));
-}
-
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
 }
 
 Work collective_work(const Schedule& s, const Op& op, const Hardware& hw) {
@@ -258,6 +258,7 @@ void check_well_formed(const Schedule& s) {
 // `contention`, the measured fractions while collectives and compute ops run
 // at once.
 std::vector<std::pair<double, double>> simulate(const Schedule& s, const std::vector<Work>& work,
+                                                const std::vector<Sharing>& sharing_of,
                                                 const CostOptions& options) {
   const size_t n = s.ops.size();
   std::vector<std::vector<int>> queue(kStreamNames.size());
@@ -303,22 +304,22 @@ std::vector<std::pair<double, double>> simulate(const Schedule& s, const std::ve
                       s.ops[blocked].label(), blocked));
     }
     // Speeds until the next event.
-    std::array<int, kLinks> sharing{};
+    std::array<int, kLinks> on_link{};  // transfers on each link
     bool computing = false;
     double compute_speed = 1;
     for (int i : running) {
-      if (fixed_left[i] <= 0 && left[i] > 0) ++sharing[static_cast<size_t>(work[i].link)];
-      computing = computing || work[i].compute;
-      if (options.contention && work[i].contention)
-        compute_speed = std::min(compute_speed, work[i].contention->compute_speed);
+      if (fixed_left[i] <= 0 && left[i] > 0) ++on_link[static_cast<size_t>(work[i].link)];
+      computing = computing || sharing_of[i].compute;
+      if (options.contention && sharing_of[i].contention)
+        compute_speed = std::min(compute_speed, sharing_of[i].contention->compute_speed);
     }
     auto speed = [&](int i) {
       if (!options.contention) return 1.0;
-      if (work[i].compute) return compute_speed;
-      return computing && work[i].contention ? work[i].contention->comm_speed : 1.0;
+      if (sharing_of[i].compute) return compute_speed;
+      return computing && sharing_of[i].contention ? sharing_of[i].contention->comm_speed : 1.0;
     };
     auto rate = [&](int i) {
-      const int k = sharing[static_cast<size_t>(work[i].link)];
+      const int k = on_link[static_cast<size_t>(work[i].link)];
       const double r = options.share_links && work[i].link != Link::None && k > 1 ? work[i].rate / k
                                                                                   : work[i].rate;
       return r * speed(i);
@@ -366,30 +367,6 @@ std::string pct(double x) {
 
 }  // namespace
 
-GroupPlacement group_placement(const ParallelSpec& p, CommGroup g, int64_t ranks) {
-  const int64_t node = std::max<int64_t>(1, p.ranks_per_node);
-  GroupPlacement out{ranks, 1, ranks};
-  auto spread = [&](int64_t per_node) {
-    per_node = std::clamp<int64_t>(per_node, 1, ranks);
-    out.ranks_per_node = per_node;
-    out.nodes = std::max<int64_t>(2, ceil_div(ranks, per_node));
-  };
-  switch (g) {
-    case CommGroup::None:
-      break;
-    case CommGroup::Shard:  // contiguous ranks; a group no larger than a node may straddle two
-      if (!shard_group_intra_node(p)) spread(ranks > node ? node : (ranks + 1) / 2);
-      break;
-    case CommGroup::Replica:  // ranks shard_group apart: node / shard_group of them share a node
-      if (!replica_group_intra_node(p)) spread(p.shard_group >= node ? 1 : node / p.shard_group);
-      break;
-    case CommGroup::World:
-      if (p.world > node) spread(node);
-      break;
-  }
-  return out;
-}
-
 double op_seconds(const Schedule& s, const Op& op, const Hardware& hw) {
   return op_work(s, op, hw).seconds();
 }
@@ -413,7 +390,9 @@ Timeline predict(const Schedule& s, const Hardware& hw, const CostOptions& optio
         hw.name);
   }
   std::vector<Work> work;
+  std::vector<Sharing> sharing;
   work.reserve(s.ops.size());
+  sharing.reserve(s.ops.size());
   for (const Op& op : s.ops) {
     Lookup how = Lookup::Missing;
     if (times && op.kind != OpKind::Free) {
@@ -426,18 +405,19 @@ Timeline predict(const Schedule& s, const Hardware& hw, const CostOptions& optio
                                        : t.ops_estimated);
     }
     if (how == Lookup::Missing) work.push_back(op_work(s, op, hw));
-    Work& w = work.back();
-    w.compute = is_compute(op.kind);
+    const Work& w = work.back();
+    Sharing& sh = sharing.emplace_back();
+    sh.compute = is_compute(op.kind);
     if (times && is_collective(op.kind) && op.group_size > 1 &&
         group_placement(spec.parallel, op.group, op.group_size).nodes == 1)
       if (const Contention c = times->contention(profile_op_name(op.kind), op.group_size);
           c.compute_speed < 1 || c.comm_speed < 1)
-        w.contention = c;
+        sh.contention = c;
     if (!std::isfinite(w.seconds()) || w.fixed_s < 0 || w.bytes < 0)
       throw std::invalid_argument(
           fmt::format("cost: {} (#{}) has no finite duration on '{}'", op.label(), op.id, hw.name));
   }
-  const auto spans = simulate(s, work, options);
+  const auto spans = simulate(s, work, sharing, options);
 
   t.hardware = hw.name;
   t.accuracy =

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "codegen/planner/Accuracy.h"
+#include "codegen/planner/GroupPlacement.h"
 #include "codegen/planner/Hardware.h"
 #include "codegen/planner/Schedule.h"
 
@@ -99,15 +100,6 @@ struct CostOptions {
 // measured per-op overhead); ops it has nothing comparable for take the
 // formulas above.
 Timeline predict(const Schedule& s, const Hardware& hw, const CostOptions& options = {});
-
-// Where a communication group's ranks sit: n ranks over `nodes` nodes, at
-// most `ranks_per_node` of them on one node (placement as in Lower.h).
-struct GroupPlacement {
-  int64_t ranks = 1;
-  int64_t nodes = 1;
-  int64_t ranks_per_node = 1;
-};
-GroupPlacement group_placement(const ParallelSpec& p, CommGroup g, int64_t ranks);
 
 // Seconds one op takes on `hw` when it runs alone (no link shared).
 double op_seconds(const Schedule& s, const Op& op, const Hardware& hw);
