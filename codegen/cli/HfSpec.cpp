@@ -263,8 +263,9 @@ Command add_import_hf_command(CLI::App& app) {
   auto f = std::make_shared<ImportHfFlags>();
   CLI::App* import_hf = app.add_subcommand(
       "import-hf",
-      "write the spec of a Hugging Face model (GPT2LMHeadModel or LlamaForCausalLM) from its "
-      "config.json, with default units, parallel and train sections to edit");
+      "write the spec of a Hugging Face model (GPT-2, Llama and the architectures "
+      "docs/huggingface.md lists) from its config.json, with default units, parallel and train "
+      "sections to edit");
   import_hf->add_option("source", f->source, "a Hugging Face model directory, or its config.json")
       ->required();
   import_hf->add_option("-o,--output", f->output, "the spec to write (default: stdout)");

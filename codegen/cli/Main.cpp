@@ -110,12 +110,11 @@ static int run_fsdpgen(int argc, char** argv) {
 
   // `fsdpgen spec.fsdp -o train` is `fsdpgen build spec.fsdp -o train`.
   std::vector<std::string> args(argv + 1, argv + argc);
-  // Every subcommand's name, in the order the unknown-subcommand error lists them: a name
-  // missing here would be taken for a spec to build or an unknown subcommand.
-  const std::vector<std::string_view> commands = {
-      "check",     "schedule",        "plan",        "emit",        "build", "merge",
-      "calibrate", "compare",         "check-layer", "import-hf",   "tune",  "prepare",
-      "metrics",   "train-tokenizer", "sample",      "prepare-eval"};
+  // Every subcommand's name, in the order `fsdpgen --help` lists them.
+  std::vector<std::string> names;
+  for (const fsdpgen::Command& c : subcommands)
+    names.push_back(c.app->get_name());
+  const std::vector<std::string_view> commands(names.begin(), names.end());
   if (!args.empty() && !args[0].empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
     if (!fsdpgen::looks_like_spec_path(args[0])) {

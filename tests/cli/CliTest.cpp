@@ -327,10 +327,26 @@ TEST(CliErrors, UnknownSubcommandIsNamed) {
   EXPECT_TRUE(has(typo, "fsdpgen: error: unknown subcommand 'plna'; did you mean 'plan'?"))
       << typo.out;
   EXPECT_TRUE(has(typo,
-                  "'check', 'schedule', 'plan', 'emit', 'build', 'merge', 'calibrate', 'compare', "
-                  "'check-layer', 'import-hf', 'tune', 'prepare', 'metrics', 'train-tokenizer', "
-                  "'sample' or 'prepare-eval'"))
+                  "'check', 'schedule', 'plan', 'emit', 'build', 'merge', 'calibrate', "
+                  "'check-layer', 'compare', 'import-hf', 'prepare', 'prepare-eval', 'metrics', "
+                  "'train-tokenizer', 'sample' or 'tune'"))
       << typo.out;
+  // The error lists exactly the subcommands --help lists, in its order.
+  CmdResult help = run("--help");
+  std::string listed;
+  bool in_section = false;
+  std::istringstream lines(help.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line == "Subcommands:")
+      in_section = true;
+    else if (in_section && line.rfind("  ", 0) == 0 && line.size() > 2 && line[2] != ' ')
+      listed += (listed.empty() ? "'" : "', '") + line.substr(2, line.find(' ', 2) - 2);
+  }
+  ASSERT_FALSE(listed.empty()) << help.out;
+  const size_t last = listed.rfind("', '");
+  listed = listed.substr(0, last) + "' or '" + listed.substr(last + 4) + "'";
+  EXPECT_TRUE(has(typo, "subcommands are " + listed + ", or a spec file")) << listed << "\n"
+                                                                           << typo.out;
   EXPECT_FALSE(has(typo, "--output is required")) << typo.out;
   CmdResult train = run("train " + spec("tiny.fsdp") + " -o " + dir + "/x");
   EXPECT_EQ(train.status, 2) << train.out;
