@@ -18,7 +18,7 @@ struct muon_layout;  // runtime/muon_layout.h
 struct step_context;
 
 // Where a step's rows come from: the training loop's data
-// (runtime/train/training_run.h training_inputs). step_fill_inputs asks it
+// (runtime/train/training_data.h training_inputs). step_fill_inputs asks it
 // for micro-batch mb's tokens and targets (B*T int32 each) of the training
 // step or validation pass c is in.
 struct step_inputs {

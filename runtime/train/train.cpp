@@ -63,8 +63,8 @@ int run(const program& p, const train_options& given, const launch_info& li,
   const checkpoint_manifest resumed = read_resumed_manifest(resume_from);
   const checkpoint_run settled = resolve_run(p, o, launched, resume_from, resumed, lead);
   training_run t(p, o, settled, resume_from, resumed, li);
-  t.check_outputs();
-  t.set_up(kind);
+  check_outputs(t.shape, t.checkpoints.config);
+  training_set_up(t, kind);
   // After the arena is made: its thread's first pages are not the arena's
   // growth the memory report measures.
   const std::unique_ptr<watchdog> watch =
@@ -72,32 +72,35 @@ int run(const program& p, const train_options& given, const launch_info& li,
           ? nullptr
           : watchdog_start(p, o.watch, li.rank, li.world, li.local_size, settled.checkpoint_dir,
                            settled.checkpoint_every > 0, checkpoint_shard_bytes(p));
-  t.load_weights();
-  t.print_banner();
-  t.open_metrics();
-  for (int64_t step = t.first_step(); step < t.steps(); ++step) {
-    step_record r = t.train_step(step);
-    if (t.validation_due(step + 1)) r.validated = true, r.val_loss = t.validate(step + 1).loss;
-    if (t.eval_due(step + 1)) r.eval = t.evaluate(step + 1);
-    if (t.samples_due(step + 1)) r.samples = t.sample(step + 1);
-    t.checkpoint_and_log(step, r);
-    if (t.stop_requested()) {
-      t.print_stopped(step);
+  training_load_weights(t);
+  training_print_banner(t);
+  t.outputs.open_metrics(t.shape, t.progress.start_step);
+  for (int64_t step = t.progress.start_step; step < t.shape.steps; ++step) {
+    step_record r = training_step(t, step);
+    if (training_validation_due(t, step + 1))
+      r.validated = true, r.val_loss = training_validate(t, step + 1).loss;
+    if (training_eval_due(t, step + 1)) r.eval = training_evaluate(t, step + 1);
+    if (training_samples_due(t, step + 1)) r.samples = training_sample(t, step + 1);
+    training_checkpoint_and_log(t, step, r);
+    if (t.progress.stop) {
+      training_print_stopped(t, step);
       break;
     }
   }
-  t.finish_checkpoints();
-  t.validate_untrained();
-  t.evaluate_untrained();
-  t.close_metrics();
-  t.print_summary();
+  training_finish_checkpoints(t);
+  training_validate_untrained(t);
+  training_evaluate_untrained(t);
+  t.outputs.close_metrics();
+  t.outputs.print_summary(t.shape, *t.machine.b, t.progress.scaler);
   // Agreed on only after the weights are saved, which a failed trace must not prevent.
-  const std::string trace_error = t.write_trace();
-  t.save_weights();
+  const std::string trace_error =
+      t.outputs.write_trace(t.shape, t.progress.start_step, t.validation.last);
+  save_weights(t.shape, t.machine.c, *t.machine.b, t.data.data,
+               t.progress.start_step + t.outputs.totals.steps_run, t.progress.stop);
   std::fflush(stdout);
   agree_on_error(trace_error, "writing the trace");
-  t.finish();
-  return t.exit_status();
+  training_finish(t);
+  return t.progress.exit_status();
 }
 
 // What escaped train() (`what`, nullptr for no std::exception), as one line

@@ -1,8 +1,7 @@
-// training_checkpoints: a run's checkpoints: when they are due, their
-// state, written at once or behind the next steps, and resuming from one:
-// which checkpoint, its record of the run and what it restores
-// (runtime/train/training_run.h).
-#include "runtime/train/training_run.h"
+// training_checkpoints: a run's checkpoints: when they are due, written at
+// once or behind the next steps, and resuming from one: which checkpoint and
+// its record of the run (runtime/train/training_checkpoints.h).
+#include "runtime/train/training_checkpoints.h"
 
 #include <mpi.h>
 
@@ -14,6 +13,7 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "runtime/comm.h"
 #include "runtime/human.h"
@@ -78,39 +78,13 @@ checkpoint_run resolve_run(const program& p, const train_options& o, const check
   return r.run;
 }
 
-// The weights, the step, the loss scaler, the seed and the data position
-// from a checkpoint.
-void training_run::resume() {
-  const std::string& path = resume_from_;
-  checkpoint_state resumed;
-  b_->with_host_weights(c_, true, [&] { resumed = checkpoint_load(c_, path, resumed_); });
-  start_step_ = resumed.step;
-  scaler_ = resumed.scaler;
-  guard_restore(guard_, resumed.guard_losses, resumed.guard_norms, resumed.guard_skips_in_row);
-  seed_ = resumed.seed;
-  dataloader_set_shuffle_seed(data_, static_cast<uint64_t>(seed_));
-  c_.sequence_base = resumed.sequences - start_step_ * program_global_batch(p_);
-  weights_from_ = fmt::format("resumed from {} (step {}, {} sequences read)", path, start_step_,
-                              with_commas(resumed.sequences));
-  if (lead_ && resumed.data != dataloader_describe(data_))
-    std::printf("note: the checkpoint was written reading %s; this run reads %s\n",
-                resumed.data.c_str(), dataloader_describe(data_).c_str());
+bool training_checkpoints::due(int64_t step, int64_t steps, bool stop) const {
+  return (config.every > 0 && ((step + 1) % config.every == 0 || step + 1 == steps)) || stop;
 }
 
-bool training_run::checkpoint_due(int64_t step) const {
-  return (ckpt_.every > 0 && ((step + 1) % ckpt_.every == 0 || step + 1 == steps_)) || stop_;
-}
-
-void training_run::checkpoint_and_log(int64_t step, step_record& r) {
-  if (checkpoint_due(step)) {
-    try {
-      save_checkpoint(step, r);
-    } catch (...) {
-      log(r);
-      throw;
-    }
-  }
-  log(r);
+void training_checkpoints::start_writer(const program& p, bool sync) {
+  if (config.every > 0 && !sync && checkpoint_writer::available(p))
+    writer = std::make_unique<checkpoint_writer>(p);
 }
 
 // Behind the next steps where the plan stages checkpoints (not with
@@ -118,52 +92,37 @@ void training_run::checkpoint_and_log(int64_t step, step_record& r) {
 // follows it to hide the write behind. The step's stall is all the time
 // spent here: completing the previous checkpoint (waiting for its write
 // first), staging this one or writing it.
-void training_run::save_checkpoint(int64_t step, step_record& r) {
-  const checkpoint_state state{step + 1,
-                               c_.sequence_base + (step + 1) * program_global_batch(p_),
-                               scaler_,
-                               guard_window_losses(guard_),
-                               guard_window_norms(guard_),
-                               guard_.skips_in_row,
-                               seed_,
-                               dataloader_describe(data_),
-                               run_};
+double training_checkpoints::save(step_context& c, backend& b, const checkpoint_state& state,
+                                  bool last, bool lead, std::string& lines) {
   const auto t = std::chrono::steady_clock::now();
   auto since_t = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
-  finish_pending_checkpoint();
-  const bool last = stop_ || step + 1 == steps_;
-  if (ckpt_writer_ && !last) {
-    staged_s_ = ckpt_writer_->start(
-        c_, ckpt_, state, [&](int buffer, std::byte* to) { b_->copy_to_host(c_, buffer, to); });
-    r.checkpoint_stall_s = staged_stall_s_ = since_t();
-    return;
+  finish_pending(c, lead, lines);
+  if (writer && !last) {
+    staged_s = writer->start(c, config, state,
+                             [&](int buffer, std::byte* to) { b.copy_to_host(c, buffer, to); });
+    return staged_stall_s = since_t();
   }
   checkpoint_saved saved;
-  b_->with_host_weights(c_, false, [&] { saved = checkpoint_save(c_, ckpt_, state); });
-  r.checkpoint_stall_s = since_t();
-  if (!lead_) return;
-  ckpt_lines_ += fmt::format("checkpoint: step {} written to {} ({:.2f} MiB in {:.2f} s{})\n",
-                             step + 1, saved.path, mib(saved.bytes), r.checkpoint_stall_s,
-                             saved.removed ? fmt::format(", {} older removed", saved.removed) : "");
+  b.with_host_weights(c, false, [&] { saved = checkpoint_save(c, config, state); });
+  const double stall_s = since_t();
+  if (!lead) return stall_s;
+  lines += fmt::format("checkpoint: step {} written to {} ({:.2f} MiB in {:.2f} s{})\n", state.step,
+                       saved.path, mib(saved.bytes), stall_s,
+                       saved.removed ? fmt::format(", {} older removed", saved.removed) : "");
+  return stall_s;
 }
 
-void training_run::finish_pending_checkpoint() {
-  if (!ckpt_writer_ || !ckpt_writer_->pending()) return;
-  const int64_t step = ckpt_writer_->pending_step();
-  const checkpoint_saved saved = ckpt_writer_->finish(c_);
-  if (!lead_) return;
-  ckpt_lines_ += fmt::format(
+void training_checkpoints::finish_pending(step_context& c, bool lead, std::string& lines) {
+  if (!writer || !writer->pending()) return;
+  const int64_t step = writer->pending_step();
+  const checkpoint_saved saved = writer->finish(c);
+  if (!lead) return;
+  lines += fmt::format(
       "checkpoint: step {} written to {} ({:.2f} MiB in {:.2f} s behind the next steps{}; staged "
       "in {:.3f} s, the step stalled {:.3f} s)\n",
       step, saved.path, mib(saved.bytes), saved.write_s,
-      saved.removed ? fmt::format(", {} older removed", saved.removed) : "", staged_s_,
-      staged_stall_s_);
-}
-
-void training_run::finish_checkpoints() {
-  finish_pending_checkpoint();
-  if (!ckpt_lines_.empty()) std::fputs(ckpt_lines_.c_str(), stdout);
-  ckpt_lines_.clear();
+      saved.removed ? fmt::format(", {} older removed", saved.removed) : "", staged_s,
+      staged_stall_s);
 }

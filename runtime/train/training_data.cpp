@@ -1,16 +1,19 @@
 // training_data: a run's training and validation data, opened and checked,
 // the rows each step and validation pass reads (training_inputs), and where a
-// step's rows were read from (runtime/train/training_run.h).
-#include "runtime/train/training_run.h"
+// step's rows were read from (runtime/train/training_data.h).
+#include "runtime/train/training_data.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "runtime/comm.h"
 #include "runtime/human.h"
@@ -55,56 +58,55 @@ data_config data_config_of(const program& p, const program_data& spec,
   return d;
 }
 
-// Collective: the training data and, when validated, the validation data.
-// Nothing is read yet: files are checked and mapped.
-void training_run::open_data() {
+void training_data::open(const run_shape& s, int64_t val_every, int64_t& val_sequences) {
+  inputs.data = &data;
+  inputs.val = &val;
   std::string error;
   try {
     const auto t0 = std::chrono::steady_clock::now();
-    data_ = dataloader_open(data_config_of(p_, p_.train.data, run_.data, o_.run.data,
-                                           o_.allow_bytes, run_.shuffle, "data"));
-    data_open_ms_ =
+    data = dataloader_open(data_config_of(s.p, s.p.train.data, s.run.data, s.o.run.data,
+                                          s.o.allow_bytes, s.run.shuffle, "data"));
+    open_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   } catch (const std::exception& e) {
     error = e.what();
-    if (run_.data.empty())
+    if (s.run.data.empty())
       error += fmt::format(
           " (the data of {}, found from that spec's directory as fsdpgen was given it: run "
           "where fsdpgen ran, or pass --data FILES)",
-          p_.spec_path);
+          s.p.spec_path);
   }
-  if (error.empty() && val_every_ > 0) {
-    if (!program_has_val(p_) && run_.val.empty())
-      error =
-          fmt::format("--val-every {}: the spec names no validation data; pass --val FILES as well",
-                      val_every_);
+  if (error.empty() && val_every > 0) {
+    if (!program_has_val(s.p) && s.run.val.empty())
+      error = fmt::format(
+          "--val-every {}: the spec names no validation data; pass --val FILES as well", val_every);
     try {
       if (error.empty()) {
-        val_ = dataloader_open(
-            data_config_of(p_, p_.train.val, run_.val, o_.run.val, o_.allow_bytes, false, "val"));
-        const int64_t have = dataloader_sequences(val_);
-        if (have > 0 && have < val_sequences_) {
-          if (lead_)
+        val = dataloader_open(data_config_of(s.p, s.p.train.val, s.run.val, s.o.run.val,
+                                             s.o.allow_bytes, false, "val"));
+        const int64_t have = dataloader_sequences(val);
+        if (have > 0 && have < val_sequences) {
+          if (s.lead)
             std::printf(
                 "note: val: %s: fewer than the %s sequences of val_sequences; each "
                 "validation reads all %s\n",
-                dataloader_describe(val_).c_str(), with_commas(val_sequences_).c_str(),
+                dataloader_describe(val).c_str(), with_commas(val_sequences).c_str(),
                 with_commas(have).c_str());
-          val_sequences_ = have;
+          val_sequences = have;
         }
-        warn_if_val_is_trained_on();
+        warn_if_val_is_trained_on(s.lead);
       }
     } catch (const std::exception& e) {
       error = e.what();
     }
   }
-  if (error.empty() && !o_.trace_data.empty()) {
-    data_trace_.reset(std::fopen(o_.trace_data.c_str(), "a"));  // every rank appends whole lines
-    if (!data_trace_)
-      error = fmt::format("--trace-data {}: cannot write there: {}", o_.trace_data,
+  if (error.empty() && !s.o.trace_data.empty()) {
+    trace.reset(std::fopen(s.o.trace_data.c_str(), "a"));  // every rank appends whole lines
+    if (!trace)
+      error = fmt::format("--trace-data {}: cannot write there: {}", s.o.trace_data,
                           std::strerror(errno));
     else
-      inputs_.trace_fd = fileno(data_trace_.get());
+      inputs.trace_fd = fileno(trace.get());
   }
   agree_on_error(error, "opening the data");
 }
@@ -136,24 +138,40 @@ void training_inputs::fill(const step_context& c, int64_t mb, int32_t* tokens,
 }
 
 // Where each rank's rows of `step` are read from, one rank a line.
-std::string training_run::rows_of_step(int64_t step) const {
+std::string training_data::rows_of_step(const program& p, int64_t sequence_base,
+                                        int64_t step) const {
   std::string out;
-  for (int64_t rank = 0; rank < p_.parallel.world; ++rank)
-    out += rows_of_rank(step, rank);
+  for (int64_t rank = 0; rank < p.parallel.world; ++rank)
+    out += rows_of_rank(p, sequence_base, step, rank);
   return out;
 }
 
 // Rank `rank`'s rows of `step` (step_fill_inputs reads them): one line, the
 // first kRowsNamedPerRank located (a large batch's line stays readable; the
 // sequence range names them all).
-std::string training_run::rows_of_rank(int64_t step, int64_t rank) const {
+std::string training_data::rows_of_rank(const program& p, int64_t sequence_base, int64_t step,
+                                        int64_t rank) const {
   constexpr int64_t kRowsNamedPerRank = 8;
-  const int64_t M = p_.parallel.micro_batches, B = p_.parallel.micro_batch;
-  const int64_t first = c_.sequence_base + step * program_global_batch(p_) + rank * M * B,
-                rows = M * B;
+  const int64_t M = p.parallel.micro_batches, B = p.parallel.micro_batch;
+  const int64_t first = sequence_base + step * program_global_batch(p) + rank * M * B, rows = M * B;
   std::string out = fmt::format("  rank {}: sequences {}..{}:", rank, first, first + rows - 1);
   for (int64_t j = first; j < first + std::min(rows, kRowsNamedPerRank); ++j)
-    out += (j == first ? " " : "; ") + dataloader_locate(data_, j);
+    out += (j == first ? " " : "; ") + dataloader_locate(data, j);
   if (rows > kRowsNamedPerRank) out += fmt::format("; {} more", rows - kRowsNamedPerRank);
   return out + "\n";
+}
+
+// A validation file that is also a training file is not held out: said once.
+void training_data::warn_if_val_is_trained_on(bool lead) const {
+  if (!lead) return;
+  for (const mapped_file& v : val.files)
+    for (const mapped_file& t : data.files) {
+      std::error_code ec;
+      if (!std::filesystem::equivalent(v.path, t.path, ec)) continue;
+      std::printf(
+          "warning: val: %s is also a training file: validation reads sequences the run trains "
+          "on, so its loss is not a held-out loss\n",
+          v.path.c_str());
+      break;
+    }
 }

@@ -1,7 +1,7 @@
 // training_outputs: what a run writes besides checkpoints: outputs checked
 // before any work, --metrics, the trace, the summary and --save
-// (runtime/train/training_run.h).
-#include "runtime/train/training_run.h"
+// (runtime/train/training_outputs.h).
+#include "runtime/train/training_outputs.h"
 
 #include <mpi.h>
 
@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -111,106 +112,140 @@ std::string gather_and_write_trace(const program& p, const std::string& path, in
 
 }  // namespace
 
-// Collective: throws agreed_error on every rank when an output cannot be
-// written (checkpoints' directory created when checkpoints are planned; a
-// stop signal's checkpoint needs it too). --metrics and --trace are written
+// Checkpoints' directory is created when checkpoints are planned (a stop
+// signal's checkpoint needs it too). --metrics and --trace are written
 // by rank 0 alone, --trace-data by every rank.
-void training_run::check_outputs() const {
+void check_outputs(const run_shape& s, const checkpoint_config& ckpt) {
   std::string error;
-  if (!run_.save.empty()) error = save_problem(run_.save);
-  if (lead_ && error.empty() && !run_.metrics.empty())
-    error = output_file_problem("--metrics", run_.metrics);
-  if (lead_ && error.empty() && !o_.trace.empty()) error = output_file_problem("--trace", o_.trace);
-  if (lead_ && error.empty() && !o_.eval_scores.empty())
-    error = output_file_problem("--eval-scores", o_.eval_scores);
-  if (error.empty() && !o_.trace_data.empty())
-    error = output_file_problem("--trace-data", o_.trace_data);
-  if (error.empty() && steps_ > 0) {
-    const std::string why = checkpoint_dir_problem(ckpt_.dir, ckpt_.every > 0);
+  if (!s.run.save.empty()) error = save_problem(s.run.save);
+  if (s.lead && error.empty() && !s.run.metrics.empty())
+    error = output_file_problem("--metrics", s.run.metrics);
+  if (s.lead && error.empty() && !s.o.trace.empty())
+    error = output_file_problem("--trace", s.o.trace);
+  if (s.lead && error.empty() && !s.o.eval_scores.empty())
+    error = output_file_problem("--eval-scores", s.o.eval_scores);
+  if (error.empty() && !s.o.trace_data.empty())
+    error = output_file_problem("--trace-data", s.o.trace_data);
+  if (error.empty() && s.steps > 0) {
+    const std::string why = checkpoint_dir_problem(ckpt.dir, ckpt.every > 0);
     if (!why.empty())
-      error = ckpt_.dir == p_.train.checkpoint.dir
-                  ? fmt::format("the spec's checkpoint directory {}: {}", ckpt_.dir, why)
-                  : fmt::format("--checkpoint-dir {}: {}", ckpt_.dir, why);
+      error = ckpt.dir == s.p.train.checkpoint.dir
+                  ? fmt::format("the spec's checkpoint directory {}: {}", ckpt.dir, why)
+                  : fmt::format("--checkpoint-dir {}: {}", ckpt.dir, why);
   }
   agree_on_error(error, "checking the outputs");
 }
 
-void training_run::open_metrics() {
+void training_outputs::open_metrics(const run_shape& s, int64_t start_step) {
   std::string error;
-  if (lead_ && !run_.metrics.empty()) {
+  if (s.lead && !s.run.metrics.empty()) {
     const char* mode = "w";
-    if (o_.resume) {
+    if (s.o.resume) {
       try {
-        const int64_t dropped = run_log_metrics_resume(run_.metrics, start_step_);
+        const int64_t dropped = run_log_metrics_resume(s.run.metrics, start_step);
         mode = "a";
         if (dropped > 0)
           std::printf(
               "metrics: %s keeps its lines of steps 1-%lld; %lld of later steps, "
               "trained again now, dropped\n",
-              run_.metrics.c_str(), static_cast<long long>(start_step_),
+              s.run.metrics.c_str(), static_cast<long long>(start_step),
               static_cast<long long>(dropped));
       } catch (const std::exception& e) {
         error = e.what();
       }
     }
     if (error.empty()) {
-      metrics_.reset(std::fopen(run_.metrics.c_str(), mode));
-      if (!metrics_) error = fmt::format("cannot write {}: {}", run_.metrics, std::strerror(errno));
+      metrics.reset(std::fopen(s.run.metrics.c_str(), mode));
+      if (!metrics) error = fmt::format("cannot write {}: {}", s.run.metrics, std::strerror(errno));
     }
   }
   agree_on_error(error, "opening --metrics");
 }
 
-void training_run::close_metrics() {
-  metrics_.reset();
+void training_outputs::close_metrics() {
+  metrics.reset();
 }
 
-void training_run::print_summary() const {
-  const std::string memory_lines = memory_report(memory_, p_, b_->warmup_steps(), lead_);
-  if (lead_ && totals_.steps_run > 0)
-    run_log_summary(totals_, tokens_per_step_, memory_lines, scaler_);
+void training_outputs::count(const step_record& r, int64_t start_step) {
+  totals.steps_run = r.step + 1 - start_step;
+  totals.last_step = r.step + 1;
+  totals.skipped += r.skipped;
+  if (r.step == start_step) totals.first_loss = r.loss;
+  totals.last_loss = r.loss;
+  totals.total_seconds += r.seconds;
+  if (r.step > start_step) totals.timed_seconds += r.seconds, ++totals.timed_steps;
 }
 
-int64_t training_run::trace_step() const {
-  return o_.trace_step >= 0 ? o_.trace_step
-                            : start_step_ + std::min<int64_t>(2, steps_ - start_step_ - 1);
+void training_outputs::log(const run_shape& s, const step_record& r, int64_t start_step,
+                           const loss_scaler& scaler, const val_record& last_val) {
+  if (metrics) run_log_metrics_line(metrics.get(), r);
+  const bool logged =
+      (r.step + 1) % s.log_every == 0 || r.step == start_step || r.step + 1 == s.steps;
+  if (s.lead && logged) {
+    const double elapsed_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+    const double eta_s = elapsed_s / static_cast<double>(r.step + 1 - start_step) *
+                         static_cast<double>(s.steps - r.step - 1);
+    run_log_step(r, s.steps, s.tokens_per_step, eta_s, scaler);
+  }
+  if (s.lead && r.straggler && straggler_notable(*r.straggler)) run_log_straggler(r);
+  if (s.lead && r.validated) run_log_val(last_val, s.steps);
+  if (s.lead && r.eval) run_log_eval(*r.eval, s.steps);
+  if (!lines.empty()) {
+    std::fputs(lines.c_str(), stdout);
+    std::fflush(stdout);
+    lines.clear();
+  }
 }
 
-std::string training_run::write_trace() const {
-  const int64_t step = trace_step();
-  if (o_.trace.empty() || step < start_step_ || step >= start_step_ + totals_.steps_run) return "";
-  return gather_and_write_trace(
-      p_, o_.trace, step, trace_start_ns_, trace_end_ns_,
-      {trace_loss_, totals_.validated ? last_val_.step : -1, last_val_.loss}, lead_);
+void training_outputs::print_summary(const run_shape& s, const backend& b,
+                                     const loss_scaler& scaler) const {
+  const std::string memory_lines = memory_report(memory, s.p, b.warmup_steps(), s.lead);
+  if (s.lead && totals.steps_run > 0)
+    run_log_summary(totals, s.tokens_per_step, memory_lines, scaler);
 }
 
-void training_run::save_weights() {
-  if (run_.save.empty()) return;
-  if (stop_) {
-    if (lead_)
+int64_t trace_step(const run_shape& s, int64_t start_step) {
+  return s.o.trace_step >= 0 ? s.o.trace_step
+                             : start_step + std::min<int64_t>(2, s.steps - start_step - 1);
+}
+
+std::string training_outputs::write_trace(const run_shape& s, int64_t start_step,
+                                          const val_record& last_val) const {
+  const int64_t step = trace_step(s, start_step);
+  if (s.o.trace.empty() || step < start_step || step >= start_step + totals.steps_run) return "";
+  return gather_and_write_trace(s.p, s.o.trace, step, trace_start_ns, trace_end_ns,
+                                {trace_loss, totals.validated ? last_val.step : -1, last_val.loss},
+                                s.lead);
+}
+
+void save_weights(const run_shape& s, step_context& c, backend& b, const dataloader& data,
+                  int64_t steps_done, bool stopped) {
+  if (s.run.save.empty()) return;
+  if (stopped) {
+    if (s.lead)
       std::printf(
           "not writing %s: the run stopped before its last step (the checkpoint has "
           "the weights: fsdpgen merge)\n",
-          run_.save.c_str());
+          s.run.save.c_str());
     return;
   }
-  const bool directory = hf_output_is_directory(run_.save);
+  const bool directory = hf_output_is_directory(s.run.save);
   hf_directory_files files;
   if (directory) {
     std::string error;
     try {
-      files = save_directory_files(p_, data_);
+      files = save_directory_files(s.p, data);
     } catch (const std::exception& e) {
       error = e.what();
     }
     agree_on_error(error, "saving weights");
   }
-  b_->with_host_weights(c_, false, [&] {
-    weights_save(c_, run_.save, start_step_ + totals_.steps_run, directory ? &files : nullptr);
-  });
-  if (!lead_) return;
-  std::printf("saved %s (%s params, F32, Hugging Face %s names)\n", run_.save.c_str(),
-              with_commas(p_.model.params).c_str(), hf_family_name(p_));
+  b.with_host_weights(
+      c, false, [&] { weights_save(c, s.run.save, steps_done, directory ? &files : nullptr); });
+  if (!s.lead) return;
+  std::printf("saved %s (%s params, F32, Hugging Face %s names)\n", s.run.save.c_str(),
+              with_commas(s.p.model.params).c_str(), hf_family_name(s.p));
   if (directory)
     std::printf("saved: a model directory: the weights, %s%s\n",
                 hf_directory_describe(files).c_str(),

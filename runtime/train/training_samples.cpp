@@ -6,8 +6,9 @@
 // host copy on a GPU) to one MPI gather into a buffer rank 0 allocated at
 // set-up, before the arena, with the generator's KV cache and scratch
 // (runtime/generate/generator.h); a sample allocates only its ids and texts,
-// and the other ranks wait for rank 0 in the error agreement that ends it.
-#include "runtime/train/training_run.h"
+// and the other ranks wait for rank 0 in the error agreement that ends it
+// (runtime/train/training_samples.h).
+#include "runtime/train/training_samples.h"
 
 #include <glob.h>
 #include <mpi.h>
@@ -24,6 +25,7 @@
 #include "runtime/generate/generator.h"
 #include "runtime/generate/token_decoder.h"
 #include "runtime/human.h"
+#include "runtime/train/training_data.h"
 #include "runtime/weights.h"
 
 // Rank 0's: the gathered weights, the generator over them and the decoder.
@@ -60,33 +62,35 @@ std::string first_token_file(const data_config& d) {
 
 }  // namespace
 
-void training_run::open_samples() {
-  sample_every_ = o_.sample_every >= 0 ? o_.sample_every : p_.train.sample_every;
-  if (sample_every_ <= 0) return;
+void training_samples::open(const run_shape& rs) {
+  const program& p = rs.p;
+  const train_options& o = rs.o;
+  every = o.sample_every >= 0 ? o.sample_every : p.train.sample_every;
+  if (every <= 0) return;
   std::string error;
-  if (lead_) {
+  if (rs.lead) {
     try {
       auto s = std::make_shared<training_sampler>();
-      const hf_model m = hf_model_of(p_.model);
+      const hf_model m = hf_model_of(p.model);
       // Each generation starts from one token and may fill the context.
       s->tokens =
-          std::min(o_.sample_tokens > 0 ? o_.sample_tokens : p_.train.sample_tokens, m.context - 1);
+          std::min(o.sample_tokens > 0 ? o.sample_tokens : p.train.sample_tokens, m.context - 1);
       int64_t elems = 0;
-      for (int u = 0; u < p_.unit_count; ++u) {
+      for (int u = 0; u < p.unit_count; ++u) {
         s->unit_offset.push_back(elems);
-        elems += p_.units[u].padded_elems;
+        elems += p.units[u].padded_elems;
       }
       s->weights.assign(static_cast<size_t>(elems), 0.0f);
       generate_tensors views;
-      for (int i = 0; i < p_.tensor_count; ++i) {
-        const program_tensor& t = p_.tensors[i];
+      for (int i = 0; i < p.tensor_count; ++i) {
+        const program_tensor& t = p.tensors[i];
         views[t.name] = {
             s->weights.data() + s->unit_offset[static_cast<size_t>(t.unit)] + t.offset_elems,
             t.shape()};
       }
       s->gen = std::make_unique<generator>(m, views);
       const data_config d =
-          data_config_of(p_, p_.train.data, run_.data, o_.run.data, o_.allow_bytes, false, "data");
+          data_config_of(p, p.train.data, rs.run.data, o.run.data, o.allow_bytes, false, "data");
       const std::string file = first_token_file(d);
       const std::optional<token_set_tokenizer> tok =
           file.empty() ? std::nullopt : token_set_tokenizer_of(file);
@@ -117,23 +121,23 @@ void training_run::open_samples() {
             fmt::format("the document-start token {} is outside the "
                         "vocabulary of {}",
                         s->start, m.vocab));
-      sampler_ = std::move(s);
+      sampler = std::move(s);
     } catch (const std::exception& e) {
-      error = fmt::format("samples (sample_every {}): {}", sample_every_, e.what());
+      error = fmt::format("samples (sample_every {}): {}", every, e.what());
     }
   }
   agree_on_error(error, "set-up");
 }
 
-std::string training_run::samples_banner() const {
-  if (!sampler_) return "";
-  const training_sampler& s = *sampler_;
+std::string training_samples::banner() const {
+  if (!sampler) return "";
+  const training_sampler& s = *sampler;
   const int64_t bytes = static_cast<int64_t>(s.weights.size() * sizeof(float)) + s.gen->bytes();
   return fmt::format(
       "samples: every {} steps, {} of {} tokens from {} (temperature 1), {}; rank 0 holds {:.2f} "
       "MiB for them beside the arena (the weights gathered, fp32, and the KV cache), allocated "
       "before it",
-      sample_every_, kSamplesPerPoint, s.tokens, s.start_text,
+      every, kSamplesPerPoint, s.tokens, s.start_text,
       s.has_decoder ? "decoded by " + s.decoded_by
       : s.as_ids_why.empty()
           ? std::string("printed as ids (no tokenizer.json beside the training data's manifest)")
@@ -141,38 +145,41 @@ std::string training_run::samples_banner() const {
       mib(bytes));
 }
 
-bool training_run::samples_due(int64_t steps_done) const {
-  return sample_every_ > 0 && steps_done % sample_every_ == 0;
+bool training_samples::due(int64_t steps_done) const {
+  return every > 0 && steps_done % every == 0;
 }
 
-std::vector<std::string> training_run::sample(int64_t steps_done) {
+std::vector<std::string> training_samples::sample(const run_shape& rs, step_context& c, backend& b,
+                                                  int64_t seed, int64_t steps_done) {
+  const program& p = rs.p;
+  const bool lead = rs.lead;
   // Ranks of the first shard group hold every shard once; rank 0 is one of them.
   std::string error;
-  if (c_.comms.replica_rank == 0) {
+  if (c.comms.replica_rank == 0) {
     const MPI_Comm comm =
-        c_.comms.comm[static_cast<int>(stream_id::compute)][static_cast<int>(comm_group::shard)];
-    b_->with_host_weights(c_, false, [&] {
-      for (int u = 0; u < p_.unit_count; ++u) {
-        const int64_t n = p_.units[u].shard_elems;
+        c.comms.comm[static_cast<int>(stream_id::compute)][static_cast<int>(comm_group::shard)];
+    b.with_host_weights(c, false, [&] {
+      for (int u = 0; u < p.unit_count; ++u) {
+        const int64_t n = p.units[u].shard_elems;
         if (n > INT_MAX) {
           error = fmt::format("unit {}'s shard of {} elements is too large to gather", u, n);
           return;  // every rank of the group sees the same n
         }
-        float* to = lead_ ? sampler_->weights.data() + sampler_->unit_offset[static_cast<size_t>(u)]
-                          : nullptr;
-        MPI_Gather(weights_fp32_shard(c_, u), static_cast<int>(n), MPI_FLOAT, to,
+        float* to =
+            lead ? sampler->weights.data() + sampler->unit_offset[static_cast<size_t>(u)] : nullptr;
+        MPI_Gather(weights_fp32_shard(c, u), static_cast<int>(n), MPI_FLOAT, to,
                    static_cast<int>(n), MPI_FLOAT, 0, comm);
       }
     });
   }
   std::vector<std::string> texts;
-  if (lead_ && error.empty()) {
-    training_sampler& s = *sampler_;
+  if (lead && error.empty()) {
+    training_sampler& s = *sampler;
     std::printf("step %lld | samples from %s:\n", static_cast<long long>(steps_done),
                 s.start_text.c_str());
     for (int k = 0; k < kSamplesPerPoint; ++k) {
       sample_settings settings;
-      settings.seed = static_cast<uint64_t>(seed_ + steps_done * kSamplesPerPoint + k);
+      settings.seed = static_cast<uint64_t>(seed + steps_done * kSamplesPerPoint + k);
       const int32_t start = s.start;
       const std::vector<int32_t> ids = s.gen->generate({&start, 1}, s.tokens, settings);
       std::string text;

@@ -1,6 +1,6 @@
 // training_step: one training step as the loop runs it: the gradients'
-// scale, the step, the loss all ranks agree on, the loss-spike guard, and the
-// step's totals and log lines (runtime/train/training_run.h).
+// scale, the step, the loss all ranks agree on, the loss-spike guard, the
+// step's totals, its checkpoint and its log lines (runtime/train/training_run.h).
 #include "runtime/train/training_run.h"
 
 #include <mpi.h>
@@ -35,84 +35,45 @@ void leak(int64_t bytes) {
   std::memset(kept.back().get(), 1, static_cast<size_t>(bytes));
 }
 
-}  // namespace
-
-step_record training_run::train_step(int64_t step) {
-  if (step == start_step_) run_start_ = std::chrono::steady_clock::now();
-  step_record r;
-  r.step = step;
-  r.lr = optimizer_lr(p_, step, steps_);
-  r.loss_scale = scaler_.scale;
-  scale_gradients(step);
-  const guard_limits limits = guard_limits_of(guard_);
-  c_.norm_limit = static_cast<float>(limits.norm);
-  c_.loss_total_limit = static_cast<float>(limits.loss * static_cast<double>(tokens_per_step_));
-  const bool traced = !o_.trace.empty() && step == trace_step();
-  const bool straggler = straggler_due(step, traced);
-  const auto t0 = std::chrono::steady_clock::now();
-  allocations_count(step - start_step_ >= b_->warmup_steps());
-  const step_result result = b_->run_step(step, r.lr, traced || straggler);
-  if (o_.inject_leak_bytes > 0) leak(o_.inject_leak_bytes);
-  allocations_count(false);
-  const double loss_sum = agree_on_loss(result.loss_sum, result.skipped);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (data_error_)  // a batch held a token id >= vocab: every rank stops, its finder says where
-    agree_on_error(data_error_text_, "reading the training data");
-  r.loss = loss_sum / static_cast<double>(tokens_per_step_);
-  r.tokens_per_s = static_cast<double>(tokens_per_step_) / r.seconds;
-  const int64_t per_step = program_global_batch(p_);
-  const int64_t first = c_.sequence_base + step * per_step;
-  r.epoch = dataloader_epoch(data_, first);
-  const int64_t last_epoch = dataloader_epoch(data_, first + per_step - 1);
-  if (lead_ && step > start_step_ && last_epoch > dataloader_epoch(data_, first - 1))
-    std::printf("data: epoch %lld begins within step %lld (every sequence of epoch %lld read)\n",
-                static_cast<long long>(last_epoch + 1), static_cast<long long>(step + 1),
-                static_cast<long long>(last_epoch));
-  r.grad_norm = result.grad_norm;
-  r.skipped = result.skipped;
-  // A spike's gradients were finite: the loss scale stays as it was.
-  if (!result.spike) loss_scaler_update(scaler_, r.skipped);
-  guard_step(r, result);
-  r.machine = b_->read_memory();
-  memory_watch_step(memory_, r.machine);
-  count(r);
-  if (traced) {
-    trace_start_ns_ = b_->op_start_ns(), trace_end_ns_ = b_->op_end_ns();
-    trace_loss_ = r.loss;
-  }
-  if (straggler) r.straggler = stragglers_->measure(p_, b_->op_start_ns(), b_->op_end_ns());
-  return r;
-}
-
 // Every --straggler-every steps at world > 1, but not the traced step: its
 // times are the trace's alone.
-bool training_run::straggler_due(int64_t step, bool traced) const {
-  return o_.straggler_every > 0 && p_.parallel.world > 1 && (step + 1) % o_.straggler_every == 0 &&
-         !traced;
+bool straggler_due(const run_shape& s, int64_t step, bool traced) {
+  return s.o.straggler_every > 0 && s.p.parallel.world > 1 &&
+         (step + 1) % s.o.straggler_every == 0 && !traced;
 }
 
 // The loss scaler's scale for the step's gradients, and the testing aids'.
-void training_run::scale_gradients(int64_t step) {
-  const double grad_scale = loss_scaler_grad_scale(scaler_);
-  c_.grad_scale = static_cast<float>(grad_scale);
-  c_.dloss_scale = static_cast<float>(grad_scale / tokens_per_step_);
+void scale_gradients(const run_shape& s, const loss_scaler& scaler, step_context& c, int64_t step) {
+  const train_options& o = s.o;
+  const double grad_scale = loss_scaler_grad_scale(scaler);
+  c.grad_scale = static_cast<float>(grad_scale);
+  c.dloss_scale = static_cast<float>(grad_scale / s.tokens_per_step);
   // As a wrong average across ranks would: every gradient scaled, unknown to the optimizer.
-  if (p_.parallel.world > 1) c_.dloss_scale *= static_cast<float>(o_.inject_grad_scale);
+  if (s.p.parallel.world > 1) c.dloss_scale *= static_cast<float>(o.inject_grad_scale);
   // As an fp16 overflow would: every gradient of this step becomes non-finite.
-  if (step == o_.inject_overflow) c_.dloss_scale = std::numeric_limits<float>::infinity();
+  if (step == o.inject_overflow) c.dloss_scale = std::numeric_limits<float>::infinity();
   // As a bad batch would: its losses and gradients many times the others'.
   const bool spike =
-      std::find(o_.inject_spike.begin(), o_.inject_spike.end(), step) != o_.inject_spike.end();
-  c_.inject_loss_factor = spike ? static_cast<float>(kInjectedSpikeFactor) : 1.0f;
-  if (spike) c_.dloss_scale *= static_cast<float>(kInjectedSpikeFactor);
-  c_.optimizer_step = scaler_.applied_steps + 1;
+      std::find(o.inject_spike.begin(), o.inject_spike.end(), step) != o.inject_spike.end();
+  c.inject_loss_factor = spike ? static_cast<float>(kInjectedSpikeFactor) : 1.0f;
+  if (spike) c.dloss_scale *= static_cast<float>(kInjectedSpikeFactor);
+  c.optimizer_step = scaler.applied_steps + 1;
 }
 
+// What the ranks agreed on after a step.
+struct agreed_loss {
+  double loss_sum = 0;          // over every rank
+  bool data_error = false;      // some rank found a bad token id in this step's batch
+  std::string data_error_text;  // ...this one, if it did
+};
+
 // The loss summed over every rank; with it, how many ranks were asked to
-// stop and how many found a bad token id in their batch.
-double training_run::agree_on_loss(double loss_sum, bool skipped) {
-  data_error_text_ = dataloader_take_error(data_);
-  const bool bad = !data_error_text_.empty();
+// stop (t.progress.stop) and how many found a bad token id in their batch.
+agreed_loss agree_on_loss(training_run& t, double loss_sum, bool skipped) {
+  const program& p = t.shape.p;
+  agreed_loss a;
+  a.data_error_text = dataloader_take_error(t.data.data);
+  const bool bad = !a.data_error_text.empty();
   const double mine[4] = {loss_sum, stop_signal_received() ? 1.0 : 0.0, bad ? 1.0 : 0.0,
                           skipped ? 1.0 : 0.0};
   double all[4] = {0, 0, 0, 0};
@@ -120,91 +81,154 @@ double training_run::agree_on_loss(double loss_sum, bool skipped) {
     const watch_outside_step watched(kWatchLossAllReduce, trace_clock_ns());
     MPI_CHECK(MPI_Allreduce(mine, all, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
   }
-  stop_ = all[1] > 0;
-  data_error_ = all[2] > 0;
+  t.progress.stop = all[1] > 0;
+  a.data_error = all[2] > 0;
   // Every rank's gate saw the same all-reduced values; one that did not would
   // leave the shards of one model at two different steps.
-  if (all[3] > 0 && all[3] < static_cast<double>(p_.parallel.world))
+  if (all[3] > 0 && all[3] < static_cast<double>(p.parallel.world))
     throw std::runtime_error(fmt::format(
         "step {}: {} of {} ranks skipped the optimizer step and the others applied it (the "
         "ranks' gradient norms or losses differ): the shards would hold two different models",
-        c_.step + 1, all[3], p_.parallel.world));
-  return all[0];
+        t.machine.c.step + 1, all[3], p.parallel.world));
+  a.loss_sum = all[0];
+  return a;
 }
 
 // The loss-spike guard after a step: a spike is logged with its data and
 // counted; max_skips in a row stop the run with a checkpoint. Outside fp16
 // loss scaling, a loss or norm that is not finite stops the run at once (no
 // checkpoint: the last one stays the newest).
-void training_run::guard_step(step_record& r, const step_result& result) {
+void guard_step(training_run& t, step_record& r, const step_result& result) {
+  const run_shape& s = t.shape;
+  training_progress& at = t.progress;
+  const step_context& c = t.machine.c;
   r.spike = result.spike;
-  if (!scaler_.enabled && (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))) {
+  if (!at.scaler.enabled && (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))) {
     // The rank whose own rows gave a non-finite loss says so; else rank 0
     // names every rank's rows.
     const bool mine = !std::isfinite(result.loss_sum);
     std::string why;
-    if (mine || lead_)
+    if (mine || s.lead)
       why = fmt::format(
           "step {}: the {} is not finite ({}) without fp16 loss scaling: the step was not applied "
           "and the run stops (the last checkpoint is kept as it was); {}",
           r.step + 1, std::isfinite(r.loss) ? "gradient norm" : "loss",
           std::isfinite(r.loss) ? r.grad_norm : r.loss,
           mine ? fmt::format("this rank's loss over its rows is {}:\n{}", result.loss_sum,
-                             rows_of_rank(r.step, li_.rank))
-               : fmt::format("the step's rows:\n{}", rows_of_step(r.step)));
+                             t.data.rows_of_rank(s.p, c.sequence_base, r.step, s.li.rank))
+               : fmt::format("the step's rows:\n{}",
+                             t.data.rows_of_step(s.p, c.sequence_base, r.step)));
     agree_on_error(why, "guarding against a non-finite loss");
   }
-  if (!guard_enabled(guard_)) return;
-  totals_.skipped_spike += r.spike;
-  r.skipped_spike = totals_.skipped_spike;
-  const bool too_many = guard_after_step(guard_, !r.skipped, r.spike, r.loss, r.grad_norm);
-  if (r.spike && lead_) {
-    const guard_limits limits{c_.loss_total_limit / static_cast<double>(tokens_per_step_),
-                              c_.norm_limit};
-    ckpt_lines_ += fmt::format(
+  if (!guard_enabled(at.guard)) return;
+  run_totals& totals = t.outputs.totals;
+  totals.skipped_spike += r.spike;
+  r.skipped_spike = totals.skipped_spike;
+  const bool too_many = guard_after_step(at.guard, !r.skipped, r.spike, r.loss, r.grad_norm);
+  if (r.spike && s.lead) {
+    const guard_limits limits{c.loss_total_limit / static_cast<double>(s.tokens_per_step),
+                              c.norm_limit};
+    t.outputs.lines += fmt::format(
         "spike: step {} not applied (the loss-spike guard): loss {:.6f} (limit {:.6f}), gradient "
         "norm {:.4f} (limit {:.4f}); {} in a row (max_skips {}). Its rows:\n{}",
-        r.step + 1, r.loss, limits.loss, r.grad_norm, limits.norm, guard_.skips_in_row,
-        guard_.g.max_skips, rows_of_step(r.step));
+        r.step + 1, r.loss, limits.loss, r.grad_norm, limits.norm, at.guard.skips_in_row,
+        at.guard.g.max_skips, t.data.rows_of_step(s.p, c.sequence_base, r.step));
   }
-  if (too_many && guard_stop_.empty()) {
-    stop_ = true;
-    guard_stop_ = fmt::format(
+  if (too_many && at.guard_stop.empty()) {
+    at.stop = true;
+    at.guard_stop = fmt::format(
         "the loss-spike guard left out {} steps in a row (steps {} to {}, max_skips {})",
-        guard_.skips_in_row, r.step + 2 - guard_.skips_in_row, r.step + 1, guard_.g.max_skips);
+        at.guard.skips_in_row, r.step + 2 - at.guard.skips_in_row, r.step + 1,
+        at.guard.g.max_skips);
   }
 }
 
-void training_run::count(const step_record& r) {
-  totals_.steps_run = r.step + 1 - start_step_;
-  totals_.last_step = r.step + 1;
-  totals_.skipped += r.skipped;
-  if (r.step == start_step_) totals_.first_loss = r.loss;
-  totals_.last_loss = r.loss;
-  totals_.total_seconds += r.seconds;
-  if (r.step > start_step_) totals_.timed_seconds += r.seconds, ++totals_.timed_steps;
-}
+}  // namespace
 
-void training_run::log(const step_record& r) {
-  if (metrics_) run_log_metrics_line(metrics_.get(), r);
-  run_log_step_if_due(r);
-  if (lead_ && r.straggler && straggler_notable(*r.straggler)) run_log_straggler(r);
-  if (lead_ && r.validated) run_log_val(last_val_, steps_);
-  if (lead_ && r.eval) run_log_eval(*r.eval, steps_);
-  if (!ckpt_lines_.empty()) {
-    std::fputs(ckpt_lines_.c_str(), stdout);
-    std::fflush(stdout);
-    ckpt_lines_.clear();
+step_record training_step(training_run& t, int64_t step) {
+  const run_shape& s = t.shape;
+  const program& p = s.p;
+  training_progress& at = t.progress;
+  step_context& c = t.machine.c;
+  backend& b = *t.machine.b;
+  training_outputs& out = t.outputs;
+  const dataloader& data = t.data.data;
+  if (step == at.start_step) out.run_start = std::chrono::steady_clock::now();
+  step_record r;
+  r.step = step;
+  r.lr = optimizer_lr(p, step, s.steps);
+  r.loss_scale = at.scaler.scale;
+  scale_gradients(s, at.scaler, c, step);
+  const guard_limits limits = guard_limits_of(at.guard);
+  c.norm_limit = static_cast<float>(limits.norm);
+  c.loss_total_limit = static_cast<float>(limits.loss * static_cast<double>(s.tokens_per_step));
+  const bool traced = !s.o.trace.empty() && step == trace_step(s, at.start_step);
+  const bool straggler = straggler_due(s, step, traced);
+  const auto t0 = std::chrono::steady_clock::now();
+  allocations_count(step - at.start_step >= b.warmup_steps());
+  const step_result result = b.run_step(step, r.lr, traced || straggler);
+  if (s.o.inject_leak_bytes > 0) leak(s.o.inject_leak_bytes);
+  allocations_count(false);
+  const agreed_loss agreed = agree_on_loss(t, result.loss_sum, result.skipped);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (agreed
+          .data_error)  // a batch held a token id >= vocab: every rank stops, its finder says where
+    agree_on_error(agreed.data_error_text, "reading the training data");
+  r.loss = agreed.loss_sum / static_cast<double>(s.tokens_per_step);
+  r.tokens_per_s = static_cast<double>(s.tokens_per_step) / r.seconds;
+  const int64_t per_step = program_global_batch(p);
+  const int64_t first = c.sequence_base + step * per_step;
+  r.epoch = dataloader_epoch(data, first);
+  const int64_t last_epoch = dataloader_epoch(data, first + per_step - 1);
+  if (s.lead && step > at.start_step && last_epoch > dataloader_epoch(data, first - 1))
+    std::printf("data: epoch %lld begins within step %lld (every sequence of epoch %lld read)\n",
+                static_cast<long long>(last_epoch + 1), static_cast<long long>(step + 1),
+                static_cast<long long>(last_epoch));
+  r.grad_norm = result.grad_norm;
+  r.skipped = result.skipped;
+  // A spike's gradients were finite: the loss scale stays as it was.
+  if (!result.spike) loss_scaler_update(at.scaler, r.skipped);
+  guard_step(t, r, result);
+  r.machine = b.read_memory();
+  memory_watch_step(out.memory, r.machine);
+  out.count(r, at.start_step);
+  if (traced) {
+    out.trace_start_ns = b.op_start_ns(), out.trace_end_ns = b.op_end_ns();
+    out.trace_loss = r.loss;
   }
+  if (straggler) r.straggler = out.stragglers->measure(p, b.op_start_ns(), b.op_end_ns());
+  return r;
 }
 
-void training_run::run_log_step_if_due(const step_record& r) const {
-  const bool logged =
-      (r.step + 1) % log_every_ == 0 || r.step == start_step_ || r.step + 1 == steps_;
-  if (!lead_ || !logged) return;
-  const double elapsed_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
-  const double eta_s = elapsed_s / static_cast<double>(r.step + 1 - start_step_) *
-                       static_cast<double>(steps_ - r.step - 1);
-  run_log_step(r, steps_, tokens_per_step_, eta_s, scaler_);
+void training_checkpoint_and_log(training_run& t, int64_t step, step_record& r) {
+  const run_shape& s = t.shape;
+  const training_progress& at = t.progress;
+  auto log = [&] { t.outputs.log(s, r, at.start_step, at.scaler, t.validation.last); };
+  if (t.checkpoints.due(step, s.steps, at.stop)) {
+    try {
+      const checkpoint_state state{
+          step + 1,
+          t.machine.c.sequence_base + (step + 1) * program_global_batch(s.p),
+          at.scaler,
+          guard_window_losses(at.guard),
+          guard_window_norms(at.guard),
+          at.guard.skips_in_row,
+          at.seed,
+          dataloader_describe(t.data.data),
+          s.run};
+      const bool last = at.stop || step + 1 == s.steps;
+      r.checkpoint_stall_s =
+          t.checkpoints.save(t.machine.c, *t.machine.b, state, last, s.lead, t.outputs.lines);
+    } catch (...) {
+      log();
+      throw;
+    }
+  }
+  log();
+}
+
+void training_finish_checkpoints(training_run& t) {
+  t.checkpoints.finish_pending(t.machine.c, t.shape.lead, t.outputs.lines);
+  if (!t.outputs.lines.empty()) std::fputs(t.outputs.lines.c_str(), stdout);
+  t.outputs.lines.clear();
 }
