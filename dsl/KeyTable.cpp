@@ -135,6 +135,12 @@ const KeyTable<ModelSpec>& model_keys() {
       bool_key("qkv_bias", &ModelSpec::qkv_bias).when([](const ModelSpec& m) {
         return is_llama(m) && m.qkv_bias;
       }),
+      bool_key("qk_norm", &ModelSpec::qk_norm).when([](const ModelSpec& m) {
+        return is_llama(m) && m.qk_norm;
+      }),
+      int_key("head_dim", &ModelSpec::head_size, 2, kMaxWidth).when([](const ModelSpec& m) {
+        return is_llama(m) && m.head_size != 0;
+      }),
   };
   return t;
 }

@@ -37,6 +37,7 @@ std::string to_string(const LayerId& l) {
 model::Dims model_dims(const ModelSpec& m) {
   model::Dims d{m.width, m.ffn_hidden, m.heads, m.context, m.kv_heads * m.head_dim()};
   d.V = m.vocab;
+  d.D = m.head_dim();
   return d;
 }
 
@@ -58,7 +59,7 @@ std::vector<TensorDecl> table_tensors(const ModelSpec& m, model::Table<model::Te
 }  // namespace
 
 const model::ParamLayout& param_layout(const ModelSpec& m) {
-  return m.family == Family::Gpt2 ? model::kGpt2Params : model::llama_params(m.qkv_bias);
+  return m.family == Family::Gpt2 ? model::kGpt2Params : model::llama_params(m.qkv_bias, m.qk_norm);
 }
 
 namespace {

@@ -28,9 +28,12 @@ Diagnostic& error_between(const CheckContext& c, const std::string& key, const s
 
 // ---- model ----
 
+// Unless llama's head_dim gives the head size apart from them.
 void heads_divide_width(const CheckContext& c) {
   const ModelSpec& m = c.spec.model;
-  if (!c.keys.usable({"model.width", "model.heads"}) || m.width % m.heads == 0) return;
+  if (!c.keys.usable({"model.width", "model.heads"}) || m.width % m.heads == 0 ||
+      (m.family == Family::Llama && c.keys.has("model.head_dim")))
+    return;
   Diagnostic& e = c.diags.error(c.keys.where("model.heads"),
                                 fmt::format("heads ({}) must divide width ({})", m.heads, m.width));
   Diagnostics::note(e, fmt::format("width / heads = {} / {} leaves a remainder of {}", m.width,
@@ -40,9 +43,17 @@ void heads_divide_width(const CheckContext& c) {
 // Rotary positions pair each head's first half with its second (runtime/rope.h).
 void llama_head_size_even(const CheckContext& c) {
   const ModelSpec& m = c.spec.model;
-  if (!c.keys.usable({"model.family", "model.width", "model.heads"}) || m.family != Family::Llama ||
-      m.width % m.heads != 0 || (m.width / m.heads) % 2 == 0)
+  if (!c.keys.usable({"model.family", "model.width", "model.heads", "model.head_dim"}) ||
+      m.family != Family::Llama)
     return;
+  if (c.keys.has("model.head_dim")) {
+    if (m.head_size % 2 == 0) return;
+    Diagnostic& e = c.diags.error(c.keys.where("model.head_dim"),
+                                  fmt::format("llama's head_dim ({}) must be even", m.head_size));
+    Diagnostics::note(e, "rotary positions turn each head's pairs (x[i], x[i + head_size / 2])");
+    return;
+  }
+  if (m.width % m.heads != 0 || (m.width / m.heads) % 2 == 0) return;
   Diagnostic& e =
       c.diags.error(c.keys.where("model.heads"),
                     fmt::format("llama's head size width / heads = {} / {} = {} must be even",
@@ -99,6 +110,26 @@ void rope_scaling_only_for_llama(const CheckContext& c) {
 
 void qkv_bias_only_for_llama(const CheckContext& c) {
   only_for_llama(c, "model.qkv_bias", "has biases on q, k, v and every other linear layer");
+}
+
+void qk_norm_only_for_llama(const CheckContext& c) {
+  only_for_llama(c, "model.qk_norm", "has no norm on q and k");
+}
+
+void head_dim_only_for_llama(const CheckContext& c) {
+  only_for_llama(c, "model.head_dim", "has head size width / heads");
+}
+
+// Qwen3 has qk_norm without biases, Qwen2 the biases without qk_norm; the
+// llama tables (runtime/model/llama.h) have one or the other.
+void qk_norm_without_qkv_bias(const CheckContext& c) {
+  const ModelSpec& m = c.spec.model;
+  if (!c.keys.usable({"model.family", "model.qk_norm", "model.qkv_bias"}) ||
+      m.family != Family::Llama || !m.qk_norm || !m.qkv_bias)
+    return;
+  Diagnostic& e = c.diags.error(c.keys.where("model.qk_norm"),
+                                "qk_norm = true with qkv_bias = true is not supported");
+  Diagnostics::note(e, "Qwen3 has qk_norm without biases, Qwen2 the biases without qk_norm");
 }
 
 // ---- parallel ----
@@ -456,6 +487,9 @@ constexpr Rule kRules[] = {
     {RuleSection::Model, rope_theta_only_for_llama},
     {RuleSection::Model, rope_scaling_only_for_llama},
     {RuleSection::Model, qkv_bias_only_for_llama},
+    {RuleSection::Model, qk_norm_only_for_llama},
+    {RuleSection::Model, head_dim_only_for_llama},
+    {RuleSection::Model, qk_norm_without_qkv_bias},
     {RuleSection::Parallel, ranks_per_node_divides_world},
     {RuleSection::Parallel, shard_align_is_a_power_of_two},
     {RuleSection::Parallel, shard_group_divides_world},

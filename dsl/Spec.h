@@ -178,6 +178,9 @@ struct ModelSpec {
   double rope_theta = 10000;     // llama only
   RopeScalingSpec rope_scaling;  // llama only
   bool qkv_bias = false;         // llama only: q, k and v projections have biases (Qwen2)
+  // llama only: each head's q and k pass an RMSNorm before the rotation (Qwen3).
+  bool qk_norm = false;
+  int64_t head_size = 0;  // llama only: the spec's head_dim (0: width / heads)
   // The token embedding and an untied head are stored with their rows padded
   // to a multiple of this (llm.c's 50257 -> 50304: cuBLASLt runs the LM-head
   // GEMMs with aligned kernels only then). The padded rows are zero, take no
@@ -192,7 +195,8 @@ struct ModelSpec {
   // layer's Saved and Scratch array (codegen/planner/Activations.h, runtime/red_zones.h).
   bool custom_red_zones = false;
 
-  int64_t head_dim() const { return width / heads; }
+  int64_t head_dim() const { return head_size != 0 ? head_size : width / heads; }
+  int64_t q_width() const { return heads * head_dim(); }  // width of q and of attention's output
   // Rows of the stored embedding and head, and columns of a logits row.
   int64_t padded_vocab() const { return (vocab + pad_vocab_to - 1) / pad_vocab_to * pad_vocab_to; }
   bool operator==(const ModelSpec&) const = default;

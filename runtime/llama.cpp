@@ -27,7 +27,7 @@ static_assert(model::same_name(model::kLlamaBlockPieces[kLlamaV].name, "self_att
               "llama_piece follows runtime/model/llama.h's kLlamaBlockPieces");
 
 model::Dims layout_dims(const llama_dims& d) {
-  return {d.C, d.F, d.H, d.T, d.KV(), d.flash, d.V};
+  return {d.C, d.F, d.H, d.T, d.KV(), d.flash, d.V, d.D()};
 }
 
 slot_carver llama_slot(model::Table<model::Field> table, const llama_dims& d, int64_t param_bytes,
@@ -63,8 +63,8 @@ void linear_backward(T* dinp, G* dw, const T* dout, const T* inp, const T* w, in
 // A block's tensors (params and grads alike).
 template <class Out, class Ptr>
 Out block_tensors_at(Ptr base, const llama_dims& d) {
-  const tensor_carver<std::remove_pointer_t<Ptr>> c{model::llama_params(d.qkv_bias).block,
-                                                    layout_dims(d), base};
+  const tensor_carver<std::remove_pointer_t<Ptr>> c{
+      model::llama_params(d.qkv_bias, d.qk_norm).block, layout_dims(d), base};
   Out p;
   p.rms1_w = c.at("rms1_w");
   p.q_w = c.at("q_w");
@@ -73,6 +73,8 @@ Out block_tensors_at(Ptr base, const llama_dims& d) {
   p.q_b = d.qkv_bias ? c.at("q_b") : nullptr;
   p.k_b = d.qkv_bias ? c.at("k_b") : nullptr;
   p.v_b = d.qkv_bias ? c.at("v_b") : nullptr;
+  p.q_norm_w = d.qk_norm ? c.at("q_norm_w") : nullptr;
+  p.k_norm_w = d.qk_norm ? c.at("k_norm_w") : nullptr;
   p.o_w = c.at("o_w");
   p.rms2_w = c.at("rms2_w");
   p.gate_w = c.at("gate_w");
@@ -99,13 +101,17 @@ llama_block_grads<G> llama_block_grads_at(G* base, const llama_dims& d) {
 
 template <class T>
 llama_block_saved<T> llama_block_saved_at(std::byte* slot, const llama_dims& d) {
-  const slot_carver c = llama_slot(model::kLlamaBlockSaved, d, sizeof(T), slot);
+  const slot_carver c = llama_slot(model::llama_activations(d.qk_norm).block, d, sizeof(T), slot);
   llama_block_saved<T> s;
   s.rms1_rstd = c.at<float>("rms1_rstd");
   s.rms2_rstd = c.at<float>("rms2_rstd");
   s.lse = c.at<float>("lse");
   s.input = c.at<T>("input");
   s.rms1 = c.at<T>("rms1");
+  s.q_rstd = d.qk_norm ? c.at<float>("q_rstd") : nullptr;
+  s.k_rstd = d.qk_norm ? c.at<float>("k_rstd") : nullptr;
+  s.q_raw = d.qk_norm ? c.at<T>("q_raw") : nullptr;
+  s.k_raw = d.qk_norm ? c.at<T>("k_raw") : nullptr;
   s.q = c.at<T>("q");
   s.k = c.at<T>("k");
   s.v = c.at<T>("v");
@@ -130,7 +136,8 @@ llama_final_norm_saved<T> llama_final_norm_saved_at(std::byte* slot, const llama
 
 template <class T>
 llama_backward_scratch<T> llama_backward_scratch_at(std::byte* base, const llama_dims& d) {
-  const slot_carver c = llama_slot(model::kLlamaBackwardScratch, d, sizeof(T), base);
+  const slot_carver c =
+      llama_slot(model::llama_activations(d.qk_norm).backward_scratch, d, sizeof(T), base);
   llama_backward_scratch<T> s;
   s.dres = c.at<T>("dres");
   s.dtmp = c.at<T>("dtmp");
@@ -154,24 +161,34 @@ template <class T>
 void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_block_saved<T>& s,
                          const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws,
                          block_pieces pieces) {
-  const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV();
+  const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV(), Q = d.Q(), D = d.D();
   const T* none = nullptr;
   if (pieces.has(kLlamaRms1))
     rmsnorm_forward(s.rms1, s.rms1_rstd, s.input, p.rms1_w, N, C, d.norm_eps);
   if (pieces.has(kLlamaQ)) {
-    linear_forward(s.q, s.rms1, p.q_w, none, N, C, C, ws, p.q_b);
-    rope_forward(s.q, rope.cos, rope.sin, N, d.T, d.H, d.D());
+    if (d.qk_norm) {  // each head's row of D an RMSNorm's row
+      linear_forward(s.q_raw, s.rms1, p.q_w, none, N, C, Q, ws, p.q_b);
+      rmsnorm_forward(s.q, s.q_rstd, s.q_raw, p.q_norm_w, N * d.H, D, d.norm_eps);
+    } else {
+      linear_forward(s.q, s.rms1, p.q_w, none, N, C, Q, ws, p.q_b);
+    }
+    rope_forward(s.q, rope.cos, rope.sin, N, d.T, d.H, D);
   }
   if (pieces.has(kLlamaK)) {
-    linear_forward(s.k, s.rms1, p.k_w, none, N, C, KV, ws, p.k_b);
-    rope_forward(s.k, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D());
+    if (d.qk_norm) {
+      linear_forward(s.k_raw, s.rms1, p.k_w, none, N, C, KV, ws, p.k_b);
+      rmsnorm_forward(s.k, s.k_rstd, s.k_raw, p.k_norm_w, N * d.KV_heads, D, d.norm_eps);
+    } else {
+      linear_forward(s.k, s.rms1, p.k_w, none, N, C, KV, ws, p.k_b);
+    }
+    rope_forward(s.k, rope.cos, rope.sin, N, d.T, d.KV_heads, D);
   }
   if (pieces.has(kLlamaV)) {
     linear_forward(s.v, s.rms1, p.v_w, none, N, C, KV, ws, p.v_b);
-    attention_gqa_forward(s.attn, s.lse, s.q, s.k, s.v, d.B, d.T, d.H, d.KV_heads, d.D());
+    attention_gqa_forward(s.attn, s.lse, s.q, s.k, s.v, d.B, d.T, d.H, d.KV_heads, D);
   }
   if (pieces.has(kLlamaO))
-    linear_forward(s.res2, s.attn, p.o_w, static_cast<const T*>(s.input), N, C, C, ws);
+    linear_forward(s.res2, s.attn, p.o_w, static_cast<const T*>(s.input), N, Q, C, ws);
   if (pieces.has(kLlamaRms2))
     rmsnorm_forward(s.rms2, s.rms2_rstd, s.res2, p.rms2_w, N, C, d.norm_eps);
   if (pieces.has(kLlamaGate)) linear_forward(s.gate, s.rms2, p.gate_w, none, N, C, F, ws);
@@ -189,9 +206,9 @@ void llama_block_backward(const llama_block_grads<G>& g, const llama_block_param
                           const llama_block_saved<T>& s, const llama_backward_scratch<T>& scratch,
                           const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws,
                           block_pieces pieces) {
-  const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV();
+  const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV(), Q = d.Q(), D = d.D();
   T* dres = scratch.dres;  // (N, C) d(out) -> d(res2) -> d(input)
-  T* dtmp = scratch.dtmp;  // (N, C)
+  T* dtmp = scratch.dtmp;  // (N, max(C, Q))
   // MLP: out = res2 + (silu(rms2 @ gate_w^T) * (rms2 @ up_w^T)) @ down_w^T.
   T* dswiglu = scratch.big;  // (N, F) each
   T* dgate = dswiglu + N * F;
@@ -207,21 +224,31 @@ void llama_block_backward(const llama_block_grads<G>& g, const llama_block_param
   if (pieces.has(kLlamaRms2))
     rmsnorm_backward(dres, g.rms2_w, dtmp, s.res2, p.rms2_w, s.rms2_rstd, N, C, true);
   // Attention: res2 = input + attention(rope(q), rope(k), v) @ o_w^T.
-  if (pieces.has(kLlamaO)) linear_backward(dtmp, g.o_w, dres, s.attn, p.o_w, N, C, C, false, ws);
-  T* dq = scratch.big;  // (N, C), then (N, KV) twice
-  T* dk = dq + N * C;
+  if (pieces.has(kLlamaO)) linear_backward(dtmp, g.o_w, dres, s.attn, p.o_w, N, Q, C, false, ws);
+  T* dq = scratch.big;  // (N, Q), then (N, KV) twice
+  T* dk = dq + N * Q;
   T* dv = dk + N * KV;
   if (pieces.has(kLlamaV)) {
     attention_gqa_backward(dq, dk, dv, scratch.delta, dtmp, s.q, s.k, s.v, s.attn, s.lse, d.B, d.T,
-                           d.H, d.KV_heads, d.D());
-    rope_backward(dq, rope.cos, rope.sin, N, d.T, d.H, d.D());
-    rope_backward(dk, rope.cos, rope.sin, N, d.T, d.KV_heads, d.D());
+                           d.H, d.KV_heads, D);
+    rope_backward(dq, rope.cos, rope.sin, N, d.T, d.H, D);
+    rope_backward(dk, rope.cos, rope.sin, N, d.T, d.KV_heads, D);
     linear_backward(dtmp, g.v_w, dv, s.rms1, p.v_w, N, C, KV, false, ws, g.v_b);
   }
-  if (pieces.has(kLlamaK))
-    linear_backward(dtmp, g.k_w, dk, s.rms1, p.k_w, N, C, KV, true, ws, g.k_b);
-  if (pieces.has(kLlamaQ))
-    linear_backward(dtmp, g.q_w, dq, s.rms1, p.q_w, N, C, C, true, ws, g.q_b);
+  // With qk_norm, d(q) and d(k) before their norms follow d(v) (N, Q), (N, KV).
+  T* dq_raw = dv + N * KV;
+  T* dk_raw = dq_raw + N * Q;
+  if (pieces.has(kLlamaK)) {
+    if (d.qk_norm)
+      rmsnorm_backward(dk_raw, g.k_norm_w, dk, s.k_raw, p.k_norm_w, s.k_rstd, N * d.KV_heads, D,
+                       false);
+    linear_backward(dtmp, g.k_w, d.qk_norm ? dk_raw : dk, s.rms1, p.k_w, N, C, KV, true, ws, g.k_b);
+  }
+  if (pieces.has(kLlamaQ)) {
+    if (d.qk_norm)
+      rmsnorm_backward(dq_raw, g.q_norm_w, dq, s.q_raw, p.q_norm_w, s.q_rstd, N * d.H, D, false);
+    linear_backward(dtmp, g.q_w, d.qk_norm ? dq_raw : dq, s.rms1, p.q_w, N, C, Q, true, ws, g.q_b);
+  }
   if (pieces.has(kLlamaRms1))
     rmsnorm_backward(dres, g.rms1_w, dtmp, s.input, p.rms1_w, s.rms1_rstd, N, C, true);
 }

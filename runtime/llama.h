@@ -4,7 +4,8 @@
 // the planner totals. A generated step calls these with pointers into the
 // arena; nothing here allocates. Linear weights are (out, in) as in
 // Hugging Face's nn.Linear; only q, k and v have biases, and only with
-// qkv_bias (Qwen2).
+// qkv_bias (Qwen2); with qk_norm (Qwen3) each head's q and k pass an RMSNorm
+// before their rotation.
 #pragma once
 
 #include <cstddef>
@@ -16,7 +17,7 @@
 struct llama_dims {
   int64_t B = 0;         // sequences in the micro-batch
   int64_t T = 0;         // context
-  int64_t C = 0;         // width (heads * head size)
+  int64_t C = 0;         // width
   int64_t H = 0;         // query heads
   int64_t KV_heads = 0;  // key/value heads (grouped-query attention; divides H)
   int64_t F = 0;         // MLP hidden
@@ -27,9 +28,12 @@ struct llama_dims {
   int64_t V_padded = 0;    // stored rows of the embedding and head (0: V)
   float norm_eps = 1e-5f;  // RMSNorm's epsilon
   bool qkv_bias = false;   // q, k and v projections have biases (Qwen2)
+  bool qk_norm = false;    // each head's q and k pass an RMSNorm before the rotation (Qwen3)
+  int64_t head_dim = 0;    // head size (0: C / H)
   int64_t N() const { return B * T; }
-  int64_t D() const { return C / H; }            // head size
-  int64_t KV() const { return KV_heads * D(); }  // width of k and of v
+  int64_t D() const { return head_dim != 0 ? head_dim : C / H; }  // head size
+  int64_t Q() const { return H * D(); }                           // width of q
+  int64_t KV() const { return KV_heads * D(); }                   // width of k and of v
   int64_t Vp() const { return V_padded > V ? V_padded : V; }
 };
 
@@ -43,18 +47,20 @@ llama_rope llama_rope_at(const float* tables, const llama_dims& d);
 
 template <class T>
 struct llama_block_params {
-  const T* rms1_w;  // (C)
-  const T* q_w;     // (C, C)
-  const T* k_w;     // (KV, C)
-  const T* v_w;     // (KV, C)
-  const T* q_b;     // (C)   qkv_bias only, else null
-  const T* k_b;     // (KV)  qkv_bias only, else null
-  const T* v_b;     // (KV)  qkv_bias only, else null
-  const T* o_w;     // (C, C)
-  const T* rms2_w;  // (C)
-  const T* gate_w;  // (F, C)
-  const T* up_w;    // (F, C)
-  const T* down_w;  // (C, F)
+  const T* rms1_w;    // (C)
+  const T* q_w;       // (Q, C)
+  const T* k_w;       // (KV, C)
+  const T* v_w;       // (KV, C)
+  const T* q_b;       // (Q)   qkv_bias only, else null
+  const T* k_b;       // (KV)  qkv_bias only, else null
+  const T* v_b;       // (KV)  qkv_bias only, else null
+  const T* q_norm_w;  // (D)  qk_norm only, else null
+  const T* k_norm_w;  // (D)  qk_norm only, else null
+  const T* o_w;       // (C, Q)
+  const T* rms2_w;    // (C)
+  const T* gate_w;    // (F, C)
+  const T* up_w;      // (F, C)
+  const T* down_w;    // (C, F)
 };
 // The block's tensors from its first tensor, as runtime/model/llama.h lays them out.
 template <class T>
@@ -63,7 +69,8 @@ llama_block_params<T> llama_block_params_at(const T* base, const llama_dims& d);
 template <class G>
 struct llama_block_grads {
   G *rms1_w, *q_w, *k_w, *v_w, *o_w, *rms2_w, *gate_w, *up_w, *down_w;
-  G *q_b, *k_b, *v_b;  // qkv_bias only, else null
+  G *q_b, *k_b, *v_b;      // qkv_bias only, else null
+  G *q_norm_w, *k_norm_w;  // qk_norm only, else null
 };
 template <class G>
 llama_block_grads<G> llama_block_grads_at(G* base, const llama_dims& d);
@@ -74,10 +81,13 @@ struct llama_block_saved {
   float* lse;                    // (B, H, T) log-sum-exp of each query's scaled scores
   T* input;                      // (N, C)
   T* rms1;                       // (N, C)
-  T* q;                          // (N, C) after the rotation
+  float *q_rstd, *k_rstd;        // (N, H), (N, KV_heads): qk_norm only, else null
+  T* q_raw;                      // (N, Q) before the norm: qk_norm only, else null
+  T* k_raw;                      // (N, KV) before the norm: qk_norm only, else null
+  T* q;                          // (N, Q) after the rotation
   T* k;                          // (N, KV) after the rotation
   T* v;                          // (N, KV)
-  T* attn;                       // (N, C)
+  T* attn;                       // (N, Q)
   T* res2;                       // (N, C)
   T* rms2;                       // (N, C)
   T* gate;                       // (N, F)
@@ -99,8 +109,9 @@ llama_final_norm_saved<T> llama_final_norm_saved_at(std::byte* slot, const llama
 template <class T>
 struct llama_backward_scratch {
   T* dres;       // (N, C) gradient of the residual stream, updated in place layer by layer
-  T* dtmp;       // (N, C)
-  T* big;        // (N, max(3C, 3F, C + 2KV)): d(swiglu), d(gate), d(up); d(q), d(k), d(v)
+  T* dtmp;       // (N, max(C, Q))
+  T* big;        // (N, max(3C, 3F, Q + 2KV)): d(swiglu), d(gate), d(up); d(q), d(k), d(v)
+                 // (with qk_norm 2Q + 3KV: then d(q) and d(k) before their norms)
   float* delta;  // (B, H, T) rowsum(d(attn) * attn) per head and query
 };
 template <class T>
@@ -133,7 +144,8 @@ enum llama_piece : int {
 
 // One block: reads s.input, fills the rest of s, writes out (N, C) (which may
 // be the next layer's saved input). With qkv_bias each of q, k and v adds its
-// bias after its projection and before its rotation. out == nullptr skips the down projection
+// bias after its projection and before its rotation; with qk_norm q and k
+// pass their heads' RMSNorm there (after any bias). out == nullptr skips the down projection
 // and residual: a recompute fills s only. `pieces` runs part of the block
 // (only its tensors in p are read); out is written by down_proj.
 template <class T>

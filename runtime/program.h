@@ -172,6 +172,9 @@ struct program_model {
   double norm_eps = 1e-5;  // RMSNorm's epsilon
   program_rope rope = {};
   bool qkv_bias = false;  // q, k and v projections have biases (Qwen2)
+  bool qk_norm = false;   // each head's q and k pass an RMSNorm before the rotation (Qwen3)
+  int64_t head_dim = 0;   // the spec's head size (0: width / heads)
+  int64_t head_size() const { return head_dim != 0 ? head_dim : width / heads; }
 };
 
 // fp16 loss scaling (runtime/train/loss_scale.h): dynamic or static, the initial

@@ -136,15 +136,25 @@ std::string types(const EmitContext& c) {
 
 std::string model_dims(const EmitContext& c) {
   const ModelSpec& m = c.model;
-  if (m.family == Family::Llama)
+  if (m.family == Family::Llama) {
+    // The fields after the epsilon, as far as one differs from its default:
+    // qkv_bias, qk_norm, head_dim.
+    std::string tail, says;
+    if (m.qkv_bias || m.qk_norm || m.head_size != 0) tail += m.qkv_bias ? ", true" : ", false";
+    if (m.qk_norm || m.head_size != 0) tail += m.qk_norm ? ", true" : ", false";
+    if (m.head_size != 0) tail += fmt::format(", {}", m.head_size);
+    if (m.qkv_bias) says += "; q, k and v have biases";
+    if (m.qk_norm) says += "; each head's q and k pass an RMSNorm";
+    if (m.head_size != 0) says += fmt::format("; head size {}", m.head_size);
     return fmt::format(
         "// B sequences of T tokens, width C, H query heads, KV key/value heads, MLP hidden F,\n"
         "// vocab V; attention saves log-sum-exp; the embedding and head are stored with V\n"
         "// padded to Vp rows (pad_vocab_to {}); RMSNorm's epsilon{}.\n"
         "constexpr llama_dims kDims{{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}f{}}};\n",
-        m.pad_vocab_to, m.qkv_bias ? "; q, k and v have biases" : "", c.s.micro_batch, m.context,
-        m.width, m.heads, m.kv_heads, m.ffn_hidden, m.vocab, c.act.flash_attention,
-        m.padded_vocab(), cpp_double(m.norm_eps), m.qkv_bias ? ", true" : "");
+        m.pad_vocab_to, says, c.s.micro_batch, m.context, m.width, m.heads, m.kv_heads,
+        m.ffn_hidden, m.vocab, c.act.flash_attention, m.padded_vocab(), cpp_double(m.norm_eps),
+        tail);
+  }
   return fmt::format(
       "// B sequences of T tokens, width C, H heads, MLP hidden F, vocab V; flash: attention\n"
       "// saves log-sum-exp, not probabilities (the plan's layout, planner/Activations.h);\n"

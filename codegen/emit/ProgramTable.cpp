@@ -64,6 +64,8 @@ std::vector<Init> model_fields(const EmitContext& c) {
   }
   f.push_back({"rope", "", rope});
   if (m.qkv_bias) f.push_back({"qkv_bias", "true"});
+  if (m.qk_norm) f.push_back({"qk_norm", "true"});
+  if (m.head_size != 0) f.push_back({"head_dim", i(m.head_size)});
   return f;
 }
 

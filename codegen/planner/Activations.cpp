@@ -12,7 +12,7 @@ namespace fsdpgen {
 namespace {
 
 const model::ActivationLayout& activation_layout(const ModelSpec& m) {
-  return m.family == Family::Gpt2 ? model::kGpt2Activations : model::kLlamaActivations;
+  return m.family == Family::Gpt2 ? model::kGpt2Activations : model::llama_activations(m.qk_norm);
 }
 
 // Whether a custom layer replaces the piece that writes family row f, so

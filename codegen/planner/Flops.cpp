@@ -21,7 +21,8 @@ double layer_matmul_macs(const ModelSpec& m, const LayerId& l, double V) {
         return macs;
       }
       if (m.family == Family::Gpt2) return 4 * C * C + 2 * C * F;
-      return 2 * C * C + 2 * C * (m.kv_heads * m.head_dim()) + 3 * C * F;
+      return 2 * C * static_cast<double>(m.q_width()) +
+             2 * C * static_cast<double>(m.kv_heads * m.head_dim()) + 3 * C * F;
     case LayerId::Kind::FinalNorm:
       return 0;
     case LayerId::Kind::Head:
@@ -40,7 +41,7 @@ double layer_attention_flops(const ModelSpec& m, const LayerId& l) {
   else
     for (const BlockPiece& p : model_block_pieces(m))
       attends |= p.attention;
-  return attends ? 4.0 * m.context * m.width : 0;
+  return attends ? 4.0 * m.context * static_cast<double>(m.q_width()) : 0;
 }
 
 }  // namespace

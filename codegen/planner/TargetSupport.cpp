@@ -120,6 +120,18 @@ void check_qkv_bias(const Spec& spec, const Hardware& hw, Reasons& out) {
         "qkv_bias = true on GPUs (the CPU target has it; its CUDA twin has not run on a GPU yet)");
 }
 
+// Qwen3's qk-norm and a head size apart from width / heads: the CUDA llama
+// block has neither yet.
+void check_qk_norm(const Spec& spec, const Hardware& hw, Reasons& out) {
+  if (hw.gpu && spec.model.qk_norm)
+    out.push_back("qk_norm = true on GPUs (the CPU target has it; the CUDA llama block not yet)");
+  if (hw.gpu && spec.model.head_size != 0 &&
+      spec.model.head_size * spec.model.heads != spec.model.width)
+    out.push_back(
+        "head_dim other than width / heads on GPUs (the CPU target has it; the CUDA llama block "
+        "not yet)");
+}
+
 }  // namespace
 
 std::string_view backend_name(const Hardware& hw) {
@@ -138,6 +150,7 @@ std::vector<std::string> unsupported_features(const Spec& spec, const Hardware& 
   check_guard(spec, hw, out);
   check_muon(spec, hw, out);
   check_qkv_bias(spec, hw, out);
+  check_qk_norm(spec, hw, out);
   return out;
 }
 

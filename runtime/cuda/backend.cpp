@@ -98,7 +98,7 @@ class cuda_backend final : public backend {
     // it, its graphs built now (a shape cuDNN refuses, or a workspace the plan
     // did not reserve, stops every rank at set-up); else the flash kernels.
     attention_ = choose_attention(p_.plan.flash_attention, p_.parallel.precision.param,
-                                  p_.model.width / p_.model.heads, p_.model.context,
+                                  p_.model.head_size(), p_.model.context,
                                   cudnn_attention_built(), std::getenv("FSDPGEN_ATTENTION"));
     if (attention_.kernels == attention_kernels::cudnn) {
       g.attention = gpu_attention_create();

@@ -31,27 +31,33 @@ struct Dims {
   int64_t KV = 0;      // width of k (and of v): kv_heads * head_dim
   bool flash = false;  // attention saves log-sum-exp, not probabilities
   int64_t V = 0;       // vocabulary (true rows; Tensor::vocab_rows pads the stored ones)
+  int64_t D = 0;       // head size (0: C / H); q is H * D wide
+  constexpr int64_t head_dim() const { return D != 0 ? D : H != 0 ? C / H : 0; }
+  constexpr int64_t q_width() const { return H * head_dim(); }
 };
 
 // A linear combination of the dimensions, e.g. 3 * C + F. Probs counts the
 // attention probabilities per token: H * T, none with flash attention.
-// Vocab and Context size the embedding and head tensors.
+// Vocab and Context size the embedding and head tensors; HeadDim is a head's
+// size and Q the width of q (heads * head size: C unless the head size is given).
 struct Linear {
-  int64_t one = 0, c = 0, f = 0, h = 0, kv = 0, probs = 0, v = 0, t = 0;
+  int64_t one = 0, c = 0, f = 0, h = 0, kv = 0, probs = 0, v = 0, t = 0, hd = 0, q = 0;
   constexpr int64_t operator()(const Dims& d) const {
     return one + c * d.C + f * d.F + h * d.H + kv * d.KV + probs * (d.flash ? 0 : d.H * d.T) +
-           v * d.V + t * d.T;
+           v * d.V + t * d.T + hd * d.head_dim() + q * d.q_width();
   }
 };
 constexpr Linear operator+(const Linear& a, const Linear& b) {
-  return {a.one + b.one, a.c + b.c,         a.f + b.f, a.h + b.h,
-          a.kv + b.kv,   a.probs + b.probs, a.v + b.v, a.t + b.t};
+  return {a.one + b.one,     a.c + b.c, a.f + b.f, a.h + b.h,   a.kv + b.kv,
+          a.probs + b.probs, a.v + b.v, a.t + b.t, a.hd + b.hd, a.q + b.q};
 }
 constexpr Linear operator*(int64_t k, const Linear& a) {
-  return {k * a.one, k * a.c, k * a.f, k * a.h, k * a.kv, k * a.probs, k * a.v, k * a.t};
+  return {k * a.one,   k * a.c, k * a.f, k * a.h,  k * a.kv,
+          k * a.probs, k * a.v, k * a.t, k * a.hd, k * a.q};
 }
 inline constexpr Linear One{1}, C{0, 1}, F{0, 0, 1}, H{0, 0, 0, 1}, KV{0, 0, 0, 0, 1},
-    Probs{0, 0, 0, 0, 0, 1}, Vocab{0, 0, 0, 0, 0, 0, 1}, Context{0, 0, 0, 0, 0, 0, 0, 1};
+    Probs{0, 0, 0, 0, 0, 1}, Vocab{0, 0, 0, 0, 0, 0, 1}, Context{0, 0, 0, 0, 0, 0, 0, 1},
+    HeadDim{0, 0, 0, 0, 0, 0, 0, 0, 1}, Q{0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
 
 // The largest of up to three linear extents (a buffer reused by several
 // gradients is as large as the largest).
@@ -205,7 +211,7 @@ struct Piece {
   int first_tensor = 0, tensors = 0;
   Linear in = {}, out = {};
   bool attention = false;
-  constexpr bool linear() const { return in.one + in.c + in.f + in.kv != 0; }
+  constexpr bool linear() const { return in.one + in.c + in.f + in.kv + in.q != 0; }
 };
 
 // A module a custom layer can take the place of, or be added as (DESIGN §9).

@@ -1,7 +1,10 @@
 // llama layout: the llama family's tables (runtime/model/layout.h): a block's
 // parameter tensors and saved arrays, the final norm's and the backward
 // scratch, which the planner totals; the fp32 rows come first so that every
-// row is aligned for any shape. With qkv_bias (Qwen2), q, k and v have biases.
+// row is aligned for any shape. With qkv_bias (Qwen2), q, k and v have biases;
+// with qk_norm (Qwen3), each head's q and k pass an RMSNorm (one weight of the
+// head size, shared by the heads) before their rotation. q is Q wide (heads *
+// head size), which is C unless the spec gives head_dim.
 #pragma once
 
 #include "runtime/model/layout.h"
@@ -21,9 +24,9 @@ inline constexpr Tensor kLlamaHeadParams[] = {
 
 // A block's tensors in flat-parameter order (nn.Linear: weights are (out, in)).
 inline constexpr Tensor kLlamaBlockParams[] = {
-    {"rms1_w", "input_layernorm.weight", {C}},   {"q_w", "self_attn.q_proj.weight", {C, C}},
+    {"rms1_w", "input_layernorm.weight", {C}},   {"q_w", "self_attn.q_proj.weight", {Q, C}},
     {"k_w", "self_attn.k_proj.weight", {KV, C}}, {"v_w", "self_attn.v_proj.weight", {KV, C}},
-    {"o_w", "self_attn.o_proj.weight", {C, C}},  {"rms2_w", "post_attention_layernorm.weight", {C}},
+    {"o_w", "self_attn.o_proj.weight", {C, Q}},  {"rms2_w", "post_attention_layernorm.weight", {C}},
     {"gate_w", "mlp.gate_proj.weight", {F, C}},  {"up_w", "mlp.up_proj.weight", {F, C}},
     {"down_w", "mlp.down_proj.weight", {C, F}},
 };
@@ -33,11 +36,27 @@ inline constexpr Tensor kLlamaBlockParams[] = {
 inline constexpr Tensor kLlamaQkvBiasBlockParams[] = {
     kLlamaBlockParams[0],
     kLlamaBlockParams[1],
-    {"q_b", "self_attn.q_proj.bias", {C}},
+    {"q_b", "self_attn.q_proj.bias", {Q}},
     kLlamaBlockParams[2],
     {"k_b", "self_attn.k_proj.bias", {KV}},
     kLlamaBlockParams[3],
     {"v_b", "self_attn.v_proj.bias", {KV}},
+    kLlamaBlockParams[4],
+    kLlamaBlockParams[5],
+    kLlamaBlockParams[6],
+    kLlamaBlockParams[7],
+    kLlamaBlockParams[8],
+};
+
+// Qwen3's block (the spec's qk_norm): llama's tensors with q's and k's
+// RMSNorm weights (one head's size) after their projections, in their pieces.
+inline constexpr Tensor kLlamaQkNormBlockParams[] = {
+    kLlamaBlockParams[0],
+    kLlamaBlockParams[1],
+    {"q_norm_w", "self_attn.q_norm.weight", {HeadDim}},
+    kLlamaBlockParams[2],
+    {"k_norm_w", "self_attn.k_norm.weight", {HeadDim}},
+    kLlamaBlockParams[3],
     kLlamaBlockParams[4],
     kLlamaBlockParams[5],
     kLlamaBlockParams[6],
@@ -56,10 +75,10 @@ inline constexpr Field kLlamaBlockSaved[] = {
     {"lse", Elem::Fp32, H, When::Flash, 3},
     {"input", Elem::Param, C},
     {"rms1", Elem::Param, C, When::Always, 0},
-    {"q", Elem::Param, C, When::Always, 1},
+    {"q", Elem::Param, Q, When::Always, 1},
     {"k", Elem::Param, KV, When::Always, 2},
     {"v", Elem::Param, KV, When::Always, 3},
-    {"attn", Elem::Param, C, When::Always, 3},
+    {"attn", Elem::Param, Q, When::Always, 3},
     {"res2", Elem::Param, C, When::Always, 4},
     {"rms2", Elem::Param, C, When::Always, 5},
     {"gate", Elem::Param, F, When::Always, 6},
@@ -68,26 +87,60 @@ inline constexpr Field kLlamaBlockSaved[] = {
     {"probs", Elem::Param, Probs, When::Materialized, 3},
 };
 
+// With qk_norm: llama's rows and, written by q's and k's pieces, each head's
+// RMSNorm statistics (k's sized as q's: kv_heads <= heads) and q and k before
+// their norms.
+inline constexpr Field kLlamaQkNormBlockSaved[] = {
+    kLlamaBlockSaved[0],
+    kLlamaBlockSaved[1],
+    kLlamaBlockSaved[2],
+    {"q_rstd", Elem::Fp32, H, When::Always, 1},
+    {"k_rstd", Elem::Fp32, H, When::Always, 2},
+    kLlamaBlockSaved[3],
+    kLlamaBlockSaved[4],
+    {"q_raw", Elem::Param, Q, When::Always, 1},
+    {"k_raw", Elem::Param, KV, When::Always, 2},
+    kLlamaBlockSaved[5],
+    kLlamaBlockSaved[6],
+    kLlamaBlockSaved[7],
+    kLlamaBlockSaved[8],
+    kLlamaBlockSaved[9],
+    kLlamaBlockSaved[10],
+    kLlamaBlockSaved[11],
+    kLlamaBlockSaved[12],
+    kLlamaBlockSaved[13],
+    kLlamaBlockSaved[14],
+};
+
 inline constexpr Field kLlamaFinalNormSaved[] = {
     {"rstd", Elem::Fp32, One},
     {"input", Elem::Param, C},
     {"output", Elem::Param, C},
 };
 
-// As gpt2's (runtime/model/gpt2.h), with the largest intermediate gradient also
-// covering d(gate), d(up), d(swiglu) and d(q), d(k), d(v).
+// As gpt2's (runtime/model/gpt2.h), dtmp as wide as q too, with the largest intermediate gradient
+// also covering d(gate), d(up), d(swiglu) and d(q), d(k), d(v).
 inline constexpr Field kLlamaBackwardScratch[] = {
     {"dres", Elem::Param, C},
-    {"dtmp", Elem::Param, C},
-    {"big", Elem::Param, max_of(3 * C + Probs, 3 * F, C + 2 * KV)},
+    {"dtmp", Elem::Param, max_of(C, Q)},  // d(attn) is Q wide
+    {"big", Elem::Param, max_of(3 * C + Probs, 3 * F, Q + 2 * KV)},
     {"delta", Elem::Fp32, H, When::Flash},
+};
+
+// With qk_norm the largest also holds d(q) and d(k) before their norms, after
+// d(q), d(k) and d(v).
+inline constexpr Field kLlamaQkNormBackwardScratch[] = {
+    kLlamaBackwardScratch[0],
+    kLlamaBackwardScratch[1],
+    {"big", Elem::Param, max_of(3 * C + Probs, 3 * F, 2 * Q + 3 * KV)},
+    kLlamaBackwardScratch[3],
 };
 
 // A block's pieces (Piece, runtime/model/layout.h): runtime/llama runs any range of them.
 inline constexpr Piece kLlamaBlockPieces[] = {
-    {"input_layernorm", 0, 1},         {"self_attn.q_proj", 1, 1, C, C},
+    {"input_layernorm", 0, 1},         {"self_attn.q_proj", 1, 1, C, Q},
     {"self_attn.k_proj", 2, 1, C, KV}, {"self_attn.v_proj", 3, 1, C, KV, true},
-    {"self_attn.o_proj", 4, 1, C, C},  {"post_attention_layernorm", 5, 1},
+    {"self_attn.o_proj", 4, 1, Q, C},  {"post_attention_layernorm", 5, 1},
     {"mlp.gate_proj", 6, 1, C, F},     {"mlp.up_proj", 7, 1, C, F},
     {"mlp.down_proj", 8, 1, F, C},
 };
@@ -111,6 +164,19 @@ inline constexpr Piece kLlamaQkvBiasBlockPieces[] = {
     with_tensors(kLlamaBlockPieces[8], 11, 1),
 };
 
+// kLlamaBlockPieces over kLlamaQkNormBlockParams: q's and k's with their norms.
+inline constexpr Piece kLlamaQkNormBlockPieces[] = {
+    kLlamaBlockPieces[0],
+    with_tensors(kLlamaBlockPieces[1], 1, 2),
+    with_tensors(kLlamaBlockPieces[2], 3, 2),
+    with_tensors(kLlamaBlockPieces[3], 5, 1),
+    with_tensors(kLlamaBlockPieces[4], 6, 1),
+    with_tensors(kLlamaBlockPieces[5], 7, 1),
+    with_tensors(kLlamaBlockPieces[6], 8, 1),
+    with_tensors(kLlamaBlockPieces[7], 9, 1),
+    with_tensors(kLlamaBlockPieces[8], 10, 1),
+};
+
 // The modules a custom layer can replace (Module, runtime/model/layout.h).
 inline constexpr Module kLlamaModules[] = {
     {"input_layernorm", 0, 1, "input", "rms1", nullptr, false},
@@ -129,12 +195,25 @@ inline constexpr ParamLayout kLlamaQkvBiasParams{
     kLlamaFinalNormParams, kLlamaHeadParams,  kLlamaQkvBiasBlockPieces,
     kLlamaModules};
 
-// The family's tensors: Qwen2's with qkv_bias, else Llama's.
-constexpr const ParamLayout& llama_params(bool qkv_bias) {
-  return qkv_bias ? kLlamaQkvBiasParams : kLlamaParams;
+inline constexpr ParamLayout kLlamaQkNormParams{
+    "model.layers.{}.",    kLlamaEmbedParams, kLlamaQkNormBlockParams,
+    kLlamaFinalNormParams, kLlamaHeadParams,  kLlamaQkNormBlockPieces,
+    kLlamaModules};
+
+// The family's tensors: Qwen2's with qkv_bias, Qwen3's with qk_norm, else
+// Llama's (the spec has not both: dsl/Rules.cpp).
+constexpr const ParamLayout& llama_params(bool qkv_bias, bool qk_norm = false) {
+  return qk_norm ? kLlamaQkNormParams : qkv_bias ? kLlamaQkvBiasParams : kLlamaParams;
 }
 
 inline constexpr ActivationLayout kLlamaActivations{kLlamaBlockSaved, kLlamaFinalNormSaved,
                                                     kLlamaBackwardScratch};
+inline constexpr ActivationLayout kLlamaQkNormActivations{
+    kLlamaQkNormBlockSaved, kLlamaFinalNormSaved, kLlamaQkNormBackwardScratch};
+
+// The family's activation memory: Qwen3's with qk_norm, else Llama's.
+constexpr const ActivationLayout& llama_activations(bool qk_norm) {
+  return qk_norm ? kLlamaQkNormActivations : kLlamaActivations;
+}
 
 }  // namespace fsdpgen::model
