@@ -43,6 +43,16 @@ inline const char* op_kind_name(op_kind k) {
   return kNames[static_cast<int>(k)];
 }
 
+// An op kind's short label, as the planner's schedules and traces write it
+// ("AG", "MUON_NS"; codegen/planner/Schedule.h's kOpKindNames, which the
+// emitter checks equal to these).
+inline constexpr const char* kOpKindLabels[kOpKindCount] = {
+    "AG",  "F",   "RECOMPUTE", "B",   "RS",          "AR",      "FREE",
+    "H2D", "D2H", "GRADNORM",  "OPT", "MUON_GATHER", "MUON_NS", "MUON_SCATTER"};
+inline const char* op_kind_label(op_kind k) {
+  return kOpKindLabels[static_cast<int>(k)];
+}
+
 // A collective's time on one rank includes its wait for the others.
 inline bool op_kind_is_collective(op_kind k) {
   return k == op_kind::all_gather || k == op_kind::reduce_scatter || k == op_kind::all_reduce ||

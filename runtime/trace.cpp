@@ -10,9 +10,6 @@ namespace {
 
 constexpr const char* kStreamNames[kStreamCount] = {"compute",   "allgather", "reducescatter",
                                                     "allreduce", "copy",      "host"};
-constexpr const char* kKindNames[] = {"AG",   "F",   "RECOMPUTE", "B",        "RS", "AR",
-                                      "FREE", "H2D", "D2H",       "GRADNORM", "OPT"};
-
 constexpr const char* kGroupNames[] = {"none", "shard", "replica", "world"};
 
 // The op as the planner's JSON (codegen/planner/Schedule.h's op_json), from its row.
@@ -21,7 +18,7 @@ nlohmann::ordered_json op_args(const program_op& op) {
   for (int d = 0; d < op.dep_count; ++d)
     deps.push_back(op.deps[d]);
   return {{"op", op.id},
-          {"kind", kKindNames[static_cast<int>(op.kind)]},
+          {"kind", op_kind_label(op.kind)},
           {"unit", op.unit},
           {"segment", op.segment},
           {"micro_batch", op.micro_batch},
@@ -69,7 +66,7 @@ std::string trace_json(const program& p, int64_t step,
     for (int i = 0; i < p.op_count; ++i) {
       const program_op& op = p.ops[i];
       events.push_back({{"name", op.label},
-                        {"cat", kKindNames[static_cast<int>(op.kind)]},
+                        {"cat", op_kind_label(op.kind)},
                         {"ph", "X"},
                         {"ts", static_cast<double>(start_ns[rank][i]) / 1e3},
                         {"dur", static_cast<double>(end_ns[rank][i] - start_ns[rank][i]) / 1e3},

@@ -8,6 +8,7 @@
 #include "codegen/emit/CppText.h"
 #include "codegen/emit/Tables.h"
 #include "codegen/planner/Cost.h"
+#include "runtime/program.h"
 
 namespace fsdpgen::emit {
 
@@ -20,6 +21,15 @@ constexpr std::string_view kOpKindEnum[] = {
     "all_reduce",     "free",        "copy_h2d",           "copy_d2h",    "grad_norm",
     "optimizer_step", "muon_gather", "muon_orthogonalize", "muon_scatter"};
 static_assert(std::size(kOpKindEnum) == kOpKindNames.size());
+
+// The runtime's labels (runtime/program.h, which its traces write) are the planner's.
+constexpr bool same_labels() {
+  if (std::size(kOpKindLabels) != kOpKindNames.size()) return false;
+  for (size_t k = 0; k < kOpKindNames.size(); ++k)
+    if (std::string_view(kOpKindLabels[k]) != kOpKindNames[k]) return false;
+  return true;
+}
+static_assert(same_labels(), "runtime/program.h's kOpKindLabels differ from kOpKindNames");
 
 // One kOps row: the op's fields that differ from program_op's defaults.
 std::string op_row(const EmitContext& c, const Op& op) {

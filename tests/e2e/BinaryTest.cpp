@@ -454,6 +454,21 @@ TEST(Binary, TraceHasEveryOpOfEveryRankLikeThePredictedTrace) {
   expect_trace_like_predicted(dir, "cpu", 2);
 }
 
+// Muon's ops (MUON_GATHER, MUON_NS, MUON_SCATTER) are traced too, with the
+// planner's labels (a trace once read past the runtime's label table there).
+TEST(Binary, TraceOfAMuonRunHasItsExchangesAndNewtonSchulz) {
+  E2eConfig muon = two_ranks();
+  muon.optimizer = "muon(lr = 0.02, adamw = adamw(lr = 1e-2))";
+  auto bin = binary("muon_trace", muon);
+  auto dir = bin.parent_path();
+  CmdResult r = run_binary(2, bin, "--steps 2 --trace trace.json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  expect_trace_like_predicted(dir, "cpu", 2);
+  const std::string trace = file_bytes(dir / "trace.json");
+  for (const char* label : {"\"MUON_GATHER\"", "\"MUON_NS\"", "\"MUON_SCATTER\""})
+    EXPECT_NE(trace.find(label), std::string::npos) << label;
+}
+
 // A flag error names the flag and the form it expects, without CLI11's
 // 300-digit range; an unknown flag gets the nearest valid one. Exit status 2.
 TEST(Binary, FlagErrorsNameTheFlagTheExpectedFormAndTheNearestFlag) {
