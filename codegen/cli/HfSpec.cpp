@@ -91,6 +91,10 @@ std::string spec_text(const hf_model& m, const std::string& source, const std::s
         format_real(m.rope_factor), format_real(m.rope_low_freq), format_real(m.rope_high_freq),
         m.rope_original_context);
   if (m.qkv_bias) s += "  qkv_bias   = true   # biases on q, k and v (Qwen2)\n";
+  if (m.qk_norm) s += "  qk_norm    = true   # RMSNorm on each head's q and k (Qwen3)\n";
+  if (m.llama && m.head_dim > 0 && m.head_dim * m.heads != m.width)
+    s += fmt::format("  head_dim   = {}   # q is heads * head_dim = {} wide\n", m.head_dim,
+                     m.heads * m.head_dim);
   s += fmt::format("  tie_embeddings = {}\n}}\n", m.tied ? "true" : "false");
   s += fmt::format(
       "\nunits {{\n  each block\n}}\n"

@@ -61,11 +61,14 @@ struct llama_type {
   // is true); null: sliding_window alone says.
   const char* window_switch = nullptr;
   bool qkv_bias = false;  // the architecture has biases on q, k and v
+  bool qk_norm = false;   // the architecture norms each head's q and k
+  int64_t head_dim = 0;   // head_dim when absent; 0: hidden_size / num_attention_heads
 };
 constexpr llama_type kLlamaTypes[] = {
     {"llama", "LlamaForCausalLM", 2048, 0, 0},
     {"mistral", "MistralForCausalLM", 131072, 8, 4096},
     {"qwen2", "Qwen2ForCausalLM", 32768, 32, 4096, "use_sliding_window", true},
+    {"qwen3", "Qwen3ForCausalLM", 32768, 32, 4096, "use_sliding_window", false, true, 128},
 };
 
 // The families transformers builds that fsdpgen does not (yet), each with
@@ -109,7 +112,6 @@ const std::vector<foreign_family>& foreign_families() {
   const foreign_feature local_rope{w::set, "rope_local_base_freq",
                                    "another rotary base on the sliding-window layers"};
   static const std::vector<foreign_family> families = {
-      {"qwen3", "Qwen3ForCausalLM", {qk_norm, head_dim, biases, window}},
       {"gemma", "GemmaForCausalLM", {gemma_embedding, one_plus, geglu, head_dim}},
       {"gemma2",
        "Gemma2ForCausalLM",
@@ -402,13 +404,12 @@ void read_llama(config_reader& r) {
   if (m.heads > 0 || r.get(c, "num_key_value_heads"))
     r.read<int64_t>(c, "", "num_key_value_heads", "kv_heads", &hf_model::kv_heads,
                     r.type->kv_heads > 0 ? r.type->kv_heads : m.heads);
-  const json* head_dim = r.get(c, "head_dim");
-  if (head_dim && m.heads > 0 && (!head_dim->is_number_integer() || *head_dim != m.width / m.heads))
-    r.differs(
-        "head_dim", "", head_dim->dump(),
-        fmt::format("fsdpgen's heads are hidden_size / num_attention_heads = {} / {} = {} wide",
-                    m.width, m.heads, m.width / m.heads),
-        fmt::format("{}", m.width / m.heads));
+  // The type's default (Qwen3's 128), else hidden_size / num_attention_heads.
+  if (m.heads > 0 || r.get(c, "head_dim"))
+    r.read<int64_t>(c, "", "head_dim", "head_dim", &hf_model::head_dim,
+                    r.type->head_dim > 0 ? r.type->head_dim
+                    : m.heads > 0        ? m.width / m.heads
+                                         : 0);
   r.read<int64_t>(c, "", "intermediate_size", "ffn_hidden", &hf_model::ffn_hidden, {});
   r.read<int64_t>(c, "", "num_hidden_layers", "layers", &hf_model::layers, {});
   r.read<int64_t>(c, "", "vocab_size", "vocab", &hf_model::vocab, {});
@@ -419,13 +420,17 @@ void read_llama(config_reader& r) {
   r.read<bool>(c, "", "tie_word_embeddings", "tie_embeddings", &hf_model::tied, false);
   r.off("attention_bias", "fsdpgen's llama has no attention biases");
   r.off("mlp_bias", "fsdpgen's llama has no MLP biases");
-  // The architecture the type names states qkv_bias (Qwen2's biases on q, k and v).
+  // The architecture the type names states qkv_bias (Qwen2's biases on q, k
+  // and v) and qk_norm (Qwen3's norms on each head's q and k).
   m.qkv_bias = r.type->qkv_bias;
+  m.qk_norm = r.type->qk_norm;
   const json* type = r.get(c, "model_type");
-  r.keys.push_back({.key = "model_type",
-                    .text = type ? type->dump() : fmt::format("absent ({})", r.type->model_type),
-                    .spec_key = "qkv_bias",
-                    .field = &hf_model::qkv_bias});
+  for (auto [spec_key, field] :
+       {std::pair{"qkv_bias", &hf_model::qkv_bias}, std::pair{"qk_norm", &hf_model::qk_norm}})
+    r.keys.push_back({.key = "model_type",
+                      .text = type ? type->dump() : fmt::format("absent ({})", r.type->model_type),
+                      .spec_key = spec_key,
+                      .field = field});
   // null is no window; absent is the type's default (Mistral's 4096); off
   // where the type's switch (Qwen2's use_sliding_window) is not true.
   const bool switched_on = !r.type->window_switch || r.flag(r.type->window_switch);
@@ -575,7 +580,7 @@ std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
          {"hidden_size", m.width},
          {"num_attention_heads", m.heads},
          {"num_key_value_heads", m.kv_heads},
-         {"head_dim", m.width / m.heads},
+         {"head_dim", m.head_dim > 0 ? m.head_dim : m.width / m.heads},
          {"intermediate_size", m.ffn_hidden},
          {"num_hidden_layers", m.layers},
          {"vocab_size", m.vocab},
@@ -596,6 +601,14 @@ std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
       c["architectures"] = {"Qwen2ForCausalLM"};
       c["model_type"] = "qwen2";
       c.erase("attention_bias");
+      c.erase("mlp_bias");
+      c["use_sliding_window"] = false;
+      c["sliding_window"] = nullptr;
+      c["max_window_layers"] = m.layers;
+    }
+    if (m.qk_norm) {  // Qwen3's architecture: its norms, no biases, no window
+      c["architectures"] = {"Qwen3ForCausalLM"};
+      c["model_type"] = "qwen3";
       c.erase("mlp_bias");
       c["use_sliding_window"] = false;
       c["sliding_window"] = nullptr;
@@ -653,7 +666,9 @@ hf_model hf_model_of_config(const std::string& path, std::vector<hf_problem>* pr
   return model;
 }
 
-std::vector<hf_mismatch> hf_config_mismatches(const std::string& path, const hf_model& m) {
+std::vector<hf_mismatch> hf_config_mismatches(const std::string& path, const hf_model& given) {
+  hf_model m = given;  // a head_dim of 0 is width / heads
+  if (m.head_dim == 0 && m.heads > 0) m.head_dim = m.width / m.heads;
   std::vector<hf_mismatch> out;
   read_config(path, [&](config_reader& r) {
     r.model.llama = m.llama;

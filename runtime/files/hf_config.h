@@ -27,6 +27,8 @@ struct hf_model {
   // least the context is plain causal attention; fsdpgen builds no other.
   int64_t window = 0;
   bool qkv_bias = false;  // llama: q, k and v have biases (Qwen2's architecture)
+  bool qk_norm = false;   // llama: each head's q and k pass an RMSNorm (Qwen3's architecture)
+  int64_t head_dim = 0;   // llama: the head size (0: width / heads)
 };
 
 // One difference: the config's key and value, the spec's key and value
@@ -50,23 +52,23 @@ struct hf_problem {
 // n_positions (1024), layer_norm_epsilon (1e-5), activation_function
 // (gelu_new), tie_word_embeddings (true), and no scale_attn_by_inverse_layer_idx
 // or add_cross_attention; llama's hidden_size, num_attention_heads,
-// num_key_value_heads (heads), head_dim (hidden_size / heads, fsdpgen's only
-// head size), intermediate_size, num_hidden_layers, vocab_size,
-// max_position_embeddings (2048), rms_norm_eps (1e-6), hidden_act (silu),
-// rope_theta (10000) and rope_scaling (none or llama3's factor,
-// low_freq_factor, high_freq_factor, original_max_position_embeddings), or
-// transformers 5's rope_parameters for both, tie_word_embeddings (false),
-// sliding_window (null, or at least the context: plain causal attention),
-// and no attention_bias or mlp_bias. Mistral's config (model_type "mistral",
+// num_key_value_heads (heads), head_dim (hidden_size / heads), intermediate_size,
+// num_hidden_layers, vocab_size, max_position_embeddings (2048), rms_norm_eps (1e-6), hidden_act
+// (silu), rope_theta (10000) and rope_scaling (none or llama3's factor, low_freq_factor,
+// high_freq_factor, original_max_position_embeddings), or transformers 5's rope_parameters for
+// both, tie_word_embeddings (false), sliding_window (null, or at least the context: plain causal
+// attention), and no attention_bias or mlp_bias. Mistral's config (model_type "mistral",
 // MistralForCausalLM) is llama's architecture with other defaults
 // (num_key_value_heads 8, max_position_embeddings 131072, sliding_window
 // 4096); Qwen2's (model_type "qwen2", Qwen2ForCausalLM) is llama's with
 // biases on q, k and v (qkv_bias) and its defaults (num_key_value_heads 32,
 // max_position_embeddings 32768, tie_word_embeddings false), its
 // sliding_window (4096) read only where use_sliding_window is true (whatever
-// max_window_layers says). model_type must name the family and
+// max_window_layers says); Qwen3's (model_type "qwen3", Qwen3ForCausalLM) is
+// llama's with an RMSNorm on each head's q and k (qk_norm) and Qwen2's
+// defaults but head_dim 128. model_type must name the family and
 // architectures, when given, hold its LM class; a family transformers builds
-// that fsdpgen does not (qwen3, gemma, gemma2, gemma3, olmo2) is named with
+// that fsdpgen does not (gemma, gemma2, gemma3, olmo2) is named with
 // what of it fsdpgen cannot represent. A config that cannot be read, is not a JSON object or has
 // a key of a wrong type (or an integer below 1) throws std::runtime_error
 // naming the file and the key.
@@ -97,10 +99,10 @@ struct hf_special_ids {
 hf_special_ids hf_special_ids_by_vocab(const hf_model& m);
 
 // The config.json of the model, for transformers' LlamaForCausalLM (with
-// qkv_bias Qwen2ForCausalLM) or GPT2LMHeadModel: what hf_config_mismatches reads, so that a
-// directory with it and the weights loads with from_pretrained as it is. bos_token_id and
-// eos_token_id are `ids`' (the tokenizer's, from the token set's manifest),
-// by default hf_special_ids_by_vocab's; an id outside the vocabulary is an
+// qkv_bias Qwen2ForCausalLM, with qk_norm Qwen3ForCausalLM) or GPT2LMHeadModel: what
+// hf_config_mismatches reads, so that a directory with it and the weights loads with
+// from_pretrained as it is. bos_token_id and eos_token_id are `ids`' (the tokenizer's, from the
+// token set's manifest), by default hf_special_ids_by_vocab's; an id outside the vocabulary is an
 // internal error. torch_dtype names the weights' dtype ("float32",
 // "bfloat16" or "float16").
 std::string hf_config_text(const hf_model& m);

@@ -23,9 +23,11 @@ hf_model hf_model_of(const Model& m) {
   h.ffn_hidden = m.ffn_hidden;
   h.norm_eps = m.norm_eps;
   h.qkv_bias = m.qkv_bias;
+  h.qk_norm = m.qk_norm;
   if constexpr (requires { m.rope_scaling; }) {  // the spec's model
     h.llama = m.family == decltype(m.family)::Llama;
     h.tied = m.tie_embeddings;
+    h.head_dim = m.head_dim();
     h.rope_theta = m.rope_theta;
     if (m.rope_scaling.enabled) {
       h.rope_factor = m.rope_scaling.factor;
@@ -36,6 +38,7 @@ hf_model hf_model_of(const Model& m) {
   } else {  // the program's: its rope's factor is 0 (and the rest with it) when unscaled
     h.llama = m.family == decltype(m.family)::llama;
     h.tied = m.tied;
+    h.head_dim = m.head_size();
     h.rope_theta = m.rope.theta;
     h.rope_factor = m.rope.factor;
     h.rope_low_freq = m.rope.low_freq;

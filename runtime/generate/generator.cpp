@@ -141,6 +141,11 @@ std::string sample_settings_problem(const sample_settings& s) {
 }
 
 generator::generator(const hf_model& m, const generate_tensors& tensors) : m_(m) {
+  if (m.llama && (m.qk_norm || (m.head_dim > 0 && m.head_dim * m.heads != m.width)))
+    throw std::runtime_error(fmt::format(
+        "fsdpgen sample does not run Qwen3's blocks yet (qk_norm {}, head_dim {} with width {} "
+        "and {} heads); train and --save them, and sample with transformers",
+        m.qk_norm, m.head_dim, m.width, m.heads));
   if (m.width <= 0 || m.heads <= 0 || m.width % m.heads != 0 || m.kv_heads <= 0 ||
       m.heads % m.kv_heads != 0 || m.vocab <= 0 || m.context <= 0 || m.layers <= 0 ||
       m.ffn_hidden <= 0)

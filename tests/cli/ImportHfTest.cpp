@@ -1,7 +1,7 @@
 // fsdpgen import-hf and check --hf from the command line: the specs written
 // from the config.json of GPT-2, Llama 3.2 1B and the models of llama's
 // architecture (Mistral 7B v0.3, SmolLM2 135M, TinyLlama 1.1B, and Qwen2.5
-// 0.5B with its q, k and v biases; tests/cli/hf/,
+// 0.5B with its q, k and v biases, Qwen3 0.6B with its qk-norm and head_dim; tests/cli/hf/,
 // as the Hub has them) check, match their configs and have the published
 // parameter counts, an edited spec has each difference named at its key, and
 // keys and families no spec represents are all named.
@@ -167,10 +167,8 @@ TEST(ImportHf, UnbuildableKeysAreAllNamed) {
   const CmdResult r = run_in_source("import-hf tests/cli/hf/unbuildable -o " + out);
   EXPECT_EQ(r.status, 1) << r.out;
   const std::string c = "fsdpgen: error: tests/cli/hf/unbuildable/config.json: ";
-  EXPECT_EQ(r.out, c +
-                       "head_dim = 128: fsdpgen's heads are hidden_size / num_attention_heads = "
-                       "2048 / 32 = 64 wide\n" +
-                       c + "hidden_act = \"gelu\": fsdpgen's llama builds SwiGLU with silu\n" + c +
+  // (head_dim = 128, 2048 / 32 = 64 for hidden_size / heads, is a spec's head_dim.)
+  EXPECT_EQ(r.out, c + "hidden_act = \"gelu\": fsdpgen's llama builds SwiGLU with silu\n" + c +
                        "attention_bias = true: fsdpgen's llama has no attention biases\n" + c +
                        "mlp_bias = true: fsdpgen's llama has no MLP biases\n" + c +
                        "sliding_window = 4096: 4096 < max_position_embeddings 131072: "
@@ -179,7 +177,7 @@ TEST(ImportHf, UnbuildableKeysAreAllNamed) {
                        c +
                        "rope_scaling.rope_type = \"yarn\": fsdpgen's rotary positions are "
                        "unscaled or scaled as llama3\n"
-                       "fsdpgen: no spec written: 6 keys of tests/cli/hf/unbuildable/config.json "
+                       "fsdpgen: no spec written: 5 keys of tests/cli/hf/unbuildable/config.json "
                        "describe what fsdpgen does not build\n");
   EXPECT_FALSE(std::filesystem::exists(out));
 }
@@ -214,7 +212,7 @@ TEST(ImportHf, AnotherFamilyIsNamed) {
   EXPECT_TRUE(has(r, fmt::format("fsdpgen: error: {}/config.json: model_type = \"phi3\": "
                                  "fsdpgen imports \"gpt2\" (GPT2LMHeadModel), \"llama\" "
                                  "(LlamaForCausalLM), \"mistral\" (MistralForCausalLM), \"qwen2\" "
-                                 "(Qwen2ForCausalLM)\n",
+                                 "(Qwen2ForCausalLM), \"qwen3\" (Qwen3ForCausalLM)\n",
                                  dir)))
       << r.out;
 }
@@ -228,7 +226,8 @@ TEST(ImportHf, LlamaArchitecturesHaveTheirPublishedParameters) {
        {std::tuple{"Mistral-7B-v0.3", "mistral_7b_v0_3", "7248023552"},
         {"SmolLM2-135M", "smollm2_135m", "134515008"},
         {"TinyLlama-1.1B-Chat-v1.0", "tinyllama_1_1b_chat_v1_0", "1100048384"},
-        {"Qwen2.5-0.5B", "qwen2_5_0_5b", "494032768"}}) {
+        {"Qwen2.5-0.5B", "qwen2_5_0_5b", "494032768"},
+        {"Qwen3-0.6B", "qwen3_0_6b", "596049920"}}) {
     SCOPED_TRACE(model);
     const std::string config = kSource + "/tests/cli/hf/" + model;
     const std::string spec = dir + "/" + model + ".fsdp";
@@ -270,6 +269,38 @@ TEST(ImportHf, Qwen2IsLlamaWithQkvBiases) {
                   "error: qkv_bias = true, but tests/cli/hf/Llama-3.2-1B/config.json has "
                   "model_type = \"llama\"\n"))
       << r.out;
+}
+
+// Qwen3's config: llama with qk_norm and head_dim 128 (Qwen3ForCausalLM
+// named), its spec byte for byte; a llama spec against it is named at
+// qk_norm and head_dim, and the Qwen3 spec against Llama's config too.
+TEST(ImportHf, Qwen3IsLlamaWithQkNormAndHeadDim) {
+  CmdResult r = run_in_source("import-hf tests/cli/hf/Qwen3-0.6B");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, file_bytes(kSource + "/tests/cli/hf/Qwen3-0.6B.fsdp"));
+  r = run_in_source("check specs/qwen3-0.6b.fsdp --hf tests/cli/hf/Qwen3-0.6B");
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = run_in_source("check specs/llama-1b.fsdp --hf tests/cli/hf/Qwen3-0.6B");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r,
+                  "specs/llama-1b.fsdp:4:7: error: qk_norm is false by default, but "
+                  "tests/cli/hf/Qwen3-0.6B/config.json has model_type = \"qwen3\"\n"))
+      << r.out;
+  EXPECT_TRUE(has(r,
+                  "specs/llama-1b.fsdp:4:7: error: head_dim is 64 by default, but "
+                  "tests/cli/hf/Qwen3-0.6B/config.json has head_dim = 128\n"))
+      << r.out;
+  r = run_in_source("check specs/qwen3-0.6b.fsdp --hf tests/cli/hf/Llama-3.2-1B");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r,
+                  "error: qk_norm = true, but tests/cli/hf/Llama-3.2-1B/config.json has "
+                  "model_type = \"llama\"\n"))
+      << r.out;
+  // Qwen3's head_dim when absent is 128, not hidden_size / num_attention_heads.
+  nlohmann::json c = fixture("Qwen3-0.6B");
+  c.erase("head_dim");
+  r = run("check " + kSource + "/specs/qwen3-0.6b.fsdp --hf " + write_config("Qwen3-0.6B", c));
+  EXPECT_EQ(r.status, 0) << r.out;
 }
 
 // Qwen2's window counts only where use_sliding_window is true (as
@@ -358,7 +389,7 @@ TEST(ImportHf, MistralWindowOfAtLeastTheContextIsLlama) {
 }
 
 // The families of foreign_families: one line naming what of each fsdpgen
-// cannot represent, from the Hub's configs (Qwen3 0.6B, Gemma 3
+// cannot represent, from the Hub's configs (Gemma 3
 // 1B) and edited ones (Gemma 2's soft-capping and query scale, OLMo 2);
 // check --hf names the same against a llama spec.
 TEST(ImportHf, OtherFamiliesNameWhatFsdpgenCannotRepresent) {
@@ -370,10 +401,6 @@ TEST(ImportHf, OtherFamiliesNameWhatFsdpgenCannotRepresent) {
     return at == std::string::npos ? r.out : r.out.substr(at, end - at);
   };
   const std::string hf = kSource + "/tests/cli/hf/";
-  EXPECT_EQ(refusal(hf + "Qwen3-0.6B"),
-            "model_type = \"qwen3\": Qwen3ForCausalLM is not llama's architecture; not "
-            "supported yet: RMSNorm on each head's queries and keys (qk-norm); head_dim apart "
-            "from hidden_size / num_attention_heads (128, not 1024 / 16)");
   EXPECT_EQ(refusal(hf + "gemma-3-1b-pt"),
             "model_type = \"gemma3_text\": Gemma3ForCausalLM is not llama's architecture; not "
             "supported yet: the embedding scaled by sqrt(hidden_size); RMSNorm scaled by (1 + "
@@ -400,12 +427,12 @@ TEST(ImportHf, OtherFamiliesNameWhatFsdpgenCannotRepresent) {
             "model_type = \"olmo2\": Olmo2ForCausalLM is not llama's architecture; not "
             "supported yet: norms after attention and after the MLP instead of before "
             "(post-norm); RMSNorm on all of the queries and all of the keys (qk-norm)");
-  const CmdResult r = run("check " + kSource + "/specs/llama-1b.fsdp --hf " + hf + "Qwen3-0.6B");
+  const CmdResult r = run("check " + kSource + "/specs/llama-1b.fsdp --hf " + hf + "gemma-3-1b-pt");
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_TRUE(has(r,
-                  "Qwen3-0.6B/config.json has model_type = \"qwen3\": Qwen3ForCausalLM is "
-                  "not llama's architecture; not supported yet: RMSNorm on each head's queries "
-                  "and keys (qk-norm)"))
+                  "gemma-3-1b-pt/config.json has model_type = \"gemma3_text\": Gemma3ForCausalLM "
+                  "is not llama's architecture; not supported yet: the embedding scaled by "
+                  "sqrt(hidden_size)"))
       << r.out;
 }
 

@@ -54,6 +54,7 @@ const Refusal kRefusals[] = {
     {"OddTokensWith16BitParams", small("", "precision { param = bf16 }", "each block", 33, 1), "",
      "odd micro_batch * context with 16-bit params"},
     {"Qwen2Biases", "", "qwen2.5-0.5b.fsdp", "qkv_bias = true on GPUs", true},
+    {"Qwen3QkNorm", "", "qwen3-0.6b.fsdp", "qk_norm = true on GPUs", true},
 };
 
 struct Case {
