@@ -10,6 +10,7 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "tests/e2e/E2e.h"
 
@@ -50,6 +51,47 @@ inline std::string reference_spec(const std::filesystem::path& fixture, const ch
 
 inline double relative(double got, double want) {
   return std::abs(got - want) / std::abs(want);
+}
+
+// How far fsdpgen's steps may be from transformers', relative; lr 0: not compared.
+struct reference_tolerances {
+  double loss = 0, norm = 0, lr = 0;
+};
+
+// Trains the fixture's spec `spec_name` in layout `l` from the fixture's
+// model.safetensors (--init-from), in e2e_dir(<fixture's folder>_<layout>),
+// and compares each step's loss and gradient norm (and lr, where tol.lr > 0)
+// with expected.json, transformers' run, printing each; the loss must fall
+// by 10% over the steps.
+inline void expect_steps_match_reference(const std::filesystem::path& fixture,
+                                         const char* spec_name, const reference_layout& l,
+                                         const reference_tolerances& tol) {
+  const nlohmann::json expected = nlohmann::json::parse(file_bytes(fixture / "expected.json"));
+  const std::vector<double> losses = expected.at("losses"), norms = expected.at("grad_norms");
+  const std::vector<double> lrs = tol.lr > 0 ? expected.at("lrs").get<std::vector<double>>()
+                                             : std::vector<double>(losses.size(), 0.0);
+  const std::filesystem::path dir = e2e_dir(fixture.filename().string() + "_" + l.name);
+  const std::filesystem::path bin = build_binary(dir, reference_spec(fixture, spec_name, l));
+  const CmdResult r = run_binary(l.world, bin,
+                                 fmt::format("--metrics metrics.jsonl --init-from {}",
+                                             (fixture / "model.safetensors").string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::vector<nlohmann::json> got = read_metrics(dir / "metrics.jsonl");
+  ASSERT_EQ(got.size(), losses.size()) << r.out;
+  for (size_t s = 0; s < got.size(); ++s) {
+    const double loss = got[s].at("loss").get<double>(), lr = got[s].at("lr").get<double>(),
+                 norm = got[s].at("grad_norm").get<double>();
+    std::printf(
+        "step %zu: loss %.9f, transformers %.9f (%.2e); lr %.9g; grad_norm %.9f, transformers "
+        "%.9f (%.2e)\n",
+        s + 1, loss, losses[s], relative(loss, losses[s]), lr, norm, norms[s],
+        relative(norm, norms[s]));
+    EXPECT_LE(relative(loss, losses[s]), tol.loss) << "step " << s + 1 << " loss";
+    if (tol.lr > 0) EXPECT_LE(relative(lr, lrs[s]), tol.lr) << "step " << s + 1 << " lr";
+    EXPECT_LE(relative(norm, norms[s]), tol.norm) << "step " << s + 1 << " grad_norm";
+  }
+  EXPECT_LT(got.back().at("loss").get<double>(), 0.9 * got.front().at("loss").get<double>())
+      << "the loss should fall";
 }
 
 // Each tensor's data bytes of a safetensors file, by name (its JSON header read here).
