@@ -71,6 +71,9 @@ TEST(RoundTrip, Variants) {
   expect_round_trip("qwen2 q, k and v biases",
                     "model q { family = llama vocab = 1000 context = 64 width = 96 heads = 6 "
                     "kv_heads = 2 layers = 2 qkv_bias = true tie_embeddings = true }");
+  expect_round_trip("qwen3 qk-norm and a head size apart from width / heads",
+                    "model q { family = llama vocab = 1000 context = 64 width = 96 heads = 5 "
+                    "kv_heads = 1 layers = 2 qk_norm = true head_dim = 32 }");
 }
 
 }  // namespace
