@@ -56,6 +56,7 @@ struct E2eConfig {
   std::string units = "each block";
   bool tied = true;
   bool qkv_bias = false;  // llama only: Qwen2's biases on q, k and v
+  bool qwen3 = false;     // llama only: Qwen3's qk_norm, head_dim 16 (width 32 / 4 heads is 8)
   std::string optimizer = "adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)";
   int steps = 4;
   std::string clip = "1.0";  // a global norm, or none
@@ -79,7 +80,8 @@ struct E2eConfig {
         family == "llama" ? "  heads = 4\n  kv_heads = 2\n  ffn_hidden = 88\n" : "  heads = 2\n",
         tied,
         (pad_vocab_to ? fmt::format("  pad_vocab_to = {}\n", pad_vocab_to) : "") +
-            (qkv_bias ? "  qkv_bias = true\n" : ""),
+            (qkv_bias ? "  qkv_bias = true\n" : "") +
+            (qwen3 ? "  qk_norm = true\n  head_dim = 16\n" : ""),
         layers.empty() ? "" : fmt::format("layers {{\n{}}}\n", layers), units, world, sharding,
         shard_group ? fmt::format("  shard_group = {}\n", shard_group) : "", param, reduce_dtype,
         forward_prefetch, backward, max_inflight, recompute,
@@ -110,6 +112,7 @@ struct E2eConfig {
     if (pad_vocab_to) n += fmt::format("_pad{}", pad_vocab_to);
     if (family != "gpt2") n += "_" + family;
     if (qkv_bias) n += "_qkv_bias";
+    if (qwen3) n += "_qwen3";
     if (!layers.empty())
       n += fmt::format("_layers{:08x}", std::hash<std::string>{}(layers)&0xffffffffu);
     if (!train_extra.empty())

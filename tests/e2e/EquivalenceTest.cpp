@@ -236,6 +236,7 @@ E2eConfig reference_of(const E2eConfig& c) {
   r.param = c.param;
   r.tied = c.tied;
   r.qkv_bias = c.qkv_bias;
+  r.qwen3 = c.qwen3;
   r.optimizer = c.optimizer;
   r.steps = c.steps;
   r.clip = c.clip;
@@ -426,6 +427,20 @@ std::vector<E2eConfig> qwen2_set() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Qwen2, Equivalence, ::testing::ValuesIn(qwen2_set()),
+                         [](const auto& info) { return info.param.name(); });
+
+// Qwen3 (llama with qk_norm and a head size apart from width / heads): the
+// same four layouts as Qwen2's, the q and k norms in their weights' pieces.
+std::vector<E2eConfig> qwen3_set() {
+  std::vector<E2eConfig> set = qwen2_set();
+  for (E2eConfig& c : set) {
+    c.qkv_bias = false;
+    c.qwen3 = true;
+  }
+  return set;
+}
+
+INSTANTIATE_TEST_SUITE_P(Qwen3, Equivalence, ::testing::ValuesIn(qwen3_set()),
                          [](const auto& info) { return info.param.name(); });
 
 // The comparison sees hybrid replicas counted twice: the hybrid SGD run of
