@@ -98,8 +98,8 @@ class cuda_backend final : public backend {
     // it, its graphs built now (a shape cuDNN refuses, or a workspace the plan
     // did not reserve, stops every rank at set-up); else the flash kernels.
     attention_ = choose_attention(p_.plan.flash_attention, p_.parallel.precision.param,
-                                  p_.model.head_size(), p_.model.context,
-                                  cudnn_attention_built(), std::getenv("FSDPGEN_ATTENTION"));
+                                  p_.model.head_size(), p_.model.context, cudnn_attention_built(),
+                                  std::getenv("FSDPGEN_ATTENTION"));
     if (attention_.kernels == attention_kernels::cudnn) {
       g.attention = gpu_attention_create();
       gpu_attention_prepare(*g.attention,
