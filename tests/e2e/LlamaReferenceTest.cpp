@@ -38,20 +38,8 @@ TEST_P(LlamaReference, StepsMatchTransformers) {
 // 4 shards and their index), loaded from the directory at world 1 and 2:
 // the same steps.
 TEST(LlamaModelDirectory, TrainsFromTheShardsTransformersSaved) {
-  const nlohmann::json expected = nlohmann::json::parse(file_bytes(kFixture / "expected.json"));
-  const std::vector<double> losses = expected.at("losses");
-  for (const reference_layout& l : {kReferenceLayouts[0], kReferenceLayouts[1]}) {
-    const std::filesystem::path dir = e2e_dir(std::string("llama_reference_hf_") + l.name);
-    const std::filesystem::path bin = build_binary(dir, reference_spec(kFixture, "llama.fsdp", l));
-    const CmdResult r = run_binary(
-        l.world, bin,
-        fmt::format("--metrics metrics.jsonl --init-from {}", (kFixture / "hf").string()));
-    ASSERT_EQ(r.status, 0) << r.out;
-    const std::vector<double> got = read_losses(dir / "metrics.jsonl");
-    ASSERT_EQ(got.size(), losses.size()) << r.out;
-    for (size_t s = 0; s < got.size(); ++s)
-      EXPECT_LE(relative(got[s], losses[s]), kLossTolerance) << l.name << " step " << s + 1;
-  }
+  for (const reference_layout& l : {kReferenceLayouts[0], kReferenceLayouts[1]})
+    expect_model_directory_trains(kFixture, "llama.fsdp", l, kLossTolerance);
 }
 
 // A model directory whose config.json disagrees with the spec stops every
@@ -89,22 +77,7 @@ TEST(LlamaModelDirectory, AConfigOfAnotherModelIsAnErrorNamingEachDifference) {
 // transformers' weights in, fsdpgen's out (F32, no step run, 2 ranks): every
 // tensor's bytes unchanged, under the same names.
 TEST(LlamaModelDirectory, WeightsRoundTripExactly) {
-  const std::filesystem::path dir = e2e_dir("llama_reference_round_trip");
-  const std::filesystem::path bin =
-      build_binary(dir, reference_spec(kFixture, "llama.fsdp", kReferenceLayouts[1]));
-  std::filesystem::remove(dir / "out.safetensors");
-  const CmdResult r = run_binary(2, bin,
-                                 fmt::format("--steps 0 --init-from {} --save out.safetensors",
-                                             (kFixture / "model.safetensors").string()));
-  ASSERT_EQ(r.status, 0) << r.out;
-  const auto want = tensor_bytes(kFixture / "model.safetensors");
-  const auto got = tensor_bytes(dir / "out.safetensors");
-  EXPECT_EQ(want.size(), 21u);
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, bytes] : want) {
-    ASSERT_TRUE(got.contains(name)) << name;
-    EXPECT_TRUE(got.at(name) == bytes) << name << " changed";
-  }
+  expect_weights_round_trip(kFixture, "llama.fsdp", 21, "model.layers.1.self_attn.q_proj.weight");
 }
 
 // Files of other llama models: of another MLP width (every gate, up and down

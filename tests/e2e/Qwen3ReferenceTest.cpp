@@ -36,41 +36,13 @@ TEST_P(Qwen3Reference, StepsMatchTransformers) {
 // of model_type qwen3, 4 shards and their index), loaded from the directory
 // at world 2: the same steps.
 TEST(Qwen3ModelDirectory, TrainsFromTheShardsTransformersSaved) {
-  const nlohmann::json expected = nlohmann::json::parse(file_bytes(kFixture / "expected.json"));
-  const std::vector<double> losses = expected.at("losses");
-  const reference_layout& l = kReferenceLayouts[1];
-  const std::filesystem::path dir = e2e_dir(std::string("qwen3_reference_hf_") + l.name);
-  const std::filesystem::path bin = build_binary(dir, reference_spec(kFixture, "qwen3.fsdp", l));
-  const CmdResult r =
-      run_binary(l.world, bin,
-                 fmt::format("--metrics metrics.jsonl --init-from {}", (kFixture / "hf").string()));
-  ASSERT_EQ(r.status, 0) << r.out;
-  const std::vector<double> got = read_losses(dir / "metrics.jsonl");
-  ASSERT_EQ(got.size(), losses.size()) << r.out;
-  for (size_t s = 0; s < got.size(); ++s)
-    EXPECT_LE(relative(got[s], losses[s]), kLossTolerance) << l.name << " step " << s + 1;
+  expect_model_directory_trains(kFixture, "qwen3.fsdp", kReferenceLayouts[1], kLossTolerance);
 }
 
 // transformers' weights in, fsdpgen's out (F32, no step run, 2 ranks): every
 // tensor's bytes unchanged, under the same names, the 4 q and k norms among them.
 TEST(Qwen3ModelDirectory, WeightsRoundTripExactly) {
-  const std::filesystem::path dir = e2e_dir("qwen3_reference_round_trip");
-  const std::filesystem::path bin =
-      build_binary(dir, reference_spec(kFixture, "qwen3.fsdp", kReferenceLayouts[1]));
-  std::filesystem::remove(dir / "out.safetensors");
-  const CmdResult r = run_binary(2, bin,
-                                 fmt::format("--steps 0 --init-from {} --save out.safetensors",
-                                             (kFixture / "model.safetensors").string()));
-  ASSERT_EQ(r.status, 0) << r.out;
-  const auto want = tensor_bytes(kFixture / "model.safetensors");
-  const auto got = tensor_bytes(dir / "out.safetensors");
-  EXPECT_EQ(want.size(), 24u);
-  EXPECT_TRUE(want.contains("model.layers.1.self_attn.k_norm.weight"));
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, bytes] : want) {
-    ASSERT_TRUE(got.contains(name)) << name;
-    EXPECT_TRUE(got.at(name) == bytes) << name << " changed";
-  }
+  expect_weights_round_trip(kFixture, "qwen3.fsdp", 24, "model.layers.1.self_attn.k_norm.weight");
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Qwen3Reference, ::testing::ValuesIn(kReferenceLayouts),

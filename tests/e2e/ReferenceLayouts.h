@@ -89,12 +89,35 @@ inline void expect_steps_match_reference(const std::filesystem::path& fixture,
         s + 1, loss, losses[s], relative(loss, losses[s]), lr, norm, norms[s],
         relative(norm, norms[s]));
     EXPECT_LE(relative(loss, losses[s]), tol.loss) << "step " << s + 1 << " loss";
-    if (tol.lr > 0) EXPECT_LE(relative(lr, lrs[s]), tol.lr) << "step " << s + 1 << " lr";
+    if (tol.lr > 0) {
+      EXPECT_LE(relative(lr, lrs[s]), tol.lr) << "step " << s + 1 << " lr";
+    }
     EXPECT_LE(relative(norm, norms[s]), tol.norm) << "step " << s + 1 << " grad_norm";
   }
   EXPECT_LT(got.back().at("loss").get<double>(),
             (1 - tol.fall) * got.front().at("loss").get<double>())
       << "the loss should fall";
+}
+
+// The fixture's spec in layout `l` loaded from the model directory transformers'
+// save_pretrained wrote (fixture/hf: config.json, shards, index), in
+// e2e_dir(<fixture's folder>_hf_<layout>): each step's loss within
+// `loss_tolerance` of expected.json's.
+inline void expect_model_directory_trains(const std::filesystem::path& fixture,
+                                          const char* spec_name, const reference_layout& l,
+                                          double loss_tolerance) {
+  const nlohmann::json expected = nlohmann::json::parse(file_bytes(fixture / "expected.json"));
+  const std::vector<double> losses = expected.at("losses");
+  const std::filesystem::path dir = e2e_dir(fixture.filename().string() + "_hf_" + l.name);
+  const std::filesystem::path bin = build_binary(dir, reference_spec(fixture, spec_name, l));
+  const CmdResult r =
+      run_binary(l.world, bin,
+                 fmt::format("--metrics metrics.jsonl --init-from {}", (fixture / "hf").string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::vector<double> got = read_losses(dir / "metrics.jsonl");
+  ASSERT_EQ(got.size(), losses.size()) << r.out;
+  for (size_t s = 0; s < got.size(); ++s)
+    EXPECT_LE(relative(got[s], losses[s]), loss_tolerance) << l.name << " step " << s + 1;
 }
 
 // Each tensor's data bytes of a safetensors file, by name (its JSON header read here).
@@ -111,6 +134,30 @@ inline std::map<std::string, std::string> tensor_bytes(const std::filesystem::pa
       out[name] = all.substr(8 + n + static_cast<size_t>(begin), static_cast<size_t>(end - begin));
     }
   return out;
+}
+
+// transformers' weights in, fsdpgen's out (F32, no step run, 2 ranks, in
+// e2e_dir(<fixture's folder>_round_trip)): the fixture's `tensors` tensors,
+// `among` one of them, each with its bytes unchanged under the same name.
+inline void expect_weights_round_trip(const std::filesystem::path& fixture, const char* spec_name,
+                                      size_t tensors, const std::string& among) {
+  const std::filesystem::path dir = e2e_dir(fixture.filename().string() + "_round_trip");
+  const std::filesystem::path bin =
+      build_binary(dir, reference_spec(fixture, spec_name, kReferenceLayouts[1]));
+  std::filesystem::remove(dir / "out.safetensors");
+  const CmdResult r = run_binary(2, bin,
+                                 fmt::format("--steps 0 --init-from {} --save out.safetensors",
+                                             (fixture / "model.safetensors").string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto want = tensor_bytes(fixture / "model.safetensors");
+  const auto got = tensor_bytes(dir / "out.safetensors");
+  EXPECT_EQ(want.size(), tensors);
+  EXPECT_TRUE(want.contains(among)) << among;
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, bytes] : want) {
+    ASSERT_TRUE(got.contains(name)) << name;
+    EXPECT_TRUE(got.at(name) == bytes) << name << " changed";
+  }
 }
 
 }  // namespace fsdpgen::test
