@@ -17,12 +17,10 @@ The model and run must match tests/e2e/qwen2_reference/qwen2.fsdp. Regenerate wi
   /tmp/hf/bin/python tools/qwen2_reference.py tests/e2e/qwen2_reference
 (checked in; the test suite itself needs neither torch nor transformers).
 """
-import os
 import sys
 
 import torch
 import transformers
-from safetensors.torch import save_file
 
 import reference_run  # beside this script
 
@@ -54,20 +52,8 @@ def build_model():
 
 def main(out_dir):
     torch.manual_seed(0)
-    model = build_model()
-    # Tied: the state dict holds the embedding once, as save_pretrained writes it.
-    state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
-    save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-    # The same weights as transformers saves a model directory: config.json
-    # and shards of at most 40 kB with model.safetensors.index.json.
-    model.save_pretrained(os.path.join(out_dir, "hf"), max_shard_size="40kB")
-
-    tokens = reference_run.learnable_stream(VOCAB, TOKENS)
-    reference_run.write_tokens(os.path.join(out_dir, "tokens.bin"), tokens)
-    losses, _, norms = reference_run.train(model.double(), tokens, CONTEXT, VOCAB, GLOBAL_BATCH,
-                                           STEPS, LR, BETAS, EPS, WEIGHT_DECAY, CLIP)
-    reference_run.write_expected(os.path.join(out_dir, "expected.json"),
-                                 {"dtype": "float64", "losses": losses, "grad_norms": norms})
+    reference_run.write_tied_fp64_fixture(out_dir, build_model(), VOCAB, TOKENS, CONTEXT,
+                                          GLOBAL_BATCH, STEPS, LR, BETAS, EPS, WEIGHT_DECAY, CLIP)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """reference_run: what the reference fixtures' scripts (tools/gpt2_reference.py,
-tools/llama_reference.py, tools/qwen2_reference.py) share: llm.c's token file,
+tools/llama_reference.py, tools/qwen2_reference.py, tools/qwen3_reference.py) share: llm.c's token file,
 a learnable token stream, AdamW steps over exactly the batches an fsdpgen run
-reads from it, and expected.json. Imported by them;
+reads from it, expected.json, and a tied-embedding model's whole fp64 fixture. Imported by them;
 torch and transformers only where they run."""
 import json
+import os
 import struct
 
 import torch
 import transformers
+from safetensors.torch import save_file
 
 
 def write_tokens(path, tokens):
@@ -84,3 +86,21 @@ def write_expected(path, figures):
                    **figures}, f, indent=1)
         f.write("\n")
     print(json.dumps(figures))
+
+
+def write_tied_fp64_fixture(out_dir, model, vocab, tokens, context, global_batch, steps, lr, betas,
+                            eps, weight_decay, clip):
+    """A tied-embedding model's fixture: model.safetensors (the state dict
+    with the embedding once, as save_pretrained writes it), the same weights
+    as a model directory of shards of at most 40 kB (hf/), the learnable
+    token stream of `tokens` tokens (tokens.bin), and expected.json from
+    training the model in fp64."""
+    state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    model.save_pretrained(os.path.join(out_dir, "hf"), max_shard_size="40kB")
+    stream = learnable_stream(vocab, tokens)
+    write_tokens(os.path.join(out_dir, "tokens.bin"), stream)
+    losses, _, norms = train(model.double(), stream, context, vocab, global_batch, steps, lr, betas,
+                             eps, weight_decay, clip)
+    write_expected(os.path.join(out_dir, "expected.json"),
+                   {"dtype": "float64", "losses": losses, "grad_norms": norms})
