@@ -5,9 +5,20 @@
 #include <signal.h>
 #include <atomic>
 
+#include <fmt/format.h>
+
 namespace {
 
 std::atomic<int> g_stop_signal{0};  // the first stop signal to arrive; 0 before any
+
+// Each stop signal the ranks count, in stop_signal.h's order, with its name
+// in the stop message.
+struct counted_signal {
+  int sig;
+  const char* name;
+};
+constexpr counted_signal kCounted[kStopSignals] = {
+    {SIGUSR1, "SIGUSR1"}, {SIGTERM, "SIGTERM"}, {SIGINT, "SIGINT (Ctrl-C)"}};
 
 extern "C" void request_stop(int sig) {
   int none = 0;
@@ -30,19 +41,20 @@ void stop_signal_install() {
   handle(SIGINT, SA_RESETHAND);  // Ctrl-C again: the default, ending the process
 }
 
-bool stop_signal_received() {
-  return g_stop_signal.load() != 0;
+void stop_signal_count(double mine[kStopSignals]) {
+  const int arrived = g_stop_signal.load();
+  for (int i = 0; i < kStopSignals; ++i)
+    mine[i] = kCounted[i].sig == arrived ? 1.0 : 0.0;
 }
 
-const char* stop_signal_name() {
-  switch (g_stop_signal.load()) {
-    case SIGUSR1:
-      return "SIGUSR1";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGINT:
-      return "SIGINT (Ctrl-C)";
-    default:
-      return "";
+std::string stop_signal_agreed(const double all[kStopSignals], int world) {
+  std::string said;
+  for (int i = 0; i < kStopSignals; ++i) {
+    const auto ranks = static_cast<int>(all[i]);
+    if (ranks <= 0) continue;
+    if (!said.empty()) said += " and ";
+    said += kCounted[i].name;
+    if (ranks < world) said += fmt::format(" ({} of {} ranks had received it)", ranks, world);
   }
+  return said;
 }

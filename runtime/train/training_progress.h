@@ -16,6 +16,9 @@ struct training_progress {
   loss_scaler scaler;
   spike_guard guard;
   bool stop = false;  // stop after this step: a stop signal, or the guard
+  // The stop signals the ranks agreed had come (stop_signal_agreed), for the
+  // stop message; "" when none had.
+  std::string stop_signal;
   // Why the run stops early (stop), for its last line and exit status:
   // empty for a signal, else the guard's reason (kGuardExitCode).
   std::string guard_stop;

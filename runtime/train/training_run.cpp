@@ -15,7 +15,6 @@
 #include "runtime/init.h"
 #include "runtime/rope.h"
 #include "runtime/train/run_settings.h"
-#include "runtime/train/stop_signal.h"
 #include "runtime/weights.h"
 
 namespace {
@@ -220,10 +219,7 @@ void training_print_stopped(const training_run& t, int64_t step) {
             .c_str());
     return;
   }
-  // Rank 0 names the signal it received; the ranks agree only that one came.
-  const std::string signal = *stop_signal_name()
-                                 ? fmt::format("asked to by {}", stop_signal_name())
-                                 : std::string("asked to by a stop signal to another rank");
+  const std::string signal = "asked to by " + t.progress.stop_signal;
   std::printf("stopped after step %lld of %lld: %s; continue with: %s\n",
               static_cast<long long>(step + 1), static_cast<long long>(s.steps), signal.c_str(),
               run_settings_resume_command(s.li.launcher, s.li.relaunched, s.p.parallel.world,

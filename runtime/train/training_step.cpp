@@ -67,29 +67,33 @@ struct agreed_loss {
   std::string data_error_text;  // ...this one, if it did
 };
 
-// The loss summed over every rank; with it, how many ranks were asked to
-// stop (t.progress.stop) and how many found a bad token id in their batch.
+// The loss summed over every rank; with it, which stop signals reached how
+// many ranks (t.progress.stop, and its reason) and how many ranks found a bad
+// token id in their batch.
 agreed_loss agree_on_loss(training_run& t, double loss_sum, bool skipped) {
   const program& p = t.shape.p;
   agreed_loss a;
   a.data_error_text = dataloader_take_error(t.data.data);
   const bool bad = !a.data_error_text.empty();
-  const double mine[4] = {loss_sum, stop_signal_received() ? 1.0 : 0.0, bad ? 1.0 : 0.0,
-                          skipped ? 1.0 : 0.0};
-  double all[4] = {0, 0, 0, 0};
+  constexpr int kSignalsAt = 3;  // where the stop signals' counts start
+  constexpr int n = kSignalsAt + kStopSignals;
+  double mine[n] = {loss_sum, bad ? 1.0 : 0.0, skipped ? 1.0 : 0.0};
+  stop_signal_count(mine + kSignalsAt);
+  double all[n] = {};
   {
     const watch_outside_step watched(kWatchLossAllReduce, trace_clock_ns());
-    MPI_CHECK(MPI_Allreduce(mine, all, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allreduce(mine, all, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
   }
-  t.progress.stop = all[1] > 0;
-  a.data_error = all[2] > 0;
+  t.progress.stop_signal = stop_signal_agreed(all + kSignalsAt, p.parallel.world);
+  t.progress.stop = !t.progress.stop_signal.empty();
+  a.data_error = all[1] > 0;
   // Every rank's gate saw the same all-reduced values; one that did not would
   // leave the shards of one model at two different steps.
-  if (all[3] > 0 && all[3] < static_cast<double>(p.parallel.world))
+  if (all[2] > 0 && all[2] < static_cast<double>(p.parallel.world))
     throw std::runtime_error(fmt::format(
         "step {}: {} of {} ranks skipped the optimizer step and the others applied it (the "
         "ranks' gradient norms or losses differ): the shards would hold two different models",
-        t.machine.c.step + 1, all[3], p.parallel.world));
+        t.machine.c.step + 1, all[2], p.parallel.world));
   a.loss_sum = all[0];
   return a;
 }

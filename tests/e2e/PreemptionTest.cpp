@@ -69,12 +69,32 @@ int complete_lines(const fs::path& p) {
   return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
 }
 
-// Runs `world` ranks for (practically) ever, signals them once `after` steps
-// are logged, and checks the stop (naming the signal the ranks received:
-// `arrived`), the checkpoint (in ckpt_dir, given with --checkpoint-dir unless
-// it is the spec's "ckpt") and the run resumed with the command the stop names.
+// The pid of the rank `rank` of the binary `bin` running in `dir` (its
+// working directory), found by its Open MPI environment; -1 if none runs.
+pid_t pid_of_rank(const fs::path& dir, const fs::path& bin, int rank) {
+  const std::string want = fmt::format("OMPI_COMM_WORLD_RANK={}", rank);
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (fs::read_symlink(e.path() / "exe", ec) != fs::canonical(bin) || ec) continue;
+    if (fs::read_symlink(e.path() / "cwd", ec) != fs::canonical(dir) || ec) continue;
+    std::ifstream in(e.path() / "environ");
+    std::string var;
+    while (std::getline(in, var, '\0'))
+      if (var == want) return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+// Runs `world` ranks for (practically) ever, signals them (or only the rank
+// `only_rank`) once 3 steps are logged, and checks the stop (naming the
+// signal the ranks received: `arrived`), the checkpoint (in ckpt_dir, given
+// with --checkpoint-dir unless it is the spec's "ckpt") and the run resumed
+// with the command the stop names.
 void expect_stop_and_resume(const std::string& name, int world, int sig, const std::string& arrived,
-                            const std::string& ckpt_dir, bool started_alone = false) {
+                            const std::string& ckpt_dir, bool started_alone = false,
+                            int only_rank = -1) {
   allow_mpi_as_root();
   E2eConfig c;
   c.world = world;
@@ -91,7 +111,9 @@ void expect_stop_and_resume(const std::string& name, int world, int sig, const s
   const auto deadline = std::chrono::steady_clock::now() + 120s;
   while (complete_lines(dir / "stopped.jsonl") < 3 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(20ms);
-  kill(pid, sig);
+  const pid_t target = only_rank < 0 ? pid : pid_of_rank(dir, bin, only_rank);
+  if (target < 0) ADD_FAILURE() << "no process of rank " << only_rank << " found";
+  kill(target < 0 ? pid : target, sig);
   const int status = wait_for(pid, 120s);
   std::ifstream log(dir / "run.out");
   const std::string out{std::istreambuf_iterator<char>(log), {}};
@@ -139,6 +161,14 @@ void expect_stop_and_resume(const std::string& name, int world, int sig, const s
 
 TEST(Preemption, Sigusr1StopsEveryRankWithACheckpoint) {
   expect_stop_and_resume("preempt_usr1", 2, SIGUSR1, "SIGUSR1", "pre");
+}
+
+// A signal that reaches one rank only (as one sent to every rank may reach
+// them at slightly different times) stops every rank after the same step,
+// and rank 0, which did not receive it, names it and how many ranks had.
+TEST(Preemption, ASignalToOneRankStopsEveryRankAndIsNamed) {
+  expect_stop_and_resume("preempt_one_rank", 2, SIGUSR1, "SIGUSR1 (1 of 2 ranks had received it)",
+                         "pre", false, 1);
 }
 
 TEST(Preemption, SigtermStopsASingleRankWithACheckpoint) {
