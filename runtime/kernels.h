@@ -108,14 +108,17 @@ void attention_backward_flash(T* dqkv,           // (N, 3C)
 // Grouped-query attention (llama) in the same flash form, with q, k and v
 // arrays of their own: H query heads of size hs, KV_heads key/value heads
 // (dividing H), query head h reading kv head h / (H / KV_heads); k and v
-// are not repeated. H == KV_heads is multi-head attention.
+// are not repeated. H == KV_heads is multi-head attention. A window W > 0
+// (Mistral's sliding_window) lets query t attend keys u with t - u < W only,
+// as transformers' sliding-window mask does; 0 (or W >= T) is plain causal.
 template <class T>
 void attention_gqa_forward(T* out,      // (N, H*hs)
                            float* lse,  // (B, H, T)
                            const T* q,  // (N, H*hs)
                            const T* k,  // (N, KV_heads*hs)
                            const T* v,  // (N, KV_heads*hs)
-                           int64_t B, int64_t T_, int64_t H, int64_t KV_heads, int64_t hs);
+                           int64_t B, int64_t T_, int64_t H, int64_t KV_heads, int64_t hs,
+                           int64_t window = 0);
 // dq, dk, dv overwritten (dk, dv summed over the query heads sharing a kv
 // head); delta (B, H, T) fp32 scratch as in attention_backward_flash.
 template <class T>
@@ -124,7 +127,8 @@ void attention_gqa_backward(T* dq, T* dk, T* dv,  // (N, H*hs), (N, KV_heads*hs)
                             const T* dout,        // (N, H*hs)
                             const T* q, const T* k, const T* v, const T* out,
                             const float* lse,  // (B, H, T)
-                            int64_t B, int64_t T_, int64_t H, int64_t KV_heads, int64_t hs);
+                            int64_t B, int64_t T_, int64_t H, int64_t KV_heads, int64_t hs,
+                            int64_t window = 0);
 
 // RMSNorm (llama): out = inp * rstd * weight per row, rstd = 1 / sqrt(mean(inp^2)
 // + eps) saved (fp32), no mean taken out and no bias.

@@ -1,6 +1,7 @@
 // kernels_attention: the CPU causal attention (see kernels.h): the materialized
 // one (scores on gemm(), row blocks below the diagonal) and the flash one (online
-// softmax, fp32 rows), packed gpt2 qkv or llama's grouped-query heads.
+// softmax, fp32 rows), packed gpt2 qkv or llama's grouped-query heads, the
+// latter optionally within a sliding window (Mistral).
 #include "runtime/kernels.h"
 
 #include <algorithm>
@@ -157,9 +158,17 @@ void add_scaled_row(float* acc, float w, const T* x, int64_t n) {
 // q at q + q_at(bh, t), its k and v (kv head h / group) at k + kv_at(bh, t)
 // and v + kv_at(bh, t), its out and dout at out_at(bh, t) (rows H * hs
 // wide), its lse and delta at bh * T + t. Packed qkv (gpt2) is q, k and v
-// rows of stride 3C; llama's are arrays of their own.
+// rows of stride 3C; llama's are arrays of their own. Query t attends keys
+// [first(t), t]: all before it, or with a window W the last W (t - u < W, as
+// transformers' sliding_window_overlay).
 struct flash_rows {
   int64_t T_, H, group, hs, q_stride, kv_stride;
+  int64_t window = 0;  // 0: none
+  int64_t first(int64_t t) const { return window > 0 && t >= window ? t - window + 1 : 0; }
+  // The last query that attends key u.
+  int64_t last(int64_t u) const {
+    return window > 0 && T_ - 1 - u >= window ? u + window - 1 : T_ - 1;
+  }
   int64_t q_at(int64_t bh, int64_t t) const {
     return ((bh / H) * T_ + t) * q_stride + (bh % H) * hs;
   }
@@ -172,7 +181,10 @@ struct flash_rows {
 };
 
 flash_rows flash_rows_of(int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, int64_t q_stride,
-                         int64_t kv_stride) {
+                         int64_t kv_stride, int64_t window = 0) {
+  if (window < 0)
+    throw std::invalid_argument("attention_flash: window " + std::to_string(window) +
+                                " is negative (0: none)");
   if (H <= 0 || KV_heads <= 0 || H % KV_heads != 0)
     throw std::invalid_argument("attention_flash: H=" + std::to_string(H) +
                                 " query heads are not a multiple of " + std::to_string(KV_heads) +
@@ -181,7 +193,7 @@ flash_rows flash_rows_of(int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, in
     throw std::invalid_argument("attention_flash: head size " + std::to_string(hs) + " exceeds " +
                                 std::to_string(kAttentionFlashMaxHeadSize) +
                                 ", the most the CPU kernels support");
-  return flash_rows{T_, H, H / KV_heads, hs, q_stride, kv_stride};
+  return flash_rows{T_, H, H / KV_heads, hs, q_stride, kv_stride, window};
 }
 
 flash_rows packed_flash_rows(int64_t T_, int64_t C, int64_t H) {
@@ -191,7 +203,7 @@ flash_rows packed_flash_rows(int64_t T_, int64_t C, int64_t H) {
   return flash_rows_of(T_, H, H, C / H, 3 * C, 3 * C);
 }
 
-// Query row r = (bh, t), scores s_u = scale q_t . k_u for u <= t. Pass 1:
+// Query row r = (bh, t), scores s_u = scale q_t . k_u for u in [first(t), t]. Pass 1:
 // lse = log sum exp s_u (online: the running max m and sum of exp(s_u - m));
 // pass 2: out_t = sum of exp(s_u - lse) v_u, in fp32. Rows cost t each:
 // dynamic scheduling balances them; each row is one thread's.
@@ -206,8 +218,9 @@ void flash_forward(T* out, float* lse, const T* q_all, const T* k_all, const T* 
     const T* q = q_all + L.q_at(bh, t);
     const T* k0 = k_all + L.kv_at(bh, 0);  // position u's k at k0 + u * kv_stride
     const T* v0 = v_all + L.kv_at(bh, 0);
-    float m = scale * dot_row(q, k0, hs), l = 1.0f;
-    for (int64_t u = 1; u <= t; u++) {
+    const int64_t u0 = L.first(t);
+    float m = scale * dot_row(q, k0 + u0 * L.kv_stride, hs), l = 1.0f;
+    for (int64_t u = u0 + 1; u <= t; u++) {
       const float s = scale * dot_row(q, k0 + u * L.kv_stride, hs);
       if (s > m) {
         l = l * exp_clamped(m - s) + 1.0f;
@@ -219,7 +232,7 @@ void flash_forward(T* out, float* lse, const T* q_all, const T* k_all, const T* 
     const float row_lse = m + std::log(l);
     float acc[kAttentionFlashMaxHeadSize];
     std::fill(acc, acc + hs, 0.0f);
-    for (int64_t u = 0; u <= t; u++)
+    for (int64_t u = u0; u <= t; u++)
       add_scaled_row(acc, exp_clamped(scale * dot_row(q, k0 + u * L.kv_stride, hs) - row_lse),
                      v0 + u * L.kv_stride, hs);
     T* o = out + L.out_at(bh, t);
@@ -229,7 +242,7 @@ void flash_forward(T* out, float* lse, const T* q_all, const T* k_all, const T* 
   }
 }
 
-// For u <= t: P[t, u] = exp(scale q_t . k_u - lse_t), dP[t, u] = dout_t .
+// For u in [first(t), t]: P[t, u] = exp(scale q_t . k_u - lse_t), dP[t, u] = dout_t .
 // v_u and the scores' gradient dS[t, u] = P[t, u] (dP[t, u] - delta_t), each
 // recomputed where it is used. dq by query rows; dk and dv by key rows of
 // each kv head, summed over the query heads of its group in head order.
@@ -249,13 +262,13 @@ void flash_backward(T* dq_all, T* dk_all, T* dv_all, float* delta, const T* dout
     *p = exp_clamped(scale * dot_row(q, k_all + L.kv_at(bh, u), hs) - lse[bh * T_ + t]);
     *ds = *p * (dot_row(dout + L.out_at(bh, t), v_all + L.kv_at(bh, u), hs) - delta[bh * T_ + t]);
   };
-  // By query rows: dq_t = scale * sum over u <= t of dS[t, u] k_u.
+  // By query rows: dq_t = scale * sum over u in [first(t), t] of dS[t, u] k_u.
 #pragma omp parallel for schedule(dynamic, 16) if (parallel)
   for (int64_t r = 0; r < rows; r++) {
     const int64_t bh = r / T_, t = r % T_;
     float acc[kAttentionFlashMaxHeadSize];
     std::fill(acc, acc + hs, 0.0f);
-    for (int64_t u = 0; u <= t; u++) {
+    for (int64_t u = L.first(t); u <= t; u++) {
       float p, ds;
       pair(bh, t, u, &p, &ds);
       add_scaled_row(acc, ds, k_all + L.kv_at(bh, u), hs);
@@ -265,7 +278,7 @@ void flash_backward(T* dq_all, T* dk_all, T* dv_all, float* delta, const T* dout
       dq[c] = from_float<T>(scale * acc[c]);
   }
   // By key rows of kv head (b, g): dk_u = scale * sum over the group's heads h
-  // and t >= u of dS_h[t, u] q_t, dv_u = sum of P_h[t, u] dout_t.
+  // and t in [u, last(u)] of dS_h[t, u] q_t, dv_u = sum of P_h[t, u] dout_t.
   const int64_t kv_rows = rows / L.group;
 #pragma omp parallel for schedule(dynamic, 16) if (parallel)
   for (int64_t r = 0; r < kv_rows; r++) {
@@ -276,7 +289,7 @@ void flash_backward(T* dq_all, T* dk_all, T* dv_all, float* delta, const T* dout
     std::fill(dv_acc, dv_acc + hs, 0.0f);
     for (int64_t h = g * L.group; h < (g + 1) * L.group; h++) {
       const int64_t bh = b * L.H + h;
-      for (int64_t t = u; t < T_; t++) {
+      for (int64_t t = u; t <= L.last(u); t++) {
         float p, ds;
         pair(bh, t, u, &p, &ds);
         add_scaled_row(dk_acc, ds, q_all + L.q_at(bh, t), hs);
@@ -308,16 +321,17 @@ void attention_backward_flash(T* dqkv, float* delta, const T* dout, const T* qkv
 
 template <class T>
 void attention_gqa_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B,
-                           int64_t T_, int64_t H, int64_t KV_heads, int64_t hs) {
-  flash_forward(out, lse, q, k, v, B, flash_rows_of(T_, H, KV_heads, hs, H * hs, KV_heads * hs));
+                           int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, int64_t window) {
+  flash_forward(out, lse, q, k, v, B,
+                flash_rows_of(T_, H, KV_heads, hs, H * hs, KV_heads * hs, window));
 }
 
 template <class T>
 void attention_gqa_backward(T* dq, T* dk, T* dv, float* delta, const T* dout, const T* q,
                             const T* k, const T* v, const T* out, const float* lse, int64_t B,
-                            int64_t T_, int64_t H, int64_t KV_heads, int64_t hs) {
+                            int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, int64_t window) {
   flash_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, B,
-                 flash_rows_of(T_, H, KV_heads, hs, H * hs, KV_heads * hs));
+                 flash_rows_of(T_, H, KV_heads, hs, H * hs, KV_heads * hs, window));
 }
 
 #define ATTENTION_INSTANTIATE_T(T)                                                             \
@@ -330,9 +344,9 @@ void attention_gqa_backward(T* dq, T* dk, T* dv, float* delta, const T* dout, co
   template void attention_backward_flash<T>(T*, float*, const T*, const T*, const T*,          \
                                             const float*, int64_t, int64_t, int64_t, int64_t); \
   template void attention_gqa_forward<T>(T*, float*, const T*, const T*, const T*, int64_t,    \
-                                         int64_t, int64_t, int64_t, int64_t);                  \
+                                         int64_t, int64_t, int64_t, int64_t, int64_t);         \
   template void attention_gqa_backward<T>(T*, T*, T*, float*, const T*, const T*, const T*,    \
                                           const T*, const T*, const float*, int64_t, int64_t,  \
-                                          int64_t, int64_t, int64_t);
+                                          int64_t, int64_t, int64_t, int64_t);
 
 FSDPGEN_FOR_EACH_DTYPE(ATTENTION_INSTANTIATE_T)

@@ -64,18 +64,21 @@ inline vec rope(const vec& x, int64_t N, int64_t T, int64_t heads, int64_t D, do
 }
 
 // Causal softmax attention with k and v repeated for each query head: head h
-// reads kv head h / (H / KV). q, out (N, H*hs); k, v (N, KV*hs).
+// reads kv head h / (H / KV). q, out (N, H*hs); k, v (N, KV*hs). With a
+// window W > 0 query t sees key u only where t - u < W (transformers'
+// sliding-window mask); its other scores are -infinity.
 inline vec gqa(const vec& q, const vec& k, const vec& v, int64_t B, int64_t T, int64_t H,
-               int64_t KV, int64_t hs) {
+               int64_t KV, int64_t hs, int64_t window = 0) {
   vec out(q.size(), 0.0);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
       const int64_t g = h / (H / KV);
       for (int64_t t = 0; t < T; t++) {
-        std::vector<double> s(t + 1);
+        std::vector<double> s(t + 1, -INFINITY);
         double m = -1e300;
         for (int64_t u = 0; u <= t; u++) {
+          if (window > 0 && t - u >= window) continue;
           double d = 0;
           for (int64_t c = 0; c < hs; c++)
             d += q[((b * T + t) * H + h) * hs + c] * k[((b * T + u) * KV + g) * hs + c];
@@ -120,8 +123,10 @@ inline void rmsnorm_grads(const vec& x, const vec& w, const vec& R, int64_t N, i
 // (H / KV), as for multi-head attention on k and v repeated: P the causal
 // softmax of scale q k^T, dP = R v^T, dS = P (dP - rowsum(P dP)), dq = scale
 // dS k, and the group's dk = scale dS^T q and dv = P^T R summed into kv head g.
+// With a window W > 0, P is 0 where t - u >= W (as gqa's).
 inline void gqa_grads(const vec& q, const vec& k, const vec& v, const vec& R, int64_t B, int64_t T,
-                      int64_t H, int64_t KV, int64_t hs, vec* dq, vec* dk, vec* dv) {
+                      int64_t H, int64_t KV, int64_t hs, vec* dq, vec* dk, vec* dv,
+                      int64_t window = 0) {
   dq->assign(q.size(), 0.0);
   dk->assign(k.size(), 0.0);
   dv->assign(v.size(), 0.0);
@@ -132,9 +137,10 @@ inline void gqa_grads(const vec& q, const vec& k, const vec& v, const vec& R, in
     for (int64_t h = 0; h < H; h++) {
       const int64_t g = h / (H / KV);
       for (int64_t t = 0; t < T; t++) {
-        vec p(t + 1), dp(t + 1);
+        vec p(t + 1, -INFINITY), dp(t + 1);
         double m = -1e300, sum = 0, pdp = 0;
         for (int64_t u = 0; u <= t; u++) {
+          if (window > 0 && t - u >= window) continue;
           double d = 0;
           for (int64_t c = 0; c < hs; c++)
             d += q[qa(b, t, h) + c] * k[ka(b, u, g) + c];

@@ -1,11 +1,10 @@
 // LlamaKernelTest: the llama family's kernels (RMSNorm, SwiGLU,
-// grouped-query flash attention; rotary positions in RopeTest) against
-// double-precision references written independently of runtime/
-// (LlamaCases.h; GQA as naive softmax attention with k and v repeated per
-// query head), backward passes against central finite differences of the
-// reference loss sum(out * R), for fp32, bf16 and fp16 storage, and all of
-// them at sizes above the kernels' OpenMP threshold. Tolerances are
-// Reference.h's (forward_tol, backward_tol) unless a test says otherwise.
+// grouped-query flash attention, plain and in a sliding window; rotary positions in RopeTest)
+// against double-precision references written independently of runtime/ (LlamaCases.h; GQA as naive
+// softmax attention with k and v repeated per query head), backward passes against central finite
+// differences of the reference loss sum(out * R), for fp32, bf16 and fp16 storage, and all of them
+// at sizes above the kernels' OpenMP threshold. Tolerances are Reference.h's (forward_tol,
+// backward_tol) unless a test says otherwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/kernels.h"
@@ -164,6 +164,75 @@ TYPED_TEST(LlamaKernel, GroupedQueryAttention) {
                  ref::fd_grad(k, [&](const vec& x) { return loss(q, x, v); }), backward_tol<T>());
     expect_close(tag<T>("attention_gqa_backward", "dv") + gqa_tag(a), load(dv),
                  ref::fd_grad(v, [&](const vec& x) { return loss(q, k, x); }), backward_tol<T>());
+  }
+}
+
+// Mistral's sliding window: query t attends keys u with t - u < W. Windows of
+// 1 (each query itself), 3 and 5, shorter than T, against the reference
+// masked as transformers' sliding-window mask; forward, then dq, dk and dv
+// against finite differences. Outputs start as garbage.
+TYPED_TEST(LlamaKernel, GroupedQueryAttentionInASlidingWindow) {
+  using T = TypeParam;
+  const std::pair<gqa_shape, int64_t> cases[] = {
+      {{2, 13, 4, 1, 8}, 5}, {{1, 9, 4, 2, 16}, 1}, {{2, 7, 2, 2, 8}, 3}};
+  for (const auto& [a, window] : cases) {
+    const int64_t N = a.B * a.T, C = a.H * a.hs, KVW = a.KV * a.hs;
+    const std::string shape = gqa_tag(a) + " window " + std::to_string(window);
+    std::mt19937 rng(7);
+    const vec q = quantize<T>(random_vec(rng, N * C, 1.5));
+    const vec k = quantize<T>(random_vec(rng, N * KVW, 1.5));
+    const vec v = quantize<T>(random_vec(rng, N * KVW));
+    const vec R = quantize<T>(random_vec(rng, N * C));
+    auto qs = store<T>(q), ks = store<T>(k), vs = store<T>(v), dout = store<T>(R);
+    std::vector<T> out(N * C, from_float<T>(7.0f));
+    std::vector<float> lse(a.B * a.H * a.T, 7.0f), delta(lse.size(), 7.0f);
+    attention_gqa_forward(out.data(), lse.data(), qs.data(), ks.data(), vs.data(), a.B, a.T, a.H,
+                          a.KV, a.hs, window);
+    expect_close(tag<T>("attention_gqa_forward", "out") + shape, load(out),
+                 gqa(q, k, v, a.B, a.T, a.H, a.KV, a.hs, window), forward_tol<T>());
+    auto dq = store<T>(random_vec(rng, N * C, 5.0));
+    auto dk = store<T>(random_vec(rng, N * KVW, 5.0)), dv = store<T>(random_vec(rng, N * KVW, 5.0));
+    attention_gqa_backward(dq.data(), dk.data(), dv.data(), delta.data(), dout.data(), qs.data(),
+                           ks.data(), vs.data(), out.data(), lse.data(), a.B, a.T, a.H, a.KV, a.hs,
+                           window);
+    auto loss = [&](const vec& qq, const vec& kk, const vec& vv) {
+      return ref::dot(gqa(qq, kk, vv, a.B, a.T, a.H, a.KV, a.hs, window), R);
+    };
+    expect_close(tag<T>("attention_gqa_backward", "dq") + shape, load(dq),
+                 ref::fd_grad(q, [&](const vec& x) { return loss(x, k, v); }), backward_tol<T>());
+    expect_close(tag<T>("attention_gqa_backward", "dk") + shape, load(dk),
+                 ref::fd_grad(k, [&](const vec& x) { return loss(q, x, v); }), backward_tol<T>());
+    expect_close(tag<T>("attention_gqa_backward", "dv") + shape, load(dv),
+                 ref::fd_grad(v, [&](const vec& x) { return loss(q, k, x); }), backward_tol<T>());
+  }
+}
+
+// A window of at least T is plain causal attention, bit for bit.
+TEST(GroupedQueryAttention, AWindowOfTheContextIsPlainCausal) {
+  const int64_t B = 2, T_ = 9, H = 4, KV = 2, hs = 8, N = B * T_;
+  std::mt19937 rng(8);
+  const std::vector<float> q = store<float>(random_vec(rng, N * H * hs));
+  const std::vector<float> k = store<float>(random_vec(rng, N * KV * hs));
+  const std::vector<float> v = store<float>(random_vec(rng, N * KV * hs));
+  const std::vector<float> dout = store<float>(random_vec(rng, N * H * hs));
+  auto run = [&](int64_t window, std::vector<float>* out, std::vector<float>* grads) {
+    std::vector<float> lse(B * H * T_), delta(lse.size()), dq(q.size()), dk(k.size()), dv(v.size());
+    out->assign(q.size(), 0.0f);
+    attention_gqa_forward(out->data(), lse.data(), q.data(), k.data(), v.data(), B, T_, H, KV, hs,
+                          window);
+    attention_gqa_backward(dq.data(), dk.data(), dv.data(), delta.data(), dout.data(), q.data(),
+                           k.data(), v.data(), out->data(), lse.data(), B, T_, H, KV, hs, window);
+    *grads = dq;
+    grads->insert(grads->end(), dk.begin(), dk.end());
+    grads->insert(grads->end(), dv.begin(), dv.end());
+  };
+  std::vector<float> out0, grads0;
+  run(0, &out0, &grads0);
+  for (const int64_t window : {T_, T_ + 1, int64_t{4096}}) {
+    std::vector<float> out, grads;
+    run(window, &out, &grads);
+    EXPECT_EQ(out, out0) << "window " << window;
+    EXPECT_EQ(grads, grads0) << "window " << window;
   }
 }
 
