@@ -96,9 +96,7 @@ std::string changes_text(const TuneCandidate& c) {
 std::string row(const std::string& rank, const TuneCandidate& c, const Hardware& hw) {
   std::string changes = changes_text(c);
   if (c.batch_changed)
-    changes += fmt::format(" [global batch {} sequences]",
-                           c.spec.parallel.world * c.spec.train.micro_batch *
-                               c.spec.parallel.accumulate.micro_batches);
+    changes += fmt::format(" [global batch {} sequences]", c.spec.global_batch());
   if (c.ops_estimated > 0)
     changes += fmt::format(" [{} ops not measured by the profile]", c.ops_estimated);
   const int64_t device_room = hw.gpu ? usable_bytes(hw) : usable_bytes(hw) - c.host_bytes;
