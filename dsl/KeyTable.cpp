@@ -141,6 +141,8 @@ const KeyTable<ModelSpec>& model_keys() {
       int_key("head_dim", &ModelSpec::head_size, 2, kMaxWidth).when([](const ModelSpec& m) {
         return is_llama(m) && m.head_size != 0;
       }),
+      int_key("sliding_window", &ModelSpec::sliding_window, 1, kMaxContext)
+          .when([](const ModelSpec& m) { return is_llama(m) && m.sliding_window != 0; }),
   };
   return t;
 }

@@ -120,6 +120,10 @@ void head_dim_only_for_llama(const CheckContext& c) {
   only_for_llama(c, "model.head_dim", "has head size width / heads");
 }
 
+void sliding_window_only_for_llama(const CheckContext& c) {
+  only_for_llama(c, "model.sliding_window", "attends every earlier position");
+}
+
 // Qwen3 has qk_norm without biases, Qwen2 the biases without qk_norm; the
 // llama tables (runtime/model/llama.h) have one or the other.
 void qk_norm_without_qkv_bias(const CheckContext& c) {
@@ -490,6 +494,7 @@ constexpr Rule kRules[] = {
     {RuleSection::Model, qk_norm_only_for_llama},
     {RuleSection::Model, head_dim_only_for_llama},
     {RuleSection::Model, qk_norm_without_qkv_bias},
+    {RuleSection::Model, sliding_window_only_for_llama},
     {RuleSection::Parallel, ranks_per_node_divides_world},
     {RuleSection::Parallel, shard_align_is_a_power_of_two},
     {RuleSection::Parallel, shard_group_divides_world},

@@ -181,6 +181,10 @@ struct ModelSpec {
   // llama only: each head's q and k pass an RMSNorm before the rotation (Qwen3).
   bool qk_norm = false;
   int64_t head_size = 0;  // llama only: the spec's head_dim (0: width / heads)
+  // llama only: each query attends the last sliding_window positions (itself
+  // included), Mistral's sliding-window attention; 0: none. A window of at
+  // least the context is plain causal attention.
+  int64_t sliding_window = 0;
   // The token embedding and an untied head are stored with their rows padded
   // to a multiple of this (llm.c's 50257 -> 50304: cuBLASLt runs the LM-head
   // GEMMs with aligned kernels only then). The padded rows are zero, take no
@@ -197,6 +201,8 @@ struct ModelSpec {
 
   int64_t head_dim() const { return head_size != 0 ? head_size : width / heads; }
   int64_t q_width() const { return heads * head_dim(); }  // width of q and of attention's output
+  // The window attention runs with: 0 where none or at least the context.
+  int64_t attention_window() const { return sliding_window < context ? sliding_window : 0; }
   // Rows of the stored embedding and head, and columns of a logits row.
   int64_t padded_vocab() const { return (vocab + pad_vocab_to - 1) / pad_vocab_to * pad_vocab_to; }
   bool operator==(const ModelSpec&) const = default;

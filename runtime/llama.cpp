@@ -185,7 +185,7 @@ void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_blo
   }
   if (pieces.has(kLlamaV)) {
     linear_forward(s.v, s.rms1, p.v_w, none, N, C, KV, ws, p.v_b);
-    attention_gqa_forward(s.attn, s.lse, s.q, s.k, s.v, d.B, d.T, d.H, d.KV_heads, D);
+    attention_gqa_forward(s.attn, s.lse, s.q, s.k, s.v, d.B, d.T, d.H, d.KV_heads, D, d.window);
   }
   if (pieces.has(kLlamaO))
     linear_forward(s.res2, s.attn, p.o_w, static_cast<const T*>(s.input), N, Q, C, ws);
@@ -230,7 +230,7 @@ void llama_block_backward(const llama_block_grads<G>& g, const llama_block_param
   T* dv = dk + N * KV;
   if (pieces.has(kLlamaV)) {
     attention_gqa_backward(dq, dk, dv, scratch.delta, dtmp, s.q, s.k, s.v, s.attn, s.lse, d.B, d.T,
-                           d.H, d.KV_heads, D);
+                           d.H, d.KV_heads, D, d.window);
     rope_backward(dq, rope.cos, rope.sin, N, d.T, d.H, D);
     rope_backward(dk, rope.cos, rope.sin, N, d.T, d.KV_heads, D);
     linear_backward(dtmp, g.v_w, dv, s.rms1, p.v_w, N, C, KV, false, ws, g.v_b);

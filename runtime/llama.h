@@ -30,6 +30,7 @@ struct llama_dims {
   bool qkv_bias = false;   // q, k and v projections have biases (Qwen2)
   bool qk_norm = false;    // each head's q and k pass an RMSNorm before the rotation (Qwen3)
   int64_t head_dim = 0;    // head size (0: C / H)
+  int64_t window = 0;      // query t attends keys u with t - u < window (Mistral); 0: all u <= t
   int64_t N() const { return B * T; }
   int64_t D() const { return head_dim != 0 ? head_dim : C / H; }  // head size
   int64_t Q() const { return H * D(); }                           // width of q

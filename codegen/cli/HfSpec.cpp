@@ -92,6 +92,9 @@ std::string spec_text(const hf_model& m, const std::string& source, const std::s
         m.rope_original_context);
   if (m.qkv_bias) s += "  qkv_bias   = true   # biases on q, k and v (Qwen2)\n";
   if (m.qk_norm) s += "  qk_norm    = true   # RMSNorm on each head's q and k (Qwen3)\n";
+  if (m.window > 0 && m.window < m.context)
+    s += fmt::format("  sliding_window = {}   # each query attends the last {} positions\n",
+                     m.window, m.window);
   if (m.llama && m.head_dim > 0 && m.head_dim * m.heads != m.width)
     s += fmt::format("  head_dim   = {}   # q is heads * head_dim = {} wide\n", m.head_dim,
                      m.heads * m.head_dim);

@@ -10,6 +10,7 @@
 // custom layer's entry points (codegen/emit/CustomLayers.h, DESIGN §9).
 #include "codegen/emit/Emit.h"
 
+#include <iterator>
 #include <map>
 #include <string>
 
@@ -138,14 +139,21 @@ std::string model_dims(const EmitContext& c) {
   const ModelSpec& m = c.model;
   if (m.family == Family::Llama) {
     // The fields after the epsilon, as far as one differs from its default:
-    // qkv_bias, qk_norm, head_dim.
+    // qkv_bias, qk_norm, head_dim, window.
+    const int64_t window = m.attention_window();
+    const std::string fields[] = {m.qkv_bias ? "true" : "false", m.qk_norm ? "true" : "false",
+                                  fmt::format("{}", m.head_size), fmt::format("{}", window)};
+    const bool set[] = {m.qkv_bias, m.qk_norm, m.head_size != 0, window != 0};
+    size_t last = std::size(set);
+    while (last > 0 && !set[last - 1])
+      last--;
     std::string tail, says;
-    if (m.qkv_bias || m.qk_norm || m.head_size != 0) tail += m.qkv_bias ? ", true" : ", false";
-    if (m.qk_norm || m.head_size != 0) tail += m.qk_norm ? ", true" : ", false";
-    if (m.head_size != 0) tail += fmt::format(", {}", m.head_size);
+    for (size_t f = 0; f < last; f++)
+      tail += ", " + fields[f];
     if (m.qkv_bias) says += "; q, k and v have biases";
     if (m.qk_norm) says += "; each head's q and k pass an RMSNorm";
     if (m.head_size != 0) says += fmt::format("; head size {}", m.head_size);
+    if (window != 0) says += fmt::format("; each query attends the last {} positions", window);
     return fmt::format(
         "// B sequences of T tokens, width C, H query heads, KV key/value heads, MLP hidden F,\n"
         "// vocab V; attention saves log-sum-exp; the embedding and head are stored with V\n"

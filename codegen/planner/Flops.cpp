@@ -32,7 +32,10 @@ double layer_matmul_macs(const ModelSpec& m, const LayerId& l, double V) {
 }
 
 // The attention core's (its two matrix products per head), with the piece
-// it runs with; a custom layer in its place counts it in its own Flops.
+// it runs with; a custom layer in its place counts it in its own Flops. Each
+// query counts the whole context's keys (the usual convention, twice what the
+// causal kernel does); in a sliding window W shorter than the context, W
+// keys: what the windowed kernel does for each query past the first W.
 double layer_attention_flops(const ModelSpec& m, const LayerId& l) {
   if (l.kind != LayerId::Kind::Block) return 0;
   bool attends = false;
@@ -41,7 +44,9 @@ double layer_attention_flops(const ModelSpec& m, const LayerId& l) {
   else
     for (const BlockPiece& p : model_block_pieces(m))
       attends |= p.attention;
-  return attends ? 4.0 * m.context * static_cast<double>(m.q_width()) : 0;
+  const int64_t window = m.attention_window();
+  const double keys = static_cast<double>(window != 0 ? window : m.context);
+  return attends ? 4.0 * keys * static_cast<double>(m.q_width()) : 0;
 }
 
 }  // namespace

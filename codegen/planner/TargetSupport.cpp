@@ -132,6 +132,16 @@ void check_qk_norm(const Spec& spec, const Hardware& hw, Reasons& out) {
         "not yet)");
 }
 
+// Mistral's sliding window: the CUDA attention kernels (flash and cuDNN) have
+// none yet. A window of at least the context is plain causal attention.
+void check_sliding_window(const Spec& spec, const Hardware& hw, Reasons& out) {
+  if (hw.gpu && spec.model.attention_window() != 0)
+    out.push_back(fmt::format(
+        "sliding_window = {} (shorter than the context {}) on GPUs (the CPU target has it; the "
+        "CUDA attention kernels not yet)",
+        spec.model.sliding_window, spec.model.context));
+}
+
 }  // namespace
 
 std::string_view backend_name(const Hardware& hw) {
@@ -151,6 +161,7 @@ std::vector<std::string> unsupported_features(const Spec& spec, const Hardware& 
   check_muon(spec, hw, out);
   check_qkv_bias(spec, hw, out);
   check_qk_norm(spec, hw, out);
+  check_sliding_window(spec, hw, out);
   return out;
 }
 

@@ -33,7 +33,7 @@ struct config_key {
     scaling,   // rope scaling: present (llama3) or not, as the model's
     scaled,    // a value of llama3's scaling: compared when both scale
     differs,   // a value fsdpgen does not build, or another family's model_type
-    window,    // sliding_window: none, or at least the model's context
+    window,    // sliding_window: the same window at the model's context (none or at least it: none)
   };
   kind how = kind::equal;
   std::string key{};        // the config's key, e.g. n_embd or factor
@@ -58,18 +58,24 @@ struct llama_type {
   int64_t kv_heads;   // num_key_value_heads when absent; 0: num_attention_heads
   int64_t window;     // sliding_window when absent (null is none); 0: none
   // The key that turns the window on (sliding_window is read only where it
-  // is true); null: sliding_window alone says.
+  // is true, and then slides on the layers from max_window_layers on, or
+  // those layer_types names); null: sliding_window alone says, for every layer.
   const char* window_switch = nullptr;
   bool qkv_bias = false;  // the architecture has biases on q, k and v
   bool qk_norm = false;   // the architecture norms each head's q and k
   int64_t head_dim = 0;   // head_dim when absent; 0: hidden_size / num_attention_heads
+  // Whether transformers' class applies sliding_window (LlamaForCausalLM
+  // ignores it: fsdpgen then refuses a window that would matter).
+  bool slides = true;
 };
 constexpr llama_type kLlamaTypes[] = {
-    {"llama", "LlamaForCausalLM", 2048, 0, 0},
+    {"llama", "LlamaForCausalLM", 2048, 0, 0, nullptr, false, false, 0, false},
     {"mistral", "MistralForCausalLM", 131072, 8, 4096},
     {"qwen2", "Qwen2ForCausalLM", 32768, 32, 4096, "use_sliding_window", true},
     {"qwen3", "Qwen3ForCausalLM", 32768, 32, 4096, "use_sliding_window", false, true, 128},
 };
+// Qwen2's and Qwen3's max_window_layers when absent.
+constexpr int64_t kMaxWindowLayers = 28;
 
 // The families transformers builds that fsdpgen does not (yet), each with
 // what of it fsdpgen cannot represent: one owner, so that a family fsdpgen
@@ -97,7 +103,6 @@ const std::vector<foreign_family>& foreign_families() {
   const foreign_feature qk_norm{w::always, "", "RMSNorm on each head's queries and keys (qk-norm)"};
   const foreign_feature head_dim{w::not_head_size, "head_dim",
                                  "head_dim apart from hidden_size / num_attention_heads"};
-  const foreign_feature window{w::set, "use_sliding_window", "sliding-window attention"};
   const foreign_feature biases{w::set, "attention_bias", "attention biases"};
   const foreign_feature gemma_embedding{w::always, "", "the embedding scaled by sqrt(hidden_size)"};
   const foreign_feature one_plus{w::always, "", "RMSNorm scaled by (1 + weight)"};
@@ -396,6 +401,69 @@ void read_rope(config_reader& r) {
                   "rope_scaling original_context", &hf_model::rope_original_context, {}, scaled);
 }
 
+// Which of a Qwen2 or Qwen3 config's layers slide, once use_sliding_window
+// is true: layer_types where given, else those from max_window_layers on.
+// None: no window; all: the window; some: a key fsdpgen cannot build (its
+// window is every layer's).
+void read_window_layers(config_reader& r, config_key& window) {
+  const json& c = r.config();
+  int64_t sliding = 0, layers = r.model.layers;
+  std::string key, text;
+  if (const json* types = r.get(c, "layer_types"); types && types->is_array()) {
+    layers = static_cast<int64_t>(types->size());
+    sliding = std::count(types->begin(), types->end(), "sliding_attention");
+    key = "layer_types";
+    text = fmt::format("{} of {} \"sliding_attention\"", sliding, layers);
+  } else {
+    int64_t from = kMaxWindowLayers;
+    if (const json* v = r.get(c, "max_window_layers")) {
+      if (!v->is_number_integer())
+        throw std::runtime_error("\"max_window_layers\" must be an integer, not " + v->dump());
+      from = v->get<int64_t>();
+    }
+    sliding = std::max<int64_t>(0, layers - std::max<int64_t>(0, from));
+    key = "max_window_layers";
+    text = fmt::format("{}", from);
+  }
+  if (sliding == 0) {
+    window.text += fmt::format(" (no layer slides: {} = {})", key, text);
+    r.model.window = 0;
+  } else if (sliding < layers) {
+    r.differs(key, "", text,
+              fmt::format("{} of the {} layers slide in a window of {}; fsdpgen's sliding_window "
+                          "applies to every layer",
+                          sliding, layers, r.model.window),
+              "every layer or none");
+  }
+}
+
+// sliding_window: null is none; absent is the type's default (Mistral's
+// 4096); off where the type's switch (Qwen2's use_sliding_window) is not
+// true, and then on the layers read_window_layers says. One key always, so
+// that a spec's window is compared with a config that has none.
+void read_window(config_reader& r) {
+  const json& c = r.config();
+  const bool switched_on = !r.type->window_switch || r.flag(r.type->window_switch);
+  const bool null_window = c.contains("sliding_window") && c["sliding_window"].is_null();
+  constexpr auto how = config_key::kind::window;
+  if (switched_on && (r.get(c, "sliding_window") || (!null_window && r.type->window > 0))) {
+    r.read<int64_t>(c, "", "sliding_window", "sliding_window", &hf_model::window, r.type->window,
+                    how);
+    if (r.type->window_switch) read_window_layers(r, r.keys.back());
+    return;
+  }
+  std::string text = null_window ? "null" : "absent (null)";
+  if (!switched_on)
+    text = fmt::format("{} ({} is not true)",
+                       r.get(c, "sliding_window") ? c["sliding_window"].dump() : "null",
+                       r.type->window_switch);
+  r.keys.push_back({.how = how,
+                    .key = "sliding_window",
+                    .text = text,
+                    .spec_key = "sliding_window",
+                    .field = &hf_model::window});
+}
+
 void read_llama(config_reader& r) {
   const json& c = r.config();
   hf_model& m = r.model;
@@ -431,13 +499,7 @@ void read_llama(config_reader& r) {
                       .text = type ? type->dump() : fmt::format("absent ({})", r.type->model_type),
                       .spec_key = spec_key,
                       .field = field});
-  // null is no window; absent is the type's default (Mistral's 4096); off
-  // where the type's switch (Qwen2's use_sliding_window) is not true.
-  const bool switched_on = !r.type->window_switch || r.flag(r.type->window_switch);
-  const bool null_window = c.contains("sliding_window") && c["sliding_window"].is_null();
-  if (switched_on && (r.get(c, "sliding_window") || (!null_window && r.type->window > 0)))
-    r.read<int64_t>(c, "", "sliding_window", "context", &hf_model::window, r.type->window,
-                    config_key::kind::window);
+  read_window(r);
   read_rope(r);
 }
 
@@ -470,14 +532,19 @@ std::optional<bool> llama_of(const config_reader& r, std::vector<hf_problem>* pr
   return std::nullopt;
 }
 
-constexpr const char* kNoWindows = "sliding-window attention is not supported yet";
-
-// Why a window shorter than the config's own positions makes no spec.
-std::string window_why(const hf_model& config) {
+// Why a window shorter than the config's own positions makes no spec: its
+// class does not apply it.
+std::string window_why(const config_reader& r) {
   return fmt::format(
-      "{} < max_position_embeddings {}: {}; a spec whose context is at most {} is this model's "
-      "plain causal attention",
-      config.window, config.context, kNoWindows, config.window);
+      "{} < max_position_embeddings {}: transformers' {} ignores sliding_window; a windowed model "
+      "is model_type \"mistral\" (MistralForCausalLM), a spec whose context is at most {} is this "
+      "one's plain causal attention",
+      r.model.window, r.model.context, r.type->lm, r.model.window);
+}
+
+// The window attention runs with at `context`: 0 where none or at least it.
+int64_t window_at(int64_t window, int64_t context) {
+  return window < context ? window : 0;
 }
 
 std::string text_of(int64_t v) {
@@ -503,13 +570,14 @@ bool agrees(bool config, bool spec, bool) {
 // The model's value of the key, as the spec states it.
 std::string spec_value(const config_key& k, const hf_model& m) {
   if (k.how == config_key::kind::scaling) return m.rope_factor > 0 ? "llama3(...)" : "none";
-  if (k.how == config_key::kind::window) return text_of(m.context);
+  if (k.how == config_key::kind::window) return m.window > 0 ? text_of(m.window) : "none";
   return std::visit([&](auto field) { return text_of(m.*field); }, k.field);
 }
 
 bool agrees(const config_key& k, const hf_model& config, const hf_model& m) {
   if (k.how == config_key::kind::scaling) return (config.rope_factor > 0) == (m.rope_factor > 0);
-  if (k.how == config_key::kind::window) return config.window >= m.context;
+  if (k.how == config_key::kind::window)
+    return window_at(config.window, m.context) == window_at(m.window, m.context);
   return std::visit(
       [&](auto field) {
         return agrees(config.*field, m.*field, k.how == config_key::kind::at_least);
@@ -597,22 +665,29 @@ std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
          {"bos_token_id", bos},
          {"eos_token_id", eos},
          {"torch_dtype", torch_dtype}};
-    if (m.qkv_bias) {  // Qwen2's architecture: its biases, no window
+    // Qwen2's and Qwen3's window: on every layer (max_window_layers 0), or none.
+    const json qwen_window = {{"use_sliding_window", m.window > 0},
+                              {"sliding_window", m.window > 0 ? json(m.window) : json()},
+                              {"max_window_layers", m.window > 0 ? 0 : m.layers}};
+    if (m.window > 0 && !m.qkv_bias && !m.qk_norm) {  // Mistral's architecture: its window
+      c["architectures"] = {"MistralForCausalLM"};
+      c["model_type"] = "mistral";
+      c.erase("attention_bias");
+      c.erase("mlp_bias");
+      c["sliding_window"] = m.window;
+    }
+    if (m.qkv_bias) {  // Qwen2's architecture: its biases
       c["architectures"] = {"Qwen2ForCausalLM"};
       c["model_type"] = "qwen2";
       c.erase("attention_bias");
       c.erase("mlp_bias");
-      c["use_sliding_window"] = false;
-      c["sliding_window"] = nullptr;
-      c["max_window_layers"] = m.layers;
+      c.update(qwen_window);
     }
-    if (m.qk_norm) {  // Qwen3's architecture: its norms, no biases, no window
+    if (m.qk_norm) {  // Qwen3's architecture: its norms, no biases
       c["architectures"] = {"Qwen3ForCausalLM"};
       c["model_type"] = "qwen3";
       c.erase("mlp_bias");
-      c["use_sliding_window"] = false;
-      c["sliding_window"] = nullptr;
-      c["max_window_layers"] = m.layers;
+      c.update(qwen_window);
     }
     if (m.rope_factor > 0)
       c["rope_scaling"] = {{"rope_type", "llama3"},
@@ -659,8 +734,9 @@ hf_model hf_model_of_config(const std::string& path, std::vector<hf_problem>* pr
       else if (k.missing)
         problems->push_back({k.qualified(), "absent",
                              fmt::format("fsdpgen needs it for the spec's {}", k.spec_key)});
-      else if (k.how == config_key::kind::window && !agrees(k, r.model, r.model))
-        problems->push_back({k.qualified(), k.text, window_why(r.model)});
+      else if (k.how == config_key::kind::window && !r.type->slides &&
+               !agrees(k, r.model, hf_model{.context = r.model.context}))
+        problems->push_back({k.qualified(), k.text, window_why(r)});
     model = r.model;
   });
   return model;
@@ -682,13 +758,16 @@ std::vector<hf_mismatch> hf_config_mismatches(const std::string& path, const hf_
       else if (k.missing)
         out.push_back({k.key, k.text, k.spec_key, spec_value(k, m)});
       else if (k.how == config_key::kind::window && !agrees(k, r.model, m))
-        out.push_back({k.key,
-                       fmt::format("{} ({}{} < the spec's context {}: {})", r.model.window,
-                                   k.text.starts_with("absent")
-                                       ? fmt::format("{}'s default; ", r.type->model_type)
-                                       : "",
-                                   r.model.window, m.context, kNoWindows),
-                       k.spec_key, spec_value(k, m)});
+        out.push_back(
+            {k.key,
+             r.model.window > 0
+                 ? fmt::format("{} ({}{} {} the spec's context {})", r.model.window,
+                               k.text.starts_with("absent")
+                                   ? fmt::format("{}'s default; ", r.type->model_type)
+                                   : "",
+                               r.model.window, r.model.window < m.context ? "<" : ">=", m.context)
+                 : k.text,
+             k.spec_key, spec_value(k, m)});
       else if (!agrees(k, r.model, m))
         out.push_back(
             {k.key,

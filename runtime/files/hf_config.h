@@ -23,8 +23,8 @@ struct hf_model {
   double rope_factor = 0;  // llama3 scaling (0: none)
   double rope_low_freq = 0, rope_high_freq = 0;
   int64_t rope_original_context = 0;
-  // The config's attention window (sliding_window; 0: none). A window at
-  // least the context is plain causal attention; fsdpgen builds no other.
+  // The attention window (sliding_window; 0: none): each query attends the
+  // last `window` positions. A window of at least the context is plain causal attention.
   int64_t window = 0;
   bool qkv_bias = false;  // llama: q, k and v have biases (Qwen2's architecture)
   bool qk_norm = false;   // llama: each head's q and k pass an RMSNorm (Qwen3's architecture)
@@ -56,16 +56,18 @@ struct hf_problem {
 // num_hidden_layers, vocab_size, max_position_embeddings (2048), rms_norm_eps (1e-6), hidden_act
 // (silu), rope_theta (10000) and rope_scaling (none or llama3's factor, low_freq_factor,
 // high_freq_factor, original_max_position_embeddings), or transformers 5's rope_parameters for
-// both, tie_word_embeddings (false), sliding_window (null, or at least the context: plain causal
-// attention), and no attention_bias or mlp_bias. Mistral's config (model_type "mistral",
-// MistralForCausalLM) is llama's architecture with other defaults
+// both, tie_word_embeddings (false), sliding_window (null; LlamaForCausalLM ignores it, so one
+// shorter than the positions is refused), and no attention_bias or mlp_bias. Mistral's config
+// (model_type "mistral", MistralForCausalLM) is llama's architecture with a
+// sliding window on every layer (the spec's sliding_window) and other defaults
 // (num_key_value_heads 8, max_position_embeddings 131072, sliding_window
 // 4096); Qwen2's (model_type "qwen2", Qwen2ForCausalLM) is llama's with
 // biases on q, k and v (qkv_bias) and its defaults (num_key_value_heads 32,
 // max_position_embeddings 32768, tie_word_embeddings false), its
-// sliding_window (4096) read only where use_sliding_window is true (whatever
-// max_window_layers says); Qwen3's (model_type "qwen3", Qwen3ForCausalLM) is
-// llama's with an RMSNorm on each head's q and k (qk_norm) and Qwen2's
+// sliding_window (4096) read only where use_sliding_window is true, and then
+// a window when every layer slides (layer_types, else max_window_layers 0;
+// default 28), none when none does, refused when some do; Qwen3's (model_type "qwen3",
+// Qwen3ForCausalLM) is llama's with an RMSNorm on each head's q and k (qk_norm) and Qwen2's
 // defaults but head_dim 128. model_type must name the family and
 // architectures, when given, hold its LM class; a family transformers builds
 // that fsdpgen does not (gemma, gemma2, gemma3, olmo2) is named with
@@ -74,14 +76,14 @@ struct hf_problem {
 // naming the file and the key.
 
 // The model the config at `path` describes, of the family its model_type (or
-// architectures) names; its positions are the context (a sliding window
-// shorter than them is a problem). Every key it cannot represent is appended
+// architectures) names; its positions are the context. Every key it cannot represent is appended
 // to *problems, all of them (the model is then partial).
 hf_model hf_model_of_config(const std::string& path, std::vector<hf_problem>* problems);
 
 // Every difference between the config at `path` and the model, read as the
-// model's family; empty when it matches. The config's positions and its
-// sliding window (when it has one) must be at least the model's context;
+// model's family; empty when it matches. The config's positions must be at
+// least the model's context, and its sliding window the model's at that
+// context (none and a window of at least the context are the same);
 // floats agree within 1e-6 relative.
 std::vector<hf_mismatch> hf_config_mismatches(const std::string& path, const hf_model& m);
 
@@ -98,8 +100,9 @@ struct hf_special_ids {
 // vocabulary of 256 or name ordinary tokens); no pad.
 hf_special_ids hf_special_ids_by_vocab(const hf_model& m);
 
-// The config.json of the model, for transformers' LlamaForCausalLM (with
-// qkv_bias Qwen2ForCausalLM, with qk_norm Qwen3ForCausalLM) or GPT2LMHeadModel: what
+// The config.json of the model, for transformers' LlamaForCausalLM (with a
+// window MistralForCausalLM, with qkv_bias Qwen2ForCausalLM, with qk_norm
+// Qwen3ForCausalLM: their windows on every layer) or GPT2LMHeadModel: what
 // hf_config_mismatches reads, so that a directory with it and the weights loads with
 // from_pretrained as it is. bos_token_id and eos_token_id are `ids`' (the tokenizer's, from the
 // token set's manifest), by default hf_special_ids_by_vocab's; an id outside the vocabulary is an

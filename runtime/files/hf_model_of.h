@@ -24,6 +24,7 @@ hf_model hf_model_of(const Model& m) {
   h.norm_eps = m.norm_eps;
   h.qkv_bias = m.qkv_bias;
   h.qk_norm = m.qk_norm;
+  h.window = m.sliding_window;
   if constexpr (requires { m.rope_scaling; }) {  // the spec's model
     h.llama = m.family == decltype(m.family)::Llama;
     h.tied = m.tie_embeddings;

@@ -206,8 +206,8 @@ const float* generator::weight(std::string_view name) const {
 }
 
 // Attention of rows [0, n) at positions cached_ + i over the cache's
-// positions [0, cached_ + i]: q (n, C) at qkv_ (rows 3C apart for GPT-2's qkv),
-// the output (n, C) into attn_.
+// positions [0, cached_ + i], or with a sliding window W its last W of them:
+// q (n, C) at qkv_ (rows 3C apart for GPT-2's qkv), the output (n, C) into attn_.
 void generator::attention(int64_t layer, int64_t n) {
   const int64_t C = m_.width, H = m_.heads, D = head_dim_, T = m_.context;
   const int64_t group = H / m_.kv_heads;
@@ -224,8 +224,9 @@ void generator::attention(int64_t layer, int64_t n) {
       float* s = scores_.data() + static_cast<int64_t>(omp_get_thread_num()) * T;
       const float* q = qkv_.data() + i * q_stride + h * D;
       const int64_t kv = (h / group) * D, last = cached_ + i;
+      const int64_t first = m_.window > 0 ? std::max<int64_t>(0, last - m_.window + 1) : 0;
       float largest = -INFINITY;
-      for (int64_t t = 0; t <= last; ++t) {
+      for (int64_t t = first; t <= last; ++t) {
         const float* k = K + t * kv_width_ + kv;
         float dot = 0.0f;
         for (int64_t j = 0; j < D; ++j)
@@ -234,13 +235,13 @@ void generator::attention(int64_t layer, int64_t n) {
         largest = std::max(largest, s[t]);
       }
       float sum = 0.0f;
-      for (int64_t t = 0; t <= last; ++t) {
+      for (int64_t t = first; t <= last; ++t) {
         s[t] = exp_clamped(s[t] - largest);
         sum += s[t];
       }
       float* out = attn_.data() + i * C + h * D;
       std::fill(out, out + D, 0.0f);
-      for (int64_t t = 0; t <= last; ++t) {
+      for (int64_t t = first; t <= last; ++t) {
         const float p = s[t] / sum;
         const float* v = V + t * kv_width_ + kv;
         for (int64_t j = 0; j < D; ++j)

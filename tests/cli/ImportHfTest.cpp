@@ -172,8 +172,9 @@ TEST(ImportHf, UnbuildableKeysAreAllNamed) {
                        "attention_bias = true: fsdpgen's llama has no attention biases\n" + c +
                        "mlp_bias = true: fsdpgen's llama has no MLP biases\n" + c +
                        "sliding_window = 4096: 4096 < max_position_embeddings 131072: "
-                       "sliding-window attention is not supported yet; a spec whose context is at "
-                       "most 4096 is this model's plain causal attention\n" +
+                       "transformers' LlamaForCausalLM ignores sliding_window; a windowed model is "
+                       "model_type \"mistral\" (MistralForCausalLM), a spec whose context is at "
+                       "most 4096 is this one's plain causal attention\n" +
                        c +
                        "rope_scaling.rope_type = \"yarn\": fsdpgen's rotary positions are "
                        "unscaled or scaled as llama3\n"
@@ -305,7 +306,9 @@ TEST(ImportHf, Qwen3IsLlamaWithQkNormAndHeadDim) {
 
 // Qwen2's window counts only where use_sliding_window is true (as
 // transformers' Qwen2Config reads it): off, any sliding_window is plain
-// causal attention; on, one shorter than the positions is refused by name.
+// causal attention; on, it slides on the layers from max_window_layers on
+// (or those layer_types names): none of them is plain causal attention, all
+// of them the spec's sliding_window, some of them refused by name.
 TEST(ImportHf, Qwen2WindowCountsOnlyWithUseSlidingWindow) {
   const std::string expected =
       model_section(file_bytes(kSource + "/tests/cli/hf/Qwen2.5-0.5B.fsdp"));
@@ -316,16 +319,36 @@ TEST(ImportHf, Qwen2WindowCountsOnlyWithUseSlidingWindow) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(model_section(r.out), expected);
 
-  c["use_sliding_window"] = true;
+  c["use_sliding_window"] = true;  // max_window_layers 24 of 24 layers: none slides
+  r = run("import-hf " + write_config("Qwen2.5-0.5B", c));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(model_section(r.out), expected);
+
+  c["max_window_layers"] = 0;  // every layer slides
+  r = run("import-hf " + write_config("Qwen2.5-0.5B", c));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string windowed = std::regex_replace(
+      expected, std::regex("  tie_embeddings"),
+      "  sliding_window = 4096   # each query attends the last 4096 positions\n  tie_embeddings");
+  EXPECT_EQ(model_section(r.out), windowed);
+  c["layer_types"] = std::vector<std::string>(24, "sliding_attention");
+  c["max_window_layers"] = 24;  // layer_types, where given, says
+  r = run("import-hf " + write_config("Qwen2.5-0.5B", c));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(model_section(r.out), windowed);
+  c.erase("layer_types");
+
+  c["max_window_layers"] = 12;
   dir = write_config("import-hf-qwen2-window", c);
   r = run("import-hf " + dir);
   EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_TRUE(has(r, fmt::format("fsdpgen: error: {}/config.json: sliding_window = 4096: 4096 < "
-                                 "max_position_embeddings 32768: sliding-window attention is not "
-                                 "supported yet",
+  EXPECT_TRUE(has(r, fmt::format("fsdpgen: error: {}/config.json: max_window_layers = 12: 12 of "
+                                 "the 24 layers slide in a window of 4096; fsdpgen's "
+                                 "sliding_window applies to every layer\n",
                                  dir)))
       << r.out;
   c["sliding_window"] = 32768;
+  c["max_window_layers"] = 0;
   dir = write_config("Qwen2.5-0.5B", c);
   r = run("import-hf " + dir);
   ASSERT_EQ(r.status, 0) << r.out;
@@ -337,12 +360,12 @@ TEST(ImportHf, Qwen2WindowCountsOnlyWithUseSlidingWindow) {
   EXPECT_TRUE(has(r, "\"use_sliding_window\" must be true or false, not 1")) << r.out;
 }
 
-// A Mistral window of null or at least the context is plain causal
-// attention: the same spec. Shorter than the config's positions, import-hf
-// refuses it; check --hf compares it with the spec's context, so a spec of
-// at most the window matches and a longer one is named at its context.
-// Mistral's defaults stand in for absent keys: 8 kv heads, a window of 4096.
-TEST(ImportHf, MistralWindowOfAtLeastTheContextIsLlama) {
+// A Mistral window of null or at least the config's positions is plain
+// causal attention: the same spec. A shorter one (4096 of Mistral 7B
+// v0.1's 32768) is the spec's sliding_window; check --hf compares windows at
+// the spec's context, where none and one of at least the context are the
+// same. Mistral's defaults stand in for absent keys: 8 kv heads, a window of 4096.
+TEST(ImportHf, MistralWindowIsTheSpecsSlidingWindow) {
   const std::string expected =
       model_section(file_bytes(kSource + "/tests/cli/hf/Mistral-7B-v0.3.fsdp"));
   nlohmann::json c = fixture("Mistral-7B-v0.3");
@@ -353,39 +376,44 @@ TEST(ImportHf, MistralWindowOfAtLeastTheContextIsLlama) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(model_section(r.out), expected);
 
+  const std::string windowed = std::regex_replace(
+      expected, std::regex("  tie_embeddings"),
+      "  sliding_window = 4096   # each query attends the last 4096 positions\n  tie_embeddings");
   c["sliding_window"] = 4096;
-  dir = write_config("import-hf-mistral-window", c);
-  r = run("import-hf " + dir);
-  EXPECT_EQ(r.status, 1) << r.out;
-  const std::string line = fmt::format(
-      "fsdpgen: error: {}/config.json: sliding_window = 4096: 4096 < max_position_embeddings "
-      "32768: sliding-window attention is not supported yet; a spec whose context is at most 4096 "
-      "is this model's plain causal attention\n",
-      dir);
-  EXPECT_EQ(r.out, line + fmt::format("fsdpgen: no spec written: 1 key of {}/config.json "
-                                      "describes what fsdpgen does not build\n",
-                                      dir));
+  r = run("import-hf " + write_config("Mistral-7B-v0.3", c));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(model_section(r.out), windowed);
   c.erase("sliding_window");
-  dir = write_config("import-hf-mistral-no-window", c);
+  dir = write_config("Mistral-7B-v0.3", c);
   r = run("import-hf " + dir);
-  EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_TRUE(has(r,
-                  "config.json: sliding_window = absent (4096): 4096 < max_position_embeddings "
-                  "32768: sliding-window attention"))
-      << r.out;
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(model_section(r.out), windowed);
 
+  // Without sliding_window at context 2048 (< 4096) the spec matches; at 8192
+  // it is named at sliding_window, and with sliding_window = 4096 it matches.
   const std::string spec = kSource + "/tests/cli/hf/Mistral-7B-v0.3.fsdp";
   r = run("check " + spec + " --hf " + dir);
   EXPECT_EQ(r.status, 0) << r.out;
-  const std::string longer = fresh_dir("check-hf-mistral-window") + "/longer.fsdp";
-  std::ofstream(longer) << std::regex_replace(
+  const std::string dir2 = fresh_dir("check-hf-mistral-window");
+  const std::string longer = std::regex_replace(
       file_bytes(spec), std::regex("context    = 2048 .*\n"), "context    = 8192\n");
-  r = run("check " + longer + " --hf " + dir);
+  std::ofstream(dir2 + "/longer.fsdp") << longer;
+  r = run("check " + dir2 + "/longer.fsdp --hf " + dir);
   EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_TRUE(has(r, "error: context = 8192, but " + dir +
+  EXPECT_TRUE(has(r, "error: sliding_window is none by default, but " + dir +
                          "/config.json has sliding_window = 4096 (mistral's default; 4096 < the "
-                         "spec's context 8192: sliding-window attention is not supported yet)\n"))
+                         "spec's context 8192)\n"))
       << r.out;
+  std::ofstream(dir2 + "/windowed.fsdp") << std::regex_replace(
+      longer, std::regex("  tie_embeddings"), "  sliding_window = 4096\n  tie_embeddings");
+  r = run("check " + dir2 + "/windowed.fsdp --hf " + dir);
+  EXPECT_EQ(r.status, 0) << r.out;
+  // A window the config does not have is named at the spec's key.
+  c["sliding_window"] = nullptr;
+  r = run("check " + dir2 + "/windowed.fsdp --hf " + write_config("Mistral-7B-v0.3", c));
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r, "error: sliding_window = 4096, but ")) << r.out;
+  EXPECT_TRUE(has(r, "/config.json has sliding_window = null\n")) << r.out;
 }
 
 // The families of foreign_families: one line naming what of each fsdpgen

@@ -74,6 +74,9 @@ TEST(RoundTrip, Variants) {
   expect_round_trip("qwen3 qk-norm and a head size apart from width / heads",
                     "model q { family = llama vocab = 1000 context = 64 width = 96 heads = 5 "
                     "kv_heads = 1 layers = 2 qk_norm = true head_dim = 32 }");
+  expect_round_trip("mistral's sliding window shorter than the context",
+                    "model m { family = llama vocab = 1000 context = 64 width = 96 heads = 6 "
+                    "kv_heads = 2 layers = 2 sliding_window = 16 }");
 }
 
 }  // namespace
