@@ -24,7 +24,7 @@ namespace {
 namespace model = fsdpgen::model;
 
 const model::ParamLayout& layout_of(const hf_model& m) {
-  return m.llama ? model::llama_params(m.qkv_bias) : model::kGpt2Params;
+  return m.llama ? model::llama_params(m.qkv_bias, m.qk_norm) : model::kGpt2Params;
 }
 
 model::Dims dims_of(const hf_model& m) {
@@ -33,7 +33,8 @@ model::Dims dims_of(const hf_model& m) {
   d.F = m.ffn_hidden;
   d.H = m.heads;
   d.T = m.context;
-  d.KV = m.kv_heads * (m.width / m.heads);
+  d.D = m.head_dim;  // 0: width / heads
+  d.KV = m.kv_heads * d.head_dim();
   d.V = m.vocab;
   return d;
 }
@@ -141,19 +142,16 @@ std::string sample_settings_problem(const sample_settings& s) {
 }
 
 generator::generator(const hf_model& m, const generate_tensors& tensors) : m_(m) {
-  if (m.llama && (m.qk_norm || (m.head_dim > 0 && m.head_dim * m.heads != m.width)))
-    throw std::runtime_error(fmt::format(
-        "fsdpgen sample does not run Qwen3's blocks yet (qk_norm {}, head_dim {} with width {} "
-        "and {} heads); train and --save them, and sample with transformers",
-        m.qk_norm, m.head_dim, m.width, m.heads));
-  if (m.width <= 0 || m.heads <= 0 || m.width % m.heads != 0 || m.kv_heads <= 0 ||
+  if (m.width <= 0 || m.heads <= 0 || (m.head_dim <= 0 && m.width % m.heads != 0) ||
+      m.head_dim < 0 || (!m.llama && m.head_dim > 0) || m.kv_heads <= 0 ||
       m.heads % m.kv_heads != 0 || m.vocab <= 0 || m.context <= 0 || m.layers <= 0 ||
       m.ffn_hidden <= 0)
     throw std::runtime_error(fmt::format(
-        "the model's shape cannot run: width {}, heads {}, kv heads {}, vocab {}, context {}, "
-        "layers {}, ffn hidden {}",
-        m.width, m.heads, m.kv_heads, m.vocab, m.context, m.layers, m.ffn_hidden));
-  head_dim_ = m.width / m.heads;
+        "the model's shape cannot run: width {}, heads {}, head size {}, kv heads {}, vocab {}, "
+        "context {}, layers {}, ffn hidden {}",
+        m.width, m.heads, m.head_dim, m.kv_heads, m.vocab, m.context, m.layers, m.ffn_hidden));
+  head_dim_ = dims_of(m).head_dim();
+  q_width_ = m.heads * head_dim_;
   kv_width_ = m.kv_heads * head_dim_;
   for (const auto& [name, shape] : generate_tensor_names(m)) {
     auto it = tensors.find(name);
@@ -173,7 +171,7 @@ generator::generator(const hf_model& m, const generate_tensors& tensors) : m_(m)
       block_w_.push_back(weight(block_name(m, layer, t.hf_name)));
 
   const int64_t T = m.context, C = m.width, L = m.layers;
-  const int64_t widest = 3 * C;  // GPT-2's qkv; llama's q is C
+  const int64_t widest = std::max(3 * C, q_width_);  // GPT-2's qkv; llama's q
   auto alloc = [&](std::vector<float>& v, int64_t elems) {
     v.assign(static_cast<size_t>(elems), 0.0f);
     bytes_ += elems * static_cast<int64_t>(sizeof(float));
@@ -183,7 +181,7 @@ generator::generator(const hf_model& m, const generate_tensors& tensors) : m_(m)
   alloc(x_, T * C);
   alloc(h_, T * C);
   alloc(qkv_, T * widest);
-  alloc(attn_, T * C);
+  alloc(attn_, T * q_width_);
   alloc(ffn_, T * 2 * m.ffn_hidden);
   alloc(scores_, static_cast<int64_t>(omp_get_max_threads()) * T);
   alloc(logits_, m.vocab);
@@ -211,7 +209,7 @@ const float* generator::weight(std::string_view name) const {
 void generator::attention(int64_t layer, int64_t n) {
   const int64_t C = m_.width, H = m_.heads, D = head_dim_, T = m_.context;
   const int64_t group = H / m_.kv_heads;
-  const int64_t q_stride = m_.llama ? C : 3 * C;
+  const int64_t Q = q_width_, q_stride = m_.llama ? Q : 3 * C;
   const float* K = k_cache_.data() + layer * T * kv_width_;
   const float* V = v_cache_.data() + layer * T * kv_width_;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -239,7 +237,7 @@ void generator::attention(int64_t layer, int64_t n) {
         s[t] = exp_clamped(s[t] - largest);
         sum += s[t];
       }
-      float* out = attn_.data() + i * C + h * D;
+      float* out = attn_.data() + i * Q + h * D;
       std::fill(out, out + D, 0.0f);
       for (int64_t t = first; t <= last; ++t) {
         const float p = s[t] / sum;
@@ -287,17 +285,22 @@ void generator::block(int64_t layer, int64_t n) {
     return static_cast<const float*>(nullptr);
   };
   norm_rows(x_.data(), n, C, lw("rms1_w"), nullptr, m_.norm_eps, h_.data());
-  // q (n, C) into qkv_; k and v (n, KV) straight into the cache's rows.
-  linear(h_.data(), n, C, lw("q_w"), C, true, lw("q_b"), qkv_.data());
+  // q (n, Q) into qkv_; k and v (n, KV) straight into the cache's rows.
+  linear(h_.data(), n, C, lw("q_w"), q_width_, true, lw("q_b"), qkv_.data());
   linear(h_.data(), n, C, lw("k_w"), kv_width_, true, lw("k_b"), k_rows);
   linear(h_.data(), n, C, lw("v_w"), kv_width_, true, lw("v_b"), v_rows);
+  if (m_.qk_norm) {  // Qwen3: each head's q and k, RMSNorm before the rotation
+    norm_rows(qkv_.data(), n * m_.heads, head_dim_, lw("q_norm_w"), nullptr, m_.norm_eps,
+              qkv_.data());
+    norm_rows(k_rows, n * m_.kv_heads, head_dim_, lw("k_norm_w"), nullptr, m_.norm_eps, k_rows);
+  }
   // Rotary positions: row i is position cached_ + i.
   const float* cos = rope_cos_.data() + cached_ * half;
   const float* sin = rope_sin_.data() + cached_ * half;
   rope_forward(qkv_.data(), cos, sin, n, n, m_.heads, head_dim_);
   rope_forward(k_rows, cos, sin, n, n, m_.kv_heads, head_dim_);
   attention(layer, n);
-  linear(attn_.data(), n, C, lw("o_w"), C, true, nullptr, x_.data(), 1.0f);
+  linear(attn_.data(), n, q_width_, lw("o_w"), C, true, nullptr, x_.data(), 1.0f);
   norm_rows(x_.data(), n, C, lw("rms2_w"), nullptr, m_.norm_eps, h_.data());
   float* gate = ffn_.data();
   float* up = ffn_.data() + n * F;

@@ -102,7 +102,7 @@ class generator {
   void attention(int64_t layer, int64_t n);
 
   hf_model m_;
-  int64_t head_dim_ = 0, kv_width_ = 0;
+  int64_t head_dim_ = 0, q_width_ = 0, kv_width_ = 0;  // q is heads x head_dim_ wide
   // Views of the weights, by name.
   std::map<std::string, const float*, std::less<>> w_;
   const float* head_ = nullptr;        // (vocab, width): lm_head.weight or the tied embedding
