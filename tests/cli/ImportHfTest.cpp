@@ -225,6 +225,7 @@ TEST(ImportHf, LlamaArchitecturesHaveTheirPublishedParameters) {
   const std::string dir = fresh_dir("import-hf-llama-shaped");
   for (const auto& [model, name, params] :
        {std::tuple{"Mistral-7B-v0.3", "mistral_7b_v0_3", "7248023552"},
+        {"Mistral-7B-v0.1", "mistral_7b_v0_1", "7241732096"},
         {"SmolLM2-135M", "smollm2_135m", "134515008"},
         {"TinyLlama-1.1B-Chat-v1.0", "tinyllama_1_1b_chat_v1_0", "1100048384"},
         {"Qwen2.5-0.5B", "qwen2_5_0_5b", "494032768"},
@@ -243,10 +244,17 @@ TEST(ImportHf, LlamaArchitecturesHaveTheirPublishedParameters) {
     const CmdResult plan = run("plan " + spec + " --gpu h100-sxm");
     EXPECT_EQ(planned_params(plan), params) << plan.out;
   }
-  // Mistral's spec, byte for byte: llama's family, MistralForCausalLM named.
-  const CmdResult r = run_in_source("import-hf tests/cli/hf/Mistral-7B-v0.3");
-  ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(r.out, file_bytes(kSource + "/tests/cli/hf/Mistral-7B-v0.3.fsdp"));
+  // Mistral's specs, byte for byte: llama's family, MistralForCausalLM named;
+  // v0.1's sliding_window of 4096 (of its 32768 positions) kept.
+  for (const char* model : {"Mistral-7B-v0.3", "Mistral-7B-v0.1"}) {
+    const CmdResult r = run_in_source(std::string("import-hf tests/cli/hf/") + model);
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(r.out, file_bytes(kSource + "/tests/cli/hf/" + model + ".fsdp"));
+  }
+  // specs/mistral-7b-v0.1.fsdp (context 8192, where the window slides) matches it.
+  const CmdResult r =
+      run_in_source("check specs/mistral-7b-v0.1.fsdp --hf tests/cli/hf/Mistral-7B-v0.1");
+  EXPECT_EQ(r.status, 0) << r.out;
 }
 
 // Qwen2.5's config: llama with qkv_bias (Qwen2ForCausalLM named), its spec

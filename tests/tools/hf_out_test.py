@@ -2,8 +2,9 @@
 """A Hugging Face model out of a run, loaded by transformers with no hand
 work: a corpus prepared with a fixture BPE of 512 tokens (GPT-2's
 vocab.json + merges.txt, and Llama 3's with its BOS), a gpt2, a llama and a
-Qwen2 (llama with qkv_bias, tied) and a Qwen3 (llama with qk_norm and a head_dim of
-32 where width / heads is 16) spec trained a few steps on it with `--save DIR`, and DIR loaded by
+Qwen2 (llama with qkv_bias, tied), a Qwen3 (llama with qk_norm and a head_dim of
+32 where width / heads is 16) and a Mistral (llama with a sliding window of 8
+in sequences of 32) spec trained a few steps on it with `--save DIR`, and DIR loaded by
 AutoModelForCausalLM and AutoTokenizer: the tokenizer encodes a document as
 the token set holds it, the special-token ids are the set's, greedy
 generation gives new tokens, and transformers' loss on the first batch
@@ -32,6 +33,8 @@ MODELS = {
     "qwen2": "family = llama\n  kv_heads = 1\n  ffn_hidden = 88\n  qkv_bias = true\n  tie_embeddings = true",
     "qwen3": "family = llama\n  kv_heads = 1\n  ffn_hidden = 88\n  qk_norm = true\n  head_dim = 32\n"
              "  tie_embeddings = true",
+    "mistral": "family = llama\n  kv_heads = 1\n  ffn_hidden = 88\n  sliding_window = 8\n"
+               "  tie_embeddings = false",
 }
 SPEC = """model hf_out_{family} {{
   {model}
@@ -168,6 +171,9 @@ class HfOutTest(unittest.TestCase):
 
     def test_qwen3_with_bos(self):
         self.expect_loads_and_matches("qwen3", "llama3")
+
+    def test_mistral_with_bos(self):
+        self.expect_loads_and_matches("mistral", "llama3")
 
 
 if __name__ == "__main__":
