@@ -143,9 +143,9 @@ std::string sample_settings_problem(const sample_settings& s) {
 
 generator::generator(const hf_model& m, const generate_tensors& tensors) : m_(m) {
   if (m.width <= 0 || m.heads <= 0 || (m.head_dim <= 0 && m.width % m.heads != 0) ||
-      m.head_dim < 0 || (!m.llama && m.head_dim > 0) || m.kv_heads <= 0 ||
-      m.heads % m.kv_heads != 0 || m.vocab <= 0 || m.context <= 0 || m.layers <= 0 ||
-      m.ffn_hidden <= 0)
+      m.head_dim < 0 || (!m.llama && m.head_dim > 0 && m.head_dim * m.heads != m.width) ||
+      m.kv_heads <= 0 || m.heads % m.kv_heads != 0 || m.vocab <= 0 || m.context <= 0 ||
+      m.layers <= 0 || m.ffn_hidden <= 0)
     throw std::runtime_error(fmt::format(
         "the model's shape cannot run: width {}, heads {}, head size {}, kv heads {}, vocab {}, "
         "context {}, layers {}, ffn hidden {}",

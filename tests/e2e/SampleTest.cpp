@@ -48,13 +48,17 @@ std::string first_sample(const std::string& out) {
   return out.substr(begin, out.rfind('\n') - begin);
 }
 
-// GPT-2 as kSpec states it, or Llama (grouped-query attention, rotary
-// positions, an untied head).
+// GPT-2 as kSpec states it, Llama (grouped-query attention, rotary
+// positions, an untied head) or Qwen3 (Llama's with each head's q and k
+// normed, heads of 32 where width / heads is 16, tied).
 std::string spec_of(const std::string& family) {
   std::string spec = kSpec;
   if (family == "llama")
     spec.replace(spec.find("family = gpt2"), 13, "family = llama\n  kv_heads = 2")
         .replace(spec.find("tie_embeddings = true"), 21, "tie_embeddings = false");
+  if (family == "qwen3")
+    spec.replace(spec.find("family = gpt2"), 13,
+                 "family = llama\n  kv_heads = 2\n  qk_norm = true\n  head_dim = 32");
   return spec;
 }
 
@@ -103,7 +107,7 @@ TEST_P(SampleFamily, TrainingSamplesAreTheCheckpointsGenerations) {
 // from its <|endoftext|> and are decoded by the tokenizer.json beside its
 // manifest, in the run and in `fsdpgen sample` (whose --prompt the
 // tokenizers library encodes). Needs the tools' venv (prepare, the prompt).
-INSTANTIATE_TEST_SUITE_P(Families, SampleFamily, ::testing::Values("gpt2", "llama"),
+INSTANTIATE_TEST_SUITE_P(Families, SampleFamily, ::testing::Values("gpt2", "llama", "qwen3"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(Sample, ATokenSetsTokenizerDecodesAndEncodes) {
