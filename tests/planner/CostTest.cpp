@@ -88,6 +88,27 @@ int collective(Schedule& s, OpKind kind, StreamId stream, double ms, std::vector
   return id;
 }
 
+// Attention FLOPs count each query against the context's keys, or in a
+// sliding window shorter than it against the window's (what the windowed
+// kernel does past the first N queries); a window of the context is plain.
+TEST(Flops, ASlidingWindowCountsItsKeys) {
+  ModelSpec m;
+  m.family = Family::Llama;
+  m.vocab = 256;
+  m.context = 64;
+  m.width = 32;
+  m.heads = 4;
+  m.kv_heads = 2;
+  m.layers = 2;
+  m.ffn_hidden = 88;
+  const double plain = model_flops_per_token(m);
+  m.sliding_window = 64;
+  EXPECT_EQ(model_flops_per_token(m), plain);
+  m.sliding_window = 16;
+  // 2 layers, forward and backward (3x), 4 FLOPs per key and q column, 48 keys fewer.
+  EXPECT_DOUBLE_EQ(plain - model_flops_per_token(m), 2 * 3 * 4.0 * (64 - 16) * 32);
+}
+
 TEST(Cost, TwoStreamsOverlapAndExposedCommunication) {
   Schedule s = empty_schedule(2, 2, 2);
   int ag0 = collective(s, OpKind::AllGather, StreamId::AllGather, 4);
