@@ -4,10 +4,11 @@ compares fsdpgen's generator (runtime/generate/) against. For each family it bui
 a small random model with Hugging Face transformers (fp32, eager attention): a GPT-2
 with tied embeddings, a Llama with grouped-query attention (4 heads, 2 for k and
 v), llama3 rope scaling and an untied head, a Qwen2 (Llama's block with q, k
-and v biases, tied) and a Qwen3 (an RMSNorm on each head's q and k, heads of
-16 where width / heads is 8, tied). It saves each with save_pretrained
-(config.json and model.safetensors) in OUT/gpt2, OUT/llama, OUT/qwen2 and
-OUT/qwen3, and writes
+and v biases, tied), a Qwen3 (an RMSNorm on each head's q and k, heads of
+16 where width / heads is 8, tied) and a Mistral (each query attending its
+last 5 positions, so the 6-token prompt already slides). It saves each with
+save_pretrained (config.json and model.safetensors) in OUT/gpt2, OUT/llama,
+OUT/qwen2, OUT/qwen3 and OUT/mistral, and writes
 OUT/<family>/expected.json: the prompt's ids, the prefill logits of every prompt
 position, the ids generate(do_sample=False) adds to the prompt, and the logits of
 the whole sequence (prompt and generated ids) in one uncached forward.
@@ -69,6 +70,15 @@ def qwen3_model():
     return transformers.Qwen3ForCausalLM(config)
 
 
+def mistral_model():
+    config = transformers.MistralConfig(
+        vocab_size=96, max_position_embeddings=64, hidden_size=32, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=64, num_hidden_layers=2, rms_norm_eps=1e-5,
+        rope_theta=10000.0, tie_word_embeddings=False, initializer_range=INIT_STD,
+        sliding_window=5, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return transformers.MistralForCausalLM(config)
+
+
 def write(model, out_dir, seed):
     model = model.float().eval()
     model.config._attn_implementation = "eager"
@@ -114,6 +124,8 @@ def main(out_dir):
     write(qwen2_model(), os.path.join(out_dir, "qwen2"), 3)
     torch.manual_seed(3)
     write(qwen3_model(), os.path.join(out_dir, "qwen3"), 4)
+    torch.manual_seed(4)
+    write(mistral_model(), os.path.join(out_dir, "mistral"), 5)
 
 
 if __name__ == "__main__":
