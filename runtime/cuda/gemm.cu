@@ -15,6 +15,25 @@
 #include "runtime/cuda/kernels.cuh"
 #include "runtime/dtype_pairs.h"
 
+gpu_gemm_cache* gpu_gemm_cache_create() {
+  return new gpu_gemm_cache;
+}
+
+void gpu_gemm_cache_destroy(gpu_gemm_cache* cache) {
+  delete cache;
+}
+
+int64_t gpu_gemm_cache_plans(const gpu_gemm_cache* cache) {
+  std::lock_guard<std::mutex> lock(cache->mutex);
+  return static_cast<int64_t>(cache->plans.size());
+}
+
+int64_t gpu_gemm_cache_fused_plans(const gpu_gemm_cache* cache) {
+  std::lock_guard<std::mutex> lock(cache->mutex);
+  return std::count_if(cache->plans.begin(), cache->plans.end(),
+                       [](const auto& plan) { return plan->key.epilogue != 0 && plan->available; });
+}
+
 namespace {
 
 // ---------------------------------------------------------------- types

@@ -1,4 +1,4 @@
-// gemm (CUDA): row-major matrix products on the GPU with runtime/gemm.h's
+// gemm (CUDA): row-major matrix products on the GPU with runtime/cpu/gemm.h's
 // gemm() semantics, through cuBLASLt (fp32 compute, no TF32), plus what
 // cuBLASLt can fuse: a bias epilogue, a separate C input (D = AB + C) and
 // strided batches. The bias's backward (column sums) is here too. Plain C++
@@ -29,6 +29,7 @@
 
 #include "runtime/cuda/cublas_check.h"
 #include "runtime/cuda/exec.h"
+#include "runtime/cuda/gemm_epilogue.h"
 #include "runtime/dtype.h"
 
 // An empty plan cache, for one device; destroy frees the plans' descriptors.
@@ -38,30 +39,6 @@ void gpu_gemm_cache_destroy(gpu_gemm_cache* cache);
 int64_t gpu_gemm_cache_plans(const gpu_gemm_cache* cache);
 // Plans with an epilogue cuBLASLt runs (not those it has no algorithm for).
 int64_t gpu_gemm_cache_fused_plans(const gpu_gemm_cache* cache);
-
-// What cuBLASLt's epilogue computes besides the product (and the bias), in
-// row-major terms. Each needs alpha == 1 and batch == 1. Where cuBLASLt has
-// no algorithm for one (an aux_ld not a multiple of 8, a pointer not 16-byte
-// aligned, a type combination or GPU without it: the heuristic finds none),
-// cuda_gemm computes the same with the plain GEMM and separate kernels.
-enum class gemm_epilogue : int64_t {
-  none,
-  // aux = op(A) op(B) + bias rounded to TC (GELU's input, saved for its
-  // backward) and C = gelu(op(A) op(B) + bias), tanh approximation as
-  // runtime/kernels.h's gelu_forward, from the fp32 value (one rounding; the
-  // separate kernels round aux first). cuBLASLt's GELU_AUX_BIAS. Needs bias,
-  // beta == 0 and ldc == aux_ld == N.
-  gelu_aux,
-  // C = op(A) op(B) * gelu'(aux): GELU's backward (gelu_backward) from its
-  // saved input aux, rounded once. cuBLASLt's DGELU. Needs beta == 0 and
-  // ldc == aux_ld == N.
-  dgelu,
-  // bias_grad (N floats, overwritten) = sums over K of op(B), i.e. the column
-  // sums of B (K x N): the gradient of a bias when B is the gradient of the
-  // output it was added to. cuBLASLt's BGRADA (its A is our B). Needs TC =
-  // float, !trans_b and ldb == N.
-  bgrad_b,
-};
 
 // What a GEMM may add to gemm()'s, all off by default.
 template <class TC>
@@ -88,7 +65,7 @@ struct cuda_gemm_extras {
 };
 
 // C (M x N, leading dim ldc) = alpha * op(A) op(B) + beta * C, row-major,
-// as gemm() of runtime/gemm.h: op(A) is M x K (A is K x M when trans_a),
+// as gemm() of runtime/cpu/gemm.h: op(A) is M x K (A is K x M when trans_a),
 // op(B) is K x N (B is N x K when trans_b); accumulation is fp32 and C is
 // rounded to TC once. With beta == 0, C is not read (it may hold NaN).
 // Enqueued on g.stream; g.lt, g.gemms and the workspace must be set.

@@ -1,6 +1,7 @@
 // gemm_plan (CUDA): cuda_gemm's cuBLASLt plans and their cache (see
 // gemm_plan.h): a key's descriptors and layouts, the heuristic's algorithm
-// for them, and the cache's lookup. Plain C++.
+// for them, and the cache's lookup (the cache's create, destroy and counts are
+// gemm.h's, in gemm.cu). Plain C++.
 #include "runtime/cuda/gemm_plan.h"
 
 #include <algorithm>
@@ -11,25 +12,6 @@
 #include <string>
 
 #include "runtime/cuda/cublas_check.h"
-
-gpu_gemm_cache* gpu_gemm_cache_create() {
-  return new gpu_gemm_cache;
-}
-
-void gpu_gemm_cache_destroy(gpu_gemm_cache* cache) {
-  delete cache;
-}
-
-int64_t gpu_gemm_cache_plans(const gpu_gemm_cache* cache) {
-  std::lock_guard<std::mutex> lock(cache->mutex);
-  return static_cast<int64_t>(cache->plans.size());
-}
-
-int64_t gpu_gemm_cache_fused_plans(const gpu_gemm_cache* cache) {
-  std::lock_guard<std::mutex> lock(cache->mutex);
-  return std::count_if(cache->plans.begin(), cache->plans.end(),
-                       [](const auto& plan) { return plan->key.epilogue != 0 && plan->available; });
-}
 
 const char* epilogue_name(gemm_epilogue e) {
   switch (e) {

@@ -17,7 +17,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "runtime/cuda/gemm.h"
+#include "runtime/cuda/gemm_epilogue.h"
 
 // Everything a cuBLASLt plan depends on. All int64_t, so that keys compare
 // bytewise (no padding).
