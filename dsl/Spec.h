@@ -196,7 +196,7 @@ struct ModelSpec {
   std::vector<std::string> layer_cuda_sources;  // their CUDA entry points (.cu), for --target cuda
   std::vector<CustomLayerSpec> custom;
   // Not a spec key: `fsdpgen build --check` puts a red zone after each custom
-  // layer's Saved and Scratch array (codegen/planner/Activations.h, runtime/red_zones.h).
+  // layer's Saved and Scratch array (codegen/planner/Activations.h, runtime/cpu/red_zones.h).
   bool custom_red_zones = false;
 
   int64_t head_dim() const { return head_size != 0 ? head_size : width / heads; }

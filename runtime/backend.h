@@ -2,7 +2,7 @@
 // step runs on. The loop (flags, data, logging, metrics, weights files,
 // traces) is the same for every target; a backend owns the arena, runs the
 // planned step and reports what it measured. The CPU backend is
-// runtime/cpu_backend.cpp, the CUDA one runtime/cuda/backend.cpp.
+// runtime/cpu/backend.cpp, the CUDA one runtime/cuda/backend.cpp.
 #pragma once
 
 #include <cstdint>

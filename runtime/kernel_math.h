@@ -1,4 +1,4 @@
-// kernel_math: the per-element formulas the CPU kernels (runtime/kernels_*.cpp)
+// kernel_math: the per-element formulas the CPU kernels (runtime/cpu/)
 // and their CUDA twins (runtime/cuda/kernels.cuh) share, one definition for
 // host and device. Each caller brings its own exp (a vectorizable one on the
 // CPU, expf on the GPU; both named exp_clamped), so these take exp's result.
@@ -11,6 +11,9 @@
 // never meets inf * 0 for large |x|.
 inline constexpr float kExpArgMin = -87.0f;
 inline constexpr float kExpArgMax = 88.0f;
+
+// LayerNorm's epsilon (GPT-2's, Hugging Face's 1e-5), on both backends.
+inline constexpr float kLayerNormEps = 1e-5f;
 
 // GELU, tanh form (GPT-2): gelu(x) = 0.5 x (1 + tanh u) = x / (1 + exp(-2u)),
 // u = sqrt(2/pi) (x + 0.044715 x^3).

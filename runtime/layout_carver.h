@@ -1,6 +1,6 @@
 // layout_carver: pointers into a slot of saved activations (or scratch) and
 // into a block's flat tensors, as a family's tables in runtime/model/layout.h lay
-// them out. runtime/gpt2.cpp and runtime/llama.cpp carve with these, the
+// them out. runtime/cpu/gpt2.cpp and runtime/cpu/llama.cpp carve with these, the
 // planner totals the same tables.
 #pragma once
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-// Bytes of workspace the CPU GEMM (runtime/gemm.h) needs for 16-bit operands:
+// Bytes of workspace the CPU GEMM (runtime/cpu/gemm.h) needs for 16-bit operands:
 // it converts tiles to fp32 there. The planner reserves this as the arena's
 // workspace buffer when a CPU plan's params are 16-bit (none for fp32).
 inline constexpr int64_t kCpuGemmWorkspaceBytes = int64_t{6} << 20;
@@ -25,7 +25,7 @@ inline constexpr int64_t kCudnnAttentionHeadSizeMultiple = 8;
 inline constexpr int64_t kCudnnAttentionMaxHeadSize = 128;
 // Muon's Newton-Schulz iterations, as torch.optim.Muon accepts them (fewer
 // than 100): the spec's ns_steps and a profile's muon_ns entries are read
-// within it, and runtime/muon.h runs any of them.
+// within it, and runtime/cpu/muon.h runs any of them.
 inline constexpr int64_t kMaxMuonNsSteps = 99;
 
 // Text data is read as bytes, token ids 0 to 255: a model of this vocabulary

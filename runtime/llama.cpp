@@ -1,21 +1,13 @@
-// llama: pointers into the layouts of runtime/model/llama.h and the per-layer
-// forward/backward composed from the kernels over them (runtime/kernels.h:
-// RMSNorm, SwiGLU, grouped-query flash attention, the head and cross-entropy;
-// runtime/kernels_shared.h: the q, k and v biases' column sums;
-// runtime/rope.h: rotary positions; nn.Linear GEMMs through runtime/gemm.h).
+// llama: pointers into the saved-activation, parameter and scratch layouts of
+// runtime/model/llama.h, and the rotary tables' halves, for both backends.
 #include "runtime/llama.h"
 
 #include <iterator>
-
-#include <algorithm>
 #include <type_traits>
 
 #include "runtime/dtype_pairs.h"
-#include "runtime/kernels.h"
-#include "runtime/kernels_shared.h"
 #include "runtime/layout_carver.h"
 #include "runtime/model/llama.h"
-#include "runtime/rope.h"
 
 namespace {
 
@@ -33,31 +25,6 @@ model::Dims layout_dims(const llama_dims& d) {
 slot_carver llama_slot(model::Table<model::Field> table, const llama_dims& d, int64_t param_bytes,
                        std::byte* base) {
   return {table, layout_dims(d), d.N(), param_bytes, base};
-}
-
-// out (N, OC) = inp (N, IC) @ w^T for w (OC, IC), nn.Linear's layout; with
-// `residual`, out = residual + that, with `bias` (OC) out = that + bias (not
-// both), rounded once.
-template <class T>
-void linear_forward(T* out, const T* inp, const T* w, const T* residual, int64_t N, int64_t IC,
-                    int64_t OC, const gemm_workspace& ws, const T* bias = nullptr) {
-  if (residual) std::copy(residual, residual + N * OC, out);
-  if (bias) {
-#pragma omp parallel for if (N * OC >= kParallelElems)
-    for (int64_t n = 0; n < N; n++)
-      std::copy(bias, bias + OC, out + n * OC);
-  }
-  gemm(false, true, N, OC, IC, 1.0f, inp, IC, w, IC, residual || bias ? 1.0f : 0.0f, out, OC, ws);
-}
-
-// dinp (N, IC) = dout @ w (added to dinp with accumulate); dw (OC, IC) += dout^T @ inp;
-// dbias (OC) += column sums of dout when given.
-template <class T, class G>
-void linear_backward(T* dinp, G* dw, const T* dout, const T* inp, const T* w, int64_t N, int64_t IC,
-                     int64_t OC, bool accumulate, const gemm_workspace& ws, G* dbias = nullptr) {
-  gemm(false, false, N, IC, OC, 1.0f, dout, OC, w, IC, accumulate ? 1.0f : 0.0f, dinp, IC, ws);
-  gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC, ws);
-  if (dbias) column_sums_accumulate(dbias, dout, N, OC);
 }
 
 // A block's tensors (params and grads alike).
@@ -146,155 +113,11 @@ llama_backward_scratch<T> llama_backward_scratch_at(std::byte* base, const llama
   return s;
 }
 
-template <class T>
-void llama_embed_forward(T* out, const int32_t* tokens, const T* wte, const llama_dims& d) {
-  encoder_forward(out, tokens, wte, static_cast<const T*>(nullptr), d.B, d.T, d.C);
-}
-
-template <class T, class G>
-void llama_embed_backward(G* dwte, const int32_t* tokens, const llama_backward_scratch<T>& s,
-                          const llama_dims& d) {
-  encoder_backward(dwte, static_cast<G*>(nullptr), s.dres, tokens, d.B, d.T, d.C);
-}
-
-template <class T>
-void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_block_saved<T>& s,
-                         const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws,
-                         block_pieces pieces) {
-  const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV(), Q = d.Q(), D = d.D();
-  const T* none = nullptr;
-  if (pieces.has(kLlamaRms1))
-    rmsnorm_forward(s.rms1, s.rms1_rstd, s.input, p.rms1_w, N, C, d.norm_eps);
-  if (pieces.has(kLlamaQ)) {
-    if (d.qk_norm) {  // each head's row of D an RMSNorm's row
-      linear_forward(s.q_raw, s.rms1, p.q_w, none, N, C, Q, ws, p.q_b);
-      rmsnorm_forward(s.q, s.q_rstd, s.q_raw, p.q_norm_w, N * d.H, D, d.norm_eps);
-    } else {
-      linear_forward(s.q, s.rms1, p.q_w, none, N, C, Q, ws, p.q_b);
-    }
-    rope_forward(s.q, rope.cos, rope.sin, N, d.T, d.H, D);
-  }
-  if (pieces.has(kLlamaK)) {
-    if (d.qk_norm) {
-      linear_forward(s.k_raw, s.rms1, p.k_w, none, N, C, KV, ws, p.k_b);
-      rmsnorm_forward(s.k, s.k_rstd, s.k_raw, p.k_norm_w, N * d.KV_heads, D, d.norm_eps);
-    } else {
-      linear_forward(s.k, s.rms1, p.k_w, none, N, C, KV, ws, p.k_b);
-    }
-    rope_forward(s.k, rope.cos, rope.sin, N, d.T, d.KV_heads, D);
-  }
-  if (pieces.has(kLlamaV)) {
-    linear_forward(s.v, s.rms1, p.v_w, none, N, C, KV, ws, p.v_b);
-    attention_gqa_forward(s.attn, s.lse, s.q, s.k, s.v, d.B, d.T, d.H, d.KV_heads, D, d.window);
-  }
-  if (pieces.has(kLlamaO))
-    linear_forward(s.res2, s.attn, p.o_w, static_cast<const T*>(s.input), N, Q, C, ws);
-  if (pieces.has(kLlamaRms2))
-    rmsnorm_forward(s.rms2, s.rms2_rstd, s.res2, p.rms2_w, N, C, d.norm_eps);
-  if (pieces.has(kLlamaGate)) linear_forward(s.gate, s.rms2, p.gate_w, none, N, C, F, ws);
-  if (pieces.has(kLlamaUp)) {
-    linear_forward(s.up, s.rms2, p.up_w, none, N, C, F, ws);
-    swiglu_forward(s.swiglu, s.gate, s.up, N * F);
-  }
-  // recompute: the saved activations are all it needs
-  if (out == nullptr || !pieces.has(kLlamaDown)) return;
-  linear_forward(out, s.swiglu, p.down_w, static_cast<const T*>(s.res2), N, F, C, ws);
-}
-
-template <class T, class G>
-void llama_block_backward(const llama_block_grads<G>& g, const llama_block_params<T>& p,
-                          const llama_block_saved<T>& s, const llama_backward_scratch<T>& scratch,
-                          const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws,
-                          block_pieces pieces) {
-  const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV(), Q = d.Q(), D = d.D();
-  T* dres = scratch.dres;  // (N, C) d(out) -> d(res2) -> d(input)
-  T* dtmp = scratch.dtmp;  // (N, max(C, Q))
-  // MLP: out = res2 + (silu(rms2 @ gate_w^T) * (rms2 @ up_w^T)) @ down_w^T.
-  T* dswiglu = scratch.big;  // (N, F) each
-  T* dgate = dswiglu + N * F;
-  T* dup = dgate + N * F;
-  if (pieces.has(kLlamaDown))
-    linear_backward(dswiglu, g.down_w, dres, s.swiglu, p.down_w, N, F, C, false, ws);
-  if (pieces.has(kLlamaUp)) {
-    swiglu_backward(dgate, dup, dswiglu, s.gate, s.up, N * F);
-    linear_backward(dtmp, g.up_w, dup, s.rms2, p.up_w, N, C, F, false, ws);
-  }
-  if (pieces.has(kLlamaGate))
-    linear_backward(dtmp, g.gate_w, dgate, s.rms2, p.gate_w, N, C, F, true, ws);
-  if (pieces.has(kLlamaRms2))
-    rmsnorm_backward(dres, g.rms2_w, dtmp, s.res2, p.rms2_w, s.rms2_rstd, N, C, true);
-  // Attention: res2 = input + attention(rope(q), rope(k), v) @ o_w^T.
-  if (pieces.has(kLlamaO)) linear_backward(dtmp, g.o_w, dres, s.attn, p.o_w, N, Q, C, false, ws);
-  T* dq = scratch.big;  // (N, Q), then (N, KV) twice
-  T* dk = dq + N * Q;
-  T* dv = dk + N * KV;
-  if (pieces.has(kLlamaV)) {
-    attention_gqa_backward(dq, dk, dv, scratch.delta, dtmp, s.q, s.k, s.v, s.attn, s.lse, d.B, d.T,
-                           d.H, d.KV_heads, D, d.window);
-    rope_backward(dq, rope.cos, rope.sin, N, d.T, d.H, D);
-    rope_backward(dk, rope.cos, rope.sin, N, d.T, d.KV_heads, D);
-    linear_backward(dtmp, g.v_w, dv, s.rms1, p.v_w, N, C, KV, false, ws, g.v_b);
-  }
-  // With qk_norm, d(q) and d(k) before their norms follow d(v) (N, Q), (N, KV).
-  T* dq_raw = dv + N * KV;
-  T* dk_raw = dq_raw + N * Q;
-  if (pieces.has(kLlamaK)) {
-    if (d.qk_norm)
-      rmsnorm_backward(dk_raw, g.k_norm_w, dk, s.k_raw, p.k_norm_w, s.k_rstd, N * d.KV_heads, D,
-                       false);
-    linear_backward(dtmp, g.k_w, d.qk_norm ? dk_raw : dk, s.rms1, p.k_w, N, C, KV, true, ws, g.k_b);
-  }
-  if (pieces.has(kLlamaQ)) {
-    if (d.qk_norm)
-      rmsnorm_backward(dq_raw, g.q_norm_w, dq, s.q_raw, p.q_norm_w, s.q_rstd, N * d.H, D, false);
-    linear_backward(dtmp, g.q_w, d.qk_norm ? dq_raw : dq, s.rms1, p.q_w, N, C, Q, true, ws, g.q_b);
-  }
-  if (pieces.has(kLlamaRms1))
-    rmsnorm_backward(dres, g.rms1_w, dtmp, s.input, p.rms1_w, s.rms1_rstd, N, C, true);
-}
-
-template <class T>
-void llama_head_forward(T* logits, float* losses, const int32_t* targets, const T* norm_w,
-                        const T* head_w, const llama_final_norm_saved<T>& s, const llama_dims& d,
-                        float dloss_scale, const gemm_workspace& ws) {
-  rmsnorm_forward(s.output, s.rstd, s.input, norm_w, d.N(), d.C, d.norm_eps);
-  lm_head_forward(logits, s.output, head_w, d.N(), d.C, d.Vp(), ws);
-  cross_entropy_fused(logits, losses, targets, d.N(), d.V, d.Vp(), dloss_scale);
-}
-
-template <class T, class G>
-void llama_head_backward(G* dnorm_w, G* dhead_w, const T* norm_w, const T* head_w, const T* logits,
-                         const llama_final_norm_saved<T>& s,
-                         const llama_backward_scratch<T>& scratch, const llama_dims& d,
-                         const gemm_workspace& ws) {
-  lm_head_backward(scratch.dtmp, dhead_w, logits, s.output, head_w, d.N(), d.C, d.Vp(), ws);
-  rmsnorm_backward(scratch.dres, dnorm_w, scratch.dtmp, s.input, norm_w, s.rstd, d.N(), d.C, false);
-}
-
 #define LLAMA_INSTANTIATE_T(T)                                                                    \
   template llama_block_params<T> llama_block_params_at<T>(const T*, const llama_dims&);           \
   template llama_block_grads<T> llama_block_grads_at<T>(T*, const llama_dims&);                   \
   template llama_block_saved<T> llama_block_saved_at<T>(std::byte*, const llama_dims&);           \
   template llama_final_norm_saved<T> llama_final_norm_saved_at<T>(std::byte*, const llama_dims&); \
-  template llama_backward_scratch<T> llama_backward_scratch_at<T>(std::byte*, const llama_dims&); \
-  template void llama_embed_forward<T>(T*, const int32_t*, const T*, const llama_dims&);          \
-  template void llama_block_forward<T>(T*, const llama_block_params<T>&,                          \
-                                       const llama_block_saved<T>&, const llama_rope&,            \
-                                       const llama_dims&, const gemm_workspace&, block_pieces);   \
-  template void llama_head_forward<T>(T*, float*, const int32_t*, const T*, const T*,             \
-                                      const llama_final_norm_saved<T>&, const llama_dims&, float, \
-                                      const gemm_workspace&);
-
-#define LLAMA_INSTANTIATE_TG(T, G)                                                               \
-  template void llama_embed_backward<T, G>(G*, const int32_t*, const llama_backward_scratch<T>&, \
-                                           const llama_dims&);                                   \
-  template void llama_block_backward<T, G>(                                                      \
-      const llama_block_grads<G>&, const llama_block_params<T>&, const llama_block_saved<T>&,    \
-      const llama_backward_scratch<T>&, const llama_rope&, const llama_dims&,                    \
-      const gemm_workspace&, block_pieces);                                                      \
-  template void llama_head_backward<T, G>(                                                       \
-      G*, G*, const T*, const T*, const T*, const llama_final_norm_saved<T>&,                    \
-      const llama_backward_scratch<T>&, const llama_dims&, const gemm_workspace&);
+  template llama_backward_scratch<T> llama_backward_scratch_at<T>(std::byte*, const llama_dims&);
 
 FSDPGEN_FOR_EACH_DTYPE(LLAMA_INSTANTIATE_T)
-FSDPGEN_FOR_EACH_DTYPE_PAIR(LLAMA_INSTANTIATE_TG)

@@ -3,7 +3,7 @@
 // program_muon_matrix) and the flat layout: which matrices it owns, which
 // slices it exchanges with whom in the gather and the scatter, and how its
 // shard of each unit divides into AdamW's elements (compacted state) and
-// Muon matrices' slices. The step functions (runtime/step.h's step_muon_*
+// Muon matrices' slices. The step functions (runtime/cpu/step.h's step_muon_*
 // and step_optimizer) read it; nothing is decided in the step.
 #pragma once
 
@@ -115,7 +115,7 @@ struct step_context;
 // AdamW (the nested one's settings) on its parts that are no matrix's, with
 // the compacted m and v in state; Muon's updates (muon_update, at their
 // places in the shard) applied to the rest. grad_scale: the clip factor over
-// the loss scale. runtime/muon_step.cpp.
+// the loss scale. runtime/cpu/muon_step.cpp.
 void muon_apply_shard(const step_context& c, int unit, float* w, float* state,
                       const void* grad_shard, const float* muon_update, float grad_scale);
 

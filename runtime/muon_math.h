@@ -1,5 +1,5 @@
 // muon_math: Muon's per-element rules and constants, one definition for the
-// CPU optimizer (runtime/muon.cpp), its CUDA twin and the planner (which
+// CPU optimizer (runtime/cpu/muon.cpp), its CUDA twin and the planner (which
 // sizes the workspace). torch.optim.Muon's definitions (torch/optim/_muon.py).
 #pragma once
 
@@ -57,7 +57,7 @@ FSDPGEN_HOST_DEVICE void muon_apply_update(float& master, float update, float de
   master = master * decay - adjusted_lr * update;
 }
 
-// Floats of workspace muon_orthogonalize (runtime/muon.h) needs for a
+// Floats of workspace muon_orthogonalize (runtime/cpu/muon.h) needs for a
 // (rows, cols) matrix, with m = min(rows, cols) and n = max: two iterates
 // X (m, n) (the iteration is not in place), the Gram matrix A (m, m) and
 // b A + c A A (m, m). The same for fp32 and bf16 iterates (bf16 values are

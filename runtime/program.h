@@ -289,7 +289,7 @@ struct program_plan {
   // gather and run the forward of micro-batch 0 and nothing else.
   int64_t validation_op_count = 0;
   // `fsdpgen build --check`: bytes of red zone before and after every buffer
-  // (runtime/red_zones.h), 0 in a normal build.
+  // (runtime/cpu/red_zones.h), 0 in a normal build.
   int64_t red_zone_bytes = 0;
   // Host copy of this rank's checkpoint, written behind the next steps
   // (runtime/train/checkpoint.h checkpoint_writer); -1: none (checkpoints are

@@ -1,16 +1,17 @@
 // step_context: what a generated op function sees, whichever the backend:
 // the program, the arenas, the communicators, where its rows come from, and
-// the step's changing values and outputs. The CPU's vocabulary over it is runtime/step.h,
+// the step's changing values and outputs. The CPU's vocabulary over it is runtime/cpu/step.h,
 // the GPU's runtime/cuda/step.h; the training loop, checkpoints and weights
 // read only this.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "runtime/comm.h"
-#include "runtime/gemm.h"
+#include "runtime/gemm_workspace.h"
 #include "runtime/program.h"
 
 struct gpu_context;  // runtime/cuda/step.h
@@ -100,4 +101,26 @@ inline MPI_Comm op_comm(step_context& c, stream_id s, comm_group g) {
 // (the optimizer then skips the step).
 inline double step_global_norm(float norm_sq, float grad_scale) {
   return std::sqrt(static_cast<double>(norm_sq)) / grad_scale;
+}
+
+// The losses of a micro-batch that count: all n in a training step, the
+// first loss_rows sequences' in a validation pass.
+inline int64_t step_counted_losses(const step_context& c, int64_t n) {
+  if (c.validation_pass < 0) return n;
+  const int64_t counted = c.loss_rows * c.p->model.context;
+  return counted < n ? counted : n;
+}
+
+// Fills micro-batch mb's tokens and targets (B*T int32 each, host memory)
+// for this rank (in a validation pass, from the validation data; in an
+// evaluation pass, its rows, untraced). The CPU step calls it as is; the
+// CUDA backend fills its pinned inputs with it before the step.
+inline void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets) {
+  if (c.eval_inputs) {
+    const size_t n = static_cast<size_t>(c.p->parallel.micro_batch * c.p->model.context);
+    std::memcpy(tokens, c.eval_inputs, n * sizeof(int32_t));
+    std::memcpy(targets, c.eval_inputs + n, n * sizeof(int32_t));
+    return;
+  }
+  c.inputs->fill(c, mb, tokens, targets);
 }

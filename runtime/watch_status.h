@@ -1,7 +1,7 @@
 // watch_status: where this process's streams are, for the training loop's
 // watchdog (runtime/train/watchdog.h) to read. Each stream says which op it
 // runs (relaxed atomic stores, nothing allocated): the CPU's streams
-// (runtime/streams.h) and the CUDA host worker through watch_op_scope, the
+// (runtime/cpu/streams.h) and the CUDA host worker through watch_op_scope, the
 // GPU's streams by writing marks into mapped pinned memory themselves
 // (runtime/cuda/executor.h, watch_attach_gpu_marks). The backends write it;
 // only the loop reads it.
@@ -20,7 +20,7 @@ struct watch_stream_slot {
   std::atomic<int64_t> entered_ns{0};
 };
 
-// What the executor (runtime/streams.h) tells the monitor, and the
+// What the executor (runtime/cpu/streams.h) tells the monitor, and the
 // --inject-stall testing aid it acts on.
 struct watch_status {
   watch_stream_slot streams[kStreamCount];

@@ -8,9 +8,9 @@
 #include <cstring>
 
 // fsdpgen:begin includes
-#include "runtime/gpt2.h"
+#include "runtime/cpu/gpt2.h"
+#include "runtime/cpu/step.h"
 #include "runtime/program.h"
-#include "runtime/step.h"
 // fsdpgen:end includes
 
 namespace {

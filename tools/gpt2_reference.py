@@ -25,7 +25,7 @@ import reference_run  # beside this script
 
 VOCAB, CONTEXT, WIDTH, HEADS, LAYERS = 64, 16, 32, 4, 2
 FFN = 4 * WIDTH
-NORM_EPS = 1e-5  # fsdpgen's gpt2 LayerNorm (runtime/kernels.h kLayerNormEps)
+NORM_EPS = 1e-5  # fsdpgen's gpt2 LayerNorm (runtime/cpu/kernels.h kLayerNormEps)
 # Weights drawn 2.5 times as wide as GPT-2's 0.02, so that the MLP's inputs
 # reach where GELU's tanh form (gelu_new, fsdpgen's) and its erf form part:
 # 4e-5 apart in step 2's loss here, 2e-7 at 0.02.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """muon_reference: the independent reference that tests/runtime/MuonTest.cpp
-compares fsdpgen's Muon (runtime/muon.h) against. With fixed seeds it builds a
+compares fsdpgen's Muon (runtime/cpu/muon.h) against. With fixed seeds it builds a
 few weight matrices of different shapes (square, tall: rows > cols, wide, and
 small odd ones), oriented as torch's nn.Linear weight (out_features,
 in_features), and a sequence of gradients for each, then steps

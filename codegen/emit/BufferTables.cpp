@@ -30,7 +30,7 @@ std::string buffer_tables(const EmitContext& c, const ProgramNotes& n) {
       out += fmt::format("    {{{}, {}, {}, {}}},\n", buffer, offset, bytes, cpp_string(name));
     out += "};\n\n";
   }
-  if (c.m.red_zone_bytes > 0) {  // fsdpgen build --check (runtime/red_zones.h)
+  if (c.m.red_zone_bytes > 0) {  // fsdpgen build --check (runtime/cpu/red_zones.h)
     out += "// Buffers' lives (--check): the issue positions of their first use and Free.\n";
     out += "constexpr program_buffer_life kBufferLife[] = {\n";
     for (const Buffer& b : c.s.buffers) {

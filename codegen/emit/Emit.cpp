@@ -97,14 +97,17 @@ std::string header(const EmitContext& c) {
 }
 
 std::string includes(const EmitContext& c) {
+  // A CUDA program's ops that run on the host (offload) call the CPU's vocabulary.
+  const char* host_step = host_ops(c).empty() ? "" : "#include \"runtime/cpu/step.h\"\n";
   std::string out =
       c.cuda ? fmt::format(
-                   "#include \"runtime/cuda/backend.h\"\n{}"
+                   "{}#include \"runtime/cuda/backend.h\"\n{}"
                    "#include \"runtime/cuda/step.h\"\n",
+                   host_step,
                    c.model.family == Family::Llama ? "#include \"runtime/cuda/llama.h\"\n" : "")
              : fmt::format(
-                   "#include \"runtime/{}.h\"\n#include \"runtime/program.h\"\n"
-                   "#include \"runtime/step.h\"\n",
+                   "#include \"runtime/cpu/{}.h\"\n#include \"runtime/cpu/step.h\"\n"
+                   "#include \"runtime/program.h\"\n",
                    c.fam());
   if (c.custom_model() && c.cuda) out += "#include \"layers/fsdpgen_layer_cuda.h\"\n";
   for (const std::string& h : c.model.layer_headers)  // their directories are on the include path
@@ -116,7 +119,7 @@ std::string main_function(const EmitContext& c) {
   std::string out =
       fmt::format("int main(int argc, char** argv) {{ return {}(kProgram, argc, argv); }}\n",
                   c.cuda ? "cuda_train_main" : "train_main");
-  if (c.m.red_zone_bytes > 0)  // built with -fsanitize=address (runtime/red_zones.h)
+  if (c.m.red_zone_bytes > 0)  // built with -fsanitize=address (runtime/cpu/red_zones.h)
     out +=
         "\n// --check: AddressSanitizer without leak reports (MPI's are not the step's), and\n"
         "// without alloc-dealloc pairing (runtime/allocations.cpp's operator new is malloc).\n"

@@ -105,7 +105,7 @@ struct EmitContext {
   const TensorAt& head_weight() const {
     return model.tie_embeddings ? embed_params[0] : head_params[0];
   }
-  // The family's runtime prefix ("gpt2": gpt2_block_forward, runtime/gpt2.h).
+  // The family's runtime prefix ("gpt2": gpt2_block_forward, runtime/cpu/gpt2.h).
   std::string fam() const { return std::string(to_string(model.family)); }
   const model::ParamLayout& layout() const { return param_layout(model); }
   // A block's tensor names' prefix ("transformer.h.3.").

@@ -1,6 +1,6 @@
 // MuonOps: the bodies of optimizer = muon(...)'s ops (codegen/planner/Muon.h): the
 // owners' gather of their matrices' gradients, Newton-Schulz, and the
-// scatter of the updates (runtime/step.h's step_muon_*), and kMuonMatrices,
+// scatter of the updates (runtime/cpu/step.h's step_muon_*), and kMuonMatrices,
 // the table they and the optimizer step read.
 #include <fmt/format.h>
 

@@ -20,7 +20,7 @@ std::string dtype_name(DType d) {
 }
 
 // The runtime's entry point a layer runs in: the final norm runs in the
-// head's (runtime/gpt2.h: gpt2_head_forward computes both and the loss).
+// head's (runtime/cpu/gpt2.h: gpt2_head_forward computes both and the loss).
 std::string_view layer_entry(LayerId::Kind k) {
   switch (k) {
     case LayerId::Kind::Embed:

@@ -1,5 +1,5 @@
 // Muon: which rank of a unit's shard group orthogonalizes each Muon matrix
-// (its owner, runtime/muon.h's muon_orthogonalize), and which slice of the
+// (its owner, runtime/cpu/muon.h's muon_orthogonalize), and which slice of the
 // matrix each rank's flat shard holds: what the owner gathers (the reduced
 // gradient) and scatters back (the update) for muon_apply. Pure: the
 // schedule, the memory plan and the cost model read its answer.
@@ -117,7 +117,7 @@ struct MuonUnit {
   int64_t gathered_elems = 0;   // matrix elements one rank owns
   int64_t exchanged_elems = 0;  // elements one rank sends or receives in the gather (or scatter)
   int64_t adamw_elems = 0;      // elements of one rank's shard that are no Muon matrix's: its
-                                // compacted AdamW state (runtime/muon.h's muon_shard_parts)
+                                // compacted AdamW state (runtime/cpu/muon.h's muon_shard_parts)
   double ns_flops = 0;          // Newton-Schulz FLOPs of the busiest owner
 };
 MuonUnit muon_unit(const MuonPlan& plan, int unit, int64_t shard_elems, int64_t shard_group);

@@ -42,7 +42,7 @@ PersistentBuffers persistent_buffers(const StepShape& s, IssueOrder& issue, Grad
       b.master[i] = issue.buffer(BufferKind::MasterWeights, home, fmt::format("master.u{}", i),
                                  s.shard_bytes(i, s.mbytes), i, -1, true);
     // Muon: AdamW's m and v for the shard's elements that are no Muon
-    // matrix's, compacted (runtime/muon.h's muon_shard_parts).
+    // matrix's, compacted (runtime/cpu/muon.h's muon_shard_parts).
     const int64_t state_elems =
         s.muon ? muon_unit(s.muon_plan, i, u.shard_elems, s.S).adamw_elems : u.shard_elems;
     b.state[i] = issue.buffer(BufferKind::OptimizerState, home, fmt::format("optimizer.u{}", i),

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "runtime/gpt2.h"
+#include "runtime/cpu/gpt2.h"
+#include "runtime/cpu/step.h"
 #include "runtime/program.h"
-#include "runtime/step.h"
 
 namespace {
 

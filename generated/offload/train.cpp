@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "runtime/cpu/step.h"
 #include "runtime/cuda/backend.h"
 #include "runtime/cuda/step.h"
 

@@ -5,8 +5,8 @@
 #include <random>
 
 #include "runtime/calibrate/buffers.h"
+#include "runtime/cpu/step.h"
 #include "runtime/optimizer.h"
-#include "runtime/step.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // elementwise: the optimizer's update, the gradient norm's sum of squares
 // and the fp32-master-to-params conversion, timed through the runtime's own
-// functions (runtime/optimizer.h, runtime/step.h).
+// functions (runtime/optimizer.h, runtime/cpu/step.h).
 #pragma once
 
 #include "runtime/calibrate/measure.h"

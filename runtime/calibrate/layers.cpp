@@ -1,4 +1,4 @@
-// layers: gpt2's embed, block and head passes through runtime/gpt2.h. A
+// layers: gpt2's embed, block and head passes through runtime/cpu/gpt2.h. A
 // "recompute" is the block's forward without its last projection (out =
 // nullptr), as a generated recompute calls it; embed and head recompute
 // with their forward.
@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include "runtime/calibrate/buffers.h"
+#include "runtime/cpu/gpt2.h"
 #include "runtime/dtype_pairs.h"
-#include "runtime/gpt2.h"
 #include "runtime/model/gpt2.h"
 
 namespace {

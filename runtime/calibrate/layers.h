@@ -1,11 +1,11 @@
 // layers: a family's layer passes timed as a generated step runs them, on
-// buffers sized by the runtime's own layouts (gpt2: runtime/gpt2.h).
+// buffers sized by the runtime's own layouts (gpt2: runtime/cpu/gpt2.h).
 #pragma once
 
 #include <string>
 
 #include "runtime/calibrate/measure.h"
-#include "runtime/gpt2.h"
+#include "runtime/cpu/gpt2.h"
 #include "runtime/profile/profile.h"
 
 // Why this machine's runtime cannot run entry `l` (an unknown family, a

@@ -1,11 +1,11 @@
 // muon_ns: Muon's owner step on one matrix (the momentum step and the
 // Newton-Schulz iterations), timed through the runtime's own
-// muon_orthogonalize (runtime/muon.h), the function a training step calls.
+// muon_orthogonalize (runtime/cpu/muon.h), the function a training step calls.
 #pragma once
 
 #include "runtime/calibrate/buffers.h"
 #include "runtime/calibrate/measure.h"
-#include "runtime/muon.h"
+#include "runtime/cpu/muon.h"
 #include "runtime/profile/profile.h"
 
 // The settings an entry runs with: its ns_steps and ns_dtype, torch's

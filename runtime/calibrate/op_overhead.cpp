@@ -1,5 +1,5 @@
 // op_overhead: two threads pass a counter back and forth. Each waits as a
-// stream worker waits for an event (runtime/streams.cpp's wait_for): a short
+// stream worker waits for an event (runtime/cpu/streams.cpp's wait_for): a short
 // spin on the atomic, then std::atomic::wait; each raises the other's counter
 // and notifies, as run_op records an op's completion.
 #include "runtime/calibrate/op_overhead.h"
@@ -12,7 +12,7 @@
 
 namespace {
 
-constexpr int kSpins = 2000;  // runtime/streams.cpp's spin before a futex wait
+constexpr int kSpins = 2000;  // runtime/cpu/streams.cpp's spin before a futex wait
 constexpr int64_t kHandoffsPerRun = 100;
 
 void wait_for(const std::atomic<int64_t>& flag, int64_t target) {

@@ -1,5 +1,5 @@
 // op_overhead: what handing one op of the schedule to a stream costs on the
-// CPU runtime: waking a worker thread that waits as runtime/streams.cpp's do.
+// CPU runtime: waking a worker thread that waits as runtime/cpu/streams.cpp's do.
 #pragma once
 
 #include "runtime/calibrate/measure.h"

@@ -28,7 +28,7 @@ class calibrate_target {
   virtual measurement layer(const fsdpgen::profile::LayerTime& l, const measure_options& o) = 0;
   virtual measurement elementwise(const fsdpgen::profile::ElementwiseTime& e,
                                   const measure_options& o) = 0;
-  // Muon's owner step on one matrix (runtime/muon.h's muon_orthogonalize or
+  // Muon's owner step on one matrix (runtime/cpu/muon.h's muon_orthogonalize or
   // its device twin).
   virtual measurement muon_ns(const fsdpgen::profile::MuonNsTime& m, const measure_options& o) = 0;
   // On every rank of `group` (the first c.ranks ranks of the world); the

@@ -1,6 +1,6 @@
 // attention (CUDA): causal multi-head self-attention, forward and backward,
 // two ways. Materialized probabilities, computing what attention_forward and
-// attention_backward of runtime/kernels.h compute, in the same layouts:
+// attention_backward of runtime/cpu/kernels.h compute, in the same layouts:
 // products on cuda_gemm (runtime/cuda/gemm.h), softmax and its backward in
 // fp32 kernels, a warp per (T)-row. Flash (fused, nothing of size T x T
 // stored), computing what attention_forward_flash and
@@ -68,7 +68,7 @@ void cuda_attention_backward_flash(T* dqkv,           // (N, 3C)
                                    int64_t B, int64_t T_, int64_t C, int64_t H, gpu_exec& g);
 
 // Grouped-query attention (llama) on the same flash kernels, as
-// runtime/kernels.h's attention_gqa_forward/backward: q (N, H*hs), k and v
+// runtime/cpu/kernels.h's attention_gqa_forward/backward: q (N, H*hs), k and v
 // (N, KV_heads*hs) arrays of their own, query head h reading kv head h / (H
 // / KV_heads), k and v never repeated; dk and dv sum over the query heads of
 // their group in head order (a block per kv head and key tile).

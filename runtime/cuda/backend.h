@@ -6,7 +6,7 @@
 // scalars, a cuBLASLt handle whose workspace is the plan's gemm_workspace
 // buffer, NCCL communicators (or the MPI test mode), and the executor of
 // runtime/cuda/executor.h. Weights are initialized, loaded and saved on the
-// host (runtime/weights.h) through a host copy of the persistent device
+// host (runtime/train/weights.h) through a host copy of the persistent device
 // buffers (the host arena's are used in place).
 #pragma once
 

@@ -1,5 +1,5 @@
 // gpt2 (CUDA): the layers of gpt2.h, straight-line per layer as in
-// runtime/gpt2.cpp, on the CUDA kernels, cuda_gemm and attention.
+// runtime/cpu/gpt2.cpp, on the CUDA kernels, cuda_gemm and attention.
 #include "runtime/cuda/gpt2.h"
 
 #include <cstddef>

@@ -2,7 +2,7 @@
 // gemm.h and attention.h over the saved-activation, parameter and scratch
 // layouts of runtime/gpt2.h (whose *_at functions are pointer arithmetic and
 // work on device pointers). Each launcher computes what its CPU counterpart
-// in runtime/gpt2.h computes, with the same buffers and the same contracts:
+// in runtime/cpu/gpt2.h computes, with the same buffers and the same contracts:
 // scratch.dres holds d(out) on entry and d(input) on return, parameter
 // gradients are accumulated (+=). Everything is enqueued on g.stream; nothing
 // allocates or synchronizes. Plain C++; implementations in gpt2.cu.
@@ -30,7 +30,7 @@ void gpt2_embed_backward(G* dwte, G* dwpe, const int32_t* tokens, const gpt2_bac
 
 // One block: reads s.input, fills the rest of s, writes out (N, C). out ==
 // nullptr skips the last projection and residual: a recompute fills s only.
-// `pieces` runs part of the block, as on the CPU (runtime/gpt2.h).
+// `pieces` runs part of the block, as on the CPU (runtime/cpu/gpt2.h).
 template <class T>
 void gpt2_block_forward(T* out, const gpt2_block_params<T>& p, const gpt2_block_saved<T>& s,
                         const gpt2_dims& d, gpu_exec& g, block_pieces pieces = {});
@@ -49,7 +49,7 @@ void gpt2_block_backward(const gpt2_block_grads<G>& grads, const gpt2_block_para
 // end holding dloss_scale * d(loss sum)/d(logits), zero in the padded
 // columns [V, Vp); losses (N) fp32 per token. dloss_scale is one device
 // float, read when the kernel runs (a captured step replays with each step's
-// value). head_w is (Vp, C), its padded rows zero (runtime/gpt2.h).
+// value). head_w is (Vp, C), its padded rows zero (runtime/cpu/gpt2.h).
 template <class T>
 void gpt2_head_forward(T* logits, float* losses, const int32_t* targets, const T* lnf_w,
                        const T* lnf_b, const T* head_w, const gpt2_final_norm_saved<T>& s,

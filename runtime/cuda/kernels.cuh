@@ -1,7 +1,7 @@
 // kernels (CUDA): the gpt2 family's encoder, LayerNorm, GELU, residual and
 // fused cross-entropy kernels, AdamW and the gradient norm's sum of squares on
-// the GPU. Each computes what its CPU counterpart computes (runtime/kernels.h,
-// runtime/optimizer.h, step_add_grad_norm in runtime/step.h), which is the
+// the GPU. Each computes what its CPU counterpart computes (runtime/cpu/kernels.h,
+// runtime/optimizer.h, step_add_grad_norm in runtime/cpu/step.h), which is the
 // reference tests/cuda/KernelTest.cpp compares it against. GEMMs and attention
 // are not here (cuBLASLt). Each has its CPU twin's name and arguments, plus
 // the stream last (llm.c's train_gpt2.c and .cu keep one vocabulary too);
@@ -70,7 +70,7 @@ void layernorm_backward(T* dinp, G* dweight, G* dbias,         // (N, C), (C), (
                         int64_t N, int64_t C, bool accumulate, float* scratch,
                         int64_t scratch_floats, cudaStream_t stream);
 
-// RMSNorm (llama), as runtime/kernels.h's: LayerNorm's kernels without the
+// RMSNorm (llama), as runtime/cpu/kernels.h's: LayerNorm's kernels without the
 // mean or bias (the same packed and scalar forms, the same chunked column
 // sums with scratch for dweight).
 template <class T>

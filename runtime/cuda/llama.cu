@@ -1,5 +1,5 @@
 // llama (CUDA): the layers of llama.h, straight-line per layer as in
-// runtime/llama.cpp, on the CUDA kernels, cuda_gemm and the flash kernels.
+// runtime/cpu/llama.cpp, on the CUDA kernels, cuda_gemm and the flash kernels.
 #include "runtime/cuda/llama.h"
 
 #include <cstddef>

@@ -3,7 +3,7 @@
 // where the backend set it up, else attention.h's flash kernels) over the layouts of
 // runtime/llama.h (whose *_at functions are pointer arithmetic and work on
 // device pointers). Each launcher computes what its CPU counterpart in
-// runtime/llama.h computes, with the same buffers and contracts; nn.Linear
+// runtime/cpu/llama.h computes, with the same buffers and contracts; nn.Linear
 // products on cuBLASLt (a residual added in the GEMM: one rounding to T where
 // the CPU rounds once too). Everything is enqueued on g.stream; nothing
 // allocates or synchronizes. Plain C++; implementations in llama.cu.
@@ -22,7 +22,7 @@ template <class T, class G>
 void llama_embed_backward(G* dwte, const int32_t* tokens, const llama_backward_scratch<T>& s,
                           const llama_dims& d, gpu_exec& g);
 
-// `pieces` runs part of a block, as on the CPU (runtime/llama.h).
+// `pieces` runs part of a block, as on the CPU (runtime/cpu/llama.h).
 template <class T>
 void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_block_saved<T>& s,
                          const llama_rope& rope, const llama_dims& d, gpu_exec& g,

@@ -108,7 +108,7 @@ __global__ void apply_kernel(const gpu_muon_part* parts, int count, int64_t n, f
     const gpu_muon_part& part = parts[lo - 1];
     const double lr = s->lr;
     if (part.matrix < 0) {
-      // As runtime/muon_step.cpp's muon_apply_shard and optimizer_adamw.
+      // As runtime/cpu/muon_step.cpp's muon_apply_shard and optimizer_adamw.
       const int64_t k = part.state_offset + (i - part.begin);
       const float lr_adamw = static_cast<float>(lr * a.adamw_lr_ratio);
       adamw_update(w[i], m1[k], m2[k], load_as_float(grad, gt, i) * gs.scale, lr_adamw,
@@ -136,7 +136,7 @@ std::string shape(const muon_matrix& m) {
   return "(" + std::to_string(m.rows) + ", " + std::to_string(m.cols) + ")";
 }
 
-// As runtime/muon.cpp's checks (fmt stays out of nvcc's way: plain strings).
+// As runtime/cpu/muon.cpp's checks (fmt stays out of nvcc's way: plain strings).
 void check(const muon_matrix& m, const muon_settings& s, int64_t workspace_bytes) {
   if (m.rows <= 0 || m.cols <= 0)
     throw std::runtime_error("muon (CUDA): matrix of shape " + shape(m) +
@@ -177,7 +177,7 @@ void cuda_muon_orthogonalize(const muon_matrix& mat, const muon_settings& s, dou
   check_launch();
   divide_kernel<<<blocks_for(elems), kThreads, 0, g.stream>>>(x, elems, a, bf16);
   check_launch();
-  // As runtime/muon.cpp's ns_iterate: A = X X^T, B = b A + c A A,
+  // As runtime/cpu/muon.cpp's ns_iterate: A = X X^T, B = b A + c A A,
   // X <- a X + B X; beta's matrix is a separate input (c_in), so nothing is copied.
   cuda_gemm_extras<float> extras;
   for (int it = 0; it < s.ns_steps; ++it) {

@@ -1,4 +1,4 @@
-// muon (CUDA): the device twin of runtime/muon.h, the same math from
+// muon (CUDA): the device twin of runtime/cpu/muon.h, the same math from
 // runtime/muon_math.h. The owner's momentum step and Newton-Schulz iteration
 // (GEMMs through cuda_gemm, fp32 without TF32, rounded to bf16 after each
 // product when ns_dtype = bf16, as the CPU does), and the shard holder's

@@ -1,5 +1,5 @@
 // muon_step (CUDA): the step functions of optimizer = muon(...) on the
-// device (runtime/cuda/step.h), the twins of runtime/muon_step.cpp: the
+// device (runtime/cuda/step.h), the twins of runtime/cpu/muon_step.cpp: the
 // owners' gathers and scatters of matrix slices over the shard group's
 // communicator, and the owners' Newton-Schulz.
 #include <fmt/format.h>
@@ -20,7 +20,7 @@ std::byte* at(void* base, int64_t elems, int64_t elem_bytes) {
   return static_cast<std::byte*>(base) + elems * elem_bytes;
 }
 
-// As runtime/muon_step.cpp: the owner's gradients after the unit's fp32 updates.
+// As runtime/cpu/muon_step.cpp: the owner's gradients after the unit's fp32 updates.
 void* gathered_grad(void* gathered, const muon_unit_layout& l, const program_muon_matrix& m,
                     int64_t grad_bytes) {
   return at(at(gathered, l.gathered_elems, 4), m.gathered_offset, grad_bytes);

@@ -12,7 +12,7 @@
 #include "runtime/cuda/kernels.cuh"
 #include "runtime/cuda/kernels_shared.cuh"
 #include "runtime/dtype_pairs.h"
-#include "runtime/kernels.h"
+#include "runtime/kernel_math.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // step (CUDA): the generated ops' vocabulary on the GPU, the counterpart of
-// runtime/step.h. The same schedule is written with the same calls (the same
+// runtime/cpu/step.h. The same schedule is written with the same calls (the same
 // names: overloads), each with the op's gpu_exec (`g`, its stream) as its
 // last argument; what only a GPU has (cuda_copy, the device scalars, the NCCL
 // communicator of op_comm) keeps a cuda_ name.
@@ -15,7 +15,7 @@
 #include "runtime/cuda/exec.h"
 #include "runtime/cuda/gpt2.h"
 #include "runtime/cuda/muon.h"
-#include "runtime/step.h"
+#include "runtime/step_context.h"
 
 // The GPU side of a step_context (step_context::gpu).
 struct gpu_context {
@@ -53,7 +53,7 @@ void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* tar
 // evaluation pass, copies all n to c.eval_losses (pinned host) too.
 void step_add_losses(step_context& c, const float* losses, int64_t n, gpu_exec& g);
 
-// As runtime/step.h's tensor_convert, tensor_zero, tensor_narrow_in_place and
+// As runtime/cpu/step.h's tensor_convert, tensor_zero, tensor_narrow_in_place and
 // tensor_widen_in_place, on device memory.
 void tensor_convert(void* dst, dtype_id dst_t, const void* src, dtype_id src_t, int64_t n,
                     bool accumulate, gpu_exec& g);
@@ -63,7 +63,7 @@ void tensor_widen_in_place(void* data, int64_t n, dtype_id from, gpu_exec& g);
 // Device-to-device, host-to-device or device-to-host copy on g.stream.
 void cuda_copy(void* dst, const void* src, int64_t bytes, gpu_exec& g);
 // out = a + b over n values (out may alias a or b): the residual add the
-// step does after a custom layer, as runtime/kernels.h's on the CPU.
+// step does after a custom layer, as runtime/cpu/kernels.h's on the CPU.
 template <class T>
 void residual_forward(T* out, const T* a, const T* b, int64_t n, gpu_exec& g);
 
@@ -80,7 +80,7 @@ void step_reduce_loss(step_context& c, const gpu_comm& comm, gpu_exec& g);
 void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
                     const void* grad_shard, gpu_exec& g);
 
-// optimizer = muon(...): as runtime/step.h's step_optimizer with muon_update
+// optimizer = muon(...): as runtime/cpu/step.h's step_optimizer with muon_update
 // (Muon's updates on the unit's matrices' slices, the nested AdamW on the
 // rest), from c.gpu->muon_units and the device scalars. The call without
 // muon_update above takes this path too under muon(...) (a unit without
@@ -88,7 +88,7 @@ void step_optimizer(step_context& c, int unit, void* param_shard, float* master,
 void step_optimizer(step_context& c, int unit, void* param_shard, float* master, float* state,
                     const void* grad_shard, const float* muon_update, gpu_exec& g);
 
-// optimizer = muon(...), one unit, as runtime/step.h's step_muon_*, on the
+// optimizer = muon(...), one unit, as runtime/cpu/step.h's step_muon_*, on the
 // device (runtime/cuda/muon_step.cpp). Gather and scatter: NCCL
 // point-to-point in one group per op (ncclSend and ncclRecv per slice),
 // the owner's own slices copied device to device, all on g.stream; the

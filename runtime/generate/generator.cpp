@@ -12,9 +12,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "runtime/cpu/kernels_shared.h"
 #include "runtime/files/safetensors_set.h"
 #include "runtime/kernel_math.h"
-#include "runtime/kernels_shared.h"
 #include "runtime/model/gpt2.h"
 #include "runtime/model/llama.h"
 #include "runtime/rope.h"

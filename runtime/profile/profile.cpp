@@ -23,7 +23,7 @@ constexpr std::string_view kKinds[] = {"cpu", "cuda"};
 constexpr std::string_view kLayers[] = {"embed", "block", "head"};
 constexpr std::string_view kPasses[] = {"forward", "recompute", "backward"};
 constexpr std::string_view kElementwise[] = {"adamw", "sgd", "grad_norm", "convert"};
-constexpr std::string_view kNsDtypes[] = {"fp32", "bf16"};  // runtime/muon.h's
+constexpr std::string_view kNsDtypes[] = {"fp32", "bf16"};  // runtime/cpu/muon.h's
 constexpr std::string_view kCollectives[] = {"all_gather", "reduce_scatter", "all_reduce",
                                              "send_recv"};
 constexpr std::string_view kCopies[] = {"h2d", "d2h"};

@@ -36,7 +36,7 @@ struct Device {
   int64_t memory_bytes = 0;  // cpu: the node's memory; cuda: one device's
 };
 
-// One layer pass as the family's runtime runs it (runtime/gpt2.h): layer
+// One layer pass as the family's runtime runs it (runtime/cpu/gpt2.h): layer
 // "embed", "block" or "head" (the final norm, the head and the loss), pass
 // "forward", "recompute" or "backward"; dims are the kernel's shape (B, T, C,
 // H, F, V padded, flash 0/1, ...), named as the family's dims struct names them.
@@ -62,7 +62,7 @@ struct ElementwiseTime {
   int64_t runs = 0;
 };
 
-// Muon's owner step on one (rows, cols) matrix as runtime/muon.h's
+// Muon's owner step on one (rows, cols) matrix as runtime/cpu/muon.h's
 // muon_orthogonalize runs it: the momentum step (from an fp32 gradient), then
 // ns_steps Newton-Schulz iterations of 3 GEMMs in ns_dtype ("fp32" or "bf16").
 struct MuonNsTime {

@@ -18,7 +18,7 @@
 #include "runtime/trace.h"
 #include "runtime/train/muon_checkpoint.h"
 #include "runtime/train/watchdog.h"
-#include "runtime/weights.h"
+#include "runtime/train/weights.h"
 
 namespace fs = std::filesystem;
 

@@ -25,7 +25,7 @@
 #include "runtime/files/hf_model_of.h"
 #include "runtime/human.h"
 #include "runtime/trace.h"
-#include "runtime/weights.h"
+#include "runtime/train/weights.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include "runtime/init.h"
 #include "runtime/rope.h"
 #include "runtime/train/run_settings.h"
-#include "runtime/weights.h"
+#include "runtime/train/weights.h"
 
 namespace {
 

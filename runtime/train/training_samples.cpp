@@ -26,7 +26,7 @@
 #include "runtime/generate/token_decoder.h"
 #include "runtime/human.h"
 #include "runtime/train/training_data.h"
-#include "runtime/weights.h"
+#include "runtime/train/weights.h"
 
 // Rank 0's: the gathered weights, the generator over them and the decoder.
 struct training_sampler {

@@ -1,4 +1,4 @@
-// block_speed: the CPU runtime's GPT-2 block (runtime/gpt2.h) timed forward
+// block_speed: the CPU runtime's GPT-2 block (runtime/cpu/gpt2.h) timed forward
 // and backward on one thread, fp32 and bf16, printed; a benchmark, not a test
 // (built with the tests, not run by CTest): build/tests/block_speed
 #include <cblas.h>
@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "runtime/gemm.h"
-#include "runtime/gpt2.h"
+#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/gpt2.h"
 #include "tests/runtime/BlockLayout.h"
 #include "tests/runtime/Reference.h"
 

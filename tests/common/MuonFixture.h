@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cpu/muon.h"
 #include "runtime/files/safetensors.h"
-#include "runtime/muon.h"
 
 namespace muon_fixture {
 

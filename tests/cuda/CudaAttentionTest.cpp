@@ -1,5 +1,5 @@
 // CudaAttentionTest: runtime/cuda/attention.h, materialized and flash,
-// against the CPU's attention kernels (runtime/kernels.h) on the same random
+// against the CPU's attention kernels (runtime/cpu/kernels.h) on the same random
 // stored inputs (fixed seeds), for fp32 and bf16 storage, printing the
 // largest absolute and relative differences. Tolerances and fixtures:
 // Gpt2Cases.h.
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cpu/kernels.h"
 #include "runtime/cuda/attention.h"
-#include "runtime/kernels.h"
 #include "tests/cuda/Gpt2Cases.h"
 #include "tests/runtime/Reference.h"
 

@@ -1,6 +1,6 @@
 // CudaGemmTest: runtime/cuda/gemm.h (cuda_gemm with its extras and
 // epilogues, and the bias gradient's column sums) against the CPU's gemm
-// (runtime/gemm.h), its GELU kernels (runtime/kernels.h) or double-precision
+// (runtime/cpu/gemm.h), its GELU kernels (runtime/cpu/kernels.h) or double-precision
 // sums of the same random stored inputs (fixed seeds), for fp32, bf16 and
 // fp16 storage and gradients, printing the largest absolute and relative
 // differences. Tolerances and fixtures: Gpt2Cases.h.
@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/kernels.h"
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/gemm.h"
-#include "runtime/gemm.h"
-#include "runtime/kernels.h"
 #include "tests/cuda/Gpt2Cases.h"
 #include "tests/runtime/Reference.h"
 

@@ -1,6 +1,6 @@
 // CudaMuonTest: runtime/cuda/muon.h, Muon on the device, against torch's
 // fixture (tests/data/muon_reference.safetensors, as tests/runtime/
-// MuonTest.cpp reads it) and against the CPU's runtime/muon.h on the same
+// MuonTest.cpp reads it) and against the CPU's runtime/cpu/muon.h on the same
 // inputs: the owner's momentum step and Newton-Schulz (fp32 and bf16
 // iterates), the gradient's scale and the skip from the device scalars, and
 // the shard holder's step (Muon's updates on a matrix's slice, AdamW on the
@@ -18,13 +18,14 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cpu/muon.h"
+#include "runtime/cpu/step.h"
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/cublas_check.h"
 #include "runtime/cuda/gemm.h"
 #include "runtime/cuda/muon.h"
 #include "runtime/cuda/step.h"
 #include "runtime/files/safetensors.h"
-#include "runtime/muon.h"
 #include "runtime/muon_layout.h"
 #include "runtime/optimizer.h"
 #include "tests/common/Command.h"
@@ -217,7 +218,7 @@ TEST(CudaMuonChecks, BadInputsNameTheProblemBeforeLaunching) {
 
 // The shard holder's step on a shard of AdamW's decayed elements, a slice of
 // a Muon matrix and AdamW's undecayed ones, against the CPU's muon_apply
-// and optimizer_adamw (as runtime/muon_step.cpp's muon_apply_shard calls
+// and optimizer_adamw (as runtime/cpu/muon_step.cpp's muon_apply_shard calls
 // them); the parameter copy is the master rounded to bf16. Skipped: the
 // master stays.
 TEST_F(CudaMuon, ShardStepMatchesTheCpu) {

@@ -1,7 +1,7 @@
 // CudnnAttentionTest (cuda): runtime/cuda/cudnn_attention.h. On the host:
 // the choice between cuDNN and the hand-written kernels, the shape key. On a
 // GPU (skipping, saying why, without one): cuDNN's forward and backward
-// against the CPU's flash reference (runtime/kernels.h) and the hand-written
+// against the CPU's flash reference (runtime/cpu/kernels.h) and the hand-written
 // flash kernels, bf16 and fp16, head sizes 64 and 128, T in {1, 7, 64, 1000,
 // 4096}; its workspace against the planner's reservation; capture as a CUDA
 // graph; refusals with the shape and both workspace sizes named.
@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "codegen/planner/Activations.h"
+#include "runtime/cpu/kernels.h"
 #include "runtime/cuda/attention.h"
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/cudnn_attention.h"
-#include "runtime/kernels.h"
 #include "tests/cuda/Device.h"
 #include "tests/runtime/Reference.h"
 

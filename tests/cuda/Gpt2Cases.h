@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cpu/gemm.h"
 #include "runtime/cuda/check.cuh"
-#include "runtime/gemm.h"
 #include "tests/cuda/Device.h"
 #include "tests/cuda/GemmExec.h"
 #include "tests/runtime/Reference.h"

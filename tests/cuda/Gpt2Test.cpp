@@ -1,6 +1,6 @@
 // Gpt2Test (cuda): runtime/cuda/gpt2.h's layers (block, with either
 // attention layout; final norm and head; embedding), forward and backward,
-// against their CPU counterparts (runtime/gpt2.h) on the same random stored
+// against their CPU counterparts (runtime/cpu/gpt2.h) on the same random stored
 // inputs (fixed seeds), for fp32 and bf16 storage and gradients, printing
 // the largest absolute and relative differences. Tolerances and fixtures:
 // Gpt2Cases.h.
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cpu/gpt2.h"
 #include "runtime/cuda/gpt2.h"
-#include "runtime/gpt2.h"
 #include "tests/cuda/Gpt2Cases.h"
 #include "tests/runtime/BlockLayout.h"
 #include "tests/runtime/Reference.h"

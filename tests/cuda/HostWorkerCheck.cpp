@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/cpu/step.h"
 #include "runtime/cuda/host_worker.h"
-#include "runtime/step.h"
 #include "runtime/watch_status.h"
 
 // A stub event: done once the test says its GPU op finished.

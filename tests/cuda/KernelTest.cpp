@@ -1,5 +1,5 @@
 // KernelTest (cuda): every CUDA kernel of runtime/cuda/kernels.cuh against
-// its CPU counterpart (runtime/kernels.h, optimizer_adamw,
+// its CPU counterpart (runtime/cpu/kernels.h, optimizer_adamw,
 // step_add_grad_norm) on the same random inputs (fixed seeds), for fp32, bf16
 // and fp16 storage and gradients, printing the largest absolute and relative
 // differences. Each test skips, saying why, where no CUDA device is present.
@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "../runtime/Reference.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/step.h"
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/kernels.cuh"
-#include "runtime/kernels.h"
 #include "runtime/optimizer.h"
-#include "runtime/step.h"
 #include "tests/cuda/Device.h"
 
 using ref::load;

@@ -1,6 +1,6 @@
 // LlamaKernelTest (cuda): the llama family's CUDA kernels (RMSNorm, SwiGLU,
 // rotary positions, grouped-query flash attention) against their CPU twins
-// (runtime/kernels.h, runtime/rope.h), which tests/runtime/LlamaKernelTest.cpp
+// (runtime/cpu/kernels.h, runtime/rope.h), which tests/runtime/LlamaKernelTest.cpp
 // and RopeTest.cpp check against double references, on the same random
 // inputs, for fp32, bf16 and fp16 storage. Each test skips, saying why, where no CUDA device
 // is present.
@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "../runtime/Reference.h"
+#include "runtime/cpu/kernels.h"
 #include "runtime/cuda/attention.h"
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/kernels.cuh"
-#include "runtime/kernels.h"
 #include "runtime/rope.h"
 #include "tests/cuda/Device.h"
 

@@ -1,6 +1,6 @@
 // Qwen2BlockTest (cuda): runtime/cuda/llama.h's block with qkv_bias (Qwen2's
 // biases on q, k and v) forward and backward against its CPU twin
-// (runtime/llama.h, which tests/runtime/Qwen2BlockTest.cpp checks against a
+// (runtime/cpu/llama.h, which tests/runtime/Qwen2BlockTest.cpp checks against a
 // double reference) on the same random stored inputs, for fp32 and bf16
 // storage and gradients: the output, q, k and v as saved, d(input) and every
 // gradient, the biases' among them. Tolerances and helpers: Gpt2Cases.h.
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cpu/llama.h"
 #include "runtime/cuda/llama.h"
-#include "runtime/llama.h"
 #include "runtime/model/llama.h"
 #include "runtime/rope.h"
 #include "tests/cuda/Gpt2Cases.h"

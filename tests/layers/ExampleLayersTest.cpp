@@ -15,7 +15,7 @@
 #include "examples/layers/adapter.h"
 #include "examples/layers/gelu_mlp.h"
 #include "examples/layers/swiglu_mlp.h"
-#include "runtime/gpt2.h"
+#include "runtime/cpu/gpt2.h"
 #include "tests/layers/custom/causal_attention.h"
 #include "tests/layers/custom/layer_norm.h"
 #include "tests/layers/custom/rms_norm.h"

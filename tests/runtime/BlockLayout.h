@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "Reference.h"
-#include "runtime/gpt2.h"
+#include "runtime/cpu/gpt2.h"
 #include "runtime/model/layout.h"
 
 namespace ref {

@@ -1,11 +1,11 @@
-// GemmTest: gemm (runtime/gemm.h) against the double-precision reference
+// GemmTest: gemm (runtime/cpu/gemm.h) against the double-precision reference
 // (Reference.h), for every mix of fp32, bf16 and fp16 operands and output,
 // every transpose, beta, padded leading dimensions and workspace sizes.
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "runtime/gemm.h"
+#include "runtime/cpu/gemm.h"
 #include "tests/runtime/KernelCases.h"
 #include "tests/runtime/Reference.h"
 

@@ -13,7 +13,7 @@
 
 #include "BlockLayout.h"
 #include "Reference.h"
-#include "runtime/gpt2.h"
+#include "runtime/cpu/gpt2.h"
 
 using ref::block_flat;
 using ref::block_flat_elems;

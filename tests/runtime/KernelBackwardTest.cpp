@@ -1,4 +1,4 @@
-// KernelBackwardTest: the backward of every kernel of runtime/kernels.h
+// KernelBackwardTest: the backward of every kernel of runtime/cpu/kernels.h
 // against central finite differences of the double-precision reference loss
 // sum(out * R) with dout = R (Reference.h), for fp32, bf16 and fp16 storage
 // and gradients; and every kernel, forward and backward, bit-identical on 1
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/kernels.h"
+#include "runtime/cpu/kernels.h"
 #include "tests/runtime/KernelCases.h"
 #include "tests/runtime/Reference.h"
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/gemm.h"
-#include "runtime/kernels.h"
+#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/kernels.h"
 #include "tests/runtime/Reference.h"
 
 namespace kernel_cases {

@@ -1,11 +1,11 @@
-// KernelForwardTest: the forward of every kernel of runtime/kernels.h against
+// KernelForwardTest: the forward of every kernel of runtime/cpu/kernels.h against
 // the double-precision reference (Reference.h), for fp32, bf16 and fp16
 // storage.
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "runtime/kernels.h"
+#include "runtime/cpu/kernels.h"
 #include "tests/runtime/KernelCases.h"
 #include "tests/runtime/Reference.h"
 

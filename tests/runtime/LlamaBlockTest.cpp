@@ -1,4 +1,4 @@
-// LlamaBlockTest: a llama block (runtime/llama.h) run piece by piece, as
+// LlamaBlockTest: a llama block (runtime/cpu/llama.h) run piece by piece, as
 // the sub-block units of a schedule run it, against the whole block.
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "runtime/gemm.h"
-#include "runtime/llama.h"
+#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/llama.h"
 #include "runtime/model/llama.h"
 #include "runtime/rope.h"
 #include "tests/runtime/Reference.h"

@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/kernels.h"
-#include "runtime/llama.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/llama.h"
 #include "runtime/rope.h"
 #include "tests/runtime/LlamaCases.h"
 #include "tests/runtime/Reference.h"

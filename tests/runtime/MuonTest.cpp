@@ -1,4 +1,4 @@
-// MuonTest: runtime/muon.h against torch.optim.Muon, through the fixture that
+// MuonTest: runtime/cpu/muon.h against torch.optim.Muon, through the fixture that
 // tools/muon_reference.py writes (tests/data/muon_reference.safetensors):
 // fp32 Newton-Schulz against torch's iteration in fp64, bf16 against torch as
 // shipped; runs with one setting flipped (nesterov, the adjust rule, the
@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/cpu/muon.h"
 #include "runtime/files/safetensors.h"
-#include "runtime/muon.h"
 #include "tests/common/ExpectError.h"
 #include "tests/common/MuonFixture.h"
 

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/cpu/step.h"
 #include "runtime/optimizer.h"
-#include "runtime/step.h"
 #include "tests/runtime/OptimizerCases.h"
 
 namespace {

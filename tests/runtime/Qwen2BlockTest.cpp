@@ -1,5 +1,5 @@
 // Qwen2BlockTest: a llama block with qkv_bias (Qwen2's: biases on q, k and v,
-// runtime/llama.h) against a double-precision reference written from
+// runtime/cpu/llama.h) against a double-precision reference written from
 // LlamaCases.h's pieces: each bias added after its projection and before its
 // rotation; each bias's gradient against central finite differences of the
 // reference loss sum(out * R).
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/gemm.h"
-#include "runtime/llama.h"
+#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/llama.h"
 #include "runtime/model/llama.h"
 #include "runtime/rope.h"
 #include "tests/runtime/LlamaCases.h"

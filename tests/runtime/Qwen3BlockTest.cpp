@@ -1,7 +1,7 @@
 // Qwen3BlockTest: a llama block with qk_norm and a head size apart from
 // width / heads (Qwen3's: each head's q and k pass an RMSNorm of one head's
 // size before the rotation; q is heads * head_dim wide, o maps it back to the
-// width; runtime/llama.h) against a double-precision reference written from
+// width; runtime/cpu/llama.h) against a double-precision reference written from
 // LlamaCases.h's pieces; d(input) and every parameter's gradient against
 // central finite differences of the reference loss sum(out * R).
 #include <gtest/gtest.h>
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/gemm.h"
-#include "runtime/llama.h"
+#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/llama.h"
 #include "runtime/model/llama.h"
 #include "runtime/rope.h"
 #include "tests/runtime/LlamaCases.h"

@@ -1,4 +1,4 @@
-// StreamsTest: the executor's wait between ops (runtime/streams.h) is
+// StreamsTest: the executor's wait between ops (runtime/cpu/streams.h) is
 // bounded: a counter stored without a futex wake-up (a wake-up lost) is seen
 // by its waiter within one bound, never a hang.
 #include <linux/futex.h>
@@ -12,7 +12,7 @@
 #include <climits>
 #include <thread>
 
-#include "runtime/streams.h"
+#include "runtime/cpu/streams.h"
 
 namespace {
 

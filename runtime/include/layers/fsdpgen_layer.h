@@ -56,7 +56,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "runtime/gemm.h"
+#include "runtime/cpu/gemm.h"
 
 namespace fsdpgen::layer {
 
@@ -108,7 +108,7 @@ template <Text PerToken>
 struct Flops {};
 
 // What a CPU entry point receives besides the layer's members: the GEMM
-// workspace of runtime/gemm.h (runtime/kernels.h's matmuls take it).
+// workspace of runtime/cpu/gemm.h (runtime/cpu/kernels.h's matmuls take it).
 struct Cpu {
   gemm_workspace ws;
 };

@@ -12,8 +12,8 @@
 
 #include "layers/fsdpgen_layer.h"
 #include "layers/layer_check_regions.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/dtype.h"
-#include "runtime/gemm.h"
 
 namespace fsdpgen::layer_check {
 

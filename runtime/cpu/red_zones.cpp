@@ -1,6 +1,6 @@
 // red_zones: canaries and AddressSanitizer poisoning around every buffer; see
 // red_zones.h.
-#include "runtime/red_zones.h"
+#include "runtime/cpu/red_zones.h"
 
 #include <cstdint>
 #include <cstring>

@@ -1,12 +1,13 @@
-// muon_step: the CPU step functions of optimizer = muon(...) (runtime/step.h):
+// muon_step: the CPU step functions of optimizer = muon(...) (runtime/cpu/step.h):
 // the owners' gathers and scatters of matrix slices over the shard group, the
 // owners' Newton-Schulz, and the optimizer step that applies Muon's updates
 // and AdamW to the rest of a shard.
 #include <cstring>
 
+#include "runtime/cpu/muon.h"
+#include "runtime/cpu/step.h"
 #include "runtime/muon_layout.h"
 #include "runtime/optimizer.h"
-#include "runtime/step.h"
 
 void step_muon_gather(step_context& c, int unit, const void* grad_shard, void* gathered,
                       MPI_Comm comm) {

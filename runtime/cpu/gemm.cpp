@@ -1,7 +1,7 @@
 // gemm: row-major GEMM on OpenBLAS for every float/bf16 and float/fp16
 // operand combination; 16-bit operands are widened tile by tile into the
 // caller's workspace.
-#include "runtime/gemm.h"
+#include "runtime/cpu/gemm.h"
 
 #include <cblas.h>
 #include <fmt/format.h>

@@ -1,5 +1,5 @@
 // weights: init, load and save of sharded flat parameters.
-#include "runtime/weights.h"
+#include "runtime/train/weights.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -22,12 +22,12 @@
 
 #include "runtime/arena.h"
 #include "runtime/check.h"
+#include "runtime/cpu/step.h"
 #include "runtime/files/hf_directory.h"
 #include "runtime/files/hf_model_of.h"
 #include "runtime/files/safetensors.h"
 #include "runtime/files/safetensors_set.h"
 #include "runtime/init.h"
-#include "runtime/step.h"
 
 namespace {
 

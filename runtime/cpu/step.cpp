@@ -1,5 +1,5 @@
 // step: the runtime side of the generated ops' vocabulary.
-#include "runtime/step.h"
+#include "runtime/cpu/step.h"
 
 #include <cmath>
 #include <cstring>
@@ -7,16 +7,6 @@
 #include "runtime/muon_layout.h"
 #include "runtime/optimizer.h"
 #include "runtime/optimizer_math.h"
-
-void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets) {
-  if (c.eval_inputs) {  // an evaluation pass: its rows, untraced
-    const size_t n = static_cast<size_t>(c.p->parallel.micro_batch * c.p->model.context);
-    std::memcpy(tokens, c.eval_inputs, n * sizeof(int32_t));
-    std::memcpy(targets, c.eval_inputs + n, n * sizeof(int32_t));
-    return;
-  }
-  c.inputs->fill(c, mb, tokens, targets);
-}
 
 void step_add_losses(step_context& c, const float* losses, int64_t n) {
   if (c.eval_losses) std::memcpy(c.eval_losses, losses, static_cast<size_t>(n) * sizeof(float));

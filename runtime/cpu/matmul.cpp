@@ -1,11 +1,11 @@
-// kernels_matmul: the CPU linear layers and LM head (see kernels.h), products on
+// matmul (CPU): the linear layers and LM head (see kernels.h), products on
 // gemm(), bias gradients as column sums.
-#include "runtime/kernels.h"
+#include "runtime/cpu/kernels.h"
 
 #include <algorithm>
 
+#include "runtime/cpu/kernels_shared.h"
 #include "runtime/dtype_pairs.h"
-#include "runtime/kernels_shared.h"
 
 template <class T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t IC,

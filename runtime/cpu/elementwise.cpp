@@ -1,11 +1,11 @@
-// kernels_elementwise: the CPU pointwise layers (see kernels.h): GELU, SwiGLU and
+// elementwise (CPU): the pointwise layers (see kernels.h): GELU, SwiGLU and
 // the residual add, vectorized loops over exp_clamped.
-#include "runtime/kernels.h"
+#include "runtime/cpu/kernels.h"
 
 #include <cmath>
 
+#include "runtime/cpu/kernels_shared.h"
 #include "runtime/dtype_pairs.h"
-#include "runtime/kernels_shared.h"
 
 template <class T>
 void gelu_forward(T* out, const T* inp, int64_t n) {

@@ -2,16 +2,13 @@
 // CPU besides the gpt2 kernels, over what they see (step_context,
 // runtime/step_context.h): inputs, collectives on the op's stream, gradient
 // shard accumulation, the norm and the optimizer. Generated code calls only
-// these, the kernels of runtime/gpt2.h and runtime/comm.h.
+// these, the kernels of runtime/cpu/gpt2.h and runtime/comm.h.
 #pragma once
 
 #include <cstdint>
 
 #include "runtime/step_context.h"
 
-// Fills micro-batch mb's tokens and targets (B*T int32 each) for this rank
-// (in a validation pass, from the validation data).
-void step_fill_inputs(step_context& c, int64_t mb, int32_t* tokens, int32_t* targets);
 // Adds this micro-batch's per-token losses (N fp32) to the step's loss; in a
 // validation pass, those of its first c.loss_rows sequences only; in an
 // evaluation pass, copies all N to c.eval_losses too.
@@ -60,7 +57,7 @@ void step_optimizer(step_context& c, int unit, void* param_shard, float* master,
 // receives the slices of its reduced gradient that the other shards hold
 // (comm: the shard group's), into gathered's gradient region, and copies
 // its own. Orthogonalize: the owner's momentum step and Newton-Schulz
-// (runtime/muon.h), from gathered (shard group > 1) or, when a rank holds
+// (runtime/cpu/muon.h), from gathered (shard group > 1) or, when a rank holds
 // every matrix whole, from the gradient shard with the updates written to
 // update_shard; nothing when the step is skipped (the optimizer's gate).
 // Scatter: each holder receives its slices of the owners' updates into
@@ -71,11 +68,3 @@ void step_muon_orthogonalize(step_context& c, int unit, const void* grad_shard, 
                              float* momentum, void* workspace, float* update_shard);
 void step_muon_scatter(step_context& c, int unit, const void* gathered, float* update_shard,
                        MPI_Comm comm);
-
-// The losses of a micro-batch that count: all n in a training step, the
-// first loss_rows sequences' in a validation pass.
-inline int64_t step_counted_losses(const step_context& c, int64_t n) {
-  if (c.validation_pass < 0) return n;
-  const int64_t counted = c.loss_rows * c.p->model.context;
-  return counted < n ? counted : n;
-}

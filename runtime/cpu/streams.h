@@ -4,7 +4,7 @@
 // (events are per-op completion counters holding the last step that op
 // finished), then runs, then records its event. A failure on any stream stops
 // every stream and is rethrown by streams_run_step. A program built with red
-// zones (runtime/red_zones.h) runs every op on the calling thread, checked.
+// zones (runtime/cpu/red_zones.h) runs every op on the calling thread, checked.
 // Each stream tells the watchdog (runtime/watch_status.h) which op it runs.
 #pragma once
 

@@ -1,5 +1,5 @@
 // streams: worker threads, dependency waits and per-op timing.
-#include "runtime/streams.h"
+#include "runtime/cpu/streams.h"
 
 #include <linux/futex.h>
 #include <sys/prctl.h>
@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "runtime/check.h"
-#include "runtime/red_zones.h"
+#include "runtime/cpu/red_zones.h"
 #include "runtime/step_context.h"
 #include "runtime/trace.h"
 

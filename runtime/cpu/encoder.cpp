@@ -1,11 +1,11 @@
-// kernels_encoder: the CPU token and position embeddings (see kernels.h), forward
+// encoder (CPU): the token and position embeddings (see kernels.h), forward
 // and the backward that scatters into their gradients.
-#include "runtime/kernels.h"
+#include "runtime/cpu/kernels.h"
 
 #include <algorithm>
 
+#include "runtime/cpu/kernels_shared.h"
 #include "runtime/dtype_pairs.h"
-#include "runtime/kernels_shared.h"
 
 template <class T>
 void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,

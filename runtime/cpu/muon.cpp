@@ -1,6 +1,6 @@
 // muon: momentum, Newton-Schulz orthogonalization through the runtime's
 // GEMM, and the update of a matrix's elements.
-#include "runtime/muon.h"
+#include "runtime/cpu/muon.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "runtime/gemm.h"
+#include "runtime/cpu/gemm.h"
 
 namespace {
 

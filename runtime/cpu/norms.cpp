@@ -1,12 +1,12 @@
-// kernels_norms: the CPU LayerNorm and RMSNorm (see kernels.h), forward and
+// norms (CPU): the LayerNorm and RMSNorm (see kernels.h), forward and
 // backward, a thread per row and, for the weight gradients, per channel block.
-#include "runtime/kernels.h"
+#include "runtime/cpu/kernels.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/cpu/kernels_shared.h"
 #include "runtime/dtype_pairs.h"
-#include "runtime/kernels_shared.h"
 
 template <class T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,

@@ -1,16 +1,16 @@
-// kernels_attention: the CPU causal attention (see kernels.h): the materialized
+// attention (CPU): the causal attention (see kernels.h): the materialized
 // one (scores on gemm(), row blocks below the diagonal) and the flash one (online
 // softmax, fp32 rows), packed gpt2 qkv or llama's grouped-query heads, the
 // latter optionally within a sliding window (Mistral).
-#include "runtime/kernels.h"
+#include "runtime/cpu/kernels.h"
 
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
+#include "runtime/cpu/kernels_shared.h"
 #include "runtime/dtype_pairs.h"
-#include "runtime/kernels_shared.h"
 
 namespace {
 

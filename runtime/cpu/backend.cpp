@@ -1,5 +1,5 @@
-// cpu_backend: the step on this CPU: the arena in host memory, one thread
-// per stream (runtime/streams.h), MPI collectives, guards checked after
+// backend (CPU): the step on this CPU: the arena in host memory, one thread
+// per stream (runtime/cpu/streams.h), MPI collectives, guards checked after
 // every step.
 #include <mpi.h>
 
@@ -9,8 +9,8 @@
 #include <string>
 
 #include "runtime/backend.h"
+#include "runtime/cpu/streams.h"
 #include "runtime/machine_memory.h"
-#include "runtime/streams.h"
 
 namespace {
 

@@ -1,12 +1,12 @@
-// kernels_cross_entropy: the CPU fused softmax cross-entropy (see kernels.h):
+// cross_entropy (CPU): the fused softmax cross-entropy (see kernels.h):
 // each row's loss and, in place of its logits, their gradient.
-#include "runtime/kernels.h"
+#include "runtime/cpu/kernels.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/cpu/kernels_shared.h"
 #include "runtime/dtype_pairs.h"
-#include "runtime/kernels_shared.h"
 
 template <class T>
 void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
