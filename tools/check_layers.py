@@ -11,13 +11,16 @@
    layer API's "layers/" is runtime/include/layers/). A file includes only
    from its own library and the libraries below it in LAYERS, never from one
    above (an include that climbs) and never by a relative path out of its
-   folder ("../").
+   folder ("../"). Two libraries side by side (BESIDE: the CPU and CUDA
+   backends) share a level: neither includes the other.
 3. Inside a library, concepts do not include each other in a cycle: a
    concept is a file name without its extension (KeyTable.h and KeyTable.cpp
    are dsl/KeyTable), and when any file of A includes one of B and any file
    of B one of A (or of C, which includes A), one of them cannot be read,
-   built or tested without the other. The folders and concepts of
-   CYCLES_PENDING are not held to it yet.
+   built or tested without the other.
+4. The names custom layers' headers include for runtime/cpu/ files
+   (PUBLIC_FORWARDS: "runtime/kernels.h") hold one include, the file they
+   stand for, and no library includes them: the runtime names the real file.
 
 Prints each violation as FILE:LINE: what it includes and why that climbs (or
 the folder that should not be at the top), and exits 1 if there is any; 0
@@ -34,19 +37,27 @@ import sys
 # from the top ("codegen/planner/Schedule.h"), so a library's include name is
 # its folder; the one exception is the layer API, whose public name
 # "layers/fsdpgen_layer.h" users' headers write (runtime/include/ is its
-# root). Each library may include itself and any library before it. A file
-# belongs to the library of the longest folder that holds it (runtime/model/
-# is model's, runtime/cuda/ is the runtime's). The lowest libraries live in
-# runtime/, the lowest top-level folder: the front end and the planner read
-# them too.
+# root). Each library may include itself and any library before it, but
+# not one BESIDE it. A file belongs to the library of the longest folder that
+# holds it (runtime/model/ is model's, runtime/cpu/ the CPU backend's). The
+# lowest libraries live in runtime/, the lowest top-level folder: the front
+# end and the planner read them too.
 LAYERS = [
     ("runtime/suggest", "runtime/suggest"),      # did-you-mean, for every front end and flags
     ("runtime/model", "runtime/model"),          # layout tables shared by the planner and the runtime
-    # The CPU and CUDA backends, their file formats (files/) and generation
-    # (generate/): files/ and generate/ are CMake libraries without MPI, but
-    # of this layer (they include its headers: kernel_math.h, rope.h; the
-    # training loop includes theirs), so neither is a row of its own.
+    # What both backends and the loop read (runtime/'s root): the program,
+    # the step context, dtypes and the formulas both backends' kernels share,
+    # each family's tensors (gpt2.h, llama.h, muon.h), MPI, launch, arena,
+    # memory counts. The file formats (files/, a CMake library without MPI)
+    # are of this layer too.
     ("runtime", "runtime"),
+    # The backends, side by side (BESIDE): the same file names for the same
+    # concepts (runtime/cpu/gpt2.cpp is runtime/cuda/gpt2.cu's twin).
+    ("runtime/cpu", "runtime/cpu"),              # the CPU backend (in fsdpgen_runtime)
+    ("runtime/cuda", "runtime/cuda"),            # the CUDA backend (fsdpgen_cuda)
+    # Generation on the CPU (fsdpgen_generate, without MPI): the CPU
+    # kernels' shared helpers; the training loop and `fsdpgen sample` use it.
+    ("runtime/generate", "runtime/generate"),
     ("layers", "runtime/include/layers"),        # the API custom layers' headers include
     # The backend-neutral training loop: the run, its flags and settings,
     # checkpoints, the watchdog, guard, straggler and log. It drives a backend
@@ -62,10 +73,13 @@ LAYERS = [
     ("codegen/driver", "codegen/driver"),        # the pipeline: every pass, emit and build, the target
     ("codegen/cli", "codegen/cli"),              # fsdpgen's commands
 ]
-# The folders whose concepts still include each other in cycles, and the
-# issue taking them apart; every other concept is in no cycle.
-CYCLES_PENDING = {
-    "runtime/cuda": "issue 48 point 1 (gemm and gemm_plan)",
+# Libraries at the level of another (the row named): neither includes the other.
+BESIDE = {"runtime/cuda": "runtime/cpu"}
+# The names users' layer headers include for files that moved into
+# runtime/cpu/ (docs/custom-layers.md): each only includes its file.
+PUBLIC_FORWARDS = {
+    "runtime/gemm.h": "runtime/cpu/gemm.h",
+    "runtime/kernels.h": "runtime/cpu/kernels.h",
 }
 # The design card's top level, and the conventional folders beside it.
 TOP_LEVEL = ["dsl", "codegen", "runtime", "templates", "specs", "generated", "tests",
@@ -108,11 +122,6 @@ def library_of_include(target):
         if target.startswith(name + "/") and (best is None or len(name) > len(best)):
             best = name
     return best
-
-
-def cycles_pending(path):
-    """Whether PATH is in a folder of CYCLES_PENDING."""
-    return any(path.startswith(name + "/") for name in CYCLES_PENDING)
 
 
 def concept_of(path):
@@ -177,8 +186,16 @@ def include_cycles(includes):
     return lines
 
 
-def violations(root):
+def ranks():
+    """Each library's level: its row's, or that of the row it is BESIDE."""
     rank = {name: i for i, (name, _) in enumerate(LAYERS)}
+    for name, beside in BESIDE.items():
+        rank[name] = rank[beside]
+    return rank
+
+
+def violations(root):
+    rank = ranks()
     folder_of = dict(LAYERS)
     includes = {}  # concept -> {concept it includes: (file, line, include)}, per library
     found, files = [], 0
@@ -198,6 +215,9 @@ def violations(root):
                     continue
                 rel = os.path.join(rel_folder, name)
                 files += 1
+                if rel in PUBLIC_FORWARDS:
+                    found += forward_violations(root, rel)
+                    continue
                 with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
                     for number, line in enumerate(f, 1):
                         m = INCLUDE.match(line)
@@ -208,17 +228,39 @@ def violations(root):
                             found.append(f"{rel}:{number}: includes \"{target}\": a relative "
                                          f"path out of {path}/ (name the library instead)")
                             continue
+                        if target in PUBLIC_FORWARDS:
+                            found.append(f"{rel}:{number}: includes \"{target}\", the name "
+                                         f"custom layers' headers include; include "
+                                         f"\"{PUBLIC_FORWARDS[target]}\"")
+                            continue
                         above = library_of_include(target)
                         if above is not None and rank[above] > rank[layer]:
                             found.append(f"{rel}:{number}: includes \"{target}\": {above}/ is "
                                          f"above {layer}/ in tools/check_layers.py's LAYERS")
-                        if above == layer and not cycles_pending(rel):
+                        elif above is not None and above != layer and rank[above] == rank[layer]:
+                            found.append(f"{rel}:{number}: includes \"{target}\": {above}/ and "
+                                         f"{layer}/ are side by side (BESIDE in "
+                                         f"tools/check_layers.py): neither includes the other; "
+                                         f"move what both need into runtime/'s root")
+                        if above == layer:
                             into = concept_of(folder_of[above] + target[len(above):])
                             if into != concept_of(rel):
                                 includes.setdefault(concept_of(rel), {}).setdefault(
                                     into, (rel, number, target))
     found += include_cycles(includes)
     return found, files
+
+
+def forward_violations(root, rel):
+    """A public forward that includes anything but the file it stands for."""
+    found = []
+    with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            m = INCLUDE.match(line)
+            if m and m.group(1) != PUBLIC_FORWARDS[rel]:
+                found.append(f"{rel}:{number}: includes \"{m.group(1)}\": a name custom layers' "
+                             f"headers include holds only \"{PUBLIC_FORWARDS[rel]}\"")
+    return found
 
 
 def main():
@@ -234,7 +276,7 @@ def main():
         print(f"check_layers.py: {len(found)} violation(s)", file=sys.stderr)
         return 1
     print(f"check_layers.py: the card's top level; {files} files in {len(LAYERS)} libraries, "
-          f"no include climbs, no include cycle outside {', '.join(sorted(CYCLES_PENDING))}")
+          "no include climbs, none between backends side by side, no include cycle")
     return 0
 
 

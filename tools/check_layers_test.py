@@ -34,7 +34,6 @@ class CheckLayers(unittest.TestCase):
                         '#include "codegen/planner/Tune.h"\n')
             with open(os.path.join(root, "runtime", "model", "layout.h"), "w") as f:
                 f.write('#include <vector>\n#include "../dsl/Spec.h"\n#include "runtime/dtype.h"\n')
-            os.makedirs(os.path.join(root, "runtime", "cuda"))
             with open(os.path.join(root, "runtime", "cuda", "gemm.cu"), "w") as f:
                 f.write('#include "runtime/cuda/gemm.h"\n#include "dsl/Spec.h"\n')
             r = run(root)
@@ -47,16 +46,15 @@ class CheckLayers(unittest.TestCase):
             # the runtime.
             self.assertIn('runtime/model/layout.h:3: includes "runtime/dtype.h": runtime/ is '
                           'above runtime/model/', r.stdout)
-            # runtime/cuda/ is the runtime's own folder, not a library of its own.
+            # runtime/cuda/ is a library of its own above runtime/'s root.
             self.assertIn('runtime/cuda/gemm.cu:2: includes "dsl/Spec.h": dsl/ is above '
-                          'runtime/', r.stdout)
+                          'runtime/cuda/', r.stdout)
             self.assertEqual(len(r.stdout.splitlines()), 4, r.stdout)
 
     def test_no_backend_includes_the_training_loop(self):
         with tempfile.TemporaryDirectory() as root:
             for _, path in LAYERS:
                 os.makedirs(os.path.join(root, path), exist_ok=True)
-            os.makedirs(os.path.join(root, "runtime", "cuda"))
             with open(os.path.join(root, "runtime", "streams.cpp"), "w") as f:
                 f.write('#include "runtime/streams.h"\n#include "runtime/train/watchdog.h"\n')
             with open(os.path.join(root, "runtime", "cuda", "executor.cpp"), "w") as f:
@@ -71,7 +69,46 @@ class CheckLayers(unittest.TestCase):
                 'runtime/streams.cpp:2: includes "runtime/train/watchdog.h": runtime/train/ is '
                 "above runtime/ in tools/check_layers.py's LAYERS",
                 'runtime/cuda/executor.cpp:1: includes "runtime/train/guard.h": runtime/train/ '
-                "is above runtime/ in tools/check_layers.py's LAYERS",
+                "is above runtime/cuda/ in tools/check_layers.py's LAYERS",
+            ])
+
+    def test_the_backends_and_the_shared_layer(self):
+        def write(root, path, *includes):
+            os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
+            with open(os.path.join(root, path), "w") as f:
+                f.write("".join(f'#include "{i}"\n' for i in includes))
+
+        with tempfile.TemporaryDirectory() as root:
+            for _, path in LAYERS:
+                os.makedirs(os.path.join(root, path), exist_ok=True)
+            # Each backend reads the shared layer: downward.
+            write(root, "runtime/cpu/gpt2.h", "runtime/gpt2.h")
+            write(root, "runtime/cuda/gpt2.h", "runtime/gpt2.h")
+            write(root, "runtime/gpt2.h", "runtime/block_pieces.h")
+            # The shared layer does not read a backend, nor one backend the other.
+            write(root, "runtime/step_context.h", "runtime/cpu/gemm.h")
+            write(root, "runtime/cuda/step.h", "runtime/cpu/step.h")
+            write(root, "runtime/cpu/step.cpp", "runtime/cuda/exec.h")
+            # The names layer headers include forward, and only the runtime's
+            # own name is included inside it.
+            write(root, "runtime/kernels.h", "runtime/cpu/kernels.h")
+            write(root, "runtime/gemm.h", "runtime/cpu/gemm.h", "runtime/dtype.h")
+            write(root, "runtime/cpu/norms.cpp", "runtime/kernels.h")
+            r = run(root)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertEqual(sorted(r.stdout.splitlines()), [
+                'runtime/cpu/norms.cpp:1: includes "runtime/kernels.h", the name custom layers\' '
+                'headers include; include "runtime/cpu/kernels.h"',
+                'runtime/cpu/step.cpp:1: includes "runtime/cuda/exec.h": runtime/cuda/ and '
+                'runtime/cpu/ are side by side (BESIDE in tools/check_layers.py): neither '
+                "includes the other; move what both need into runtime/'s root",
+                'runtime/cuda/step.h:1: includes "runtime/cpu/step.h": runtime/cpu/ and '
+                'runtime/cuda/ are side by side (BESIDE in tools/check_layers.py): neither '
+                "includes the other; move what both need into runtime/'s root",
+                'runtime/gemm.h:2: includes "runtime/dtype.h": a name custom layers\' headers '
+                'include holds only "runtime/cpu/gemm.h"',
+                'runtime/step_context.h:1: includes "runtime/cpu/gemm.h": runtime/cpu/ is above '
+                "runtime/ in tools/check_layers.py's LAYERS",
             ])
 
     def test_concepts_that_include_each_other_are_named(self):
@@ -99,7 +136,7 @@ class CheckLayers(unittest.TestCase):
             write(root, "runtime/model/layout.h")
             write(root, "runtime/e.h", "runtime/model/layout.h", "runtime/f.h")
             write(root, "runtime/f.cpp", "runtime/model/layout.h")
-            # A folder still pending is not held to it.
+            # A backend's concepts are held to it too.
             write(root, "runtime/cuda/gemm.h", "runtime/cuda/gemm_plan.h")
             write(root, "runtime/cuda/gemm_plan.cpp", "runtime/cuda/gemm.h")
             r = run(root)
@@ -114,6 +151,11 @@ class CheckLayers(unittest.TestCase):
                 'includes "runtime/a.h"; runtime/d also in the cycle): a concept includes one '
                 'that includes it back; move what both need into a header of its own, or pass '
                 'it in',
+                'include cycle: runtime/cuda/gemm -> runtime/cuda/gemm_plan -> runtime/cuda/gemm '
+                '(runtime/cuda/gemm.h:1 includes "runtime/cuda/gemm_plan.h"; '
+                'runtime/cuda/gemm_plan.cpp:1 includes "runtime/cuda/gemm.h"): a concept includes '
+                'one that includes it back; move what both need into a header of its own, or '
+                'pass it in',
             ])
 
     def test_a_folder_the_card_does_not_name_is_named(self):
