@@ -237,6 +237,7 @@ E2eConfig reference_of(const E2eConfig& c) {
   r.tied = c.tied;
   r.qkv_bias = c.qkv_bias;
   r.qwen3 = c.qwen3;
+  r.sliding_window = c.sliding_window;
   r.optimizer = c.optimizer;
   r.steps = c.steps;
   r.clip = c.clip;
@@ -441,6 +442,20 @@ std::vector<E2eConfig> qwen3_set() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Qwen3, Equivalence, ::testing::ValuesIn(qwen3_set()),
+                         [](const auto& info) { return info.param.name(); });
+
+// Mistral (llama with a sliding window of 5 in sequences of 16): the same
+// four layouts as Qwen2's, without the biases.
+std::vector<E2eConfig> mistral_set() {
+  std::vector<E2eConfig> set = qwen2_set();
+  for (E2eConfig& c : set) {
+    c.qkv_bias = false;
+    c.sliding_window = 5;
+  }
+  return set;
+}
+
+INSTANTIATE_TEST_SUITE_P(Mistral, Equivalence, ::testing::ValuesIn(mistral_set()),
                          [](const auto& info) { return info.param.name(); });
 
 // The comparison sees hybrid replicas counted twice: the hybrid SGD run of
