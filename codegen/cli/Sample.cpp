@@ -268,9 +268,9 @@ int run_sample(const SampleOptions& o) {
     out(fmt::format(
         "fsdpgen: sampling {} ({}, {} layers, vocabulary {}): {} sample{} of {} tokens after {} "
         "prompt token{}, temperature {}, top-k {}, top-p {}, seed {}{}\n",
-        l.what, m.llama ? "llama" : "gpt2", m.layers, m.vocab, o.samples, o.samples == 1 ? "" : "s",
-        o.tokens, prompt.size(), prompt.size() == 1 ? "" : "s", o.temperature, o.top_k, o.top_p,
-        o.seed, decoder ? fmt::format(", decoded by {}", decoded_by) : ""));
+        l.what, hf_model_type(m), m.layers, m.vocab, o.samples, o.samples == 1 ? "" : "s", o.tokens,
+        prompt.size(), prompt.size() == 1 ? "" : "s", o.temperature, o.top_k, o.top_p, o.seed,
+        decoder ? fmt::format(", decoded by {}", decoded_by) : ""));
     for (int64_t k = 0; k < o.samples; ++k) {
       s.seed = o.seed + static_cast<uint64_t>(k);
       std::vector<int32_t> ids = prompt;

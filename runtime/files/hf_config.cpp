@@ -637,6 +637,13 @@ std::string hf_config_text(const hf_model& m) {
   return hf_config_text(m, hf_special_ids_by_vocab(m));
 }
 
+const char* hf_model_type(const hf_model& m) {
+  if (!m.llama) return "gpt2";
+  if (m.qk_norm) return "qwen3";  // qk_norm with qkv_bias is refused
+  if (m.qkv_bias) return "qwen2";
+  return m.window > 0 ? "mistral" : "llama";
+}
+
 std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
                            const std::string& torch_dtype) {
   const json bos = id_or_null(ids.bos, &m, "bos_token_id");
@@ -669,21 +676,22 @@ std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
     const json qwen_window = {{"use_sliding_window", m.window > 0},
                               {"sliding_window", m.window > 0 ? json(m.window) : json()},
                               {"max_window_layers", m.window > 0 ? 0 : m.layers}};
-    if (m.window > 0 && !m.qkv_bias && !m.qk_norm) {  // Mistral's architecture: its window
+    const std::string type = hf_model_type(m);
+    if (type == "mistral") {  // Mistral's architecture: its window
       c["architectures"] = {"MistralForCausalLM"};
       c["model_type"] = "mistral";
       c.erase("attention_bias");
       c.erase("mlp_bias");
       c["sliding_window"] = m.window;
     }
-    if (m.qkv_bias) {  // Qwen2's architecture: its biases
+    if (type == "qwen2") {  // Qwen2's architecture: its biases
       c["architectures"] = {"Qwen2ForCausalLM"};
       c["model_type"] = "qwen2";
       c.erase("attention_bias");
       c.erase("mlp_bias");
       c.update(qwen_window);
     }
-    if (m.qk_norm) {  // Qwen3's architecture: its norms, no biases
+    if (type == "qwen3") {  // Qwen3's architecture: its norms, no biases
       c["architectures"] = {"Qwen3ForCausalLM"};
       c["model_type"] = "qwen3";
       c.erase("mlp_bias");

@@ -100,6 +100,11 @@ struct hf_special_ids {
 // vocabulary of 256 or name ordinary tokens); no pad.
 hf_special_ids hf_special_ids_by_vocab(const hf_model& m);
 
+// The model_type transformers knows the model as: "gpt2", "llama", or one of
+// llama's options: "qwen3" (qk_norm), "qwen2" (qkv_bias), "mistral" (a window
+// alone). hf_config_text writes it, and fsdpgen sample names it.
+const char* hf_model_type(const hf_model& m);
+
 // The config.json of the model, for transformers' LlamaForCausalLM (with a
 // window MistralForCausalLM, with qkv_bias Qwen2ForCausalLM, with qk_norm
 // Qwen3ForCausalLM: their windows on every layer) or GPT2LMHeadModel: what
