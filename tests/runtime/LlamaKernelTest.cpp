@@ -133,78 +133,55 @@ std::string gqa_tag(const gqa_shape& a) {
          " KV=" + std::to_string(a.KV) + " hs=" + std::to_string(a.hs) + ")";
 }
 
-// Forward against the naive reference; backward (dq, dk, dv) against finite
-// differences of it. Outputs start as garbage: every value must be written.
+// The grouped-query kernels on shape a with `window` (0: none): the forward
+// against the naive reference, masked as transformers masks a sliding window;
+// the backward (dq, dk, dv) against finite differences of it. Outputs start
+// as garbage: every value must be written.
+template <typename T>
+void expect_gqa_matches_reference(const gqa_shape& a, int64_t window, unsigned seed) {
+  const int64_t N = a.B * a.T, C = a.H * a.hs, KVW = a.KV * a.hs;
+  const std::string shape =
+      gqa_tag(a) + (window > 0 ? " window " + std::to_string(window) : std::string());
+  std::mt19937 rng(seed);
+  const vec q = quantize<T>(random_vec(rng, N * C, 1.5));
+  const vec k = quantize<T>(random_vec(rng, N * KVW, 1.5));
+  const vec v = quantize<T>(random_vec(rng, N * KVW));
+  const vec R = quantize<T>(random_vec(rng, N * C));
+  auto qs = store<T>(q), ks = store<T>(k), vs = store<T>(v), dout = store<T>(R);
+  std::vector<T> out(N * C, from_float<T>(7.0f));
+  std::vector<float> lse(a.B * a.H * a.T, 7.0f), delta(lse.size(), 7.0f);
+  attention_gqa_forward(out.data(), lse.data(), qs.data(), ks.data(), vs.data(), a.B, a.T, a.H,
+                        a.KV, a.hs, window);
+  expect_close(tag<T>("attention_gqa_forward", "out") + shape, load(out),
+               gqa(q, k, v, a.B, a.T, a.H, a.KV, a.hs, window), forward_tol<T>());
+  auto dq = store<T>(random_vec(rng, N * C, 5.0));
+  auto dk = store<T>(random_vec(rng, N * KVW, 5.0)), dv = store<T>(random_vec(rng, N * KVW, 5.0));
+  attention_gqa_backward(dq.data(), dk.data(), dv.data(), delta.data(), dout.data(), qs.data(),
+                         ks.data(), vs.data(), out.data(), lse.data(), a.B, a.T, a.H, a.KV, a.hs,
+                         window);
+  auto loss = [&](const vec& qq, const vec& kk, const vec& vv) {
+    return ref::dot(gqa(qq, kk, vv, a.B, a.T, a.H, a.KV, a.hs, window), R);
+  };
+  expect_close(tag<T>("attention_gqa_backward", "dq") + shape, load(dq),
+               ref::fd_grad(q, [&](const vec& x) { return loss(x, k, v); }), backward_tol<T>());
+  expect_close(tag<T>("attention_gqa_backward", "dk") + shape, load(dk),
+               ref::fd_grad(k, [&](const vec& x) { return loss(q, x, v); }), backward_tol<T>());
+  expect_close(tag<T>("attention_gqa_backward", "dv") + shape, load(dv),
+               ref::fd_grad(v, [&](const vec& x) { return loss(q, k, x); }), backward_tol<T>());
+}
+
 TYPED_TEST(LlamaKernel, GroupedQueryAttention) {
-  using T = TypeParam;
-  for (const gqa_shape& a : kGqaShapes) {
-    const int64_t N = a.B * a.T, C = a.H * a.hs, KVW = a.KV * a.hs;
-    std::mt19937 rng(5);
-    const vec q = quantize<T>(random_vec(rng, N * C, 1.5));
-    const vec k = quantize<T>(random_vec(rng, N * KVW, 1.5));
-    const vec v = quantize<T>(random_vec(rng, N * KVW));
-    const vec R = quantize<T>(random_vec(rng, N * C));
-    auto qs = store<T>(q), ks = store<T>(k), vs = store<T>(v), dout = store<T>(R);
-    std::vector<T> out(N * C, from_float<T>(7.0f));
-    std::vector<float> lse(a.B * a.H * a.T, 7.0f), delta(lse.size(), 7.0f);
-    attention_gqa_forward(out.data(), lse.data(), qs.data(), ks.data(), vs.data(), a.B, a.T, a.H,
-                          a.KV, a.hs);
-    expect_close(tag<T>("attention_gqa_forward", "out") + gqa_tag(a), load(out),
-                 gqa(q, k, v, a.B, a.T, a.H, a.KV, a.hs), forward_tol<T>());
-    auto dq = store<T>(random_vec(rng, N * C, 5.0));
-    auto dk = store<T>(random_vec(rng, N * KVW, 5.0)), dv = store<T>(random_vec(rng, N * KVW, 5.0));
-    attention_gqa_backward(dq.data(), dk.data(), dv.data(), delta.data(), dout.data(), qs.data(),
-                           ks.data(), vs.data(), out.data(), lse.data(), a.B, a.T, a.H, a.KV, a.hs);
-    auto loss = [&](const vec& qq, const vec& kk, const vec& vv) {
-      return ref::dot(gqa(qq, kk, vv, a.B, a.T, a.H, a.KV, a.hs), R);
-    };
-    expect_close(tag<T>("attention_gqa_backward", "dq") + gqa_tag(a), load(dq),
-                 ref::fd_grad(q, [&](const vec& x) { return loss(x, k, v); }), backward_tol<T>());
-    expect_close(tag<T>("attention_gqa_backward", "dk") + gqa_tag(a), load(dk),
-                 ref::fd_grad(k, [&](const vec& x) { return loss(q, x, v); }), backward_tol<T>());
-    expect_close(tag<T>("attention_gqa_backward", "dv") + gqa_tag(a), load(dv),
-                 ref::fd_grad(v, [&](const vec& x) { return loss(q, k, x); }), backward_tol<T>());
-  }
+  for (const gqa_shape& a : kGqaShapes)
+    expect_gqa_matches_reference<TypeParam>(a, 0, 5);
 }
 
 // Mistral's sliding window: query t attends keys u with t - u < W. Windows of
-// 1 (each query itself), 3 and 5, shorter than T, against the reference
-// masked as transformers' sliding-window mask; forward, then dq, dk and dv
-// against finite differences. Outputs start as garbage.
+// 1 (each query itself), 3 and 5, shorter than T.
 TYPED_TEST(LlamaKernel, GroupedQueryAttentionInASlidingWindow) {
-  using T = TypeParam;
   const std::pair<gqa_shape, int64_t> cases[] = {
       {{2, 13, 4, 1, 8}, 5}, {{1, 9, 4, 2, 16}, 1}, {{2, 7, 2, 2, 8}, 3}};
-  for (const auto& [a, window] : cases) {
-    const int64_t N = a.B * a.T, C = a.H * a.hs, KVW = a.KV * a.hs;
-    const std::string shape = gqa_tag(a) + " window " + std::to_string(window);
-    std::mt19937 rng(7);
-    const vec q = quantize<T>(random_vec(rng, N * C, 1.5));
-    const vec k = quantize<T>(random_vec(rng, N * KVW, 1.5));
-    const vec v = quantize<T>(random_vec(rng, N * KVW));
-    const vec R = quantize<T>(random_vec(rng, N * C));
-    auto qs = store<T>(q), ks = store<T>(k), vs = store<T>(v), dout = store<T>(R);
-    std::vector<T> out(N * C, from_float<T>(7.0f));
-    std::vector<float> lse(a.B * a.H * a.T, 7.0f), delta(lse.size(), 7.0f);
-    attention_gqa_forward(out.data(), lse.data(), qs.data(), ks.data(), vs.data(), a.B, a.T, a.H,
-                          a.KV, a.hs, window);
-    expect_close(tag<T>("attention_gqa_forward", "out") + shape, load(out),
-                 gqa(q, k, v, a.B, a.T, a.H, a.KV, a.hs, window), forward_tol<T>());
-    auto dq = store<T>(random_vec(rng, N * C, 5.0));
-    auto dk = store<T>(random_vec(rng, N * KVW, 5.0)), dv = store<T>(random_vec(rng, N * KVW, 5.0));
-    attention_gqa_backward(dq.data(), dk.data(), dv.data(), delta.data(), dout.data(), qs.data(),
-                           ks.data(), vs.data(), out.data(), lse.data(), a.B, a.T, a.H, a.KV, a.hs,
-                           window);
-    auto loss = [&](const vec& qq, const vec& kk, const vec& vv) {
-      return ref::dot(gqa(qq, kk, vv, a.B, a.T, a.H, a.KV, a.hs, window), R);
-    };
-    expect_close(tag<T>("attention_gqa_backward", "dq") + shape, load(dq),
-                 ref::fd_grad(q, [&](const vec& x) { return loss(x, k, v); }), backward_tol<T>());
-    expect_close(tag<T>("attention_gqa_backward", "dk") + shape, load(dk),
-                 ref::fd_grad(k, [&](const vec& x) { return loss(q, x, v); }), backward_tol<T>());
-    expect_close(tag<T>("attention_gqa_backward", "dv") + shape, load(dv),
-                 ref::fd_grad(v, [&](const vec& x) { return loss(q, k, x); }), backward_tol<T>());
-  }
+  for (const auto& [a, window] : cases)
+    expect_gqa_matches_reference<TypeParam>(a, window, 7);
 }
 
 // A window of at least T is plain causal attention, bit for bit.
