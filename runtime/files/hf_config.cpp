@@ -84,9 +84,8 @@ constexpr int64_t kMaxWindowLayers = 28;
 struct foreign_feature {
   enum class when {
     always,
-    set,            // the key is present and neither null nor false
-    not_head_size,  // the key is a number other than hidden_size / num_attention_heads
-    not_head_dim,   // the key is a number other than head_dim (else the head size)
+    set,           // the key is present and neither null nor false
+    not_head_dim,  // the key is a number other than head_dim (else the head size)
   };
   when applies;
   const char* key;  // "" for always
@@ -100,9 +99,6 @@ struct foreign_family {
 
 const std::vector<foreign_family>& foreign_families() {
   using w = foreign_feature::when;
-  const foreign_feature qk_norm{w::always, "", "RMSNorm on each head's queries and keys (qk-norm)"};
-  const foreign_feature head_dim{w::not_head_size, "head_dim",
-                                 "head_dim apart from hidden_size / num_attention_heads"};
   const foreign_feature biases{w::set, "attention_bias", "attention biases"};
   const foreign_feature gemma_embedding{w::always, "", "the embedding scaled by sqrt(hidden_size)"};
   const foreign_feature one_plus{w::always, "", "RMSNorm scaled by (1 + weight)"};
@@ -117,23 +113,22 @@ const std::vector<foreign_family>& foreign_families() {
   const foreign_feature local_rope{w::set, "rope_local_base_freq",
                                    "another rotary base on the sliding-window layers"};
   static const std::vector<foreign_family> families = {
-      {"gemma", "GemmaForCausalLM", {gemma_embedding, one_plus, geglu, head_dim}},
+      {"gemma", "GemmaForCausalLM", {gemma_embedding, one_plus, geglu}},
       {"gemma2",
        "Gemma2ForCausalLM",
-       {gemma_embedding, one_plus, geglu, sandwich, local_global, attn_cap, final_cap, query_scale,
-        head_dim}},
+       {gemma_embedding, one_plus, geglu, sandwich, local_global, attn_cap, final_cap,
+        query_scale}},
       {"gemma3_text",
        "Gemma3ForCausalLM",
-       {gemma_embedding, one_plus, geglu, sandwich, qk_norm, local_global, local_rope, attn_cap,
-        final_cap, query_scale, head_dim}},
+       {gemma_embedding, one_plus, geglu, sandwich, local_global, local_rope, attn_cap, final_cap,
+        query_scale}},
       {"gemma3",
        "Gemma3ForConditionalGeneration",
        {{w::always, "", "a vision tower (its text_config is a gemma3_text model)"},
         gemma_embedding,
         one_plus,
         geglu,
-        sandwich,
-        qk_norm}},
+        sandwich}},
       {"olmo2",
        "Olmo2ForCausalLM",
        {{w::always, "", "norms after attention and after the MLP instead of before (post-norm)"},
@@ -305,8 +300,6 @@ std::string foreign_why(const foreign_family& f, const json& c) {
     const int64_t head = head_dim > 0 ? head_dim : head_size;
     if (x.applies == w::set)
       named.push_back(fmt::format("{} ({} = {})", x.what, x.key, it->dump()));
-    else if (x.applies == w::not_head_size && heads > 0 && !(head_size > 0 && *it == head_size))
-      named.push_back(fmt::format("{} ({}, not {} / {})", x.what, it->dump(), width, heads));
     else if (x.applies == w::not_head_dim && head > 0 && *it != head)
       named.push_back(fmt::format("{} ({}, not the head size {})", x.what, it->dump(), head));
   }

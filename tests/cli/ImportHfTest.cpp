@@ -441,10 +441,9 @@ TEST(ImportHf, OtherFamiliesNameWhatFsdpgenCannotRepresent) {
             "model_type = \"gemma3_text\": Gemma3ForCausalLM is not llama's architecture; not "
             "supported yet: the embedding scaled by sqrt(hidden_size); RMSNorm scaled by (1 + "
             "weight); GeGLU (a tanh-approximated GELU gate); norms after each sub-block as well "
-            "as before; RMSNorm on each head's queries and keys (qk-norm); alternating "
-            "sliding-window and global attention layers (sliding_window = 512); another rotary "
-            "base on the sliding-window layers (rope_local_base_freq = 10000); head_dim apart "
-            "from hidden_size / num_attention_heads (256, not 1152 / 4)");
+            "as before; alternating sliding-window and global attention layers (sliding_window "
+            "= 512); another rotary base on the sliding-window layers (rope_local_base_freq = "
+            "10000)");
   nlohmann::json c = fixture("gemma-3-1b-pt");
   c["model_type"] = "gemma2";
   c["attn_logit_softcapping"] = 50.0;
