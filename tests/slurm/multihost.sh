@@ -409,6 +409,20 @@ rerun_now() {
     fail "job $job did not start again after requeue $restarts" "$log"
 }
 
+# Waits up to 30 s until no job is queued and every node is idle again: a
+# step's clean-up on the hosts (Open MPI's session directories among it) may
+# outlast its srun, and a job started on a host before it ends once died in
+# Open MPI's shared-memory set-up (open(2): no such file or directory).
+wait_idle() {
+    local i
+    for ((i = 0; i < 300; i++)); do
+        [[ -z $(squeue -h 2>/dev/null) && -z $(sinfo -h -N -o '%T' 2>/dev/null | grep -vx idle) ]] &&
+            return 0
+        sleep 0.1
+    done
+    fail "the nodes are not idle 30 s after the last run: $(sinfo -h -N -o '%N %T' | tr '\n' ' ')"
+}
+
 case_sbatch() {
     local steps=400 job rc i n log lines state
     # In the shared directory: the script runs (and logs) where fsdpgen ran.
@@ -419,6 +433,7 @@ case_sbatch() {
     rc=$(srun_to "$S/straight" -N 2 --ntasks-per-node 2 "$S/train" --steps "$steps" \
          --metrics "$S/straight.jsonl")
     ((rc == 0)) || fail "the straight run exited with $rc" "$S/straight"
+    wait_idle
     job=$(cd "$S" && sbatch --parsable job.sh --steps "$steps" --metrics job.jsonl) ||
         fail "sbatch job.sh failed"
     log=$S/hosts-$job.log
