@@ -15,6 +15,13 @@ sys.path.insert(0, HERE)
 from check_layers import LAYERS  # noqa: E402
 
 
+def write(root, path, *includes):
+    """A file at ROOT/PATH holding only the include lines of INCLUDES."""
+    os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
+    with open(os.path.join(root, path), "w") as f:
+        f.write("".join(f'#include "{i}"\n' for i in includes))
+
+
 def run(root):
     return subprocess.run([sys.executable, SCRIPT, root], capture_output=True, text=True)
 
@@ -73,11 +80,6 @@ class CheckLayers(unittest.TestCase):
             ])
 
     def test_the_backends_and_the_shared_layer(self):
-        def write(root, path, *includes):
-            os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
-            with open(os.path.join(root, path), "w") as f:
-                f.write("".join(f'#include "{i}"\n' for i in includes))
-
         with tempfile.TemporaryDirectory() as root:
             for _, path in LAYERS:
                 os.makedirs(os.path.join(root, path), exist_ok=True)
@@ -112,11 +114,6 @@ class CheckLayers(unittest.TestCase):
             ])
 
     def test_concepts_that_include_each_other_are_named(self):
-        def write(root, path, *includes):
-            os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
-            with open(os.path.join(root, path), "w") as f:
-                f.write("".join(f'#include "{i}"\n' for i in includes))
-
         with tempfile.TemporaryDirectory() as root:
             for _, path in LAYERS:
                 os.makedirs(os.path.join(root, path), exist_ok=True)
