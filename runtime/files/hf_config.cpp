@@ -670,23 +670,21 @@ std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
                               {"sliding_window", m.window > 0 ? json(m.window) : json()},
                               {"max_window_layers", m.window > 0 ? 0 : m.layers}};
     const std::string type = hf_model_type(m);
+    c["model_type"] = type;
     if (type == "mistral") {  // Mistral's architecture: its window
       c["architectures"] = {"MistralForCausalLM"};
-      c["model_type"] = "mistral";
       c.erase("attention_bias");
       c.erase("mlp_bias");
       c["sliding_window"] = m.window;
     }
     if (type == "qwen2") {  // Qwen2's architecture: its biases
       c["architectures"] = {"Qwen2ForCausalLM"};
-      c["model_type"] = "qwen2";
       c.erase("attention_bias");
       c.erase("mlp_bias");
       c.update(qwen_window);
     }
     if (type == "qwen3") {  // Qwen3's architecture: its norms, no biases
       c["architectures"] = {"Qwen3ForCausalLM"};
-      c["model_type"] = "qwen3";
       c.erase("mlp_bias");
       c.update(qwen_window);
     }
