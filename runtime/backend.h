@@ -39,8 +39,9 @@ struct memory_reading {
                                      // mapped token files and shared memory do not grow
   int64_t arena_resident_bytes = 0;  // resident pages of the arenas in host memory (CPU: both
                                      // arenas; GPU: the pinned host arena of offload)
-  int64_t arena_growth_bytes = 0;    // how much the process's resident set (exact) grew when
-                                     // those arenas were allocated and touched
+  int64_t arena_growth_bytes = 0;    // how much the process grew when those arenas were
+                                     // allocated and touched (exact; CPU: its anonymous memory,
+                                     // GPU: its resident set)
   int64_t device_used_bytes = -1;    // GPU: memory in use on the device per its driver (every
                                      // process's); -1 on a CPU
   int64_t device_arena_bytes = -1;   // GPU: how much the driver's count grew when the arena was

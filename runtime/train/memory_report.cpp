@@ -24,7 +24,7 @@ std::string bytes_added(int64_t bytes) {
 }
 
 // What allocating the CPU's arenas (in_pages: the plan's in whole pages with
-// the guards) grew the process by, and why that exceeds the plan's bytes:
+// the guards) grew the process's anonymous memory by, and why that exceeds the plan's bytes:
 // each arena is its own mapping of whole pages with a guard after it.
 std::string arena_growth_text(const program& p, int64_t growth, int64_t in_pages) {
   const bool both = p.plan.host_arena_bytes > 0;
@@ -37,10 +37,13 @@ std::string arena_growth_text(const program& p, int64_t growth, int64_t in_pages
                   host_page_bytes() / 1024, kArenaGuardBytes / 1024, both ? "each" : "it");
   const int64_t over = in_pages - p.plan.device_arena_bytes - p.plan.host_arena_bytes;
   if (growth == in_pages)
-    return fmt::format("allocating the arena{} grew the process by {} B: {} ({} B more)",
-                       both ? "s" : "", with_commas(growth), why, with_commas(over));
-  return fmt::format("allocating the arena{} grew the process by {} B, not the {} B expected: {}",
-                     both ? "s" : "", with_commas(growth), with_commas(in_pages), why);
+    return fmt::format(
+        "allocating the arena{} grew the process's anonymous memory by {} B: {} ({} B more)",
+        both ? "s" : "", with_commas(growth), why, with_commas(over));
+  return fmt::format(
+      "allocating the arena{} grew the process's anonymous memory by {} B, not the {} B expected: "
+      "{}",
+      both ? "s" : "", with_commas(growth), with_commas(in_pages), why);
 }
 
 // memory_reading::set_up_beside_arena_bytes, the worst rank's, said with what it counts.

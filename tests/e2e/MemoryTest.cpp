@@ -1,5 +1,5 @@
 // Memory as the machine counts it: what allocating a generated binary's
-// arenas added to the process's resident set (the kernel's exact count,
+// arenas added to the process's anonymous memory (the kernel's exact count,
 // smaps_rollup), and the arenas' resident pages (mincore) after every step,
 // equal the bytes `fsdpgen plan` printed for the spec, in whole pages with
 // the guard; set-up leaves a bounded rest beside them; the process's
@@ -78,10 +78,10 @@ std::vector<std::string> memory_problems(const CmdResult& r,
     const int64_t arena = metrics[s].at("arena_resident_bytes").get<int64_t>();
     const int64_t resident = metrics[s].at("host_resident_bytes").get<int64_t>();
     if (growth != arena_in_pages)
-      problems.push_back(
-          fmt::format("step {}: allocating the arenas grew the process by {} B, the "
-                      "plan's are {} B in whole pages",
-                      s + 1, growth, arena_in_pages));
+      problems.push_back(fmt::format(
+          "step {}: allocating the arenas grew the process's anonymous memory by {} B, the "
+          "plan's are {} B in whole pages",
+          s + 1, growth, arena_in_pages));
     if (arena != arena_in_pages)
       problems.push_back(
           fmt::format("step {}: the kernel counts {} B of the arenas resident, the "
@@ -335,9 +335,10 @@ TEST(Memory, TheReportSaysWhyTheArenaExceedsThePlan) {
   std::smatch line;
   ASSERT_TRUE(std::regex_search(
       m.run.out, line,
-      std::regex(R"(allocating the arena grew the process by ([0-9,]+) B: the plan's ([0-9,]+) B )"
-                 R"(rounded up to whole 4 KiB pages with a 4 KiB guard after it \(([0-9,]+) B )"
-                 R"(more\); ([0-9,]+) B of it resident now)")))
+      std::regex(
+          R"(allocating the arena grew the process's anonymous memory by ([0-9,]+) B: the plan's ([0-9,]+) B )"
+          R"(rounded up to whole 4 KiB pages with a 4 KiB guard after it \(([0-9,]+) B )"
+          R"(more\); ([0-9,]+) B of it resident now)")))
       << m.run.out;
   EXPECT_EQ(without_commas(line[1]), m.arena_in_pages);
   EXPECT_EQ(without_commas(line[2]), planned.device);
@@ -358,14 +359,16 @@ TEST(Memory, AnArenaAllocated64KiBLargerIsCaught) {
     return std::any_of(problems.begin(), problems.end(),
                        [&](const std::string& p) { return p.find(what) != std::string::npos; });
   };
-  EXPECT_TRUE(mentions(
-      fmt::format("allocating the arenas grew the process by {} B", m.arena_in_pages + 65536)))
+  EXPECT_TRUE(
+      mentions(fmt::format("allocating the arenas grew the process's anonymous memory by {} B",
+                           m.arena_in_pages + 65536)))
       << fmt::format("{}", fmt::join(problems, "\n"));
   EXPECT_TRUE(mentions("the kernel counts")) << fmt::format("{}", fmt::join(problems, "\n"));
   std::smatch line;
   ASSERT_TRUE(std::regex_search(
       m.run.out, line,
-      std::regex(R"(grew the process by ([0-9,]+) B, not the ([0-9,]+) B expected)")))
+      std::regex(
+          R"(grew the process's anonymous memory by ([0-9,]+) B, not the ([0-9,]+) B expected)")))
       << m.run.out;
   EXPECT_EQ(without_commas(line[1]), m.arena_in_pages + 65536);
   EXPECT_EQ(without_commas(line[2]), m.arena_in_pages);
