@@ -63,6 +63,9 @@ std::string rope_scaling_text(const ModelSpec& m) {
       format_real(r.factor), format_real(r.low_freq), format_real(r.high_freq), r.original_context);
 }
 
+// qk_norm's values: none, each head's (Qwen3), across all heads (OLMo 2).
+constexpr std::array<std::string_view, 3> kQkNormNames = {"false", "true", "across_heads"};
+
 bool is_llama(const ModelSpec& m) {
   return m.family == Family::Llama;
 }
@@ -135,9 +138,21 @@ const KeyTable<ModelSpec>& model_keys() {
       bool_key("qkv_bias", &ModelSpec::qkv_bias).when([](const ModelSpec& m) {
         return is_llama(m) && m.qkv_bias;
       }),
-      bool_key("qk_norm", &ModelSpec::qk_norm).when([](const ModelSpec& m) {
-        return is_llama(m) && m.qk_norm;
-      }),
+      custom_key<ModelSpec>(
+          "qk_norm",
+          [](FieldReader& r, const ast::Entry& e, ModelSpec& m) {
+            if (const ast::Value* v = r.value_of(e))
+              if (auto i = r.vals.as_enum<int>(*v, "qk_norm value", kQkNormNames)) {
+                m.qk_norm = *i != 0;
+                m.qk_norm_across_heads = *i == 2;
+              }
+          },
+          [](const ModelSpec& m) {
+            return fmt::format("qk_norm = {}", kQkNormNames[m.qk_norm_across_heads ? 2 : 1]);
+          })
+          .when([](const ModelSpec& m) { return is_llama(m) && m.qk_norm; }),
+      enum_key("block_norms", &ModelSpec::block_norms, "block_norms value", kBlockNormsNames)
+          .when([](const ModelSpec& m) { return is_llama(m) && m.block_norms != BlockNorms::Pre; }),
       int_key("head_dim", &ModelSpec::head_size, 2, kMaxWidth).when([](const ModelSpec& m) {
         return is_llama(m) && m.head_size != 0;
       }),

@@ -58,8 +58,12 @@ std::vector<TensorDecl> table_tensors(const ModelSpec& m, model::Table<model::Te
 
 }  // namespace
 
+model::LlamaTables llama_tables(const ModelSpec& m) {
+  return {m.qkv_bias, m.qk_norm, m.qk_norm_across_heads, m.post_norm()};
+}
+
 const model::ParamLayout& param_layout(const ModelSpec& m) {
-  return m.family == Family::Gpt2 ? model::kGpt2Params : model::llama_params(m.qkv_bias, m.qk_norm);
+  return m.family == Family::Gpt2 ? model::kGpt2Params : model::llama_params(llama_tables(m));
 }
 
 namespace {

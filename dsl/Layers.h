@@ -11,6 +11,7 @@
 
 #include "dsl/Spec.h"
 #include "runtime/model/layout.h"
+#include "runtime/model/llama.h"
 
 namespace fsdpgen {
 
@@ -30,6 +31,8 @@ model::Dims model_dims(const ModelSpec& m);
 // The family's parameter tables (runtime/model/gpt2.h, runtime/model/llama.h;
 // llama's with q, k and v biases where qkv_bias).
 const model::ParamLayout& param_layout(const ModelSpec& m);
+// The llama options that choose llama's tables (runtime/model/llama.h).
+model::LlamaTables llama_tables(const ModelSpec& m);
 
 // Tensors of one layer, in their fixed flat-parameter order (a block's from
 // its family's layout table, runtime/model/gpt2.h and runtime/model/llama.h; a piece's are

@@ -132,8 +132,25 @@ void qk_norm_without_qkv_bias(const CheckContext& c) {
       m.family != Family::Llama || !m.qk_norm || !m.qkv_bias)
     return;
   Diagnostic& e = c.diags.error(c.keys.where("model.qk_norm"),
-                                "qk_norm = true with qkv_bias = true is not supported");
+                                fmt::format("qk_norm = {} with qkv_bias = true is not supported",
+                                            m.qk_norm_across_heads ? "across_heads" : "true"));
   Diagnostics::note(e, "Qwen3 has qk_norm without biases, Qwen2 the biases without qk_norm");
+}
+
+void block_norms_only_for_llama(const CheckContext& c) {
+  only_for_llama(c, "model.block_norms", "has its norms before each sub-block");
+}
+
+// OLMo 2's post-norm block has qk_norm = across_heads; runtime/model/llama.h
+// has post-norm tables with qk_norm only.
+void post_norms_with_qk_norm(const CheckContext& c) {
+  const ModelSpec& m = c.spec.model;
+  if (!c.keys.usable({"model.family", "model.qk_norm", "model.block_norms"}) ||
+      m.family != Family::Llama || !m.post_norm() || m.qk_norm)
+    return;
+  Diagnostic& e = c.diags.error(c.keys.where("model.block_norms"),
+                                "block_norms = post without qk_norm is not supported");
+  Diagnostics::note(e, "OLMo 2's post-norm block has qk_norm = across_heads");
 }
 
 // ---- parallel ----
@@ -494,6 +511,8 @@ constexpr Rule kRules[] = {
     {RuleSection::Model, qk_norm_only_for_llama},
     {RuleSection::Model, head_dim_only_for_llama},
     {RuleSection::Model, qk_norm_without_qkv_bias},
+    {RuleSection::Model, block_norms_only_for_llama},
+    {RuleSection::Model, post_norms_with_qk_norm},
     {RuleSection::Model, sliding_window_only_for_llama},
     {RuleSection::Parallel, ranks_per_node_divides_world},
     {RuleSection::Parallel, shard_align_is_a_power_of_two},

@@ -45,6 +45,16 @@ inline constexpr std::array<std::string_view, 3> kLrScheduleNames = {"constant",
 inline constexpr std::array<std::string_view, 3> kDataNames = {"synthetic", "text", "tokens"};
 inline constexpr std::array<std::string_view, 2> kLossScaleNames = {"dynamic", "static"};
 inline constexpr std::array<std::string_view, 1> kRopeScalingNames = {"llama3"};
+// Where a llama block's norms sit (block_norms): before each sub-block
+// (Llama's input_layernorm and post_attention_layernorm) or after each,
+// before its residual add (OLMo 2's post_attention_layernorm and
+// post_feedforward_layernorm). Gemma 2/3's norms before and after each
+// would be a third value.
+enum class BlockNorms { Pre, Post };
+inline constexpr std::array<std::string_view, 2> kBlockNormsNames = {"pre", "post"};
+inline std::string_view to_string(BlockNorms v) {
+  return kBlockNormsNames[static_cast<int>(v)];
+}
 
 inline std::string_view to_string(Family v) {
   return kFamilyNames[static_cast<int>(v)];
@@ -178,9 +188,13 @@ struct ModelSpec {
   double rope_theta = 10000;     // llama only
   RopeScalingSpec rope_scaling;  // llama only
   bool qkv_bias = false;         // llama only: q, k and v projections have biases (Qwen2)
-  // llama only: each head's q and k pass an RMSNorm before the rotation (Qwen3).
+  // llama only: q and k pass an RMSNorm before the rotation: each head's
+  // (Qwen3, qk_norm = true) or, with qk_norm_across_heads, one over all heads
+  // of q and one over all of k (OLMo 2, qk_norm = across_heads).
   bool qk_norm = false;
-  int64_t head_size = 0;  // llama only: the spec's head_dim (0: width / heads)
+  bool qk_norm_across_heads = false;
+  BlockNorms block_norms = BlockNorms::Pre;  // llama only
+  int64_t head_size = 0;                     // llama only: the spec's head_dim (0: width / heads)
   // llama only: each query attends the last sliding_window positions (itself
   // included), Mistral's sliding-window attention; 0: none. A window of at
   // least the context is plain causal attention.
@@ -200,6 +214,7 @@ struct ModelSpec {
   bool custom_red_zones = false;
 
   int64_t head_dim() const { return head_size != 0 ? head_size : width / heads; }
+  bool post_norm() const { return block_norms == BlockNorms::Post; }
   int64_t q_width() const { return heads * head_dim(); }  // width of q and of attention's output
   // The window attention runs with: 0 where none or at least the context.
   int64_t attention_window() const { return sliding_window < context ? sliding_window : 0; }

@@ -18,6 +18,15 @@ static_assert(model::same_name(model::kLlamaBlockPieces[kLlamaV].name, "self_att
                   std::size(model::kLlamaBlockPieces) == kLlamaPieces,
               "llama_piece follows runtime/model/llama.h's kLlamaBlockPieces");
 
+static_assert(model::same_name(model::kLlamaPostNormBlockPieces[kLlamaPostRms1].name,
+                               "post_attention_layernorm") &&
+                  std::size(model::kLlamaPostNormBlockPieces) == kLlamaPostPieces,
+              "llama_post_piece follows runtime/model/llama.h's kLlamaPostNormBlockPieces");
+
+model::LlamaTables tables(const llama_dims& d) {
+  return {d.qkv_bias, d.qk_norm, d.qk_norm_across_heads, d.post_norm};
+}
+
 model::Dims layout_dims(const llama_dims& d) {
   return {d.C, d.F, d.H, d.T, d.KV(), d.flash, d.V, d.D()};
 }
@@ -30,8 +39,8 @@ slot_carver llama_slot(model::Table<model::Field> table, const llama_dims& d, in
 // A block's tensors (params and grads alike).
 template <class Out, class Ptr>
 Out block_tensors_at(Ptr base, const llama_dims& d) {
-  const tensor_carver<std::remove_pointer_t<Ptr>> c{
-      model::llama_params(d.qkv_bias, d.qk_norm).block, layout_dims(d), base};
+  const tensor_carver<std::remove_pointer_t<Ptr>> c{model::llama_params(tables(d)).block,
+                                                    layout_dims(d), base};
   Out p;
   p.rms1_w = c.at("rms1_w");
   p.q_w = c.at("q_w");
@@ -68,13 +77,13 @@ llama_block_grads<G> llama_block_grads_at(G* base, const llama_dims& d) {
 
 template <class T>
 llama_block_saved<T> llama_block_saved_at(std::byte* slot, const llama_dims& d) {
-  const slot_carver c = llama_slot(model::llama_activations(d.qk_norm).block, d, sizeof(T), slot);
+  const slot_carver c = llama_slot(model::llama_activations(tables(d)).block, d, sizeof(T), slot);
   llama_block_saved<T> s;
   s.rms1_rstd = c.at<float>("rms1_rstd");
   s.rms2_rstd = c.at<float>("rms2_rstd");
   s.lse = c.at<float>("lse");
   s.input = c.at<T>("input");
-  s.rms1 = c.at<T>("rms1");
+  s.rms1 = d.post_norm ? nullptr : c.at<T>("rms1");
   s.q_rstd = d.qk_norm ? c.at<float>("q_rstd") : nullptr;
   s.k_rstd = d.qk_norm ? c.at<float>("k_rstd") : nullptr;
   s.q_raw = d.qk_norm ? c.at<T>("q_raw") : nullptr;
@@ -84,10 +93,12 @@ llama_block_saved<T> llama_block_saved_at(std::byte* slot, const llama_dims& d) 
   s.v = c.at<T>("v");
   s.attn = c.at<T>("attn");
   s.res2 = c.at<T>("res2");
-  s.rms2 = c.at<T>("rms2");
+  s.attn_out = d.post_norm ? c.at<T>("attn_out") : nullptr;
+  s.rms2 = d.post_norm ? nullptr : c.at<T>("rms2");
   s.gate = c.at<T>("gate");
   s.up = c.at<T>("up");
   s.swiglu = c.at<T>("swiglu");
+  s.mlp_out = d.post_norm ? c.at<T>("mlp_out") : nullptr;
   return s;
 }
 
@@ -104,7 +115,7 @@ llama_final_norm_saved<T> llama_final_norm_saved_at(std::byte* slot, const llama
 template <class T>
 llama_backward_scratch<T> llama_backward_scratch_at(std::byte* base, const llama_dims& d) {
   const slot_carver c =
-      llama_slot(model::llama_activations(d.qk_norm).backward_scratch, d, sizeof(T), base);
+      llama_slot(model::llama_activations(tables(d)).backward_scratch, d, sizeof(T), base);
   llama_backward_scratch<T> s;
   s.dres = c.at<T>("dres");
   s.dtmp = c.at<T>("dtmp");

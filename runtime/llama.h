@@ -30,6 +30,12 @@ struct llama_dims {
   bool qk_norm = false;    // each head's q and k pass an RMSNorm before the rotation (Qwen3)
   int64_t head_dim = 0;    // head size (0: C / H)
   int64_t window = 0;      // query t attends keys u with t - u < window (Mistral); 0: all u <= t
+  // With qk_norm: one RMSNorm over all of q (Q wide) and one over all of k
+  // (KV wide), not one per head (OLMo 2).
+  bool qk_norm_across_heads = false;
+  // rms1 and rms2 follow attention and the MLP, before each residual add, and
+  // q, k, v read the block's input (OLMo 2): pieces in llama_post_piece order.
+  bool post_norm = false;
   int64_t N() const { return B * T; }
   int64_t D() const { return head_dim != 0 ? head_dim : C / H; }  // head size
   int64_t Q() const { return H * D(); }                           // width of q
@@ -54,6 +60,24 @@ enum llama_piece : int {
   kLlamaPieces
 };
 
+// A post-norm block's pieces (post_norm), in the order of
+// runtime/model/llama.h's kLlamaPostNormBlockPieces: q_proj (with q's norm
+// and rotation), k_proj (with k's), v_proj (with the attention), o_proj,
+// post_attention_layernorm (rms1, with the residual), gate_proj, up_proj
+// (with SwiGLU), down_proj, post_feedforward_layernorm (rms2, with the residual).
+enum llama_post_piece : int {
+  kLlamaPostQ,
+  kLlamaPostK,
+  kLlamaPostV,
+  kLlamaPostO,
+  kLlamaPostRms1,
+  kLlamaPostGate,
+  kLlamaPostUp,
+  kLlamaPostDown,
+  kLlamaPostRms2,
+  kLlamaPostPieces
+};
+
 // The rotary tables (the plan's rope_tables buffer): cos then sin of
 // position t's angle at frequency i, (T, D / 2) fp32 each.
 struct llama_rope {
@@ -64,17 +88,17 @@ llama_rope llama_rope_at(const float* tables, const llama_dims& d);
 
 template <class T>
 struct llama_block_params {
-  const T* rms1_w;    // (C)
+  const T* rms1_w;    // (C) before attention; with post_norm after it
   const T* q_w;       // (Q, C)
   const T* k_w;       // (KV, C)
   const T* v_w;       // (KV, C)
   const T* q_b;       // (Q)   qkv_bias only, else null
   const T* k_b;       // (KV)  qkv_bias only, else null
   const T* v_b;       // (KV)  qkv_bias only, else null
-  const T* q_norm_w;  // (D)  qk_norm only, else null
-  const T* k_norm_w;  // (D)  qk_norm only, else null
+  const T* q_norm_w;  // (D), across heads (Q): qk_norm only, else null
+  const T* k_norm_w;  // (D), across heads (KV): qk_norm only, else null
   const T* o_w;       // (C, Q)
-  const T* rms2_w;    // (C)
+  const T* rms2_w;    // (C) before the MLP; with post_norm after it
   const T* gate_w;    // (F, C)
   const T* up_w;      // (F, C)
   const T* down_w;    // (C, F)
@@ -97,19 +121,21 @@ struct llama_block_saved {
   float *rms1_rstd, *rms2_rstd;  // (N)
   float* lse;                    // (B, H, T) log-sum-exp of each query's scaled scores
   T* input;                      // (N, C)
-  T* rms1;                       // (N, C)
-  float *q_rstd, *k_rstd;        // (N, H), (N, KV_heads): qk_norm only, else null
+  T* rms1;                       // (N, C): pre-norm only, else null
+  float *q_rstd, *k_rstd;        // (N, H), (N, KV_heads); across heads (N): qk_norm only
   T* q_raw;                      // (N, Q) before the norm: qk_norm only, else null
   T* k_raw;                      // (N, KV) before the norm: qk_norm only, else null
   T* q;                          // (N, Q) after the rotation
   T* k;                          // (N, KV) after the rotation
   T* v;                          // (N, KV)
   T* attn;                       // (N, Q)
-  T* res2;                       // (N, C)
-  T* rms2;                       // (N, C)
+  T* attn_out;                   // (N, C) o_proj's output before rms1: post_norm only
+  T* res2;                       // (N, C) input + attention's branch
+  T* rms2;                       // (N, C): pre-norm only, else null
   T* gate;                       // (N, F)
   T* up;                         // (N, F)
   T* swiglu;                     // (N, F) silu(gate) * up
+  T* mlp_out;                    // (N, C) down_proj's output before rms2: post_norm only
 };
 template <class T>
 llama_block_saved<T> llama_block_saved_at(std::byte* slot, const llama_dims& d);

@@ -184,6 +184,11 @@ struct program_model {
   bool qkv_bias = false;  // q, k and v projections have biases (Qwen2)
   bool qk_norm = false;   // each head's q and k pass an RMSNorm before the rotation (Qwen3)
   int64_t head_dim = 0;   // the spec's head size (0: width / heads)
+  // With qk_norm: one RMSNorm over all of q's heads and one over k's (OLMo 2).
+  bool qk_norm_across_heads = false;
+  // The block's norms follow attention and the MLP, before each residual add
+  // (OLMo 2's post_attention_layernorm and post_feedforward_layernorm).
+  bool post_norm = false;
   // Each query attends the last sliding_window positions (Mistral); 0: none.
   int64_t sliding_window = 0;
   int64_t head_size() const { return head_dim != 0 ? head_dim : width / heads; }

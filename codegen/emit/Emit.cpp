@@ -142,11 +142,17 @@ std::string model_dims(const EmitContext& c) {
   const ModelSpec& m = c.model;
   if (m.family == Family::Llama) {
     // The fields after the epsilon, as far as one differs from its default:
-    // qkv_bias, qk_norm, head_dim, window.
+    // qkv_bias, qk_norm, head_dim, window, qk_norm_across_heads, post_norm.
     const int64_t window = m.attention_window();
-    const std::string fields[] = {m.qkv_bias ? "true" : "false", m.qk_norm ? "true" : "false",
-                                  fmt::format("{}", m.head_size), fmt::format("{}", window)};
-    const bool set[] = {m.qkv_bias, m.qk_norm, m.head_size != 0, window != 0};
+    const std::string fields[] = {m.qkv_bias ? "true" : "false",
+                                  m.qk_norm ? "true" : "false",
+                                  fmt::format("{}", m.head_size),
+                                  fmt::format("{}", window),
+                                  m.qk_norm_across_heads ? "true" : "false",
+                                  m.post_norm() ? "true" : "false"};
+    const bool set[] = {
+        m.qkv_bias,   m.qk_norm, m.head_size != 0, window != 0, m.qk_norm_across_heads,
+        m.post_norm()};
     size_t last = std::size(set);
     while (last > 0 && !set[last - 1])
       last--;
@@ -154,7 +160,10 @@ std::string model_dims(const EmitContext& c) {
     for (size_t f = 0; f < last; f++)
       tail += ", " + fields[f];
     if (m.qkv_bias) says += "; q, k and v have biases";
-    if (m.qk_norm) says += "; each head's q and k pass an RMSNorm";
+    if (m.qk_norm)
+      says += m.qk_norm_across_heads ? "; q and k pass an RMSNorm across their heads"
+                                     : "; each head's q and k pass an RMSNorm";
+    if (m.post_norm()) says += "; the norms follow attention and the MLP";
     if (m.head_size != 0) says += fmt::format("; head size {}", m.head_size);
     if (window != 0) says += fmt::format("; each query attends the last {} positions", window);
     return fmt::format(

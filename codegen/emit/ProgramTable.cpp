@@ -65,6 +65,8 @@ std::vector<Init> model_fields(const EmitContext& c) {
   f.push_back({"rope", "", rope});
   if (m.qkv_bias) f.push_back({"qkv_bias", "true"});
   if (m.qk_norm) f.push_back({"qk_norm", "true"});
+  if (m.qk_norm_across_heads) f.push_back({"qk_norm_across_heads", "true"});
+  if (m.post_norm()) f.push_back({"post_norm", "true"});
   if (m.head_size != 0) f.push_back({"head_dim", i(m.head_size)});
   if (m.sliding_window != 0) f.push_back({"sliding_window", i(m.sliding_window)});
   return f;

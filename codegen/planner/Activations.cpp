@@ -12,7 +12,8 @@ namespace fsdpgen {
 namespace {
 
 const model::ActivationLayout& activation_layout(const ModelSpec& m) {
-  return m.family == Family::Gpt2 ? model::kGpt2Activations : model::llama_activations(m.qk_norm);
+  return m.family == Family::Gpt2 ? model::kGpt2Activations
+                                  : model::llama_activations(llama_tables(m));
 }
 
 // Whether a custom layer replaces the piece that writes family row f, so

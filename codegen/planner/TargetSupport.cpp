@@ -124,7 +124,9 @@ void check_qkv_bias(const Spec& spec, const Hardware& hw, Reasons& out) {
 // block has neither yet.
 void check_qk_norm(const Spec& spec, const Hardware& hw, Reasons& out) {
   if (hw.gpu && spec.model.qk_norm)
-    out.push_back("qk_norm = true on GPUs (the CPU target has it; the CUDA llama block not yet)");
+    out.push_back(
+        fmt::format("qk_norm = {} on GPUs (the CPU target has it; the CUDA llama block not yet)",
+                    spec.model.qk_norm_across_heads ? "across_heads" : "true"));
   if (hw.gpu && spec.model.head_size != 0 &&
       spec.model.head_size * spec.model.heads != spec.model.width)
     out.push_back(
@@ -140,6 +142,13 @@ void check_sliding_window(const Spec& spec, const Hardware& hw, Reasons& out) {
         "sliding_window = {} (shorter than the context {}) on GPUs (the CPU target has it; the "
         "CUDA attention kernels not yet)",
         spec.model.sliding_window, spec.model.context));
+}
+
+// OLMo 2's post-norm block: the CUDA llama block has its norms before each sub-block only.
+void check_block_norms(const Spec& spec, const Hardware& hw, Reasons& out) {
+  if (hw.gpu && spec.model.post_norm())
+    out.push_back(
+        "block_norms = post on GPUs (the CPU target has it; the CUDA llama block not yet)");
 }
 
 }  // namespace
@@ -161,6 +170,7 @@ std::vector<std::string> unsupported_features(const Spec& spec, const Hardware& 
   check_muon(spec, hw, out);
   check_qkv_bias(spec, hw, out);
   check_qk_norm(spec, hw, out);
+  check_block_norms(spec, hw, out);
   check_sliding_window(spec, hw, out);
   return out;
 }

@@ -130,7 +130,7 @@ void attention_gqa_backward(T* dq, T* dk, T* dv,  // (N, H*hs), (N, KV_heads*hs)
                             int64_t window = 0);
 
 // RMSNorm (llama): out = inp * rstd * weight per row, rstd = 1 / sqrt(mean(inp^2)
-// + eps) saved (fp32), no mean taken out and no bias.
+// + eps) saved (fp32), no mean taken out and no bias. out == nullptr: rstd only.
 template <class T>
 void rmsnorm_forward(T* out, float* rstd,            // (N, C), (N)
                      const T* inp, const T* weight,  // (N, C), (C)

@@ -39,6 +39,116 @@ void linear_backward(T* dinp, G* dw, const T* dout, const T* inp, const T* w, in
   if (dbias) column_sums_accumulate(dbias, dout, N, OC);
 }
 
+// q's or k's RMSNorm (qk_norm) over `heads` heads of each of N rows: each
+// head's D values a norm's row, or across heads all heads * D of them.
+template <class T>
+void qk_norm_forward(T* out, float* rstd, const T* inp, const T* w, int64_t heads,
+                     const llama_dims& d) {
+  const int64_t width = heads * d.D(), group = d.qk_norm_across_heads ? width : d.D();
+  rmsnorm_forward(out, rstd, inp, w, d.N() * (width / group), group, d.norm_eps);
+}
+
+template <class T, class G>
+void qk_norm_backward(T* dinp, G* dw, const T* dout, const T* inp, const T* w, const float* rstd,
+                      int64_t heads, const llama_dims& d) {
+  const int64_t width = heads * d.D(), group = d.qk_norm_across_heads ? width : d.D();
+  rmsnorm_backward(dinp, dw, dout, inp, w, rstd, d.N() * (width / group), group, false);
+}
+
+// OLMo 2's block (post_norm, with qk_norm): res2 = input + rms1(attention(input) @ o_w^T),
+// out = res2 + rms2(mlp(res2)); pieces in llama_post_piece order.
+template <class T>
+void post_norm_block_forward(T* out, const llama_block_params<T>& p, const llama_block_saved<T>& s,
+                             const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws,
+                             block_pieces pieces) {
+  const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV(), Q = d.Q(), D = d.D();
+  const T* none = nullptr;
+  if (pieces.has(kLlamaPostQ)) {
+    linear_forward(s.q_raw, s.input, p.q_w, none, N, C, Q, ws);
+    qk_norm_forward(s.q, s.q_rstd, s.q_raw, p.q_norm_w, d.H, d);
+    rope_forward(s.q, rope.cos, rope.sin, N, d.T, d.H, D);
+  }
+  if (pieces.has(kLlamaPostK)) {
+    linear_forward(s.k_raw, s.input, p.k_w, none, N, C, KV, ws);
+    qk_norm_forward(s.k, s.k_rstd, s.k_raw, p.k_norm_w, d.KV_heads, d);
+    rope_forward(s.k, rope.cos, rope.sin, N, d.T, d.KV_heads, D);
+  }
+  if (pieces.has(kLlamaPostV)) {
+    linear_forward(s.v, s.input, p.v_w, none, N, C, KV, ws);
+    attention_gqa_forward(s.attn, s.lse, s.q, s.k, s.v, d.B, d.T, d.H, d.KV_heads, D, d.window);
+  }
+  if (pieces.has(kLlamaPostO)) linear_forward(s.attn_out, s.attn, p.o_w, none, N, Q, C, ws);
+  if (pieces.has(kLlamaPostRms1)) {
+    rmsnorm_forward(s.res2, s.rms1_rstd, s.attn_out, p.rms1_w, N, C, d.norm_eps);
+    residual_forward(s.res2, s.res2, static_cast<const T*>(s.input), N * C);
+  }
+  if (pieces.has(kLlamaPostGate)) linear_forward(s.gate, s.res2, p.gate_w, none, N, C, F, ws);
+  if (pieces.has(kLlamaPostUp)) {
+    linear_forward(s.up, s.res2, p.up_w, none, N, C, F, ws);
+    swiglu_forward(s.swiglu, s.gate, s.up, N * F);
+  }
+  if (pieces.has(kLlamaPostDown)) linear_forward(s.mlp_out, s.swiglu, p.down_w, none, N, F, C, ws);
+  if (!pieces.has(kLlamaPostRms2)) return;
+  // recompute (out == nullptr): the norm's statistics only
+  rmsnorm_forward(out, s.rms2_rstd, s.mlp_out, p.rms2_w, N, C, d.norm_eps);
+  if (out != nullptr) residual_forward(out, out, static_cast<const T*>(s.res2), N * C);
+}
+
+// Between two ranges of pieces the scratch holds what flows: after
+// post_feedforward_layernorm dtmp = d(mlp_out) (dres, d(out), is also
+// d(res2)'s residual part); after down_proj big = d(swiglu); after up_proj
+// big + NF = d(gate) and dres += up's part; after gate_proj dres = d(res2);
+// after post_attention_layernorm big = d(attn_out); after o_proj dtmp =
+// d(attn); after v_proj big = d(q) | d(k), rotated back; q, k and v add
+// their parts of d(input) to dres.
+template <class T, class G>
+void post_norm_block_backward(const llama_block_grads<G>& g, const llama_block_params<T>& p,
+                              const llama_block_saved<T>& s,
+                              const llama_backward_scratch<T>& scratch, const llama_rope& rope,
+                              const llama_dims& d, const gemm_workspace& ws, block_pieces pieces) {
+  const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV(), Q = d.Q(), D = d.D();
+  T* dres = scratch.dres;    // (N, C) d(out) -> d(res2) -> d(input)
+  T* dtmp = scratch.dtmp;    // (N, max(C, Q))
+  T* dswiglu = scratch.big;  // (N, F) each
+  T* dgate = dswiglu + N * F;
+  T* dup = dgate + N * F;
+  if (pieces.has(kLlamaPostRms2))
+    rmsnorm_backward(dtmp, g.rms2_w, dres, s.mlp_out, p.rms2_w, s.rms2_rstd, N, C, false);
+  if (pieces.has(kLlamaPostDown))
+    linear_backward(dswiglu, g.down_w, dtmp, s.swiglu, p.down_w, N, F, C, false, ws);
+  if (pieces.has(kLlamaPostUp)) {
+    swiglu_backward(dgate, dup, dswiglu, s.gate, s.up, N * F);
+    linear_backward(dres, g.up_w, dup, s.res2, p.up_w, N, C, F, true, ws);
+  }
+  if (pieces.has(kLlamaPostGate))
+    linear_backward(dres, g.gate_w, dgate, s.res2, p.gate_w, N, C, F, true, ws);
+  T* dattn_out = scratch.big;  // (N, C)
+  if (pieces.has(kLlamaPostRms1))
+    rmsnorm_backward(dattn_out, g.rms1_w, dres, s.attn_out, p.rms1_w, s.rms1_rstd, N, C, false);
+  if (pieces.has(kLlamaPostO))
+    linear_backward(dtmp, g.o_w, dattn_out, s.attn, p.o_w, N, Q, C, false, ws);
+  T* dq = scratch.big;  // (N, Q), (N, KV) twice, then d(q) and d(k) before their norms
+  T* dk = dq + N * Q;
+  T* dv = dk + N * KV;
+  T* dq_raw = dv + N * KV;
+  T* dk_raw = dq_raw + N * Q;
+  if (pieces.has(kLlamaPostV)) {
+    attention_gqa_backward(dq, dk, dv, scratch.delta, dtmp, s.q, s.k, s.v, s.attn, s.lse, d.B, d.T,
+                           d.H, d.KV_heads, D, d.window);
+    rope_backward(dq, rope.cos, rope.sin, N, d.T, d.H, D);
+    rope_backward(dk, rope.cos, rope.sin, N, d.T, d.KV_heads, D);
+    linear_backward(dres, g.v_w, dv, s.input, p.v_w, N, C, KV, true, ws);
+  }
+  if (pieces.has(kLlamaPostK)) {
+    qk_norm_backward(dk_raw, g.k_norm_w, dk, s.k_raw, p.k_norm_w, s.k_rstd, d.KV_heads, d);
+    linear_backward(dres, g.k_w, dk_raw, s.input, p.k_w, N, C, KV, true, ws);
+  }
+  if (pieces.has(kLlamaPostQ)) {
+    qk_norm_backward(dq_raw, g.q_norm_w, dq, s.q_raw, p.q_norm_w, s.q_rstd, d.H, d);
+    linear_backward(dres, g.q_w, dq_raw, s.input, p.q_w, N, C, Q, true, ws);
+  }
+}
+
 }  // namespace
 
 template <class T>
@@ -56,14 +166,15 @@ template <class T>
 void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_block_saved<T>& s,
                          const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws,
                          block_pieces pieces) {
+  if (d.post_norm) return post_norm_block_forward(out, p, s, rope, d, ws, pieces);
   const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV(), Q = d.Q(), D = d.D();
   const T* none = nullptr;
   if (pieces.has(kLlamaRms1))
     rmsnorm_forward(s.rms1, s.rms1_rstd, s.input, p.rms1_w, N, C, d.norm_eps);
   if (pieces.has(kLlamaQ)) {
-    if (d.qk_norm) {  // each head's row of D an RMSNorm's row
+    if (d.qk_norm) {
       linear_forward(s.q_raw, s.rms1, p.q_w, none, N, C, Q, ws, p.q_b);
-      rmsnorm_forward(s.q, s.q_rstd, s.q_raw, p.q_norm_w, N * d.H, D, d.norm_eps);
+      qk_norm_forward(s.q, s.q_rstd, s.q_raw, p.q_norm_w, d.H, d);
     } else {
       linear_forward(s.q, s.rms1, p.q_w, none, N, C, Q, ws, p.q_b);
     }
@@ -72,7 +183,7 @@ void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_blo
   if (pieces.has(kLlamaK)) {
     if (d.qk_norm) {
       linear_forward(s.k_raw, s.rms1, p.k_w, none, N, C, KV, ws, p.k_b);
-      rmsnorm_forward(s.k, s.k_rstd, s.k_raw, p.k_norm_w, N * d.KV_heads, D, d.norm_eps);
+      qk_norm_forward(s.k, s.k_rstd, s.k_raw, p.k_norm_w, d.KV_heads, d);
     } else {
       linear_forward(s.k, s.rms1, p.k_w, none, N, C, KV, ws, p.k_b);
     }
@@ -101,6 +212,7 @@ void llama_block_backward(const llama_block_grads<G>& g, const llama_block_param
                           const llama_block_saved<T>& s, const llama_backward_scratch<T>& scratch,
                           const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws,
                           block_pieces pieces) {
+  if (d.post_norm) return post_norm_block_backward(g, p, s, scratch, rope, d, ws, pieces);
   const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV(), Q = d.Q(), D = d.D();
   T* dres = scratch.dres;  // (N, C) d(out) -> d(res2) -> d(input)
   T* dtmp = scratch.dtmp;  // (N, max(C, Q))
@@ -135,13 +247,11 @@ void llama_block_backward(const llama_block_grads<G>& g, const llama_block_param
   T* dk_raw = dq_raw + N * Q;
   if (pieces.has(kLlamaK)) {
     if (d.qk_norm)
-      rmsnorm_backward(dk_raw, g.k_norm_w, dk, s.k_raw, p.k_norm_w, s.k_rstd, N * d.KV_heads, D,
-                       false);
+      qk_norm_backward(dk_raw, g.k_norm_w, dk, s.k_raw, p.k_norm_w, s.k_rstd, d.KV_heads, d);
     linear_backward(dtmp, g.k_w, d.qk_norm ? dk_raw : dk, s.rms1, p.k_w, N, C, KV, true, ws, g.k_b);
   }
   if (pieces.has(kLlamaQ)) {
-    if (d.qk_norm)
-      rmsnorm_backward(dq_raw, g.q_norm_w, dq, s.q_raw, p.q_norm_w, s.q_rstd, N * d.H, D, false);
+    if (d.qk_norm) qk_norm_backward(dq_raw, g.q_norm_w, dq, s.q_raw, p.q_norm_w, s.q_rstd, d.H, d);
     linear_backward(dtmp, g.q_w, d.qk_norm ? dq_raw : dq, s.rms1, p.q_w, N, C, Q, true, ws, g.q_b);
   }
   if (pieces.has(kLlamaRms1))

@@ -21,9 +21,13 @@ void llama_embed_backward(G* dwte, const int32_t* tokens, const llama_backward_s
 // One block: reads s.input, fills the rest of s, writes out (N, C) (which may
 // be the next layer's saved input). With qkv_bias each of q, k and v adds its
 // bias after its projection and before its rotation; with qk_norm q and k
-// pass their heads' RMSNorm there (after any bias). out == nullptr skips the down projection
+// pass their heads' RMSNorm there (after any bias; across heads: one norm over
+// all of q and one over all of k). out == nullptr skips the down projection
 // and residual: a recompute fills s only. `pieces` runs part of the block
-// (only its tensors in p are read); out is written by down_proj.
+// (only its tensors in p are read); out is written by down_proj. With
+// post_norm (OLMo 2) the pieces are llama_post_piece's: q, k and v read
+// s.input, res2 = input + rms1(attn_out), out = res2 + rms2(mlp_out), written
+// by post_feedforward_layernorm (out == nullptr: its statistics only).
 template <class T>
 void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_block_saved<T>& s,
                          const llama_rope& rope, const llama_dims& d, const gemm_workspace& ws,
@@ -35,7 +39,8 @@ void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_blo
 // big = d(swiglu); after up_proj: big + NF = d(gate), dtmp = its part of
 // d(rms2); after gate_proj: dtmp = d(rms2); after o_proj: dtmp = d(attn);
 // after v_proj: big = d(q) | d(k), rotated back, dtmp = v's part of d(rms1);
-// after k_proj and q_proj: dtmp accumulates; after a norm: dres).
+// after k_proj and q_proj: dtmp accumulates; after a norm: dres). Post
+// norms' flow is in runtime/cpu/llama.cpp's post_norm_block_backward.
 template <class T, class G>
 void llama_block_backward(const llama_block_grads<G>& g, const llama_block_params<T>& p,
                           const llama_block_saved<T>& s, const llama_backward_scratch<T>& scratch,

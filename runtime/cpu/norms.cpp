@@ -85,8 +85,9 @@ void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int64_t
     for (int64_t c = 0; c < C; c++)
       ss += to_float(x[c]) * to_float(x[c]);
     const float s = 1.0f / std::sqrt(ss / static_cast<float>(C) + eps);
-    for (int64_t c = 0; c < C; c++)
-      out[n * C + c] = from_float<T>(to_float(x[c]) * s * to_float(weight[c]));
+    if (out != nullptr)
+      for (int64_t c = 0; c < C; c++)
+        out[n * C + c] = from_float<T>(to_float(x[c]) * s * to_float(weight[c]));
     rstd[n] = s;
   }
 }

@@ -64,6 +64,43 @@ inline constexpr Tensor kLlamaQkNormBlockParams[] = {
     kLlamaBlockParams[8],
 };
 
+// With qk_norm across heads (OLMo 2): q's norm weight is q's width, k's k's.
+inline constexpr Tensor kLlamaQkNormAcrossBlockParams[] = {
+    kLlamaBlockParams[0],
+    kLlamaBlockParams[1],
+    {"q_norm_w", "self_attn.q_norm.weight", {Q}},
+    kLlamaBlockParams[2],
+    {"k_norm_w", "self_attn.k_norm.weight", {KV}},
+    kLlamaBlockParams[3],
+    kLlamaBlockParams[4],
+    kLlamaBlockParams[5],
+    kLlamaBlockParams[6],
+    kLlamaBlockParams[7],
+    kLlamaBlockParams[8],
+};
+
+// OLMo 2's post-norm block (block_norms = post, with qk_norm), in forward
+// order: attention's projections with q's and k's norms, then rms1_w, the norm
+// of attention's output (Hugging Face's post_attention_layernorm), the MLP,
+// then rms2_w, the norm of the MLP's output (post_feedforward_layernorm).
+// There is no input_layernorm.
+#define FSDPGEN_LLAMA_POST_NORM_PARAMS(q_norm_shape, k_norm_shape)                     \
+  {                                                                                    \
+    kLlamaBlockParams[1], {"q_norm_w", "self_attn.q_norm.weight", {q_norm_shape}},     \
+        kLlamaBlockParams[2], {"k_norm_w", "self_attn.k_norm.weight", {k_norm_shape}}, \
+        kLlamaBlockParams[3], kLlamaBlockParams[4],                                    \
+        {"rms1_w", "post_attention_layernorm.weight", {C}}, kLlamaBlockParams[6],      \
+        kLlamaBlockParams[7], kLlamaBlockParams[8], {                                  \
+      "rms2_w", "post_feedforward_layernorm.weight", {                                 \
+        C                                                                              \
+      }                                                                                \
+    }                                                                                  \
+  }
+inline constexpr Tensor kLlamaPostNormBlockParams[] =
+    FSDPGEN_LLAMA_POST_NORM_PARAMS(HeadDim, HeadDim);
+inline constexpr Tensor kLlamaPostNormAcrossBlockParams[] = FSDPGEN_LLAMA_POST_NORM_PARAMS(Q, KV);
+#undef FSDPGEN_LLAMA_POST_NORM_PARAMS
+
 // What a block's forward saves, per token: the RMSNorm statistics, with
 // flash attention the log-sum-exp, the stored activations (q, k, v with
 // grouped-query k and v), the SwiGLU MLP's gate, up and silu(gate) * up, then
@@ -110,6 +147,32 @@ inline constexpr Field kLlamaQkNormBlockSaved[] = {
     kLlamaBlockSaved[12],
     kLlamaBlockSaved[13],
     kLlamaBlockSaved[14],
+};
+
+// With post norms (and qk_norm): no normed input; attention's output
+// projection (attn_out) and the MLP's (mlp_out) before their norms, whose
+// statistics are rms1_rstd and rms2_rstd; res2 = input + rms1(attn_out).
+// Each row names the piece of kLlamaPostNormBlockPieces that writes it.
+inline constexpr Field kLlamaPostNormBlockSaved[] = {
+    {"rms1_rstd", Elem::Fp32, One, When::Always, 4},
+    {"rms2_rstd", Elem::Fp32, One, When::Always, 8},
+    {"lse", Elem::Fp32, H, When::Flash, 2},
+    {"q_rstd", Elem::Fp32, H, When::Always, 0},
+    {"k_rstd", Elem::Fp32, H, When::Always, 1},
+    {"input", Elem::Param, C},
+    {"q_raw", Elem::Param, Q, When::Always, 0},
+    {"k_raw", Elem::Param, KV, When::Always, 1},
+    {"q", Elem::Param, Q, When::Always, 0},
+    {"k", Elem::Param, KV, When::Always, 1},
+    {"v", Elem::Param, KV, When::Always, 2},
+    {"attn", Elem::Param, Q, When::Always, 2},
+    {"attn_out", Elem::Param, C, When::Always, 3},
+    {"res2", Elem::Param, C, When::Always, 4},
+    {"gate", Elem::Param, F, When::Always, 5},
+    {"up", Elem::Param, F, When::Always, 6},
+    {"swiglu", Elem::Param, F, When::Always, 6},
+    {"mlp_out", Elem::Param, C, When::Always, 7},
+    {"probs", Elem::Param, Probs, When::Materialized, 2},
 };
 
 inline constexpr Field kLlamaFinalNormSaved[] = {
@@ -177,6 +240,20 @@ inline constexpr Piece kLlamaQkNormBlockPieces[] = {
     with_tensors(kLlamaBlockPieces[8], 10, 1),
 };
 
+// The post-norm block's pieces (kLlamaPostNormBlockParams): q's and k's with
+// their norms, each norm after its sub-block with the residual add.
+inline constexpr Piece kLlamaPostNormBlockPieces[] = {
+    {"self_attn.q_proj", 0, 2, C, Q},
+    {"self_attn.k_proj", 2, 2, C, KV},
+    {"self_attn.v_proj", 4, 1, C, KV, true},
+    {"self_attn.o_proj", 5, 1, Q, C},
+    {"post_attention_layernorm", 6, 1},
+    {"mlp.gate_proj", 7, 1, C, F},
+    {"mlp.up_proj", 8, 1, C, F},
+    {"mlp.down_proj", 9, 1, F, C},
+    {"post_feedforward_layernorm", 10, 1},
+};
+
 // The modules a custom layer can replace (Module, runtime/model/layout.h).
 inline constexpr Module kLlamaModules[] = {
     {"input_layernorm", 0, 1, "input", "rms1", nullptr, false},
@@ -200,10 +277,48 @@ inline constexpr ParamLayout kLlamaQkNormParams{
     kLlamaFinalNormParams, kLlamaHeadParams,  kLlamaQkNormBlockPieces,
     kLlamaModules};
 
-// The family's tensors: Qwen2's with qkv_bias, Qwen3's with qk_norm, else
-// Llama's (the spec has not both: dsl/Rules.cpp).
+inline constexpr ParamLayout kLlamaQkNormAcrossParams{
+    "model.layers.{}.",    kLlamaEmbedParams, kLlamaQkNormAcrossBlockParams,
+    kLlamaFinalNormParams, kLlamaHeadParams,  kLlamaQkNormBlockPieces,
+    kLlamaModules};
+
+// A post-norm block has no module a custom layer can replace (dsl/Rules.cpp
+// refuses custom layers with it).
+inline constexpr ParamLayout kLlamaPostNormParams{"model.layers.{}.",
+                                                  kLlamaEmbedParams,
+                                                  kLlamaPostNormBlockParams,
+                                                  kLlamaFinalNormParams,
+                                                  kLlamaHeadParams,
+                                                  kLlamaPostNormBlockPieces,
+                                                  {}};
+inline constexpr ParamLayout kLlamaPostNormAcrossParams{"model.layers.{}.",
+                                                        kLlamaEmbedParams,
+                                                        kLlamaPostNormAcrossBlockParams,
+                                                        kLlamaFinalNormParams,
+                                                        kLlamaHeadParams,
+                                                        kLlamaPostNormBlockPieces,
+                                                        {}};
+
+// The llama options that choose the tables (the spec's qkv_bias, qk_norm and
+// block_norms; dsl/Rules.cpp refuses qk_norm with qkv_bias, and post norms
+// without qk_norm).
+struct LlamaTables {
+  bool qkv_bias = false;
+  bool qk_norm = false;
+  bool qk_norm_across_heads = false;
+  bool post_norm = false;
+};
+
+// The family's tensors: OLMo 2's with post norms, Qwen2's with qkv_bias,
+// Qwen3's with qk_norm (OLMo 2's norms with it across heads), else Llama's.
+constexpr const ParamLayout& llama_params(const LlamaTables& t) {
+  if (t.post_norm)
+    return t.qk_norm_across_heads ? kLlamaPostNormAcrossParams : kLlamaPostNormParams;
+  if (t.qk_norm) return t.qk_norm_across_heads ? kLlamaQkNormAcrossParams : kLlamaQkNormParams;
+  return t.qkv_bias ? kLlamaQkvBiasParams : kLlamaParams;
+}
 constexpr const ParamLayout& llama_params(bool qkv_bias, bool qk_norm = false) {
-  return qk_norm ? kLlamaQkNormParams : qkv_bias ? kLlamaQkvBiasParams : kLlamaParams;
+  return llama_params(LlamaTables{qkv_bias, qk_norm});
 }
 
 inline constexpr ActivationLayout kLlamaActivations{kLlamaBlockSaved, kLlamaFinalNormSaved,
@@ -211,9 +326,19 @@ inline constexpr ActivationLayout kLlamaActivations{kLlamaBlockSaved, kLlamaFina
 inline constexpr ActivationLayout kLlamaQkNormActivations{
     kLlamaQkNormBlockSaved, kLlamaFinalNormSaved, kLlamaQkNormBackwardScratch};
 
-// The family's activation memory: Qwen3's with qk_norm, else Llama's.
+// Post norms' d(attn_out) passes through big (after its MLP rows, before d(q)).
+inline constexpr ActivationLayout kLlamaPostNormActivations{
+    kLlamaPostNormBlockSaved, kLlamaFinalNormSaved, kLlamaQkNormBackwardScratch};
+
+// The family's activation memory: OLMo 2's with post norms, Qwen3's with
+// qk_norm (either span: q_rstd and k_rstd have room for each head's), else
+// Llama's.
+constexpr const ActivationLayout& llama_activations(const LlamaTables& t) {
+  if (t.post_norm) return kLlamaPostNormActivations;
+  return t.qk_norm ? kLlamaQkNormActivations : kLlamaActivations;
+}
 constexpr const ActivationLayout& llama_activations(bool qk_norm) {
-  return qk_norm ? kLlamaQkNormActivations : kLlamaActivations;
+  return llama_activations(LlamaTables{false, qk_norm});
 }
 
 }  // namespace fsdpgen::model

@@ -77,6 +77,10 @@ TEST(RoundTrip, Variants) {
   expect_round_trip("mistral's sliding window shorter than the context",
                     "model m { family = llama vocab = 1000 context = 64 width = 96 heads = 6 "
                     "kv_heads = 2 layers = 2 sliding_window = 16 }");
+  expect_round_trip("olmo 2's post norms and qk-norm across heads",
+                    "model o { family = llama vocab = 1000 context = 64 width = 96 heads = 6 "
+                    "layers = 2 qk_norm = across_heads block_norms = post norm_eps = 1e-06 "
+                    "tie_embeddings = false }");
 }
 
 }  // namespace

@@ -55,6 +55,7 @@ const Refusal kRefusals[] = {
      "odd micro_batch * context with 16-bit params"},
     {"Qwen2Biases", "", "qwen2.5-0.5b.fsdp", "qkv_bias = true on GPUs", true},
     {"Qwen3QkNorm", "", "qwen3-0.6b.fsdp", "qk_norm = true on GPUs", true},
+    {"Olmo2QkNormAcrossHeads", "", "olmo2-1b.fsdp", "qk_norm = across_heads on GPUs", true},
     {"MistralSlidingWindow", "", "mistral-7b-v0.1.fsdp",
      "sliding_window = 4096 (shorter than the context 8192) on GPUs", true},
 };
