@@ -91,7 +91,11 @@ std::string spec_text(const hf_model& m, const std::string& source, const std::s
         format_real(m.rope_factor), format_real(m.rope_low_freq), format_real(m.rope_high_freq),
         m.rope_original_context);
   if (m.qkv_bias) s += "  qkv_bias   = true   # biases on q, k and v (Qwen2)\n";
-  if (m.qk_norm) s += "  qk_norm    = true   # RMSNorm on each head's q and k (Qwen3)\n";
+  if (m.qk_norm)
+    s += m.qk_norm_across_heads
+             ? "  qk_norm    = across_heads   # RMSNorm on all of q and all of k (OLMo 2)\n"
+             : "  qk_norm    = true   # RMSNorm on each head's q and k (Qwen3)\n";
+  if (m.post_norm) s += "  block_norms = post   # norms after attention and the MLP (OLMo 2)\n";
   if (m.window > 0 && m.window < m.context)
     s += fmt::format("  sliding_window = {}   # each query attends the last {} positions\n",
                      m.window, m.window);

@@ -67,12 +67,16 @@ struct llama_type {
   // Whether transformers' class applies sliding_window (LlamaForCausalLM
   // ignores it: fsdpgen then refuses a window that would matter).
   bool slides = true;
+  bool qk_norm_across_heads = false;  // the architecture norms all of q and all of k
+  bool post_norm = false;             // the architecture's norms follow its sub-blocks
+  double norm_eps = 1e-6;             // rms_norm_eps when absent
 };
 constexpr llama_type kLlamaTypes[] = {
     {"llama", "LlamaForCausalLM", 2048, 0, 0, nullptr, false, false, 0, false},
     {"mistral", "MistralForCausalLM", 131072, 8, 4096},
     {"qwen2", "Qwen2ForCausalLM", 32768, 32, 4096, "use_sliding_window", true},
     {"qwen3", "Qwen3ForCausalLM", 32768, 32, 4096, "use_sliding_window", false, true, 128},
+    {"olmo2", "Olmo2ForCausalLM", 2048, 0, 0, nullptr, false, true, 0, false, true, true, 1e-5},
 };
 // Qwen2's and Qwen3's max_window_layers when absent.
 constexpr int64_t kMaxWindowLayers = 28;
@@ -99,7 +103,6 @@ struct foreign_family {
 
 const std::vector<foreign_family>& foreign_families() {
   using w = foreign_feature::when;
-  const foreign_feature biases{w::set, "attention_bias", "attention biases"};
   const foreign_feature gemma_embedding{w::always, "", "the embedding scaled by sqrt(hidden_size)"};
   const foreign_feature one_plus{w::always, "", "RMSNorm scaled by (1 + weight)"};
   const foreign_feature geglu{w::always, "", "GeGLU (a tanh-approximated GELU gate)"};
@@ -129,11 +132,6 @@ const std::vector<foreign_family>& foreign_families() {
         one_plus,
         geglu,
         sandwich}},
-      {"olmo2",
-       "Olmo2ForCausalLM",
-       {{w::always, "", "norms after attention and after the MLP instead of before (post-norm)"},
-        {w::always, "", "RMSNorm on all of the queries and all of the keys (qk-norm)"},
-        biases}},
   };
   return families;
 }
@@ -476,18 +474,23 @@ void read_llama(config_reader& r) {
   r.read<int64_t>(c, "", "vocab_size", "vocab", &hf_model::vocab, {});
   r.read<int64_t>(c, "", "max_position_embeddings", "context", &hf_model::context,
                   r.type->positions, config_key::kind::at_least);
-  r.read<double>(c, "", "rms_norm_eps", "norm_eps", &hf_model::norm_eps, 1e-6);
+  r.read<double>(c, "", "rms_norm_eps", "norm_eps", &hf_model::norm_eps, r.type->norm_eps);
   r.string_is("hidden_act", "silu", "fsdpgen's llama builds SwiGLU with silu");
   r.read<bool>(c, "", "tie_word_embeddings", "tie_embeddings", &hf_model::tied, false);
   r.off("attention_bias", "fsdpgen's llama has no attention biases");
   r.off("mlp_bias", "fsdpgen's llama has no MLP biases");
   // The architecture the type names states qkv_bias (Qwen2's biases on q, k
-  // and v) and qk_norm (Qwen3's norms on each head's q and k).
+  // and v), qk_norm (Qwen3's norms on each head's q and k, OLMo 2's across
+  // heads) and block_norms (OLMo 2's after each sub-block).
   m.qkv_bias = r.type->qkv_bias;
   m.qk_norm = r.type->qk_norm;
+  m.qk_norm_across_heads = r.type->qk_norm_across_heads;
+  m.post_norm = r.type->post_norm;
   const json* type = r.get(c, "model_type");
   for (auto [spec_key, field] :
-       {std::pair{"qkv_bias", &hf_model::qkv_bias}, std::pair{"qk_norm", &hf_model::qk_norm}})
+       {std::pair{"qkv_bias", &hf_model::qkv_bias}, std::pair{"qk_norm", &hf_model::qk_norm},
+        std::pair{"qk_norm", &hf_model::qk_norm_across_heads},
+        std::pair{"block_norms", &hf_model::post_norm}})
     r.keys.push_back({.key = "model_type",
                       .text = type ? type->dump() : fmt::format("absent ({})", r.type->model_type),
                       .spec_key = spec_key,
@@ -564,6 +567,8 @@ bool agrees(bool config, bool spec, bool) {
 std::string spec_value(const config_key& k, const hf_model& m) {
   if (k.how == config_key::kind::scaling) return m.rope_factor > 0 ? "llama3(...)" : "none";
   if (k.how == config_key::kind::window) return m.window > 0 ? text_of(m.window) : "none";
+  if (k.spec_key == "qk_norm") return m.qk_norm_across_heads ? "across_heads" : text_of(m.qk_norm);
+  if (k.spec_key == "block_norms") return m.post_norm ? "post" : "pre";
   return std::visit([&](auto field) { return text_of(m.*field); }, k.field);
 }
 
@@ -632,7 +637,8 @@ std::string hf_config_text(const hf_model& m) {
 
 const char* hf_model_type(const hf_model& m) {
   if (!m.llama) return "gpt2";
-  if (m.qk_norm) return "qwen3";  // qk_norm with qkv_bias is refused
+  if (m.post_norm) return "olmo2";  // with qk_norm across heads
+  if (m.qk_norm) return "qwen3";    // qk_norm with qkv_bias is refused
   if (m.qkv_bias) return "qwen2";
   return m.window > 0 ? "mistral" : "llama";
 }
@@ -687,6 +693,10 @@ std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
       c["architectures"] = {"Qwen3ForCausalLM"};
       c.erase("mlp_bias");
       c.update(qwen_window);
+    }
+    if (type == "olmo2") {  // OLMo 2's architecture: its norms, no biases, no window
+      c["architectures"] = {"Olmo2ForCausalLM"};
+      c.erase("mlp_bias");
     }
     if (m.rope_factor > 0)
       c["rope_scaling"] = {{"rope_type", "llama3"},
@@ -767,7 +777,10 @@ std::vector<hf_mismatch> hf_config_mismatches(const std::string& path, const hf_
                                r.model.window, r.model.window < m.context ? "<" : ">=", m.context)
                  : k.text,
              k.spec_key, spec_value(k, m)});
-      else if (!agrees(k, r.model, m))
+      else if (!agrees(k, r.model, m) &&
+               std::none_of(out.begin(), out.end(), [&](const hf_mismatch& d) {
+                 return d.config_key == k.key && d.spec_key == k.spec_key;
+               }))  // qk_norm: model_type states it twice (whether, and its span)
         out.push_back(
             {k.key,
              k.how == config_key::kind::at_least ? k.text + " (shorter than the spec's)" : k.text,

@@ -29,6 +29,11 @@ struct hf_model {
   bool qkv_bias = false;  // llama: q, k and v have biases (Qwen2's architecture)
   bool qk_norm = false;   // llama: each head's q and k pass an RMSNorm (Qwen3's architecture)
   int64_t head_dim = 0;   // llama: the head size (0: width / heads)
+  // llama with qk_norm: one RMSNorm over all of q's heads and one over k's (OLMo 2's architecture)
+  bool qk_norm_across_heads = false;
+  // llama: the norms follow attention and the MLP, before each residual add
+  // (OLMo 2's post_attention_layernorm and post_feedforward_layernorm)
+  bool post_norm = false;
 };
 
 // One difference: the config's key and value, the spec's key and value
@@ -68,9 +73,12 @@ struct hf_problem {
 // a window when every layer slides (layer_types, else max_window_layers 0;
 // default 28), none when none does, refused when some do; Qwen3's (model_type "qwen3",
 // Qwen3ForCausalLM) is llama's with an RMSNorm on each head's q and k (qk_norm) and Qwen2's
-// defaults but head_dim 128. model_type must name the family and
+// defaults but head_dim 128; OLMo 2's (model_type "olmo2", Olmo2ForCausalLM) is llama's
+// with its norms after attention and the MLP (post_norm) and an RMSNorm across all of
+// q's and all of k's heads (qk_norm_across_heads), rms_norm_eps 1e-5 when absent, and
+// no sliding window. model_type must name the family and
 // architectures, when given, hold its LM class; a family transformers builds
-// that fsdpgen does not (gemma, gemma2, gemma3, olmo2) is named with
+// that fsdpgen does not (gemma, gemma2, gemma3) is named with
 // what of it fsdpgen cannot represent. A config that cannot be read, is not a JSON object or has
 // a key of a wrong type (or an integer below 1) throws std::runtime_error
 // naming the file and the key.
@@ -101,18 +109,18 @@ struct hf_special_ids {
 hf_special_ids hf_special_ids_by_vocab(const hf_model& m);
 
 // The model_type transformers knows the model as: "gpt2", "llama", or one of
-// llama's options: "qwen3" (qk_norm), "qwen2" (qkv_bias), "mistral" (a window
-// alone). hf_config_text writes it, and fsdpgen sample names it.
+// llama's options: "olmo2" (post_norm), "qwen3" (qk_norm), "qwen2" (qkv_bias),
+// "mistral" (a window alone). hf_config_text writes it, and fsdpgen sample names it.
 const char* hf_model_type(const hf_model& m);
 
 // The config.json of the model, for transformers' LlamaForCausalLM (with a
 // window MistralForCausalLM, with qkv_bias Qwen2ForCausalLM, with qk_norm
-// Qwen3ForCausalLM: their windows on every layer) or GPT2LMHeadModel: what
-// hf_config_mismatches reads, so that a directory with it and the weights loads with
-// from_pretrained as it is. bos_token_id and eos_token_id are `ids`' (the tokenizer's, from the
-// token set's manifest), by default hf_special_ids_by_vocab's; an id outside the vocabulary is an
-// internal error. torch_dtype names the weights' dtype ("float32",
-// "bfloat16" or "float16").
+// Qwen3ForCausalLM: their windows on every layer; with post_norm Olmo2ForCausalLM) or
+// GPT2LMHeadModel: what hf_config_mismatches reads, so that a directory with it and the weights
+// loads with from_pretrained as it is. bos_token_id and eos_token_id are `ids`' (the tokenizer's,
+// from the token set's manifest), by default hf_special_ids_by_vocab's; an id outside the
+// vocabulary is an internal error. torch_dtype names the weights' dtype ("float32", "bfloat16" or
+// "float16").
 std::string hf_config_text(const hf_model& m);
 std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
                            const std::string& torch_dtype = "float32");

@@ -24,11 +24,13 @@ hf_model hf_model_of(const Model& m) {
   h.norm_eps = m.norm_eps;
   h.qkv_bias = m.qkv_bias;
   h.qk_norm = m.qk_norm;
+  h.qk_norm_across_heads = m.qk_norm_across_heads;
   h.window = m.sliding_window;
   if constexpr (requires { m.rope_scaling; }) {  // the spec's model
     h.llama = m.family == decltype(m.family)::Llama;
     h.tied = m.tie_embeddings;
     h.head_dim = m.head_dim();
+    h.post_norm = m.post_norm();
     h.rope_theta = m.rope_theta;
     if (m.rope_scaling.enabled) {
       h.rope_factor = m.rope_scaling.factor;
@@ -40,6 +42,7 @@ hf_model hf_model_of(const Model& m) {
     h.llama = m.family == decltype(m.family)::llama;
     h.tied = m.tied;
     h.head_dim = m.head_size();
+    h.post_norm = m.post_norm;
     h.rope_theta = m.rope.theta;
     h.rope_factor = m.rope.factor;
     h.rope_low_freq = m.rope.low_freq;

@@ -213,7 +213,8 @@ TEST(ImportHf, AnotherFamilyIsNamed) {
   EXPECT_TRUE(has(r, fmt::format("fsdpgen: error: {}/config.json: model_type = \"phi3\": "
                                  "fsdpgen imports \"gpt2\" (GPT2LMHeadModel), \"llama\" "
                                  "(LlamaForCausalLM), \"mistral\" (MistralForCausalLM), \"qwen2\" "
-                                 "(Qwen2ForCausalLM), \"qwen3\" (Qwen3ForCausalLM)\n",
+                                 "(Qwen2ForCausalLM), \"qwen3\" (Qwen3ForCausalLM), \"olmo2\" "
+                                 "(Olmo2ForCausalLM)\n",
                                  dir)))
       << r.out;
 }
@@ -229,7 +230,8 @@ TEST(ImportHf, LlamaArchitecturesHaveTheirPublishedParameters) {
         {"SmolLM2-135M", "smollm2_135m", "134515008"},
         {"TinyLlama-1.1B-Chat-v1.0", "tinyllama_1_1b_chat_v1_0", "1100048384"},
         {"Qwen2.5-0.5B", "qwen2_5_0_5b", "494032768"},
-        {"Qwen3-0.6B", "qwen3_0_6b", "596049920"}}) {
+        {"Qwen3-0.6B", "qwen3_0_6b", "596049920"},
+        {"OLMo-2-0425-1B", "olmo_2_0425_1b", "1484916736"}}) {
     SCOPED_TRACE(model);
     const std::string config = kSource + "/tests/cli/hf/" + model;
     const std::string spec = dir + "/" + model + ".fsdp";
@@ -278,6 +280,41 @@ TEST(ImportHf, Qwen2IsLlamaWithQkvBiases) {
                   "error: qkv_bias = true, but tests/cli/hf/Llama-3.2-1B/config.json has "
                   "model_type = \"llama\"\n"))
       << r.out;
+}
+
+// OLMo 2's config: llama with block_norms = post and qk_norm = across_heads
+// (Olmo2ForCausalLM named), its spec byte for byte; specs/olmo2-1b.fsdp
+// matches it; a Qwen3 spec against it is named at qk_norm and block_norms,
+// and the OLMo 2 spec against Llama's config at both too.
+TEST(ImportHf, Olmo2IsLlamaWithPostNormsAndQkNormAcrossHeads) {
+  CmdResult r = run_in_source("import-hf tests/cli/hf/OLMo-2-0425-1B");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, file_bytes(kSource + "/tests/cli/hf/OLMo-2-0425-1B.fsdp"));
+  r = run_in_source("check specs/olmo2-1b.fsdp --hf tests/cli/hf/OLMo-2-0425-1B");
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = run_in_source("check specs/qwen3-0.6b.fsdp --hf tests/cli/hf/OLMo-2-0425-1B");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r,
+                  "error: qk_norm = true, but tests/cli/hf/OLMo-2-0425-1B/config.json has "
+                  "model_type = \"olmo2\"\n"))
+      << r.out;
+  EXPECT_TRUE(has(r,
+                  "error: block_norms is pre by default, but "
+                  "tests/cli/hf/OLMo-2-0425-1B/config.json has model_type = \"olmo2\"\n"))
+      << r.out;
+  r = run_in_source("check specs/olmo2-1b.fsdp --hf tests/cli/hf/Llama-3.2-1B");
+  EXPECT_EQ(r.status, 1) << r.out;
+  for (const char* key : {"qk_norm = across_heads", "block_norms = post"})
+    EXPECT_TRUE(has(r, fmt::format("error: {}, but tests/cli/hf/Llama-3.2-1B/config.json has "
+                                   "model_type = \"llama\"\n",
+                                   key)))
+        << r.out;
+  // OLMo 2's rms_norm_eps when absent is Olmo2Config's 1e-5, not llama's 1e-6.
+  nlohmann::json c = fixture("OLMo-2-0425-1B");
+  c.erase("rms_norm_eps");
+  r = run("import-hf " + write_config("OLMo-2-no-eps", c));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(has(r, "  norm_eps   = 1e-05\n")) << r.out;
 }
 
 // Qwen3's config: llama with qk_norm and head_dim 128 (Qwen3ForCausalLM
@@ -426,7 +463,7 @@ TEST(ImportHf, MistralWindowIsTheSpecsSlidingWindow) {
 
 // The families of foreign_families: one line naming what of each fsdpgen
 // cannot represent, from the Hub's configs (Gemma 3
-// 1B) and edited ones (Gemma 2's soft-capping and query scale, OLMo 2);
+// 1B) and edited ones (Gemma 2's soft-capping and query scale);
 // check --hf names the same against a llama spec.
 TEST(ImportHf, OtherFamiliesNameWhatFsdpgenCannotRepresent) {
   const auto refusal = [](const std::string& dir) {
@@ -456,12 +493,6 @@ TEST(ImportHf, OtherFamiliesNameWhatFsdpgenCannotRepresent) {
             "weight); GeGLU (a tanh-approximated GELU gate); norms after each sub-block as well "
             "as before; attention logit soft-capping (attn_logit_softcapping = 50.0); queries "
             "scaled by 1 / sqrt(query_pre_attn_scalar) (144, not the head size 288)");
-  c = fixture("TinyLlama-1.1B-Chat-v1.0");
-  c["model_type"] = "olmo2";
-  EXPECT_EQ(refusal(write_config("import-hf-olmo2", c)),
-            "model_type = \"olmo2\": Olmo2ForCausalLM is not llama's architecture; not "
-            "supported yet: norms after attention and after the MLP instead of before "
-            "(post-norm); RMSNorm on all of the queries and all of the keys (qk-norm)");
   const CmdResult r = run("check " + kSource + "/specs/llama-1b.fsdp --hf " + hf + "gemma-3-1b-pt");
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_TRUE(has(r,

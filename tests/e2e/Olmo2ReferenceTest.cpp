@@ -41,6 +41,13 @@ TEST_P(Olmo2Reference, StepsMatchTransformers) {
                                {kLossTolerance, kNormTolerance});
 }
 
+// The same weights as transformers' save_pretrained wrote them (config.json
+// of model_type olmo2, 4 shards and their index), loaded from the directory
+// at world 2: the same steps.
+TEST(Olmo2ModelDirectory, TrainsFromTheShardsTransformersSaved) {
+  expect_model_directory_trains(kFixture, "olmo2.fsdp", kReferenceLayouts[1], kLossTolerance);
+}
+
 // transformers' weights in, fsdpgen's out (F32, no step run, 2 ranks): every
 // tensor's bytes unchanged, under the same names, the post-feedforward norms among them.
 TEST(Olmo2ModelDirectory, WeightsRoundTripExactly) {

@@ -3,8 +3,9 @@
 work: a corpus prepared with a fixture BPE of 512 tokens (GPT-2's
 vocab.json + merges.txt, and Llama 3's with its BOS), a gpt2, a llama and a
 Qwen2 (llama with qkv_bias, tied), a Qwen3 (llama with qk_norm and a head_dim of
-32 where width / heads is 16) and a Mistral (llama with a sliding window of 8
-in sequences of 32) spec trained a few steps on it with `--save DIR`, and DIR loaded by
+32 where width / heads is 16), a Mistral (llama with a sliding window of 8
+in sequences of 32) and an OLMo 2 (llama with block_norms = post and
+qk_norm = across_heads) spec trained a few steps on it with `--save DIR`, and DIR loaded by
 AutoModelForCausalLM and AutoTokenizer: the tokenizer encodes a document as
 the token set holds it, the special-token ids are the set's, greedy
 generation gives new tokens, and transformers' loss on the first batch
@@ -35,6 +36,8 @@ MODELS = {
              "  tie_embeddings = true",
     "mistral": "family = llama\n  kv_heads = 1\n  ffn_hidden = 88\n  sliding_window = 8\n"
                "  tie_embeddings = false",
+    "olmo2": "family = llama\n  kv_heads = 1\n  ffn_hidden = 88\n  qk_norm = across_heads\n"
+             "  block_norms = post\n  tie_embeddings = false",
 }
 SPEC = """model hf_out_{family} {{
   {model}
@@ -174,6 +177,9 @@ class HfOutTest(unittest.TestCase):
 
     def test_mistral_with_bos(self):
         self.expect_loads_and_matches("mistral", "llama3")
+
+    def test_olmo2_with_bos(self):
+        self.expect_loads_and_matches("olmo2", "llama3")
 
 
 if __name__ == "__main__":
