@@ -24,7 +24,9 @@ namespace {
 namespace model = fsdpgen::model;
 
 const model::ParamLayout& layout_of(const hf_model& m) {
-  return m.llama ? model::llama_params(m.qkv_bias, m.qk_norm) : model::kGpt2Params;
+  return m.llama ? model::llama_params(model::LlamaTables{m.qkv_bias, m.qk_norm,
+                                                          m.qk_norm_across_heads, m.post_norm})
+                 : model::kGpt2Params;
 }
 
 model::Dims dims_of(const hf_model& m) {
@@ -284,15 +286,22 @@ void generator::block(int64_t layer, int64_t n) {
       if (model::same_name(table[i].name, name)) return w(i);
     return static_cast<const float*>(nullptr);
   };
-  norm_rows(x_.data(), n, C, lw("rms1_w"), nullptr, m_.norm_eps, h_.data());
+  // OLMo 2 (post_norm): q, k, v and the MLP read the residual stream, and each
+  // sub-block's output passes its norm (rms1_w, rms2_w) before the residual add.
+  const bool post = m_.post_norm;
+  if (!post) norm_rows(x_.data(), n, C, lw("rms1_w"), nullptr, m_.norm_eps, h_.data());
+  const float* in = post ? x_.data() : h_.data();
   // q (n, Q) into qkv_; k and v (n, KV) straight into the cache's rows.
-  linear(h_.data(), n, C, lw("q_w"), q_width_, true, lw("q_b"), qkv_.data());
-  linear(h_.data(), n, C, lw("k_w"), kv_width_, true, lw("k_b"), k_rows);
-  linear(h_.data(), n, C, lw("v_w"), kv_width_, true, lw("v_b"), v_rows);
-  if (m_.qk_norm) {  // Qwen3: each head's q and k, RMSNorm before the rotation
-    norm_rows(qkv_.data(), n * m_.heads, head_dim_, lw("q_norm_w"), nullptr, m_.norm_eps,
+  linear(in, n, C, lw("q_w"), q_width_, true, lw("q_b"), qkv_.data());
+  linear(in, n, C, lw("k_w"), kv_width_, true, lw("k_b"), k_rows);
+  linear(in, n, C, lw("v_w"), kv_width_, true, lw("v_b"), v_rows);
+  if (m_.qk_norm) {  // RMSNorm before the rotation: each head's (Qwen3) or all heads' (OLMo 2)
+    const int64_t q_group = m_.qk_norm_across_heads ? q_width_ : head_dim_;
+    const int64_t k_group = m_.qk_norm_across_heads ? kv_width_ : head_dim_;
+    norm_rows(qkv_.data(), n * q_width_ / q_group, q_group, lw("q_norm_w"), nullptr, m_.norm_eps,
               qkv_.data());
-    norm_rows(k_rows, n * m_.kv_heads, head_dim_, lw("k_norm_w"), nullptr, m_.norm_eps, k_rows);
+    norm_rows(k_rows, n * kv_width_ / k_group, k_group, lw("k_norm_w"), nullptr, m_.norm_eps,
+              k_rows);
   }
   // Rotary positions: row i is position cached_ + i.
   const float* cos = rope_cos_.data() + cached_ * half;
@@ -300,15 +309,23 @@ void generator::block(int64_t layer, int64_t n) {
   rope_forward(qkv_.data(), cos, sin, n, n, m_.heads, head_dim_);
   rope_forward(k_rows, cos, sin, n, n, m_.kv_heads, head_dim_);
   attention(layer, n);
-  linear(attn_.data(), n, q_width_, lw("o_w"), C, true, nullptr, x_.data(), 1.0f);
-  norm_rows(x_.data(), n, C, lw("rms2_w"), nullptr, m_.norm_eps, h_.data());
+  // x += branch, through its norm `w` first with post norms.
+  auto add_branch = [&](const float* from, int64_t K, const float* W, const float* w) {
+    if (!post) return linear(from, n, K, W, C, true, nullptr, x_.data(), 1.0f);
+    linear(from, n, K, W, C, true, nullptr, h_.data());
+    norm_rows(h_.data(), n, C, w, nullptr, m_.norm_eps, h_.data());
+    for (int64_t j = 0; j < n * C; ++j)
+      x_[static_cast<size_t>(j)] += h_[static_cast<size_t>(j)];
+  };
+  add_branch(attn_.data(), q_width_, lw("o_w"), lw("rms1_w"));
+  if (!post) norm_rows(x_.data(), n, C, lw("rms2_w"), nullptr, m_.norm_eps, h_.data());
   float* gate = ffn_.data();
   float* up = ffn_.data() + n * F;
-  linear(h_.data(), n, C, lw("gate_w"), F, true, nullptr, gate);
-  linear(h_.data(), n, C, lw("up_w"), F, true, nullptr, up);
+  linear(in, n, C, lw("gate_w"), F, true, nullptr, gate);
+  linear(in, n, C, lw("up_w"), F, true, nullptr, up);
   for (int64_t j = 0; j < n * F; ++j)
     gate[j] = swiglu_of(gate[j], up[j], exp_clamped(-gate[j]));
-  linear(gate, n, F, lw("down_w"), C, true, nullptr, x_.data(), 1.0f);
+  add_branch(gate, F, lw("down_w"), lw("rms2_w"));
 }
 
 const float* generator::forward(std::span<const int32_t> ids, float* all_logits) {
