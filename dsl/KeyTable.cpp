@@ -158,6 +158,14 @@ const KeyTable<ModelSpec>& model_keys() {
       }),
       int_key("sliding_window", &ModelSpec::sliding_window, 1, kMaxContext)
           .when([](const ModelSpec& m) { return is_llama(m) && m.sliding_window != 0; }),
+      bool_key("scale_embedding", &ModelSpec::scale_embedding).when([](const ModelSpec& m) {
+        return is_llama(m) && m.scale_embedding;
+      }),
+      bool_key("norm_plus_one", &ModelSpec::norm_plus_one).when([](const ModelSpec& m) {
+        return is_llama(m) && m.norm_plus_one;
+      }),
+      enum_key("activation", &ModelSpec::activation, "MLP activation", kActivationNames)
+          .when([](const ModelSpec& m) { return is_llama(m) && m.activation != Activation::Silu; }),
   };
   return t;
 }

@@ -124,6 +124,60 @@ void sliding_window_only_for_llama(const CheckContext& c) {
   only_for_llama(c, "model.sliding_window", "attends every earlier position");
 }
 
+void scale_embedding_only_for_llama(const CheckContext& c) {
+  only_for_llama(c, "model.scale_embedding", "adds learned positions to unscaled embeddings");
+}
+
+void norm_plus_one_only_for_llama(const CheckContext& c) {
+  only_for_llama(c, "model.norm_plus_one", "uses LayerNorm");
+}
+
+void activation_only_for_llama(const CheckContext& c) {
+  only_for_llama(c, "model.activation", "has a GELU MLP without a gate");
+}
+
+// Gemma's embedding scale and (1 + weight) norms: transformers'
+// GemmaForCausalLM has both and no class one alone; Gemma 1 has neither
+// Qwen's pieces, a window nor OLMo 2's norms (Gemma 2's and 3's windows and
+// q/k norms come with pieces fsdpgen does not build yet).
+void gemma_pieces_together(const CheckContext& c) {
+  const ModelSpec& m = c.spec.model;
+  if (!c.keys.usable({"model.family", "model.scale_embedding", "model.norm_plus_one",
+                      "model.qkv_bias", "model.qk_norm", "model.sliding_window",
+                      "model.block_norms"}) ||
+      m.family != Family::Llama || (!m.scale_embedding && !m.norm_plus_one))
+    return;
+  const char* set = m.scale_embedding ? "model.scale_embedding" : "model.norm_plus_one";
+  if (m.scale_embedding != m.norm_plus_one) {
+    Diagnostic& e = c.diags.error(
+        c.keys.where(set), fmt::format("{} = true without {} is not supported",
+                                       m.scale_embedding ? "scale_embedding" : "norm_plus_one",
+                                       m.scale_embedding ? "norm_plus_one" : "scale_embedding"));
+    Diagnostics::note(e,
+                      "both are Gemma's (GemmaForCausalLM); transformers has no class with one "
+                      "alone, so --save could not write the model");
+    return;
+  }
+  struct piece {
+    const char* key;
+    bool set;
+  };
+  const piece others[] = {{"model.qkv_bias", m.qkv_bias},
+                          {"model.qk_norm", m.qk_norm},
+                          {"model.sliding_window", m.attention_window() != 0},
+                          {"model.block_norms", m.post_norm()}};
+  for (const piece& o : others) {
+    if (!o.set) continue;
+    Diagnostic& e = c.diags.error(
+        c.keys.where(o.key),
+        fmt::format("{} with Gemma's pieces (scale_embedding, norm_plus_one) is not supported",
+                    std::string_view(o.key).substr(6)));
+    Diagnostics::note(e,
+                      "Gemma 1 has none; Gemma 2's and 3's windows and q/k norms come with "
+                      "sandwich norms and soft-capping, which fsdpgen does not build yet");
+  }
+}
+
 // Qwen3 has qk_norm without biases, Qwen2 the biases without qk_norm; the
 // llama tables (runtime/model/llama.h) have one or the other.
 void qk_norm_without_qkv_bias(const CheckContext& c) {
@@ -514,6 +568,10 @@ constexpr Rule kRules[] = {
     {RuleSection::Model, block_norms_only_for_llama},
     {RuleSection::Model, post_norms_with_qk_norm},
     {RuleSection::Model, sliding_window_only_for_llama},
+    {RuleSection::Model, scale_embedding_only_for_llama},
+    {RuleSection::Model, norm_plus_one_only_for_llama},
+    {RuleSection::Model, activation_only_for_llama},
+    {RuleSection::Model, gemma_pieces_together},
     {RuleSection::Parallel, ranks_per_node_divides_world},
     {RuleSection::Parallel, shard_align_is_a_power_of_two},
     {RuleSection::Parallel, shard_group_divides_world},

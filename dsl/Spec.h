@@ -29,6 +29,9 @@ enum class LrScheduleKind { Constant, Cosine, Linear };
 enum class DataKind { Synthetic, Text, Tokens };
 enum class LossScaleKind { Dynamic, Static };
 enum class UnitPolicy { EachBlock, EachLinear, Group, MinParams, Explicit };
+// llama's MLP gate: SwiGLU's SiLU (Llama, Qwen, Mistral) or GeGLU's GELU in
+// its tanh form (Gemma).
+enum class Activation { Silu, GeluTanh };
 
 inline constexpr std::array<std::string_view, 2> kFamilyNames = {"gpt2", "llama"};
 inline constexpr std::array<std::string_view, 5> kShardingNames = {
@@ -55,9 +58,13 @@ inline constexpr std::array<std::string_view, 2> kBlockNormsNames = {"pre", "pos
 inline std::string_view to_string(BlockNorms v) {
   return kBlockNormsNames[static_cast<int>(v)];
 }
+inline constexpr std::array<std::string_view, 2> kActivationNames = {"silu", "gelu_tanh"};
 
 inline std::string_view to_string(Family v) {
   return kFamilyNames[static_cast<int>(v)];
+}
+inline std::string_view to_string(Activation v) {
+  return kActivationNames[static_cast<int>(v)];
 }
 inline std::string_view to_string(Sharding v) {
   return kShardingNames[static_cast<int>(v)];
@@ -199,6 +206,12 @@ struct ModelSpec {
   // included), Mistral's sliding-window attention; 0: none. A window of at
   // least the context is plain causal attention.
   int64_t sliding_window = 0;
+  // llama only, Gemma's pieces: the embedding's rows scaled by sqrt(width) as
+  // they enter the first block (the head reads them unscaled); every RMSNorm
+  // scaling by (1 + weight), its weights starting at 0; the MLP's gate.
+  bool scale_embedding = false;
+  bool norm_plus_one = false;
+  Activation activation = Activation::Silu;
   // The token embedding and an untied head are stored with their rows padded
   // to a multiple of this (llm.c's 50257 -> 50304: cuBLASLt runs the LM-head
   // GEMMs with aligned kernels only then). The padded rows are zero, take no

@@ -84,7 +84,7 @@ bool init_weight_decays(std::string_view name) {
   return init_gpt2_rule(name, 1).kind == init_kind::normal;
 }
 
-init_rule init_tensor_rule(const program_tensor& t, int64_t n_layer) {
+init_rule init_tensor_rule(const program_tensor& t, int64_t n_layer, bool norm_plus_one) {
   switch (t.init) {
     case tensor_init::by_name:
       break;
@@ -95,7 +95,9 @@ init_rule init_tensor_rule(const program_tensor& t, int64_t n_layer) {
     case tensor_init::normal:
       return {init_kind::normal, t.init_std};
   }
-  return init_gpt2_rule(t.name, n_layer);
+  const init_rule r = init_gpt2_rule(t.name, n_layer);
+  // Gemma's RMSNorms scale by (1 + weight): ones are zero weights.
+  return norm_plus_one && r.kind == init_kind::ones ? init_rule{init_kind::zeros, 0} : r;
 }
 
 bool init_tensor_decays(const program_tensor& t) {
@@ -105,6 +107,7 @@ bool init_tensor_decays(const program_tensor& t) {
 
 std::string init_describe(const program& p) {
   std::string out = p.model.family == model_family::llama ? "Llama init" : "GPT-2 init";
+  if (p.model.norm_plus_one) out += " (RMSNorm weights 0: they scale by 1 + weight)";
   std::vector<std::string> seen;
   for (int i = 0; i < p.tensor_count; ++i) {
     const program_tensor& t = p.tensors[i];

@@ -40,9 +40,11 @@ void init_range(float* out, std::string_view tensor_name, init_rule rule, uint64
 bool init_weight_decays(std::string_view tensor_name);
 
 struct program_tensor;
-// A program's tensor's rule: its own (a custom layer's) or init_gpt2_rule's;
-// and whether weight decay applies to it (the randomly initialized ones).
-init_rule init_tensor_rule(const program_tensor& t, int64_t n_layer);
+// A program's tensor's rule: its own (a custom layer's) or init_gpt2_rule's,
+// whose ones are zeros where norms scale by (1 + weight) (Gemma's
+// norm_plus_one); and whether weight decay applies to it (the randomly
+// initialized ones).
+init_rule init_tensor_rule(const program_tensor& t, int64_t n_layer, bool norm_plus_one = false);
 bool init_tensor_decays(const program_tensor& t);
 
 struct program;

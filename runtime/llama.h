@@ -36,6 +36,12 @@ struct llama_dims {
   // rms1 and rms2 follow attention and the MLP, before each residual add, and
   // q, k, v read the block's input (OLMo 2): pieces in llama_post_piece order.
   bool post_norm = false;
+  // Gemma's pieces (program_model's fields of the same names).
+  bool scale_embedding = false;  // the embedding's rows times sqrt(C) into the first block
+  bool norm_plus_one = false;    // every RMSNorm scales by (1 + weight)
+  bool gelu_gate = false;        // the MLP's gate is GELU (tanh form), GeGLU; else SiLU, SwiGLU
+  // What each RMSNorm adds to its weights.
+  float norm_weight_offset() const { return norm_plus_one ? 1.0f : 0.0f; }
   int64_t N() const { return B * T; }
   int64_t D() const { return head_dim != 0 ? head_dim : C / H; }  // head size
   int64_t Q() const { return H * D(); }                           // width of q

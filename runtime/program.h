@@ -191,6 +191,12 @@ struct program_model {
   bool post_norm = false;
   // Each query attends the last sliding_window positions (Mistral); 0: none.
   int64_t sliding_window = 0;
+  // Gemma's pieces: the embedding's rows scaled by sqrt(width) into the first
+  // block; every RMSNorm scaling by (1 + weight); the MLP's gate GELU (tanh
+  // form, GeGLU) rather than SiLU (SwiGLU).
+  bool scale_embedding = false;
+  bool norm_plus_one = false;
+  bool gelu_gate = false;
   int64_t head_size() const { return head_dim != 0 ? head_dim : width / heads; }
 };
 

@@ -6,11 +6,12 @@ with tied embeddings, a Llama with grouped-query attention (4 heads, 2 for k and
 v), llama3 rope scaling and an untied head, a Qwen2 (Llama's block with q, k
 and v biases, tied), a Qwen3 (an RMSNorm on each head's q and k, heads of
 16 where width / heads is 8, tied), a Mistral (each query attending its
-last 5 positions, so the 6-token prompt already slides) and an OLMo 2 (norms
+last 5 positions, so the 6-token prompt already slides), an OLMo 2 (norms
 after attention and the MLP, one RMSNorm across all of q's heads and one
-across k's, untied). It saves each with save_pretrained (config.json and
-model.safetensors) in OUT/gpt2, OUT/llama, OUT/qwen2, OUT/qwen3, OUT/mistral
-and OUT/olmo2, and writes
+across k's, untied) and a Gemma (the embedding scaled by sqrt(width), (1 +
+weight) RMSNorms, GeGLU, one kv head, heads of 16, tied). It saves each with
+save_pretrained (config.json and model.safetensors) in OUT/gpt2, OUT/llama,
+OUT/qwen2, OUT/qwen3, OUT/mistral, OUT/olmo2 and OUT/gemma, and writes
 OUT/<family>/expected.json: the prompt's ids, the prefill logits of every prompt
 position, the ids generate(do_sample=False) adds to the prompt, and the logits of
 the whole sequence (prompt and generated ids) in one uncached forward.
@@ -90,6 +91,16 @@ def olmo2_model():
     return transformers.Olmo2ForCausalLM(config)
 
 
+def gemma_model():
+    config = transformers.GemmaConfig(
+        vocab_size=96, max_position_embeddings=64, hidden_size=32, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=16, intermediate_size=64, num_hidden_layers=2,
+        rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
+        initializer_range=INIT_STD, hidden_act="gelu_pytorch_tanh", bos_token_id=None,
+        eos_token_id=None, pad_token_id=None)
+    return transformers.GemmaForCausalLM(config)
+
+
 def write(model, out_dir, seed):
     model = model.float().eval()
     model.config._attn_implementation = "eager"
@@ -140,6 +151,8 @@ def main(out_dir):
     # Seeds whose greedy path keeps its top two logits 0.09 apart (5 and 6: 0.0015).
     torch.manual_seed(8)
     write(olmo2_model(), os.path.join(out_dir, "olmo2"), 9)
+    torch.manual_seed(5)
+    write(gemma_model(), os.path.join(out_dir, "gemma"), 6)
 
 
 if __name__ == "__main__":

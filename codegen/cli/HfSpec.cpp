@@ -96,6 +96,10 @@ std::string spec_text(const hf_model& m, const std::string& source, const std::s
              ? "  qk_norm    = across_heads   # RMSNorm on all of q and all of k (OLMo 2)\n"
              : "  qk_norm    = true   # RMSNorm on each head's q and k (Qwen3)\n";
   if (m.post_norm) s += "  block_norms = post   # norms after attention and the MLP (OLMo 2)\n";
+  if (m.scale_embedding)
+    s += "  scale_embedding = true   # the embedding times sqrt(width) (Gemma)\n";
+  if (m.norm_plus_one) s += "  norm_plus_one   = true   # RMSNorms scale by (1 + weight) (Gemma)\n";
+  if (m.gelu_gate) s += "  activation = gelu_tanh   # GeGLU: a GELU (tanh form) gate\n";
   if (m.window > 0 && m.window < m.context)
     s += fmt::format("  sliding_window = {}   # each query attends the last {} positions\n",
                      m.window, m.window);

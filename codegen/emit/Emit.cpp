@@ -142,17 +142,23 @@ std::string model_dims(const EmitContext& c) {
   const ModelSpec& m = c.model;
   if (m.family == Family::Llama) {
     // The fields after the epsilon, as far as one differs from its default:
-    // qkv_bias, qk_norm, head_dim, window, qk_norm_across_heads, post_norm.
+    // qkv_bias, qk_norm, head_dim, window, qk_norm_across_heads, post_norm,
+    // scale_embedding, norm_plus_one, gelu_gate.
     const int64_t window = m.attention_window();
-    const std::string fields[] = {m.qkv_bias ? "true" : "false",
-                                  m.qk_norm ? "true" : "false",
+    const bool gelu_gate = m.activation == Activation::GeluTanh;
+    auto word = [](bool v) { return std::string(v ? "true" : "false"); };
+    const std::string fields[] = {word(m.qkv_bias),
+                                  word(m.qk_norm),
                                   fmt::format("{}", m.head_size),
                                   fmt::format("{}", window),
-                                  m.qk_norm_across_heads ? "true" : "false",
-                                  m.post_norm() ? "true" : "false"};
-    const bool set[] = {
-        m.qkv_bias,   m.qk_norm, m.head_size != 0, window != 0, m.qk_norm_across_heads,
-        m.post_norm()};
+                                  word(m.qk_norm_across_heads),
+                                  word(m.post_norm()),
+                                  word(m.scale_embedding),
+                                  word(m.norm_plus_one),
+                                  word(gelu_gate)};
+    const bool set[] = {m.qkv_bias,        m.qk_norm,           m.head_size != 0,
+                        window != 0,       m.qk_norm_across_heads, m.post_norm(),
+                        m.scale_embedding, m.norm_plus_one,     gelu_gate};
     size_t last = std::size(set);
     while (last > 0 && !set[last - 1])
       last--;
@@ -166,6 +172,9 @@ std::string model_dims(const EmitContext& c) {
     if (m.post_norm()) says += "; the norms follow attention and the MLP";
     if (m.head_size != 0) says += fmt::format("; head size {}", m.head_size);
     if (window != 0) says += fmt::format("; each query attends the last {} positions", window);
+    if (m.scale_embedding) says += "; the embedding scaled by sqrt(C)";
+    if (m.norm_plus_one) says += "; RMSNorms scale by (1 + weight)";
+    if (gelu_gate) says += "; GeGLU (a GELU gate)";
     return fmt::format(
         "// B sequences of T tokens, width C, H query heads, KV key/value heads, MLP hidden F,\n"
         "// vocab V; attention saves log-sum-exp; the embedding and head are stored with V\n"

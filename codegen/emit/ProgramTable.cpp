@@ -69,6 +69,9 @@ std::vector<Init> model_fields(const EmitContext& c) {
   if (m.post_norm()) f.push_back({"post_norm", "true"});
   if (m.head_size != 0) f.push_back({"head_dim", i(m.head_size)});
   if (m.sliding_window != 0) f.push_back({"sliding_window", i(m.sliding_window)});
+  if (m.scale_embedding) f.push_back({"scale_embedding", "true"});
+  if (m.norm_plus_one) f.push_back({"norm_plus_one", "true"});
+  if (m.activation == Activation::GeluTanh) f.push_back({"gelu_gate", "true"});
   return f;
 }
 

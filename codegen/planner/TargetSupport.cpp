@@ -151,6 +151,20 @@ void check_block_norms(const Spec& spec, const Hardware& hw, Reasons& out) {
         "block_norms = post on GPUs (the CPU target has it; the CUDA llama block not yet)");
 }
 
+// Gemma's pieces: the CUDA llama block has none yet.
+void check_gemma_pieces(const Spec& spec, const Hardware& hw, Reasons& out) {
+  if (!hw.gpu) return;
+  const ModelSpec& m = spec.model;
+  if (m.scale_embedding)
+    out.push_back("scale_embedding = true on GPUs (the CPU target has it; the CUDA llama not yet)");
+  if (m.norm_plus_one)
+    out.push_back("norm_plus_one = true on GPUs (the CPU target has it; the CUDA llama not yet)");
+  if (m.activation != Activation::Silu)
+    out.push_back(
+        fmt::format("activation = {} on GPUs (the CPU target has it; the CUDA llama block not yet)",
+                    to_string(m.activation)));
+}
+
 }  // namespace
 
 std::string_view backend_name(const Hardware& hw) {
@@ -172,6 +186,7 @@ std::vector<std::string> unsupported_features(const Spec& spec, const Hardware& 
   check_qk_norm(spec, hw, out);
   check_block_norms(spec, hw, out);
   check_sliding_window(spec, hw, out);
+  check_gemma_pieces(spec, hw, out);
   return out;
 }
 

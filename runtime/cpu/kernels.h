@@ -129,19 +129,21 @@ void attention_gqa_backward(T* dq, T* dk, T* dv,  // (N, H*hs), (N, KV_heads*hs)
                             int64_t B, int64_t T_, int64_t H, int64_t KV_heads, int64_t hs,
                             int64_t window = 0);
 
-// RMSNorm (llama): out = inp * rstd * weight per row, rstd = 1 / sqrt(mean(inp^2)
-// + eps) saved (fp32), no mean taken out and no bias. out == nullptr: rstd only.
+// RMSNorm (llama): out = inp * rstd * (weight_offset + weight) per row, rstd
+// = 1 / sqrt(mean(inp^2) + eps) saved (fp32), no mean taken out and no bias.
+// weight_offset is 0, or 1 for Gemma's RMSNorm, whose weights start at 0.
+// out == nullptr: rstd only.
 template <class T>
 void rmsnorm_forward(T* out, float* rstd,            // (N, C), (N)
                      const T* inp, const T* weight,  // (N, C), (C)
-                     int64_t N, int64_t C, float eps);
+                     int64_t N, int64_t C, float eps, float weight_offset = 0.0f);
 // dinp = (accumulate ? dinp : 0) + d/dinp; dweight +=. dinp must not alias dout.
 template <class T, class G>
 void rmsnorm_backward(T* dinp, G* dweight,          // (N, C), (C)
                       const T* dout, const T* inp,  // (N, C), (N, C)
                       const T* weight,              // (C)
                       const float* rstd,            // (N)
-                      int64_t N, int64_t C, bool accumulate);
+                      int64_t N, int64_t C, bool accumulate, float weight_offset = 0.0f);
 
 // SwiGLU (llama's MLP), elementwise over n values: out = silu(gate) * up.
 // gate and up are the outputs of two GEMMs (separate arrays, as the layout
@@ -151,6 +153,13 @@ void swiglu_forward(T* out, const T* gate, const T* up, int64_t n);
 // dgate, dup from dout (dout may be neither).
 template <class T>
 void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n);
+
+// GeGLU (Gemma's MLP), as SwiGLU with GELU's tanh form for SiLU:
+// out = gelu(gate) * up.
+template <class T>
+void geglu_forward(T* out, const T* gate, const T* up, int64_t n);
+template <class T>
+void geglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n);
 
 // GELU, tanh approximation. gelu_backward may run in place (dinp == dout).
 template <class T>

@@ -6,6 +6,7 @@
 #include "runtime/cpu/llama.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kernels_shared.h"
@@ -39,20 +40,41 @@ void linear_backward(T* dinp, G* dw, const T* dout, const T* inp, const T* w, in
   if (dbias) column_sums_accumulate(dbias, dout, N, OC);
 }
 
+// The MLP's gate over n values: act(gate) * up, SwiGLU's SiLU or (gelu_gate,
+// Gemma) GeGLU's GELU.
+template <class T>
+void gate_forward(T* out, const T* gate, const T* up, int64_t n, const llama_dims& d) {
+  if (d.gelu_gate)
+    geglu_forward(out, gate, up, n);
+  else
+    swiglu_forward(out, gate, up, n);
+}
+
+template <class T>
+void gate_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n,
+                   const llama_dims& d) {
+  if (d.gelu_gate)
+    geglu_backward(dgate, dup, dout, gate, up, n);
+  else
+    swiglu_backward(dgate, dup, dout, gate, up, n);
+}
+
 // q's or k's RMSNorm (qk_norm) over `heads` heads of each of N rows: each
 // head's D values a norm's row, or across heads all heads * D of them.
 template <class T>
 void qk_norm_forward(T* out, float* rstd, const T* inp, const T* w, int64_t heads,
                      const llama_dims& d) {
   const int64_t width = heads * d.D(), group = d.qk_norm_across_heads ? width : d.D();
-  rmsnorm_forward(out, rstd, inp, w, d.N() * (width / group), group, d.norm_eps);
+  rmsnorm_forward(out, rstd, inp, w, d.N() * (width / group), group, d.norm_eps,
+                  d.norm_weight_offset());
 }
 
 template <class T, class G>
 void qk_norm_backward(T* dinp, G* dw, const T* dout, const T* inp, const T* w, const float* rstd,
                       int64_t heads, const llama_dims& d) {
   const int64_t width = heads * d.D(), group = d.qk_norm_across_heads ? width : d.D();
-  rmsnorm_backward(dinp, dw, dout, inp, w, rstd, d.N() * (width / group), group, false);
+  rmsnorm_backward(dinp, dw, dout, inp, w, rstd, d.N() * (width / group), group, false,
+                   d.norm_weight_offset());
 }
 
 // OLMo 2's block (post_norm, with qk_norm): res2 = input + rms1(attention(input) @ o_w^T),
@@ -79,18 +101,19 @@ void post_norm_block_forward(T* out, const llama_block_params<T>& p, const llama
   }
   if (pieces.has(kLlamaPostO)) linear_forward(s.attn_out, s.attn, p.o_w, none, N, Q, C, ws);
   if (pieces.has(kLlamaPostRms1)) {
-    rmsnorm_forward(s.res2, s.rms1_rstd, s.attn_out, p.rms1_w, N, C, d.norm_eps);
+    rmsnorm_forward(s.res2, s.rms1_rstd, s.attn_out, p.rms1_w, N, C, d.norm_eps,
+                    d.norm_weight_offset());
     residual_forward(s.res2, s.res2, static_cast<const T*>(s.input), N * C);
   }
   if (pieces.has(kLlamaPostGate)) linear_forward(s.gate, s.res2, p.gate_w, none, N, C, F, ws);
   if (pieces.has(kLlamaPostUp)) {
     linear_forward(s.up, s.res2, p.up_w, none, N, C, F, ws);
-    swiglu_forward(s.swiglu, s.gate, s.up, N * F);
+    gate_forward(s.swiglu, s.gate, s.up, N * F, d);
   }
   if (pieces.has(kLlamaPostDown)) linear_forward(s.mlp_out, s.swiglu, p.down_w, none, N, F, C, ws);
   if (!pieces.has(kLlamaPostRms2)) return;
   // recompute (out == nullptr): the norm's statistics only
-  rmsnorm_forward(out, s.rms2_rstd, s.mlp_out, p.rms2_w, N, C, d.norm_eps);
+  rmsnorm_forward(out, s.rms2_rstd, s.mlp_out, p.rms2_w, N, C, d.norm_eps, d.norm_weight_offset());
   if (out != nullptr) residual_forward(out, out, static_cast<const T*>(s.res2), N * C);
 }
 
@@ -113,18 +136,20 @@ void post_norm_block_backward(const llama_block_grads<G>& g, const llama_block_p
   T* dgate = dswiglu + N * F;
   T* dup = dgate + N * F;
   if (pieces.has(kLlamaPostRms2))
-    rmsnorm_backward(dtmp, g.rms2_w, dres, s.mlp_out, p.rms2_w, s.rms2_rstd, N, C, false);
+    rmsnorm_backward(dtmp, g.rms2_w, dres, s.mlp_out, p.rms2_w, s.rms2_rstd, N, C, false,
+                     d.norm_weight_offset());
   if (pieces.has(kLlamaPostDown))
     linear_backward(dswiglu, g.down_w, dtmp, s.swiglu, p.down_w, N, F, C, false, ws);
   if (pieces.has(kLlamaPostUp)) {
-    swiglu_backward(dgate, dup, dswiglu, s.gate, s.up, N * F);
+    gate_backward(dgate, dup, dswiglu, s.gate, s.up, N * F, d);
     linear_backward(dres, g.up_w, dup, s.res2, p.up_w, N, C, F, true, ws);
   }
   if (pieces.has(kLlamaPostGate))
     linear_backward(dres, g.gate_w, dgate, s.res2, p.gate_w, N, C, F, true, ws);
   T* dattn_out = scratch.big;  // (N, C)
   if (pieces.has(kLlamaPostRms1))
-    rmsnorm_backward(dattn_out, g.rms1_w, dres, s.attn_out, p.rms1_w, s.rms1_rstd, N, C, false);
+    rmsnorm_backward(dattn_out, g.rms1_w, dres, s.attn_out, p.rms1_w, s.rms1_rstd, N, C, false,
+                     d.norm_weight_offset());
   if (pieces.has(kLlamaPostO))
     linear_backward(dtmp, g.o_w, dattn_out, s.attn, p.o_w, N, Q, C, false, ws);
   T* dq = scratch.big;  // (N, Q), (N, KV) twice, then d(q) and d(k) before their norms
@@ -149,16 +174,35 @@ void post_norm_block_backward(const llama_block_grads<G>& g, const llama_block_p
   }
 }
 
+// Gemma's embedding scale (scale_embedding): sqrt(C) in T, as transformers
+// casts it to the weights' dtype (55.5 for 55.43 in bf16).
+template <class T>
+float embedding_scale(const llama_dims& d) {
+  return to_float(from_float<T>(static_cast<float>(std::sqrt(static_cast<double>(d.C)))));
+}
+
+// x *= scale over n values.
+template <class T>
+void scale_in_place(T* x, float scale, int64_t n) {
+#pragma omp parallel for simd if (n >= kParallelElems)
+  for (int64_t i = 0; i < n; i++)
+    x[i] = from_float<T>(to_float(x[i]) * scale);
+}
+
 }  // namespace
 
 template <class T>
 void llama_embed_forward(T* out, const int32_t* tokens, const T* wte, const llama_dims& d) {
   encoder_forward(out, tokens, wte, static_cast<const T*>(nullptr), d.B, d.T, d.C);
+  if (d.scale_embedding) scale_in_place(out, embedding_scale<T>(d), d.N() * d.C);
 }
 
+// With scale_embedding, d(input) is scaled in place: the embedding's is the
+// step's last use of it.
 template <class T, class G>
 void llama_embed_backward(G* dwte, const int32_t* tokens, const llama_backward_scratch<T>& s,
                           const llama_dims& d) {
+  if (d.scale_embedding) scale_in_place(s.dres, embedding_scale<T>(d), d.N() * d.C);
   encoder_backward(dwte, static_cast<G*>(nullptr), s.dres, tokens, d.B, d.T, d.C);
 }
 
@@ -170,7 +214,8 @@ void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_blo
   const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV(), Q = d.Q(), D = d.D();
   const T* none = nullptr;
   if (pieces.has(kLlamaRms1))
-    rmsnorm_forward(s.rms1, s.rms1_rstd, s.input, p.rms1_w, N, C, d.norm_eps);
+    rmsnorm_forward(s.rms1, s.rms1_rstd, s.input, p.rms1_w, N, C, d.norm_eps,
+                    d.norm_weight_offset());
   if (pieces.has(kLlamaQ)) {
     if (d.qk_norm) {
       linear_forward(s.q_raw, s.rms1, p.q_w, none, N, C, Q, ws, p.q_b);
@@ -196,11 +241,12 @@ void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_blo
   if (pieces.has(kLlamaO))
     linear_forward(s.res2, s.attn, p.o_w, static_cast<const T*>(s.input), N, Q, C, ws);
   if (pieces.has(kLlamaRms2))
-    rmsnorm_forward(s.rms2, s.rms2_rstd, s.res2, p.rms2_w, N, C, d.norm_eps);
+    rmsnorm_forward(s.rms2, s.rms2_rstd, s.res2, p.rms2_w, N, C, d.norm_eps,
+                    d.norm_weight_offset());
   if (pieces.has(kLlamaGate)) linear_forward(s.gate, s.rms2, p.gate_w, none, N, C, F, ws);
   if (pieces.has(kLlamaUp)) {
     linear_forward(s.up, s.rms2, p.up_w, none, N, C, F, ws);
-    swiglu_forward(s.swiglu, s.gate, s.up, N * F);
+    gate_forward(s.swiglu, s.gate, s.up, N * F, d);
   }
   // recompute: the saved activations are all it needs
   if (out == nullptr || !pieces.has(kLlamaDown)) return;
@@ -216,20 +262,22 @@ void llama_block_backward(const llama_block_grads<G>& g, const llama_block_param
   const int64_t N = d.N(), C = d.C, F = d.F, KV = d.KV(), Q = d.Q(), D = d.D();
   T* dres = scratch.dres;  // (N, C) d(out) -> d(res2) -> d(input)
   T* dtmp = scratch.dtmp;  // (N, max(C, Q))
-  // MLP: out = res2 + (silu(rms2 @ gate_w^T) * (rms2 @ up_w^T)) @ down_w^T.
+  // MLP: out = res2 + (act(rms2 @ gate_w^T) * (rms2 @ up_w^T)) @ down_w^T, act SiLU or
+  // (gelu_gate) GELU.
   T* dswiglu = scratch.big;  // (N, F) each
   T* dgate = dswiglu + N * F;
   T* dup = dgate + N * F;
   if (pieces.has(kLlamaDown))
     linear_backward(dswiglu, g.down_w, dres, s.swiglu, p.down_w, N, F, C, false, ws);
   if (pieces.has(kLlamaUp)) {
-    swiglu_backward(dgate, dup, dswiglu, s.gate, s.up, N * F);
+    gate_backward(dgate, dup, dswiglu, s.gate, s.up, N * F, d);
     linear_backward(dtmp, g.up_w, dup, s.rms2, p.up_w, N, C, F, false, ws);
   }
   if (pieces.has(kLlamaGate))
     linear_backward(dtmp, g.gate_w, dgate, s.rms2, p.gate_w, N, C, F, true, ws);
   if (pieces.has(kLlamaRms2))
-    rmsnorm_backward(dres, g.rms2_w, dtmp, s.res2, p.rms2_w, s.rms2_rstd, N, C, true);
+    rmsnorm_backward(dres, g.rms2_w, dtmp, s.res2, p.rms2_w, s.rms2_rstd, N, C, true,
+                     d.norm_weight_offset());
   // Attention: res2 = input + attention(rope(q), rope(k), v) @ o_w^T.
   if (pieces.has(kLlamaO)) linear_backward(dtmp, g.o_w, dres, s.attn, p.o_w, N, Q, C, false, ws);
   T* dq = scratch.big;  // (N, Q), then (N, KV) twice
@@ -255,14 +303,16 @@ void llama_block_backward(const llama_block_grads<G>& g, const llama_block_param
     linear_backward(dtmp, g.q_w, d.qk_norm ? dq_raw : dq, s.rms1, p.q_w, N, C, Q, true, ws, g.q_b);
   }
   if (pieces.has(kLlamaRms1))
-    rmsnorm_backward(dres, g.rms1_w, dtmp, s.input, p.rms1_w, s.rms1_rstd, N, C, true);
+    rmsnorm_backward(dres, g.rms1_w, dtmp, s.input, p.rms1_w, s.rms1_rstd, N, C, true,
+                     d.norm_weight_offset());
 }
 
 template <class T>
 void llama_head_forward(T* logits, float* losses, const int32_t* targets, const T* norm_w,
                         const T* head_w, const llama_final_norm_saved<T>& s, const llama_dims& d,
                         float dloss_scale, const gemm_workspace& ws) {
-  rmsnorm_forward(s.output, s.rstd, s.input, norm_w, d.N(), d.C, d.norm_eps);
+  rmsnorm_forward(s.output, s.rstd, s.input, norm_w, d.N(), d.C, d.norm_eps,
+                  d.norm_weight_offset());
   lm_head_forward(logits, s.output, head_w, d.N(), d.C, d.Vp(), ws);
   cross_entropy_fused(logits, losses, targets, d.N(), d.V, d.Vp(), dloss_scale);
 }
@@ -273,7 +323,8 @@ void llama_head_backward(G* dnorm_w, G* dhead_w, const T* norm_w, const T* head_
                          const llama_backward_scratch<T>& scratch, const llama_dims& d,
                          const gemm_workspace& ws) {
   lm_head_backward(scratch.dtmp, dhead_w, logits, s.output, head_w, d.N(), d.C, d.Vp(), ws);
-  rmsnorm_backward(scratch.dres, dnorm_w, scratch.dtmp, s.input, norm_w, s.rstd, d.N(), d.C, false);
+  rmsnorm_backward(scratch.dres, dnorm_w, scratch.dtmp, s.input, norm_w, s.rstd, d.N(), d.C, false,
+                   d.norm_weight_offset());
 }
 
 #define LLAMA_INSTANTIATE_T(T)                                                                    \

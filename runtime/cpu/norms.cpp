@@ -77,7 +77,7 @@ void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* i
 
 template <class T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int64_t N, int64_t C,
-                     float eps) {
+                     float eps, float weight_offset) {
 #pragma omp parallel for if (N * C >= kParallelElems)
   for (int64_t n = 0; n < N; n++) {
     const T* x = inp + n * C;
@@ -87,25 +87,29 @@ void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int64_t
     const float s = 1.0f / std::sqrt(ss / static_cast<float>(C) + eps);
     if (out != nullptr)
       for (int64_t c = 0; c < C; c++)
-        out[n * C + c] = from_float<T>(to_float(x[c]) * s * to_float(weight[c]));
+        out[n * C + c] =
+            from_float<T>(to_float(x[c]) * s * (weight_offset + to_float(weight[c])));
     rstd[n] = s;
   }
 }
 
 template <class T, class G>
 void rmsnorm_backward(T* dinp, G* dweight, const T* dout, const T* inp, const T* weight,
-                      const float* rstd, int64_t N, int64_t C, bool accumulate) {
+                      const float* rstd, int64_t N, int64_t C, bool accumulate,
+                      float weight_offset) {
 #pragma omp parallel for if (N * C >= kParallelElems)
   for (int64_t n = 0; n < N; n++) {
     const T* x = inp + n * C;
     const T* dy = dout + n * C;
     float dnorm_xhat_mean = 0.0f;
     for (int64_t c = 0; c < C; c++)
-      dnorm_xhat_mean += to_float(dy[c]) * to_float(weight[c]) * to_float(x[c]) * rstd[n];
+      dnorm_xhat_mean +=
+          to_float(dy[c]) * (weight_offset + to_float(weight[c])) * to_float(x[c]) * rstd[n];
     dnorm_xhat_mean /= static_cast<float>(C);
     for (int64_t c = 0; c < C; c++) {
-      const float d = rmsnorm_dinp_of(rstd[n], to_float(dy[c]) * to_float(weight[c]),
-                                      to_float(x[c]) * rstd[n], dnorm_xhat_mean);
+      const float d =
+          rmsnorm_dinp_of(rstd[n], to_float(dy[c]) * (weight_offset + to_float(weight[c])),
+                          to_float(x[c]) * rstd[n], dnorm_xhat_mean);
       dinp[n * C + c] = from_float<T>(accumulate ? to_float(dinp[n * C + c]) + d : d);
     }
   }
@@ -124,13 +128,13 @@ void rmsnorm_backward(T* dinp, G* dweight, const T* dout, const T* inp, const T*
 #define NORMS_INSTANTIATE_T(T)                                                                  \
   template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t, \
                                      int64_t);                                                  \
-  template void rmsnorm_forward<T>(T*, float*, const T*, const T*, int64_t, int64_t, float);
+  template void rmsnorm_forward<T>(T*, float*, const T*, const T*, int64_t, int64_t, float, float);
 
 #define NORMS_INSTANTIATE_TG(T, G)                                                               \
   template void layernorm_backward<T, G>(T*, G*, G*, const T*, const T*, const T*, const float*, \
                                          const float*, int64_t, int64_t, bool);                  \
   template void rmsnorm_backward<T, G>(T*, G*, const T*, const T*, const T*, const float*,       \
-                                       int64_t, int64_t, bool);
+                                       int64_t, int64_t, bool, float);
 
 FSDPGEN_FOR_EACH_DTYPE(NORMS_INSTANTIATE_T)
 FSDPGEN_FOR_EACH_DTYPE_PAIR(NORMS_INSTANTIATE_TG)

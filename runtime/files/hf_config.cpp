@@ -70,6 +70,10 @@ struct llama_type {
   bool qk_norm_across_heads = false;  // the architecture norms all of q and all of k
   bool post_norm = false;             // the architecture's norms follow its sub-blocks
   double norm_eps = 1e-6;             // rms_norm_eps when absent
+  // Gemma's architecture: the embedding scaled by sqrt(hidden_size), RMSNorms
+  // by (1 + weight); tied embeddings and GELU's tanh form by default, and
+  // hidden_act "gelu" read as that form (transformers' GemmaConfig does).
+  bool gemma = false;
 };
 constexpr llama_type kLlamaTypes[] = {
     {"llama", "LlamaForCausalLM", 2048, 0, 0, nullptr, false, false, 0, false},
@@ -77,6 +81,8 @@ constexpr llama_type kLlamaTypes[] = {
     {"qwen2", "Qwen2ForCausalLM", 32768, 32, 4096, "use_sliding_window", true},
     {"qwen3", "Qwen3ForCausalLM", 32768, 32, 4096, "use_sliding_window", false, true, 128},
     {"olmo2", "Olmo2ForCausalLM", 2048, 0, 0, nullptr, false, true, 0, false, true, true, 1e-5},
+    {"gemma", "GemmaForCausalLM", 8192, 16, 0, nullptr, false, false, 256, false, false, false,
+     1e-6, true},
 };
 // Qwen2's and Qwen3's max_window_layers when absent.
 constexpr int64_t kMaxWindowLayers = 28;
@@ -103,9 +109,6 @@ struct foreign_family {
 
 const std::vector<foreign_family>& foreign_families() {
   using w = foreign_feature::when;
-  const foreign_feature gemma_embedding{w::always, "", "the embedding scaled by sqrt(hidden_size)"};
-  const foreign_feature one_plus{w::always, "", "RMSNorm scaled by (1 + weight)"};
-  const foreign_feature geglu{w::always, "", "GeGLU (a tanh-approximated GELU gate)"};
   const foreign_feature sandwich{w::always, "", "norms after each sub-block as well as before"};
   const foreign_feature local_global{w::set, "sliding_window",
                                      "alternating sliding-window and global attention layers"};
@@ -116,22 +119,13 @@ const std::vector<foreign_family>& foreign_families() {
   const foreign_feature local_rope{w::set, "rope_local_base_freq",
                                    "another rotary base on the sliding-window layers"};
   static const std::vector<foreign_family> families = {
-      {"gemma", "GemmaForCausalLM", {gemma_embedding, one_plus, geglu}},
-      {"gemma2",
-       "Gemma2ForCausalLM",
-       {gemma_embedding, one_plus, geglu, sandwich, local_global, attn_cap, final_cap,
-        query_scale}},
+      {"gemma2", "Gemma2ForCausalLM", {sandwich, local_global, attn_cap, final_cap, query_scale}},
       {"gemma3_text",
        "Gemma3ForCausalLM",
-       {gemma_embedding, one_plus, geglu, sandwich, local_global, local_rope, attn_cap, final_cap,
-        query_scale}},
+       {sandwich, local_global, local_rope, attn_cap, final_cap, query_scale}},
       {"gemma3",
        "Gemma3ForConditionalGeneration",
-       {{w::always, "", "a vision tower (its text_config is a gemma3_text model)"},
-        gemma_embedding,
-        one_plus,
-        geglu,
-        sandwich}},
+       {{w::always, "", "a vision tower (its text_config is a gemma3_text model)"}, sandwich}},
   };
   return families;
 }
@@ -455,6 +449,27 @@ void read_window(config_reader& r) {
                     .field = &hf_model::window});
 }
 
+// hidden_act: SiLU (SwiGLU) or GELU's tanh form (GeGLU; Gemma's "gelu" is
+// that form too), the spec's activation.
+void read_activation(config_reader& r) {
+  const std::string fallback = r.type->gemma ? "gelu_pytorch_tanh" : "silu";
+  const json* v = r.get(r.config(), "hidden_act");
+  if (v && !v->is_string())
+    return r.differs("hidden_act", "", v->dump(),
+                     "fsdpgen's llama builds silu or gelu_pytorch_tanh", "\"silu\"");
+  const std::string act = v ? v->get<std::string>() : fallback;
+  const bool tanh_gelu = act == "gelu_pytorch_tanh" || (r.type->gemma && act == "gelu");
+  if (!tanh_gelu && act != "silu")
+    return r.differs("hidden_act", "", v->dump(),
+                     "fsdpgen's llama builds SwiGLU with silu or GeGLU with gelu_pytorch_tanh",
+                     "\"silu\" or \"gelu_pytorch_tanh\"");
+  r.model.gelu_gate = tanh_gelu;
+  r.keys.push_back({.key = "hidden_act",
+                    .text = v ? v->dump() : fmt::format("absent (\"{}\")", fallback),
+                    .spec_key = "activation",
+                    .field = &hf_model::gelu_gate});
+}
+
 void read_llama(config_reader& r) {
   const json& c = r.config();
   hf_model& m = r.model;
@@ -475,8 +490,8 @@ void read_llama(config_reader& r) {
   r.read<int64_t>(c, "", "max_position_embeddings", "context", &hf_model::context,
                   r.type->positions, config_key::kind::at_least);
   r.read<double>(c, "", "rms_norm_eps", "norm_eps", &hf_model::norm_eps, r.type->norm_eps);
-  r.string_is("hidden_act", "silu", "fsdpgen's llama builds SwiGLU with silu");
-  r.read<bool>(c, "", "tie_word_embeddings", "tie_embeddings", &hf_model::tied, false);
+  read_activation(r);
+  r.read<bool>(c, "", "tie_word_embeddings", "tie_embeddings", &hf_model::tied, r.type->gemma);
   r.off("attention_bias", "fsdpgen's llama has no attention biases");
   r.off("mlp_bias", "fsdpgen's llama has no MLP biases");
   // The architecture the type names states qkv_bias (Qwen2's biases on q, k
@@ -486,11 +501,14 @@ void read_llama(config_reader& r) {
   m.qk_norm = r.type->qk_norm;
   m.qk_norm_across_heads = r.type->qk_norm_across_heads;
   m.post_norm = r.type->post_norm;
+  m.scale_embedding = m.norm_plus_one = r.type->gemma;
   const json* type = r.get(c, "model_type");
   for (auto [spec_key, field] :
        {std::pair{"qkv_bias", &hf_model::qkv_bias}, std::pair{"qk_norm", &hf_model::qk_norm},
         std::pair{"qk_norm", &hf_model::qk_norm_across_heads},
-        std::pair{"block_norms", &hf_model::post_norm}})
+        std::pair{"block_norms", &hf_model::post_norm},
+        std::pair{"scale_embedding", &hf_model::scale_embedding},
+        std::pair{"norm_plus_one", &hf_model::norm_plus_one}})
     r.keys.push_back({.key = "model_type",
                       .text = type ? type->dump() : fmt::format("absent ({})", r.type->model_type),
                       .spec_key = spec_key,
@@ -569,6 +587,7 @@ std::string spec_value(const config_key& k, const hf_model& m) {
   if (k.how == config_key::kind::window) return m.window > 0 ? text_of(m.window) : "none";
   if (k.spec_key == "qk_norm") return m.qk_norm_across_heads ? "across_heads" : text_of(m.qk_norm);
   if (k.spec_key == "block_norms") return m.post_norm ? "post" : "pre";
+  if (k.spec_key == "activation") return m.gelu_gate ? "gelu_tanh" : "silu";
   return std::visit([&](auto field) { return text_of(m.*field); }, k.field);
 }
 
@@ -637,8 +656,9 @@ std::string hf_config_text(const hf_model& m) {
 
 const char* hf_model_type(const hf_model& m) {
   if (!m.llama) return "gpt2";
-  if (m.post_norm) return "olmo2";  // with qk_norm across heads
-  if (m.qk_norm) return "qwen3";    // qk_norm with qkv_bias is refused
+  if (m.scale_embedding) return "gemma";  // Gemma's pieces with others' are refused
+  if (m.post_norm) return "olmo2";        // with qk_norm across heads
+  if (m.qk_norm) return "qwen3";          // qk_norm with qkv_bias is refused
   if (m.qkv_bias) return "qwen2";
   return m.window > 0 ? "mistral" : "llama";
 }
@@ -662,7 +682,7 @@ std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
           std::max<int64_t>(m.context,
                             m.rope_factor > 0 ? twice_saturated(m.rope_original_context) : 0)},
          {"rms_norm_eps", m.norm_eps},
-         {"hidden_act", "silu"},
+         {"hidden_act", m.gelu_gate ? "gelu_pytorch_tanh" : "silu"},
          {"rope_theta", m.rope_theta},
          {"rope_scaling", nullptr},
          {"tie_word_embeddings", m.tied},
@@ -696,6 +716,10 @@ std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
     }
     if (type == "olmo2") {  // OLMo 2's architecture: its norms, no biases, no window
       c["architectures"] = {"Olmo2ForCausalLM"};
+      c.erase("mlp_bias");
+    }
+    if (type == "gemma") {  // Gemma's architecture: its embedding scale and norms
+      c["architectures"] = {"GemmaForCausalLM"};
       c.erase("mlp_bias");
     }
     if (m.rope_factor > 0)

@@ -34,6 +34,12 @@ struct hf_model {
   // llama: the norms follow attention and the MLP, before each residual add
   // (OLMo 2's post_attention_layernorm and post_feedforward_layernorm)
   bool post_norm = false;
+  // llama: Gemma's embedding scaled by sqrt(width) and RMSNorms scaling by (1
+  // + weight) (GemmaForCausalLM's architecture, both or neither); the MLP's
+  // gate GELU in its tanh form (hidden_act gelu_pytorch_tanh) rather than SiLU.
+  bool scale_embedding = false;
+  bool norm_plus_one = false;
+  bool gelu_gate = false;
 };
 
 // One difference: the config's key and value, the spec's key and value

@@ -5,8 +5,8 @@
 // program_model, which the emitter writes from the spec's: --init-from a
 // model directory). It is a template over the two so that the runtime needs
 // no spec and the spec no program (no include climbs); the facts both hold
-// under one name (qkv_bias among them) are copied once, and the three each holds its own way (the
-// family, tied embeddings, rotary positions) are read side by side below.
+// under one name (qkv_bias among them) are copied once, and the four each holds its own way (the
+// family, tied embeddings, rotary positions, the MLP's gate) are read side by side below.
 #pragma once
 
 #include "runtime/files/hf_config.h"
@@ -26,11 +26,14 @@ hf_model hf_model_of(const Model& m) {
   h.qk_norm = m.qk_norm;
   h.qk_norm_across_heads = m.qk_norm_across_heads;
   h.window = m.sliding_window;
+  h.scale_embedding = m.scale_embedding;
+  h.norm_plus_one = m.norm_plus_one;
   if constexpr (requires { m.rope_scaling; }) {  // the spec's model
     h.llama = m.family == decltype(m.family)::Llama;
     h.tied = m.tie_embeddings;
     h.head_dim = m.head_dim();
     h.post_norm = m.post_norm();
+    h.gelu_gate = m.activation == decltype(m.activation)::GeluTanh;
     h.rope_theta = m.rope_theta;
     if (m.rope_scaling.enabled) {
       h.rope_factor = m.rope_scaling.factor;
@@ -43,6 +46,7 @@ hf_model hf_model_of(const Model& m) {
     h.tied = m.tied;
     h.head_dim = m.head_size();
     h.post_norm = m.post_norm;
+    h.gelu_gate = m.gelu_gate;
     h.rope_theta = m.rope.theta;
     h.rope_factor = m.rope.factor;
     h.rope_low_freq = m.rope.low_freq;

@@ -74,7 +74,7 @@ void linear(const float* in, int64_t n, int64_t K, const float* W, int64_t N, bo
 
 // LayerNorm (bias given) or RMSNorm (bias null) of each of n rows of width C.
 void norm_rows(const float* x, int64_t n, int64_t C, const float* w, const float* b, double eps,
-               float* out) {
+               float* out, float w_offset = 0.0f) {
   for (int64_t i = 0; i < n; ++i) {
     const float* r = x + i * C;
     float* o = out + i * C;
@@ -90,7 +90,7 @@ void norm_rows(const float* x, int64_t n, int64_t C, const float* w, const float
     var /= static_cast<float>(C);
     const float rstd = 1.0f / std::sqrt(var + static_cast<float>(eps));
     for (int64_t j = 0; j < C; ++j)
-      o[j] = (r[j] - mean) * rstd * w[j] + (b ? b[j] : 0.0f);
+      o[j] = (r[j] - mean) * rstd * (w_offset + w[j]) + (b ? b[j] : 0.0f);
   }
 }
 
@@ -289,7 +289,8 @@ void generator::block(int64_t layer, int64_t n) {
   // OLMo 2 (post_norm): q, k, v and the MLP read the residual stream, and each
   // sub-block's output passes its norm (rms1_w, rms2_w) before the residual add.
   const bool post = m_.post_norm;
-  if (!post) norm_rows(x_.data(), n, C, lw("rms1_w"), nullptr, m_.norm_eps, h_.data());
+  const float offset = m_.norm_plus_one ? 1.0f : 0.0f;  // Gemma's norms: (1 + weight)
+  if (!post) norm_rows(x_.data(), n, C, lw("rms1_w"), nullptr, m_.norm_eps, h_.data(), offset);
   const float* in = post ? x_.data() : h_.data();
   // q (n, Q) into qkv_; k and v (n, KV) straight into the cache's rows.
   linear(in, n, C, lw("q_w"), q_width_, true, lw("q_b"), qkv_.data());
@@ -299,9 +300,9 @@ void generator::block(int64_t layer, int64_t n) {
     const int64_t q_group = m_.qk_norm_across_heads ? q_width_ : head_dim_;
     const int64_t k_group = m_.qk_norm_across_heads ? kv_width_ : head_dim_;
     norm_rows(qkv_.data(), n * q_width_ / q_group, q_group, lw("q_norm_w"), nullptr, m_.norm_eps,
-              qkv_.data());
+              qkv_.data(), offset);
     norm_rows(k_rows, n * kv_width_ / k_group, k_group, lw("k_norm_w"), nullptr, m_.norm_eps,
-              k_rows);
+              k_rows, offset);
   }
   // Rotary positions: row i is position cached_ + i.
   const float* cos = rope_cos_.data() + cached_ * half;
@@ -313,18 +314,19 @@ void generator::block(int64_t layer, int64_t n) {
   auto add_branch = [&](const float* from, int64_t K, const float* W, const float* w) {
     if (!post) return linear(from, n, K, W, C, true, nullptr, x_.data(), 1.0f);
     linear(from, n, K, W, C, true, nullptr, h_.data());
-    norm_rows(h_.data(), n, C, w, nullptr, m_.norm_eps, h_.data());
+    norm_rows(h_.data(), n, C, w, nullptr, m_.norm_eps, h_.data(), offset);
     for (int64_t j = 0; j < n * C; ++j)
       x_[static_cast<size_t>(j)] += h_[static_cast<size_t>(j)];
   };
   add_branch(attn_.data(), q_width_, lw("o_w"), lw("rms1_w"));
-  if (!post) norm_rows(x_.data(), n, C, lw("rms2_w"), nullptr, m_.norm_eps, h_.data());
+  if (!post) norm_rows(x_.data(), n, C, lw("rms2_w"), nullptr, m_.norm_eps, h_.data(), offset);
   float* gate = ffn_.data();
   float* up = ffn_.data() + n * F;
   linear(in, n, C, lw("gate_w"), F, true, nullptr, gate);
   linear(in, n, C, lw("up_w"), F, true, nullptr, up);
-  for (int64_t j = 0; j < n * F; ++j)
-    gate[j] = swiglu_of(gate[j], up[j], exp_clamped(-gate[j]));
+  for (int64_t j = 0; j < n * F; ++j)  // SwiGLU, or Gemma's GeGLU
+    gate[j] = m_.gelu_gate ? gelu_of(gate[j], exp_clamped(-2.0f * gelu_tanh_arg(gate[j]))) * up[j]
+                           : swiglu_of(gate[j], up[j], exp_clamped(-gate[j]));
   add_branch(gate, F, lw("down_w"), lw("rms2_w"));
 }
 
@@ -345,6 +347,9 @@ const float* generator::forward(std::span<const int32_t> ids, float* all_logits)
           fmt::format("token id {} is outside the vocabulary [0, {})", id, m_.vocab));
     float* x = x_.data() + i * C;
     std::copy(wte + id * C, wte + (id + 1) * C, x);
+    if (m_.scale_embedding)  // Gemma: the rows times sqrt(C), the scale rounded to fp32
+      for (int64_t j = 0; j < C; ++j)
+        x[j] *= static_cast<float>(std::sqrt(static_cast<double>(C)));
     if (wpe)
       for (int64_t j = 0; j < C; ++j)
         x[j] += wpe[(cached_ + i) * C + j];
@@ -352,7 +357,8 @@ const float* generator::forward(std::span<const int32_t> ids, float* all_logits)
   for (int64_t layer = 0; layer < m_.layers; ++layer)
     block(layer, n);
   const float* b = m_.llama ? nullptr : weight(l.final_norm[1].hf_name);
-  norm_rows(x_.data(), n, C, weight(l.final_norm[0].hf_name), b, m_.norm_eps, h_.data());
+  norm_rows(x_.data(), n, C, weight(l.final_norm[0].hf_name), b, m_.norm_eps, h_.data(),
+            m_.norm_plus_one ? 1.0f : 0.0f);
   if (all_logits) linear(h_.data(), n, C, head_, m_.vocab, true, nullptr, all_logits);
   linear(h_.data() + (n - 1) * C, 1, C, head_, m_.vocab, true, nullptr, logits_.data());
   cached_ += n;

@@ -165,8 +165,8 @@ void weights_init(step_context& c, uint64_t seed) {
     shard_piece piece;
     if (!piece_of(c, t, piece)) continue;
     values.resize(static_cast<size_t>(piece.tensor_end - piece.tensor_begin));
-    init_range(values.data(), t.name, init_tensor_rule(t, p.model.layers), seed, piece.tensor_begin,
-               piece.tensor_end);
+    init_range(values.data(), t.name, init_tensor_rule(t, p.model.layers, p.model.norm_plus_one),
+               seed, piece.tensor_begin, piece.tensor_end);
     weights_store(c, t.unit, piece.shard_offset, values.data(),
                   static_cast<int64_t>(values.size()));
   }

@@ -1,7 +1,8 @@
 // fsdpgen import-hf and check --hf from the command line: the specs written
 // from the config.json of GPT-2, Llama 3.2 1B and the models of llama's
 // architecture (Mistral 7B v0.3, SmolLM2 135M, TinyLlama 1.1B, and Qwen2.5
-// 0.5B with its q, k and v biases, Qwen3 0.6B with its qk-norm and head_dim; tests/cli/hf/,
+// 0.5B with its q, k and v biases, Qwen3 0.6B with its qk-norm and head_dim,
+// Gemma 2B with its embedding scale, (1 + weight) norms and GeGLU; tests/cli/hf/,
 // as the Hub has them) check, match their configs and have the published
 // parameter counts, an edited spec has each difference named at its key, and
 // keys and families no spec represents are all named.
@@ -168,8 +169,11 @@ TEST(ImportHf, UnbuildableKeysAreAllNamed) {
   EXPECT_EQ(r.status, 1) << r.out;
   const std::string c = "fsdpgen: error: tests/cli/hf/unbuildable/config.json: ";
   // (head_dim = 128, 2048 / 32 = 64 for hidden_size / heads, is a spec's head_dim.)
-  EXPECT_EQ(r.out, c + "hidden_act = \"gelu\": fsdpgen's llama builds SwiGLU with silu\n" + c +
-                       "attention_bias = true: fsdpgen's llama has no attention biases\n" + c +
+  // (hidden_act "gelu" is erf's GELU in llama's config; only Gemma's reads it as the tanh form.)
+  EXPECT_EQ(r.out, c +
+                       "hidden_act = \"gelu\": fsdpgen's llama builds SwiGLU with silu or GeGLU "
+                       "with gelu_pytorch_tanh\n" +
+                       c + "attention_bias = true: fsdpgen's llama has no attention biases\n" + c +
                        "mlp_bias = true: fsdpgen's llama has no MLP biases\n" + c +
                        "sliding_window = 4096: 4096 < max_position_embeddings 131072: "
                        "transformers' LlamaForCausalLM ignores sliding_window; a windowed model is "
@@ -214,7 +218,7 @@ TEST(ImportHf, AnotherFamilyIsNamed) {
                                  "fsdpgen imports \"gpt2\" (GPT2LMHeadModel), \"llama\" "
                                  "(LlamaForCausalLM), \"mistral\" (MistralForCausalLM), \"qwen2\" "
                                  "(Qwen2ForCausalLM), \"qwen3\" (Qwen3ForCausalLM), \"olmo2\" "
-                                 "(Olmo2ForCausalLM)\n",
+                                 "(Olmo2ForCausalLM), \"gemma\" (GemmaForCausalLM)\n",
                                  dir)))
       << r.out;
 }
@@ -231,7 +235,8 @@ TEST(ImportHf, LlamaArchitecturesHaveTheirPublishedParameters) {
         {"TinyLlama-1.1B-Chat-v1.0", "tinyllama_1_1b_chat_v1_0", "1100048384"},
         {"Qwen2.5-0.5B", "qwen2_5_0_5b", "494032768"},
         {"Qwen3-0.6B", "qwen3_0_6b", "596049920"},
-        {"OLMo-2-0425-1B", "olmo_2_0425_1b", "1484916736"}}) {
+        {"OLMo-2-0425-1B", "olmo_2_0425_1b", "1484916736"},
+        {"gemma-2b", "gemma_2b", "2506172416"}}) {
     SCOPED_TRACE(model);
     const std::string config = kSource + "/tests/cli/hf/" + model;
     const std::string spec = dir + "/" + model + ".fsdp";
@@ -347,6 +352,53 @@ TEST(ImportHf, Qwen3IsLlamaWithQkNormAndHeadDim) {
   c.erase("head_dim");
   r = run("check " + kSource + "/specs/qwen3-0.6b.fsdp --hf " + write_config("Qwen3-0.6B", c));
   EXPECT_EQ(r.status, 0) << r.out;
+}
+
+// Gemma's config: llama with scale_embedding, norm_plus_one and GeGLU
+// (hidden_act "gelu", which transformers' GemmaConfig reads as the tanh
+// form), GemmaForCausalLM named, its spec byte for byte; a llama spec against
+// it is named at each of the three, and the Gemma spec against Llama's config
+// too. Gemma's defaults where keys are absent: tied embeddings, GELU's tanh
+// form, head_dim 256; a hidden_act fsdpgen does not build is named.
+TEST(ImportHf, GemmaIsLlamaWithItsEmbeddingScaleNormsAndGeGlu) {
+  CmdResult r = run_in_source("import-hf tests/cli/hf/gemma-2b");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, file_bytes(kSource + "/tests/cli/hf/gemma-2b.fsdp"));
+  r = run_in_source("check specs/gemma-2b.fsdp --hf tests/cli/hf/gemma-2b");
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = run_in_source("check specs/llama-1b.fsdp --hf tests/cli/hf/gemma-2b");
+  EXPECT_EQ(r.status, 1) << r.out;
+  for (const char* line :
+       {"specs/llama-1b.fsdp:4:7: error: scale_embedding is false by default, but "
+        "tests/cli/hf/gemma-2b/config.json has model_type = \"gemma\"\n",
+        "specs/llama-1b.fsdp:4:7: error: norm_plus_one is false by default, but "
+        "tests/cli/hf/gemma-2b/config.json has model_type = \"gemma\"\n",
+        "specs/llama-1b.fsdp:4:7: error: activation is silu by default, but "
+        "tests/cli/hf/gemma-2b/config.json has hidden_act = \"gelu\"\n"}) {
+    EXPECT_TRUE(has(r, line)) << line << r.out;
+  }
+  r = run_in_source("check specs/gemma-2b.fsdp --hf tests/cli/hf/Llama-3.2-1B");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r,
+                  "error: scale_embedding = true, but tests/cli/hf/Llama-3.2-1B/config.json has "
+                  "model_type = \"llama\"\n"))
+      << r.out;
+  EXPECT_TRUE(has(r,
+                  "error: activation = gelu_tanh, but tests/cli/hf/Llama-3.2-1B/config.json has "
+                  "hidden_act = \"silu\"\n"))
+      << r.out;
+  nlohmann::json c = fixture("gemma-2b");
+  for (const char* key : {"hidden_act", "tie_word_embeddings", "head_dim"})
+    c.erase(key);
+  r = run("check " + kSource + "/specs/gemma-2b.fsdp --hf " + write_config("gemma-2b", c));
+  EXPECT_EQ(r.status, 0) << r.out;
+  c["hidden_act"] = "relu";
+  r = run("import-hf " + write_config("gemma-2b", c));
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r,
+                  "hidden_act = \"relu\": fsdpgen's llama builds SwiGLU with silu or GeGLU "
+                  "with gelu_pytorch_tanh"))
+      << r.out;
 }
 
 // Qwen2's window counts only where use_sliding_window is true (as
@@ -476,9 +528,8 @@ TEST(ImportHf, OtherFamiliesNameWhatFsdpgenCannotRepresent) {
   const std::string hf = kSource + "/tests/cli/hf/";
   EXPECT_EQ(refusal(hf + "gemma-3-1b-pt"),
             "model_type = \"gemma3_text\": Gemma3ForCausalLM is not llama's architecture; not "
-            "supported yet: the embedding scaled by sqrt(hidden_size); RMSNorm scaled by (1 + "
-            "weight); GeGLU (a tanh-approximated GELU gate); norms after each sub-block as well "
-            "as before; alternating sliding-window and global attention layers (sliding_window "
+            "supported yet: norms after each sub-block as well as before; alternating "
+            "sliding-window and global attention layers (sliding_window "
             "= 512); another rotary base on the sliding-window layers (rope_local_base_freq = "
             "10000)");
   nlohmann::json c = fixture("gemma-3-1b-pt");
@@ -489,16 +540,15 @@ TEST(ImportHf, OtherFamiliesNameWhatFsdpgenCannotRepresent) {
   c["head_dim"] = 288;
   EXPECT_EQ(refusal(write_config("import-hf-gemma2", c)),
             "model_type = \"gemma2\": Gemma2ForCausalLM is not llama's architecture; not "
-            "supported yet: the embedding scaled by sqrt(hidden_size); RMSNorm scaled by (1 + "
-            "weight); GeGLU (a tanh-approximated GELU gate); norms after each sub-block as well "
-            "as before; attention logit soft-capping (attn_logit_softcapping = 50.0); queries "
+            "supported yet: norms after each sub-block as well as before; attention logit "
+            "soft-capping (attn_logit_softcapping = 50.0); queries "
             "scaled by 1 / sqrt(query_pre_attn_scalar) (144, not the head size 288)");
   const CmdResult r = run("check " + kSource + "/specs/llama-1b.fsdp --hf " + hf + "gemma-3-1b-pt");
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_TRUE(has(r,
                   "gemma-3-1b-pt/config.json has model_type = \"gemma3_text\": Gemma3ForCausalLM "
-                  "is not llama's architecture; not supported yet: the embedding scaled by "
-                  "sqrt(hidden_size)"))
+                  "is not llama's architecture; not supported yet: norms after each sub-block "
+                  "as well as before"))
       << r.out;
 }
 

@@ -81,6 +81,13 @@ TEST(RoundTrip, Variants) {
                     "model o { family = llama vocab = 1000 context = 64 width = 96 heads = 6 "
                     "layers = 2 qk_norm = across_heads block_norms = post norm_eps = 1e-06 "
                     "tie_embeddings = false }");
+  expect_round_trip("gemma's embedding scale, (1 + weight) norms and GeGLU",
+                    "model g { family = llama vocab = 1000 context = 64 width = 96 heads = 3 "
+                    "kv_heads = 1 layers = 2 head_dim = 32 scale_embedding = true "
+                    "norm_plus_one = true activation = gelu_tanh tie_embeddings = true }");
+  expect_round_trip("a GeGLU llama",
+                    "model g { family = llama vocab = 1000 context = 64 width = 96 heads = 6 "
+                    "kv_heads = 2 layers = 2 activation = gelu_tanh }");
 }
 
 }  // namespace

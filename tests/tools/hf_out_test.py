@@ -4,8 +4,9 @@ work: a corpus prepared with a fixture BPE of 512 tokens (GPT-2's
 vocab.json + merges.txt, and Llama 3's with its BOS), a gpt2, a llama and a
 Qwen2 (llama with qkv_bias, tied), a Qwen3 (llama with qk_norm and a head_dim of
 32 where width / heads is 16), a Mistral (llama with a sliding window of 8
-in sequences of 32) and an OLMo 2 (llama with block_norms = post and
-qk_norm = across_heads) spec trained a few steps on it with `--save DIR`, and DIR loaded by
+in sequences of 32), an OLMo 2 (llama with block_norms = post and
+qk_norm = across_heads) and a Gemma (llama with its embedding scale, (1 + weight)
+norms and GeGLU) spec trained a few steps on it with `--save DIR`, and DIR loaded by
 AutoModelForCausalLM and AutoTokenizer: the tokenizer encodes a document as
 the token set holds it, the special-token ids are the set's, greedy
 generation gives new tokens, and transformers' loss on the first batch
@@ -38,6 +39,9 @@ MODELS = {
                "  tie_embeddings = false",
     "olmo2": "family = llama\n  kv_heads = 1\n  ffn_hidden = 88\n  qk_norm = across_heads\n"
              "  block_norms = post\n  tie_embeddings = false",
+    "gemma": "family = llama\n  kv_heads = 1\n  ffn_hidden = 88\n  head_dim = 32\n"
+             "  scale_embedding = true\n  norm_plus_one = true\n  activation = gelu_tanh\n"
+             "  tie_embeddings = true",
 }
 SPEC = """model hf_out_{family} {{
   {model}
@@ -180,6 +184,9 @@ class HfOutTest(unittest.TestCase):
 
     def test_olmo2_with_bos(self):
         self.expect_loads_and_matches("olmo2", "llama3")
+
+    def test_gemma_with_bos(self):
+        self.expect_loads_and_matches("gemma", "llama3")
 
 
 if __name__ == "__main__":
