@@ -59,6 +59,7 @@ struct E2eConfig {
   bool qwen3 = false;      // llama only: Qwen3's qk_norm, head_dim 16 (width 32 / 4 heads is 8)
   int sliding_window = 0;  // llama only: Mistral's window (0: none; the context is 16)
   bool olmo2 = false;      // llama only: OLMo 2's block_norms = post, qk_norm = across_heads
+  bool gemma = false;      // llama only: Gemma's embedding scale, (1 + weight) norms, GeGLU
   std::string optimizer = "adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)";
   int steps = 4;
   std::string clip = "1.0";  // a global norm, or none
@@ -85,7 +86,9 @@ struct E2eConfig {
             (qkv_bias ? "  qkv_bias = true\n" : "") +
             (qwen3 ? "  qk_norm = true\n  head_dim = 16\n" : "") +
             (sliding_window ? fmt::format("  sliding_window = {}\n", sliding_window) : "") +
-            (olmo2 ? "  qk_norm = across_heads\n  block_norms = post\n" : ""),
+            (olmo2 ? "  qk_norm = across_heads\n  block_norms = post\n" : "") +
+            (gemma ? "  scale_embedding = true\n  norm_plus_one = true\n  activation = gelu_tanh\n"
+                   : ""),
         layers.empty() ? "" : fmt::format("layers {{\n{}}}\n", layers), units, world, sharding,
         shard_group ? fmt::format("  shard_group = {}\n", shard_group) : "", param, reduce_dtype,
         forward_prefetch, backward, max_inflight, recompute,
@@ -119,6 +122,7 @@ struct E2eConfig {
     if (qwen3) n += "_qwen3";
     if (sliding_window) n += fmt::format("_window{}", sliding_window);
     if (olmo2) n += "_olmo2";
+    if (gemma) n += "_gemma";
     if (!layers.empty())
       n += fmt::format("_layers{:08x}", std::hash<std::string>{}(layers)&0xffffffffu);
     if (!train_extra.empty())

@@ -239,6 +239,7 @@ E2eConfig reference_of(const E2eConfig& c) {
   r.qwen3 = c.qwen3;
   r.olmo2 = c.olmo2;
   r.sliding_window = c.sliding_window;
+  r.gemma = c.gemma;
   r.optimizer = c.optimizer;
   r.steps = c.steps;
   r.clip = c.clip;
@@ -479,6 +480,22 @@ std::vector<E2eConfig> olmo2_set() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Olmo2, Equivalence, ::testing::ValuesIn(olmo2_set()),
+                         [](const auto& info) { return info.param.name(); });
+
+// Gemma (llama with the embedding scaled by sqrt(width), (1 + weight) norms
+// and GeGLU): the same four layouts as Qwen2's, without the biases; the
+// embedding's scaled gradient and the norms' zero-initialized weights
+// sharded, split into pieces and offloaded like any other.
+std::vector<E2eConfig> gemma_set() {
+  std::vector<E2eConfig> set = qwen2_set();
+  for (E2eConfig& c : set) {
+    c.qkv_bias = false;
+    c.gemma = true;
+  }
+  return set;
+}
+
+INSTANTIATE_TEST_SUITE_P(Gemma, Equivalence, ::testing::ValuesIn(gemma_set()),
                          [](const auto& info) { return info.param.name(); });
 
 // The comparison sees hybrid replicas counted twice: the hybrid SGD run of
