@@ -156,9 +156,9 @@ std::string model_dims(const EmitContext& c) {
                                   word(m.scale_embedding),
                                   word(m.norm_plus_one),
                                   word(gelu_gate)};
-    const bool set[] = {m.qkv_bias,        m.qk_norm,           m.head_size != 0,
-                        window != 0,       m.qk_norm_across_heads, m.post_norm(),
-                        m.scale_embedding, m.norm_plus_one,     gelu_gate};
+    const bool set[] = {
+        m.qkv_bias,    m.qk_norm,         m.head_size != 0, window != 0, m.qk_norm_across_heads,
+        m.post_norm(), m.scale_embedding, m.norm_plus_one,  gelu_gate};
     size_t last = std::size(set);
     while (last > 0 && !set[last - 1])
       last--;

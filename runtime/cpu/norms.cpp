@@ -87,8 +87,7 @@ void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int64_t
     const float s = 1.0f / std::sqrt(ss / static_cast<float>(C) + eps);
     if (out != nullptr)
       for (int64_t c = 0; c < C; c++)
-        out[n * C + c] =
-            from_float<T>(to_float(x[c]) * s * (weight_offset + to_float(weight[c])));
+        out[n * C + c] = from_float<T>(to_float(x[c]) * s * (weight_offset + to_float(weight[c])));
     rstd[n] = s;
   }
 }
