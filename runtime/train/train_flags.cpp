@@ -8,11 +8,12 @@
 #include <cstdio>
 #include <utility>
 
+#include "runtime/files/hf_model_of.h"
 #include "runtime/flags.h"
 #include "runtime/train/guard.h"
 
 const char* hf_family_name(const program& p) {
-  return p.model.family == model_family::llama ? "Llama" : "GPT-2";
+  return hf_model_type(hf_model_of(p.model));
 }
 
 std::optional<int> train_flags_parse(const program& p, int argc, char** argv,

@@ -58,5 +58,6 @@ std::optional<int> train_flags_parse(const program& p, int argc, char** argv,
                                      const backend_kind& kind, train_options& o,
                                      std::string& error);
 
-// The Hugging Face model family whose tensor names --save writes.
+// The Hugging Face model type whose tensor names --save writes ("gpt2",
+// "llama", or a llama option's: "qwen3", "gemma", ...).
 const char* hf_family_name(const program& p);
