@@ -173,8 +173,9 @@ void gemma_pieces_together(const CheckContext& c) {
         fmt::format("{} with Gemma's pieces (scale_embedding, norm_plus_one) is not supported",
                     std::string_view(o.key).substr(6)));
     Diagnostics::note(e,
-                      "Gemma 1 has none; Gemma 2's and 3's windows and q/k norms come with "
-                      "sandwich norms and soft-capping, which fsdpgen does not build yet");
+                      "Gemma 1 has none of them; Gemma 2's and 3's windows, q/k norms and norms "
+                      "after each sub-block come with soft-capping and norms before each as "
+                      "well, which fsdpgen does not build yet");
   }
 }
 
