@@ -375,6 +375,12 @@ def run(args):
         m = manifest["splits"][s]
         print(f"prepare: {s}: {m['documents']:,} documents, {m['tokens']:,} tokens ({dtype}) in "
               f"{len(m['shards'])} shards: {os.path.join(args.output, s + '_*.bin')}")
+    # What a spec reads it with (the token files, not the directory).
+    reads = f'data = tokens("{os.path.join(args.output, "train_*.bin")}")'
+    if splits["val"].shards:
+        reads += f' and val = tokens("{os.path.join(args.output, "val_*.bin")}")'
+    print(f"next: in the spec's train section, {reads}; in its model section, vocab = "
+          f"{info.vocab_size}")
     return 0
 
 

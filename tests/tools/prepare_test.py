@@ -146,6 +146,7 @@ class PrepareTest(unittest.TestCase):
             rc = prepare.main(argv)
         self.assertEqual(rc, expect, err.getvalue())
         self.stderr = err.getvalue()
+        self.stdout = stdout.getvalue()
         return err.getvalue()
 
     def manifest(self, out="out"):
@@ -172,6 +173,10 @@ class PrepareTest(unittest.TestCase):
         m = self.manifest()
         self.assertTrue(m["complete"])
         self.assertEqual(m["tokenizer"]["eot"], {"token": "<|endoftext|>", "id": eot})
+        # The last line says what a spec reads the set with (no val split here).
+        self.assertEqual(self.stdout.splitlines()[-1],
+                         f"next: in the spec's train section, data = tokens(\"{self.path('out')}/"
+                         f"train_*.bin\"); in its model section, vocab = {m['tokenizer']['vocab_size']}")
         self.assertIsNone(m["tokenizer"]["bos"])
         self.assertEqual(m["tokenizer"]["vocab_size"], 512)
         self.assertEqual(m["tokenizer"]["special_tokens"], {"<|endoftext|>": eot})
@@ -289,6 +294,8 @@ class PrepareTest(unittest.TestCase):
         self.assertTrue(20 < len(val) < 60, len(val))
         self.assertEqual(split_tokens(self.path("out"), "train"), self.expected("gpt2", train))
         self.assertEqual(split_tokens(self.path("out"), "val"), self.expected("gpt2", val))
+        self.assertIn(f" and val = tokens(\"{self.path('out')}/val_*.bin\"); ",
+                      self.stdout.splitlines()[-1])
         m = self.manifest()
         for split in ("train", "val"):
             shards = m["splits"][split]["shards"]
