@@ -49,8 +49,10 @@ std::string first_sample(const std::string& out) {
 }
 
 // GPT-2 as kSpec states it, Llama (grouped-query attention, rotary
-// positions, an untied head) or Qwen3 (Llama's with each head's q and k
-// normed, heads of 32 where width / heads is 16, tied).
+// positions, an untied head), Qwen3 (Llama's with each head's q and k
+// normed, heads of 32 where width / heads is 16, tied), OLMo 2 (norms after
+// attention and the MLP, q and k normed across heads, tied here) or Gemma
+// (the embedding scaled, (1 + weight) norms, GeGLU, tied).
 std::string spec_of(const std::string& family) {
   std::string spec = kSpec;
   if (family == "llama")
@@ -59,6 +61,13 @@ std::string spec_of(const std::string& family) {
   if (family == "qwen3")
     spec.replace(spec.find("family = gpt2"), 13,
                  "family = llama\n  kv_heads = 2\n  qk_norm = true\n  head_dim = 32");
+  if (family == "olmo2")
+    spec.replace(spec.find("family = gpt2"), 13,
+                 "family = llama\n  kv_heads = 2\n  qk_norm = across_heads\n  block_norms = post");
+  if (family == "gemma")
+    spec.replace(spec.find("family = gpt2"), 13,
+                 "family = llama\n  kv_heads = 1\n  scale_embedding = true\n  norm_plus_one = "
+                 "true\n  activation = gelu_tanh");
   return spec;
 }
 
@@ -107,7 +116,8 @@ TEST_P(SampleFamily, TrainingSamplesAreTheCheckpointsGenerations) {
 // from its <|endoftext|> and are decoded by the tokenizer.json beside its
 // manifest, in the run and in `fsdpgen sample` (whose --prompt the
 // tokenizers library encodes). Needs the tools' venv (prepare, the prompt).
-INSTANTIATE_TEST_SUITE_P(Families, SampleFamily, ::testing::Values("gpt2", "llama", "qwen3"),
+INSTANTIATE_TEST_SUITE_P(Families, SampleFamily,
+                         ::testing::Values("gpt2", "llama", "qwen3", "olmo2", "gemma"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(Sample, ATokenSetsTokenizerDecodesAndEncodes) {
