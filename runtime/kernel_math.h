@@ -4,6 +4,9 @@
 // CPU, expf on the GPU; both named exp_clamped), so these take exp's result.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
+
 #include "runtime/host_device.h"
 
 // exp's argument is clamped to [kExpArgMin, kExpArgMax] by both backends'
@@ -61,6 +64,12 @@ FSDPGEN_HOST_DEVICE float swiglu_of(float g, float u, float e) {
 FSDPGEN_HOST_DEVICE float swiglu_dgate_of(float g, float u, float e) {
   const float s = 1.0f / (1.0f + e);
   return u * s * (1.0f + g * (1.0f - s));
+}
+
+// Gemma's embedding scale (scale_embedding): sqrt(width) rounded to fp32;
+// a 16-bit run rounds it once more, to its dtype, as transformers does.
+FSDPGEN_HOST_DEVICE float embedding_scale_of(int64_t width) {
+  return static_cast<float>(sqrt(static_cast<double>(width)));
 }
 
 // Rotary positions, Hugging Face's rotate-half convention: the pair (x1, x2)

@@ -6,7 +6,6 @@
 #include "runtime/cpu/llama.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kernels_shared.h"
@@ -178,7 +177,7 @@ void post_norm_block_backward(const llama_block_grads<G>& g, const llama_block_p
 // casts it to the weights' dtype (55.5 for 55.43 in bf16).
 template <class T>
 float embedding_scale(const llama_dims& d) {
-  return to_float(from_float<T>(static_cast<float>(std::sqrt(static_cast<double>(d.C)))));
+  return to_float(from_float<T>(embedding_scale_of(d.C)));
 }
 
 // x *= scale over n values.

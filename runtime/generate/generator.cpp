@@ -340,6 +340,7 @@ const float* generator::forward(std::span<const int32_t> ids, float* all_logits)
   const model::ParamLayout& l = layout_of(m_);
   const float* wte = weight(l.embed[0].hf_name);
   const float* wpe = m_.llama ? nullptr : weight(l.embed[1].hf_name);
+  const float scale = embedding_scale_of(C);
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = ids[static_cast<size_t>(i)];
     if (id < 0 || id >= m_.vocab)
@@ -349,7 +350,7 @@ const float* generator::forward(std::span<const int32_t> ids, float* all_logits)
     std::copy(wte + id * C, wte + (id + 1) * C, x);
     if (m_.scale_embedding)  // Gemma: the rows times sqrt(C), the scale rounded to fp32
       for (int64_t j = 0; j < C; ++j)
-        x[j] *= static_cast<float>(std::sqrt(static_cast<double>(C)));
+        x[j] *= scale;
     if (wpe)
       for (int64_t j = 0; j < C; ++j)
         x[j] += wpe[(cached_ + i) * C + j];

@@ -30,17 +30,10 @@ namespace block_model = fsdpgen::model;
 
 inline constexpr double kBlockTheta = 10000.0;
 
-// y (N, OC) = x (N, IC) w^T, w (OC, IC).
+// y (N, OC) = x (N, IC) w^T, w (OC, IC): nn.Linear without a bias, which is
+// Reference.h's lm_head.
 inline vec linear(const vec& x, const vec& w, int64_t N, int64_t IC, int64_t OC) {
-  vec y(N * OC);
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t o = 0; o < OC; o++) {
-      double s = 0.0;
-      for (int64_t i = 0; i < IC; i++)
-        s += x[n * IC + i] * w[o * IC + i];
-      y[n * OC + o] = s;
-    }
-  return y;
+  return ref::lm_head(x, w, N, IC, OC);
 }
 
 // GeGLU: gelu(gate) * up, GELU's tanh form (transformers' gelu_pytorch_tanh).
