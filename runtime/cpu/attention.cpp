@@ -1,7 +1,8 @@
 // attention (CPU): the causal attention (see kernels.h): the materialized
 // one (scores on gemm(), row blocks below the diagonal) and the flash one (online
 // softmax, fp32 rows), packed gpt2 qkv or llama's grouped-query heads, the
-// latter optionally within a sliding window (Mistral).
+// latter optionally within a sliding window (Mistral), with another scale
+// and soft-capped scores (Gemma 2).
 #include "runtime/cpu/kernels.h"
 
 #include <algorithm>
@@ -160,10 +161,20 @@ void add_scaled_row(float* acc, float w, const T* x, int64_t n) {
 // wide), its lse and delta at bh * T + t. Packed qkv (gpt2) is q, k and v
 // rows of stride 3C; llama's are arrays of their own. Query t attends keys
 // [first(t), t]: all before it, or with a window W the last W (t - u < W, as
-// transformers' sliding_window_overlay).
+// transformers' sliding_window_overlay). Scores are scale q_t . k_u, and
+// with a softcap X > 0 X tanh(that / X) (Gemma 2), before the window's mask.
 struct flash_rows {
   int64_t T_, H, group, hs, q_stride, kv_stride;
-  int64_t window = 0;  // 0: none
+  int64_t window = 0;    // 0: none
+  float scale = 0.0f;    // of q . k
+  float softcap = 0.0f;  // 0: none
+  float score(float dot) const {
+    return softcap > 0.0f ? softcap * std::tanh(scale * dot / softcap) : scale * dot;
+  }
+  // d(score) / d(scale q . k) at a score c: 1 - (c / X)^2 with a softcap, else 1.
+  float score_slope(float c) const {
+    return softcap > 0.0f ? 1.0f - (c / softcap) * (c / softcap) : 1.0f;
+  }
   int64_t first(int64_t t) const { return window > 0 && t >= window ? t - window + 1 : 0; }
   // The last query that attends key u.
   int64_t last(int64_t u) const {
@@ -181,10 +192,14 @@ struct flash_rows {
 };
 
 flash_rows flash_rows_of(int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, int64_t q_stride,
-                         int64_t kv_stride, int64_t window = 0) {
-  if (window < 0)
-    throw std::invalid_argument("attention_flash: window " + std::to_string(window) +
+                         int64_t kv_stride, const attention_options& o = {}) {
+  if (o.window < 0)
+    throw std::invalid_argument("attention_flash: window " + std::to_string(o.window) +
                                 " is negative (0: none)");
+  if (!(o.scale >= 0.0f && o.softcap >= 0.0f && std::isfinite(o.scale) && std::isfinite(o.softcap)))
+    throw std::invalid_argument("attention_flash: scale " + std::to_string(o.scale) +
+                                " or softcap " + std::to_string(o.softcap) +
+                                " is negative or not finite (0: the default, none)");
   if (H <= 0 || KV_heads <= 0 || H % KV_heads != 0)
     throw std::invalid_argument("attention_flash: H=" + std::to_string(H) +
                                 " query heads are not a multiple of " + std::to_string(KV_heads) +
@@ -193,7 +208,8 @@ flash_rows flash_rows_of(int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, in
     throw std::invalid_argument("attention_flash: head size " + std::to_string(hs) + " exceeds " +
                                 std::to_string(kAttentionFlashMaxHeadSize) +
                                 ", the most the CPU kernels support");
-  return flash_rows{T_, H, H / KV_heads, hs, q_stride, kv_stride, window};
+  const float scale = o.scale > 0.0f ? o.scale : 1.0f / std::sqrt(static_cast<float>(hs));
+  return flash_rows{T_, H, H / KV_heads, hs, q_stride, kv_stride, o.window, scale, o.softcap};
 }
 
 flash_rows packed_flash_rows(int64_t T_, int64_t C, int64_t H) {
@@ -203,7 +219,7 @@ flash_rows packed_flash_rows(int64_t T_, int64_t C, int64_t H) {
   return flash_rows_of(T_, H, H, C / H, 3 * C, 3 * C);
 }
 
-// Query row r = (bh, t), scores s_u = scale q_t . k_u for u in [first(t), t]. Pass 1:
+// Query row r = (bh, t), scores s_u = L.score(q_t . k_u) for u in [first(t), t]. Pass 1:
 // lse = log sum exp s_u (online: the running max m and sum of exp(s_u - m));
 // pass 2: out_t = sum of exp(s_u - lse) v_u, in fp32. Rows cost t each:
 // dynamic scheduling balances them; each row is one thread's.
@@ -211,7 +227,6 @@ template <class T>
 void flash_forward(T* out, float* lse, const T* q_all, const T* k_all, const T* v_all, int64_t B,
                    const flash_rows& L) {
   const int64_t T_ = L.T_, hs = L.hs;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel for schedule(dynamic, 16) if (B * L.H * T_ * T_ * hs >= kParallelElems)
   for (int64_t r = 0; r < B * L.H * T_; r++) {
     const int64_t bh = r / T_, t = r % T_;
@@ -219,9 +234,9 @@ void flash_forward(T* out, float* lse, const T* q_all, const T* k_all, const T* 
     const T* k0 = k_all + L.kv_at(bh, 0);  // position u's k at k0 + u * kv_stride
     const T* v0 = v_all + L.kv_at(bh, 0);
     const int64_t u0 = L.first(t);
-    float m = scale * dot_row(q, k0 + u0 * L.kv_stride, hs), l = 1.0f;
+    float m = L.score(dot_row(q, k0 + u0 * L.kv_stride, hs)), l = 1.0f;
     for (int64_t u = u0 + 1; u <= t; u++) {
-      const float s = scale * dot_row(q, k0 + u * L.kv_stride, hs);
+      const float s = L.score(dot_row(q, k0 + u * L.kv_stride, hs));
       if (s > m) {
         l = l * exp_clamped(m - s) + 1.0f;
         m = s;
@@ -233,7 +248,7 @@ void flash_forward(T* out, float* lse, const T* q_all, const T* k_all, const T* 
     float acc[kAttentionFlashMaxHeadSize];
     std::fill(acc, acc + hs, 0.0f);
     for (int64_t u = u0; u <= t; u++)
-      add_scaled_row(acc, exp_clamped(scale * dot_row(q, k0 + u * L.kv_stride, hs) - row_lse),
+      add_scaled_row(acc, exp_clamped(L.score(dot_row(q, k0 + u * L.kv_stride, hs)) - row_lse),
                      v0 + u * L.kv_stride, hs);
     T* o = out + L.out_at(bh, t);
     for (int64_t c = 0; c < hs; c++)
@@ -242,8 +257,9 @@ void flash_forward(T* out, float* lse, const T* q_all, const T* k_all, const T* 
   }
 }
 
-// For u in [first(t), t]: P[t, u] = exp(scale q_t . k_u - lse_t), dP[t, u] = dout_t .
-// v_u and the scores' gradient dS[t, u] = P[t, u] (dP[t, u] - delta_t), each
+// For u in [first(t), t]: P[t, u] = exp(c - lse_t) for the score c = L.score(q_t .
+// k_u), dP[t, u] = dout_t . v_u and the gradient of the scores before the
+// softcap dS[t, u] = P[t, u] (dP[t, u] - delta_t) L.score_slope(c), each
 // recomputed where it is used. dq by query rows; dk and dv by key rows of
 // each kv head, summed over the query heads of its group in head order.
 template <class T>
@@ -251,7 +267,7 @@ void flash_backward(T* dq_all, T* dk_all, T* dv_all, float* delta, const T* dout
                     const T* k_all, const T* v_all, const T* out, const float* lse, int64_t B,
                     const flash_rows& L) {
   const int64_t T_ = L.T_, hs = L.hs, rows = B * L.H * T_;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float scale = L.scale;
   const bool parallel = rows * T_ * hs >= kParallelElems;
   // delta_t = dout_t . out_t (= sum over u of P[t, u] dP[t, u], as out_t = sum of P[t, u] v_u).
 #pragma omp parallel for if (rows * hs >= kParallelElems)
@@ -259,8 +275,10 @@ void flash_backward(T* dq_all, T* dk_all, T* dv_all, float* delta, const T* dout
     delta[r] = dot_row(dout + L.out_at(r / T_, r % T_), out + L.out_at(r / T_, r % T_), hs);
   auto pair = [&](int64_t bh, int64_t t, int64_t u, float* p, float* ds) {
     const T* q = q_all + L.q_at(bh, t);
-    *p = exp_clamped(scale * dot_row(q, k_all + L.kv_at(bh, u), hs) - lse[bh * T_ + t]);
-    *ds = *p * (dot_row(dout + L.out_at(bh, t), v_all + L.kv_at(bh, u), hs) - delta[bh * T_ + t]);
+    const float c = L.score(dot_row(q, k_all + L.kv_at(bh, u), hs));
+    *p = exp_clamped(c - lse[bh * T_ + t]);
+    *ds = *p * (dot_row(dout + L.out_at(bh, t), v_all + L.kv_at(bh, u), hs) - delta[bh * T_ + t]) *
+          L.score_slope(c);
   };
   // By query rows: dq_t = scale * sum over u in [first(t), t] of dS[t, u] k_u.
 #pragma omp parallel for schedule(dynamic, 16) if (parallel)
@@ -321,17 +339,32 @@ void attention_backward_flash(T* dqkv, float* delta, const T* dout, const T* qkv
 
 template <class T>
 void attention_gqa_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B,
+                           int64_t T_, int64_t H, int64_t KV_heads, int64_t hs,
+                           const attention_options& o) {
+  flash_forward(out, lse, q, k, v, B, flash_rows_of(T_, H, KV_heads, hs, H * hs, KV_heads * hs, o));
+}
+
+template <class T>
+void attention_gqa_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B,
                            int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, int64_t window) {
-  flash_forward(out, lse, q, k, v, B,
-                flash_rows_of(T_, H, KV_heads, hs, H * hs, KV_heads * hs, window));
+  attention_gqa_forward(out, lse, q, k, v, B, T_, H, KV_heads, hs, attention_options{window});
+}
+
+template <class T>
+void attention_gqa_backward(T* dq, T* dk, T* dv, float* delta, const T* dout, const T* q,
+                            const T* k, const T* v, const T* out, const float* lse, int64_t B,
+                            int64_t T_, int64_t H, int64_t KV_heads, int64_t hs,
+                            const attention_options& o) {
+  flash_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, B,
+                 flash_rows_of(T_, H, KV_heads, hs, H * hs, KV_heads * hs, o));
 }
 
 template <class T>
 void attention_gqa_backward(T* dq, T* dk, T* dv, float* delta, const T* dout, const T* q,
                             const T* k, const T* v, const T* out, const float* lse, int64_t B,
                             int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, int64_t window) {
-  flash_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, B,
-                 flash_rows_of(T_, H, KV_heads, hs, H * hs, KV_heads * hs, window));
+  attention_gqa_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, B, T_, H, KV_heads, hs,
+                         attention_options{window});
 }
 
 #define ATTENTION_INSTANTIATE_T(T)                                                             \
@@ -347,6 +380,12 @@ void attention_gqa_backward(T* dq, T* dk, T* dv, float* delta, const T* dout, co
                                          int64_t, int64_t, int64_t, int64_t, int64_t);         \
   template void attention_gqa_backward<T>(T*, T*, T*, float*, const T*, const T*, const T*,    \
                                           const T*, const T*, const float*, int64_t, int64_t,  \
-                                          int64_t, int64_t, int64_t, int64_t);
+                                          int64_t, int64_t, int64_t, int64_t);                 \
+  template void attention_gqa_forward<T>(T*, float*, const T*, const T*, const T*, int64_t,    \
+                                         int64_t, int64_t, int64_t, int64_t,                   \
+                                         const attention_options&);                            \
+  template void attention_gqa_backward<T>(T*, T*, T*, float*, const T*, const T*, const T*,    \
+                                          const T*, const T*, const float*, int64_t, int64_t,  \
+                                          int64_t, int64_t, int64_t, const attention_options&);
 
 FSDPGEN_FOR_EACH_DTYPE(ATTENTION_INSTANTIATE_T)

@@ -110,6 +110,24 @@ void attention_backward_flash(T* dqkv,           // (N, 3C)
 // are not repeated. H == KV_heads is multi-head attention. A window W > 0
 // (Mistral's sliding_window) lets query t attend keys u with t - u < W only,
 // as transformers' sliding-window mask does; 0 (or W >= T) is plain causal.
+// Options (Gemma 2): a scale of q . k other than 1/sqrt(hs), and a softcap X
+// > 0 that makes each score s = X tanh(s / X) before the window's mask (its
+// gradient through 1 - (s / X)^2; lse is of the capped scores).
+struct attention_options {
+  int64_t window = 0;    // 0: none
+  float scale = 0.0f;    // 0: 1 / sqrt(hs)
+  float softcap = 0.0f;  // 0: none
+};
+template <class T>
+void attention_gqa_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B,
+                           int64_t T_, int64_t H, int64_t KV_heads, int64_t hs,
+                           const attention_options& o);
+template <class T>
+void attention_gqa_backward(T* dq, T* dk, T* dv, float* delta, const T* dout, const T* q,
+                            const T* k, const T* v, const T* out, const float* lse, int64_t B,
+                            int64_t T_, int64_t H, int64_t KV_heads, int64_t hs,
+                            const attention_options& o);
+// The same with a window only.
 template <class T>
 void attention_gqa_forward(T* out,      // (N, H*hs)
                            float* lse,  // (B, H, T)
@@ -176,8 +194,10 @@ void residual_forward(T* out, const T* a, const T* b, int64_t n);
 // softmax(logits[i][0, V))[targets[i]] (fp32); logits[i][0, V) are
 // overwritten by dloss_scale * (softmax - onehot(target)) and the padded
 // columns [V, Vp) by zero, whatever they held: they take no part in the max,
-// the sum or the loss, and their gradient is zero.
+// the sum or the loss, and their gradient is zero. A softcap X > 0 (Gemma
+// 2's final_logit_softcapping) first makes each logit c = X tanh(l / X) in
+// place; the loss is of those and the gradient is d(l) = d(c) (1 - (c / X)^2).
 template <class T>
 void cross_entropy_fused(T* logits,  // (N, Vp) in: logits, out: dlogits
                          float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
-                         float dloss_scale);
+                         float dloss_scale, float softcap = 0.0f);

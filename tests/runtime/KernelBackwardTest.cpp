@@ -252,32 +252,59 @@ TYPED_TEST(KernelBackward, CrossEntropy) {
   expect_close(tag<T>("cross_entropy_fused", "dlogits"), load(ls), g, backward_tol<T>());
 }
 
+// With Gemma 2's final_logit_softcapping X: the gradient of the raw logits,
+// through X tanh(l / X), against finite differences of the capped losses.
+TYPED_TEST(KernelBackward, CrossEntropySoftCapped) {
+  using T = TypeParam;
+  const int64_t N = 16, V = 50;
+  const float dloss_scale = 0.37f;
+  for (const float X : {2.0f, 5.0f}) {
+    std::mt19937 rng(28);
+    const vec logits = quantize<T>(random_vec(rng, N * V, 3.0));
+    const auto targets = ref::random_tokens(rng, N, V);
+    const vec g = ref::fd_grad(logits, [&](const vec& v) {
+      double s = 0.0;
+      for (double l : ref::cross_entropy(ref::softcap(v, X), targets, N, V))
+        s += dloss_scale * l;
+      return s;
+    });
+    auto ls = store<T>(logits);
+    std::vector<float> losses(N);
+    cross_entropy_fused(ls.data(), losses.data(), targets.data(), N, V, V, dloss_scale, X);
+    expect_close(tag<T>("cross_entropy_fused", "dlogits softcap ") + std::to_string(X), load(ls), g,
+                 backward_tol<T>());
+  }
+}
+
 // Rows of a padded vocabulary (V = 50 of Vp = 128 columns): the padded
 // columns hold values that would dominate the max and the sum if they took
 // part; the losses and the true columns' gradient are bit for bit those of
 // the unpadded rows (the same loops over the same V values: exact, no
 // tolerance) and the padded columns end zero.
+// The same with a softcap (3): the padded columns are not capped into the rows either.
 TYPED_TEST(KernelBackward, CrossEntropyPaddedColumnsTakeNoPart) {
   using T = TypeParam;
   const int64_t N = 16, V = 50, Vp = 128;
-  std::mt19937 rng(31);
-  const std::vector<T> unpadded = store<T>(random_vec(rng, N * V, 3.0));
-  const auto targets = ref::random_tokens(rng, N, V);
-  std::vector<T> padded(static_cast<size_t>(N * Vp), from_float<T>(40.0f));
-  for (int64_t n = 0; n < N; ++n)
-    std::copy_n(unpadded.begin() + n * V, V, padded.begin() + n * Vp);
-  std::vector<T> want = unpadded;
-  std::vector<float> want_losses(N), losses(N);
-  cross_entropy_fused(want.data(), want_losses.data(), targets.data(), N, V, V, 0.37f);
-  cross_entropy_fused(padded.data(), losses.data(), targets.data(), N, V, Vp, 0.37f);
-  EXPECT_EQ(losses, want_losses);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t v = 0; v < Vp; ++v) {
-      const float got = to_float(padded[static_cast<size_t>(n * Vp + v)]);
-      const float expected = v < V ? to_float(want[static_cast<size_t>(n * V + v)]) : 0.0f;
-      ASSERT_EQ(got, expected) << "row " << n << " column " << v << " of " << V << " (Vp " << Vp
-                               << ")";
-    }
+  for (const float softcap : {0.0f, 3.0f}) {
+    std::mt19937 rng(31);
+    const std::vector<T> unpadded = store<T>(random_vec(rng, N * V, 3.0));
+    const auto targets = ref::random_tokens(rng, N, V);
+    std::vector<T> padded(static_cast<size_t>(N * Vp), from_float<T>(40.0f));
+    for (int64_t n = 0; n < N; ++n)
+      std::copy_n(unpadded.begin() + n * V, V, padded.begin() + n * Vp);
+    std::vector<T> want = unpadded;
+    std::vector<float> want_losses(N), losses(N);
+    cross_entropy_fused(want.data(), want_losses.data(), targets.data(), N, V, V, 0.37f, softcap);
+    cross_entropy_fused(padded.data(), losses.data(), targets.data(), N, V, Vp, 0.37f, softcap);
+    EXPECT_EQ(losses, want_losses) << "softcap " << softcap;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t v = 0; v < Vp; ++v) {
+        const float got = to_float(padded[static_cast<size_t>(n * Vp + v)]);
+        const float expected = v < V ? to_float(want[static_cast<size_t>(n * V + v)]) : 0.0f;
+        ASSERT_EQ(got, expected) << "row " << n << " column " << v << " of " << V << " (Vp " << Vp
+                                 << "), softcap " << softcap;
+      }
+  }
 }
 
 // Every kernel gives bit-identical results on 1 and 4 OpenMP threads, on

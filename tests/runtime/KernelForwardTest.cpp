@@ -191,4 +191,22 @@ TYPED_TEST(KernelForward, CrossEntropyLosses) {
                ref::cross_entropy(logits, targets, N, V), forward_tol<float>());
 }
 
+// Gemma 2's final_logit_softcapping: the losses of X tanh(logits / X). Logits
+// up to about 9 against caps of 2 and 5 (well into tanh's curve); the capped
+// logits are rounded to T in place, so the tolerance is T's.
+TYPED_TEST(KernelForward, CrossEntropyLossesOfSoftCappedLogits) {
+  using T = TypeParam;
+  const int64_t N = 16, V = 50;
+  for (const float X : {2.0f, 5.0f}) {
+    std::mt19937 rng(9);
+    const vec logits = quantize<T>(random_vec(rng, N * V, 3.0));
+    const auto targets = ref::random_tokens(rng, N, V);
+    auto ls = store<T>(logits);
+    std::vector<float> losses(N);
+    cross_entropy_fused(ls.data(), losses.data(), targets.data(), N, V, V, 1.0f, X);
+    expect_close(tag<T>("cross_entropy_fused", "losses softcap ") + std::to_string(X), load(losses),
+                 ref::cross_entropy(ref::softcap(logits, X), targets, N, V), forward_tol<T>());
+  }
+}
+
 }  // namespace

@@ -66,11 +66,13 @@ inline vec rope(const vec& x, int64_t N, int64_t T, int64_t heads, int64_t D, do
 // Causal softmax attention with k and v repeated for each query head: head h
 // reads kv head h / (H / KV). q, out (N, H*hs); k, v (N, KV*hs). With a
 // window W > 0 query t sees key u only where t - u < W (transformers'
-// sliding-window mask); its other scores are -infinity.
+// sliding-window mask); its other scores are -infinity. Scores are scale q . k
+// (scale 0: 1 / sqrt(hs)), with a softcap X > 0 then X tanh(score / X)
+// (Gemma 2's eager attention).
 inline vec gqa(const vec& q, const vec& k, const vec& v, int64_t B, int64_t T, int64_t H,
-               int64_t KV, int64_t hs, int64_t window = 0) {
+               int64_t KV, int64_t hs, int64_t window = 0, double scale = 0, double softcap = 0) {
   vec out(q.size(), 0.0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(hs));
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
       const int64_t g = h / (H / KV);
@@ -82,7 +84,7 @@ inline vec gqa(const vec& q, const vec& k, const vec& v, int64_t B, int64_t T, i
           double d = 0;
           for (int64_t c = 0; c < hs; c++)
             d += q[((b * T + t) * H + h) * hs + c] * k[((b * T + u) * KV + g) * hs + c];
-          s[u] = d * scale;
+          s[u] = softcap > 0 ? softcap * std::tanh(d * scale / softcap) : d * scale;
           m = std::max(m, s[u]);
         }
         double sum = 0;

@@ -1,5 +1,6 @@
 // LlamaKernelTest: the llama family's kernels (RMSNorm, SwiGLU,
-// grouped-query flash attention, plain and in a sliding window; rotary positions in RopeTest)
+// grouped-query flash attention, plain, in a sliding window, scaled and soft-capped; rotary
+// positions in RopeTest)
 // against double-precision references written independently of runtime/ (LlamaCases.h; GQA as naive
 // softmax attention with k and v repeated per query head), backward passes against central finite
 // differences of the reference loss sum(out * R), for fp32, bf16 and fp16 storage, and all of them
@@ -133,15 +134,21 @@ std::string gqa_tag(const gqa_shape& a) {
          " KV=" + std::to_string(a.KV) + " hs=" + std::to_string(a.hs) + ")";
 }
 
-// The grouped-query kernels on shape a with `window` (0: none): the forward
-// against the naive reference, masked as transformers masks a sliding window;
-// the backward (dq, dk, dv) against finite differences of it. Outputs start
-// as garbage: every value must be written.
+// The grouped-query kernels on shape a with options o (window 0: none; scale
+// and softcap 0: the defaults): the forward against the naive reference,
+// masked as transformers masks a sliding window; the backward (dq, dk, dv)
+// against finite differences of it. Outputs start as garbage: every value
+// must be written.
 template <typename T>
-void expect_gqa_matches_reference(const gqa_shape& a, int64_t window, unsigned seed) {
-  const int64_t N = a.B * a.T, C = a.H * a.hs, KVW = a.KV * a.hs;
+void expect_gqa_matches_reference(const gqa_shape& a, const attention_options& o, unsigned seed) {
+  const int64_t N = a.B * a.T, C = a.H * a.hs, KVW = a.KV * a.hs, window = o.window;
   const std::string shape =
-      gqa_tag(a) + (window > 0 ? " window " + std::to_string(window) : std::string());
+      gqa_tag(a) + (window > 0 ? " window " + std::to_string(window) : std::string()) +
+      (o.scale > 0 ? " scale " + std::to_string(o.scale) : std::string()) +
+      (o.softcap > 0 ? " softcap " + std::to_string(o.softcap) : std::string());
+  auto reference = [&](const vec& qq, const vec& kk, const vec& vv) {
+    return gqa(qq, kk, vv, a.B, a.T, a.H, a.KV, a.hs, window, o.scale, o.softcap);
+  };
   std::mt19937 rng(seed);
   const vec q = quantize<T>(random_vec(rng, N * C, 1.5));
   const vec k = quantize<T>(random_vec(rng, N * KVW, 1.5));
@@ -151,16 +158,16 @@ void expect_gqa_matches_reference(const gqa_shape& a, int64_t window, unsigned s
   std::vector<T> out(N * C, from_float<T>(7.0f));
   std::vector<float> lse(a.B * a.H * a.T, 7.0f), delta(lse.size(), 7.0f);
   attention_gqa_forward(out.data(), lse.data(), qs.data(), ks.data(), vs.data(), a.B, a.T, a.H,
-                        a.KV, a.hs, window);
-  expect_close(tag<T>("attention_gqa_forward", "out") + shape, load(out),
-               gqa(q, k, v, a.B, a.T, a.H, a.KV, a.hs, window), forward_tol<T>());
+                        a.KV, a.hs, o);
+  expect_close(tag<T>("attention_gqa_forward", "out") + shape, load(out), reference(q, k, v),
+               forward_tol<T>());
   auto dq = store<T>(random_vec(rng, N * C, 5.0));
   auto dk = store<T>(random_vec(rng, N * KVW, 5.0)), dv = store<T>(random_vec(rng, N * KVW, 5.0));
   attention_gqa_backward(dq.data(), dk.data(), dv.data(), delta.data(), dout.data(), qs.data(),
                          ks.data(), vs.data(), out.data(), lse.data(), a.B, a.T, a.H, a.KV, a.hs,
-                         window);
+                         o);
   auto loss = [&](const vec& qq, const vec& kk, const vec& vv) {
-    return ref::dot(gqa(qq, kk, vv, a.B, a.T, a.H, a.KV, a.hs, window), R);
+    return ref::dot(reference(qq, kk, vv), R);
   };
   expect_close(tag<T>("attention_gqa_backward", "dq") + shape, load(dq),
                ref::fd_grad(q, [&](const vec& x) { return loss(x, k, v); }), backward_tol<T>());
@@ -172,7 +179,7 @@ void expect_gqa_matches_reference(const gqa_shape& a, int64_t window, unsigned s
 
 TYPED_TEST(LlamaKernel, GroupedQueryAttention) {
   for (const gqa_shape& a : kGqaShapes)
-    expect_gqa_matches_reference<TypeParam>(a, 0, 5);
+    expect_gqa_matches_reference<TypeParam>(a, {}, 5);
 }
 
 // Mistral's sliding window: query t attends keys u with t - u < W. Windows of
@@ -181,7 +188,22 @@ TYPED_TEST(LlamaKernel, GroupedQueryAttentionInASlidingWindow) {
   const std::pair<gqa_shape, int64_t> cases[] = {
       {{2, 13, 4, 1, 8}, 5}, {{1, 9, 4, 2, 16}, 1}, {{2, 7, 2, 2, 8}, 3}};
   for (const auto& [a, window] : cases)
-    expect_gqa_matches_reference<TypeParam>(a, window, 7);
+    expect_gqa_matches_reference<TypeParam>(a, {window}, 7);
+}
+
+// Gemma 2's options: scores scaled by query_pre_attn_scalar^-0.5 rather than
+// hs^-0.5 and soft-capped, X tanh(s / X), before the window's mask. Caps of
+// 0.5 to 2 bend the scores (up to about 3 here) well into tanh's curve;
+// scales above and below 1 / sqrt(hs); with and without a window, GQA and
+// multi-head.
+TYPED_TEST(LlamaKernel, GroupedQueryAttentionScaledAndSoftCapped) {
+  const std::pair<gqa_shape, attention_options> cases[] = {
+      {{2, 13, 4, 1, 8}, {0, 0.0f, 1.0f}},
+      {{1, 9, 4, 2, 16}, {0, 1.0f / std::sqrt(24.0f), 0.5f}},
+      {{2, 7, 2, 2, 8}, {3, 0.6f, 2.0f}},
+      {{2, 13, 4, 1, 8}, {5, 0.2f, 0.0f}}};
+  for (const auto& [a, o] : cases)
+    expect_gqa_matches_reference<TypeParam>(a, o, 9);
 }
 
 // A window of at least T is plain causal attention, bit for bit.
@@ -251,6 +273,17 @@ TEST(GroupedQueryAttention, RejectsKvHeadsThatDoNotDivideHeads) {
   EXPECT_THROW(attention_gqa_forward(buf.data(), lse.data(), buf.data(), buf.data(), buf.data(), 1,
                                      2, 3, 2, 8),
                std::invalid_argument);
+}
+
+TEST(GroupedQueryAttention, RejectsANegativeOrNonFiniteScaleOrSoftcap) {
+  std::vector<float> buf(2 * 2 * 8), lse(4);
+  for (const attention_options& o :
+       {attention_options{0, -1.0f, 0.0f}, attention_options{0, 0.0f, -50.0f},
+        attention_options{0, 0.0f, INFINITY}, attention_options{0, NAN, 0.0f}})
+    EXPECT_THROW(attention_gqa_forward(buf.data(), lse.data(), buf.data(), buf.data(), buf.data(),
+                                       1, 2, 2, 2, 8, o),
+                 std::invalid_argument)
+        << "scale " << o.scale << " softcap " << o.softcap;
 }
 
 // ---------------------------------------------------------------- multithreaded sizes

@@ -308,6 +308,14 @@ inline vec gelu(const vec& x) {
   return out;
 }
 
+// Gemma 2's soft-capping: X tanh(x / X) of each value.
+inline vec softcap(const vec& x, double X) {
+  vec out(x.size());
+  for (size_t i = 0; i < x.size(); i++)
+    out[i] = X * std::tanh(x[i] / X);
+  return out;
+}
+
 // Per-row -log softmax(logits)[target].
 inline vec cross_entropy(const vec& logits, const std::vector<int32_t>& targets, int64_t N,
                          int64_t V) {
