@@ -40,6 +40,12 @@ struct llama_dims {
   bool scale_embedding = false;  // the embedding's rows times sqrt(C) into the first block
   bool norm_plus_one = false;    // every RMSNorm scales by (1 + weight)
   bool gelu_gate = false;        // the MLP's gate is GELU (tanh form), GeGLU; else SiLU, SwiGLU
+  // Gemma 2's attention and head (program_model's attention_softcap,
+  // logit_softcap and query_pre_attn_scalar): q . k scaled by attn_scale (0:
+  // 1 / sqrt(D)), scores and logits soft-capped, X tanh(x / X) (0: none).
+  float attn_scale = 0.0f;
+  float attn_softcap = 0.0f;
+  float logit_softcap = 0.0f;
   // What each RMSNorm adds to its weights.
   float norm_weight_offset() const { return norm_plus_one ? 1.0f : 0.0f; }
   int64_t N() const { return B * T; }

@@ -58,6 +58,11 @@ void gate_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, 
     swiglu_backward(dgate, dup, dout, gate, up, n);
 }
 
+// The attention kernels' options: the window, the scale and the softcap (Gemma 2's).
+attention_options attention_options_of(const llama_dims& d) {
+  return {d.window, d.attn_scale, d.attn_softcap};
+}
+
 // q's or k's RMSNorm (qk_norm) over `heads` heads of each of N rows: each
 // head's D values a norm's row, or across heads all heads * D of them.
 template <class T>
@@ -96,7 +101,8 @@ void post_norm_block_forward(T* out, const llama_block_params<T>& p, const llama
   }
   if (pieces.has(kLlamaPostV)) {
     linear_forward(s.v, s.input, p.v_w, none, N, C, KV, ws);
-    attention_gqa_forward(s.attn, s.lse, s.q, s.k, s.v, d.B, d.T, d.H, d.KV_heads, D, d.window);
+    attention_gqa_forward(s.attn, s.lse, s.q, s.k, s.v, d.B, d.T, d.H, d.KV_heads, D,
+                          attention_options_of(d));
   }
   if (pieces.has(kLlamaPostO)) linear_forward(s.attn_out, s.attn, p.o_w, none, N, Q, C, ws);
   if (pieces.has(kLlamaPostRms1)) {
@@ -158,7 +164,7 @@ void post_norm_block_backward(const llama_block_grads<G>& g, const llama_block_p
   T* dk_raw = dq_raw + N * Q;
   if (pieces.has(kLlamaPostV)) {
     attention_gqa_backward(dq, dk, dv, scratch.delta, dtmp, s.q, s.k, s.v, s.attn, s.lse, d.B, d.T,
-                           d.H, d.KV_heads, D, d.window);
+                           d.H, d.KV_heads, D, attention_options_of(d));
     rope_backward(dq, rope.cos, rope.sin, N, d.T, d.H, D);
     rope_backward(dk, rope.cos, rope.sin, N, d.T, d.KV_heads, D);
     linear_backward(dres, g.v_w, dv, s.input, p.v_w, N, C, KV, true, ws);
@@ -235,7 +241,8 @@ void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_blo
   }
   if (pieces.has(kLlamaV)) {
     linear_forward(s.v, s.rms1, p.v_w, none, N, C, KV, ws, p.v_b);
-    attention_gqa_forward(s.attn, s.lse, s.q, s.k, s.v, d.B, d.T, d.H, d.KV_heads, D, d.window);
+    attention_gqa_forward(s.attn, s.lse, s.q, s.k, s.v, d.B, d.T, d.H, d.KV_heads, D,
+                          attention_options_of(d));
   }
   if (pieces.has(kLlamaO))
     linear_forward(s.res2, s.attn, p.o_w, static_cast<const T*>(s.input), N, Q, C, ws);
@@ -284,7 +291,7 @@ void llama_block_backward(const llama_block_grads<G>& g, const llama_block_param
   T* dv = dk + N * KV;
   if (pieces.has(kLlamaV)) {
     attention_gqa_backward(dq, dk, dv, scratch.delta, dtmp, s.q, s.k, s.v, s.attn, s.lse, d.B, d.T,
-                           d.H, d.KV_heads, D, d.window);
+                           d.H, d.KV_heads, D, attention_options_of(d));
     rope_backward(dq, rope.cos, rope.sin, N, d.T, d.H, D);
     rope_backward(dk, rope.cos, rope.sin, N, d.T, d.KV_heads, D);
     linear_backward(dtmp, g.v_w, dv, s.rms1, p.v_w, N, C, KV, false, ws, g.v_b);
@@ -313,7 +320,7 @@ void llama_head_forward(T* logits, float* losses, const int32_t* targets, const 
   rmsnorm_forward(s.output, s.rstd, s.input, norm_w, d.N(), d.C, d.norm_eps,
                   d.norm_weight_offset());
   lm_head_forward(logits, s.output, head_w, d.N(), d.C, d.Vp(), ws);
-  cross_entropy_fused(logits, losses, targets, d.N(), d.V, d.Vp(), dloss_scale);
+  cross_entropy_fused(logits, losses, targets, d.N(), d.V, d.Vp(), dloss_scale, d.logit_softcap);
 }
 
 template <class T, class G>

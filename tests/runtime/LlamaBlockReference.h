@@ -2,8 +2,9 @@
 // reference of a whole block (written from LlamaCases.h's pieces,
 // independently of runtime/) for the options that change its math: norms
 // before or after each sub-block (block_norms), q and k norms per head or
-// across heads (qk_norm), (1 + weight) norms (norm_plus_one) and the GeGLU
-// gate (gelu_gate); the CPU block run on T storage, whole or piece by piece;
+// across heads (qk_norm), (1 + weight) norms (norm_plus_one), the GeGLU
+// gate (gelu_gate), and attention's window, scale and softcap (attn_scale,
+// attn_softcap); the CPU block run on T storage, whole or piece by piece;
 // and the check of its forward and every gradient against the reference and
 // central finite differences of the loss sum(out * R). Qwen2's biases keep
 // their own reference (Qwen2BlockTest.cpp).
@@ -84,7 +85,9 @@ inline block_out block(const block_ref& p, const vec& x, const llama_dims& d) {
   r.k = rope(qk_norm(linear(a, p.k_w, N, C, KV), p.k_norm_w, N, d.KV_heads, d), N, d.T, d.KV_heads,
              D, kBlockTheta);
   r.v = linear(a, p.v_w, N, C, KV);
-  const vec attn_out = linear(gqa(r.q, r.k, r.v, d.B, d.T, d.H, d.KV_heads, D), p.o_w, N, Q, C);
+  const vec attn =
+      gqa(r.q, r.k, r.v, d.B, d.T, d.H, d.KV_heads, D, d.window, d.attn_scale, d.attn_softcap);
+  const vec attn_out = linear(attn, p.o_w, N, Q, C);
   const vec h = ref::add(x, d.post_norm ? block_norm(attn_out, p.rms1_w, N, C, d) : attn_out);
   const vec m = d.post_norm ? h : block_norm(h, p.rms2_w, N, C, d);
   const vec gate = linear(m, p.gate_w, N, C, F), up = linear(m, p.up_w, N, C, F);
