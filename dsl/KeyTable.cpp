@@ -111,6 +111,10 @@ const KeyTable<AccumulateSpec>& accumulate_keys() {
 
 }  // namespace
 
+// The most a softcap or query_pre_attn_scalar may be (Gemma 2's are 30 to 256):
+// a bound that keeps them finite.
+constexpr double kMaxSoftcap = 1e9;
+
 // kv_heads, ffn_hidden, tie_embeddings and rope_theta default from other keys
 // (fill_model_defaults).
 const KeyTable<ModelSpec>& model_keys() {
@@ -166,6 +170,12 @@ const KeyTable<ModelSpec>& model_keys() {
       }),
       enum_key("activation", &ModelSpec::activation, "MLP activation", kActivationNames)
           .when([](const ModelSpec& m) { return is_llama(m) && m.activation != Activation::Silu; }),
+      real_key("attention_softcap", &ModelSpec::attention_softcap, 0, kMaxSoftcap, false)
+          .when([](const ModelSpec& m) { return is_llama(m) && m.attention_softcap != 0; }),
+      real_key("logit_softcap", &ModelSpec::logit_softcap, 0, kMaxSoftcap, false)
+          .when([](const ModelSpec& m) { return is_llama(m) && m.logit_softcap != 0; }),
+      real_key("query_pre_attn_scalar", &ModelSpec::query_pre_attn_scalar, 0, kMaxSoftcap, false)
+          .when([](const ModelSpec& m) { return is_llama(m) && m.query_pre_attn_scalar != 0; }),
   };
   return t;
 }

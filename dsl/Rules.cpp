@@ -136,6 +136,18 @@ void activation_only_for_llama(const CheckContext& c) {
   only_for_llama(c, "model.activation", "has a GELU MLP without a gate");
 }
 
+void attention_softcap_only_for_llama(const CheckContext& c) {
+  only_for_llama(c, "model.attention_softcap", "takes the softmax of the scores as they are");
+}
+
+void logit_softcap_only_for_llama(const CheckContext& c) {
+  only_for_llama(c, "model.logit_softcap", "takes the cross-entropy of the logits as they are");
+}
+
+void query_pre_attn_scalar_only_for_llama(const CheckContext& c) {
+  only_for_llama(c, "model.query_pre_attn_scalar", "scales q . k by 1 / sqrt(head size)");
+}
+
 // Gemma's embedding scale and (1 + weight) norms: transformers'
 // GemmaForCausalLM has both and no class one alone; Gemma 1 has neither
 // Qwen's pieces, a window nor OLMo 2's norms (Gemma 2's and 3's windows and
@@ -573,6 +585,9 @@ constexpr Rule kRules[] = {
     {RuleSection::Model, norm_plus_one_only_for_llama},
     {RuleSection::Model, activation_only_for_llama},
     {RuleSection::Model, gemma_pieces_together},
+    {RuleSection::Model, attention_softcap_only_for_llama},
+    {RuleSection::Model, logit_softcap_only_for_llama},
+    {RuleSection::Model, query_pre_attn_scalar_only_for_llama},
     {RuleSection::Parallel, ranks_per_node_divides_world},
     {RuleSection::Parallel, shard_align_is_a_power_of_two},
     {RuleSection::Parallel, shard_group_divides_world},

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -212,6 +213,12 @@ struct ModelSpec {
   bool scale_embedding = false;
   bool norm_plus_one = false;
   Activation activation = Activation::Silu;
+  // llama only, Gemma 2's: attention scores and the head's logits soft-capped,
+  // X tanh(x / X) (0: none), and q . k scaled by query_pre_attn_scalar^-0.5
+  // rather than the head size's (0: the head size).
+  double attention_softcap = 0;
+  double logit_softcap = 0;
+  double query_pre_attn_scalar = 0;
   // The token embedding and an untied head are stored with their rows padded
   // to a multiple of this (llm.c's 50257 -> 50304: cuBLASLt runs the LM-head
   // GEMMs with aligned kernels only then). The padded rows are zero, take no
@@ -231,6 +238,12 @@ struct ModelSpec {
   int64_t q_width() const { return heads * head_dim(); }  // width of q and of attention's output
   // The window attention runs with: 0 where none or at least the context.
   int64_t attention_window() const { return sliding_window < context ? sliding_window : 0; }
+  // The scale of q . k attention runs with when query_pre_attn_scalar changes
+  // it: 0 where none is given or it is the head size.
+  double attention_scale() const {
+    const double s = query_pre_attn_scalar;
+    return s != 0 && s != static_cast<double>(head_dim()) ? 1.0 / std::sqrt(s) : 0.0;
+  }
   // Rows of the stored embedding and head, and columns of a logits row.
   int64_t padded_vocab() const { return (vocab + pad_vocab_to - 1) / pad_vocab_to * pad_vocab_to; }
   bool operator==(const ModelSpec&) const = default;

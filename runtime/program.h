@@ -197,6 +197,11 @@ struct program_model {
   bool scale_embedding = false;
   bool norm_plus_one = false;
   bool gelu_gate = false;
+  // Gemma 2's: attention scores and the head's logits soft-capped, X tanh(x /
+  // X) (0: none); q . k scaled by query_pre_attn_scalar^-0.5 (0: the head size's).
+  double attention_softcap = 0.0;
+  double logit_softcap = 0.0;
+  double query_pre_attn_scalar = 0.0;
   int64_t head_size() const { return head_dim != 0 ? head_dim : width / heads; }
 };
 

@@ -143,10 +143,13 @@ std::string model_dims(const EmitContext& c) {
   if (m.family == Family::Llama) {
     // The fields after the epsilon, as far as one differs from its default:
     // qkv_bias, qk_norm, head_dim, window, qk_norm_across_heads, post_norm,
-    // scale_embedding, norm_plus_one, gelu_gate.
+    // scale_embedding, norm_plus_one, gelu_gate, attn_scale, attn_softcap,
+    // logit_softcap.
     const int64_t window = m.attention_window();
     const bool gelu_gate = m.activation == Activation::GeluTanh;
+    const double attn_scale = m.attention_scale();
     auto word = [](bool v) { return std::string(v ? "true" : "false"); };
+    auto real = [](double v) { return cpp_double(static_cast<float>(v)) + "f"; };
     const std::string fields[] = {word(m.qkv_bias),
                                   word(m.qk_norm),
                                   fmt::format("{}", m.head_size),
@@ -155,10 +158,22 @@ std::string model_dims(const EmitContext& c) {
                                   word(m.post_norm()),
                                   word(m.scale_embedding),
                                   word(m.norm_plus_one),
-                                  word(gelu_gate)};
-    const bool set[] = {
-        m.qkv_bias,    m.qk_norm,         m.head_size != 0, window != 0, m.qk_norm_across_heads,
-        m.post_norm(), m.scale_embedding, m.norm_plus_one,  gelu_gate};
+                                  word(gelu_gate),
+                                  real(attn_scale),
+                                  real(m.attention_softcap),
+                                  real(m.logit_softcap)};
+    const bool set[] = {m.qkv_bias,
+                        m.qk_norm,
+                        m.head_size != 0,
+                        window != 0,
+                        m.qk_norm_across_heads,
+                        m.post_norm(),
+                        m.scale_embedding,
+                        m.norm_plus_one,
+                        gelu_gate,
+                        attn_scale != 0,
+                        m.attention_softcap != 0,
+                        m.logit_softcap != 0};
     size_t last = std::size(set);
     while (last > 0 && !set[last - 1])
       last--;
@@ -175,6 +190,11 @@ std::string model_dims(const EmitContext& c) {
     if (m.scale_embedding) says += "; the embedding scaled by sqrt(C)";
     if (m.norm_plus_one) says += "; RMSNorms scale by (1 + weight)";
     if (gelu_gate) says += "; GeGLU (a GELU gate)";
+    if (attn_scale != 0)
+      says += fmt::format("; q . k scaled by 1 / sqrt({})", m.query_pre_attn_scalar);
+    if (m.attention_softcap != 0)
+      says += fmt::format("; scores soft-capped at {}", m.attention_softcap);
+    if (m.logit_softcap != 0) says += fmt::format("; logits soft-capped at {}", m.logit_softcap);
     return fmt::format(
         "// B sequences of T tokens, width C, H query heads, KV key/value heads, MLP hidden F,\n"
         "// vocab V; attention saves log-sum-exp; the embedding and head are stored with V\n"

@@ -72,6 +72,10 @@ std::vector<Init> model_fields(const EmitContext& c) {
   if (m.scale_embedding) f.push_back({"scale_embedding", "true"});
   if (m.norm_plus_one) f.push_back({"norm_plus_one", "true"});
   if (m.activation == Activation::GeluTanh) f.push_back({"gelu_gate", "true"});
+  if (m.attention_softcap != 0) f.push_back({"attention_softcap", cpp_double(m.attention_softcap)});
+  if (m.logit_softcap != 0) f.push_back({"logit_softcap", cpp_double(m.logit_softcap)});
+  if (m.query_pre_attn_scalar != 0)
+    f.push_back({"query_pre_attn_scalar", cpp_double(m.query_pre_attn_scalar)});
   return f;
 }
 

@@ -165,6 +165,22 @@ void check_gemma_pieces(const Spec& spec, const Hardware& hw, Reasons& out) {
                     to_string(m.activation)));
 }
 
+// Gemma 2's soft-capping and attention scale: the CUDA kernels have neither
+// (a query_pre_attn_scalar of the head size changes nothing).
+void check_softcaps(const Spec& spec, const Hardware& hw, Reasons& out) {
+  if (!hw.gpu) return;
+  const ModelSpec& m = spec.model;
+  if (m.attention_softcap != 0)
+    out.push_back("attention_softcap on GPUs (the CPU target has it; the CUDA attention not yet)");
+  if (m.logit_softcap != 0)
+    out.push_back("logit_softcap on GPUs (the CPU target has it; the CUDA cross-entropy not yet)");
+  if (m.attention_scale() != 0)
+    out.push_back(
+        fmt::format("query_pre_attn_scalar = {} (not the head size {}) on GPUs (the CPU target "
+                    "has it; the CUDA attention not yet)",
+                    m.query_pre_attn_scalar, m.head_dim()));
+}
+
 }  // namespace
 
 std::string_view backend_name(const Hardware& hw) {
@@ -187,6 +203,7 @@ std::vector<std::string> unsupported_features(const Spec& spec, const Hardware& 
   check_block_norms(spec, hw, out);
   check_sliding_window(spec, hw, out);
   check_gemma_pieces(spec, hw, out);
+  check_softcaps(spec, hw, out);
   return out;
 }
 

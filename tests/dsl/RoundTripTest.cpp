@@ -88,6 +88,10 @@ TEST(RoundTrip, Variants) {
   expect_round_trip("a GeGLU llama",
                     "model g { family = llama vocab = 1000 context = 64 width = 96 heads = 6 "
                     "kv_heads = 2 layers = 2 activation = gelu_tanh }");
+  expect_round_trip("gemma 2's soft-caps and query_pre_attn_scalar",
+                    "model g { family = llama vocab = 1000 context = 64 width = 96 heads = 6 "
+                    "layers = 2 attention_softcap = 50.0 logit_softcap = 30.5 "
+                    "query_pre_attn_scalar = 24 }");
 }
 
 }  // namespace

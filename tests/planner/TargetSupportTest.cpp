@@ -103,5 +103,29 @@ TEST(TargetSupport, LlamaBuildsOnBothUpToTheFlashHeadSize) {
       << reasons[0];
 }
 
+// Gemma 2's soft-caps and query_pre_attn_scalar: the CPU builds them; the
+// CUDA target refuses each by name, and a query_pre_attn_scalar of the head
+// size (64 / 4 = 16) changes nothing, so it is built on both.
+TEST(TargetSupport, SoftCapsAndQueryScalarAreRefusedOnGpusByName) {
+  const std::string llama = "family = llama ";
+  const Spec attention = spec_of(llama + "attention_softcap = 50.0");
+  const Spec logits = spec_of(llama + "logit_softcap = 30.0");
+  const Spec scalar = spec_of(llama + "query_pre_attn_scalar = 24");
+  const Spec head_size = spec_of(llama + "query_pre_attn_scalar = 16");
+  const Hardware& gpu = *find_hardware("a100-80g");
+  for (const Spec* s : {&attention, &logits, &scalar, &head_size})
+    EXPECT_EQ(on_cpu(*s), std::vector<std::string>{});
+  EXPECT_EQ(unsupported_features(attention, gpu),
+            std::vector<std::string>{
+                "attention_softcap on GPUs (the CPU target has it; the CUDA attention not yet)"});
+  EXPECT_EQ(unsupported_features(logits, gpu),
+            std::vector<std::string>{
+                "logit_softcap on GPUs (the CPU target has it; the CUDA cross-entropy not yet)"});
+  EXPECT_EQ(unsupported_features(scalar, gpu),
+            std::vector<std::string>{"query_pre_attn_scalar = 24 (not the head size 16) on GPUs "
+                                     "(the CPU target has it; the CUDA attention not yet)"});
+  EXPECT_EQ(unsupported_features(head_size, gpu), std::vector<std::string>{});
+}
+
 }  // namespace
 }  // namespace fsdpgen
