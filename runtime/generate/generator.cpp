@@ -143,7 +143,8 @@ std::string sample_settings_problem(const sample_settings& s) {
   return "";
 }
 
-generator::generator(const hf_model& m, const generate_tensors& tensors) : m_(m) {
+generator::generator(const hf_model& m, const generate_tensors& tensors, const generate_caps& caps)
+    : m_(m), caps_(caps) {
   if (m.width <= 0 || m.heads <= 0 || (m.head_dim <= 0 && m.width % m.heads != 0) ||
       m.head_dim < 0 || (!m.llama && m.head_dim > 0 && m.head_dim * m.heads != m.width) ||
       m.kv_heads <= 0 || m.heads % m.kv_heads != 0 || m.vocab <= 0 || m.context <= 0 ||
@@ -214,7 +215,9 @@ void generator::attention(int64_t layer, int64_t n) {
   const int64_t Q = q_width_, q_stride = m_.llama ? Q : 3 * C;
   const float* K = k_cache_.data() + layer * T * kv_width_;
   const float* V = v_cache_.data() + layer * T * kv_width_;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const double S = caps_.query_pre_attn_scalar;  // Gemma 2's; 0: the head size
+  const float scale = 1.0f / std::sqrt(static_cast<float>(S > 0 ? S : D));
+  const float cap = static_cast<float>(caps_.attention_softcap);
   // Threads for a prefill only: one token's attention is small, and an OpenMP
   // region each token leaves libgomp's threads spinning against OpenBLAS's
   // (GPT-2 124M on 2 cores: 8 tok/s with it, 29 without; transformers 28).
@@ -231,7 +234,7 @@ void generator::attention(int64_t layer, int64_t n) {
         float dot = 0.0f;
         for (int64_t j = 0; j < D; ++j)
           dot += q[j] * k[j];
-        s[t] = dot * scale;
+        s[t] = cap > 0.0f ? cap * std::tanh(dot * scale / cap) : dot * scale;
         largest = std::max(largest, s[t]);
       }
       float sum = 0.0f;
@@ -360,8 +363,18 @@ const float* generator::forward(std::span<const int32_t> ids, float* all_logits)
   const float* b = m_.llama ? nullptr : weight(l.final_norm[1].hf_name);
   norm_rows(x_.data(), n, C, weight(l.final_norm[0].hf_name), b, m_.norm_eps, h_.data(),
             m_.norm_plus_one ? 1.0f : 0.0f);
-  if (all_logits) linear(h_.data(), n, C, head_, m_.vocab, true, nullptr, all_logits);
+  // Gemma 2's final_logit_softcapping: X tanh(logit / X).
+  auto cap = [X = static_cast<float>(caps_.logit_softcap)](float* l, int64_t elems) {
+    if (X > 0.0f)
+      for (int64_t j = 0; j < elems; ++j)
+        l[j] = X * std::tanh(l[j] / X);
+  };
+  if (all_logits) {
+    linear(h_.data(), n, C, head_, m_.vocab, true, nullptr, all_logits);
+    cap(all_logits, n * m_.vocab);
+  }
   linear(h_.data() + (n - 1) * C, 1, C, head_, m_.vocab, true, nullptr, logits_.data());
+  cap(logits_.data(), m_.vocab);
   cached_ += n;
   return logits_.data();
 }

@@ -51,8 +51,10 @@ std::string first_sample(const std::string& out) {
 // GPT-2 as kSpec states it, Llama (grouped-query attention, rotary
 // positions, an untied head), Qwen3 (Llama's with each head's q and k
 // normed, heads of 32 where width / heads is 16, tied), OLMo 2 (norms after
-// attention and the MLP, q and k normed across heads, tied here) or Gemma
-// (the embedding scaled, (1 + weight) norms, GeGLU, tied).
+// attention and the MLP, q and k normed across heads, tied here), Gemma
+// (the embedding scaled, (1 + weight) norms, GeGLU, tied) or Llama with Gemma
+// 2's soft-capped scores and logits and q . k scaled by 24^-0.5 (heads of 16),
+// caps low enough to change what is drawn.
 std::string spec_of(const std::string& family) {
   std::string spec = kSpec;
   if (family == "llama")
@@ -68,6 +70,10 @@ std::string spec_of(const std::string& family) {
     spec.replace(spec.find("family = gpt2"), 13,
                  "family = llama\n  kv_heads = 1\n  scale_embedding = true\n  norm_plus_one = "
                  "true\n  activation = gelu_tanh");
+  if (family == "gemma2_caps")
+    spec.replace(spec.find("family = gpt2"), 13,
+                 "family = llama\n  kv_heads = 2\n  attention_softcap = 0.5\n  logit_softcap = "
+                 "1.5\n  query_pre_attn_scalar = 24");
   return spec;
 }
 
@@ -117,7 +123,8 @@ TEST_P(SampleFamily, TrainingSamplesAreTheCheckpointsGenerations) {
 // manifest, in the run and in `fsdpgen sample` (whose --prompt the
 // tokenizers library encodes). Needs the tools' venv (prepare, the prompt).
 INSTANTIATE_TEST_SUITE_P(Families, SampleFamily,
-                         ::testing::Values("gpt2", "llama", "qwen3", "olmo2", "gemma"),
+                         ::testing::Values("gpt2", "llama", "qwen3", "olmo2", "gemma",
+                                           "gemma2_caps"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(Sample, ATokenSetsTokenizerDecodesAndEncodes) {

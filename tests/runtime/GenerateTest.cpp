@@ -209,6 +209,93 @@ TEST(GenerateErrors, MissingOrMisshapedTensorsAndBadIdsAreNamed) {
   EXPECT_THROW(g.generate(long_prompt, 1, {}), std::invalid_argument);
 }
 
+// The largest absolute difference of two equal-length vectors.
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
+  return worst;
+}
+
+// Gemma 2's final_logit_softcapping (generate_caps): every prefill row's
+// logits and a decode step's are X tanh(l / X) of the uncapped ones.
+TEST(GenerateCaps, LogitSoftcapCapsPrefillAndDecodeLogits) {
+  const reference r = load("llama");
+  const int64_t V = r.model.vocab, n = static_cast<int64_t>(r.prompt.size());
+  const double X = 1.5;
+  generator plain(r.model, r.weights.view()), capped(r.model, r.weights.view(), {0, X, 0});
+  std::vector<float> want(n * V), got(n * V);
+  plain.forward(r.prompt, want.data());
+  const float* last = capped.forward(r.prompt, got.data());
+  double worst = 0;
+  for (int64_t j = 0; j < n * V; ++j)
+    worst = std::max(worst, std::fabs(got[j] - X * std::tanh(want[j] / X)));
+  EXPECT_LE(worst, 1e-6) << "prefill";
+  EXPECT_EQ(0, std::memcmp(last, got.data() + (n - 1) * V, V * sizeof(float)));
+  const float* step_plain = plain.forward(std::span(r.greedy).first(1));
+  const std::vector<float> uncapped(step_plain, step_plain + V);
+  const float* step = capped.forward(std::span(r.greedy).first(1));
+  worst = 0;
+  for (int64_t j = 0; j < V; ++j)
+    worst = std::max(worst, std::fabs(step[j] - X * std::tanh(uncapped[j] / X)));
+  EXPECT_LE(worst, 1e-6) << "decode";
+}
+
+// query_pre_attn_scalar S scales q . k by S^-0.5: S = 4 x the head size is
+// the head size's scale with q's weights halved; S = the head size is none.
+TEST(GenerateCaps, QueryPreAttnScalarScalesTheScores) {
+  const reference r = load("llama");
+  const int64_t V = r.model.vocab, n = static_cast<int64_t>(r.prompt.size());
+  const double head_size = 8;
+  ASSERT_EQ(r.model.head_dim, 8);
+  generate_weights halved = r.weights;
+  for (auto& [name, values] : halved.data)
+    if (name.find("q_proj.weight") != std::string::npos)
+      for (float& v : values)
+        v *= 0.5f;
+  generator scaled(r.model, r.weights.view(), {0, 0, 4 * head_size});
+  generator same(r.model, r.weights.view(), {0, 0, head_size});
+  generator plain(r.model, r.weights.view()), by_weights(r.model, halved.view());
+  std::vector<float> got(n * V), want(n * V), same_logits(n * V), plain_logits(n * V);
+  scaled.forward(r.prompt, got.data());
+  by_weights.forward(r.prompt, want.data());
+  same.forward(r.prompt, same_logits.data());
+  plain.forward(r.prompt, plain_logits.data());
+  EXPECT_LE(max_abs_diff(got, want), 1e-6);
+  EXPECT_EQ(same_logits, plain_logits);
+  EXPECT_GT(max_abs_diff(got, plain_logits), 1e-3) << "the scale changes the logits";
+}
+
+// Gemma 2's attn_logit_softcapping: a cap far above the scores is none (to
+// 1e-5); a cap of 0.5 changes the logits, and its cached decode steps equal a
+// recomputation without the cache (the cap in both paths).
+TEST(GenerateCaps, AttentionSoftcapAppliesInPrefillAndDecode) {
+  const reference r = load("llama");
+  const int64_t V = r.model.vocab, n = static_cast<int64_t>(r.prompt.size());
+  generator plain(r.model, r.weights.view()), loose(r.model, r.weights.view(), {1e4, 0, 0});
+  std::vector<float> plain_logits(n * V), loose_logits(n * V);
+  plain.forward(r.prompt, plain_logits.data());
+  loose.forward(r.prompt, loose_logits.data());
+  EXPECT_LE(max_abs_diff(loose_logits, plain_logits), 1e-5);
+  generator cached(r.model, r.weights.view(), {0.5, 0, 0});
+  generator fresh(r.model, r.weights.view(), {0.5, 0, 0});
+  std::vector<int32_t> ids = r.prompt;
+  ids.insert(ids.end(), r.greedy.begin(), r.greedy.end());
+  std::vector<float> capped_logits(n * V);
+  cached.forward(std::span(ids).first(r.prompt.size()), capped_logits.data());
+  EXPECT_GT(max_abs_diff(capped_logits, plain_logits), 1e-3) << "a cap of 0.5 changes the logits";
+  double worst = 0;
+  for (size_t t = r.prompt.size(); t < ids.size(); ++t) {
+    const float* step = cached.forward(std::span(ids).subspan(t, 1));
+    const std::vector<float> logits(step, step + V);
+    fresh.reset();
+    const float* recomputed = fresh.forward(std::span(ids).first(t + 1));
+    for (int64_t j = 0; j < V; ++j)
+      worst = std::max(worst, static_cast<double>(std::fabs(logits[j] - recomputed[j])));
+  }
+  EXPECT_LE(worst, 1e-5);
+}
+
 TEST(GenerateErrors, SampleSettingsProblems) {
   EXPECT_EQ(sample_settings_problem({}), "");
   EXPECT_EQ(sample_settings_problem({-1, 0, 1, 0}),
