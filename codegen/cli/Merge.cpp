@@ -236,6 +236,9 @@ int run_merge(const std::string& checkpoint, const std::string& output, const st
     hf_directory_files files;
     if (directory) {
       const spec_origin o = checkpoint_spec_origin(checkpoint_resolve(checkpoint), spec);
+      if (const std::string why = hf_model_unstated(o.spec.model); !why.empty())
+        throw std::runtime_error(
+            fmt::format("{}: cannot write a model directory for this model: {}", output, why));
       const std::optional<token_set_tokenizer>& tokenizer = o.tokenizer;
       const std::string& why = o.no_tokenizer;
       files = hf_directory_files_of(hf_model_of(o.spec.model), tokenizer, st);

@@ -9,6 +9,9 @@
 // family, tied embeddings, rotary positions, the MLP's gate) are read side by side below.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include "runtime/files/hf_config.h"
 
 template <class Model>
@@ -54,4 +57,27 @@ hf_model hf_model_of(const Model& m) {
     h.rope_original_context = m.rope.original_context;
   }
   return h;
+}
+
+// What the model holds that its config.json (hf_model) cannot state yet, or
+// "": Gemma 2's soft-caps, and a query_pre_attn_scalar other than the head
+// size. --save and merge refuse a model directory for such a model rather
+// than write one that loads without them.
+template <class Model>
+std::string hf_model_unstated(const Model& m) {
+  int64_t head_size = 0;
+  if constexpr (requires { m.rope_scaling; })  // the spec's model
+    head_size = m.head_dim();
+  else
+    head_size = m.head_size();
+  std::string keys;
+  auto add = [&keys](const char* key) { keys += (keys.empty() ? "" : ", ") + std::string(key); };
+  if (m.attention_softcap != 0) add("attention_softcap");
+  if (m.logit_softcap != 0) add("logit_softcap");
+  if (m.query_pre_attn_scalar != 0 && m.query_pre_attn_scalar != static_cast<double>(head_size))
+    add("query_pre_attn_scalar");
+  if (keys.empty()) return "";
+  return "its config.json cannot state " + keys +
+         " yet (Gemma 2's); a .safetensors file holds the weights, and fsdpgen sample runs it "
+         "with --spec";
 }

@@ -118,6 +118,10 @@ std::string gather_and_write_trace(const program& p, const std::string& path, in
 void check_outputs(const run_shape& s, const checkpoint_config& ckpt) {
   std::string error;
   if (!s.run.save.empty()) error = save_problem(s.run.save);
+  if (error.empty() && !s.run.save.empty() && hf_output_is_directory(s.run.save))
+    if (const std::string why = hf_model_unstated(s.p.model); !why.empty())
+      error = fmt::format("--save {}: cannot write a model directory for this model: {}",
+                          s.run.save, why);
   if (s.lead && error.empty() && !s.run.metrics.empty())
     error = output_file_problem("--metrics", s.run.metrics);
   if (s.lead && error.empty() && !s.o.trace.empty())

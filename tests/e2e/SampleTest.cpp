@@ -118,6 +118,35 @@ TEST_P(SampleFamily, TrainingSamplesAreTheCheckpointsGenerations) {
       << text_prompt.out;
 }
 
+// A model directory's config.json cannot state Gemma 2's soft-caps and
+// query_pre_attn_scalar yet: --save DIR refuses before training and merge
+// -o DIR refuses, naming the keys; --save FILE.safetensors and merge -o
+// FILE.safetensors write the weights.
+TEST(Sample, Gemma2CapsAreNotWrittenIntoAModelDirectory) {
+  const fs::path dir = e2e_dir("sample_gemma2_caps_save");
+  std::ofstream(dir / "corpus.txt") << std::string(2000, 'a');
+  fs::remove_all(dir / "ckpt");
+  fs::remove_all(dir / "model");
+  const fs::path bin = build_binary(dir, spec_of("gemma2_caps"));
+  const std::string why =
+      "cannot write a model directory for this model: its config.json cannot state "
+      "attention_softcap, logit_softcap, query_pre_attn_scalar yet (Gemma 2's)";
+  const CmdResult save = run_binary(2, bin, "--steps 1 --save model");
+  EXPECT_EQ(save.status, 1) << save.out;
+  EXPECT_NE(save.out.find("error: --save model: " + why), std::string::npos) << save.out;
+  EXPECT_EQ(save.out.find("step 1/1"), std::string::npos) << "trained first:\n" << save.out;
+  const CmdResult file = run_binary(2, bin, "--save out.safetensors");
+  ASSERT_EQ(file.status, 0) << file.out;
+  const CmdResult merge =
+      run_command(fmt::format("cd {} && {} merge ckpt -o model", dir.string(), FSDPGEN_BIN));
+  EXPECT_EQ(merge.status, 1) << merge.out;
+  EXPECT_NE(merge.out.find("model: " + why), std::string::npos) << merge.out;
+  EXPECT_FALSE(fs::exists(dir / "model"));
+  const CmdResult merge_file = run_command(
+      fmt::format("cd {} && {} merge ckpt -o merged.safetensors", dir.string(), FSDPGEN_BIN));
+  EXPECT_EQ(merge_file.status, 0) << merge_file.out;
+}
+
 // A token set `fsdpgen prepare` made with a byte-level BPE: the samples start
 // from its <|endoftext|> and are decoded by the tokenizer.json beside its
 // manifest, in the run and in `fsdpgen sample` (whose --prompt the
