@@ -352,10 +352,11 @@ class CustomLayerReader {
     std::vector<std::string> names;
     for (const model::Module& x : param_layout(m_).modules)
       names.push_back(x.name);
-    if (names.empty()) {  // runtime/model/llama.h's post-norm block
-      d_.error(e.key_span, fmt::format("a custom layer in place of '{}' needs block_norms = pre: a "
-                                       "post-norm block has no module a custom layer can replace",
-                                       e.key));
+    if (names.empty()) {  // runtime/model/llama.h's post-norm and sandwich blocks
+      d_.error(e.key_span,
+               fmt::format("a custom layer in place of '{}' needs block_norms = pre: a post-norm "
+                           "or sandwich block has no module a custom layer can replace",
+                           e.key));
       return;
     }
     const std::vector<std::string_view> choices = names_of(names);

@@ -162,6 +162,11 @@ const KeyTable<ModelSpec>& model_keys() {
       }),
       int_key("sliding_window", &ModelSpec::sliding_window, 1, kMaxContext)
           .when([](const ModelSpec& m) { return is_llama(m) && m.sliding_window != 0; }),
+      int_key("global_every", &ModelSpec::global_every, 1, kMaxLayers).when([](const ModelSpec& m) {
+        return is_llama(m) && m.global_every != 0;
+      }),
+      real_key("rope_local_theta", &ModelSpec::rope_local_theta, 0, 1e12, false)
+          .when([](const ModelSpec& m) { return is_llama(m) && m.rope_local_theta != 0; }),
       bool_key("scale_embedding", &ModelSpec::scale_embedding).when([](const ModelSpec& m) {
         return is_llama(m) && m.scale_embedding;
       }),

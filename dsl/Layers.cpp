@@ -59,7 +59,7 @@ std::vector<TensorDecl> table_tensors(const ModelSpec& m, model::Table<model::Te
 }  // namespace
 
 model::LlamaTables llama_tables(const ModelSpec& m) {
-  return {m.qkv_bias, m.qk_norm, m.qk_norm_across_heads, m.post_norm()};
+  return {m.qkv_bias, m.qk_norm, m.qk_norm_across_heads, m.post_norm(), m.sandwich_norm()};
 }
 
 const model::ParamLayout& param_layout(const ModelSpec& m) {

@@ -124,6 +124,14 @@ void sliding_window_only_for_llama(const CheckContext& c) {
   only_for_llama(c, "model.sliding_window", "attends every earlier position");
 }
 
+void global_every_only_for_llama(const CheckContext& c) {
+  only_for_llama(c, "model.global_every", "attends every earlier position in every layer");
+}
+
+void rope_local_theta_only_for_llama(const CheckContext& c) {
+  only_for_llama(c, "model.rope_local_theta", "uses learned position embeddings");
+}
+
 void scale_embedding_only_for_llama(const CheckContext& c) {
   only_for_llama(c, "model.scale_embedding", "adds learned positions to unscaled embeddings");
 }
@@ -148,17 +156,46 @@ void query_pre_attn_scalar_only_for_llama(const CheckContext& c) {
   only_for_llama(c, "model.query_pre_attn_scalar", "scales q . k by 1 / sqrt(head size)");
 }
 
-// Gemma's embedding scale and (1 + weight) norms: transformers'
-// GemmaForCausalLM has both and no class one alone; Gemma 1 has neither
-// Qwen's pieces, a window nor OLMo 2's norms (Gemma 2's and 3's windows and
-// q/k norms come with pieces fsdpgen does not build yet).
+// Gemma's pieces as transformers' Gemma classes have them, so that --save
+// can write the model: the embedding scale and (1 + weight) norms together
+// (GemmaForCausalLM; no class has one alone), with norms before each
+// sub-block (Gemma 1) or before and after each (block_norms = sandwich:
+// Gemma2ForCausalLM, and Gemma3ForCausalLM with each head's q/k norms),
+// windows only with the latter; never Qwen2's biases or OLMo 2's norms.
+// Sandwich norms and alternating layers come with Gemma's pieces only.
 void gemma_pieces_together(const CheckContext& c) {
   const ModelSpec& m = c.spec.model;
   if (!c.keys.usable({"model.family", "model.scale_embedding", "model.norm_plus_one",
                       "model.qkv_bias", "model.qk_norm", "model.sliding_window",
-                      "model.block_norms"}) ||
-      m.family != Family::Llama || (!m.scale_embedding && !m.norm_plus_one))
+                      "model.block_norms", "model.global_every", "model.rope_local_theta"}) ||
+      m.family != Family::Llama)
     return;
+  const bool gemma = m.scale_embedding || m.norm_plus_one;
+  struct piece {
+    const char* key;
+    bool set;
+    const char* why;
+  };
+  if (!gemma) {
+    const piece gemma_only[] = {
+        {"model.block_norms", m.sandwich_norm(), "norms before and after each sub-block"},
+        {"model.global_every", m.global_every != 0, "alternating windowed and global layers"},
+        {"model.rope_local_theta", m.rope_local_theta != 0,
+         "a rotary base of the windowed layers"}};
+    for (const piece& o : gemma_only) {
+      if (!o.set) continue;
+      Diagnostic& e = c.diags.error(
+          c.keys.where(o.key),
+          fmt::format("{} without Gemma's pieces (scale_embedding, norm_plus_one) is not supported",
+                      o.key == std::string_view("model.block_norms")
+                          ? std::string("block_norms = sandwich")
+                          : std::string(std::string_view(o.key).substr(6))));
+      Diagnostics::note(e, fmt::format("only Gemma 2 and 3 have {}; transformers has no class "
+                                       "with them alone, so --save could not write the model",
+                                       o.why));
+    }
+    return;
+  }
   const char* set = m.scale_embedding ? "model.scale_embedding" : "model.norm_plus_one";
   if (m.scale_embedding != m.norm_plus_one) {
     Diagnostic& e = c.diags.error(
@@ -170,24 +207,61 @@ void gemma_pieces_together(const CheckContext& c) {
                       "alone, so --save could not write the model");
     return;
   }
-  struct piece {
-    const char* key;
-    bool set;
-  };
-  const piece others[] = {{"model.qkv_bias", m.qkv_bias},
-                          {"model.qk_norm", m.qk_norm},
-                          {"model.sliding_window", m.attention_window() != 0},
-                          {"model.block_norms", m.post_norm()}};
+  const bool pre = m.block_norms == BlockNorms::Pre;
+  const piece others[] = {
+      {"model.qkv_bias", m.qkv_bias, "no Gemma has biases on q, k and v"},
+      {"model.qk_norm", m.qk_norm && m.qk_norm_across_heads,
+       "Gemma 3's q and k norms are each head's (qk_norm = true)"},
+      {"model.block_norms", m.post_norm(),
+       "Gemma 1's norms come before each sub-block (pre), Gemma 2's and 3's before and after "
+       "(sandwich)"},
+      {"model.qk_norm", pre && m.qk_norm && !m.qk_norm_across_heads,
+       "Gemma 1 has none; Gemma 3's q/k norms come with block_norms = sandwich"},
+      {"model.sliding_window", pre && m.attention_window() != 0,
+       "Gemma 1 has none; Gemma 2's and 3's windows come with block_norms = sandwich"}};
   for (const piece& o : others) {
     if (!o.set) continue;
     Diagnostic& e = c.diags.error(
         c.keys.where(o.key),
         fmt::format("{} with Gemma's pieces (scale_embedding, norm_plus_one) is not supported",
-                    std::string_view(o.key).substr(6)));
+                    o.key == std::string_view("model.block_norms")
+                        ? std::string("block_norms = post")
+                        : std::string(std::string_view(o.key).substr(6))));
+    Diagnostics::note(e, o.why);
+  }
+}
+
+// Gemma 2's and 3's alternating layers: global_every says which layers are
+// local, sliding_window what they attend; a rotary base of their own is
+// Gemma 3's (with q/k norms; Gemma 2 has one base). Without Gemma's pieces
+// gemma_pieces_together refuses these keys.
+void alternating_layers_complete(const CheckContext& c) {
+  const ModelSpec& m = c.spec.model;
+  if (!c.keys.usable({"model.family", "model.sliding_window", "model.global_every",
+                      "model.rope_local_theta", "model.qk_norm", "model.scale_embedding",
+                      "model.norm_plus_one"}) ||
+      m.family != Family::Llama || !(m.scale_embedding || m.norm_plus_one))
+    return;
+  if (m.global_every != 0 && m.sliding_window == 0) {
+    Diagnostic& e = c.diags.error(c.keys.where("model.global_every"),
+                                  "global_every without sliding_window is not supported");
+    Diagnostics::note(e, fmt::format("one layer in every {} is global and the others attend the "
+                                     "last sliding_window positions: give the window",
+                                     m.global_every));
+  }
+  if (m.rope_local_theta == 0) return;
+  if (m.global_every == 0) {
+    Diagnostic& e = c.diags.error(c.keys.where("model.rope_local_theta"),
+                                  "rope_local_theta without global_every is not supported");
     Diagnostics::note(e,
-                      "Gemma 1 has none of them; Gemma 2's and 3's windows, q/k norms and norms "
-                      "after each sub-block come with soft-capping and norms before each as "
-                      "well, which fsdpgen does not build yet");
+                      "it is the local layers' rotary base beside the global layers' "
+                      "rope_theta; global_every says which layers are global");
+  } else if (!m.qk_norm) {
+    Diagnostic& e = c.diags.error(c.keys.where("model.rope_local_theta"),
+                                  "rope_local_theta without qk_norm is not supported");
+    Diagnostics::note(e,
+                      "a local rotary base is Gemma 3's, which has qk_norm = true; Gemma 2 "
+                      "has one base (Gemma2ForCausalLM could not load the model)");
   }
 }
 
@@ -580,7 +654,10 @@ constexpr Rule kRules[] = {
     {RuleSection::Model, qk_norm_without_qkv_bias},
     {RuleSection::Model, block_norms_only_for_llama},
     {RuleSection::Model, post_norms_with_qk_norm},
+    {RuleSection::Model, alternating_layers_complete},
     {RuleSection::Model, sliding_window_only_for_llama},
+    {RuleSection::Model, global_every_only_for_llama},
+    {RuleSection::Model, rope_local_theta_only_for_llama},
     {RuleSection::Model, scale_embedding_only_for_llama},
     {RuleSection::Model, norm_plus_one_only_for_llama},
     {RuleSection::Model, activation_only_for_llama},

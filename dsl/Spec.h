@@ -52,10 +52,11 @@ inline constexpr std::array<std::string_view, 1> kRopeScalingNames = {"llama3"};
 // Where a llama block's norms sit (block_norms): before each sub-block
 // (Llama's input_layernorm and post_attention_layernorm) or after each,
 // before its residual add (OLMo 2's post_attention_layernorm and
-// post_feedforward_layernorm). Gemma 2/3's norms before and after each
-// would be a third value.
-enum class BlockNorms { Pre, Post };
-inline constexpr std::array<std::string_view, 2> kBlockNormsNames = {"pre", "post"};
+// post_feedforward_layernorm), or both (sandwich: Gemma 2's and 3's
+// input_layernorm and post_attention_layernorm around attention,
+// pre_feedforward_layernorm and post_feedforward_layernorm around the MLP).
+enum class BlockNorms { Pre, Post, Sandwich };
+inline constexpr std::array<std::string_view, 3> kBlockNormsNames = {"pre", "post", "sandwich"};
 inline std::string_view to_string(BlockNorms v) {
   return kBlockNormsNames[static_cast<int>(v)];
 }
@@ -207,6 +208,14 @@ struct ModelSpec {
   // included), Mistral's sliding-window attention; 0: none. A window of at
   // least the context is plain causal attention.
   int64_t sliding_window = 0;
+  // llama only, Gemma 2's and 3's alternating layers: layers global_every -
+  // 1, 2 * global_every - 1, ... are global, attending every earlier
+  // position; the others are local (transformers' layer_types
+  // "sliding_attention"), attending the window and rotated with
+  // rope_local_theta where given (Gemma 3's rope_local_base_freq). 0: every
+  // layer attends the window, rotated with rope_theta.
+  int64_t global_every = 0;
+  double rope_local_theta = 0;
   // llama only, Gemma's pieces: the embedding's rows scaled by sqrt(width) as
   // they enter the first block (the head reads them unscaled); every RMSNorm
   // scaling by (1 + weight), its weights starting at 0; the MLP's gate.
@@ -235,6 +244,7 @@ struct ModelSpec {
 
   int64_t head_dim() const { return head_size != 0 ? head_size : width / heads; }
   bool post_norm() const { return block_norms == BlockNorms::Post; }
+  bool sandwich_norm() const { return block_norms == BlockNorms::Sandwich; }
   int64_t q_width() const { return heads * head_dim(); }  // width of q and of attention's output
   // The window attention runs with: 0 where none or at least the context.
   int64_t attention_window() const { return sliding_window < context ? sliding_window : 0; }
@@ -243,6 +253,10 @@ struct ModelSpec {
   double attention_scale() const {
     const double s = query_pre_attn_scalar;
     return s != 0 && s != static_cast<double>(head_dim()) ? 1.0 / std::sqrt(s) : 0.0;
+  }
+  // Whether block `layer` is a local one of alternating layers.
+  bool local_layer(int64_t layer) const {
+    return global_every != 0 && (layer + 1) % global_every != 0;
   }
   // Rows of the stored embedding and head, and columns of a logits row.
   int64_t padded_vocab() const { return (vocab + pad_vocab_to - 1) / pad_vocab_to * pad_vocab_to; }

@@ -24,7 +24,7 @@ static_assert(model::same_name(model::kLlamaPostNormBlockPieces[kLlamaPostRms1].
               "llama_post_piece follows runtime/model/llama.h's kLlamaPostNormBlockPieces");
 
 model::LlamaTables tables(const llama_dims& d) {
-  return {d.qkv_bias, d.qk_norm, d.qk_norm_across_heads, d.post_norm};
+  return {d.qkv_bias, d.qk_norm, d.qk_norm_across_heads, d.post_norm, d.sandwich_norm};
 }
 
 model::Dims layout_dims(const llama_dims& d) {
@@ -56,13 +56,17 @@ Out block_tensors_at(Ptr base, const llama_dims& d) {
   p.gate_w = c.at("gate_w");
   p.up_w = c.at("up_w");
   p.down_w = c.at("down_w");
+  p.post_attn_w = d.sandwich_norm ? c.at("post_attn_w") : nullptr;
+  p.post_mlp_w = d.sandwich_norm ? c.at("post_mlp_w") : nullptr;
   return p;
 }
 
 }  // namespace
 
 llama_rope llama_rope_at(const float* tables, const llama_dims& d) {
-  return {tables, tables + d.T * (d.D() / 2)};
+  const int64_t half = d.T * (d.D() / 2);  // one table: cos, then sin
+  if (d.local_rope) tables += 2 * half;
+  return {tables, tables + half};
 }
 
 template <class T>
@@ -83,6 +87,8 @@ llama_block_saved<T> llama_block_saved_at(std::byte* slot, const llama_dims& d) 
   s.rms2_rstd = c.at<float>("rms2_rstd");
   s.lse = c.at<float>("lse");
   s.input = c.at<T>("input");
+  s.post_attn_rstd = d.sandwich_norm ? c.at<float>("post_attn_rstd") : nullptr;
+  s.post_mlp_rstd = d.sandwich_norm ? c.at<float>("post_mlp_rstd") : nullptr;
   s.rms1 = d.post_norm ? nullptr : c.at<T>("rms1");
   s.q_rstd = d.qk_norm ? c.at<float>("q_rstd") : nullptr;
   s.k_rstd = d.qk_norm ? c.at<float>("k_rstd") : nullptr;
@@ -93,12 +99,12 @@ llama_block_saved<T> llama_block_saved_at(std::byte* slot, const llama_dims& d) 
   s.v = c.at<T>("v");
   s.attn = c.at<T>("attn");
   s.res2 = c.at<T>("res2");
-  s.attn_out = d.post_norm ? c.at<T>("attn_out") : nullptr;
+  s.attn_out = d.post_norm || d.sandwich_norm ? c.at<T>("attn_out") : nullptr;
   s.rms2 = d.post_norm ? nullptr : c.at<T>("rms2");
   s.gate = c.at<T>("gate");
   s.up = c.at<T>("up");
   s.swiglu = c.at<T>("swiglu");
-  s.mlp_out = d.post_norm ? c.at<T>("mlp_out") : nullptr;
+  s.mlp_out = d.post_norm || d.sandwich_norm ? c.at<T>("mlp_out") : nullptr;
   return s;
 }
 

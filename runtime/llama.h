@@ -46,9 +46,23 @@ struct llama_dims {
   float attn_scale = 0.0f;
   float attn_softcap = 0.0f;
   float logit_softcap = 0.0f;
+  // Gemma 2's and 3's norms after attention and the MLP as well as before
+  // (post_attn_w, post_mlp_w), each before its residual add; pieces in llama_piece order.
+  bool sandwich_norm = false;
+  // The layer's rotary table is the second of the plan's rope_tables (the
+  // local layers' base, Gemma 3's rope_local_base_freq).
+  bool local_rope = false;
   // What each RMSNorm adds to its weights.
   float norm_weight_offset() const { return norm_plus_one ? 1.0f : 0.0f; }
   int64_t N() const { return B * T; }
+  // A local layer's dims where the layers alternate (Gemma 2 and 3): the
+  // window, and with a local base the second rotary table.
+  constexpr llama_dims windowed(int64_t w, bool local) const {
+    llama_dims d = *this;
+    d.window = w;
+    d.local_rope = local;
+    return d;
+  }
   int64_t D() const { return head_dim != 0 ? head_dim : C / H; }  // head size
   int64_t Q() const { return H * D(); }                           // width of q
   int64_t KV() const { return KV_heads * D(); }                   // width of k and of v
@@ -91,7 +105,8 @@ enum llama_post_piece : int {
 };
 
 // The rotary tables (the plan's rope_tables buffer): cos then sin of
-// position t's angle at frequency i, (T, D / 2) fp32 each.
+// position t's angle at frequency i, (T, D / 2) fp32 each; with a local base
+// (Gemma 3) the local layers' cos and sin follow (local_rope).
 struct llama_rope {
   const float* cos;
   const float* sin;
@@ -100,20 +115,22 @@ llama_rope llama_rope_at(const float* tables, const llama_dims& d);
 
 template <class T>
 struct llama_block_params {
-  const T* rms1_w;    // (C) before attention; with post_norm after it
-  const T* q_w;       // (Q, C)
-  const T* k_w;       // (KV, C)
-  const T* v_w;       // (KV, C)
-  const T* q_b;       // (Q)   qkv_bias only, else null
-  const T* k_b;       // (KV)  qkv_bias only, else null
-  const T* v_b;       // (KV)  qkv_bias only, else null
-  const T* q_norm_w;  // (D), across heads (Q): qk_norm only, else null
-  const T* k_norm_w;  // (D), across heads (KV): qk_norm only, else null
-  const T* o_w;       // (C, Q)
-  const T* rms2_w;    // (C) before the MLP; with post_norm after it
-  const T* gate_w;    // (F, C)
-  const T* up_w;      // (F, C)
-  const T* down_w;    // (C, F)
+  const T* rms1_w;       // (C) before attention; with post_norm after it
+  const T* q_w;          // (Q, C)
+  const T* k_w;          // (KV, C)
+  const T* v_w;          // (KV, C)
+  const T* q_b;          // (Q)   qkv_bias only, else null
+  const T* k_b;          // (KV)  qkv_bias only, else null
+  const T* v_b;          // (KV)  qkv_bias only, else null
+  const T* q_norm_w;     // (D), across heads (Q): qk_norm only, else null
+  const T* k_norm_w;     // (D), across heads (KV): qk_norm only, else null
+  const T* o_w;          // (C, Q)
+  const T* rms2_w;       // (C) before the MLP; with post_norm after it
+  const T* gate_w;       // (F, C)
+  const T* up_w;         // (F, C)
+  const T* down_w;       // (C, F)
+  const T* post_attn_w;  // (C) after attention: sandwich_norm only, else null
+  const T* post_mlp_w;   // (C) after the MLP: sandwich_norm only, else null
 };
 // The block's tensors from its first tensor, as runtime/model/llama.h lays them out.
 template <class T>
@@ -122,32 +139,34 @@ llama_block_params<T> llama_block_params_at(const T* base, const llama_dims& d);
 template <class G>
 struct llama_block_grads {
   G *rms1_w, *q_w, *k_w, *v_w, *o_w, *rms2_w, *gate_w, *up_w, *down_w;
-  G *q_b, *k_b, *v_b;      // qkv_bias only, else null
-  G *q_norm_w, *k_norm_w;  // qk_norm only, else null
+  G *q_b, *k_b, *v_b;           // qkv_bias only, else null
+  G *q_norm_w, *k_norm_w;       // qk_norm only, else null
+  G *post_attn_w, *post_mlp_w;  // sandwich_norm only, else null
 };
 template <class G>
 llama_block_grads<G> llama_block_grads_at(G* base, const llama_dims& d);
 
 template <class T>
 struct llama_block_saved {
-  float *rms1_rstd, *rms2_rstd;  // (N)
-  float* lse;                    // (B, H, T) log-sum-exp of each query's scaled scores
-  T* input;                      // (N, C)
-  T* rms1;                       // (N, C): pre-norm only, else null
-  float *q_rstd, *k_rstd;        // (N, H), (N, KV_heads); across heads (N): qk_norm only
-  T* q_raw;                      // (N, Q) before the norm: qk_norm only, else null
-  T* k_raw;                      // (N, KV) before the norm: qk_norm only, else null
-  T* q;                          // (N, Q) after the rotation
-  T* k;                          // (N, KV) after the rotation
-  T* v;                          // (N, KV)
-  T* attn;                       // (N, Q)
-  T* attn_out;                   // (N, C) o_proj's output before rms1: post_norm only
-  T* res2;                       // (N, C) input + attention's branch
-  T* rms2;                       // (N, C): pre-norm only, else null
-  T* gate;                       // (N, F)
-  T* up;                         // (N, F)
-  T* swiglu;                     // (N, F) silu(gate) * up
-  T* mlp_out;                    // (N, C) down_proj's output before rms2: post_norm only
+  float *rms1_rstd, *rms2_rstd;           // (N)
+  float *post_attn_rstd, *post_mlp_rstd;  // (N): sandwich_norm only, else null
+  float* lse;                             // (B, H, T) log-sum-exp of each query's scaled scores
+  T* input;                               // (N, C)
+  T* rms1;                                // (N, C): pre-norm only, else null
+  float *q_rstd, *k_rstd;                 // (N, H), (N, KV_heads); across heads (N): qk_norm only
+  T* q_raw;                               // (N, Q) before the norm: qk_norm only, else null
+  T* k_raw;                               // (N, KV) before the norm: qk_norm only, else null
+  T* q;                                   // (N, Q) after the rotation
+  T* k;                                   // (N, KV) after the rotation
+  T* v;                                   // (N, KV)
+  T* attn;                                // (N, Q)
+  T* attn_out;  // (N, C) o_proj's output before its norm: post or sandwich only
+  T* res2;      // (N, C) input + attention's branch
+  T* rms2;      // (N, C): pre-norm only, else null
+  T* gate;      // (N, F)
+  T* up;        // (N, F)
+  T* swiglu;    // (N, F) silu(gate) * up
+  T* mlp_out;   // (N, C) down_proj's output before its norm: post or sandwich only
 };
 template <class T>
 llama_block_saved<T> llama_block_saved_at(std::byte* slot, const llama_dims& d);

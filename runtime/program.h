@@ -168,6 +168,8 @@ struct program_rope {
   double theta = 10000.0;
   double factor = 0.0, low_freq = 0.0, high_freq = 0.0;
   int64_t original_context = 0;
+  // The local layers' base (Gemma 3's rope_local_base_freq; global_every); 0: theta.
+  double local_theta = 0.0;
 };
 
 // The model, as the spec's model block. The fields after padded_vocab are
@@ -202,6 +204,11 @@ struct program_model {
   double attention_softcap = 0.0;
   double logit_softcap = 0.0;
   double query_pre_attn_scalar = 0.0;
+  // Gemma 2's and 3's: norms before and after each sub-block; layers
+  // global_every - 1, 2 * global_every - 1, ... global, the others local:
+  // the window, and rope.local_theta where given (0: every layer alike).
+  bool sandwich_norm = false;
+  int64_t global_every = 0;
   int64_t head_size() const { return head_dim != 0 ? head_dim : width / heads; }
 };
 

@@ -96,13 +96,21 @@ std::string spec_text(const hf_model& m, const std::string& source, const std::s
              ? "  qk_norm    = across_heads   # RMSNorm on all of q and all of k (OLMo 2)\n"
              : "  qk_norm    = true   # RMSNorm on each head's q and k (Qwen3)\n";
   if (m.post_norm) s += "  block_norms = post   # norms after attention and the MLP (OLMo 2)\n";
+  if (m.sandwich_norm)
+    s += "  block_norms = sandwich   # norms before and after attention and the MLP (Gemma 2, 3)\n";
   if (m.scale_embedding)
     s += "  scale_embedding = true   # the embedding times sqrt(width) (Gemma)\n";
   if (m.norm_plus_one) s += "  norm_plus_one   = true   # RMSNorms scale by (1 + weight) (Gemma)\n";
   if (m.gelu_gate) s += "  activation = gelu_tanh   # GeGLU: a GELU (tanh form) gate\n";
-  if (m.window > 0 && m.window < m.context)
-    s += fmt::format("  sliding_window = {}   # each query attends the last {} positions\n",
-                     m.window, m.window);
+  if (m.window > 0 && (m.window < m.context || m.global_every != 0))
+    s += fmt::format("  sliding_window = {}   # each query attends the last {} positions{}\n",
+                     m.window, m.window, m.global_every != 0 ? " (local layers)" : "");
+  if (m.global_every != 0)
+    s += fmt::format("  global_every = {}   # layers {}, {}, ... attend every earlier position\n",
+                     m.global_every, m.global_every - 1, 2 * m.global_every - 1);
+  if (m.rope_local_theta != 0)
+    s += fmt::format("  rope_local_theta = {}   # the local layers' rotary base\n",
+                     format_real(m.rope_local_theta));
   if (m.llama && m.head_dim > 0 && m.head_dim * m.heads != m.width)
     s += fmt::format("  head_dim   = {}   # q is heads * head_dim = {} wide\n", m.head_dim,
                      m.heads * m.head_dim);

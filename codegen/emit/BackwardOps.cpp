@@ -38,8 +38,8 @@ void block_backward(OpWriter& w, Body& b, size_t k, size_t end, int params, int 
   for (size_t x = a.calls.size(); x-- > 0;) {
     const PieceCall& pc = a.calls[x];
     if (pc.custom < 0) {
-      call(b, "{}_block_backward<param_t, grad_t>(grads, params, saved, scratch, {}kDims, {}{});",
-           c.fam(), a.rope, w.ws(), family_pieces_arg(c, seg, k, end, pc));
+      call(b, "{}_block_backward<param_t, grad_t>(grads, params, saved, scratch, {}{}, {}{});",
+           c.fam(), a.rope, a.dims, w.ws(), family_pieces_arg(c, seg, k, end, pc));
       continue;
     }
     custom_backward(w, b, seg.layers[k].block, pc.custom, params, grads, slot);

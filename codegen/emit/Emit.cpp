@@ -144,8 +144,9 @@ std::string model_dims(const EmitContext& c) {
     // The fields after the epsilon, as far as one differs from its default:
     // qkv_bias, qk_norm, head_dim, window, qk_norm_across_heads, post_norm,
     // scale_embedding, norm_plus_one, gelu_gate, attn_scale, attn_softcap,
-    // logit_softcap.
-    const int64_t window = m.attention_window();
+    // logit_softcap, sandwich_norm. Where layers alternate, kDims is the
+    // global layers' and kLocalDims the local ones'.
+    const int64_t window = m.global_every != 0 ? 0 : m.attention_window();
     const bool gelu_gate = m.activation == Activation::GeluTanh;
     const double attn_scale = m.attention_scale();
     auto word = [](bool v) { return std::string(v ? "true" : "false"); };
@@ -161,7 +162,8 @@ std::string model_dims(const EmitContext& c) {
                                   word(gelu_gate),
                                   real(attn_scale),
                                   real(m.attention_softcap),
-                                  real(m.logit_softcap)};
+                                  real(m.logit_softcap),
+                                  word(m.sandwich_norm())};
     const bool set[] = {m.qkv_bias,
                         m.qk_norm,
                         m.head_size != 0,
@@ -173,7 +175,8 @@ std::string model_dims(const EmitContext& c) {
                         gelu_gate,
                         attn_scale != 0,
                         m.attention_softcap != 0,
-                        m.logit_softcap != 0};
+                        m.logit_softcap != 0,
+                        m.sandwich_norm()};
     size_t last = std::size(set);
     while (last > 0 && !set[last - 1])
       last--;
@@ -185,6 +188,7 @@ std::string model_dims(const EmitContext& c) {
       says += m.qk_norm_across_heads ? "; q and k pass an RMSNorm across their heads"
                                      : "; each head's q and k pass an RMSNorm";
     if (m.post_norm()) says += "; the norms follow attention and the MLP";
+    if (m.sandwich_norm()) says += "; norms before and after attention and the MLP";
     if (m.head_size != 0) says += fmt::format("; head size {}", m.head_size);
     if (window != 0) says += fmt::format("; each query attends the last {} positions", window);
     if (m.scale_embedding) says += "; the embedding scaled by sqrt(C)";
@@ -195,14 +199,24 @@ std::string model_dims(const EmitContext& c) {
     if (m.attention_softcap != 0)
       says += fmt::format("; scores soft-capped at {}", m.attention_softcap);
     if (m.logit_softcap != 0) says += fmt::format("; logits soft-capped at {}", m.logit_softcap);
+    std::string local;
+    if (m.global_every != 0)
+      local = fmt::format(
+          "// One layer in every {} is global (kDims); the others (kLocalDims) attend {}{}.\n"
+          "constexpr llama_dims kLocalDims = kDims.windowed({}, {});\n",
+          m.global_every,
+          m.attention_window() != 0 ? fmt::format("the last {} positions", m.attention_window())
+                                    : std::string("every earlier position"),
+          m.rope_local_theta != 0 ? ", rotated with the second table (their own base)" : "",
+          m.attention_window(), word(m.rope_local_theta != 0));
     return fmt::format(
         "// B sequences of T tokens, width C, H query heads, KV key/value heads, MLP hidden F,\n"
         "// vocab V; attention saves log-sum-exp; the embedding and head are stored with V\n"
         "// padded to Vp rows (pad_vocab_to {}); RMSNorm's epsilon{}.\n"
-        "constexpr llama_dims kDims{{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}f{}}};\n",
+        "constexpr llama_dims kDims{{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}f{}}};\n{}",
         m.pad_vocab_to, says, c.s.micro_batch, m.context, m.width, m.heads, m.kv_heads,
         m.ffn_hidden, m.vocab, c.act.flash_attention, m.padded_vocab(), cpp_double(m.norm_eps),
-        tail);
+        tail, local);
   }
   return fmt::format(
       "// B sequences of T tokens, width C, H heads, MLP hidden F, vocab V; flash: attention\n"

@@ -107,6 +107,11 @@ struct EmitContext {
   }
   // The family's runtime prefix ("gpt2": gpt2_block_forward, runtime/cpu/gpt2.h).
   std::string fam() const { return std::string(to_string(model.family)); }
+  // The dims a block's calls take: kLocalDims for a local layer of
+  // alternating ones (Gemma 2 and 3: model_dims writes both), else kDims.
+  std::string block_dims(int64_t block) const {
+    return model.local_layer(block) ? "kLocalDims" : "kDims";
+  }
   const model::ParamLayout& layout() const { return param_layout(model); }
   // A block's tensor names' prefix ("transformer.h.3.").
   std::string block_prefix(int64_t block) const;

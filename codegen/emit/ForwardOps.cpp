@@ -38,8 +38,8 @@ void block_forward(OpWriter& w, Body& b, size_t k, size_t end, int params, At sl
       const std::string family_out = !last                ? "nullptr"
                                      : c.added_custom < 0 ? a.out
                                                           : added_input(w, b, c.added_custom, slot);
-      call(b, "{}_block_forward<param_t>({}, params, saved, {}kDims, {}{});", c.fam(), family_out,
-           a.rope, w.ws(), family_pieces_arg(c, seg, k, end, pc));
+      call(b, "{}_block_forward<param_t>({}, params, saved, {}{}, {}{});", c.fam(), family_out,
+           a.rope, a.dims, w.ws(), family_pieces_arg(c, seg, k, end, pc));
       continue;
     }
     custom_forward(w, b, seg.layers[k].block, pc.custom, params, slot,

@@ -34,11 +34,11 @@ bool recomputes(const EmitContext& c, const Segment& seg) {
 }
 
 // llama: the rotary tables a block's forward and backward read ("" for gpt2).
-std::string rope_arg(const OpWriter& w, Body& b) {
+std::string rope_arg(const OpWriter& w, Body& b, const std::string& dims) {
   const int tables = w.op.operand(Role::RopeTables);
   if (tables < 0) return "";
-  call(b, "const llama_rope rope = llama_rope_at({}, kDims);",
-       w.let(b, "rope_tables", "float", {tables, 0}));
+  call(b, "const llama_rope rope = llama_rope_at({}, {});",
+       w.let(b, "rope_tables", "float", {tables, 0}), dims);
   return "rope, ";
 }
 
@@ -239,7 +239,8 @@ BlockArgs block_args(const OpWriter& w, Body& b, size_t k, size_t end, const Blo
   if (at.input >= 0) call(b, "saved.input = {};", in);
   block_tensors(w, b, seg, k, a.calls, at.params, false, "params", weights);
   if (backward) block_tensors(w, b, seg, k, a.calls, at.grads, true, "grads", dweights);
-  a.rope = rope_arg(w, b);
+  a.dims = c.block_dims(seg.layers[k].block);
+  a.rope = rope_arg(w, b, a.dims);
   return a;
 }
 

@@ -84,6 +84,7 @@ struct BlockArgs {
   std::vector<PieceCall> calls;  // the family's runs and the custom layers, in forward order
   std::string out;               // the block output's pointer ("nullptr": none)
   std::string rope;              // rope_arg's
+  std::string dims;              // the block's dims (EmitContext::block_dims)
 };
 BlockArgs block_args(const OpWriter& w, Body& b, size_t k, size_t end, const BlockBuffers& at,
                      bool backward);

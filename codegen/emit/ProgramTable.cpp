@@ -62,6 +62,7 @@ std::vector<Init> model_fields(const EmitContext& c) {
     rope.push_back({"high_freq", cpp_double(r.high_freq)});
     rope.push_back({"original_context", i(r.original_context)});
   }
+  if (m.rope_local_theta != 0) rope.push_back({"local_theta", cpp_double(m.rope_local_theta)});
   f.push_back({"rope", "", rope});
   if (m.qkv_bias) f.push_back({"qkv_bias", "true"});
   if (m.qk_norm) f.push_back({"qk_norm", "true"});
@@ -76,6 +77,8 @@ std::vector<Init> model_fields(const EmitContext& c) {
   if (m.logit_softcap != 0) f.push_back({"logit_softcap", cpp_double(m.logit_softcap)});
   if (m.query_pre_attn_scalar != 0)
     f.push_back({"query_pre_attn_scalar", cpp_double(m.query_pre_attn_scalar)});
+  if (m.sandwich_norm()) f.push_back({"sandwich_norm", "true"});
+  if (m.global_every != 0) f.push_back({"global_every", i(m.global_every)});
   return f;
 }
 

@@ -157,7 +157,8 @@ int64_t backward_scratch_bytes(const ModelSpec& m, const ActivationShape& a) {
 
 int64_t rope_tables_bytes(const ModelSpec& m) {
   if (m.family != Family::Llama) return 0;
-  return 2 * m.context * (m.head_dim() / 2) * 4;
+  const int64_t tables = m.rope_local_theta != 0 ? 2 : 1;  // the windowed layers' own base
+  return tables * 2 * m.context * (m.head_dim() / 2) * 4;
 }
 
 int64_t cudnn_attention_workspace_bytes(const ModelSpec& m, const ActivationShape& a) {

@@ -144,11 +144,13 @@ void check_sliding_window(const Spec& spec, const Hardware& hw, Reasons& out) {
         spec.model.sliding_window, spec.model.context));
 }
 
-// OLMo 2's post-norm block: the CUDA llama block has its norms before each sub-block only.
+// OLMo 2's post-norm block and Gemma 2's and 3's sandwich: the CUDA llama
+// block has its norms before each sub-block only.
 void check_block_norms(const Spec& spec, const Hardware& hw, Reasons& out) {
-  if (hw.gpu && spec.model.post_norm())
-    out.push_back(
-        "block_norms = post on GPUs (the CPU target has it; the CUDA llama block not yet)");
+  if (hw.gpu && spec.model.block_norms != BlockNorms::Pre)
+    out.push_back(fmt::format(
+        "block_norms = {} on GPUs (the CPU target has it; the CUDA llama block not yet)",
+        to_string(spec.model.block_norms)));
 }
 
 // Gemma's pieces: the CUDA llama block has none yet.

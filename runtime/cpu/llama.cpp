@@ -244,8 +244,16 @@ void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_blo
     attention_gqa_forward(s.attn, s.lse, s.q, s.k, s.v, d.B, d.T, d.H, d.KV_heads, D,
                           attention_options_of(d));
   }
-  if (pieces.has(kLlamaO))
-    linear_forward(s.res2, s.attn, p.o_w, static_cast<const T*>(s.input), N, Q, C, ws);
+  if (pieces.has(kLlamaO)) {
+    if (d.sandwich_norm) {  // res2 = input + post_attn(attn @ o_w^T)
+      linear_forward(s.attn_out, s.attn, p.o_w, none, N, Q, C, ws);
+      rmsnorm_forward(s.res2, s.post_attn_rstd, s.attn_out, p.post_attn_w, N, C, d.norm_eps,
+                      d.norm_weight_offset());
+      residual_forward(s.res2, s.res2, static_cast<const T*>(s.input), N * C);
+    } else {
+      linear_forward(s.res2, s.attn, p.o_w, static_cast<const T*>(s.input), N, Q, C, ws);
+    }
+  }
   if (pieces.has(kLlamaRms2))
     rmsnorm_forward(s.rms2, s.rms2_rstd, s.res2, p.rms2_w, N, C, d.norm_eps,
                     d.norm_weight_offset());
@@ -254,8 +262,17 @@ void llama_block_forward(T* out, const llama_block_params<T>& p, const llama_blo
     linear_forward(s.up, s.rms2, p.up_w, none, N, C, F, ws);
     gate_forward(s.swiglu, s.gate, s.up, N * F, d);
   }
+  if (!pieces.has(kLlamaDown)) return;
+  if (d.sandwich_norm) {  // out = res2 + post_mlp(swiglu @ down_w^T)
+    linear_forward(s.mlp_out, s.swiglu, p.down_w, none, N, F, C, ws);
+    // recompute (out == nullptr): the norm's statistics only
+    rmsnorm_forward(out, s.post_mlp_rstd, s.mlp_out, p.post_mlp_w, N, C, d.norm_eps,
+                    d.norm_weight_offset());
+    if (out != nullptr) residual_forward(out, out, static_cast<const T*>(s.res2), N * C);
+    return;
+  }
   // recompute: the saved activations are all it needs
-  if (out == nullptr || !pieces.has(kLlamaDown)) return;
+  if (out == nullptr) return;
   linear_forward(out, s.swiglu, p.down_w, static_cast<const T*>(s.res2), N, F, C, ws);
 }
 
@@ -273,8 +290,15 @@ void llama_block_backward(const llama_block_grads<G>& g, const llama_block_param
   T* dswiglu = scratch.big;  // (N, F) each
   T* dgate = dswiglu + N * F;
   T* dup = dgate + N * F;
-  if (pieces.has(kLlamaDown))
-    linear_backward(dswiglu, g.down_w, dres, s.swiglu, p.down_w, N, F, C, false, ws);
+  if (pieces.has(kLlamaDown)) {
+    const T* dmlp_out = dres;
+    if (d.sandwich_norm) {  // d(mlp_out) through the norm after the MLP, in dtmp
+      rmsnorm_backward(dtmp, g.post_mlp_w, dres, s.mlp_out, p.post_mlp_w, s.post_mlp_rstd, N, C,
+                       false, d.norm_weight_offset());
+      dmlp_out = dtmp;
+    }
+    linear_backward(dswiglu, g.down_w, dmlp_out, s.swiglu, p.down_w, N, F, C, false, ws);
+  }
   if (pieces.has(kLlamaUp)) {
     gate_backward(dgate, dup, dswiglu, s.gate, s.up, N * F, d);
     linear_backward(dtmp, g.up_w, dup, s.rms2, p.up_w, N, C, F, false, ws);
@@ -285,7 +309,15 @@ void llama_block_backward(const llama_block_grads<G>& g, const llama_block_param
     rmsnorm_backward(dres, g.rms2_w, dtmp, s.res2, p.rms2_w, s.rms2_rstd, N, C, true,
                      d.norm_weight_offset());
   // Attention: res2 = input + attention(rope(q), rope(k), v) @ o_w^T.
-  if (pieces.has(kLlamaO)) linear_backward(dtmp, g.o_w, dres, s.attn, p.o_w, N, Q, C, false, ws);
+  if (pieces.has(kLlamaO)) {
+    const T* dattn_out = dres;
+    if (d.sandwich_norm) {  // d(attn_out) through the norm after attention, in big
+      rmsnorm_backward(scratch.big, g.post_attn_w, dres, s.attn_out, p.post_attn_w,
+                       s.post_attn_rstd, N, C, false, d.norm_weight_offset());
+      dattn_out = scratch.big;
+    }
+    linear_backward(dtmp, g.o_w, dattn_out, s.attn, p.o_w, N, Q, C, false, ws);
+  }
   T* dq = scratch.big;  // (N, Q), then (N, KV) twice
   T* dk = dq + N * Q;
   T* dv = dk + N * KV;

@@ -74,6 +74,18 @@ struct llama_type {
   // by (1 + weight); tied embeddings and GELU's tanh form by default, and
   // hidden_act "gelu" read as that form (transformers' GemmaConfig does).
   bool gemma = false;
+  // Gemma 2's and 3's: norms before and after each sub-block; the layers
+  // alternate, one in every `global_every` global (layer_types, else
+  // sliding_window_pattern, when absent), the others local; the local
+  // layers' rotary base when absent (0: they share rope_theta); rope_theta
+  // when absent; the activation's key (hidden_activation).
+  bool sandwich = false;
+  int64_t global_every = 0;
+  double local_theta = 0;
+  double rope_theta = 10000.0;
+  const char* activation_key = "hidden_act";
+  // attn_logit_softcapping and final_logit_softcapping when absent (0: none).
+  double attn_softcap = 0, final_softcap = 0;
 };
 constexpr llama_type kLlamaTypes[] = {
     {"llama", "LlamaForCausalLM", 2048, 0, 0, nullptr, false, false, 0, false},
@@ -83,6 +95,33 @@ constexpr llama_type kLlamaTypes[] = {
     {"olmo2", "Olmo2ForCausalLM", 2048, 0, 0, nullptr, false, true, 0, false, true, true, 1e-5},
     {"gemma", "GemmaForCausalLM", 8192, 16, 0, nullptr, false, false, 256, false, false, false,
      1e-6, true},
+    {.model_type = "gemma2",
+     .lm = "Gemma2ForCausalLM",
+     .positions = 8192,
+     .kv_heads = 4,
+     .window = 4096,
+     .head_dim = 256,
+     .norm_eps = 1e-6,
+     .gemma = true,
+     .sandwich = true,
+     .global_every = 2,
+     .activation_key = "hidden_activation",
+     .attn_softcap = 50.0,
+     .final_softcap = 30.0},
+    {.model_type = "gemma3_text",
+     .lm = "Gemma3ForCausalLM",
+     .positions = 131072,
+     .kv_heads = 4,
+     .window = 4096,
+     .qk_norm = true,
+     .head_dim = 256,
+     .norm_eps = 1e-6,
+     .gemma = true,
+     .sandwich = true,
+     .global_every = 6,
+     .local_theta = 10000.0,
+     .rope_theta = 1000000.0,
+     .activation_key = "hidden_activation"},
 };
 // Qwen2's and Qwen3's max_window_layers when absent.
 constexpr int64_t kMaxWindowLayers = 28;
@@ -109,23 +148,11 @@ struct foreign_family {
 
 const std::vector<foreign_family>& foreign_families() {
   using w = foreign_feature::when;
-  const foreign_feature sandwich{w::always, "", "norms after each sub-block as well as before"};
-  const foreign_feature local_global{w::set, "sliding_window",
-                                     "alternating sliding-window and global attention layers"};
-  const foreign_feature attn_cap{w::set, "attn_logit_softcapping", "attention logit soft-capping"};
-  const foreign_feature final_cap{w::set, "final_logit_softcapping", "final logit soft-capping"};
-  const foreign_feature query_scale{w::not_head_dim, "query_pre_attn_scalar",
-                                    "queries scaled by 1 / sqrt(query_pre_attn_scalar)"};
-  const foreign_feature local_rope{w::set, "rope_local_base_freq",
-                                   "another rotary base on the sliding-window layers"};
   static const std::vector<foreign_family> families = {
-      {"gemma2", "Gemma2ForCausalLM", {sandwich, local_global, attn_cap, final_cap, query_scale}},
-      {"gemma3_text",
-       "Gemma3ForCausalLM",
-       {sandwich, local_global, local_rope, attn_cap, final_cap, query_scale}},
       {"gemma3",
        "Gemma3ForConditionalGeneration",
-       {{w::always, "", "a vision tower (its text_config is a gemma3_text model)"}, sandwich}},
+       {{w::always, "",
+         "a vision tower (its text_config is a gemma3_text model, which fsdpgen imports)"}}},
   };
   return families;
 }
@@ -351,18 +378,49 @@ void read_gpt2(config_reader& r) {
   r.off("add_cross_attention", "fsdpgen's gpt2 has no cross-attention");
 }
 
-// rope_theta and rope_scaling (transformers 4) or rope_parameters (5):
+// Gemma 3's local layers' rotary base: rope_parameters' sliding_attention
+// object's rope_theta (transformers 5; `local`), else rope_local_base_freq,
+// unscaled; the type's default where absent.
+void read_local_rope(config_reader& r, const json* local) {
+  if (r.type->local_theta == 0) return;
+  const std::string holder = "rope_parameters.sliding_attention";
+  if (!local)
+    return r.read<double>(r.config(), "", "rope_local_base_freq", "rope_local_theta",
+                          &hf_model::rope_local_theta, r.type->local_theta);
+  if (!local->is_object())
+    throw std::runtime_error(
+        fmt::format("\"{}\" must be an object, not {}", holder, local->dump()));
+  const std::string type = r.string_or(*local, "rope_type", "default");
+  if (type != "default")
+    return r.differs("rope_type", holder, fmt::format("\"{}\"", type),
+                     "fsdpgen's local layers' rotary positions are unscaled", "\"default\"");
+  r.read<double>(*local, holder, "rope_theta", "rope_local_theta", &hf_model::rope_local_theta,
+                 r.type->local_theta);
+}
+
+// rope_theta and rope_scaling (transformers 4) or rope_parameters (5; Gemma
+// 3's holds one object per kind of layer, the global layers' read here):
 // unscaled, or llama3's four keys.
 void read_rope(config_reader& r) {
   const json* params = r.object("rope_parameters");
   const json* scaling = r.object("rope_scaling");
-  std::string holder = "rope_scaling";
+  std::string holder = "rope_scaling", params_holder = "rope_parameters";
+  const json* local = nullptr;
+  if (params && params->contains("full_attention")) {
+    local = r.get(*params, "sliding_attention");
+    params = r.get(*params, "full_attention");
+    params_holder = "rope_parameters.full_attention";
+    if (params && !params->is_object())
+      throw std::runtime_error(
+          fmt::format("\"{}\" must be an object, not {}", params_holder, params->dump()));
+  }
+  read_local_rope(r, local);
   const bool theta_in_params = params && r.get(*params, "rope_theta");
-  r.read<double>(theta_in_params ? *params : r.config(), theta_in_params ? "rope_parameters" : "",
-                 "rope_theta", "rope_theta", &hf_model::rope_theta, 10000.0);
+  r.read<double>(theta_in_params ? *params : r.config(), theta_in_params ? params_holder : "",
+                 "rope_theta", "rope_theta", &hf_model::rope_theta, r.type->rope_theta);
   if (!scaling && params) {
     scaling = params;
-    holder = "rope_parameters";
+    holder = params_holder;
   }
   // transformers before 4.43 spelled rope_type "type".
   const std::string type =
@@ -449,22 +507,96 @@ void read_window(config_reader& r) {
                     .field = &hf_model::window});
 }
 
+// Gemma 2's and 3's alternating layers as one global in every N
+// (global_every): layer_types (transformers 5), else sliding_window_pattern
+// (Gemma 3's before it), else the type's N; all sliding is 0 (every layer
+// the window). Types that are no such pattern are refused.
+void read_layer_pattern(config_reader& r) {
+  if (r.type->global_every == 0) return;
+  const json& c = r.config();
+  int64_t every = r.type->global_every;
+  std::string key = "sliding_window_pattern", text;
+  if (const json* types = r.get(c, "layer_types"); types && types->is_array()) {
+    key = "layer_types";
+    std::vector<bool> global;
+    for (const json& t : *types) {
+      if (t != "full_attention" && t != "sliding_attention")
+        return r.differs(key, "", t.dump(),
+                         "fsdpgen's layers are \"full_attention\" or \"sliding_attention\"",
+                         "\"full_attention\" or \"sliding_attention\"");
+      global.push_back(t == "full_attention");
+    }
+    const auto first = std::find(global.begin(), global.end(), true);
+    every = first == global.end() ? 0 : (first - global.begin()) + 1;
+    for (size_t i = 0; i < global.size(); ++i)
+      if (global[i] != (every != 0 && (static_cast<int64_t>(i) + 1) % every == 0))
+        return r.differs(key, "", types->dump(),
+                         "fsdpgen's alternating layers are one global in every N (the spec's "
+                         "global_every), the last of each N",
+                         every > 0 ? fmt::format("one \"full_attention\" in every {}", every)
+                                   : std::string("no \"full_attention\""));
+    if (static_cast<int64_t>(global.size()) != r.model.layers)
+      return r.differs(key, "", fmt::format("{} entries", global.size()),
+                       fmt::format("one per layer ({})", r.model.layers),
+                       fmt::format("{} entries", r.model.layers));
+    text = fmt::format("{} of {} \"full_attention\"",
+                       std::count(global.begin(), global.end(), true), global.size());
+  } else if (const json* p = r.get(c, "sliding_window_pattern")) {
+    if (!p->is_number_integer() || p->get<int64_t>() < 1)
+      throw std::runtime_error("\"sliding_window_pattern\" must be an integer (at least 1), not " +
+                               p->dump());
+    every = p->get<int64_t>();
+    text = p->dump();
+  } else {
+    text = fmt::format("absent ({})", every);
+  }
+  r.model.global_every = every;
+  r.keys.push_back(
+      {.key = key, .text = text, .spec_key = "global_every", .field = &hf_model::global_every});
+}
+
+// What of Gemma 2's and 3's attention fsdpgen does not build yet: logit
+// soft-capping (Gemma 2's on by default) and a query scale other than
+// 1 / sqrt(head_dim).
+void read_gemma_attention(config_reader& r) {
+  if (!r.type->sandwich) return;
+  const json& c = r.config();
+  for (auto [key, fallback] : {std::pair{"attn_logit_softcapping", r.type->attn_softcap},
+                               std::pair{"final_logit_softcapping", r.type->final_softcap}}) {
+    const bool absent = !c.contains(key);
+    const json* v = r.get(c, key);
+    if (v || (absent && fallback > 0))
+      r.differs(key, "", v ? v->dump() : fmt::format("absent ({})", fallback),
+                "fsdpgen's llama has no logit soft-capping yet", "null");
+  }
+  const int64_t head = r.model.head_dim;
+  const json* q = r.get(c, "query_pre_attn_scalar");
+  if (head > 0 &&
+      (q ? !(q->is_number() && q->get<double>() == static_cast<double>(head)) : head != 256))
+    r.differs("query_pre_attn_scalar", "", q ? q->dump() : "absent (256)",
+              fmt::format("fsdpgen scales attention scores by 1 / sqrt(head_dim {})", head),
+              fmt::format("{}", head));
+}
+
 // hidden_act: SiLU (SwiGLU) or GELU's tanh form (GeGLU; Gemma's "gelu" is
 // that form too), the spec's activation.
 void read_activation(config_reader& r) {
   const std::string fallback = r.type->gemma ? "gelu_pytorch_tanh" : "silu";
-  const json* v = r.get(r.config(), "hidden_act");
+  // Gemma 2's and 3's key (hidden_activation), else hidden_act.
+  std::string key = r.type->activation_key;
+  if (!r.get(r.config(), key)) key = "hidden_act";
+  const json* v = r.get(r.config(), key);
   if (v && !v->is_string())
-    return r.differs("hidden_act", "", v->dump(),
-                     "fsdpgen's llama builds silu or gelu_pytorch_tanh", "\"silu\"");
+    return r.differs(key, "", v->dump(), "fsdpgen's llama builds silu or gelu_pytorch_tanh",
+                     "\"silu\"");
   const std::string act = v ? v->get<std::string>() : fallback;
   const bool tanh_gelu = act == "gelu_pytorch_tanh" || (r.type->gemma && act == "gelu");
   if (!tanh_gelu && act != "silu")
-    return r.differs("hidden_act", "", v->dump(),
+    return r.differs(key, "", v->dump(),
                      "fsdpgen's llama builds SwiGLU with silu or GeGLU with gelu_pytorch_tanh",
                      "\"silu\" or \"gelu_pytorch_tanh\"");
   r.model.gelu_gate = tanh_gelu;
-  r.keys.push_back({.key = "hidden_act",
+  r.keys.push_back({.key = key,
                     .text = v ? v->dump() : fmt::format("absent (\"{}\")", fallback),
                     .spec_key = "activation",
                     .field = &hf_model::gelu_gate});
@@ -502,11 +634,13 @@ void read_llama(config_reader& r) {
   m.qk_norm_across_heads = r.type->qk_norm_across_heads;
   m.post_norm = r.type->post_norm;
   m.scale_embedding = m.norm_plus_one = r.type->gemma;
+  m.sandwich_norm = r.type->sandwich;
   const json* type = r.get(c, "model_type");
   for (auto [spec_key, field] :
        {std::pair{"qkv_bias", &hf_model::qkv_bias}, std::pair{"qk_norm", &hf_model::qk_norm},
         std::pair{"qk_norm", &hf_model::qk_norm_across_heads},
         std::pair{"block_norms", &hf_model::post_norm},
+        std::pair{"block_norms", &hf_model::sandwich_norm},
         std::pair{"scale_embedding", &hf_model::scale_embedding},
         std::pair{"norm_plus_one", &hf_model::norm_plus_one}})
     r.keys.push_back({.key = "model_type",
@@ -514,7 +648,9 @@ void read_llama(config_reader& r) {
                       .spec_key = spec_key,
                       .field = field});
   read_window(r);
+  read_layer_pattern(r);
   read_rope(r);
+  read_gemma_attention(r);
 }
 
 // The keys of the family r.model.llama names.
@@ -586,7 +722,8 @@ std::string spec_value(const config_key& k, const hf_model& m) {
   if (k.how == config_key::kind::scaling) return m.rope_factor > 0 ? "llama3(...)" : "none";
   if (k.how == config_key::kind::window) return m.window > 0 ? text_of(m.window) : "none";
   if (k.spec_key == "qk_norm") return m.qk_norm_across_heads ? "across_heads" : text_of(m.qk_norm);
-  if (k.spec_key == "block_norms") return m.post_norm ? "post" : "pre";
+  if (k.spec_key == "block_norms")
+    return m.post_norm ? "post" : m.sandwich_norm ? "sandwich" : "pre";
   if (k.spec_key == "activation") return m.gelu_gate ? "gelu_tanh" : "silu";
   return std::visit([&](auto field) { return text_of(m.*field); }, k.field);
 }
@@ -656,9 +793,10 @@ std::string hf_config_text(const hf_model& m) {
 
 const char* hf_model_type(const hf_model& m) {
   if (!m.llama) return "gpt2";
-  if (m.scale_embedding) return "gemma";  // Gemma's pieces with others' are refused
-  if (m.post_norm) return "olmo2";        // with qk_norm across heads
-  if (m.qk_norm) return "qwen3";          // qk_norm with qkv_bias is refused
+  // Gemma's pieces with others' are refused; Gemma 3's q/k norms come with sandwich norms.
+  if (m.scale_embedding) return !m.sandwich_norm ? "gemma" : m.qk_norm ? "gemma3_text" : "gemma2";
+  if (m.post_norm) return "olmo2";  // with qk_norm across heads
+  if (m.qk_norm) return "qwen3";    // qk_norm with qkv_bias is refused
   if (m.qkv_bias) return "qwen2";
   return m.window > 0 ? "mistral" : "llama";
 }
@@ -722,7 +860,42 @@ std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
       c["architectures"] = {"GemmaForCausalLM"};
       c.erase("mlp_bias");
     }
-    if (m.rope_factor > 0)
+    if (type == "gemma2" || type == "gemma3_text") {  // and norms before and after each
+      c["architectures"] = {type == "gemma2" ? "Gemma2ForCausalLM" : "Gemma3ForCausalLM"};
+      c.erase("mlp_bias");
+      c.erase("hidden_act");
+      c["hidden_activation"] = m.gelu_gate ? "gelu_pytorch_tanh" : "silu";
+      c["query_pre_attn_scalar"] = c["head_dim"];
+      c["attn_logit_softcapping"] = nullptr;
+      c["final_logit_softcapping"] = nullptr;
+      // The layers: one in every global_every global, the others the window
+      // (every layer where global_every is 0; a window of at least the
+      // context is the model's positions, as plain causal attention).
+      c["sliding_window"] = m.window > 0 ? m.window : c["max_position_embeddings"].get<int64_t>();
+      json types = json::array();
+      for (int64_t i = 0; i < m.layers; ++i)
+        types.push_back(m.global_every != 0 && (i + 1) % m.global_every == 0 ? "full_attention"
+                                                                             : "sliding_attention");
+      c["layer_types"] = types;
+      if (type == "gemma3_text") {  // a rotary base per kind of layer
+        c.erase("rope_theta");
+        c.erase("rope_scaling");
+        json full = {{"rope_type", "default"}, {"rope_theta", m.rope_theta}};
+        if (m.rope_factor > 0)
+          full = {{"rope_type", "llama3"},
+                  {"rope_theta", m.rope_theta},
+                  {"factor", m.rope_factor},
+                  {"low_freq_factor", m.rope_low_freq},
+                  {"high_freq_factor", m.rope_high_freq},
+                  {"original_max_position_embeddings", m.rope_original_context}};
+        c["rope_parameters"] = {
+            {"full_attention", full},
+            {"sliding_attention",
+             {{"rope_type", "default"},
+              {"rope_theta", m.rope_local_theta != 0 ? m.rope_local_theta : m.rope_theta}}}};
+      }
+    }
+    if (m.rope_factor > 0 && type != "gemma3_text")
       c["rope_scaling"] = {{"rope_type", "llama3"},
                            {"factor", m.rope_factor},
                            {"low_freq_factor", m.rope_low_freq},

@@ -40,6 +40,13 @@ struct hf_model {
   bool scale_embedding = false;
   bool norm_plus_one = false;
   bool gelu_gate = false;
+  // llama with Gemma's pieces: norms before and after each sub-block (Gemma 2's and 3's
+  // architecture); every global_every-th layer global, the others local (layer_types
+  // "sliding_attention": the window; 0: every layer alike); the local layers' rotary base
+  // (Gemma 3's rope_local_base_freq; 0: rope_theta).
+  bool sandwich_norm = false;
+  int64_t global_every = 0;
+  double rope_local_theta = 0;
 };
 
 // One difference: the config's key and value, the spec's key and value

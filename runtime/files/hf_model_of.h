@@ -31,11 +31,14 @@ hf_model hf_model_of(const Model& m) {
   h.window = m.sliding_window;
   h.scale_embedding = m.scale_embedding;
   h.norm_plus_one = m.norm_plus_one;
+  h.global_every = m.global_every;
   if constexpr (requires { m.rope_scaling; }) {  // the spec's model
     h.llama = m.family == decltype(m.family)::Llama;
     h.tied = m.tie_embeddings;
     h.head_dim = m.head_dim();
     h.post_norm = m.post_norm();
+    h.sandwich_norm = m.sandwich_norm();
+    h.rope_local_theta = m.rope_local_theta;
     h.gelu_gate = m.activation == decltype(m.activation)::GeluTanh;
     h.rope_theta = m.rope_theta;
     if (m.rope_scaling.enabled) {
@@ -49,6 +52,8 @@ hf_model hf_model_of(const Model& m) {
     h.tied = m.tied;
     h.head_dim = m.head_size();
     h.post_norm = m.post_norm;
+    h.sandwich_norm = m.sandwich_norm;
+    h.rope_local_theta = m.rope.local_theta;
     h.gelu_gate = m.gelu_gate;
     h.rope_theta = m.rope.theta;
     h.rope_factor = m.rope.factor;

@@ -24,8 +24,8 @@ namespace {
 namespace model = fsdpgen::model;
 
 const model::ParamLayout& layout_of(const hf_model& m) {
-  return m.llama ? model::llama_params(model::LlamaTables{m.qkv_bias, m.qk_norm,
-                                                          m.qk_norm_across_heads, m.post_norm})
+  return m.llama ? model::llama_params(model::LlamaTables{
+                       m.qkv_bias, m.qk_norm, m.qk_norm_across_heads, m.post_norm, m.sandwich_norm})
                  : model::kGpt2Params;
 }
 
@@ -189,15 +189,27 @@ generator::generator(const hf_model& m, const generate_tensors& tensors, const g
   alloc(scores_, static_cast<int64_t>(omp_get_max_threads()) * T);
   alloc(logits_, m.vocab);
   if (m.llama) {
-    alloc(rope_cos_, T * head_dim_ / 2);
-    alloc(rope_sin_, T * head_dim_ / 2);
+    // With a local base (Gemma 3) the windowed layers' tables follow, unscaled.
+    const int64_t tables = m.rope_local_theta != 0 ? 2 : 1, half = T * head_dim_ / 2;
+    alloc(rope_cos_, tables * half);
+    alloc(rope_sin_, tables * half);
     rope_scaling scaling;
     if (m.rope_factor > 0)
       scaling = {m.rope_factor, m.rope_low_freq, m.rope_high_freq, m.rope_original_context};
     rope_tables(rope_cos_.data(), rope_sin_.data(), T, head_dim_, m.rope_theta, scaling);
+    if (tables == 2)
+      rope_tables(rope_cos_.data() + half, rope_sin_.data() + half, T, head_dim_,
+                  m.rope_local_theta, {});
   }
   order_.resize(static_cast<size_t>(m.vocab));
   bytes_ += m.vocab * static_cast<int64_t>(sizeof(int32_t));
+}
+
+// Whether `layer` is a local one of alternating layers (Gemma 2 and 3): all
+// but every global_every-th, each attending the window with the local
+// rotary base where given.
+bool generator::local(int64_t layer) const {
+  return m_.global_every != 0 && (layer + 1) % m_.global_every != 0;
 }
 
 const float* generator::weight(std::string_view name) const {
@@ -227,7 +239,8 @@ void generator::attention(int64_t layer, int64_t n) {
       float* s = scores_.data() + static_cast<int64_t>(omp_get_thread_num()) * T;
       const float* q = qkv_.data() + i * q_stride + h * D;
       const int64_t kv = (h / group) * D, last = cached_ + i;
-      const int64_t first = m_.window > 0 ? std::max<int64_t>(0, last - m_.window + 1) : 0;
+      const bool windowed = m_.window > 0 && (m_.global_every == 0 || local(layer));
+      const int64_t first = windowed ? std::max<int64_t>(0, last - m_.window + 1) : 0;
       float largest = -INFINITY;
       for (int64_t t = first; t <= last; ++t) {
         const float* k = K + t * kv_width_ + kv;
@@ -290,7 +303,9 @@ void generator::block(int64_t layer, int64_t n) {
     return static_cast<const float*>(nullptr);
   };
   // OLMo 2 (post_norm): q, k, v and the MLP read the residual stream, and each
-  // sub-block's output passes its norm (rms1_w, rms2_w) before the residual add.
+  // sub-block's output passes its norm (rms1_w, rms2_w) before the residual add;
+  // Gemma 2 and 3 (sandwich_norm) have both the norms before and the norms
+  // after (post_attn_w, post_mlp_w).
   const bool post = m_.post_norm;
   const float offset = m_.norm_plus_one ? 1.0f : 0.0f;  // Gemma's norms: (1 + weight)
   if (!post) norm_rows(x_.data(), n, C, lw("rms1_w"), nullptr, m_.norm_eps, h_.data(), offset);
@@ -307,21 +322,23 @@ void generator::block(int64_t layer, int64_t n) {
     norm_rows(k_rows, n * kv_width_ / k_group, k_group, lw("k_norm_w"), nullptr, m_.norm_eps,
               k_rows, offset);
   }
-  // Rotary positions: row i is position cached_ + i.
-  const float* cos = rope_cos_.data() + cached_ * half;
-  const float* sin = rope_sin_.data() + cached_ * half;
+  // Rotary positions: row i is position cached_ + i; a windowed layer's
+  // tables are the second ones where it has its own base (Gemma 3).
+  const int64_t table = m_.rope_local_theta != 0 && local(layer) ? T * half : 0;
+  const float* cos = rope_cos_.data() + table + cached_ * half;
+  const float* sin = rope_sin_.data() + table + cached_ * half;
   rope_forward(qkv_.data(), cos, sin, n, n, m_.heads, head_dim_);
   rope_forward(k_rows, cos, sin, n, n, m_.kv_heads, head_dim_);
   attention(layer, n);
-  // x += branch, through its norm `w` first with post norms.
+  // x += branch, through its norm `w` first where it has one after it.
   auto add_branch = [&](const float* from, int64_t K, const float* W, const float* w) {
-    if (!post) return linear(from, n, K, W, C, true, nullptr, x_.data(), 1.0f);
+    if (w == nullptr) return linear(from, n, K, W, C, true, nullptr, x_.data(), 1.0f);
     linear(from, n, K, W, C, true, nullptr, h_.data());
     norm_rows(h_.data(), n, C, w, nullptr, m_.norm_eps, h_.data(), offset);
     for (int64_t j = 0; j < n * C; ++j)
       x_[static_cast<size_t>(j)] += h_[static_cast<size_t>(j)];
   };
-  add_branch(attn_.data(), q_width_, lw("o_w"), lw("rms1_w"));
+  add_branch(attn_.data(), q_width_, lw("o_w"), post ? lw("rms1_w") : lw("post_attn_w"));
   if (!post) norm_rows(x_.data(), n, C, lw("rms2_w"), nullptr, m_.norm_eps, h_.data(), offset);
   float* gate = ffn_.data();
   float* up = ffn_.data() + n * F;
@@ -330,7 +347,7 @@ void generator::block(int64_t layer, int64_t n) {
   for (int64_t j = 0; j < n * F; ++j)  // SwiGLU, or Gemma's GeGLU
     gate[j] = m_.gelu_gate ? gelu_of(gate[j], exp_clamped(-2.0f * gelu_tanh_arg(gate[j]))) * up[j]
                            : swiglu_of(gate[j], up[j], exp_clamped(-gate[j]));
-  add_branch(gate, F, lw("down_w"), lw("rms2_w"));
+  add_branch(gate, F, lw("down_w"), post ? lw("rms2_w") : lw("post_mlp_w"));
 }
 
 const float* generator::forward(std::span<const int32_t> ids, float* all_logits) {

@@ -101,6 +101,29 @@ inline constexpr Tensor kLlamaPostNormBlockParams[] =
 inline constexpr Tensor kLlamaPostNormAcrossBlockParams[] = FSDPGEN_LLAMA_POST_NORM_PARAMS(Q, KV);
 #undef FSDPGEN_LLAMA_POST_NORM_PARAMS
 
+// Gemma 2's and 3's block (block_norms = sandwich): llama's tensors with a
+// norm after attention (post_attn_w, Hugging Face's post_attention_layernorm)
+// and one after the MLP (post_mlp_w, post_feedforward_layernorm), each in the
+// piece of the projection before it; rms2_w is the norm before the MLP
+// (pre_feedforward_layernorm). With qk_norm (Gemma 3) each head's q and k
+// norms follow their projections as in Qwen3's block.
+#define FSDPGEN_LLAMA_SANDWICH_TAIL                                              \
+  kLlamaBlockParams[4], {"post_attn_w", "post_attention_layernorm.weight", {C}}, \
+      {"rms2_w", "pre_feedforward_layernorm.weight", {C}}, kLlamaBlockParams[6], \
+      kLlamaBlockParams[7], kLlamaBlockParams[8], {                              \
+    "post_mlp_w", "post_feedforward_layernorm.weight", {                         \
+      C                                                                          \
+    }                                                                            \
+  }
+inline constexpr Tensor kLlamaSandwichBlockParams[] = {kLlamaBlockParams[0], kLlamaBlockParams[1],
+                                                       kLlamaBlockParams[2], kLlamaBlockParams[3],
+                                                       FSDPGEN_LLAMA_SANDWICH_TAIL};
+inline constexpr Tensor kLlamaSandwichQkNormBlockParams[] = {
+    kLlamaQkNormBlockParams[0], kLlamaQkNormBlockParams[1], kLlamaQkNormBlockParams[2],
+    kLlamaQkNormBlockParams[3], kLlamaQkNormBlockParams[4], kLlamaQkNormBlockParams[5],
+    FSDPGEN_LLAMA_SANDWICH_TAIL};
+#undef FSDPGEN_LLAMA_SANDWICH_TAIL
+
 // What a block's forward saves, per token: the RMSNorm statistics, with
 // flash attention the log-sum-exp, the stored activations (q, k, v with
 // grouped-query k and v), the SwiGLU MLP's gate, up and silu(gate) * up, then
@@ -173,6 +196,44 @@ inline constexpr Field kLlamaPostNormBlockSaved[] = {
     {"swiglu", Elem::Param, F, When::Always, 6},
     {"mlp_out", Elem::Param, C, When::Always, 7},
     {"probs", Elem::Param, Probs, When::Materialized, 2},
+};
+
+// With sandwich norms: llama's rows (Qwen3's with qk_norm) and, written by
+// o_proj's piece, attention's output projection before its norm (attn_out)
+// and that norm's statistics, and by down_proj's the MLP's (mlp_out) and its
+// norm's; res2 = input + post_attn(attn_out).
+inline constexpr Field kLlamaSandwichBlockSaved[] = {
+    {"rms1_rstd", Elem::Fp32, One, When::Always, 0},
+    {"rms2_rstd", Elem::Fp32, One, When::Always, 5},
+    {"post_attn_rstd", Elem::Fp32, One, When::Always, 4},
+    {"post_mlp_rstd", Elem::Fp32, One, When::Always, 8},
+    {"lse", Elem::Fp32, H, When::Flash, 3},
+    {"input", Elem::Param, C},
+    {"rms1", Elem::Param, C, When::Always, 0},
+    {"q", Elem::Param, Q, When::Always, 1},
+    {"k", Elem::Param, KV, When::Always, 2},
+    {"v", Elem::Param, KV, When::Always, 3},
+    {"attn", Elem::Param, Q, When::Always, 3},
+    {"attn_out", Elem::Param, C, When::Always, 4},
+    {"res2", Elem::Param, C, When::Always, 4},
+    {"rms2", Elem::Param, C, When::Always, 5},
+    {"gate", Elem::Param, F, When::Always, 6},
+    {"up", Elem::Param, F, When::Always, 7},
+    {"swiglu", Elem::Param, F, When::Always, 7},
+    {"mlp_out", Elem::Param, C, When::Always, 8},
+    {"probs", Elem::Param, Probs, When::Materialized, 3},
+};
+
+// With qk_norm (Gemma 3): and Qwen3's rows of q's and k's norms.
+inline constexpr Field kLlamaSandwichQkNormBlockSaved[] = {
+    kLlamaSandwichBlockSaved[0],  kLlamaSandwichBlockSaved[1],  kLlamaSandwichBlockSaved[2],
+    kLlamaSandwichBlockSaved[3],  kLlamaSandwichBlockSaved[4],  kLlamaQkNormBlockSaved[3],
+    kLlamaQkNormBlockSaved[4],    kLlamaSandwichBlockSaved[5],  kLlamaSandwichBlockSaved[6],
+    kLlamaQkNormBlockSaved[7],    kLlamaQkNormBlockSaved[8],    kLlamaSandwichBlockSaved[7],
+    kLlamaSandwichBlockSaved[8],  kLlamaSandwichBlockSaved[9],  kLlamaSandwichBlockSaved[10],
+    kLlamaSandwichBlockSaved[11], kLlamaSandwichBlockSaved[12], kLlamaSandwichBlockSaved[13],
+    kLlamaSandwichBlockSaved[14], kLlamaSandwichBlockSaved[15], kLlamaSandwichBlockSaved[16],
+    kLlamaSandwichBlockSaved[17], kLlamaSandwichBlockSaved[18],
 };
 
 inline constexpr Field kLlamaFinalNormSaved[] = {
@@ -254,6 +315,33 @@ inline constexpr Piece kLlamaPostNormBlockPieces[] = {
     {"post_feedforward_layernorm", 10, 1},
 };
 
+// The sandwich block's pieces (kLlamaSandwichBlockParams): llama's, o_proj
+// and down_proj each with the norm after it (and the residual add), the norm
+// before the MLP named as Gemma names it; with qk_norm (Gemma 3's
+// kLlamaSandwichQkNormBlockParams) q's and k's with their norms.
+inline constexpr Piece kLlamaSandwichBlockPieces[] = {
+    kLlamaBlockPieces[0],
+    kLlamaBlockPieces[1],
+    kLlamaBlockPieces[2],
+    kLlamaBlockPieces[3],
+    with_tensors(kLlamaBlockPieces[4], 4, 2),
+    {"pre_feedforward_layernorm", 6, 1},
+    with_tensors(kLlamaBlockPieces[6], 7, 1),
+    with_tensors(kLlamaBlockPieces[7], 8, 1),
+    with_tensors(kLlamaBlockPieces[8], 9, 2),
+};
+inline constexpr Piece kLlamaSandwichQkNormBlockPieces[] = {
+    kLlamaQkNormBlockPieces[0],
+    kLlamaQkNormBlockPieces[1],
+    kLlamaQkNormBlockPieces[2],
+    kLlamaQkNormBlockPieces[3],
+    with_tensors(kLlamaBlockPieces[4], 6, 2),
+    {"pre_feedforward_layernorm", 8, 1},
+    with_tensors(kLlamaBlockPieces[6], 9, 1),
+    with_tensors(kLlamaBlockPieces[7], 10, 1),
+    with_tensors(kLlamaBlockPieces[8], 11, 2),
+};
+
 // The modules a custom layer can replace (Module, runtime/model/layout.h).
 inline constexpr Module kLlamaModules[] = {
     {"input_layernorm", 0, 1, "input", "rms1", nullptr, false},
@@ -299,19 +387,38 @@ inline constexpr ParamLayout kLlamaPostNormAcrossParams{"model.layers.{}.",
                                                         kLlamaPostNormBlockPieces,
                                                         {}};
 
+// A sandwich block has no module a custom layer can replace either.
+inline constexpr ParamLayout kLlamaSandwichParams{"model.layers.{}.",
+                                                  kLlamaEmbedParams,
+                                                  kLlamaSandwichBlockParams,
+                                                  kLlamaFinalNormParams,
+                                                  kLlamaHeadParams,
+                                                  kLlamaSandwichBlockPieces,
+                                                  {}};
+inline constexpr ParamLayout kLlamaSandwichQkNormParams{"model.layers.{}.",
+                                                        kLlamaEmbedParams,
+                                                        kLlamaSandwichQkNormBlockParams,
+                                                        kLlamaFinalNormParams,
+                                                        kLlamaHeadParams,
+                                                        kLlamaSandwichQkNormBlockPieces,
+                                                        {}};
+
 // The llama options that choose the tables (the spec's qkv_bias, qk_norm and
-// block_norms; dsl/Rules.cpp refuses qk_norm with qkv_bias, and post norms
-// without qk_norm).
+// block_norms; dsl/Rules.cpp refuses qk_norm with qkv_bias, post norms
+// without qk_norm, and sandwich norms with qkv_bias or qk_norm across heads).
 struct LlamaTables {
   bool qkv_bias = false;
   bool qk_norm = false;
   bool qk_norm_across_heads = false;
   bool post_norm = false;
+  bool sandwich_norm = false;
 };
 
-// The family's tensors: OLMo 2's with post norms, Qwen2's with qkv_bias,
-// Qwen3's with qk_norm (OLMo 2's norms with it across heads), else Llama's.
+// The family's tensors: Gemma 2's with sandwich norms (Gemma 3's with
+// qk_norm), OLMo 2's with post norms, Qwen2's with qkv_bias, Qwen3's with
+// qk_norm (OLMo 2's norms with it across heads), else Llama's.
 constexpr const ParamLayout& llama_params(const LlamaTables& t) {
+  if (t.sandwich_norm) return t.qk_norm ? kLlamaSandwichQkNormParams : kLlamaSandwichParams;
   if (t.post_norm)
     return t.qk_norm_across_heads ? kLlamaPostNormAcrossParams : kLlamaPostNormParams;
   if (t.qk_norm) return t.qk_norm_across_heads ? kLlamaQkNormAcrossParams : kLlamaQkNormParams;
@@ -330,10 +437,18 @@ inline constexpr ActivationLayout kLlamaQkNormActivations{
 inline constexpr ActivationLayout kLlamaPostNormActivations{
     kLlamaPostNormBlockSaved, kLlamaFinalNormSaved, kLlamaQkNormBackwardScratch};
 
-// The family's activation memory: OLMo 2's with post norms, Qwen3's with
-// qk_norm (either span: q_rstd and k_rstd have room for each head's), else
-// Llama's.
+// Sandwich norms' d(attn_out) passes through big, before d(q).
+inline constexpr ActivationLayout kLlamaSandwichActivations{
+    kLlamaSandwichBlockSaved, kLlamaFinalNormSaved, kLlamaBackwardScratch};
+inline constexpr ActivationLayout kLlamaSandwichQkNormActivations{
+    kLlamaSandwichQkNormBlockSaved, kLlamaFinalNormSaved, kLlamaQkNormBackwardScratch};
+
+// The family's activation memory: Gemma 2's and 3's with sandwich norms,
+// OLMo 2's with post norms, Qwen3's with qk_norm (either span: q_rstd and
+// k_rstd have room for each head's), else Llama's.
 constexpr const ActivationLayout& llama_activations(const LlamaTables& t) {
+  if (t.sandwich_norm)
+    return t.qk_norm ? kLlamaSandwichQkNormActivations : kLlamaSandwichActivations;
   if (t.post_norm) return kLlamaPostNormActivations;
   return t.qk_norm ? kLlamaQkNormActivations : kLlamaActivations;
 }

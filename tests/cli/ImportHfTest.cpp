@@ -2,7 +2,8 @@
 // from the config.json of GPT-2, Llama 3.2 1B and the models of llama's
 // architecture (Mistral 7B v0.3, SmolLM2 135M, TinyLlama 1.1B, and Qwen2.5
 // 0.5B with its q, k and v biases, Qwen3 0.6B with its qk-norm and head_dim,
-// Gemma 2B with its embedding scale, (1 + weight) norms and GeGLU; tests/cli/hf/,
+// Gemma 2B with its embedding scale, (1 + weight) norms and GeGLU, Gemma 3 1B with
+// its sandwich norms and alternating layers; tests/cli/hf/,
 // as the Hub has them) check, match their configs and have the published
 // parameter counts, an edited spec has each difference named at its key, and
 // keys and families no spec represents are all named.
@@ -218,7 +219,8 @@ TEST(ImportHf, AnotherFamilyIsNamed) {
                                  "fsdpgen imports \"gpt2\" (GPT2LMHeadModel), \"llama\" "
                                  "(LlamaForCausalLM), \"mistral\" (MistralForCausalLM), \"qwen2\" "
                                  "(Qwen2ForCausalLM), \"qwen3\" (Qwen3ForCausalLM), \"olmo2\" "
-                                 "(Olmo2ForCausalLM), \"gemma\" (GemmaForCausalLM)\n",
+                                 "(Olmo2ForCausalLM), \"gemma\" (GemmaForCausalLM), \"gemma2\" "
+                                 "(Gemma2ForCausalLM), \"gemma3_text\" (Gemma3ForCausalLM)\n",
                                  dir)))
       << r.out;
 }
@@ -236,7 +238,8 @@ TEST(ImportHf, LlamaArchitecturesHaveTheirPublishedParameters) {
         {"Qwen2.5-0.5B", "qwen2_5_0_5b", "494032768"},
         {"Qwen3-0.6B", "qwen3_0_6b", "596049920"},
         {"OLMo-2-0425-1B", "olmo_2_0425_1b", "1484916736"},
-        {"gemma-2b", "gemma_2b", "2506172416"}}) {
+        {"gemma-2b", "gemma_2b", "2506172416"},
+        {"gemma-3-1b-pt", "gemma_3_1b_pt", "999885952"}}) {
     SCOPED_TRACE(model);
     const std::string config = kSource + "/tests/cli/hf/" + model;
     const std::string spec = dir + "/" + model + ".fsdp";
@@ -513,42 +516,80 @@ TEST(ImportHf, MistralWindowIsTheSpecsSlidingWindow) {
   EXPECT_TRUE(has(r, "/config.json has sliding_window = null\n")) << r.out;
 }
 
-// The families of foreign_families: one line naming what of each fsdpgen
-// cannot represent, from the Hub's configs (Gemma 3
-// 1B) and edited ones (Gemma 2's soft-capping and query scale);
-// check --hf names the same against a llama spec.
-TEST(ImportHf, OtherFamiliesNameWhatFsdpgenCannotRepresent) {
-  const auto refusal = [](const std::string& dir) {
-    const CmdResult r = run("import-hf " + dir);
-    EXPECT_EQ(r.status, 1) << r.out;
-    const std::string prefix = "model_type = ";
-    const size_t at = r.out.find(prefix), end = r.out.find('\n', at);
-    return at == std::string::npos ? r.out : r.out.substr(at, end - at);
-  };
-  const std::string hf = kSource + "/tests/cli/hf/";
-  EXPECT_EQ(refusal(hf + "gemma-3-1b-pt"),
-            "model_type = \"gemma3_text\": Gemma3ForCausalLM is not llama's architecture; not "
-            "supported yet: norms after each sub-block as well as before; alternating "
-            "sliding-window and global attention layers (sliding_window "
-            "= 512); another rotary base on the sliding-window layers (rope_local_base_freq = "
-            "10000)");
+// Gemma 3's text config (transformers 4's keys, as the Hub has gemma-3-1b-pt):
+// llama with Gemma's pieces, sandwich norms, each head's q/k norms and
+// alternating layers with their own rotary base, its spec byte for byte; the
+// same model in transformers 5's keys (layer_types, rope_parameters per kind
+// of layer, hidden_activation's defaults) imports the same model section; a
+// llama spec against it is named at each piece. Layer types that are no
+// pattern of one global layer in every N, and Gemma 2's 2B with its logit
+// soft-capping (not built yet), are refused by name; Gemma 3's multimodal
+// config (a vision tower) names what fsdpgen does not build.
+TEST(ImportHf, Gemma3IsLlamaWithSandwichNormsAndAlternatingLayers) {
+  CmdResult r = run_in_source("import-hf tests/cli/hf/gemma-3-1b-pt");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, file_bytes(kSource + "/tests/cli/hf/gemma-3-1b-pt.fsdp"));
+  const std::string expected = model_section(r.out);
+  r = run_in_source("check specs/gemma3-1b.fsdp --hf tests/cli/hf/gemma-3-1b-pt");
+  EXPECT_EQ(r.status, 0) << r.out;
+
   nlohmann::json c = fixture("gemma-3-1b-pt");
-  c["model_type"] = "gemma2";
-  c["attn_logit_softcapping"] = 50.0;
-  c["query_pre_attn_scalar"] = 144;
-  c["sliding_window"] = nullptr;
-  c["head_dim"] = 288;
-  EXPECT_EQ(refusal(write_config("import-hf-gemma2", c)),
-            "model_type = \"gemma2\": Gemma2ForCausalLM is not llama's architecture; not "
-            "supported yet: norms after each sub-block as well as before; attention logit "
-            "soft-capping (attn_logit_softcapping = 50.0); queries "
-            "scaled by 1 / sqrt(query_pre_attn_scalar) (144, not the head size 288)");
-  const CmdResult r = run("check " + kSource + "/specs/llama-1b.fsdp --hf " + hf + "gemma-3-1b-pt");
+  for (const char* key : {"rope_theta", "rope_local_base_freq", "rope_scaling",
+                          "sliding_window_pattern", "hidden_activation"})
+    c.erase(key);
+  c["rope_parameters"] = {
+      {"full_attention", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}},
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+  nlohmann::json types = nlohmann::json::array();
+  for (int i = 0; i < 26; ++i)
+    types.push_back((i + 1) % 6 == 0 ? "full_attention" : "sliding_attention");
+  c["layer_types"] = types;
+  r = run("import-hf " + write_config("gemma-3-1b-pt", c));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(model_section(r.out), expected);
+
+  r = run_in_source("check specs/llama-1b.fsdp --hf tests/cli/hf/gemma-3-1b-pt");
+  EXPECT_EQ(r.status, 1) << r.out;
+  for (const char* line :
+       {"error: block_norms is pre by default, but tests/cli/hf/gemma-3-1b-pt/config.json has "
+        "model_type = \"gemma3_text\"\n",
+        "error: qk_norm is false by default, but tests/cli/hf/gemma-3-1b-pt/config.json has "
+        "model_type = \"gemma3_text\"\n",
+        "error: global_every is 0 by default, but tests/cli/hf/gemma-3-1b-pt/config.json has "
+        "sliding_window_pattern = 6\n",
+        "error: rope_local_theta is 0 by default, but tests/cli/hf/gemma-3-1b-pt/config.json has "
+        "rope_local_base_freq = 10000\n"}) {
+    EXPECT_TRUE(has(r, line)) << line << r.out;
+  }
+
+  types[3] = "full_attention";  // not one global layer in every N
+  c["layer_types"] = types;
+  r = run("import-hf " + write_config("gemma-3-1b-pt", c));
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_TRUE(has(r,
-                  "gemma-3-1b-pt/config.json has model_type = \"gemma3_text\": Gemma3ForCausalLM "
-                  "is not llama's architecture; not supported yet: norms after each sub-block "
-                  "as well as before"))
+                  "fsdpgen's alternating layers are one global in every N (the spec's "
+                  "global_every), the last of each N"))
+      << r.out;
+
+  r = run_in_source("import-hf tests/cli/hf/gemma-2-2b");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r,
+                  "attn_logit_softcapping = 50.0: fsdpgen's llama has no logit soft-capping "
+                  "yet"))
+      << r.out;
+  EXPECT_TRUE(has(r,
+                  "final_logit_softcapping = 30.0: fsdpgen's llama has no logit soft-capping "
+                  "yet"))
+      << r.out;
+
+  c = fixture("gemma-3-1b-pt");
+  c["model_type"] = "gemma3";
+  r = run("import-hf " + write_config("import-hf-gemma3", c));
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r,
+                  "model_type = \"gemma3\": Gemma3ForConditionalGeneration is not llama's "
+                  "architecture; not supported yet: a vision tower (its text_config is a "
+                  "gemma3_text model, which fsdpgen imports)"))
       << r.out;
 }
 

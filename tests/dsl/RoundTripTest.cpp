@@ -85,6 +85,12 @@ TEST(RoundTrip, Variants) {
                     "model g { family = llama vocab = 1000 context = 64 width = 96 heads = 3 "
                     "kv_heads = 1 layers = 2 head_dim = 32 scale_embedding = true "
                     "norm_plus_one = true activation = gelu_tanh tie_embeddings = true }");
+  expect_round_trip("gemma 3's sandwich norms, q/k norms, alternating layers and local base",
+                    "model g { family = llama vocab = 1000 context = 64 width = 96 heads = 3 "
+                    "kv_heads = 1 layers = 6 head_dim = 32 qk_norm = true block_norms = sandwich "
+                    "sliding_window = 16 global_every = 3 rope_local_theta = 10000 "
+                    "rope_theta = 1000000 scale_embedding = true norm_plus_one = true "
+                    "activation = gelu_tanh tie_embeddings = true }");
   expect_round_trip("a GeGLU llama",
                     "model g { family = llama vocab = 1000 context = 64 width = 96 heads = 6 "
                     "kv_heads = 2 layers = 2 activation = gelu_tanh }");

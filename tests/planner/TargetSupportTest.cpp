@@ -127,5 +127,19 @@ TEST(TargetSupport, SoftCapsAndQueryScalarAreRefusedOnGpusByName) {
   EXPECT_EQ(unsupported_features(head_size, gpu), std::vector<std::string>{});
 }
 
+// Gemma 3 1B builds on the CPU; the CUDA target lists each piece its llama
+// block lacks, the sandwich norms among them.
+TEST(TargetSupport, Gemma3BuildsOnTheCpuAndItsPiecesAreNamedOnGpus) {
+  FrontendResult r = load_spec_file(std::string(FSDPGEN_SOURCE_DIR) + "/specs/gemma3-1b.fsdp");
+  ASSERT_TRUE(r.spec) << r.diagnostics;
+  EXPECT_TRUE(unsupported_features(*r.spec, *find_hardware("cpu")).empty());
+  const std::vector<std::string> reasons =
+      unsupported_features(*r.spec, *find_hardware("h100-sxm"));
+  const std::string all = fmt::format("{}", fmt::join(reasons, "\n"));
+  for (const char* piece : {"qk_norm", "sliding_window = 512", "block_norms = sandwich on GPUs",
+                            "scale_embedding", "norm_plus_one", "activation"})
+    EXPECT_NE(all.find(piece), std::string::npos) << piece << " in:\n" << all;
+}
+
 }  // namespace
 }  // namespace fsdpgen

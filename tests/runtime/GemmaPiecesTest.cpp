@@ -3,8 +3,9 @@
 // (LlamaBlockReference.h's block): every RMSNorm scaling by (1 + weight)
 // (norm_plus_one), the MLP's gate GELU in its tanh form (GeGLU, gelu_gate),
 // in a block that also norms q and k with a head size of its own (Gemma 3's
-// shape); d(input) and every parameter's gradient against central finite
-// differences of the reference loss sum(out * R). And the embedding scaled by
+// shape), and Gemma 2's and 3's norms before and after each sub-block
+// (block_norms = sandwich); d(input) and every parameter's gradient against
+// central finite differences of the reference loss sum(out * R). And the embedding scaled by
 // sqrt(width) (scale_embedding), with that scale rounded to the dtype as
 // transformers rounds it.
 #include <gtest/gtest.h>
@@ -35,6 +36,76 @@ TEST(GemmaBlock, PlusOneNormsAndGeGluMatchTheReference) {
   llama_dims d = small_dims(false, false);
   d.norm_plus_one = d.gelu_gate = true;
   expect_block_matches_the_reference(d, "gemma block", 23);
+}
+
+// Gemma 2's block: sandwich norms (a norm before and one after attention and
+// the MLP, each after-norm before its residual add), (1 + weight) norms and
+// GeGLU, no q/k norms; head size 6 apart from width / heads.
+TEST(GemmaBlock, Gemma2SandwichNormsMatchTheReference) {
+  llama_dims d = small_dims(false, false);
+  d.qk_norm = false;
+  d.sandwich_norm = d.norm_plus_one = d.gelu_gate = true;
+  expect_block_matches_the_reference(d, "gemma2 block", 29);
+}
+
+// Gemma 3's block: Gemma 2's with each head's q and k norms.
+TEST(GemmaBlock, Gemma3SandwichNormsAndQkNormsMatchTheReference) {
+  llama_dims d = small_dims(false, false);
+  d.sandwich_norm = d.norm_plus_one = d.gelu_gate = true;
+  expect_block_matches_the_reference(d, "gemma3 block", 31);
+}
+
+// Piece by piece (o_proj and down_proj each with the norm after it) and a
+// recompute equal the whole sandwich block, with and without q/k norms.
+TEST(GemmaBlock, SandwichPieceByPieceAndRecomputeEqualTheWholeBlock) {
+  for (bool qk : {false, true}) {
+    SCOPED_TRACE(qk ? "gemma3" : "gemma2");
+    llama_dims d = small_dims(false, false);
+    d.qk_norm = qk;
+    d.sandwich_norm = d.norm_plus_one = d.gelu_gate = true;
+    expect_pieces_and_recompute_equal_the_whole_block(d, kLlamaPieces, 37);
+  }
+}
+
+// The sandwich layouts: Gemma 3's (and without q/k norms Gemma 2's) tensor
+// names in flat order; the pieces tile them, the norm before the MLP named
+// as Gemma names it; no module a custom layer can replace.
+TEST(GemmaBlock, SandwichLayoutsHaveGemmasTensors) {
+  const block_model::ParamLayout& g3 =
+      block_model::llama_params(block_model::LlamaTables{false, true, false, false, true});
+  const block_model::ParamLayout& g2 =
+      block_model::llama_params(block_model::LlamaTables{false, false, false, false, true});
+  const char* const hf[] = {"input_layernorm.weight",
+                            "self_attn.q_proj.weight",
+                            "self_attn.q_norm.weight",
+                            "self_attn.k_proj.weight",
+                            "self_attn.k_norm.weight",
+                            "self_attn.v_proj.weight",
+                            "self_attn.o_proj.weight",
+                            "post_attention_layernorm.weight",
+                            "pre_feedforward_layernorm.weight",
+                            "mlp.gate_proj.weight",
+                            "mlp.up_proj.weight",
+                            "mlp.down_proj.weight",
+                            "post_feedforward_layernorm.weight"};
+  ASSERT_EQ(g3.block.count, std::size(hf));
+  ASSERT_EQ(g2.block.count, std::size(hf) - 2);
+  for (size_t i = 0, j = 0; i < std::size(hf); ++i) {
+    EXPECT_STREQ(g3.block[i].hf_name, hf[i]);
+    if (i == 2 || i == 4) continue;  // q's and k's norms: Gemma 3's
+    EXPECT_STREQ(g2.block[j++].hf_name, hf[i]);
+  }
+  for (const block_model::ParamLayout* l : {&g2, &g3}) {
+    ASSERT_EQ(l->pieces.count, static_cast<size_t>(kLlamaPieces));
+    EXPECT_EQ(l->modules.count, 0u);
+    for (size_t i = 0; i + 1 < l->pieces.count; ++i)
+      EXPECT_EQ(l->pieces[i].first_tensor + l->pieces[i].tensors, l->pieces[i + 1].first_tensor)
+          << l->pieces[i].name;
+    const block_model::Piece& last = l->pieces[kLlamaDown];
+    EXPECT_EQ(static_cast<size_t>(last.first_tensor + last.tensors), l->block.count);
+    EXPECT_STREQ(l->pieces[kLlamaRms2].name, "pre_feedforward_layernorm");
+    EXPECT_EQ(l->pieces[kLlamaO].tensors, 2);
+  }
 }
 
 // The final norm, through the head's forward, scales by (1 + weight) too:

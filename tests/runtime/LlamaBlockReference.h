@@ -1,7 +1,7 @@
 // LlamaBlockReference: the llama block tests' shared double-precision
 // reference of a whole block (written from LlamaCases.h's pieces,
 // independently of runtime/) for the options that change its math: norms
-// before or after each sub-block (block_norms), q and k norms per head or
+// before or after each sub-block or both (block_norms), q and k norms per head or
 // across heads (qk_norm), (1 + weight) norms (norm_plus_one), the GeGLU
 // gate (gelu_gate), and attention's window, scale and softcap (attn_scale,
 // attn_softcap); the CPU block run on T storage, whole or piece by piece;
@@ -47,9 +47,11 @@ inline vec geglu(const vec& gate, const vec& up) {
 }
 
 // rms1_w and rms2_w: before attention and the MLP (pre norms) or after them
-// (post norms, OLMo 2's post_attention_layernorm and post_feedforward_layernorm).
+// (post norms, OLMo 2's post_attention_layernorm and post_feedforward_layernorm);
+// with sandwich norms before them, and post_attn_w and post_mlp_w after.
 struct block_ref {
   vec rms1_w, q_w, q_norm_w, k_w, k_norm_w, v_w, o_w, rms2_w, gate_w, up_w, down_w;
+  vec post_attn_w, post_mlp_w;
 };
 
 struct block_out {
@@ -75,7 +77,9 @@ inline vec qk_norm(const vec& x, const vec& w, int64_t N, int64_t heads, const l
 
 // Pre norms: h = x + attention(rms1(x)) o^T, out = h + mlp(rms2(h)); post
 // norms (OLMo 2): h = x + rms1(attention(x) o^T), out = h + rms2(mlp(h));
-// mlp(m) = (act(m gate^T) * (m up^T)) down^T, act SiLU or GELU (gelu_gate).
+// sandwich (Gemma 2 and 3): h = x + post_attn(attention(rms1(x)) o^T), out =
+// h + post_mlp(mlp(rms2(h))); mlp(m) = (act(m gate^T) * (m up^T)) down^T, act
+// SiLU or GELU (gelu_gate).
 inline block_out block(const block_ref& p, const vec& x, const llama_dims& d) {
   const int64_t N = d.N(), C = d.C, KV = d.KV(), F = d.F, Q = d.Q(), D = d.D();
   const vec a = d.post_norm ? x : block_norm(x, p.rms1_w, N, C, d);
@@ -88,11 +92,15 @@ inline block_out block(const block_ref& p, const vec& x, const llama_dims& d) {
   const vec attn =
       gqa(r.q, r.k, r.v, d.B, d.T, d.H, d.KV_heads, D, d.window, d.attn_scale, d.attn_softcap);
   const vec attn_out = linear(attn, p.o_w, N, Q, C);
-  const vec h = ref::add(x, d.post_norm ? block_norm(attn_out, p.rms1_w, N, C, d) : attn_out);
+  const vec h = ref::add(x, d.post_norm       ? block_norm(attn_out, p.rms1_w, N, C, d)
+                            : d.sandwich_norm ? block_norm(attn_out, p.post_attn_w, N, C, d)
+                                              : attn_out);
   const vec m = d.post_norm ? h : block_norm(h, p.rms2_w, N, C, d);
   const vec gate = linear(m, p.gate_w, N, C, F), up = linear(m, p.up_w, N, C, F);
   const vec mlp_out = linear(d.gelu_gate ? geglu(gate, up) : swiglu(gate, up), p.down_w, N, F, C);
-  r.out = ref::add(h, d.post_norm ? block_norm(mlp_out, p.rms2_w, N, C, d) : mlp_out);
+  r.out = ref::add(h, d.post_norm       ? block_norm(mlp_out, p.rms2_w, N, C, d)
+                      : d.sandwich_norm ? block_norm(mlp_out, p.post_mlp_w, N, C, d)
+                                        : mlp_out);
   return r;
 }
 
@@ -112,7 +120,7 @@ inline block_model::Dims layout_dims(const llama_dims& d) {
 }
 
 inline block_model::LlamaTables tables(const llama_dims& d) {
-  return {false, d.qk_norm, d.qk_norm_across_heads, d.post_norm};
+  return {false, d.qk_norm, d.qk_norm_across_heads, d.post_norm, d.sandwich_norm};
 }
 
 // A block's parameters drawn at random; its norms' weights near 1, as
@@ -125,8 +133,10 @@ inline std::vector<float> random_params(const llama_dims& d, std::mt19937& rng) 
   const auto p = llama_block_params_at<float>(params.data(), d);
   const int64_t q_norm = d.qk_norm ? (d.qk_norm_across_heads ? d.Q() : d.D()) : 0;
   const int64_t k_norm = d.qk_norm ? (d.qk_norm_across_heads ? d.KV() : d.D()) : 0;
-  for (auto [w, n] : {std::pair{p.q_norm_w, q_norm}, std::pair{p.k_norm_w, k_norm},
-                      std::pair{p.rms1_w, d.C}, std::pair{p.rms2_w, d.C}})
+  const int64_t post = d.sandwich_norm ? d.C : 0;
+  for (auto [w, n] :
+       {std::pair{p.q_norm_w, q_norm}, std::pair{p.k_norm_w, k_norm}, std::pair{p.rms1_w, d.C},
+        std::pair{p.rms2_w, d.C}, std::pair{p.post_attn_w, post}, std::pair{p.post_mlp_w, post}})
     for (int64_t i = 0; i < n; i++)
       const_cast<float*>(w)[i] += 1.0f;
   return params;
@@ -181,10 +191,11 @@ inline void expect_block_matches_the_reference(const llama_dims& d, const std::s
   const std::vector<float> params = random_params(d, rng);
   const auto p = llama_block_params_at<float>(params.data(), d);
   auto as_vec = [](const float* x, int64_t n) { return x ? ref::load(x, n) : vec{}; };
-  const block_ref r{as_vec(p.rms1_w, C),   as_vec(p.q_w, Q * C),       as_vec(p.q_norm_w, q_norm),
-                    as_vec(p.k_w, KV * C), as_vec(p.k_norm_w, k_norm), as_vec(p.v_w, KV * C),
-                    as_vec(p.o_w, C * Q),  as_vec(p.rms2_w, C),        as_vec(p.gate_w, F * C),
-                    as_vec(p.up_w, F * C), as_vec(p.down_w, C * F)};
+  const block_ref r{as_vec(p.rms1_w, C),    as_vec(p.q_w, Q * C),       as_vec(p.q_norm_w, q_norm),
+                    as_vec(p.k_w, KV * C),  as_vec(p.k_norm_w, k_norm), as_vec(p.v_w, KV * C),
+                    as_vec(p.o_w, C * Q),   as_vec(p.rms2_w, C),        as_vec(p.gate_w, F * C),
+                    as_vec(p.up_w, F * C),  as_vec(p.down_w, C * F),    as_vec(p.post_attn_w, C),
+                    as_vec(p.post_mlp_w, C)};
   const vec prior = ref::random_vec(rng, params.size());  // the backward adds to it
   const vec x = ref::quantize<float>(ref::random_vec(rng, N * C));
   const vec R = ref::quantize<float>(ref::random_vec(rng, N * C));
@@ -220,6 +231,8 @@ inline void expect_block_matches_the_reference(const llama_dims& d, const std::s
       {"gate_w", &block_ref::gate_w, g.gate_w},
       {"up_w", &block_ref::up_w, g.up_w},
       {"down_w", &block_ref::down_w, g.down_w},
+      {"post_attn_w", &block_ref::post_attn_w, g.post_attn_w},
+      {"post_mlp_w", &block_ref::post_mlp_w, g.post_mlp_w},
   };
   for (const grad_case& c : cases) {
     if (c.got == nullptr) continue;
@@ -233,6 +246,47 @@ inline void expect_block_matches_the_reference(const llama_dims& d, const std::s
     const auto at = prior.begin() + (c.got - b.grads.data());
     ref::expect_close(what + " d" + c.name + " +=", as_vec(c.got, n),
                       ref::add(vec(at, at + n), want_g), bwd);
+  }
+}
+
+// Run piece by piece (each of the block's `pieces` a range, the scratch
+// carrying what flows between them), the block equals it run whole, bit for
+// bit; a recompute (out == nullptr) refills every saved row, the norms'
+// statistics included.
+inline void expect_pieces_and_recompute_equal_the_whole_block(const llama_dims& d, int pieces,
+                                                              unsigned seed = 5) {
+  std::mt19937 rng(seed);
+  const std::vector<float> params = random_params(d, rng);
+  const std::vector<float> prior(params.size(), 0.0f);
+  const std::vector<float> x = ref::store<float>(ref::random_vec(rng, d.N() * d.C));
+  const std::vector<float> dout = ref::store<float>(ref::random_vec(rng, d.N() * d.C));
+  block_run<float> whole, parts;
+  run(whole, params, prior, x, dout, d, {{}});
+  std::vector<block_pieces> each_piece;
+  for (int i = 0; i < pieces; ++i)
+    each_piece.push_back({i, i + 1});
+  run(parts, params, prior, x, dout, d, each_piece);
+  EXPECT_EQ(parts.out, whole.out);
+  EXPECT_EQ(parts.grads, whole.grads);
+  EXPECT_GT(std::count_if(whole.grads.begin(), whole.grads.end(), [](float v) { return v != 0; }),
+            static_cast<long>(params.size() / 2));
+
+  // Recompute: the saved rows from the input alone.
+  const block_model::ActivationLayout& layout = block_model::llama_activations(tables(d));
+  std::vector<std::byte> saved(whole.saved.size(), std::byte{0});
+  const auto s = llama_block_saved_at<float>(saved.data(), d);
+  std::copy(x.begin(), x.end(), s.input);
+  static std::vector<float> ws_buf(kCpuGemmWorkspaceBytes / sizeof(float));
+  const gemm_workspace ws{ws_buf.data(), static_cast<int64_t>(ws_buf.size())};
+  llama_block_forward<float>(nullptr, llama_block_params_at<float>(params.data(), d), s,
+                             llama_rope{whole.cos.data(), whole.sin.data()}, d, ws);
+  const block_model::Dims md = layout_dims(d);
+  for (size_t row = 0; row < layout.block.count; ++row) {
+    if (!block_model::present(layout.block[row], md)) continue;
+    const int64_t at = block_model::offset_bytes(layout.block, row, md, d.N(), 4);
+    const int64_t end = block_model::offset_bytes(layout.block, row + 1, md, d.N(), 4);
+    EXPECT_TRUE(std::equal(saved.begin() + at, saved.begin() + end, whole.saved.begin() + at))
+        << layout.block[row].name;
   }
 }
 

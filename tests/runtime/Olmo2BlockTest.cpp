@@ -39,44 +39,10 @@ TEST(Olmo2Block, PreNormsWithQkNormAcrossHeadsMatchTheReference) {
   expect_block_matches_the_reference(small_dims(false, true), "pre-norm, across-heads block");
 }
 
-// Run piece by piece (each a range, the scratch carrying what flows between
-// them), the post-norm block equals it run whole, bit for bit; a recompute
-// (out == nullptr) refills every saved row, the norms' statistics included.
+// Run piece by piece, the post-norm block equals it run whole, bit for bit;
+// a recompute refills every saved row (LlamaBlockReference.h).
 TEST(Olmo2Block, PieceByPieceAndRecomputeEqualTheWholeBlock) {
-  const llama_dims d = small_dims(true, true);
-  std::mt19937 rng(5);
-  const std::vector<float> params = random_params(d, rng);
-  const std::vector<float> prior(params.size(), 0.0f);
-  const std::vector<float> x = ref::store<float>(ref::random_vec(rng, d.N() * d.C));
-  const std::vector<float> dout = ref::store<float>(ref::random_vec(rng, d.N() * d.C));
-  block_run<float> whole, parts;
-  run(whole, params, prior, x, dout, d, {{}});
-  std::vector<block_pieces> each_piece;
-  for (int i = 0; i < kLlamaPostPieces; ++i)
-    each_piece.push_back({i, i + 1});
-  run(parts, params, prior, x, dout, d, each_piece);
-  EXPECT_EQ(parts.out, whole.out);
-  EXPECT_EQ(parts.grads, whole.grads);
-  EXPECT_GT(std::count_if(whole.grads.begin(), whole.grads.end(), [](float v) { return v != 0; }),
-            static_cast<long>(params.size() / 2));
-
-  // Recompute: the saved rows from the input alone.
-  const model::ActivationLayout& layout = model::llama_activations(tables(d));
-  std::vector<std::byte> saved(whole.saved.size(), std::byte{0});
-  const auto s = llama_block_saved_at<float>(saved.data(), d);
-  std::copy(x.begin(), x.end(), s.input);
-  static std::vector<float> ws_buf(kCpuGemmWorkspaceBytes / sizeof(float));
-  const gemm_workspace ws{ws_buf.data(), static_cast<int64_t>(ws_buf.size())};
-  llama_block_forward<float>(nullptr, llama_block_params_at<float>(params.data(), d), s,
-                             llama_rope{whole.cos.data(), whole.sin.data()}, d, ws);
-  const model::Dims md = layout_dims(d);
-  for (size_t row = 0; row < layout.block.count; ++row) {
-    if (!model::present(layout.block[row], md)) continue;
-    const int64_t at = model::offset_bytes(layout.block, row, md, d.N(), 4);
-    const int64_t end = model::offset_bytes(layout.block, row + 1, md, d.N(), 4);
-    EXPECT_TRUE(std::equal(saved.begin() + at, saved.begin() + end, whole.saved.begin() + at))
-        << layout.block[row].name;
-  }
+  expect_pieces_and_recompute_equal_the_whole_block(small_dims(true, true), kLlamaPostPieces);
 }
 
 // In bf16 (storage and gradients) OLMo 2's block is fp32's on the same
