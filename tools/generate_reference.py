@@ -8,10 +8,13 @@ and v biases, tied), a Qwen3 (an RMSNorm on each head's q and k, heads of
 16 where width / heads is 8, tied), a Mistral (each query attending its
 last 5 positions, so the 6-token prompt already slides), an OLMo 2 (norms
 after attention and the MLP, one RMSNorm across all of q's heads and one
-across k's, untied) and a Gemma (the embedding scaled by sqrt(width), (1 +
-weight) RMSNorms, GeGLU, one kv head, heads of 16, tied). It saves each with
+across k's, untied), a Gemma (the embedding scaled by sqrt(width), (1 +
+weight) RMSNorms, GeGLU, one kv head, heads of 16, tied) and a Gemma 3
+(Gemma's, with norms before and after attention and the MLP, each head's q
+and k normed, and layers alternating: 0 and 2 attend their last 5
+positions with rotary base 10000, 1 and 3 all with base 1000000). It saves each with
 save_pretrained (config.json and model.safetensors) in OUT/gpt2, OUT/llama,
-OUT/qwen2, OUT/qwen3, OUT/mistral, OUT/olmo2 and OUT/gemma, and writes
+OUT/qwen2, OUT/qwen3, OUT/mistral, OUT/olmo2, OUT/gemma and OUT/gemma3, and writes
 OUT/<family>/expected.json: the prompt's ids, the prefill logits of every prompt
 position, the ids generate(do_sample=False) adds to the prompt, and the logits of
 the whole sequence (prompt and generated ids) in one uncached forward.
@@ -101,6 +104,22 @@ def gemma_model():
     return transformers.GemmaForCausalLM(config)
 
 
+def gemma3_model():
+    layers, every = 4, 2
+    config = transformers.Gemma3TextConfig(
+        vocab_size=96, max_position_embeddings=64, hidden_size=32, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=16, intermediate_size=64, num_hidden_layers=layers,
+        rms_norm_eps=1e-6, tie_word_embeddings=True, initializer_range=INIT_STD,
+        hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=16, sliding_window=5,
+        layer_types=["full_attention" if (i + 1) % every == 0 else "sliding_attention"
+                     for i in range(layers)],
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+        attn_logit_softcapping=None, final_logit_softcapping=None, bos_token_id=None,
+        eos_token_id=None, pad_token_id=None)
+    return transformers.Gemma3ForCausalLM(config)
+
+
 def write(model, out_dir, seed):
     model = model.float().eval()
     model.config._attn_implementation = "eager"
@@ -153,6 +172,8 @@ def main(out_dir):
     write(olmo2_model(), os.path.join(out_dir, "olmo2"), 9)
     torch.manual_seed(5)
     write(gemma_model(), os.path.join(out_dir, "gemma"), 6)
+    torch.manual_seed(6)
+    write(gemma3_model(), os.path.join(out_dir, "gemma3"), 7)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,22 @@ TEST_P(Gemma3Reference, StepsMatchTransformers) {
                                {kLossTolerance, kNormTolerance, 0, 0.01});
 }
 
+// The same weights as transformers' save_pretrained wrote them (config.json
+// of model_type gemma3_text with layer_types and a rotary base per kind of
+// layer, 7 shards and their index), loaded from the directory at world 2:
+// the same steps.
+TEST(Gemma3ModelDirectory, TrainsFromTheShardsTransformersSaved) {
+  expect_model_directory_trains(kFixture, "gemma3.fsdp", kReferenceLayouts[1], kLossTolerance);
+}
+
+// transformers' weights in, fsdpgen's out (F32, no step run, 2 ranks): every
+// tensor's bytes unchanged, under the same names, the norms after each
+// sub-block among them.
+TEST(Gemma3ModelDirectory, WeightsRoundTripExactly) {
+  expect_weights_round_trip(kFixture, "gemma3.fsdp", 54,
+                            "model.layers.3.post_feedforward_layernorm.weight");
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, Gemma3Reference, ::testing::ValuesIn(kReferenceLayouts),
                          [](const auto& info) { return std::string(info.param.name); });
 

@@ -1,7 +1,7 @@
 // GenerateTest: the generator (runtime/generate/generator.h) against Hugging
 // Face transformers on the same weights. tools/generate_reference.py (torch,
 // transformers; not needed here) wrote tests/runtime/generate_reference/
-// {gpt2,llama,qwen2,qwen3,mistral,olmo2,gemma}: a small random GPT-2 (tied head), Llama
+// {gpt2,llama,qwen2,qwen3,mistral,olmo2,gemma,gemma3}: a small random GPT-2 (tied head), Llama
 // (grouped-query attention, llama3 rope scaling, untied head), Qwen2 (Llama's
 // block with q, k and v biases, tied head), Qwen3 (an RMSNorm on each
 // head's q and k, heads of 16 where width / heads is 8, tied head) and
@@ -9,7 +9,9 @@
 // attend only their last 5 positions), OLMo 2 (norms after attention and
 // the MLP, q's and k's RMSNorms across all heads, untied head) and Gemma (the
 // embedding scaled by sqrt(width), (1 + weight) RMSNorms, GeGLU, one kv head,
-// heads of 16), saved
+// heads of 16) and Gemma 3 (Gemma's with norms before and after each
+// sub-block, each head's q/k norms, and local layers 0 and 2 attending their
+// last 5 positions with their own rotary base, 1 and 3 global), saved
 // with save_pretrained,
 // and expected.json: a prompt, its prefill logits, the ids
 // generate(do_sample=False) adds, and the whole sequence's logits from one
@@ -19,7 +21,8 @@
 // logits within 2e-5 absolute (measured at most 8.8e-6 here; logits are of order
 // 1-10). Greedy ids must be equal: the reference's smallest gap between the
 // two largest logits on the greedy path is 0.0097 (gpt2), 0.08 (llama), 0.05
-// (qwen2), 0.056 (qwen3), 0.021 (mistral), 0.092 (olmo2) and 0.0145 (gemma),
+// (qwen2), 0.056 (qwen3), 0.021 (mistral), 0.092 (olmo2), 0.0145 (gemma) and
+// 0.198 (gemma3),
 // far beyond those differences.
 #include <gtest/gtest.h>
 
@@ -181,7 +184,7 @@ TEST_P(Generate, TopKDrawsOnlyAmongTheKMostLikely) {
 
 INSTANTIATE_TEST_SUITE_P(Families, Generate,
                          ::testing::Values("gpt2", "llama", "qwen2", "qwen3", "mistral", "olmo2",
-                                           "gemma"),
+                                           "gemma", "gemma3"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(GenerateErrors, MissingOrMisshapedTensorsAndBadIdsAreNamed) {
