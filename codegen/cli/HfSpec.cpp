@@ -108,6 +108,15 @@ std::string spec_text(const hf_model& m, const std::string& source, const std::s
   if (m.global_every != 0)
     s += fmt::format("  global_every = {}   # layers {}, {}, ... attend every earlier position\n",
                      m.global_every, m.global_every - 1, 2 * m.global_every - 1);
+  if (m.query_pre_attn_scalar != 0)
+    s += fmt::format("  query_pre_attn_scalar = {}   # q . k scaled by 1 / sqrt({})\n",
+                     format_real(m.query_pre_attn_scalar), format_real(m.query_pre_attn_scalar));
+  if (m.attention_softcap != 0)
+    s += fmt::format("  attention_softcap = {}   # scores X tanh(s / X)\n",
+                     format_real(m.attention_softcap));
+  if (m.logit_softcap != 0)
+    s += fmt::format("  logit_softcap = {}   # logits X tanh(l / X)\n",
+                     format_real(m.logit_softcap));
   if (m.rope_local_theta != 0)
     s += fmt::format("  rope_local_theta = {}   # the local layers' rotary base\n",
                      format_real(m.rope_local_theta));

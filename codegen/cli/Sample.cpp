@@ -36,7 +36,6 @@ namespace fs = std::filesystem;
 struct loaded_model {
   std::string what;  // for the first line
   hf_model model;
-  generate_caps caps;  // from a spec's model; a model directory's: none
   generate_weights weights;
   std::string tokenizer, no_tokenizer;  // no_tokenizer: why there is none
   int64_t start = -1;
@@ -90,7 +89,6 @@ loaded_model load_safetensors(const std::string& file, const std::string& spec) 
   loaded_model l;
   const spec_origin o = spec_origin_of(spec);
   l.model = hf_model_of(o.spec.model);
-  l.caps = generate_caps_of(o.spec.model);
   l.weights = generate_weights_read(file);
   l.what = fmt::format("{} (spec {})", file, spec);
   take_token_set(l, o.tokenizer);
@@ -103,7 +101,6 @@ loaded_model load_checkpoint(const std::string& path, const std::string& spec) {
   const std::string step_dir = checkpoint_resolve(path);
   const spec_origin o = checkpoint_spec_origin(step_dir, spec);
   l.model = hf_model_of(o.spec.model);
-  l.caps = generate_caps_of(o.spec.model);
   checkpoint_weights w = checkpoint_weights_read(step_dir);
   for (checkpoint_tensor_values& t : w.tensors) {
     l.weights.shapes[t.name] = t.shape;
@@ -267,7 +264,7 @@ int run_sample(const SampleOptions& o) {
                      .c_str(),
                  stderr);
 
-    generator g(m, l.weights.view(), l.caps);
+    generator g(m, l.weights.view());
     out(fmt::format(
         "fsdpgen: sampling {} ({}, {} layers, vocabulary {}): {} sample{} of {} tokens after {} "
         "prompt token{}, temperature {}, top-k {}, top-p {}, seed {}{}\n",

@@ -555,27 +555,47 @@ void read_layer_pattern(config_reader& r) {
       {.key = key, .text = text, .spec_key = "global_every", .field = &hf_model::global_every});
 }
 
-// What of Gemma 2's and 3's attention fsdpgen does not build yet: logit
-// soft-capping (Gemma 2's on by default) and a query scale other than
-// 1 / sqrt(head_dim).
+// Gemma 2's and 3's attention and head: attn_logit_softcapping and
+// final_logit_softcapping (null: none; the type's default where absent, 50
+// and 30 for Gemma 2), and query_pre_attn_scalar (256 where absent; the head
+// size is that size's scale, as none). Other llama types have none of them,
+// which model_type states.
 void read_gemma_attention(config_reader& r) {
-  if (!r.type->sandwich) return;
   const json& c = r.config();
-  for (auto [key, fallback] : {std::pair{"attn_logit_softcapping", r.type->attn_softcap},
-                               std::pair{"final_logit_softcapping", r.type->final_softcap}}) {
-    const bool absent = !c.contains(key);
-    const json* v = r.get(c, key);
-    if (v || (absent && fallback > 0))
-      r.differs(key, "", v ? v->dump() : fmt::format("absent ({})", fallback),
-                "fsdpgen's llama has no logit soft-capping yet", "null");
+  hf_model& m = r.model;
+  const json* type = r.get(c, "model_type");
+  const std::string type_text =
+      type ? type->dump() : fmt::format("absent ({})", r.type->model_type);
+  const std::pair<const char*, double hf_model::*> keys[] = {
+      {"attention_softcap", &hf_model::attention_softcap},
+      {"logit_softcap", &hf_model::logit_softcap},
+      {"query_pre_attn_scalar", &hf_model::query_pre_attn_scalar}};
+  if (!r.type->sandwich) {
+    for (auto [spec_key, field] : keys)
+      r.keys.push_back(
+          {.key = "model_type", .text = type_text, .spec_key = spec_key, .field = field});
+    return;
   }
-  const int64_t head = r.model.head_dim;
-  const json* q = r.get(c, "query_pre_attn_scalar");
-  if (head > 0 &&
-      (q ? !(q->is_number() && q->get<double>() == static_cast<double>(head)) : head != 256))
-    r.differs("query_pre_attn_scalar", "", q ? q->dump() : "absent (256)",
-              fmt::format("fsdpgen scales attention scores by 1 / sqrt(head_dim {})", head),
-              fmt::format("{}", head));
+  for (auto [key, spec_key, field, fallback] :
+       {std::tuple{"attn_logit_softcapping", "attention_softcap", &hf_model::attention_softcap,
+                   r.type->attn_softcap},
+        std::tuple{"final_logit_softcapping", "logit_softcap", &hf_model::logit_softcap,
+                   r.type->final_softcap}}) {
+    if (c.contains(key) && c[key].is_null()) {  // none
+      r.keys.push_back({.key = key, .text = "null", .spec_key = spec_key, .field = field});
+      continue;
+    }
+    r.read<double>(c, "", key, spec_key, field, fallback);
+    if (m.*field < 0)
+      throw std::runtime_error(
+          fmt::format("\"{}\" must be positive or null, not {}", key, m.*field));
+  }
+  r.read<double>(c, "", "query_pre_attn_scalar", "query_pre_attn_scalar",
+                 &hf_model::query_pre_attn_scalar, 256.0);
+  if (m.query_pre_attn_scalar <= 0)
+    throw std::runtime_error(
+        fmt::format("\"query_pre_attn_scalar\" must be positive, not {}", m.query_pre_attn_scalar));
+  if (m.query_pre_attn_scalar == static_cast<double>(m.head_dim)) m.query_pre_attn_scalar = 0;
 }
 
 // hidden_act: SiLU (SwiGLU) or GELU's tanh form (GeGLU; Gemma's "gelu" is
@@ -865,9 +885,13 @@ std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
       c.erase("mlp_bias");
       c.erase("hidden_act");
       c["hidden_activation"] = m.gelu_gate ? "gelu_pytorch_tanh" : "silu";
-      c["query_pre_attn_scalar"] = c["head_dim"];
-      c["attn_logit_softcapping"] = nullptr;
-      c["final_logit_softcapping"] = nullptr;
+      // A whole number, as transformers' Gemma configs type it (hf_model_unstated
+      // refuses another).
+      c["query_pre_attn_scalar"] = m.query_pre_attn_scalar != 0
+                                       ? json(static_cast<int64_t>(m.query_pre_attn_scalar))
+                                       : c["head_dim"];
+      c["attn_logit_softcapping"] = m.attention_softcap != 0 ? json(m.attention_softcap) : json();
+      c["final_logit_softcapping"] = m.logit_softcap != 0 ? json(m.logit_softcap) : json();
       // The layers: one in every global_every global, the others the window
       // (every layer where global_every is 0; a window of at least the
       // context is the model's positions, as plain causal attention).

@@ -47,6 +47,12 @@ struct hf_model {
   bool sandwich_norm = false;
   int64_t global_every = 0;
   double rope_local_theta = 0;
+  // llama: Gemma 2's attention scores and logits soft-capped, X tanh(x / X)
+  // (attn_logit_softcapping, final_logit_softcapping; 0: none), and q . k
+  // scaled by query_pre_attn_scalar^-0.5 (0: the head size's, as where it is the head size).
+  double attention_softcap = 0;
+  double logit_softcap = 0;
+  double query_pre_attn_scalar = 0;
 };
 
 // One difference: the config's key and value, the spec's key and value

@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <string>
 
+#include <cmath>
+#include <string>
+
 #include "runtime/files/hf_config.h"
 
 template <class Model>
@@ -32,10 +35,13 @@ hf_model hf_model_of(const Model& m) {
   h.scale_embedding = m.scale_embedding;
   h.norm_plus_one = m.norm_plus_one;
   h.global_every = m.global_every;
+  h.attention_softcap = m.attention_softcap;
+  h.logit_softcap = m.logit_softcap;
   if constexpr (requires { m.rope_scaling; }) {  // the spec's model
     h.llama = m.family == decltype(m.family)::Llama;
     h.tied = m.tie_embeddings;
     h.head_dim = m.head_dim();
+    h.query_pre_attn_scalar = m.query_pre_attn_scalar;
     h.post_norm = m.post_norm();
     h.sandwich_norm = m.sandwich_norm();
     h.rope_local_theta = m.rope_local_theta;
@@ -51,6 +57,7 @@ hf_model hf_model_of(const Model& m) {
     h.llama = m.family == decltype(m.family)::llama;
     h.tied = m.tied;
     h.head_dim = m.head_size();
+    h.query_pre_attn_scalar = m.query_pre_attn_scalar;
     h.post_norm = m.post_norm;
     h.sandwich_norm = m.sandwich_norm;
     h.rope_local_theta = m.rope.local_theta;
@@ -61,28 +68,32 @@ hf_model hf_model_of(const Model& m) {
     h.rope_high_freq = m.rope.high_freq;
     h.rope_original_context = m.rope.original_context;
   }
+  // A query_pre_attn_scalar of the head size is the head size's scale: none.
+  if (h.query_pre_attn_scalar == static_cast<double>(h.head_dim)) h.query_pre_attn_scalar = 0;
   return h;
 }
 
-// What the model holds that its config.json (hf_model) cannot state yet, or
-// "": Gemma 2's soft-caps, and a query_pre_attn_scalar other than the head
-// size. --save and merge refuse a model directory for such a model rather
-// than write one that loads without them.
+// What the model holds that its config.json cannot state, or "": Gemma 2's
+// soft-caps and a query_pre_attn_scalar other than the head size, which
+// only Gemma 2's and 3's classes (sandwich norms) read. --save and merge
+// refuse a model directory for such a model rather than write one that
+// loads without them.
 template <class Model>
 std::string hf_model_unstated(const Model& m) {
-  int64_t head_size = 0;
-  if constexpr (requires { m.rope_scaling; })  // the spec's model
-    head_size = m.head_dim();
-  else
-    head_size = m.head_size();
+  const hf_model h = hf_model_of(m);
+  const double q = h.query_pre_attn_scalar;
+  if (q != std::floor(q) || q > 1e9)
+    return "its query_pre_attn_scalar " + std::to_string(q) +
+           " is not a whole number, which transformers' Gemma configs require; a .safetensors "
+           "file holds the weights, and fsdpgen sample runs it with --spec";
+  if (h.sandwich_norm) return "";  // Gemma2ForCausalLM and Gemma3ForCausalLM state them
   std::string keys;
   auto add = [&keys](const char* key) { keys += (keys.empty() ? "" : ", ") + std::string(key); };
-  if (m.attention_softcap != 0) add("attention_softcap");
-  if (m.logit_softcap != 0) add("logit_softcap");
-  if (m.query_pre_attn_scalar != 0 && m.query_pre_attn_scalar != static_cast<double>(head_size))
-    add("query_pre_attn_scalar");
+  if (h.attention_softcap != 0) add("attention_softcap");
+  if (h.logit_softcap != 0) add("logit_softcap");
+  if (h.query_pre_attn_scalar != 0) add("query_pre_attn_scalar");
   if (keys.empty()) return "";
   return "its config.json cannot state " + keys +
-         " yet (Gemma 2's); a .safetensors file holds the weights, and fsdpgen sample runs it "
-         "with --spec";
+         ": only Gemma 2's and 3's classes have them (block_norms = sandwich with Gemma's "
+         "pieces); a .safetensors file holds the weights, and fsdpgen sample runs it with --spec";
 }

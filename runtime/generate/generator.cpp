@@ -143,8 +143,7 @@ std::string sample_settings_problem(const sample_settings& s) {
   return "";
 }
 
-generator::generator(const hf_model& m, const generate_tensors& tensors, const generate_caps& caps)
-    : m_(m), caps_(caps) {
+generator::generator(const hf_model& m, const generate_tensors& tensors) : m_(m) {
   if (m.width <= 0 || m.heads <= 0 || (m.head_dim <= 0 && m.width % m.heads != 0) ||
       m.head_dim < 0 || (!m.llama && m.head_dim > 0 && m.head_dim * m.heads != m.width) ||
       m.kv_heads <= 0 || m.heads % m.kv_heads != 0 || m.vocab <= 0 || m.context <= 0 ||
@@ -227,9 +226,9 @@ void generator::attention(int64_t layer, int64_t n) {
   const int64_t Q = q_width_, q_stride = m_.llama ? Q : 3 * C;
   const float* K = k_cache_.data() + layer * T * kv_width_;
   const float* V = v_cache_.data() + layer * T * kv_width_;
-  const double S = caps_.query_pre_attn_scalar;  // Gemma 2's; 0: the head size
+  const double S = m_.query_pre_attn_scalar;  // Gemma 2's; 0: the head size
   const float scale = 1.0f / std::sqrt(static_cast<float>(S > 0 ? S : D));
-  const float cap = static_cast<float>(caps_.attention_softcap);
+  const float cap = static_cast<float>(m_.attention_softcap);
   // Threads for a prefill only: one token's attention is small, and an OpenMP
   // region each token leaves libgomp's threads spinning against OpenBLAS's
   // (GPT-2 124M on 2 cores: 8 tok/s with it, 29 without; transformers 28).
@@ -381,7 +380,7 @@ const float* generator::forward(std::span<const int32_t> ids, float* all_logits)
   norm_rows(x_.data(), n, C, weight(l.final_norm[0].hf_name), b, m_.norm_eps, h_.data(),
             m_.norm_plus_one ? 1.0f : 0.0f);
   // Gemma 2's final_logit_softcapping: X tanh(logit / X).
-  auto cap = [X = static_cast<float>(caps_.logit_softcap)](float* l, int64_t elems) {
+  auto cap = [X = static_cast<float>(m_.logit_softcap)](float* l, int64_t elems) {
     if (X > 0.0f)
       for (int64_t j = 0; j < elems; ++j)
         l[j] = X * std::tanh(l[j] / X);

@@ -44,20 +44,6 @@ generate_weights generate_weights_read(const std::string& path);
 // model's lm_head.weight is left out: it is the embedding).
 std::vector<std::pair<std::string, std::vector<int64_t>>> generate_tensor_names(const hf_model& m);
 
-// Gemma 2's attention and head, which hf_model does not hold: scores and
-// logits soft-capped, X tanh(x / X) (0: none), and q . k scaled by
-// query_pre_attn_scalar^-0.5 (0: the head size's). generate_caps_of reads
-// them from a spec's or a program's model (fields of the same names).
-struct generate_caps {
-  double attention_softcap = 0;
-  double logit_softcap = 0;
-  double query_pre_attn_scalar = 0;
-};
-template <class Model>
-generate_caps generate_caps_of(const Model& m) {
-  return {m.attention_softcap, m.logit_softcap, m.query_pre_attn_scalar};
-}
-
 // How the next token is drawn from the logits. temperature 0 is greedy (the
 // first largest logit); else the logits are divided by temperature, top_k
 // (0: all) keeps the k most likely tokens, top_p (1: all) the fewest most
@@ -84,7 +70,7 @@ class generator {
   // and allocates the KV cache (layers x context x kv width, K and V) and
   // the scratch for up to `context` positions at once: all allocation
   // happens here.
-  generator(const hf_model& m, const generate_tensors& tensors, const generate_caps& caps = {});
+  generator(const hf_model& m, const generate_tensors& tensors);
 
   const hf_model& model() const { return m_; }
   // Bytes the generator allocated (cache, scratch, rope tables).
@@ -116,7 +102,6 @@ class generator {
   void attention(int64_t layer, int64_t n);
 
   hf_model m_;
-  generate_caps caps_;
   int64_t head_dim_ = 0, q_width_ = 0, kv_width_ = 0;  // q is heads x head_dim_ wide
   bool local(int64_t layer) const;
   // Views of the weights, by name.

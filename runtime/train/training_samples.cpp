@@ -88,7 +88,7 @@ void training_samples::open(const run_shape& rs) {
             s->weights.data() + s->unit_offset[static_cast<size_t>(t.unit)] + t.offset_elems,
             t.shape()};
       }
-      s->gen = std::make_unique<generator>(m, views, generate_caps_of(p.model));
+      s->gen = std::make_unique<generator>(m, views);
       const data_config d =
           data_config_of(p, p.train.data, rs.run.data, o.run.data, o.allow_bytes, false, "data");
       const std::string file = first_token_file(d);

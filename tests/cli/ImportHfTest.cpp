@@ -239,7 +239,8 @@ TEST(ImportHf, LlamaArchitecturesHaveTheirPublishedParameters) {
         {"Qwen3-0.6B", "qwen3_0_6b", "596049920"},
         {"OLMo-2-0425-1B", "olmo_2_0425_1b", "1484916736"},
         {"gemma-2b", "gemma_2b", "2506172416"},
-        {"gemma-3-1b-pt", "gemma_3_1b_pt", "999885952"}}) {
+        {"gemma-3-1b-pt", "gemma_3_1b_pt", "999885952"},
+        {"gemma-2-2b", "gemma_2_2b", "2614341888"}}) {
     SCOPED_TRACE(model);
     const std::string config = kSource + "/tests/cli/hf/" + model;
     const std::string spec = dir + "/" + model + ".fsdp";
@@ -522,9 +523,11 @@ TEST(ImportHf, MistralWindowIsTheSpecsSlidingWindow) {
 // same model in transformers 5's keys (layer_types, rope_parameters per kind
 // of layer, hidden_activation's defaults) imports the same model section; a
 // llama spec against it is named at each piece. Layer types that are no
-// pattern of one global layer in every N, and Gemma 2's 2B with its logit
-// soft-capping (not built yet), are refused by name; Gemma 3's multimodal
-// config (a vision tower) names what fsdpgen does not build.
+// pattern of one global layer in every N are refused by name; Gemma 3's
+// multimodal config (a vision tower) names what fsdpgen does not build.
+// Gemma 2 2B: its soft-caps (and their defaults, 50 and 30, where absent),
+// its spec byte for byte; a query_pre_attn_scalar other than the head size
+// is the spec's.
 TEST(ImportHf, Gemma3IsLlamaWithSandwichNormsAndAlternatingLayers) {
   CmdResult r = run_in_source("import-hf tests/cli/hf/gemma-3-1b-pt");
   ASSERT_EQ(r.status, 0) << r.out;
@@ -572,15 +575,22 @@ TEST(ImportHf, Gemma3IsLlamaWithSandwichNormsAndAlternatingLayers) {
       << r.out;
 
   r = run_in_source("import-hf tests/cli/hf/gemma-2-2b");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, file_bytes(kSource + "/tests/cli/hf/gemma-2-2b.fsdp"));
+  r = run_in_source("check specs/gemma2-2b.fsdp --hf tests/cli/hf/gemma-2-2b");
+  EXPECT_EQ(r.status, 0) << r.out;
+  c = fixture("gemma-2-2b");
+  c.erase("attn_logit_softcapping");
+  c.erase("final_logit_softcapping");
+  r = run("check " + kSource + "/specs/gemma2-2b.fsdp --hf " + write_config("gemma-2-2b", c));
+  EXPECT_EQ(r.status, 0) << r.out;
+  c["attn_logit_softcapping"] = nullptr;
+  c["query_pre_attn_scalar"] = 144;
+  r = run("check " + kSource + "/specs/gemma2-2b.fsdp --hf " + write_config("gemma-2-2b", c));
   EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_TRUE(has(r,
-                  "attn_logit_softcapping = 50.0: fsdpgen's llama has no logit soft-capping "
-                  "yet"))
-      << r.out;
-  EXPECT_TRUE(has(r,
-                  "final_logit_softcapping = 30.0: fsdpgen's llama has no logit soft-capping "
-                  "yet"))
-      << r.out;
+  EXPECT_TRUE(has(r, "error: attention_softcap = 50, but ")) << r.out;
+  EXPECT_TRUE(has(r, "/config.json has attn_logit_softcapping = null\n")) << r.out;
+  EXPECT_TRUE(has(r, "/config.json has query_pre_attn_scalar = 144\n")) << r.out;
 
   c = fixture("gemma-3-1b-pt");
   c["model_type"] = "gemma3";

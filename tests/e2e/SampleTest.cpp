@@ -54,7 +54,9 @@ std::string first_sample(const std::string& out) {
 // attention and the MLP, q and k normed across heads, tied here), Gemma
 // (the embedding scaled, (1 + weight) norms, GeGLU, tied) or Llama with Gemma
 // 2's soft-capped scores and logits and q . k scaled by 24^-0.5 (heads of 16),
-// caps low enough to change what is drawn.
+// caps low enough to change what is drawn, or Gemma 3 (Gemma's with
+// sandwich norms, each head's q/k norms, and local layers attending their
+// last 4 positions with a rotary base of their own).
 std::string spec_of(const std::string& family) {
   std::string spec = kSpec;
   if (family == "llama")
@@ -74,6 +76,11 @@ std::string spec_of(const std::string& family) {
     spec.replace(spec.find("family = gpt2"), 13,
                  "family = llama\n  kv_heads = 2\n  attention_softcap = 0.5\n  logit_softcap = "
                  "1.5\n  query_pre_attn_scalar = 24");
+  if (family == "gemma3")
+    spec.replace(spec.find("family = gpt2"), 13,
+                 "family = llama\n  kv_heads = 1\n  scale_embedding = true\n  norm_plus_one = "
+                 "true\n  activation = gelu_tanh\n  block_norms = sandwich\n  qk_norm = true\n  "
+                 "sliding_window = 4\n  global_every = 2\n  rope_local_theta = 100");
   return spec;
 }
 
@@ -118,11 +125,11 @@ TEST_P(SampleFamily, TrainingSamplesAreTheCheckpointsGenerations) {
       << text_prompt.out;
 }
 
-// A model directory's config.json cannot state Gemma 2's soft-caps and
-// query_pre_attn_scalar yet: --save DIR refuses before training and merge
-// -o DIR refuses, naming the keys; --save FILE.safetensors and merge -o
-// FILE.safetensors write the weights.
-TEST(Sample, Gemma2CapsAreNotWrittenIntoAModelDirectory) {
+// Only Gemma 2's and 3's config.json states the soft-caps and
+// query_pre_attn_scalar: for a llama without their sandwich norms --save DIR
+// refuses before training and merge -o DIR refuses, naming the keys; --save
+// FILE.safetensors and merge -o FILE.safetensors write the weights.
+TEST(Sample, CapsWithoutGemmasClassAreNotWrittenIntoAModelDirectory) {
   const fs::path dir = e2e_dir("sample_gemma2_caps_save");
   std::ofstream(dir / "corpus.txt") << std::string(2000, 'a');
   fs::remove_all(dir / "ckpt");
@@ -130,7 +137,8 @@ TEST(Sample, Gemma2CapsAreNotWrittenIntoAModelDirectory) {
   const fs::path bin = build_binary(dir, spec_of("gemma2_caps"));
   const std::string why =
       "cannot write a model directory for this model: its config.json cannot state "
-      "attention_softcap, logit_softcap, query_pre_attn_scalar yet (Gemma 2's)";
+      "attention_softcap, logit_softcap, query_pre_attn_scalar: only Gemma 2's and 3's classes "
+      "have them";
   const CmdResult save = run_binary(2, bin, "--steps 1 --save model");
   EXPECT_EQ(save.status, 1) << save.out;
   EXPECT_NE(save.out.find("error: --save model: " + why), std::string::npos) << save.out;
@@ -153,7 +161,7 @@ TEST(Sample, Gemma2CapsAreNotWrittenIntoAModelDirectory) {
 // tokenizers library encodes). Needs the tools' venv (prepare, the prompt).
 INSTANTIATE_TEST_SUITE_P(Families, SampleFamily,
                          ::testing::Values("gpt2", "llama", "qwen3", "olmo2", "gemma",
-                                           "gemma2_caps"),
+                                           "gemma2_caps", "gemma3"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(Sample, ATokenSetsTokenizerDecodesAndEncodes) {

@@ -220,13 +220,21 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
-// Gemma 2's final_logit_softcapping (generate_caps): every prefill row's
+// The model with Gemma 2's soft-caps and query scale (hf_model's fields).
+hf_model with_caps(hf_model m, double attention, double logit, double query_scalar) {
+  m.attention_softcap = attention;
+  m.logit_softcap = logit;
+  m.query_pre_attn_scalar = query_scalar;
+  return m;
+}
+
+// Gemma 2's final_logit_softcapping: every prefill row's
 // logits and a decode step's are X tanh(l / X) of the uncapped ones.
 TEST(GenerateCaps, LogitSoftcapCapsPrefillAndDecodeLogits) {
   const reference r = load("llama");
   const int64_t V = r.model.vocab, n = static_cast<int64_t>(r.prompt.size());
   const double X = 1.5;
-  generator plain(r.model, r.weights.view()), capped(r.model, r.weights.view(), {0, X, 0});
+  generator plain(r.model, r.weights.view()), capped(with_caps(r.model, 0, X, 0), r.weights.view());
   std::vector<float> want(n * V), got(n * V);
   plain.forward(r.prompt, want.data());
   const float* last = capped.forward(r.prompt, got.data());
@@ -256,8 +264,8 @@ TEST(GenerateCaps, QueryPreAttnScalarScalesTheScores) {
     if (name.find("q_proj.weight") != std::string::npos)
       for (float& v : values)
         v *= 0.5f;
-  generator scaled(r.model, r.weights.view(), {0, 0, 4 * head_size});
-  generator same(r.model, r.weights.view(), {0, 0, head_size});
+  generator scaled(with_caps(r.model, 0, 0, 4 * head_size), r.weights.view());
+  generator same(with_caps(r.model, 0, 0, head_size), r.weights.view());
   generator plain(r.model, r.weights.view()), by_weights(r.model, halved.view());
   std::vector<float> got(n * V), want(n * V), same_logits(n * V), plain_logits(n * V);
   scaled.forward(r.prompt, got.data());
@@ -275,13 +283,14 @@ TEST(GenerateCaps, QueryPreAttnScalarScalesTheScores) {
 TEST(GenerateCaps, AttentionSoftcapAppliesInPrefillAndDecode) {
   const reference r = load("llama");
   const int64_t V = r.model.vocab, n = static_cast<int64_t>(r.prompt.size());
-  generator plain(r.model, r.weights.view()), loose(r.model, r.weights.view(), {1e4, 0, 0});
+  generator plain(r.model, r.weights.view()),
+      loose(with_caps(r.model, 1e4, 0, 0), r.weights.view());
   std::vector<float> plain_logits(n * V), loose_logits(n * V);
   plain.forward(r.prompt, plain_logits.data());
   loose.forward(r.prompt, loose_logits.data());
   EXPECT_LE(max_abs_diff(loose_logits, plain_logits), 1e-5);
-  generator cached(r.model, r.weights.view(), {0.5, 0, 0});
-  generator fresh(r.model, r.weights.view(), {0.5, 0, 0});
+  generator cached(with_caps(r.model, 0.5, 0, 0), r.weights.view());
+  generator fresh(with_caps(r.model, 0.5, 0, 0), r.weights.view());
   std::vector<int32_t> ids = r.prompt;
   ids.insert(ids.end(), r.greedy.begin(), r.greedy.end());
   std::vector<float> capped_logits(n * V);

@@ -5,8 +5,11 @@ vocab.json + merges.txt, and Llama 3's with its BOS), a gpt2, a llama and a
 Qwen2 (llama with qkv_bias, tied), a Qwen3 (llama with qk_norm and a head_dim of
 32 where width / heads is 16), a Mistral (llama with a sliding window of 8
 in sequences of 32), an OLMo 2 (llama with block_norms = post and
-qk_norm = across_heads) and a Gemma (llama with its embedding scale, (1 + weight)
-norms and GeGLU) spec trained a few steps on it with `--save DIR`, and DIR loaded by
+qk_norm = across_heads), a Gemma (llama with its embedding scale, (1 + weight)
+norms and GeGLU), a Gemma 2 (Gemma's with sandwich norms, alternating layers
+with a window of 8, a query scalar of 24 and soft-caps) and a Gemma 3 (Gemma's
+with sandwich norms, each head's q/k norms and alternating layers with a
+rotary base of their own) spec trained a few steps on it with `--save DIR`, and DIR loaded by
 AutoModelForCausalLM and AutoTokenizer: the tokenizer encodes a document as
 the token set holds it, the special-token ids are the set's, greedy
 generation gives new tokens, and transformers' loss on the first batch
@@ -42,6 +45,16 @@ MODELS = {
     "gemma": "family = llama\n  kv_heads = 1\n  ffn_hidden = 88\n  head_dim = 32\n"
              "  scale_embedding = true\n  norm_plus_one = true\n  activation = gelu_tanh\n"
              "  tie_embeddings = true",
+    "gemma2": "family = llama\n  kv_heads = 1\n  ffn_hidden = 88\n  head_dim = 32\n"
+              "  scale_embedding = true\n  norm_plus_one = true\n  activation = gelu_tanh\n"
+              "  block_norms = sandwich\n  sliding_window = 8\n  global_every = 2\n"
+              "  query_pre_attn_scalar = 24\n  attention_softcap = 20\n  logit_softcap = 10\n"
+              "  tie_embeddings = true",
+    "gemma3": "family = llama\n  kv_heads = 1\n  ffn_hidden = 88\n  head_dim = 32\n"
+              "  scale_embedding = true\n  norm_plus_one = true\n  activation = gelu_tanh\n"
+              "  block_norms = sandwich\n  qk_norm = true\n  sliding_window = 8\n"
+              "  global_every = 2\n  rope_theta = 1000000\n  rope_local_theta = 10000\n"
+              "  tie_embeddings = true",
 }
 SPEC = """model hf_out_{family} {{
   {model}
@@ -125,7 +138,7 @@ class HfOutTest(unittest.TestCase):
 
         model = AutoModelForCausalLM.from_pretrained(out).eval()
         tok = AutoTokenizer.from_pretrained(out)
-        self.assertEqual(model.config.model_type, family)
+        self.assertEqual(model.config.model_type, {"gemma3": "gemma3_text"}.get(family, family))
         self.assertEqual((tok.eos_token_id, model.config.eos_token_id, model.generation_config.eos_token_id),
                          (eot, eot, eot))
         self.assertEqual(model.generation_config.pad_token_id, eot)
@@ -187,6 +200,12 @@ class HfOutTest(unittest.TestCase):
 
     def test_gemma_with_bos(self):
         self.expect_loads_and_matches("gemma", "llama3")
+
+    def test_gemma2_with_bos(self):
+        self.expect_loads_and_matches("gemma2", "llama3")
+
+    def test_gemma3_with_bos(self):
+        self.expect_loads_and_matches("gemma3", "llama3")
 
 
 if __name__ == "__main__":
