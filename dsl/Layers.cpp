@@ -225,10 +225,29 @@ bool writes_block_output(const ModelSpec& m, const LayerId& l) {
   return l.kind == LayerId::Kind::Block && (l.whole() || l.piece == block_piece_count(m) - 1);
 }
 
+namespace {
+
+// Whether family piece `piece`'s forward writes a saved row (the family's
+// Field::piece, runtime/model/*.h): Gemma's down_proj writes the MLP's output
+// before the norm after it, which its backward reads.
+bool family_piece_saves(const ModelSpec& m, int piece) {
+  const model::ActivationLayout& a = m.family == Family::Gpt2
+                                         ? model::kGpt2Activations
+                                         : model::llama_activations(llama_tables(m));
+  for (const model::Field& f : a.block)
+    if (f.piece == piece) return true;
+  return false;
+}
+
+}  // namespace
+
 bool writes_only_block_output(const ModelSpec& m, const LayerId& l) {
   if (!writes_block_output(m, l) || l.whole()) return false;
   const BlockPiece p = block_piece(m, l.piece);
-  return p.custom < 0 || m.custom[static_cast<size_t>(p.custom)].saved.empty();
+  if (p.custom >= 0) return m.custom[static_cast<size_t>(p.custom)].saved.empty();
+  for (int f = p.family_first; f < p.family_end; ++f)
+    if (family_piece_saves(m, f)) return false;
+  return true;
 }
 
 std::string layer_name(const ModelSpec& m, const LayerId& l) {

@@ -70,8 +70,9 @@ const model::Module* replaceable_module(const ModelSpec& m, std::string_view nam
 // or its last piece (gpt2's mlp.c_proj, llama's mlp.down_proj).
 bool writes_block_output(const ModelSpec& m, const LayerId& l);
 // Whether a piece's forward writes nothing but the block's output, so that a
-// recompute can skip it: the family's last piece (a custom layer saves
-// arrays for its backward).
+// recompute can skip it: the family's last piece unless the family's saved
+// rows name it (Gemma's down_proj saves the MLP's output before its norm),
+// or a custom layer's that saves no arrays for its backward.
 bool writes_only_block_output(const ModelSpec& m, const LayerId& l);
 // "embed", "block 3", "block 3.attn.c_attn": as a spec writes it.
 std::string layer_name(const ModelSpec& m, const LayerId& l);

@@ -60,6 +60,10 @@ struct E2eConfig {
   int sliding_window = 0;  // llama only: Mistral's window (0: none; the context is 16)
   bool olmo2 = false;      // llama only: OLMo 2's block_norms = post, qk_norm = across_heads
   bool gemma = false;      // llama only: Gemma's embedding scale, (1 + weight) norms, GeGLU
+  // With gemma: Gemma 3's block (sandwich norms, each head's qk_norm, head_dim 16), layers 0
+  // and 1 local (a window of 5, rotary base 100) and 2 global, and Gemma 2's caps and query
+  // scalar (attention 2, logits 1.5, 24).
+  bool gemma_sandwich = false;
   std::string optimizer = "adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)";
   int steps = 4;
   std::string clip = "1.0";  // a global norm, or none
@@ -88,7 +92,12 @@ struct E2eConfig {
             (sliding_window ? fmt::format("  sliding_window = {}\n", sliding_window) : "") +
             (olmo2 ? "  qk_norm = across_heads\n  block_norms = post\n" : "") +
             (gemma ? "  scale_embedding = true\n  norm_plus_one = true\n  activation = gelu_tanh\n"
-                   : ""),
+                   : "") +
+            (gemma_sandwich
+                 ? "  block_norms = sandwich\n  qk_norm = true\n  head_dim = 16\n"
+                   "  sliding_window = 5\n  global_every = 3\n  rope_local_theta = 100\n"
+                   "  attention_softcap = 2\n  logit_softcap = 1.5\n  query_pre_attn_scalar = 24\n"
+                 : ""),
         layers.empty() ? "" : fmt::format("layers {{\n{}}}\n", layers), units, world, sharding,
         shard_group ? fmt::format("  shard_group = {}\n", shard_group) : "", param, reduce_dtype,
         forward_prefetch, backward, max_inflight, recompute,
@@ -123,6 +132,7 @@ struct E2eConfig {
     if (sliding_window) n += fmt::format("_window{}", sliding_window);
     if (olmo2) n += "_olmo2";
     if (gemma) n += "_gemma";
+    if (gemma_sandwich) n += "_sandwich";
     if (!layers.empty())
       n += fmt::format("_layers{:08x}", std::hash<std::string>{}(layers)&0xffffffffu);
     if (!train_extra.empty())

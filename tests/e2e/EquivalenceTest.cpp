@@ -240,6 +240,7 @@ E2eConfig reference_of(const E2eConfig& c) {
   r.olmo2 = c.olmo2;
   r.sliding_window = c.sliding_window;
   r.gemma = c.gemma;
+  r.gemma_sandwich = c.gemma_sandwich;
   r.optimizer = c.optimizer;
   r.steps = c.steps;
   r.clip = c.clip;
@@ -496,6 +497,21 @@ std::vector<E2eConfig> gemma_set() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Gemma, Equivalence, ::testing::ValuesIn(gemma_set()),
+                         [](const auto& info) { return info.param.name(); });
+
+// Gemma 2's and 3's pieces together (Gemma 3's sandwich norms and q/k norms,
+// alternating local and global layers with the local layers' own rotary
+// base, Gemma 2's soft-caps and query scalar): Gemma's four layouts; o_proj's
+// and down_proj's pieces carry the norms after them through per-linear units,
+// recompute and offload.
+std::vector<E2eConfig> gemma_sandwich_set() {
+  std::vector<E2eConfig> set = gemma_set();
+  for (E2eConfig& c : set)
+    c.gemma_sandwich = true;
+  return set;
+}
+
+INSTANTIATE_TEST_SUITE_P(GemmaSandwich, Equivalence, ::testing::ValuesIn(gemma_sandwich_set()),
                          [](const auto& info) { return info.param.name(); });
 
 // The comparison sees hybrid replicas counted twice: the hybrid SGD run of
