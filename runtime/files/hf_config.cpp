@@ -237,6 +237,10 @@ class config_reader {
     const json* v = get(c_, key);
     return v && value<bool>(*v, key);
   }
+  // A named error: the config's path and `what`.
+  [[noreturn]] void fail(const std::string& what) const {
+    throw std::runtime_error(fmt::format("{}: {}", path_, what));
+  }
   // A feature fsdpgen does not build must be off (false or absent).
   void off(const std::string& key, const std::string& why) {
     if (flag(key)) differs(key, "", "true", why, "false");
@@ -388,8 +392,7 @@ void read_local_rope(config_reader& r, const json* local) {
     return r.read<double>(r.config(), "", "rope_local_base_freq", "rope_local_theta",
                           &hf_model::rope_local_theta, r.type->local_theta);
   if (!local->is_object())
-    throw std::runtime_error(
-        fmt::format("\"{}\" must be an object, not {}", holder, local->dump()));
+    r.fail(fmt::format("\"{}\" must be an object, not {}", holder, local->dump()));
   const std::string type = r.string_or(*local, "rope_type", "default");
   if (type != "default")
     return r.differs("rope_type", holder, fmt::format("\"{}\"", type),
@@ -411,8 +414,7 @@ void read_rope(config_reader& r) {
     params = r.get(*params, "full_attention");
     params_holder = "rope_parameters.full_attention";
     if (params && !params->is_object())
-      throw std::runtime_error(
-          fmt::format("\"{}\" must be an object, not {}", params_holder, params->dump()));
+      r.fail(fmt::format("\"{}\" must be an object, not {}", params_holder, params->dump()));
   }
   read_local_rope(r, local);
   const bool theta_in_params = params && r.get(*params, "rope_theta");
@@ -461,7 +463,7 @@ void read_window_layers(config_reader& r, config_key& window) {
     int64_t from = kMaxWindowLayers;
     if (const json* v = r.get(c, "max_window_layers")) {
       if (!v->is_number_integer())
-        throw std::runtime_error("\"max_window_layers\" must be an integer, not " + v->dump());
+        r.fail("\"max_window_layers\" must be an integer, not " + v->dump());
       from = v->get<int64_t>();
     }
     sliding = std::max<int64_t>(0, layers - std::max<int64_t>(0, from));
@@ -516,7 +518,12 @@ void read_layer_pattern(config_reader& r) {
   const json& c = r.config();
   int64_t every = r.type->global_every;
   std::string key = "sliding_window_pattern", text;
-  if (const json* types = r.get(c, "layer_types"); types && types->is_array()) {
+  if (const json* types = r.get(c, "layer_types")) {
+    if (!types->is_array())
+      r.fail(
+          "\"layer_types\" must be a list of \"full_attention\" and \"sliding_attention\", "
+          "not " +
+          types->dump());
     key = "layer_types";
     std::vector<bool> global;
     for (const json& t : *types) {
@@ -543,8 +550,7 @@ void read_layer_pattern(config_reader& r) {
                        std::count(global.begin(), global.end(), true), global.size());
   } else if (const json* p = r.get(c, "sliding_window_pattern")) {
     if (!p->is_number_integer() || p->get<int64_t>() < 1)
-      throw std::runtime_error("\"sliding_window_pattern\" must be an integer (at least 1), not " +
-                               p->dump());
+      r.fail("\"sliding_window_pattern\" must be an integer (at least 1), not " + p->dump());
     every = p->get<int64_t>();
     text = p->dump();
   } else {
@@ -586,14 +592,13 @@ void read_gemma_attention(config_reader& r) {
       continue;
     }
     r.read<double>(c, "", key, spec_key, field, fallback);
-    if (m.*field < 0)
-      throw std::runtime_error(
-          fmt::format("\"{}\" must be positive or null, not {}", key, m.*field));
+    if (r.get(c, key) && m.*field <= 0)  // a given cap (the defaults are positive or none)
+      r.fail(fmt::format("\"{}\" must be positive or null, not {}", key, m.*field));
   }
   r.read<double>(c, "", "query_pre_attn_scalar", "query_pre_attn_scalar",
                  &hf_model::query_pre_attn_scalar, 256.0);
   if (m.query_pre_attn_scalar <= 0)
-    throw std::runtime_error(
+    r.fail(
         fmt::format("\"query_pre_attn_scalar\" must be positive, not {}", m.query_pre_attn_scalar));
   if (m.query_pre_attn_scalar == static_cast<double>(m.head_dim)) m.query_pre_attn_scalar = 0;
 }

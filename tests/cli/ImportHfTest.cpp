@@ -637,6 +637,26 @@ TEST(ImportHf, UnreadableConfigsAreNamedErrors) {
   r = run("check " + kSource + "/specs/llama-1b.fsdp --hf " + dir);
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_TRUE(has(r, "fsdpgen: error: " + path)) << r.out;
+  // Gemma 2's and 3's keys of the wrong kind, each named with the config's path.
+  for (const auto& [key, value, why] :
+       {std::tuple{"layer_types", nlohmann::json("x"),
+                   "\"layer_types\" must be a list of \"full_attention\" and "
+                   "\"sliding_attention\", not \"x\""},
+        std::tuple{"sliding_window_pattern", nlohmann::json(0),
+                   "\"sliding_window_pattern\" must be an integer (at least 1), not 0"},
+        std::tuple{"attn_logit_softcapping", nlohmann::json(0),
+                   "\"attn_logit_softcapping\" must be positive or null, not 0"},
+        std::tuple{"query_pre_attn_scalar", nlohmann::json(-3),
+                   "\"query_pre_attn_scalar\" must be positive, not -3"},
+        std::tuple{"rope_parameters", nlohmann::json{{"full_attention", 5}},
+                   "\"rope_parameters.full_attention\" must be an object, not 5"}}) {
+    nlohmann::json g = fixture("gemma-3-1b-pt");
+    g[key] = value;
+    std::ofstream(path) << g.dump();
+    r = run("import-hf " + dir);
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_TRUE(has(r, "fsdpgen: error: " + path + ": " + why + "\n")) << r.out;
+  }
 }
 
 // -o naming the config it reads is refused; the config stays as it was.
