@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -123,8 +124,18 @@ void expect_stop_and_resume(const std::string& name, int world, int sig, const s
   const int64_t n = static_cast<int64_t>(stopped.size());
   ASSERT_GE(n, 3) << out;
   ASSERT_LT(n, 1000000) << out;
-  EXPECT_NE(out.find(fmt::format("stopped after step {} of 1000000: asked to by {}; ", n, arrived)),
-            std::string::npos)
+  // A signal mpirun forwards to every rank may reach one a step before the
+  // others (measured once in CI on a loaded machine: "SIGUSR1 (1 of 2 ranks
+  // had received it)"); the stop then names how many ranks had it.
+  const std::string stopped_line =
+      fmt::format("stopped after step {} of 1000000: asked to by {}", n, arrived);
+  const bool forwarded = world > 1 && only_rank < 0 && arrived.find('(') == std::string::npos;
+  EXPECT_TRUE(
+      out.find(stopped_line + "; ") != std::string::npos ||
+      (forwarded &&
+       std::regex_search(
+           out, std::regex(stopped_line +
+                           fmt::format(R"( \([1-9]\d* of {} ranks had received it\); )", world)))))
       << out;
   EXPECT_NE(out.find("not writing never.safetensors"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "never.safetensors"));
