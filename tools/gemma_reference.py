@@ -47,11 +47,7 @@ def build_model():
         pad_token_id=None, torch_dtype=torch.float32)
     config._attn_implementation = "eager"
     model = transformers.GemmaForCausalLM(config).float()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.normal_(0.0, NORM_STD)
-    return model
+    return reference_run.draw_norms(model, NORM_STD)
 
 
 def main(out_dir):

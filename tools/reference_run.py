@@ -78,6 +78,17 @@ def train(model, tokens, context, vocab, global_batch, steps, lr, betas, eps, we
     return losses, lrs, norms
 
 
+def draw_norms(model, std):
+    """Every norm weight (a parameter named *norm*) drawn from N(0, std^2), in
+    named_parameters' order: Gemma's (1 + weight) norms start at zeros in
+    transformers, which would leave them untested at the first step."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(0.0, std)
+    return model
+
+
 def write_expected(path, figures):
     """expected.json: the library versions and each step's figures
     (a dict of lists: losses, grad_norms, and lrs where they vary); printed too."""
