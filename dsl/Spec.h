@@ -254,10 +254,6 @@ struct ModelSpec {
     const double s = query_pre_attn_scalar;
     return s != 0 && s != static_cast<double>(head_dim()) ? 1.0 / std::sqrt(s) : 0.0;
   }
-  // Whether block `layer` is a local one of alternating layers.
-  bool local_layer(int64_t layer) const {
-    return global_every != 0 && (layer + 1) % global_every != 0;
-  }
   // Rows of the stored embedding and head, and columns of a logits row.
   int64_t padded_vocab() const { return (vocab + pad_vocab_to - 1) / pad_vocab_to * pad_vocab_to; }
   bool operator==(const ModelSpec&) const = default;

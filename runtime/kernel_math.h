@@ -18,6 +18,17 @@ inline constexpr float kExpArgMax = 88.0f;
 // LayerNorm's epsilon (GPT-2's, Hugging Face's 1e-5), on both backends.
 inline constexpr float kLayerNormEps = 1e-5f;
 
+// Gemma 2's soft-capping of attention scores and logits: x becomes
+// X tanh(x / X) for a cap X > 0 (0: none); its slope at a capped value c is
+// 1 - (c / X)^2.
+FSDPGEN_HOST_DEVICE float softcap_of(float x, float cap) {
+  return cap > 0.0f ? cap * tanhf(x / cap) : x;
+}
+
+FSDPGEN_HOST_DEVICE float softcap_slope(float c, float cap) {
+  return cap > 0.0f ? 1.0f - (c / cap) * (c / cap) : 1.0f;
+}
+
 // GELU, tanh form (GPT-2): gelu(x) = 0.5 x (1 + tanh u) = x / (1 + exp(-2u)),
 // u = sqrt(2/pi) (x + 0.044715 x^3).
 inline constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)

@@ -110,7 +110,7 @@ struct EmitContext {
   // The dims a block's calls take: kLocalDims for a local layer of
   // alternating ones (Gemma 2 and 3: model_dims writes both), else kDims.
   std::string block_dims(int64_t block) const {
-    return model.local_layer(block) ? "kLocalDims" : "kDims";
+    return model::local_layer(model.global_every, block) ? "kLocalDims" : "kDims";
   }
   const model::ParamLayout& layout() const { return param_layout(model); }
   // A block's tensor names' prefix ("transformer.h.3.").

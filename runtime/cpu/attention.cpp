@@ -168,13 +168,9 @@ struct flash_rows {
   int64_t window = 0;    // 0: none
   float scale = 0.0f;    // of q . k
   float softcap = 0.0f;  // 0: none
-  float score(float dot) const {
-    return softcap > 0.0f ? softcap * std::tanh(scale * dot / softcap) : scale * dot;
-  }
+  float score(float dot) const { return softcap_of(scale * dot, softcap); }
   // d(score) / d(scale q . k) at a score c: 1 - (c / X)^2 with a softcap, else 1.
-  float score_slope(float c) const {
-    return softcap > 0.0f ? 1.0f - (c / softcap) * (c / softcap) : 1.0f;
-  }
+  float score_slope(float c) const { return softcap_slope(c, softcap); }
   int64_t first(int64_t t) const { return window > 0 && t >= window ? t - window + 1 : 0; }
   // The last query that attends key u.
   int64_t last(int64_t u) const {

@@ -18,7 +18,7 @@ void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64
     if (softcap > 0.0f) {
 #pragma omp simd
       for (int64_t v = 0; v < V; v++)
-        x[v] = from_float<T>(softcap * std::tanh(to_float(x[v]) / softcap));
+        x[v] = from_float<T>(softcap_of(to_float(x[v]), softcap));
     }
     float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
@@ -34,7 +34,7 @@ void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64
 #pragma omp simd
     for (int64_t v = 0; v < V; v++) {
       const float c = to_float(x[v]), p = exp_clamped(c - maxv) * inv;
-      const float slope = softcap > 0.0f ? 1.0f - (c / softcap) * (c / softcap) : 1.0f;
+      const float slope = softcap_slope(c, softcap);
       x[v] = from_float<T>(dloss_scale * (p - (v == target ? 1.0f : 0.0f)) * slope);
     }
     std::fill(x + V, x + Vp, from_float<T>(0.0f));  // padded columns: no part in the loss

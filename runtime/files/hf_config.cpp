@@ -2,6 +2,7 @@
 // list that both the reading and the comparison with another model walk.
 #include "runtime/files/hf_config.h"
 #include "runtime/files/file_io.h"
+#include "runtime/model/llama.h"
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +18,8 @@
 #include <nlohmann/json.hpp>
 
 namespace {
+
+namespace model = fsdpgen::model;
 
 using json = nlohmann::json;
 
@@ -536,7 +539,7 @@ void read_layer_pattern(config_reader& r) {
     const auto first = std::find(global.begin(), global.end(), true);
     every = first == global.end() ? 0 : (first - global.begin()) + 1;
     for (size_t i = 0; i < global.size(); ++i)
-      if (global[i] != (every != 0 && (static_cast<int64_t>(i) + 1) % every == 0))
+      if (global[i] == model::windowed_layer(every, static_cast<int64_t>(i)))
         return r.differs(key, "", types->dump(),
                          "fsdpgen's alternating layers are one global in every N (the spec's "
                          "global_every), the last of each N",
@@ -903,8 +906,8 @@ std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
       c["sliding_window"] = m.window > 0 ? m.window : c["max_position_embeddings"].get<int64_t>();
       json types = json::array();
       for (int64_t i = 0; i < m.layers; ++i)
-        types.push_back(m.global_every != 0 && (i + 1) % m.global_every == 0 ? "full_attention"
-                                                                             : "sliding_attention");
+        types.push_back(model::windowed_layer(m.global_every, i) ? "sliding_attention"
+                                                                 : "full_attention");
       c["layer_types"] = types;
       if (type == "gemma3_text") {  // a rotary base per kind of layer
         c.erase("rope_theta");

@@ -204,13 +204,6 @@ generator::generator(const hf_model& m, const generate_tensors& tensors) : m_(m)
   bytes_ += m.vocab * static_cast<int64_t>(sizeof(int32_t));
 }
 
-// Whether `layer` is a local one of alternating layers (Gemma 2 and 3): all
-// but every global_every-th, each attending the window with the local
-// rotary base where given.
-bool generator::local(int64_t layer) const {
-  return m_.global_every != 0 && (layer + 1) % m_.global_every != 0;
-}
-
 const float* generator::weight(std::string_view name) const {
   auto it = w_.find(name);
   if (it == w_.end()) throw std::logic_error(fmt::format("generator: no weight {}", name));
@@ -229,6 +222,7 @@ void generator::attention(int64_t layer, int64_t n) {
   const double S = m_.query_pre_attn_scalar;  // Gemma 2's; 0: the head size
   const float scale = 1.0f / std::sqrt(static_cast<float>(S > 0 ? S : D));
   const float cap = static_cast<float>(m_.attention_softcap);
+  const bool windowed = m_.window > 0 && model::windowed_layer(m_.global_every, layer);
   // Threads for a prefill only: one token's attention is small, and an OpenMP
   // region each token leaves libgomp's threads spinning against OpenBLAS's
   // (GPT-2 124M on 2 cores: 8 tok/s with it, 29 without; transformers 28).
@@ -238,7 +232,6 @@ void generator::attention(int64_t layer, int64_t n) {
       float* s = scores_.data() + static_cast<int64_t>(omp_get_thread_num()) * T;
       const float* q = qkv_.data() + i * q_stride + h * D;
       const int64_t kv = (h / group) * D, last = cached_ + i;
-      const bool windowed = m_.window > 0 && (m_.global_every == 0 || local(layer));
       const int64_t first = windowed ? std::max<int64_t>(0, last - m_.window + 1) : 0;
       float largest = -INFINITY;
       for (int64_t t = first; t <= last; ++t) {
@@ -246,7 +239,7 @@ void generator::attention(int64_t layer, int64_t n) {
         float dot = 0.0f;
         for (int64_t j = 0; j < D; ++j)
           dot += q[j] * k[j];
-        s[t] = cap > 0.0f ? cap * std::tanh(dot * scale / cap) : dot * scale;
+        s[t] = softcap_of(dot * scale, cap);
         largest = std::max(largest, s[t]);
       }
       float sum = 0.0f;
@@ -323,7 +316,8 @@ void generator::block(int64_t layer, int64_t n) {
   }
   // Rotary positions: row i is position cached_ + i; a windowed layer's
   // tables are the second ones where it has its own base (Gemma 3).
-  const int64_t table = m_.rope_local_theta != 0 && local(layer) ? T * half : 0;
+  const int64_t table =
+      m_.rope_local_theta != 0 && model::local_layer(m_.global_every, layer) ? T * half : 0;
   const float* cos = rope_cos_.data() + table + cached_ * half;
   const float* sin = rope_sin_.data() + table + cached_ * half;
   rope_forward(qkv_.data(), cos, sin, n, n, m_.heads, head_dim_);
@@ -383,7 +377,7 @@ const float* generator::forward(std::span<const int32_t> ids, float* all_logits)
   auto cap = [X = static_cast<float>(m_.logit_softcap)](float* l, int64_t elems) {
     if (X > 0.0f)
       for (int64_t j = 0; j < elems; ++j)
-        l[j] = X * std::tanh(l[j] / X);
+        l[j] = softcap_of(l[j], X);
   };
   if (all_logits) {
     linear(h_.data(), n, C, head_, m_.vocab, true, nullptr, all_logits);

@@ -103,7 +103,6 @@ class generator {
 
   hf_model m_;
   int64_t head_dim_ = 0, q_width_ = 0, kv_width_ = 0;  // q is heads x head_dim_ wide
-  bool local(int64_t layer) const;
   // Views of the weights, by name.
   std::map<std::string, const float*, std::less<>> w_;
   const float* head_ = nullptr;        // (vocab, width): lm_head.weight or the tied embedding

@@ -403,6 +403,18 @@ inline constexpr ParamLayout kLlamaSandwichQkNormParams{"model.layers.{}.",
                                                         kLlamaSandwichQkNormBlockPieces,
                                                         {}};
 
+// Gemma 2's and 3's alternating layers (the spec's global_every N): layers
+// N - 1, 2N - 1, ... are global, the others local (the window, and the local
+// rotary base where given); 0: no layer is local.
+constexpr bool local_layer(int64_t global_every, int64_t layer) {
+  return global_every != 0 && (layer + 1) % global_every != 0;
+}
+// Whether `layer` attends the window where the model has one (transformers'
+// "sliding_attention"): every layer unless they alternate, else the local ones.
+constexpr bool windowed_layer(int64_t global_every, int64_t layer) {
+  return global_every == 0 || local_layer(global_every, layer);
+}
+
 // The llama options that choose the tables (the spec's qkv_bias, qk_norm and
 // block_norms; dsl/Rules.cpp refuses qk_norm with qkv_bias, post norms
 // without qk_norm, and sandwich norms with qkv_bias or qk_norm across heads).
