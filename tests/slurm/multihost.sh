@@ -319,10 +319,14 @@ case_kill() {
         "naming node2: task 3: Killed"
 }
 
+# The stall and the refused launches run with --kill-on-bad-exit=0 (srun
+# takes the last value given): every rank must exit with the code on its own.
+# With srun_to's default of 1, srun terminates the ranks still exiting once
+# the first has, and its status is then 143 (SIGTERM) or the code, by a race.
 case_stall() {
     local out=$S/stalled rc r
     build full_shard full_shard
-    rc=$(srun_to "$out" -N 2 --ntasks-per-node 2 "$S/full_shard" --steps 8 \
+    rc=$(srun_to "$out" --kill-on-bad-exit=0 -N 2 --ntasks-per-node 2 "$S/full_shard" --steps 8 \
          --stall-timeout 2 --inject-stall 3:2:100 --checkpoint-every 100 --checkpoint-dir "$S/ckpt")
     ((rc == 3)) || fail "srun exited with $rc, not the watchdog's 3 (stalled)" "$out"
     (($(grep -cE '^stall at step [0-9]+: ' "$out") == 1)) || fail "not one stall report" "$out"
@@ -348,7 +352,8 @@ case_placement() {
     build full_shard full_shard
     # Shard groups {0, 1} and {2, 3} across node1 and node2.
     out=$S/cyclic
-    rc=$(srun_to "$out" -N 2 --ntasks-per-node 2 --distribution=cyclic "$S/hybrid_shard" --steps 2)
+    rc=$(srun_to "$out" --kill-on-bad-exit=0 -N 2 --ntasks-per-node 2 --distribution=cyclic \
+         "$S/hybrid_shard" --steps 2)
     ((rc == 2)) || fail "srun --distribution=cyclic of hybrid_shard exited $rc, not 2" "$out"
     expect_refused "$out" "error: placement: the ranks run on 2 hosts x 2 ranks (node1: ranks 0, 2; node2: ranks 1, 3), so shard group 0 (ranks 0, 1) spans 2 hosts (node1, node2) where the plan has it on one node (ranks_per_node 2)"
     expect_refused "$out" "launch with: srun -N 2 --ntasks-per-node 2 --distribution=block --mpi=pmix $S/hybrid_shard, or mpirun -n 4 --map-by ppr:2:node"
@@ -366,7 +371,7 @@ case_placement() {
     say "hybrid_shard with --distribution=cyclic --allow-placement: warned, 2 steps ran"
     # 3 ranks on node1, 1 on node2, for a plan of 2 per node.
     out=$S/uneven
-    rc=$(srun_to "$out" -N 2 -n 4 --ntasks-per-node 3 "$S/full_shard" --steps 2)
+    rc=$(srun_to "$out" --kill-on-bad-exit=0 -N 2 -n 4 --ntasks-per-node 3 "$S/full_shard" --steps 2)
     ((rc == 2)) || fail "full_shard on 3 + 1 ranks exited $rc, not 2" "$out"
     expect_refused "$out" "error: placement: the ranks run on 2 hosts (node1: ranks 0-2; node2: rank 3), but the plan puts 2 ranks on each node (ranks_per_node 2)"
     say "full_shard on 3 + 1 ranks per host: refused (exit 2), the counts named"

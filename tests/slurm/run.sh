@@ -110,11 +110,15 @@ wait_node_idle() {
 }
 
 run_srun() {
-    local rc out=$WORK/srun.out
-    say "running: srun -n $NTASKS --mpi=pmix $*"
+    local rc out=$WORK/srun.out kill=1
+    # An expected stall: every rank must exit 3 on its own; srun's
+    # --kill-on-bad-exit=1 would terminate those still exiting once the first
+    # has, and make srun's status 143 (SIGTERM) or 3 by a race.
+    [[ -z $EXPECT_STALL ]] || kill=0
+    say "running: srun -n $NTASKS --mpi=pmix --kill-on-bad-exit=$kill $*"
     # In the background, so that a TERM/INT sent to this script runs the
     # teardown at once instead of after srun returns.
-    timeout -k 10 "$RUN_TIMEOUT" srun -n "$NTASKS" --mpi=pmix --kill-on-bad-exit=1 \
+    timeout -k 10 "$RUN_TIMEOUT" srun -n "$NTASKS" --mpi=pmix --kill-on-bad-exit="$kill" \
         "$@" > >(tee "$out") 2>&1 &
     SRUN_PID=$!
     set +e
