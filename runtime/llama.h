@@ -12,6 +12,8 @@
 #include <cstdint>
 
 #include "runtime/block_pieces.h"
+#include "runtime/dtype.h"
+#include "runtime/kernel_math.h"
 
 struct llama_dims {
   int64_t B = 0;         // sequences in the micro-batch
@@ -68,6 +70,14 @@ struct llama_dims {
   int64_t KV() const { return KV_heads * D(); }                   // width of k and of v
   int64_t Vp() const { return V_padded > V ? V_padded : V; }
 };
+
+// Gemma's embedding scale (scale_embedding): sqrt(C) rounded to T, as
+// transformers casts it to the weights' dtype (55.5 for 55.43 in bf16); both
+// backends' embedding forward and backward multiply by it.
+template <class T>
+float llama_embedding_scale(const llama_dims& d) {
+  return to_float(from_float<T>(embedding_scale_of(d.C)));
+}
 
 // A block's pieces, in the order of runtime/model/llama.h's kLlamaBlockPieces:
 // input_layernorm, q_proj (with q's rotation), k_proj (with k's), v_proj

@@ -123,6 +123,10 @@ struct BuildFlags {
 
 constexpr const char* kTargetHelp =
     "cuda or cpu (default: cuda when a GPU is visible here, else cpu); cuda plans for --gpu";
+constexpr const char* kAllowUnrunHelp =
+    "build features whose CUDA code is written and compared with its CPU twin in tests but has "
+    "not run on a GPU yet (docs/gpu.md, \"Waiting for a GPU\"), with a warning each, instead of "
+    "refusing them";
 
 }  // namespace
 
@@ -132,6 +136,7 @@ Command add_emit_command(CLI::App& app) {
   f->common.add_to(emit, Pass::Emit, true);
   emit->add_option("-o,--output", f->dir, "directory for train.cpp")->required();
   emit->add_option("--target", f->target, kTargetHelp)->check(CLI::IsMember({"cuda", "cpu"}));
+  emit->add_flag("--allow-unrun", f->common.allow_unrun, kAllowUnrunHelp);
   return {emit, [f] { return run_emit(f->common, f->target, f->dir); }};
 }
 
@@ -154,6 +159,7 @@ Command add_build_command(CLI::App& app, const std::string& command_line) {
   build->add_flag("--check", f->common.check,
                   "for finding memory bugs: a red zone before and after every buffer, checked "
                   "after every op (ops run one at a time), and AddressSanitizer (CPU target)");
+  build->add_flag("--allow-unrun", f->common.allow_unrun, kAllowUnrunHelp);
   build->add_flag("--no-layer-check", f->common.no_layer_check,
                   "build without running check-layer's checks on the spec's custom layers (run "
                   "once per header and values, then cached)");

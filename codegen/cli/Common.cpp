@@ -108,6 +108,7 @@ PipelineOptions Common::options(const Target& target, std::optional<Pass> dump) 
   o.memory.reuse = !no_reuse;
   o.memory.red_zone_bytes = check ? kRedZoneBytes : 0;
   o.sanitize = check;
+  o.allow_unrun = allow_unrun;
   return o;
 }
 

@@ -44,6 +44,7 @@ struct Common {
   bool no_reuse = false;
   bool check = false;           // build and emit --check: red zones around every buffer
   bool no_layer_check = false;  // build --no-layer-check: custom layers unchecked (CheckLayer.h)
+  bool allow_unrun = false;     // build and emit --allow-unrun (PipelineOptions::allow_unrun)
   std::string dump_after;
   std::string command;          // the subcommand's name
   Pass last_pass = Pass::Cost;  // where it stops

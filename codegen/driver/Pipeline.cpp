@@ -41,8 +41,14 @@ Failure frontend(const std::string& spec_path, const PipelineOptions& o, Pipelin
 
 // Errors when the command goes on to emit; warnings for those that only plan.
 Failure support(const std::string& spec_path, const PipelineOptions& o, Pipeline& p) {
-  p.unsupported = unsupported_features(*p.spec, *o.target);
+  p.unsupported = unsupported_features(*p.spec, *o.target, o.allow_unrun);
   const bool emitting = o.stop_after >= Pass::Emit;
+  if (o.allow_unrun)
+    for (const std::string& why : unrun_features(*p.spec, *o.target))
+      print_stderr(fmt::format(
+          "fsdpgen: warning: {}: --allow-unrun: built with CUDA code that has not run on a GPU "
+          "yet: {}; compare its first steps with the CPU target's (fsdpgen compare)\n",
+          spec_path, why));
   for (const std::string& why : p.unsupported)
     print_stderr(fmt::format("fsdpgen: {}: {}: the {} backend cannot build this spec{}: {}\n",
                              emitting ? "error" : "warning", spec_path, backend_name(*o.target),

@@ -23,6 +23,9 @@ struct PipelineOptions {
   // Target support's findings are errors when the pipeline goes on to emit,
   // else warnings (the plan of a spec the backend cannot build yet is still useful).
   Pass stop_after = Pass::Cost;
+  // build and emit --allow-unrun: CUDA code that has not run on a GPU yet
+  // (unrun_features) is built, with a warning per feature, not refused.
+  bool allow_unrun = false;
   MemoryOptions memory;            // reuse off (--no-reuse): every buffer its own range
   std::optional<Pass> dump_after;  // at most stop_after
   bool time_passes = false;

@@ -17,7 +17,15 @@ std::string_view backend_name(const Hardware& hw);
 
 // Why the backend for `hw` cannot build `spec`, one reason per entry (empty:
 // it can). Precondition: `spec` came from check() with the overrides applied;
-// the plan's micro-batch is the spec's (schedule_options_for keeps it).
-std::vector<std::string> unsupported_features(const Spec& spec, const Hardware& hw);
+// the plan's micro-batch is the spec's (schedule_options_for keeps it). With
+// allow_unrun, unrun_features' reasons are left out.
+std::vector<std::string> unsupported_features(const Spec& spec, const Hardware& hw,
+                                              bool allow_unrun = false);
+
+// The reasons among unsupported_features' whose CUDA code is written, built
+// in CI and compared with its CPU twin by tests that need a GPU, and has not
+// run on one yet (docs/gpu.md, "Waiting for a GPU"): what build and emit's
+// --allow-unrun builds anyway, with a warning each. Empty on the CPU.
+std::vector<std::string> unrun_features(const Spec& spec, const Hardware& hw);
 
 }  // namespace fsdpgen

@@ -179,13 +179,6 @@ void post_norm_block_backward(const llama_block_grads<G>& g, const llama_block_p
   }
 }
 
-// Gemma's embedding scale (scale_embedding): sqrt(C) in T, as transformers
-// casts it to the weights' dtype (55.5 for 55.43 in bf16).
-template <class T>
-float embedding_scale(const llama_dims& d) {
-  return to_float(from_float<T>(embedding_scale_of(d.C)));
-}
-
 // x *= scale over n values.
 template <class T>
 void scale_in_place(T* x, float scale, int64_t n) {
@@ -199,7 +192,7 @@ void scale_in_place(T* x, float scale, int64_t n) {
 template <class T>
 void llama_embed_forward(T* out, const int32_t* tokens, const T* wte, const llama_dims& d) {
   encoder_forward(out, tokens, wte, static_cast<const T*>(nullptr), d.B, d.T, d.C);
-  if (d.scale_embedding) scale_in_place(out, embedding_scale<T>(d), d.N() * d.C);
+  if (d.scale_embedding) scale_in_place(out, llama_embedding_scale<T>(d), d.N() * d.C);
 }
 
 // With scale_embedding, d(input) is scaled in place: the embedding's is the
@@ -207,7 +200,7 @@ void llama_embed_forward(T* out, const int32_t* tokens, const T* wte, const llam
 template <class T, class G>
 void llama_embed_backward(G* dwte, const int32_t* tokens, const llama_backward_scratch<T>& s,
                           const llama_dims& d) {
-  if (d.scale_embedding) scale_in_place(s.dres, embedding_scale<T>(d), d.N() * d.C);
+  if (d.scale_embedding) scale_in_place(s.dres, llama_embedding_scale<T>(d), d.N() * d.C);
   encoder_backward(dwte, static_cast<G*>(nullptr), s.dres, tokens, d.B, d.T, d.C);
 }
 

@@ -1,5 +1,5 @@
-// elementwise (CUDA): GELU, SwiGLU, rotary positions and the residual add
-// (launchers in kernels.cuh), a thread per value (a pair of values for the
+// elementwise (CUDA): GELU, SwiGLU, GeGLU, rotary positions, the residual
+// add and a scale (launchers in kernels.cuh), a thread per value (a pair of values for the
 // rotary positions).
 #include <cstdint>
 
@@ -48,6 +48,33 @@ __global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* dout, const T*
   const float e = exp_clamped(-g);
   dgate[i] = from_float<T>(dy * swiglu_dgate_of(g, u, e));
   dup[i] = from_float<T>(dy * g / (1.0f + e));
+}
+
+// GeGLU: GELU's formulas (runtime/kernel_math.h) on the gate, as the CPU's geglu_*.
+template <class T>
+__global__ void geglu_forward_kernel(T* out, const T* gate, const T* up, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  const float g = to_float(gate[i]);
+  out[i] = from_float<T>(gelu_of(g, exp_clamped(-2.0f * gelu_tanh_arg(g))) * to_float(up[i]));
+}
+
+template <class T>
+__global__ void geglu_backward_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up,
+                                      int64_t n) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  const float g = to_float(gate[i]), dy = to_float(dout[i]);
+  const float e = exp_clamped(-2.0f * gelu_tanh_arg(g));
+  dgate[i] = from_float<T>(dy * to_float(up[i]) * gelu_grad_of(g, e));
+  dup[i] = from_float<T>(dy * gelu_of(g, e));
+}
+
+template <class T>
+__global__ void scale_kernel(T* x, float scale, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  x[i] = from_float<T>(to_float(x[i]) * scale);
 }
 
 // Rotary positions: a thread per pair (i, i + D/2) of a head of a row, turned
@@ -113,6 +140,31 @@ void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up
 }
 
 template <class T>
+void geglu_forward(T* out, const T* gate, const T* up, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  geglu_forward_kernel<<<grid_dim(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0,
+                         stream>>>(dev(out), dev(gate), dev(up), n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+void geglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n,
+                    cudaStream_t stream) {
+  if (n == 0) return;
+  geglu_backward_kernel<<<grid_dim(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0,
+                          stream>>>(dev(dgate), dev(dup), dev(dout), dev(gate), dev(up), n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+void scale_in_place(T* x, float scale, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  scale_kernel<<<grid_dim(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(
+      dev(x), scale, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
 void rope_launch(T* x, const float* cos, const float* sin, int64_t N, int64_t T_, int64_t heads,
                  int64_t D, bool back, cudaStream_t stream) {
   const int64_t pairs = N * heads * (D / 2);
@@ -148,6 +200,9 @@ void residual_forward(T* out, const T* a, const T* b, int64_t n, cudaStream_t st
   template void residual_forward<T>(T*, const T*, const T*, int64_t, cudaStream_t);              \
   template void swiglu_forward<T>(T*, const T*, const T*, int64_t, cudaStream_t);                \
   template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, int64_t, cudaStream_t); \
+  template void geglu_forward<T>(T*, const T*, const T*, int64_t, cudaStream_t);                 \
+  template void geglu_backward<T>(T*, T*, const T*, const T*, const T*, int64_t, cudaStream_t);  \
+  template void scale_in_place<T>(T*, float, int64_t, cudaStream_t);                             \
   template void rope_forward<T>(T*, const float*, const float*, int64_t, int64_t, int64_t,       \
                                 int64_t, cudaStream_t);                                          \
   template void rope_backward<T>(T*, const float*, const float*, int64_t, int64_t, int64_t,      \

@@ -72,18 +72,32 @@ void layernorm_backward(T* dinp, G* dweight, G* dbias,         // (N, C), (C), (
 
 // RMSNorm (llama), as runtime/cpu/kernels.h's: LayerNorm's kernels without the
 // mean or bias (the same packed and scalar forms, the same chunked column
-// sums with scratch for dweight).
+// sums with scratch for dweight). Rows are scaled by (weight_offset + weight):
+// weight_offset 0, or 1 for Gemma's RMSNorm, whose weights start at 0; the
+// forms without it take 0. out == nullptr: rstd only.
 template <class T>
 void rmsnorm_forward(T* out, float* rstd,            // (N, C), (N)
                      const T* inp, const T* weight,  // (N, C), (C)
-                     int64_t N, int64_t C, float eps, cudaStream_t stream);
+                     int64_t N, int64_t C, float eps, float weight_offset, cudaStream_t stream);
 template <class T, class G>
 void rmsnorm_backward(T* dinp, G* dweight,          // (N, C), (C)
                       const T* dout, const T* inp,  // (N, C), (N, C)
                       const T* weight,              // (C)
                       const float* rstd,            // (N)
-                      int64_t N, int64_t C, bool accumulate, float* scratch, int64_t scratch_floats,
-                      cudaStream_t stream);
+                      int64_t N, int64_t C, bool accumulate, float weight_offset, float* scratch,
+                      int64_t scratch_floats, cudaStream_t stream);
+template <class T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int64_t N, int64_t C,
+                     float eps, cudaStream_t stream) {
+  rmsnorm_forward(out, rstd, inp, weight, N, C, eps, 0.0f, stream);
+}
+template <class T, class G>
+void rmsnorm_backward(T* dinp, G* dweight, const T* dout, const T* inp, const T* weight,
+                      const float* rstd, int64_t N, int64_t C, bool accumulate, float* scratch,
+                      int64_t scratch_floats, cudaStream_t stream) {
+  rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, accumulate, 0.0f, scratch,
+                   scratch_floats, stream);
+}
 
 // SwiGLU (llama's MLP), elementwise over n values: out = silu(gate) * up.
 template <class T>
@@ -91,6 +105,15 @@ void swiglu_forward(T* out, const T* gate, const T* up, int64_t n, cudaStream_t 
 template <class T>
 void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n,
                      cudaStream_t stream);
+// GeGLU (Gemma's MLP), elementwise over n values: out = gelu(gate) * up, GELU's tanh form.
+template <class T>
+void geglu_forward(T* out, const T* gate, const T* up, int64_t n, cudaStream_t stream);
+template <class T>
+void geglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n,
+                    cudaStream_t stream);
+// x *= scale over n values (Gemma's embedding scale; runtime/cpu/llama.cpp's twin).
+template <class T>
+void scale_in_place(T* x, float scale, int64_t n, cudaStream_t stream);
 
 // Rotary positions in place, as runtime/rope.h's: x (N, heads * D), row n at
 // position n % T; cos and sin the plan's device tables (T, D / 2).

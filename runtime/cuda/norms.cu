@@ -26,11 +26,13 @@ constexpr int kColumnThreads = 256;   // the chunks' sums: a thread per channel
 
 // A warp per row; mean and variance in two passes, as on CPU. kRms
 // (RMSNorm, llama): no mean taken out (the "variance" is mean(x^2)), no bias,
-// only rstd saved; LayerNorm and RMSNorm share these kernels.
+// only rstd saved; LayerNorm and RMSNorm share these kernels. Each scales by
+// w_off + weight: w_off is 0, or 1 for Gemma's RMSNorm (norm_plus_one). out
+// null: the statistics only (a recompute's, as on the CPU).
 template <class T, bool kRms>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
                                          const T* weight, const T* bias, int64_t N, int64_t C,
-                                         float eps) {
+                                         float eps, float w_off) {
   const int lane = threadIdx.x % kWarp;
   const int64_t n = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
   if (n >= N) return;  // the whole warp
@@ -48,8 +50,8 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
     var += d * d;
   }
   const float s = 1.0f / sqrtf(warp_reduce(var, sum_op{}) / static_cast<float>(C) + eps);
-  for (int64_t c = lane; c < C; c += kWarp) {
-    const float y = (to_float(x[c]) - m) * s * to_float(weight[c]);
+  for (int64_t c = lane; out != nullptr && c < C; c += kWarp) {
+    const float y = (to_float(x[c]) - m) * s * (w_off + to_float(weight[c]));
     if constexpr (kRms)
       out[n * C + c] = from_float<T>(y);
     else
@@ -78,7 +80,7 @@ bool packed_rows(int64_t C, std::initializer_list<const void*> ptrs) {
 template <class D, bool kRms>
 __global__ void layernorm_forward_packed_kernel(D* out, float* mean, float* rstd, const D* inp,
                                                 const D* weight, const D* bias, int64_t N,
-                                                int64_t C, float eps) {
+                                                int64_t C, float eps, float w_off) {
   using P = pack16<D>;
   constexpr int V = P::kElems;
   const int lane = threadIdx.x % kWarp;
@@ -115,14 +117,14 @@ __global__ void layernorm_forward_packed_kernel(D* out, float* mean, float* rstd
 #pragma unroll
   for (int r = 0; r < kPacksPerLane; r++) {
     const int64_t i = r * kWarp + lane;
-    if (i >= packs) continue;
+    if (i >= packs || out == nullptr) continue;
     const P wi = w[i];
     P bi{};
     if constexpr (!kRms) bi = b[i];
     P y;
 #pragma unroll
     for (int k = 0; k < V; k++) {
-      const float v = (to_float(xs[r].v[k]) - m) * s * to_float(wi.v[k]);
+      const float v = (to_float(xs[r].v[k]) - m) * s * (w_off + to_float(wi.v[k]));
       y.v[k] = from_float<D>(kRms ? v : v + to_float(bi.v[k]));
     }
     o[i] = y;
@@ -139,7 +141,7 @@ template <class D, bool kRms>
 __global__ void layernorm_backward_input_packed_kernel(D* dinp, const D* dout, const D* inp,
                                                        const D* weight, const float* mean,
                                                        const float* rstd, int64_t N, int64_t C,
-                                                       bool accumulate) {
+                                                       bool accumulate, float w_off) {
   using P = pack16<D>;
   constexpr int V = P::kElems;
   const int lane = threadIdx.x % kWarp;
@@ -162,7 +164,7 @@ __global__ void layernorm_backward_input_packed_kernel(D* dinp, const D* dout, c
 #pragma unroll
     for (int k = 0; k < V; k++) {
       const float xhat = (to_float(xs[r].v[k]) - m) * s;
-      const float dnorm = to_float(dys[r].v[k]) * to_float(wi.v[k]);
+      const float dnorm = to_float(dys[r].v[k]) * (w_off + to_float(wi.v[k]));
       dnorm_sum += dnorm;
       dnorm_xhat_sum += dnorm * xhat;
     }
@@ -182,7 +184,7 @@ __global__ void layernorm_backward_input_packed_kernel(D* dinp, const D* dout, c
 #pragma unroll
     for (int k = 0; k < V; k++) {
       const float xhat = (to_float(xs[r].v[k]) - m) * s;
-      const float dnorm = to_float(dys[r].v[k]) * to_float(wi.v[k]);
+      const float dnorm = to_float(dys[r].v[k]) * (w_off + to_float(wi.v[k]));
       const float d = layernorm_dinp_of(s, dnorm, xhat, dnorm_mean, dnorm_xhat_mean);
       out.v[k] = from_float<D>(accumulate ? to_float(prev.v[k]) + d : d);
     }
@@ -190,13 +192,13 @@ __global__ void layernorm_backward_input_packed_kernel(D* dinp, const D* dout, c
   }
 }
 
-// dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight;
-// a warp per row.
+// dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm =
+// dout * (w_off + weight); a warp per row.
 template <class T, bool kRms>
 __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T* inp,
                                                 const T* weight, const float* mean,
                                                 const float* rstd, int64_t N, int64_t C,
-                                                bool accumulate) {
+                                                bool accumulate, float w_off) {
   const int lane = threadIdx.x % kWarp;
   const int64_t n = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
   if (n >= N) return;  // the whole warp
@@ -206,7 +208,7 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
   float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
   for (int64_t c = lane; c < C; c += kWarp) {
     const float xhat = (to_float(x[c]) - m) * s;
-    const float dnorm = to_float(dy[c]) * to_float(weight[c]);
+    const float dnorm = to_float(dy[c]) * (w_off + to_float(weight[c]));
     dnorm_sum += dnorm;
     dnorm_xhat_sum += dnorm * xhat;
   }
@@ -214,7 +216,7 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
   const float dnorm_xhat_mean = warp_reduce(dnorm_xhat_sum, sum_op{}) / static_cast<float>(C);
   for (int64_t c = lane; c < C; c += kWarp) {
     const float xhat = (to_float(x[c]) - m) * s;
-    const float dnorm = to_float(dy[c]) * to_float(weight[c]);
+    const float dnorm = to_float(dy[c]) * (w_off + to_float(weight[c]));
     const float d = layernorm_dinp_of(s, dnorm, xhat, dnorm_mean, dnorm_xhat_mean);
     dinp[n * C + c] = from_float<T>(accumulate ? to_float(dinp[n * C + c]) + d : d);
   }
@@ -283,31 +285,31 @@ __global__ void layernorm_params_sum_kernel(G* dweight, G* dbias, const float* d
 // LayerNorm's and RMSNorm's launchers (kRms: mean and bias null).
 template <class T, bool kRms>
 void norm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
-                  int64_t N, int64_t C, float eps, cudaStream_t stream) {
+                  int64_t N, int64_t C, float eps, float w_off, cudaStream_t stream) {
   if (N == 0) return;
   const dim3 grid = grid_dim(ceil_div(N, kRowsPerBlock));
   if (packed_rows<T>(C, {out, inp, weight, kRms ? nullptr : bias}))
     layernorm_forward_packed_kernel<device_t<T>, kRms><<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
-        dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C, eps);
+        dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C, eps, w_off);
   else
     layernorm_forward_kernel<device_t<T>, kRms><<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
-        dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C, eps);
+        dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C, eps, w_off);
   CUDA_CHECK(cudaGetLastError());
 }
 
 template <class T, class G, bool kRms>
 void norm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
                    const float* mean, const float* rstd, int64_t N, int64_t C, bool accumulate,
-                   float* scratch, int64_t scratch_floats, cudaStream_t stream) {
+                   float w_off, float* scratch, int64_t scratch_floats, cudaStream_t stream) {
   if (N * C == 0) return;
   const dim3 grid = grid_dim(ceil_div(N, kRowsPerBlock));
   if (packed_rows<T>(C, {dinp, dout, inp, weight}))
     layernorm_backward_input_packed_kernel<device_t<T>, kRms>
         <<<grid, kRowsPerBlock * kWarp, 0, stream>>>(dev(dinp), dev(dout), dev(inp), dev(weight),
-                                                     mean, rstd, N, C, accumulate);
+                                                     mean, rstd, N, C, accumulate, w_off);
   else
     layernorm_backward_input_kernel<device_t<T>, kRms><<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
-        dev(dinp), dev(dout), dev(inp), dev(weight), mean, rstd, N, C, accumulate);
+        dev(dinp), dev(dout), dev(inp), dev(weight), mean, rstd, N, C, accumulate, w_off);
   CUDA_CHECK(cudaGetLastError());
   // As many chunks of rows as the scratch holds sums for (two rows of C each), up to
   // one per kLayerNormParamRowsPerChunk rows; one chunk adds straight into dweight and dbias.
@@ -331,7 +333,7 @@ void norm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, c
 template <class T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
                        const T* bias, int64_t N, int64_t C, cudaStream_t stream) {
-  norm_forward<T, false>(out, mean, rstd, inp, weight, bias, N, C, kLayerNormEps, stream);
+  norm_forward<T, false>(out, mean, rstd, inp, weight, bias, N, C, kLayerNormEps, 0.0f, stream);
 }
 
 template <class T, class G>
@@ -339,28 +341,28 @@ void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* i
                         const float* mean, const float* rstd, int64_t N, int64_t C, bool accumulate,
                         float* scratch, int64_t scratch_floats, cudaStream_t stream) {
   norm_backward<T, G, false>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate,
-                             scratch, scratch_floats, stream);
+                             0.0f, scratch, scratch_floats, stream);
 }
 
 template <class T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int64_t N, int64_t C,
-                     float eps, cudaStream_t stream) {
+                     float eps, float weight_offset, cudaStream_t stream) {
   norm_forward<T, true>(out, nullptr, rstd, inp, weight, static_cast<const T*>(nullptr), N, C, eps,
-                        stream);
+                        weight_offset, stream);
 }
 
 template <class T, class G>
 void rmsnorm_backward(T* dinp, G* dweight, const T* dout, const T* inp, const T* weight,
-                      const float* rstd, int64_t N, int64_t C, bool accumulate, float* scratch,
-                      int64_t scratch_floats, cudaStream_t stream) {
+                      const float* rstd, int64_t N, int64_t C, bool accumulate, float weight_offset,
+                      float* scratch, int64_t scratch_floats, cudaStream_t stream) {
   norm_backward<T, G, true>(dinp, dweight, static_cast<G*>(nullptr), dout, inp, weight, nullptr,
-                            rstd, N, C, accumulate, scratch, scratch_floats, stream);
+                            rstd, N, C, accumulate, weight_offset, scratch, scratch_floats, stream);
 }
 
-#define CUDA_NORMS_INSTANTIATE_T(T)                                                             \
-  template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t, \
-                                     int64_t, cudaStream_t);                                    \
-  template void rmsnorm_forward<T>(T*, float*, const T*, const T*, int64_t, int64_t, float,     \
+#define CUDA_NORMS_INSTANTIATE_T(T)                                                                \
+  template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t,    \
+                                     int64_t, cudaStream_t);                                       \
+  template void rmsnorm_forward<T>(T*, float*, const T*, const T*, int64_t, int64_t, float, float, \
                                    cudaStream_t);
 
 #define CUDA_NORMS_INSTANTIATE_TG(T, G)                                                          \
@@ -368,7 +370,8 @@ void rmsnorm_backward(T* dinp, G* dweight, const T* dout, const T* inp, const T*
                                          const float*, int64_t, int64_t, bool, float*, int64_t,  \
                                          cudaStream_t);                                          \
   template void rmsnorm_backward<T, G>(T*, G*, const T*, const T*, const T*, const float*,       \
-                                       int64_t, int64_t, bool, float*, int64_t, cudaStream_t);
+                                       int64_t, int64_t, bool, float, float*, int64_t,           \
+                                       cudaStream_t);
 
 FSDPGEN_FOR_EACH_DTYPE(CUDA_NORMS_INSTANTIATE_T)
 FSDPGEN_FOR_EACH_DTYPE_PAIR(CUDA_NORMS_INSTANTIATE_TG)

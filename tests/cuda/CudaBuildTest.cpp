@@ -45,6 +45,39 @@ TEST(CudaBuild, LlamaBuildsAndPrintsItsSchedule) {
   }
 }
 
+// The llama options' families (Qwen2, Qwen3, Mistral, OLMo 2, Gemma, Gemma 2
+// and 3): their CUDA code has not run on a GPU, so a build is refused naming
+// each such feature; --allow-unrun builds it (the generated program compiled
+// and linked against the CUDA runtime), warning once per feature, and the
+// binary prints its schedule.
+TEST(CudaBuild, LlamaFamiliesBuildOnlyWithAllowUnrun) {
+  for (const E2eConfig& c : llama_family_configs("bf16")) {
+    const std::filesystem::path dir = e2e_dir("families_build_" + c.name());
+    std::ofstream(dir / "e2e.fsdp") << c.spec();
+    std::filesystem::remove(dir / "train");  // a former run's
+    const std::string build =
+        fmt::format("cd {} && {} e2e.fsdp --target cuda -o train", dir.string(), FSDPGEN_BIN);
+    CmdResult refused = run_command(build);
+    EXPECT_EQ(refused.status, 1) << refused.out;
+    EXPECT_NE(refused.out.find("the CUDA backend cannot build this spec: "), std::string::npos)
+        << refused.out;
+    EXPECT_NE(refused.out.find("its CUDA twin has not run on a GPU yet"), std::string::npos)
+        << refused.out;
+    EXPECT_FALSE(std::filesystem::exists(dir / "train")) << c.name();
+    CmdResult built = run_command(build + " --allow-unrun");
+    ASSERT_EQ(built.status, 0) << built.out;
+    EXPECT_NE(built.out.find("warning: e2e.fsdp: --allow-unrun: built with CUDA code that has not "
+                             "run on a GPU yet: "),
+              std::string::npos)
+        << built.out;
+    EXPECT_EQ(built.out.find("error"), std::string::npos) << built.out;
+    CmdResult printed = run_command((dir / "train").string() + " --print-schedule");
+    EXPECT_EQ(printed.status, 0) << printed.out;
+    EXPECT_NE(printed.out.find("model.layers.2.mlp.down_proj.weight"), std::string::npos)
+        << printed.out;
+  }
+}
+
 TEST(CudaBuild, OffloadBuildsAndPrintsItsSchedule) {
   E2eConfig single;
   single.world = 1;

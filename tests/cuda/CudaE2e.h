@@ -13,10 +13,36 @@
 
 namespace fsdpgen::test {
 
-// Builds the spec for CUDA in work/NAME; returns the binary.
+// Builds the spec for CUDA in work/NAME; returns the binary. With
+// --allow-unrun: these tests are what first runs CUDA code that has not run
+// on a GPU yet (codegen/planner/TargetSupport.h's unrun_features).
 inline std::filesystem::path build_cuda(const std::string& name, const std::string& spec) {
   std::filesystem::path dir = e2e_dir(name);
-  return build_binary(dir, spec, "cuda");
+  return build_binary(dir, spec, "cuda", "--allow-unrun");
+}
+
+// The llama options' families, each as E2e.h's small llama: Qwen2's biases,
+// Qwen3's q/k norms and head size, Mistral's window, OLMo 2's post-norm
+// block, Gemma's pieces, and Gemma 2's and 3's (sandwich norms, alternating
+// windowed layers with their own rotary base, caps, query scalar). With
+// `param` storage, full_shard at world 2.
+inline std::vector<E2eConfig> llama_family_configs(const std::string& param) {
+  std::vector<E2eConfig> out;
+  for (int f = 0; f < 6; ++f) {
+    E2eConfig c;
+    c.family = "llama";
+    c.tied = false;
+    c.world = 2;
+    c.param = c.reduce_dtype = param;
+    c.qkv_bias = f == 0;
+    c.qwen3 = f == 1;
+    c.sliding_window = f == 2 ? 5 : 0;
+    c.olmo2 = f == 3;
+    c.gemma = f >= 4;
+    c.gemma_sandwich = f == 5;
+    out.push_back(c);
+  }
+  return out;
 }
 
 // Losses of the CUDA binary: ranks share the GPU through the MPI test mode

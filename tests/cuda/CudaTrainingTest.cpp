@@ -224,6 +224,25 @@ INSTANTIATE_TEST_SUITE_P(CustomLayer, CudaTraining, ::testing::ValuesIn(custom_l
 INSTANTIATE_TEST_SUITE_P(Llama, CudaTraining, ::testing::ValuesIn(llama_configs()),
                          [](const auto& info) { return info.param.name(); });
 
+// The llama options' families (CudaE2e.h) in fp32 and bf16, and Gemma 3's
+// pieces with each linear a unit and recomputed (a block's last piece saves
+// more than the block's output there).
+std::vector<E2eConfig> llama_family_training_configs() {
+  std::vector<E2eConfig> out;
+  for (const char* p : {"fp32", "bf16"})
+    for (const E2eConfig& c : llama_family_configs(p))
+      out.push_back(c);
+  E2eConfig pieces = llama_family_configs("fp32").back();
+  pieces.units = "each linear";
+  pieces.recompute = "block";
+  out.push_back(pieces);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(LlamaFamilies, CudaTraining,
+                         ::testing::ValuesIn(llama_family_training_configs()),
+                         [](const auto& info) { return info.param.name(); });
+
 // Padded vocabulary on the GPU (vocab 100 stored as 128 rows, the LM-head
 // GEMMs over 128 columns, the cross-entropy over the true 100): per-step
 // losses of the padded CUDA binary against the unpadded CUDA binary and the

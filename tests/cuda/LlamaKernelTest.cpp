@@ -61,40 +61,63 @@ TYPED_TEST_SUITE(CudaLlamaKernel, StorageTypes, ref::StorageTypeNames);
 
 // Rows of C = 768 (whole 16-byte packs, the packed kernels) and C = 100 (the
 // scalar ones); N = 600 rows with scratch for 3 chunks of the weight's column
-// sums, and without.
+// sums, and without; weights scaling as they are and (Gemma's) as 1 + weight.
 TYPED_TEST(CudaLlamaKernel, Rmsnorm) {
   using T = TypeParam;
   for (const int64_t C : {int64_t{768}, int64_t{100}})
-    for (const int64_t scratch_floats : {int64_t{0}, 3 * 2 * C}) {
-      const int64_t N = 600;
-      std::mt19937 rng(11);
-      const auto x = random_stored<T>(rng, N * C, 2.0), w = random_stored<T>(rng, C, 0.3, 1.0);
-      const auto dout = random_stored<T>(rng, N * C);
-      auto dinp = random_stored<T>(rng, N * C);
-      auto dw = random_stored<float>(rng, C);
-      std::vector<T> out(N * C);
-      std::vector<float> rstd(N);
-      rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
-      device_vec<T> out_d(N * C), x_d(x), w_d(w), dout_d(dout), dinp_d(dinp);
-      device_vec<float> rstd_d(N), dw_d(dw), scratch(std::max<int64_t>(scratch_floats, 1));
-      rmsnorm_forward(out_d.get(), rstd_d.get(), x_d.get(), w_d.get(), N, C, 1e-5f, this->stream);
-      rmsnorm_backward(dinp_d.get(), dw_d.get(), dout_d.get(), x_d.get(), w_d.get(), rstd_d.get(),
-                       N, C, true, scratch_floats ? scratch.get() : nullptr, scratch_floats,
-                       this->stream);
-      this->sync();
-      rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C,
-                       true);
-      const std::string shape =
-          " C=" + std::to_string(C) + " scratch " + std::to_string(scratch_floats);
-      expect_close(tag<T>("rmsnorm_forward", "out") + shape, out_d.download(), out,
-                   storage_tol<T>());
-      expect_close(tag<T>("rmsnorm_forward", "rstd") + shape, rstd_d.download(), rstd,
-                   storage_tol<float>());
-      expect_close(tag<T>("rmsnorm_backward", "dinp +=") + shape, dinp_d.download(), dinp,
-                   storage_tol<T>());
-      expect_close(tag<T>("rmsnorm_backward", "dweight +=") + shape, dw_d.download(), dw,
-                   tolerance{1e-4, 1e-4});
-    }
+    for (const int64_t scratch_floats : {int64_t{0}, 3 * 2 * C})
+      for (const float offset : {0.0f, 1.0f}) {
+        const int64_t N = 600;
+        std::mt19937 rng(11);
+        const auto x = random_stored<T>(rng, N * C, 2.0), w = random_stored<T>(rng, C, 0.3, 1.0);
+        const auto dout = random_stored<T>(rng, N * C);
+        auto dinp = random_stored<T>(rng, N * C);
+        auto dw = random_stored<float>(rng, C);
+        std::vector<T> out(N * C);
+        std::vector<float> rstd(N);
+        rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f, offset);
+        device_vec<T> out_d(N * C), x_d(x), w_d(w), dout_d(dout), dinp_d(dinp);
+        device_vec<float> rstd_d(N), dw_d(dw), scratch(std::max<int64_t>(scratch_floats, 1));
+        rmsnorm_forward(out_d.get(), rstd_d.get(), x_d.get(), w_d.get(), N, C, 1e-5f, offset,
+                        this->stream);
+        rmsnorm_backward(dinp_d.get(), dw_d.get(), dout_d.get(), x_d.get(), w_d.get(), rstd_d.get(),
+                         N, C, true, offset, scratch_floats ? scratch.get() : nullptr,
+                         scratch_floats, this->stream);
+        this->sync();
+        rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C,
+                         true, offset);
+        const std::string shape = " C=" + std::to_string(C) + " scratch " +
+                                  std::to_string(scratch_floats) + " offset " +
+                                  std::to_string(offset);
+        expect_close(tag<T>("rmsnorm_forward", "out") + shape, out_d.download(), out,
+                     storage_tol<T>());
+        expect_close(tag<T>("rmsnorm_forward", "rstd") + shape, rstd_d.download(), rstd,
+                     storage_tol<float>());
+        expect_close(tag<T>("rmsnorm_backward", "dinp +=") + shape, dinp_d.download(), dinp,
+                     storage_tol<T>());
+        expect_close(tag<T>("rmsnorm_backward", "dweight +=") + shape, dw_d.download(), dw,
+                     tolerance{1e-4, 1e-4});
+      }
+}
+
+// A recompute's forward (out == nullptr) writes the statistics alone.
+TYPED_TEST(CudaLlamaKernel, RmsnormStatisticsOnly) {
+  using T = TypeParam;
+  for (const int64_t C : {int64_t{768}, int64_t{100}}) {
+    const int64_t N = 40;
+    std::mt19937 rng(15);
+    const auto x = random_stored<T>(rng, N * C, 2.0), w = random_stored<T>(rng, C, 0.3, 1.0);
+    std::vector<T> out(N * C);
+    std::vector<float> rstd(N);
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f, 1.0f);
+    device_vec<T> x_d(x), w_d(w);
+    device_vec<float> rstd_d(N, 0x7f);
+    rmsnorm_forward(static_cast<T*>(nullptr), rstd_d.get(), x_d.get(), w_d.get(), N, C, 1e-6f, 1.0f,
+                    this->stream);
+    this->sync();
+    expect_close(tag<T>("rmsnorm_forward", "rstd, out null") + " C=" + std::to_string(C),
+                 rstd_d.download(), rstd, storage_tol<float>());
+  }
 }
 
 TYPED_TEST(CudaLlamaKernel, Swiglu) {
@@ -113,6 +136,25 @@ TYPED_TEST(CudaLlamaKernel, Swiglu) {
   expect_close(tag<T>("swiglu_forward", "out"), out_d.download(), out, storage_tol<T>());
   expect_close(tag<T>("swiglu_backward", "dgate"), dg_d.download(), dg, storage_tol<T>());
   expect_close(tag<T>("swiglu_backward", "dup"), du_d.download(), du, storage_tol<T>());
+}
+
+// Gemma's GeGLU, gates reaching GELU's flat and steep parts.
+TYPED_TEST(CudaLlamaKernel, Geglu) {
+  using T = TypeParam;
+  const int64_t n = 1000;
+  std::mt19937 rng(16);
+  const auto g = random_stored<T>(rng, n, 4.0), u = random_stored<T>(rng, n);
+  const auto dout = random_stored<T>(rng, n);
+  std::vector<T> out(n), dg(n), du(n);
+  geglu_forward(out.data(), g.data(), u.data(), n);
+  geglu_backward(dg.data(), du.data(), dout.data(), g.data(), u.data(), n);
+  device_vec<T> g_d(g), u_d(u), dout_d(dout), out_d(n), dg_d(n), du_d(n);
+  geglu_forward(out_d.get(), g_d.get(), u_d.get(), n, this->stream);
+  geglu_backward(dg_d.get(), du_d.get(), dout_d.get(), g_d.get(), u_d.get(), n, this->stream);
+  this->sync();
+  expect_close(tag<T>("geglu_forward", "out"), out_d.download(), out, storage_tol<T>());
+  expect_close(tag<T>("geglu_backward", "dgate"), dg_d.download(), dg, storage_tol<T>());
+  expect_close(tag<T>("geglu_backward", "dup"), du_d.download(), du, storage_tol<T>());
 }
 
 // The same fp32 tables on both sides (Llama 3.1 scaling), rows past one sequence.

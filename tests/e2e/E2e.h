@@ -177,10 +177,11 @@ inline void allow_mpi_as_root() {
 // Writes the spec and builds dir/train for target (cpu or cuda); fails the
 // test on error.
 inline std::filesystem::path build_binary(const std::filesystem::path& dir, const std::string& spec,
-                                          const std::string& target = "cpu") {
+                                          const std::string& target = "cpu",
+                                          const std::string& flags = "") {
   std::ofstream(dir / "e2e.fsdp") << spec;
-  CmdResult r = run_command(
-      fmt::format("cd {} && {} e2e.fsdp -o train --target {}", dir.string(), FSDPGEN_BIN, target));
+  CmdResult r = run_command(fmt::format("cd {} && {} e2e.fsdp -o train --target {} {}",
+                                        dir.string(), FSDPGEN_BIN, target, flags));
   EXPECT_EQ(r.status, 0) << r.out;
   return dir / "train";
 }
