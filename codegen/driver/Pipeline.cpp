@@ -44,11 +44,11 @@ Failure support(const std::string& spec_path, const PipelineOptions& o, Pipeline
   p.unsupported = unsupported_features(*p.spec, *o.target, o.allow_unrun);
   const bool emitting = o.stop_after >= Pass::Emit;
   if (o.allow_unrun)
-    for (const std::string& why : unrun_features(*p.spec, *o.target))
+    for (const std::string& feature : unrun_features(*p.spec, *o.target))
       print_stderr(fmt::format(
-          "fsdpgen: warning: {}: --allow-unrun: built with CUDA code that has not run on a GPU "
-          "yet: {}; compare its first steps with the CPU target's (fsdpgen compare)\n",
-          spec_path, why));
+          "fsdpgen: warning: {}: --allow-unrun: {} on GPUs: its CUDA code has not run on a GPU "
+          "yet; compare the first steps with the CPU target's\n",
+          spec_path, feature));
   for (const std::string& why : p.unsupported)
     print_stderr(fmt::format("fsdpgen: {}: {}: the {} backend cannot build this spec{}: {}\n",
                              emitting ? "error" : "warning", spec_path, backend_name(*o.target),

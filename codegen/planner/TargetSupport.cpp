@@ -2,7 +2,6 @@
 #include "codegen/planner/TargetSupport.h"
 
 #include <algorithm>
-#include <utility>
 
 #include <fmt/format.h>
 
@@ -15,11 +14,12 @@ namespace {
 
 using Reasons = std::vector<std::string>;
 
-// Why a feature the CUDA code has is still refused: it is written, built and
-// compared with its CPU twin by tests that need a GPU (docs/gpu.md, "Waiting
-// for a GPU"), and none has run them yet.
+// Why a feature of unrun_features is refused: its CUDA code is written,
+// built and compared with its CPU twin by tests that need a GPU (docs/gpu.md,
+// "Waiting for a GPU"), and none has run them yet. The checks below it name
+// the feature alone.
 constexpr std::string_view kTwinNotRun =
-    "the CPU target has it; its CUDA twin has not run on a GPU yet";
+    "the CPU target has it; its CUDA twin has not run on a GPU yet: --allow-unrun builds it";
 
 // llama's grouped-query attention runs on the CUDA flash kernels, which
 // take heads of at most kCudaAttentionFlashMaxHeadSize.
@@ -121,20 +121,18 @@ void check_muon(const Spec& spec, const Hardware& hw, Reasons& out) {
 
 // Qwen2's q, k and v biases: the CUDA llama block's have not run on a GPU yet.
 void check_qkv_bias(const Spec& spec, const Hardware& hw, Reasons& out) {
-  if (hw.gpu && spec.model.qkv_bias)
-    out.push_back(fmt::format("qkv_bias = true on GPUs ({})", kTwinNotRun));
+  if (hw.gpu && spec.model.qkv_bias) out.push_back("qkv_bias = true");
 }
 
 // Qwen3's and OLMo 2's qk-norm and a head size apart from width / heads: the
 // CUDA llama block's have not run on a GPU yet.
 void check_qk_norm(const Spec& spec, const Hardware& hw, Reasons& out) {
   if (hw.gpu && spec.model.qk_norm)
-    out.push_back(fmt::format("qk_norm = {} on GPUs ({})",
-                              spec.model.qk_norm_across_heads ? "across_heads" : "true",
-                              kTwinNotRun));
+    out.push_back(
+        fmt::format("qk_norm = {}", spec.model.qk_norm_across_heads ? "across_heads" : "true"));
   if (hw.gpu && spec.model.head_size != 0 &&
       spec.model.head_size * spec.model.heads != spec.model.width)
-    out.push_back(fmt::format("head_dim other than width / heads on GPUs ({})", kTwinNotRun));
+    out.push_back("head_dim other than width / heads");
 }
 
 // Mistral's sliding window: the CUDA attention kernels (flash and cuDNN) have
@@ -151,20 +149,17 @@ void check_sliding_window(const Spec& spec, const Hardware& hw, Reasons& out) {
 // block's have not run on a GPU yet.
 void check_block_norms(const Spec& spec, const Hardware& hw, Reasons& out) {
   if (hw.gpu && spec.model.block_norms != BlockNorms::Pre)
-    out.push_back(fmt::format("block_norms = {} on GPUs ({})", to_string(spec.model.block_norms),
-                              kTwinNotRun));
+    out.push_back(fmt::format("block_norms = {}", to_string(spec.model.block_norms)));
 }
 
 // Gemma's pieces: the CUDA llama's have not run on a GPU yet.
 void check_gemma_pieces(const Spec& spec, const Hardware& hw, Reasons& out) {
   if (!hw.gpu) return;
   const ModelSpec& m = spec.model;
-  if (m.scale_embedding)
-    out.push_back(fmt::format("scale_embedding = true on GPUs ({})", kTwinNotRun));
-  if (m.norm_plus_one) out.push_back(fmt::format("norm_plus_one = true on GPUs ({})", kTwinNotRun));
+  if (m.scale_embedding) out.push_back("scale_embedding = true");
+  if (m.norm_plus_one) out.push_back("norm_plus_one = true");
   if (m.activation != Activation::Silu)
-    out.push_back(
-        fmt::format("activation = {} on GPUs ({})", to_string(m.activation), kTwinNotRun));
+    out.push_back(fmt::format("activation = {}", to_string(m.activation)));
 }
 
 // Gemma 2's soft-capping and attention scale: the CUDA kernels have neither
@@ -213,8 +208,8 @@ std::vector<std::string> unsupported_features(const Spec& spec, const Hardware& 
   check_guard(spec, hw, out);
   check_muon(spec, hw, out);
   if (allow_unrun) return out;
-  for (std::string& why : unrun_features(spec, hw))
-    out.push_back(std::move(why));
+  for (const std::string& feature : unrun_features(spec, hw))
+    out.push_back(fmt::format("{} on GPUs ({})", feature, kTwinNotRun));
   return out;
 }
 

@@ -22,10 +22,11 @@ std::string_view backend_name(const Hardware& hw);
 std::vector<std::string> unsupported_features(const Spec& spec, const Hardware& hw,
                                               bool allow_unrun = false);
 
-// The reasons among unsupported_features' whose CUDA code is written, built
-// in CI and compared with its CPU twin by tests that need a GPU, and has not
-// run on one yet (docs/gpu.md, "Waiting for a GPU"): what build and emit's
-// --allow-unrun builds anyway, with a warning each. Empty on the CPU.
+// The features among unsupported_features' reasons whose CUDA code is
+// written, built in CI and compared with its CPU twin by tests that need a
+// GPU, and has not run on one yet (docs/gpu.md, "Waiting for a GPU"), each
+// as the spec says it ("qk_norm = true"): what build and emit's --allow-unrun
+// builds anyway, with a warning each. Empty on the CPU.
 std::vector<std::string> unrun_features(const Spec& spec, const Hardware& hw);
 
 }  // namespace fsdpgen
