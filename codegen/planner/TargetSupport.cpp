@@ -135,14 +135,12 @@ void check_qk_norm(const Spec& spec, const Hardware& hw, Reasons& out) {
     out.push_back("head_dim other than width / heads");
 }
 
-// Mistral's sliding window: the CUDA attention kernels (flash and cuDNN) have
-// none yet. A window of at least the context is plain causal attention.
+// Mistral's sliding window: the CUDA attention's has not run on a GPU yet. A
+// window of at least the context is plain causal attention.
 void check_sliding_window(const Spec& spec, const Hardware& hw, Reasons& out) {
   if (hw.gpu && spec.model.attention_window() != 0)
-    out.push_back(fmt::format(
-        "sliding_window = {} (shorter than the context {}) on GPUs (the CPU target has it; the "
-        "CUDA attention kernels not yet)",
-        spec.model.sliding_window, spec.model.context));
+    out.push_back(fmt::format("sliding_window = {} (shorter than the context {})",
+                              spec.model.sliding_window, spec.model.context));
 }
 
 // OLMo 2's post-norm block and Gemma 2's and 3's sandwich: the CUDA llama
@@ -162,20 +160,18 @@ void check_gemma_pieces(const Spec& spec, const Hardware& hw, Reasons& out) {
     out.push_back(fmt::format("activation = {}", to_string(m.activation)));
 }
 
-// Gemma 2's soft-capping and attention scale: the CUDA kernels have neither
-// (a query_pre_attn_scalar of the head size changes nothing).
+// Gemma 2's soft-capping and attention scale: the CUDA attention's and
+// cross-entropy's have not run on a GPU yet (a query_pre_attn_scalar of the
+// head size changes nothing).
 void check_softcaps(const Spec& spec, const Hardware& hw, Reasons& out) {
   if (!hw.gpu) return;
   const ModelSpec& m = spec.model;
   if (m.attention_softcap != 0)
-    out.push_back("attention_softcap on GPUs (the CPU target has it; the CUDA attention not yet)");
-  if (m.logit_softcap != 0)
-    out.push_back("logit_softcap on GPUs (the CPU target has it; the CUDA cross-entropy not yet)");
+    out.push_back(fmt::format("attention_softcap = {}", m.attention_softcap));
+  if (m.logit_softcap != 0) out.push_back(fmt::format("logit_softcap = {}", m.logit_softcap));
   if (m.attention_scale() != 0)
-    out.push_back(
-        fmt::format("query_pre_attn_scalar = {} (not the head size {}) on GPUs (the CPU target "
-                    "has it; the CUDA attention not yet)",
-                    m.query_pre_attn_scalar, m.head_dim()));
+    out.push_back(fmt::format("query_pre_attn_scalar = {} (not the head size {})",
+                              m.query_pre_attn_scalar, m.head_dim()));
 }
 
 }  // namespace

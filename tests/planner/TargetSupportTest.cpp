@@ -115,20 +115,27 @@ TEST(TargetSupport, SoftCapsAndQueryScalarAreRefusedOnGpusByName) {
   const Hardware& gpu = *find_hardware("a100-80g");
   for (const Spec* s : {&attention, &logits, &scalar, &head_size})
     EXPECT_EQ(on_cpu(*s), std::vector<std::string>{});
+  const std::string unrun =
+      " on GPUs (the CPU target has it; its CUDA twin has not run on a GPU yet: --allow-unrun "
+      "builds it)";
   EXPECT_EQ(unsupported_features(attention, gpu),
-            std::vector<std::string>{
-                "attention_softcap on GPUs (the CPU target has it; the CUDA attention not yet)"});
+            std::vector<std::string>{"attention_softcap = 50" + unrun});
   EXPECT_EQ(unsupported_features(logits, gpu),
-            std::vector<std::string>{
-                "logit_softcap on GPUs (the CPU target has it; the CUDA cross-entropy not yet)"});
+            std::vector<std::string>{"logit_softcap = 30" + unrun});
   EXPECT_EQ(unsupported_features(scalar, gpu),
-            std::vector<std::string>{"query_pre_attn_scalar = 24 (not the head size 16) on GPUs "
-                                     "(the CPU target has it; the CUDA attention not yet)"});
+            std::vector<std::string>{"query_pre_attn_scalar = 24 (not the head size 16)" + unrun});
   EXPECT_EQ(unsupported_features(head_size, gpu), std::vector<std::string>{});
+  // --allow-unrun: none is refused; each is named.
+  for (const Spec* s : {&attention, &logits, &scalar})
+    EXPECT_EQ(unsupported_features(*s, gpu, true), std::vector<std::string>{});
+  EXPECT_EQ(unrun_features(scalar, gpu),
+            std::vector<std::string>{"query_pre_attn_scalar = 24 (not the head size 16)"});
+  EXPECT_EQ(unrun_features(scalar, *find_hardware("cpu")), std::vector<std::string>{});
 }
 
-// Gemma 3 1B builds on the CPU; the CUDA target lists each piece its llama
-// block lacks, the sandwich norms among them.
+// Gemma 3 1B builds on the CPU; the CUDA target lists each piece whose CUDA
+// code has not run on a GPU, the sandwich norms among them; with
+// --allow-unrun nothing is left.
 TEST(TargetSupport, Gemma3BuildsOnTheCpuAndItsPiecesAreNamedOnGpus) {
   FrontendResult r = load_spec_file(std::string(FSDPGEN_SOURCE_DIR) + "/specs/gemma3-1b.fsdp");
   ASSERT_TRUE(r.spec) << r.diagnostics;
@@ -139,6 +146,9 @@ TEST(TargetSupport, Gemma3BuildsOnTheCpuAndItsPiecesAreNamedOnGpus) {
   for (const char* piece : {"qk_norm", "sliding_window = 512", "block_norms = sandwich on GPUs",
                             "scale_embedding", "norm_plus_one", "activation"})
     EXPECT_NE(all.find(piece), std::string::npos) << piece << " in:\n" << all;
+  EXPECT_EQ(unsupported_features(*r.spec, *find_hardware("h100-sxm"), true),
+            std::vector<std::string>{});
+  EXPECT_EQ(unrun_features(*r.spec, *find_hardware("h100-sxm")).size(), reasons.size());
 }
 
 }  // namespace
