@@ -135,12 +135,13 @@ void check_qk_norm(const Spec& spec, const Hardware& hw, Reasons& out) {
 }
 
 // Mistral's sliding window: the CUDA attention kernels (flash and cuDNN) have
-// none yet. A window of at least the context is plain causal attention.
+// it, but have not run on a GPU yet. A window of at least the context is
+// plain causal attention.
 void check_sliding_window(const Spec& spec, const Hardware& hw, Reasons& out) {
   if (hw.gpu && spec.model.attention_window() != 0)
     out.push_back(fmt::format(
-        "sliding_window = {} (shorter than the context {}) on GPUs (the CPU target has it; the "
-        "CUDA attention kernels not yet)",
+        "sliding_window = {} (shorter than the context {}) on GPUs (the CPU target has it; its "
+        "CUDA twin has not run on a GPU yet)",
         spec.model.sliding_window, spec.model.context));
 }
 
@@ -167,19 +168,23 @@ void check_gemma_pieces(const Spec& spec, const Hardware& hw, Reasons& out) {
                     to_string(m.activation)));
 }
 
-// Gemma 2's soft-capping and attention scale: the CUDA kernels have neither
-// (a query_pre_attn_scalar of the head size changes nothing).
+// Gemma 2's soft-capping and attention scale: the CUDA kernels have them, but
+// have not run on a GPU yet (a query_pre_attn_scalar of the head size changes
+// nothing).
 void check_softcaps(const Spec& spec, const Hardware& hw, Reasons& out) {
   if (!hw.gpu) return;
   const ModelSpec& m = spec.model;
   if (m.attention_softcap != 0)
-    out.push_back("attention_softcap on GPUs (the CPU target has it; the CUDA attention not yet)");
+    out.push_back(
+        "attention_softcap on GPUs (the CPU target has it; its CUDA twin has not run on a GPU "
+        "yet)");
   if (m.logit_softcap != 0)
-    out.push_back("logit_softcap on GPUs (the CPU target has it; the CUDA cross-entropy not yet)");
+    out.push_back(
+        "logit_softcap on GPUs (the CPU target has it; its CUDA twin has not run on a GPU yet)");
   if (m.attention_scale() != 0)
     out.push_back(
         fmt::format("query_pre_attn_scalar = {} (not the head size {}) on GPUs (the CPU target "
-                    "has it; the CUDA attention not yet)",
+                    "has it; its CUDA twin has not run on a GPU yet)",
                     m.query_pre_attn_scalar, m.head_dim()));
 }
 

@@ -117,13 +117,16 @@ TEST(TargetSupport, SoftCapsAndQueryScalarAreRefusedOnGpusByName) {
     EXPECT_EQ(on_cpu(*s), std::vector<std::string>{});
   EXPECT_EQ(unsupported_features(attention, gpu),
             std::vector<std::string>{
-                "attention_softcap on GPUs (the CPU target has it; the CUDA attention not yet)"});
+                "attention_softcap on GPUs (the CPU target has it; its CUDA twin has not run "
+                "on a GPU yet)"});
   EXPECT_EQ(unsupported_features(logits, gpu),
             std::vector<std::string>{
-                "logit_softcap on GPUs (the CPU target has it; the CUDA cross-entropy not yet)"});
-  EXPECT_EQ(unsupported_features(scalar, gpu),
-            std::vector<std::string>{"query_pre_attn_scalar = 24 (not the head size 16) on GPUs "
-                                     "(the CPU target has it; the CUDA attention not yet)"});
+                "logit_softcap on GPUs (the CPU target has it; its CUDA twin has not run on a "
+                "GPU yet)"});
+  EXPECT_EQ(
+      unsupported_features(scalar, gpu),
+      std::vector<std::string>{"query_pre_attn_scalar = 24 (not the head size 16) on GPUs "
+                               "(the CPU target has it; its CUDA twin has not run on a GPU yet)"});
   EXPECT_EQ(unsupported_features(head_size, gpu), std::vector<std::string>{});
 }
 
