@@ -171,11 +171,9 @@ struct flash_rows {
   float score(float dot) const { return softcap_of(scale * dot, softcap); }
   // d(score) / d(scale q . k) at a score c: 1 - (c / X)^2 with a softcap, else 1.
   float score_slope(float c) const { return softcap_slope(c, softcap); }
-  int64_t first(int64_t t) const { return window > 0 && t >= window ? t - window + 1 : 0; }
+  int64_t first(int64_t t) const { return attention_first_key(t, window); }
   // The last query that attends key u.
-  int64_t last(int64_t u) const {
-    return window > 0 && T_ - 1 - u >= window ? u + window - 1 : T_ - 1;
-  }
+  int64_t last(int64_t u) const { return attention_last_query(u, window, T_); }
   int64_t q_at(int64_t bh, int64_t t) const {
     return ((bh / H) * T_ + t) * q_stride + (bh % H) * hs;
   }

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "runtime/attention_options.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/dtype.h"
 #include "runtime/kernel_math.h"
@@ -107,17 +108,9 @@ void attention_backward_flash(T* dqkv,           // (N, 3C)
 // Grouped-query attention (llama) in the same flash form, with q, k and v
 // arrays of their own: H query heads of size hs, KV_heads key/value heads
 // (dividing H), query head h reading kv head h / (H / KV_heads); k and v
-// are not repeated. H == KV_heads is multi-head attention. A window W > 0
-// (Mistral's sliding_window) lets query t attend keys u with t - u < W only,
-// as transformers' sliding-window mask does; 0 (or W >= T) is plain causal.
-// Options (Gemma 2): a scale of q . k other than 1/sqrt(hs), and a softcap X
-// > 0 that makes each score s = X tanh(s / X) before the window's mask (its
-// gradient through 1 - (s / X)^2; lse is of the capped scores).
-struct attention_options {
-  int64_t window = 0;    // 0: none
-  float scale = 0.0f;    // 0: 1 / sqrt(hs)
-  float softcap = 0.0f;  // 0: none
-};
+// are not repeated. H == KV_heads is multi-head attention. The options (a
+// sliding window, the scale, a soft-cap: runtime/attention_options.h) are
+// shared with the CUDA twins.
 template <class T>
 void attention_gqa_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B,
                            int64_t T_, int64_t H, int64_t KV_heads, int64_t hs,

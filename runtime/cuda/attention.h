@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "runtime/attention_options.h"
 #include "runtime/cuda/exec.h"
 #include "runtime/dtype.h"
 #include "runtime/limits.h"
@@ -71,11 +72,23 @@ void cuda_attention_backward_flash(T* dqkv,           // (N, 3C)
 // runtime/cpu/kernels.h's attention_gqa_forward/backward: q (N, H*hs), k and v
 // (N, KV_heads*hs) arrays of their own, query head h reading kv head h / (H
 // / KV_heads), k and v never repeated; dk and dv sum over the query heads of
-// their group in head order (a block per kv head and key tile).
+// their group in head order (a block per kv head and key tile). The options
+// (runtime/attention_options.h) as on the CPU: with a window W query t
+// attends keys u in [t - W + 1, t] only (key tiles wholly outside it are
+// skipped, partial ones masked); scores are softcap_of(scale q . k); lse is
+// of those; the backward multiplies each score's gradient by its
+// softcap_slope. A negative window, or a negative or non-finite scale or
+// softcap: std::invalid_argument before anything is enqueued.
 template <class T>
-void cuda_attention_gqa_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B,
-                                int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, gpu_exec& g);
+void cuda_attention_gqa_forward(T* out,      // (N, H*hs)
+                                float* lse,  // (B, H, T)
+                                const T* q,  // (N, H*hs)
+                                const T* k,  // (N, KV_heads*hs)
+                                const T* v,  // (N, KV_heads*hs)
+                                int64_t B, int64_t T_, int64_t H, int64_t KV_heads, int64_t hs,
+                                gpu_exec& g, const attention_options& o = {});
 template <class T>
 void cuda_attention_gqa_backward(T* dq, T* dk, T* dv, float* delta, const T* dout, const T* q,
                                  const T* k, const T* v, const T* out, const float* lse, int64_t B,
-                                 int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, gpu_exec& g);
+                                 int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, gpu_exec& g,
+                                 const attention_options& o = {});

@@ -1,6 +1,7 @@
 // attention_flash (CUDA): the flash attention kernels (see attention.h) of
 // cuda_attention_forward_flash/backward_flash, on gpt2's packed qkv, and of
-// cuda_attention_gqa_forward/backward, on llama's grouped-query q, k and v.
+// cuda_attention_gqa_forward/backward, on llama's grouped-query q, k and v
+// (with attention_options: a sliding window, a scale, soft-capped scores).
 #include "runtime/cuda/attention.h"
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "runtime/cuda/check.cuh"
 #include "runtime/cuda/device.cuh"
 #include "runtime/dtype_pairs.h"
+#include "runtime/kernel_math.h"
 
 namespace {
 
@@ -42,13 +44,37 @@ constexpr int kDefaultSharedBytes = 48 * 1024;
 // wide (group 1); llama's grouped-query q, k, v are arrays of their own.
 // Shared-memory tiles of q, k, v, out or dout rows are fp32 (32, stride):
 // stride = hs + 1, so that lanes reading one column of 32 different rows
-// hit different banks (for even hs).
+// hit different banks (for even hs). Query t attends keys [first_key(t), t]
+// (all before it, or with a window W the last W), as the CPU's flash_rows;
+// their scores are score(q_t . k_u) = softcap_of(scale q_t . k_u, softcap).
 struct flash_shape {
   int64_t T, C, H;
   int hs, stride;
-  float scale;  // 1/sqrt(hs)
+  float scale;  // of q . k: 1/sqrt(hs) unless attention_options say otherwise
   int64_t q_ld, kv_ld, group;
+  int64_t window = 0;    // 0: none
+  float softcap = 0.0f;  // 0: none
   __host__ __device__ int64_t kv_heads() const { return H / group; }
+  __host__ __device__ float score(float qk) const { return softcap_of(scale * qk, softcap); }
+  __host__ __device__ int64_t first_key(int64_t t) const { return attention_first_key(t, window); }
+  __host__ __device__ int64_t last_query(int64_t u) const {
+    return attention_last_query(u, window, T);
+  }
+  // Whether query t (< T) attends key u.
+  __host__ __device__ bool attends(int64_t t, int64_t u) const {
+    return u <= t && u >= first_key(t);
+  }
+  // The first key tile a tile of queries from q0 reaches (the tiles before it
+  // are wholly outside the window, as those after the diagonal are past it).
+  __host__ __device__ int64_t first_key_tile(int64_t q0) const {
+    return first_key(q0) / kFlashTile * kFlashTile;
+  }
+  // The end of the query tiles that reach the key tile from k0: T, or with a
+  // window just past its last key's last query.
+  __host__ __device__ int64_t query_tiles_end(int64_t k0) const {
+    const int64_t last_key = k0 + kFlashTile < T ? k0 + kFlashTile - 1 : T - 1;
+    return last_query(last_key) + 1;
+  }
 };
 
 flash_shape flash_shape_of(int64_t T_, int64_t C, int64_t H, const char* what) {
@@ -67,8 +93,17 @@ flash_shape flash_shape_of(int64_t T_, int64_t C, int64_t H, const char* what) {
   return flash_shape{T_, C, H, h, h + 1, 1.0f / std::sqrt(static_cast<float>(hs)), 3 * C, 3 * C, 1};
 }
 
-// Grouped-query attention's shape: H query heads on KV_heads key/value heads of hs.
-flash_shape gqa_shape_of(int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, const char* what) {
+// Grouped-query attention's shape: H query heads on KV_heads key/value heads
+// of hs, with the options checked as the CPU's flash_rows_of checks them.
+flash_shape gqa_shape_of(int64_t T_, int64_t H, int64_t KV_heads, int64_t hs,
+                         const attention_options& o, const char* what) {
+  if (o.window < 0)
+    throw std::invalid_argument(std::string(what) + ": window " + std::to_string(o.window) +
+                                " is negative (0: none)");
+  if (!(o.scale >= 0.0f && o.softcap >= 0.0f && std::isfinite(o.scale) && std::isfinite(o.softcap)))
+    throw std::invalid_argument(std::string(what) + ": scale " + std::to_string(o.scale) +
+                                " or softcap " + std::to_string(o.softcap) +
+                                " is negative or not finite (0: the default, none)");
   if (KV_heads <= 0 || H % KV_heads != 0)
     throw std::invalid_argument(std::string(what) + ": H=" + std::to_string(H) +
                                 " query heads are not a multiple of " + std::to_string(KV_heads) +
@@ -77,6 +112,9 @@ flash_shape gqa_shape_of(int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, co
   s.q_ld = H * hs;
   s.kv_ld = KV_heads * hs;
   s.group = H / KV_heads;
+  s.window = o.window;
+  if (o.scale > 0.0f) s.scale = o.scale;
+  s.softcap = o.softcap;
   return s;
 }
 
@@ -124,10 +162,11 @@ __device__ void accumulate_rows(float (&acc)[kFlashRows][kChunks], const float* 
 
 // Forward, block (head bh, query tile q0 = 32 * blockIdx.y). Shared: Q (the
 // tile's queries), KV (a key tile's k, then its v), P (32, kPStride). For
-// each key tile with a key at or before the tile's last query: scores of
-// row i (warp-owned) and key lane; masked ones (key after the query, or at
-// or past T) are -inf; the online softmax rescales the row's sum and output
-// by exp(old max - new max); P = exp(score - new max); out += P v.
+// each key tile with a key in the window of one of the tile's queries:
+// scores s.score(q.k) of row i (warp-owned) and key lane; masked ones (key
+// after the query or before its window, or at or past T) are -inf; the
+// online softmax rescales the row's sum and output by exp(old max - new
+// max); P = exp(score - new max); out += P v.
 template <class DT, int kChunks>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_forward_kernel(DT* out, float* lse, const DT* q, const DT* k, const DT* v,
@@ -153,7 +192,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       acc[r][ch] = 0.0f;
   }
   const int64_t q_end = q0 + kFlashTile < s.T ? q0 + kFlashTile : s.T;  // queries [q0, q_end)
-  for (int64_t k0 = 0; k0 < q_end; k0 += kFlashTile) {
+  for (int64_t k0 = s.first_key_tile(q0); k0 < q_end; k0 += kFlashTile) {
     __syncthreads();  // Q is loaded; the last key tile's readers of KV and P are done
     load_tile(KVs, k_src, s.kv_ld, k0, s);
     __syncthreads();
@@ -169,7 +208,7 @@ __global__ void __launch_bounds__(kFlashThreads)
 #pragma unroll
     for (int r = 0; r < kFlashRows; r++) {
       const int row = warp + kFlashWarps * r;
-      const float x = key <= q0 + row && key < s.T ? sc[r] * s.scale : -INFINITY;
+      const float x = key < s.T && s.attends(q0 + row, key) ? s.score(sc[r]) : -INFINITY;
       const float m_new = fmaxf(m[r], warp_reduce(x, max_op{}));
       const float base = m_new == -INFINITY ? 0.0f : m_new;  // no key yet: p and alpha are 0
       const float p = expf(x - base);
@@ -220,23 +259,26 @@ __global__ void flash_delta_kernel(float* delta, const DT* dout, const DT* out, 
 }
 
 // The probability and score gradient of query `query` and key `key`, from
-// their dot products q.k (qk) and dout.v (dp): P = exp(scale qk - lse), dS
-// = P (dp - delta); both 0 unless key <= query < T.
+// their dot products q.k (qk) and dout.v (dp): for the score c = s.score(qk),
+// P = exp(c - lse) and the gradient of the score before the softcap dS = P
+// (dp - delta) softcap_slope(c); both 0 unless query < T attends key.
 struct flash_pair {
   float p, ds;
 };
 __device__ inline flash_pair flash_pair_of(float qk, float dp, float lse, float delta,
                                            int64_t query, int64_t key, const flash_shape& s) {
-  const float p = key <= query && query < s.T ? expf(qk * s.scale - lse) : 0.0f;
-  return flash_pair{p, p * (dp - delta)};
+  const float c = s.score(qk);
+  const float p = query < s.T && s.attends(query, key) ? expf(c - lse) : 0.0f;
+  return flash_pair{p, p * (dp - delta) * softcap_slope(c, s.softcap)};
 }
 
 // dk and dv, block (kv head bg = b * kv_heads + g, key tile k0 = 32 *
 // blockIdx.y). Shared: K, V (the tile's keys, loaded once), Q, dO (a query
 // tile), P and dS (32, kPStride), indexed [key][query]. Over the query heads
 // of the group in order, and over each one's query tiles from the diagonal
-// on: scores of key row j (warp-owned) and query lane; dv += P^T dout, dk +=
-// dS^T q; dk is scaled once at the end.
+// on, up to the last that reaches the tile's keys (s.query_tiles_end):
+// scores of key row j (warp-owned) and query lane; dv += P^T dout, dk += dS^T
+// q; dk is scaled once at the end.
 template <class DT, int kChunks>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_backward_dkdv_kernel(DT* dk_out, DT* dv_out, const DT* dout, const DT* q, const DT* k,
@@ -260,7 +302,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int ch = 0; ch < kChunks; ch++)
       dk[r][ch] = dv[r][ch] = 0.0f;
   for (int64_t h = g * s.group; h < (g + 1) * s.group; h++)
-    for (int64_t q0 = k0; q0 < s.T; q0 += kFlashTile) {
+    for (int64_t q0 = k0; q0 < s.query_tiles_end(k0); q0 += kFlashTile) {
       const int64_t bh = b * s.H + h;
       const DT* q_src = q + b * s.T * s.q_ld + h * s.hs;
       const DT* o_src = dout + b * s.T * s.C + h * s.hs;
@@ -310,8 +352,9 @@ __global__ void __launch_bounds__(kFlashThreads)
 
 // dq, block (head bh, query tile q0 = 32 * blockIdx.y). Shared: Q, dO (the
 // tile's queries, loaded once), K, V (a key tile), dS (32, kPStride)
-// indexed [query][key]. Over the key tiles up to the diagonal: scores of
-// query row i (warp-owned) and key lane; dq += dS k, scaled once at the end.
+// indexed [query][key]. Over the key tiles from the window's first
+// (s.first_key_tile) up to the diagonal: scores of query row i (warp-owned)
+// and key lane; dq += dS k, scaled once at the end.
 template <class DT, int kChunks>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_backward_dq_kernel(DT* dq_out, const DT* dout, const DT* q, const DT* k, const DT* v,
@@ -340,7 +383,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       dq[r][ch] = 0.0f;
   }
   const int64_t q_end = q0 + kFlashTile < s.T ? q0 + kFlashTile : s.T;  // queries [q0, q_end)
-  for (int64_t k0 = 0; k0 < q_end; k0 += kFlashTile) {
+  for (int64_t k0 = s.first_key_tile(q0); k0 < q_end; k0 += kFlashTile) {
     __syncthreads();  // Q and dO are loaded; the last key tile's readers are done
     load_tile(Ks, k_src, s.kv_ld, k0, s);
     load_tile(Vs, v_src, s.kv_ld, k0, s);
@@ -484,17 +527,19 @@ void cuda_attention_backward_flash(T* dqkv, float* delta, const T* dout, const T
 
 template <class T>
 void cuda_attention_gqa_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B,
-                                int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, gpu_exec& g) {
+                                int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, gpu_exec& g,
+                                const attention_options& o) {
   flash_forward(out, lse, q, k, v, B,
-                gqa_shape_of(T_, H, KV_heads, hs, "cuda_attention_gqa_forward"), g);
+                gqa_shape_of(T_, H, KV_heads, hs, o, "cuda_attention_gqa_forward"), g);
 }
 
 template <class T>
 void cuda_attention_gqa_backward(T* dq, T* dk, T* dv, float* delta, const T* dout, const T* q,
                                  const T* k, const T* v, const T* out, const float* lse, int64_t B,
-                                 int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, gpu_exec& g) {
+                                 int64_t T_, int64_t H, int64_t KV_heads, int64_t hs, gpu_exec& g,
+                                 const attention_options& o) {
   flash_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, B,
-                 gqa_shape_of(T_, H, KV_heads, hs, "cuda_attention_gqa_backward"), g);
+                 gqa_shape_of(T_, H, KV_heads, hs, o, "cuda_attention_gqa_backward"), g);
 }
 
 #define CUDA_ATTENTION_FLASH_INSTANTIATE(T)                                                        \
@@ -504,8 +549,9 @@ void cuda_attention_gqa_backward(T* dq, T* dk, T* dv, float* delta, const T* dou
                                                  const float*, int64_t, int64_t, int64_t, int64_t, \
                                                  gpu_exec&);                                       \
   template void cuda_attention_gqa_forward<T>(T*, float*, const T*, const T*, const T*, int64_t,   \
-                                              int64_t, int64_t, int64_t, int64_t, gpu_exec&);      \
-  template void cuda_attention_gqa_backward<T>(T*, T*, T*, float*, const T*, const T*, const T*,   \
-                                               const T*, const T*, const float*, int64_t, int64_t, \
-                                               int64_t, int64_t, int64_t, gpu_exec&);
+                                              int64_t, int64_t, int64_t, int64_t, gpu_exec&,       \
+                                              const attention_options&);                           \
+  template void cuda_attention_gqa_backward<T>(                                                    \
+      T*, T*, T*, float*, const T*, const T*, const T*, const T*, const T*, const float*, int64_t, \
+      int64_t, int64_t, int64_t, int64_t, gpu_exec&, const attention_options&);
 FSDPGEN_FOR_EACH_DTYPE(CUDA_ATTENTION_FLASH_INSTANTIATE)

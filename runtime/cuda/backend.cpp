@@ -4,10 +4,12 @@
 #include <cuda_profiler_api.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "runtime/check.h"
 #include "runtime/cuda/check.cuh"
@@ -23,6 +25,34 @@ int64_t device_used_bytes() {
   size_t free = 0, total = 0;
   CUDA_CHECK(cudaMemGetInfo(&free, &total));
   return static_cast<int64_t>(total - free);
+}
+
+// The cuDNN graphs' shapes a program's attention runs with: the window and
+// the scale as the generated llama_dims carry them (codegen/emit/Emit.cpp's
+// model_dims, from ModelSpec's attention_window and attention_scale): the
+// window where shorter than the context, and where layers alternate (Gemma 2
+// and 3: global_every) the global layers' shape without it as well; the
+// scale query_pre_attn_scalar^-0.5 as a float unless that is the head size.
+std::vector<cudnn_attention_shape> attention_shapes(const program& p) {
+  const program_model& m = p.model;
+  const int64_t hs = m.head_size();
+  const int64_t window = m.sliding_window < m.context ? m.sliding_window : 0;
+  const double pre = m.query_pre_attn_scalar;
+  const float scale =
+      pre != 0 && pre != static_cast<double>(hs) ? static_cast<float>(1.0 / std::sqrt(pre)) : 0.0f;
+  const cudnn_attention_shape local{p.parallel.micro_batch,
+                                    m.context,
+                                    m.heads * hs,
+                                    m.heads,
+                                    p.parallel.precision.param,
+                                    m.family == model_family::llama ? m.kv_heads : 0,
+                                    hs,
+                                    window,
+                                    scale};
+  if (m.global_every == 0 || window == 0) return {local};
+  cudnn_attention_shape global = local;
+  global.window = 0;
+  return {global, local};
 }
 
 class cuda_backend final : public backend {
@@ -97,16 +127,14 @@ class cuda_backend final : public backend {
     // Attention: 16-bit flash attention through cuDNN where this build has
     // it, its graphs built now (a shape cuDNN refuses, or a workspace the plan
     // did not reserve, stops every rank at set-up); else the flash kernels.
-    attention_ = choose_attention(p_.plan.flash_attention, p_.parallel.precision.param,
-                                  p_.model.head_size(), p_.model.context, cudnn_attention_built(),
-                                  std::getenv("FSDPGEN_ATTENTION"));
+    attention_ =
+        choose_attention(p_.plan.flash_attention, p_.parallel.precision.param, p_.model.head_size(),
+                         p_.model.context, static_cast<float>(p_.model.attention_softcap),
+                         cudnn_attention_built(), std::getenv("FSDPGEN_ATTENTION"));
     if (attention_.kernels == attention_kernels::cudnn) {
       g.attention = gpu_attention_create();
-      gpu_attention_prepare(*g.attention,
-                            {p_.parallel.micro_batch, p_.model.context, p_.model.width,
-                             p_.model.heads, p_.parallel.precision.param,
-                             p_.model.family == model_family::llama ? p_.model.kv_heads : 0},
-                            g.lt_workspace_bytes);
+      for (const cudnn_attention_shape& s : attention_shapes(p_))
+        gpu_attention_prepare(*g.attention, s, g.lt_workspace_bytes);
     }
 
     gc_.comms = gpu_comm_create(p_, mode, c.comms);

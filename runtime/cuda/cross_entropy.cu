@@ -1,6 +1,6 @@
 // cross_entropy (CUDA): the fused softmax cross-entropy and its gradient
 // (launchers in kernels.cuh), a block per row (V is large), its logits read
-// in 16-byte packs where aligned.
+// in 16-byte packs where aligned, optionally soft-capped (Gemma 2's).
 #include <cstdint>
 
 #include "runtime/cuda/check.cuh"
@@ -56,42 +56,53 @@ __device__ inline softmax_stats block_softmax_stats(softmax_stats s) {
   return s;
 }
 
+// A logit as the softmax sees it: with a softcap X > 0, c = X tanh(x / X)
+// rounded to D, as the CPU's cross_entropy_fused stores it in place before
+// reading it back; else x.
+template <class D>
+__device__ inline float capped_logit(float x, float softcap) {
+  return softcap > 0.0f ? to_float(from_float<D>(softcap_of(x, softcap))) : x;
+}
+
 // A block per row, reading its V true columns twice: once for the softmax
 // statistics (online), once to write the gradient in place; the padded
 // columns [V, Vp) are written zero. With `packed` (rows 16-byte aligned) each
 // access is a 16-byte pack of columns. The scale is *dloss_scale_ptr when that
-// is set, else dloss_scale.
+// is set, else dloss_scale. Each logit is capped (capped_logit) on both
+// reads; its gradient is multiplied by softcap_slope of the capped value.
 template <class D>
 __global__ void cross_entropy_fused_kernel(D* logits, float* losses, const int32_t* targets,
                                            int64_t V, int64_t Vp, const float* dloss_scale_ptr,
-                                           float dloss_scale, bool packed) {
+                                           float dloss_scale, float softcap, bool packed) {
   using P = pack16<D>;
   if (dloss_scale_ptr != nullptr) dloss_scale = *dloss_scale_ptr;
   const int64_t n = blockIdx.x;
   D* x = logits + n * Vp;
   const int64_t target = targets[n];
   // Read before the reduction's barrier, so before any thread overwrites the row.
-  const float target_logit = threadIdx.x == 0 ? to_float(x[target]) : 0.0f;
+  const float target_logit =
+      threadIdx.x == 0 ? capped_logit<D>(to_float(x[target]), softcap) : 0.0f;
   const int64_t width = packed ? P::kElems : 1;  // columns per access
   const int64_t stride = width * blockDim.x;
   softmax_stats st;
   for (int64_t v0 = threadIdx.x * width; v0 < V; v0 += stride) {
     if (!packed) {
-      st = softmax_add(st, to_float(x[v0]));
+      st = softmax_add(st, capped_logit<D>(to_float(x[v0]), softcap));
       continue;
     }
     const P p = *reinterpret_cast<const P*>(x + v0);
 #pragma unroll
     for (int k = 0; k < P::kElems; k++)
-      if (v0 + k < V) st = softmax_add(st, to_float(p.v[k]));
+      if (v0 + k < V) st = softmax_add(st, capped_logit<D>(to_float(p.v[k]), softcap));
   }
   st = block_softmax_stats(st);
   if (threadIdx.x == 0) losses[n] = logf(st.sum) + st.max - target_logit;
   const float inv = 1.0f / st.sum;
   const auto grad = [&](int64_t v, float xv) {
     if (v >= V) return from_float<D>(0.0f);
-    const float prob = exp_clamped(xv - st.max) * inv;
-    return from_float<D>(dloss_scale * (prob - (v == target ? 1.0f : 0.0f)));
+    const float c = capped_logit<D>(xv, softcap), prob = exp_clamped(c - st.max) * inv;
+    const float slope = softcap_slope(c, softcap);
+    return from_float<D>(dloss_scale * (prob - (v == target ? 1.0f : 0.0f)) * slope);
   };
   int64_t v0 = threadIdx.x * width;
   for (; v0 < V; v0 += stride) {
@@ -113,26 +124,27 @@ __global__ void cross_entropy_fused_kernel(D* logits, float* losses, const int32
 
 template <class T>
 void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
-                         int64_t Vp, float dloss_scale, cudaStream_t stream) {
+                         int64_t Vp, float dloss_scale, float softcap, cudaStream_t stream) {
   if (N == 0) return;
   cross_entropy_fused_kernel<<<grid_dim(N), kCrossEntropyThreads, 0, stream>>>(
-      dev(logits), losses, targets, V, Vp, nullptr, dloss_scale, packed_logits(logits, Vp));
+      dev(logits), losses, targets, V, Vp, nullptr, dloss_scale, softcap,
+      packed_logits(logits, Vp));
   CUDA_CHECK(cudaGetLastError());
 }
 
 template <class T>
 void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
-                         int64_t Vp, const float* dloss_scale, cudaStream_t stream) {
+                         int64_t Vp, const float* dloss_scale, float softcap, cudaStream_t stream) {
   if (N == 0) return;
   cross_entropy_fused_kernel<<<grid_dim(N), kCrossEntropyThreads, 0, stream>>>(
-      dev(logits), losses, targets, V, Vp, dloss_scale, 0.0f, packed_logits(logits, Vp));
+      dev(logits), losses, targets, V, Vp, dloss_scale, 0.0f, softcap, packed_logits(logits, Vp));
   CUDA_CHECK(cudaGetLastError());
 }
 
 #define CUDA_CROSS_ENTROPY_INSTANTIATE_T(T)                                                   \
   template void cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, int64_t, \
-                                       float, cudaStream_t);                                  \
+                                       float, float, cudaStream_t);                           \
   template void cross_entropy_fused<T>(T*, float*, const int32_t*, int64_t, int64_t, int64_t, \
-                                       const float*, cudaStream_t);
+                                       const float*, float, cudaStream_t);
 
 FSDPGEN_FOR_EACH_DTYPE(CUDA_CROSS_ENTROPY_INSTANTIATE_T)

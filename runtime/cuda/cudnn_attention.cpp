@@ -22,7 +22,8 @@
 #endif
 
 attention_choice choose_attention(bool flash_plan, dtype_id param, int64_t head_size,
-                                  int64_t context, bool cudnn_built, const char* forced) {
+                                  int64_t context, float attention_softcap, bool cudnn_built,
+                                  const char* forced) {
   const std::string f = forced ? forced : "";
   if (!f.empty() && f != "auto" && f != "flash" && f != "cudnn")
     throw std::runtime_error(
@@ -47,18 +48,29 @@ attention_choice choose_attention(bool flash_plan, dtype_id param, int64_t head_
                           kCudnnAttentionHeadSizeMultiple, kCudnnAttentionMaxHeadSize);
   else if (context == 1)
     why_not = "context 1 (cuDNN's fused attention refuses a single key)";
+  else if (attention_softcap != 0.0f)
+    why_not = fmt::format(
+        "attention_softcap {} (cuDNN's SDPA takes a soft-cap only as a score modifier, which "
+        "excludes its causal mask)",
+        attention_softcap);
   if (why_not.empty()) return {attention_kernels::cudnn, "cuDNN fused attention"};
   if (f == "cudnn") throw std::runtime_error("FSDPGEN_ATTENTION=cudnn, but " + why_not);
   return {attention_kernels::flash, "flash kernels (not cuDNN: " + why_not + ")"};
 }
 
 bool cudnn_attention_shape::operator<(const cudnn_attention_shape& o) const {
-  return std::tie(B, T, C, H, KV, dtype) < std::tie(o.B, o.T, o.C, o.H, o.KV, o.dtype);
+  const int64_t a = H > 0 ? head_size() : hs, b = o.H > 0 ? o.head_size() : o.hs;
+  return std::tie(B, T, C, H, KV, dtype, a, window, scale) <
+         std::tie(o.B, o.T, o.C, o.H, o.KV, o.dtype, b, o.window, o.scale);
 }
 
 std::string cudnn_attention_shape::name() const {
-  return fmt::format("B={} T={} C={} H={}{} {}", B, T, C, H,
-                     KV > 0 ? fmt::format(" KV={}", KV) : "", dtype_name(dtype));
+  std::string options;
+  if (hs != 0 && (H <= 0 || hs * H != C)) options += fmt::format(" hs={}", hs);
+  if (window != 0) options += fmt::format(" window={}", window);
+  if (scale != 0.0f) options += fmt::format(" scale={}", scale);
+  return fmt::format("B={} T={} C={} H={}{} {}{}", B, T, C, H,
+                     KV > 0 ? fmt::format(" KV={}", KV) : "", dtype_name(dtype), options);
 }
 
 #if FSDPGEN_CUDNN
@@ -101,7 +113,7 @@ void check_fe(const fe::error_t& e, const cudnn_attention_shape& s, const char* 
 }
 
 int64_t head_size(const cudnn_attention_shape& s) {
-  return s.C / s.H;
+  return s.head_size();
 }
 
 std::shared_ptr<fe::graph::Graph> new_graph(const cudnn_attention_shape& s) {
@@ -181,7 +193,15 @@ int64_t build(fe::graph::Graph& g, cudnnHandle_t handle, const cudnn_attention_s
 }
 
 float attention_scale(const cudnn_attention_shape& s) {
-  return 1.0f / std::sqrt(static_cast<float>(head_size(s)));
+  return s.scale > 0.0f ? s.scale : 1.0f / std::sqrt(static_cast<float>(head_size(s)));
+}
+
+// Query t attends keys u with t - u < window: the diagonal band's left bound
+// (cudnn_frontend keeps u + W > t), beside the causal mask's right bound. A
+// window of at least T is plain causal.
+template <class A>
+void set_window(A& options, const cudnn_attention_shape& s) {
+  if (s.window > 0 && s.window < s.T) options.set_sliding_window_length(static_cast<int>(s.window));
 }
 
 std::shared_ptr<fe::graph::Graph> forward_graph(const cudnn_attention_shape& s) {
@@ -192,6 +212,7 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const cudnn_attention_shape& s) 
                      .set_generate_stats(true)
                      .set_causal_mask(true)
                      .set_attn_scale(attention_scale(s));
+  set_window(options, s);
   auto [o, stats] = g->sdpa(q, k, v, options);
   set_heads(*o, o_uid, s, s.C);
   lse_layout(*stats, s).set_output(true);
@@ -209,6 +230,7 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const cudnn_attention_shape& s)
                      .set_name("attention_backward")
                      .set_causal_mask(true)
                      .set_attn_scale(attention_scale(s));
+  set_window(options, s);
   auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, options);
   if (s.KV > 0) {
     set_heads(*dq, dq_uid, s, s.C);
@@ -249,11 +271,13 @@ void gpu_attention_destroy(gpu_attention* a) {
 void gpu_attention_prepare(gpu_attention& a, const cudnn_attention_shape& s,
                            int64_t workspace_bytes) {
   if (a.graphs.count(s)) return;
-  if (s.dtype == dtype_id::fp32 || s.H < 1 || s.C % s.H != 0 || s.KV < 0 ||
-      (s.KV > 0 && s.H % s.KV != 0))
+  if (s.dtype == dtype_id::fp32 || s.H < 1 || s.head_size() < 1 || s.head_size() * s.H != s.C ||
+      s.KV < 0 || (s.KV > 0 && s.H % s.KV != 0) || s.window < 0 || !(s.scale >= 0.0f) ||
+      !std::isfinite(s.scale))
     throw std::runtime_error(
-        fmt::format("cuDNN attention for {}: needs bf16 or fp16, a width that the heads divide and "
-                    "key/value heads that divide them",
+        fmt::format("cuDNN attention for {}: needs bf16 or fp16, a width of H heads of the head "
+                    "size, key/value heads that divide them, a window of at least 0 and a finite "
+                    "scale of at least 0",
                     s.name()));
   graph_pair p;
   p.forward = forward_graph(s);
@@ -306,6 +330,19 @@ void* ptr(const T* p) {
   return const_cast<T*>(p);
 }
 
+// The shape of grouped-query attention with options o; their softcap must be
+// 0 (the graphs have none).
+cudnn_attention_shape gqa_shape(int64_t B, int64_t T_, int64_t H, int64_t KV_heads, int64_t hs,
+                                dtype_id dtype, const attention_options& o) {
+  const cudnn_attention_shape s{B, T_, H * hs, H, dtype, KV_heads, hs, o.window, o.scale};
+  if (o.softcap != 0.0f)
+    throw std::invalid_argument(fmt::format(
+        "cuDNN attention for {}: softcap {}, which its graphs have not (choose_attention picks the "
+        "flash kernels for a soft-capped model)",
+        s.name(), o.softcap));
+  return s;
+}
+
 }  // namespace
 
 int64_t gpu_attention_workspace_bytes(const gpu_attention& a, const cudnn_attention_shape& s) {
@@ -349,8 +386,8 @@ void cuda_cudnn_attention_backward(T* dqkv, const T* dout, const T* qkv, const T
 template <class T>
 void cuda_cudnn_attention_gqa_forward(T* out, float* lse, const T* q, const T* k, const T* v,
                                       int64_t B, int64_t T_, int64_t H, int64_t KV_heads,
-                                      int64_t hs, gpu_exec& g) {
-  const cudnn_attention_shape s{B, T_, H * hs, H, dtype_of<T>(), KV_heads};
+                                      int64_t hs, gpu_exec& g, const attention_options& o) {
+  const cudnn_attention_shape s = gqa_shape(B, T_, H, KV_heads, hs, dtype_of<T>(), o);
   graph_pair& p = graphs_of(g.attention, s);
   auto& pack = p.forward_pack;
   pack[q_uid] = ptr(q);
@@ -365,8 +402,8 @@ template <class T>
 void cuda_cudnn_attention_gqa_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
                                        const T* v, const T* out, const float* lse, int64_t B,
                                        int64_t T_, int64_t H, int64_t KV_heads, int64_t hs,
-                                       gpu_exec& g) {
-  const cudnn_attention_shape s{B, T_, H * hs, H, dtype_of<T>(), KV_heads};
+                                       gpu_exec& g, const attention_options& o) {
+  const cudnn_attention_shape s = gqa_shape(B, T_, H, KV_heads, hs, dtype_of<T>(), o);
   graph_pair& p = graphs_of(g.attention, s);
   auto& pack = p.backward_pack;
   pack[q_uid] = ptr(q);
@@ -420,13 +457,14 @@ void cuda_cudnn_attention_backward(T*, const T*, const T*, const T*, const float
 }
 template <class T>
 void cuda_cudnn_attention_gqa_forward(T*, float*, const T*, const T*, const T*, int64_t, int64_t,
-                                      int64_t, int64_t, int64_t, gpu_exec&) {
+                                      int64_t, int64_t, int64_t, gpu_exec&,
+                                      const attention_options&) {
   no_cudnn("cuda_cudnn_attention_gqa_forward");
 }
 template <class T>
 void cuda_cudnn_attention_gqa_backward(T*, T*, T*, const T*, const T*, const T*, const T*, const T*,
                                        const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                       gpu_exec&) {
+                                       gpu_exec&, const attention_options&) {
   no_cudnn("cuda_cudnn_attention_gqa_backward");
 }
 
@@ -440,8 +478,8 @@ void cuda_cudnn_attention_gqa_backward(T*, T*, T*, const T*, const T*, const T*,
                                                  int64_t, int64_t, int64_t, int64_t, gpu_exec&); \
   template void cuda_cudnn_attention_gqa_forward<T>(T*, float*, const T*, const T*, const T*,    \
                                                     int64_t, int64_t, int64_t, int64_t, int64_t, \
-                                                    gpu_exec&);                                  \
+                                                    gpu_exec&, const attention_options&);        \
   template void cuda_cudnn_attention_gqa_backward<T>(                                            \
       T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const float*, int64_t,       \
-      int64_t, int64_t, int64_t, int64_t, gpu_exec&);
+      int64_t, int64_t, int64_t, int64_t, gpu_exec&, const attention_options&);
 FSDPGEN_FOR_EACH_HALF_DTYPE(CUDNN_ATTENTION_INSTANTIATE)

@@ -7,13 +7,16 @@
 // into H heads of hs = C/H (so Q as (B, H, T, hs) has strides (T*3C, hs, 3C,
 // 1)); out (N, C); lse (B, H, T) fp32. cuDNN's softmax statistics ("Stats",
 // cudnn_frontend's composite softmax: max + log(sum(exp(S - max))) over each
-// query's causally masked scores S = q.k / sqrt(hs), natural log, fp32, dims
-// (B, H, T, 1) with strides (H*T, T, 1, 1)) are exactly lse: the plan's saved
-// slot is unchanged and either backward reads either forward's lse. bf16 and
-// fp16 only (fp32 stays on the hand-written kernels).
+// query's causally masked (and windowed) scores S = scale q.k, the scale
+// 1/sqrt(hs) unless the shape gives one, natural log, fp32, dims (B, H, T, 1)
+// with strides (H*T, T, 1, 1)) are exactly lse: the plan's saved slot is
+// unchanged and either backward reads either forward's lse. bf16 and fp16
+// only (fp32 stays on the hand-written kernels).
 //
-// Graphs are built once per shape (B, T, C, H, dtype) before the first step
-// (gpu_attention_prepare) and only looked up when a step is issued: execution
+// Graphs are built once per shape (cudnn_attention_shape) before the first
+// step (gpu_attention_prepare) and only looked up when a step is issued (a
+// model whose layers alternate, Gemma 2's and 3's, has two: the global
+// layers' without the window, the local ones' with it); execution
 // enqueues on g.stream, allocates no device memory and never synchronizes,
 // so a step that runs it can be captured as a CUDA graph. Its workspace is
 // the plan's workspace buffer (g.lt_workspace, shared with cuBLASLt: both run
@@ -26,6 +29,7 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/attention_options.h"
 #include "runtime/cuda/exec.h"
 #include "runtime/dtype.h"
 #include "runtime/limits.h"
@@ -51,18 +55,29 @@ struct attention_choice {
 // hand-written kernels; "cudnn": cuDNN, or std::runtime_error saying why it
 // cannot; anything else: std::runtime_error naming the variable).
 // context: the sequence length (cuDNN refuses one key: s_q = s_kv = 1).
+// attention_softcap: the model's (Gemma 2's; 0: none): cuDNN's SDPA takes a
+// soft-cap only as a score modifier, which excludes its causal mask, so a
+// soft-capped model runs on the flash kernels. A sliding window and another
+// scale cuDNN takes (cudnn_attention_shape).
 attention_choice choose_attention(bool flash_plan, dtype_id param, int64_t head_size,
-                                  int64_t context, bool cudnn_built, const char* forced);
+                                  int64_t context, float attention_softcap, bool cudnn_built,
+                                  const char* forced);
 
-// One graph pair's shape; also the cache's key.
+// One graph pair's shape; also the cache's key. C is the width of q and of
+// the output, H * head_size() (gpt2's packed qkv rows are 3C wide).
 struct cudnn_attention_shape {
   int64_t B = 0, T = 0, C = 0, H = 0;
   dtype_id dtype = dtype_id::bf16;
   // Key/value heads of grouped-query attention, q, k and v arrays of their
   // own (llama); 0: gpt2's packed qkv rows, every head.
   int64_t KV = 0;
+  int64_t hs = 0;      // the head size; 0: C / H
+  int64_t window = 0;  // attention_options' window (0: none; W >= T: none either)
+  float scale = 0.0f;  // of q . k; 0: 1 / sqrt(head size)
+  int64_t head_size() const { return hs != 0 ? hs : C / H; }
+  // Keys compare the head size, not hs: {.., hs = C / H} and {.., hs = 0} are one.
   bool operator<(const cudnn_attention_shape& o) const;
-  std::string name() const;  // "B=4 T=1024 C=768 H=12 bf16"
+  std::string name() const;  // "B=4 T=1024 C=768 H=12 bf16", then any hs, window, scale
 };
 
 // A cuDNN handle and the graphs built for it, per shape.
@@ -97,15 +112,19 @@ void cuda_cudnn_attention_backward(T* dqkv,           // (N, 3C)
                                    int64_t B, int64_t T_, int64_t C, int64_t H, gpu_exec& g);
 
 // Grouped-query attention (llama) through the graphs of shape {B, T, H * hs,
-// H, dtype, KV_heads}: what cuda_attention_gqa_forward/backward compute, q
-// (N, H*hs), k and v (N, KV_heads*hs) arrays of their own; cuDNN's SDPA takes
-// fewer key/value heads natively (dk and dv summed over each group).
+// H, dtype, KV_heads, hs, o.window, o.scale}: what cuda_attention_gqa_forward/backward
+// compute, q (N, H*hs), k and v (N, KV_heads*hs) arrays of their own; cuDNN's
+// SDPA takes fewer key/value heads natively (dk and dv summed over each
+// group), the window as its sliding window (keys u with t - u < W, its
+// diagonal band's left bound) and the scale as its attn_scale. o.softcap must
+// be 0 (std::invalid_argument otherwise, before anything is enqueued:
+// choose_attention picks the flash kernels for a soft-capped model).
 template <class T>
 void cuda_cudnn_attention_gqa_forward(T* out, float* lse, const T* q, const T* k, const T* v,
                                       int64_t B, int64_t T_, int64_t H, int64_t KV_heads,
-                                      int64_t hs, gpu_exec& g);
+                                      int64_t hs, gpu_exec& g, const attention_options& o = {});
 template <class T>
 void cuda_cudnn_attention_gqa_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
                                        const T* v, const T* out, const float* lse, int64_t B,
                                        int64_t T_, int64_t H, int64_t KV_heads, int64_t hs,
-                                       gpu_exec& g);
+                                       gpu_exec& g, const attention_options& o = {});

@@ -205,7 +205,7 @@ void gpt2_head_forward(T* logits, float* losses, const int32_t* targets, const T
   // whose multiple-of-128 width keeps cuBLASLt on its aligned kernels.
   cuda_gemm(false, true, N, Vp, C, 1.0f, static_cast<const T*>(s.output), C, head_w, C, 0.0f,
             logits, Vp, g);
-  cross_entropy_fused(logits, losses, targets, N, d.V, Vp, dloss_scale, g.stream);
+  cross_entropy_fused(logits, losses, targets, N, d.V, Vp, dloss_scale, 0.0f, g.stream);
 }
 
 template <class T, class G>

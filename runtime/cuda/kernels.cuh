@@ -139,18 +139,22 @@ void residual_forward(T* out, const T* a, const T* b, int64_t n, cudaStream_t st
 // the V true columns of rows Vp >= V wide (the padded vocabulary), as the
 // CPU's cross_entropy_fused: losses[i] = -log softmax(logits[i][0, V))[targets[i]]
 // (fp32); logits[i][0, V) are overwritten by dloss_scale * (softmax -
-// onehot(targets[i])) and the padded columns [V, Vp) by zero.
+// onehot(targets[i])) and the padded columns [V, Vp) by zero. A softcap X > 0
+// (Gemma 2's final_logit_softcapping) makes each logit c = X tanh(l / X),
+// rounded to T, before the softmax, and multiplies its gradient by 1 - (c /
+// X)^2, as the CPU's does (0: none).
 template <class T>
 void cross_entropy_fused(T* logits,               // (N, Vp) in: logits, out: dlogits
                          float* losses,           // (N)
                          const int32_t* targets,  // (N)
-                         int64_t N, int64_t V, int64_t Vp, float dloss_scale, cudaStream_t stream);
+                         int64_t N, int64_t V, int64_t Vp, float dloss_scale, float softcap,
+                         cudaStream_t stream);
 // The same with dloss_scale read from device memory (one float) when the
 // kernel runs, so that a step captured as a CUDA graph replays with each
 // step's value (e.g. &gpu_step_scalars::dloss_scale).
 template <class T>
 void cross_entropy_fused(T* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
-                         int64_t Vp, const float* dloss_scale, cudaStream_t stream);
+                         int64_t Vp, const float* dloss_scale, float softcap, cudaStream_t stream);
 
 // AdamW on master[begin, end) (fp32) from grad (dtype g, indexed like master),
 // m and v the state: optimizer_adamw's rule, bias corrections computed on the

@@ -35,15 +35,17 @@ void linear_backward(T* dinp, G* dw, const T* dout, const T* inp, const T* w, in
 }
 
 // Grouped-query attention through cuDNN when the backend set up g.attention
-// (16-bit, runtime/cuda/cudnn_attention.h's choice), else on the flash kernels.
+// (16-bit, runtime/cuda/cudnn_attention.h's choice, never with a soft-cap),
+// else on the flash kernels; both with the layer's window and scale.
 template <class T>
 void gqa_forward(const llama_block_saved<T>& s, const llama_dims& d, gpu_exec& g) {
   const T *q = s.q, *k = s.k, *v = s.v;
+  const attention_options o{d.window, d.attn_scale, d.attn_softcap};
   if constexpr (!std::is_same_v<T, float>)
     if (g.attention)
       return cuda_cudnn_attention_gqa_forward(s.attn, s.lse, q, k, v, d.B, d.T, d.H, d.KV_heads,
-                                              d.D(), g);
-  cuda_attention_gqa_forward(s.attn, s.lse, q, k, v, d.B, d.T, d.H, d.KV_heads, d.D(), g);
+                                              d.D(), g, o);
+  cuda_attention_gqa_forward(s.attn, s.lse, q, k, v, d.B, d.T, d.H, d.KV_heads, d.D(), g, o);
 }
 
 template <class T>
@@ -51,12 +53,13 @@ void gqa_backward(T* dq, T* dk, T* dv, float* delta, const T* dout, const llama_
                   const llama_dims& d, gpu_exec& g) {
   const T *q = s.q, *k = s.k, *v = s.v, *out = s.attn;
   const float* lse = s.lse;
+  const attention_options o{d.window, d.attn_scale, d.attn_softcap};
   if constexpr (!std::is_same_v<T, float>)
     if (g.attention)
       return cuda_cudnn_attention_gqa_backward(dq, dk, dv, dout, q, k, v, out, lse, d.B, d.T, d.H,
-                                               d.KV_heads, d.D(), g);
+                                               d.KV_heads, d.D(), g, o);
   cuda_attention_gqa_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, d.B, d.T, d.H, d.KV_heads,
-                              d.D(), g);
+                              d.D(), g, o);
 }
 
 // scratch.big as fp32 scratch for the norms' and embedding's partial sums
@@ -412,7 +415,7 @@ void llama_head_forward(T* logits, float* losses, const int32_t* targets, const 
   norm_forward(s.output, s.rstd, static_cast<const T*>(s.input), norm_w, d, g);
   cuda_gemm(false, true, N, Vp, C, 1.0f, static_cast<const T*>(s.output), C, head_w, C, 0.0f,
             logits, Vp, g);
-  cross_entropy_fused(logits, losses, targets, N, d.V, Vp, dloss_scale, g.stream);
+  cross_entropy_fused(logits, losses, targets, N, d.V, Vp, dloss_scale, d.logit_softcap, g.stream);
 }
 
 template <class T, class G>

@@ -40,7 +40,7 @@ bool has(const std::string& s, const std::string& part) {
 std::string thrown(bool flash_plan, dtype_id p, int64_t hs, bool built, const char* forced,
                    int64_t T = 1024) {
   try {
-    choose_attention(flash_plan, p, hs, T, built, forced);
+    choose_attention(flash_plan, p, hs, T, 0.0f, built, forced);
   } catch (const std::runtime_error& e) {
     return e.what();
   }
@@ -51,7 +51,7 @@ TEST(CudnnAttentionChoice, CudnnFor16BitFlashWithHeadSizesItTakes) {
   for (dtype_id p : {dtype_id::bf16, dtype_id::fp16})
     for (int64_t hs : {8, 16, 64, 128})
       for (const char* forced : {static_cast<const char*>(nullptr), "", "auto", "cudnn"})
-        EXPECT_EQ(choose_attention(true, p, hs, 1024, true, forced).kernels,
+        EXPECT_EQ(choose_attention(true, p, hs, 1024, 0.0f, true, forced).kernels,
                   attention_kernels::cudnn)
             << dtype_name(p) << " hs " << hs;
 }
@@ -72,16 +72,37 @@ TEST(CudnnAttentionChoice, FlashKernelsOtherwiseSayingWhy) {
         fallback{dtype_id::fp16, 60, 1024, true, "auto", "head size 60"},
         fallback{dtype_id::bf16, 64, 1, true, nullptr, "context 1"},
         fallback{dtype_id::bf16, 64, 1024, true, "flash", "FSDPGEN_ATTENTION=flash"}}) {
-    const attention_choice c = choose_attention(true, f.param, f.hs, f.T, f.built, f.forced);
+    const attention_choice c = choose_attention(true, f.param, f.hs, f.T, 0.0f, f.built, f.forced);
     EXPECT_EQ(c.kernels, attention_kernels::flash) << f.why;
     EXPECT_TRUE(has(c.why, f.why)) << c.why;
     EXPECT_TRUE(has(c.why, "flash kernels")) << c.why;
   }
   // The plan's probabilities: materialized, whatever else holds.
-  EXPECT_EQ(choose_attention(false, dtype_id::bf16, 64, 1024, true, nullptr).kernels,
+  EXPECT_EQ(choose_attention(false, dtype_id::bf16, 64, 1024, 0.0f, true, nullptr).kernels,
             attention_kernels::materialized);
-  EXPECT_EQ(choose_attention(false, dtype_id::bf16, 64, 1024, true, "flash").kernels,
+  EXPECT_EQ(choose_attention(false, dtype_id::bf16, 64, 1024, 0.0f, true, "flash").kernels,
             attention_kernels::materialized);
+}
+
+// Gemma 2's attention soft-cap: cuDNN's SDPA takes one only as a score
+// modifier, which excludes its causal mask, so a soft-capped model runs on
+// the flash kernels, the line saying why; forcing cuDNN stops.
+TEST(CudnnAttentionChoice, SoftCappedAttentionRunsOnTheFlashKernels) {
+  for (const char* forced : {static_cast<const char*>(nullptr), "auto"}) {
+    const attention_choice c =
+        choose_attention(true, dtype_id::bf16, 64, 1024, 50.0f, true, forced);
+    EXPECT_EQ(c.kernels, attention_kernels::flash) << c.why;
+    EXPECT_TRUE(has(c.why,
+                    "flash kernels (not cuDNN: attention_softcap 50 (cuDNN's SDPA takes "
+                    "a soft-cap only as a score modifier"))
+        << c.why;
+  }
+  try {
+    choose_attention(true, dtype_id::fp16, 64, 1024, 30.0f, true, "cudnn");
+    ADD_FAILURE() << "FSDPGEN_ATTENTION=cudnn took a soft-capped model";
+  } catch (const std::runtime_error& e) {
+    EXPECT_TRUE(has(e.what(), "FSDPGEN_ATTENTION=cudnn, but attention_softcap 30")) << e.what();
+  }
 }
 
 TEST(CudnnAttentionChoice, ForcingCudnnWhereItCannotRunOrAnUnknownValueStops) {
@@ -106,6 +127,39 @@ TEST(CudnnAttentionShape, KeysDifferInEveryFieldAndNameThem) {
                                   cudnn_attention_shape{4, 1024, 768, 12, dtype_id::fp16}})
     EXPECT_TRUE(a < b || b < a) << b.name();
   EXPECT_EQ(a.name(), "B=4 T=1024 C=768 H=12 bf16");
+}
+
+// The window, the scale and the head size are part of the key (a model whose
+// layers alternate has two shapes); a head size of C / H given or left 0 is
+// one key.
+TEST(CudnnAttentionShape, WindowScaleAndHeadSizeAreInTheKey) {
+  const cudnn_attention_shape a{2, 1024, 512, 8, dtype_id::bf16, 2};
+  cudnn_attention_shape same = a, window = a, scale = a, hs = a;
+  same.hs = 64;
+  window.window = 256;
+  scale.scale = 0.0625f;
+  hs.C = 1024;
+  hs.hs = 128;
+  EXPECT_FALSE(a < same || same < a);
+  for (const cudnn_attention_shape& b : {window, scale, hs})
+    EXPECT_TRUE(a < b || b < a) << b.name();
+  EXPECT_EQ(same.name(), "B=2 T=1024 C=512 H=8 KV=2 bf16");
+  EXPECT_EQ(window.name(), "B=2 T=1024 C=512 H=8 KV=2 bf16 window=256");
+  EXPECT_EQ(scale.name(), "B=2 T=1024 C=512 H=8 KV=2 bf16 scale=0.0625");
+}
+
+// A soft-cap reaching the cuDNN path is refused before anything is enqueued
+// (choose_attention never sends one there): no device is needed.
+TEST(CudnnAttentionBuild, SoftcapIsRefusedBeforeEnqueuing) {
+  if (!cudnn_attention_built()) GTEST_SKIP() << "this build has no cuDNN";
+  gpu_exec g;
+  bf16* p = nullptr;
+  const attention_options o{0, 0.0f, 50.0f};
+  EXPECT_THROW(cuda_cudnn_attention_gqa_forward(p, nullptr, p, p, p, 1, 64, 4, 2, 64, g, o),
+               std::invalid_argument);
+  EXPECT_THROW(
+      cuda_cudnn_attention_gqa_backward(p, p, p, p, p, p, p, p, nullptr, 1, 64, 4, 2, 64, g, o),
+      std::invalid_argument);
 }
 
 // Whether the library has cuDNN is what CMake found (BuildConfig.h says the
@@ -433,6 +487,55 @@ TYPED_TEST(CudnnAttentionTyped, GroupedQueryEqualsTheFlashKernels) {
                                 a.H, a.KV, a.hs, this->g);
     this->sync();
     const ref::tolerance tol{2e-2, 2e-2};  // 16-bit inputs and outputs, fp32 inside both
+    ref::expect_close(s.name() + " out", load(out_c.download()), load(out_f.download()), tol);
+    ref::expect_close(s.name() + " lse", load(lse_c.download()), load(lse_f.download()),
+                      ref::tolerance{1e-4, 1e-4});
+    ref::expect_close(s.name() + " dq", load(dq_c.download()), load(dq_f.download()), tol);
+    ref::expect_close(s.name() + " dk", load(dk_c.download()), load(dk_f.download()), tol);
+    ref::expect_close(s.name() + " dv", load(dv_c.download()), load(dv_f.download()), tol);
+  }
+}
+
+// cuDNN's sliding window (its diagonal band's left bound) and attn_scale
+// against the flash kernels with the same attention_options: windows of 100
+// and 37 (not multiples of any tile, shorter than T), 1 (each query its own
+// key) and 500 (at least T: plain causal), scales of 0.2 and Gemma 2 9B's
+// 256^-0.5 at head size 128, T past a tile and not a multiple of it.
+TYPED_TEST(CudnnAttentionTyped, WindowAndScaleEqualTheFlashKernels) {
+  using T = TypeParam;
+  struct gqa {
+    int64_t B, T, H, KV, hs;
+    attention_options o;
+  };
+  for (const gqa& a :
+       {gqa{2, 300, 8, 2, 64, {100, 0.0f, 0.0f}}, gqa{2, 300, 8, 2, 64, {1, 0.0f, 0.0f}},
+        gqa{1, 129, 4, 2, 128, {37, 0.2f, 0.0f}}, gqa{1, 129, 4, 2, 128, {0, 0.0625f, 0.0f}},
+        gqa{1, 129, 4, 4, 64, {500, 0.0f, 0.0f}}}) {
+    const int64_t N = a.B * a.T, C = a.H * a.hs, KVW = a.KV * a.hs, rows = a.B * a.H * a.T;
+    const cudnn_attention_shape s{
+        a.B,  a.T,  C,          a.H,      std::is_same_v<T, fp16> ? dtype_id::fp16 : dtype_id::bf16,
+        a.KV, a.hs, a.o.window, a.o.scale};
+    this->prepare(s);
+    std::mt19937 rng(22);
+    const auto q = store<T>(random_vec(rng, N * C, 1.5)),
+               k = store<T>(random_vec(rng, N * KVW, 1.5));
+    const auto v = store<T>(random_vec(rng, N * KVW)), dout = store<T>(random_vec(rng, N * C));
+    device_vec<T> q_d(q), k_d(k), v_d(v), dout_d(dout);
+    device_vec<T> out_c(N * C), dq_c(N * C), dk_c(N * KVW), dv_c(N * KVW);
+    device_vec<T> out_f(N * C), dq_f(N * C), dk_f(N * KVW), dv_f(N * KVW);
+    device_vec<float> lse_c(rows), lse_f(rows), delta(rows);
+    cuda_cudnn_attention_gqa_forward(out_c.get(), lse_c.get(), q_d.get(), k_d.get(), v_d.get(), a.B,
+                                     a.T, a.H, a.KV, a.hs, this->g, a.o);
+    cuda_cudnn_attention_gqa_backward(dq_c.get(), dk_c.get(), dv_c.get(), dout_d.get(), q_d.get(),
+                                      k_d.get(), v_d.get(), out_c.get(), lse_c.get(), a.B, a.T, a.H,
+                                      a.KV, a.hs, this->g, a.o);
+    cuda_attention_gqa_forward(out_f.get(), lse_f.get(), q_d.get(), k_d.get(), v_d.get(), a.B, a.T,
+                               a.H, a.KV, a.hs, this->g, a.o);
+    cuda_attention_gqa_backward(dq_f.get(), dk_f.get(), dv_f.get(), delta.get(), dout_d.get(),
+                                q_d.get(), k_d.get(), v_d.get(), out_f.get(), lse_f.get(), a.B, a.T,
+                                a.H, a.KV, a.hs, this->g, a.o);
+    this->sync();
+    const ref::tolerance tol{2e-2, 2e-2};  // as GroupedQueryEqualsTheFlashKernels
     ref::expect_close(s.name() + " out", load(out_c.download()), load(out_f.download()), tol);
     ref::expect_close(s.name() + " lse", load(lse_c.download()), load(lse_f.download()),
                       ref::tolerance{1e-4, 1e-4});

@@ -1,5 +1,6 @@
 // LlamaKernelTest (cuda): the llama family's CUDA kernels (RMSNorm, SwiGLU,
-// rotary positions, grouped-query flash attention) against their CPU twins
+// rotary positions, grouped-query flash attention with its window, scale and
+// soft-cap) against their CPU twins
 // (runtime/cpu/kernels.h, runtime/rope.h), which tests/runtime/LlamaKernelTest.cpp
 // and RopeTest.cpp check against double references, on the same random
 // inputs, for fp32, bf16 and fp16 storage. Each test skips, saying why, where no CUDA device
@@ -8,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -184,44 +187,89 @@ struct gqa_shape {
 constexpr gqa_shape kGqaShapes[] = {
     {2, 45, 8, 2, 64}, {1, 70, 4, 1, 128}, {2, 33, 4, 4, 32}, {1, 100, 6, 3, 96}};
 
-// The flash kernels' grouped-query forward and backward against the CPU's;
-// outputs start as garbage (every value must be written).
+// The flash kernels' grouped-query forward and backward with options o
+// against the CPU's on the same inputs (q and k scaled by qk_scale); outputs
+// start as garbage (every value must be written).
+template <class T>
+void expect_gqa_matches_cpu(const gqa_shape& a, const attention_options& o, double qk_scale,
+                            cudaStream_t stream) {
+  const int64_t N = a.B * a.T, C = a.H * a.hs, KVW = a.KV * a.hs, rows = a.B * a.H * a.T;
+  std::mt19937 rng(14);
+  const auto q = random_stored<T>(rng, N * C, qk_scale),
+             k = random_stored<T>(rng, N * KVW, qk_scale);
+  const auto v = random_stored<T>(rng, N * KVW), dout = random_stored<T>(rng, N * C);
+  std::vector<T> out(N * C), dq(N * C), dk(N * KVW), dv(N * KVW);
+  std::vector<float> lse(rows), delta(rows);
+  attention_gqa_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), a.B, a.T, a.H, a.KV,
+                        a.hs, o);
+  attention_gqa_backward(dq.data(), dk.data(), dv.data(), delta.data(), dout.data(), q.data(),
+                         k.data(), v.data(), out.data(), lse.data(), a.B, a.T, a.H, a.KV, a.hs, o);
+  device_vec<T> q_d(q), k_d(k), v_d(v), dout_d(dout), out_d(N * C, 0x7f), dq_d(N * C, 0x7f),
+      dk_d(N * KVW, 0x7f), dv_d(N * KVW, 0x7f);
+  device_vec<float> lse_d(rows, 0x7f), delta_d(rows, 0x7f);
+  gpu_exec g;
+  g.stream = stream;
+  cuda_attention_gqa_forward(out_d.get(), lse_d.get(), q_d.get(), k_d.get(), v_d.get(), a.B, a.T,
+                             a.H, a.KV, a.hs, g, o);
+  cuda_attention_gqa_backward(dq_d.get(), dk_d.get(), dv_d.get(), delta_d.get(), dout_d.get(),
+                              q_d.get(), k_d.get(), v_d.get(), out_d.get(), lse_d.get(), a.B, a.T,
+                              a.H, a.KV, a.hs, g, o);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::string shape =
+      " (T=" + std::to_string(a.T) + " H=" + std::to_string(a.H) + " KV=" + std::to_string(a.KV) +
+      " hs=" + std::to_string(a.hs) + " window=" + std::to_string(o.window) +
+      " scale=" + std::to_string(o.scale) + " softcap=" + std::to_string(o.softcap) + ")";
+  expect_close(tag<T>("cuda_attention_gqa_forward", "out") + shape, out_d.download(), out,
+               attention_tol<T>());
+  expect_close(tag<T>("cuda_attention_gqa_forward", "lse") + shape, lse_d.download(), lse,
+               attention_tol<float>());
+  expect_close(tag<T>("cuda_attention_gqa_backward", "dq") + shape, dq_d.download(), dq,
+               attention_tol<T>());
+  expect_close(tag<T>("cuda_attention_gqa_backward", "dk") + shape, dk_d.download(), dk,
+               attention_tol<T>());
+  expect_close(tag<T>("cuda_attention_gqa_backward", "dv") + shape, dv_d.download(), dv,
+               attention_tol<T>());
+}
+
 TYPED_TEST(CudaLlamaKernel, GroupedQueryAttention) {
-  using T = TypeParam;
-  for (const gqa_shape& a : kGqaShapes) {
-    const int64_t N = a.B * a.T, C = a.H * a.hs, KVW = a.KV * a.hs, rows = a.B * a.H * a.T;
-    std::mt19937 rng(14);
-    const auto q = random_stored<T>(rng, N * C, 1.5), k = random_stored<T>(rng, N * KVW, 1.5);
-    const auto v = random_stored<T>(rng, N * KVW), dout = random_stored<T>(rng, N * C);
-    std::vector<T> out(N * C), dq(N * C), dk(N * KVW), dv(N * KVW);
-    std::vector<float> lse(rows), delta(rows);
-    attention_gqa_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), a.B, a.T, a.H, a.KV,
-                          a.hs);
-    attention_gqa_backward(dq.data(), dk.data(), dv.data(), delta.data(), dout.data(), q.data(),
-                           k.data(), v.data(), out.data(), lse.data(), a.B, a.T, a.H, a.KV, a.hs);
-    device_vec<T> q_d(q), k_d(k), v_d(v), dout_d(dout), out_d(N * C, 0x7f), dq_d(N * C, 0x7f),
-        dk_d(N * KVW, 0x7f), dv_d(N * KVW, 0x7f);
-    device_vec<float> lse_d(rows, 0x7f), delta_d(rows, 0x7f);
-    gpu_exec g;
-    g.stream = this->stream;
-    cuda_attention_gqa_forward(out_d.get(), lse_d.get(), q_d.get(), k_d.get(), v_d.get(), a.B, a.T,
-                               a.H, a.KV, a.hs, g);
-    cuda_attention_gqa_backward(dq_d.get(), dk_d.get(), dv_d.get(), delta_d.get(), dout_d.get(),
-                                q_d.get(), k_d.get(), v_d.get(), out_d.get(), lse_d.get(), a.B, a.T,
-                                a.H, a.KV, a.hs, g);
-    this->sync();
-    const std::string shape = " (T=" + std::to_string(a.T) + " H=" + std::to_string(a.H) +
-                              " KV=" + std::to_string(a.KV) + " hs=" + std::to_string(a.hs) + ")";
-    expect_close(tag<T>("cuda_attention_gqa_forward", "out") + shape, out_d.download(), out,
-                 attention_tol<T>());
-    expect_close(tag<T>("cuda_attention_gqa_forward", "lse") + shape, lse_d.download(), lse,
-                 attention_tol<float>());
-    expect_close(tag<T>("cuda_attention_gqa_backward", "dq") + shape, dq_d.download(), dq,
-                 attention_tol<T>());
-    expect_close(tag<T>("cuda_attention_gqa_backward", "dk") + shape, dk_d.download(), dk,
-                 attention_tol<T>());
-    expect_close(tag<T>("cuda_attention_gqa_backward", "dv") + shape, dv_d.download(), dv,
-                 attention_tol<T>());
+  for (const gqa_shape& a : kGqaShapes)
+    expect_gqa_matches_cpu<TypeParam>(a, {}, 1.5, this->stream);
+}
+
+// Mistral's window and Gemma 2's scale and soft-cap, each and all at once,
+// against the CPU's (runtime/attention_options.h). T = 100 (not a multiple
+// of the 32-key tile) with groups of 2 (H=4, KV=2): windows of 40 (not a
+// multiple of the tile: the last query tiles skip key tile 0 and mask part
+// of tile 1), 7 (within a tile), 1 (each query its own key) and 200 (at
+// least T: plain causal); the scale 1 makes scores of ~6 standard deviations
+// (q and k uniform in [-1.5, 1.5], hs 64), past the caps 5 and 2; head size
+// 96 with groups of 2 on T = 45 as well.
+TYPED_TEST(CudaLlamaKernel, GroupedQueryAttentionWindowScaleSoftcap) {
+  const gqa_shape base{2, 100, 4, 2, 64}, odd{1, 45, 6, 3, 96};
+  const attention_options options[] = {{40, 0.0f, 0.0f},  {7, 0.0f, 0.0f},  {1, 0.0f, 0.0f},
+                                       {200, 0.0f, 0.0f}, {0, 0.3f, 0.0f},  {0, 1.0f, 5.0f},
+                                       {0, 0.0f, 0.5f},   {40, 1.0f, 2.0f}, {13, 0.2f, 1.0f}};
+  for (const attention_options& o : options) {
+    expect_gqa_matches_cpu<TypeParam>(base, o, 1.5, this->stream);
+    expect_gqa_matches_cpu<TypeParam>(odd, o, 1.5, this->stream);
+  }
+}
+
+// Options the CPU refuses the CUDA kernels refuse too, with
+// std::invalid_argument before anything is enqueued: no device is needed (the
+// pointers are never read).
+TEST(CudaAttentionOptions, NegativeOrNonFiniteOptionsAreRefusedBeforeEnqueuing) {
+  gpu_exec g;
+  bf16* p = nullptr;
+  float* f = nullptr;
+  for (const attention_options& o :
+       {attention_options{-1, 0.0f, 0.0f}, attention_options{0, -1.0f, 0.0f},
+        attention_options{0, 0.0f, -50.0f}, attention_options{0, 0.0f, INFINITY},
+        attention_options{0, NAN, 0.0f}}) {
+    EXPECT_THROW(cuda_attention_gqa_forward(p, f, p, p, p, 1, 40, 4, 2, 64, g, o),
+                 std::invalid_argument);
+    EXPECT_THROW(cuda_attention_gqa_backward(p, p, p, f, p, p, p, p, p, f, 1, 40, 4, 2, 64, g, o),
+                 std::invalid_argument);
   }
 }
 

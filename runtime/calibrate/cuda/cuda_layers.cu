@@ -37,8 +37,9 @@ class entry_exec {
  public:
   entry_exec(const gpu_exec& g, const gpt2_dims& d, dtype_id param) : exec_(g) {
     int64_t workspace_bytes = kGpuGemmWorkspaceBytes;
-    const attention_choice a = choose_attention(
-        d.flash, param, d.C / d.H, d.T, cudnn_attention_built(), std::getenv("FSDPGEN_ATTENTION"));
+    const attention_choice a =
+        choose_attention(d.flash, param, d.C / d.H, d.T, 0.0f, cudnn_attention_built(),
+                         std::getenv("FSDPGEN_ATTENTION"));
     if (a.kernels == attention_kernels::cudnn) {
       attention_.reset(gpu_attention_create());
       const cudnn_attention_shape shape{d.B, d.T, d.C, d.H, param};
