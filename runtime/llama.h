@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/attention_options.h"
 #include "runtime/block_pieces.h"
 #include "runtime/dtype.h"
 #include "runtime/kernel_math.h"
@@ -70,6 +71,12 @@ struct llama_dims {
   int64_t KV() const { return KV_heads * D(); }                   // width of k and of v
   int64_t Vp() const { return V_padded > V ? V_padded : V; }
 };
+
+// The attention kernels' options of a layer: its window, and Gemma 2's
+// scale and soft-cap.
+inline attention_options attention_options_of(const llama_dims& d) {
+  return {d.window, d.attn_scale, d.attn_softcap};
+}
 
 // Gemma's embedding scale (scale_embedding): sqrt(C) rounded to T, as
 // transformers casts it to the weights' dtype (55.5 for 55.43 in bf16); both

@@ -58,11 +58,6 @@ void gate_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, 
     swiglu_backward(dgate, dup, dout, gate, up, n);
 }
 
-// The attention kernels' options: the window, the scale and the softcap (Gemma 2's).
-attention_options attention_options_of(const llama_dims& d) {
-  return {d.window, d.attn_scale, d.attn_softcap};
-}
-
 // q's or k's RMSNorm (qk_norm) over `heads` heads of each of N rows: each
 // head's D values a norm's row, or across heads all heads * D of them.
 template <class T>

@@ -40,7 +40,7 @@ void linear_backward(T* dinp, G* dw, const T* dout, const T* inp, const T* w, in
 template <class T>
 void gqa_forward(const llama_block_saved<T>& s, const llama_dims& d, gpu_exec& g) {
   const T *q = s.q, *k = s.k, *v = s.v;
-  const attention_options o{d.window, d.attn_scale, d.attn_softcap};
+  const attention_options o = attention_options_of(d);
   if constexpr (!std::is_same_v<T, float>)
     if (g.attention)
       return cuda_cudnn_attention_gqa_forward(s.attn, s.lse, q, k, v, d.B, d.T, d.H, d.KV_heads,
@@ -53,7 +53,7 @@ void gqa_backward(T* dq, T* dk, T* dv, float* delta, const T* dout, const llama_
                   const llama_dims& d, gpu_exec& g) {
   const T *q = s.q, *k = s.k, *v = s.v, *out = s.attn;
   const float* lse = s.lse;
-  const attention_options o{d.window, d.attn_scale, d.attn_softcap};
+  const attention_options o = attention_options_of(d);
   if constexpr (!std::is_same_v<T, float>)
     if (g.attention)
       return cuda_cudnn_attention_gqa_backward(dq, dk, dv, dout, q, k, v, out, lse, d.B, d.T, d.H,
