@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "runtime/cpu/llama.h"
@@ -27,6 +26,7 @@
 #include "runtime/model/llama.h"
 #include "runtime/rope.h"
 #include "tests/cuda/Gpt2Cases.h"
+#include "tests/runtime/LlamaBlockReference.h"
 #include "tests/runtime/Reference.h"
 
 namespace gpt2_cases {
@@ -68,38 +68,14 @@ std::vector<family_case> families() {
   return out;
 }
 
-model::Dims layout_dims(const llama_dims& d) {
-  model::Dims md{d.C, d.F, d.H, d.T, d.KV(), true};
-  md.D = d.head_dim;
-  return md;
-}
+using llama_cases::layout_dims;
+using llama_cases::tables;
 
-model::LlamaTables tables(const llama_dims& d) {
-  return {d.qkv_bias, d.qk_norm, d.qk_norm_across_heads, d.post_norm, d.sandwich_norm};
-}
-
-int64_t param_elems(const llama_dims& d) {
-  const model::Table<model::Tensor> table = model::llama_params(tables(d)).block;
-  return model::offset_elems(table, table.count, layout_dims(d));
-}
-
-// Parameters of scale 0.2; norm weights near 1, or near 0 where they scale by (1 + weight).
+// llama_cases' parameters (norm weights near 1, or near 0 where they scale
+// by (1 + weight)) stored as T.
 template <class T>
 std::vector<T> random_params(const llama_dims& d, std::mt19937& rng) {
-  std::vector<double> v = ref::random_vec(rng, param_elems(d), 0.2);
-  if (!d.norm_plus_one) {
-    std::vector<float> probe(v.size());
-    const auto p = llama_block_params_at<float>(probe.data(), d);
-    const int64_t q_norm = d.qk_norm ? (d.qk_norm_across_heads ? d.Q() : d.D()) : 0;
-    const int64_t k_norm = d.qk_norm ? (d.qk_norm_across_heads ? d.KV() : d.D()) : 0;
-    const int64_t post = d.sandwich_norm ? d.C : 0;
-    for (auto [w, n] :
-         {std::pair{p.q_norm_w, q_norm}, std::pair{p.k_norm_w, k_norm}, std::pair{p.rms1_w, d.C},
-          std::pair{p.rms2_w, d.C}, std::pair{p.post_attn_w, post}, std::pair{p.post_mlp_w, post}})
-      for (int64_t i = 0; i < n; i++)
-        v[(w - probe.data()) + i] += 1.0;
-  }
-  return store<T>(v);
+  return store<T>(load(llama_cases::random_params(d, rng)));
 }
 
 // One block on the device: its buffers, outputs starting as NaN.

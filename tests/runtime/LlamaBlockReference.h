@@ -120,7 +120,7 @@ inline block_model::Dims layout_dims(const llama_dims& d) {
 }
 
 inline block_model::LlamaTables tables(const llama_dims& d) {
-  return {false, d.qk_norm, d.qk_norm_across_heads, d.post_norm, d.sandwich_norm};
+  return {d.qkv_bias, d.qk_norm, d.qk_norm_across_heads, d.post_norm, d.sandwich_norm};
 }
 
 // A block's parameters drawn at random; its norms' weights near 1, as
