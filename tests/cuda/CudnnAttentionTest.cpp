@@ -449,6 +449,40 @@ int64_t planned_gqa_workspace(int64_t B, int64_t T, int64_t H, int64_t KV, int64
   return fsdpgen::cudnn_attention_workspace_bytes(m, fsdpgen::ActivationShape{B * T, 2, true});
 }
 
+// cuDNN's grouped-query forward and backward (graphs of shape s, prepared)
+// against the flash kernels' with the same options, on random inputs from
+// `seed`: out, lse, dq, dk and dv.
+template <class T>
+void expect_gqa_cudnn_equals_flash(gpu_exec& g, const cudnn_attention_shape& s, int64_t hs,
+                                   const attention_options& o, unsigned seed) {
+  const int64_t N = s.B * s.T, C = s.H * hs, KVW = s.KV * hs, rows = s.B * s.H * s.T;
+  std::mt19937 rng(seed);
+  const auto q = store<T>(random_vec(rng, N * C, 1.5)), k = store<T>(random_vec(rng, N * KVW, 1.5));
+  const auto v = store<T>(random_vec(rng, N * KVW)), dout = store<T>(random_vec(rng, N * C));
+  device_vec<T> q_d(q), k_d(k), v_d(v), dout_d(dout);
+  device_vec<T> out_c(N * C), dq_c(N * C), dk_c(N * KVW), dv_c(N * KVW);
+  device_vec<T> out_f(N * C), dq_f(N * C), dk_f(N * KVW), dv_f(N * KVW);
+  device_vec<float> lse_c(rows), lse_f(rows), delta(rows);
+  cuda_cudnn_attention_gqa_forward(out_c.get(), lse_c.get(), q_d.get(), k_d.get(), v_d.get(), s.B,
+                                   s.T, s.H, s.KV, hs, g, o);
+  cuda_cudnn_attention_gqa_backward(dq_c.get(), dk_c.get(), dv_c.get(), dout_d.get(), q_d.get(),
+                                    k_d.get(), v_d.get(), out_c.get(), lse_c.get(), s.B, s.T, s.H,
+                                    s.KV, hs, g, o);
+  cuda_attention_gqa_forward(out_f.get(), lse_f.get(), q_d.get(), k_d.get(), v_d.get(), s.B, s.T,
+                             s.H, s.KV, hs, g, o);
+  cuda_attention_gqa_backward(dq_f.get(), dk_f.get(), dv_f.get(), delta.get(), dout_d.get(),
+                              q_d.get(), k_d.get(), v_d.get(), out_f.get(), lse_f.get(), s.B, s.T,
+                              s.H, s.KV, hs, g, o);
+  CUDA_CHECK(cudaStreamSynchronize(g.stream));
+  const ref::tolerance tol{2e-2, 2e-2};  // 16-bit inputs and outputs, fp32 inside both
+  ref::expect_close(s.name() + " out", load(out_c.download()), load(out_f.download()), tol);
+  ref::expect_close(s.name() + " lse", load(lse_c.download()), load(lse_f.download()),
+                    ref::tolerance{1e-4, 1e-4});
+  ref::expect_close(s.name() + " dq", load(dq_c.download()), load(dq_f.download()), tol);
+  ref::expect_close(s.name() + " dk", load(dk_c.download()), load(dk_f.download()), tol);
+  ref::expect_close(s.name() + " dv", load(dv_c.download()), load(dv_f.download()), tol);
+}
+
 // llama's grouped-query attention through cuDNN (fewer key/value heads,
 // q, k, v arrays of their own) against the flash kernels' grouped-query
 // path, the workspace it asks for within the plan's allowance
@@ -460,39 +494,13 @@ TYPED_TEST(CudnnAttentionTyped, GroupedQueryEqualsTheFlashKernels) {
     int64_t B, T, H, KV, hs;
   };
   for (const gqa& a : {gqa{2, 300, 8, 2, 64}, gqa{1, 129, 4, 2, 128}}) {
-    const int64_t N = a.B * a.T, C = a.H * a.hs, KVW = a.KV * a.hs, rows = a.B * a.H * a.T;
     const cudnn_attention_shape s{
-        a.B, a.T, C, a.H, std::is_same_v<T, fp16> ? dtype_id::fp16 : dtype_id::bf16, a.KV};
+        a.B, a.T, a.H * a.hs, a.H, std::is_same_v<T, fp16> ? dtype_id::fp16 : dtype_id::bf16, a.KV};
     this->prepare(s);
     EXPECT_LE(gpu_attention_workspace_bytes(*this->g.attention, s),
               planned_gqa_workspace(a.B, a.T, a.H, a.KV, a.hs))
         << s.name();
-    std::mt19937 rng(21);
-    const auto q = store<T>(random_vec(rng, N * C, 1.5)),
-               k = store<T>(random_vec(rng, N * KVW, 1.5));
-    const auto v = store<T>(random_vec(rng, N * KVW)), dout = store<T>(random_vec(rng, N * C));
-    device_vec<T> q_d(q), k_d(k), v_d(v), dout_d(dout);
-    device_vec<T> out_c(N * C), dq_c(N * C), dk_c(N * KVW), dv_c(N * KVW);
-    device_vec<T> out_f(N * C), dq_f(N * C), dk_f(N * KVW), dv_f(N * KVW);
-    device_vec<float> lse_c(rows), lse_f(rows), delta(rows);
-    cuda_cudnn_attention_gqa_forward(out_c.get(), lse_c.get(), q_d.get(), k_d.get(), v_d.get(), a.B,
-                                     a.T, a.H, a.KV, a.hs, this->g);
-    cuda_cudnn_attention_gqa_backward(dq_c.get(), dk_c.get(), dv_c.get(), dout_d.get(), q_d.get(),
-                                      k_d.get(), v_d.get(), out_c.get(), lse_c.get(), a.B, a.T, a.H,
-                                      a.KV, a.hs, this->g);
-    cuda_attention_gqa_forward(out_f.get(), lse_f.get(), q_d.get(), k_d.get(), v_d.get(), a.B, a.T,
-                               a.H, a.KV, a.hs, this->g);
-    cuda_attention_gqa_backward(dq_f.get(), dk_f.get(), dv_f.get(), delta.get(), dout_d.get(),
-                                q_d.get(), k_d.get(), v_d.get(), out_f.get(), lse_f.get(), a.B, a.T,
-                                a.H, a.KV, a.hs, this->g);
-    this->sync();
-    const ref::tolerance tol{2e-2, 2e-2};  // 16-bit inputs and outputs, fp32 inside both
-    ref::expect_close(s.name() + " out", load(out_c.download()), load(out_f.download()), tol);
-    ref::expect_close(s.name() + " lse", load(lse_c.download()), load(lse_f.download()),
-                      ref::tolerance{1e-4, 1e-4});
-    ref::expect_close(s.name() + " dq", load(dq_c.download()), load(dq_f.download()), tol);
-    ref::expect_close(s.name() + " dk", load(dk_c.download()), load(dk_f.download()), tol);
-    ref::expect_close(s.name() + " dv", load(dv_c.download()), load(dv_f.download()), tol);
+    expect_gqa_cudnn_equals_flash<T>(this->g, s, a.hs, {}, 21);
   }
 }
 
@@ -511,37 +519,11 @@ TYPED_TEST(CudnnAttentionTyped, WindowAndScaleEqualTheFlashKernels) {
        {gqa{2, 300, 8, 2, 64, {100, 0.0f, 0.0f}}, gqa{2, 300, 8, 2, 64, {1, 0.0f, 0.0f}},
         gqa{1, 129, 4, 2, 128, {37, 0.2f, 0.0f}}, gqa{1, 129, 4, 2, 128, {0, 0.0625f, 0.0f}},
         gqa{1, 129, 4, 4, 64, {500, 0.0f, 0.0f}}}) {
-    const int64_t N = a.B * a.T, C = a.H * a.hs, KVW = a.KV * a.hs, rows = a.B * a.H * a.T;
     const cudnn_attention_shape s{
-        a.B,  a.T,  C,          a.H,      std::is_same_v<T, fp16> ? dtype_id::fp16 : dtype_id::bf16,
+        a.B,  a.T,  a.H * a.hs, a.H,      std::is_same_v<T, fp16> ? dtype_id::fp16 : dtype_id::bf16,
         a.KV, a.hs, a.o.window, a.o.scale};
     this->prepare(s);
-    std::mt19937 rng(22);
-    const auto q = store<T>(random_vec(rng, N * C, 1.5)),
-               k = store<T>(random_vec(rng, N * KVW, 1.5));
-    const auto v = store<T>(random_vec(rng, N * KVW)), dout = store<T>(random_vec(rng, N * C));
-    device_vec<T> q_d(q), k_d(k), v_d(v), dout_d(dout);
-    device_vec<T> out_c(N * C), dq_c(N * C), dk_c(N * KVW), dv_c(N * KVW);
-    device_vec<T> out_f(N * C), dq_f(N * C), dk_f(N * KVW), dv_f(N * KVW);
-    device_vec<float> lse_c(rows), lse_f(rows), delta(rows);
-    cuda_cudnn_attention_gqa_forward(out_c.get(), lse_c.get(), q_d.get(), k_d.get(), v_d.get(), a.B,
-                                     a.T, a.H, a.KV, a.hs, this->g, a.o);
-    cuda_cudnn_attention_gqa_backward(dq_c.get(), dk_c.get(), dv_c.get(), dout_d.get(), q_d.get(),
-                                      k_d.get(), v_d.get(), out_c.get(), lse_c.get(), a.B, a.T, a.H,
-                                      a.KV, a.hs, this->g, a.o);
-    cuda_attention_gqa_forward(out_f.get(), lse_f.get(), q_d.get(), k_d.get(), v_d.get(), a.B, a.T,
-                               a.H, a.KV, a.hs, this->g, a.o);
-    cuda_attention_gqa_backward(dq_f.get(), dk_f.get(), dv_f.get(), delta.get(), dout_d.get(),
-                                q_d.get(), k_d.get(), v_d.get(), out_f.get(), lse_f.get(), a.B, a.T,
-                                a.H, a.KV, a.hs, this->g, a.o);
-    this->sync();
-    const ref::tolerance tol{2e-2, 2e-2};  // as GroupedQueryEqualsTheFlashKernels
-    ref::expect_close(s.name() + " out", load(out_c.download()), load(out_f.download()), tol);
-    ref::expect_close(s.name() + " lse", load(lse_c.download()), load(lse_f.download()),
-                      ref::tolerance{1e-4, 1e-4});
-    ref::expect_close(s.name() + " dq", load(dq_c.download()), load(dq_f.download()), tol);
-    ref::expect_close(s.name() + " dk", load(dk_c.download()), load(dk_f.download()), tol);
-    ref::expect_close(s.name() + " dv", load(dv_c.download()), load(dv_f.download()), tol);
+    expect_gqa_cudnn_equals_flash<T>(this->g, s, a.hs, a.o, 22);
   }
 }
 

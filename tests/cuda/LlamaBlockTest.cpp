@@ -93,6 +93,22 @@ struct device_block {
         saved(saved_bytes),
         scratch(scratch_bytes),
         rope(tables) {}
+  // A forward from x and a backward from dout, a call per range of
+  // `pieces`, as LlamaBlockReference.h's run on the CPU.
+  void run(const std::vector<T>& x, const std::vector<T>& dout, const llama_dims& d,
+           const std::vector<block_pieces>& pieces, gpu_exec& g) {
+    const auto s = llama_block_saved_at<T>(saved.get(), d);
+    const auto sc = llama_backward_scratch_at<T>(scratch.get(), d);
+    to_device(s.input, x.data(), d.N() * d.C);
+    to_device(sc.dres, dout.data(), d.N() * d.C);
+    const auto p = llama_block_params_at<T>(params.get(), d);
+    const auto gr = llama_block_grads_at<G>(grads.get(), d);
+    const llama_rope r = llama_rope_at(rope.get(), d);
+    for (const block_pieces& range : pieces)
+      llama_block_forward(out.get(), p, s, r, d, g, range);
+    for (auto range = pieces.rbegin(); range != pieces.rend(); ++range)
+      llama_block_backward(gr, p, s, sc, r, d, g, *range);
+  }
 };
 
 template <class P>
@@ -136,16 +152,10 @@ TYPED_TEST(CudaLlamaBlock, EachFamilyMatchesTheCpu) {
 
     // The CUDA one.
     device_block<T, G> b(params, grads0, tables_host, saved_bytes, scratch_bytes, N * C);
-    const llama_rope rope_d = llama_rope_at(b.rope.get(), d);
+    b.run(x, dout, d, {{}}, this->g);
+    this->sync();
     const auto sd = llama_block_saved_at<T>(b.saved.get(), d);
     const auto scd = llama_backward_scratch_at<T>(b.scratch.get(), d);
-    to_device(sd.input, x.data(), N * C);
-    to_device(scd.dres, dout.data(), N * C);
-    const auto pd = llama_block_params_at<T>(b.params.get(), d);
-    const auto gd = llama_block_grads_at<G>(b.grads.get(), d);
-    llama_block_forward(b.out.get(), pd, sd, rope_d, d, this->g);
-    llama_block_backward(gd, pd, sd, scd, rope_d, d, this->g);
-    this->sync();
 
     const std::string block_name = std::string(f.name) + " block";
     const std::string prefix = ref::tag<T, G>(block_name.c_str(), "");
@@ -169,22 +179,16 @@ TYPED_TEST(CudaLlamaBlock, EachFamilyMatchesTheCpu) {
     // Piece by piece on the device (the scratch carrying what flows between
     // pieces): the same kernels in the same order, so the same bits.
     device_block<T, G> parts(params, grads0, tables_host, saved_bytes, scratch_bytes, N * C);
-    const auto sp = llama_block_saved_at<T>(parts.saved.get(), d);
-    const auto scp = llama_backward_scratch_at<T>(parts.scratch.get(), d);
-    to_device(sp.input, x.data(), N * C);
-    to_device(scp.dres, dout.data(), N * C);
-    const auto pp = llama_block_params_at<T>(parts.params.get(), d);
-    const auto gp = llama_block_grads_at<G>(parts.grads.get(), d);
-    const llama_rope rope_p = llama_rope_at(parts.rope.get(), d);
+    std::vector<block_pieces> each_piece;
     for (int i = 0; i < f.pieces; ++i)
-      llama_block_forward(parts.out.get(), pp, sp, rope_p, d, this->g, block_pieces{i, i + 1});
-    for (int i = f.pieces - 1; i >= 0; --i)
-      llama_block_backward(gp, pp, sp, scp, rope_p, d, this->g, block_pieces{i, i + 1});
+      each_piece.push_back({i, i + 1});
+    parts.run(x, dout, d, each_piece, this->g);
     // A recompute from the input alone into a third saved slot.
     nan_vec<std::byte> again(saved_bytes);
     const auto sr = llama_block_saved_at<T>(again.get(), d);
     to_device(sr.input, x.data(), N * C);
-    llama_block_forward<T>(nullptr, pd, sr, rope_d, d, this->g);
+    llama_block_forward<T>(nullptr, llama_block_params_at<T>(b.params.get(), d), sr,
+                           llama_rope_at(b.rope.get(), d), d, this->g);
     this->sync();
     EXPECT_EQ(load(parts.out.download()), load(b.out.download())) << prefix << "out by pieces";
     EXPECT_EQ(load(parts.grads.download()), load(got)) << prefix << "grads by pieces";
