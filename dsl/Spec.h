@@ -5,12 +5,13 @@
 #pragma once
 
 #include <array>
-#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "runtime/model/llama.h"
 
 namespace fsdpgen {
 
@@ -247,12 +248,11 @@ struct ModelSpec {
   bool sandwich_norm() const { return block_norms == BlockNorms::Sandwich; }
   int64_t q_width() const { return heads * head_dim(); }  // width of q and of attention's output
   // The window attention runs with: 0 where none or at least the context.
-  int64_t attention_window() const { return sliding_window < context ? sliding_window : 0; }
+  int64_t attention_window() const { return model::attention_window_of(sliding_window, context); }
   // The scale of q . k attention runs with when query_pre_attn_scalar changes
   // it: 0 where none is given or it is the head size.
   double attention_scale() const {
-    const double s = query_pre_attn_scalar;
-    return s != 0 && s != static_cast<double>(head_dim()) ? 1.0 / std::sqrt(s) : 0.0;
+    return model::attention_scale_of(query_pre_attn_scalar, head_dim());
   }
   // Rows of the stored embedding and head, and columns of a logits row.
   int64_t padded_vocab() const { return (vocab + pad_vocab_to - 1) / pad_vocab_to * pad_vocab_to; }

@@ -18,6 +18,7 @@
 #include "runtime/cuda/gemm.h"
 #include "runtime/cuda/step.h"
 #include "runtime/machine_memory.h"
+#include "runtime/model/llama.h"
 
 namespace {
 
@@ -36,10 +37,9 @@ int64_t device_used_bytes() {
 std::vector<cudnn_attention_shape> attention_shapes(const program& p) {
   const program_model& m = p.model;
   const int64_t hs = m.head_size();
-  const int64_t window = m.sliding_window < m.context ? m.sliding_window : 0;
-  const double pre = m.query_pre_attn_scalar;
-  const float scale =
-      pre != 0 && pre != static_cast<double>(hs) ? static_cast<float>(1.0 / std::sqrt(pre)) : 0.0f;
+  const int64_t window = fsdpgen::model::attention_window_of(m.sliding_window, m.context);
+  const auto scale =
+      static_cast<float>(fsdpgen::model::attention_scale_of(m.query_pre_attn_scalar, hs));
   const cudnn_attention_shape local{p.parallel.micro_batch,
                                     m.context,
                                     m.heads * hs,

@@ -7,6 +7,8 @@
 // head size), which is C unless the spec gives head_dim.
 #pragma once
 
+#include <cmath>
+
 #include "runtime/model/layout.h"
 
 namespace fsdpgen::model {
@@ -402,6 +404,20 @@ inline constexpr ParamLayout kLlamaSandwichQkNormParams{"model.layers.{}.",
                                                         kLlamaHeadParams,
                                                         kLlamaSandwichQkNormBlockPieces,
                                                         {}};
+
+// The window attention runs with (the spec's sliding_window, Mistral's):
+// 0 where none is given or it is at least the context.
+constexpr int64_t attention_window_of(int64_t sliding_window, int64_t context) {
+  return sliding_window < context ? sliding_window : 0;
+}
+// The scale of q . k attention runs with (Gemma 2's query_pre_attn_scalar s):
+// 1 / sqrt(s), or 0 (the kernels' 1 / sqrt(head size)) where s is 0 or the
+// head size. The emitter's llama_dims and the CUDA backend's cuDNN graphs
+// take it from here, so that the graphs' key finds the layers' scale.
+inline double attention_scale_of(double query_pre_attn_scalar, int64_t head_size) {
+  const double s = query_pre_attn_scalar;
+  return s != 0 && s != static_cast<double>(head_size) ? 1.0 / std::sqrt(s) : 0.0;
+}
 
 // Gemma 2's and 3's alternating layers (the spec's global_every N): layers
 // N - 1, 2N - 1, ... are global, the others local (the window, and the local
