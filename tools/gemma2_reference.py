@@ -45,14 +45,13 @@ LR, BETAS, EPS, WEIGHT_DECAY, CLIP = 3e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
 def build_model():
     """The reference Gemma2ForCausalLM, freshly initialized (torch's seed as
     set), its RMSNorm weights drawn from N(0, NORM_STD^2)."""
-    layer_types = ["full_attention" if (i + 1) % GLOBAL_EVERY == 0 else "sliding_attention"
-                   for i in range(LAYERS)]
     config = transformers.Gemma2Config(
         vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=FFN, num_hidden_layers=LAYERS,
         num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM,
         max_position_embeddings=MAX_POSITIONS, rms_norm_eps=NORM_EPS, tie_word_embeddings=True,
         attention_bias=False, hidden_activation="gelu_pytorch_tanh",
-        query_pre_attn_scalar=QUERY_SCALAR, sliding_window=WINDOW, layer_types=layer_types,
+        query_pre_attn_scalar=QUERY_SCALAR, sliding_window=WINDOW,
+        layer_types=reference_run.layer_types(LAYERS, GLOBAL_EVERY),
         rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA},
         attn_logit_softcapping=ATTN_CAP, final_logit_softcapping=FINAL_CAP,
         initializer_range=INIT_STD, pad_token_id=None, torch_dtype=torch.float32)

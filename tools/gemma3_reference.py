@@ -46,14 +46,13 @@ LR, BETAS, EPS, WEIGHT_DECAY, CLIP = 1e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
 def build_model():
     """The reference Gemma3ForCausalLM, freshly initialized (torch's seed as
     set), its RMSNorm weights drawn from N(0, NORM_STD^2)."""
-    layer_types = ["full_attention" if (i + 1) % GLOBAL_EVERY == 0 else "sliding_attention"
-                   for i in range(LAYERS)]
     config = transformers.Gemma3TextConfig(
         vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=FFN, num_hidden_layers=LAYERS,
         num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM,
         max_position_embeddings=MAX_POSITIONS, rms_norm_eps=NORM_EPS, tie_word_embeddings=True,
         attention_bias=False, hidden_activation="gelu_pytorch_tanh",
-        query_pre_attn_scalar=HEAD_DIM, sliding_window=WINDOW, layer_types=layer_types,
+        query_pre_attn_scalar=HEAD_DIM, sliding_window=WINDOW,
+        layer_types=reference_run.layer_types(LAYERS, GLOBAL_EVERY),
         rope_parameters={
             "full_attention": {"rope_type": "default", "rope_theta": ROPE_THETA},
             "sliding_attention": {"rope_type": "default", "rope_theta": ROPE_LOCAL_THETA}},

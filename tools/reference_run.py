@@ -89,6 +89,14 @@ def draw_norms(model, std):
     return model
 
 
+def layer_types(layers, global_every):
+    """transformers' layer_types of alternating layers (Gemma 2's and 3's,
+    fsdpgen's global_every N): layers N - 1, 2N - 1, ... full attention, the
+    others sliding, as runtime/model/llama.h's local_layer."""
+    return ["full_attention" if (i + 1) % global_every == 0 else "sliding_attention"
+            for i in range(layers)]
+
+
 def write_expected(path, figures):
     """expected.json: the library versions and each step's figures
     (a dict of lists: losses, grad_norms, and lrs where they vary); printed too."""

@@ -16,8 +16,9 @@ using Reasons = std::vector<std::string>;
 
 // Why a feature of unrun_features is refused: its CUDA code is written,
 // built and compared with its CPU twin by tests that need a GPU (docs/gpu.md,
-// "Waiting for a GPU"), and none has run them yet. The checks below it name
-// the feature alone.
+// "Waiting for a GPU"), and none has run them yet. The checks of those
+// features (check_qkv_bias to check_softcaps, for GPUs only) name the
+// feature alone.
 constexpr std::string_view kTwinNotRun =
     "the CPU target has it; its CUDA twin has not run on a GPU yet: --allow-unrun builds it";
 
@@ -120,40 +121,36 @@ void check_muon(const Spec& spec, const Hardware& hw, Reasons& out) {
 }
 
 // Qwen2's q, k and v biases: the CUDA llama block's have not run on a GPU yet.
-void check_qkv_bias(const Spec& spec, const Hardware& hw, Reasons& out) {
-  if (hw.gpu && spec.model.qkv_bias) out.push_back("qkv_bias = true");
+void check_qkv_bias(const ModelSpec& m, Reasons& out) {
+  if (m.qkv_bias) out.push_back("qkv_bias = true");
 }
 
 // Qwen3's and OLMo 2's qk-norm and a head size apart from width / heads: the
 // CUDA llama block's have not run on a GPU yet.
-void check_qk_norm(const Spec& spec, const Hardware& hw, Reasons& out) {
-  if (hw.gpu && spec.model.qk_norm)
-    out.push_back(
-        fmt::format("qk_norm = {}", spec.model.qk_norm_across_heads ? "across_heads" : "true"));
-  if (hw.gpu && spec.model.head_size != 0 &&
-      spec.model.head_size * spec.model.heads != spec.model.width)
+void check_qk_norm(const ModelSpec& m, Reasons& out) {
+  if (m.qk_norm)
+    out.push_back(fmt::format("qk_norm = {}", m.qk_norm_across_heads ? "across_heads" : "true"));
+  if (m.head_size != 0 && m.head_size * m.heads != m.width)
     out.push_back("head_dim other than width / heads");
 }
 
 // Mistral's sliding window: the CUDA attention's has not run on a GPU yet. A
 // window of at least the context is plain causal attention.
-void check_sliding_window(const Spec& spec, const Hardware& hw, Reasons& out) {
-  if (hw.gpu && spec.model.attention_window() != 0)
-    out.push_back(fmt::format("sliding_window = {} (shorter than the context {})",
-                              spec.model.sliding_window, spec.model.context));
+void check_sliding_window(const ModelSpec& m, Reasons& out) {
+  if (m.attention_window() != 0)
+    out.push_back(fmt::format("sliding_window = {} (shorter than the context {})", m.sliding_window,
+                              m.context));
 }
 
 // OLMo 2's post-norm block and Gemma 2's and 3's sandwich: the CUDA llama
 // block's have not run on a GPU yet.
-void check_block_norms(const Spec& spec, const Hardware& hw, Reasons& out) {
-  if (hw.gpu && spec.model.block_norms != BlockNorms::Pre)
-    out.push_back(fmt::format("block_norms = {}", to_string(spec.model.block_norms)));
+void check_block_norms(const ModelSpec& m, Reasons& out) {
+  if (m.block_norms != BlockNorms::Pre)
+    out.push_back(fmt::format("block_norms = {}", to_string(m.block_norms)));
 }
 
 // Gemma's pieces: the CUDA llama's have not run on a GPU yet.
-void check_gemma_pieces(const Spec& spec, const Hardware& hw, Reasons& out) {
-  if (!hw.gpu) return;
-  const ModelSpec& m = spec.model;
+void check_gemma_pieces(const ModelSpec& m, Reasons& out) {
   if (m.scale_embedding) out.push_back("scale_embedding = true");
   if (m.norm_plus_one) out.push_back("norm_plus_one = true");
   if (m.activation != Activation::Silu)
@@ -163,9 +160,7 @@ void check_gemma_pieces(const Spec& spec, const Hardware& hw, Reasons& out) {
 // Gemma 2's soft-capping and attention scale: the CUDA attention's and
 // cross-entropy's have not run on a GPU yet (a query_pre_attn_scalar of the
 // head size changes nothing).
-void check_softcaps(const Spec& spec, const Hardware& hw, Reasons& out) {
-  if (!hw.gpu) return;
-  const ModelSpec& m = spec.model;
+void check_softcaps(const ModelSpec& m, Reasons& out) {
   if (m.attention_softcap != 0)
     out.push_back(fmt::format("attention_softcap = {}", m.attention_softcap));
   if (m.logit_softcap != 0) out.push_back(fmt::format("logit_softcap = {}", m.logit_softcap));
@@ -182,12 +177,13 @@ std::string_view backend_name(const Hardware& hw) {
 
 std::vector<std::string> unrun_features(const Spec& spec, const Hardware& hw) {
   Reasons out;
-  check_qkv_bias(spec, hw, out);
-  check_qk_norm(spec, hw, out);
-  check_block_norms(spec, hw, out);
-  check_sliding_window(spec, hw, out);
-  check_gemma_pieces(spec, hw, out);
-  check_softcaps(spec, hw, out);
+  if (!hw.gpu) return out;
+  check_qkv_bias(spec.model, out);
+  check_qk_norm(spec.model, out);
+  check_block_norms(spec.model, out);
+  check_sliding_window(spec.model, out);
+  check_gemma_pieces(spec.model, out);
+  check_softcaps(spec.model, out);
   return out;
 }
 

@@ -4,7 +4,6 @@
 #include <cuda_profiler_api.h>
 #include <fmt/format.h>
 
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,7 +29,8 @@ int64_t device_used_bytes() {
 
 // The cuDNN graphs' shapes a program's attention runs with: the window and
 // the scale as the generated llama_dims carry them (codegen/emit/Emit.cpp's
-// model_dims, from ModelSpec's attention_window and attention_scale): the
+// model_dims; both from runtime/model/llama.h's attention_window_of and
+// attention_scale_of): the
 // window where shorter than the context, and where layers alternate (Gemma 2
 // and 3: global_every) the global layers' shape without it as well; the
 // scale query_pre_attn_scalar^-0.5 as a float unless that is the head size.

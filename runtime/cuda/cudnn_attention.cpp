@@ -112,10 +112,6 @@ void check_fe(const fe::error_t& e, const cudnn_attention_shape& s, const char* 
                                          s.name(), step, e.err_msg));
 }
 
-int64_t head_size(const cudnn_attention_shape& s) {
-  return s.head_size();
-}
-
 std::shared_ptr<fe::graph::Graph> new_graph(const cudnn_attention_shape& s) {
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(s.dtype == dtype_id::fp16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
@@ -128,7 +124,7 @@ std::shared_ptr<fe::graph::Graph> new_graph(const cudnn_attention_shape& s) {
 // per token (3C for q, k, v and their gradients; C for out and dout).
 fe::graph::Tensor_attributes& head_layout(fe::graph::Tensor_attributes& t, int64_t uid,
                                           const cudnn_attention_shape& s, int64_t row_elems) {
-  const int64_t hs = head_size(s);
+  const int64_t hs = s.head_size();
   return t.set_uid(uid)
       .set_dim({s.B, s.H, s.T, hs})
       .set_stride({s.T * row_elems, hs, row_elems, 1});
@@ -136,7 +132,7 @@ fe::graph::Tensor_attributes& head_layout(fe::graph::Tensor_attributes& t, int64
 // k's and v's (B, KV, T, hs) view in rows of KV * hs (grouped-query attention).
 fe::graph::Tensor_attributes& kv_layout(fe::graph::Tensor_attributes& t, int64_t uid,
                                         const cudnn_attention_shape& s) {
-  const int64_t hs = head_size(s), row_elems = s.KV * hs;
+  const int64_t hs = s.head_size(), row_elems = s.KV * hs;
   return t.set_uid(uid)
       .set_dim({s.B, s.KV, s.T, hs})
       .set_stride({s.T * row_elems, hs, row_elems, 1});
@@ -193,7 +189,7 @@ int64_t build(fe::graph::Graph& g, cudnnHandle_t handle, const cudnn_attention_s
 }
 
 float attention_scale(const cudnn_attention_shape& s) {
-  return s.scale > 0.0f ? s.scale : 1.0f / std::sqrt(static_cast<float>(head_size(s)));
+  return s.scale > 0.0f ? s.scale : 1.0f / std::sqrt(static_cast<float>(s.head_size()));
 }
 
 // Query t attends keys u with t - u < window: the diagonal band's left bound
