@@ -638,7 +638,14 @@ void read_llama(config_reader& r) {
   if (m.heads > 0 || r.get(c, "num_key_value_heads"))
     r.read<int64_t>(c, "", "num_key_value_heads", "kv_heads", &hf_model::kv_heads,
                     r.type->kv_heads > 0 ? r.type->kv_heads : m.heads);
-  // The type's default (Qwen3's 128), else hidden_size / num_attention_heads.
+  // The type's default (Qwen3's 128), else hidden_size / num_attention_heads,
+  // which is no head size where the heads outnumber the width.
+  if (!r.get(c, "head_dim") && r.type->head_dim == 0 && m.width > 0 && m.heads > m.width)
+    r.fail(
+        fmt::format("\"num_attention_heads\" {} is more than \"hidden_size\" {} and no "
+                    "\"head_dim\" is given: each head would have hidden_size / "
+                    "num_attention_heads = 0 values",
+                    m.heads, m.width));
   if (m.heads > 0 || r.get(c, "head_dim"))
     r.read<int64_t>(c, "", "head_dim", "head_dim", &hf_model::head_dim,
                     r.type->head_dim > 0 ? r.type->head_dim

@@ -637,6 +637,20 @@ TEST(ImportHf, UnreadableConfigsAreNamedErrors) {
   r = run("check " + kSource + "/specs/llama-1b.fsdp --hf " + dir);
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_TRUE(has(r, "fsdpgen: error: " + path)) << r.out;
+  // More heads than width and no head_dim: no head size (the fuzzer's find:
+  // read as head_dim 0, written back as "head_dim": 0, which no reader takes).
+  nlohmann::json narrow = fixture("Llama-3.2-1B");
+  narrow["hidden_size"] = 38;
+  narrow["num_attention_heads"] = 94;
+  narrow.erase("head_dim");
+  std::ofstream(path) << narrow.dump();
+  r = run("import-hf " + dir);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r, "fsdpgen: error: " + path +
+                         ": \"num_attention_heads\" 94 is more than \"hidden_size\" 38 and no "
+                         "\"head_dim\" is given: each head would have hidden_size / "
+                         "num_attention_heads = 0 values\n"))
+      << r.out;
   // Gemma 2's and 3's keys of the wrong kind, each named with the config's path.
   for (const auto& [key, value, why] :
        {std::tuple{"layer_types", nlohmann::json("x"),
