@@ -186,22 +186,28 @@ void FieldReader::read_muon(const std::vector<const ast::Value*>& args, Optimize
   read_adamw_rest(a, o.adamw);
 }
 
-// llama3(factor = 32, low_freq = 1, high_freq = 4, original_context = 8192):
-// every argument required.
+// llama3(factor = 32, low_freq = 1, high_freq = 4, original_context = 8192)
+// or linear(factor = 8): every argument required.
 std::optional<RopeScalingSpec> FieldReader::read_rope_scaling(const ast::Value& v) {
-  auto c = vals.callee(
-      v, "rope scaling", kRopeScalingNames,
-      {std::vector<std::string_view>{"factor", "low_freq", "high_freq", "original_context"}});
+  const std::vector<std::string_view> llama3 = {"factor", "low_freq", "high_freq",
+                                                "original_context"};
+  auto c = vals.callee(v, "rope scaling", kRopeScalingNames,
+                       {llama3, std::vector<std::string_view>{"factor"}});
   if (!c) return std::nullopt;
   const std::vector<const ast::Value*>& args = c->second;
   RopeScalingSpec r;
   r.enabled = true;
+  r.linear = kRopeScalingNames[c->first] == "linear";
   bool ok = true;
-  const char* names[] = {"factor", "low_freq", "high_freq", "original_context"};
-  for (size_t i = 0; i < 4; ++i)
-    ok = vals.require(args[i], v, names[i]) && ok;
+  for (size_t i = 0; i < args.size(); ++i)
+    ok = vals.require(args[i], v, llama3[i]) && ok;
   if (!ok) return std::nullopt;
   auto factor = vals.as_float(*args[0], "factor", 1, 1e6, true);
+  if (r.linear) {
+    if (!factor) return std::nullopt;
+    r.factor = *factor;
+    return r;
+  }
   auto low = vals.as_float(*args[1], "low_freq", 0, 1e6, false);
   auto high = vals.as_float(*args[2], "high_freq", 0, 1e6, false);
   auto original = vals.as_int(*args[3], "original_context", 1, kMaxContext);

@@ -58,6 +58,7 @@ std::string loss_scale_text(const PrecisionSpec& pr) {
 
 std::string rope_scaling_text(const ModelSpec& m) {
   const RopeScalingSpec& r = m.rope_scaling;
+  if (r.linear) return fmt::format("rope_scaling = linear(factor = {})", format_real(r.factor));
   return fmt::format(
       "rope_scaling = llama3(factor = {}, low_freq = {}, high_freq = {}, original_context = {})",
       format_real(r.factor), format_real(r.low_freq), format_real(r.high_freq), r.original_context);

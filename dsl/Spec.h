@@ -49,7 +49,7 @@ inline constexpr std::array<std::string_view, 3> kLrScheduleNames = {"constant",
                                                                      "linear"};
 inline constexpr std::array<std::string_view, 3> kDataNames = {"synthetic", "text", "tokens"};
 inline constexpr std::array<std::string_view, 2> kLossScaleNames = {"dynamic", "static"};
-inline constexpr std::array<std::string_view, 1> kRopeScalingNames = {"llama3"};
+inline constexpr std::array<std::string_view, 2> kRopeScalingNames = {"llama3", "linear"};
 // Where a llama block's norms sit (block_norms): before each sub-block
 // (Llama's input_layernorm and post_attention_layernorm) or after each,
 // before its residual add (OLMo 2's post_attention_layernorm and
@@ -134,8 +134,11 @@ inline bool keeps_params_through_backward(Sharding s) {
 // Llama 3.1's rotary frequency scaling (transformers' rope_type "llama3"):
 // wavelengths above original_context / low_freq divided by factor, below
 // original_context / high_freq kept, between interpolated. Off by default.
+// llama3(...) (Llama 3.1's) or linear(factor) (every frequency divided by
+// factor); runtime/rope.h's rope_scaling says what each does.
 struct RopeScalingSpec {
   bool enabled = false;
+  bool linear = false;
   double factor = 0;
   double low_freq = 0;
   double high_freq = 0;

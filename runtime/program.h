@@ -162,12 +162,14 @@ enum class data_source : int { synthetic, text, tokens };
 
 enum class model_family : int { gpt2, llama };
 
-// llama's rotary positions: rope_theta and Llama 3.1's frequency scaling
-// (transformers' rope_type "llama3"; factor 0: none).
+// llama's rotary positions: rope_theta and the frequency scaling, Llama
+// 3.1's (transformers' rope_type "llama3") or linear's (factor alone;
+// rope.h's rope_scaling); factor 0: none.
 struct program_rope {
   double theta = 10000.0;
   double factor = 0.0, low_freq = 0.0, high_freq = 0.0;
   int64_t original_context = 0;
+  bool linear = false;
   // The local layers' base (Gemma 3's rope_local_base_freq; global_every); 0: theta.
   double local_theta = 0.0;
 };

@@ -21,9 +21,14 @@ void check_head_size(const char* what, int64_t D) {
                                 " is not a positive even number");
 }
 
-// Llama 3.1's scaling needs 1 <= factor, 0 < low_freq < high_freq and a
-// positive original context (else its wavelength bounds divide by zero).
+// Both scalings need 1 <= factor (transformers' validation); llama3's also
+// 0 < low_freq < high_freq and a positive original context (else its
+// wavelength bounds divide by zero).
 void check_scaling(const rope_scaling& s) {
+  if (s.linear && s.factor < 1)
+    throw std::invalid_argument("rope_inv_freq: linear scaling needs factor >= 1; got factor " +
+                                std::to_string(s.factor));
+  if (s.linear) return;
   if (s.factor < 1 || s.low_freq <= 0 || s.high_freq <= s.low_freq || s.original_context <= 0)
     throw std::invalid_argument(
         "rope_inv_freq: llama3 scaling needs factor >= 1, 0 < low_freq < high_freq and "
@@ -68,8 +73,14 @@ std::vector<float> rope_inv_freq(int64_t D, double theta, const rope_scaling& sc
   for (int64_t i = 0; i < D / 2; i++)
     f[i] = static_cast<float>(1.0 / std::pow(theta, static_cast<double>(2 * i) / D));
   if (scaling.factor <= 0) return f;
-  // transformers' _compute_llama3_parameters, in fp32 like its tensors.
   const auto factor = static_cast<float>(scaling.factor);
+  if (scaling.linear) {  // transformers' _compute_linear_scaling_rope_parameters: fp32 inv_freq /
+                         // factor
+    for (float& inv : f)
+      inv /= factor;
+    return f;
+  }
+  // transformers' _compute_llama3_parameters, in fp32 like its tensors.
   const auto low = static_cast<float>(scaling.low_freq),
              high = static_cast<float>(scaling.high_freq);
   const auto old_context = static_cast<float>(scaling.original_context);

@@ -1,6 +1,7 @@
 // rope: rotary position embeddings (llama) as Hugging Face computes them:
 // the inverse frequencies 1 / theta^(2i/D) of a head of size D, optionally
-// rescaled as Llama 3.1 does (transformers' rope_type "llama3"), their
+// rescaled as Llama 3.1 does (transformers' rope_type "llama3") or divided by
+// a factor (rope_type "linear": Gemma 3 4B's and larger's global layers), their
 // cos/sin tables over the context (fp32, built once at start into the plan's
 // rope_tables buffer), and the rotation of q and k by position in place.
 #pragma once
@@ -8,19 +9,23 @@
 #include <cstdint>
 #include <vector>
 
-// Llama 3.1's frequency scaling; factor 0 means none. Wavelengths 2 pi / f
+// The frequency scaling; factor 0 means none. Llama 3.1's: wavelengths 2 pi / f
 // above original_context / low_freq are divided by factor, those below
 // original_context / high_freq kept, those between interpolated smoothly.
+// Linear's (position interpolation): every frequency divided by factor, as
+// if each position were position / factor; it reads no other field.
 struct rope_scaling {
   double factor = 0.0;
   double low_freq = 0.0;
   double high_freq = 0.0;
   int64_t original_context = 0;
+  bool linear = false;
 };
 
 // The D / 2 inverse frequencies, in fp32 as transformers computes them.
 // std::invalid_argument for an odd or empty head, theta <= 0, or a scaling
-// (factor > 0) outside 1 <= factor, 0 < low_freq < high_freq, context > 0.
+// (factor > 0) outside 1 <= factor (and for llama3's 0 < low_freq < high_freq,
+// context > 0).
 std::vector<float> rope_inv_freq(int64_t D, double theta, const rope_scaling& scaling);
 
 // cos[t * D/2 + i] and sin[...] of angle t * inv_freq[i] (fp32 product, as

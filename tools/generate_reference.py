@@ -12,7 +12,8 @@ across k's, untied), a Gemma (the embedding scaled by sqrt(width), (1 +
 weight) RMSNorms, GeGLU, one kv head, heads of 16, tied) and a Gemma 3
 (Gemma's, with norms before and after attention and the MLP, each head's q
 and k normed, and layers alternating: 0 and 2 attend their last 5
-positions with rotary base 10000, 1 and 3 all with base 1000000). It saves each with
+positions with rotary base 10000, 1 and 3 all with base 1000000 and linear
+rope scaling of factor 8, as in Gemma 3 4B and larger). It saves each with
 save_pretrained (config.json and model.safetensors) in OUT/gpt2, OUT/llama,
 OUT/qwen2, OUT/qwen3, OUT/mistral, OUT/olmo2, OUT/gemma and OUT/gemma3, and writes
 OUT/<family>/expected.json: the prompt's ids, the prefill logits of every prompt
@@ -113,7 +114,8 @@ def gemma3_model():
         hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=16, sliding_window=5,
         layer_types=["full_attention" if (i + 1) % every == 0 else "sliding_attention"
                      for i in range(layers)],
-        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                            "rope_theta": 1000000.0},
                          "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
         attn_logit_softcapping=None, final_logit_softcapping=None, bos_token_id=None,
         eos_token_id=None, pad_token_id=None)

@@ -32,7 +32,7 @@ int exit_status(Failure f) {
 }
 
 void out(const std::string& s) {
-  std::fputs(s.c_str(), stdout);
+  std::fwrite(s.data(), 1, s.size(), stdout);  // all of it: a sample's bytes may hold a NUL
 }
 
 void error(const std::string& s) {

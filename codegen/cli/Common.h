@@ -27,7 +27,7 @@ inline constexpr int kExitDoesNotFit = 4;  // plan: the plan, printed whole, exc
 // The exit status of a pipeline that stopped with `f`.
 int exit_status(Failure f);
 
-// Prints `s` on stdout.
+// Prints `s` on stdout, every byte (a NUL included).
 void out(const std::string& s);
 // Prints "fsdpgen: error: `s`" and a newline on stderr.
 void error(const std::string& s);

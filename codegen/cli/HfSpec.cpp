@@ -84,7 +84,9 @@ std::string spec_text(const hf_model& m, const std::string& source, const std::s
   if (m.llama || m.ffn_hidden != 4 * m.width) s += fmt::format("  ffn_hidden = {}\n", m.ffn_hidden);
   s += fmt::format("  norm_eps   = {}\n", format_real(m.norm_eps));
   if (m.llama) s += fmt::format("  rope_theta = {}\n", format_real(m.rope_theta));
-  if (m.rope_factor > 0)
+  if (m.rope_factor > 0 && m.rope_linear)
+    s += fmt::format("  rope_scaling = linear(factor = {})\n", format_real(m.rope_factor));
+  else if (m.rope_factor > 0)
     s += fmt::format(
         "  rope_scaling = llama3(factor = {}, low_freq = {}, high_freq = {}, original_context = "
         "{})\n",

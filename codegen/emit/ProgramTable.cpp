@@ -58,9 +58,13 @@ std::vector<Init> model_fields(const EmitContext& c) {
   std::vector<Init> rope = {{"theta", cpp_double(m.rope_theta)}};
   if (const RopeScalingSpec& r = m.rope_scaling; r.enabled) {
     rope.push_back({"factor", cpp_double(r.factor)});
-    rope.push_back({"low_freq", cpp_double(r.low_freq)});
-    rope.push_back({"high_freq", cpp_double(r.high_freq)});
-    rope.push_back({"original_context", i(r.original_context)});
+    if (r.linear) {
+      rope.push_back({"linear", "true"});
+    } else {
+      rope.push_back({"low_freq", cpp_double(r.low_freq)});
+      rope.push_back({"high_freq", cpp_double(r.high_freq)});
+      rope.push_back({"original_context", i(r.original_context)});
+    }
   }
   if (m.rope_local_theta != 0) rope.push_back({"local_theta", cpp_double(m.rope_local_theta)});
   f.push_back({"rope", "", rope});

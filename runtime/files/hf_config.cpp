@@ -33,8 +33,8 @@ struct config_key {
   enum class kind {
     equal,     // the model's value
     at_least,  // positions: at least the model's context
-    scaling,   // rope scaling: present (llama3) or not, as the model's
-    scaled,    // a value of llama3's scaling: compared when both scale
+    scaling,   // rope scaling: none, llama3's or linear's, as the model's
+    scaled,    // a value of the scaling: compared when both scale alike
     differs,   // a value fsdpgen does not build, or another family's model_type
     window,    // sliding_window: the same window at the model's context (none or at least it: none)
   };
@@ -155,7 +155,8 @@ const std::vector<foreign_family>& foreign_families() {
       {"gemma3",
        "Gemma3ForConditionalGeneration",
        {{w::always, "",
-         "a vision tower (its text_config is a gemma3_text model, which fsdpgen imports)"}}},
+         "a vision tower (its text_config is a gemma3_text model, which fsdpgen imports: "
+         "tools/gemma3_text.py saves it alone)"}}},
   };
   return families;
 }
@@ -211,7 +212,7 @@ class config_reader {
     }
     keys.push_back(std::move(k));
   }
-  // Whether llama3's scaling is there (`text`: the object, or "absent").
+  // Which scaling is there (`text`: the object, or "absent").
   void scaling(const std::string& holder, std::string text) {
     keys.push_back({.how = config_key::kind::scaling,
                     .key = holder,
@@ -406,7 +407,7 @@ void read_local_rope(config_reader& r, const json* local) {
 
 // rope_theta and rope_scaling (transformers 4) or rope_parameters (5; Gemma
 // 3's holds one object per kind of layer, the global layers' read here):
-// unscaled, or llama3's four keys.
+// unscaled, llama3's four keys, or linear's factor (Gemma 3 4B and larger).
 void read_rope(config_reader& r) {
   const json* params = r.object("rope_parameters");
   const json* scaling = r.object("rope_scaling");
@@ -432,15 +433,17 @@ void read_rope(config_reader& r) {
       scaling
           ? r.string_or(*scaling, scaling->contains("rope_type") ? "rope_type" : "type", "default")
           : "default";
-  if (type != "default" && type != "llama3")
+  if (type != "default" && type != "llama3" && type != "linear")
     return r.differs("rope_type", holder, fmt::format("\"{}\"", type),
-                     "fsdpgen's rotary positions are unscaled or scaled as llama3",
-                     "\"llama3\" or \"default\"");
-  r.scaling(holder, type == "llama3" ? scaling->dump() : "absent");
-  if (type != "llama3") return;
+                     "fsdpgen's rotary positions are unscaled or scaled as llama3 or linear",
+                     "\"llama3\", \"linear\" or \"default\"");
+  r.scaling(holder, type == "default" ? "absent" : scaling->dump());
+  if (type == "default") return;
+  r.model.rope_linear = type == "linear";
   constexpr auto scaled = config_key::kind::scaled;
   r.read<double>(*scaling, holder, "factor", "rope_scaling factor", &hf_model::rope_factor, {},
                  scaled);
+  if (type == "linear") return;
   r.read<double>(*scaling, holder, "low_freq_factor", "rope_scaling low_freq",
                  &hf_model::rope_low_freq, {}, scaled);
   r.read<double>(*scaling, holder, "high_freq_factor", "rope_scaling high_freq",
@@ -754,7 +757,8 @@ bool agrees(bool config, bool spec, bool) {
 
 // The model's value of the key, as the spec states it.
 std::string spec_value(const config_key& k, const hf_model& m) {
-  if (k.how == config_key::kind::scaling) return m.rope_factor > 0 ? "llama3(...)" : "none";
+  if (k.how == config_key::kind::scaling)
+    return m.rope_factor > 0 ? m.rope_linear ? "linear(...)" : "llama3(...)" : "none";
   if (k.how == config_key::kind::window) return m.window > 0 ? text_of(m.window) : "none";
   if (k.spec_key == "qk_norm") return m.qk_norm_across_heads ? "across_heads" : text_of(m.qk_norm);
   if (k.spec_key == "block_norms")
@@ -764,7 +768,9 @@ std::string spec_value(const config_key& k, const hf_model& m) {
 }
 
 bool agrees(const config_key& k, const hf_model& config, const hf_model& m) {
-  if (k.how == config_key::kind::scaling) return (config.rope_factor > 0) == (m.rope_factor > 0);
+  if (k.how == config_key::kind::scaling)
+    return (config.rope_factor > 0) == (m.rope_factor > 0) &&
+           (m.rope_factor <= 0 || config.rope_linear == m.rope_linear);
   if (k.how == config_key::kind::window)
     return window_at(config.window, m.context) == window_at(m.window, m.context);
   return std::visit(
@@ -797,6 +803,18 @@ void read_config(const std::string& path, Read read) {
 // 2 x n, or the largest int64_t where that is larger.
 int64_t twice_saturated(int64_t n) {
   return n > INT64_MAX / 2 ? INT64_MAX : 2 * n;
+}
+
+// The rotary scaling as transformers writes it (rope_scaling, or in
+// rope_parameters beside rope_theta): its rope_type and keys.
+json rope_scaling_json(const hf_model& m) {
+  if (m.rope_factor <= 0) return {{"rope_type", "default"}};
+  if (m.rope_linear) return {{"rope_type", "linear"}, {"factor", m.rope_factor}};
+  return {{"rope_type", "llama3"},
+          {"factor", m.rope_factor},
+          {"low_freq_factor", m.rope_low_freq},
+          {"high_freq_factor", m.rope_high_freq},
+          {"original_max_position_embeddings", m.rope_original_context}};
 }
 
 }  // namespace
@@ -852,8 +870,9 @@ std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
          {"num_hidden_layers", m.layers},
          {"vocab_size", m.vocab},
          {"max_position_embeddings",
-          std::max<int64_t>(m.context,
-                            m.rope_factor > 0 ? twice_saturated(m.rope_original_context) : 0)},
+          std::max<int64_t>(m.context, m.rope_factor > 0 && !m.rope_linear
+                                           ? twice_saturated(m.rope_original_context)
+                                           : 0)},
          {"rms_norm_eps", m.norm_eps},
          {"hidden_act", m.gelu_gate ? "gelu_pytorch_tanh" : "silu"},
          {"rope_theta", m.rope_theta},
@@ -919,14 +938,8 @@ std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
       if (type == "gemma3_text") {  // a rotary base per kind of layer
         c.erase("rope_theta");
         c.erase("rope_scaling");
-        json full = {{"rope_type", "default"}, {"rope_theta", m.rope_theta}};
-        if (m.rope_factor > 0)
-          full = {{"rope_type", "llama3"},
-                  {"rope_theta", m.rope_theta},
-                  {"factor", m.rope_factor},
-                  {"low_freq_factor", m.rope_low_freq},
-                  {"high_freq_factor", m.rope_high_freq},
-                  {"original_max_position_embeddings", m.rope_original_context}};
+        json full = rope_scaling_json(m);
+        full["rope_theta"] = m.rope_theta;
         c["rope_parameters"] = {
             {"full_attention", full},
             {"sliding_attention",
@@ -934,12 +947,7 @@ std::string hf_config_text(const hf_model& m, const hf_special_ids& ids,
               {"rope_theta", m.rope_local_theta != 0 ? m.rope_local_theta : m.rope_theta}}}};
       }
     }
-    if (m.rope_factor > 0 && type != "gemma3_text")
-      c["rope_scaling"] = {{"rope_type", "llama3"},
-                           {"factor", m.rope_factor},
-                           {"low_freq_factor", m.rope_low_freq},
-                           {"high_freq_factor", m.rope_high_freq},
-                           {"original_max_position_embeddings", m.rope_original_context}};
+    if (m.rope_factor > 0 && type != "gemma3_text") c["rope_scaling"] = rope_scaling_json(m);
   } else {
     c = {{"architectures", {"GPT2LMHeadModel"}},
          {"model_type", "gpt2"},
@@ -994,7 +1002,8 @@ std::vector<hf_mismatch> hf_config_mismatches(const std::string& path, const hf_
   read_config(path, [&](config_reader& r) {
     r.model.llama = m.llama;
     read_as_family(r);
-    const bool both_scaled = m.rope_factor > 0 && r.model.rope_factor > 0;
+    const bool both_scaled =
+        m.rope_factor > 0 && r.model.rope_factor > 0 && m.rope_linear == r.model.rope_linear;
     for (const config_key& k : r.keys) {
       if (k.how == config_key::kind::differs)
         out.push_back({k.key, k.text, k.spec_key, k.want, k.unbuildable});

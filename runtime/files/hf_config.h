@@ -20,7 +20,10 @@ struct hf_model {
   bool tied = true;
   double norm_eps = 1e-5;
   double rope_theta = 10000;
-  double rope_factor = 0;  // llama3 scaling (0: none)
+  // The rotary frequencies' scaling (factor 0: none): llama3's, or linear's
+  // (the factor alone; rope.h's rope_scaling).
+  double rope_factor = 0;
+  bool rope_linear = false;
   double rope_low_freq = 0, rope_high_freq = 0;
   int64_t rope_original_context = 0;
   // The attention window (sliding_window; 0: none): each query attends the
@@ -78,11 +81,11 @@ struct hf_problem {
 // or add_cross_attention; llama's hidden_size, num_attention_heads,
 // num_key_value_heads (heads), head_dim (hidden_size / heads), intermediate_size,
 // num_hidden_layers, vocab_size, max_position_embeddings (2048), rms_norm_eps (1e-6), hidden_act
-// (silu), rope_theta (10000) and rope_scaling (none or llama3's factor, low_freq_factor,
-// high_freq_factor, original_max_position_embeddings), or transformers 5's rope_parameters for
-// both, tie_word_embeddings (false), sliding_window (null; LlamaForCausalLM ignores it, so one
-// shorter than the positions is refused), and no attention_bias or mlp_bias. Mistral's config
-// (model_type "mistral", MistralForCausalLM) is llama's architecture with a
+// (silu), rope_theta (10000) and rope_scaling (none, llama3's factor, low_freq_factor,
+// high_freq_factor, original_max_position_embeddings, or linear's factor), or transformers 5's
+// rope_parameters for both, tie_word_embeddings (false), sliding_window (null; LlamaForCausalLM
+// ignores it, so one shorter than the positions is refused), and no attention_bias or mlp_bias.
+// Mistral's config (model_type "mistral", MistralForCausalLM) is llama's architecture with a
 // sliding window on every layer (the spec's sliding_window) and other defaults
 // (num_key_value_heads 8, max_position_embeddings 131072, sliding_window
 // 4096); Qwen2's (model_type "qwen2", Qwen2ForCausalLM) is llama's with

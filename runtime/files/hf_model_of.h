@@ -49,6 +49,7 @@ hf_model hf_model_of(const Model& m) {
     h.rope_theta = m.rope_theta;
     if (m.rope_scaling.enabled) {
       h.rope_factor = m.rope_scaling.factor;
+      h.rope_linear = m.rope_scaling.linear;
       h.rope_low_freq = m.rope_scaling.low_freq;
       h.rope_high_freq = m.rope_scaling.high_freq;
       h.rope_original_context = m.rope_scaling.original_context;
@@ -64,6 +65,7 @@ hf_model hf_model_of(const Model& m) {
     h.gelu_gate = m.gelu_gate;
     h.rope_theta = m.rope.theta;
     h.rope_factor = m.rope.factor;
+    h.rope_linear = m.rope.linear;
     h.rope_low_freq = m.rope.low_freq;
     h.rope_high_freq = m.rope.high_freq;
     h.rope_original_context = m.rope.original_context;

@@ -194,7 +194,8 @@ generator::generator(const hf_model& m, const generate_tensors& tensors) : m_(m)
     alloc(rope_sin_, tables * half);
     rope_scaling scaling;
     if (m.rope_factor > 0)
-      scaling = {m.rope_factor, m.rope_low_freq, m.rope_high_freq, m.rope_original_context};
+      scaling = {m.rope_factor, m.rope_low_freq, m.rope_high_freq, m.rope_original_context,
+                 m.rope_linear};
     rope_tables(rope_cos_.data(), rope_sin_.data(), T, head_dim_, m.rope_theta, scaling);
     if (tables == 2)
       rope_tables(rope_cos_.data() + half, rope_sin_.data() + half, T, head_dim_,

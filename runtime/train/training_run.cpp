@@ -29,8 +29,9 @@ void fill_rope_tables(training_run& t) {
   t.machine.b->with_host_weights(c, true, [&] {
     float* cos = step_buffer<float>(c, static_cast<int>(p.plan.rope_buffer));
     const int64_t half = m.context * (D / 2);
-    rope_tables(cos, cos + half, m.context, D, m.rope.theta,
-                {m.rope.factor, m.rope.low_freq, m.rope.high_freq, m.rope.original_context});
+    rope_tables(
+        cos, cos + half, m.context, D, m.rope.theta,
+        {m.rope.factor, m.rope.low_freq, m.rope.high_freq, m.rope.original_context, m.rope.linear});
     // Gemma 3's local layers: their own base, unscaled (llama_rope_at's local_rope)
     if (m.rope.local_theta != 0)
       rope_tables(cos + 2 * half, cos + 3 * half, m.context, D, m.rope.local_theta, {});

@@ -191,7 +191,9 @@ std::vector<std::string> training_samples::sample(const run_shape& rs, step_cont
           text += std::to_string(id);
         }
       }
-      std::printf("--- sample %d/%d\n%s\n", k + 1, kSamplesPerPoint, text.c_str());
+      std::printf("--- sample %d/%d\n", k + 1, kSamplesPerPoint);
+      std::fwrite(text.data(), 1, text.size(), stdout);  // all of it: bytes may hold a NUL
+      std::printf("\n");
       texts.push_back(std::move(text));
     }
     std::printf("---\n");

@@ -182,7 +182,7 @@ TEST(ImportHf, UnbuildableKeysAreAllNamed) {
                        "most 4096 is this one's plain causal attention\n" +
                        c +
                        "rope_scaling.rope_type = \"yarn\": fsdpgen's rotary positions are "
-                       "unscaled or scaled as llama3\n"
+                       "unscaled or scaled as llama3 or linear\n"
                        "fsdpgen: no spec written: 5 keys of tests/cli/hf/unbuildable/config.json "
                        "describe what fsdpgen does not build\n");
   EXPECT_FALSE(std::filesystem::exists(out));
@@ -228,6 +228,10 @@ TEST(ImportHf, AnotherFamilyIsNamed) {
 // The configs of llama's architecture as the Hub has them (Mistral's
 // model_type "mistral", sliding_window null): each imports, checks, matches
 // its config, and plans with the parameters its model card publishes.
+// gemma-3-4b-text is the text model of gemma-3-4b-pt (its text_config over
+// Gemma3TextConfig's defaults, transformers 4's keys); its count is what
+// transformers 5.24 gives Gemma3ForCausalLM of it (the card's 4.3B holds the
+// vision tower).
 TEST(ImportHf, LlamaArchitecturesHaveTheirPublishedParameters) {
   const std::string dir = fresh_dir("import-hf-llama-shaped");
   for (const auto& [model, name, params] :
@@ -240,6 +244,7 @@ TEST(ImportHf, LlamaArchitecturesHaveTheirPublishedParameters) {
         {"OLMo-2-0425-1B", "olmo_2_0425_1b", "1484916736"},
         {"gemma-2b", "gemma_2b", "2506172416"},
         {"gemma-3-1b-pt", "gemma_3_1b_pt", "999885952"},
+        {"gemma-3-4b-text", "gemma_3_4b_text", "3880263168"},
         {"gemma-2-2b", "gemma_2_2b", "2614341888"}}) {
     SCOPED_TRACE(model);
     const std::string config = kSource + "/tests/cli/hf/" + model;
@@ -599,8 +604,61 @@ TEST(ImportHf, Gemma3IsLlamaWithSandwichNormsAndAlternatingLayers) {
   EXPECT_TRUE(has(r,
                   "model_type = \"gemma3\": Gemma3ForConditionalGeneration is not llama's "
                   "architecture; not supported yet: a vision tower (its text_config is a "
-                  "gemma3_text model, which fsdpgen imports)"))
+                  "gemma3_text model, which fsdpgen imports: tools/gemma3_text.py saves it "
+                  "alone)"))
       << r.out;
+}
+
+// Gemma 3 4B's text model: its global layers' rotary frequencies divided by
+// 8 (rope_scaling linear) become the spec's rope_scaling = linear(factor =
+// 8), its spec byte for byte; transformers 5's rope_parameters (the scaling
+// in full_attention) import the same model section; a spec without the
+// scaling, or with llama3's, is named at rope_scaling, and another factor at
+// factor.
+TEST(ImportHf, Gemma3FourBScalesItsGlobalRotaryFrequenciesLinearly) {
+  CmdResult r = run_in_source("import-hf tests/cli/hf/gemma-3-4b-text");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, file_bytes(kSource + "/tests/cli/hf/gemma-3-4b-text.fsdp"));
+  EXPECT_TRUE(has(r, "  rope_scaling = linear(factor = 8)\n")) << r.out;
+  const std::string expected = model_section(r.out);
+
+  nlohmann::json c = fixture("gemma-3-4b-text");
+  for (const char* key : {"rope_theta", "rope_local_base_freq", "rope_scaling"})
+    c.erase(key);
+  c["rope_parameters"] = {
+      {"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1000000.0}}},
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+  r = run("import-hf " + write_config("gemma-3-4b-text", c));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(model_section(r.out), expected);
+
+  const std::string spec = fresh_dir("import-hf-gemma-3-4b") + "/g.fsdp";
+  const std::string config = kSource + "/tests/cli/hf/gemma-3-4b-text";
+  auto check_with = [&](const std::string& scaling) {
+    std::string text = file_bytes(kSource + "/tests/cli/hf/gemma-3-4b-text.fsdp");
+    const std::string line = "  rope_scaling = linear(factor = 8)\n";
+    text.replace(text.find(line), line.size(), scaling);
+    std::ofstream(spec) << text;
+    return run("check " + spec + " --hf " + config);
+  };
+  const std::string linear =
+      "/config.json has rope_scaling = {\"factor\":8.0,\"rope_type\":\"linear\"}\n";
+  r = check_with("");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r, "error: rope_scaling is none by default, but ")) << r.out;
+  EXPECT_TRUE(has(r, linear)) << r.out;
+  r = check_with(
+      "  rope_scaling = llama3(factor = 8, low_freq = 1, high_freq = 4, original_context = "
+      "8192)\n");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r, "error: rope_scaling = llama3(...), but ")) << r.out;
+  EXPECT_TRUE(has(r, linear)) << r.out;
+  r = check_with("  rope_scaling = linear(factor = 4)\n");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r, "error: rope_scaling factor = 4, but ")) << r.out;
+  EXPECT_TRUE(has(r, "/config.json has factor = 8.0\n")) << r.out;
+  r = check_with("  rope_scaling = linear(factor = 8)\n");
+  EXPECT_EQ(r.status, 0) << r.out;
 }
 
 // Files that cannot be read as a config: a named error, exit 1, never a crash.

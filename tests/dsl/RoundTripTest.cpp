@@ -68,6 +68,10 @@ TEST(RoundTrip, Variants) {
       "model l { family = llama vocab = 1000 context = 64 width = 96 heads = 6 kv_heads = 2 "
       "layers = 2 rope_theta = 5e5 rope_scaling = llama3(factor = 32, low_freq = 1, high_freq = "
       "4, original_context = 8192) }");
+  expect_round_trip(
+      "linear rope scaling (Gemma 3 4B's)",
+      "model l { family = llama vocab = 1000 context = 64 width = 96 heads = 6 kv_heads = 2 "
+      "layers = 2 rope_theta = 1e6 rope_scaling = linear(factor = 8) }");
   expect_round_trip("qwen2 q, k and v biases",
                     "model q { family = llama vocab = 1000 context = 64 width = 96 heads = 6 "
                     "kv_heads = 2 layers = 2 qkv_bias = true tie_embeddings = true }");

@@ -245,6 +245,46 @@ TEST(HfConfig, Qwen2IsWrittenAndReadAsLlamaWithQkvBias) {
   EXPECT_EQ(keys_of(mismatches(llama, m)), std::vector<std::string>{"model_type"});
 }
 
+// Linear scaling (rope_type "linear": the factor alone) is written as
+// transformers writes it, in rope_scaling for a llama and in rope_parameters'
+// full_attention for Gemma 3's text model (its local layers unscaled), and
+// reads back as the model; a llama3-scaled or unscaled model differs from it at
+// rope_scaling (the other's keys not compared), another factor at factor.
+TEST(HfConfig, LinearScalingIsWrittenAndReadBack) {
+  hf_model m = llama_1b();
+  m.rope_theta = 1e6;
+  m.rope_factor = 8;
+  m.rope_linear = true;
+  json c = json::parse(hf_config_text(m));
+  EXPECT_EQ(c["rope_scaling"], (json{{"rope_type", "linear"}, {"factor", 8.0}}));
+  EXPECT_EQ(c["max_position_embeddings"], 2048);
+  EXPECT_EQ(keys_of(mismatches(c, m)), std::vector<std::string>{});
+  hf_model llama3 = llama_1b();
+  llama3.rope_theta = 1e6;
+  EXPECT_EQ(keys_of(mismatches(c, llama3)), std::vector<std::string>{"rope_scaling"});
+  hf_model other = m;
+  other.rope_factor = 4;
+  EXPECT_EQ(keys_of(mismatches(c, other)), std::vector<std::string>{"factor"});
+
+  hf_model gemma3 = m;
+  gemma3.qk_norm = gemma3.sandwich_norm = gemma3.scale_embedding = gemma3.norm_plus_one = true;
+  gemma3.gelu_gate = true;
+  gemma3.global_every = 6;
+  gemma3.window = 512;
+  gemma3.rope_local_theta = 10000;
+  c = json::parse(hf_config_text(gemma3));
+  ASSERT_EQ(c["model_type"], "gemma3_text");
+  EXPECT_FALSE(c.contains("rope_scaling"));
+  EXPECT_EQ(c["rope_parameters"]["full_attention"],
+            (json{{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1e6}}));
+  EXPECT_EQ(c["rope_parameters"]["sliding_attention"],
+            (json{{"rope_type", "default"}, {"rope_theta", 10000.0}}));
+  EXPECT_EQ(keys_of(mismatches(c, gemma3)), std::vector<std::string>{});
+  gemma3.rope_factor = 0;
+  EXPECT_EQ(keys_of(mismatches(c, gemma3)),
+            std::vector<std::string>{"rope_parameters.full_attention"});
+}
+
 TEST(HfConfig, Gpt2) {
   hf_model m;
   m.vocab = 50257;

@@ -1,5 +1,5 @@
 // RopeTest: rotary positions (runtime/rope.h): the inverse frequencies
-// with and without llama3 scaling, their cos and sin tables, and the
+// with and without llama3 or linear scaling, their cos and sin tables, and the
 // rotation forward and backward against complex multiplication
 // (LlamaCases.h's rope) and finite differences, for fp32, bf16 and fp16
 // storage. Tolerances are Reference.h's (forward_tol, backward_tol) unless a
@@ -139,6 +139,23 @@ TEST(Rope, EveryInverseFrequencyFollowsLlama3Scaling) {
   }
 }
 
+// Linear scaling (transformers' rope_type "linear", Gemma 3 4B's global
+// layers: theta 10^6, factor 8, head 256) divides every unscaled frequency
+// theta^(-2i/D) by the factor, the first (1) to 0.125 and the last to
+// 10^(-6 * 254/256) / 8 = 1.3925e-7; it reads no llama3 field, so leftover
+// ones change nothing. fp32 throughout: relative 1e-6.
+TEST(Rope, LinearScalingDividesEveryFrequency) {
+  const rope_scaling linear{.factor = 8.0, .linear = true};
+  const std::vector<float> f = rope_inv_freq(256, 1e6, linear);
+  ASSERT_EQ(f.size(), 128u);
+  EXPECT_EQ(f[0], 0.125f);
+  for (int i = 0; i < 128; i++)
+    EXPECT_NEAR(f[i], std::pow(1e6, -i / 128.0) / 8, 1e-6 * f[i]) << "frequency " << i;
+  EXPECT_NEAR(f[127], 1.3925e-7, 1e-11);
+  const rope_scaling leftovers{8.0, 1.0, 4.0, 8192, true};
+  EXPECT_EQ(rope_inv_freq(256, 1e6, leftovers), f);
+}
+
 // The tables are cos and sin of t f_i for the (scaled) frequencies f_i of
 // rope_inv_freq, over T = 37 positions. The angle is an fp32 product (as
 // transformers' fp32 matmul): off by half an ulp of 37 (2e-6) at most, so
@@ -210,6 +227,8 @@ TEST(Rope, RejectsBadShapesAndScalings) {
   expect_error([] { rope_inv_freq(8, 10000.0, {0.5, 1.0, 4.0, 8192}); }, "factor 0.5");
   expect_error([] { rope_inv_freq(8, 10000.0, {8.0, 4.0, 4.0, 8192}); }, "low_freq 4");
   expect_error([] { rope_inv_freq(8, 10000.0, {8.0, 1.0, 4.0, 0}); }, "original_context 0");
+  expect_error([] { rope_inv_freq(8, 10000.0, {.factor = 0.5, .linear = true}); },
+               "linear scaling needs factor >= 1; got factor 0.5");
   std::vector<float> x(2 * 6), cos(3), sin(3);
   expect_error([&] { rope_forward(x.data(), cos.data(), sin.data(), 2, 1, 2, 3); }, "head size 3");
   expect_error([&] { rope_backward(x.data(), cos.data(), sin.data(), 2, 0, 2, 6); }, "context 0");

@@ -9,7 +9,7 @@ qk_norm = across_heads), a Gemma (llama with its embedding scale, (1 + weight)
 norms and GeGLU), a Gemma 2 (Gemma's with sandwich norms, alternating layers
 with a window of 8, a query scalar of 24 and soft-caps) and a Gemma 3 (Gemma's
 with sandwich norms, each head's q/k norms and alternating layers with a
-rotary base of their own) spec trained a few steps on it with `--save DIR`, and DIR loaded by
+rotary base of their own, the global ones' scaled linearly as in Gemma 3 4B) spec trained a few steps on it with `--save DIR`, and DIR loaded by
 AutoModelForCausalLM and AutoTokenizer: the tokenizer encodes a document as
 the token set holds it, the special-token ids are the set's, greedy
 generation gives new tokens, and transformers' loss on the first batch
@@ -54,7 +54,7 @@ MODELS = {
               "  scale_embedding = true\n  norm_plus_one = true\n  activation = gelu_tanh\n"
               "  block_norms = sandwich\n  qk_norm = true\n  sliding_window = 8\n"
               "  global_every = 2\n  rope_theta = 1000000\n  rope_local_theta = 10000\n"
-              "  tie_embeddings = true",
+              "  rope_scaling = linear(factor = 8)\n  tie_embeddings = true",
 }
 SPEC = """model hf_out_{family} {{
   {model}
