@@ -409,6 +409,16 @@ rerun_now() {
         sleep 0.1
     done
     ((i < 600)) || fail "job $job is not pending after requeue $restarts" "$log"
+    # slurmd refuses to launch a batch job whose credential dates from the
+    # second of the job's last kill ("Killing non-startable batch JobId=N: Job
+    # credential revoked"; the job then ends FAILED, CI saw it once): Slurm's
+    # own requeue waits cred_expire for that, so before making the job
+    # eligible now let the nodes go idle and 2 s pass.
+    for ((i = 0; i < 300; i++)); do
+        [[ -z $(sinfo -h -N -o '%T' 2>/dev/null | grep -vx idle) ]] && break
+        sleep 0.1
+    done
+    sleep 2
     for ((i = 0; i < 1200; i++)); do
         state=$(job_field "$job" JobState)
         [[ $state == RUNNING ]] &&
