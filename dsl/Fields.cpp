@@ -189,10 +189,10 @@ void FieldReader::read_muon(const std::vector<const ast::Value*>& args, Optimize
 // llama3(factor = 32, low_freq = 1, high_freq = 4, original_context = 8192)
 // or linear(factor = 8): every argument required.
 std::optional<RopeScalingSpec> FieldReader::read_rope_scaling(const ast::Value& v) {
-  const std::vector<std::string_view> llama3 = {"factor", "low_freq", "high_freq",
-                                                "original_context"};
-  auto c = vals.callee(v, "rope scaling", kRopeScalingNames,
-                       {llama3, std::vector<std::string_view>{"factor"}});
+  // Each of kRopeScalingNames' arguments.
+  const std::array<std::vector<std::string_view>, kRopeScalingNames.size()> params = {
+      {{"factor", "low_freq", "high_freq", "original_context"}, {"factor"}}};
+  auto c = vals.callee(v, "rope scaling", kRopeScalingNames, params);
   if (!c) return std::nullopt;
   const std::vector<const ast::Value*>& args = c->second;
   RopeScalingSpec r;
@@ -200,7 +200,7 @@ std::optional<RopeScalingSpec> FieldReader::read_rope_scaling(const ast::Value& 
   r.linear = kRopeScalingNames[c->first] == "linear";
   bool ok = true;
   for (size_t i = 0; i < args.size(); ++i)
-    ok = vals.require(args[i], v, llama3[i]) && ok;
+    ok = vals.require(args[i], v, params[c->first][i]) && ok;
   if (!ok) return std::nullopt;
   auto factor = vals.as_float(*args[0], "factor", 1, 1e6, true);
   if (r.linear) {

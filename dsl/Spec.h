@@ -131,11 +131,9 @@ inline bool keeps_params_through_backward(Sharding s) {
   return s == Sharding::ShardGradOp || s == Sharding::HybridShardZero2 || s == Sharding::NoShard;
 }
 
-// Llama 3.1's rotary frequency scaling (transformers' rope_type "llama3"):
-// wavelengths above original_context / low_freq divided by factor, below
-// original_context / high_freq kept, between interpolated. Off by default.
-// llama3(...) (Llama 3.1's) or linear(factor) (every frequency divided by
-// factor); runtime/rope.h's rope_scaling says what each does.
+// The rotary frequency scaling, off by default: llama3(...) (Llama 3.1's,
+// transformers' rope_type "llama3") or linear(factor) (every frequency
+// divided by factor); runtime/rope.h's rope_scaling says what each does.
 struct RopeScalingSpec {
   bool enabled = false;
   bool linear = false;

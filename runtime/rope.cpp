@@ -74,8 +74,8 @@ std::vector<float> rope_inv_freq(int64_t D, double theta, const rope_scaling& sc
     f[i] = static_cast<float>(1.0 / std::pow(theta, static_cast<double>(2 * i) / D));
   if (scaling.factor <= 0) return f;
   const auto factor = static_cast<float>(scaling.factor);
-  if (scaling.linear) {  // transformers' _compute_linear_scaling_rope_parameters: fp32 inv_freq /
-                         // factor
+  // transformers' _compute_linear_scaling_rope_parameters: fp32 inv_freq / factor.
+  if (scaling.linear) {
     for (float& inv : f)
       inv /= factor;
     return f;

@@ -31,6 +31,8 @@ import sys
 import torch
 import transformers
 
+import reference_run  # beside this script
+
 PROMPT_LEN, NEW_TOKENS = 6, 20
 # Weights drawn wider than GPT-2's 0.02 so the logits spread (a greedy run of
 # a near-uniform model repeats one token) and the MLPs reach GELU's and
@@ -112,8 +114,7 @@ def gemma3_model():
         num_key_value_heads=1, head_dim=16, intermediate_size=64, num_hidden_layers=layers,
         rms_norm_eps=1e-6, tie_word_embeddings=True, initializer_range=INIT_STD,
         hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=16, sliding_window=5,
-        layer_types=["full_attention" if (i + 1) % every == 0 else "sliding_attention"
-                     for i in range(layers)],
+        layer_types=reference_run.layer_types(layers, every),
         rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0,
                                             "rope_theta": 1000000.0},
                          "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},

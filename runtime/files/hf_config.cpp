@@ -755,10 +755,15 @@ bool agrees(bool config, bool spec, bool) {
   return config == spec;
 }
 
+// The model's rotary scaling by its spec name: none, llama3 or linear.
+std::string scaling_name(const hf_model& m) {
+  return m.rope_factor <= 0 ? "none" : m.rope_linear ? "linear" : "llama3";
+}
+
 // The model's value of the key, as the spec states it.
 std::string spec_value(const config_key& k, const hf_model& m) {
   if (k.how == config_key::kind::scaling)
-    return m.rope_factor > 0 ? m.rope_linear ? "linear(...)" : "llama3(...)" : "none";
+    return m.rope_factor > 0 ? scaling_name(m) + "(...)" : "none";
   if (k.how == config_key::kind::window) return m.window > 0 ? text_of(m.window) : "none";
   if (k.spec_key == "qk_norm") return m.qk_norm_across_heads ? "across_heads" : text_of(m.qk_norm);
   if (k.spec_key == "block_norms")
@@ -768,9 +773,7 @@ std::string spec_value(const config_key& k, const hf_model& m) {
 }
 
 bool agrees(const config_key& k, const hf_model& config, const hf_model& m) {
-  if (k.how == config_key::kind::scaling)
-    return (config.rope_factor > 0) == (m.rope_factor > 0) &&
-           (m.rope_factor <= 0 || config.rope_linear == m.rope_linear);
+  if (k.how == config_key::kind::scaling) return scaling_name(config) == scaling_name(m);
   if (k.how == config_key::kind::window)
     return window_at(config.window, m.context) == window_at(m.window, m.context);
   return std::visit(
@@ -1002,8 +1005,7 @@ std::vector<hf_mismatch> hf_config_mismatches(const std::string& path, const hf_
   read_config(path, [&](config_reader& r) {
     r.model.llama = m.llama;
     read_as_family(r);
-    const bool both_scaled =
-        m.rope_factor > 0 && r.model.rope_factor > 0 && m.rope_linear == r.model.rope_linear;
+    const bool both_scaled = m.rope_factor > 0 && scaling_name(r.model) == scaling_name(m);
     for (const config_key& k : r.keys) {
       if (k.how == config_key::kind::differs)
         out.push_back({k.key, k.text, k.spec_key, k.want, k.unbuildable});
